@@ -1,0 +1,1 @@
+"""Operator side: CLI, process launcher, demo, benchmarks and the evaluation harness."""

@@ -1,0 +1,181 @@
+"""The ``vflsec`` command line."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+
+app = typer.Typer(
+    help="vflsec: vertical federated learning with measured privacy.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+bench_app = typer.Typer(help="Benchmarks: figures measured side by side in one run.", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
+
+ReleaseOption = Annotated[
+    list[str] | None,
+    typer.Option("--release", help="Score-release step STEP[:key=value,...] at the coordinator; repeatable, in order."),
+]
+ParamReleaseOption = Annotated[
+    list[str] | None,
+    typer.Option("--param-release", help="Parameter-release step STEP[:key=value,...]; repeatable, in order."),
+]
+
+
+def _fail(message: str) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def _passive_features(value: str | None) -> int | float | list[str] | None:
+    """A count (last N columns), a fraction in (0, 1), or comma-separated column names."""
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return [c.strip() for c in value.split(",") if c.strip()]
+    return int(number) if number.is_integer() and number >= 1 else number
+
+
+@app.command()
+def serve(
+    role: Annotated[str, typer.Argument(help="coordinator | active | passive")],
+    config: Annotated[Path, typer.Option("--config", help="The party's TOML config file.")],
+) -> None:
+    """Run one party's gRPC service until SIGTERM/SIGINT."""
+    from vflsec.services.app import serve as serve_party
+    from vflsec.services.config import ConfigError, load_config
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        cfg = load_config(config, role)
+    except ConfigError as exc:
+        _fail(str(exc))
+    serve_party(cfg)
+
+
+@app.command()
+def certs(
+    out: Annotated[Path, typer.Option("--out", help="Folder for the CA and the party certificates.")],
+    parties: Annotated[str, typer.Option(help="Comma-separated party ids, e.g. coordinator,active,passive-1.")] = (
+        "coordinator,active,passive-1"
+    ),
+    hosts: Annotated[str, typer.Option(help="Extra host names / IPs for every certificate (comma-separated).")] = "",
+) -> None:
+    """Make a CA and one mutual-TLS certificate per party (the operator's is always included)."""
+    from vflsec.services.tls import make_pki
+
+    names = [p.strip() for p in parties.split(",") if p.strip()]
+    pki = make_pki(out, names, hosts=[h.strip() for h in hosts.split(",") if h.strip()])
+    for party in [*names, "operator"]:
+        typer.echo(f"{party}: {pki.files(party).cert}")
+
+
+@app.command()
+def demo(
+    dataset: Annotated[str, typer.Option(help="breast_cancer | wine | digits | iris | a UCI name | a CSV path.")] = (
+        "breast_cancer"
+    ),
+    label: Annotated[str | None, typer.Option(help="Label column of a CSV dataset.")] = None,
+    passive: Annotated[int, typer.Option("--passive", min=1, max=8, help="Number of passive parties.")] = 1,
+    passive_features: Annotated[
+        str | None, typer.Option(help="Passive columns: a count (the last N), a fraction, or names.")
+    ] = None,
+    backend: Annotated[str, typer.Option(help="ckks | plain")] = "ckks",
+    epochs: Annotated[int, typer.Option(min=1)] = 30,
+    batch_size: Annotated[int, typer.Option(min=1)] = 64,
+    learning_rate: Annotated[float, typer.Option(min=0.0)] = 0.1,
+    seed: Annotated[int, typer.Option()] = 0,
+    compare_plain: Annotated[bool, typer.Option(help="Also train on the plain backend and report both.")] = False,
+    release: ReleaseOption = None,
+    param_release: ParamReleaseOption = None,
+    workdir: Annotated[Path | None, typer.Option(help="Keep configs, certificates and logs here.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object as the last line.")] = False,
+) -> None:
+    """Start coordinator, active and passive parties as processes, align, train, predict, report."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from vflsec.client.demo import DemoOptions, run_demo
+    from vflsec.services.release import ParamReleaseChain, ReleaseConfigError, ScoreReleaseChain
+
+    if backend not in ("ckks", "plain"):
+        _fail("--backend must be ckks or plain")
+    try:  # fail on a bad defense spec before any process starts
+        ScoreReleaseChain.from_specs(release or [])
+        ParamReleaseChain.from_specs(param_release or [])
+    except ReleaseConfigError as exc:
+        _fail(str(exc))
+    options = DemoOptions(
+        dataset=dataset,
+        label=label,
+        n_passive=passive,
+        passive_features=_passive_features(passive_features),
+        backend=backend,
+        epochs=epochs,
+        batch_size=batch_size,
+        learning_rate=learning_rate,
+        seed=seed,
+        compare_plain=compare_plain,
+        score_release=release or [],
+        param_release=param_release or [],
+        workdir=workdir,
+    )
+    console = Console(stderr=as_json)
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=as_json,
+    ) as bar:
+        tasks: dict[str, int] = {}
+
+        def progress(run_backend: str, epoch: int, n_epochs: int, batch: int, n_batches: int) -> None:
+            if run_backend not in tasks:
+                tasks[run_backend] = bar.add_task(f"training ({run_backend})", total=n_epochs * n_batches)
+            bar.update(tasks[run_backend], completed=(epoch - 1) * n_batches + batch)
+
+        result = run_demo(options, progress)
+    _report(result, as_json, console)
+
+
+def _report(result: dict, as_json: bool, console) -> None:  # type: ignore[no-untyped-def]
+    from rich.table import Table
+
+    table = Table(title=f"vflsec demo: {result['dataset']}", show_header=False)
+    for key, value in result.items():
+        table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
+    console.print(table)
+    if as_json:
+        sys.stdout.write(json.dumps(result) + "\n")
+
+
+@bench_app.command("he")
+def bench_he(
+    rows: Annotated[int, typer.Option(help="Rows of the synthetic set when Credit default is absent.")] = 30000,
+    epochs: Annotated[int, typer.Option(min=1)] = 1,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """HE-LR training epoch time and inference throughput, ckks vs plain, through the real services."""
+    from vflsec.client.bench_he import run
+
+    result = run(rows=rows, epochs=epochs, log=lambda line: typer.echo(line, err=as_json))
+    if as_json:
+        typer.echo(json.dumps(result))
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

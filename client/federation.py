@@ -1,0 +1,245 @@
+"""A whole federation on one machine: certificates, per-party data and configs, and the parties themselves
+either as separate OS processes (the demo) or as in-process servers (integration tests).
+
+Both use exactly the same config files that ``vflsec serve ROLE --config FILE`` reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import numpy as np
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from vflsec.services import datasets, tls
+from vflsec.services.config import dump_toml, load_config
+from vflsec.services.server import peer_channel
+
+
+@dataclass
+class FederationSpec:
+    dataset: datasets.Dataset
+    n_passive: int = 1
+    passive_features: int | float | Sequence[str] | None = None
+    backend: str = "ckks"
+    score_release: Sequence[str] = ()
+    param_release: Sequence[str] = ()
+    plugins: Sequence[dict] = ()  # [{"path": "pkg.mod:Factory", "options": {...}}] for the active party
+    drop_fraction: float = 0.05  # each party misses this share of IDs, so PSI has work to do
+    scaling: str = "minmax"
+    seed: int = 0
+    # Loopback with free ports (default), or fixed ports behind host names (compose: hosts are party ids).
+    host: str = "127.0.0.1"
+    compose_ports: dict[str, int] | None = None
+
+
+# Fixed ports of the compose deployment (docker-compose.yml publishes the same).
+COMPOSE_BASE_PORT = 50051
+
+
+def compose_ports(n_passive: int) -> dict[str, int]:
+    parties = ["coordinator", "active", *[f"passive-{i}" for i in range(1, n_passive + 1)]]
+    return {party: COMPOSE_BASE_PORT + i for i, party in enumerate(parties)}
+
+
+@dataclass
+class FederationLayout:
+    """Folder per party (config.toml, data.csv, tls/), the operator's folder, and the CA in certs/."""
+
+    workdir: Path
+    configs: dict[str, Path]  # party id -> config file
+    addresses: dict[str, str]  # as the operator on this host reaches them
+    split: datasets.VerticalSplit
+
+    @property
+    def passive_parties(self) -> list[str]:
+        return [p for p in self.configs if p.startswith("passive")]
+
+    def tls(self, party: str) -> tls.TlsFiles:
+        folder = self.workdir / party / "tls"
+        return tls.TlsFiles(ca=folder / "ca.pem", cert=folder / "cert.pem", key=folder / "key.pem")
+
+    def operator_channel(self, max_message_bytes: int = 256 * 1024 * 1024) -> grpc.Channel:
+        return peer_channel(self.addresses["active"], "active", self.tls("operator"), max_message_bytes)
+
+    @classmethod
+    def load(cls, workdir: Path) -> FederationLayout:
+        """Re-open a layout written by :func:`write_federation` (addresses as its configs say)."""
+        configs = {p.parent.name: p for p in sorted(workdir.glob("*/config.toml"))}
+        addresses = {party: load_config(path).listen for party, path in configs.items()}
+        split = datasets.VerticalSplit.from_dict(json.loads((workdir / "split.json").read_text()))
+        return cls(workdir, configs, addresses, split)
+
+
+def _install_tls(pki: tls.Pki, party: str, folder: Path) -> None:
+    """Copy the CA certificate and the party's own certificate and key: a party folder is self-contained."""
+    files = pki.files(party)
+    (folder / "tls").mkdir(parents=True, exist_ok=True)
+    for source, name in ((files.ca, "ca.pem"), (files.cert, "cert.pem"), (files.key, "key.pem")):
+        target = folder / "tls" / name
+        shutil.copyfile(source, target)
+        target.chmod(0o600 if name == "key.pem" else 0o644)
+
+
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind((host, 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def write_federation(spec: FederationSpec, workdir: Path) -> FederationLayout:
+    """Certificates, one data file and one config per party, ready for ``vflsec serve``."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    ds = spec.dataset
+    split = datasets.split_columns(
+        ds.feature_names, spec.n_passive, passive_features=spec.passive_features, seed=spec.seed
+    )
+    parties = ["coordinator", "active", *[f"passive-{i}" for i in range(1, spec.n_passive + 1)]]
+    if spec.compose_ports is None:
+        ports = dict(zip(parties, free_ports(len(parties), spec.host), strict=True))
+        listen = {p: f"{spec.host}:{ports[p]}" for p in parties}
+        reach = dict(listen)
+    else:
+        ports = spec.compose_ports
+        listen = {p: f"0.0.0.0:{ports[p]}" for p in parties}
+        reach = {p: f"{p}:{ports[p]}" for p in parties}
+    pki = tls.make_pki(workdir / "certs", parties, hosts=[spec.host])
+    id_sets = datasets.overlapping_id_sets(ds.ids, 1 + spec.n_passive, spec.drop_fraction, spec.seed)
+    columns = dict(zip(parties[1:], split.parties, strict=True))
+    configs: dict[str, Path] = {}
+    for party in parties:
+        folder = workdir / party
+        folder.mkdir(exist_ok=True)
+        _install_tls(pki, party, folder)
+        raw: dict = {
+            "role": tls.role_of(party),
+            "party_id": party,
+            "listen": listen[party],
+            "seed": spec.seed,
+            "tls": {"ca": "tls/ca.pem", "cert": "tls/cert.pem", "key": "tls/key.pem"},
+        }
+        if party == "coordinator":
+            raw["peers"] = {p: reach[p] for p in parties if p.startswith("passive")}
+            raw["release"] = {"scores": list(spec.score_release), "params": list(spec.param_release)}
+        else:
+            rows = np.flatnonzero(np.isin(ds.ids, id_sets[parties.index(party) - 1]))
+            is_active = party == "active"
+            datasets.write_party_csv(
+                folder / "data.csv",
+                ds.ids[rows],
+                ds.X[np.ix_(rows, ds.column_indices(columns[party]))],
+                columns[party],
+                labels=ds.y[rows] if is_active else None,
+                class_names=ds.class_names if is_active else None,
+            )
+            raw["data"] = {"path": "data.csv", "scaling": spec.scaling}
+            raw["peers"] = {p: reach[p] for p in parties if p != party and (is_active or p == "coordinator")}
+            if is_active and spec.plugins:
+                raw["plugins"] = [dict(p) for p in spec.plugins]
+        configs[party] = folder / "config.toml"
+        configs[party].write_text(dump_toml(raw))
+    _install_tls(pki, "operator", workdir / "operator")
+    (workdir / "split.json").write_text(json.dumps(split.to_dict()))
+    local = {p: f"{'127.0.0.1' if spec.compose_ports else spec.host}:{ports[p]}" for p in parties}
+    return FederationLayout(workdir, configs, local, split)
+
+
+def wait_healthy(
+    layout: FederationLayout, timeout: float = 60.0, processes: dict[str, subprocess.Popen] | None = None
+) -> None:
+    """Poll every party's gRPC health service (over mTLS, as the operator) until all are SERVING."""
+    deadline = time.monotonic() + timeout
+    for party, address in layout.addresses.items():
+        with peer_channel(address, party, layout.tls("operator"), 4 * 1024 * 1024) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            while True:
+                if processes and processes[party].poll() is not None:
+                    raise RuntimeError(f"{party} exited with code {processes[party].returncode} during start-up")
+                try:
+                    status = stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0).status
+                    if status == health_pb2.HealthCheckResponse.SERVING:
+                        break
+                except grpc.RpcError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{party} at {address} not healthy after {timeout:.0f} s")
+                time.sleep(0.1)
+
+
+@dataclass
+class ProcessFederation:
+    layout: FederationLayout
+    processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        for proc in self.processes.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        end = time.monotonic() + timeout
+        for proc in self.processes.values():
+            try:
+                proc.wait(max(0.1, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+# Passive parties first: the coordinator and the active party dial them.
+_START_ORDER = ("passive", "coordinator", "active")
+
+
+@contextlib.contextmanager
+def run_processes(layout: FederationLayout, log_dir: Path | None = None) -> Iterator[ProcessFederation]:
+    """Each party as its own ``vflsec serve`` process; all are stopped on exit, error or Ctrl-C."""
+    fed = ProcessFederation(layout)
+    log_dir = log_dir or layout.workdir / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        for role in _START_ORDER:
+            for party, config in layout.configs.items():
+                if tls.role_of(party) != role:
+                    continue
+                log = (log_dir / f"{party}.log").open("w")
+                fed.processes[party] = subprocess.Popen(
+                    [sys.executable, "-m", "vflsec.client.cli", "serve", role, "--config", str(config)],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+        wait_healthy(layout, processes=fed.processes)
+        yield fed
+    finally:
+        fed.stop()
+
+
+@contextlib.contextmanager
+def run_in_process(layout: FederationLayout) -> Iterator[dict]:
+    """Each party as a real gRPC server on loopback inside this process (tests); yields party -> Party."""
+    from vflsec.services.app import start_party
+
+    started: dict = {}
+    try:
+        for role in _START_ORDER:
+            for party, config in layout.configs.items():
+                if tls.role_of(party) == role:
+                    started[party] = start_party(load_config(config, role))
+        yield started
+    finally:
+        for party in reversed(list(started)):
+            started[party].stop()

@@ -1,0 +1,86 @@
+"""The active party's operator: drives a federation through the active party's gRPC API."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import grpc
+import numpy as np
+
+from vflsec.services import wire
+from vflsec.services.tensors import from_tensor
+from vflsec.v1 import active_pb2, active_pb2_grpc, common_pb2
+
+
+@dataclass
+class Released:
+    sample_ids: list[str]
+    scores: np.ndarray
+    chain: list[tuple[str, dict[str, str]]]
+    argmax_changed: int
+
+
+@dataclass
+class Model:
+    active_weights: np.ndarray
+    bias: np.ndarray
+    passive: dict[str, np.ndarray | None]  # None: withheld by the parameter-release chain
+    chain: list[tuple[str, dict[str, str]]]
+
+
+def _chain(steps: Sequence[common_pb2.ReleaseStep]) -> list[tuple[str, dict[str, str]]]:
+    return [(s.name, dict(s.params)) for s in steps]
+
+
+class Operator:
+    def __init__(self, channel: grpc.Channel) -> None:
+        self.stub = active_pb2_grpc.ActiveStub(channel)
+
+    def create_session(
+        self,
+        backend: str = "ckks",
+        *,
+        optimizer: str = "adam",
+        learning_rate: float = 0.05,
+        l2: float = 1e-4,
+        batch_size: int = 256,
+        seed: int = 0,
+        session_id: str = "",
+    ) -> active_pb2.SessionInfo:
+        training = common_pb2.TrainingConfig(
+            optimizer=optimizer, learning_rate=learning_rate, l2=l2, batch_size=batch_size, seed=seed
+        )
+        request = active_pb2.CreateSessionRequest(
+            session_id=session_id, backend=wire.BACKEND_ENUM[backend], training=training
+        )
+        return self.stub.CreateSession(request)
+
+    def align(self, session_id: str) -> list[str]:
+        return list(self.stub.Align(common_pb2.SessionRef(session_id=session_id)).common_ids)
+
+    def train(self, session_id: str, sample_ids: Sequence[str], epochs: int) -> Iterator[active_pb2.TrainProgress]:
+        yield from self.stub.Train(
+            active_pb2.TrainRequest(session_id=session_id, sample_ids=list(sample_ids), epochs=epochs)
+        )
+
+    def predict(self, session_id: str, sample_ids: Sequence[str]) -> Released:
+        reply = self.stub.Predict(active_pb2.PredictRequest(session_id=session_id, sample_ids=list(sample_ids)))
+        scores = from_tensor(reply.scores, "scores", ndim=2, finite=False)
+        return Released(list(reply.sample_ids), scores, _chain(reply.chain), reply.argmax_changed)
+
+    def fetch_model(self, session_id: str) -> Model:
+        reply = self.stub.FetchModel(common_pb2.SessionRef(session_id=session_id))
+        passive = {
+            b.party_id: None if b.withheld else from_tensor(b.weights, b.party_id, ndim=2)
+            for b in reply.released.passive
+        }
+        return Model(
+            from_tensor(reply.active_weights, "active weights", ndim=2),
+            from_tensor(reply.bias, "bias", ndim=1),
+            passive,
+            _chain(reply.released.chain),
+        )
+
+    def close(self, session_id: str) -> None:
+        self.stub.CloseSession(common_pb2.SessionRef(session_id=session_id))

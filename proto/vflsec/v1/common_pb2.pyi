@@ -1,0 +1,91 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class DType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DTYPE_UNSPECIFIED: _ClassVar[DType]
+    FLOAT64: _ClassVar[DType]
+    FLOAT32: _ClassVar[DType]
+    INT64: _ClassVar[DType]
+
+class Backend(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    BACKEND_UNSPECIFIED: _ClassVar[Backend]
+    CKKS: _ClassVar[Backend]
+    PLAIN: _ClassVar[Backend]
+DTYPE_UNSPECIFIED: DType
+FLOAT64: DType
+FLOAT32: DType
+INT64: DType
+BACKEND_UNSPECIFIED: Backend
+CKKS: Backend
+PLAIN: Backend
+
+class Tensor(_message.Message):
+    __slots__ = ("dtype", "shape", "data")
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    dtype: DType
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    data: bytes
+    def __init__(self, dtype: _Optional[_Union[DType, str]] = ..., shape: _Optional[_Iterable[int]] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class EncryptedMatrix(_message.Message):
+    __slots__ = ("rows", "cols", "replicas", "rows_per_ciphertext", "ciphertexts")
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    COLS_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    ROWS_PER_CIPHERTEXT_FIELD_NUMBER: _ClassVar[int]
+    CIPHERTEXTS_FIELD_NUMBER: _ClassVar[int]
+    rows: int
+    cols: int
+    replicas: int
+    rows_per_ciphertext: int
+    ciphertexts: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, rows: _Optional[int] = ..., cols: _Optional[int] = ..., replicas: _Optional[int] = ..., rows_per_ciphertext: _Optional[int] = ..., ciphertexts: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class SessionRef(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class Empty(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class TrainingConfig(_message.Message):
+    __slots__ = ("optimizer", "learning_rate", "l2", "batch_size", "seed")
+    OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
+    LEARNING_RATE_FIELD_NUMBER: _ClassVar[int]
+    L2_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    optimizer: str
+    learning_rate: float
+    l2: float
+    batch_size: int
+    seed: int
+    def __init__(self, optimizer: _Optional[str] = ..., learning_rate: _Optional[float] = ..., l2: _Optional[float] = ..., batch_size: _Optional[int] = ..., seed: _Optional[int] = ...) -> None: ...
+
+class ReleaseStep(_message.Message):
+    __slots__ = ("name", "params")
+    class ParamsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    params: _containers.ScalarMap[str, str]
+    def __init__(self, name: _Optional[str] = ..., params: _Optional[_Mapping[str, str]] = ...) -> None: ...

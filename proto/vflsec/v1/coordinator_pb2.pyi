@@ -1,0 +1,98 @@
+from vflsec.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class OpenSessionRequest(_message.Message):
+    __slots__ = ("session_id", "backend", "n_classes", "passive_parties")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    N_CLASSES_FIELD_NUMBER: _ClassVar[int]
+    PASSIVE_PARTIES_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    backend: _common_pb2.Backend
+    n_classes: int
+    passive_parties: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, session_id: _Optional[str] = ..., backend: _Optional[_Union[_common_pb2.Backend, str]] = ..., n_classes: _Optional[int] = ..., passive_parties: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class OpenSessionReply(_message.Message):
+    __slots__ = ("public_context", "score_release", "param_release")
+    PUBLIC_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    SCORE_RELEASE_FIELD_NUMBER: _ClassVar[int]
+    PARAM_RELEASE_FIELD_NUMBER: _ClassVar[int]
+    public_context: bytes
+    score_release: _containers.RepeatedCompositeFieldContainer[_common_pb2.ReleaseStep]
+    param_release: _containers.RepeatedCompositeFieldContainer[_common_pb2.ReleaseStep]
+    def __init__(self, public_context: _Optional[bytes] = ..., score_release: _Optional[_Iterable[_Union[_common_pb2.ReleaseStep, _Mapping]]] = ..., param_release: _Optional[_Iterable[_Union[_common_pb2.ReleaseStep, _Mapping]]] = ...) -> None: ...
+
+class PublicContext(_message.Message):
+    __slots__ = ("backend", "data", "n_classes")
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    N_CLASSES_FIELD_NUMBER: _ClassVar[int]
+    backend: _common_pb2.Backend
+    data: bytes
+    n_classes: int
+    def __init__(self, backend: _Optional[_Union[_common_pb2.Backend, str]] = ..., data: _Optional[bytes] = ..., n_classes: _Optional[int] = ...) -> None: ...
+
+class TrainingScoresRequest(_message.Message):
+    __slots__ = ("session_id", "step", "logits", "replicas")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    LOGITS_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    step: int
+    logits: _common_pb2.EncryptedMatrix
+    replicas: int
+    def __init__(self, session_id: _Optional[str] = ..., step: _Optional[int] = ..., logits: _Optional[_Union[_common_pb2.EncryptedMatrix, _Mapping]] = ..., replicas: _Optional[int] = ...) -> None: ...
+
+class BlockSumsRequest(_message.Message):
+    __slots__ = ("session_id", "step", "ciphertexts")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    CIPHERTEXTS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    step: int
+    ciphertexts: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, session_id: _Optional[str] = ..., step: _Optional[int] = ..., ciphertexts: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class ReleaseScoresRequest(_message.Message):
+    __slots__ = ("session_id", "logits")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    LOGITS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    logits: _common_pb2.EncryptedMatrix
+    def __init__(self, session_id: _Optional[str] = ..., logits: _Optional[_Union[_common_pb2.EncryptedMatrix, _Mapping]] = ...) -> None: ...
+
+class ReleasedScores(_message.Message):
+    __slots__ = ("scores", "chain", "argmax_changed")
+    SCORES_FIELD_NUMBER: _ClassVar[int]
+    CHAIN_FIELD_NUMBER: _ClassVar[int]
+    ARGMAX_CHANGED_FIELD_NUMBER: _ClassVar[int]
+    scores: _common_pb2.Tensor
+    chain: _containers.RepeatedCompositeFieldContainer[_common_pb2.ReleaseStep]
+    argmax_changed: int
+    def __init__(self, scores: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., chain: _Optional[_Iterable[_Union[_common_pb2.ReleaseStep, _Mapping]]] = ..., argmax_changed: _Optional[int] = ...) -> None: ...
+
+class PassiveBlock(_message.Message):
+    __slots__ = ("party_id", "withheld", "weights")
+    PARTY_ID_FIELD_NUMBER: _ClassVar[int]
+    WITHHELD_FIELD_NUMBER: _ClassVar[int]
+    WEIGHTS_FIELD_NUMBER: _ClassVar[int]
+    party_id: str
+    withheld: bool
+    weights: _common_pb2.Tensor
+    def __init__(self, party_id: _Optional[str] = ..., withheld: _Optional[bool] = ..., weights: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ...) -> None: ...
+
+class ReleasedModel(_message.Message):
+    __slots__ = ("passive", "chain")
+    PASSIVE_FIELD_NUMBER: _ClassVar[int]
+    CHAIN_FIELD_NUMBER: _ClassVar[int]
+    passive: _containers.RepeatedCompositeFieldContainer[PassiveBlock]
+    chain: _containers.RepeatedCompositeFieldContainer[_common_pb2.ReleaseStep]
+    def __init__(self, passive: _Optional[_Iterable[_Union[PassiveBlock, _Mapping]]] = ..., chain: _Optional[_Iterable[_Union[_common_pb2.ReleaseStep, _Mapping]]] = ...) -> None: ...

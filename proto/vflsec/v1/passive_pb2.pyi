@@ -1,0 +1,82 @@
+from vflsec.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class JoinSessionRequest(_message.Message):
+    __slots__ = ("session_id", "backend", "n_classes", "training")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    N_CLASSES_FIELD_NUMBER: _ClassVar[int]
+    TRAINING_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    backend: _common_pb2.Backend
+    n_classes: int
+    training: _common_pb2.TrainingConfig
+    def __init__(self, session_id: _Optional[str] = ..., backend: _Optional[_Union[_common_pb2.Backend, str]] = ..., n_classes: _Optional[int] = ..., training: _Optional[_Union[_common_pb2.TrainingConfig, _Mapping]] = ...) -> None: ...
+
+class JoinSessionReply(_message.Message):
+    __slots__ = ("n_features", "n_rows")
+    N_FEATURES_FIELD_NUMBER: _ClassVar[int]
+    N_ROWS_FIELD_NUMBER: _ClassVar[int]
+    n_features: int
+    n_rows: int
+    def __init__(self, n_features: _Optional[int] = ..., n_rows: _Optional[int] = ...) -> None: ...
+
+class PsiExchangeRequest(_message.Message):
+    __slots__ = ("session_id", "salt", "blinded")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    SALT_FIELD_NUMBER: _ClassVar[int]
+    BLINDED_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    salt: bytes
+    blinded: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, session_id: _Optional[str] = ..., salt: _Optional[bytes] = ..., blinded: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class PsiExchangeReply(_message.Message):
+    __slots__ = ("double_blinded", "own_blinded")
+    DOUBLE_BLINDED_FIELD_NUMBER: _ClassVar[int]
+    OWN_BLINDED_FIELD_NUMBER: _ClassVar[int]
+    double_blinded: _containers.RepeatedScalarFieldContainer[bytes]
+    own_blinded: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, double_blinded: _Optional[_Iterable[bytes]] = ..., own_blinded: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class PsiFinishRequest(_message.Message):
+    __slots__ = ("session_id", "positions")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    positions: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, session_id: _Optional[str] = ..., positions: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class PsiFinishReply(_message.Message):
+    __slots__ = ("n_common",)
+    N_COMMON_FIELD_NUMBER: _ClassVar[int]
+    n_common: int
+    def __init__(self, n_common: _Optional[int] = ...) -> None: ...
+
+class ForwardRequest(_message.Message):
+    __slots__ = ("session_id", "step", "sample_index")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    step: int
+    sample_index: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, session_id: _Optional[str] = ..., step: _Optional[int] = ..., sample_index: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class BackwardRequest(_message.Message):
+    __slots__ = ("session_id", "step", "sample_index", "delta")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    DELTA_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    step: int
+    sample_index: _containers.RepeatedScalarFieldContainer[int]
+    delta: _common_pb2.EncryptedMatrix
+    def __init__(self, session_id: _Optional[str] = ..., step: _Optional[int] = ..., sample_index: _Optional[_Iterable[int]] = ..., delta: _Optional[_Union[_common_pb2.EncryptedMatrix, _Mapping]] = ...) -> None: ...

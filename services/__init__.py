@@ -1,0 +1,1 @@
+"""Party services: coordinator, active and passive parties, and the plain-Python engines behind them."""

@@ -1,0 +1,382 @@
+"""Active party: labels + its own features; drives PSI, training and inference for its operator.
+
+Plain-Python engine (:class:`ActiveParty`) + thin gRPC servicer (:class:`ActiveServicer`). Everything the
+party receives is offered to its plugins (``services/plugins.py``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import grpc
+import numpy as np
+
+from vflsec.services import he, lr, plugins, psi, wire
+from vflsec.services.datasets import PartyData
+from vflsec.services.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from vflsec.services.links import CoordinatorClient, PassiveClient
+from vflsec.services.server import rpc
+from vflsec.services.tensors import from_tensor, to_tensor
+from vflsec.v1 import active_pb2, active_pb2_grpc, common_pb2, coordinator_pb2
+
+PREDICT_CHUNK_CIPHERTEXTS = 8  # ciphertexts per passive reply during inference (bounds message sizes)
+
+
+@dataclass
+class Progress:
+    epoch: int
+    batch: int
+    n_batches: int
+    step: int
+    seconds: float
+    done: bool = False
+
+
+@dataclass
+class ActiveSession:
+    session_id: str
+    backend: he.Backend
+    n_classes: int
+    training: common_pb2.TrainingConfig
+    weights: np.ndarray  # (K_logits, d_a)
+    bias: np.ndarray  # (K_logits,)
+    optimizer_w: lr.BlockOptimizer
+    optimizer_b: lr.BlockOptimizer
+    passive_features: dict[str, int]
+    score_release: list[common_pb2.ReleaseStep]
+    param_release: list[common_pb2.ReleaseStep]
+    rng: np.random.Generator  # batch order (seeded: runs are reproducible)
+    mask_rng: np.random.Generator  # OS entropy: masks must be unpredictable to the coordinator
+    rows: np.ndarray | None = None  # common index -> active row (after PSI)
+    index_of: dict[str, int] = field(default_factory=dict)  # own sample ID -> common index
+    step: int = 0
+    trained: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def k(self) -> int:
+        return self.weights.shape[0]
+
+
+class ActiveParty:
+    def __init__(
+        self,
+        party_id: str,
+        data: PartyData,
+        class_names: list[str],
+        coordinator: CoordinatorClient,
+        passives: Mapping[str, PassiveClient],
+        hub: plugins.PluginHub | None = None,
+    ) -> None:
+        if data.y is None:
+            raise ValueError("the active party's data file needs a label column")
+        if not passives:
+            raise ValueError("an active party needs at least one passive party")
+        self.party_id = party_id
+        self.data = data
+        self.class_names = class_names
+        self.coordinator = coordinator
+        self.passives = dict(passives)
+        self.hub = hub or plugins.PluginHub()
+        self.sessions: dict[str, ActiveSession] = {}
+        self._pool = ThreadPoolExecutor(max_workers=max(2, len(self.passives) + 1), thread_name_prefix="peer")
+        self._lock = threading.Lock()
+
+    @property
+    def n_classes(self) -> int:
+        return max(len(self.class_names), 2)
+
+    def session(self, session_id: str) -> ActiveSession:
+        try:
+            return self.sessions[session_id]
+        except KeyError:
+            raise NotFound(f"unknown session {session_id!r}") from None
+
+    def _emit(self, kind: str, s: ActiveSession, source: str, **fields: object) -> None:
+        if self.hub.active:
+            self.hub.emit(plugins.Observation(kind=kind, session_id=s.session_id, source=source, **fields))
+
+    def _each_passive(self, fn, *args):  # type: ignore[no-untyped-def]
+        """Run ``fn(party, client, *args)`` for every passive party concurrently, in party order."""
+        futures = [self._pool.submit(fn, party, client, *args) for party, client in self.passives.items()]
+        return [f.result() for f in futures]
+
+    # --- session ---
+    def create_session(self, session_id: str, backend_name: str, training: common_pb2.TrainingConfig) -> ActiveSession:
+        session_id = session_id or uuid.uuid4().hex
+        config = lr.OptimizerConfig(training.optimizer or "adam", training.learning_rate or 0.05, training.l2)
+        if training.batch_size < 0:
+            raise InvalidArgument(f"batch_size must be positive, got {training.batch_size}")
+        training = common_pb2.TrainingConfig(
+            optimizer=config.name,
+            learning_rate=config.learning_rate,
+            l2=config.l2,
+            batch_size=training.batch_size or 256,
+            seed=training.seed,
+        )
+        with self._lock:
+            if session_id in self.sessions:
+                raise AlreadyExists(f"session {session_id!r} already exists")
+            reply = self.coordinator.open_session(session_id, backend_name, self.n_classes, list(self.passives))
+            backend = he.open_public(backend_name, reply.public_context)
+            joined = self._each_passive(
+                lambda party, client: client.join(session_id, backend_name, self.n_classes, training)
+            )
+            k, d = lr.n_logits(self.n_classes), self.data.X.shape[1]
+            s = ActiveSession(
+                session_id=session_id,
+                backend=backend,
+                n_classes=self.n_classes,
+                training=training,
+                weights=np.zeros((k, d)),
+                bias=np.zeros(k),
+                optimizer_w=lr.BlockOptimizer(config, (k, d)),
+                optimizer_b=lr.BlockOptimizer(config, (k,), penalised=False),
+                passive_features={party: r.n_features for party, r in zip(self.passives, joined, strict=True)},
+                score_release=list(reply.score_release),
+                param_release=list(reply.param_release),
+                rng=np.random.default_rng(training.seed),
+                mask_rng=np.random.default_rng(),
+            )
+            self.sessions[session_id] = s
+        self._emit(
+            plugins.PUBLIC_CONTEXT,
+            s,
+            "coordinator",
+            blobs={"context": [reply.public_context]},
+            meta={"backend": backend_name},
+        )
+        self._emit(
+            plugins.SESSION,
+            s,
+            "coordinator",
+            meta={
+                "n_classes": s.n_classes,
+                "class_names": self.class_names,
+                "active_features": list(self.data.columns),
+                "passive_features": s.passive_features,
+                "score_release": [step.name for step in s.score_release],
+                "param_release": [step.name for step in s.param_release],
+            },
+        )
+        return s
+
+    # --- alignment ---
+    def align(self, session_id: str) -> list[str]:
+        s = self.session(session_id)
+        key, salt = psi.PsiKey(), psi.new_salt()
+        own_ids = [str(i) for i in self.data.ids]
+        blinded = key.blind_ids(own_ids, salt)
+        replies = self._each_passive(lambda party, client: client.psi_exchange(session_id, salt, blinded))
+        try:
+            alignment = psi.active_align(key, [r[0] for r in replies], [r[1] for r in replies])
+        except ValueError as exc:
+            raise InvalidArgument(f"PSI: {exc}") from exc
+        if alignment.size == 0:
+            raise FailedPrecondition("the parties have no sample ID in common")
+        self._each_passive(
+            lambda party, client, positions: client.psi_finish(session_id, positions[list(self.passives).index(party)]),
+            alignment.passive_positions,
+        )
+        with s.lock:
+            s.rows = alignment.active_rows
+            s.index_of = {own_ids[row]: i for i, row in enumerate(s.rows)}
+        return [own_ids[row] for row in s.rows]
+
+    def _indices(self, s: ActiveSession, sample_ids: list[str]) -> np.ndarray:
+        if s.rows is None:
+            raise FailedPrecondition("samples are not aligned yet: call Align first")
+        if not sample_ids:
+            raise InvalidArgument("sample_ids is empty")
+        try:
+            return np.fromiter((s.index_of[i] for i in sample_ids), dtype=np.int64, count=len(sample_ids))
+        except KeyError as exc:
+            raise NotFound(f"sample ID {exc.args[0]!r} is not among the aligned samples") from None
+
+    def _aggregate_logits(self, s: ActiveSession, step: int, index: np.ndarray) -> he.EncryptedMatrix:
+        """[[z]] = Σ_p [[z_p]] + (X_a W_aᵀ + b): ciphertexts only, the active party cannot decrypt."""
+        received = self._each_passive(
+            lambda party, client: client.forward(s.backend, s.session_id, step, index, s.n_classes)
+        )
+        for party, (_, blobs) in zip(self.passives, received, strict=True):
+            self._emit(plugins.ENCRYPTED_LOGITS, s, party, blobs={"ciphertexts": blobs}, meta={"step": step})
+        total = received[0][0]
+        for matrix, _ in received[1:]:
+            total = he.add_matrices(s.backend, total, matrix)
+        own = self.data.X[s.rows[index]] @ s.weights.T + s.bias
+        return he.add_plain_matrix(s.backend, total, own)
+
+    # --- training ---
+    def train(self, session_id: str, sample_ids: list[str], epochs: int) -> Iterator[Progress]:
+        s = self.session(session_id)
+        if epochs < 1:
+            raise InvalidArgument(f"epochs must be >= 1, got {epochs}")
+        index = self._indices(s, sample_ids)
+        if not s.lock.acquire(blocking=False):
+            raise FailedPrecondition(f"session {session_id!r} is already training")
+        try:
+            start = time.perf_counter()
+            for epoch in range(1, epochs + 1):
+                batches = lr.batches(len(index), s.training.batch_size, s.rng)
+                for b, positions in enumerate(batches, start=1):
+                    s.step += 1
+                    self._train_step(s, s.step, index[positions])
+                    yield Progress(epoch, b, len(batches), s.step, time.perf_counter() - start)
+            self.coordinator.finish_training(session_id)
+            s.trained = True
+            yield Progress(epochs, 0, 0, s.step, time.perf_counter() - start, done=True)
+        finally:
+            s.lock.release()
+
+    def _replicas(self, s: ActiveSession, batch: int) -> int:
+        """One replication factor for every party's gradient products, sized for the widest block."""
+        widest = max(self.data.X.shape[1] + 1, *s.passive_features.values())
+        return he.choose_replicas(batch, s.k, widest, s.backend.slots)
+
+    def _train_step(self, s: ActiveSession, step: int, index: np.ndarray) -> None:
+        logits = self._aggregate_logits(s, step, index)
+        reply = self.coordinator.training_scores(s.backend, s.session_id, step, logits, self._replicas(s, len(index)))
+        self._emit(
+            plugins.ENCRYPTED_SCORES,
+            s,
+            "coordinator",
+            blobs={"ciphertexts": list(reply.ciphertexts)},
+            meta={"step": step},
+        )
+        probs = wire.from_message(s.backend, reply, "training scores", rows=len(index), cols=s.k)
+        rows = s.rows[index]
+        delta = he.add_plain_matrix(s.backend, probs, -lr.targets(self.data.y[rows], s.n_classes))
+        delta_message = wire.to_message(s.backend, delta)  # serialised once, sent to every passive party
+        own = self._pool.submit(self._own_gradient, s, step, delta, rows)
+        self._each_passive(lambda party, client: client.backward(s.session_id, step, index, delta_message))
+        own.result()
+
+    def _own_gradient(self, s: ActiveSession, step: int, delta: he.EncryptedMatrix, rows: np.ndarray) -> None:
+        x = np.hstack([self.data.X[rows], np.ones((len(rows), 1))])  # the ones column yields the bias gradient
+        cts, mask_sums = he.masked_feature_products(s.backend, delta, x, s.mask_rng)
+        sums = self.coordinator.block_sums(s.session_id, step, [s.backend.serialize(c) for c in cts])
+        if sums.shape != mask_sums.shape:
+            raise FailedPrecondition(
+                f"coordinator returned block sums of shape {sums.shape}, expected {mask_sums.shape}"
+            )
+        grad = he.gradient_from_block_sums(sums, mask_sums, x.shape[1]) / len(rows)
+        self._emit(
+            plugins.GRADIENT,
+            s,
+            "coordinator",
+            arrays={"weights": grad[:, :-1], "bias": grad[:, -1]},
+            meta={"step": step},
+        )
+        s.weights = s.optimizer_w.step(s.weights, grad[:, :-1])
+        s.bias = s.optimizer_b.step(s.bias, grad[:, -1])
+
+    # --- inference ---
+    def predict(self, session_id: str, sample_ids: list[str]) -> tuple[np.ndarray, list[common_pb2.ReleaseStep], int]:
+        s = self.session(session_id)
+        index = self._indices(s, sample_ids)
+        chunk = PREDICT_CHUNK_CIPHERTEXTS * (s.backend.slots // s.k)
+        scores, changed, chain = [], 0, []
+        for start in range(0, len(index), chunk):
+            part = index[start : start + chunk]
+            logits = self._aggregate_logits(s, -1, part)
+            reply: coordinator_pb2.ReleasedScores = self.coordinator.release_scores(s.backend, session_id, logits)
+            released = from_tensor(reply.scores, "released scores", shape=(len(part), s.n_classes), finite=False)
+            ids = sample_ids[start : start + chunk]
+            self._emit(
+                plugins.RELEASED_SCORES,
+                s,
+                "coordinator",
+                sample_ids=tuple(ids),
+                arrays={"scores": released, "own_features": self.data.X[s.rows[part]]},
+                meta={"chain": [step.name for step in reply.chain], "argmax_changed": reply.argmax_changed},
+            )
+            scores.append(released)
+            changed += reply.argmax_changed
+            chain = list(reply.chain)
+        return np.vstack(scores), chain, changed
+
+    def fetch_model(self, session_id: str) -> tuple[np.ndarray, np.ndarray, coordinator_pb2.ReleasedModel]:
+        s = self.session(session_id)
+        if not s.trained:
+            raise FailedPrecondition("the model is released after training")
+        released = self.coordinator.release_model(session_id)
+        disclosed = {
+            f"w_passive/{b.party_id}": from_tensor(b.weights, f"weights of {b.party_id}", ndim=2)
+            for b in released.passive
+            if not b.withheld
+        }
+        self._emit(
+            plugins.RELEASED_MODEL,
+            s,
+            "coordinator",
+            arrays={"w_active": s.weights.copy(), "bias": s.bias.copy(), **disclosed},
+            meta={
+                "chain": [step.name for step in released.chain],
+                "withheld": [b.party_id for b in released.passive if b.withheld],
+            },
+        )
+        return s.weights.copy(), s.bias.copy(), released
+
+    def close(self, session_id: str) -> None:
+        self.session(session_id)
+        self._each_passive(lambda party, client: client.close(session_id))
+        self.coordinator.close(session_id)
+        self.sessions.pop(session_id, None)
+
+
+class ActiveServicer(active_pb2_grpc.ActiveServicer):
+    def __init__(self, party: ActiveParty) -> None:
+        self.party = party
+
+    @rpc
+    def CreateSession(self, request: active_pb2.CreateSessionRequest, context: grpc.ServicerContext):
+        s = self.party.create_session(request.session_id, wire.backend_name(request.backend), request.training)
+        return active_pb2.SessionInfo(
+            session_id=s.session_id,
+            n_classes=s.n_classes,
+            class_names=self.party.class_names,
+            n_active_features=s.weights.shape[1],
+            passive_features=s.passive_features,
+            score_release=s.score_release,
+            param_release=s.param_release,
+        )
+
+    @rpc
+    def Align(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
+        common = self.party.align(request.session_id)
+        return active_pb2.AlignReply(common_ids=common, n_active=len(self.party.data.ids))
+
+    @rpc
+    def Train(self, request: active_pb2.TrainRequest, context: grpc.ServicerContext):
+        for p in self.party.train(request.session_id, list(request.sample_ids), request.epochs):
+            yield active_pb2.TrainProgress(
+                epoch=p.epoch, batch=p.batch, n_batches=p.n_batches, step=p.step, seconds=p.seconds, done=p.done
+            )
+
+    @rpc
+    def Predict(self, request: active_pb2.PredictRequest, context: grpc.ServicerContext):
+        scores, chain, changed = self.party.predict(request.session_id, list(request.sample_ids))
+        return active_pb2.PredictReply(
+            sample_ids=request.sample_ids, scores=to_tensor(scores), chain=chain, argmax_changed=changed
+        )
+
+    @rpc
+    def FetchModel(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
+        weights, bias, released = self.party.fetch_model(request.session_id)
+        return active_pb2.ModelReply(active_weights=to_tensor(weights), bias=to_tensor(bias), released=released)
+
+    @rpc
+    def CloseSession(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
+        self.party.close(request.session_id)
+        return common_pb2.Empty()
+
+
+ROLE_POLICY: dict[str, frozenset[str]] = {
+    method: frozenset({"operator"})
+    for method in ("CreateSession", "Align", "Train", "Predict", "FetchModel", "CloseSession")
+}

@@ -1,0 +1,124 @@
+"""Assemble a party from its config: load its data, connect its peers, start its server."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import grpc
+
+from vflsec.services import active, coordinator, datasets, passive, plugins
+from vflsec.services.config import ServiceConfig
+from vflsec.services.links import CoordinatorClient, PassiveClient
+from vflsec.services.release import ParamReleaseChain, ScoreReleaseChain
+from vflsec.services.server import RunningServer, peer_channel, serve_forever, start_server, tls_files
+from vflsec.v1 import active_pb2_grpc, coordinator_pb2_grpc, passive_pb2_grpc
+
+
+@dataclass
+class Party:
+    """A running party: its engine (plain Python), its server and the channels it opened."""
+
+    config: ServiceConfig
+    engine: Any
+    server: RunningServer
+    channels: list[grpc.Channel] = field(default_factory=list)
+    hub: plugins.PluginHub | None = None
+
+    @property
+    def address(self) -> str:
+        host = self.config.listen.rsplit(":", 1)[0]
+        return f"{host}:{self.server.port}"
+
+    def stop(self) -> None:
+        self.server.stop()
+        for channel in self.channels:
+            channel.close()
+        if self.hub is not None:
+            self.hub.close()
+
+
+def load_party_data(config: ServiceConfig) -> datasets.PartyData:
+    assert config.data is not None
+    data = datasets.read_party_csv(config.data.path)
+    if config.data.columns:
+        missing = sorted(set(config.data.columns) - set(data.columns))
+        if missing:
+            raise ValueError(f"{config.data.path}: no column(s) {missing}")
+        keep = [data.columns.index(c) for c in config.data.columns]
+        data = replace(data, X=data.X[:, keep], columns=list(config.data.columns))
+    # Each party scales only its own columns, locally; min-max to [0, 1] is what the attacks assume.
+    scaled = datasets.Scaler.fit(data.X, config.data.scaling).transform(data.X)
+    return replace(data, X=scaled)
+
+
+def _channel(config: ServiceConfig, peer: str) -> grpc.Channel:
+    try:
+        address = config.peers[peer]
+    except KeyError:
+        raise ValueError(f"{config.party_id}: no address for peer {peer!r} in [peers]") from None
+    return peer_channel(address, peer, tls_files(config.tls), config.max_message_bytes)
+
+
+def start_party(config: ServiceConfig) -> Party:
+    if config.role == "coordinator":
+        channels = {party: _channel(config, party) for party in config.passive_peers}
+        clients = {party: PassiveClient(party, ch) for party, ch in channels.items()}
+
+        def fetch_weights(party: str, session_id: str):  # type: ignore[no-untyped-def]
+            if party not in clients:
+                raise ValueError(f"coordinator has no address for passive party {party!r}")
+            return clients[party].weights(session_id)
+
+        engine = coordinator.Coordinator(
+            ScoreReleaseChain.from_specs(config.score_release),
+            ParamReleaseChain.from_specs(config.param_release),
+            fetch_weights,
+            seed=config.seed,
+        )
+        server = start_server(
+            config,
+            lambda s: coordinator_pb2_grpc.add_CoordinatorServicer_to_server(
+                coordinator.CoordinatorServicer(engine), s
+            ),
+            "vflsec.v1.Coordinator",
+            coordinator.ROLE_POLICY,
+        )
+        return Party(config, engine, server, list(channels.values()))
+
+    if config.role == "passive":
+        channel = _channel(config, "coordinator")
+        engine = passive.PassiveParty(config.party_id, load_party_data(config), CoordinatorClient(channel))
+        server = start_server(
+            config,
+            lambda s: passive_pb2_grpc.add_PassiveServicer_to_server(passive.PassiveServicer(engine), s),
+            "vflsec.v1.Passive",
+            passive.ROLE_POLICY,
+        )
+        return Party(config, engine, server, [channel])
+
+    data = load_party_data(config)
+    coordinator_channel = _channel(config, "coordinator")
+    passive_channels = {party: _channel(config, party) for party in sorted(config.passive_peers)}
+    hub = plugins.PluginHub([plugins.load_plugin(p.path, p.options) for p in config.plugins])
+    engine = active.ActiveParty(
+        config.party_id,
+        data,
+        list(data.class_names or []),
+        CoordinatorClient(coordinator_channel),
+        {party: PassiveClient(party, ch) for party, ch in passive_channels.items()},
+        hub,
+    )
+    server = start_server(
+        config,
+        lambda s: active_pb2_grpc.add_ActiveServicer_to_server(active.ActiveServicer(engine), s),
+        "vflsec.v1.Active",
+        active.ROLE_POLICY,
+    )
+    return Party(config, engine, server, [coordinator_channel, *passive_channels.values()], hub)
+
+
+def serve(config: ServiceConfig) -> None:
+    party = start_party(config)
+    print(f"{config.role} {config.party_id} serving on {party.address}", flush=True)
+    serve_forever(party.server, on_stop=party.stop)

@@ -1,0 +1,152 @@
+"""Service configuration: one TOML file per party (``vflsec serve ROLE --config FILE``).
+
+Relative paths in a config file are resolved against the file's folder, so a party's folder (config, data,
+certificates) can be moved or mounted as a whole.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROLES = ("coordinator", "active", "passive")
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    ca: Path
+    cert: Path
+    key: Path
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    path: Path
+    columns: tuple[str, ...] = ()  # empty: every feature column of the file
+    scaling: str = "minmax"  # minmax | standard | none
+
+
+@dataclass(frozen=True)
+class PluginConfig:
+    path: str  # "package.module:Class" or an entry point name in group vflsec.plugins
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    role: str
+    party_id: str
+    listen: str
+    tls: TlsConfig
+    peers: dict[str, str] = field(default_factory=dict)  # party id -> host:port
+    data: DataConfig | None = None
+    score_release: tuple[str, ...] = ()
+    param_release: tuple[str, ...] = ()
+    plugins: tuple[PluginConfig, ...] = ()
+    max_message_bytes: int = 256 * 1024 * 1024
+    workers: int = 16
+    seed: int | None = None
+
+    @property
+    def passive_peers(self) -> dict[str, str]:
+        return {party: addr for party, addr in self.peers.items() if party.startswith("passive")}
+
+
+def load_config(path: str | Path, role: str | None = None) -> ServiceConfig:
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except FileNotFoundError as exc:
+        raise ConfigError(f"config file not found: {path}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+    return parse_config(raw, base=path.parent, role=role, source=str(path))
+
+
+def parse_config(raw: dict[str, Any], *, base: Path, role: str | None = None, source: str = "config") -> ServiceConfig:
+    def need(table: dict[str, Any], key: str, where: str) -> Any:
+        if key not in table:
+            raise ConfigError(f"{source}: missing '{key}' in {where}")
+        return table[key]
+
+    def resolve(value: str) -> Path:
+        p = Path(value)
+        return p if p.is_absolute() else (base / p)
+
+    cfg_role = raw.get("role", role)
+    if cfg_role not in ROLES:
+        raise ConfigError(f"{source}: role must be one of {ROLES}, got {cfg_role!r}")
+    if role is not None and cfg_role != role:
+        raise ConfigError(f"{source}: file is for role {cfg_role!r}, but {role!r} was asked for")
+    tls_raw = need(raw, "tls", "the file")
+    tls = TlsConfig(*(resolve(need(tls_raw, k, "[tls]")) for k in ("ca", "cert", "key")))
+    data = None
+    if "data" in raw:
+        d = raw["data"]
+        data = DataConfig(
+            path=resolve(need(d, "path", "[data]")),
+            columns=tuple(d.get("columns", ())),
+            scaling=d.get("scaling", "minmax"),
+        )
+        if data.scaling not in ("minmax", "standard", "none"):
+            raise ConfigError(f"{source}: [data] scaling must be minmax, standard or none")
+    if cfg_role in ("active", "passive") and data is None:
+        raise ConfigError(f"{source}: a {cfg_role} party needs a [data] table")
+    release = raw.get("release", {})
+    plugins = tuple(
+        PluginConfig(path=need(p, "path", "[[plugins]]"), options=dict(p.get("options", {})))
+        for p in raw.get("plugins", ())
+    )
+    limits = raw.get("limits", {})
+    return ServiceConfig(
+        role=cfg_role,
+        party_id=need(raw, "party_id", "the file"),
+        listen=need(raw, "listen", "the file"),
+        tls=tls,
+        peers=dict(raw.get("peers", {})),
+        data=data,
+        score_release=tuple(release.get("scores", ())),
+        param_release=tuple(release.get("params", ())),
+        plugins=plugins,
+        max_message_bytes=int(limits.get("max_message_mb", 256)) * 1024 * 1024,
+        workers=int(limits.get("workers", 16)),
+        seed=raw.get("seed"),
+    )
+
+
+def dump_toml(raw: dict[str, Any]) -> str:
+    """Write the small subset of TOML our configs use (tables, arrays of tables, scalars, lists)."""
+    lines: list[str] = []
+
+    def scalar(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, int | float):
+            return repr(v)
+        if isinstance(v, str | Path):
+            return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
+        if isinstance(v, list | tuple):
+            return "[" + ", ".join(scalar(x) for x in v) + "]"
+        if isinstance(v, dict):
+            return "{ " + ", ".join(f'"{k}" = {scalar(x)}' for k, x in v.items()) + " }"
+        raise TypeError(f"cannot write {type(v).__name__} to TOML")
+
+    tables = {k: v for k, v in raw.items() if isinstance(v, dict)}
+    arrays = {k: v for k, v in raw.items() if isinstance(v, list) and v and all(isinstance(x, dict) for x in v)}
+    for key, value in raw.items():
+        if key not in tables and key not in arrays and value is not None:
+            lines.append(f"{key} = {scalar(value)}")
+    for key, table in tables.items():
+        lines.append(f"\n[{key}]")
+        lines.extend(f'"{k}" = {scalar(v)}' for k, v in table.items())
+    for key, items in arrays.items():
+        for item in items:
+            lines.append(f"\n[[{key}]]")
+            lines.extend(f'"{k}" = {scalar(v)}' for k, v in item.items())
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,643 @@
+"""Homomorphic-encryption backends and the encrypted-matrix packing used by every service.
+
+Two backends share one interface so that services are written once:
+
+* ``ckks`` — TenSEAL CKKS (N=8192, coefficient moduli [60, 40, 40, 60], scale 2^40, >= 128-bit security).
+  The coordinator is the key holder; parties get a *public* context with the public key only. The protocol
+  needs ct+ct, ct+pt and ct*pt: no rotations (so no Galois keys) and no ct*ct (so no relinearisation keys),
+  which keeps the public context at ~0.5 MB instead of ~1.9 MB.
+* ``plain`` — the same API and message flow, but a "ciphertext" is the float64 vector itself. It is the
+  baseline for parity and speed checks and offers no confidentiality.
+
+Packing (protocol step 5, "many (k, j) blocks per ciphertext"). A logical matrix M (n rows x k columns) with
+replication factor R is split into chunks of ``C = rows_per_ct`` rows; ciphertext i holds rows
+[i*C, (i+1)*C) flattened row-major (zero-padded for a short last chunk), repeated R times, so slot
+``r*C*k + row*k + col`` holds ``M[i*C + row, col]``. The replicas let one element-wise ct x pt product
+multiply the residual δ by R different feature columns at once, which is the fast path the protocol notes
+recommend over ``CKKSVector.mm``.
+
+Masked gradients: a party multiplies each δ ciphertext by its packed feature values, adds a uniform mask in
+[-B, B] per slot and sends the products to the key holder, which decrypts and returns only per-block sums;
+the party subtracts its mask sums. Mask bound trade-off (CKKS): the key holder sees ``v + m`` per slot, so
+for |v| <= V the statistical distance between two inputs is <= V / B per slot (hiding improves with B),
+while the decoded value carries an absolute error that stays at the ~1.2e-6 noise floor up to B ~ 2^30 and
+then grows about linearly in B, because decoding works in double precision on coefficients of size
+B * 2^40 (measured max error per slot: 2^32 -> 2.8e-6, 2^35 -> 2.4e-5, 2^40 -> 6e-4). The default
+B = 2^24 keeps a 64x margin below that knee and hides |v| <= 4 to within 2^-22 per slot. The plain backend
+defaults to B = 0: it hides nothing anyway, and float64 masks would only cost it exactness.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+import tempfile
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar, TypeAlias
+
+import numpy as np
+import tenseal as ts
+
+__all__ = [
+    "BACKENDS",
+    "Backend",
+    "CkksBackend",
+    "Ct",
+    "EncryptedMatrix",
+    "MatrixLayout",
+    "PlainBackend",
+    "PlainCiphertext",
+    "WireMatrix",
+    "add_matrices",
+    "add_plain_matrix",
+    "block_sums",
+    "choose_replicas",
+    "decrypt_matrix",
+    "deserialize_all",
+    "encrypt_matrix",
+    "gradient_from_block_sums",
+    "layout_error",
+    "make_keyholder",
+    "masked_feature_products",
+    "matrix_from_wire",
+    "matrix_to_wire",
+    "open_public",
+]
+
+CKKS_POLY_MODULUS_DEGREE = 8192
+CKKS_COEFF_MOD_BIT_SIZES = (60, 40, 40, 60)
+CKKS_SCALE_BITS = 40
+SLOTS = CKKS_POLY_MODULUS_DEGREE // 2
+CKKS_MASK_BOUND = 2.0**24
+
+
+@dataclass(frozen=True, slots=True)
+class PlainCiphertext:
+    """The plain backend's stand-in for a ciphertext: a read-only float64 vector."""
+
+    values: np.ndarray
+
+
+Ct: TypeAlias = "ts.CKKSVector | PlainCiphertext"
+
+
+def _as_vector(values: np.ndarray | Sequence[float], slots: int, what: str) -> np.ndarray:
+    """Validate a 1-D finite vector of 1..slots entries and return it as contiguous float64."""
+    arr = np.ascontiguousarray(values, dtype=np.float64)
+    if arr.ndim != 1:
+        raise ValueError(f"{what} must be 1-D, got shape {arr.shape}")
+    if not 1 <= arr.size <= slots:
+        raise ValueError(f"{what} must have 1..{slots} entries, got {arr.size}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{what} contains non-finite values")
+    return arr
+
+
+class Backend(ABC):
+    """Common interface; public methods validate, subclasses implement the ``_``-prefixed primitives."""
+
+    name: ClassVar[str]
+    # Mask bound used by masked_feature_products when the caller does not choose one.
+    default_mask_bound: ClassVar[float]
+    slots: int
+
+    @classmethod
+    @abstractmethod
+    def keyholder(cls) -> Backend:
+        """Fresh keys; only the coordinator calls this."""
+
+    @classmethod
+    @abstractmethod
+    def from_public_context(cls, data: bytes) -> Backend:
+        """A party's backend from the coordinator's public context; ValueError on bad bytes."""
+
+    @abstractmethod
+    def public_context(self) -> bytes:
+        """Serialized public context (never the secret key), computed once and cached."""
+
+    @property
+    @abstractmethod
+    def can_decrypt(self) -> bool: ...
+
+    @abstractmethod
+    def size(self, ct: Ct) -> int:
+        """Number of meaningful slots in ``ct``."""
+
+    @abstractmethod
+    def _encrypt(self, values: np.ndarray) -> Ct: ...
+
+    @abstractmethod
+    def _decrypt(self, ct: Ct) -> np.ndarray: ...
+
+    @abstractmethod
+    def _serialize(self, ct: Ct) -> bytes: ...
+
+    @abstractmethod
+    def _deserialize(self, data: bytes) -> Ct: ...
+
+    @abstractmethod
+    def _add(self, a: Ct, b: Ct, inplace: bool) -> Ct: ...
+
+    @abstractmethod
+    def _add_plain(self, a: Ct, v: np.ndarray, inplace: bool) -> Ct: ...
+
+    @abstractmethod
+    def _mul_plain(self, a: Ct, v: np.ndarray) -> Ct: ...
+
+    def encrypt(self, values: np.ndarray | Sequence[float]) -> Ct:
+        return self._encrypt(_as_vector(values, self.slots, "plaintext"))
+
+    def decrypt(self, ct: Ct) -> np.ndarray:
+        if not self.can_decrypt:
+            raise PermissionError(f"{self.name} backend holds only the public context and cannot decrypt")
+        return self._decrypt(ct)
+
+    def serialize(self, ct: Ct) -> bytes:
+        return self._serialize(ct)
+
+    def deserialize(self, data: bytes) -> Ct:
+        """Parse a ciphertext; malformed input raises ValueError (never a crash or a bare RuntimeError)."""
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise ValueError(f"ciphertext must be bytes, got {type(data).__name__}")
+        ct = self._deserialize(bytes(data))
+        if not 1 <= self.size(ct) <= self.slots:
+            raise ValueError(f"ciphertext has {self.size(ct)} slots, expected 1..{self.slots}")
+        return ct
+
+    def add(self, a: Ct, b: Ct, *, inplace: bool = False) -> Ct:
+        """a + b; with ``inplace`` the result overwrites ``a`` (only when the caller owns ``a``)."""
+        if self.size(a) != self.size(b):
+            raise ValueError(f"ciphertext sizes differ: {self.size(a)} vs {self.size(b)}")
+        return self._add(a, b, inplace)
+
+    def add_plain(self, a: Ct, v: np.ndarray | Sequence[float], *, inplace: bool = False) -> Ct:
+        return self._add_plain(a, self._matching_plain(a, v), inplace)
+
+    def mul_plain(self, a: Ct, v: np.ndarray | Sequence[float]) -> Ct:
+        return self._mul_plain(a, self._matching_plain(a, v))
+
+    def _matching_plain(self, a: Ct, v: np.ndarray | Sequence[float]) -> np.ndarray:
+        arr = _as_vector(v, self.slots, "plaintext operand")
+        if arr.size != self.size(a):
+            raise ValueError(f"plaintext operand has {arr.size} entries, ciphertext has {self.size(a)}")
+        return arr
+
+
+class CkksBackend(Backend):
+    """TenSEAL CKKS. The key holder keeps the secret key; public instances can only encrypt and compute."""
+
+    name = "ckks"
+    default_mask_bound = CKKS_MASK_BOUND
+
+    def __init__(self, context: ts.Context) -> None:
+        self._ctx = context
+        self.slots = context.data.seal_context().first_context_data().parms().poly_modulus_degree() // 2
+        self._secret_key = context.secret_key() if context.has_secret_key() else None
+        self._public_bytes: bytes | None = None
+
+    @classmethod
+    def keyholder(cls) -> CkksBackend:
+        ctx = ts.context(
+            ts.SCHEME_TYPE.CKKS,
+            poly_modulus_degree=CKKS_POLY_MODULUS_DEGREE,
+            coeff_mod_bit_sizes=list(CKKS_COEFF_MOD_BIT_SIZES),
+        )
+        ctx.global_scale = 2.0**CKKS_SCALE_BITS
+        return cls(ctx)
+
+    @classmethod
+    def from_public_context(cls, data: bytes) -> CkksBackend:
+        try:
+            ctx = ts.context_from(bytes(data))
+        except (ValueError, RuntimeError, TypeError) as exc:
+            raise ValueError(f"invalid CKKS public context: {exc}") from exc
+        if ctx.has_secret_key():
+            # A party must never hold the secret key; refuse rather than silently gaining decryption.
+            raise ValueError("refusing a CKKS context that carries the secret key")
+        if not ctx.has_public_key():
+            raise ValueError("CKKS context has no public key")
+        if not ctx.global_scale > 0:
+            raise ValueError("CKKS context has no global scale")
+        return cls(ctx)
+
+    def public_context(self) -> bytes:
+        if self._public_bytes is None:
+            self._public_bytes = self._ctx.serialize(
+                save_public_key=True, save_secret_key=False, save_galois_keys=False, save_relin_keys=False
+            )
+        return self._public_bytes
+
+    @property
+    def can_decrypt(self) -> bool:
+        return self._secret_key is not None
+
+    def secret_key_bytes(self) -> bytes:
+        """SEAL serialization of the secret key (tests use it to prove the public context omits it)."""
+        if self._secret_key is None:
+            raise PermissionError("public CKKS backend has no secret key")
+        # SEAL's Python binding saves keys only to files.
+        with tempfile.NamedTemporaryFile() as fh:
+            self._secret_key.data.save(fh.name)
+            return fh.read()
+
+    def size(self, ct: Ct) -> int:
+        return self._check(ct).size()
+
+    @staticmethod
+    def _check(ct: Ct) -> ts.CKKSVector:
+        if not isinstance(ct, ts.CKKSVector):
+            raise TypeError(f"ckks backend expects a CKKSVector, got {type(ct).__name__}")
+        return ct
+
+    def _encrypt(self, values: np.ndarray) -> ts.CKKSVector:
+        return ts.ckks_vector(self._ctx, values)
+
+    def _decrypt(self, ct: Ct) -> np.ndarray:
+        # Passing the key explicitly also decrypts vectors linked to a public context in the same process.
+        return np.asarray(self._check(ct).decrypt(self._secret_key), dtype=np.float64)
+
+    def _serialize(self, ct: Ct) -> bytes:
+        return self._check(ct).serialize()
+
+    def _deserialize(self, data: bytes) -> ts.CKKSVector:
+        try:
+            return ts.ckks_vector_from(self._ctx, data)
+        except (ValueError, RuntimeError, TypeError) as exc:
+            raise ValueError(f"invalid CKKS ciphertext: {exc}") from exc
+
+    def _add(self, a: Ct, b: Ct, inplace: bool) -> ts.CKKSVector:
+        a, b = self._check(a), self._check(b)
+        return a.add_(b) if inplace else a + b
+
+    def _add_plain(self, a: Ct, v: np.ndarray, inplace: bool) -> ts.CKKSVector:
+        a = self._check(a)
+        return a.add_(v) if inplace else a + v
+
+    def _mul_plain(self, a: Ct, v: np.ndarray) -> ts.CKKSVector:
+        a = self._check(a)
+        product = a * v
+        if _level(product) == _level(a):
+            # TenSEAL short-cuts a plaintext that encodes to zero and returns a ciphertext one level above a
+            # real product, which would tell the key holder "these features were all zero". Return a fresh,
+            # properly rescaled encryption of zero instead (rare: all-zero feature blocks).
+            product = ts.ckks_vector(self._ctx, np.zeros(v.size)) * np.ones(v.size)
+        return product
+
+
+def _level(ct: ts.CKKSVector) -> int:
+    return ct.ciphertext()[0].coeff_modulus_size()
+
+
+_PLAIN_CTX = struct.Struct("<8sI")
+_PLAIN_CTX_MAGIC = b"VFPLCTX1"
+_PLAIN_CT = struct.Struct("<4sBI")
+_PLAIN_CT_MAGIC = b"VFPC"
+_PLAIN_CT_VERSION = 1
+
+
+class PlainBackend(Backend):
+    """Unencrypted baseline with the CKKS backend's API, layouts and permission model."""
+
+    name = "plain"
+    default_mask_bound = 0.0
+
+    def __init__(self, slots: int, keyholder: bool) -> None:
+        self.slots = slots
+        self._keyholder = keyholder
+
+    @classmethod
+    def keyholder(cls) -> PlainBackend:
+        return cls(SLOTS, keyholder=True)
+
+    @classmethod
+    def from_public_context(cls, data: bytes) -> PlainBackend:
+        if len(data) != _PLAIN_CTX.size:
+            raise ValueError(f"plain public context must be {_PLAIN_CTX.size} bytes, got {len(data)}")
+        magic, slots = _PLAIN_CTX.unpack(data)
+        if magic != _PLAIN_CTX_MAGIC:
+            raise ValueError("not a plain-backend public context")
+        if not 1 <= slots <= 1 << 20:
+            raise ValueError(f"plain public context has an invalid slot count {slots}")
+        return cls(slots, keyholder=False)
+
+    def public_context(self) -> bytes:
+        return _PLAIN_CTX.pack(_PLAIN_CTX_MAGIC, self.slots)
+
+    @property
+    def can_decrypt(self) -> bool:
+        return self._keyholder
+
+    def size(self, ct: Ct) -> int:
+        return self._check(ct).size
+
+    @staticmethod
+    def _check(ct: Ct) -> np.ndarray:
+        if not isinstance(ct, PlainCiphertext):
+            raise TypeError(f"plain backend expects a PlainCiphertext, got {type(ct).__name__}")
+        return ct.values
+
+    @staticmethod
+    def _wrap(values: np.ndarray) -> PlainCiphertext:
+        values.flags.writeable = False
+        return PlainCiphertext(values)
+
+    def _encrypt(self, values: np.ndarray) -> PlainCiphertext:
+        return self._wrap(values.copy())
+
+    def _decrypt(self, ct: Ct) -> np.ndarray:
+        return self._check(ct).copy()
+
+    def _serialize(self, ct: Ct) -> bytes:
+        values = self._check(ct)
+        header = _PLAIN_CT.pack(_PLAIN_CT_MAGIC, _PLAIN_CT_VERSION, values.size)
+        return header + values.astype("<f8").tobytes()
+
+    def _deserialize(self, data: bytes) -> PlainCiphertext:
+        if len(data) < _PLAIN_CT.size:
+            raise ValueError(f"plain ciphertext truncated: {len(data)} bytes")
+        magic, version, count = _PLAIN_CT.unpack_from(data)
+        if magic != _PLAIN_CT_MAGIC or version != _PLAIN_CT_VERSION:
+            raise ValueError("not a plain-backend ciphertext (bad magic or version)")
+        expected = _PLAIN_CT.size + 8 * count
+        if len(data) != expected:
+            raise ValueError(f"plain ciphertext of {count} slots must be {expected} bytes, got {len(data)}")
+        values = np.frombuffer(data, dtype="<f8", offset=_PLAIN_CT.size).astype(np.float64)
+        if not np.all(np.isfinite(values)):
+            raise ValueError("plain ciphertext contains non-finite values")
+        return self._wrap(values)
+
+    # Plain "ciphertexts" are immutable, so in-place requests just return a new object.
+    def _add(self, a: Ct, b: Ct, inplace: bool) -> PlainCiphertext:
+        return self._wrap(self._check(a) + self._check(b))
+
+    def _add_plain(self, a: Ct, v: np.ndarray, inplace: bool) -> PlainCiphertext:
+        return self._wrap(self._check(a) + v)
+
+    def _mul_plain(self, a: Ct, v: np.ndarray) -> PlainCiphertext:
+        return self._wrap(self._check(a) * v)
+
+
+BACKENDS: dict[str, type[Backend]] = {CkksBackend.name: CkksBackend, PlainBackend.name: PlainBackend}
+
+
+def _backend_class(name: str) -> type[Backend]:
+    try:
+        return BACKENDS[name]
+    except KeyError:
+        raise ValueError(f"unknown HE backend {name!r}; choose one of {sorted(BACKENDS)}") from None
+
+
+def make_keyholder(name: str) -> Backend:
+    """The coordinator's backend with fresh keys."""
+    return _backend_class(name).keyholder()
+
+
+def open_public(name: str, public_context: bytes) -> Backend:
+    """A party's backend from the coordinator's serialized public context."""
+    return _backend_class(name).from_public_context(public_context)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Packing
+
+
+def layout_error(shape: Sequence[int], replicas: int, rows_per_ct: int, n_ciphertexts: int | None,
+                 slots: int) -> str | None:
+    """Why (shape, replicas, rows_per_ct[, ciphertext count]) is not a valid layout, or None if it is."""
+    if len(shape) != 2:
+        return f"shape must have 2 dimensions, got {len(shape)}"
+    n, k = shape
+    if n < 1 or k < 1:
+        return f"shape must be positive, got {tuple(shape)}"
+    if replicas < 1:
+        return f"replicas must be >= 1, got {replicas}"
+    if not 1 <= rows_per_ct <= n:
+        return f"rows_per_ct must be in 1..{n}, got {rows_per_ct}"
+    if replicas * rows_per_ct * k > slots:
+        return f"replicas*rows_per_ct*k = {replicas}*{rows_per_ct}*{k} exceeds {slots} slots"
+    if n_ciphertexts is not None and n_ciphertexts != math.ceil(n / rows_per_ct):
+        return (f"{n} rows at {rows_per_ct} per ciphertext need {math.ceil(n / rows_per_ct)} ciphertexts, "
+                f"got {n_ciphertexts}")
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class MatrixLayout:
+    """How an (n, k) matrix is spread over ciphertexts (see the module docstring)."""
+
+    shape: tuple[int, int]
+    replicas: int
+    rows_per_ct: int
+
+    @classmethod
+    def for_matrix(cls, shape: tuple[int, int], replicas: int, slots: int) -> MatrixLayout:
+        """The densest layout: as many rows per ciphertext as the slots allow."""
+        n, k = shape
+        if n < 1 or k < 1 or replicas < 1:
+            raise ValueError(f"shape {shape} and replicas {replicas} must be positive")
+        if k * replicas > slots:
+            raise ValueError(f"one row of {k} columns x {replicas} replicas does not fit in {slots} slots")
+        layout = cls((n, k), replicas, min(n, slots // (k * replicas)))
+        layout.validate(slots)
+        return layout
+
+    def validate(self, slots: int, n_ciphertexts: int | None = None) -> None:
+        error = layout_error(self.shape, self.replicas, self.rows_per_ct, n_ciphertexts, slots)
+        if error is not None:
+            raise ValueError(f"invalid encrypted-matrix layout: {error}")
+
+    @property
+    def n_chunks(self) -> int:
+        return math.ceil(self.shape[0] / self.rows_per_ct)
+
+    @property
+    def block_size(self) -> int:
+        return self.rows_per_ct * self.shape[1]
+
+    @property
+    def ct_size(self) -> int:
+        return self.replicas * self.block_size
+
+    def pack(self, M: np.ndarray) -> np.ndarray:
+        """(n_chunks, ct_size) slot vectors holding M in this layout, replicas included."""
+        M = np.asarray(M, dtype=np.float64)
+        if M.shape != self.shape:
+            raise ValueError(f"matrix shape {M.shape} does not match layout shape {self.shape}")
+        n, k = self.shape
+        padded = np.zeros((self.n_chunks * self.rows_per_ct, k))
+        padded[:n] = M
+        blocks = padded.reshape(self.n_chunks, 1, self.block_size)
+        return np.ascontiguousarray(np.broadcast_to(blocks, (self.n_chunks, self.replicas, self.block_size))
+                                    .reshape(self.n_chunks, self.ct_size))
+
+    def unpack(self, slot_vectors: Sequence[np.ndarray]) -> np.ndarray:
+        """Inverse of :meth:`pack`, reading the first replica."""
+        first = np.stack([np.asarray(v)[: self.block_size] for v in slot_vectors])
+        n, k = self.shape
+        return first.reshape(-1, k)[:n]
+
+
+@dataclass(slots=True)
+class EncryptedMatrix:
+    """A layout plus its ciphertexts (one per chunk of ``rows_per_ct`` rows)."""
+
+    layout: MatrixLayout
+    ciphertexts: list[Ct]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.layout.shape
+
+    @property
+    def replicas(self) -> int:
+        return self.layout.replicas
+
+    @property
+    def rows_per_ct(self) -> int:
+        return self.layout.rows_per_ct
+
+
+@dataclass(frozen=True, slots=True)
+class WireMatrix:
+    """Transport form of an EncryptedMatrix (maps 1:1 onto a protobuf message)."""
+
+    shape: tuple[int, int]
+    replicas: int
+    rows_per_ct: int
+    ciphertexts: list[bytes]
+
+
+def choose_replicas(n: int, k: int, d: int, slots: int) -> int:
+    """Replication factor R minimising the masked-product ciphertexts for an (n, k) δ and d features."""
+    if min(n, k, d) < 1 or k > slots:
+        raise ValueError(f"cannot pack n={n}, k={k}, d={d} into {slots} slots")
+
+    def cost(r: int) -> tuple[int, int]:
+        layout = MatrixLayout.for_matrix((n, k), r, slots)
+        # Fewest product ciphertexts first, then fewest δ ciphertexts to send.
+        return math.ceil(d / r) * layout.n_chunks, layout.n_chunks
+
+    return min(range(1, min(d, slots // k) + 1), key=cost)
+
+
+def encrypt_matrix(backend: Backend, M: np.ndarray, replicas: int = 1) -> EncryptedMatrix:
+    M = np.asarray(M, dtype=np.float64)
+    if M.ndim != 2:
+        raise ValueError(f"matrix must be 2-D, got shape {M.shape}")
+    layout = MatrixLayout.for_matrix(M.shape, replicas, backend.slots)
+    return EncryptedMatrix(layout, [backend.encrypt(v) for v in layout.pack(M)])
+
+
+def decrypt_matrix(backend: Backend, em: EncryptedMatrix) -> np.ndarray:
+    """Key holder only: the (n, k) matrix, read from the first replica."""
+    return em.layout.unpack([backend.decrypt(ct) for ct in em.ciphertexts])
+
+
+def add_matrices(backend: Backend, a: EncryptedMatrix, b: EncryptedMatrix) -> EncryptedMatrix:
+    if a.layout != b.layout or len(a.ciphertexts) != len(b.ciphertexts):
+        raise ValueError(f"layouts differ: {a.layout} vs {b.layout}")
+    return EncryptedMatrix(a.layout, [backend.add(x, y) for x, y in zip(a.ciphertexts, b.ciphertexts,
+                                                                         strict=True)])
+
+
+def add_plain_matrix(backend: Backend, em: EncryptedMatrix, M: np.ndarray) -> EncryptedMatrix:
+    """em + M, with M packed (and replicated) in em's layout."""
+    packed = em.layout.pack(M)
+    return EncryptedMatrix(em.layout, [backend.add_plain(ct, v) for ct, v in zip(em.ciphertexts, packed,
+                                                                                 strict=True)])
+
+
+def matrix_to_wire(backend: Backend, em: EncryptedMatrix) -> WireMatrix:
+    return WireMatrix(em.shape, em.replicas, em.rows_per_ct, [backend.serialize(ct) for ct in em.ciphertexts])
+
+
+def matrix_from_wire(backend: Backend, wire: WireMatrix) -> EncryptedMatrix:
+    """Validate the layout and every ciphertext's slot count; ValueError with the reason otherwise."""
+    layout = MatrixLayout(tuple(int(s) for s in wire.shape), int(wire.replicas), int(wire.rows_per_ct))
+    layout.validate(backend.slots, len(wire.ciphertexts))
+    return EncryptedMatrix(layout, deserialize_all(backend, wire.ciphertexts, layout.ct_size))
+
+
+def deserialize_all(backend: Backend, blobs: Sequence[bytes], ct_size: int) -> list[Ct]:
+    """Deserialize ciphertexts that must all carry ``ct_size`` slots."""
+    cts = []
+    for index, blob in enumerate(blobs):
+        ct = backend.deserialize(blob)
+        if backend.size(ct) != ct_size:
+            raise ValueError(f"ciphertext {index} has {backend.size(ct)} slots, layout needs {ct_size}")
+        cts.append(ct)
+    return cts
+
+
+# --------------------------------------------------------------------------------------------------------
+# Masked gradient products (protocol step 5)
+
+
+def masked_feature_products(backend: Backend, delta: EncryptedMatrix, X: np.ndarray, rng: np.random.Generator,
+                            mask_bound: float | None = None) -> tuple[list[Ct], np.ndarray]:
+    """Masked [[δ ⊙ x]] blocks for the key holder, and the mask sums the party keeps.
+
+    For feature group g (features g*R .. g*R+R-1, G = ceil(d/R)) and chunk i the product is
+    ``δ_ct_i * v + m`` with ``v[r*C*k + row*k + col] = X[i*C + row, g*R + r]``. Ciphertexts are ordered
+    (g, i); the mask sums have the shape :func:`block_sums` returns, (G*R, k).
+
+    δ must still have one multiplicative level left (a fresh encryption, possibly plus/minus plaintexts, as
+    in protocol steps 3-4): with moduli [60, 40, 40, 60] a second ct x pt would leave too little modulus for
+    the mask. ``mask_bound`` defaults to the backend's ``default_mask_bound`` (see the module docstring).
+    """
+    X = np.asarray(X, dtype=np.float64)
+    layout = delta.layout
+    n, k = layout.shape
+    if X.ndim != 2 or X.shape[0] != n or X.shape[1] < 1:
+        raise ValueError(f"features must be ({n}, d>=1) to match δ, got shape {X.shape}")
+    if len(delta.ciphertexts) != layout.n_chunks:
+        raise ValueError(f"δ has {len(delta.ciphertexts)} ciphertexts, layout needs {layout.n_chunks}")
+    bound = backend.default_mask_bound if mask_bound is None else float(mask_bound)
+    if not (math.isfinite(bound) and bound >= 0):
+        raise ValueError(f"mask_bound must be finite and >= 0, got {mask_bound}")
+
+    R, C, chunks = layout.replicas, layout.rows_per_ct, layout.n_chunks
+    G = math.ceil(X.shape[1] / R)
+    padded = np.zeros((chunks * C, G * R))
+    padded[:n, : X.shape[1]] = X
+    # (chunk, row, group, replica) -> (group, chunk, replica, row, col): each feature value spans k slots.
+    per_slot = padded.reshape(chunks, C, G, R).transpose(2, 0, 3, 1)[..., None]
+    values = np.broadcast_to(per_slot, (G, chunks, R, C, k)).reshape(G, chunks, layout.ct_size)
+    masks = rng.uniform(-bound, bound, size=values.shape)
+
+    products = []
+    for g in range(G):
+        for i, delta_ct in enumerate(delta.ciphertexts):
+            # The product is a fresh object, so adding the mask in place is safe and saves a copy.
+            products.append(backend.add_plain(backend.mul_plain(delta_ct, values[g, i]), masks[g, i],
+                                              inplace=True))
+    mask_sums = masks.reshape(G, chunks, R, C, k).sum(axis=(1, 3)).reshape(G * R, k)
+    return products, mask_sums
+
+
+def block_sums(backend: Backend, cts: Sequence[Ct], layout: MatrixLayout) -> np.ndarray:
+    """Key holder: decrypt masked products and sum each (feature, class) block -> (G*R, k)."""
+    chunks, R, C = layout.n_chunks, layout.replicas, layout.rows_per_ct
+    k = layout.shape[1]
+    if not cts or len(cts) % chunks:
+        raise ValueError(f"{len(cts)} products is not a positive multiple of {chunks} chunks")
+    decrypted = np.stack([_first_slots(backend.decrypt(ct), layout.ct_size) for ct in cts])
+    return decrypted.reshape(-1, chunks, R, C, k).sum(axis=(1, 3)).reshape(-1, k)
+
+
+def _first_slots(values: np.ndarray, count: int) -> np.ndarray:
+    if values.size < count:
+        raise ValueError(f"product carries {values.size} slots, layout needs {count}")
+    return values[:count]
+
+
+def gradient_from_block_sums(sums: np.ndarray, mask_sums: np.ndarray, d: int) -> np.ndarray:
+    """Unmask the key holder's block sums: (k, d) = δᵀX for the party's d features."""
+    sums, mask_sums = np.asarray(sums, dtype=np.float64), np.asarray(mask_sums, dtype=np.float64)
+    if sums.shape != mask_sums.shape or sums.ndim != 2:
+        raise ValueError(f"block sums {sums.shape} and mask sums {mask_sums.shape} must be equal 2-D shapes")
+    if not 1 <= d <= sums.shape[0]:
+        raise ValueError(f"d must be in 1..{sums.shape[0]}, got {d}")
+    return (sums - mask_sums)[:d].T

@@ -1,0 +1,112 @@
+"""Typed clients for calls between parties: protobuf in and out here, numpy and he objects elsewhere."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import grpc
+import numpy as np
+
+from vflsec.services import he, lr, wire
+from vflsec.services.errors import InvalidArgument
+from vflsec.services.server import call
+from vflsec.services.tensors import from_tensor
+from vflsec.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc, passive_pb2, passive_pb2_grpc
+
+
+class CoordinatorClient:
+    peer = "coordinator"
+
+    def __init__(self, channel: grpc.Channel) -> None:
+        self.stub = coordinator_pb2_grpc.CoordinatorStub(channel)
+
+    def open_session(
+        self, session_id: str, backend: str, n_classes: int, passive_parties: Sequence[str]
+    ) -> coordinator_pb2.OpenSessionReply:
+        request = coordinator_pb2.OpenSessionRequest(
+            session_id=session_id,
+            backend=wire.BACKEND_ENUM[backend],
+            n_classes=n_classes,
+            passive_parties=list(passive_parties),
+        )
+        return call(self.peer, self.stub.OpenSession, request)
+
+    def public_context(self, session_id: str) -> tuple[str, bytes]:
+        reply = call(self.peer, self.stub.GetPublicContext, common_pb2.SessionRef(session_id=session_id))
+        return wire.backend_name(reply.backend), reply.data
+
+    def training_scores(
+        self, backend: he.Backend, session_id: str, step: int, logits: he.EncryptedMatrix, replicas: int
+    ) -> coordinator_pb2.EncryptedMatrix:
+        request = coordinator_pb2.TrainingScoresRequest(
+            session_id=session_id, step=step, logits=wire.to_message(backend, logits), replicas=replicas
+        )
+        return call(self.peer, self.stub.ComputeTrainingScores, request)
+
+    def block_sums(self, session_id: str, step: int, ciphertexts: list[bytes]) -> np.ndarray:
+        request = coordinator_pb2.BlockSumsRequest(session_id=session_id, step=step, ciphertexts=ciphertexts)
+        return from_tensor(call(self.peer, self.stub.DecryptBlockSums, request), "block sums", ndim=2)
+
+    def finish_training(self, session_id: str) -> None:
+        call(self.peer, self.stub.FinishTraining, common_pb2.SessionRef(session_id=session_id))
+
+    def release_scores(
+        self, backend: he.Backend, session_id: str, logits: he.EncryptedMatrix
+    ) -> coordinator_pb2.ReleasedScores:
+        request = coordinator_pb2.ReleaseScoresRequest(session_id=session_id, logits=wire.to_message(backend, logits))
+        return call(self.peer, self.stub.ReleaseScores, request)
+
+    def release_model(self, session_id: str) -> coordinator_pb2.ReleasedModel:
+        return call(self.peer, self.stub.ReleaseModel, common_pb2.SessionRef(session_id=session_id))
+
+    def close(self, session_id: str) -> None:
+        call(self.peer, self.stub.CloseSession, common_pb2.SessionRef(session_id=session_id))
+
+
+class PassiveClient:
+    def __init__(self, party_id: str, channel: grpc.Channel) -> None:
+        self.peer = party_id
+        self.stub = passive_pb2_grpc.PassiveStub(channel)
+
+    def join(
+        self, session_id: str, backend: str, n_classes: int, training: common_pb2.TrainingConfig
+    ) -> passive_pb2.JoinSessionReply:
+        request = passive_pb2.JoinSessionRequest(
+            session_id=session_id, backend=wire.BACKEND_ENUM[backend], n_classes=n_classes, training=training
+        )
+        return call(self.peer, self.stub.JoinSession, request)
+
+    def psi_exchange(self, session_id: str, salt: bytes, blinded: list[bytes]) -> tuple[list[bytes], list[bytes]]:
+        request = passive_pb2.PsiExchangeRequest(session_id=session_id, salt=salt, blinded=blinded)
+        reply = call(self.peer, self.stub.PsiExchange, request)
+        if len(reply.double_blinded) != len(blinded):
+            raise InvalidArgument(f"{self.peer} returned {len(reply.double_blinded)} values for {len(blinded)} IDs")
+        return list(reply.double_blinded), list(reply.own_blinded)
+
+    def psi_finish(self, session_id: str, positions: np.ndarray) -> int:
+        request = passive_pb2.PsiFinishRequest(session_id=session_id, positions=positions.tolist())
+        return call(self.peer, self.stub.PsiFinish, request).n_common
+
+    def forward(
+        self, backend: he.Backend, session_id: str, step: int, sample_index: np.ndarray, n_classes: int
+    ) -> tuple[he.EncryptedMatrix, list[bytes]]:
+        """[[z_p]] for the samples, validated against the requested shape; also the raw ciphertext bytes."""
+        request = passive_pb2.ForwardRequest(session_id=session_id, step=step, sample_index=sample_index.tolist())
+        reply = call(self.peer, self.stub.Forward, request)
+        matrix = wire.from_message(
+            backend, reply, f"logits from {self.peer}", rows=len(sample_index), cols=lr.n_logits(n_classes)
+        )
+        return matrix, list(reply.ciphertexts)
+
+    def backward(self, session_id: str, step: int, sample_index: np.ndarray, delta: common_pb2.EncryptedMatrix) -> None:
+        request = passive_pb2.BackwardRequest(
+            session_id=session_id, step=step, sample_index=sample_index.tolist(), delta=delta
+        )
+        call(self.peer, self.stub.Backward, request)
+
+    def weights(self, session_id: str) -> np.ndarray:
+        reply = call(self.peer, self.stub.GetWeights, common_pb2.SessionRef(session_id=session_id))
+        return from_tensor(reply, f"weights of {self.peer}", ndim=2).copy()
+
+    def close(self, session_id: str) -> None:
+        call(self.peer, self.stub.CloseSession, common_pb2.SessionRef(session_id=session_id))

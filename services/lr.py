@@ -1,0 +1,98 @@
+"""Logistic-regression math shared by every party: links, targets and per-block optimisers.
+
+A C-class model has K_logits = 1 logit for C = 2 (sigmoid) and K_logits = C otherwise (softmax). Each party
+owns one weight block W_q (K_logits x d_q); the active party also owns the bias. With
+L = mean cross-entropy + (l2/2)·||W||², the gradient of a block is δᵀX_q / n + l2·W_q where δ = p − Y.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+def n_logits(n_classes: int) -> int:
+    if n_classes < 2:
+        raise ValueError(f"a classifier needs at least 2 classes, got {n_classes}")
+    return 1 if n_classes == 2 else n_classes
+
+
+def sigmoid(z: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * z))  # overflow-free form of 1/(1+e^-z)
+
+
+def softmax(z: np.ndarray) -> np.ndarray:
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def link(z: np.ndarray) -> np.ndarray:
+    """Training probabilities in logit layout: σ(z) for one logit, softmax otherwise."""
+    return sigmoid(z) if z.shape[1] == 1 else softmax(z)
+
+
+def confidence_scores(z: np.ndarray) -> np.ndarray:
+    """The released form (n, C): a binary model releases [1 − p, p], as in the papers."""
+    p = link(z)
+    return np.hstack([1.0 - p, p]) if z.shape[1] == 1 else p
+
+
+def targets(y: np.ndarray, n_classes: int) -> np.ndarray:
+    """Labels in logit layout: y itself for a sigmoid model, one-hot for softmax."""
+    y = np.asarray(y, dtype=np.int64)
+    if n_classes == 2:
+        return y.astype(np.float64)[:, None]
+    out = np.zeros((y.size, n_classes))
+    out[np.arange(y.size), y] = 1.0
+    return out
+
+
+@dataclass
+class OptimizerConfig:
+    name: str = "adam"
+    learning_rate: float = 0.05
+    l2: float = 1e-4
+
+    def __post_init__(self) -> None:
+        if self.name not in ("sgd", "adam"):
+            raise ValueError(f"optimizer must be 'sgd' or 'adam', got {self.name!r}")
+        if not (self.learning_rate > 0 and np.isfinite(self.learning_rate)):
+            raise ValueError(f"learning rate must be positive, got {self.learning_rate}")
+        if not (self.l2 >= 0 and np.isfinite(self.l2)):
+            raise ValueError(f"l2 must be non-negative, got {self.l2}")
+
+
+@dataclass
+class BlockOptimizer:
+    """SGD or Adam on one party's parameter array; ``penalised`` is False for the bias."""
+
+    config: OptimizerConfig
+    shape: tuple[int, ...]
+    penalised: bool = True
+    _m: np.ndarray = field(init=False, repr=False)
+    _v: np.ndarray = field(init=False, repr=False)
+    _t: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        self._m = np.zeros(self.shape)
+        self._v = np.zeros(self.shape)
+
+    def step(self, params: np.ndarray, data_gradient: np.ndarray) -> np.ndarray:
+        grad = data_gradient + (self.config.l2 * params if self.penalised else 0.0)
+        lr = self.config.learning_rate
+        if self.config.name == "sgd":
+            return params - lr * grad
+        beta1, beta2, eps = 0.9, 0.999, 1e-8
+        self._t += 1
+        self._m = beta1 * self._m + (1 - beta1) * grad
+        self._v = beta2 * self._v + (1 - beta2) * grad * grad
+        m_hat = self._m / (1 - beta1**self._t)
+        v_hat = self._v / (1 - beta2**self._t)
+        return params - lr * m_hat / (np.sqrt(v_hat) + eps)
+
+
+def batches(n: int, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """One epoch of shuffled mini-batches of positions 0..n-1."""
+    order = rng.permutation(n)
+    return [order[i : i + batch_size] for i in range(0, n, batch_size)]

@@ -1,0 +1,47 @@
+"""Encrypted matrices on the wire: ``he.EncryptedMatrix`` <-> ``vflsec.v1.EncryptedMatrix``."""
+
+from __future__ import annotations
+
+from vflsec.services import he
+from vflsec.services.errors import InvalidArgument
+from vflsec.v1 import common_pb2
+
+BACKENDS = {common_pb2.CKKS: "ckks", common_pb2.PLAIN: "plain"}
+BACKEND_ENUM = {name: value for value, name in BACKENDS.items()}
+
+
+def backend_name(value: int) -> str:
+    try:
+        return BACKENDS[value]
+    except KeyError:
+        raise InvalidArgument(f"backend must be CKKS or PLAIN, got {value}") from None
+
+
+def to_message(backend: he.Backend, matrix: he.EncryptedMatrix) -> common_pb2.EncryptedMatrix:
+    w = he.matrix_to_wire(backend, matrix)
+    rows, cols = w.shape
+    return common_pb2.EncryptedMatrix(
+        rows=rows, cols=cols, replicas=w.replicas, rows_per_ciphertext=w.rows_per_ct, ciphertexts=w.ciphertexts
+    )
+
+
+def from_message(
+    backend: he.Backend,
+    message: common_pb2.EncryptedMatrix,
+    name: str,
+    *,
+    rows: int | None = None,
+    cols: int | None = None,
+) -> he.EncryptedMatrix:
+    """Validate the layout and deserialize every ciphertext; any defect is an InvalidArgument."""
+    if rows is not None and message.rows != rows:
+        raise InvalidArgument(f"{name}: expected {rows} rows, got {message.rows}")
+    if cols is not None and message.cols != cols:
+        raise InvalidArgument(f"{name}: expected {cols} columns, got {message.cols}")
+    w = he.WireMatrix(
+        (message.rows, message.cols), message.replicas, message.rows_per_ciphertext, list(message.ciphertexts)
+    )
+    try:
+        return he.matrix_from_wire(backend, w)
+    except ValueError as exc:
+        raise InvalidArgument(f"{name}: {exc}") from exc

@@ -1,0 +1,72 @@
+"""`vflsec demo` as a user runs it: separate OS processes on loopback, real mTLS, real CKKS."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def vflsec(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "vflsec.client.cli", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def demo_json(*args: str) -> dict:
+    done = vflsec("demo", "--json", *args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_breast_cancer_ckks_matches_plain() -> None:
+    result = demo_json("--dataset", "breast_cancer", "--backend", "ckks", "--passive", "2", "--compare-plain")
+    for key in (
+        "dataset",
+        "n_train",
+        "n_test",
+        "n_passive",
+        "backend",
+        "accuracy",
+        "plain_accuracy",
+        "train_seconds",
+        "predict_seconds",
+        "predictions_per_second",
+    ):
+        assert key in result
+    assert result["backend"] == "ckks" and result["n_passive"] == 2
+    assert result["accuracy"] >= 0.95
+    assert abs(result["accuracy"] - result["plain_accuracy"]) <= 0.005
+    assert result["n_train"] + result["n_test"] == result["n_common"] < result["n_samples"]
+
+
+@pytest.mark.slow
+def test_digits_three_passive_parties() -> None:
+    result = demo_json("--dataset", "digits", "--passive", "3")
+    assert result["n_classes"] == 10 and result["n_passive"] == 3
+    assert result["accuracy"] >= 0.93
+
+
+def test_demo_rejects_bad_release_spec_before_starting() -> None:
+    done = vflsec("demo", "--release", "no_such_step:x=1")
+    assert done.returncode == 2
+    assert "unknown score release step 'no_such_step'" in done.stderr
+
+
+@pytest.mark.parametrize("command", [[], ["serve"], ["certs"], ["demo"], ["bench"], ["bench", "he"]])
+def test_help(command: list[str]) -> None:
+    done = vflsec(*command, "--help", timeout=60)
+    assert done.returncode == 0 and "Usage" in done.stdout
+
+
+def test_certs_and_serve_rejects_bad_config(tmp_path) -> None:
+    done = vflsec("certs", "--out", str(tmp_path / "pki"), "--parties", "coordinator,active,passive-1", timeout=60)
+    assert done.returncode == 0
+    assert {p.name for p in (tmp_path / "pki").glob("*.pem")} >= {"ca.pem", "active.pem", "operator.pem"}
+    bad = tmp_path / "bad.toml"
+    bad.write_text('role = "passive"\nparty_id = "passive-1"\n')
+    done = vflsec("serve", "passive", "--config", str(bad), timeout=60)
+    assert done.returncode == 2 and "missing 'tls'" in done.stderr

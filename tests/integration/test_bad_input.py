@@ -1,0 +1,129 @@
+"""Bad input gets a precise status and the services keep serving (real gRPC, mTLS, both backends)."""
+
+from __future__ import annotations
+
+import grpc
+import numpy as np
+import pytest
+
+from vflsec.services import he, wire
+from vflsec.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc, passive_pb2, passive_pb2_grpc
+
+
+@pytest.fixture(scope="module")
+def trained(binary_federation):
+    fed = binary_federation
+    info = fed.operator.create_session("plain", seed=1)
+    common = fed.operator.align(info.session_id)
+    list(fed.operator.train(info.session_id, common[:200], 1))
+    return fed, info.session_id, common
+
+
+def _code(call, *args) -> tuple[grpc.StatusCode, str]:
+    with pytest.raises(grpc.RpcError) as err:
+        call(*args)
+    return err.value.code(), err.value.details()
+
+
+def _still_serving(fed, session_id: str, common: list[str]) -> None:
+    released = fed.operator.predict(session_id, common[:5])
+    assert released.scores.shape == (5, 2)
+
+
+def test_unknown_sample_id_is_not_found(trained) -> None:
+    fed, session_id, common = trained
+    code, details = _code(fed.operator.predict, session_id, [common[0], "no-such-id"])
+    assert code == grpc.StatusCode.NOT_FOUND and "no-such-id" in details
+    _still_serving(fed, session_id, common)
+
+
+def test_unknown_session_is_not_found(trained) -> None:
+    fed, session_id, common = trained
+    code, details = _code(fed.operator.predict, "no-such-session", common[:3])
+    assert code == grpc.StatusCode.NOT_FOUND and "no-such-session" in details
+    _still_serving(fed, session_id, common)
+
+
+def test_empty_and_bad_requests_are_invalid(trained) -> None:
+    fed, session_id, common = trained
+    assert _code(fed.operator.predict, session_id, [])[0] == grpc.StatusCode.INVALID_ARGUMENT
+    code, details = _code(lambda: list(fed.operator.train(session_id, common[:10], 0)))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "epochs" in details
+    _still_serving(fed, session_id, common)
+
+
+def _coordinator_as_active(fed) -> coordinator_pb2_grpc.CoordinatorStub:
+    return coordinator_pb2_grpc.CoordinatorStub(fed.channel("active", "coordinator"))
+
+
+def _plain_matrix(values: np.ndarray, replicas: int = 1) -> common_pb2.EncryptedMatrix:
+    backend = he.make_keyholder("plain")
+    return wire.to_message(backend, he.encrypt_matrix(backend, values, replicas))
+
+
+def test_malformed_ciphertexts_nan_and_wrong_shapes(trained) -> None:
+    fed, session_id, common = trained
+    stub = _coordinator_as_active(fed)
+
+    def release(matrix: common_pb2.EncryptedMatrix):
+        return stub.ReleaseScores(coordinator_pb2.ReleaseScoresRequest(session_id=session_id, logits=matrix))
+
+    good = _plain_matrix(np.zeros((4, 1)))
+    assert release(good).scores.shape == [4, 2]
+
+    garbage = common_pb2.EncryptedMatrix()
+    garbage.CopyFrom(good)
+    garbage.ciphertexts[0] = b"\x00garbage"
+    code, details = _code(release, garbage)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "logits" in details
+
+    nan = common_pb2.EncryptedMatrix()
+    nan.CopyFrom(good)
+    blob = bytearray(good.ciphertexts[0])  # header + 4 little-endian float64 slots
+    blob[-16:-8] = np.array([np.nan], dtype="<f8").tobytes()
+    nan.ciphertexts[0] = bytes(blob)
+    code, details = _code(release, nan)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "non-finite" in details
+
+    wrong_count = common_pb2.EncryptedMatrix()
+    wrong_count.CopyFrom(good)
+    wrong_count.ciphertexts.append(good.ciphertexts[0])
+    code, details = _code(release, wrong_count)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "ciphertexts" in details
+
+    three_columns = _plain_matrix(np.zeros((4, 3)))  # a binary model has one logit
+    code, details = _code(release, three_columns)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "columns" in details
+
+    negative = common_pb2.EncryptedMatrix(rows=-1, cols=1, replicas=1, rows_per_ciphertext=1)
+    assert _code(release, negative)[0] == grpc.StatusCode.INVALID_ARGUMENT
+    _still_serving(fed, session_id, common)
+
+
+def test_out_of_order_steps_and_unknown_indices_at_the_passive_party(trained) -> None:
+    fed, session_id, common = trained
+    stub = passive_pb2_grpc.PassiveStub(fed.channel("active", "passive-1"))
+    forward = passive_pb2.ForwardRequest(session_id=session_id, step=-1, sample_index=[0, 10**9])
+    code, details = _code(stub.Forward, forward)
+    assert code == grpc.StatusCode.NOT_FOUND and "sample index" in details
+
+    backward = passive_pb2.BackwardRequest(
+        session_id=session_id, step=10**6, sample_index=[0], delta=_plain_matrix(np.zeros((1, 1)))
+    )
+    code, details = _code(stub.Backward, backward)
+    assert code == grpc.StatusCode.FAILED_PRECONDITION and "Forward" in details
+
+    coordinator = _coordinator_as_active(fed)
+    sums = coordinator_pb2.BlockSumsRequest(session_id=session_id, step=10**6, ciphertexts=[b"x"])
+    assert _code(coordinator.DecryptBlockSums, sums)[0] == grpc.StatusCode.FAILED_PRECONDITION
+    _still_serving(fed, session_id, common)
+
+
+def test_oversized_message_is_refused(trained) -> None:
+    fed, session_id, common = trained
+    limit = fed.parties["coordinator"].config.max_message_bytes
+    stub = _coordinator_as_active(fed)
+    request = coordinator_pb2.BlockSumsRequest(session_id=session_id, step=1, ciphertexts=[b"\0" * (limit + 1)])
+    code, _ = _code(stub.DecryptBlockSums, request)
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    _still_serving(fed, session_id, common)
