@@ -33,6 +33,17 @@ def _fail(message: str) -> NoReturn:
     raise typer.Exit(2)
 
 
+def _check_release_specs(release: list[str] | None, param_release: list[str] | None) -> None:
+    """Fail on a bad defense spec at configuration time, before any process starts."""
+    from vflsec.services.release import ParamReleaseChain, ReleaseConfigError, ScoreReleaseChain
+
+    try:
+        ScoreReleaseChain.from_specs(release or [])
+        ParamReleaseChain.from_specs(param_release or [])
+    except ReleaseConfigError as exc:
+        _fail(str(exc))
+
+
 def _passive_features(value: str | None) -> int | float | list[str] | None:
     """A count (last N columns), a fraction in (0, 1), or comma-separated column names."""
     if value is None:
@@ -104,15 +115,10 @@ def demo(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from vflsec.client.demo import DemoOptions, run_demo
-    from vflsec.services.release import ParamReleaseChain, ReleaseConfigError, ScoreReleaseChain
 
     if backend not in ("ckks", "plain"):
         _fail("--backend must be ckks or plain")
-    try:  # fail on a bad defense spec before any process starts
-        ScoreReleaseChain.from_specs(release or [])
-        ParamReleaseChain.from_specs(param_release or [])
-    except ReleaseConfigError as exc:
-        _fail(str(exc))
+    _check_release_specs(release, param_release)
     options = DemoOptions(
         dataset=dataset,
         label=label,
@@ -157,6 +163,103 @@ def _report(result: dict, as_json: bool, console) -> None:  # type: ignore[no-un
     console.print(table)
     if as_json:
         sys.stdout.write(json.dumps(result) + "\n")
+
+
+@app.command()
+def prepare(
+    out: Annotated[Path, typer.Option("--out", help="Folder for the federation: one sub-folder per party.")],
+    dataset: Annotated[str, typer.Option(help="Dataset name or CSV path.")] = "breast_cancer",
+    label: Annotated[str | None, typer.Option(help="Label column of a CSV dataset.")] = None,
+    passive: Annotated[int, typer.Option("--passive", min=1, max=8)] = 2,
+    passive_features: Annotated[str | None, typer.Option(help="Count, fraction or names.")] = None,
+    compose: Annotated[
+        bool, typer.Option(help="Listen on 0.0.0.0 at fixed ports; peers by party id (docker compose).")
+    ] = False,
+    seed: Annotated[int, typer.Option()] = 0,
+    release: ReleaseOption = None,
+    param_release: ParamReleaseOption = None,
+) -> None:
+    """Write certificates, per-party data files and configs for a federation (the demo's dealer step)."""
+    from vflsec.client.federation import FederationSpec, compose_ports, write_federation
+    from vflsec.services import datasets
+
+    _check_release_specs(release, param_release)
+    spec = FederationSpec(
+        dataset=datasets.load_dataset(dataset, label=label),
+        n_passive=passive,
+        passive_features=_passive_features(passive_features),
+        score_release=release or [],
+        param_release=param_release or [],
+        seed=seed,
+        compose_ports=compose_ports(passive) if compose else None,
+    )
+    layout = write_federation(spec, out)
+    for party, config in layout.configs.items():
+        typer.echo(f"{party}: {config}")
+
+
+@app.command()
+def run(
+    active: Annotated[str, typer.Option(help="The active party's address host:port.")],
+    tls_dir: Annotated[Path, typer.Option(help="The operator's tls/ folder (ca.pem, cert.pem, key.pem).")],
+    labels: Annotated[Path, typer.Option(help="The active party's data file (the operator's labels).")],
+    backend: Annotated[str, typer.Option(help="ckks | plain")] = "ckks",
+    epochs: Annotated[int, typer.Option(min=1)] = 30,
+    batch_size: Annotated[int, typer.Option(min=1)] = 64,
+    learning_rate: Annotated[float, typer.Option(min=0.0)] = 0.1,
+    seed: Annotated[int, typer.Option()] = 0,
+    compare_plain: Annotated[bool, typer.Option()] = False,
+    wait: Annotated[float, typer.Option(help="Seconds to wait for the active party to be healthy.")] = 120.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object as the last line.")] = False,
+) -> None:
+    """Drive a federation that already runs (compose, separate hosts): align, train, predict, report."""
+    from rich.console import Console
+
+    from vflsec.client.demo import DemoOptions, evaluate, operator_labels
+    from vflsec.client.federation import wait_for
+    from vflsec.services.server import peer_channel
+    from vflsec.services.tls import TlsFiles
+
+    files = TlsFiles(ca=tls_dir / "ca.pem", cert=tls_dir / "cert.pem", key=tls_dir / "key.pem")
+    options = DemoOptions(
+        dataset=str(labels),
+        backend=backend,
+        epochs=epochs,
+        batch_size=batch_size,
+        learning_rate=learning_rate,
+        seed=seed,
+        compare_plain=compare_plain,
+    )
+    with peer_channel(active, "active", files, 256 * 1024 * 1024) as channel:
+        wait_for(channel, "active", wait)
+        result = evaluate(channel, operator_labels(labels), options)
+    _report(result, as_json, Console(stderr=as_json))
+
+
+@app.command()
+def health(
+    address: Annotated[str, typer.Option(help="host:port of the service.")],
+    party: Annotated[str, typer.Option(help="The service's party id (its certificate must say so).")],
+    tls_dir: Annotated[Path, typer.Option(help="A tls/ folder (ca.pem, cert.pem, key.pem) to call with.")],
+    timeout: Annotated[float, typer.Option()] = 3.0,
+) -> None:
+    """gRPC health check over mutual TLS; exit 0 when SERVING (used by compose health checks)."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from vflsec.services.server import peer_channel
+    from vflsec.services.tls import TlsFiles
+
+    files = TlsFiles(ca=tls_dir / "ca.pem", cert=tls_dir / "cert.pem", key=tls_dir / "key.pem")
+    with peer_channel(address, party, files, 4 * 1024 * 1024) as channel:
+        try:
+            status = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=timeout)
+        except grpc.RpcError as exc:
+            _fail(f"{party} at {address}: {exc.code().name}: {exc.details()}")
+    name = health_pb2.HealthCheckResponse.ServingStatus.Name(status.status)
+    typer.echo(f"{party} at {address}: {name}")
+    if status.status != health_pb2.HealthCheckResponse.SERVING:
+        raise typer.Exit(1)
 
 
 @bench_app.command("he")

@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -160,26 +160,34 @@ def write_federation(spec: FederationSpec, workdir: Path) -> FederationLayout:
     return FederationLayout(workdir, configs, local, split)
 
 
+def wait_for(channel: grpc.Channel, party: str, timeout: float, alive: Callable[[], bool] | None = None) -> None:
+    """Poll a party's gRPC health service until it is SERVING."""
+    stub = health_pb2_grpc.HealthStub(channel)
+    deadline = time.monotonic() + timeout
+    while True:
+        if alive is not None and not alive():
+            raise RuntimeError(f"{party} exited during start-up")
+        try:
+            if (
+                stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0).status
+                == health_pb2.HealthCheckResponse.SERVING
+            ):
+                return
+        except grpc.RpcError:
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{party} not healthy after {timeout:.0f} s")
+        time.sleep(0.1)
+
+
 def wait_healthy(
     layout: FederationLayout, timeout: float = 60.0, processes: dict[str, subprocess.Popen] | None = None
 ) -> None:
-    """Poll every party's gRPC health service (over mTLS, as the operator) until all are SERVING."""
-    deadline = time.monotonic() + timeout
+    """Every party SERVING, checked over mTLS as the operator; a party process that dies fails fast."""
     for party, address in layout.addresses.items():
+        alive = (lambda p=processes[party]: p.poll() is None) if processes else None
         with peer_channel(address, party, layout.tls("operator"), 4 * 1024 * 1024) as channel:
-            stub = health_pb2_grpc.HealthStub(channel)
-            while True:
-                if processes and processes[party].poll() is not None:
-                    raise RuntimeError(f"{party} exited with code {processes[party].returncode} during start-up")
-                try:
-                    status = stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0).status
-                    if status == health_pb2.HealthCheckResponse.SERVING:
-                        break
-                except grpc.RpcError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{party} at {address} not healthy after {timeout:.0f} s")
-                time.sleep(0.1)
+            wait_for(channel, party, timeout, alive)
 
 
 @dataclass

@@ -1,0 +1,21 @@
+# One image for every vflsec service (coordinator, active, passive) and for the one-shot jobs.
+FROM python:3.11-slim
+
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONUNBUFFERED=1
+
+RUN useradd --create-home --uid 10001 vflsec
+WORKDIR /app
+
+# torch first, pinned, CPU build: anything else pulls GBs of CUDA.
+RUN pip install "torch==2.13.0" --index-url https://download.pytorch.org/whl/cpu
+
+COPY pyproject.toml README.md ./
+COPY proto proto
+COPY services services
+COPY client client
+RUN pip install .
+
+# The federation volume is initialised from this folder, so it belongs to the unprivileged user.
+RUN mkdir /federation && chown vflsec:vflsec /federation
+USER vflsec
+ENTRYPOINT ["vflsec"]
