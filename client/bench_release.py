@@ -98,7 +98,7 @@ def run(batch: int = 1000, ks: tuple[int, ...] = (10, 100, 1000, 10000), repeats
     }
 
 
-def _table(result: dict) -> str:
+def table(result: dict) -> str:
     ks = list(next(iter(result["latency_seconds"].values())))
     header = f"{'defense (ms)':<22}" + "".join(f"{'K=' + k:>12}" for k in ks)
     lines = [f"batch = {result['batch']} vectors, best of several runs", header, "-" * len(header)]
@@ -117,7 +117,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     result = run(args.batch, tuple(int(k) for k in args.ks.split(",")), args.repeats)
-    print(_table(result))
+    print(table(result))
     print(json.dumps(result))
 
 

@@ -262,6 +262,80 @@ def health(
         raise typer.Exit(1)
 
 
+@app.command()
+def attack(
+    dataset: Annotated[str, typer.Option(help="Dataset name or CSV path.")] = "digits",
+    label: Annotated[str | None, typer.Option(help="Label column of a CSV dataset.")] = None,
+    passive: Annotated[int, typer.Option("--passive", min=1, max=8)] = 1,
+    passive_features: Annotated[
+        str | None, typer.Option(help="Passive columns: a count (the last N), a fraction, or names.")
+    ] = None,
+    attacks: Annotated[str, typer.Option(help="Comma-separated attack names (see docs/attacks.md).")] = (
+        "esa,ls_clamped,cls,half_star,rcc2"
+    ),
+    predictions: Annotated[int, typer.Option(min=1, help="Samples the active party queries after training.")] = 1000,
+    backend: Annotated[str, typer.Option(help="ckks | plain")] = "ckks",
+    epochs: Annotated[int, typer.Option(min=1)] = 30,
+    seed: Annotated[int, typer.Option()] = 0,
+    withhold_model: Annotated[bool, typer.Option(help="Do not fetch the model (black-box setting).")] = False,
+    windows: Annotated[int, typer.Option(min=1, help="Average over this many cyclic windows of passive columns.")] = 1,
+    release: ReleaseOption = None,
+    param_release: ParamReleaseOption = None,
+    markdown: Annotated[Path | None, typer.Option(help="Also write the table as markdown here.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object as the last line.")] = False,
+) -> None:
+    """Train through the real services with the curious plugin on the active party, attack its recordings,
+    and compare the reconstructions with the passive parties' true features (MSE vs blind baselines)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from vflsec.client.harness import AttackScenario, markdown_table, run_attack_scenario
+    from vflsec.services.attacks import ATTACKS
+
+    names = [a.strip() for a in attacks.split(",") if a.strip()]
+    unknown = sorted(set(names) - set(ATTACKS))
+    if unknown:
+        _fail(f"unknown attack(s) {unknown}; known: {', '.join(sorted(ATTACKS))}")
+    _check_release_specs(release, param_release)
+    scenario = AttackScenario(
+        dataset=dataset,
+        label=label,
+        n_passive=passive,
+        passive_features=_passive_features(passive_features),
+        attacks=names,
+        predictions=predictions,
+        backend=backend,
+        epochs=epochs,
+        seed=seed,
+        score_release=release or [],
+        param_release=param_release or [],
+        release_model=not withhold_model,
+        windows=windows,
+    )
+    console = Console(stderr=as_json)
+    with console.status("training, querying and attacking…"):
+        report = run_attack_scenario(scenario)
+    table = Table(
+        title=f"feature inference on {report['dataset']} (d_passive = {report['d_passive']}, "
+        f"n = {report['n_samples']}, accuracy = {report['accuracy']:.4f})"
+    )
+    for column in ("attack", "MSE", "seconds"):
+        table.add_column(column)
+    for name, mse in report["baselines"].items():
+        table.add_row(f"{name} (baseline)", f"{mse:.6g}", "")
+    for name, r in report["attacks"].items():
+        table.add_row(
+            name,
+            f"n/a: {r['not_applicable']}" if "not_applicable" in r else f"{r['mse']:.6g}",
+            "" if "seconds" not in r else f"{r['seconds']:.3f}",
+        )
+    console.print(table)
+    if markdown is not None:
+        markdown.write_text(markdown_table(report))
+    if as_json:
+        sys.stdout.write(json.dumps(report) + "\n")
+
+
 @bench_app.command("he")
 def bench_he(
     rows: Annotated[int, typer.Option(help="Rows of the synthetic set when Credit default is absent.")] = 30000,
@@ -272,6 +346,22 @@ def bench_he(
     from vflsec.client.bench_he import run
 
     result = run(rows=rows, epochs=epochs, log=lambda line: typer.echo(line, err=as_json))
+    if as_json:
+        typer.echo(json.dumps(result))
+
+
+@bench_app.command("release")
+def bench_release(
+    batch: Annotated[int, typer.Option(min=1)] = 1000,
+    ks: Annotated[str, typer.Option(help="Comma-separated class counts.")] = "10,100,1000,10000",
+    repeats: Annotated[int, typer.Option(min=1)] = 5,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Latency of every score-release defense per batch and per vector, next to a per-row PRIVEE reference."""
+    from vflsec.client import bench_release as bench
+
+    result = bench.run(batch, tuple(int(k) for k in ks.split(",")), repeats)
+    typer.echo(bench.table(result), err=as_json)
     if as_json:
         typer.echo(json.dumps(result))
 

@@ -106,7 +106,7 @@ def evaluate(
     """Align, split the common IDs (stratified, seeded), train and evaluate; optionally on plain too."""
     operator = Operator(channel)
     info = operator.create_session(options.backend, seed=options.seed)
-    common = operator.align(info.session_id)
+    common = sorted(operator.align(info.session_id))  # PSI's common order is random; runs must not depend on it
     operator.close(info.session_id)
     y = np.array([labels[i] for i in common])
     train_ids, test_ids = datasets.train_test_split_ids(np.asarray(common), y, options.test_fraction, options.seed)

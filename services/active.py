@@ -220,6 +220,14 @@ class ActiveParty:
         if not s.lock.acquire(blocking=False):
             raise FailedPrecondition(f"session {session_id!r} is already training")
         try:
+            rows = s.rows[index]
+            self._emit(
+                plugins.TRAINING_DATA,
+                s,
+                self.party_id,
+                sample_ids=tuple(sample_ids),
+                arrays={"features": self.data.X[rows], "labels": self.data.y[rows]},
+            )
             start = time.perf_counter()
             for epoch in range(1, epochs + 1):
                 batches = lr.batches(len(index), s.training.batch_size, s.rng)

@@ -28,6 +28,7 @@ GRADIENT = "gradient"  # arrays: the active party's own (unmasked) gradient bloc
 RELEASED_SCORES = "released_scores"  # arrays: scores, own_features; sample_ids
 RELEASED_MODEL = "released_model"  # arrays: w_active, bias, w_passive/<party> (disclosed blocks)
 SESSION = "session"  # meta: schema and release chains announced for a session
+TRAINING_DATA = "training_data"  # arrays: features, labels of its own rows that a training run uses
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,7 @@ class Recorder:
                 "source": observation.source,
                 "received_at": observation.received_at,
                 "sample_ids": list(observation.sample_ids),
-                "meta": _jsonable(observation.meta),
+                "meta": jsonable(observation.meta),
                 "arrays": {k: list(np.shape(v)) for k, v in observation.arrays.items()},
                 "blobs": {},
             }
@@ -137,11 +138,11 @@ class Recorder:
         self._index.close()
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
     if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     if isinstance(value, np.generic):
         return value.item()
     return value

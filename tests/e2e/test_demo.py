@@ -43,11 +43,26 @@ def test_breast_cancer_ckks_matches_plain() -> None:
     assert result["n_train"] + result["n_test"] == result["n_common"] < result["n_samples"]
 
 
+@pytest.fixture(scope="module")
+def digits_undefended() -> dict:
+    return demo_json("--dataset", "digits", "--passive", "3", "--seed", "7")
+
+
 @pytest.mark.slow
-def test_digits_three_passive_parties() -> None:
-    result = demo_json("--dataset", "digits", "--passive", "3")
-    assert result["n_classes"] == 10 and result["n_passive"] == 3
-    assert result["accuracy"] >= 0.93
+def test_digits_three_passive_parties(digits_undefended) -> None:
+    assert digits_undefended["n_classes"] == 10 and digits_undefended["n_passive"] == 3
+    assert digits_undefended["accuracy"] >= 0.93
+    assert digits_undefended["score_release"] == [] and digits_undefended["released_argmax_agreement"] == 1.0
+
+
+@pytest.mark.slow
+def test_privee_keeps_every_prediction(digits_undefended) -> None:
+    """Same seed, same model: PRIVEE is order-preserving, so the released argmax equals the raw argmax on
+    every test sample and the accuracy is the undefended run's."""
+    result = demo_json("--dataset", "digits", "--passive", "3", "--seed", "7", "--release", "privee:epsilon=0.1")
+    assert result["score_release"] == ["privee"]
+    assert result["released_argmax_agreement"] == 1.0
+    assert result["accuracy"] == digits_undefended["accuracy"]
 
 
 def test_demo_rejects_bad_release_spec_before_starting() -> None:

@@ -11,7 +11,7 @@ import pytest
 from tests.integration.conftest import federation
 from vflsec.services import he, plugins
 
-TRAINING_KINDS = {plugins.ENCRYPTED_LOGITS, plugins.ENCRYPTED_SCORES, plugins.GRADIENT}
+TRAINING_KINDS = {plugins.ENCRYPTED_LOGITS, plugins.ENCRYPTED_SCORES, plugins.GRADIENT, plugins.TRAINING_DATA}
 
 
 def test_active_party_transcript(tmp_path) -> None:
@@ -34,8 +34,11 @@ def test_active_party_transcript(tmp_path) -> None:
     training_kinds = [e["kind"] for e in training]
     assert training_kinds.count(plugins.ENCRYPTED_LOGITS) == 6
     assert training_kinds.count(plugins.ENCRYPTED_SCORES) == training_kinds.count(plugins.GRADIENT) == 3
-    # During training the only plaintext arrays are the active party's own gradient blocks.
-    assert {name for e in training for name in e["arrays"]} <= {"weights", "bias"}
+    # During training the only plaintext arrays from others are the active party's own gradient blocks
+    # (its own training rows are offered to plugins too, as its own data).
+    received = [e for e in training if e["source"] != "active"]
+    assert {name for e in received for name in e["arrays"]} == {"weights", "bias"}
+    assert {e["kind"] for e in training if e["source"] == "active"} == {plugins.TRAINING_DATA}
     assert [e["kind"] for e in after] == [plugins.ENCRYPTED_LOGITS] * 2 + [
         plugins.RELEASED_SCORES,
         plugins.RELEASED_MODEL,

@@ -126,14 +126,12 @@ def test_unknown_backend_name() -> None:
 def test_malformed_ciphertexts_raise_value_error(pair: Pair) -> None:
     keyholder, party = pair
     good = party.serialize(party.encrypt(np.arange(8.0)))
-    flipped = bytearray(good)
-    flipped[len(good) // 2] ^= 0xFF
     other = "plain" if party.name == "ckks" else "ckks"
     foreign_backend = he.open_public(other, he.make_keyholder(other).public_context())
     foreign = foreign_backend.serialize(foreign_backend.encrypt(np.ones(8)))
     bad_inputs = [b"", b"garbage" * 50, good[: len(good) // 2], good[:-1], good + b"\x00", foreign]
-    if party.name == "ckks":
-        bad_inputs.append(bytes(flipped))  # plain bytes have no integrity check; a flip is still a float
+    # No bit-flip case: a CKKS ciphertext carries no MAC, and a flipped coefficient that stays below its
+    # modulus is a valid ciphertext of garbage (integrity in transit is mTLS's job).
     for data in bad_inputs:
         with pytest.raises(ValueError):
             keyholder.deserialize(data)

@@ -1,0 +1,218 @@
+"""The evaluation harness: run a scenario through the real services with the curious plugin on the active
+party, launch attacks on its recordings, and score them against the passive parties' true features.
+
+Only this module sees ground truth (the passive parties' data files, scaled exactly as their services scale
+them); the attacks see the plugin's store and nothing else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vflsec.client.federation import FederationLayout, FederationSpec, run_in_process, run_processes, write_federation
+from vflsec.client.operator import Operator
+from vflsec.services import attacks, curious, datasets
+from vflsec.services.app import load_party_data
+from vflsec.services.config import load_config
+
+BASELINES = ("half", "rg", "zero")
+DEFAULT_ATTACKS = ("esa", "ls_clamped", "cls", "half_star", "rcc2")
+
+
+@dataclass
+class AttackScenario:
+    dataset: str = "digits"
+    label: str | None = None
+    n_passive: int = 1
+    passive_features: int | float | Sequence[str] | None = None
+    attacks: Sequence[str] = DEFAULT_ATTACKS
+    attack_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    predictions: int = 1000
+    backend: str = "ckks"
+    epochs: int = 30
+    batch_size: int = 64
+    learning_rate: float = 0.1
+    seed: int = 0
+    score_release: Sequence[str] = ()
+    param_release: Sequence[str] = ()
+    release_model: bool = True
+    windows: int = 1  # > 1: rassouli's "average over space" over this many cyclic windows of passive columns
+    in_process: bool = False  # parties as in-process servers (tests) instead of OS processes
+
+
+@dataclass
+class ScenarioRun:
+    layout: FederationLayout
+    store_path: Path
+    session_id: str
+    queried: list[str]
+    accuracy: float
+    n_classes: int
+
+
+def run_scenario(scenario: AttackScenario, workdir: Path) -> ScenarioRun:
+    """Train, release the model, then query ``predictions`` samples; the curious plugin records it all."""
+    ds = datasets.load_dataset(scenario.dataset, label=scenario.label)
+    store_path = workdir / "curious.sqlite"
+    spec = FederationSpec(
+        dataset=ds,
+        n_passive=scenario.n_passive,
+        passive_features=scenario.passive_features,
+        backend=scenario.backend,
+        score_release=scenario.score_release,
+        param_release=scenario.param_release,
+        plugins=[{"path": "vflsec.services.curious:CuriousPlugin", "options": {"store": str(store_path)}}],
+        seed=scenario.seed,
+    )
+    layout = write_federation(spec, workdir / "federation")
+    launch = run_in_process if scenario.in_process else run_processes
+    with launch(layout), layout.operator_channel() as channel:
+        operator = Operator(channel)
+        info = operator.create_session(
+            scenario.backend, batch_size=scenario.batch_size, learning_rate=scenario.learning_rate, seed=scenario.seed
+        )
+        common = operator.align(info.session_id)
+        rng = np.random.default_rng(scenario.seed)
+        common = [common[i] for i in rng.permutation(len(common))]
+        n_query = min(scenario.predictions, len(common))
+        train_ids = common[n_query:] if len(common) - n_query >= len(common) // 2 else common
+        for _ in operator.train(info.session_id, train_ids, scenario.epochs):
+            pass
+        if scenario.release_model:
+            operator.fetch_model(info.session_id)
+        queried = common[:n_query]
+        released = operator.predict(info.session_id, queried)
+    labels = ds.y[datasets.select_ids(ds.ids, queried)]
+    accuracy = float(np.mean(released.scores.argmax(axis=1) == labels))
+    return ScenarioRun(layout, store_path, info.session_id, queried, accuracy, ds.n_classes)
+
+
+def true_passive_features(layout: FederationLayout, sample_ids: Sequence[str]) -> np.ndarray:
+    """Ground truth: each passive party's features as its service sees them (scaled locally), in party order."""
+    blocks = []
+    for party in layout.passive_parties:
+        data = load_party_data(load_config(layout.configs[party]))
+        blocks.append(data.X[datasets.select_ids(data.ids, list(sample_ids))])
+    return np.hstack(blocks)
+
+
+def cyclic_windows(names: Sequence[str], width: int, count: int) -> list[list[str]]:
+    """Rassouli's "average over space": ``count`` evenly spaced cyclic windows of ``width`` consecutive
+    columns, each one a choice of which columns the passive side holds."""
+    d = len(names)
+    if not 1 <= width < d:
+        raise ValueError(f"window width must be in 1..{d - 1}, got {width}")
+    if not 1 <= count <= d:
+        raise ValueError(f"window count must be in 1..{d}, got {count}")
+    starts = np.linspace(0, d, count, endpoint=False).astype(int)
+    return [[names[(s + j) % d] for j in range(width)] for s in starts]
+
+
+def evaluate_attacks(
+    obs: attacks.Observations,
+    truth: np.ndarray,
+    names: Sequence[str],
+    options: dict[str, dict[str, Any]] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Run each attack on the recorded observations; MSE against the truth (luo Eq. 10) and time taken."""
+    results: dict[str, dict[str, Any]] = {}
+    for name in names:
+        attack = attacks.make_attack(name, **(options or {}).get(name, {}))
+        start = time.perf_counter()
+        try:
+            reconstruction = attacks.run_attack(attack, obs)
+        except attacks.NotApplicable as exc:
+            results[name] = {"not_applicable": exc.reason}
+        else:
+            results[name] = {
+                "mse": attacks.mse(truth, reconstruction.x_passive),
+                "mse_per_feature": attacks.mse_per_feature(truth, reconstruction.x_passive).tolist(),
+                "seconds": time.perf_counter() - start,
+            }
+        if log is not None:
+            log(f"{name}: {results[name]}")
+    return results
+
+
+def run_attack_scenario(scenario: AttackScenario, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """One scenario, or with ``windows > 1`` the average of the MSEs over cyclic windows of passive columns."""
+    if scenario.windows <= 1:
+        return _run_once(scenario, log)
+    names = datasets.load_dataset(scenario.dataset, label=scenario.label).feature_names
+    width = datasets.split_columns(names, scenario.n_passive, passive_features=scenario.passive_features)
+    d_passive = sum(len(p) for p in width.passive)
+    reports = [
+        _run_once(replace(scenario, passive_features=window, windows=1), log)
+        for window in cyclic_windows(names, d_passive, scenario.windows)
+    ]
+    report = reports[0] | {"windows": len(reports), "accuracy": float(np.mean([r["accuracy"] for r in reports]))}
+    report["baselines"] = {b: float(np.mean([r["baselines"][b] for r in reports])) for b in report["baselines"]}
+    for name, first in reports[0]["attacks"].items():
+        if "mse" in first:
+            report["attacks"][name] = {
+                "mse": float(np.mean([r["attacks"][name]["mse"] for r in reports])),
+                "seconds": float(np.sum([r["attacks"][name]["seconds"] for r in reports])),
+            }
+    report.pop("mse_per_feature")
+    return report
+
+
+def _run_once(scenario: AttackScenario, log: Callable[[str], None] | None) -> dict[str, Any]:
+    with _workdir() as workdir:
+        run = run_scenario(scenario, workdir)
+        store = curious.ObservationStore(run.store_path)
+        try:
+            obs, sample_ids = curious.observations(store, run.session_id)
+        finally:
+            store.close()
+        truth = true_passive_features(run.layout, sample_ids)
+    baselines = evaluate_attacks(obs, truth, BASELINES, {"rg": {"seed": scenario.seed}})
+    results = evaluate_attacks(obs, truth, scenario.attacks, scenario.attack_options, log)
+    report: dict[str, Any] = {
+        "dataset": scenario.dataset,
+        "n_classes": run.n_classes,
+        "d_passive": obs.d_passive,
+        "d_active": obs.x_active.shape[1],
+        "n_samples": obs.n_samples,
+        "accuracy": run.accuracy,
+        "backend": scenario.backend,
+        "score_release": list(scenario.score_release),
+        "param_release": list(scenario.param_release),
+        "baselines": {name: r["mse"] for name, r in baselines.items()},
+        "attacks": {name: {k: v for k, v in r.items() if k != "mse_per_feature"} for name, r in results.items()},
+        "mse_per_feature": {name: r["mse_per_feature"] for name, r in {**baselines, **results}.items() if "mse" in r},
+    }
+    return report
+
+
+@contextlib.contextmanager
+def _workdir() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="vflsec-attack-") as tmp:
+        yield Path(tmp)
+
+
+def markdown_table(report: dict[str, Any]) -> str:
+    lines = [
+        f"### {report['dataset']}: d_passive = {report['d_passive']}, n = {report['n_samples']}, "
+        f"accuracy = {report['accuracy']:.4f}, release = {report['score_release'] or 'none'}",
+        "",
+        "| attack | MSE | seconds |",
+        "|---|---|---|",
+    ]
+    for name, mse in report["baselines"].items():
+        lines.append(f"| {name} (baseline) | {mse:.6g} | |")
+    for name, r in report["attacks"].items():
+        if "not_applicable" in r:
+            lines.append(f"| {name} | not applicable: {r['not_applicable']} | |")
+        else:
+            lines.append(f"| {name} | {r['mse']:.6g} | {r['seconds']:.3f} |")
+    return "\n".join(lines) + "\n"

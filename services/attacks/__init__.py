@@ -1,0 +1,35 @@
+"""Feature-inference attacks on released LR scores; importing the package registers every attack."""
+
+from . import agnostic, black_box, chebyshev, closed_form, gradient
+from .base import (
+    ATTACKS,
+    WHITE_BOX_NEEDS,
+    Attack,
+    NotApplicable,
+    Observations,
+    Reconstruction,
+    make_attack,
+    mse,
+    mse_per_feature,
+    register,
+    run_attack,
+)
+
+__all__ = [
+    "ATTACKS",
+    "WHITE_BOX_NEEDS",
+    "Attack",
+    "NotApplicable",
+    "Observations",
+    "Reconstruction",
+    "agnostic",
+    "black_box",
+    "chebyshev",
+    "closed_form",
+    "gradient",
+    "make_attack",
+    "mse",
+    "mse_per_feature",
+    "register",
+    "run_attack",
+]

@@ -1,0 +1,171 @@
+"""The one contract every feature-inference attack implements.
+
+An attack only ever sees an :class:`Observations` — what the active party (the adversary) actually received
+through the release chains plus its own data. Ground truth stays with the experiment harness, which compares
+a :class:`Reconstruction` with the passive party's true features through :func:`mse` / :func:`mse_per_feature`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "ATTACKS",
+    "WHITE_BOX_NEEDS",
+    "Attack",
+    "NotApplicable",
+    "Observations",
+    "Reconstruction",
+    "make_attack",
+    "mse",
+    "mse_per_feature",
+    "register",
+    "run_attack",
+]
+
+
+@dataclass(frozen=True)
+class Observations:
+    """Only what the active party received — never ground truth.
+
+    ``w_active``/``bias``/``w_passive`` use the logit layout of the model: ``K_logits = 1`` rows for a binary
+    sigmoid model (released scores are then ``[1 - p, p]``) and ``K_logits = C`` rows for a softmax model.
+    """
+
+    x_active: np.ndarray  # (n, d_a) the adversary's own features for the queried samples
+    scores: np.ndarray | None  # (n, C) released scores (possibly defended: noisy, rounded, ...)
+    n_classes: int  # C
+    d_passive: int  # number of passive features (the schema is known to the active party)
+    w_active: np.ndarray | None = None  # (K_logits, d_a)
+    bias: np.ndarray | None = None  # (K_logits,)
+    w_passive: np.ndarray | None = None  # (K_logits, d_p) as disclosed; None when withheld
+    train_x_active: np.ndarray | None = None  # the active party's own training rows (agnostic attacks)
+    train_y: np.ndarray | None = None  # its labels for those rows
+    release: tuple[str, ...] = ()  # names of the release steps that ran (informational)
+
+    def __post_init__(self) -> None:
+        n, d_a = np.shape(self.x_active)
+        if self.n_classes < 2:
+            raise ValueError(f"n_classes must be >= 2, got {self.n_classes}")
+        if self.d_passive < 1:
+            raise ValueError(f"d_passive must be >= 1, got {self.d_passive}")
+        if self.scores is not None and np.shape(self.scores) != (n, self.n_classes):
+            raise ValueError(f"scores must have shape {(n, self.n_classes)}, got {np.shape(self.scores)}")
+        k = self.k_logits
+        for name, expected in (("w_active", (k, d_a)), ("w_passive", (k, self.d_passive)), ("bias", (k,))):
+            value = getattr(self, name)
+            if value is not None and np.shape(value) != expected:
+                raise ValueError(f"{name} must have shape {expected}, got {np.shape(value)}")
+        if (self.train_x_active is None) != (self.train_y is None):
+            raise ValueError("train_x_active and train_y come together")
+        if self.train_x_active is not None and np.shape(self.train_x_active)[1:] != (d_a,):
+            raise ValueError(f"train_x_active must have {d_a} columns")
+
+    @property
+    def n_samples(self) -> int:
+        return int(np.shape(self.x_active)[0])
+
+    @property
+    def k_logits(self) -> int:
+        """Rows of the weight blocks: taken from whichever block is present, else the softmax layout."""
+        for value in (self.w_active, self.w_passive, self.bias):
+            if value is not None:
+                return int(np.shape(value)[0])
+        return self.n_classes
+
+
+@dataclass
+class Reconstruction:
+    """The adversary's estimate of the passive features; ``meta`` may hold per-sample arrays."""
+
+    x_passive: np.ndarray  # (n, d_p)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class NotApplicable(Exception):
+    """The attack cannot run on these observations (e.g. the passive weights were withheld)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+# The LR white box: released scores plus every disclosed weight block.
+WHITE_BOX_NEEDS = frozenset({"scores", "w_active", "w_passive", "bias"})
+
+
+class Attack(ABC):
+    """A reconstruction algorithm; ``needs`` lists the :class:`Observations` fields that must be non-None."""
+
+    name: str = ""
+    needs: frozenset[str] = frozenset()
+
+    @abstractmethod
+    def reconstruct(self, obs: Observations) -> Reconstruction:
+        """Estimate ``x_passive`` (n, d_p) for the queried samples."""
+
+
+_OBSERVATION_FIELDS = frozenset(f.name for f in fields(Observations))
+
+
+def run_attack(attack: Attack, obs: Observations) -> Reconstruction:
+    """Run ``attack`` after checking that every observation it needs was actually released."""
+    unknown = attack.needs - _OBSERVATION_FIELDS
+    if unknown:
+        raise ValueError(f"{attack.name} declares unknown observation fields {sorted(unknown)}")
+    missing = sorted(name for name in attack.needs if getattr(obs, name) is None)
+    if missing:
+        raise NotApplicable(f"{attack.name} needs {', '.join(missing)}, which the active party did not receive")
+    result = attack.reconstruct(obs)
+    expected = (obs.n_samples, obs.d_passive)
+    if result.x_passive.shape != expected:
+        raise RuntimeError(f"{attack.name} returned shape {result.x_passive.shape}, expected {expected}")
+    return result
+
+
+ATTACKS: dict[str, Callable[..., Attack]] = {}
+
+
+def register(name: str, factory: Callable[..., Attack] | None = None) -> Callable[..., Any]:
+    """Register ``factory`` (a class or a callable returning an :class:`Attack`) under ``name``.
+
+    Usable as a class decorator (``@register("half")``) or as a call (``register("ls", Esa)``).
+    """
+
+    def add(target: Callable[..., Attack]) -> Callable[..., Attack]:
+        if name in ATTACKS:
+            raise ValueError(f"attack {name!r} is already registered")
+        ATTACKS[name] = target
+        return target
+
+    return add(factory) if factory is not None else add
+
+
+def make_attack(name: str, **options: Any) -> Attack:
+    """Build the registered attack ``name`` with its keyword ``options``."""
+    try:
+        factory = ATTACKS[name]
+    except KeyError:
+        raise ValueError(f"unknown attack {name!r}; known: {', '.join(sorted(ATTACKS))}") from None
+    attack = factory(**options)
+    attack.name = name  # variants share a class; the registry name is what reports show
+    return attack
+
+
+def mse_per_feature(x_true: np.ndarray, x_hat: np.ndarray) -> np.ndarray:
+    """Mean square error of each passive feature over the samples, shape (d_p,)."""
+    x_true = np.asarray(x_true, dtype=float)
+    x_hat = np.asarray(x_hat, dtype=float)
+    if x_true.shape != x_hat.shape:
+        raise ValueError(f"shape mismatch: {x_true.shape} vs {x_hat.shape}")
+    return np.mean((x_hat - x_true) ** 2, axis=0)
+
+
+def mse(x_true: np.ndarray, x_hat: np.ndarray) -> float:
+    """MSE per feature, luo Eq. 10: (1 / (n d_p)) Σ_t Σ_i (x̂_ti − x_ti)²."""
+    return float(np.mean(mse_per_feature(x_true, x_hat)))

@@ -1,0 +1,88 @@
+"""Closed-form attacks: the blind baselines and the pseudo-inverse family (luo §IV-A, rassouli §V).
+
+All are O(n · d_p · (C − 1)) after one SVD of A, vectorised over the queried samples.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from typing import Any
+
+import numpy as np
+
+from .base import WHITE_BOX_NEEDS, Attack, Observations, Reconstruction, register
+from .linear import PassiveSystem, passive_system
+
+
+class LinearSystemAttack(Attack):
+    """A white-box LR attack that only needs the system A x = b (one row of b per sample)."""
+
+    needs = WHITE_BOX_NEEDS
+
+    def reconstruct(self, obs: Observations) -> Reconstruction:
+        system, b = passive_system(obs)
+        x, meta = self.solve(system, b)
+        meta.setdefault("rank", system.rank)
+        return Reconstruction(x_passive=x, meta=meta)
+
+    @abstractmethod
+    def solve(self, system: PassiveSystem, b: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
+        """Estimate x for every row of b."""
+
+
+class Esa(LinearSystemAttack):
+    """Equation solving attack x̂ = A⁺b (luo Eq. 3–8; rassouli's LS), optionally clamped to [0, 1].
+
+    Exact on exact scores iff A has full column rank — generically d_p ≤ C − 1 (C − 1 log-ratio equations;
+    a binary model gives one equation whether it has one sigmoid or two softmax logits).
+    """
+
+    def __init__(self, clamp: bool = False) -> None:
+        self.clamp = clamp
+
+    def solve(self, system: PassiveSystem, b: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
+        x = system.least_squares(b)
+        if self.clamp:
+            x = np.clip(x, 0.0, 1.0)
+        return x, {"exact": system.determined}
+
+
+class HalfStar(LinearSystemAttack):
+    """The point of the solution space nearest to ½·1 (rassouli Prop. 1); beats Half for every sample."""
+
+    def solve(self, system: PassiveSystem, b: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
+        return system.half_star(b), {"exact": system.determined}
+
+
+class Constant(Attack):
+    """A blind estimate: the same value for every passive feature (Half = Chebyshev centre of [0, 1]^d)."""
+
+    needs = frozenset()
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def reconstruct(self, obs: Observations) -> Reconstruction:
+        return Reconstruction(np.full((obs.n_samples, obs.d_passive), self.value), {})
+
+
+class RandomGuess(Attack):
+    """Uniform random guess on [0, 1]^d; by rassouli Lemma 1 its MSE exceeds Half's by Var(U) = 1/12."""
+
+    needs = frozenset()
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = seed
+
+    def reconstruct(self, obs: Observations) -> Reconstruction:
+        rng = np.random.default_rng(self.seed)
+        return Reconstruction(rng.uniform(size=(obs.n_samples, obs.d_passive)), {"seed": self.seed})
+
+
+register("esa", Esa)
+register("ls", Esa)
+register("ls_clamped", lambda: Esa(clamp=True))
+register("half_star", HalfStar)
+register("half", lambda: Constant(0.5))
+register("zero", lambda: Constant(0.0))
+register("rg", RandomGuess)

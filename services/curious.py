@@ -1,0 +1,220 @@
+"""The curious active-party plugin: a durable, append-only record of everything the active party receives,
+and the bridge from those recordings to the attack contract (:class:`vflsec.services.attacks.Observations`).
+
+Store: SQLite in WAL mode, one row per observation, arrays as blobs with dtype and shape, keyed by session.
+A commit is acknowledged only once it is durable (``synchronous=FULL``), so a restart of the active party
+loses nothing it recorded. Ciphertexts are useless to the attacks and large (~330 KB each), so by default
+only their count, sizes and SHA-256 digests are kept; ``ciphertexts="full"`` keeps the bytes too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vflsec.services import plugins
+from vflsec.services.attacks import Observations
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS observations (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    source TEXT NOT NULL,
+    received_at REAL NOT NULL,
+    sample_ids TEXT NOT NULL,
+    meta TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS observations_by_session ON observations (session_id, kind, id);
+CREATE TABLE IF NOT EXISTS arrays (
+    observation_id INTEGER NOT NULL REFERENCES observations (id),
+    name TEXT NOT NULL,
+    dtype TEXT NOT NULL,
+    shape TEXT NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY (observation_id, name)
+);
+CREATE TABLE IF NOT EXISTS blobs (
+    observation_id INTEGER NOT NULL REFERENCES observations (id),
+    name TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    sha256 TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    data BLOB,
+    PRIMARY KEY (observation_id, name, position)
+);
+"""
+
+
+@dataclass(frozen=True)
+class Recorded:
+    id: int
+    session_id: str
+    kind: str
+    source: str
+    received_at: float
+    sample_ids: list[str]
+    meta: dict[str, Any]
+    arrays: dict[str, np.ndarray]
+
+
+class ObservationStore:
+    def __init__(self, path: str | Path, *, ciphertexts: str = "digest") -> None:
+        if ciphertexts not in ("digest", "full"):
+            raise ValueError(f"ciphertexts must be 'digest' or 'full', got {ciphertexts!r}")
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.keep_ciphertexts = ciphertexts == "full"
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(SCHEMA)
+        self._lock = threading.Lock()
+
+    def append(self, obs: plugins.Observation) -> int:
+        """Store one observation atomically; returns its id once it is durable."""
+        with self._lock:
+            cur = self._db.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                cur.execute(
+                    "INSERT INTO observations (session_id, kind, source, received_at, sample_ids, meta)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    (
+                        obs.session_id,
+                        obs.kind,
+                        obs.source,
+                        obs.received_at,
+                        json.dumps(list(obs.sample_ids)),
+                        json.dumps(plugins.jsonable(obs.meta)),
+                    ),
+                )
+                oid = int(cur.lastrowid)
+                cur.executemany(
+                    "INSERT INTO arrays VALUES (?, ?, ?, ?, ?)",
+                    [_array_row(oid, name, value) for name, value in obs.arrays.items()],
+                )
+                cur.executemany(
+                    "INSERT INTO blobs VALUES (?, ?, ?, ?, ?, ?)",
+                    [
+                        (
+                            oid,
+                            name,
+                            i,
+                            hashlib.sha256(blob).hexdigest(),
+                            len(blob),
+                            blob if self.keep_ciphertexts else None,
+                        )
+                        for name, items in obs.blobs.items()
+                        for i, blob in enumerate(items)
+                    ],
+                )
+                cur.execute("COMMIT")
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+        return oid
+
+    def sessions(self) -> list[str]:
+        rows = self._db.execute("SELECT session_id FROM observations GROUP BY session_id ORDER BY MIN(id)")
+        return [r[0] for r in rows]
+
+    def count(self, session_id: str | None = None, kind: str | None = None) -> int:
+        query, args = _filter("SELECT COUNT(*) FROM observations", session_id, kind)
+        return int(self._db.execute(query, args).fetchone()[0])
+
+    def read(self, session_id: str | None = None, kind: str | None = None) -> Iterator[Recorded]:
+        query, args = _filter(
+            "SELECT id, session_id, kind, source, received_at, sample_ids, meta FROM observations", session_id, kind
+        )
+        for oid, sid, k, source, at, ids, meta in self._db.execute(query + " ORDER BY id", args).fetchall():
+            arrays = {
+                name: np.frombuffer(data, dtype=np.dtype(dtype)).reshape(json.loads(shape))
+                for name, dtype, shape, data in self._db.execute(
+                    "SELECT name, dtype, shape, data FROM arrays WHERE observation_id = ?", (oid,)
+                )
+            }
+            yield Recorded(oid, sid, k, source, at, json.loads(ids), json.loads(meta), arrays)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+def _filter(query: str, session_id: str | None, kind: str | None) -> tuple[str, list[str]]:
+    clauses, args = [], []
+    if session_id is not None:
+        clauses.append("session_id = ?")
+        args.append(session_id)
+    if kind is not None:
+        clauses.append("kind = ?")
+        args.append(kind)
+    return (query + (" WHERE " + " AND ".join(clauses) if clauses else "")), args
+
+
+def _array_row(oid: int, name: str, value: np.ndarray) -> tuple[int, str, str, str, bytes]:
+    array = np.ascontiguousarray(value)
+    return oid, name, array.dtype.str, json.dumps(list(array.shape)), array.tobytes()
+
+
+class CuriousPlugin:
+    """Active-party plugin: ``[[plugins]] path = "vflsec.services.curious:CuriousPlugin"``,
+    ``options = { store = "curious.sqlite" }``."""
+
+    def __init__(self, store: str, ciphertexts: str = "digest") -> None:
+        self.store = ObservationStore(store, ciphertexts=ciphertexts)
+
+    def observe(self, observation: plugins.Observation) -> None:
+        self.store.append(observation)
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def observations(store: ObservationStore, session_id: str) -> tuple[Observations, list[str]]:
+    """Everything the active party received in a session, as the attack contract's input.
+
+    Rows are the released score vectors in the order received (with the active party's own features at that
+    moment); the model is the last one released; the passive blocks are concatenated in party order and count
+    as withheld if any party's block was withheld. Returns the observations and the queried sample IDs.
+    """
+    sessions = list(store.read(session_id, plugins.SESSION))
+    if not sessions:
+        raise LookupError(f"no recorded session {session_id!r} in {store.path}")
+    schema = sessions[-1].meta
+    released = list(store.read(session_id, plugins.RELEASED_SCORES))
+    if not released:
+        raise LookupError(f"session {session_id!r} has no released scores recorded")
+    x_active = np.vstack([r.arrays["own_features"] for r in released])
+    scores = np.vstack([r.arrays["scores"] for r in released])
+    sample_ids = [i for r in released for i in r.sample_ids]
+    passive_parties = list(schema["passive_features"])
+    model: dict[str, Any] = {}
+    models = list(store.read(session_id, plugins.RELEASED_MODEL))
+    if models:
+        last = models[-1]
+        model["w_active"], model["bias"] = last.arrays["w_active"], last.arrays["bias"]
+        blocks = [last.arrays.get(f"w_passive/{party}") for party in passive_parties]
+        if all(b is not None for b in blocks):
+            model["w_passive"] = np.hstack(blocks)
+    training = list(store.read(session_id, plugins.TRAINING_DATA))
+    if training:
+        model["train_x_active"] = training[-1].arrays["features"]
+        model["train_y"] = training[-1].arrays["labels"]
+    obs = Observations(
+        x_active=x_active,
+        scores=scores,
+        n_classes=int(schema["n_classes"]),
+        d_passive=int(sum(schema["passive_features"].values())),
+        release=tuple(released[-1].meta.get("chain", ())),
+        **model,
+    )
+    return obs, sample_ids

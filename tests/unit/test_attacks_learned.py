@@ -1,0 +1,106 @@
+"""Attacks that learn from many predictions: sign-only black box, agnostic AM/RAM, GIA and GRN."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from scipy.special import expit
+
+from vflsec.services.attacks import NotApplicable, Observations, make_attack, mse, run_attack
+from vflsec.services.attacks.synthetic import lr_task
+
+
+def _black_box_obs(n: int, omega: float, offset: float, seed: int) -> tuple[Observations, np.ndarray]:
+    """Binary LR with one passive feature; neither w_passive (ω) nor the bias (b) is released."""
+    rng = np.random.default_rng(seed)
+    x_act, x_pas = rng.uniform(size=(n, 3)), rng.beta(2.0, 3.0, size=(n, 1))
+    w_act = rng.normal(size=(1, 3))
+    p = expit(x_act @ w_act.T + omega * x_pas + offset)[:, 0]
+    obs = Observations(x_active=x_act, scores=np.stack([1 - p, p], 1), n_classes=2, d_passive=1, w_active=w_act)
+    return obs, x_pas
+
+
+def _sign_only_mse(n: int, omega: float, offset: float, relation: str, trials: int = 30) -> float:
+    attack = make_attack("sign_only", sign_relation=relation)
+    errors = []
+    for trial in range(trials):
+        obs, x_pas = _black_box_obs(n, omega, offset, seed=1000 * n + trial)
+        errors.append(mse(x_pas, run_attack(attack, obs).x_passive))
+    return float(np.mean(errors))
+
+
+@pytest.mark.parametrize(
+    ("omega", "offset", "relation"),
+    [(1.5, 2.0, "same"), (-1.5, -0.5, "same"), (-1.5, 3.0, "opposite")],  # cases 2, 2 and 3.1
+)
+def test_sign_only_error_shrinks_with_more_predictions(omega: float, offset: float, relation: str) -> None:
+    errors = [_sign_only_mse(n, omega, offset, relation) for n in (10, 100, 1000)]
+    assert errors[0] > errors[1] > errors[2]
+    assert errors[2] < 0.005  # converges towards 0 (rassouli §VI), far below Half's 1/12
+
+
+def test_sign_only_mixed_signs_fall_back_to_half() -> None:
+    obs, _ = _black_box_obs(500, 3.0, -1.5, seed=2)  # ωb < 0 and v changes sign: case 3.2
+    result = run_attack(make_attack("sign_only", sign_relation="opposite"), obs)
+    assert result.meta["case"] == "3.2"
+    np.testing.assert_array_equal(result.x_passive, 0.5)
+
+
+def test_sign_only_with_known_bias_uses_case_one() -> None:
+    task = lr_task(2000, 3, 1, 2, seed=5)
+    result = run_attack(make_attack("sign_only"), dataclasses.replace(task.obs, w_passive=None))
+    assert result.meta["case"] == "1"
+    assert mse(task.x_passive, result.x_passive) < 1e-3
+
+
+def test_sign_only_needs_one_passive_feature() -> None:
+    task = lr_task(50, 3, 2, 2, seed=5)
+    with pytest.raises(NotApplicable, match="one passive feature"):
+        run_attack(make_attack("sign_only"), task.obs)
+
+
+@pytest.mark.parametrize(("n_classes", "d_passive"), [(4, 2), (3, 5)])
+def test_refined_adversary_model_beats_plain_one(n_classes: int, d_passive: int) -> None:
+    task = lr_task(1000, 8, d_passive, n_classes, rho=0.5, n_train=4000, seed=21)
+    am = run_attack(make_attack("am"), task.obs)
+    ram = run_attack(make_attack("ram", n_refine=200), task.obs)
+    assert am.meta["method"] == ("ls" if d_passive < n_classes else "half_star")
+    assert ram.meta["n_refine"] == 200
+    assert mse(task.x_passive, ram.x_passive) <= mse(task.x_passive, am.x_passive)
+    for result in (am, ram):
+        assert np.all((result.x_passive >= 0) & (result.x_passive <= 1))
+
+
+@pytest.fixture(scope="module")
+def correlated_task():  # type: ignore[no-untyped-def]
+    return lr_task(1500, 8, 4, 3, rho=0.7, seed=13)
+
+
+def test_gia_beats_random_guess_and_fits_the_scores(correlated_task) -> None:  # type: ignore[no-untyped-def]
+    task = correlated_task
+    gia = run_attack(make_attack("gia"), task.obs)
+    rg = run_attack(make_attack("rg"), task.obs)
+    assert mse(task.x_passive, gia.x_passive) < mse(task.x_passive, rg.x_passive)
+    assert np.all((gia.x_passive >= 0) & (gia.x_passive <= 1))
+    start = run_attack(make_attack("gia", steps=0), task.obs)  # the divergence at the ½·1 start
+    assert np.mean(gia.meta["loss"]) < 0.5 * np.mean(start.meta["loss"])
+
+
+def test_grn_beats_random_guess_and_learns(correlated_task) -> None:  # type: ignore[no-untyped-def]
+    task = correlated_task
+    grn = run_attack(make_attack("grn", epochs=15), task.obs)
+    rg = run_attack(make_attack("rg"), task.obs)
+    assert mse(task.x_passive, grn.x_passive) < mse(task.x_passive, rg.x_passive)
+    history = grn.meta["loss_history"]
+    assert history[-1] < history[0]
+    again = run_attack(make_attack("grn", epochs=15), task.obs)
+    np.testing.assert_allclose(again.x_passive, grn.x_passive)  # seeded end to end
+
+
+@pytest.mark.parametrize("name", ["grn_noise_only", "grn_xadv_only", "grn_no_reg", "grn_direct"])
+def test_grn_ablations_run_and_respect_the_range(name: str, correlated_task) -> None:  # type: ignore[no-untyped-def]
+    result = run_attack(make_attack(name, epochs=2, hidden=(32,)), correlated_task.obs)
+    assert np.all((result.x_passive >= 0) & (result.x_passive <= 1))
+    assert np.isfinite(result.meta["loss_history"]).all()
