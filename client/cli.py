@@ -105,6 +105,9 @@ def demo(
     learning_rate: Annotated[float, typer.Option(min=0.0)] = 0.1,
     seed: Annotated[int, typer.Option()] = 0,
     compare_plain: Annotated[bool, typer.Option(help="Also train on the plain backend and report both.")] = False,
+    scaling: Annotated[str, typer.Option(help="Each party scales its own columns: standard | minmax | none.")] = (
+        "standard"
+    ),
     release: ReleaseOption = None,
     param_release: ParamReleaseOption = None,
     workdir: Annotated[Path | None, typer.Option(help="Keep configs, certificates and logs here.")] = None,
@@ -130,6 +133,7 @@ def demo(
         learning_rate=learning_rate,
         seed=seed,
         compare_plain=compare_plain,
+        scaling=scaling,
         score_release=release or [],
         param_release=param_release or [],
         workdir=workdir,
@@ -362,6 +366,32 @@ def bench_release(
 
     result = bench.run(batch, tuple(int(k) for k in ks.split(",")), repeats)
     typer.echo(bench.table(result), err=as_json)
+    if as_json:
+        typer.echo(json.dumps(result))
+
+
+@bench_app.command("attacks")
+def bench_attacks(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Attack run times on synthetic LR tasks (RCC2, RCC1 on 1,000 samples; GRN on 10,000 predictions)."""
+    from vflsec.client import bench_attacks as bench
+
+    result = bench.run()
+    for label, seconds in result["seconds"].items():
+        typer.echo(f"{label:<22} {seconds:8.3f} s   MSE {result['mse'][label]:.5f}", err=as_json)
+    if as_json:
+        typer.echo(json.dumps(result))
+
+
+@bench_app.command("plugin")
+def bench_plugin(
+    rows: Annotated[int, typer.Option(help="Rows of the synthetic set when Credit default is absent.")] = 30000,
+    backend: Annotated[str, typer.Option(help="ckks | plain")] = "ckks",
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Inference throughput with and without the curious plugin recording (through the real services)."""
+    from vflsec.client.bench_plugin import run
+
+    result = run(rows=rows, backend=backend, log=lambda line: typer.echo(line, err=as_json))
     if as_json:
         typer.echo(json.dumps(result))
 

@@ -35,6 +35,8 @@ class DemoOptions:
     optimizer: str = "adam"
     seed: int = 0
     test_fraction: float = 0.2
+    # Standardised features train the LR best; the attack harness uses min-max ([0, 1]), as the papers do.
+    scaling: str = "standard"
     compare_plain: bool = False
     score_release: Sequence[str] = ()
     param_release: Sequence[str] = ()
@@ -153,6 +155,7 @@ def run_demo(
         score_release=options.score_release,
         param_release=options.param_release,
         plugins=options.plugins,
+        scaling=options.scaling,
         seed=options.seed,
     )
     with tempfile.TemporaryDirectory(prefix="vflsec-demo-") as tmp:

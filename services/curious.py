@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import queue
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -167,15 +168,39 @@ def _array_row(oid: int, name: str, value: np.ndarray) -> tuple[int, str, str, s
 
 class CuriousPlugin:
     """Active-party plugin: ``[[plugins]] path = "vflsec.services.curious:CuriousPlugin"``,
-    ``options = { store = "curious.sqlite" }``."""
+    ``options = { store = "curious.sqlite" }``.
 
-    def __init__(self, store: str, ciphertexts: str = "digest") -> None:
+    Observations are written by a background thread so that recording stays off the protocol's critical
+    path; the queue is bounded (``max_pending``), so a slow disk applies back-pressure instead of growing
+    memory. A row counts as recorded once its transaction has committed; ``flush()`` waits for that.
+    """
+
+    def __init__(self, store: str, ciphertexts: str = "digest", max_pending: int = 256) -> None:
         self.store = ObservationStore(store, ciphertexts=ciphertexts)
+        self._queue: queue.Queue[plugins.Observation | None] = queue.Queue(maxsize=max_pending)
+        self.errors: list[str] = []
+        self._writer = threading.Thread(target=self._write, name="curious-writer", daemon=True)
+        self._writer.start()
 
     def observe(self, observation: plugins.Observation) -> None:
-        self.store.append(observation)
+        self._queue.put(observation)
+
+    def _write(self) -> None:
+        while (observation := self._queue.get()) is not None:
+            try:
+                self.store.append(observation)
+            except Exception as exc:  # keep recording the rest; the failure is reported, not hidden
+                self.errors.append(f"{observation.kind}: {exc!r}")
+            finally:
+                self._queue.task_done()
+        self._queue.task_done()
+
+    def flush(self) -> None:
+        self._queue.join()
 
     def close(self) -> None:
+        self._queue.put(None)
+        self._writer.join()
         self.store.close()
 
 

@@ -1,0 +1,152 @@
+"""The curious plugin's store: exact round trips, durability across a killed process, and the bridge to the
+attack contract."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from vflsec.services import curious, plugins
+
+
+def _session(store_or_plugin, sid: str = "s1", passive: dict | None = None) -> None:
+    meta = {"n_classes": 3, "passive_features": passive or {"passive-1": 2, "passive-2": 1}}
+    store_or_plugin.append(plugins.Observation(kind=plugins.SESSION, session_id=sid, meta=meta))
+
+
+def test_round_trip_keeps_dtype_shape_ids_and_meta(tmp_path) -> None:
+    store = curious.ObservationStore(tmp_path / "s.sqlite")
+    arrays = {
+        "scores": np.random.default_rng(0).random((4, 3)),
+        "labels": np.arange(4, dtype=np.int64),
+        "f32": np.ones((2, 2), dtype=np.float32),
+    }
+    oid = store.append(
+        plugins.Observation(
+            kind=plugins.RELEASED_SCORES,
+            session_id="s1",
+            arrays=arrays,
+            sample_ids=("a", "b", "c", "d"),
+            meta={"chain": ["privee"], "n": np.int64(3)},
+            blobs={"ciphertexts": [b"x" * 10, b"y"]},
+            source="coordinator",
+        )
+    )
+    store.append(plugins.Observation(kind=plugins.GRADIENT, session_id="s2"))
+    (rec,) = store.read("s1")
+    assert rec.id == oid and rec.kind == plugins.RELEASED_SCORES and rec.source == "coordinator"
+    assert rec.sample_ids == ["a", "b", "c", "d"] and rec.meta == {"chain": ["privee"], "n": 3}
+    for name, value in arrays.items():
+        assert rec.arrays[name].dtype == value.dtype
+        np.testing.assert_array_equal(rec.arrays[name], value)
+    assert store.sessions() == ["s1", "s2"] and store.count() == 2 and store.count("s2", plugins.GRADIENT) == 1
+    # Ciphertexts are kept as digests by default: sizes recorded, bytes not.
+    sizes = store._db.execute("SELECT size, data FROM blobs ORDER BY position").fetchall()
+    assert sizes == [(10, None), (1, None)]
+    store.close()
+
+
+def test_acknowledged_rows_survive_a_killed_writer(tmp_path) -> None:
+    path = tmp_path / "s.sqlite"
+    script = textwrap.dedent(f"""
+        import os, signal, sys
+        import numpy as np
+        from vflsec.services import curious, plugins
+        plugin = curious.CuriousPlugin(store={str(path)!r})
+        for i in range(25):
+            plugin.observe(plugins.Observation(kind="released_scores", session_id="s",
+                                               arrays={{"scores": np.full((8, 3), float(i))}}, sample_ids=(str(i),)))
+            if i % 5 == 4:
+                plugin.flush()
+                print(i + 1, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == -9
+    acknowledged = int(done.stdout.split()[-1])
+    store = curious.ObservationStore(path)  # the active party restarts and reopens its store
+    rows = list(store.read("s"))
+    assert len(rows) >= acknowledged == 25
+    assert [r.sample_ids for r in rows[:acknowledged]] == [[str(i)] for i in range(acknowledged)]
+    np.testing.assert_array_equal(rows[7].arrays["scores"], np.full((8, 3), 7.0))
+    store.close()
+
+
+def test_observations_follow_what_was_released(tmp_path) -> None:
+    store = curious.ObservationStore(tmp_path / "s.sqlite")
+    _session(store)
+    rng = np.random.default_rng(1)
+    for ids in (("a", "b"), ("c",)):
+        store.append(
+            plugins.Observation(
+                kind=plugins.RELEASED_SCORES,
+                session_id="s1",
+                sample_ids=ids,
+                meta={"chain": ["rounding"]},
+                arrays={"scores": rng.dirichlet(np.ones(3), len(ids)), "own_features": rng.random((len(ids), 4))},
+            )
+        )
+    w1, w2 = rng.random((3, 2)), rng.random((3, 1))
+    store.append(
+        plugins.Observation(
+            kind=plugins.RELEASED_MODEL,
+            session_id="s1",
+            arrays={
+                "w_active": rng.random((3, 4)),
+                "bias": rng.random(3),
+                "w_passive/passive-1": w1,
+                "w_passive/passive-2": w2,
+            },
+        )
+    )
+    obs, ids = curious.observations(store, "s1")
+    assert ids == ["a", "b", "c"] and obs.x_active.shape == (3, 4) and obs.scores.shape == (3, 3)
+    assert obs.d_passive == 3 and obs.release == ("rounding",) and obs.train_x_active is None
+    np.testing.assert_array_equal(obs.w_passive, np.hstack([w1, w2]))
+    # A later release that withholds one block: the passive model counts as withheld.
+    store.append(
+        plugins.Observation(
+            kind=plugins.RELEASED_MODEL,
+            session_id="s1",
+            arrays={
+                "w_active": rng.random((3, 4)),
+                "bias": rng.random(3),
+                "w_passive/passive-1": w1,
+            },
+        )
+    )
+    obs, _ = curious.observations(store, "s1")
+    assert obs.w_passive is None and obs.w_active is not None
+    with pytest.raises(LookupError):
+        curious.observations(store, "no-such-session")
+    store.close()
+
+
+def test_a_failing_plugin_never_breaks_the_protocol() -> None:
+    class Broken:
+        def observe(self, observation: plugins.Observation) -> None:
+            raise RuntimeError("disk full")
+
+    seen: list[str] = []
+
+    class Good:
+        def observe(self, observation: plugins.Observation) -> None:
+            seen.append(observation.kind)
+
+    hub = plugins.PluginHub([Broken(), Good()])
+    hub.emit(plugins.Observation(kind=plugins.GRADIENT, session_id="s"))
+    assert seen == [plugins.GRADIENT] and "disk full" in hub.failures[0]
+
+
+def test_plugins_load_by_dotted_path_and_reject_bad_ones(tmp_path) -> None:
+    plugin = plugins.load_plugin("vflsec.services.curious:CuriousPlugin", {"store": str(tmp_path / "c.sqlite")})
+    assert isinstance(plugin, curious.CuriousPlugin)
+    plugin.close()
+    with pytest.raises(plugins.PluginError):
+        plugins.load_plugin("vflsec.services.curious:Nope")
+    with pytest.raises(plugins.PluginError):
+        plugins.load_plugin("no-such-entry-point")
