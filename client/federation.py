@@ -39,6 +39,7 @@ class FederationSpec:
     drop_fraction: float = 0.05  # each party misses this share of IDs, so PSI has work to do
     scaling: str = "minmax"
     seed: int = 0
+    query_policy: dict | None = None  # the coordinator's [policy] table (query_budget, refuse_training_ids, ...)
     # Loopback with free ports (default), or fixed ports behind host names (compose: hosts are party ids).
     host: str = "127.0.0.1"
     compose_ports: dict[str, int] | None = None
@@ -133,10 +134,13 @@ def write_federation(spec: FederationSpec, workdir: Path) -> FederationLayout:
             "listen": listen[party],
             "seed": spec.seed,
             "tls": {"ca": "tls/ca.pem", "cert": "tls/cert.pem", "key": "tls/key.pem"},
+            "state": {"dir": "state"},  # session checkpoints: a restarted party resumes its sessions
         }
         if party == "coordinator":
             raw["peers"] = {p: reach[p] for p in parties if p.startswith("passive")}
             raw["release"] = {"scores": list(spec.score_release), "params": list(spec.param_release)}
+            if spec.query_policy:
+                raw["policy"] = dict(spec.query_policy)
         else:
             rows = np.flatnonzero(np.isin(ds.ids, id_sets[parties.index(party) - 1]))
             is_active = party == "active"
@@ -192,8 +196,34 @@ def wait_healthy(
 
 @dataclass
 class ProcessFederation:
+    """Every party as its own ``vflsec serve`` process, with its output in ``log_dir/<party>.log``."""
+
     layout: FederationLayout
+    log_dir: Path
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    def start(self, party: str) -> subprocess.Popen:
+        role = tls.role_of(party)
+        log = (self.log_dir / f"{party}.log").open("a")
+        self.processes[party] = subprocess.Popen(
+            [sys.executable, "-m", "vflsec.client.cli", "serve", role, "--config", str(self.layout.configs[party])],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+        return self.processes[party]
+
+    def kill(self, party: str) -> None:
+        """SIGKILL: no clean shutdown, exactly what a crash looks like to the others."""
+        proc = self.processes[party]
+        proc.kill()
+        proc.wait()
+
+    def restart(self, party: str, timeout: float = 60.0) -> None:
+        self.start(party)
+        with peer_channel(self.layout.addresses[party], party, self.layout.tls("operator"), 4 << 20) as channel:
+            wait_for(channel, party, timeout, lambda: self.processes[party].poll() is None)
 
     def stop(self, timeout: float = 10.0) -> None:
         for proc in self.processes.values():
@@ -215,21 +245,13 @@ _START_ORDER = ("passive", "coordinator", "active")
 @contextlib.contextmanager
 def run_processes(layout: FederationLayout, log_dir: Path | None = None) -> Iterator[ProcessFederation]:
     """Each party as its own ``vflsec serve`` process; all are stopped on exit, error or Ctrl-C."""
-    fed = ProcessFederation(layout)
-    log_dir = log_dir or layout.workdir / "logs"
-    log_dir.mkdir(parents=True, exist_ok=True)
+    fed = ProcessFederation(layout, log_dir or layout.workdir / "logs")
+    fed.log_dir.mkdir(parents=True, exist_ok=True)
     try:
         for role in _START_ORDER:
-            for party, config in layout.configs.items():
-                if tls.role_of(party) != role:
-                    continue
-                log = (log_dir / f"{party}.log").open("w")
-                fed.processes[party] = subprocess.Popen(
-                    [sys.executable, "-m", "vflsec.client.cli", "serve", role, "--config", str(config)],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
+            for party in layout.configs:
+                if tls.role_of(party) == role:
+                    fed.start(party)
         wait_healthy(layout, processes=fed.processes)
         yield fed
     finally:

@@ -6,6 +6,7 @@ party receives is offered to its plugins (``services/plugins.py``).
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 import uuid
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 import grpc
 import numpy as np
 
-from vflsec.services import he, lr, plugins, psi, wire
+from vflsec.services import checkpoint, he, lr, plugins, psi, wire
 from vflsec.services.datasets import PartyData
 from vflsec.services.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from vflsec.services.links import CoordinatorClient, PassiveClient
@@ -38,9 +39,22 @@ class Progress:
 
 
 @dataclass
+class TrainingRun:
+    """Where a Train call is, so that a restarted active party resumes it at its next step."""
+
+    digest: str  # of the sample IDs, with the epoch count: the same request resumes, another starts anew
+    epochs: int
+    epoch: int = 1
+    batch: int = 0  # batches of this epoch already applied
+    order: np.ndarray | None = None  # this epoch's shuffled order
+    done: bool = False
+
+
+@dataclass
 class ActiveSession:
     session_id: str
     backend: he.Backend
+    public_context: bytes
     n_classes: int
     training: common_pb2.TrainingConfig
     weights: np.ndarray  # (K_logits, d_a)
@@ -56,11 +70,96 @@ class ActiveSession:
     index_of: dict[str, int] = field(default_factory=dict)  # own sample ID -> common index
     step: int = 0
     trained: bool = False
+    run: TrainingRun | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def k(self) -> int:
         return self.weights.shape[0]
+
+    def to_state(self) -> tuple[dict[str, np.ndarray], dict]:
+        (w_opt, w_t), (b_opt, b_t) = self.optimizer_w.state(), self.optimizer_b.state()
+        arrays = {
+            "weights": self.weights,
+            "bias": self.bias,
+            "context": checkpoint.from_bytes(self.public_context),
+            "opt_w_m": w_opt["m"],
+            "opt_w_v": w_opt["v"],
+            "opt_b_m": b_opt["m"],
+            "opt_b_v": b_opt["v"],
+        }
+        if self.rows is not None:
+            arrays["rows"] = self.rows
+        run = None
+        if self.run is not None:
+            run = {
+                "digest": self.run.digest,
+                "epochs": self.run.epochs,
+                "epoch": self.run.epoch,
+                "batch": self.run.batch,
+                "done": self.run.done,
+            }
+            if self.run.order is not None:
+                arrays["run_order"] = self.run.order
+        t = self.training
+        meta = {
+            "backend": self.backend.name,
+            "n_classes": self.n_classes,
+            "step": self.step,
+            "trained": self.trained,
+            "training": [t.optimizer, t.learning_rate, t.l2, t.batch_size, t.seed],
+            "passive_features": self.passive_features,
+            "opt_t": [w_t, b_t],
+            "rng": self.rng.bit_generator.state,
+            "release": [
+                [[r.name, dict(r.params)] for r in chain] for chain in (self.score_release, self.param_release)
+            ],
+            "run": run,
+        }
+        return arrays, meta
+
+    @classmethod
+    def from_state(cls, session_id: str, arrays: dict[str, np.ndarray], meta: dict, ids: list[str]) -> ActiveSession:
+        context = checkpoint.as_bytes(arrays["context"])
+        optimizer, learning_rate, l2, batch_size, seed = meta["training"]
+        training = common_pb2.TrainingConfig(
+            optimizer=optimizer, learning_rate=learning_rate, l2=l2, batch_size=batch_size, seed=seed
+        )
+        config = lr.OptimizerConfig(optimizer, learning_rate, l2)
+        weights, bias = np.array(arrays["weights"]), np.array(arrays["bias"])
+        optimizer_w = lr.BlockOptimizer(config, weights.shape)
+        optimizer_w.load_state({"m": arrays["opt_w_m"], "v": arrays["opt_w_v"]}, meta["opt_t"][0])
+        optimizer_b = lr.BlockOptimizer(config, bias.shape, penalised=False)
+        optimizer_b.load_state({"m": arrays["opt_b_m"], "v": arrays["opt_b_v"]}, meta["opt_t"][1])
+        rng = np.random.default_rng()
+        rng.bit_generator.state = meta["rng"]
+        score_release, param_release = (
+            [common_pb2.ReleaseStep(name=name, params=params) for name, params in chain] for chain in meta["release"]
+        )
+        s = cls(
+            session_id=session_id,
+            backend=he.open_public(meta["backend"], context),
+            public_context=context,
+            n_classes=meta["n_classes"],
+            training=training,
+            weights=weights,
+            bias=bias,
+            optimizer_w=optimizer_w,
+            optimizer_b=optimizer_b,
+            passive_features=meta["passive_features"],
+            score_release=score_release,
+            param_release=param_release,
+            rng=rng,
+            mask_rng=np.random.default_rng(),
+            step=meta["step"],
+            trained=meta["trained"],
+        )
+        if "rows" in arrays:
+            s.rows = np.array(arrays["rows"])
+            s.index_of = {ids[row]: i for i, row in enumerate(s.rows)}
+        if meta["run"] is not None:
+            s.run = TrainingRun(order=arrays.get("run_order"), **meta["run"])
+        return s
 
 
 class ActiveParty:
@@ -72,6 +171,7 @@ class ActiveParty:
         coordinator: CoordinatorClient,
         passives: Mapping[str, PassiveClient],
         hub: plugins.PluginHub | None = None,
+        state: checkpoint.StateDir | None = None,
     ) -> None:
         if data.y is None:
             raise ValueError("the active party's data file needs a label column")
@@ -83,7 +183,12 @@ class ActiveParty:
         self.coordinator = coordinator
         self.passives = dict(passives)
         self.hub = hub or plugins.PluginHub()
-        self.sessions: dict[str, ActiveSession] = {}
+        self.state = state or checkpoint.StateDir(None)
+        ids = [str(i) for i in data.ids]
+        self.sessions: dict[str, ActiveSession] = {
+            sid: ActiveSession.from_state(sid, arrays, meta, ids)
+            for sid, (arrays, meta) in self.state.load_all().items()
+        }
         self._pool = ThreadPoolExecutor(max_workers=max(2, len(self.passives) + 1), thread_name_prefix="peer")
         self._lock = threading.Lock()
 
@@ -97,6 +202,9 @@ class ActiveParty:
         except KeyError:
             raise NotFound(f"unknown session {session_id!r}") from None
 
+    def _save(self, s: ActiveSession) -> None:
+        self.state.save(s.session_id, *s.to_state())
+
     def _emit(self, kind: str, s: ActiveSession, source: str, **fields: object) -> None:
         if self.hub.active:
             self.hub.emit(plugins.Observation(kind=kind, session_id=s.session_id, source=source, **fields))
@@ -109,7 +217,9 @@ class ActiveParty:
     # --- session ---
     def create_session(self, session_id: str, backend_name: str, training: common_pb2.TrainingConfig) -> ActiveSession:
         session_id = session_id or uuid.uuid4().hex
-        config = lr.OptimizerConfig(training.optimizer or "adam", training.learning_rate or 0.05, training.l2)
+        if not checkpoint.valid_session_id(session_id):
+            raise InvalidArgument(f"invalid session_id {session_id!r}")
+        config = wire.optimizer_config(training)
         if training.batch_size < 0:
             raise InvalidArgument(f"batch_size must be positive, got {training.batch_size}")
         training = common_pb2.TrainingConfig(
@@ -131,6 +241,7 @@ class ActiveParty:
             s = ActiveSession(
                 session_id=session_id,
                 backend=backend,
+                public_context=reply.public_context,
                 n_classes=self.n_classes,
                 training=training,
                 weights=np.zeros((k, d)),
@@ -143,6 +254,7 @@ class ActiveParty:
                 rng=np.random.default_rng(training.seed),
                 mask_rng=np.random.default_rng(),
             )
+            self._save(s)
             self.sessions[session_id] = s
         self._emit(
             plugins.PUBLIC_CONTEXT,
@@ -186,6 +298,7 @@ class ActiveParty:
         with s.lock:
             s.rows = alignment.active_rows
             s.index_of = {own_ids[row]: i for i, row in enumerate(s.rows)}
+            self._save(s)
         return [own_ids[row] for row in s.rows]
 
     def _indices(self, s: ActiveSession, sample_ids: list[str]) -> np.ndarray:
@@ -213,30 +326,41 @@ class ActiveParty:
 
     # --- training ---
     def train(self, session_id: str, sample_ids: list[str], epochs: int) -> Iterator[Progress]:
+        """Train for ``epochs`` over ``sample_ids``; the same request after a crash resumes where it stopped."""
         s = self.session(session_id)
         if epochs < 1:
             raise InvalidArgument(f"epochs must be >= 1, got {epochs}")
         index = self._indices(s, sample_ids)
+        digest = hashlib.sha256("\n".join([str(epochs), *sample_ids]).encode()).hexdigest()
         if not s.lock.acquire(blocking=False):
             raise FailedPrecondition(f"session {session_id!r} is already training")
         try:
-            rows = s.rows[index]
-            self._emit(
-                plugins.TRAINING_DATA,
-                s,
-                self.party_id,
-                sample_ids=tuple(sample_ids),
-                arrays={"features": self.data.X[rows], "labels": self.data.y[rows]},
-            )
+            run = s.run
+            if run is None or run.digest != digest or run.done:
+                run = s.run = TrainingRun(digest, epochs)
+                rows = s.rows[index]
+                self._emit(
+                    plugins.TRAINING_DATA,
+                    s,
+                    self.party_id,
+                    sample_ids=tuple(sample_ids),
+                    arrays={"features": self.data.X[rows], "labels": self.data.y[rows]},
+                )
             start = time.perf_counter()
-            for epoch in range(1, epochs + 1):
-                batches = lr.batches(len(index), s.training.batch_size, s.rng)
-                for b, positions in enumerate(batches, start=1):
-                    s.step += 1
-                    self._train_step(s, s.step, index[positions])
-                    yield Progress(epoch, b, len(batches), s.step, time.perf_counter() - start)
+            while run.epoch <= epochs:
+                if run.order is None:
+                    run.order = s.rng.permutation(len(index))
+                batches = lr.batches(run.order, s.training.batch_size)
+                while run.batch < len(batches):
+                    step = s.step + 1
+                    self._train_step(s, step, index[batches[run.batch]])
+                    s.step, run.batch = step, run.batch + 1
+                    self._save(s)  # the step is complete at every party: the resume point moves past it
+                    yield Progress(run.epoch, run.batch, len(batches), step, time.perf_counter() - start)
+                run.epoch, run.batch, run.order = run.epoch + 1, 0, None
             self.coordinator.finish_training(session_id)
-            s.trained = True
+            s.trained, run.done = True, True
+            self._save(s)
             yield Progress(epochs, 0, 0, s.step, time.perf_counter() - start, done=True)
         finally:
             s.lock.release()
@@ -248,7 +372,9 @@ class ActiveParty:
 
     def _train_step(self, s: ActiveSession, step: int, index: np.ndarray) -> None:
         logits = self._aggregate_logits(s, step, index)
-        reply = self.coordinator.training_scores(s.backend, s.session_id, step, logits, self._replicas(s, len(index)))
+        reply = self.coordinator.training_scores(
+            s.backend, s.session_id, step, logits, self._replicas(s, len(index)), index
+        )
         self._emit(
             plugins.ENCRYPTED_SCORES,
             s,
@@ -262,9 +388,12 @@ class ActiveParty:
         delta_message = wire.to_message(s.backend, delta)  # serialised once, sent to every passive party
         own = self._pool.submit(self._own_gradient, s, step, delta, rows)
         self._each_passive(lambda party, client: client.backward(s.session_id, step, index, delta_message))
-        own.result()
+        grad = own.result()
+        # Applied only once every party has applied the step: a failed step is redone whole, never twice here.
+        s.weights = s.optimizer_w.step(s.weights, grad[:, :-1])
+        s.bias = s.optimizer_b.step(s.bias, grad[:, -1])
 
-    def _own_gradient(self, s: ActiveSession, step: int, delta: he.EncryptedMatrix, rows: np.ndarray) -> None:
+    def _own_gradient(self, s: ActiveSession, step: int, delta: he.EncryptedMatrix, rows: np.ndarray) -> np.ndarray:
         x = np.hstack([self.data.X[rows], np.ones((len(rows), 1))])  # the ones column yields the bias gradient
         cts, mask_sums = he.masked_feature_products(s.backend, delta, x, s.mask_rng)
         sums = self.coordinator.block_sums(s.session_id, step, [s.backend.serialize(c) for c in cts])
@@ -280,8 +409,7 @@ class ActiveParty:
             arrays={"weights": grad[:, :-1], "bias": grad[:, -1]},
             meta={"step": step},
         )
-        s.weights = s.optimizer_w.step(s.weights, grad[:, :-1])
-        s.bias = s.optimizer_b.step(s.bias, grad[:, -1])
+        return grad
 
     # --- inference ---
     def predict(self, session_id: str, sample_ids: list[str]) -> tuple[np.ndarray, list[common_pb2.ReleaseStep], int]:
@@ -292,7 +420,7 @@ class ActiveParty:
         for start in range(0, len(index), chunk):
             part = index[start : start + chunk]
             logits = self._aggregate_logits(s, -1, part)
-            reply: coordinator_pb2.ReleasedScores = self.coordinator.release_scores(s.backend, session_id, logits)
+            reply: coordinator_pb2.ReleasedScores = self.coordinator.release_scores(s.backend, session_id, logits, part)
             released = from_tensor(reply.scores, "released scores", shape=(len(part), s.n_classes), finite=False)
             ids = sample_ids[start : start + chunk]
             self._emit(

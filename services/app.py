@@ -7,11 +7,11 @@ from typing import Any
 
 import grpc
 
-from vflsec.services import active, coordinator, datasets, passive, plugins
+from vflsec.services import active, checkpoint, coordinator, datasets, passive, plugins
 from vflsec.services.config import ServiceConfig
 from vflsec.services.links import CoordinatorClient, PassiveClient
 from vflsec.services.release import ParamReleaseChain, ScoreReleaseChain
-from vflsec.services.server import RunningServer, peer_channel, serve_forever, start_server, tls_files
+from vflsec.services.server import CallPolicy, RunningServer, peer_channel, serve_forever, start_server, tls_files
 from vflsec.v1 import active_pb2_grpc, coordinator_pb2_grpc, passive_pb2_grpc
 
 
@@ -61,9 +61,11 @@ def _channel(config: ServiceConfig, peer: str) -> grpc.Channel:
 
 
 def start_party(config: ServiceConfig) -> Party:
+    policy = CallPolicy(timeout=config.call_timeout, retry_seconds=config.retry_seconds)
+    state = checkpoint.StateDir(config.state_dir)
     if config.role == "coordinator":
         channels = {party: _channel(config, party) for party in config.passive_peers}
-        clients = {party: PassiveClient(party, ch) for party, ch in channels.items()}
+        clients = {party: PassiveClient(party, ch, policy) for party, ch in channels.items()}
 
         def fetch_weights(party: str, session_id: str):  # type: ignore[no-untyped-def]
             if party not in clients:
@@ -75,6 +77,8 @@ def start_party(config: ServiceConfig) -> Party:
             ParamReleaseChain.from_specs(config.param_release),
             fetch_weights,
             seed=config.seed,
+            policy=coordinator.QueryPolicy(config.query_budget, config.refuse_training_ids, config.max_query_rows),
+            state=state,
         )
         server = start_server(
             config,
@@ -88,7 +92,9 @@ def start_party(config: ServiceConfig) -> Party:
 
     if config.role == "passive":
         channel = _channel(config, "coordinator")
-        engine = passive.PassiveParty(config.party_id, load_party_data(config), CoordinatorClient(channel))
+        engine = passive.PassiveParty(
+            config.party_id, load_party_data(config), CoordinatorClient(channel, policy), state
+        )
         server = start_server(
             config,
             lambda s: passive_pb2_grpc.add_PassiveServicer_to_server(passive.PassiveServicer(engine), s),
@@ -105,9 +111,10 @@ def start_party(config: ServiceConfig) -> Party:
         config.party_id,
         data,
         list(data.class_names or []),
-        CoordinatorClient(coordinator_channel),
-        {party: PassiveClient(party, ch) for party, ch in passive_channels.items()},
+        CoordinatorClient(coordinator_channel, policy),
+        {party: PassiveClient(party, ch, policy) for party, ch in passive_channels.items()},
         hub,
+        state,
     )
     server = start_server(
         config,

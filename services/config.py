@@ -52,6 +52,13 @@ class ServiceConfig:
     max_message_bytes: int = 256 * 1024 * 1024
     workers: int = 16
     seed: int | None = None
+    state_dir: Path | None = None  # session checkpoints; None keeps sessions in memory only
+    retry_seconds: float = 60.0  # how long calls to a peer are retried while it is UNAVAILABLE
+    call_timeout: float = 600.0  # deadline of one call to a peer
+    # Coordinator query policy: scored samples per session (0 = unlimited), training-ID refusal, rows/request.
+    query_budget: int = 0
+    refuse_training_ids: bool = False
+    max_query_rows: int = 100_000
 
     @property
     def passive_peers(self) -> dict[str, str]:
@@ -104,6 +111,8 @@ def parse_config(raw: dict[str, Any], *, base: Path, role: str | None = None, so
         for p in raw.get("plugins", ())
     )
     limits = raw.get("limits", {})
+    policy = raw.get("policy", {})
+    state = raw.get("state", {})
     return ServiceConfig(
         role=cfg_role,
         party_id=need(raw, "party_id", "the file"),
@@ -117,6 +126,12 @@ def parse_config(raw: dict[str, Any], *, base: Path, role: str | None = None, so
         max_message_bytes=int(limits.get("max_message_mb", 256)) * 1024 * 1024,
         workers=int(limits.get("workers", 16)),
         seed=raw.get("seed"),
+        state_dir=resolve(state["dir"]) if "dir" in state else None,
+        retry_seconds=float(limits.get("retry_seconds", 60.0)),
+        call_timeout=float(limits.get("call_timeout", 600.0)),
+        query_budget=int(policy.get("query_budget", 0)),
+        refuse_training_ids=bool(policy.get("refuse_training_ids", False)),
+        max_query_rows=int(policy.get("max_query_rows", 100_000)),
     )
 
 

@@ -12,8 +12,15 @@ from dataclasses import dataclass, field
 import grpc
 import numpy as np
 
-from vflsec.services import he, lr, wire
-from vflsec.services.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from vflsec.services import checkpoint, he, lr, wire
+from vflsec.services.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    ResourceExhausted,
+)
 from vflsec.services.release import ParamReleaseChain, ReleaseContext, ScoreReleaseChain
 from vflsec.services.server import rpc
 from vflsec.services.tensors import to_tensor
@@ -23,6 +30,23 @@ from vflsec.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 # Fetches a passive party's true weight block (K_logits x d_p) for a session.
 WeightsFetcher = Callable[[str, str], np.ndarray]
 
+# A party may fetch the block sums of one step again (its reply was lost, or it restarted), but not without
+# bound: each repeat decrypts fresh products of its choosing.
+MAX_BLOCK_SUM_REQUESTS = 3
+
+
+@dataclass(frozen=True)
+class QueryPolicy:
+    """Limits on what the active party may have scored, enforced at the single release point."""
+
+    budget: int = 0  # scored samples per session; 0 = unlimited
+    refuse_training_ids: bool = False  # refuse scores for samples that were used in training
+    max_rows: int = 100_000  # rows per ReleaseScores request
+
+    def __post_init__(self) -> None:
+        if self.budget < 0 or self.max_rows < 1:
+            raise ValueError(f"invalid query policy {self}")
+
 
 @dataclass
 class TrainingStep:
@@ -30,7 +54,7 @@ class TrainingStep:
 
     step: int
     layout: he.MatrixLayout
-    served: set[str] = field(default_factory=set)
+    served: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -42,9 +66,57 @@ class CoordinatorSession:
     owner: str  # the active party that opened the session
     release: ReleaseContext
     current: TrainingStep | None = None
-    last_step: int = -1
+    last_step: int = 0
     passive_weights: dict[str, np.ndarray] | None = None
+    trained_index: set[int] = field(default_factory=set)  # common indices seen in training batches
+    scored: int = 0  # samples released so far (the query budget counts them)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def to_state(self) -> tuple[dict[str, np.ndarray], dict]:
+        arrays = {
+            "trained_index": np.fromiter(sorted(self.trained_index), dtype=np.int64),
+            **{f"passive/{p}": w for p, w in (self.passive_weights or {}).items()},
+        }
+        layout = self.current and self.current.layout
+        meta = {
+            "backend": self.backend.name,
+            "n_classes": self.n_classes,
+            "passive_parties": list(self.passive_parties),
+            "owner": self.owner,
+            "last_step": self.last_step,
+            "scored": self.scored,
+            "has_weights": self.passive_weights is not None,
+            "current": None
+            if layout is None
+            else [self.current.step, list(layout.shape), layout.replicas, layout.rows_per_ct],
+            "rng": self.release.rng.bit_generator.state,
+        }
+        return arrays, meta
+
+    @classmethod
+    def from_state(cls, arrays: dict[str, np.ndarray], meta: dict, keys: bytes) -> CoordinatorSession:
+        backend = he.restore_keyholder(meta["backend"], keys)
+        rng = np.random.default_rng()
+        rng.bit_generator.state = meta["rng"]
+        weights = (
+            {p: np.array(arrays[f"passive/{p}"]) for p in meta["passive_parties"]} if meta["has_weights"] else None
+        )
+        s = cls(
+            backend=backend,
+            public_context=backend.public_context(),
+            n_classes=meta["n_classes"],
+            passive_parties=tuple(meta["passive_parties"]),
+            owner=meta["owner"],
+            release=ReleaseContext(rng=rng, n_classes=meta["n_classes"], passive_weights=weights or {}),
+            last_step=meta["last_step"],
+            passive_weights=weights,
+            scored=meta["scored"],
+            trained_index=set(arrays["trained_index"].tolist()),
+        )
+        if meta["current"] is not None:
+            step, shape, replicas, rows_per_ct = meta["current"]
+            s.current = TrainingStep(step, he.MatrixLayout(tuple(shape), replicas, rows_per_ct))
+        return s
 
 
 class Coordinator:
@@ -54,11 +126,18 @@ class Coordinator:
         param_chain: ParamReleaseChain,
         fetch_weights: WeightsFetcher,
         seed: int | None = None,
+        policy: QueryPolicy | None = None,
+        state: checkpoint.StateDir | None = None,
     ) -> None:
         self.score_chain = score_chain
         self.param_chain = param_chain
         self.fetch_weights = fetch_weights
-        self.sessions: dict[str, CoordinatorSession] = {}
+        self.policy = policy or QueryPolicy()
+        self.state = state or checkpoint.StateDir(None)
+        self.sessions: dict[str, CoordinatorSession] = {
+            sid: CoordinatorSession.from_state(arrays, meta, self.state.load_bytes(sid))
+            for sid, (arrays, meta) in self.state.load_all().items()
+        }
         self._seeds = np.random.SeedSequence(seed)
         self._lock = threading.Lock()
 
@@ -68,11 +147,14 @@ class Coordinator:
         except KeyError:
             raise NotFound(f"unknown session {session_id!r}") from None
 
+    def _save(self, session_id: str, s: CoordinatorSession) -> None:
+        self.state.save(session_id, *s.to_state())
+
     def open_session(
         self, session_id: str, backend_name: str, n_classes: int, passive_parties: Sequence[str], owner: str
     ) -> bytes:
-        if not session_id:
-            raise InvalidArgument("session_id is empty")
+        if not checkpoint.valid_session_id(session_id):
+            raise InvalidArgument(f"invalid session_id {session_id!r}")
         if n_classes < 2:
             raise InvalidArgument(f"n_classes must be >= 2, got {n_classes}")
         if len(set(passive_parties)) != len(passive_parties) or not passive_parties:
@@ -82,7 +164,7 @@ class Coordinator:
                 raise AlreadyExists(f"session {session_id!r} already exists")
             backend = he.make_keyholder(backend_name)
             rng = np.random.default_rng(self._seeds.spawn(1)[0])
-            self.sessions[session_id] = CoordinatorSession(
+            s = CoordinatorSession(
                 backend=backend,
                 public_context=backend.public_context(),  # serialised once per session
                 n_classes=n_classes,
@@ -90,31 +172,43 @@ class Coordinator:
                 owner=owner,
                 release=ReleaseContext(rng=rng, n_classes=n_classes),
             )
-        return self.sessions[session_id].public_context
+            self.state.save_bytes(session_id, backend.export_keyholder())  # once: it holds the secret key
+            self._save(session_id, s)
+            self.sessions[session_id] = s
+        return s.public_context
+
+    def _logits(self, s: CoordinatorSession, logits: he.EncryptedMatrix) -> np.ndarray:
+        k = lr.n_logits(s.n_classes)
+        if logits.shape[1] != k:
+            raise InvalidArgument(f"logits have {logits.shape[1]} columns, the model has {k}")
+        z = he.decrypt_matrix(s.backend, logits)
+        if not np.isfinite(z).all():
+            raise InvalidArgument("aggregate logits decrypt to non-finite values")
+        return z
 
     def training_scores(
-        self, session_id: str, step: int, logits: he.EncryptedMatrix, replicas: int
+        self, session_id: str, step: int, logits: he.EncryptedMatrix, replicas: int, sample_index: np.ndarray
     ) -> he.EncryptedMatrix:
         """[[z]] -> [[p]]: the active party never sees a training score in plaintext."""
         s = self.session(session_id)
         k = lr.n_logits(s.n_classes)
-        if logits.shape[1] != k:
-            raise InvalidArgument(f"logits have {logits.shape[1]} columns, the model has {k}")
         if replicas < 1 or replicas * k > s.backend.slots:
             raise InvalidArgument(f"replicas must be in [1, {s.backend.slots // k}], got {replicas}")
+        if len(sample_index) != logits.shape[0]:
+            raise InvalidArgument(f"{len(sample_index)} sample indices for {logits.shape[0]} logit rows")
         with s.lock:
-            if step <= s.last_step:
-                raise FailedPrecondition(f"step {step} is not after step {s.last_step}")
-            z = he.decrypt_matrix(s.backend, logits)
-            if not np.isfinite(z).all():
-                raise InvalidArgument("aggregate logits decrypt to non-finite values")
-            probs = he.encrypt_matrix(s.backend, lr.link(z), replicas=replicas)
+            if step < max(s.last_step, 1):  # the last step may be replayed after a crash
+                raise FailedPrecondition(f"step {step} is before the last step {s.last_step}")
+            probs = he.encrypt_matrix(s.backend, lr.link(self._logits(s, logits)), replicas=replicas)
+            if step != s.last_step or s.current is None or s.current.layout != probs.layout:
+                s.current = TrainingStep(step, probs.layout)
             s.last_step = step
-            s.current = TrainingStep(step, probs.layout)
+            s.trained_index.update(sample_index.tolist())
+            self._save(session_id, s)
         return probs
 
     def block_sums(self, session_id: str, step: int, caller: str, ciphertexts: Sequence[bytes]) -> np.ndarray:
-        """Masked products -> masked block sums, once per party per step, only in the layout issued."""
+        """Masked products -> masked block sums, for the current step only, in the layout issued."""
         s = self.session(session_id)
         if caller != s.owner and caller not in s.passive_parties:
             raise PermissionDenied(f"{caller} is not a party of session {session_id!r}")
@@ -122,16 +216,17 @@ class Coordinator:
             current = s.current
             if current is None or current.step != step:
                 raise FailedPrecondition(f"step {step} is not the current training step")
-            if caller in current.served:
-                raise FailedPrecondition(f"{caller} already received block sums for step {step}")
+            if current.served.get(caller, 0) >= MAX_BLOCK_SUM_REQUESTS:
+                raise ResourceExhausted(
+                    f"{caller} already fetched the block sums of step {step} {MAX_BLOCK_SUM_REQUESTS} times"
+                )
             layout = current.layout
-            n_chunks = layout.n_chunks
-            if not ciphertexts or len(ciphertexts) % n_chunks:
+            if not ciphertexts or len(ciphertexts) % layout.n_chunks:
                 raise InvalidArgument(
-                    f"expected a multiple of {n_chunks} ciphertexts (one per chunk and feature group), "
+                    f"expected a multiple of {layout.n_chunks} ciphertexts (one per chunk and feature group), "
                     f"got {len(ciphertexts)}"
                 )
-            current.served.add(caller)
+            current.served[caller] = current.served.get(caller, 0) + 1
         try:
             cts = he.deserialize_all(s.backend, ciphertexts, layout.ct_size)
         except ValueError as exc:
@@ -146,18 +241,33 @@ class Coordinator:
             s.passive_weights = weights
             s.release.passive_weights = weights
             s.release.cache.clear()  # model-dependent precomputation is stale now
+            self._save(session_id, s)
 
-    def release_scores(self, session_id: str, logits: he.EncryptedMatrix) -> tuple[np.ndarray, int]:
+    def release_scores(
+        self, session_id: str, logits: he.EncryptedMatrix, sample_index: np.ndarray
+    ) -> tuple[np.ndarray, int]:
         s = self.session(session_id)
-        k = lr.n_logits(s.n_classes)
-        if logits.shape[1] != k:
-            raise InvalidArgument(f"logits have {logits.shape[1]} columns, the model has {k}")
-        z = he.decrypt_matrix(s.backend, logits)
-        if not np.isfinite(z).all():
-            raise InvalidArgument("aggregate logits decrypt to non-finite values")
-        raw = lr.confidence_scores(z)
-        with s.lock:  # the release RNG and cache are per session
-            released = self.score_chain(raw, z, s.release)
+        n = logits.shape[0]
+        if len(sample_index) != n:
+            raise InvalidArgument(f"{len(sample_index)} sample indices for {n} logit rows")
+        if n > self.policy.max_rows:
+            raise InvalidArgument(f"{n} rows in one request; the limit is {self.policy.max_rows}")
+        with s.lock:
+            if self.policy.refuse_training_ids:
+                used = s.trained_index.intersection(sample_index.tolist())
+                if used:
+                    raise PermissionDenied(
+                        f"refused: {len(used)} requested sample(s) were used in training (e.g. index {min(used)})"
+                    )
+            if self.policy.budget and s.scored + n > self.policy.budget:
+                raise ResourceExhausted(
+                    f"query budget exhausted: {s.scored} of {self.policy.budget} samples scored, {n} more requested"
+                )
+            z = self._logits(s, logits)
+            raw = lr.confidence_scores(z)
+            released = self.score_chain(raw, z, s.release)  # the release RNG and cache are per session
+            s.scored += n
+            self._save(session_id, s)
         changed = int(np.count_nonzero(released.argmax(axis=1) != raw.argmax(axis=1)))
         return released, changed
 
@@ -170,6 +280,7 @@ class Coordinator:
 
     def close(self, session_id: str) -> None:
         self.sessions.pop(session_id, None)
+        self.state.remove(session_id)
 
 
 def release_steps(chain: ScoreReleaseChain | ParamReleaseChain) -> list[common_pb2.ReleaseStep]:
@@ -207,7 +318,9 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
     def ComputeTrainingScores(self, request: coordinator_pb2.TrainingScoresRequest, context: grpc.ServicerContext):
         s = self.coordinator.session(request.session_id)
         logits = wire.from_message(s.backend, request.logits, "logits")
-        probs = self.coordinator.training_scores(request.session_id, request.step, logits, request.replicas)
+        probs = self.coordinator.training_scores(
+            request.session_id, request.step, logits, request.replicas, np.asarray(request.sample_index, np.int64)
+        )
         return wire.to_message(s.backend, probs)
 
     @rpc
@@ -226,7 +339,9 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
     def ReleaseScores(self, request: coordinator_pb2.ReleaseScoresRequest, context: grpc.ServicerContext):
         s = self.coordinator.session(request.session_id)
         logits = wire.from_message(s.backend, request.logits, "logits")
-        scores, changed = self.coordinator.release_scores(request.session_id, logits)
+        scores, changed = self.coordinator.release_scores(
+            request.session_id, logits, np.asarray(request.sample_index, np.int64)
+        )
         return coordinator_pb2.ReleasedScores(
             scores=to_tensor(scores), chain=release_steps(self.coordinator.score_chain), argmax_changed=changed
         )

@@ -222,6 +222,23 @@ class CkksBackend(Backend):
             raise ValueError("CKKS context has no global scale")
         return cls(ctx)
 
+    @classmethod
+    def restore_keyholder(cls, data: bytes) -> CkksBackend:
+        try:
+            ctx = ts.context_from(bytes(data))
+        except (ValueError, RuntimeError, TypeError) as exc:
+            raise ValueError(f"invalid CKKS key-holder context: {exc}") from exc
+        if not ctx.has_secret_key():
+            raise ValueError("CKKS key-holder context has no secret key")
+        return cls(ctx)
+
+    def export_keyholder(self) -> bytes:
+        if self._secret_key is None:
+            raise PermissionError("public CKKS backend has no secret key")
+        return self._ctx.serialize(
+            save_public_key=True, save_secret_key=True, save_galois_keys=False, save_relin_keys=False
+        )
+
     def public_context(self) -> bytes:
         if self._public_bytes is None:
             self._public_bytes = self._ctx.serialize(
@@ -322,6 +339,15 @@ class PlainBackend(Backend):
             raise ValueError(f"plain public context has an invalid slot count {slots}")
         return cls(slots, keyholder=False)
 
+    @classmethod
+    def restore_keyholder(cls, data: bytes) -> PlainBackend:
+        return cls(cls.from_public_context(data).slots, keyholder=True)
+
+    def export_keyholder(self) -> bytes:
+        if not self._keyholder:
+            raise PermissionError("public plain backend is not a key holder")
+        return self.public_context()
+
     def public_context(self) -> bytes:
         return _PLAIN_CTX.pack(_PLAIN_CTX_MAGIC, self.slots)
 
@@ -394,6 +420,10 @@ def make_keyholder(name: str) -> Backend:
     return _backend_class(name).keyholder()
 
 
+def restore_keyholder(name: str, data: bytes) -> Backend:
+    return _backend_class(name).restore_keyholder(data)
+
+
 def open_public(name: str, public_context: bytes) -> Backend:
     """A party's backend from the coordinator's serialized public context."""
     return _backend_class(name).from_public_context(public_context)
@@ -403,8 +433,9 @@ def open_public(name: str, public_context: bytes) -> Backend:
 # Packing
 
 
-def layout_error(shape: Sequence[int], replicas: int, rows_per_ct: int, n_ciphertexts: int | None,
-                 slots: int) -> str | None:
+def layout_error(
+    shape: Sequence[int], replicas: int, rows_per_ct: int, n_ciphertexts: int | None, slots: int
+) -> str | None:
     """Why (shape, replicas, rows_per_ct[, ciphertext count]) is not a valid layout, or None if it is."""
     if len(shape) != 2:
         return f"shape must have 2 dimensions, got {len(shape)}"
@@ -418,8 +449,10 @@ def layout_error(shape: Sequence[int], replicas: int, rows_per_ct: int, n_cipher
     if replicas * rows_per_ct * k > slots:
         return f"replicas*rows_per_ct*k = {replicas}*{rows_per_ct}*{k} exceeds {slots} slots"
     if n_ciphertexts is not None and n_ciphertexts != math.ceil(n / rows_per_ct):
-        return (f"{n} rows at {rows_per_ct} per ciphertext need {math.ceil(n / rows_per_ct)} ciphertexts, "
-                f"got {n_ciphertexts}")
+        return (
+            f"{n} rows at {rows_per_ct} per ciphertext need {math.ceil(n / rows_per_ct)} ciphertexts, "
+            f"got {n_ciphertexts}"
+        )
     return None
 
 
@@ -469,8 +502,11 @@ class MatrixLayout:
         padded = np.zeros((self.n_chunks * self.rows_per_ct, k))
         padded[:n] = M
         blocks = padded.reshape(self.n_chunks, 1, self.block_size)
-        return np.ascontiguousarray(np.broadcast_to(blocks, (self.n_chunks, self.replicas, self.block_size))
-                                    .reshape(self.n_chunks, self.ct_size))
+        return np.ascontiguousarray(
+            np.broadcast_to(blocks, (self.n_chunks, self.replicas, self.block_size)).reshape(
+                self.n_chunks, self.ct_size
+            )
+        )
 
     def unpack(self, slot_vectors: Sequence[np.ndarray]) -> np.ndarray:
         """Inverse of :meth:`pack`, reading the first replica."""
@@ -538,15 +574,13 @@ def decrypt_matrix(backend: Backend, em: EncryptedMatrix) -> np.ndarray:
 def add_matrices(backend: Backend, a: EncryptedMatrix, b: EncryptedMatrix) -> EncryptedMatrix:
     if a.layout != b.layout or len(a.ciphertexts) != len(b.ciphertexts):
         raise ValueError(f"layouts differ: {a.layout} vs {b.layout}")
-    return EncryptedMatrix(a.layout, [backend.add(x, y) for x, y in zip(a.ciphertexts, b.ciphertexts,
-                                                                         strict=True)])
+    return EncryptedMatrix(a.layout, [backend.add(x, y) for x, y in zip(a.ciphertexts, b.ciphertexts, strict=True)])
 
 
 def add_plain_matrix(backend: Backend, em: EncryptedMatrix, M: np.ndarray) -> EncryptedMatrix:
     """em + M, with M packed (and replicated) in em's layout."""
     packed = em.layout.pack(M)
-    return EncryptedMatrix(em.layout, [backend.add_plain(ct, v) for ct, v in zip(em.ciphertexts, packed,
-                                                                                 strict=True)])
+    return EncryptedMatrix(em.layout, [backend.add_plain(ct, v) for ct, v in zip(em.ciphertexts, packed, strict=True)])
 
 
 def matrix_to_wire(backend: Backend, em: EncryptedMatrix) -> WireMatrix:
@@ -575,8 +609,9 @@ def deserialize_all(backend: Backend, blobs: Sequence[bytes], ct_size: int) -> l
 # Masked gradient products (protocol step 5)
 
 
-def masked_feature_products(backend: Backend, delta: EncryptedMatrix, X: np.ndarray, rng: np.random.Generator,
-                            mask_bound: float | None = None) -> tuple[list[Ct], np.ndarray]:
+def masked_feature_products(
+    backend: Backend, delta: EncryptedMatrix, X: np.ndarray, rng: np.random.Generator, mask_bound: float | None = None
+) -> tuple[list[Ct], np.ndarray]:
     """Masked [[δ ⊙ x]] blocks for the key holder, and the mask sums the party keeps.
 
     For feature group g (features g*R .. g*R+R-1, G = ceil(d/R)) and chunk i the product is
@@ -611,8 +646,7 @@ def masked_feature_products(backend: Backend, delta: EncryptedMatrix, X: np.ndar
     for g in range(G):
         for i, delta_ct in enumerate(delta.ciphertexts):
             # The product is a fresh object, so adding the mask in place is safe and saves a copy.
-            products.append(backend.add_plain(backend.mul_plain(delta_ct, values[g, i]), masks[g, i],
-                                              inplace=True))
+            products.append(backend.add_plain(backend.mul_plain(delta_ct, values[g, i]), masks[g, i], inplace=True))
     mask_sums = masks.reshape(G, chunks, R, C, k).sum(axis=(1, 3)).reshape(G * R, k)
     return products, mask_sums
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from vflsec.services import he, lr, wire
 from vflsec.services.errors import InvalidArgument
-from vflsec.services.server import call
+from vflsec.services.server import DEFAULT_CALL_POLICY, CallPolicy, call
 from vflsec.services.tensors import from_tensor
 from vflsec.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc, passive_pb2, passive_pb2_grpc
 
@@ -17,8 +17,9 @@ from vflsec.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc, passive
 class CoordinatorClient:
     peer = "coordinator"
 
-    def __init__(self, channel: grpc.Channel) -> None:
+    def __init__(self, channel: grpc.Channel, policy: CallPolicy = DEFAULT_CALL_POLICY) -> None:
         self.stub = coordinator_pb2_grpc.CoordinatorStub(channel)
+        self.policy = policy
 
     def open_session(
         self, session_id: str, backend: str, n_classes: int, passive_parties: Sequence[str]
@@ -29,44 +30,57 @@ class CoordinatorClient:
             n_classes=n_classes,
             passive_parties=list(passive_parties),
         )
-        return call(self.peer, self.stub.OpenSession, request)
+        return call(self.peer, self.stub.OpenSession, request, self.policy)
 
     def public_context(self, session_id: str) -> tuple[str, bytes]:
-        reply = call(self.peer, self.stub.GetPublicContext, common_pb2.SessionRef(session_id=session_id))
+        reply = call(self.peer, self.stub.GetPublicContext, common_pb2.SessionRef(session_id=session_id), self.policy)
         return wire.backend_name(reply.backend), reply.data
 
     def training_scores(
-        self, backend: he.Backend, session_id: str, step: int, logits: he.EncryptedMatrix, replicas: int
+        self,
+        backend: he.Backend,
+        session_id: str,
+        step: int,
+        logits: he.EncryptedMatrix,
+        replicas: int,
+        sample_index: np.ndarray,
     ) -> coordinator_pb2.EncryptedMatrix:
         request = coordinator_pb2.TrainingScoresRequest(
-            session_id=session_id, step=step, logits=wire.to_message(backend, logits), replicas=replicas
+            session_id=session_id,
+            step=step,
+            logits=wire.to_message(backend, logits),
+            replicas=replicas,
+            sample_index=sample_index.tolist(),
         )
-        return call(self.peer, self.stub.ComputeTrainingScores, request)
+        return call(self.peer, self.stub.ComputeTrainingScores, request, self.policy)
 
     def block_sums(self, session_id: str, step: int, ciphertexts: list[bytes]) -> np.ndarray:
         request = coordinator_pb2.BlockSumsRequest(session_id=session_id, step=step, ciphertexts=ciphertexts)
-        return from_tensor(call(self.peer, self.stub.DecryptBlockSums, request), "block sums", ndim=2)
+        return from_tensor(call(self.peer, self.stub.DecryptBlockSums, request, self.policy), "block sums", ndim=2)
 
     def finish_training(self, session_id: str) -> None:
-        call(self.peer, self.stub.FinishTraining, common_pb2.SessionRef(session_id=session_id))
+        call(self.peer, self.stub.FinishTraining, common_pb2.SessionRef(session_id=session_id), self.policy)
 
     def release_scores(
-        self, backend: he.Backend, session_id: str, logits: he.EncryptedMatrix
+        self, backend: he.Backend, session_id: str, logits: he.EncryptedMatrix, sample_index: np.ndarray
     ) -> coordinator_pb2.ReleasedScores:
-        request = coordinator_pb2.ReleaseScoresRequest(session_id=session_id, logits=wire.to_message(backend, logits))
-        return call(self.peer, self.stub.ReleaseScores, request)
+        request = coordinator_pb2.ReleaseScoresRequest(
+            session_id=session_id, logits=wire.to_message(backend, logits), sample_index=sample_index.tolist()
+        )
+        return call(self.peer, self.stub.ReleaseScores, request, self.policy)
 
     def release_model(self, session_id: str) -> coordinator_pb2.ReleasedModel:
-        return call(self.peer, self.stub.ReleaseModel, common_pb2.SessionRef(session_id=session_id))
+        return call(self.peer, self.stub.ReleaseModel, common_pb2.SessionRef(session_id=session_id), self.policy)
 
     def close(self, session_id: str) -> None:
-        call(self.peer, self.stub.CloseSession, common_pb2.SessionRef(session_id=session_id))
+        call(self.peer, self.stub.CloseSession, common_pb2.SessionRef(session_id=session_id), self.policy)
 
 
 class PassiveClient:
-    def __init__(self, party_id: str, channel: grpc.Channel) -> None:
+    def __init__(self, party_id: str, channel: grpc.Channel, policy: CallPolicy = DEFAULT_CALL_POLICY) -> None:
         self.peer = party_id
         self.stub = passive_pb2_grpc.PassiveStub(channel)
+        self.policy = policy
 
     def join(
         self, session_id: str, backend: str, n_classes: int, training: common_pb2.TrainingConfig
@@ -74,25 +88,25 @@ class PassiveClient:
         request = passive_pb2.JoinSessionRequest(
             session_id=session_id, backend=wire.BACKEND_ENUM[backend], n_classes=n_classes, training=training
         )
-        return call(self.peer, self.stub.JoinSession, request)
+        return call(self.peer, self.stub.JoinSession, request, self.policy)
 
     def psi_exchange(self, session_id: str, salt: bytes, blinded: list[bytes]) -> tuple[list[bytes], list[bytes]]:
         request = passive_pb2.PsiExchangeRequest(session_id=session_id, salt=salt, blinded=blinded)
-        reply = call(self.peer, self.stub.PsiExchange, request)
+        reply = call(self.peer, self.stub.PsiExchange, request, self.policy)
         if len(reply.double_blinded) != len(blinded):
             raise InvalidArgument(f"{self.peer} returned {len(reply.double_blinded)} values for {len(blinded)} IDs")
         return list(reply.double_blinded), list(reply.own_blinded)
 
     def psi_finish(self, session_id: str, positions: np.ndarray) -> int:
         request = passive_pb2.PsiFinishRequest(session_id=session_id, positions=positions.tolist())
-        return call(self.peer, self.stub.PsiFinish, request).n_common
+        return call(self.peer, self.stub.PsiFinish, request, self.policy).n_common
 
     def forward(
         self, backend: he.Backend, session_id: str, step: int, sample_index: np.ndarray, n_classes: int
     ) -> tuple[he.EncryptedMatrix, list[bytes]]:
         """[[z_p]] for the samples, validated against the requested shape; also the raw ciphertext bytes."""
         request = passive_pb2.ForwardRequest(session_id=session_id, step=step, sample_index=sample_index.tolist())
-        reply = call(self.peer, self.stub.Forward, request)
+        reply = call(self.peer, self.stub.Forward, request, self.policy)
         matrix = wire.from_message(
             backend, reply, f"logits from {self.peer}", rows=len(sample_index), cols=lr.n_logits(n_classes)
         )
@@ -102,11 +116,11 @@ class PassiveClient:
         request = passive_pb2.BackwardRequest(
             session_id=session_id, step=step, sample_index=sample_index.tolist(), delta=delta
         )
-        call(self.peer, self.stub.Backward, request)
+        call(self.peer, self.stub.Backward, request, self.policy)
 
     def weights(self, session_id: str) -> np.ndarray:
-        reply = call(self.peer, self.stub.GetWeights, common_pb2.SessionRef(session_id=session_id))
+        reply = call(self.peer, self.stub.GetWeights, common_pb2.SessionRef(session_id=session_id), self.policy)
         return from_tensor(reply, f"weights of {self.peer}", ndim=2).copy()
 
     def close(self, session_id: str) -> None:
-        call(self.peer, self.stub.CloseSession, common_pb2.SessionRef(session_id=session_id))
+        call(self.peer, self.stub.CloseSession, common_pb2.SessionRef(session_id=session_id), self.policy)

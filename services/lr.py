@@ -78,6 +78,12 @@ class BlockOptimizer:
         self._m = np.zeros(self.shape)
         self._v = np.zeros(self.shape)
 
+    def state(self) -> tuple[dict[str, np.ndarray], int]:
+        return {"m": self._m.copy(), "v": self._v.copy()}, self._t
+
+    def load_state(self, arrays: dict[str, np.ndarray], t: int) -> None:
+        self._m, self._v, self._t = np.array(arrays["m"]), np.array(arrays["v"]), int(t)
+
     def step(self, params: np.ndarray, data_gradient: np.ndarray) -> np.ndarray:
         grad = data_gradient + (self.config.l2 * params if self.penalised else 0.0)
         lr = self.config.learning_rate
@@ -92,7 +98,6 @@ class BlockOptimizer:
         return params - lr * m_hat / (np.sqrt(v_hat) + eps)
 
 
-def batches(n: int, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """One epoch of shuffled mini-batches of positions 0..n-1."""
-    order = rng.permutation(n)
-    return [order[i : i + batch_size] for i in range(0, n, batch_size)]
+def batches(order: np.ndarray, batch_size: int) -> list[np.ndarray]:
+    """An epoch's mini-batches: consecutive slices of its shuffled order."""
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]

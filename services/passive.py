@@ -9,7 +9,7 @@ from typing import Protocol
 import grpc
 import numpy as np
 
-from vflsec.services import he, lr, psi, wire
+from vflsec.services import checkpoint, he, lr, psi, wire
 from vflsec.services.datasets import PartyData
 from vflsec.services.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from vflsec.services.server import rpc
@@ -28,22 +28,72 @@ class CoordinatorLink(Protocol):
 @dataclass
 class PassiveSession:
     backend: he.Backend
+    public_context: bytes
     n_classes: int
+    config: lr.OptimizerConfig
     weights: np.ndarray  # (K_logits, d_p), the true block: never leaves but to the coordinator
     optimizer: lr.BlockOptimizer
     mask_rng: np.random.Generator  # OS entropy: masks must be unpredictable to the coordinator
     psi_permutation: np.ndarray | None = None  # order in which our blinded IDs were sent
     rows: np.ndarray | None = None  # common index -> our row, after PSI
-    last_forward: tuple[int, np.ndarray] | None = None
+    completed_step: int = 0  # last training step whose update is applied (and checkpointed)
+    previous_weights: np.ndarray | None = None  # the block before that step, to replay its Forward
+    forward_index: tuple[int, np.ndarray] | None = None  # the batch of the step in flight
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def to_state(self) -> tuple[dict[str, np.ndarray], dict]:
+        opt, t = self.optimizer.state()
+        arrays = {
+            "weights": self.weights,
+            "context": checkpoint.from_bytes(self.public_context),
+            "opt_m": opt["m"],
+            "opt_v": opt["v"],
+        }
+        for name in ("previous_weights", "rows", "psi_permutation"):
+            if getattr(self, name) is not None:
+                arrays[name] = getattr(self, name)
+        meta = {
+            "backend": self.backend.name,
+            "n_classes": self.n_classes,
+            "opt_t": t,
+            "optimizer": [self.config.name, self.config.learning_rate, self.config.l2],
+            "completed_step": self.completed_step,
+        }
+        return arrays, meta
+
+    @classmethod
+    def from_state(cls, arrays: dict[str, np.ndarray], meta: dict) -> PassiveSession:
+        context = checkpoint.as_bytes(arrays["context"])
+        config = lr.OptimizerConfig(*meta["optimizer"])
+        weights = np.array(arrays["weights"])
+        optimizer = lr.BlockOptimizer(config, weights.shape)
+        optimizer.load_state({"m": arrays["opt_m"], "v": arrays["opt_v"]}, meta["opt_t"])
+        return cls(
+            backend=he.open_public(meta["backend"], context),
+            public_context=context,
+            n_classes=meta["n_classes"],
+            config=config,
+            weights=weights,
+            optimizer=optimizer,
+            mask_rng=np.random.default_rng(),
+            psi_permutation=arrays.get("psi_permutation"),
+            rows=arrays.get("rows"),
+            completed_step=meta["completed_step"],
+            previous_weights=arrays.get("previous_weights"),
+        )
 
 
 class PassiveParty:
-    def __init__(self, party_id: str, data: PartyData, coordinator: CoordinatorLink) -> None:
+    def __init__(
+        self, party_id: str, data: PartyData, coordinator: CoordinatorLink, state: checkpoint.StateDir | None = None
+    ) -> None:
         self.party_id = party_id
         self.data = data
         self.coordinator = coordinator
-        self.sessions: dict[str, PassiveSession] = {}
+        self.state = state or checkpoint.StateDir(None)
+        self.sessions: dict[str, PassiveSession] = {
+            sid: PassiveSession.from_state(arrays, meta) for sid, (arrays, meta) in self.state.load_all().items()
+        }
         self._lock = threading.Lock()
 
     @property
@@ -56,9 +106,14 @@ class PassiveParty:
         except KeyError:
             raise NotFound(f"unknown session {session_id!r}") from None
 
-    def join(self, session_id: str, backend_name: str, n_classes: int, config: lr.OptimizerConfig, seed: int) -> int:
-        if not session_id:
-            raise InvalidArgument("session_id is empty")
+    def _save(self, session_id: str, s: PassiveSession) -> None:
+        self.state.save(session_id, *s.to_state())
+
+    def join(self, session_id: str, backend_name: str, n_classes: int, config: lr.OptimizerConfig) -> int:
+        if not checkpoint.valid_session_id(session_id):
+            raise InvalidArgument(f"invalid session_id {session_id!r}")
+        if n_classes < 2:
+            raise InvalidArgument(f"n_classes must be >= 2, got {n_classes}")
         k = lr.n_logits(n_classes)
         context_backend, context = self.coordinator.public_context(session_id)
         if context_backend != backend_name:
@@ -69,13 +124,17 @@ class PassiveParty:
         with self._lock:
             if session_id in self.sessions:
                 raise AlreadyExists(f"session {session_id!r} already joined")
-            self.sessions[session_id] = PassiveSession(
+            s = PassiveSession(
                 backend=backend,
+                public_context=context,
                 n_classes=n_classes,
+                config=config,
                 weights=np.zeros((k, self.n_features)),
                 optimizer=lr.BlockOptimizer(config, (k, self.n_features)),
                 mask_rng=np.random.default_rng(),
             )
+            self._save(session_id, s)
+            self.sessions[session_id] = s
         return self.n_features
 
     # --- PSI (see services/psi.py) ---
@@ -85,18 +144,22 @@ class PassiveParty:
         try:
             reply = psi.passive_reply(key, [str(i) for i in self.data.ids], blinded, salt)
         except ValueError as exc:
-            raise InvalidArgument(f"blinded IDs: {exc}") from exc
-        s.psi_permutation, s.rows = reply.permutation, None
+            raise InvalidArgument(f"PSI: {exc}") from exc
+        with s.lock:
+            s.psi_permutation, s.rows = reply.permutation, None
+            self._save(session_id, s)
         return reply.reblinded_active, reply.blinded_own
 
     def psi_finish(self, session_id: str, positions: np.ndarray) -> int:
         s = self.session(session_id)
-        if s.psi_permutation is None:
-            raise FailedPrecondition("PsiFinish before PsiExchange")
-        try:
-            s.rows = psi.rows_from_positions(positions, s.psi_permutation)
-        except ValueError as exc:
-            raise InvalidArgument(f"positions: {exc}") from exc
+        with s.lock:
+            if s.psi_permutation is None:
+                raise FailedPrecondition("PsiFinish before PsiExchange")
+            try:
+                s.rows = psi.rows_from_positions(positions, s.psi_permutation)
+            except ValueError as exc:
+                raise InvalidArgument(f"positions: {exc}") from exc
+            self._save(session_id, s)
         return len(s.rows)
 
     def _features(self, s: PassiveSession, sample_index: np.ndarray) -> np.ndarray:
@@ -111,22 +174,44 @@ class PassiveParty:
 
     # --- training and inference ---
     def forward(self, session_id: str, step: int, sample_index: np.ndarray) -> he.EncryptedMatrix:
+        """[[z_p]] for a training step (step >= 1) or for inference (step = -1).
+
+        Forward of the last completed step is a replay after a crash elsewhere: it uses the block as it was
+        before that step, so the replayed step computes exactly what the interrupted one did.
+        """
         s = self.session(session_id)
         x = self._features(s, sample_index)
         with s.lock:
-            if step >= 0:
-                if s.last_forward is not None and step <= s.last_forward[0]:
-                    raise FailedPrecondition(f"step {step} is not after step {s.last_forward[0]}")
-                s.last_forward = (step, sample_index.copy())
-            z = x @ s.weights.T
+            if step < 0:
+                weights = s.weights
+            elif step == s.completed_step + 1:
+                weights = s.weights
+                s.forward_index = (step, sample_index.copy())
+            elif step == s.completed_step and s.previous_weights is not None:
+                weights = s.previous_weights
+            else:
+                raise FailedPrecondition(
+                    f"Forward for step {step} is out of order: the last completed step is {s.completed_step}"
+                )
+            z = x @ weights.T
         return he.encrypt_matrix(s.backend, z)
 
     def backward(self, session_id: str, step: int, sample_index: np.ndarray, delta: he.EncryptedMatrix) -> None:
+        """Apply step ``step``'s update once; a repeated Backward for a completed step is acknowledged."""
         s = self.session(session_id)
         with s.lock:
-            if s.last_forward is None or s.last_forward[0] != step:
-                raise FailedPrecondition(f"Backward for step {step} does not follow its Forward")
-            if not np.array_equal(s.last_forward[1], sample_index):
+            if step == s.completed_step and step > 0:
+                return  # a retry after our reply was lost, or a replayed step: already applied
+            if step != s.completed_step + 1:
+                raise FailedPrecondition(
+                    f"Backward for step {step} does not follow its Forward: the last completed step is "
+                    f"{s.completed_step}"
+                )
+            if (
+                s.forward_index is not None
+                and s.forward_index[0] == step
+                and not np.array_equal(s.forward_index[1], sample_index)
+            ):
                 raise InvalidArgument(f"step {step}: sample_index differs from the Forward of that step")
             x = self._features(s, sample_index)
             if delta.shape != (len(sample_index), s.weights.shape[0]):
@@ -140,14 +225,18 @@ class PassiveParty:
                     f"coordinator returned block sums of shape {sums.shape}, expected {mask_sums.shape}"
                 )
             grad = he.gradient_from_block_sums(sums, mask_sums, x.shape[1]) / len(sample_index)
+            s.previous_weights = s.weights
             s.weights = s.optimizer.step(s.weights, grad)
-            s.last_forward = (step, np.empty(0, dtype=np.int64))  # a step's backward runs once
+            s.completed_step = step
+            s.forward_index = None
+            self._save(session_id, s)  # acknowledged only once durable
 
     def weights(self, session_id: str) -> np.ndarray:
         return self.session(session_id).weights.copy()
 
     def close(self, session_id: str) -> None:
         self.sessions.pop(session_id, None)
+        self.state.remove(session_id)
 
 
 class PassiveServicer(passive_pb2_grpc.PassiveServicer):
@@ -156,9 +245,8 @@ class PassiveServicer(passive_pb2_grpc.PassiveServicer):
 
     @rpc
     def JoinSession(self, request: passive_pb2.JoinSessionRequest, context: grpc.ServicerContext):
-        t = request.training
-        config = lr.OptimizerConfig(t.optimizer or "adam", t.learning_rate or 0.05, t.l2)
-        n = self.party.join(request.session_id, wire.backend_name(request.backend), request.n_classes, config, t.seed)
+        config = wire.optimizer_config(request.training)
+        n = self.party.join(request.session_id, wire.backend_name(request.backend), request.n_classes, config)
         return passive_pb2.JoinSessionReply(n_features=n, n_rows=len(self.party.data.ids))
 
     @rpc

@@ -97,9 +97,7 @@ class PassiveReply:
     permutation: np.ndarray  # secret: blinded_own[j] is P's row permutation[j]
 
 
-def passive_reply(
-    key: PsiKey, own_ids: Sequence[str], active_blinded: Sequence[bytes], salt: bytes
-) -> PassiveReply:
+def passive_reply(key: PsiKey, own_ids: Sequence[str], active_blinded: Sequence[bytes], salt: bytes) -> PassiveReply:
     """Passive side of step 2: reblind A's list and blind own ids in a secret random order."""
     permutation = list(range(len(own_ids)))
     _SECURE_RANDOM.shuffle(permutation)
@@ -134,9 +132,7 @@ def active_align(
     return intersect(reblinded_active, [key.reblind(points) for points in blinded_passive])
 
 
-def intersect(
-    active_double: Sequence[Sequence[bytes]], passive_double: Sequence[Sequence[bytes]]
-) -> Alignment:
+def intersect(active_double: Sequence[Sequence[bytes]], passive_double: Sequence[Sequence[bytes]]) -> Alignment:
     """Intersect double-blinded values across all passive parties.
 
     ``active_double[p][i]`` is A's row i blinded by A and passive party p; ``passive_double[p][j]`` is the

@@ -168,4 +168,4 @@ def _load_builtin_steps() -> None:
 
 
 # Modules whose import registers steps; defenses add themselves here.
-_BUILTIN_STEP_MODULES: list[str] = ["vflsec.services.score_defenses"]
+_BUILTIN_STEP_MODULES: list[str] = ["vflsec.services.score_defenses", "vflsec.services.param_defenses"]

@@ -8,6 +8,7 @@ import inspect
 import logging
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent import futures
 from dataclasses import dataclass
@@ -74,12 +75,66 @@ def peer_channel(address: str, peer_id: str, files: tls.TlsFiles, max_message_by
     return grpc.secure_channel(address, tls.channel_credentials(files), options=options)
 
 
-def call(peer: str, fn: Callable[..., Any], request: Any, timeout: float = 600.0) -> Any:
-    """Call a peer RPC; a failure becomes PeerFailed carrying the peer's status."""
-    try:
-        return fn(request, timeout=timeout)
-    except grpc.RpcError as exc:
-        raise PeerFailed(peer, exc) from exc
+@dataclass(frozen=True)
+class CallPolicy:
+    """Deadline of one attempt, and how long to keep retrying a peer that is UNAVAILABLE (restarting)."""
+
+    timeout: float = 600.0
+    retry_seconds: float = 60.0
+    first_backoff: float = 0.1
+    max_backoff: float = 2.0
+
+
+DEFAULT_CALL_POLICY = CallPolicy()
+
+
+def call(peer: str, fn: Callable[..., Any], request: Any, policy: CallPolicy = DEFAULT_CALL_POLICY) -> Any:
+    """Call a peer RPC with a deadline; retry with exponential backoff while the peer is UNAVAILABLE (every
+    party RPC is safe to repeat: steps are idempotent, see docs/protocol.md). A failure becomes PeerFailed
+    carrying the peer's status."""
+    give_up = time.monotonic() + policy.retry_seconds
+    backoff = policy.first_backoff
+    while True:
+        try:
+            return fn(request, timeout=policy.timeout)
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() + backoff > give_up:
+                raise PeerFailed(peer, exc) from exc
+            log.warning("%s unavailable (%s); retrying in %.1f s", peer, exc.details(), backoff)
+            time.sleep(backoff)
+            backoff = min(2 * backoff, policy.max_backoff)
+
+
+class DecodeRequests(grpc.ServerInterceptor):
+    """Undecodable request bytes become INVALID_ARGUMENT.
+
+    grpc reports a request its deserializer rejects (garbage, truncated protobuf, invalid UTF-8 in a string
+    field) as INTERNAL, which would blame the server for the caller's bytes. The handler is rebuilt to receive
+    raw bytes and decode them itself. Only unary requests are decoded here; streaming requests pass through.
+    """
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        handler = continuation(handler_call_details)
+        if handler is None or handler.request_streaming or handler.request_deserializer is None:
+            return handler
+        decode = handler.request_deserializer
+        if handler.unary_unary is not None:
+            behavior, rebuild = handler.unary_unary, grpc.unary_unary_rpc_method_handler
+        else:
+            behavior, rebuild = handler.unary_stream, grpc.unary_stream_rpc_method_handler
+
+        def decoded(raw: bytes, context: grpc.ServicerContext) -> Any:
+            try:
+                request = decode(raw)
+            except Exception as exc:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed request: {type(exc).__name__}: {exc}")
+            return behavior(request, context)
+
+        return rebuild(decoded, request_deserializer=None, response_serializer=handler.response_serializer)
 
 
 @dataclass
@@ -106,7 +161,8 @@ def start_server(
     full_policy = {f"/{service_name}/{method}": roles for method, roles in policy.items()}
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix=config.party_id),
-        interceptors=[tls.RoleInterceptor(full_policy)],
+        # The role check runs first: an unauthorized caller learns nothing about how its bytes parse.
+        interceptors=[tls.RoleInterceptor(full_policy), DecodeRequests()],
         options=channel_options(config.max_message_bytes),
     )
     add_servicer(server)

@@ -58,8 +58,7 @@ def role_of(party_id: str) -> str:
         if (bare_allowed and party_id == role) or party_id.startswith(role + "-"):
             return role
     raise ValueError(
-        f"party id {party_id!r} implies no role; expected 'coordinator', 'active[-*]', 'passive-*' "
-        "or 'operator[-*]'"
+        f"party id {party_id!r} implies no role; expected 'coordinator', 'active[-*]', 'passive-*' or 'operator[-*]'"
     )
 
 
@@ -219,9 +218,7 @@ def _san(host: str) -> x509.GeneralName:
 
 
 def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
-    pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     # Create with 0600 from the start (no window with a umask-derived mode), and fix a pre-existing file.
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as f:
@@ -261,9 +258,7 @@ class Caller:
     role: str
 
 
-_current_caller: contextvars.ContextVar[Caller | None] = contextvars.ContextVar(
-    "vflsec_current_caller", default=None
-)
+_current_caller: contextvars.ContextVar[Caller | None] = contextvars.ContextVar("vflsec_current_caller", default=None)
 
 
 def current_caller() -> Caller:
@@ -361,9 +356,7 @@ class RoleInterceptor(grpc.ServerInterceptor):
             )
         return caller
 
-    def _guard(
-        self, behavior: Callable[..., Any], method: str, streaming_response: bool
-    ) -> Callable[..., Any]:
+    def _guard(self, behavior: Callable[..., Any], method: str, streaming_response: bool) -> Callable[..., Any]:
         # Response streams run lazily as grpc iterates them, so the caller must be set inside the generator.
         if streaming_response:
 

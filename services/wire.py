@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vflsec.services import he
+from vflsec.services import he, lr
 from vflsec.services.errors import InvalidArgument
 from vflsec.v1 import common_pb2
 
@@ -45,3 +45,11 @@ def from_message(
         return he.matrix_from_wire(backend, w)
     except ValueError as exc:
         raise InvalidArgument(f"{name}: {exc}") from exc
+
+
+def optimizer_config(training: common_pb2.TrainingConfig) -> lr.OptimizerConfig:
+    """The optimiser settings of a TrainingConfig, defaults filled in; bad values are an InvalidArgument."""
+    try:
+        return lr.OptimizerConfig(training.optimizer or "adam", training.learning_rate or 0.05, training.l2)
+    except ValueError as exc:
+        raise InvalidArgument(f"training: {exc}") from exc

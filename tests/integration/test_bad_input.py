@@ -66,7 +66,10 @@ def test_malformed_ciphertexts_nan_and_wrong_shapes(trained) -> None:
     stub = _coordinator_as_active(fed)
 
     def release(matrix: common_pb2.EncryptedMatrix):
-        return stub.ReleaseScores(coordinator_pb2.ReleaseScoresRequest(session_id=session_id, logits=matrix))
+        request = coordinator_pb2.ReleaseScoresRequest(
+            session_id=session_id, logits=matrix, sample_index=range(max(matrix.rows, 0))
+        )
+        return stub.ReleaseScores(request)
 
     good = _plain_matrix(np.zeros((4, 1)))
     assert release(good).scores.shape == [4, 2]

@@ -40,16 +40,18 @@ class PublicContext(_message.Message):
     def __init__(self, backend: _Optional[_Union[_common_pb2.Backend, str]] = ..., data: _Optional[bytes] = ..., n_classes: _Optional[int] = ...) -> None: ...
 
 class TrainingScoresRequest(_message.Message):
-    __slots__ = ("session_id", "step", "logits", "replicas")
+    __slots__ = ("session_id", "step", "logits", "replicas", "sample_index")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     LOGITS_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_INDEX_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     step: int
     logits: _common_pb2.EncryptedMatrix
     replicas: int
-    def __init__(self, session_id: _Optional[str] = ..., step: _Optional[int] = ..., logits: _Optional[_Union[_common_pb2.EncryptedMatrix, _Mapping]] = ..., replicas: _Optional[int] = ...) -> None: ...
+    sample_index: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, session_id: _Optional[str] = ..., step: _Optional[int] = ..., logits: _Optional[_Union[_common_pb2.EncryptedMatrix, _Mapping]] = ..., replicas: _Optional[int] = ..., sample_index: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class BlockSumsRequest(_message.Message):
     __slots__ = ("session_id", "step", "ciphertexts")
@@ -62,12 +64,14 @@ class BlockSumsRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., step: _Optional[int] = ..., ciphertexts: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class ReleaseScoresRequest(_message.Message):
-    __slots__ = ("session_id", "logits")
+    __slots__ = ("session_id", "logits", "sample_index")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     LOGITS_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_INDEX_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     logits: _common_pb2.EncryptedMatrix
-    def __init__(self, session_id: _Optional[str] = ..., logits: _Optional[_Union[_common_pb2.EncryptedMatrix, _Mapping]] = ...) -> None: ...
+    sample_index: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, session_id: _Optional[str] = ..., logits: _Optional[_Union[_common_pb2.EncryptedMatrix, _Mapping]] = ..., sample_index: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ReleasedScores(_message.Message):
     __slots__ = ("scores", "chain", "argmax_changed")

@@ -100,7 +100,8 @@ class CoordinatorServicer:
 
     def ComputeTrainingScores(self, request, context):
         """Active party, training: [[z]] (aggregate logits) -> [[p]] (probabilities, re-encrypted, replicated
-        for packed gradient products). Nothing leaves in plaintext.
+        for packed gradient products). Nothing leaves in plaintext. Repeating the last step is a replay
+        (after a crash) and allowed; earlier steps are not.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -122,7 +123,8 @@ class CoordinatorServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ReleaseScores(self, request, context):
-        """Active party, inference: [[z]] -> scores through the score-release chain.
+        """Active party, inference: [[z]] -> scores through the score-release chain, subject to the query policy
+        (budget: RESOURCE_EXHAUSTED; training IDs refused: PERMISSION_DENIED; too many rows: INVALID_ARGUMENT).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -1,0 +1,154 @@
+"""``vflsec bench load``: many concurrent prediction requests against one federation.
+
+One in-process federation (coordinator, active, one passive party; real gRPC servers on loopback, mTLS,
+CKKS by default), a model trained for a few epochs, then ``n_requests`` Predict calls of a few samples each,
+issued from ``concurrency`` client threads over one shared channel, as an operator's front end would. It
+reports latency percentiles and throughput, and checks that nothing was dropped: every request must answer OK
+with one score row per asked sample, for exactly the samples asked.
+
+    python -m vflsec.client.bench_load --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+
+from vflsec.client.federation import FederationSpec, run_in_process, write_federation
+from vflsec.client.operator import Operator
+from vflsec.services import datasets
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One request: its latency and whether the answer was complete and well-formed."""
+
+    seconds: float
+    status: str  # gRPC status name; "OK" when answered
+    well_formed: bool
+
+
+def _request(operator: Operator, session_id: str, ids: Sequence[str], n_classes: int) -> Outcome:
+    start = time.perf_counter()
+    try:
+        released = operator.predict(session_id, ids)
+    except grpc.RpcError as exc:
+        return Outcome(time.perf_counter() - start, exc.code().name, False)
+    seconds = time.perf_counter() - start
+    well_formed = (
+        released.sample_ids == list(ids)
+        and released.scores.shape == (len(ids), n_classes)
+        and bool(np.isfinite(released.scores).all())
+    )
+    return Outcome(seconds, "OK", well_formed)
+
+
+def _draw_requests(common: Sequence[str], n_requests: int, samples: int, seed: int) -> list[list[str]]:
+    rng = np.random.default_rng(seed)
+    return [[common[i] for i in rng.choice(len(common), size=samples, replace=False)] for _ in range(n_requests)]
+
+
+def run(
+    n_requests: int = 1000,
+    concurrency: int = 32,
+    samples_per_request: int = 4,
+    backend: str = "ckks",
+    dataset: str = "breast_cancer",
+    epochs: int = 2,
+    seed: int = 0,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Run the load test; ``epochs=0`` skips training (prediction then uses the all-zero model)."""
+    if n_requests < 1 or concurrency < 1 or samples_per_request < 1 or epochs < 0:
+        raise ValueError("n_requests, concurrency and samples_per_request must be >= 1, epochs >= 0")
+    ds = datasets.load_dataset(dataset)
+    with tempfile.TemporaryDirectory(prefix="vflsec-load-") as tmp:
+        layout = write_federation(FederationSpec(ds, n_passive=1, seed=seed), Path(tmp))
+        with run_in_process(layout), layout.operator_channel() as channel:
+            operator = Operator(channel)
+            info = operator.create_session(backend, batch_size=64, learning_rate=0.1, seed=seed)
+            common = operator.align(info.session_id)
+            if epochs:
+                for _ in operator.train(info.session_id, common, epochs):
+                    pass
+            requests = _draw_requests(common, n_requests, min(samples_per_request, len(common)), seed)
+            log(f"{n_requests} Predict requests of {samples_per_request} samples, {concurrency} threads, {backend}")
+            start = time.perf_counter()
+            with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="load") as pool:
+                outcomes = list(
+                    pool.map(lambda ids: _request(operator, info.session_id, ids, info.n_classes), requests)
+                )
+            wall = time.perf_counter() - start
+            operator.close(info.session_id)
+    return _summarise(outcomes, wall, concurrency, samples_per_request, backend, ds.name, log)
+
+
+def _summarise(
+    outcomes: Sequence[Outcome],
+    wall: float,
+    concurrency: int,
+    samples: int,
+    backend: str,
+    dataset: str,
+    log: Callable[[str], None],
+) -> dict[str, Any]:
+    latency_ms = np.array([o.seconds for o in outcomes]) * 1e3
+    answered = sum(o.status == "OK" and o.well_formed for o in outcomes)
+    result = {
+        "backend": backend,
+        "dataset": dataset,
+        "requests": len(outcomes),
+        "concurrency": concurrency,
+        "samples_per_request": samples,
+        "answered_ok": answered,
+        "dropped": len(outcomes) - answered,
+        "statuses": dict(Counter(o.status for o in outcomes)),
+        "malformed_answers": sum(o.status == "OK" and not o.well_formed for o in outcomes),
+        "latency_ms": {
+            "p50": float(np.percentile(latency_ms, 50)),
+            "p99": float(np.percentile(latency_ms, 99)),
+            "max": float(latency_ms.max()),
+            "mean": float(latency_ms.mean()),
+        },
+        "wall_seconds": wall,
+        "requests_per_second": len(outcomes) / wall,
+        "samples_per_second": len(outcomes) * samples / wall,
+    }
+    lat = result["latency_ms"]
+    log(
+        f"latency p50 {lat['p50']:.1f} ms, p99 {lat['p99']:.1f} ms, max {lat['max']:.1f} ms; "
+        f"throughput {result['requests_per_second']:.1f} requests/s ({result['samples_per_second']:.0f} samples/s); "
+        f"answered {answered}/{len(outcomes)}, dropped {result['dropped']}"
+    )
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m vflsec.client.bench_load", description=__doc__.split("\n")[0])
+    parser.add_argument("--requests", type=int, default=1000)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--samples", type=int, default=4, help="samples per request")
+    parser.add_argument("--backend", choices=("ckks", "plain"), default="ckks")
+    parser.add_argument("--dataset", default="breast_cancer")
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    args = parser.parse_args(argv)
+    log = (lambda line: print(line, file=__import__("sys").stderr)) if args.json else print
+    result = run(args.requests, args.concurrency, args.samples, args.backend, args.dataset, args.epochs, log=log)
+    if args.json:
+        print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+"""docs/authorization.md is generated from the ROLE_POLICY dicts and must stay in sync with them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vflsec.services import active, authz, coordinator, passive
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "authorization.md"
+
+
+def test_doc_is_in_sync_with_the_policies() -> None:
+    assert DOC.read_text() == authz.render_markdown(), "regenerate: python -m vflsec.services.authz > " + str(DOC)
+
+
+def test_matrix_covers_every_rpc_and_matches_each_policy() -> None:
+    rules = authz.rules()
+    by_service: dict[str, dict[str, frozenset[str]]] = {}
+    for rule in rules:
+        by_service.setdefault(rule.service.name, {})[rule.method.name] = rule.allowed
+    # Every policy entry names a real RPC (a typo would leave that RPC denied to all) and is rendered as is.
+    for name, policy in (
+        ("Coordinator", coordinator.ROLE_POLICY),
+        ("Active", active.ROLE_POLICY),
+        ("Passive", passive.ROLE_POLICY),
+    ):
+        assert set(policy) <= set(by_service[name]), f"{name} policy names unknown RPCs"
+        for method, roles in policy.items():
+            assert by_service[name][method] == roles
+    assert len(rules) == sum(len(service.methods) for service, _ in authz.SERVICES)
+    assert len({rule.path for rule in rules}) == len(rules)
+
+
+def test_rendered_cells_follow_the_rules() -> None:
+    table = [line for line in authz.render_markdown().splitlines() if line.startswith("| ") and "RPC" not in line]
+    assert len(table) == len(authz.rules())
+    for line, rule in zip(table, authz.rules(), strict=True):
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[:2] == [rule.service.name, rule.method.name]
+        assert cells[2:] == ["allowed" if role in rule.allowed else "denied" for role in authz.ROLES]
