@@ -15,7 +15,7 @@ COPY services services
 COPY client client
 RUN pip install .
 
-# The federation volume is initialised from this folder, so it belongs to the unprivileged user.
-RUN mkdir /federation && chown vflsec:vflsec /federation
+# Named volumes are initialised from these folders, so they belong to the unprivileged user.
+RUN mkdir /federation /state && chown vflsec:vflsec /federation /state
 USER vflsec
 ENTRYPOINT ["vflsec"]

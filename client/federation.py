@@ -134,7 +134,9 @@ def write_federation(spec: FederationSpec, workdir: Path) -> FederationLayout:
             "listen": listen[party],
             "seed": spec.seed,
             "tls": {"ca": "tls/ca.pem", "cert": "tls/cert.pem", "key": "tls/key.pem"},
-            "state": {"dir": "state"},  # session checkpoints: a restarted party resumes its sessions
+            # Session checkpoints (a restarted party resumes its sessions); compose mounts a writable volume
+            # at /state, beside the read-only party folder.
+            "state": {"dir": "/state" if spec.compose_ports else "state"},
         }
         if party == "coordinator":
             raw["peers"] = {p: reach[p] for p in parties if p.startswith("passive")}

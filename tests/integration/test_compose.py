@@ -35,9 +35,11 @@ def prepared(compose, tmp_path_factory) -> Path:
 
 
 def _mounts(service: dict) -> dict[str, str]:
-    """target -> volume subpath, for every read-only subpath mount."""
+    """target -> volume subpath, for every read-only subpath mount of the federation volume."""
     mounts = {}
     for v in service["volumes"]:
+        if isinstance(v, str):
+            continue  # a writable named volume ("<party>-state:/state")
         assert v["source"] == "federation" and v["read_only"] is True
         mounts[v["target"]] = v["volume"]["subpath"]
     return mounts
@@ -53,6 +55,9 @@ def test_every_party_mounts_only_its_own_folder(compose, prepared) -> None:
         assert service["command"] == ["serve", role, "--config", "/party/config.toml"]
         config = load_config(prepared / party / "config.toml", role)
         assert config.party_id == party
+        # Checkpoints go to the party's own writable volume, not into the read-only party folder.
+        assert f"{party}-state:/state" in service["volumes"] and f"{party}-state" in compose["volumes"]
+        assert config.state_dir == Path("/state")
         # Config paths are relative to the party folder, which is mounted at /party.
         for path in (config.tls.ca, config.tls.cert, config.tls.key, *([config.data.path] if config.data else [])):
             assert path.is_relative_to(prepared / party) and path.exists()
@@ -94,6 +99,7 @@ def test_compose_commands_run_as_local_processes(compose, prepared, tmp_path) ->
             raw = tomllib.loads((folder / "config.toml").read_text())
             raw["listen"] = _local(raw["listen"])
             raw["peers"] = {peer: _local(a) for peer, a in raw.get("peers", {}).items()}
+            raw["state"]["dir"] = str(tmp_path / f"{party}-state")  # the named volume
             (folder / "config.toml").write_text(dump_toml(raw))
             command = [a.replace("/party", str(folder)) for a in services[party]["command"]]
             procs.append(subprocess.Popen([sys.executable, "-m", "vflsec.client.cli", *command]))
