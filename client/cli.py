@@ -396,6 +396,89 @@ def bench_plugin(
         typer.echo(json.dumps(result))
 
 
+@bench_app.command("load")
+def bench_load(
+    requests: Annotated[int, typer.Option(min=1)] = 1000,
+    concurrency: Annotated[int, typer.Option(min=1)] = 32,
+    samples: Annotated[int, typer.Option(min=1, help="Samples per request.")] = 4,
+    backend: Annotated[str, typer.Option(help="ckks | plain")] = "ckks",
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Concurrent prediction requests against one federation: p50/p99 latency, throughput, nothing dropped."""
+    from vflsec.client.bench_load import run
+
+    result = run(requests, concurrency, samples, backend, log=lambda line: typer.echo(line, err=as_json))
+    if as_json:
+        typer.echo(json.dumps(result))
+
+
+@app.command()
+def risk(
+    address: Annotated[str, typer.Option(help="host:port of the passive party.")],
+    party: Annotated[str, typer.Option(help="The passive party's id (its certificate must say so).")],
+    tls_dir: Annotated[Path, typer.Option(help="The caller's tls/ folder (operator or coordinator).")],
+    session: Annotated[str, typer.Option(help="The trained session whose block would be disclosed.")],
+    param_release: ParamReleaseOption = None,
+    warn_fraction: Annotated[float, typer.Option(min=0.0, max=1.0)] = 0.5,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """A passive party's forecast of the attack MSE (LS, Half*) its disclosed block would allow, before any
+    release (rassouli Theorem 2); exits 3 when a forecast falls below ``warn_fraction`` x the Half baseline."""
+    import grpc
+    from google.protobuf.json_format import MessageToDict
+
+    from vflsec.services.server import peer_channel
+    from vflsec.services.tls import TlsFiles
+    from vflsec.v1 import passive_pb2, passive_pb2_grpc
+
+    _check_release_specs(None, param_release)
+    files = TlsFiles(ca=tls_dir / "ca.pem", cert=tls_dir / "cert.pem", key=tls_dir / "key.pem")
+    request = passive_pb2.DiscloseRequest(session_id=session, steps=param_release or [], warn_fraction=warn_fraction)
+    with peer_channel(address, party, files, 16 << 20) as channel:
+        try:
+            reply = passive_pb2_grpc.PassiveStub(channel).ForecastRisk(request, timeout=600)
+        except grpc.RpcError as exc:
+            _fail(f"{party}: {exc.code().name}: {exc.details()}")
+    result = MessageToDict(reply, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+    for key, value in result.items():
+        typer.echo(f"{key:>15}: {value}", err=as_json)
+    if as_json:
+        typer.echo(json.dumps(result))
+    if reply.warnings:
+        raise typer.Exit(3)
+
+
+@app.command()
+def curve(
+    dataset: Annotated[str, typer.Option(help="Dataset name or CSV path.")] = "wine",
+    passive_features: Annotated[str | None, typer.Option(help="Count, fraction or names.")] = "5",
+    epsilons: Annotated[str, typer.Option(help="Comma-separated interpretability levels ε.")] = (
+        "0.001,0.003,0.01,0.03,0.1,0.3"
+    ),
+    out: Annotated[Path, typer.Option(help="Folder for curve.png and curve.md.")] = Path("privacy-curve"),
+    epochs: Annotated[int, typer.Option(min=1)] = 30,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Varasteh's privacy–interpretability curve through the services: LS / Half* MSE measured by the curious
+    plugin against the achieved interpretability loss g, next to the passive party's forecast."""
+    from vflsec.client.harness import AttackScenario, privacy_curve
+    from vflsec.client.param_curve import write_curve
+
+    base = AttackScenario(
+        dataset=dataset,
+        passive_features=_passive_features(passive_features),
+        predictions=10**9,
+        backend="plain",
+        epochs=epochs,
+    )
+    rows = privacy_curve(base, [float(e) for e in epsilons.split(",")])
+    png, table = write_curve(rows, out, f"varasteh PPS on {dataset} (through the services)")
+    typer.echo(table.read_text(), err=as_json)
+    typer.echo(f"wrote {png} and {table}", err=as_json)
+    if as_json:
+        typer.echo(json.dumps({"dataset": dataset, "rows": rows}))
+
+
 def main() -> None:
     app()
 

@@ -22,6 +22,8 @@ from vflsec.client.operator import Operator
 from vflsec.services import attacks, curious, datasets
 from vflsec.services.app import load_party_data
 from vflsec.services.config import load_config
+from vflsec.services.param_defenses import interpretability_loss
+from vflsec.services.server import peer_channel
 
 BASELINES = ("half", "rg", "zero")
 DEFAULT_ATTACKS = ("esa", "ls_clamped", "cls", "half_star", "rcc2")
@@ -45,6 +47,7 @@ class AttackScenario:
     param_release: Sequence[str] = ()
     release_model: bool = True
     windows: int = 1  # > 1: rassouli's "average over space" over this many cyclic windows of passive columns
+    forecast: bool = False  # ask each passive party for its risk forecast of the param-release chain
     in_process: bool = False  # parties as in-process servers (tests) instead of OS processes
 
 
@@ -56,6 +59,7 @@ class ScenarioRun:
     queried: list[str]
     accuracy: float
     n_classes: int
+    forecasts: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def run_scenario(scenario: AttackScenario, workdir: Path) -> ScenarioRun:
@@ -79,7 +83,7 @@ def run_scenario(scenario: AttackScenario, workdir: Path) -> ScenarioRun:
         info = operator.create_session(
             scenario.backend, batch_size=scenario.batch_size, learning_rate=scenario.learning_rate, seed=scenario.seed
         )
-        common = operator.align(info.session_id)
+        common = sorted(operator.align(info.session_id))  # PSI's order is random; the scenario must not be
         rng = np.random.default_rng(scenario.seed)
         common = [common[i] for i in rng.permutation(len(common))]
         n_query = min(scenario.predictions, len(common))
@@ -90,9 +94,27 @@ def run_scenario(scenario: AttackScenario, workdir: Path) -> ScenarioRun:
             operator.fetch_model(info.session_id)
         queried = common[:n_query]
         released = operator.predict(info.session_id, queried)
+        forecasts = (
+            {p: forecast_risk(layout, p, info.session_id, scenario.param_release) for p in layout.passive_parties}
+            if scenario.forecast
+            else {}
+        )
     labels = ds.y[datasets.select_ids(ds.ids, queried)]
     accuracy = float(np.mean(released.scores.argmax(axis=1) == labels))
-    return ScenarioRun(layout, store_path, info.session_id, queried, accuracy, ds.n_classes)
+    return ScenarioRun(layout, store_path, info.session_id, queried, accuracy, ds.n_classes, forecasts)
+
+
+def forecast_risk(layout: FederationLayout, party: str, session_id: str, steps: Sequence[str]) -> dict[str, Any]:
+    """A passive party's forecast of the attack MSE its disclosed block allows (over mTLS, as the operator)."""
+    from google.protobuf.json_format import MessageToDict
+
+    from vflsec.v1 import passive_pb2, passive_pb2_grpc
+
+    with peer_channel(layout.addresses[party], party, layout.tls("operator"), 16 << 20) as channel:
+        reply = passive_pb2_grpc.PassiveStub(channel).ForecastRisk(
+            passive_pb2.DiscloseRequest(session_id=session_id, steps=list(steps)), timeout=600
+        )
+    return MessageToDict(reply, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
 
 
 def true_passive_features(layout: FederationLayout, sample_ids: Sequence[str]) -> np.ndarray:
@@ -191,7 +213,42 @@ def _run_once(scenario: AttackScenario, log: Callable[[str], None] | None) -> di
         "attacks": {name: {k: v for k, v in r.items() if k != "mse_per_feature"} for name, r in results.items()},
         "mse_per_feature": {name: r["mse_per_feature"] for name, r in {**baselines, **results}.items() if "mse" in r},
     }
+    if run.forecasts:
+        report["forecast"] = run.forecasts
+    report["w_passive"] = None if obs.w_passive is None else obs.w_passive.tolist()
     return report
+
+
+def privacy_curve(base: AttackScenario, epsilons: Sequence[float]) -> list[dict[str, Any]]:
+    """Varasteh's privacy–interpretability curve through the services: one scenario per ε (plus ε = 0), the
+    LS and Half* MSE measured on the curious plugin's recordings, next to the passive party's forecast.
+
+    The same seed trains the same model in every scenario (the plain backend is exact), so the achieved
+    interpretability loss g is measured against the block the undefended run discloses.
+    """
+    rows: list[dict[str, Any]] = []
+    w_true: np.ndarray | None = None
+    for epsilon in [0.0, *epsilons]:
+        chain = [f"varasteh:epsilon={epsilon!r}"] if epsilon else []
+        scenario = replace(base, param_release=chain, attacks=("ls", "half_star"), forecast=True, windows=1)
+        report = _run_once(scenario, None)
+        disclosed = np.asarray(report["w_passive"])
+        w_true = disclosed if w_true is None else w_true
+        (forecast,) = report["forecast"].values()
+        rows.append(
+            {
+                "epsilon": epsilon,
+                "achieved_g": interpretability_loss(w_true, disclosed),
+                "case": "none" if not epsilon else "varasteh",
+                "ls": report["attacks"]["ls"]["mse"],
+                "half_star": report["attacks"]["half_star"]["mse"],
+                "forecast_ls": forecast["ls"],
+                "forecast_half_star": forecast["half_star"],
+                "half": forecast["half"],
+                "accuracy": report["accuracy"],
+            }
+        )
+    return rows
 
 
 @contextlib.contextmanager

@@ -446,17 +446,21 @@ class ActiveParty:
             for b in released.passive
             if not b.withheld
         }
+        # The released bias: the active party's own, plus what the parameter chain adds (PPS-A flip).
+        bias = s.bias.copy()
+        if released.HasField("bias_offset"):
+            bias = bias + from_tensor(released.bias_offset, "bias offset", shape=(s.k,))
         self._emit(
             plugins.RELEASED_MODEL,
             s,
             "coordinator",
-            arrays={"w_active": s.weights.copy(), "bias": s.bias.copy(), **disclosed},
+            arrays={"w_active": s.weights.copy(), "bias": bias, "trained_bias": s.bias.copy(), **disclosed},
             meta={
                 "chain": [step.name for step in released.chain],
                 "withheld": [b.party_id for b in released.passive if b.withheld],
             },
         )
-        return s.weights.copy(), s.bias.copy(), released
+        return s.weights.copy(), bias, released
 
     def close(self, session_id: str) -> None:
         self.session(session_id)

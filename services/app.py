@@ -67,15 +67,10 @@ def start_party(config: ServiceConfig) -> Party:
         channels = {party: _channel(config, party) for party in config.passive_peers}
         clients = {party: PassiveClient(party, ch, policy) for party, ch in channels.items()}
 
-        def fetch_weights(party: str, session_id: str):  # type: ignore[no-untyped-def]
-            if party not in clients:
-                raise ValueError(f"coordinator has no address for passive party {party!r}")
-            return clients[party].weights(session_id)
-
         engine = coordinator.Coordinator(
             ScoreReleaseChain.from_specs(config.score_release),
             ParamReleaseChain.from_specs(config.param_release),
-            fetch_weights,
+            clients,
             seed=config.seed,
             policy=coordinator.QueryPolicy(config.query_budget, config.refuse_training_ids, config.max_query_rows),
             state=state,

@@ -6,8 +6,9 @@ Plain-Python engine (:class:`Coordinator`) + thin gRPC servicer (:class:`Coordin
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import grpc
 import numpy as np
@@ -21,14 +22,21 @@ from vflsec.services.errors import (
     PermissionDenied,
     ResourceExhausted,
 )
+from vflsec.services.param_defenses import Distorted
 from vflsec.services.release import ParamReleaseChain, ReleaseContext, ScoreReleaseChain
 from vflsec.services.server import rpc
 from vflsec.services.tensors import to_tensor
 from vflsec.services.tls import current_caller
 from vflsec.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 
-# Fetches a passive party's true weight block (K_logits x d_p) for a session.
-WeightsFetcher = Callable[[str, str], np.ndarray]
+
+class PassivePeer(Protocol):
+    """What the coordinator asks of a passive party (over mTLS; see services/links.py)."""
+
+    def weights(self, session_id: str) -> np.ndarray: ...
+
+    def disclose(self, session_id: str, specs: list[str]) -> list[tuple[str, Distorted]]: ...
+
 
 # A party may fetch the block sums of one step again (its reply was lost, or it restarted), but not without
 # bound: each repeat decrypts fresh products of its choosing.
@@ -124,14 +132,14 @@ class Coordinator:
         self,
         score_chain: ScoreReleaseChain,
         param_chain: ParamReleaseChain,
-        fetch_weights: WeightsFetcher,
+        passives: Mapping[str, PassivePeer],
         seed: int | None = None,
         policy: QueryPolicy | None = None,
         state: checkpoint.StateDir | None = None,
     ) -> None:
         self.score_chain = score_chain
         self.param_chain = param_chain
-        self.fetch_weights = fetch_weights
+        self.passives = passives
         self.policy = policy or QueryPolicy()
         self.state = state or checkpoint.StateDir(None)
         self.sessions: dict[str, CoordinatorSession] = {
@@ -236,7 +244,7 @@ class Coordinator:
     def finish_training(self, session_id: str) -> None:
         """Pull every passive block over TLS and keep it here (PPS-B and the parameter chain need it)."""
         s = self.session(session_id)
-        weights = {party: self.fetch_weights(party, session_id) for party in s.passive_parties}
+        weights = {party: self._peer(party).weights(session_id) for party in s.passive_parties}
         with s.lock:
             s.passive_weights = weights
             s.release.passive_weights = weights
@@ -271,12 +279,40 @@ class Coordinator:
         changed = int(np.count_nonzero(released.argmax(axis=1) != raw.argmax(axis=1)))
         return released, changed
 
-    def release_model(self, session_id: str) -> dict[str, np.ndarray | None]:
+    def _peer(self, party: str) -> PassivePeer:
+        try:
+            return self.passives[party]
+        except KeyError:
+            raise FailedPrecondition(f"the coordinator has no address for passive party {party!r}") from None
+
+    def release_model(self, session_id: str) -> tuple[dict[str, np.ndarray | None], np.ndarray | None]:
+        """Each passive block through the parameter-release chain, and the bias offset the chain adds.
+
+        The steps run at each passive party (its data statistics never leave it); the coordinator checks
+        every step's output against the true block it holds (e.g. the achieved interpretability level g).
+        """
         s = self.session(session_id)
         if s.passive_weights is None:
             raise FailedPrecondition("the model is released after training: call FinishTraining first")
-        with s.lock:
-            return self.param_chain(s.passive_weights, s.release)
+        if not self.param_chain.steps:
+            return dict(s.passive_weights), None
+        disclosed: dict[str, np.ndarray | None] = {}
+        offset: np.ndarray | None = None
+        for party, true_block in s.passive_weights.items():
+            block: np.ndarray | None = true_block
+            results = self._peer(party).disclose(session_id, self.param_chain.specs)
+            for step, (name, result) in zip(self.param_chain.steps, results, strict=False):
+                if name != step.name:
+                    raise FailedPrecondition(f"{party} ran step {name!r} where {step.name!r} was due")
+                try:
+                    step.check(block, result)
+                except ValueError as exc:
+                    raise FailedPrecondition(f"{party}'s disclosure failed the coordinator's check: {exc}") from exc
+                block = result.disclosed
+                if block is not None and result.bias_offset is not None:
+                    offset = result.bias_offset if offset is None else offset + result.bias_offset
+            disclosed[party] = block
+        return disclosed, offset
 
     def close(self, session_id: str) -> None:
         self.sessions.pop(session_id, None)
@@ -348,14 +384,18 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
 
     @rpc
     def ReleaseModel(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
-        disclosed = self.coordinator.release_model(request.session_id)
+        disclosed, offset = self.coordinator.release_model(request.session_id)
         blocks = [
             coordinator_pb2.PassiveBlock(party_id=party, withheld=True)
             if w is None
             else coordinator_pb2.PassiveBlock(party_id=party, weights=to_tensor(w))
             for party, w in disclosed.items()
         ]
-        return coordinator_pb2.ReleasedModel(passive=blocks, chain=release_steps(self.coordinator.param_chain))
+        return coordinator_pb2.ReleasedModel(
+            passive=blocks,
+            chain=release_steps(self.coordinator.param_chain),
+            bias_offset=None if offset is None else to_tensor(offset),
+        )
 
     @rpc
     def CloseSession(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):

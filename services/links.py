@@ -9,6 +9,7 @@ import numpy as np
 
 from vflsec.services import he, lr, wire
 from vflsec.services.errors import InvalidArgument
+from vflsec.services.param_defenses import Distorted
 from vflsec.services.server import DEFAULT_CALL_POLICY, CallPolicy, call
 from vflsec.services.tensors import from_tensor
 from vflsec.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc, passive_pb2, passive_pb2_grpc
@@ -124,3 +125,23 @@ class PassiveClient:
 
     def close(self, session_id: str) -> None:
         call(self.peer, self.stub.CloseSession, common_pb2.SessionRef(session_id=session_id), self.policy)
+
+    def disclose(self, session_id: str, specs: list[str]) -> list[tuple[str, Distorted]]:
+        request = passive_pb2.DiscloseRequest(session_id=session_id, steps=specs)
+        reply = call(self.peer, self.stub.DiscloseWeights, request, self.policy)
+        if len(reply.steps) > len(specs):
+            raise InvalidArgument(f"{self.peer} returned {len(reply.steps)} steps for {len(specs)} asked")
+        return [(step.name, self._distorted(step)) for step in reply.steps]
+
+    def _distorted(self, step: passive_pb2.DisclosedStep) -> Distorted:
+        def tensor(field: str, ndim: int) -> np.ndarray | None:
+            if not step.HasField(field):
+                return None
+            return from_tensor(getattr(step, field), f"{field} of {step.name} from {self.peer}", ndim=ndim).copy()
+
+        return Distorted(
+            None if step.withheld else tensor("weights", 2),
+            bias_offset=tensor("bias_offset", 1),
+            public=dict(step.public),
+            private=dict(step.private),
+        )

@@ -9,7 +9,7 @@ from typing import Protocol
 import grpc
 import numpy as np
 
-from vflsec.services import checkpoint, he, lr, psi, wire
+from vflsec.services import checkpoint, he, lr, param_defenses, psi, wire
 from vflsec.services.datasets import PartyData
 from vflsec.services.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from vflsec.services.server import rpc
@@ -234,6 +234,58 @@ class PassiveParty:
     def weights(self, session_id: str) -> np.ndarray:
         return self.session(session_id).weights.copy()
 
+    def _stats(self, s: PassiveSession) -> param_defenses.DataStats:
+        """Statistics of this party's own aligned rows; they are used here and never leave."""
+        if s.rows is None:
+            raise FailedPrecondition("samples are not aligned yet: run PSI first")
+        try:
+            return param_defenses.DataStats.from_features(self.data.X[s.rows])
+        except ValueError as exc:
+            raise FailedPrecondition(f"parameter defenses need min-max scaled features: {exc}") from exc
+
+    def disclose(self, session_id: str, specs: list[str]) -> list[tuple[str, param_defenses.Distorted]]:
+        """Run the parameter-release steps on the true block, in order, here at the passive party."""
+        s = self.session(session_id)
+        try:
+            steps = [param_defenses.make_distortion(spec) for spec in specs]
+        except ValueError as exc:
+            raise InvalidArgument(f"parameter-release steps: {exc}") from exc
+        stats = self._stats(s) if any(step.needs_stats for step in steps) else None
+        rng = np.random.default_rng()  # secret draws (ε′, the sign of R) must be unpredictable
+        block: np.ndarray | None = s.weights.copy()
+        results = []
+        for step in steps:
+            if block is None:
+                break  # withheld: nothing left to distort
+            try:
+                result = step.distort(block, stats, s.n_classes, rng)
+            except ValueError as exc:
+                raise FailedPrecondition(f"{step.name}: {exc}") from exc
+            results.append((step.name, result))
+            block = result.disclosed
+        return results
+
+    def forecast(self, session_id: str, specs: list[str], warn_fraction: float) -> dict:
+        """Forecast attack MSE of disclosing this block through ``specs`` (nothing is released)."""
+        s = self.session(session_id)
+        steps = self.disclose(session_id, specs)
+        final = None
+        if steps:
+            offsets = [r.bias_offset for _, r in steps if r.bias_offset is not None]
+            final = param_defenses.Distorted(
+                steps[-1][1].disclosed, bias_offset=np.sum(offsets, axis=0) if offsets else None
+            )
+        try:
+            return param_defenses.forecast(
+                s.weights,
+                self._stats(s),
+                s.n_classes,
+                final,
+                warn_fraction=warn_fraction or param_defenses.DEFAULT_WARN_FRACTION,
+            )
+        except ValueError as exc:
+            raise InvalidArgument(str(exc)) from exc
+
     def close(self, session_id: str) -> None:
         self.sessions.pop(session_id, None)
         self.state.remove(session_id)
@@ -277,9 +329,43 @@ class PassiveServicer(passive_pb2_grpc.PassiveServicer):
         return to_tensor(self.party.weights(request.session_id))
 
     @rpc
+    def DiscloseWeights(self, request: passive_pb2.DiscloseRequest, context: grpc.ServicerContext):
+        steps = self.party.disclose(request.session_id, list(request.steps))
+        return passive_pb2.Disclosure(steps=[disclosed_step(name, result) for name, result in steps])
+
+    @rpc
+    def ForecastRisk(self, request: passive_pb2.DiscloseRequest, context: grpc.ServicerContext):
+        f = self.party.forecast(request.session_id, list(request.steps), request.warn_fraction)
+        return passive_pb2.RiskForecast(
+            d=f["d"],
+            n_classes=f["n_classes"],
+            rank=f["rank"],
+            half=f["half"],
+            withheld=f["withheld"],
+            ls=float("nan") if f["ls"] is None else f["ls"],
+            half_star=float("nan") if f["half_star"] is None else f["half_star"],
+            rank_condition=f["rank_condition"],
+            zero_error=f["zero_error"],
+            warnings=f["warnings"],
+        )
+
+    @rpc
     def CloseSession(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
         self.party.close(request.session_id)
         return common_pb2.Empty()
+
+
+def disclosed_step(name: str, result: param_defenses.Distorted) -> passive_pb2.DisclosedStep:
+    # Only scalar private facts travel (the coordinator checks e.g. the achieved g); transforms stay here.
+    private = {k: str(v) for k, v in result.private.items() if isinstance(v, int | float | str | bool)}
+    return passive_pb2.DisclosedStep(
+        name=name,
+        withheld=result.disclosed is None,
+        weights=None if result.disclosed is None else to_tensor(result.disclosed),
+        bias_offset=None if result.bias_offset is None else to_tensor(result.bias_offset),
+        public=result.public,
+        private=private,
+    )
 
 
 ROLE_POLICY: dict[str, frozenset[str]] = {
@@ -289,5 +375,7 @@ ROLE_POLICY: dict[str, frozenset[str]] = {
     "Forward": frozenset({"active"}),
     "Backward": frozenset({"active"}),
     "GetWeights": frozenset({"coordinator"}),
+    "DiscloseWeights": frozenset({"coordinator"}),
+    "ForecastRisk": frozenset({"coordinator", "operator"}),
     "CloseSession": frozenset({"active"}),
 }

@@ -93,6 +93,11 @@ def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
     return name, params
 
 
+def build_param_step(spec: str) -> ParamStep:
+    """One parameter-release step from its spec (ReleaseConfigError on a bad one)."""
+    return _build(spec, _PARAM_STEPS, "parameter")
+
+
 def _build(spec: str, registry: Mapping[str, Callable[..., Any]], kind: str) -> Any:
     _load_builtin_steps()
     name, params = parse_spec(spec)
@@ -142,10 +147,11 @@ class ScoreReleaseChain:
 @dataclass
 class ParamReleaseChain:
     steps: list[ParamStep] = field(default_factory=list)
+    specs: list[str] = field(default_factory=list)  # as configured: passive parties run the same steps
 
     @classmethod
     def from_specs(cls, specs: Sequence[str]) -> ParamReleaseChain:
-        return cls([_build(spec, _PARAM_STEPS, "parameter") for spec in specs])
+        return cls([build_param_step(spec) for spec in specs], list(specs))
 
     def __call__(
         self, weights: Mapping[str, np.ndarray | None], context: ReleaseContext

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -46,8 +47,10 @@ def from_tensor(
     dims = list(tensor.shape)
     if any(d < 0 for d in dims):
         raise InvalidArgument(f"{name}: negative dimension in shape {dims}")
-    count = int(np.prod(dims, dtype=np.int64)) if dims else 1
-    if count > MAX_ELEMENTS:
+    # Python integers: an int64 product wraps around (2^32 x 2^32 -> 0) and would pass the size check. The
+    # nonzero extents are bounded too: numpy refuses an empty shape like (0, 2^62) whose extent overflows.
+    count = math.prod(dims)
+    if math.prod(d for d in dims if d) > MAX_ELEMENTS:
         raise InvalidArgument(f"{name}: shape {dims} is too large")
     if len(tensor.data) != count * dtype.itemsize:
         raise InvalidArgument(

@@ -94,9 +94,11 @@ class PassiveBlock(_message.Message):
     def __init__(self, party_id: _Optional[str] = ..., withheld: _Optional[bool] = ..., weights: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ...) -> None: ...
 
 class ReleasedModel(_message.Message):
-    __slots__ = ("passive", "chain")
+    __slots__ = ("passive", "chain", "bias_offset")
     PASSIVE_FIELD_NUMBER: _ClassVar[int]
     CHAIN_FIELD_NUMBER: _ClassVar[int]
+    BIAS_OFFSET_FIELD_NUMBER: _ClassVar[int]
     passive: _containers.RepeatedCompositeFieldContainer[PassiveBlock]
     chain: _containers.RepeatedCompositeFieldContainer[_common_pb2.ReleaseStep]
-    def __init__(self, passive: _Optional[_Iterable[_Union[PassiveBlock, _Mapping]]] = ..., chain: _Optional[_Iterable[_Union[_common_pb2.ReleaseStep, _Mapping]]] = ...) -> None: ...
+    bias_offset: _common_pb2.Tensor
+    def __init__(self, passive: _Optional[_Iterable[_Union[PassiveBlock, _Mapping]]] = ..., chain: _Optional[_Iterable[_Union[_common_pb2.ReleaseStep, _Mapping]]] = ..., bias_offset: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ...) -> None: ...

@@ -80,3 +80,73 @@ class BackwardRequest(_message.Message):
     sample_index: _containers.RepeatedScalarFieldContainer[int]
     delta: _common_pb2.EncryptedMatrix
     def __init__(self, session_id: _Optional[str] = ..., step: _Optional[int] = ..., sample_index: _Optional[_Iterable[int]] = ..., delta: _Optional[_Union[_common_pb2.EncryptedMatrix, _Mapping]] = ...) -> None: ...
+
+class DiscloseRequest(_message.Message):
+    __slots__ = ("session_id", "steps", "warn_fraction")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    WARN_FRACTION_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    steps: _containers.RepeatedScalarFieldContainer[str]
+    warn_fraction: float
+    def __init__(self, session_id: _Optional[str] = ..., steps: _Optional[_Iterable[str]] = ..., warn_fraction: _Optional[float] = ...) -> None: ...
+
+class DisclosedStep(_message.Message):
+    __slots__ = ("name", "withheld", "weights", "bias_offset", "public", "private")
+    class PublicEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class PrivateEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    WITHHELD_FIELD_NUMBER: _ClassVar[int]
+    WEIGHTS_FIELD_NUMBER: _ClassVar[int]
+    BIAS_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    PUBLIC_FIELD_NUMBER: _ClassVar[int]
+    PRIVATE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    withheld: bool
+    weights: _common_pb2.Tensor
+    bias_offset: _common_pb2.Tensor
+    public: _containers.ScalarMap[str, str]
+    private: _containers.ScalarMap[str, str]
+    def __init__(self, name: _Optional[str] = ..., withheld: _Optional[bool] = ..., weights: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., bias_offset: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., public: _Optional[_Mapping[str, str]] = ..., private: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class Disclosure(_message.Message):
+    __slots__ = ("steps",)
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    steps: _containers.RepeatedCompositeFieldContainer[DisclosedStep]
+    def __init__(self, steps: _Optional[_Iterable[_Union[DisclosedStep, _Mapping]]] = ...) -> None: ...
+
+class RiskForecast(_message.Message):
+    __slots__ = ("d", "n_classes", "rank", "half", "withheld", "ls", "half_star", "rank_condition", "zero_error", "warnings")
+    D_FIELD_NUMBER: _ClassVar[int]
+    N_CLASSES_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    HALF_FIELD_NUMBER: _ClassVar[int]
+    WITHHELD_FIELD_NUMBER: _ClassVar[int]
+    LS_FIELD_NUMBER: _ClassVar[int]
+    HALF_STAR_FIELD_NUMBER: _ClassVar[int]
+    RANK_CONDITION_FIELD_NUMBER: _ClassVar[int]
+    ZERO_ERROR_FIELD_NUMBER: _ClassVar[int]
+    WARNINGS_FIELD_NUMBER: _ClassVar[int]
+    d: int
+    n_classes: int
+    rank: int
+    half: float
+    withheld: bool
+    ls: float
+    half_star: float
+    rank_condition: bool
+    zero_error: bool
+    warnings: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, d: _Optional[int] = ..., n_classes: _Optional[int] = ..., rank: _Optional[int] = ..., half: _Optional[float] = ..., withheld: _Optional[bool] = ..., ls: _Optional[float] = ..., half_star: _Optional[float] = ..., rank_condition: _Optional[bool] = ..., zero_error: _Optional[bool] = ..., warnings: _Optional[_Iterable[str]] = ...) -> None: ...

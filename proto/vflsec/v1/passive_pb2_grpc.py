@@ -67,6 +67,16 @@ class PassiveStub:
                 request_serializer=vflsec_dot_v1_dot_common__pb2.SessionRef.SerializeToString,
                 response_deserializer=vflsec_dot_v1_dot_common__pb2.Tensor.FromString,
                 _registered_method=True)
+        self.DiscloseWeights = channel.unary_unary(
+                '/vflsec.v1.Passive/DiscloseWeights',
+                request_serializer=vflsec_dot_v1_dot_passive__pb2.DiscloseRequest.SerializeToString,
+                response_deserializer=vflsec_dot_v1_dot_passive__pb2.Disclosure.FromString,
+                _registered_method=True)
+        self.ForecastRisk = channel.unary_unary(
+                '/vflsec.v1.Passive/ForecastRisk',
+                request_serializer=vflsec_dot_v1_dot_passive__pb2.DiscloseRequest.SerializeToString,
+                response_deserializer=vflsec_dot_v1_dot_passive__pb2.RiskForecast.FromString,
+                _registered_method=True)
         self.CloseSession = channel.unary_unary(
                 '/vflsec.v1.Passive/CloseSession',
                 request_serializer=vflsec_dot_v1_dot_common__pb2.SessionRef.SerializeToString,
@@ -123,6 +133,22 @@ class PassiveServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DiscloseWeights(self, request, context):
+        """Coordinator only: run the parameter-release steps on this party's block here, where its data
+        statistics live (they never leave); returns each step's output for the coordinator to check.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ForecastRisk(self, request, context):
+        """Coordinator or operator: the forecast attack MSE (LS, Half*) of disclosing this block through the
+        given steps, before anything is released (rassouli Theorem 2).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CloseSession(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -161,6 +187,16 @@ def add_PassiveServicer_to_server(servicer, server):
                     servicer.GetWeights,
                     request_deserializer=vflsec_dot_v1_dot_common__pb2.SessionRef.FromString,
                     response_serializer=vflsec_dot_v1_dot_common__pb2.Tensor.SerializeToString,
+            ),
+            'DiscloseWeights': grpc.unary_unary_rpc_method_handler(
+                    servicer.DiscloseWeights,
+                    request_deserializer=vflsec_dot_v1_dot_passive__pb2.DiscloseRequest.FromString,
+                    response_serializer=vflsec_dot_v1_dot_passive__pb2.Disclosure.SerializeToString,
+            ),
+            'ForecastRisk': grpc.unary_unary_rpc_method_handler(
+                    servicer.ForecastRisk,
+                    request_deserializer=vflsec_dot_v1_dot_passive__pb2.DiscloseRequest.FromString,
+                    response_serializer=vflsec_dot_v1_dot_passive__pb2.RiskForecast.SerializeToString,
             ),
             'CloseSession': grpc.unary_unary_rpc_method_handler(
                     servicer.CloseSession,
@@ -332,6 +368,60 @@ class Passive:
             '/vflsec.v1.Passive/GetWeights',
             vflsec_dot_v1_dot_common__pb2.SessionRef.SerializeToString,
             vflsec_dot_v1_dot_common__pb2.Tensor.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DiscloseWeights(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/vflsec.v1.Passive/DiscloseWeights',
+            vflsec_dot_v1_dot_passive__pb2.DiscloseRequest.SerializeToString,
+            vflsec_dot_v1_dot_passive__pb2.Disclosure.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ForecastRisk(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/vflsec.v1.Passive/ForecastRisk',
+            vflsec_dot_v1_dot_passive__pb2.DiscloseRequest.SerializeToString,
+            vflsec_dot_v1_dot_passive__pb2.RiskForecast.FromString,
             options,
             channel_credentials,
             insecure,
