@@ -236,7 +236,7 @@ def test_coordinator_check_rejects_a_block_with_another_distortion(tasks: dict[s
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ("nosuch", "unknown parameter distortion"),
+        ("nosuch", "unknown parameter release step"),
         ("ppsa:H=random", "H must be one of"),
         ("ppsa:G=flip", "no parameter"),
         ("varasteh:epsilon=-1", "must be positive"),
