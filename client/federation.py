@@ -40,6 +40,7 @@ class FederationSpec:
     scaling: str = "minmax"
     seed: int = 0
     query_policy: dict | None = None  # the coordinator's [policy] table (query_budget, refuse_training_ids, ...)
+    checkpoints: bool = True  # session checkpoints in each party's state dir (crash recovery)
     # Loopback with free ports (default), or fixed ports behind host names (compose: hosts are party ids).
     host: str = "127.0.0.1"
     compose_ports: dict[str, int] | None = None
@@ -134,10 +135,11 @@ def write_federation(spec: FederationSpec, workdir: Path) -> FederationLayout:
             "listen": listen[party],
             "seed": spec.seed,
             "tls": {"ca": "tls/ca.pem", "cert": "tls/cert.pem", "key": "tls/key.pem"},
+        }
+        if spec.checkpoints:
             # Session checkpoints (a restarted party resumes its sessions); compose mounts a writable volume
             # at /state, beside the read-only party folder.
-            "state": {"dir": "/state" if spec.compose_ports else "state"},
-        }
+            raw["state"] = {"dir": "/state" if spec.compose_ports else "state"}
         if party == "coordinator":
             raw["peers"] = {p: reach[p] for p in parties if p.startswith("passive")}
             raw["release"] = {"scores": list(spec.score_release), "params": list(spec.param_release)}

@@ -2,9 +2,10 @@
 and the bridge from those recordings to the attack contract (:class:`vflsec.services.attacks.Observations`).
 
 Store: SQLite in WAL mode, one row per observation, arrays as blobs with dtype and shape, keyed by session.
-A commit is acknowledged only once it is durable (``synchronous=FULL``), so a restart of the active party
-loses nothing it recorded. Ciphertexts are useless to the attacks and large (~330 KB each), so by default
-only their count, sizes and SHA-256 digests are kept; ``ciphertexts="full"`` keeps the bytes too.
+A row is acknowledged once its transaction has committed; by default (``durability="process"``) that
+survives any crash or restart of the active party, and ``durability="power"`` adds an fsync per commit so
+that it survives a power cut too. Ciphertexts are useless to the attacks and large (~330 KB each), so by default
+only their count and sizes are kept; ``ciphertexts="digest"`` adds their SHA-256, ``"full"`` the bytes.
 """
 
 from __future__ import annotations
@@ -55,6 +56,11 @@ CREATE TABLE IF NOT EXISTS blobs (
 """
 
 
+# "process": a committed row survives any crash of the active party (WAL, synchronous=NORMAL: the commit is in
+# the operating system before it is acknowledged); "power": it also survives a power cut (an fsync per commit).
+_SYNCHRONOUS = {"process": "NORMAL", "power": "FULL"}
+
+
 @dataclass(frozen=True)
 class Recorded:
     id: int
@@ -68,15 +74,17 @@ class Recorded:
 
 
 class ObservationStore:
-    def __init__(self, path: str | Path, *, ciphertexts: str = "digest") -> None:
-        if ciphertexts not in ("digest", "full"):
-            raise ValueError(f"ciphertexts must be 'digest' or 'full', got {ciphertexts!r}")
+    def __init__(self, path: str | Path, *, ciphertexts: str = "size", durability: str = "process") -> None:
+        if ciphertexts not in ("size", "digest", "full"):
+            raise ValueError(f"ciphertexts must be 'size', 'digest' or 'full', got {ciphertexts!r}")
+        if durability not in _SYNCHRONOUS:
+            raise ValueError(f"durability must be one of {sorted(_SYNCHRONOUS)}, got {durability!r}")
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.keep_ciphertexts = ciphertexts == "full"
+        self.ciphertexts = ciphertexts
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute(f"PRAGMA synchronous={_SYNCHRONOUS[durability]}")
         self._db.executescript(SCHEMA)
         self._lock = threading.Lock()
 
@@ -110,9 +118,9 @@ class ObservationStore:
                             oid,
                             name,
                             i,
-                            hashlib.sha256(blob).hexdigest(),
+                            "" if self.ciphertexts == "size" else hashlib.sha256(blob).hexdigest(),
                             len(blob),
-                            blob if self.keep_ciphertexts else None,
+                            blob if self.ciphertexts == "full" else None,
                         )
                         for name, items in obs.blobs.items()
                         for i, blob in enumerate(items)
@@ -175,8 +183,10 @@ class CuriousPlugin:
     memory. A row counts as recorded once its transaction has committed; ``flush()`` waits for that.
     """
 
-    def __init__(self, store: str, ciphertexts: str = "digest", max_pending: int = 256) -> None:
-        self.store = ObservationStore(store, ciphertexts=ciphertexts)
+    def __init__(
+        self, store: str, ciphertexts: str = "size", durability: str = "process", max_pending: int = 256
+    ) -> None:
+        self.store = ObservationStore(store, ciphertexts=ciphertexts, durability=durability)
         self._queue: queue.Queue[plugins.Observation | None] = queue.Queue(maxsize=max_pending)
         self.errors: list[str] = []
         self._writer = threading.Thread(target=self._write, name="curious-writer", daemon=True)

@@ -3,6 +3,7 @@ attack contract."""
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
 import textwrap
@@ -44,10 +45,24 @@ def test_round_trip_keeps_dtype_shape_ids_and_meta(tmp_path) -> None:
         assert rec.arrays[name].dtype == value.dtype
         np.testing.assert_array_equal(rec.arrays[name], value)
     assert store.sessions() == ["s1", "s2"] and store.count() == 2 and store.count("s2", plugins.GRADIENT) == 1
-    # Ciphertexts are kept as digests by default: sizes recorded, bytes not.
-    sizes = store._db.execute("SELECT size, data FROM blobs ORDER BY position").fetchall()
-    assert sizes == [(10, None), (1, None)]
+    # Ciphertexts are kept as sizes by default: no digest, no bytes.
+    sizes = store._db.execute("SELECT size, sha256, data FROM blobs ORDER BY position").fetchall()
+    assert sizes == [(10, "", None), (1, "", None)]
     store.close()
+
+
+def test_ciphertext_recording_levels(tmp_path) -> None:
+    blobs = {"ciphertexts": [b"abc"]}
+    for level, data in (("digest", None), ("full", b"abc")):
+        store = curious.ObservationStore(tmp_path / f"{level}.sqlite", ciphertexts=level)
+        store.append(plugins.Observation(kind=plugins.ENCRYPTED_LOGITS, session_id="s", blobs=blobs))
+        ((sha, stored),) = store._db.execute("SELECT sha256, data FROM blobs").fetchall()
+        assert sha == hashlib.sha256(b"abc").hexdigest() and stored == data
+        store.close()
+    with pytest.raises(ValueError, match="ciphertexts"):
+        curious.ObservationStore(tmp_path / "x.sqlite", ciphertexts="everything")
+    with pytest.raises(ValueError, match="durability"):
+        curious.ObservationStore(tmp_path / "y.sqlite", durability="eventually")
 
 
 def test_acknowledged_rows_survive_a_killed_writer(tmp_path) -> None:
