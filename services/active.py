@@ -10,9 +10,10 @@ import hashlib
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import grpc
 import numpy as np
@@ -24,6 +25,8 @@ from vflsec.services.links import CoordinatorClient, PassiveClient
 from vflsec.services.server import rpc
 from vflsec.services.tensors import from_tensor, to_tensor
 from vflsec.v1 import active_pb2, active_pb2_grpc, common_pb2, coordinator_pb2
+
+T = TypeVar("T")
 
 PREDICT_CHUNK_CIPHERTEXTS = 8  # ciphertexts per passive reply during inference (bounds message sizes)
 
@@ -209,9 +212,9 @@ class ActiveParty:
         if self.hub.active:
             self.hub.emit(plugins.Observation(kind=kind, session_id=s.session_id, source=source, **fields))
 
-    def _each_passive(self, fn, *args):  # type: ignore[no-untyped-def]
-        """Run ``fn(party, client, *args)`` for every passive party concurrently, in party order."""
-        futures = [self._pool.submit(fn, party, client, *args) for party, client in self.passives.items()]
+    def _each_passive(self, fn: Callable[[str, PassiveClient], T]) -> list[T]:
+        """Run ``fn(party, client)`` for every passive party concurrently; results in party order."""
+        futures = [self._pool.submit(fn, party, client) for party, client in self.passives.items()]
         return [f.result() for f in futures]
 
     # --- session ---
@@ -291,10 +294,8 @@ class ActiveParty:
             raise InvalidArgument(f"PSI: {exc}") from exc
         if alignment.size == 0:
             raise FailedPrecondition("the parties have no sample ID in common")
-        self._each_passive(
-            lambda party, client, positions: client.psi_finish(session_id, positions[list(self.passives).index(party)]),
-            alignment.passive_positions,
-        )
+        positions = dict(zip(self.passives, alignment.passive_positions, strict=True))
+        self._each_passive(lambda party, client: client.psi_finish(session_id, positions[party]))
         with s.lock:
             s.rows = alignment.active_rows
             s.index_of = {own_ids[row]: i for i, row in enumerate(s.rows)}

@@ -87,6 +87,7 @@ class FuzzEnv:
     channels: dict[tuple[str, str], grpc.Channel]  # (caller, service) -> channel
     common_ids: list[str]
     ckks_blob: bytes  # a real CKKS ciphertext of one (1 x 1) logit matrix under session CKKS
+    recorded: list[tuple] = field(default_factory=list)  # the curious store's rows before any fuzzing
     codes: Counter = field(default_factory=Counter)
     sent: Counter = field(default_factory=Counter)
 
@@ -133,7 +134,9 @@ def _limit_messages(layout: FederationLayout, megabytes: int) -> None:
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FuzzEnv]:
     dataset = datasets.load_dataset("breast_cancer")
-    layout = write_federation(FederationSpec(dataset, n_passive=1), tmp_path_factory.mktemp("fuzz"))
+    folder = tmp_path_factory.mktemp("fuzz")
+    plugin = {"path": "vflsec.services.curious:CuriousPlugin", "options": {"store": str(folder / "curious.sqlite")}}
+    layout = write_federation(FederationSpec(dataset, n_passive=1, plugins=[plugin]), folder / "federation")
     _limit_messages(layout, LIMIT_MB)
     with run_in_process(layout) as parties, layout.operator_channel() as channel:
         env = _prepare(Federation(layout, parties, Operator(channel)))
@@ -147,6 +150,7 @@ def _prepare(fed: Federation) -> FuzzEnv:
     op.create_session("plain", session_id=PLAIN, batch_size=32, seed=1)
     common = op.align(PLAIN)
     list(op.train(PLAIN, common[:64], 1))  # trained: FetchModel, ReleaseModel and GetWeights have work to do
+    op.predict(PLAIN, common[100:110])  # something for the curious plugin to have recorded before the fuzzing
     op.create_session("ckks", session_id=CKKS)
     op.align(CKKS)
     op.create_session("plain", session_id=PSI)
@@ -159,7 +163,15 @@ def _prepare(fed: Federation) -> FuzzEnv:
     coordinator = fed.parties["coordinator"].engine
     public = he.open_public("ckks", coordinator.session(CKKS).public_context)
     blob = he.matrix_to_wire(public, he.encrypt_matrix(public, np.zeros((1, 1)))).ciphertexts[0]
-    return FuzzEnv(fed, channels, common, blob)
+    return FuzzEnv(fed, channels, common, blob, _recorded(fed))
+
+
+def _recorded(fed: Federation) -> list[tuple]:
+    """Every row the active party's curious plugin has committed so far."""
+    (plugin,) = fed.parties["active"].hub.plugins
+    plugin.flush()
+    rows = plugin.store._db.execute("SELECT id, session_id, kind, sample_ids, meta FROM observations ORDER BY id")
+    return rows.fetchall()
 
 
 # ------------------------------------------------------------------------------------------------ strategies
@@ -485,7 +497,10 @@ def test_memory_stays_bounded_over_new_messages(env: FuzzEnv) -> None:
 
 
 def test_services_keep_serving(env: FuzzEnv) -> None:
-    """After everything above, a fresh CKKS session trains and predicts normally."""
+    """After everything above, a fresh CKKS session trains and predicts normally, and the curious plugin still
+    holds every row it had recorded before the fuzzing."""
+    after = _recorded(env.fed)
+    assert len(env.recorded) > 5 and after[: len(env.recorded)] == env.recorded
     op = env.fed.operator
     info = op.create_session("ckks", batch_size=64, learning_rate=0.1, seed=3)
     common = op.align(info.session_id)
