@@ -29,7 +29,8 @@ def _status_of(exc: Exception) -> tuple[grpc.StatusCode, str]:
     if isinstance(exc, ServiceError):
         return exc.code, str(exc)
     if isinstance(exc, grpc.RpcError):  # a peer call that nobody wrapped: keep its status
-        return PeerFailed("peer", exc).code, str(PeerFailed("peer", exc))
+        failed = PeerFailed("peer", exc)
+        return failed.code, str(failed)
     log.exception("internal error")
     return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
 
