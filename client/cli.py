@@ -224,7 +224,7 @@ def run(
     from vflsec.services.server import peer_channel
     from vflsec.services.tls import TlsFiles
 
-    files = TlsFiles(ca=tls_dir / "ca.pem", cert=tls_dir / "cert.pem", key=tls_dir / "key.pem")
+    files = TlsFiles.from_dir(tls_dir)
     options = DemoOptions(
         dataset=str(labels),
         backend=backend,
@@ -254,7 +254,7 @@ def health(
     from vflsec.services.server import peer_channel
     from vflsec.services.tls import TlsFiles
 
-    files = TlsFiles(ca=tls_dir / "ca.pem", cert=tls_dir / "cert.pem", key=tls_dir / "key.pem")
+    files = TlsFiles.from_dir(tls_dir)
     with peer_channel(address, party, files, 4 * 1024 * 1024) as channel:
         try:
             status = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=timeout)
@@ -425,26 +425,20 @@ def risk(
     """A passive party's forecast of the attack MSE (LS, Half*) its disclosed block would allow, before any
     release (rassouli Theorem 2); exits 3 when a forecast falls below ``warn_fraction`` x the Half baseline."""
     import grpc
-    from google.protobuf.json_format import MessageToDict
 
-    from vflsec.services.server import peer_channel
+    from vflsec.client.operator import forecast_risk
     from vflsec.services.tls import TlsFiles
-    from vflsec.v1 import passive_pb2, passive_pb2_grpc
 
     _check_release_specs(None, param_release)
-    files = TlsFiles(ca=tls_dir / "ca.pem", cert=tls_dir / "cert.pem", key=tls_dir / "key.pem")
-    request = passive_pb2.DiscloseRequest(session_id=session, steps=param_release or [], warn_fraction=warn_fraction)
-    with peer_channel(address, party, files, 16 << 20) as channel:
-        try:
-            reply = passive_pb2_grpc.PassiveStub(channel).ForecastRisk(request, timeout=600)
-        except grpc.RpcError as exc:
-            _fail(f"{party}: {exc.code().name}: {exc.details()}")
-    result = MessageToDict(reply, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+    try:
+        result = forecast_risk(address, party, TlsFiles.from_dir(tls_dir), session, param_release or [], warn_fraction)
+    except grpc.RpcError as exc:
+        _fail(f"{party}: {exc.code().name}: {exc.details()}")
     for key, value in result.items():
         typer.echo(f"{key:>15}: {value}", err=as_json)
     if as_json:
         typer.echo(json.dumps(result))
-    if reply.warnings:
+    if result["warnings"]:
         raise typer.Exit(3)
 
 

@@ -70,7 +70,7 @@ class FederationLayout:
 
     def tls(self, party: str) -> tls.TlsFiles:
         folder = self.workdir / party / "tls"
-        return tls.TlsFiles(ca=folder / "ca.pem", cert=folder / "cert.pem", key=folder / "key.pem")
+        return tls.TlsFiles.from_dir(folder)
 
     def operator_channel(self, max_message_bytes: int = 256 * 1024 * 1024) -> grpc.Channel:
         return peer_channel(self.addresses["active"], "active", self.tls("operator"), max_message_bytes)

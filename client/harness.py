@@ -18,12 +18,11 @@ from typing import Any
 import numpy as np
 
 from vflsec.client.federation import FederationLayout, FederationSpec, run_in_process, run_processes, write_federation
-from vflsec.client.operator import Operator
+from vflsec.client.operator import Operator, forecast_risk
 from vflsec.services import attacks, curious, datasets
 from vflsec.services.app import load_party_data
 from vflsec.services.config import load_config
 from vflsec.services.param_defenses import interpretability_loss
-from vflsec.services.server import peer_channel
 
 BASELINES = ("half", "rg", "zero")
 DEFAULT_ATTACKS = ("esa", "ls_clamped", "cls", "half_star", "rcc2")
@@ -95,26 +94,18 @@ def run_scenario(scenario: AttackScenario, workdir: Path) -> ScenarioRun:
         queried = common[:n_query]
         released = operator.predict(info.session_id, queried)
         forecasts = (
-            {p: forecast_risk(layout, p, info.session_id, scenario.param_release) for p in layout.passive_parties}
+            {
+                p: forecast_risk(
+                    layout.addresses[p], p, layout.tls("operator"), info.session_id, scenario.param_release
+                )
+                for p in layout.passive_parties
+            }
             if scenario.forecast
             else {}
         )
     labels = ds.y[datasets.select_ids(ds.ids, queried)]
     accuracy = float(np.mean(released.scores.argmax(axis=1) == labels))
     return ScenarioRun(layout, store_path, info.session_id, queried, accuracy, ds.n_classes, forecasts)
-
-
-def forecast_risk(layout: FederationLayout, party: str, session_id: str, steps: Sequence[str]) -> dict[str, Any]:
-    """A passive party's forecast of the attack MSE its disclosed block allows (over mTLS, as the operator)."""
-    from google.protobuf.json_format import MessageToDict
-
-    from vflsec.v1 import passive_pb2, passive_pb2_grpc
-
-    with peer_channel(layout.addresses[party], party, layout.tls("operator"), 16 << 20) as channel:
-        reply = passive_pb2_grpc.PassiveStub(channel).ForecastRisk(
-            passive_pb2.DiscloseRequest(session_id=session_id, steps=list(steps)), timeout=600
-        )
-    return MessageToDict(reply, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
 
 
 def true_passive_features(layout: FederationLayout, sample_ids: Sequence[str]) -> np.ndarray:

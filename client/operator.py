@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 import numpy as np
+from google.protobuf.json_format import MessageToDict
 
 from vflsec.services import wire
+from vflsec.services.server import peer_channel
 from vflsec.services.tensors import from_tensor
-from vflsec.v1 import active_pb2, active_pb2_grpc, common_pb2
+from vflsec.services.tls import TlsFiles
+from vflsec.v1 import active_pb2, active_pb2_grpc, common_pb2, passive_pb2, passive_pb2_grpc
 
 
 @dataclass
@@ -84,3 +88,13 @@ class Operator:
 
     def close(self, session_id: str) -> None:
         self.stub.CloseSession(common_pb2.SessionRef(session_id=session_id))
+
+
+def forecast_risk(
+    address: str, party: str, files: TlsFiles, session_id: str, steps: Sequence[str], warn_fraction: float = 0.0
+) -> dict[str, Any]:
+    """A passive party's forecast of the attack MSE its disclosed block would allow (``Passive.ForecastRisk``)."""
+    request = passive_pb2.DiscloseRequest(session_id=session_id, steps=list(steps), warn_fraction=warn_fraction)
+    with peer_channel(address, party, files, 16 << 20) as channel:
+        reply = passive_pb2_grpc.PassiveStub(channel).ForecastRisk(request, timeout=600)
+    return MessageToDict(reply, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)

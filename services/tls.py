@@ -73,6 +73,11 @@ class TlsFiles:
     cert: Path
     key: Path
 
+    @classmethod
+    def from_dir(cls, folder: Path) -> TlsFiles:
+        """A party folder's ``tls/`` layout: ``ca.pem``, ``cert.pem``, ``key.pem``."""
+        return cls(ca=folder / "ca.pem", cert=folder / "cert.pem", key=folder / "key.pem")
+
 
 @dataclass(frozen=True)
 class Pki:

@@ -52,3 +52,40 @@ def test_varasteh_curve_through_the_services(dataset: str, tmp_path) -> None:
         # Every sample was queried, so the statistics the passive party forecasts from are the attacked rows.
         forecast = np.array([r[f"forecast_{attack}"] for r in rows])
         np.testing.assert_allclose(forecast, curve, rtol=0.05)
+
+
+def test_risk_cli_forecasts_before_release(tmp_path) -> None:
+    """`vflsec risk` as the operator: the forecast for a chain, exit 3 on a warning, a clear error otherwise."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.integration.conftest import federation
+
+    with federation(tmp_path, dataset="wine", n_passive=1, passive_features=4) as fed:
+        fed.operator.create_session("plain", session_id="risk")
+        list(fed.operator.train("risk", sorted(fed.operator.align("risk")), 3))
+        base = [
+            sys.executable,
+            "-m",
+            "vflsec.client.cli",
+            "risk",
+            "--address",
+            fed.layout.addresses["passive-1"],
+            "--party",
+            "passive-1",
+            "--tls-dir",
+            str(fed.layout.workdir / "operator" / "tls"),
+        ]
+        undefended = subprocess.run([*base, "--session", "risk", "--json"], capture_output=True, text=True)
+        # d = 4 > C - 1 = 2 here, so nothing is exact; the flip must raise the forecast LS error.
+        flipped = subprocess.run(
+            [*base, "--session", "risk", "--param-release", "ppsa:H=flip", "--json"], capture_output=True, text=True
+        )
+        unknown = subprocess.run([*base, "--session", "nope"], capture_output=True, text=True)
+    for done in (undefended, flipped):
+        assert done.returncode in (0, 3), done.stderr
+    before, after = (json.loads(d.stdout.strip().splitlines()[-1]) for d in (undefended, flipped))
+    assert before["d"] == 4 and not before["zero_error"] and after["ls"] > before["ls"]
+    assert (undefended.returncode == 3) == bool(before["warnings"])
+    assert unknown.returncode == 2 and "NOT_FOUND" in unknown.stderr
