@@ -72,21 +72,115 @@ def serve(
     serve_party(cfg)
 
 
-@app.command()
+certs_app = typer.Typer(
+    help="Mutual-TLS identities. Per host: `init-ca` once at the CA, `request` on each party's host (its key never "
+    "leaves it), `sign` each CSR at the CA. Without a sub-command: everything on one machine (demo, tests).",
+)
+app.add_typer(certs_app, name="certs")
+
+
+def _names(value: str) -> list[str]:
+    return [name.strip() for name in value.split(",") if name.strip()]
+
+
+@certs_app.callback(invoke_without_command=True)
 def certs(
-    out: Annotated[Path, typer.Option("--out", help="Folder for the CA and the party certificates.")],
+    ctx: typer.Context,
+    out: Annotated[Path | None, typer.Option("--out", help="Folder for the CA and the party certificates.")] = None,
     parties: Annotated[str, typer.Option(help="Comma-separated party ids, e.g. coordinator,active,passive-1.")] = (
         "coordinator,active,passive-1"
     ),
     hosts: Annotated[str, typer.Option(help="Extra host names / IPs for every certificate (comma-separated).")] = "",
 ) -> None:
-    """Make a CA and one mutual-TLS certificate per party (the operator's is always included)."""
+    """All-in-one on one trusted machine: a CA and one key + certificate per party (the operator's included)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if out is None:
+        _fail("--out is required (or use a sub-command: init-ca, request, sign)")
     from vflsec.services.tls import make_pki
 
-    names = [p.strip() for p in parties.split(",") if p.strip()]
-    pki = make_pki(out, names, hosts=[h.strip() for h in hosts.split(",") if h.strip()])
+    names = _names(parties)
+    try:
+        pki = make_pki(out, names, hosts=_names(hosts))
+    except (ValueError, OSError) as exc:  # a bad id or host, a CSR the CA refuses, an unreadable CA
+        _fail(str(exc))
     for party in [*names, "operator"]:
         typer.echo(f"{party}: {pki.files(party).cert}")
+
+
+@certs_app.command("init-ca")
+def certs_init_ca(
+    out: Annotated[Path, typer.Option("--out", help="The CA's folder: ca.pem (public) and ca.key (created 0600).")],
+    days: Annotated[int, typer.Option(min=3650, help="Validity of the CA certificate in days.")] = 3650,
+) -> None:
+    """Create the federation's CA (refuses to replace one). ca.key never leaves this folder."""
+    from vflsec.services.tls import CertificateAuthority
+
+    try:
+        CertificateAuthority.create(out, days)
+    except FileExistsError as exc:
+        _fail(str(exc))
+    typer.echo(f"CA: {out / 'ca.pem'} (give it to every party); keep {out / 'ca.key'} here")
+
+
+@certs_app.command("request")
+def certs_request(
+    party: Annotated[str, typer.Option("--party", help="This host's party id (its role follows from the id).")],
+    out: Annotated[Path, typer.Option("--out", help="This party's tls/ folder: key.pem and PARTY.csr go here.")],
+    hosts: Annotated[str, typer.Option(help="Names / IPs this party is reached under (comma-separated).")] = "",
+) -> None:
+    """Make this party's key (key.pem, created 0600; an existing one is reused) and a CSR for the CA."""
+    from cryptography.hazmat.primitives import serialization
+
+    from vflsec.services.tls import request_certificate
+
+    key = out / "key.pem"
+    existed = key.exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        csr = request_certificate(party, key, _names(hosts))
+    except (ValueError, OSError) as exc:
+        _fail(str(exc))
+    path = out / f"{party}.csr"
+    path.write_bytes(csr.public_bytes(serialization.Encoding.PEM))
+    typer.echo(f"key: {key} ({'reused' if existed else 'new'}; it never leaves this host)")
+    typer.echo(f"csr: {path} (send it to the CA; install the certificate it returns as {out / 'cert.pem'})")
+
+
+@certs_app.command("sign")
+def certs_sign(
+    ca: Annotated[Path, typer.Option("--ca", help="The CA's folder (ca.pem, ca.key).")],
+    csr: Annotated[Path, typer.Option("--csr", help="A party's CSR (from `vflsec certs request`).")],
+    out: Annotated[Path, typer.Option("--out", help="Where to write the signed certificate (PEM).")],
+    party: Annotated[str, typer.Option("--party", help="The party id you approve; the CSR must ask for exactly it.")],
+    role: Annotated[str | None, typer.Option(help="The role you approve (checked against the id's role).")] = None,
+    hosts: Annotated[
+        str | None, typer.Option(help="Names / IPs the certificate may carry besides the defaults (comma-separated).")
+    ] = None,
+    days: Annotated[int, typer.Option(min=1, help="Validity in days (capped at the CA's own expiry).")] = 365,
+) -> None:
+    """Sign a party's CSR after checking it asks only for the approved identity, role and names."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    from vflsec.services.tls import CertificateAuthority, role_of, sign_request
+
+    try:
+        request = x509.load_pem_x509_csr(csr.read_bytes())
+        cert = sign_request(
+            CertificateAuthority.load(ca),
+            request,
+            party=party,
+            role=role,
+            hosts=None if hosts is None else _names(hosts),
+            days=days,
+        )
+    except (ValueError, OSError) as exc:  # CsrRefused is a ValueError
+        _fail(f"{csr}: {exc}")
+    out.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    typer.echo(f"issued {party} (role {role_of(party)}) until {cert.not_valid_after_utc:%Y-%m-%d}: {out}")
+    typer.echo(f"names: {', '.join(str(name.value) for name in names)}")
 
 
 @app.command()

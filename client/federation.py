@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import signal
 import socket
 import subprocess
@@ -84,16 +83,6 @@ class FederationLayout:
         return cls(workdir, configs, addresses, split)
 
 
-def _install_tls(pki: tls.Pki, party: str, folder: Path) -> None:
-    """Copy the CA certificate and the party's own certificate and key: a party folder is self-contained."""
-    files = pki.files(party)
-    (folder / "tls").mkdir(parents=True, exist_ok=True)
-    for source, name in ((files.ca, "ca.pem"), (files.cert, "cert.pem"), (files.key, "key.pem")):
-        target = folder / "tls" / name
-        shutil.copyfile(source, target)
-        target.chmod(0o600 if name == "key.pem" else 0o644)
-
-
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
     sockets = [socket.socket() for _ in range(n)]
     try:
@@ -121,14 +110,15 @@ def write_federation(spec: FederationSpec, workdir: Path) -> FederationLayout:
         ports = spec.compose_ports
         listen = {p: f"0.0.0.0:{ports[p]}" for p in parties}
         reach = {p: f"{p}:{ports[p]}" for p in parties}
-    pki = tls.make_pki(workdir / "certs", parties, hosts=[spec.host])
+    # The dealer's CA; each party's key is made in its own tls/ folder (never copied), its CSR signed here.
+    ca = tls.CertificateAuthority.load_or_create(workdir / "certs")
     id_sets = datasets.overlapping_id_sets(ds.ids, 1 + spec.n_passive, spec.drop_fraction, spec.seed)
     columns = dict(zip(parties[1:], split.parties, strict=True))
     configs: dict[str, Path] = {}
     for party in parties:
         folder = workdir / party
         folder.mkdir(exist_ok=True)
-        _install_tls(pki, party, folder)
+        tls.issue_into(ca, party, folder / "tls", hosts=[spec.host])
         raw: dict = {
             "role": tls.role_of(party),
             "party_id": party,
@@ -162,7 +152,7 @@ def write_federation(spec: FederationSpec, workdir: Path) -> FederationLayout:
                 raw["plugins"] = [dict(p) for p in spec.plugins]
         configs[party] = folder / "config.toml"
         configs[party].write_text(dump_toml(raw))
-    _install_tls(pki, "operator", workdir / "operator")
+    tls.issue_into(ca, "operator", workdir / "operator" / "tls", hosts=[spec.host])
     (workdir / "split.json").write_text(json.dumps(split.to_dict()))
     local = {p: f"{'127.0.0.1' if spec.compose_ports else spec.host}:{ports[p]}" for p in parties}
     return FederationLayout(workdir, configs, local, split)
