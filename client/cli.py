@@ -132,7 +132,7 @@ def certs_request(
     """Make this party's key (key.pem, created 0600; an existing one is reused) and a CSR for the CA."""
     from cryptography.hazmat.primitives import serialization
 
-    from vflsec.services.tls import request_certificate
+    from vflsec.services.tls import key_fingerprint, request_certificate
 
     key = out / "key.pem"
     existed = key.exists()
@@ -145,6 +145,7 @@ def certs_request(
     path.write_bytes(csr.public_bytes(serialization.Encoding.PEM))
     typer.echo(f"key: {key} ({'reused' if existed else 'new'}; it never leaves this host)")
     typer.echo(f"csr: {path} (send it to the CA; install the certificate it returns as {out / 'cert.pem'})")
+    typer.echo(f"key fingerprint: {key_fingerprint(csr.public_key())} (tell the CA's operator out of band)")
 
 
 @certs_app.command("sign")
@@ -157,13 +158,16 @@ def certs_sign(
     hosts: Annotated[
         str | None, typer.Option(help="Names / IPs the certificate may carry besides the defaults (comma-separated).")
     ] = None,
+    fingerprint: Annotated[
+        str | None, typer.Option(help="The key fingerprint the party's host printed (`certs request`), to match.")
+    ] = None,
     days: Annotated[int, typer.Option(min=1, help="Validity in days (capped at the CA's own expiry).")] = 365,
 ) -> None:
     """Sign a party's CSR after checking it asks only for the approved identity, role and names."""
     from cryptography import x509
     from cryptography.hazmat.primitives import serialization
 
-    from vflsec.services.tls import CertificateAuthority, role_of, sign_request
+    from vflsec.services.tls import CertificateAuthority, key_fingerprint, role_of, sign_request
 
     try:
         request = x509.load_pem_x509_csr(csr.read_bytes())
@@ -173,6 +177,7 @@ def certs_sign(
             party=party,
             role=role,
             hosts=None if hosts is None else _names(hosts),
+            fingerprint=fingerprint,
             days=days,
         )
     except (ValueError, OSError) as exc:  # CsrRefused is a ValueError
@@ -181,6 +186,8 @@ def certs_sign(
     names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     typer.echo(f"issued {party} (role {role_of(party)}) until {cert.not_valid_after_utc:%Y-%m-%d}: {out}")
     typer.echo(f"names: {', '.join(str(name.value) for name in names)}")
+    if fingerprint is None:
+        typer.echo(f"key fingerprint: {key_fingerprint(cert.public_key())} (not checked: pass --fingerprint)")
 
 
 @app.command()

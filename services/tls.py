@@ -209,12 +209,14 @@ def sign_request(
     party: str,
     role: str | None = None,
     hosts: Sequence[str] | None = None,
+    fingerprint: str | None = None,
     days: int = 365,
 ) -> x509.Certificate:
     """The CA's side: a leaf certificate for ``csr`` once it asks for nothing its operator did not approve.
 
     ``party`` (and, if given, ``role``) is the identity the operator approves; ``hosts``, if given, the only
-    extra names the certificate may carry. The CA takes the subject, the role and the SANs from the CSR only
+    extra names the certificate may carry; ``fingerprint``, if given, the :func:`key_fingerprint` the party's
+    host reported for its key. The CA takes the subject, the role and the SANs from the CSR only
     after checking them, and sets every other extension itself. Raises :class:`CsrRefused` when the CSR's
     signature is invalid (the requester does not hold the key), its key is not EC P-256, its subject is not
     ``CN=<party>, OU=<role>[, O=vflsec]`` with the role its id implies, it names another identity than the
@@ -230,6 +232,8 @@ def sign_request(
     key = csr.public_key()
     if not isinstance(key, ec.EllipticCurvePublicKey) or not isinstance(key.curve, ec.SECP256R1):
         raise CsrRefused(f"the CSR's key is {type(key).__name__}; the CA signs EC P-256 keys only")
+    if fingerprint is not None and key_fingerprint(key) != fingerprint.strip().lower():
+        raise CsrRefused(f"the CSR's key has fingerprint {key_fingerprint(key)}, not the approved {fingerprint}")
     asked = _requested_identity(csr)
     if asked != party:
         raise CsrRefused(f"the CSR asks for party {asked!r} but the CA operator approved {party!r}")
@@ -270,6 +274,15 @@ def make_pki(out_dir: Path, parties: Sequence[str], *, hosts: Sequence[str] = ()
         cert = sign_request(ca, request_certificate(party, out_dir / f"{party}.key", hosts), party=party, days=days)
         (out_dir / f"{party}.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     return Pki(out_dir)
+
+
+def key_fingerprint(key: ec.EllipticCurvePublicKey) -> str:
+    """SHA-256 of the public key (SubjectPublicKeyInfo): read out by the party, compared by the CA's operator
+    before signing, it ties a CSR that travelled by mail or scp to the host that made it."""
+    spki = key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    digest = hashes.Hash(hashes.SHA256())
+    digest.update(spki)
+    return digest.finalize().hex(":", 2)
 
 
 def _requested_identity(csr: x509.CertificateSigningRequest) -> str:

@@ -3,9 +3,10 @@
 A private hub namespace holds a bridge; every party namespace (and the operator's) gets one veth pair whose
 far end sits on that bridge, and an address in 10.231.7.0/24. Nothing is added to the root namespace, so all
 traffic stays between namespaces this test creates. Each party runs as ``ip netns exec NS vflsec serve`` with
-the config ``write_federation`` wrote, its addresses rewritten to the namespace IPs and its certificate
-re-issued with those IPs as SANs; the operator then runs ``vflsec health`` and ``vflsec run`` (align, train,
-predict) from its own namespace. Needs root and iproute2; skips with the reason otherwise.
+the config ``write_federation`` wrote, its addresses rewritten to the namespace IPs and a new identity made
+by the CSR flow of docs/deploy.md (key made in its own namespace, CSR signed at a separate CA, its IP as a
+SAN); the operator then runs ``vflsec health`` and ``vflsec run`` (align, train, predict) from its own
+namespace. Needs root and iproute2; skips with the reason otherwise.
 """
 
 from __future__ import annotations
@@ -111,22 +112,43 @@ def _address(party: str, port: int) -> str:
     return f"{SUBNET}.{HOSTS[party]}:{port}"
 
 
-def _deploy_per_host(layout: FederationLayout) -> dict[str, str]:
-    """Rewrite listen/peer addresses to the namespace IPs and re-issue the certificates with them as SANs."""
+def _deploy_per_host(spaces: Namespaces, layout: FederationLayout) -> dict[str, str]:
+    """Rewrite listen/peer addresses to the namespace IPs and give every party a new identity by the CSR flow
+    of docs/deploy.md: each makes its key in its own namespace, only CSRs and certificates cross to the CA."""
     parties = list(layout.configs)
     ports = {party: int(address.rsplit(":", 1)[1]) for party, address in layout.addresses.items()}
     addresses = {party: _address(party, ports[party]) for party in parties}
-    pki = tls.make_pki(layout.workdir / "certs", parties, hosts=[f"{SUBNET}.{h}" for h in HOSTS.values()])
+    ca, inbox = layout.workdir / "ca", layout.workdir / "ca-inbox"
+    _cli("certs", "init-ca", "--out", str(ca))
+    inbox.mkdir()
     for party in [*parties, "operator"]:
-        issued, installed = pki.files(party), layout.tls(party)
-        shutil.copyfile(issued.cert, installed.cert)
-        shutil.copyfile(issued.key, installed.key)
+        files = layout.tls(party)
+        files.key.unlink()  # the dealer made this one: replace it by a key made on the party's own host
+        said = _cli(
+            "certs", "request", "--party", party, "--hosts", f"{SUBNET}.{HOSTS[party]}",
+            "--out", str(files.key.parent), ns=spaces.of[party],
+        )  # fmt: skip
+        fingerprint = said.split("key fingerprint: ")[1].split()[0]
+        shutil.copyfile(files.key.parent / f"{party}.csr", inbox / f"{party}.csr")
+        _cli(
+            "certs", "sign", "--ca", str(ca), "--csr", str(inbox / f"{party}.csr"), "--party", party,
+            "--hosts", f"{SUBNET}.{HOSTS[party]}", "--fingerprint", fingerprint, "--out", str(inbox / f"{party}.pem"),
+        )  # fmt: skip
+        shutil.copyfile(inbox / f"{party}.pem", files.cert)
+        shutil.copyfile(ca / "ca.pem", files.ca)
     for party, path in layout.configs.items():
         raw = tomllib.loads(path.read_text())
         raw["listen"] = addresses[party]
         raw["peers"] = {peer: addresses[peer] for peer in raw.get("peers", {})}
         path.write_text(dump_toml(raw))
     return addresses
+
+
+def _cli(*args: str, ns: str | None = None) -> str:
+    command = [*CLI, *args] if ns is None else _in_ns(ns, *CLI, *args)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def _in_ns(ns: str, *command: str) -> list[str]:
@@ -151,7 +173,7 @@ def _wait_healthy(spaces: Namespaces, layout: FederationLayout, party: str, addr
 
 def test_three_hosts_in_network_namespaces(namespaces: Namespaces, tmp_path: Path) -> None:
     layout = write_federation(FederationSpec(datasets.load_dataset("breast_cancer"), n_passive=1), tmp_path)
-    addresses = _deploy_per_host(layout)
+    addresses = _deploy_per_host(namespaces, layout)
     procs: dict[str, subprocess.Popen] = {}
     try:
         for party in START_ORDER:

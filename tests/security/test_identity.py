@@ -59,11 +59,12 @@ def csr_federation(ca_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> It
     for party in PARTIES:
         tls_dir = workdir / party / "tls"
         shutil.rmtree(tls_dir)
-        _cli("certs", "request", "--party", party, "--hosts", "127.0.0.1", "--out", str(tls_dir))
+        said = _cli("certs", "request", "--party", party, "--hosts", "127.0.0.1", "--out", str(tls_dir))
+        fingerprint = said.split("key fingerprint: ")[1].split()[0]  # read out to the CA's operator
         shutil.copyfile(tls_dir / f"{party}.csr", inbox / f"{party}.csr")  # host -> CA: the CSR only
         cert = inbox / f"{party}.pem"
         _cli("certs", "sign", "--ca", str(ca_dir), "--csr", str(inbox / f"{party}.csr"), "--party", party,
-             "--hosts", "127.0.0.1", "--out", str(cert))  # fmt: skip
+             "--hosts", "127.0.0.1", "--fingerprint", fingerprint, "--out", str(cert))  # fmt: skip
         shutil.copyfile(cert, tls_dir / "cert.pem")  # CA -> host: the certificate and the CA's certificate
         shutil.copyfile(ca_dir / "ca.pem", tls_dir / "ca.pem")
     with run_in_process(layout) as parties, layout.operator_channel() as channel:
@@ -176,6 +177,7 @@ REFUSED = {
     "RSA key": (lambda: _csr(key=rsa.generate_private_key(65537, 2048)), {}, "EC P-256 keys only"),
     "P-384 key": (lambda: _csr(key=ec.generate_private_key(ec.SECP384R1())), {}, "EC P-256 keys only"),
     "bad signature": (_tampered, {}, "signature does not verify"),
+    "another key": (lambda: _csr(), {"fingerprint": tls.key_fingerprint(_csr().public_key())}, "not the approved"),
 }
 
 
