@@ -4,7 +4,9 @@ A party's identity is its certificate: Subject CN is the party id, OU its role. 
 of the party id (:func:`role_of`), so a certificate cannot claim a role its id does not imply. Servers require
 and verify client certificates against the session CA; :class:`RoleInterceptor` then checks each call's
 role against an explicit per-method policy (fail closed) and exposes the verified :class:`Caller` to the
-servicer through :func:`current_caller`.
+servicer through :func:`current_caller`. Each party makes its own key and CSR; the CA signs only what its
+operator approved (:func:`request_certificate`, :func:`sign_request`). Every channel is TLS 1.3 only, pinned
+where grpc is first loaded (``vflsec/__init__.py``).
 """
 
 from __future__ import annotations
