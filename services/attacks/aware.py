@@ -18,7 +18,7 @@ Per defense (one score step per chain; several steps in sequence are not modelle
   so ln c = ln p − ln m_i: point with E[ln m_i] in closed form, bounds from the interval.
 * ``pps_b``: schemes 1–2 add the deterministic √α·v₁ part (v₁ = Theorem 4's direction, computed from the
   disclosed passive block as the coordinator does), subtracted exactly; the top class of scheme 2 is dropped
-  (its value may be lifted); scheme 3 divides the log-scores by 1 − α.
+  where it was lifted (its lead is then exactly the public gap); scheme 3 divides the log-scores by 1 − α.
 * ``label_only`` / ``rank_only``: only the order is released: z_top ≥ z_m (label) or the full ranking (rank), a
   polytope without point estimates; the projection of ½·1 onto it is the estimate (Half where ½·1 fits).
 * parameter chain ``ppsa``: ``flip`` is undone exactly (W = −W_disclosed, bias = released − W·1);
@@ -152,7 +152,13 @@ def _pps_b(obs: Observations, step: Any) -> Evidence:
         n_tilde = np.where(top, v1.max(), v1)
         shift = root_alpha * n_tilde / np.linalg.norm(n_tilde, axis=1, keepdims=True)
         return Evidence(log_p - shift)
-    return Evidence(np.where(top, -np.inf, log_p - root_alpha * v1))
+    # Scheme 2 lifts the top to best other + √α(max v − min v) when the shift would cost it the argmax: such a
+    # top carries no equation; otherwise it got the same √α·v₁ shift as every class.
+    gap = root_alpha * (v1.max() - v1.min())
+    other = np.where(top, -np.inf, log_p).max(axis=1, keepdims=True)
+    top_lead = np.where(top, log_p, -np.inf).max(axis=1, keepdims=True) - other
+    lifted = top & np.isclose(top_lead, gap, rtol=1e-9, atol=1e-9)
+    return Evidence(np.where(lifted, -np.inf, log_p - root_alpha * v1))
 
 
 def _order(scores: np.ndarray, label_only: bool) -> Evidence:
