@@ -12,7 +12,8 @@ true log-scores ln c_m = W_m·x + k_m − ln Z (design/attacker-model.md):
 Per defense (one score step per chain; several steps in sequence are not modelled):
 
 * ``rounding`` b: c ∈ [r, r + 10^-b); point ln(r + 10^-b/2); a released 0 is still the bound c < 10^-b.
-* ``gaussian`` σ: point ln p, delta-method weights p²/σ²; bounds c ∈ [p − 4σ, p + 4σ] (probability 1 − 6e-5 each).
+* ``gaussian`` σ: point ln p, delta-method weights p²/σ², for p > 4σ only; bounds c ∈ [p − 4σ, p + 4σ]
+  (each holds with probability 1 − 6e-5).
 * ``privee`` / ``privee_pp``: the Householder basis first gets the public 2/K back; the entry at ascending
   position i was multiplied by m_i ∈ [1 + σ_i·i·U/K, 1 + σ_i·(i + 1)·U/K] (ranks are preserved, so i is seen),
   so ln c = ln p − ln m_i: point with E[ln m_i] in closed form, bounds from the interval.
@@ -95,8 +96,11 @@ def _rounding(scores: np.ndarray, step: Any) -> Evidence:
 
 def _gaussian(scores: np.ndarray, step: Any) -> Evidence:
     sigma = step.sigma
-    point = _safe_log(scores)
-    weights = np.where(scores > 0, scores**2 / sigma**2, 0.0)
+    # The delta method needs c ≫ σ: a score within GAUSSIAN_BOUND·σ of 0 may be pure noise, and its log is then
+    # biased without limit; such scores only bound c from above (the interval attack keeps that).
+    usable = scores > GAUSSIAN_BOUND * sigma
+    point = np.where(usable, _safe_log(scores), -np.inf)
+    weights = np.where(usable, scores**2 / sigma**2, 0.0)
     return Evidence(
         point,
         weights,
@@ -232,22 +236,26 @@ def undo_param_chain(obs: Observations) -> tuple[Observations, list[str]]:
 class AwareAttack(Attack):
     """A robust linear attack on the evidence the announced chains leave (see the module docstring).
 
-    ``method``: ``ls`` (weighted LS; Half*, the solution nearest ½·1, when underdetermined; clamped), ``cls``
-    (weighted box-constrained LS) or ``rcc2`` (projection
-    of ½·1 onto the polytope of the bounds and order constraints; on exact evidence, RCC2 on the de-biased
-    system). A sample whose polytope is empty (only possible for Gaussian bounds) gets the ``cls`` estimate.
+    ``method``: ``ls`` (weighted LS with the prior x ~ U[0, 1]^d, the linear MMSE estimate, clamped; Half* on
+    exact evidence), ``cls`` (the same, box-constrained), ``rcc2`` (RCC2 on the de-biased system) or
+    ``interval`` (the projection of ½·1 onto the polytope of the bounds and order constraints: RCC2 over
+    intervals; the only one left for label-/rank-only releases). A sample whose polytope is empty (possible
+    only for the Gaussian bounds) gets the ``cls`` estimate.
     """
 
     needs = WHITE_BOX_NEEDS
-    targets = SCORE_DEFENSES | PARAM_DEFENSES
+    # On weighted evidence the prior rows make A full rank, so Half* is plain (MMSE) least squares there.
     _INNER: ClassVar[dict[str, LinearSystemAttack]] = {"ls": HalfStar(clamp=True), "cls": Cls(), "rcc2": Rcc2()}
+    _TARGETS: ClassVar[dict[str, frozenset[str]]] = {
+        "point": SCORE_DEFENSES - {"label_only", "rank_only"} | PARAM_DEFENSES,
+        "interval": frozenset({"rounding", "gaussian", "privee", "privee_pp", "label_only", "rank_only"}),
+    }
 
     def __init__(self, method: str = "ls") -> None:
-        if method not in self._INNER:
-            raise ValueError(f"method must be one of {sorted(self._INNER)}, got {method!r}")
+        if method not in (*self._INNER, "interval"):
+            raise ValueError(f"method must be one of ls, cls, rcc2, interval; got {method!r}")
         self.method = method
-        if method != "rcc2":
-            self.targets = self.targets - {"label_only", "rank_only"}
+        self.targets = self._TARGETS["interval" if method == "interval" else "point"]
 
     def reconstruct(self, obs: Observations) -> Reconstruction:
         obs, undone = undo_param_chain(obs)
@@ -255,24 +263,26 @@ class AwareAttack(Attack):
         if evidence is None and not undone:
             raise NotApplicable("no defense in the announced release chains for an aware attack to undo")
         meta: dict[str, Any] = {"undone": undone, "defense": [n for n, _ in obs.score_chain]}
-        polytope = evidence is not None and (evidence.order is not None or evidence.lower is not None)
-        if self.method == "rcc2" and polytope:
-            assert evidence is not None
+        if self.method == "interval":
+            if evidence is None or (evidence.order is None and evidence.lower is None):
+                raise NotApplicable("the release leaves exact equations, no intervals: aware_rcc2 uses them")
             fallback = None
             if evidence.log_scores is not None:
                 fallback = self._point(obs, evidence, self._INNER["cls"]).x_passive
             x, feasible = project_half_onto_polytope(obs, evidence, fallback)
             return Reconstruction(x, meta | {"feasible": feasible})
         if evidence is not None and evidence.log_scores is None:
-            raise NotApplicable(f"{obs.score_chain[0][0]} releases only an order; aware_rcc2 uses it")
+            raise NotApplicable(f"{obs.score_chain[0][0]} releases only an order; aware_interval uses it")
         result = self._point(obs, evidence, self._INNER[self.method])
         return Reconstruction(result.x_passive, result.meta | meta)
 
     @staticmethod
     def _point(obs: Observations, evidence: Evidence | None, inner: LinearSystemAttack) -> Reconstruction:
         if evidence is None:
-            return inner.reconstruct(obs)
-        prior = PRIOR_PRECISION if evidence.weights is not None else 0.0
+            evidence = Evidence()
+        # Exact evidence (PPS-B, PPS-A, no score step) has infinite weight: the prior's limit is Half* itself.
+        # RCC2 keeps its equality system (the prior rows would make its feasible set a point).
+        prior = PRIOR_PRECISION if evidence.weights is not None and not isinstance(inner, Rcc2) else 0.0
         system = robust_system(obs, evidence.log_scores, evidence.weights, prior)
         return inner.reconstruct_system(system, obs.d_passive)
 
@@ -322,10 +332,9 @@ def project_half_onto_polytope(
     return out, feasible
 
 
-AWARE_ATTACKS = ("aware_ls", "aware_cls", "aware_rcc2")
-register("aware_ls", lambda: AwareAttack("ls"))
-register("aware_cls", lambda: AwareAttack("cls"))
-register("aware_rcc2", lambda: AwareAttack("rcc2"))
+AWARE_ATTACKS = ("aware_ls", "aware_cls", "aware_rcc2", "aware_interval")
+for _method in ("ls", "cls", "rcc2", "interval"):
+    register(f"aware_{_method}", lambda method=_method: AwareAttack(method))
 
 
 def aware_attacks_for(score_chain: list[str], param_chain: list[str]) -> list[str]:

@@ -19,15 +19,18 @@ def run_cli(monkeypatch, *options: str) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def test_attack_runs_the_aware_attackers_for_the_chain_and_keeps_its_json_keys(monkeypatch) -> None:
-    report = run_cli(monkeypatch, "--param-release", "ppsa:H=flip")
+def test_attack_runs_the_aware_attackers_for_the_chain_and_keeps_its_json_keys(monkeypatch, tmp_path) -> None:
+    report = run_cli(monkeypatch, "--param-release", "ppsa:H=flip", "--markdown", str(tmp_path / "table.md"))
     assert {"baselines", "accuracy", "attacks", "strongest"} <= set(report)
     assert set(harness.DEFAULT_ATTACKS) | {"aware_ls", "aware_cls", "aware_rcc2"} == set(report["attacks"])
+    # (aware_interval needs bounds: a parameter defense leaves exact equations)
     for name, r in report["attacks"].items():
         assert {"mse", "mse_clipped", "aware"} <= set(r) and r["aware"] == name.startswith("aware_")
     # PPS-A flip is undone from the announced H and the released bias: the headline is the undone MSE.
     assert report["attacks"]["aware_ls"]["mse"] <= 1e-6 < report["attacks"]["ls_clamped"]["mse"]
     assert report["strongest"]["aware"] and report["strongest"]["mse"] <= 1e-6
+    table = (tmp_path / "table.md").read_text()
+    assert f"strongest: {report['strongest']['attack']} (aware)" in table and "best naive: " in table
 
 
 def test_score_chain_params_reach_the_aware_attacker(monkeypatch) -> None:

@@ -73,8 +73,9 @@ def test_order_only_releases_support_only_the_polytope_attack() -> None:
     obs = task.observe(("rank_only",))
     with pytest.raises(NotApplicable, match="only an order"):
         run_attack(make_attack("aware_ls"), obs)
-    assert aware_attacks_for(["rank_only"], []) == ["aware_rcc2"]
-    assert aware_attacks_for(["rounding"], ["ppsa"]) == ["aware_ls", "aware_cls", "aware_rcc2"]
+    assert aware_attacks_for(["rank_only"], []) == ["aware_interval"]
+    assert aware_attacks_for(["pps_b"], []) == ["aware_ls", "aware_cls", "aware_rcc2"]
+    assert aware_attacks_for(["rounding"], ["ppsa"]) == ["aware_ls", "aware_cls", "aware_rcc2", "aware_interval"]
 
 
 DEFENSES = [
@@ -89,13 +90,16 @@ DEFENSES = [
     "label_only",
     "rank_only",
 ]
-PAIRS = {"aware_ls": "ls_clamped", "aware_cls": "cls", "aware_rcc2": "rcc2"}
+# The naive counterpart shares the estimator's convention: centre ½·1 (Half*), box from ½·1 (CLS), projection.
+# The interval projection is the projection of ½·1 onto a set holding the truth: judged against Half.
+PAIRS = {"aware_ls": "half_star", "aware_cls": "cls", "aware_rcc2": "rcc2", "aware_interval": "half"}
 
 
 @pytest.mark.parametrize("defense", DEFENSES)
 def test_each_aware_attack_is_never_worse_than_its_naive_counterpart(defense: str) -> None:
-    # wine (C = 3, d_p = 4 > C − 1: underdetermined) and digits (C = 10, d_p = 5): averages over two draws.
-    for name, d_p in (("wine", 4), ("digits", 5)):
+    # wine (C = 3) and breast_cancer (C = 2) underdetermined, digits (C = 10, d_p = 5) determined: averages over
+    # two draws.
+    for name, d_p in (("wine", 4), ("digits", 5), ("breast_cancer", 4)):
         task = real_task(name, d_p, n_query=80)
         totals = dict.fromkeys([*PAIRS, *PAIRS.values()], 0.0)
         ran = set()
@@ -107,7 +111,7 @@ def test_each_aware_attack_is_never_worse_than_its_naive_counterpart(defense: st
                     ran.add(attack)
                 except NotApplicable:
                     pass
-        assert "aware_rcc2" in ran
+        assert "aware_rcc2" in ran or "aware_interval" in ran
         for aware, naive in PAIRS.items():
             if aware in ran:
-                assert totals[aware] <= totals[naive] + 1e-9, (name, defense, aware, totals)
+                assert totals[aware] <= totals[naive] + 1e-6, (name, defense, aware, naive, totals)  # solver tol
