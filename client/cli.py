@@ -375,9 +375,13 @@ def attack(
     passive_features: Annotated[
         str | None, typer.Option(help="Passive columns: a count (the last N), a fraction, or names.")
     ] = None,
-    attacks: Annotated[str, typer.Option(help="Comma-separated attack names (see docs/attacks.md).")] = (
-        "esa,ls_clamped,cls,half_star,rcc2"
-    ),
+    attacks: Annotated[
+        str | None,
+        typer.Option(
+            help="Comma-separated attack names (see docs/attacks.md). Default: every applicable LR attack, the "
+            "defense-aware ones for the release chains included (rcc1 and the learned attacks on request)."
+        ),
+    ] = None,
     predictions: Annotated[int, typer.Option(min=1, help="Samples the active party queries after training.")] = 1000,
     backend: Annotated[str, typer.Option(help="ckks | plain")] = "ckks",
     epochs: Annotated[int, typer.Option(min=1)] = 30,
@@ -394,11 +398,11 @@ def attack(
     from rich.console import Console
     from rich.table import Table
 
-    from vflsec.client.harness import AttackScenario, markdown_table, run_attack_scenario
+    from vflsec.client.harness import AttackScenario, headline, markdown_table, run_attack_scenario
     from vflsec.services.attacks import ATTACKS
 
-    names = [a.strip() for a in attacks.split(",") if a.strip()]
-    unknown = sorted(set(names) - set(ATTACKS))
+    names = None if attacks is None else [a.strip() for a in attacks.split(",") if a.strip()]
+    unknown = sorted(set(names or ()) - set(ATTACKS))
     if unknown:
         _fail(f"unknown attack(s) {unknown}; known: {', '.join(sorted(ATTACKS))}")
     _check_release_specs(release, param_release)
@@ -424,17 +428,19 @@ def attack(
         title=f"feature inference on {report['dataset']} (d_passive = {report['d_passive']}, "
         f"n = {report['n_samples']}, accuracy = {report['accuracy']:.4f})"
     )
-    for column in ("attack", "MSE", "seconds"):
+    for column in ("attack", "MSE (clipped)", "raw MSE", "seconds"):
         table.add_column(column)
     for name, mse in report["baselines"].items():
-        table.add_row(f"{name} (baseline)", f"{mse:.6g}", "")
+        table.add_row(f"{name} (baseline)", f"{mse:.6g}", "", "")
     for name, r in report["attacks"].items():
-        table.add_row(
-            name,
-            f"n/a: {r['not_applicable']}" if "not_applicable" in r else f"{r['mse']:.6g}",
-            "" if "seconds" not in r else f"{r['seconds']:.3f}",
-        )
+        label = f"{name} (aware)" if r.get("aware") else name
+        if "not_applicable" in r:
+            table.add_row(label, f"n/a: {r['not_applicable']}", "", "")
+        else:
+            table.add_row(label, f"{r['mse_clipped']:.6g}", f"{r['mse']:.6g}", f"{r['seconds']:.3f}")
     console.print(table)
+    if report.get("strongest"):
+        console.print(headline(report))
     if markdown is not None:
         markdown.write_text(markdown_table(report))
     if as_json:

@@ -430,7 +430,11 @@ class ActiveParty:
                 "coordinator",
                 sample_ids=tuple(ids),
                 arrays={"scores": released, "own_features": self.data.X[s.rows[part]]},
-                meta={"chain": [step.name for step in reply.chain], "argmax_changed": reply.argmax_changed},
+                meta={
+                    "chain": [step.name for step in reply.chain],
+                    "steps": [[step.name, dict(step.params)] for step in reply.chain],  # public params: Kerckhoffs
+                    "argmax_changed": reply.argmax_changed,
+                },
             )
             scores.append(released)
             changed += reply.argmax_changed
@@ -458,6 +462,7 @@ class ActiveParty:
             arrays={"w_active": s.weights.copy(), "bias": bias, "trained_bias": s.bias.copy(), **disclosed},
             meta={
                 "chain": [step.name for step in released.chain],
+                "steps": [[step.name, dict(step.params)] for step in released.chain],
                 "withheld": [b.party_id for b in released.passive if b.withheld],
             },
         )
@@ -521,3 +526,4 @@ ROLE_POLICY: dict[str, frozenset[str]] = {
     method: frozenset({"operator"})
     for method in ("CreateSession", "Align", "Train", "Predict", "FetchModel", "CloseSession")
 }
+

@@ -236,6 +236,7 @@ def observations(store: ObservationStore, session_id: str) -> tuple[Observations
     models = list(store.read(session_id, plugins.RELEASED_MODEL))
     if models:
         last = models[-1]
+        model["param_chain"] = tuple((name, params) for name, params in last.meta.get("steps", ()))
         model["w_active"], model["bias"] = last.arrays["w_active"], last.arrays["bias"]
         blocks = [last.arrays.get(f"w_passive/{party}") for party in passive_parties]
         if all(b is not None for b in blocks):
@@ -250,6 +251,7 @@ def observations(store: ObservationStore, session_id: str) -> tuple[Observations
         n_classes=int(schema["n_classes"]),
         d_passive=int(sum(schema["passive_features"].values())),
         release=tuple(released[-1].meta.get("chain", ())),
+        score_chain=tuple((name, params) for name, params in released[-1].meta.get("steps", ())),
         **model,
     )
     return obs, sample_ids

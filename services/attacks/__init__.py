@@ -1,6 +1,6 @@
 """Feature-inference attacks on released LR scores; importing the package registers every attack."""
 
-from . import agnostic, black_box, chebyshev, closed_form, gradient
+from . import agnostic, aware, black_box, chebyshev, closed_form, gradient
 from .base import (
     ATTACKS,
     WHITE_BOX_NEEDS,
@@ -23,6 +23,7 @@ __all__ = [
     "Observations",
     "Reconstruction",
     "agnostic",
+    "aware",
     "black_box",
     "chebyshev",
     "closed_form",

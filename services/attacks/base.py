@@ -47,6 +47,9 @@ class Observations:
     train_x_active: np.ndarray | None = None  # the active party's own training rows (agnostic attacks)
     train_y: np.ndarray | None = None  # its labels for those rows
     release: tuple[str, ...] = ()  # names of the release steps that ran (informational)
+    # The announced chains as (name, public params) steps — what a Kerckhoffs attacker knows of the defenses.
+    score_chain: tuple[tuple[str, dict[str, str]], ...] = ()
+    param_chain: tuple[tuple[str, dict[str, str]], ...] = ()
 
     def __post_init__(self) -> None:
         n, d_a = np.shape(self.x_active)

@@ -11,18 +11,24 @@ from typing import Any
 import numpy as np
 
 from .base import WHITE_BOX_NEEDS, Attack, Observations, Reconstruction, register
-from .linear import PassiveSystem, passive_system
+from .linear import PassiveSystem, RobustSystem, robust_system
 
 
 class LinearSystemAttack(Attack):
-    """A white-box LR attack that only needs the system A x = b (one row of b per sample)."""
+    """A white-box LR attack that only needs the system A x = b (one row of b per sample).
+
+    It runs on the robust system (:func:`~.linear.robust_system`): per sample, the largest released score is
+    the reference and zero or negative scores are dropped (``meta["dropped"]`` counts them per sample).
+    """
 
     needs = WHITE_BOX_NEEDS
 
     def reconstruct(self, obs: Observations) -> Reconstruction:
-        system, b = passive_system(obs)
-        x, meta = self.solve(system, b)
-        meta.setdefault("rank", system.rank)
+        return self.reconstruct_system(robust_system(obs), obs.d_passive)
+
+    def reconstruct_system(self, robust: RobustSystem, d_passive: int) -> Reconstruction:
+        """Solve every group of a robust system (also used by the defense-aware attacks on de-biased scores)."""
+        x, meta = robust.solve(self.solve, d_passive)
         return Reconstruction(x_passive=x, meta=meta)
 
     @abstractmethod
@@ -50,8 +56,12 @@ class Esa(LinearSystemAttack):
 class HalfStar(LinearSystemAttack):
     """The point of the solution space nearest to ½·1 (rassouli Prop. 1); beats Half for every sample."""
 
+    def __init__(self, clamp: bool = False) -> None:
+        self.clamp = clamp
+
     def solve(self, system: PassiveSystem, b: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
-        return system.half_star(b), {"exact": system.determined}
+        x = system.half_star(b)
+        return (np.clip(x, 0.0, 1.0) if self.clamp else x), {"exact": system.determined}
 
 
 class Constant(Attack):

@@ -8,12 +8,20 @@ on logits (``[[1]]`` for one sigmoid logit, ``[−1 | I]`` against reference cla
 
 with r the (C − 1) released log-ratios. Every white-box attack reduces to this system, so the SVD of A is
 computed once per model and every per-sample quantity is a batched matrix product.
+
+Defended scores need the *robust* form of that system (:func:`robust_system`): per sample, the largest usable
+score is the reference (its log is the best-conditioned), and equations of zero or negative scores are dropped
+(rounding down releases 0, PRIVEE's Householder basis releases negative values) instead of flooring ln 0, which
+would make every equation of the sample wrong. Samples sharing a reference and a set of usable classes share
+one A, so the attacks still run batched per group.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
@@ -109,3 +117,130 @@ def passive_system(obs: Observations, scores: np.ndarray | None = None) -> tuple
     x_act = np.asarray(obs.x_active, dtype=float)
     b = log_ratios(scores) - x_act @ (dop @ np.asarray(obs.w_active, dtype=float)).T - dop @ obs.bias
     return PassiveSystem(a), b
+
+
+def class_rows(obs: Observations) -> tuple[np.ndarray, np.ndarray]:
+    """(W (C, d_p), k (n, C)) with ln c_m = W_m·x_p + k_m − ln Z per sample; a sigmoid logit z becomes [0, z]."""
+    if obs.w_active is None or obs.w_passive is None or obs.bias is None:
+        raise NotApplicable("the linear system needs w_active, w_passive and bias")
+    w_pas = np.asarray(obs.w_passive, dtype=float)
+    known = np.asarray(obs.x_active, dtype=float) @ np.asarray(obs.w_active, dtype=float).T + obs.bias
+    difference_operator(obs.k_logits, obs.n_classes)  # validates the layout
+    if obs.k_logits == 1:
+        return np.vstack([np.zeros_like(w_pas), w_pas]), np.hstack([np.zeros_like(known), known])
+    return w_pas, known
+
+
+@dataclass(frozen=True)
+class SystemGroup:
+    """Samples ``rows`` that share one system: A x = b[j] for the j-th of them."""
+
+    rows: np.ndarray
+    system: PassiveSystem
+    b: np.ndarray
+
+
+@dataclass(frozen=True)
+class RobustSystem:
+    """The per-sample linear systems of :func:`robust_system`, grouped by shared A."""
+
+    groups: list[SystemGroup]
+    n: int
+    reference: np.ndarray  # (n,) the reference class of each sample
+    dropped: np.ndarray  # (n,) equations dropped (unusable scores)
+
+    def solve(self, solver: Callable[[PassiveSystem, np.ndarray], tuple[np.ndarray, dict[str, Any]]], d: int) -> tuple[
+        np.ndarray, dict[str, Any]
+    ]:
+        """Run ``solver`` on every group and put the answers back in sample order (meta merged per sample)."""
+        x = np.full((self.n, d), 0.5)
+        parts: list[tuple[np.ndarray, dict[str, Any]]] = []
+        for group in self.groups:
+            x_group, meta = solver(group.system, group.b)
+            meta.setdefault("rank", group.system.rank)
+            x[group.rows] = x_group
+            parts.append((group.rows, meta))
+        meta = _merge_meta(self.n, parts)
+        meta["reference"] = self.reference
+        meta["dropped"] = self.dropped
+        meta["dropped_total"] = int(self.dropped.sum())
+        return x, meta
+
+
+def _merge_meta(n: int, parts: list[tuple[np.ndarray, dict[str, Any]]]) -> dict[str, Any]:
+    """Per-group meta → per-sample arrays; a value every group reports identically stays a scalar."""
+    merged: dict[str, Any] = {}
+    for key in {k for _, meta in parts for k in meta}:
+        values = [(rows, meta.get(key)) for rows, meta in parts]
+        scalars = [v for _, v in values if np.ndim(v) == 0]
+        if len(scalars) == len(values) and all(_same(v, scalars[0]) for v in scalars):
+            merged[key] = scalars[0]
+            continue
+        column = np.full(n, None, dtype=object)
+        for rows, value in values:
+            if np.ndim(value) >= 1 and len(value) == len(rows):
+                for row, item in zip(rows, value, strict=True):
+                    column[row] = item
+            else:
+                column[rows] = [value] * len(rows)
+        merged[key] = column if any(v is None for v in column) else np.array(column.tolist())
+    return merged
+
+
+def _same(a: Any, b: Any) -> bool:
+    return bool(a == b) if type(a) is type(b) else False
+
+
+def robust_system(
+    obs: Observations,
+    log_scores: np.ndarray | None = None,
+    weights: np.ndarray | None = None,
+    prior_precision: float = 0.0,
+) -> RobustSystem:
+    """The log-ratio equations against each sample's largest usable score, unusable scores dropped.
+
+    ``log_scores`` (n, C) are ln c up to a per-sample constant (default: ln of the released scores) and
+    ``weights`` (n, C) their inverse variances, 0 for an unusable score (default: 1 where the released score is
+    positive). With weights, each equation ln c_m − ln c_r is scaled by √(1 / (1/ω_m + 1/ω_r)) (weighted LS),
+    and ``prior_precision`` λ > 0 appends the rows √λ·(x − ½·1) = 0: least squares then gives the linear MMSE
+    estimate under a prior of variance 1/λ around the cube's centre (λ = 12: uniform on [0, 1]), which falls back
+    to Half as the evidence fades instead of amplifying noise.
+    """
+    w_rows, known = class_rows(obs)
+    if log_scores is None:
+        if obs.scores is None:
+            raise NotApplicable("the linear system needs scores")
+        scores = np.asarray(obs.scores, dtype=float)
+        usable = np.isfinite(scores) & (scores > 0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            log_scores = np.where(usable, np.log(np.where(usable, scores, 1.0)), -np.inf)
+        weighted = None
+    else:
+        usable = np.isfinite(log_scores) & (weights > 0 if weights is not None else True)
+        weighted = weights
+    n, c = usable.shape
+    reference = np.argmax(np.where(usable, log_scores, -np.inf), axis=1)
+    rows_all = np.arange(n)
+    usable = usable.copy()
+    has_reference = usable[rows_all, reference]
+    usable[rows_all, reference] = False  # the reference is not an equation of its own
+    dropped = (c - 1) - usable.sum(axis=1)
+    dropped[~has_reference] = c - 1
+    usable[~has_reference] = False
+    key = np.hstack([reference[:, None], usable]) if weighted is None else np.arange(n)[:, None]
+    _, inverse = np.unique(key, axis=0, return_inverse=True)
+    groups = []
+    for g in range(int(inverse.max()) + 1 if n else 0):
+        rows = np.flatnonzero(inverse.ravel() == g)
+        ref, eqs = reference[rows[0]], np.flatnonzero(usable[rows[0]])
+        a = w_rows[eqs] - w_rows[ref]
+        b = (log_scores[rows][:, eqs] - log_scores[rows][:, [ref]]) - (known[rows][:, eqs] - known[rows][:, [ref]])
+        if weighted is not None and eqs.size:
+            scale = np.sqrt(1.0 / (1.0 / weighted[rows[0], eqs] + 1.0 / weighted[rows[0], ref]))
+            a, b = a * scale[:, None], b * scale
+        if prior_precision > 0:
+            root = np.sqrt(prior_precision)
+            a = np.vstack([a, root * np.eye(w_rows.shape[1])])
+            b = np.hstack([b, np.full((len(rows), w_rows.shape[1]), 0.5 * root)])
+        groups.append(SystemGroup(rows, PassiveSystem(a), b))
+    return RobustSystem(groups, n, reference, dropped)
