@@ -32,7 +32,11 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from nacl.bindings import crypto_core_ed25519_scalar_reduce, crypto_scalarmult_ed25519_noclamp
+from nacl.bindings import (
+    crypto_core_ed25519_add,
+    crypto_core_ed25519_scalar_reduce,
+    crypto_scalarmult_ed25519_noclamp,
+)
 from nacl.exceptions import CryptoError
 
 POINT_BYTES = 32
@@ -48,29 +52,35 @@ _SECURE_RANDOM = random.SystemRandom()
 # --- RFC 9380 hash_to_curve for edwards25519 (§6.7.1 Elligator 2, §6.8.2 rational map, h_eff = 8) ---
 _P = 2**255 - 19
 _A = 486662  # curve25519: v² = u³ + A·u² + u; Elligator 2 with Z = 2
-_D = (-121665 * pow(121666, -1, _P)) % _P  # edwards25519: -x² + y² = 1 + d·x²·y²
-_SQRT_M1 = pow(2, (_P - 1) // 4, _P)
-_SQRT_EXP = (_P + 3) // 8  # p ≡ 5 (mod 8): a^((p+3)/8) is ±√a (up to √-1) when a is a square
-_C2 = pow(2, _SQRT_EXP, _P)  # (2·g)^((p+3)/8) = _C2·g^((p+3)/8): one exponentiation serves both branches
+_D2 = 2 * (-121665 * pow(121666, -1, _P)) % _P  # 2d of edwards25519: -x² + y² = 1 + d·x²·y²
+_LOW_255 = (1 << 255) - 1
 
 
-def _sqrt_or_none(a: int, candidate: int) -> int | None:
-    """A square root of ``a`` from ``candidate = c·a^((p+3)/8)`` form, or None if ``a`` is not a square."""
-    square = candidate * candidate % _P
-    if square == a:
-        return candidate
-    if square == _P - a or (a == 0 and square == 0):
-        return candidate * _SQRT_M1 % _P
-    return None
+def _even_sqrt(a: int) -> int:
+    """The even square root of a square ``a`` (p ≡ 5 mod 8); for the module's constants only."""
+    root = pow(a, (_P + 3) // 8, _P)
+    if root * root % _P != a:
+        root = root * pow(2, (_P - 1) // 4, _P) % _P
+    assert root * root % _P == a
+    return root if root % 2 == 0 else _P - root
 
 
-def _sgn0(x: int) -> int:
-    return x & 1
+_C1 = _even_sqrt(_P - 486664)  # RFC 9380 §6.8.2: x = c1·s/t, sgn0(c1) = 0
+_ORDER_4 = bytes(32)  # the point (i, 0), i = √-1 even: (x, y) + (i, 0) = (i·y, i·x)
+_MINUS_I = _P - _even_sqrt(_P - 1)  # 1/i
 
 
-_C1 = _sqrt_or_none(_P - 486664, pow(_P - 486664, _SQRT_EXP, _P))
-assert _C1 is not None
-_C1 = _C1 if _sgn0(_C1) == 0 else _P - _C1  # RFC 9380 §6.8.2: sgn0(c1) = 0
+def _edwards_x(y: int) -> int | None:
+    """The even x with (x, y) on edwards25519, or None if there is none.
+
+    The square root is libsodium's (decompression, in C: Python's 255-bit ``pow`` is ~10x slower). Adding the
+    order-4 point (i, 0) to the decompressed point yields (i·y, i·x), so x comes back as the sum's y.
+    """
+    try:
+        total = crypto_core_ed25519_add(y.to_bytes(32, "little"), _ORDER_4)
+    except CryptoError:  # (y² − 1)/(d·y² + 1) is not a square
+        return None
+    return _MINUS_I * (int.from_bytes(total, "little") & _LOW_255) % _P
 
 
 def expand_message_xmd(msg: bytes, dst: bytes, length: int) -> bytes:
@@ -81,7 +91,7 @@ def expand_message_xmd(msg: bytes, dst: bytes, length: int) -> bytes:
     b0 = hashlib.sha512(bytes(128) + msg + length.to_bytes(2, "big") + b"\x00" + dst_prime).digest()
     blocks = [hashlib.sha512(b0 + b"\x01" + dst_prime).digest()]
     while len(blocks) * 64 < length:
-        mixed = bytes(x ^ y for x, y in zip(b0, blocks[-1], strict=True))
+        mixed = (int.from_bytes(b0, "big") ^ int.from_bytes(blocks[-1], "big")).to_bytes(64, "big")
         blocks.append(hashlib.sha512(mixed + bytes([len(blocks) + 1]) + dst_prime).digest())
     return b"".join(blocks)[:length]
 
@@ -102,34 +112,45 @@ def _batch_invert(values: list[int]) -> list[int]:
     return out
 
 
-def _map_to_curve(u: int, inv_den: int) -> tuple[int, int, int, int]:
-    """Elligator 2 to curve25519 then the rational map to edwards25519, in extended coordinates (X, Y, Z, T).
+Point = tuple[int, int, int, int]  # extended coordinates (X, Y, Z, T), x = X/Z, y = Y/Z, x·y = T/Z
+_IDENTITY: Point = (0, 1, 1, 0)
 
-    ``inv_den`` is inv0(1 + 2u²), computed in a batch by the caller.
+
+def _map_to_curve(us: list[int]) -> list[Point]:
+    """Elligator 2 onto curve25519 (Z = 2), then the rational map onto edwards25519, for many u at once.
+
+    Montgomery s is x1 = -A/(1 + 2u²) if g(x1) = x1³ + A·x1² + x1 is a square, else x2 = -x1 - A; Edwards
+    y = (s − 1)/(s + 1), which has an x exactly when g(s) is a square (here -(d+1) is a square), so libsodium's
+    decompression decides the branch and gives x up to sign. The sign follows RFC 9380: the Montgomery
+    t = c1·s/x has sgn0(t) = 1 in the x1 branch, 0 in the x2 branch. s = -1 or t = 0 maps to the identity.
     """
-    x1 = -_A * inv_den % _P or _P - _A  # RFC 9380 §6.7.1 step 2: x1 = 0 -> -A
-    gx1 = (x1 * x1 % _P * x1 + _A * x1 % _P * x1 + x1) % _P
-    root = pow(gx1, _SQRT_EXP, _P)
-    y = _sqrt_or_none(gx1, root)
-    if y is not None:  # x = x1, sgn0(y) = 1
-        s, y = x1, (y if _sgn0(y) else _P - y)
-    else:  # x2 = 2u²·x1 and g(x2) = 2u²·g(x1), which is then a square
-        s, gx2 = 2 * u * u % _P * x1 % _P, 2 * u * u % _P * gx1 % _P
-        y = _sqrt_or_none(gx2, u * _C2 % _P * root % _P)
-        assert y is not None
-        y = _P - y if _sgn0(y) else y  # sgn0(y) = 0
-    t = y
-    # x = c1·s/t, y = (s - 1)/(s + 1); t = 0 or s = -1 is the identity.
-    z = t * (s + 1) % _P
-    if z == 0:
-        return 0, 1, 1, 0
-    return _C1 * s % _P * (s + 1) % _P, (s - 1) * t % _P, z, _C1 * s % _P * (s - 1) % _P
+    x1s = [-_A * inv % _P or _P - _A for inv in _batch_invert([(1 + 2 * u * u) % _P for u in us])]
+    candidates = [*x1s, *((-x1 - _A) % _P for x1 in x1s)]
+    inv_plus_one = _batch_invert([(s + 1) % _P for s in candidates])
+    n, found = len(us), []
+    for k in range(n):
+        for branch, index in ((1, k), (0, n + k)):
+            s = candidates[index]
+            y = (s - 1) * inv_plus_one[index] % _P
+            x = _edwards_x(y)
+            if x is not None:
+                found.append((s, x, y, branch, inv_plus_one[index] == 0))
+                break
+        else:  # unreachable: g(x2) = 2u²·g(x1) is a square when g(x1) is not
+            raise AssertionError("Elligator 2 found no point")
+    inv_x = _batch_invert([x for _, x, _, _, _ in found])
+    points = []
+    for (s, x, y, branch, at_infinity), ix in zip(found, inv_x, strict=True):
+        if at_infinity or x == 0:
+            points.append(_IDENTITY)
+            continue
+        if (_C1 * s % _P * ix % _P) & 1 != branch:
+            x = _P - x
+        points.append((x, y, 1, x * y % _P))
+    return points
 
 
-_D2 = 2 * _D % _P
-
-
-def _add(p: tuple[int, int, int, int], q: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
+def _add(p: Point, q: Point) -> Point:
     """Complete addition on edwards25519 (a = -1), extended coordinates (Hisil et al. 2008, add-2008-hwcd-3)."""
     x1, y1, z1, t1 = p
     x2, y2, z2, t2 = q
@@ -141,14 +162,13 @@ def _add(p: tuple[int, int, int, int], q: tuple[int, int, int, int]) -> tuple[in
     return e * f % _P, g * h % _P, f * g % _P, e * h % _P
 
 
-def _double(p: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
+def _double(p: Point) -> Point:
     """Doubling on edwards25519 (a = -1), extended coordinates (dbl-2008-hwcd)."""
     x1, y1, z1, _ = p
     a, b, c = x1 * x1 % _P, y1 * y1 % _P, 2 * z1 * z1 % _P
-    d = _P - a
     e = ((x1 + y1) * (x1 + y1) - a - b) % _P
-    g = d + b
-    f, h = g - c, d - b
+    g = b - a
+    f, h = g - c, -a - b
     return e * f % _P, g * h % _P, f * g % _P, e * h % _P
 
 
@@ -158,16 +178,16 @@ def hash_to_group(messages: Sequence[bytes], dst: bytes = DST) -> list[bytes]:
     for msg in messages:
         uniform = expand_message_xmd(msg, dst, 96)
         us += (int.from_bytes(uniform[:48], "big") % _P, int.from_bytes(uniform[48:], "big") % _P)
-    inv_dens = _batch_invert([(1 + 2 * u * u) % _P for u in us])
+    mapped = _map_to_curve(us)
     points = []
-    for i in range(0, len(us), 2):
-        q = _add(_map_to_curve(us[i], inv_dens[i]), _map_to_curve(us[i + 1], inv_dens[i + 1]))
+    for i in range(0, len(mapped), 2):
+        q = _add(mapped[i], mapped[i + 1])
         points.append(_double(_double(_double(q))))  # clear_cofactor, h_eff = 8
     inv_z = _batch_invert([z for _, _, z, _ in points])
-    encoded = []
-    for (x, y, _, _), iz in zip(points, inv_z, strict=True):
-        encoded.append(((y * iz % _P) | ((x * iz % _P) & 1) << 255).to_bytes(32, "little"))
-    return encoded
+    return [
+        ((y * iz % _P) | ((x * iz % _P) & 1) << 255).to_bytes(32, "little")
+        for (x, y, _, _), iz in zip(points, inv_z, strict=True)
+    ]
 
 
 def _message(sample_id: str, salt: bytes) -> bytes:
