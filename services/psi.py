@@ -18,9 +18,9 @@ session, enforced by the parties' engines):
    party's row order; A sends each P its ``Alignment.passive_positions[p]``.
 4. P maps common index -> own row with :func:`rows_from_positions`.
 
-Group operations that need no secret structure (hashing to the curve) run in Python integers with one
-exponentiation per Elligator 2 map and batched inversions; scalar multiplication and point validation run in
-libsodium (PyNaCl). All of it holds the GIL, so blinding is a plain loop (see docs/protocol.md for ids/s).
+Hashing runs in Python integers with batched inversions, taking each Elligator 2 square root from libsodium's
+point decompression (PyNaCl exposes no ristretto255 and no RFC 9380 hash); scalar multiplication and point
+validation are libsodium's. All of it holds the GIL, so blinding is a plain loop (docs/protocol.md: IDs/s).
 """
 
 from __future__ import annotations
@@ -174,6 +174,12 @@ def _double(p: Point) -> Point:
 
 def hash_to_group(messages: Sequence[bytes], dst: bytes = DST) -> list[bytes]:
     """RFC 9380 ``hash_to_curve`` (suite :data:`SUITE`) of each message, as 32-byte edwards25519 encodings."""
+    # Chunks keep the intermediate integers of a million-ID list out of memory; inversions stay batched.
+    chunk = 4096
+    return [point for i in range(0, len(messages), chunk) for point in _hash_chunk(messages[i : i + chunk], dst)]
+
+
+def _hash_chunk(messages: Sequence[bytes], dst: bytes) -> list[bytes]:
     us: list[int] = []
     for msg in messages:
         uniform = expand_message_xmd(msg, dst, 96)

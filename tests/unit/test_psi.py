@@ -105,7 +105,8 @@ def test_different_salts_or_keys_give_unrelated_values() -> None:
     assert not set(a.reblind(b.blind_ids(ids, SALT))) & set(b.reblind(a.blind_ids(ids, b"other")))
 
 
-# RFC 9380 Appendix J.5.1, edwards25519_XMD:SHA-512_ELL2_RO_: message -> (P.x, P.y), big-endian hex.
+# RFC 9380 Appendix J.5.1, edwards25519_XMD:SHA-512_ELL2_RO_: message -> (P.x, P.y), big-endian hex. Their ten
+# Elligator 2 maps take both branches (g(x1) a square six times, not four), so both sign rules are checked.
 RFC9380_DST = b"QUUX-V01-CS02-with-edwards25519_XMD:SHA-512_ELL2_RO_"
 RFC9380_VECTORS = {
     b"": (
