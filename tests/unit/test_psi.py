@@ -206,3 +206,19 @@ def test_rows_from_positions_validates_positions() -> None:
 def test_empty_salt_is_rejected() -> None:
     with pytest.raises(ValueError, match="salt"):
         hash_ids(["a"], b"")
+
+
+def test_active_party_learns_each_passive_partys_intersection_not_only_the_common_set() -> None:
+    # docs/protocol.md, "Alignment": the active party holds every party's double-blinded lists, so it can tell,
+    # per passive party, which of its IDs that party holds. This pins the documented residual leak.
+    active_ids = _ids(range(0, 100))
+    passive_ids = [_ids(range(0, 60)), _ids(range(40, 120))]
+    salt, key = new_salt(), PsiKey()
+    sent = key.blind_ids(active_ids, salt)
+    replies = [passive_reply(PsiKey(), ids, sent, salt) for ids in passive_ids]
+    for ids, reply in zip(passive_ids, replies, strict=True):
+        theirs = set(key.reblind(reply.blinded_own))
+        learned = {sample for sample, value in zip(active_ids, reply.reblinded_active, strict=True) if value in theirs}
+        assert learned == set(active_ids) & set(ids)
+    common = active_align(key, [r.reblinded_active for r in replies], [r.blinded_own for r in replies])
+    assert common.size == 20  # ids 40..59: strictly less than what it learned about each party
