@@ -73,8 +73,9 @@ _MINUS_I = _P - _even_sqrt(_P - 1)  # 1/i
 def _edwards_x(y: int) -> int | None:
     """The even x with (x, y) on edwards25519, or None if there is none.
 
-    The square root is libsodium's (decompression, in C: Python's 255-bit ``pow`` is ~10x slower). Adding the
-    order-4 point (i, 0) to the decompressed point yields (i·y, i·x), so x comes back as the sum's y.
+    The square root is libsodium's (decompression, in C; a Python 255-bit ``pow`` made hashing 2x slower). Adding the
+    order-4 point (i, 0) to the decompressed point yields (i·y, i·x), so x comes back as the sum's y. libsodium's
+    addition requires both points on the curve, not in the subgroup; the RFC 9380 vector test guards this.
     """
     try:
         total = crypto_core_ed25519_add(y.to_bytes(32, "little"), _ORDER_4)
