@@ -141,3 +141,18 @@ def test_one_exchange_per_session_even_across_restarts(fed: Federation, passive)
     refused_everywhere()
     # The restarted federation still serves: a new session aligns to the same common IDs.
     assert sorted(fed.operator.align(fed.operator.create_session("plain", seed=11).session_id)) == sorted(common)
+
+
+def test_active_party_refuses_to_start_over_its_own_cap(fed: Federation) -> None:
+    # The config path of the cap is exercised above; here the active engine's bound is lowered in place (then
+    # restored) so that its own list breaks it: refused before anything is sent, and the session is not used up.
+    engine = fed.parties["active"].engine
+    session_id = fed.operator.create_session("plain", seed=12).session_id
+    n_ids, engine.psi_max_ids = len(engine.data.ids), 100
+    try:
+        code, details = _refused(fed.operator.align, session_id)
+    finally:
+        engine.psi_max_ids = CAP
+    assert code == grpc.StatusCode.FAILED_PRECONDITION
+    assert f"holds {n_ids} sample IDs, over the cap of 100" in details and "psi_max_ids" in details
+    assert len(fed.operator.align(session_id)) > 0
