@@ -40,6 +40,7 @@ class FederationSpec:
     seed: int = 0
     query_policy: dict | None = None  # the coordinator's [policy] table (query_budget, refuse_training_ids, ...)
     checkpoints: bool = True  # session checkpoints in each party's state dir (crash recovery)
+    limits: dict | None = None  # every party's [limits] table (e.g. psi_max_ids)
     # Loopback with free ports (default), or fixed ports behind host names (compose: hosts are party ids).
     host: str = "127.0.0.1"
     compose_ports: dict[str, int] | None = None
@@ -126,6 +127,8 @@ def write_federation(spec: FederationSpec, workdir: Path) -> FederationLayout:
             "seed": spec.seed,
             "tls": {"ca": "tls/ca.pem", "cert": "tls/cert.pem", "key": "tls/key.pem"},
         }
+        if spec.limits:
+            raw["limits"] = dict(spec.limits)
         if spec.checkpoints:
             # Session checkpoints (a restarted party resumes its sessions); compose mounts a writable volume
             # at /state, beside the read-only party folder.

@@ -70,6 +70,7 @@ class ActiveSession:
     rng: np.random.Generator  # batch order (seeded: runs are reproducible)
     mask_rng: np.random.Generator  # OS entropy: masks must be unpredictable to the coordinator
     rows: np.ndarray | None = None  # common index -> active row (after PSI)
+    psi_started: bool = False  # one PSI exchange per session, checkpointed before it starts
     index_of: dict[str, int] = field(default_factory=dict)  # own sample ID -> common index
     step: int = 0
     trained: bool = False
@@ -118,6 +119,7 @@ class ActiveSession:
                 [[r.name, dict(r.params)] for r in chain] for chain in (self.score_release, self.param_release)
             ],
             "run": run,
+            "psi_started": self.psi_started,
         }
         return arrays, meta
 
@@ -156,6 +158,7 @@ class ActiveSession:
             mask_rng=np.random.default_rng(),
             step=meta["step"],
             trained=meta["trained"],
+            psi_started=meta.get("psi_started", "rows" in arrays),
         )
         if "rows" in arrays:
             s.rows = np.array(arrays["rows"])
@@ -175,6 +178,8 @@ class ActiveParty:
         passives: Mapping[str, PassiveClient],
         hub: plugins.PluginHub | None = None,
         state: checkpoint.StateDir | None = None,
+        *,
+        psi_max_ids: int = psi.MAX_IDS,
     ) -> None:
         if data.y is None:
             raise ValueError("the active party's data file needs a label column")
@@ -187,6 +192,7 @@ class ActiveParty:
         self.passives = dict(passives)
         self.hub = hub or plugins.PluginHub()
         self.state = state or checkpoint.StateDir(None)
+        self.psi_max_ids = psi_max_ids
         ids = [str(i) for i in data.ids]
         self.sessions: dict[str, ActiveSession] = {
             sid: ActiveSession.from_state(sid, arrays, meta, ids)
@@ -283,11 +289,32 @@ class ActiveParty:
 
     # --- alignment ---
     def align(self, session_id: str) -> list[str]:
+        """PSI with every passive party: one exchange per session, marked in the checkpoint before it starts, so
+        neither a retry nor a restarted party runs a second one (docs/protocol.md, "Alignment")."""
         s = self.session(session_id)
-        key, salt = psi.PsiKey(), psi.new_salt()
         own_ids = [str(i) for i in self.data.ids]
+        if len(own_ids) > self.psi_max_ids:
+            raise FailedPrecondition(
+                f"PSI: this party holds {len(own_ids)} sample IDs, over the cap of {self.psi_max_ids} "
+                "([limits] psi_max_ids; every passive party must accept as many)"
+            )
+        with s.lock:
+            if s.psi_started:
+                raise FailedPrecondition(
+                    f"session {session_id!r} has had its PSI exchange (one per session): open a new session to "
+                    "align again"
+                )
+            s.psi_started = True
+            self._save(s)
+        key, salt = psi.PsiKey(), psi.new_salt()
         blinded = key.blind_ids(own_ids, salt)
         replies = self._each_passive(lambda party, client: client.psi_exchange(session_id, salt, blinded))
+        for party, (_, own) in zip(self.passives, replies, strict=True):
+            if len(own) > self.psi_max_ids:  # it could test that many candidates against our list
+                raise InvalidArgument(
+                    f"PSI: {party} sent {len(own)} IDs, over this party's cap of {self.psi_max_ids} "
+                    "([limits] psi_max_ids)"
+                )
         try:
             alignment = psi.active_align(key, [r[0] for r in replies], [r[1] for r in replies])
         except ValueError as exc:

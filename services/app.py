@@ -88,7 +88,11 @@ def start_party(config: ServiceConfig) -> Party:
     if config.role == "passive":
         channel = _channel(config, "coordinator")
         engine = passive.PassiveParty(
-            config.party_id, load_party_data(config), CoordinatorClient(channel, policy), state
+            config.party_id,
+            load_party_data(config),
+            CoordinatorClient(channel, policy),
+            state,
+            psi_max_ids=config.psi_max_ids,
         )
         server = start_server(
             config,
@@ -110,6 +114,7 @@ def start_party(config: ServiceConfig) -> Party:
         {party: PassiveClient(party, ch, policy) for party, ch in passive_channels.items()},
         hub,
         state,
+        psi_max_ids=config.psi_max_ids,
     )
     server = start_server(
         config,

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vflsec.services.psi import MAX_IDS as PSI_MAX_IDS
+
 ROLES = ("coordinator", "active", "passive")
 
 
@@ -59,6 +61,7 @@ class ServiceConfig:
     query_budget: int = 0
     refuse_training_ids: bool = False
     max_query_rows: int = 100_000
+    psi_max_ids: int = PSI_MAX_IDS  # IDs one PSI exchange may carry (the other side's list, and our own)
 
     @property
     def passive_peers(self) -> dict[str, str]:
@@ -111,6 +114,9 @@ def parse_config(raw: dict[str, Any], *, base: Path, role: str | None = None, so
         for p in raw.get("plugins", ())
     )
     limits = raw.get("limits", {})
+    psi_max_ids = int(limits.get("psi_max_ids", PSI_MAX_IDS))
+    if psi_max_ids < 1:
+        raise ConfigError(f"{source}: [limits] psi_max_ids must be >= 1, got {psi_max_ids}")
     policy = raw.get("policy", {})
     state = raw.get("state", {})
     return ServiceConfig(
@@ -132,6 +138,7 @@ def parse_config(raw: dict[str, Any], *, base: Path, role: str | None = None, so
         query_budget=int(policy.get("query_budget", 0)),
         refuse_training_ids=bool(policy.get("refuse_training_ids", False)),
         max_query_rows=int(policy.get("max_query_rows", 100_000)),
+        psi_max_ids=psi_max_ids,
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import grpc
 import numpy as np
@@ -13,6 +14,10 @@ from vflsec.services.param_defenses import Distorted
 from vflsec.services.server import DEFAULT_CALL_POLICY, CallPolicy, call
 from vflsec.services.tensors import from_tensor
 from vflsec.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc, passive_pb2, passive_pb2_grpc
+
+# The passive party validates and re-blinds our list and hashes and blinds its own (together about 0.5 ms per
+# ID on one core, docs/protocol.md): the exchange's deadline grows by twice that per ID we send.
+PSI_SECONDS_PER_ID = 1e-3
 
 
 class CoordinatorClient:
@@ -93,7 +98,8 @@ class PassiveClient:
 
     def psi_exchange(self, session_id: str, salt: bytes, blinded: list[bytes]) -> tuple[list[bytes], list[bytes]]:
         request = passive_pb2.PsiExchangeRequest(session_id=session_id, salt=salt, blinded=blinded)
-        reply = call(self.peer, self.stub.PsiExchange, request, self.policy)
+        policy = replace(self.policy, timeout=self.policy.timeout + PSI_SECONDS_PER_ID * len(blinded))
+        reply = call(self.peer, self.stub.PsiExchange, request, policy)
         if len(reply.double_blinded) != len(blinded):
             raise InvalidArgument(f"{self.peer} returned {len(reply.double_blinded)} values for {len(blinded)} IDs")
         return list(reply.double_blinded), list(reply.own_blinded)

@@ -34,7 +34,7 @@ class PassiveSession:
     weights: np.ndarray  # (K_logits, d_p), the true block: never leaves but to the coordinator
     optimizer: lr.BlockOptimizer
     mask_rng: np.random.Generator  # OS entropy: masks must be unpredictable to the coordinator
-    psi_permutation: np.ndarray | None = None  # order in which our blinded IDs were sent
+    psi_permutation: np.ndarray | None = None  # order in which our blinded IDs were sent; set once per session
     rows: np.ndarray | None = None  # common index -> our row, after PSI
     completed_step: int = 0  # last training step whose update is applied (and checkpointed)
     previous_weights: np.ndarray | None = None  # the block before that step, to replay its Forward
@@ -83,11 +83,25 @@ class PassiveSession:
         )
 
 
+def _refuse_second_exchange(session_id: str, s: PassiveSession) -> None:
+    if s.psi_permutation is not None:
+        raise FailedPrecondition(
+            f"session {session_id!r} has had its PSI exchange (one per session): open a new session to align again"
+        )
+
+
 class PassiveParty:
     def __init__(
-        self, party_id: str, data: PartyData, coordinator: CoordinatorLink, state: checkpoint.StateDir | None = None
+        self,
+        party_id: str,
+        data: PartyData,
+        coordinator: CoordinatorLink,
+        state: checkpoint.StateDir | None = None,
+        *,
+        psi_max_ids: int = psi.MAX_IDS,
     ) -> None:
         self.party_id = party_id
+        self.psi_max_ids = psi_max_ids
         self.data = data
         self.coordinator = coordinator
         self.state = state or checkpoint.StateDir(None)
@@ -139,26 +153,40 @@ class PassiveParty:
 
     # --- PSI (see services/psi.py) ---
     def psi_exchange(self, session_id: str, salt: bytes, blinded: list[bytes]) -> tuple[list[bytes], list[bytes]]:
+        """One exchange per session, capped in size: each reply lets the active party test its list against ours.
+
+        The permutation is checkpointed before the reply leaves, so a restarted party refuses a second one too.
+        """
         s = self.session(session_id)
-        key = psi.PsiKey()
+        if len(blinded) > self.psi_max_ids:  # before any point is processed
+            raise InvalidArgument(
+                f"PSI: the active party sent {len(blinded)} IDs, over this party's cap of {self.psi_max_ids} "
+                "([limits] psi_max_ids)"
+            )
+        _refuse_second_exchange(session_id, s)
         try:
-            reply = psi.passive_reply(key, [str(i) for i in self.data.ids], blinded, salt)
+            reply = psi.passive_reply(psi.PsiKey(), [str(i) for i in self.data.ids], blinded, salt)
         except ValueError as exc:
             raise InvalidArgument(f"PSI: {exc}") from exc
         with s.lock:
-            s.psi_permutation, s.rows = reply.permutation, None
+            _refuse_second_exchange(session_id, s)  # a concurrent exchange may have finished meanwhile
+            s.psi_permutation = reply.permutation
             self._save(session_id, s)
         return reply.reblinded_active, reply.blinded_own
 
     def psi_finish(self, session_id: str, positions: np.ndarray) -> int:
+        """Fix the common rows, once: a retry with the same positions is answered again, different ones refused."""
         s = self.session(session_id)
         with s.lock:
             if s.psi_permutation is None:
                 raise FailedPrecondition("PsiFinish before PsiExchange")
             try:
-                s.rows = psi.rows_from_positions(positions, s.psi_permutation)
+                rows = psi.rows_from_positions(positions, s.psi_permutation)
             except ValueError as exc:
                 raise InvalidArgument(f"positions: {exc}") from exc
+            if s.rows is not None and not np.array_equal(rows, s.rows):
+                raise FailedPrecondition(f"session {session_id!r} is aligned already (one PSI per session)")
+            s.rows = rows
             self._save(session_id, s)
         return len(s.rows)
 

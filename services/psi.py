@@ -1,10 +1,14 @@
-"""ECDH private set intersection over X25519 for sample alignment (protocol.md, "Alignment").
+"""ECDH private set intersection in the prime-order group of edwards25519 (protocol.md, "Alignment").
 
-Each party hashes its ids to 32 bytes (SHA-256, domain-separated, salted per session) and blinds them with a
-secret X25519 scalar. Scalar multiplication commutes, so ``a·(p·H(x)) == p·(a·H(x))``: double-blinded values
-match exactly for common ids while raw ids and single-blinded values reveal nothing.
+Each party hashes its ids into the prime-order subgroup with RFC 9380's random-oracle suite
+``edwards25519_XMD:SHA-512_ELL2_RO_`` (salted per session) and blinds them with a secret scalar k uniform in
+[1, L). Scalar multiplication commutes, so ``a·(p·H(x)) == p·(a·H(x))``: double-blinded values match exactly for
+common ids, while under DDH in the prime-order group raw ids' blinded values look like random group elements.
+Every received point must be a canonical, non-identity point of the prime-order subgroup before it is used: no
+small-order component (and no twist) can carry a bit of the id through blinding.
 
-Protocol between the active party A and each passive party P (one A key, one key per P):
+Protocol between the active party A and each passive party P (one A key, one key per P, one exchange per
+session, enforced by the parties' engines):
 
 1. A sends ``key_a.blind_ids(ids_a, salt)`` to every P.
 2. P answers with :func:`passive_reply`: A's list blinded again (same order) and its own blinded ids in a
@@ -14,8 +18,9 @@ Protocol between the active party A and each passive party P (one A key, one key
    party's row order; A sends each P its ``Alignment.passive_positions[p]``.
 4. P maps common index -> own row with :func:`rows_from_positions`.
 
-X25519 in ``cryptography`` holds the GIL (measured: two threads are no faster than one), so blinding is a
-plain loop; about 30-40 µs per id.
+Hashing runs in Python integers with batched inversions, taking each Elligator 2 square root from libsodium's
+point decompression (PyNaCl exposes no ristretto255 and no RFC 9380 hash); scalar multiplication and point
+validation are libsodium's. All of it holds the GIL, so blinding is a plain loop (docs/protocol.md: IDs/s).
 """
 
 from __future__ import annotations
@@ -27,13 +32,174 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from nacl.bindings import (
+    crypto_core_ed25519_add,
+    crypto_core_ed25519_scalar_reduce,
+    crypto_scalarmult_ed25519_noclamp,
+)
+from nacl.exceptions import CryptoError
 
 POINT_BYTES = 32
-# Separates these hashes from any other SHA-256 of the same ids; bump the version if the encoding changes.
-_DOMAIN = b"vflsec/psi/x25519/v1\x00"
+# Default cap on the IDs a party accepts in one exchange ([limits] psi_max_ids): it bounds how many candidate
+# IDs the active party can test per session, and sits above the million-row deployments the system targets.
+MAX_IDS = 2_000_000
+# RFC 9380 §3.1 tag: application, version, suite. Bump the version if the encoding changes.
+SUITE = "edwards25519_XMD:SHA-512_ELL2_RO_"
+DST = f"vflsec-psi-v2-with-{SUITE}".encode()
 # Both the common order and P's shuffle hide row orders, so they come from the OS CSPRNG.
 _SECURE_RANDOM = random.SystemRandom()
+
+# --- RFC 9380 hash_to_curve for edwards25519 (§6.7.1 Elligator 2, §6.8.2 rational map, h_eff = 8) ---
+_P = 2**255 - 19
+_A = 486662  # curve25519: v² = u³ + A·u² + u; Elligator 2 with Z = 2
+_D2 = 2 * (-121665 * pow(121666, -1, _P)) % _P  # 2d of edwards25519: -x² + y² = 1 + d·x²·y²
+_LOW_255 = (1 << 255) - 1
+
+
+def _even_sqrt(a: int) -> int:
+    """The even square root of a square ``a`` (p ≡ 5 mod 8); for the module's constants only."""
+    root = pow(a, (_P + 3) // 8, _P)
+    if root * root % _P != a:
+        root = root * pow(2, (_P - 1) // 4, _P) % _P
+    assert root * root % _P == a
+    return root if root % 2 == 0 else _P - root
+
+
+_C1 = _even_sqrt(_P - 486664)  # RFC 9380 §6.8.2: x = c1·s/t, sgn0(c1) = 0
+_ORDER_4 = bytes(32)  # the point (i, 0), i = √-1 even: (x, y) + (i, 0) = (i·y, i·x)
+_MINUS_I = _P - _even_sqrt(_P - 1)  # 1/i
+
+
+def _edwards_x(y: int) -> int | None:
+    """The even x with (x, y) on edwards25519, or None if there is none.
+
+    The square root is libsodium's (decompression, in C; a Python 255-bit ``pow`` made hashing 2x slower). Adding the
+    order-4 point (i, 0) to the decompressed point yields (i·y, i·x), so x comes back as the sum's y. libsodium's
+    addition requires both points on the curve, not in the subgroup; the RFC 9380 vector test guards this.
+    """
+    try:
+        total = crypto_core_ed25519_add(y.to_bytes(32, "little"), _ORDER_4)
+    except CryptoError:  # (y² − 1)/(d·y² + 1) is not a square
+        return None
+    return _MINUS_I * (int.from_bytes(total, "little") & _LOW_255) % _P
+
+
+def expand_message_xmd(msg: bytes, dst: bytes, length: int) -> bytes:
+    """RFC 9380 §5.3.1 with SHA-512 (b = 64, s = 128 bytes)."""
+    if len(dst) > 255 or length > 255 * 64:
+        raise ValueError("DST longer than 255 bytes or output too long")
+    dst_prime = dst + bytes([len(dst)])
+    b0 = hashlib.sha512(bytes(128) + msg + length.to_bytes(2, "big") + b"\x00" + dst_prime).digest()
+    blocks = [hashlib.sha512(b0 + b"\x01" + dst_prime).digest()]
+    while len(blocks) * 64 < length:
+        mixed = (int.from_bytes(b0, "big") ^ int.from_bytes(blocks[-1], "big")).to_bytes(64, "big")
+        blocks.append(hashlib.sha512(mixed + bytes([len(blocks) + 1]) + dst_prime).digest())
+    return b"".join(blocks)[:length]
+
+
+def _batch_invert(values: list[int]) -> list[int]:
+    """Montgomery's trick: every inverse for one exponentiation. Zero maps to zero (RFC 9380's inv0)."""
+    prefix, acc = [], 1
+    for v in values:
+        prefix.append(acc)
+        if v:
+            acc = acc * v % _P
+    inv = pow(acc, _P - 2, _P)
+    out = [0] * len(values)
+    for i in range(len(values) - 1, -1, -1):
+        if values[i]:
+            out[i] = prefix[i] * inv % _P
+            inv = inv * values[i] % _P
+    return out
+
+
+Point = tuple[int, int, int, int]  # extended coordinates (X, Y, Z, T), x = X/Z, y = Y/Z, x·y = T/Z
+_IDENTITY: Point = (0, 1, 1, 0)
+
+
+def _map_to_curve(us: list[int]) -> list[Point]:
+    """Elligator 2 onto curve25519 (Z = 2), then the rational map onto edwards25519, for many u at once.
+
+    Montgomery s is x1 = -A/(1 + 2u²) if g(x1) = x1³ + A·x1² + x1 is a square, else x2 = -x1 - A; Edwards
+    y = (s − 1)/(s + 1), which has an x exactly when g(s) is a square (here -(d+1) is a square), so libsodium's
+    decompression decides the branch and gives x up to sign. The sign follows RFC 9380: the Montgomery
+    t = c1·s/x has sgn0(t) = 1 in the x1 branch, 0 in the x2 branch. s = -1 or t = 0 maps to the identity.
+    """
+    x1s = [-_A * inv % _P or _P - _A for inv in _batch_invert([(1 + 2 * u * u) % _P for u in us])]
+    candidates = [*x1s, *((-x1 - _A) % _P for x1 in x1s)]
+    inv_plus_one = _batch_invert([(s + 1) % _P for s in candidates])
+    n, found = len(us), []
+    for k in range(n):
+        for branch, index in ((1, k), (0, n + k)):
+            s = candidates[index]
+            y = (s - 1) * inv_plus_one[index] % _P
+            x = _edwards_x(y)
+            if x is not None:
+                found.append((s, x, y, branch, inv_plus_one[index] == 0))
+                break
+        else:  # unreachable: g(x2) = 2u²·g(x1) is a square when g(x1) is not
+            raise AssertionError("Elligator 2 found no point")
+    inv_x = _batch_invert([x for _, x, _, _, _ in found])
+    points = []
+    for (s, x, y, branch, at_infinity), ix in zip(found, inv_x, strict=True):
+        if at_infinity or x == 0:
+            points.append(_IDENTITY)
+            continue
+        if (_C1 * s % _P * ix % _P) & 1 != branch:
+            x = _P - x
+        points.append((x, y, 1, x * y % _P))
+    return points
+
+
+def _add(p: Point, q: Point) -> Point:
+    """Complete addition on edwards25519 (a = -1), extended coordinates (Hisil et al. 2008, add-2008-hwcd-3)."""
+    x1, y1, z1, t1 = p
+    x2, y2, z2, t2 = q
+    a = (y1 - x1) * (y2 - x2) % _P
+    b = (y1 + x1) * (y2 + x2) % _P
+    c = t1 * _D2 % _P * t2 % _P
+    d = 2 * z1 * z2 % _P
+    e, f, g, h = b - a, d - c, d + c, b + a
+    return e * f % _P, g * h % _P, f * g % _P, e * h % _P
+
+
+def _double(p: Point) -> Point:
+    """Doubling on edwards25519 (a = -1), extended coordinates (dbl-2008-hwcd)."""
+    x1, y1, z1, _ = p
+    a, b, c = x1 * x1 % _P, y1 * y1 % _P, 2 * z1 * z1 % _P
+    e = ((x1 + y1) * (x1 + y1) - a - b) % _P
+    g = b - a
+    f, h = g - c, -a - b
+    return e * f % _P, g * h % _P, f * g % _P, e * h % _P
+
+
+def hash_to_group(messages: Sequence[bytes], dst: bytes = DST) -> list[bytes]:
+    """RFC 9380 ``hash_to_curve`` (suite :data:`SUITE`) of each message, as 32-byte edwards25519 encodings."""
+    # Chunks keep the intermediate integers of a million-ID list out of memory; inversions stay batched.
+    chunk = 4096
+    return [point for i in range(0, len(messages), chunk) for point in _hash_chunk(messages[i : i + chunk], dst)]
+
+
+def _hash_chunk(messages: Sequence[bytes], dst: bytes) -> list[bytes]:
+    us: list[int] = []
+    for msg in messages:
+        uniform = expand_message_xmd(msg, dst, 96)
+        us += (int.from_bytes(uniform[:48], "big") % _P, int.from_bytes(uniform[48:], "big") % _P)
+    mapped = _map_to_curve(us)
+    points = []
+    for i in range(0, len(mapped), 2):
+        q = _add(mapped[i], mapped[i + 1])
+        points.append(_double(_double(_double(q))))  # clear_cofactor, h_eff = 8
+    inv_z = _batch_invert([z for _, _, z, _ in points])
+    return [
+        ((y * iz % _P) | ((x * iz % _P) & 1) << 255).to_bytes(32, "little")
+        for (x, y, _, _), iz in zip(points, inv_z, strict=True)
+    ]
+
+
+def _message(sample_id: str, salt: bytes) -> bytes:
+    # The salt is length-prefixed so (salt, id) splits are unambiguous.
+    return len(salt).to_bytes(4, "big") + salt + sample_id.encode("utf-8")
 
 
 def new_salt() -> bytes:
@@ -41,26 +207,27 @@ def new_salt() -> bytes:
     return secrets.token_bytes(32)
 
 
-def hash_ids(ids: Sequence[str], salt: bytes) -> list[bytes]:
-    """Hash ids to 32-byte X25519 inputs; the salt is length-prefixed so (salt, id) splits are unambiguous."""
+def _require_salt(salt: bytes) -> None:
     if not salt:
         raise ValueError("salt must be non-empty bytes shared by both parties")
-    prefix = hashlib.sha256(_DOMAIN + len(salt).to_bytes(4, "big") + salt)
-    hashed = []
-    for sample_id in ids:
-        h = prefix.copy()
-        h.update(sample_id.encode("utf-8"))
-        hashed.append(h.digest())
-    return hashed
+
+
+def hash_ids(ids: Sequence[str], salt: bytes) -> list[bytes]:
+    """Hash ids into the prime-order group, salted per session."""
+    _require_salt(salt)
+    return hash_to_group([_message(sample_id, salt) for sample_id in ids])
 
 
 class PsiKey:
-    """A party's secret blinding scalar, fresh and random for each session."""
+    """A party's secret blinding scalar, uniform in [1, L) and fresh for each session."""
 
-    __slots__ = ("_key",)
+    __slots__ = ("_scalar",)
 
     def __init__(self) -> None:
-        self._key = X25519PrivateKey.generate()
+        scalar = bytes(32)
+        while scalar == bytes(32):  # reduce(64 random bytes) is uniform mod L up to 2^-256; 0 is redrawn
+            scalar = crypto_core_ed25519_scalar_reduce(secrets.token_bytes(64))
+        self._scalar = scalar
 
     def blind_ids(self, ids: Sequence[str], salt: bytes) -> list[bytes]:
         """``k·H(id)`` for each id, in order. Duplicate ids are rejected: rows must be addressable by id."""
@@ -68,7 +235,13 @@ class PsiKey:
         return self._multiply(hash_ids(ids, salt))
 
     def reblind(self, points: Sequence[bytes]) -> list[bytes]:
-        """``k·P`` for each point received from the other party, in order."""
+        """``k·P`` for each point received from the other party, in order.
+
+        Every point must be the canonical encoding of a non-identity point of the prime-order subgroup: no
+        small-order component can carry a bit of the id through blinding. libsodium's scalar multiplication
+        refuses anything else (documented contract of ``crypto_scalarmult_ed25519``), so one pass checks and
+        multiplies; k is in [1, L), so a valid point never yields the identity.
+        """
         for index, point in enumerate(points):
             if not isinstance(point, bytes) or len(point) != POINT_BYTES:
                 got = f"{len(point)} bytes" if isinstance(point, bytes) else type(point).__name__
@@ -76,15 +249,14 @@ class PsiKey:
         return self._multiply(points)
 
     def _multiply(self, points: Sequence[bytes]) -> list[bytes]:
-        exchange = self._key.exchange
-        from_bytes = X25519PublicKey.from_public_bytes
-        out = []
+        scalar, out = self._scalar, []
         for index, point in enumerate(points):
             try:
-                out.append(exchange(from_bytes(point)))
-            except ValueError as error:
-                # cryptography refuses an all-zero result, i.e. a low-order input point.
-                raise ValueError(f"point at index {index} is a low-order X25519 point") from error
+                out.append(crypto_scalarmult_ed25519_noclamp(scalar, point))
+            except CryptoError:
+                raise ValueError(
+                    f"point at index {index} is not a canonical point of the prime-order subgroup of edwards25519"
+                ) from None
         return out
 
 
@@ -99,6 +271,7 @@ class PassiveReply:
 
 def passive_reply(key: PsiKey, own_ids: Sequence[str], active_blinded: Sequence[bytes], salt: bytes) -> PassiveReply:
     """Passive side of step 2: reblind A's list and blind own ids in a secret random order."""
+    _require_salt(salt)
     permutation = list(range(len(own_ids)))
     _SECURE_RANDOM.shuffle(permutation)
     return PassiveReply(

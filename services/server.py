@@ -91,7 +91,8 @@ DEFAULT_CALL_POLICY = CallPolicy()
 
 def call(peer: str, fn: Callable[..., Any], request: Any, policy: CallPolicy = DEFAULT_CALL_POLICY) -> Any:
     """Call a peer RPC with a deadline; retry with exponential backoff while the peer is UNAVAILABLE (every
-    party RPC is safe to repeat: steps are idempotent, see docs/protocol.md). A failure becomes PeerFailed
+    party RPC is safe to repeat: steps are idempotent, see docs/protocol.md; only PsiExchange is answered once
+    per session, so its retry after a peer crash is FAILED_PRECONDITION). A failure becomes PeerFailed
     carrying the peer's status."""
     give_up = time.monotonic() + policy.retry_seconds
     backoff = policy.first_backoff

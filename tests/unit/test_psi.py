@@ -1,15 +1,18 @@
-"""ECDH PSI over X25519: algebra, the full multi-party protocol and input validation."""
+"""ECDH PSI in edwards25519's prime-order group: RFC 9380 hashing, algebra, the full multi-party protocol and
+input validation."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from nacl.bindings import crypto_core_ed25519_add, crypto_core_ed25519_is_valid_point
 
 from vflsec.services.psi import (
     Alignment,
     PsiKey,
     active_align,
     hash_ids,
+    hash_to_group,
     intersect,
     new_salt,
     passive_reply,
@@ -102,6 +105,62 @@ def test_different_salts_or_keys_give_unrelated_values() -> None:
     assert not set(a.reblind(b.blind_ids(ids, SALT))) & set(b.reblind(a.blind_ids(ids, b"other")))
 
 
+# RFC 9380 Appendix J.5.1, edwards25519_XMD:SHA-512_ELL2_RO_: message -> (P.x, P.y), big-endian hex. Their ten
+# Elligator 2 maps take both branches (g(x1) a square six times, not four), so both sign rules are checked.
+RFC9380_DST = b"QUUX-V01-CS02-with-edwards25519_XMD:SHA-512_ELL2_RO_"
+RFC9380_VECTORS = {
+    b"": (
+        "3c3da6925a3c3c268448dcabb47ccde5439559d9599646a8260e47b1e4822fc6",
+        "09a6c8561a0b22bef63124c588ce4c62ea83a3c899763af26d795302e115dc21",
+    ),
+    b"abc": (
+        "608040b42285cc0d72cbb3985c6b04c935370c7361f4b7fbdb1ae7f8c1a8ecad",
+        "1a8395b88338f22e435bbd301183e7f20a5f9de643f11882fb237f88268a5531",
+    ),
+    b"abcdef0123456789": (
+        "6d7fabf47a2dc03fe7d47f7dddd21082c5fb8f86743cd020f3fb147d57161472",
+        "53060a3d140e7fbcda641ed3cf42c88a75411e648a1add71217f70ea8ec561a6",
+    ),
+    b"q128_" + b"q" * 128: (
+        "5fb0b92acedd16f3bcb0ef83f5c7b7a9466b5f1e0d8d217421878ea3686f8524",
+        "2eca15e355fcfa39d2982f67ddb0eea138e2994f5956ed37b7f72eea5e89d2f7",
+    ),
+    b"a512_" + b"a" * 512: (
+        "0efcfde5898a839b00997fbe40d2ebe950bc81181afbd5cd6b9618aa336c1e8c",
+        "6dc2fc04f266c5c27f236a80b14f92ccd051ef1ff027f26a07f8c0f327d8f995",
+    ),
+}
+# edwards25519 points of order 2, 4 and 8 (the cofactor subgroup), RFC 8032 encodings.
+P = 2**255 - 19
+ORDER_2 = (P - 1).to_bytes(32, "little")
+ORDER_4 = bytes(32)
+ORDER_8 = bytes.fromhex("26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc05")
+IDENTITY = (1).to_bytes(32, "little")
+
+
+def test_hash_to_group_matches_rfc9380_vectors() -> None:
+    messages = list(RFC9380_VECTORS)
+    for message, encoded in zip(messages, hash_to_group(messages, RFC9380_DST), strict=True):
+        x, y = (int(h, 16) for h in RFC9380_VECTORS[message])
+        assert encoded == (y | (x & 1) << 255).to_bytes(32, "little"), message
+
+
+def test_hashes_and_blinded_values_are_prime_order_points() -> None:
+    ids = _ids(range(200))
+    key = PsiKey()
+    for value in (*hash_ids(ids, SALT), *key.blind_ids(ids, SALT)):
+        assert crypto_core_ed25519_is_valid_point(value)
+
+
+def test_small_order_constants_are_what_they_claim() -> None:
+    # Guards the constants the rejection tests below rely on: 2^k·T is the identity exactly at the order.
+    for point, order in ((ORDER_2, 2), (ORDER_4, 4), (ORDER_8, 8)):
+        multiples = [point]
+        while len(multiples) < order:
+            multiples.append(crypto_core_ed25519_add(multiples[-1], point))
+        assert multiples[-1] == IDENTITY and IDENTITY not in multiples[:-1]
+
+
 def test_bad_points_are_rejected_with_their_index() -> None:
     key = PsiKey()
     good = key.blind_ids(["x"], SALT)[0]
@@ -109,10 +168,14 @@ def test_bad_points_are_rejected_with_their_index() -> None:
         key.reblind([good, good[:31]])
     with pytest.raises(ValueError, match="index 0 must be 32 bytes, got str"):
         key.reblind(["a" * 32])  # type: ignore[list-item]
-    # u = 0 and u = 1 generate the small subgroup: the shared secret would be all zeros.
-    for low_order in (bytes(32), (1).to_bytes(32, "little")):
-        with pytest.raises(ValueError, match="index 2 is a low-order"):
-            key.reblind([good, good, low_order])
+    non_canonical = [
+        (P + 1).to_bytes(32, "little"),  # y = p + 1 ≡ 1: the identity, non-canonically
+        bytes([1, *bytes(30), 0x80]),  # x = 0 with the sign bit set
+    ]
+    off_subgroup = [crypto_core_ed25519_add(good, t) for t in (ORDER_2, ORDER_4, ORDER_8)]
+    for bad in (IDENTITY, ORDER_2, ORDER_4, ORDER_8, *non_canonical, *off_subgroup):
+        with pytest.raises(ValueError, match="index 2 is not a canonical point of the prime-order subgroup"):
+            key.reblind([good, good, bad])
 
 
 def test_duplicates_are_rejected() -> None:
@@ -143,3 +206,19 @@ def test_rows_from_positions_validates_positions() -> None:
 def test_empty_salt_is_rejected() -> None:
     with pytest.raises(ValueError, match="salt"):
         hash_ids(["a"], b"")
+
+
+def test_active_party_learns_each_passive_partys_intersection_not_only_the_common_set() -> None:
+    # docs/protocol.md, "Alignment": the active party holds every party's double-blinded lists, so it can tell,
+    # per passive party, which of its IDs that party holds. This pins the documented residual leak.
+    active_ids = _ids(range(0, 100))
+    passive_ids = [_ids(range(0, 60)), _ids(range(40, 120))]
+    salt, key = new_salt(), PsiKey()
+    sent = key.blind_ids(active_ids, salt)
+    replies = [passive_reply(PsiKey(), ids, sent, salt) for ids in passive_ids]
+    for ids, reply in zip(passive_ids, replies, strict=True):
+        theirs = set(key.reblind(reply.blinded_own))
+        learned = {sample for sample, value in zip(active_ids, reply.reblinded_active, strict=True) if value in theirs}
+        assert learned == set(active_ids) & set(ids)
+    common = active_align(key, [r.reblinded_active for r in replies], [r.blinded_own for r in replies])
+    assert common.size == 20  # ids 40..59: strictly less than what it learned about each party

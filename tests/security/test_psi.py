@@ -1,0 +1,158 @@
+"""Finding 7: PSI leaked more than the intersection (twist bit per row, unbounded lists, repeated exchanges).
+
+Every probe runs against a live federation (real gRPC, mTLS) and speaks to the passive party with the active
+party's own certificate, as a deviating active party would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import grpc
+import numpy as np
+import pytest
+from nacl.bindings import crypto_core_ed25519_add, crypto_core_ed25519_is_valid_point
+
+from tests.security.conftest import Federation, federation
+from vflsec.client.federation import FederationLayout
+from vflsec.services import psi
+from vflsec.services.app import start_party
+from vflsec.services.config import load_config
+from vflsec.v1 import passive_pb2, passive_pb2_grpc
+
+CAP = 600  # the federation's [limits] psi_max_ids: above every party's 569 rows, so honest alignment passes
+P = 2**255 - 19
+A = 486662
+SMALL_ORDER = {
+    "identity": (1).to_bytes(32, "little"),
+    "order 2": (P - 1).to_bytes(32, "little"),
+    "order 4": bytes(32),
+    "order 8": bytes.fromhex("26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc05"),
+}
+
+
+@pytest.fixture(scope="module")
+def fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
+    with federation(tmp_path_factory.mktemp("psi"), n_passive=1, limits={"psi_max_ids": CAP}) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def passive(fed: Federation) -> Iterator[passive_pb2_grpc.PassiveStub]:
+    with fed.channel("active", "passive-1") as channel:
+        yield passive_pb2_grpc.PassiveStub(channel)
+
+
+def _exchange(stub: passive_pb2_grpc.PassiveStub, session_id: str, points: list[bytes]) -> passive_pb2.PsiExchangeReply:
+    return stub.PsiExchange(passive_pb2.PsiExchangeRequest(session_id=session_id, salt=b"probe", blinded=points))
+
+
+def _refused(call, *args) -> tuple[grpc.StatusCode, str]:
+    with pytest.raises(grpc.RpcError) as err:
+        call(*args)
+    return err.value.code(), err.value.details()
+
+
+def _twist_bit(encoding: bytes, *, as_edwards: bool) -> bool:
+    """The old probe's distinguisher: is the Montgomery u of this value on the twist (u³ + A·u² + u non-square)?
+
+    ``as_edwards`` reads the bytes as an edwards25519 point and takes u = (1 + y)/(1 − y); otherwise the bytes
+    are u itself, as X25519 read them.
+    """
+    value = int.from_bytes(encoding, "little") & ((1 << 255) - 1)
+    u = (1 + value) * pow(1 - value, -1, P) % P if as_edwards else value % P
+    return pow((u * u * u + A * u * u + u) % P, (P - 1) // 2, P) == P - 1
+
+
+def test_twist_probe_has_nothing_to_distinguish(fed: Federation, passive) -> None:
+    """Old probe: hash 400 IDs, send them blinded, and compare each row's twist bit before and after the
+    passive party's blinding: 400/400 agreed, one bit per row. Now every value is a point of the prime-order
+    group, so the bit is the same for every ID, and the raw bytes' bit no longer survives blinding."""
+    session_id = fed.operator.create_session("plain", seed=7).session_id
+    sent = psi.PsiKey().blind_ids([f"candidate-{i}" for i in range(400)], psi.new_salt())
+    reply = _exchange(passive, session_id, sent)
+    returned = list(reply.double_blinded)
+    assert len(returned) == 400
+    for value in (*sent, *returned, *reply.own_blinded):
+        assert crypto_core_ed25519_is_valid_point(value)
+    # As curve points, all on the curve (never the twist): a constant, independent of the ID.
+    assert not any(_twist_bit(v, as_edwards=True) for v in (*sent, *returned))
+    # Read as X25519 did, the bit is a coin flip after blinding: survival near 200/400, not 400/400.
+    bits = [[_twist_bit(v, as_edwards=False) for v in values] for values in (sent, returned)]
+    kept = sum(before == after for before, after in zip(*bits, strict=True))
+    assert 140 <= kept <= 260, kept  # binomial(400, 1/2): outside this range with probability < 1e-9
+
+
+def test_over_cap_list_is_refused_before_any_point(fed: Federation, passive) -> None:
+    session_id = fed.operator.create_session("plain", seed=8).session_id
+    # All-zero bytes are not even points: the cap must answer first, so no point is ever looked at.
+    code, details = _refused(_exchange, passive, session_id, [bytes(32)] * (CAP + 1))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert f"{CAP + 1} IDs" in details and f"cap of {CAP}" in details and "psi_max_ids" in details
+    # The refused request used up nothing: the session still aligns.
+    assert len(fed.operator.align(session_id)) > 0
+
+
+@pytest.mark.parametrize(
+    "kind", ["identity", "order 2", "order 4", "order 8", "non-canonical", "off-subgroup", "not on the curve"]
+)
+def test_invalid_points_are_refused_and_the_service_keeps_running(fed: Federation, passive, kind: str) -> None:
+    session_id = fed.operator.create_session("plain", seed=9).session_id
+    good = psi.hash_ids(["some-id"], b"probe")[0]
+    bad = {
+        **SMALL_ORDER,
+        "non-canonical": (P + 1).to_bytes(32, "little"),  # y = p + 1: the identity, encoded non-canonically
+        "off-subgroup": crypto_core_ed25519_add(good, SMALL_ORDER["order 8"]),
+        "not on the curve": (2).to_bytes(32, "little"),  # (y² − 1)/(d·y² + 1) is not a square for y = 2
+    }[kind]
+    assert not crypto_core_ed25519_is_valid_point(bad)
+    code, details = _refused(_exchange, passive, session_id, [good, bad])
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "index 1 is not a canonical point of the prime-order subgroup" in details
+    assert len(fed.operator.align(session_id)) > 0  # still serving, and the session was not used up
+
+
+def _restart(fed: Federation, party: str) -> None:
+    """Stop a party and start it again from its config and checkpoints, on the same address."""
+    layout: FederationLayout = fed.layout
+    fed.parties[party].stop()
+    fed.parties[party] = start_party(load_config(layout.configs[party]))
+
+
+def test_one_exchange_per_session_even_across_restarts(fed: Federation, passive) -> None:
+    session_id = fed.operator.create_session("plain", seed=10).session_id
+    common = fed.operator.align(session_id)
+    assert common
+    candidates = psi.PsiKey().blind_ids([f"candidate-{i}" for i in range(20)], psi.new_salt())
+
+    def refused_everywhere() -> None:
+        code, details = _refused(fed.operator.align, session_id)
+        assert code == grpc.StatusCode.FAILED_PRECONDITION and "one per session" in details
+        code, details = _refused(_exchange, passive, session_id, candidates)
+        assert code == grpc.StatusCode.FAILED_PRECONDITION and "one per session" in details
+        # Nor can the common rows be re-pointed after the fact.
+        finish = passive_pb2.PsiFinishRequest(session_id=session_id, positions=np.arange(len(common)).tolist())
+        code, details = _refused(passive.PsiFinish, finish)
+        assert code == grpc.StatusCode.FAILED_PRECONDITION and "aligned already" in details
+
+    refused_everywhere()
+    _restart(fed, "passive-1")
+    _restart(fed, "active")
+    refused_everywhere()
+    # The restarted federation still serves: a new session aligns to the same common IDs.
+    assert sorted(fed.operator.align(fed.operator.create_session("plain", seed=11).session_id)) == sorted(common)
+
+
+def test_active_party_refuses_to_start_over_its_own_cap(fed: Federation) -> None:
+    # The config path of the cap is exercised above; here the active engine's bound is lowered in place (then
+    # restored) so that its own list breaks it: refused before anything is sent, and the session is not used up.
+    engine = fed.parties["active"].engine
+    session_id = fed.operator.create_session("plain", seed=12).session_id
+    n_ids, engine.psi_max_ids = len(engine.data.ids), 100
+    try:
+        code, details = _refused(fed.operator.align, session_id)
+    finally:
+        engine.psi_max_ids = CAP
+    assert code == grpc.StatusCode.FAILED_PRECONDITION
+    assert f"holds {n_ids} sample IDs, over the cap of 100" in details and "psi_max_ids" in details
+    assert len(fed.operator.align(session_id)) > 0
