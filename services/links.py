@@ -23,13 +23,14 @@ class CoordinatorClient:
         self.policy = policy
 
     def open_session(
-        self, session_id: str, backend: str, n_classes: int, passive_parties: Sequence[str]
+        self, session_id: str, backend: str, n_classes: int, passive_parties: Sequence[str], n_features: int
     ) -> coordinator_pb2.OpenSessionReply:
         request = coordinator_pb2.OpenSessionRequest(
             session_id=session_id,
             backend=wire.BACKEND_ENUM[backend],
             n_classes=n_classes,
             passive_parties=list(passive_parties),
+            n_features=n_features,
         )
         return call(self.peer, self.stub.OpenSession, request, self.policy)
 
@@ -55,8 +56,10 @@ class CoordinatorClient:
         )
         return call(self.peer, self.stub.ComputeTrainingScores, request, self.policy)
 
-    def block_sums(self, session_id: str, step: int, ciphertexts: list[bytes]) -> np.ndarray:
-        request = coordinator_pb2.BlockSumsRequest(session_id=session_id, step=step, ciphertexts=ciphertexts)
+    def block_sums(self, session_id: str, step: int, ciphertexts: list[bytes], width: int) -> np.ndarray:
+        request = coordinator_pb2.BlockSumsRequest(
+            session_id=session_id, step=step, ciphertexts=ciphertexts, width=width
+        )
         return from_tensor(call(self.peer, self.stub.DecryptBlockSums, request, self.policy), "block sums", ndim=2)
 
     def finish_training(self, session_id: str) -> None:

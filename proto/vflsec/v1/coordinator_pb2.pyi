@@ -8,16 +8,18 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class OpenSessionRequest(_message.Message):
-    __slots__ = ("session_id", "backend", "n_classes", "passive_parties")
+    __slots__ = ("session_id", "backend", "n_classes", "passive_parties", "n_features")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     N_CLASSES_FIELD_NUMBER: _ClassVar[int]
     PASSIVE_PARTIES_FIELD_NUMBER: _ClassVar[int]
+    N_FEATURES_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     backend: _common_pb2.Backend
     n_classes: int
     passive_parties: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, session_id: _Optional[str] = ..., backend: _Optional[_Union[_common_pb2.Backend, str]] = ..., n_classes: _Optional[int] = ..., passive_parties: _Optional[_Iterable[str]] = ...) -> None: ...
+    n_features: int
+    def __init__(self, session_id: _Optional[str] = ..., backend: _Optional[_Union[_common_pb2.Backend, str]] = ..., n_classes: _Optional[int] = ..., passive_parties: _Optional[_Iterable[str]] = ..., n_features: _Optional[int] = ...) -> None: ...
 
 class OpenSessionReply(_message.Message):
     __slots__ = ("public_context", "score_release", "param_release")
@@ -54,14 +56,16 @@ class TrainingScoresRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., step: _Optional[int] = ..., logits: _Optional[_Union[_common_pb2.EncryptedMatrix, _Mapping]] = ..., replicas: _Optional[int] = ..., sample_index: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class BlockSumsRequest(_message.Message):
-    __slots__ = ("session_id", "step", "ciphertexts")
+    __slots__ = ("session_id", "step", "ciphertexts", "width")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     CIPHERTEXTS_FIELD_NUMBER: _ClassVar[int]
+    WIDTH_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     step: int
     ciphertexts: _containers.RepeatedScalarFieldContainer[bytes]
-    def __init__(self, session_id: _Optional[str] = ..., step: _Optional[int] = ..., ciphertexts: _Optional[_Iterable[bytes]] = ...) -> None: ...
+    width: int
+    def __init__(self, session_id: _Optional[str] = ..., step: _Optional[int] = ..., ciphertexts: _Optional[_Iterable[bytes]] = ..., width: _Optional[int] = ...) -> None: ...
 
 class ReleaseScoresRequest(_message.Message):
     __slots__ = ("session_id", "logits", "sample_index")
