@@ -230,7 +230,7 @@ class ActiveParty:
         with self._lock:
             if session_id in self.sessions:
                 raise AlreadyExists(f"session {session_id!r} already exists")
-            reply = self.coordinator.open_session(session_id, backend_name, self.n_classes, list(self.passives), d)
+            reply = self.coordinator.open_session(session_id, backend_name, self.n_classes, list(self.passives))
             backend = he.open_public(backend_name, reply.public_context)
             joined = self._each_passive(
                 lambda party, client: client.join(session_id, backend_name, self.n_classes, training)
@@ -384,8 +384,9 @@ class ActiveParty:
 
     def _train_step(self, s: ActiveSession, step: int, index: np.ndarray) -> None:
         logits = self._aggregate_logits(s, step, index)
+        widths = {self.party_id: self.data.X.shape[1] + 1, **s.passive_features}
         reply = self.coordinator.training_scores(
-            s.backend, s.session_id, step, logits, self._replicas(s, len(index)), index
+            s.backend, s.session_id, step, logits, self._replicas(s, len(index)), index, widths
         )
         self._emit(
             plugins.ENCRYPTED_SCORES,

@@ -76,8 +76,8 @@ class CoordinatorSession:
     passive_parties: tuple[str, ...]
     owner: str  # the active party that opened the session
     release: ReleaseContext
-    # Block width per party (columns of its gradient products): the owner's is declared at OpenSession
-    # (d_a + 1 with the bias column), a passive party's by itself at its first DecryptBlockSums.
+    # Block width per party (columns of its gradient products), as the active party reported them at the
+    # first training step; each party must declare the same width for itself when it fetches block sums.
     widths: dict[str, int] = field(default_factory=dict)
     current: TrainingStep | None = None
     last_step: int = 0
@@ -187,7 +187,6 @@ class Coordinator:
         n_classes: int,
         passive_parties: Sequence[str],
         owner: str,
-        n_features: int = 0,
     ) -> bytes:
         if not checkpoint.valid_session_id(session_id):
             raise InvalidArgument(f"invalid session_id {session_id!r}")
@@ -195,8 +194,6 @@ class Coordinator:
             raise InvalidArgument(f"n_classes must be >= 2, got {n_classes}")
         if len(set(passive_parties)) != len(passive_parties) or not passive_parties:
             raise InvalidArgument(f"passive_parties must be distinct and non-empty, got {list(passive_parties)}")
-        if not 0 <= n_features <= he.SLOTS:
-            raise InvalidArgument(f"n_features must be in 0..{he.SLOTS}, got {n_features}")
         with self._lock:
             if session_id in self.sessions:
                 raise AlreadyExists(f"session {session_id!r} already exists")
@@ -209,7 +206,6 @@ class Coordinator:
                 owner=owner,
                 # Every release-time draw reads OS entropy: no configuration can make the noise reproducible.
                 release=ReleaseContext(rng=entropy.os_entropy(), n_classes=n_classes),
-                widths={owner: n_features + 1},  # the bias column
             )
             self.state.save_bytes(session_id, backend.export_keyholder())  # once: it holds the secret key
             self._save(session_id, s)
@@ -226,7 +222,13 @@ class Coordinator:
         return z
 
     def training_scores(
-        self, session_id: str, step: int, logits: he.EncryptedMatrix, replicas: int, sample_index: np.ndarray
+        self,
+        session_id: str,
+        step: int,
+        logits: he.EncryptedMatrix,
+        replicas: int,
+        sample_index: np.ndarray,
+        widths: Mapping[str, int],
     ) -> he.EncryptedMatrix:
         """[[z]] -> [[p]]: the active party never sees a training score in plaintext.
 
@@ -239,12 +241,17 @@ class Coordinator:
             raise InvalidArgument(f"replicas must be in [1, {s.backend.slots // k}], got {replicas}")
         if len(sample_index) != n:
             raise InvalidArgument(f"{len(sample_index)} sample indices for {n} logit rows")
+        parties = {s.owner, *s.passive_parties}
+        if set(widths) != parties or min(widths.values(), default=0) < 1:
+            raise InvalidArgument(f"widths must give every party of the session {sorted(parties)} a width >= 1")
         with s.lock:
-            smallest = lr.min_batch_size(s.widths.values())
+            if s.widths and dict(widths) != s.widths:
+                raise FailedPrecondition(f"block widths {dict(widths)} differ from the session's {s.widths}")
+            smallest = lr.min_batch_size(widths.values())
             if n < smallest:
                 raise InvalidArgument(
                     f"a batch of {n} rows is below the minimum batch {smallest} (2 x the widest block, "
-                    f"{max(s.widths.values())} columns): smaller batches let gradients reveal scores and labels"
+                    f"{max(widths.values())} columns): smaller batches let gradients reveal scores and labels"
                 )
             if step < max(s.last_step, 1):  # the last step may be replayed after a crash
                 raise FailedPrecondition(f"step {step} is before the last step {s.last_step}")
@@ -258,6 +265,7 @@ class Coordinator:
             probs = he.encrypt_matrix(s.backend, lr.link(self._logits(s, logits)), replicas=replicas)
             scores = [s.backend.serialize(ct) for ct in probs.ciphertexts]
             s.current = TrainingStep(step, probs.layout, np.array(sample_index), scores)
+            s.widths = dict(widths)
             s.last_step = step
             s.trained_index.update(sample_index.tolist())
             self._save(session_id, s)
@@ -268,8 +276,8 @@ class Coordinator:
     ) -> np.ndarray:
         """Masked products -> masked block sums of the caller's ``width`` columns, once per party and step.
 
-        Admission (docs/protocol.md, "Block sums"): the caller's width is fixed for the session (the owner's at
-        OpenSession, a passive party's at its first request); the batch must be at least twice it; the request
+        Admission (docs/protocol.md, "Block sums"): the caller's width must be the one the active party reported
+        for it (both must agree); the batch must be at least twice it (checked per step for every width); the request
         carries exactly ceil(width / R) x n_chunks ciphertexts, each no larger than a fresh one, checked before
         any is parsed; one request per party and step is decrypted, and only a byte-identical repeat is
         answered again (from the cache). Products that decrypt outside the masked range are refused, and the
@@ -291,17 +299,11 @@ class Coordinator:
                         "that request is answered"
                     )
                 return answered[1].copy()
-            pinned = s.widths.get(caller)
-            if width < 1 or (pinned is not None and width != pinned):
-                expected = "a width >= 1" if pinned is None else f"its width {pinned}"
-                raise InvalidArgument(f"{caller} declared block width {width}; the session has {expected}")
-            layout = current.layout
-            n = layout.shape[0]
-            if n < lr.min_batch_size([width]):
-                raise FailedPrecondition(
-                    f"a block of {width} columns needs batches of at least {lr.min_batch_size([width])} rows; "
-                    f"step {step} has {n}"
+            if width != s.widths.get(caller):
+                raise InvalidArgument(
+                    f"{caller} declared block width {width}; the active party reported {s.widths.get(caller)}"
                 )
+            layout = current.layout
             expected_count = math.ceil(width / layout.replicas) * layout.n_chunks
             if len(ciphertexts) != expected_count:
                 raise InvalidArgument(
@@ -311,7 +313,6 @@ class Coordinator:
             limit = s.backend.max_ciphertext_bytes
             if any(len(blob) > limit for blob in ciphertexts):
                 raise InvalidArgument(f"a ciphertext exceeds {limit} bytes, the size of a fresh one")
-            s.widths[caller] = width
             # From here the step's one answer is spent, whatever the outcome: a refusal after decryption
             # must not become a repeatable oracle.
             current.answers[caller] = (digest, np.full((width, layout.shape[1]), np.nan))
@@ -430,7 +431,6 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
             request.n_classes,
             list(request.passive_parties),
             owner=current_caller().party_id,
-            n_features=request.n_features,
         )
         return coordinator_pb2.OpenSessionReply(
             public_context=public,
@@ -450,7 +450,12 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         s = self.coordinator.session(request.session_id)
         logits = wire.from_message(s.backend, request.logits, "logits")
         probs = self.coordinator.training_scores(
-            request.session_id, request.step, logits, request.replicas, np.asarray(request.sample_index, np.int64)
+            request.session_id,
+            request.step,
+            logits,
+            request.replicas,
+            np.asarray(request.sample_index, np.int64),
+            dict(request.widths),
         )
         return wire.to_message(s.backend, probs)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import grpc
 import numpy as np
@@ -23,14 +23,13 @@ class CoordinatorClient:
         self.policy = policy
 
     def open_session(
-        self, session_id: str, backend: str, n_classes: int, passive_parties: Sequence[str], n_features: int
+        self, session_id: str, backend: str, n_classes: int, passive_parties: Sequence[str]
     ) -> coordinator_pb2.OpenSessionReply:
         request = coordinator_pb2.OpenSessionRequest(
             session_id=session_id,
             backend=wire.BACKEND_ENUM[backend],
             n_classes=n_classes,
             passive_parties=list(passive_parties),
-            n_features=n_features,
         )
         return call(self.peer, self.stub.OpenSession, request, self.policy)
 
@@ -46,6 +45,7 @@ class CoordinatorClient:
         logits: he.EncryptedMatrix,
         replicas: int,
         sample_index: np.ndarray,
+        widths: Mapping[str, int],
     ) -> coordinator_pb2.EncryptedMatrix:
         request = coordinator_pb2.TrainingScoresRequest(
             session_id=session_id,
@@ -53,6 +53,7 @@ class CoordinatorClient:
             logits=wire.to_message(backend, logits),
             replicas=replicas,
             sample_index=sample_index.tolist(),
+            widths=dict(widths),
         )
         return call(self.peer, self.stub.ComputeTrainingScores, request, self.policy)
 

@@ -8,18 +8,16 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class OpenSessionRequest(_message.Message):
-    __slots__ = ("session_id", "backend", "n_classes", "passive_parties", "n_features")
+    __slots__ = ("session_id", "backend", "n_classes", "passive_parties")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     N_CLASSES_FIELD_NUMBER: _ClassVar[int]
     PASSIVE_PARTIES_FIELD_NUMBER: _ClassVar[int]
-    N_FEATURES_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     backend: _common_pb2.Backend
     n_classes: int
     passive_parties: _containers.RepeatedScalarFieldContainer[str]
-    n_features: int
-    def __init__(self, session_id: _Optional[str] = ..., backend: _Optional[_Union[_common_pb2.Backend, str]] = ..., n_classes: _Optional[int] = ..., passive_parties: _Optional[_Iterable[str]] = ..., n_features: _Optional[int] = ...) -> None: ...
+    def __init__(self, session_id: _Optional[str] = ..., backend: _Optional[_Union[_common_pb2.Backend, str]] = ..., n_classes: _Optional[int] = ..., passive_parties: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class OpenSessionReply(_message.Message):
     __slots__ = ("public_context", "score_release", "param_release")
@@ -42,18 +40,27 @@ class PublicContext(_message.Message):
     def __init__(self, backend: _Optional[_Union[_common_pb2.Backend, str]] = ..., data: _Optional[bytes] = ..., n_classes: _Optional[int] = ...) -> None: ...
 
 class TrainingScoresRequest(_message.Message):
-    __slots__ = ("session_id", "step", "logits", "replicas", "sample_index")
+    __slots__ = ("session_id", "step", "logits", "replicas", "sample_index", "widths")
+    class WidthsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     LOGITS_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    WIDTHS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     step: int
     logits: _common_pb2.EncryptedMatrix
     replicas: int
     sample_index: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, session_id: _Optional[str] = ..., step: _Optional[int] = ..., logits: _Optional[_Union[_common_pb2.EncryptedMatrix, _Mapping]] = ..., replicas: _Optional[int] = ..., sample_index: _Optional[_Iterable[int]] = ...) -> None: ...
+    widths: _containers.ScalarMap[str, int]
+    def __init__(self, session_id: _Optional[str] = ..., step: _Optional[int] = ..., logits: _Optional[_Union[_common_pb2.EncryptedMatrix, _Mapping]] = ..., replicas: _Optional[int] = ..., sample_index: _Optional[_Iterable[int]] = ..., widths: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class BlockSumsRequest(_message.Message):
     __slots__ = ("session_id", "step", "ciphertexts", "width")
