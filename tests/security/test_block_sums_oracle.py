@@ -86,7 +86,7 @@ def test_block_sums_are_no_decryption_oracle(tmp_path) -> None:
 
             # The active party on [[p]]: a blob larger than a fresh ciphertext is refused before parsing...
             own = _products(backend, probs, identity[:, : WIDTHS["active"]])
-            oversized = [*own[:-1], bytes(backend.max_ciphertext_bytes + 1)]
+            oversized = [*own[:-1], bytes(2 * backend.max_ciphertext_bytes)]
             code, details = _code(active.DecryptBlockSums, coordinator_pb2.BlockSumsRequest(
                 session_id=sid, step=1, ciphertexts=oversized, width=WIDTHS["active"]))
             assert code == grpc.StatusCode.INVALID_ARGUMENT and "exceeds" in details
@@ -105,7 +105,7 @@ def test_block_sums_are_no_decryption_oracle(tmp_path) -> None:
 
             # Attacker-sized TenSEAL bytes in [[z]] are refused before parsing, too.
             logits = wire.to_message(backend, he.encrypt_matrix(backend, np.zeros((N, 1))))
-            logits.ciphertexts[0] = bytes(backend.max_ciphertext_bytes + 1)
+            logits.ciphertexts[0] = bytes(2 * backend.max_ciphertext_bytes)
             code, details = _code(lambda _: scores(2, list(range(N)), logits), None)
             assert code == grpc.StatusCode.INVALID_ARGUMENT and "exceeds" in details
 
