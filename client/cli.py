@@ -202,7 +202,9 @@ def demo(
     ] = None,
     backend: Annotated[str, typer.Option(help="ckks | plain")] = "ckks",
     epochs: Annotated[int, typer.Option(min=1)] = 30,
-    batch_size: Annotated[int, typer.Option(min=1)] = 64,
+    batch_size: Annotated[
+        int, typer.Option(min=0, help="0: 64, raised to the federation's minimum batch (2 x the widest block).")
+    ] = 0,
     learning_rate: Annotated[float, typer.Option(min=0.0)] = 0.1,
     seed: Annotated[int, typer.Option()] = 0,
     compare_plain: Annotated[bool, typer.Option(help="Also train on the plain backend and report both.")] = False,
@@ -310,7 +312,9 @@ def run(
     labels: Annotated[Path, typer.Option(help="The active party's data file (the operator's labels).")],
     backend: Annotated[str, typer.Option(help="ckks | plain")] = "ckks",
     epochs: Annotated[int, typer.Option(min=1)] = 30,
-    batch_size: Annotated[int, typer.Option(min=1)] = 64,
+    batch_size: Annotated[
+        int, typer.Option(min=0, help="0: 64, raised to the federation's minimum batch (2 x the widest block).")
+    ] = 0,
     learning_rate: Annotated[float, typer.Option(min=0.0)] = 0.1,
     seed: Annotated[int, typer.Option()] = 0,
     compare_plain: Annotated[bool, typer.Option()] = False,

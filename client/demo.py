@@ -9,7 +9,7 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ import numpy as np
 
 from vflsec.client.federation import FederationLayout, FederationSpec, run_processes, write_federation
 from vflsec.client.operator import Operator
-from vflsec.services import datasets
+from vflsec.services import datasets, lr
 
 
 @dataclass
@@ -29,7 +29,7 @@ class DemoOptions:
     passive_features: int | float | Sequence[str] | None = None
     backend: str = "ckks"
     epochs: int = 30
-    batch_size: int = 64
+    batch_size: int = 0  # 0: lr.DEFAULT_BATCH_SIZE, raised to the federation's minimum batch
     learning_rate: float = 0.1
     l2: float = 1e-4
     optimizer: str = "adam"
@@ -110,6 +110,16 @@ def evaluate(
     info = operator.create_session(options.backend, seed=options.seed)
     common = sorted(operator.align(info.session_id))  # PSI's common order is random; runs must not depend on it
     operator.close(info.session_id)
+    smallest = lr.min_batch_size([info.n_active_features + 1, *info.passive_features.values()])
+    if options.batch_size:
+        batch_note = "as requested"
+    else:
+        options = replace(options, batch_size=max(lr.DEFAULT_BATCH_SIZE, smallest))
+        batch_note = (
+            f"default {lr.DEFAULT_BATCH_SIZE}"
+            if options.batch_size == lr.DEFAULT_BATCH_SIZE
+            else f"default {lr.DEFAULT_BATCH_SIZE} raised to the minimum batch (2 x the widest block)"
+        )
     y = np.array([labels[i] for i in common])
     train_ids, test_ids = datasets.train_test_split_ids(np.asarray(common), y, options.test_fraction, options.seed)
     split = (list(train_ids), list(test_ids), np.array([labels[i] for i in test_ids]))
@@ -134,6 +144,8 @@ def evaluate(
         "predictions_per_second": len(test_ids) / main.predict_seconds,
         "score_release": [name for name, _ in main.chain],
         "released_argmax_agreement": 1.0 - main.argmax_changed / len(test_ids),
+        "batch_size": options.batch_size,
+        "batch_size_note": f"{batch_note}; minimum {smallest}",
     }
     if options.compare_plain:
         result["plain_accuracy"] = runs[1].accuracy

@@ -124,7 +124,6 @@ def write_federation(spec: FederationSpec, workdir: Path) -> FederationLayout:
             "role": tls.role_of(party),
             "party_id": party,
             "listen": listen[party],
-            "seed": spec.seed,
             "tls": {"ca": "tls/ca.pem", "cert": "tls/cert.pem", "key": "tls/key.pem"},
         }
         if spec.limits:

@@ -49,7 +49,7 @@ class AttackScenario:
     predictions: int = 1000
     backend: str = "ckks"
     epochs: int = 30
-    batch_size: int = 64
+    batch_size: int = 0  # 0: the active party's default (64, raised to the minimum batch)
     learning_rate: float = 0.1
     seed: int = 0
     score_release: Sequence[str] = ()

@@ -48,7 +48,7 @@ class Operator:
         optimizer: str = "adam",
         learning_rate: float = 0.05,
         l2: float = 1e-4,
-        batch_size: int = 256,
+        batch_size: int = 0,  # 0: the active party's default (64, raised to the federation's minimum batch)
         seed: int = 0,
         session_id: str = "",
     ) -> active_pb2.SessionInfo:

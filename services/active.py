@@ -18,7 +18,7 @@ from typing import TypeVar
 import grpc
 import numpy as np
 
-from vflsec.services import checkpoint, he, lr, plugins, psi, wire
+from vflsec.services import checkpoint, entropy, he, lr, plugins, psi, wire
 from vflsec.services.datasets import PartyData
 from vflsec.services.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from vflsec.services.links import CoordinatorClient, PassiveClient
@@ -68,7 +68,7 @@ class ActiveSession:
     score_release: list[common_pb2.ReleaseStep]
     param_release: list[common_pb2.ReleaseStep]
     rng: np.random.Generator  # batch order (seeded: runs are reproducible)
-    mask_rng: np.random.Generator  # OS entropy: masks must be unpredictable to the coordinator
+    mask_key: bytes  # this session's mask stream (AES-CTR keyed from os.urandom, see services/entropy.py)
     rows: np.ndarray | None = None  # common index -> active row (after PSI)
     psi_started: bool = False  # one PSI exchange per session, checkpointed before it starts
     index_of: dict[str, int] = field(default_factory=dict)  # own sample ID -> common index
@@ -91,6 +91,7 @@ class ActiveSession:
             "opt_w_v": w_opt["v"],
             "opt_b_m": b_opt["m"],
             "opt_b_v": b_opt["v"],
+            "mask_key": checkpoint.from_bytes(self.mask_key),
         }
         if self.rows is not None:
             arrays["rows"] = self.rows
@@ -155,7 +156,7 @@ class ActiveSession:
             score_release=score_release,
             param_release=param_release,
             rng=rng,
-            mask_rng=np.random.default_rng(),
+            mask_key=checkpoint.as_bytes(arrays["mask_key"]),
             step=meta["step"],
             trained=meta["trained"],
             psi_started=meta.get("psi_started", "rows" in arrays),
@@ -231,13 +232,7 @@ class ActiveParty:
         config = wire.optimizer_config(training)
         if training.batch_size < 0:
             raise InvalidArgument(f"batch_size must be positive, got {training.batch_size}")
-        training = common_pb2.TrainingConfig(
-            optimizer=config.name,
-            learning_rate=config.learning_rate,
-            l2=config.l2,
-            batch_size=training.batch_size or 256,
-            seed=training.seed,
-        )
+        k, d = lr.n_logits(self.n_classes), self.data.X.shape[1]
         with self._lock:
             if session_id in self.sessions:
                 raise AlreadyExists(f"session {session_id!r} already exists")
@@ -246,7 +241,23 @@ class ActiveParty:
             joined = self._each_passive(
                 lambda party, client: client.join(session_id, backend_name, self.n_classes, training)
             )
-            k, d = lr.n_logits(self.n_classes), self.data.X.shape[1]
+            widths = [d + 1, *(r.n_features for r in joined)]
+            batch_size = training.batch_size or lr.default_batch_size(widths)
+            if batch_size < lr.min_batch_size(widths):
+                self._each_passive(lambda party, client: client.close(session_id))
+                self.coordinator.close(session_id)
+                raise InvalidArgument(
+                    f"batch_size {batch_size} is below the minimum batch {lr.min_batch_size(widths)} for these "
+                    f"parties (2 x the widest block, {max(widths)} columns); the smallest accepted value is "
+                    f"{lr.min_batch_size(widths)}"
+                )
+            training = common_pb2.TrainingConfig(
+                optimizer=config.name,
+                learning_rate=config.learning_rate,
+                l2=config.l2,
+                batch_size=batch_size,
+                seed=training.seed,
+            )
             s = ActiveSession(
                 session_id=session_id,
                 backend=backend,
@@ -260,8 +271,8 @@ class ActiveParty:
                 passive_features={party: r.n_features for party, r in zip(self.passives, joined, strict=True)},
                 score_release=list(reply.score_release),
                 param_release=list(reply.param_release),
-                rng=np.random.default_rng(training.seed),
-                mask_rng=np.random.default_rng(),
+                rng=np.random.default_rng(training.seed),  # batch order only: the seed steers no secret draw
+                mask_key=entropy.new_key(),
             )
             self._save(s)
             self.sessions[session_id] = s
@@ -400,8 +411,9 @@ class ActiveParty:
 
     def _train_step(self, s: ActiveSession, step: int, index: np.ndarray) -> None:
         logits = self._aggregate_logits(s, step, index)
+        widths = {self.party_id: self.data.X.shape[1] + 1, **s.passive_features}
         reply = self.coordinator.training_scores(
-            s.backend, s.session_id, step, logits, self._replicas(s, len(index)), index
+            s.backend, s.session_id, step, logits, self._replicas(s, len(index)), index, widths
         )
         self._emit(
             plugins.ENCRYPTED_SCORES,
@@ -414,22 +426,25 @@ class ActiveParty:
         rows = s.rows[index]
         delta = he.add_plain_matrix(s.backend, probs, -lr.targets(self.data.y[rows], s.n_classes))
         delta_message = wire.to_message(s.backend, delta)  # serialised once, sent to every passive party
-        own = self._pool.submit(self._own_gradient, s, step, delta, rows)
+        own = self._pool.submit(self._own_gradient, s, step, delta, wire.digest(reply.ciphertexts), rows)
         self._each_passive(lambda party, client: client.backward(s.session_id, step, index, delta_message))
         grad = own.result()
         # Applied only once every party has applied the step: a failed step is redone whole, never twice here.
         s.weights = s.optimizer_w.step(s.weights, grad[:, :-1])
         s.bias = s.optimizer_b.step(s.bias, grad[:, -1])
 
-    def _own_gradient(self, s: ActiveSession, step: int, delta: he.EncryptedMatrix, rows: np.ndarray) -> np.ndarray:
+    def _own_gradient(
+        self, s: ActiveSession, step: int, delta: he.EncryptedMatrix, scores_digest: bytes, rows: np.ndarray
+    ) -> np.ndarray:
         x = np.hstack([self.data.X[rows], np.ones((len(rows), 1))])  # the ones column yields the bias gradient
-        cts, mask_sums = he.masked_feature_products(s.backend, delta, x, s.mask_rng)
-        sums = self.coordinator.block_sums(s.session_id, step, [s.backend.serialize(c) for c in cts])
-        if sums.shape != mask_sums.shape:
-            raise FailedPrecondition(
-                f"coordinator returned block sums of shape {sums.shape}, expected {mask_sums.shape}"
-            )
-        grad = he.gradient_from_block_sums(sums, mask_sums, x.shape[1]) / len(rows)
+        # Masks keyed by step and [[p]]: a replayed step (the coordinator repeats [[p]]) rebuilds the same bytes.
+        masks = entropy.keyed_stream(s.mask_key, s.session_id, step, scores_digest)
+        cts, mask_sums = he.masked_feature_products(s.backend, delta, x, masks)
+        width = x.shape[1]
+        sums = self.coordinator.block_sums(s.session_id, step, [s.backend.serialize(c) for c in cts], width)
+        if sums.shape != (width, s.k):
+            raise FailedPrecondition(f"coordinator returned block sums of shape {sums.shape}, expected {(width, s.k)}")
+        grad = he.gradient_from_block_sums(sums, mask_sums[:width], width) / len(rows)
         self._emit(
             plugins.GRADIENT,
             s,

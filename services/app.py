@@ -6,8 +6,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import grpc
+import numpy as np
 
-from vflsec.services import active, checkpoint, coordinator, datasets, passive, plugins
+from vflsec.services import active, checkpoint, coordinator, datasets, he, passive, plugins
 from vflsec.services.config import ServiceConfig
 from vflsec.services.links import CoordinatorClient, PassiveClient
 from vflsec.services.release import ParamReleaseChain, ScoreReleaseChain
@@ -49,6 +50,12 @@ def load_party_data(config: ServiceConfig) -> datasets.PartyData:
         data = replace(data, X=data.X[:, keep], columns=list(config.data.columns))
     # Each party scales only its own columns, locally; min-max to [0, 1] is what the attacks assume.
     scaled = datasets.Scaler.fit(data.X, config.data.scaling).transform(data.X)
+    if not np.all(np.abs(scaled) <= he.FEATURE_BOUND):
+        # Gradient masks hide |δ·x| <= FEATURE_BOUND only; a larger raw feature would show through them.
+        raise ValueError(
+            f"{config.data.path}: features after scaling = {config.data.scaling!r} reach |x| = "
+            f"{np.abs(scaled).max():.4g}; the masks hide |x| <= {he.FEATURE_BOUND:g}: use minmax or standard scaling"
+        )
     return replace(data, X=scaled)
 
 
@@ -71,7 +78,6 @@ def start_party(config: ServiceConfig) -> Party:
             ScoreReleaseChain.from_specs(config.score_release),
             ParamReleaseChain.from_specs(config.param_release),
             clients,
-            seed=config.seed,
             policy=coordinator.QueryPolicy(config.query_budget, config.refuse_training_ids, config.max_query_rows),
             state=state,
         )

@@ -53,7 +53,6 @@ class ServiceConfig:
     plugins: tuple[PluginConfig, ...] = ()
     max_message_bytes: int = 256 * 1024 * 1024
     workers: int = 16
-    seed: int | None = None
     state_dir: Path | None = None  # session checkpoints; None keeps sessions in memory only
     retry_seconds: float = 60.0  # how long calls to a peer are retried while it is UNAVAILABLE
     call_timeout: float = 600.0  # deadline of one call to a peer
@@ -131,7 +130,7 @@ def parse_config(raw: dict[str, Any], *, base: Path, role: str | None = None, so
         plugins=plugins,
         max_message_bytes=int(limits.get("max_message_mb", 256)) * 1024 * 1024,
         workers=int(limits.get("workers", 16)),
-        seed=raw.get("seed"),
+        # A top-level ``seed`` (older configs) is ignored: every release-time draw reads OS entropy.
         state_dir=resolve(state["dir"]) if "dir" in state else None,
         retry_seconds=float(limits.get("retry_seconds", 60.0)),
         call_timeout=float(limits.get("call_timeout", 600.0)),

@@ -5,6 +5,7 @@ Plain-Python engine (:class:`Coordinator`) + thin gRPC servicer (:class:`Coordin
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -13,7 +14,7 @@ from typing import Protocol
 import grpc
 import numpy as np
 
-from vflsec.services import checkpoint, he, lr, wire
+from vflsec.services import checkpoint, entropy, he, lr, wire
 from vflsec.services.errors import (
     AlreadyExists,
     FailedPrecondition,
@@ -38,11 +39,6 @@ class PassivePeer(Protocol):
     def disclose(self, session_id: str, specs: list[str]) -> list[tuple[str, Distorted]]: ...
 
 
-# A party may fetch the block sums of one step again (its reply was lost, or it restarted), but not without
-# bound: each repeat decrypts fresh products of its choosing.
-MAX_BLOCK_SUM_REQUESTS = 3
-
-
 @dataclass(frozen=True)
 class QueryPolicy:
     """Limits on what the active party may have scored, enforced at the single release point."""
@@ -58,11 +54,18 @@ class QueryPolicy:
 
 @dataclass
 class TrainingStep:
-    """The [[p]] layout the coordinator issued for one step; block-sum requests must use exactly it."""
+    """The [[p]] the coordinator issued for one step, and the block sums it answered for it.
+
+    A replay of the step (after a crash) gets the same [[p]] bytes back, so honest parties rebuild
+    byte-identical products (their masks are keyed by step and δ); each party gets one decryption per step,
+    and only a byte-identical repeat of that request is answered again, from ``answers``.
+    """
 
     step: int
     layout: he.MatrixLayout
-    served: dict[str, int] = field(default_factory=dict)
+    sample_index: np.ndarray
+    scores: list[bytes]  # serialized [[p]] ciphertexts
+    answers: dict[str, tuple[str, np.ndarray]] = field(default_factory=dict)  # party -> (request digest, reply)
 
 
 @dataclass
@@ -73,6 +76,9 @@ class CoordinatorSession:
     passive_parties: tuple[str, ...]
     owner: str  # the active party that opened the session
     release: ReleaseContext
+    # Block width per party (columns of its gradient products), as the active party reported them at the
+    # first training step; each party must declare the same width for itself when it fetches block sums.
+    widths: dict[str, int] = field(default_factory=dict)
     current: TrainingStep | None = None
     last_step: int = 0
     passive_weights: dict[str, np.ndarray] | None = None
@@ -85,7 +91,11 @@ class CoordinatorSession:
             "trained_index": np.fromiter(sorted(self.trained_index), dtype=np.int64),
             **{f"passive/{p}": w for p, w in (self.passive_weights or {}).items()},
         }
-        layout = self.current and self.current.layout
+        current = self.current
+        if current is not None:
+            arrays["current/index"] = current.sample_index
+            arrays.update({f"current/score/{i}": checkpoint.from_bytes(b) for i, b in enumerate(current.scores)})
+            arrays.update({f"current/answer/{party}": reply for party, (_, reply) in current.answers.items()})
         meta = {
             "backend": self.backend.name,
             "n_classes": self.n_classes,
@@ -94,18 +104,22 @@ class CoordinatorSession:
             "last_step": self.last_step,
             "scored": self.scored,
             "has_weights": self.passive_weights is not None,
+            "widths": self.widths,
+            # No RNG state: release noise is drawn from OS entropy afresh, never replayed after a restart.
             "current": None
-            if layout is None
-            else [self.current.step, list(layout.shape), layout.replicas, layout.rows_per_ct],
-            "rng": self.release.rng.bit_generator.state,
+            if current is None
+            else {
+                "step": current.step,
+                "layout": [list(current.layout.shape), current.layout.replicas, current.layout.rows_per_ct],
+                "n_scores": len(current.scores),
+                "digests": {party: digest for party, (digest, _) in current.answers.items()},
+            },
         }
         return arrays, meta
 
     @classmethod
     def from_state(cls, arrays: dict[str, np.ndarray], meta: dict, keys: bytes) -> CoordinatorSession:
         backend = he.restore_keyholder(meta["backend"], keys)
-        rng = np.random.default_rng()
-        rng.bit_generator.state = meta["rng"]
         weights = (
             {p: np.array(arrays[f"passive/{p}"]) for p in meta["passive_parties"]} if meta["has_weights"] else None
         )
@@ -115,15 +129,25 @@ class CoordinatorSession:
             n_classes=meta["n_classes"],
             passive_parties=tuple(meta["passive_parties"]),
             owner=meta["owner"],
-            release=ReleaseContext(rng=rng, n_classes=meta["n_classes"], passive_weights=weights or {}),
+            release=ReleaseContext(
+                rng=entropy.os_entropy(), n_classes=meta["n_classes"], passive_weights=weights or {}
+            ),
+            widths=meta["widths"],
             last_step=meta["last_step"],
             passive_weights=weights,
             scored=meta["scored"],
             trained_index=set(arrays["trained_index"].tolist()),
         )
-        if meta["current"] is not None:
-            step, shape, replicas, rows_per_ct = meta["current"]
-            s.current = TrainingStep(step, he.MatrixLayout(tuple(shape), replicas, rows_per_ct))
+        current = meta["current"]
+        if current is not None:
+            shape, replicas, rows_per_ct = current["layout"]
+            s.current = TrainingStep(
+                current["step"],
+                he.MatrixLayout(tuple(shape), replicas, rows_per_ct),
+                np.array(arrays["current/index"]),
+                [checkpoint.as_bytes(arrays[f"current/score/{i}"]) for i in range(current["n_scores"])],
+                {p: (d, np.array(arrays[f"current/answer/{p}"])) for p, d in current["digests"].items()},
+            )
         return s
 
 
@@ -133,7 +157,6 @@ class Coordinator:
         score_chain: ScoreReleaseChain,
         param_chain: ParamReleaseChain,
         passives: Mapping[str, PassivePeer],
-        seed: int | None = None,
         policy: QueryPolicy | None = None,
         state: checkpoint.StateDir | None = None,
     ) -> None:
@@ -146,7 +169,6 @@ class Coordinator:
             sid: CoordinatorSession.from_state(arrays, meta, self.state.load_bytes(sid))
             for sid, (arrays, meta) in self.state.load_all().items()
         }
-        self._seeds = np.random.SeedSequence(seed)
         self._lock = threading.Lock()
 
     def session(self, session_id: str) -> CoordinatorSession:
@@ -159,7 +181,12 @@ class Coordinator:
         self.state.save(session_id, *s.to_state())
 
     def open_session(
-        self, session_id: str, backend_name: str, n_classes: int, passive_parties: Sequence[str], owner: str
+        self,
+        session_id: str,
+        backend_name: str,
+        n_classes: int,
+        passive_parties: Sequence[str],
+        owner: str,
     ) -> bytes:
         if not checkpoint.valid_session_id(session_id):
             raise InvalidArgument(f"invalid session_id {session_id!r}")
@@ -171,14 +198,14 @@ class Coordinator:
             if session_id in self.sessions:
                 raise AlreadyExists(f"session {session_id!r} already exists")
             backend = he.make_keyholder(backend_name)
-            rng = np.random.default_rng(self._seeds.spawn(1)[0])
             s = CoordinatorSession(
                 backend=backend,
                 public_context=backend.public_context(),  # serialised once per session
                 n_classes=n_classes,
                 passive_parties=tuple(passive_parties),
                 owner=owner,
-                release=ReleaseContext(rng=rng, n_classes=n_classes),
+                # Every release-time draw reads OS entropy: no configuration can make the noise reproducible.
+                release=ReleaseContext(rng=entropy.os_entropy(), n_classes=n_classes),
             )
             self.state.save_bytes(session_id, backend.export_keyholder())  # once: it holds the secret key
             self._save(session_id, s)
@@ -195,51 +222,111 @@ class Coordinator:
         return z
 
     def training_scores(
-        self, session_id: str, step: int, logits: he.EncryptedMatrix, replicas: int, sample_index: np.ndarray
+        self,
+        session_id: str,
+        step: int,
+        logits: he.EncryptedMatrix,
+        replicas: int,
+        sample_index: np.ndarray,
+        widths: Mapping[str, int],
     ) -> he.EncryptedMatrix:
-        """[[z]] -> [[p]]: the active party never sees a training score in plaintext."""
+        """[[z]] -> [[p]]: the active party never sees a training score in plaintext.
+
+        A replay of the last step (after a crash) must name the same batch and gets the same [[p]] back.
+        """
         s = self.session(session_id)
         k = lr.n_logits(s.n_classes)
+        n = logits.shape[0]
         if replicas < 1 or replicas * k > s.backend.slots:
             raise InvalidArgument(f"replicas must be in [1, {s.backend.slots // k}], got {replicas}")
-        if len(sample_index) != logits.shape[0]:
-            raise InvalidArgument(f"{len(sample_index)} sample indices for {logits.shape[0]} logit rows")
+        if len(sample_index) != n:
+            raise InvalidArgument(f"{len(sample_index)} sample indices for {n} logit rows")
+        parties = {s.owner, *s.passive_parties}
+        if set(widths) != parties or min(widths.values(), default=0) < 1:
+            raise InvalidArgument(f"widths must give every party of the session {sorted(parties)} a width >= 1")
         with s.lock:
+            if s.widths and dict(widths) != s.widths:
+                raise FailedPrecondition(f"block widths {dict(widths)} differ from the session's {s.widths}")
+            smallest = lr.min_batch_size(widths.values())
+            if n < smallest:
+                raise InvalidArgument(
+                    f"a batch of {n} rows is below the minimum batch {smallest} (2 x the widest block, "
+                    f"{max(widths.values())} columns): smaller batches let gradients reveal scores and labels"
+                )
             if step < max(s.last_step, 1):  # the last step may be replayed after a crash
                 raise FailedPrecondition(f"step {step} is before the last step {s.last_step}")
+            current = s.current
+            if current is not None and current.step == step:
+                if not np.array_equal(current.sample_index, sample_index):
+                    raise FailedPrecondition(f"step {step} was computed for another batch; it can only be replayed")
+                return he.EncryptedMatrix(
+                    current.layout, he.deserialize_all(s.backend, current.scores, current.layout.ct_size)
+                )
             probs = he.encrypt_matrix(s.backend, lr.link(self._logits(s, logits)), replicas=replicas)
-            if step != s.last_step or s.current is None or s.current.layout != probs.layout:
-                s.current = TrainingStep(step, probs.layout)
+            scores = [s.backend.serialize(ct) for ct in probs.ciphertexts]
+            s.current = TrainingStep(step, probs.layout, np.array(sample_index), scores)
+            s.widths = dict(widths)
             s.last_step = step
             s.trained_index.update(sample_index.tolist())
             self._save(session_id, s)
         return probs
 
-    def block_sums(self, session_id: str, step: int, caller: str, ciphertexts: Sequence[bytes]) -> np.ndarray:
-        """Masked products -> masked block sums, for the current step only, in the layout issued."""
+    def block_sums(
+        self, session_id: str, step: int, caller: str, ciphertexts: Sequence[bytes], width: int
+    ) -> np.ndarray:
+        """Masked products -> masked block sums of the caller's ``width`` columns, once per party and step.
+
+        Admission (docs/protocol.md, "Block sums"): the caller's width must be the one the active party reported
+        for it (both must agree); the batch must be at least twice it (checked per step for every width); the request
+        carries exactly ceil(width / R) x n_chunks ciphertexts, each no larger than a fresh one, checked before
+        any is parsed; one request per party and step is decrypted, and only a byte-identical repeat is
+        answered again (from the cache). Products that decrypt outside the masked range are refused, and the
+        sums leave flooded with fresh OS-entropy noise and rounded (he.BLOCK_SUM_FLOODING, he.BLOCK_SUM_GRID).
+        """
         s = self.session(session_id)
         if caller != s.owner and caller not in s.passive_parties:
             raise PermissionDenied(f"{caller} is not a party of session {session_id!r}")
+        digest = wire.digest(ciphertexts).hex()
         with s.lock:
             current = s.current
             if current is None or current.step != step:
                 raise FailedPrecondition(f"step {step} is not the current training step")
-            if current.served.get(caller, 0) >= MAX_BLOCK_SUM_REQUESTS:
-                raise ResourceExhausted(
-                    f"{caller} already fetched the block sums of step {step} {MAX_BLOCK_SUM_REQUESTS} times"
+            answered = current.answers.get(caller)
+            if answered is not None:
+                if answered[0] != digest:
+                    raise FailedPrecondition(
+                        f"{caller} already had the block sums of step {step}; only a byte-identical repeat of "
+                        "that request is answered"
+                    )
+                return answered[1].copy()
+            if width != s.widths.get(caller):
+                raise InvalidArgument(
+                    f"{caller} declared block width {width}; the active party reported {s.widths.get(caller)}"
                 )
             layout = current.layout
-            if not ciphertexts or len(ciphertexts) % layout.n_chunks:
+            expected_count = math.ceil(width / layout.replicas) * layout.n_chunks
+            if len(ciphertexts) != expected_count:
                 raise InvalidArgument(
-                    f"expected a multiple of {layout.n_chunks} ciphertexts (one per chunk and feature group), "
-                    f"got {len(ciphertexts)}"
+                    f"a block of {width} columns at {layout.replicas} replicas over {layout.n_chunks} chunks is "
+                    f"{expected_count} ciphertexts, got {len(ciphertexts)}"
                 )
-            current.served[caller] = current.served.get(caller, 0) + 1
-        try:
-            cts = he.deserialize_all(s.backend, ciphertexts, layout.ct_size)
-        except ValueError as exc:
-            raise InvalidArgument(f"ciphertexts: {exc}") from exc
-        return he.block_sums(s.backend, cts, layout)
+            limit = s.backend.max_ciphertext_bytes
+            if any(len(blob) > limit for blob in ciphertexts):
+                raise InvalidArgument(f"a ciphertext exceeds {limit} bytes, the size of a fresh one")
+            # From here the step's one answer is spent, whatever the outcome: a refusal after decryption
+            # must not become a repeatable oracle.
+            current.answers[caller] = (digest, np.full((width, layout.shape[1]), np.nan))
+            try:
+                cts = he.deserialize_all(s.backend, ciphertexts, layout.ct_size)
+                bound = s.backend.default_mask_bound + he.FEATURE_BOUND + 1.0
+                sums = he.block_sums(s.backend, cts, layout, max_abs=bound)[:width]
+            except ValueError as exc:
+                self._save(session_id, s)
+                raise InvalidArgument(f"ciphertexts: {exc}") from exc
+            reply = _flood(sums, s.backend.block_sum_flooding, s.release.rng)
+            current.answers[caller] = (digest, reply)
+            self._save(session_id, s)
+        return reply.copy()
 
     def finish_training(self, session_id: str) -> None:
         """Pull every passive block over TLS and keep it here (PPS-B and the parameter chain need it)."""
@@ -319,6 +406,14 @@ class Coordinator:
         self.state.remove(session_id)
 
 
+def _flood(sums: np.ndarray, sigma: float, rng: entropy.CryptoRandom) -> np.ndarray:
+    """Released block sums: plus Gaussian noise far above the CKKS decoding error, on a fixed grid."""
+    if sigma == 0:
+        return sums
+    noisy = sums + rng.normal(0.0, sigma, sums.shape)
+    return np.round(noisy / he.BLOCK_SUM_GRID) * he.BLOCK_SUM_GRID
+
+
 def release_steps(chain: ScoreReleaseChain | ParamReleaseChain) -> list[common_pb2.ReleaseStep]:
     return [common_pb2.ReleaseStep(name=name, params=params) for name, params in chain.describe()]
 
@@ -355,14 +450,19 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         s = self.coordinator.session(request.session_id)
         logits = wire.from_message(s.backend, request.logits, "logits")
         probs = self.coordinator.training_scores(
-            request.session_id, request.step, logits, request.replicas, np.asarray(request.sample_index, np.int64)
+            request.session_id,
+            request.step,
+            logits,
+            request.replicas,
+            np.asarray(request.sample_index, np.int64),
+            dict(request.widths),
         )
         return wire.to_message(s.backend, probs)
 
     @rpc
     def DecryptBlockSums(self, request: coordinator_pb2.BlockSumsRequest, context: grpc.ServicerContext):
         sums = self.coordinator.block_sums(
-            request.session_id, request.step, current_caller().party_id, list(request.ciphertexts)
+            request.session_id, request.step, current_caller().party_id, list(request.ciphertexts), request.width
         )
         return to_tensor(sums)
 

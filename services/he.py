@@ -23,8 +23,15 @@ for |v| <= V the statistical distance between two inputs is <= V / B per slot (h
 while the decoded value carries an absolute error that stays at the ~1.2e-6 noise floor up to B ~ 2^30 and
 then grows about linearly in B, because decoding works in double precision on coefficients of size
 B * 2^40 (measured max error per slot: 2^32 -> 2.8e-6, 2^35 -> 2.4e-5, 2^40 -> 6e-4). The default
-B = 2^24 keeps a 64x margin below that knee and hides |v| <= 4 to within 2^-22 per slot. The plain backend
-defaults to B = 0: it hides nothing anyway, and float64 masks would only cost it exactness.
+B = 2^24 keeps a 64x margin below that knee. Features are bounded by FEATURE_BOUND = 64 (a party refuses
+larger ones) and |δ| <= 1, so |v| <= 64 is hidden to within 2^-18 per slot; the key holder refuses products
+that decrypt outside [-(B + 65), B + 65], which keeps every decryption it answers in that low-error regime. The
+plain backend defaults to B = 0: it hides nothing anyway, and float64 masks would only cost it exactness.
+
+Block sums leave the key holder flooded (CKKS only): Gaussian noise of standard deviation 2^-6, then rounded
+to a 2^-10 grid. The decoding error of a block sum stays orders of magnitude below that (measured, see
+docs/protocol.md), so the released value carries no usable trace of it (the IND-CPA^D concern of exact
+decryptions), while a gradient (sum / n) moves by 2^-6 / n, far below its own minibatch noise.
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar, TypeAlias
+from typing import ClassVar, Protocol, TypeAlias
 
 import numpy as np
 import tenseal as ts
@@ -71,6 +78,9 @@ CKKS_COEFF_MOD_BIT_SIZES = (60, 40, 40, 60)
 CKKS_SCALE_BITS = 40
 SLOTS = CKKS_POLY_MODULUS_DEGREE // 2
 CKKS_MASK_BOUND = 2.0**24
+FEATURE_BOUND = 64.0  # |x| a party may multiply into a product; the masks hide |δ·x| <= FEATURE_BOUND
+BLOCK_SUM_FLOODING = 2.0**-6  # std of the noise on each released CKKS block sum
+BLOCK_SUM_GRID = 2.0**-10  # released block sums are multiples of this
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +91,12 @@ class PlainCiphertext:
 
 
 Ct: TypeAlias = "ts.CKKSVector | PlainCiphertext"
+
+
+class RandomSource(Protocol):
+    """What masking draws from: a numpy Generator or services.entropy.CryptoRandom."""
+
+    def uniform(self, low: float, high: float, size: tuple[int, ...]) -> np.ndarray: ...
 
 
 def _as_vector(values: np.ndarray | Sequence[float], slots: int, what: str) -> np.ndarray:
@@ -101,7 +117,10 @@ class Backend(ABC):
     name: ClassVar[str]
     # Mask bound used by masked_feature_products when the caller does not choose one.
     default_mask_bound: ClassVar[float]
+    # Std of the flooding noise on released block sums (0: exact, for a backend that hides nothing).
+    block_sum_flooding: ClassVar[float]
     slots: int
+    _max_ct_bytes: int | None = None
 
     @classmethod
     @abstractmethod
@@ -157,10 +176,21 @@ class Backend(ABC):
     def serialize(self, ct: Ct) -> bytes:
         return self._serialize(ct)
 
+    @property
+    def max_ciphertext_bytes(self) -> int:
+        """Largest serialized ciphertext this context produces (a fresh full encryption) plus 1/16 slack;
+        longer blobs are refused before the parser sees them."""
+        if self._max_ct_bytes is None:
+            fresh = self.serialize(self._encrypt(np.linspace(-1.0, 1.0, self.slots)))
+            self._max_ct_bytes = len(fresh) + len(fresh) // 16
+        return self._max_ct_bytes
+
     def deserialize(self, data: bytes) -> Ct:
         """Parse a ciphertext; malformed input raises ValueError (never a crash or a bare RuntimeError)."""
         if not isinstance(data, bytes | bytearray | memoryview):
             raise ValueError(f"ciphertext must be bytes, got {type(data).__name__}")
+        if len(data) > self.max_ciphertext_bytes:
+            raise ValueError(f"ciphertext of {len(data)} bytes exceeds this context's {self.max_ciphertext_bytes}")
         ct = self._deserialize(bytes(data))
         if not 1 <= self.size(ct) <= self.slots:
             raise ValueError(f"ciphertext has {self.size(ct)} slots, expected 1..{self.slots}")
@@ -190,6 +220,7 @@ class CkksBackend(Backend):
 
     name = "ckks"
     default_mask_bound = CKKS_MASK_BOUND
+    block_sum_flooding = BLOCK_SUM_FLOODING
 
     def __init__(self, context: ts.Context) -> None:
         self._ctx = context
@@ -319,6 +350,7 @@ class PlainBackend(Backend):
 
     name = "plain"
     default_mask_bound = 0.0
+    block_sum_flooding = 0.0
 
     def __init__(self, slots: int, keyholder: bool) -> None:
         self.slots = slots
@@ -610,7 +642,7 @@ def deserialize_all(backend: Backend, blobs: Sequence[bytes], ct_size: int) -> l
 
 
 def masked_feature_products(
-    backend: Backend, delta: EncryptedMatrix, X: np.ndarray, rng: np.random.Generator, mask_bound: float | None = None
+    backend: Backend, delta: EncryptedMatrix, X: np.ndarray, rng: RandomSource, mask_bound: float | None = None
 ) -> tuple[list[Ct], np.ndarray]:
     """Masked [[δ ⊙ x]] blocks for the key holder, and the mask sums the party keeps.
 
@@ -621,12 +653,15 @@ def masked_feature_products(
     δ must still have one multiplicative level left (a fresh encryption, possibly plus/minus plaintexts, as
     in protocol steps 3-4): with moduli [60, 40, 40, 60] a second ct x pt would leave too little modulus for
     the mask. ``mask_bound`` defaults to the backend's ``default_mask_bound`` (see the module docstring).
+    ``rng`` draws the masks; services pass a CSPRNG (services/entropy.py), tests may pass a numpy Generator.
     """
     X = np.asarray(X, dtype=np.float64)
     layout = delta.layout
     n, k = layout.shape
     if X.ndim != 2 or X.shape[0] != n or X.shape[1] < 1:
         raise ValueError(f"features must be ({n}, d>=1) to match δ, got shape {X.shape}")
+    if not np.all(np.abs(X) <= FEATURE_BOUND):
+        raise ValueError(f"features must satisfy |x| <= {FEATURE_BOUND:g} (the masks hide no more)")
     if len(delta.ciphertexts) != layout.n_chunks:
         raise ValueError(f"δ has {len(delta.ciphertexts)} ciphertexts, layout needs {layout.n_chunks}")
     bound = backend.default_mask_bound if mask_bound is None else float(mask_bound)
@@ -651,13 +686,21 @@ def masked_feature_products(
     return products, mask_sums
 
 
-def block_sums(backend: Backend, cts: Sequence[Ct], layout: MatrixLayout) -> np.ndarray:
-    """Key holder: decrypt masked products and sum each (feature, class) block -> (G*R, k)."""
+def block_sums(
+    backend: Backend, cts: Sequence[Ct], layout: MatrixLayout, max_abs: float | None = None
+) -> np.ndarray:
+    """Key holder: decrypt masked products and sum each (feature, class) block -> (G*R, k).
+
+    With ``max_abs``, a product with a slot beyond it is refused (ValueError): honest products lie within the
+    mask bound plus the feature bound, and larger ones would decode with a larger error.
+    """
     chunks, R, C = layout.n_chunks, layout.replicas, layout.rows_per_ct
     k = layout.shape[1]
     if not cts or len(cts) % chunks:
         raise ValueError(f"{len(cts)} products is not a positive multiple of {chunks} chunks")
     decrypted = np.stack([_first_slots(backend.decrypt(ct), layout.ct_size) for ct in cts])
+    if max_abs is not None and not np.all(np.abs(decrypted) <= max_abs):
+        raise ValueError(f"a product decrypts outside the masked range [-{max_abs:g}, {max_abs:g}]")
     return decrypted.reshape(-1, chunks, R, C, k).sum(axis=(1, 3)).reshape(-1, k)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 import grpc
@@ -50,6 +50,7 @@ class CoordinatorClient:
         logits: he.EncryptedMatrix,
         replicas: int,
         sample_index: np.ndarray,
+        widths: Mapping[str, int],
     ) -> coordinator_pb2.EncryptedMatrix:
         request = coordinator_pb2.TrainingScoresRequest(
             session_id=session_id,
@@ -57,11 +58,14 @@ class CoordinatorClient:
             logits=wire.to_message(backend, logits),
             replicas=replicas,
             sample_index=sample_index.tolist(),
+            widths=dict(widths),
         )
         return call(self.peer, self.stub.ComputeTrainingScores, request, self.policy)
 
-    def block_sums(self, session_id: str, step: int, ciphertexts: list[bytes]) -> np.ndarray:
-        request = coordinator_pb2.BlockSumsRequest(session_id=session_id, step=step, ciphertexts=ciphertexts)
+    def block_sums(self, session_id: str, step: int, ciphertexts: list[bytes], width: int) -> np.ndarray:
+        request = coordinator_pb2.BlockSumsRequest(
+            session_id=session_id, step=step, ciphertexts=ciphertexts, width=width
+        )
         return from_tensor(call(self.peer, self.stub.DecryptBlockSums, request, self.policy), "block sums", ndim=2)
 
     def finish_training(self, session_id: str) -> None:

@@ -7,6 +7,7 @@ L = mean cross-entropy + (l2/2)·||W||², the gradient of a block is δᵀX_q / 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -98,6 +99,28 @@ class BlockOptimizer:
         return params - lr * m_hat / (np.sqrt(v_hat) + eps)
 
 
+# Minimum batch (docs/protocol.md, "Batch bound"). A party's gradient of one step is δᵀX_q: k·w_q linear
+# equations in the n·k unknowns of δ, where w_q is its block width (d_p for a passive party, d_a + 1 with the
+# bias column for the active party). n > w_q keeps δ underdetermined; the margin (a factor 2) leaves at least
+# as many free dimensions per class as the equations pin down.
+BATCH_MARGIN_FACTOR = 2
+DEFAULT_BATCH_SIZE = 64
+
+
+def min_batch_size(widths: Iterable[int]) -> int:
+    """The smallest batch the coordinator admits for parties of these block widths: 2 · max width."""
+    return BATCH_MARGIN_FACTOR * max(widths, default=1)
+
+
+def default_batch_size(widths: Iterable[int]) -> int:
+    """The default batch: DEFAULT_BATCH_SIZE, raised to the minimum when the parties are wide."""
+    return max(DEFAULT_BATCH_SIZE, min_batch_size(widths))
+
+
 def batches(order: np.ndarray, batch_size: int) -> list[np.ndarray]:
-    """An epoch's mini-batches: consecutive slices of its shuffled order."""
-    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    """An epoch's mini-batches: consecutive slices of its shuffled order; a short last slice joins the one
+    before it, so that no batch is smaller than ``batch_size`` (the coordinator refuses small batches)."""
+    cuts = list(range(0, len(order), batch_size))
+    if len(cuts) > 1 and len(order) - cuts[-1] < batch_size:
+        cuts.pop()
+    return [order[a:b] for a, b in zip(cuts, [*cuts[1:], len(order)], strict=True)]

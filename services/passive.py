@@ -9,7 +9,7 @@ from typing import Protocol
 import grpc
 import numpy as np
 
-from vflsec.services import checkpoint, he, lr, param_defenses, psi, wire
+from vflsec.services import checkpoint, entropy, he, lr, param_defenses, psi, wire
 from vflsec.services.datasets import PartyData
 from vflsec.services.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from vflsec.services.server import rpc
@@ -22,7 +22,7 @@ class CoordinatorLink(Protocol):
 
     def public_context(self, session_id: str) -> tuple[str, bytes]: ...
 
-    def block_sums(self, session_id: str, step: int, ciphertexts: list[bytes]) -> np.ndarray: ...
+    def block_sums(self, session_id: str, step: int, ciphertexts: list[bytes], width: int) -> np.ndarray: ...
 
 
 @dataclass
@@ -33,7 +33,9 @@ class PassiveSession:
     config: lr.OptimizerConfig
     weights: np.ndarray  # (K_logits, d_p), the true block: never leaves but to the coordinator
     optimizer: lr.BlockOptimizer
-    mask_rng: np.random.Generator  # OS entropy: masks must be unpredictable to the coordinator
+    # Key of this session's mask stream (AES-CTR, services/entropy.py): masks are unpredictable to the
+    # coordinator, yet a step redone after a crash rebuilds byte-identical products.
+    mask_key: bytes
     psi_permutation: np.ndarray | None = None  # order in which our blinded IDs were sent; set once per session
     rows: np.ndarray | None = None  # common index -> our row, after PSI
     completed_step: int = 0  # last training step whose update is applied (and checkpointed)
@@ -48,6 +50,7 @@ class PassiveSession:
             "context": checkpoint.from_bytes(self.public_context),
             "opt_m": opt["m"],
             "opt_v": opt["v"],
+            "mask_key": checkpoint.from_bytes(self.mask_key),
         }
         for name in ("previous_weights", "rows", "psi_permutation"):
             if getattr(self, name) is not None:
@@ -75,7 +78,7 @@ class PassiveSession:
             config=config,
             weights=weights,
             optimizer=optimizer,
-            mask_rng=np.random.default_rng(),
+            mask_key=checkpoint.as_bytes(arrays["mask_key"]),
             psi_permutation=arrays.get("psi_permutation"),
             rows=arrays.get("rows"),
             completed_step=meta["completed_step"],
@@ -145,7 +148,7 @@ class PassiveParty:
                 config=config,
                 weights=np.zeros((k, self.n_features)),
                 optimizer=lr.BlockOptimizer(config, (k, self.n_features)),
-                mask_rng=np.random.default_rng(),
+                mask_key=entropy.new_key(),
             )
             self._save(session_id, s)
             self.sessions[session_id] = s
@@ -224,8 +227,14 @@ class PassiveParty:
             z = x @ weights.T
         return he.encrypt_matrix(s.backend, z)
 
-    def backward(self, session_id: str, step: int, sample_index: np.ndarray, delta: he.EncryptedMatrix) -> None:
-        """Apply step ``step``'s update once; a repeated Backward for a completed step is acknowledged."""
+    def backward(
+        self, session_id: str, step: int, sample_index: np.ndarray, delta: he.EncryptedMatrix, delta_digest: bytes
+    ) -> None:
+        """Apply step ``step``'s update once; a repeated Backward for a completed step is acknowledged.
+
+        ``delta_digest`` (of δ's ciphertexts as received) keys this step's masks with the step number: the same
+        δ gives the same products, another δ fresh masks.
+        """
         s = self.session(session_id)
         with s.lock:
             if step == s.completed_step and step > 0:
@@ -246,13 +255,15 @@ class PassiveParty:
                 raise InvalidArgument(
                     f"delta has shape {delta.shape}, expected {(len(sample_index), s.weights.shape[0])}"
                 )
-            cts, mask_sums = he.masked_feature_products(s.backend, delta, x, s.mask_rng)
-            sums = self.coordinator.block_sums(session_id, step, [s.backend.serialize(c) for c in cts])
-            if sums.shape != mask_sums.shape:
+            masks = entropy.keyed_stream(s.mask_key, session_id, step, delta_digest)
+            cts, mask_sums = he.masked_feature_products(s.backend, delta, x, masks)
+            width = x.shape[1]
+            sums = self.coordinator.block_sums(session_id, step, [s.backend.serialize(c) for c in cts], width)
+            if sums.shape != (width, mask_sums.shape[1]):
                 raise FailedPrecondition(
-                    f"coordinator returned block sums of shape {sums.shape}, expected {mask_sums.shape}"
+                    f"coordinator returned block sums of shape {sums.shape}, expected {(width, mask_sums.shape[1])}"
                 )
-            grad = he.gradient_from_block_sums(sums, mask_sums, x.shape[1]) / len(sample_index)
+            grad = he.gradient_from_block_sums(sums, mask_sums[:width], width) / len(sample_index)
             s.previous_weights = s.weights
             s.weights = s.optimizer.step(s.weights, grad)
             s.completed_step = step
@@ -279,7 +290,7 @@ class PassiveParty:
         except ValueError as exc:
             raise InvalidArgument(f"parameter-release steps: {exc}") from exc
         stats = self._stats(s) if any(step.needs_stats for step in steps) else None
-        rng = np.random.default_rng()  # secret draws (ε′, the sign of R) must be unpredictable
+        rng = entropy.os_entropy()  # secret draws (ε′, the sign of R) must be unpredictable
         block: np.ndarray | None = s.weights.copy()
         results = []
         for step in steps:
@@ -349,7 +360,8 @@ class PassiveServicer(passive_pb2_grpc.PassiveServicer):
     def Backward(self, request: passive_pb2.BackwardRequest, context: grpc.ServicerContext):
         s = self.party.session(request.session_id)
         delta = wire.from_message(s.backend, request.delta, "delta")
-        self.party.backward(request.session_id, request.step, np.asarray(request.sample_index, dtype=np.int64), delta)
+        index = np.asarray(request.sample_index, dtype=np.int64)
+        self.party.backward(request.session_id, request.step, index, delta, wire.digest(request.delta.ciphertexts))
         return common_pb2.Empty()
 
     @rpc

@@ -20,6 +20,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from vflsec.services.entropy import CryptoRandom
+
 
 class ReleaseConfigError(ValueError):
     """A release step spec names an unknown step or carries an invalid parameter."""
@@ -27,9 +29,12 @@ class ReleaseConfigError(ValueError):
 
 @dataclass
 class ReleaseContext:
-    """What a step may use besides the batch itself. Random draws come from ``rng`` and are never released."""
+    """What a step may use besides the batch itself. Random draws come from ``rng`` and are never released.
 
-    rng: np.random.Generator
+    The coordinator's ``rng`` reads OS entropy on every draw (services/entropy.py): no seed reaches it.
+    """
+
+    rng: CryptoRandom | np.random.Generator
     n_classes: int
     # Passive weight blocks (party id -> K_logits x d_p), known to the coordinator after training.
     passive_weights: Mapping[str, np.ndarray] = field(default_factory=dict)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterable
+
 from vflsec.services import he, lr
 from vflsec.services.errors import InvalidArgument
 from vflsec.v1 import common_pb2
@@ -45,6 +48,14 @@ def from_message(
         return he.matrix_from_wire(backend, w)
     except ValueError as exc:
         raise InvalidArgument(f"{name}: {exc}") from exc
+
+
+def digest(blobs: Iterable[bytes]) -> bytes:
+    """SHA-256 over length-prefixed blobs: one fingerprint of a list of serialized ciphertexts."""
+    h = hashlib.sha256()
+    for blob in blobs:
+        h.update(len(blob).to_bytes(8, "little") + blob)
+    return h.digest()
 
 
 def optimizer_config(training: common_pb2.TrainingConfig) -> lr.OptimizerConfig:

@@ -46,10 +46,14 @@ def test_binary_ckks_matches_plain(binary_federation) -> None:
     _, _, ckks_acc, ckks_scores, ckks_model = _train(fed, "ckks", ds, split)
     assert plain_acc >= 0.9
     assert abs(ckks_acc - plain_acc) <= 0.005
-    # Same batches, same optimiser: CKKS noise (~1e-6 per slot) barely moves the model.
-    np.testing.assert_allclose(ckks_model.active_weights, plain_model.active_weights, atol=1e-3)
-    np.testing.assert_allclose(ckks_model.passive["passive-1"], plain_model.passive["passive-1"], atol=1e-3)
-    np.testing.assert_allclose(ckks_scores.scores, plain_scores.scores, atol=1e-3)
+    # Same batches, same optimiser. CKKS block sums leave the coordinator flooded (he.BLOCK_SUM_FLOODING = 2^-6
+    # per sum, 2^-6 / 64 per gradient entry): the model moves by about 1 % of its scale, the accuracy not at all.
+    for ckks_w, plain_w in (
+        (ckks_model.active_weights, plain_model.active_weights),
+        (ckks_model.passive["passive-1"], plain_model.passive["passive-1"]),
+    ):
+        assert np.abs(ckks_w - plain_w).max() <= 0.03 * np.abs(plain_w).max()
+    np.testing.assert_allclose(ckks_scores.scores, plain_scores.scores, atol=2e-2)
     # Binary models release [1 - p, p].
     np.testing.assert_allclose(ckks_scores.scores.sum(axis=1), 1.0, atol=1e-9)
     assert ckks_model.active_weights.shape == (1, len(fed.layout.split.active))

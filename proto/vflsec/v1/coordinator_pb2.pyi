@@ -40,28 +40,39 @@ class PublicContext(_message.Message):
     def __init__(self, backend: _Optional[_Union[_common_pb2.Backend, str]] = ..., data: _Optional[bytes] = ..., n_classes: _Optional[int] = ...) -> None: ...
 
 class TrainingScoresRequest(_message.Message):
-    __slots__ = ("session_id", "step", "logits", "replicas", "sample_index")
+    __slots__ = ("session_id", "step", "logits", "replicas", "sample_index", "widths")
+    class WidthsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     LOGITS_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    WIDTHS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     step: int
     logits: _common_pb2.EncryptedMatrix
     replicas: int
     sample_index: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, session_id: _Optional[str] = ..., step: _Optional[int] = ..., logits: _Optional[_Union[_common_pb2.EncryptedMatrix, _Mapping]] = ..., replicas: _Optional[int] = ..., sample_index: _Optional[_Iterable[int]] = ...) -> None: ...
+    widths: _containers.ScalarMap[str, int]
+    def __init__(self, session_id: _Optional[str] = ..., step: _Optional[int] = ..., logits: _Optional[_Union[_common_pb2.EncryptedMatrix, _Mapping]] = ..., replicas: _Optional[int] = ..., sample_index: _Optional[_Iterable[int]] = ..., widths: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class BlockSumsRequest(_message.Message):
-    __slots__ = ("session_id", "step", "ciphertexts")
+    __slots__ = ("session_id", "step", "ciphertexts", "width")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     CIPHERTEXTS_FIELD_NUMBER: _ClassVar[int]
+    WIDTH_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     step: int
     ciphertexts: _containers.RepeatedScalarFieldContainer[bytes]
-    def __init__(self, session_id: _Optional[str] = ..., step: _Optional[int] = ..., ciphertexts: _Optional[_Iterable[bytes]] = ...) -> None: ...
+    width: int
+    def __init__(self, session_id: _Optional[str] = ..., step: _Optional[int] = ..., ciphertexts: _Optional[_Iterable[bytes]] = ..., width: _Optional[int] = ...) -> None: ...
 
 class ReleaseScoresRequest(_message.Message):
     __slots__ = ("session_id", "logits", "sample_index")

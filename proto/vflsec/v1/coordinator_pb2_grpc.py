@@ -108,7 +108,9 @@ class CoordinatorServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DecryptBlockSums(self, request, context):
-        """Active or passive party, training: masked products [[delta (.) x_j + mask]] -> masked block sums.
+        """Active or passive party, training: masked products [[delta (.) x_j + mask]] -> masked block sums,
+        flooded and rounded (CKKS). One decryption per party and step; only a byte-identical repeat is answered
+        again. The batch must be at least twice the caller's width (INVALID_ARGUMENT / FAILED_PRECONDITION).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -1,0 +1,135 @@
+"""Finding 2: DecryptBlockSums was a decryption oracle; finding 8: attacker-sized TenSEAL bytes and features.
+
+Probe: passive-1 (2 features) sent products of [[p]] with identity-matrix "features" — 25 ciphertexts were
+accepted — and read every residual of the batch to 1.3e-7; the active party could do the same to [[p]]. Now a
+party gets one decryption per step, of exactly ceil(width / R) x n_chunks ciphertexts for the width the active
+party reported for it, and the sums leave flooded (he.BLOCK_SUM_FLOODING) and rounded (he.BLOCK_SUM_GRID).
+What remains by design: within its width a party learns δᵀX for an X of its choice, to the flooding's
+precision (docs/protocol.md, "Block sums").
+"""
+
+from __future__ import annotations
+
+import grpc
+import numpy as np
+import pytest
+
+from tests.security.conftest import federation
+from vflsec.client.federation import FederationSpec, write_federation
+from vflsec.services import app, datasets, he, wire
+from vflsec.services.config import load_config
+from vflsec.services.tensors import from_tensor
+from vflsec.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
+
+N = 64  # batch rows; logits 0 make every p = 0.5, so the true sums of an identity probe are known
+WIDTHS = {"active": 29, "passive-1": 2}  # breast_cancer: 28 active features + bias, 2 passive features
+
+
+def _code(call, request) -> tuple[grpc.StatusCode, str]:
+    with pytest.raises(grpc.RpcError) as info:
+        call(request)
+    return info.value.code(), info.value.details()
+
+
+def _products(backend: he.Backend, probs: he.EncryptedMatrix, X: np.ndarray, mask_bound: float = 0.0) -> list[bytes]:
+    cts, _ = he.masked_feature_products(backend, probs, X, np.random.default_rng(), mask_bound=mask_bound)
+    return [backend.serialize(ct) for ct in cts]
+
+
+def _sums(stub, session_id: str, step: int, blobs: list[bytes], width: int) -> np.ndarray:
+    request = coordinator_pb2.BlockSumsRequest(session_id=session_id, step=step, ciphertexts=blobs, width=width)
+    return from_tensor(stub.DecryptBlockSums(request), "sums", ndim=2)
+
+
+def test_block_sums_are_no_decryption_oracle(tmp_path) -> None:
+    with federation(tmp_path, dataset="breast_cancer", n_passive=1, passive_features=2) as fed:
+        info = fed.operator.create_session("ckks", batch_size=N)
+        assert dict(info.passive_features) == {"passive-1": 2} and info.n_active_features + 1 == WIDTHS["active"]
+        sid = info.session_id
+        fed.operator.align(sid)
+        with fed.channel("active", "coordinator") as a_ch, fed.channel("passive-1", "coordinator") as p_ch:
+            active = coordinator_pb2_grpc.CoordinatorStub(a_ch)
+            passive = coordinator_pb2_grpc.CoordinatorStub(p_ch)
+            public = active.GetPublicContext(common_pb2.SessionRef(session_id=sid))
+            backend = he.open_public("ckks", public.data)
+
+            def scores(step: int, index: list[int], logits=None) -> coordinator_pb2.EncryptedMatrix:
+                logits = logits or wire.to_message(backend, he.encrypt_matrix(backend, np.zeros((len(index), 1))))
+                request = coordinator_pb2.TrainingScoresRequest(
+                    session_id=sid, step=step, logits=logits, replicas=1, sample_index=index, widths=WIDTHS
+                )
+                return active.ComputeTrainingScores(request)
+
+            reply = scores(1, list(range(N)))
+            probs = wire.from_message(backend, reply, "probs")
+            identity = np.eye(N)
+
+            # The probe: identity "features" for every row, more ciphertexts than passive-1's width allows.
+            probe = _products(backend, probs, identity)
+            assert len(probe) == N
+            code, details = _code(passive.DecryptBlockSums, coordinator_pb2.BlockSumsRequest(
+                session_id=sid, step=1, ciphertexts=probe, width=N))
+            assert code == grpc.StatusCode.INVALID_ARGUMENT and "reported 2" in details
+            code, details = _code(passive.DecryptBlockSums, coordinator_pb2.BlockSumsRequest(
+                session_id=sid, step=1, ciphertexts=probe, width=2))
+            assert code == grpc.StatusCode.INVALID_ARGUMENT and "is 2 ciphertexts" in details
+
+            # Within its width and count the content is its own choice: δᵀX for X = two identity columns...
+            crafted = _products(backend, probs, identity[:, :2])
+            first = _sums(passive, sid, 1, crafted, 2)
+            # ...repeated byte for byte it gets the cached answer (no fresh noise to average)...
+            np.testing.assert_array_equal(_sums(passive, sid, 1, crafted, 2), first)
+            # ...and any other request for the step is refused: one decryption per party and step.
+            code, details = _code(passive.DecryptBlockSums, coordinator_pb2.BlockSumsRequest(
+                session_id=sid, step=1, ciphertexts=_products(backend, probs, identity[:, 2:4]), width=2))
+            assert code == grpc.StatusCode.FAILED_PRECONDITION and "byte-identical" in details
+
+            # The active party on [[p]]: a blob larger than a fresh ciphertext is refused before parsing...
+            own = _products(backend, probs, identity[:, : WIDTHS["active"]])
+            oversized = [*own[:-1], bytes(2 * backend.max_ciphertext_bytes)]
+            code, details = _code(active.DecryptBlockSums, coordinator_pb2.BlockSumsRequest(
+                session_id=sid, step=1, ciphertexts=oversized, width=WIDTHS["active"]))
+            assert code == grpc.StatusCode.INVALID_ARGUMENT and "exceeds" in details
+            # ...and the identity probe within its width reads p only through the flooding.
+            second = _sums(active, sid, 1, own, WIDTHS["active"])
+
+            errors = np.concatenate([first.ravel(), second.ravel()]) - 0.5  # every probed p is 0.5
+            assert errors.size == 31
+            np.testing.assert_allclose(errors / he.BLOCK_SUM_GRID, np.round(errors / he.BLOCK_SUM_GRID))
+            assert 0.5 * he.BLOCK_SUM_FLOODING < errors.std() < 2.0 * he.BLOCK_SUM_FLOODING  # vs 1.3e-7 before
+
+            # A replay of the step names the same batch and gets the same [[p]]; another batch is refused.
+            assert list(scores(1, list(range(N))).ciphertexts) == list(reply.ciphertexts)
+            code, _ = _code(lambda _: scores(1, list(range(1, N + 1))), None)
+            assert code == grpc.StatusCode.FAILED_PRECONDITION
+
+            # Attacker-sized TenSEAL bytes in [[z]] are refused before parsing, too.
+            logits = wire.to_message(backend, he.encrypt_matrix(backend, np.zeros((N, 1))))
+            logits.ciphertexts[0] = bytes(2 * backend.max_ciphertext_bytes)
+            code, details = _code(lambda _: scores(2, list(range(N)), logits), None)
+            assert code == grpc.StatusCode.INVALID_ARGUMENT and "exceeds" in details
+
+            # Products outside the masked range (a mask or feature beyond the bounds, which would decode with a
+            # larger error) are refused, and the refusal spends the step's one decryption.
+            probs2 = wire.from_message(backend, scores(2, list(range(N))), "probs")
+            loud = _products(backend, probs2, np.ones((N, 2)), mask_bound=2.0**30)
+            code, details = _code(passive.DecryptBlockSums, coordinator_pb2.BlockSumsRequest(
+                session_id=sid, step=2, ciphertexts=loud, width=2))
+            assert code == grpc.StatusCode.INVALID_ARGUMENT and "masked range" in details
+            code, _ = _code(passive.DecryptBlockSums, coordinator_pb2.BlockSumsRequest(
+                session_id=sid, step=2, ciphertexts=_products(backend, probs2, np.ones((N, 2))), width=2))
+            assert code == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_features_beyond_the_mask_hiding_bound_are_refused(tmp_path) -> None:
+    # breast_cancer's raw "area" columns reach ~4000: with scaling = "none" they would show through the masks.
+    layout = write_federation(
+        FederationSpec(datasets.load_dataset("breast_cancer"), n_passive=1, scaling="none"), tmp_path
+    )
+    for party in ("active", "passive-1"):
+        with pytest.raises(ValueError, match="the masks hide"):
+            app.load_party_data(load_config(layout.configs[party]))
+    with pytest.raises(ValueError, match=r"\|x\| <= 64"):
+        backend = he.make_keyholder("plain")
+        he.masked_feature_products(backend, he.encrypt_matrix(backend, np.ones((4, 1))), np.full((4, 1), 65.0),
+                                   np.random.default_rng())

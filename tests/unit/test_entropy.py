@@ -1,0 +1,37 @@
+"""services/entropy.py: the CSPRNG draws behind release noise and gradient masks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vflsec.services import entropy
+
+
+def test_draws_have_the_advertised_distributions() -> None:
+    rng = entropy.os_entropy()
+    u = rng.uniform(-2.0, 6.0, (200_000,))
+    assert u.min() >= -2.0 and u.max() < 6.0
+    assert abs(u.mean() - 2.0) < 0.05 and abs(u.var() - 64 / 12) < 0.1
+    z = rng.normal(1.0, 3.0, size=(100_001,))  # odd size: Box-Muller pairs are cut
+    assert z.shape == (100_001,) and abs(z.mean() - 1.0) < 0.05 and abs(z.std() - 3.0) < 0.05
+    lap = rng.laplace(0.0, 2.0, 100_000)
+    assert abs(np.mean(np.abs(lap)) - 2.0) < 0.05
+    assert isinstance(rng.random(), float) and rng.standard_normal((3, 4)).shape == (3, 4)
+    assert rng.normal(np.zeros(5), 1.0).shape == (5,)  # size from the parameters' shape, as numpy does
+    assert sorted(rng.permutation(50).tolist()) == list(range(50))
+
+
+def test_os_entropy_never_repeats_and_keyed_streams_repeat_only_under_the_same_key_and_context() -> None:
+    assert not np.array_equal(entropy.os_entropy().random(8), entropy.os_entropy().random(8))
+    key = entropy.new_key()
+    same = [entropy.keyed_stream(key, "session", 3, b"delta").uniform(-1, 1, (4, 5)) for _ in range(2)]
+    np.testing.assert_array_equal(*same)
+    for other in (
+        entropy.keyed_stream(key, "session", 4, b"delta"),
+        entropy.keyed_stream(key, "session", 3, b"other"),
+        entropy.keyed_stream(entropy.new_key(), "session", 3, b"delta"),
+    ):
+        assert not np.array_equal(other.uniform(-1, 1, (4, 5)), same[0])
+    with pytest.raises(ValueError, match="32 bytes"):
+        entropy.keyed_stream(b"short", 1)
