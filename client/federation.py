@@ -121,7 +121,9 @@ def write_federation(spec: FederationSpec, workdir: Path) -> FederationLayout:
         ports = spec.compose_ports
         listen = {p: f"0.0.0.0:{ports[p]}" for p in parties}
         reach = {p: f"{p}:{ports[p]}" for p in parties}
-    pki = tls.make_pki(workdir / "certs", parties, hosts=[spec.host])
+    # Each passive party answers risk forecasts to its own operator only (services/passive.py).
+    passive_operators = [f"operator-{p}" for p in parties if p.startswith("passive")]
+    pki = tls.make_pki(workdir / "certs", [*parties, *passive_operators], hosts=[spec.host])
     id_sets = datasets.overlapping_id_sets(ds.ids, 1 + spec.n_passive, spec.drop_fraction, spec.seed)
     columns = dict(zip(parties[1:], split.parties, strict=True))
     configs: dict[str, Path] = {}
@@ -157,12 +159,15 @@ def write_federation(spec: FederationSpec, workdir: Path) -> FederationLayout:
                 class_names=ds.class_names if is_active else None,
             )
             raw["data"] = {"path": "data.csv", "scaling": spec.scaling}
+            if not is_active:
+                raw["operator"] = f"operator-{party}"
             raw["peers"] = {p: reach[p] for p in parties if p != party and (is_active or p == "coordinator")}
             if is_active and spec.plugins:
                 raw["plugins"] = [dict(p) for p in spec.plugins]
         configs[party] = folder / "config.toml"
         configs[party].write_text(dump_toml(raw))
-    _install_tls(pki, "operator", workdir / "operator")
+    for operator in ("operator", *passive_operators):
+        _install_tls(pki, operator, workdir / operator)
     (workdir / "split.json").write_text(json.dumps(split.to_dict()))
     local = {p: f"{'127.0.0.1' if spec.compose_ports else spec.host}:{ports[p]}" for p in parties}
     return FederationLayout(workdir, configs, local, split)

@@ -414,14 +414,20 @@ class ActiveParty:
 
     # --- inference ---
     def predict(self, session_id: str, sample_ids: list[str]) -> tuple[np.ndarray, list[common_pb2.ReleaseStep], int]:
+        """Scores through the coordinator: the whole query is admitted (or refused) before any chunk is
+        released; each passive party sends its share of a chunk to the coordinator, which adds ours."""
         s = self.session(session_id)
         index = self._indices(s, sample_ids)
+        query_id = self.coordinator.admit_query(session_id, index)
         chunk = PREDICT_CHUNK_CIPHERTEXTS * (s.backend.slots // s.k)
         scores, changed, chain = [], 0, []
         for start in range(0, len(index), chunk):
             part = index[start : start + chunk]
-            logits = self._aggregate_logits(s, -1, part)
-            reply: coordinator_pb2.ReleasedScores = self.coordinator.release_scores(s.backend, session_id, logits, part)
+            self._each_passive(lambda party, client, part=part: client.share_logits(session_id, query_id, part))
+            own = he.encrypt_matrix(s.backend, self.data.X[s.rows[part]] @ s.weights.T + s.bias)
+            reply: coordinator_pb2.ReleasedScores = self.coordinator.release_scores(
+                s.backend, session_id, query_id, own, part
+            )
             released = from_tensor(reply.scores, "released scores", shape=(len(part), s.n_classes), finite=False)
             ids = sample_ids[start : start + chunk]
             self._emit(

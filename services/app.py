@@ -88,7 +88,7 @@ def start_party(config: ServiceConfig) -> Party:
     if config.role == "passive":
         channel = _channel(config, "coordinator")
         engine = passive.PassiveParty(
-            config.party_id, load_party_data(config), CoordinatorClient(channel, policy), state
+            config.party_id, load_party_data(config), CoordinatorClient(channel, policy), state, config.operator
         )
         server = start_server(
             config,

@@ -59,6 +59,8 @@ class ServiceConfig:
     query_budget: int = 0
     refuse_training_ids: bool = False
     max_query_rows: int = 100_000
+    # Passive party: the operator identity allowed to ask it for a risk forecast (None: operator-<party_id>).
+    operator: str | None = None
 
     @property
     def passive_peers(self) -> dict[str, str]:
@@ -132,6 +134,7 @@ def parse_config(raw: dict[str, Any], *, base: Path, role: str | None = None, so
         query_budget=int(policy.get("query_budget", 0)),
         refuse_training_ids=bool(policy.get("refuse_training_ids", False)),
         max_query_rows=int(policy.get("max_query_rows", 100_000)),
+        operator=raw.get("operator"),
     )
 
 
