@@ -74,6 +74,7 @@ class ActiveSession:
     step: int = 0
     trained: bool = False
     run: TrainingRun | None = None
+    inference: he.Backend | None = None  # public inference keys (from the coordinator's AdmitQuery)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -418,15 +419,18 @@ class ActiveParty:
         released; each passive party sends its share of a chunk to the coordinator, which adds ours."""
         s = self.session(session_id)
         index = self._indices(s, sample_ids)
-        query_id = self.coordinator.admit_query(session_id, index)
+        admitted = self.coordinator.admit_query(session_id, index)
+        if s.inference is None:
+            s.inference = he.open_public(s.backend.name, admitted.inference_context)
+        query_id, keys = admitted.query_id, s.inference
         chunk = PREDICT_CHUNK_CIPHERTEXTS * (s.backend.slots // s.k)
         scores, changed, chain = [], 0, []
         for start in range(0, len(index), chunk):
             part = index[start : start + chunk]
             self._each_passive(lambda party, client, part=part: client.share_logits(session_id, query_id, part))
-            own = he.encrypt_matrix(s.backend, self.data.X[s.rows[part]] @ s.weights.T + s.bias)
+            own = he.encrypt_matrix(keys, self.data.X[s.rows[part]] @ s.weights.T + s.bias)
             reply: coordinator_pb2.ReleasedScores = self.coordinator.release_scores(
-                s.backend, session_id, query_id, own, part
+                keys, session_id, query_id, own, part
             )
             released = from_tensor(reply.scores, "released scores", shape=(len(part), s.n_classes), finite=False)
             ids = sample_ids[start : start + chunk]

@@ -106,7 +106,15 @@ class CoordinatorSession:
     finished_step: int | None = None  # last_step at FinishTraining: scores are released only at this step
     passive_trained: set[int] = field(default_factory=set)  # rows the passive parties say they trained on
     queries: dict[str, Query] = field(default_factory=dict)  # in flight; lost on restart (budget stays spent)
+    # Inference runs under its own keys, made at FinishTraining: no ciphertext of training (which the active
+    # party holds: [[z_p]], [[p]], [[delta]]) can stand in for the owner's share of a released sum.
+    inference: he.Backend | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def inference_keys(self) -> he.Backend:
+        if self.inference is None:
+            raise FailedPrecondition("no score release before training is finished (FinishTraining)")
+        return self.inference
 
     def check_releasable(self) -> None:
         """Scores come from a finished model: after FinishTraining, and not while training again."""
@@ -141,7 +149,9 @@ class CoordinatorSession:
         return arrays, meta
 
     @classmethod
-    def from_state(cls, arrays: dict[str, np.ndarray], meta: dict, keys: bytes) -> CoordinatorSession:
+    def from_state(
+        cls, arrays: dict[str, np.ndarray], meta: dict, keys: bytes, inference_keys: bytes | None = None
+    ) -> CoordinatorSession:
         backend = he.restore_keyholder(meta["backend"], keys)
         rng = np.random.default_rng()
         rng.bit_generator.state = meta["rng"]
@@ -161,6 +171,7 @@ class CoordinatorSession:
             trained_index=set(arrays["trained_index"].tolist()),
             finished_step=meta.get("finished_step"),
             passive_trained=set(arrays.get("passive_trained", np.zeros(0, np.int64)).tolist()),
+            inference=None if inference_keys is None else he.restore_keyholder(meta["backend"], inference_keys),
         )
         if meta["current"] is not None:
             step, shape, replicas, rows_per_ct = meta["current"]
@@ -183,12 +194,21 @@ class Coordinator:
         self.passives = passives
         self.policy = policy or QueryPolicy()
         self.state = state or checkpoint.StateDir(None)
+        # Beside the sessions: inference keys (one file per session) and the query budget's ledger (samples
+        # admitted per owner, over all its sessions).
+        self.inference_keys, self.ledger = (
+            checkpoint.StateDir(None if self.state.path is None else self.state.path / sub)
+            for sub in ("inference", "owners")
+        )
         self.sessions: dict[str, CoordinatorSession] = {
-            sid: CoordinatorSession.from_state(arrays, meta, self.state.load_bytes(sid))
+            sid: CoordinatorSession.from_state(
+                arrays,
+                meta,
+                self.state.load_bytes(sid),
+                self.inference_keys.load_bytes(sid) if meta.get("finished_step") is not None else None,
+            )
             for sid, (arrays, meta) in self.state.load_all().items()
         }
-        # The query budget's ledger: samples admitted per owner, over all its sessions, checkpointed.
-        self.ledger = checkpoint.StateDir(None if self.state.path is None else self.state.path / "owners")
         self.scored: dict[str, int] = {owner: meta["scored"] for owner, (_, meta) in self.ledger.load_all().items()}
         self._seeds = np.random.SeedSequence(seed)
         self._lock = threading.Lock()
@@ -243,11 +263,13 @@ class Coordinator:
             self.sessions[session_id] = s
         return s.public_context
 
-    def _logits(self, s: CoordinatorSession, logits: he.EncryptedMatrix) -> np.ndarray:
+    def _logits(
+        self, s: CoordinatorSession, logits: he.EncryptedMatrix, keys: he.Backend | None = None
+    ) -> np.ndarray:
         k = lr.n_logits(s.n_classes)
         if logits.shape[1] != k:
             raise InvalidArgument(f"logits have {logits.shape[1]} columns, the model has {k}")
-        z = he.decrypt_matrix(s.backend, logits)
+        z = he.decrypt_matrix(keys or s.backend, logits)
         if not np.isfinite(z).all():
             raise InvalidArgument("aggregate logits decrypt to non-finite values")
         return z
@@ -306,6 +328,10 @@ class Coordinator:
         weights = {party: self._peer(party).weights(session_id) for party in s.passive_parties}
         trained = {int(i) for party in s.passive_parties for i in self._peer(party).trained_rows(session_id)}
         with s.lock:
+            if s.inference is None:
+                inference = he.make_keyholder(s.backend.name)
+                self.inference_keys.save_bytes(session_id, inference.export_keyholder())  # before the checkpoint
+                s.inference = inference
             s.passive_weights = weights
             s.release.passive_weights = weights
             s.release.cache.clear()  # model-dependent precomputation is stale now
@@ -313,10 +339,11 @@ class Coordinator:
             s.finished_step = s.last_step
             self._save(session_id, s)
 
-    def admit_query(self, session_id: str, sample_index: np.ndarray) -> tuple[str, int]:
+    def admit_query(self, session_id: str, sample_index: np.ndarray) -> tuple[str, int, bytes]:
         """Check the query policy for every row of a query before any of it is released; spend its budget.
 
-        Returns the query id and the owner's admitted total. A refused query spends nothing.
+        Returns the query id, the owner's admitted total and the inference public context. A refused query
+        spends nothing.
         """
         s = self.session(session_id)
         n = len(sample_index)
@@ -344,7 +371,7 @@ class Coordinator:
                 self.ledger.save(s.owner, {}, {"scored": scored + n})  # durable before anything is released
             query_id = secrets.token_hex(16)
             s.queries[query_id] = Query(Counter(sample_index.tolist()))
-        return query_id, scored + n
+        return query_id, scored + n, s.inference_keys().public_context()
 
     def _query(self, s: CoordinatorSession, query_id: str) -> Query:
         try:
@@ -389,7 +416,7 @@ class Coordinator:
                     total = he.add_matrices(s.backend, total, shares[party])
                 except ValueError as exc:
                     raise InvalidArgument(f"own logits do not match {party}'s share: {exc}") from exc
-            z = self._logits(s, total)
+            z = self._logits(s, total, s.inference_keys())
             raw = lr.confidence_scores(z)
             released = self.score_chain(raw, z, s.release)  # the release RNG and cache are per session
             del query.shares[rows]
@@ -439,6 +466,7 @@ class Coordinator:
     def close(self, session_id: str) -> None:
         self.sessions.pop(session_id, None)
         self.state.remove(session_id)
+        self.inference_keys.remove(session_id)
 
 
 def release_steps(chain: ScoreReleaseChain | ParamReleaseChain) -> list[common_pb2.ReleaseStep]:
@@ -473,7 +501,11 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
     def GetPublicContext(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
         s = self.coordinator.member(request.session_id, current_caller().party_id)
         return coordinator_pb2.PublicContext(
-            backend=wire.BACKEND_ENUM[s.backend.name], data=s.public_context, n_classes=s.n_classes, owner=s.owner
+            backend=wire.BACKEND_ENUM[s.backend.name],
+            data=s.public_context,
+            n_classes=s.n_classes,
+            owner=s.owner,
+            inference_context=b"" if s.inference is None else s.inference.public_context(),
         )
 
     @rpc
@@ -501,16 +533,18 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
     @rpc
     def AdmitQuery(self, request: coordinator_pb2.AdmitQueryRequest, context: grpc.ServicerContext):
         self._owner(request.session_id)
-        query_id, scored = self.coordinator.admit_query(
+        query_id, scored, context = self.coordinator.admit_query(
             request.session_id, np.asarray(request.sample_index, np.int64)
         )
-        return coordinator_pb2.AdmitQueryReply(query_id=query_id, scored=scored, budget=self.coordinator.policy.budget)
+        return coordinator_pb2.AdmitQueryReply(
+            query_id=query_id, scored=scored, budget=self.coordinator.policy.budget, inference_context=context
+        )
 
     @rpc
     def SubmitShare(self, request: coordinator_pb2.ShareRequest, context: grpc.ServicerContext):
         caller = current_caller().party_id
         s = self.coordinator.member(request.session_id, caller)
-        logits = wire.from_message(s.backend, request.logits, "logits")
+        logits = wire.from_message(s.inference_keys(), request.logits, "logits")
         self.coordinator.submit_share(
             request.session_id, request.query_id, caller, np.asarray(request.sample_index, np.int64), logits
         )
@@ -519,7 +553,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
     @rpc
     def ReleaseScores(self, request: coordinator_pb2.ReleaseScoresRequest, context: grpc.ServicerContext):
         s = self._owner(request.session_id)
-        logits = wire.from_message(s.backend, request.logits, "logits")
+        logits = wire.from_message(s.inference_keys(), request.logits, "logits")
         scores, changed = self.coordinator.release_scores(
             request.session_id, request.query_id, logits, np.asarray(request.sample_index, np.int64)
         )

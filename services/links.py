@@ -63,9 +63,14 @@ class CoordinatorClient:
     def finish_training(self, session_id: str) -> None:
         call(self.peer, self.stub.FinishTraining, common_pb2.SessionRef(session_id=session_id), self.policy)
 
-    def admit_query(self, session_id: str, sample_index: np.ndarray) -> str:
+    def inference_context(self, session_id: str) -> bytes:
+        """The public context of the session's inference keys (empty before FinishTraining)."""
+        reply = call(self.peer, self.stub.GetPublicContext, common_pb2.SessionRef(session_id=session_id), self.policy)
+        return reply.inference_context
+
+    def admit_query(self, session_id: str, sample_index: np.ndarray) -> coordinator_pb2.AdmitQueryReply:
         request = coordinator_pb2.AdmitQueryRequest(session_id=session_id, sample_index=sample_index.tolist())
-        return call(self.peer, self.stub.AdmitQuery, request, self.policy).query_id
+        return call(self.peer, self.stub.AdmitQuery, request, self.policy)
 
     def submit_share(
         self, backend: he.Backend, session_id: str, query_id: str, sample_index: np.ndarray, logits: he.EncryptedMatrix

@@ -23,6 +23,8 @@ class CoordinatorLink(Protocol):
 
     def public_context(self, session_id: str) -> tuple[str, bytes, str]: ...
 
+    def inference_context(self, session_id: str) -> bytes: ...
+
     def block_sums(self, session_id: str, step: int, ciphertexts: list[bytes]) -> np.ndarray: ...
 
     def submit_share(
@@ -46,6 +48,7 @@ class PassiveSession:
     completed_step: int = 0  # last training step whose update is applied (and checkpointed)
     previous_weights: np.ndarray | None = None  # the block before that step, to replay its Forward
     forward_index: tuple[int, np.ndarray] | None = None  # the batch of the step in flight
+    inference: he.Backend | None = None  # public inference keys, fetched from the coordinator when first needed
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def to_state(self) -> tuple[dict[str, np.ndarray], dict]:
@@ -240,9 +243,16 @@ class PassiveParty:
         party, so that every released score includes this party's share for exactly these rows."""
         s = self.session(session_id)
         x = self._features(s, sample_index)
+        if s.inference is None:
+            context = self.coordinator.inference_context(session_id)
+            if not context:
+                raise FailedPrecondition("the coordinator has no inference keys yet: training is not finished")
+            s.inference = he.open_public(s.backend.name, context)
         with s.lock:
             z = x @ s.weights.T
-        self.coordinator.submit_share(s.backend, session_id, query_id, sample_index, he.encrypt_matrix(s.backend, z))
+        self.coordinator.submit_share(
+            s.inference, session_id, query_id, sample_index, he.encrypt_matrix(s.inference, z)
+        )
 
     def backward(self, session_id: str, step: int, sample_index: np.ndarray, delta: he.EncryptedMatrix) -> None:
         """Apply step ``step``'s update once; a repeated Backward for a completed step is acknowledged."""

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from vflsec.v1 import common_pb2 as vflsec_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bvflsec/v1/coordinator.proto\x12\tvflsec.v1\x1a\x16vflsec/v1/common.proto\"y\n\x12OpenSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12#\n\x07\x62\x61\x63kend\x18\x02 \x01(\x0e\x32\x12.vflsec.v1.Backend\x12\x11\n\tn_classes\x18\x03 \x01(\x05\x12\x17\n\x0fpassive_parties\x18\x04 \x03(\t\"\x88\x01\n\x10OpenSessionReply\x12\x16\n\x0epublic_context\x18\x01 \x01(\x0c\x12-\n\rscore_release\x18\x02 \x03(\x0b\x32\x16.vflsec.v1.ReleaseStep\x12-\n\rparam_release\x18\x03 \x03(\x0b\x32\x16.vflsec.v1.ReleaseStep\"d\n\rPublicContext\x12#\n\x07\x62\x61\x63kend\x18\x01 \x01(\x0e\x32\x12.vflsec.v1.Backend\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x11\n\tn_classes\x18\x03 \x01(\x05\x12\r\n\x05owner\x18\x04 \x01(\t\"\x8d\x01\n\x15TrainingScoresRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12*\n\x06logits\x18\x03 \x01(\x0b\x32\x1a.vflsec.v1.EncryptedMatrix\x12\x10\n\x08replicas\x18\x04 \x01(\x05\x12\x14\n\x0csample_index\x18\x05 \x03(\x03\"I\n\x10\x42lockSumsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12\x13\n\x0b\x63iphertexts\x18\x03 \x03(\x0c\"~\n\x14ReleaseScoresRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12*\n\x06logits\x18\x02 \x01(\x0b\x32\x1a.vflsec.v1.EncryptedMatrix\x12\x14\n\x0csample_index\x18\x03 \x03(\x03\x12\x10\n\x08query_id\x18\x04 \x01(\t\"=\n\x11\x41\x64mitQueryRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0csample_index\x18\x02 \x03(\x03\"C\n\x0f\x41\x64mitQueryReply\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\x0e\n\x06scored\x18\x02 \x01(\x03\x12\x0e\n\x06\x62udget\x18\x03 \x01(\x03\"v\n\x0cShareRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08query_id\x18\x02 \x01(\t\x12\x14\n\x0csample_index\x18\x03 \x03(\x03\x12*\n\x06logits\x18\x04 \x01(\x0b\x32\x1a.vflsec.v1.EncryptedMatrix\"r\n\x0eReleasedScores\x12!\n\x06scores\x18\x01 \x01(\x0b\x32\x11.vflsec.v1.Tensor\x12%\n\x05\x63hain\x18\x02 \x03(\x0b\x32\x16.vflsec.v1.ReleaseStep\x12\x16\n\x0e\x61rgmax_changed\x18\x03 \x01(\x03\"V\n\x0cPassiveBlock\x12\x10\n\x08party_id\x18\x01 \x01(\t\x12\x10\n\x08withheld\x18\x02 \x01(\x08\x12\"\n\x07weights\x18\x03 \x01(\x0b\x32\x11.vflsec.v1.Tensor\"\x88\x01\n\rReleasedModel\x12(\n\x07passive\x18\x01 \x03(\x0b\x32\x17.vflsec.v1.PassiveBlock\x12%\n\x05\x63hain\x18\x02 \x03(\x0b\x32\x16.vflsec.v1.ReleaseStep\x12&\n\x0b\x62ias_offset\x18\x03 \x01(\x0b\x32\x11.vflsec.v1.Tensor2\xbc\x05\n\x0b\x43oordinator\x12I\n\x0bOpenSession\x12\x1d.vflsec.v1.OpenSessionRequest\x1a\x1b.vflsec.v1.OpenSessionReply\x12\x43\n\x10GetPublicContext\x12\x15.vflsec.v1.SessionRef\x1a\x18.vflsec.v1.PublicContext\x12U\n\x15\x43omputeTrainingScores\x12 .vflsec.v1.TrainingScoresRequest\x1a\x1a.vflsec.v1.EncryptedMatrix\x12\x42\n\x10\x44\x65\x63ryptBlockSums\x12\x1b.vflsec.v1.BlockSumsRequest\x1a\x11.vflsec.v1.Tensor\x12\x39\n\x0e\x46inishTraining\x12\x15.vflsec.v1.SessionRef\x1a\x10.vflsec.v1.Empty\x12\x46\n\nAdmitQuery\x12\x1c.vflsec.v1.AdmitQueryRequest\x1a\x1a.vflsec.v1.AdmitQueryReply\x12\x38\n\x0bSubmitShare\x12\x17.vflsec.v1.ShareRequest\x1a\x10.vflsec.v1.Empty\x12K\n\rReleaseScores\x12\x1f.vflsec.v1.ReleaseScoresRequest\x1a\x19.vflsec.v1.ReleasedScores\x12?\n\x0cReleaseModel\x12\x15.vflsec.v1.SessionRef\x1a\x18.vflsec.v1.ReleasedModel\x12\x37\n\x0c\x43loseSession\x12\x15.vflsec.v1.SessionRef\x1a\x10.vflsec.v1.Emptyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bvflsec/v1/coordinator.proto\x12\tvflsec.v1\x1a\x16vflsec/v1/common.proto\"y\n\x12OpenSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12#\n\x07\x62\x61\x63kend\x18\x02 \x01(\x0e\x32\x12.vflsec.v1.Backend\x12\x11\n\tn_classes\x18\x03 \x01(\x05\x12\x17\n\x0fpassive_parties\x18\x04 \x03(\t\"\x88\x01\n\x10OpenSessionReply\x12\x16\n\x0epublic_context\x18\x01 \x01(\x0c\x12-\n\rscore_release\x18\x02 \x03(\x0b\x32\x16.vflsec.v1.ReleaseStep\x12-\n\rparam_release\x18\x03 \x03(\x0b\x32\x16.vflsec.v1.ReleaseStep\"\x7f\n\rPublicContext\x12#\n\x07\x62\x61\x63kend\x18\x01 \x01(\x0e\x32\x12.vflsec.v1.Backend\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x11\n\tn_classes\x18\x03 \x01(\x05\x12\r\n\x05owner\x18\x04 \x01(\t\x12\x19\n\x11inference_context\x18\x05 \x01(\x0c\"\x8d\x01\n\x15TrainingScoresRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12*\n\x06logits\x18\x03 \x01(\x0b\x32\x1a.vflsec.v1.EncryptedMatrix\x12\x10\n\x08replicas\x18\x04 \x01(\x05\x12\x14\n\x0csample_index\x18\x05 \x03(\x03\"I\n\x10\x42lockSumsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12\x13\n\x0b\x63iphertexts\x18\x03 \x03(\x0c\"~\n\x14ReleaseScoresRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12*\n\x06logits\x18\x02 \x01(\x0b\x32\x1a.vflsec.v1.EncryptedMatrix\x12\x14\n\x0csample_index\x18\x03 \x03(\x03\x12\x10\n\x08query_id\x18\x04 \x01(\t\"=\n\x11\x41\x64mitQueryRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0csample_index\x18\x02 \x03(\x03\"^\n\x0f\x41\x64mitQueryReply\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\x0e\n\x06scored\x18\x02 \x01(\x03\x12\x0e\n\x06\x62udget\x18\x03 \x01(\x03\x12\x19\n\x11inference_context\x18\x04 \x01(\x0c\"v\n\x0cShareRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08query_id\x18\x02 \x01(\t\x12\x14\n\x0csample_index\x18\x03 \x03(\x03\x12*\n\x06logits\x18\x04 \x01(\x0b\x32\x1a.vflsec.v1.EncryptedMatrix\"r\n\x0eReleasedScores\x12!\n\x06scores\x18\x01 \x01(\x0b\x32\x11.vflsec.v1.Tensor\x12%\n\x05\x63hain\x18\x02 \x03(\x0b\x32\x16.vflsec.v1.ReleaseStep\x12\x16\n\x0e\x61rgmax_changed\x18\x03 \x01(\x03\"V\n\x0cPassiveBlock\x12\x10\n\x08party_id\x18\x01 \x01(\t\x12\x10\n\x08withheld\x18\x02 \x01(\x08\x12\"\n\x07weights\x18\x03 \x01(\x0b\x32\x11.vflsec.v1.Tensor\"\x88\x01\n\rReleasedModel\x12(\n\x07passive\x18\x01 \x03(\x0b\x32\x17.vflsec.v1.PassiveBlock\x12%\n\x05\x63hain\x18\x02 \x03(\x0b\x32\x16.vflsec.v1.ReleaseStep\x12&\n\x0b\x62ias_offset\x18\x03 \x01(\x0b\x32\x11.vflsec.v1.Tensor2\xbc\x05\n\x0b\x43oordinator\x12I\n\x0bOpenSession\x12\x1d.vflsec.v1.OpenSessionRequest\x1a\x1b.vflsec.v1.OpenSessionReply\x12\x43\n\x10GetPublicContext\x12\x15.vflsec.v1.SessionRef\x1a\x18.vflsec.v1.PublicContext\x12U\n\x15\x43omputeTrainingScores\x12 .vflsec.v1.TrainingScoresRequest\x1a\x1a.vflsec.v1.EncryptedMatrix\x12\x42\n\x10\x44\x65\x63ryptBlockSums\x12\x1b.vflsec.v1.BlockSumsRequest\x1a\x11.vflsec.v1.Tensor\x12\x39\n\x0e\x46inishTraining\x12\x15.vflsec.v1.SessionRef\x1a\x10.vflsec.v1.Empty\x12\x46\n\nAdmitQuery\x12\x1c.vflsec.v1.AdmitQueryRequest\x1a\x1a.vflsec.v1.AdmitQueryReply\x12\x38\n\x0bSubmitShare\x12\x17.vflsec.v1.ShareRequest\x1a\x10.vflsec.v1.Empty\x12K\n\rReleaseScores\x12\x1f.vflsec.v1.ReleaseScoresRequest\x1a\x19.vflsec.v1.ReleasedScores\x12?\n\x0cReleaseModel\x12\x15.vflsec.v1.SessionRef\x1a\x18.vflsec.v1.ReleasedModel\x12\x37\n\x0c\x43loseSession\x12\x15.vflsec.v1.SessionRef\x1a\x10.vflsec.v1.Emptyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,25 +37,25 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_OPENSESSIONREPLY']._serialized_start=190
   _globals['_OPENSESSIONREPLY']._serialized_end=326
   _globals['_PUBLICCONTEXT']._serialized_start=328
-  _globals['_PUBLICCONTEXT']._serialized_end=428
-  _globals['_TRAININGSCORESREQUEST']._serialized_start=431
-  _globals['_TRAININGSCORESREQUEST']._serialized_end=572
-  _globals['_BLOCKSUMSREQUEST']._serialized_start=574
-  _globals['_BLOCKSUMSREQUEST']._serialized_end=647
-  _globals['_RELEASESCORESREQUEST']._serialized_start=649
-  _globals['_RELEASESCORESREQUEST']._serialized_end=775
-  _globals['_ADMITQUERYREQUEST']._serialized_start=777
-  _globals['_ADMITQUERYREQUEST']._serialized_end=838
-  _globals['_ADMITQUERYREPLY']._serialized_start=840
-  _globals['_ADMITQUERYREPLY']._serialized_end=907
-  _globals['_SHAREREQUEST']._serialized_start=909
-  _globals['_SHAREREQUEST']._serialized_end=1027
-  _globals['_RELEASEDSCORES']._serialized_start=1029
-  _globals['_RELEASEDSCORES']._serialized_end=1143
-  _globals['_PASSIVEBLOCK']._serialized_start=1145
-  _globals['_PASSIVEBLOCK']._serialized_end=1231
-  _globals['_RELEASEDMODEL']._serialized_start=1234
-  _globals['_RELEASEDMODEL']._serialized_end=1370
-  _globals['_COORDINATOR']._serialized_start=1373
-  _globals['_COORDINATOR']._serialized_end=2073
+  _globals['_PUBLICCONTEXT']._serialized_end=455
+  _globals['_TRAININGSCORESREQUEST']._serialized_start=458
+  _globals['_TRAININGSCORESREQUEST']._serialized_end=599
+  _globals['_BLOCKSUMSREQUEST']._serialized_start=601
+  _globals['_BLOCKSUMSREQUEST']._serialized_end=674
+  _globals['_RELEASESCORESREQUEST']._serialized_start=676
+  _globals['_RELEASESCORESREQUEST']._serialized_end=802
+  _globals['_ADMITQUERYREQUEST']._serialized_start=804
+  _globals['_ADMITQUERYREQUEST']._serialized_end=865
+  _globals['_ADMITQUERYREPLY']._serialized_start=867
+  _globals['_ADMITQUERYREPLY']._serialized_end=961
+  _globals['_SHAREREQUEST']._serialized_start=963
+  _globals['_SHAREREQUEST']._serialized_end=1081
+  _globals['_RELEASEDSCORES']._serialized_start=1083
+  _globals['_RELEASEDSCORES']._serialized_end=1197
+  _globals['_PASSIVEBLOCK']._serialized_start=1199
+  _globals['_PASSIVEBLOCK']._serialized_end=1285
+  _globals['_RELEASEDMODEL']._serialized_start=1288
+  _globals['_RELEASEDMODEL']._serialized_end=1424
+  _globals['_COORDINATOR']._serialized_start=1427
+  _globals['_COORDINATOR']._serialized_end=2127
 # @@protoc_insertion_point(module_scope)

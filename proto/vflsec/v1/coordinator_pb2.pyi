@@ -30,16 +30,18 @@ class OpenSessionReply(_message.Message):
     def __init__(self, public_context: _Optional[bytes] = ..., score_release: _Optional[_Iterable[_Union[_common_pb2.ReleaseStep, _Mapping]]] = ..., param_release: _Optional[_Iterable[_Union[_common_pb2.ReleaseStep, _Mapping]]] = ...) -> None: ...
 
 class PublicContext(_message.Message):
-    __slots__ = ("backend", "data", "n_classes", "owner")
+    __slots__ = ("backend", "data", "n_classes", "owner", "inference_context")
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     N_CLASSES_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
+    INFERENCE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     backend: _common_pb2.Backend
     data: bytes
     n_classes: int
     owner: str
-    def __init__(self, backend: _Optional[_Union[_common_pb2.Backend, str]] = ..., data: _Optional[bytes] = ..., n_classes: _Optional[int] = ..., owner: _Optional[str] = ...) -> None: ...
+    inference_context: bytes
+    def __init__(self, backend: _Optional[_Union[_common_pb2.Backend, str]] = ..., data: _Optional[bytes] = ..., n_classes: _Optional[int] = ..., owner: _Optional[str] = ..., inference_context: _Optional[bytes] = ...) -> None: ...
 
 class TrainingScoresRequest(_message.Message):
     __slots__ = ("session_id", "step", "logits", "replicas", "sample_index")
@@ -86,14 +88,16 @@ class AdmitQueryRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., sample_index: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class AdmitQueryReply(_message.Message):
-    __slots__ = ("query_id", "scored", "budget")
+    __slots__ = ("query_id", "scored", "budget", "inference_context")
     QUERY_ID_FIELD_NUMBER: _ClassVar[int]
     SCORED_FIELD_NUMBER: _ClassVar[int]
     BUDGET_FIELD_NUMBER: _ClassVar[int]
+    INFERENCE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     query_id: str
     scored: int
     budget: int
-    def __init__(self, query_id: _Optional[str] = ..., scored: _Optional[int] = ..., budget: _Optional[int] = ...) -> None: ...
+    inference_context: bytes
+    def __init__(self, query_id: _Optional[str] = ..., scored: _Optional[int] = ..., budget: _Optional[int] = ..., inference_context: _Optional[bytes] = ...) -> None: ...
 
 class ShareRequest(_message.Message):
     __slots__ = ("session_id", "query_id", "sample_index", "logits")

@@ -154,7 +154,8 @@ class CoordinatorServicer:
 
     def ReleaseScores(self, request, context):
         """Owner, inference: the coordinator sums every passive party's share for these rows of the query with the
-        owner's own share, decrypts the sum and releases scores through the score-release chain. Each admitted
+        owner's own share (all under the session's inference keys, which no training ciphertext uses), decrypts
+        the sum and releases scores through the score-release chain. Each admitted
         row is released once; rows some passive party has not shared are refused (FAILED_PRECONDITION).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
