@@ -414,6 +414,9 @@ class ActiveParty:
         return grad
 
     # --- inference ---
+    def _predict_chunk_rows(self, s: ActiveSession) -> int:
+        return PREDICT_CHUNK_CIPHERTEXTS * (s.backend.slots // s.k)
+
     def predict(self, session_id: str, sample_ids: list[str]) -> tuple[np.ndarray, list[common_pb2.ReleaseStep], int]:
         """Scores through the coordinator: the whole query is admitted (or refused) before any chunk is
         released; each passive party sends its share of a chunk to the coordinator, which adds ours."""
@@ -423,7 +426,7 @@ class ActiveParty:
         if s.inference is None:
             s.inference = he.open_public(s.backend.name, admitted.inference_context)
         query_id, keys = admitted.query_id, s.inference
-        chunk = PREDICT_CHUNK_CIPHERTEXTS * (s.backend.slots // s.k)
+        chunk = self._predict_chunk_rows(s)
         scores, changed, chain = [], 0, []
         for start in range(0, len(index), chunk):
             part = index[start : start + chunk]

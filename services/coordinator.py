@@ -399,9 +399,11 @@ class Coordinator:
         """Scores of admitted rows: the sum of every passive party's share for exactly these rows and the
         owner's own share, decrypted here. A sum without some passive party's share is never decrypted."""
         s = self.session(session_id)
-        n = own_logits.shape[0]
+        n, k = own_logits.shape[0], lr.n_logits(s.n_classes)
         if len(sample_index) != n:
             raise InvalidArgument(f"{len(sample_index)} sample indices for {n} logit rows")
+        if own_logits.shape[1] != k:
+            raise InvalidArgument(f"logits have {own_logits.shape[1]} columns, the model has {k}")
         with s.lock:
             s.check_releasable()
             query = self._query(s, query_id)
