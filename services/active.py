@@ -430,10 +430,10 @@ class ActiveParty:
         scores, changed, chain = [], 0, []
         for start in range(0, len(index), chunk):
             part = index[start : start + chunk]
+            own = self._pool.submit(he.encrypt_matrix, keys, self.data.X[s.rows[part]] @ s.weights.T + s.bias)
             self._each_passive(lambda party, client, part=part: client.share_logits(session_id, query_id, part))
-            own = he.encrypt_matrix(keys, self.data.X[s.rows[part]] @ s.weights.T + s.bias)
             reply: coordinator_pb2.ReleasedScores = self.coordinator.release_scores(
-                keys, session_id, query_id, own, part
+                keys, session_id, query_id, own.result(), part
             )
             released = from_tensor(reply.scores, "released scores", shape=(len(part), s.n_classes), finite=False)
             ids = sample_ids[start : start + chunk]

@@ -412,19 +412,22 @@ class Coordinator:
             missing = [party for party in s.passive_parties if party not in shares]
             if missing:
                 raise FailedPrecondition(f"{', '.join(missing)} sent no share for these rows of query {query_id!r}")
-            total = own_logits
-            for party in s.passive_parties:
-                try:
-                    total = he.add_matrices(s.backend, total, shares[party])
-                except ValueError as exc:
-                    raise InvalidArgument(f"own logits do not match {party}'s share: {exc}") from exc
-            z = self._logits(s, total, s.inference_keys())
-            raw = lr.confidence_scores(z)
-            released = self.score_chain(raw, z, s.release)  # the release RNG and cache are per session
+            # The rows are taken now, released or not: a request that fails from here on was the owner's.
             del query.shares[rows]
             query.remaining -= Counter(rows)
             if not query.remaining:
                 del s.queries[query_id]
+        keys = s.inference_keys()
+        total = own_logits
+        for party in s.passive_parties:
+            try:
+                total = he.add_matrices(keys, total, shares[party])
+            except ValueError as exc:
+                raise InvalidArgument(f"own logits do not match {party}'s share: {exc}") from exc
+        z = self._logits(s, total, keys)  # decrypted outside the lock: other queries go on meanwhile
+        raw = lr.confidence_scores(z)
+        with s.lock:
+            released = self.score_chain(raw, z, s.release)  # the release RNG and cache are per session
             s.scored += n
             self._save(session_id, s)
         changed = int(np.count_nonzero(released.argmax(axis=1) != raw.argmax(axis=1)))
