@@ -47,6 +47,8 @@ class PassivePeer(Protocol):
 MAX_BLOCK_SUM_REQUESTS = 3
 # Admitted queries whose rows are not all released yet, per session (each holds the passive shares in flight).
 MAX_OPEN_QUERIES = 256
+# Chunks of one query whose passive shares wait for the owner's ReleaseScores (Predict keeps one in flight).
+MAX_PENDING_CHUNKS = 4
 
 
 @dataclass(frozen=True)
@@ -337,6 +339,7 @@ class Coordinator:
             s.release.cache.clear()  # model-dependent precomputation is stale now
             s.passive_trained = trained
             s.finished_step = s.last_step
+            s.queries.clear()  # admitted for an earlier model: void (their budget stays spent)
             self._save(session_id, s)
 
     def admit_query(self, session_id: str, sample_index: np.ndarray) -> tuple[str, int, bytes]:
@@ -390,8 +393,12 @@ class Coordinator:
         if logits.shape != (len(sample_index), k):
             raise InvalidArgument(f"share has shape {logits.shape}, expected {(len(sample_index), k)}")
         with s.lock:
+            s.check_releasable()
             query = self._query(s, query_id)
-            query.shares.setdefault(query.check_rows(sample_index), {})[caller] = logits
+            rows = query.check_rows(sample_index)
+            if rows not in query.shares and len(query.shares) >= MAX_PENDING_CHUNKS:
+                raise ResourceExhausted(f"query {query_id!r} has {MAX_PENDING_CHUNKS} chunks waiting for release")
+            query.shares.setdefault(rows, {})[caller] = logits
 
     def release_scores(
         self, session_id: str, query_id: str, own_logits: he.EncryptedMatrix, sample_index: np.ndarray

@@ -166,3 +166,23 @@ def test_chunked_predict_is_admitted_whole_or_refused_whole(fed, monkeypatch) ->
     code, _ = _status(f.operator.predict, sid, held[40 : 40 + remaining + 1])
     assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert releases == [] and session.scored == released_before and engine.scored["active"] == spent
+
+
+def test_pending_shares_per_query_are_bounded(fed) -> None:
+    """The owner cannot make the coordinator hold shares of arbitrarily many row subsets of one query."""
+    f, sid, common = fed
+    c = coordinator_pb2_grpc.CoordinatorStub(f.channel("active", "coordinator"))
+    p = passive_pb2_grpc.PassiveStub(f.channel("active", "passive-1"))
+    held = _index(f, sid, common[HELD_OUT][60 : 60 + coordinator.MAX_PENDING_CHUNKS + 1])
+    query = c.AdmitQuery(coordinator_pb2.AdmitQueryRequest(session_id=sid, sample_index=held.tolist()))
+
+    def share(rows: np.ndarray) -> None:
+        p.ShareLogits(passive_pb2.ShareLogitsRequest(session_id=sid, query_id=query.query_id, sample_index=rows))
+
+    for row in held[:-1]:
+        share([row])
+    code, details = _status(share, held[-1:])
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "waiting for release" in details
+    outside = _index(f, sid, common[HELD_OUT][:1])  # an aligned row this query never admitted
+    code, details = _status(share, outside)
+    assert code == grpc.StatusCode.FAILED_PRECONDITION and "not an unreleased row" in details
