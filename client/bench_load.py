@@ -69,9 +69,9 @@ def run(
     seed: int = 0,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    """Run the load test; ``epochs=0`` skips training (prediction then uses the all-zero model)."""
-    if n_requests < 1 or concurrency < 1 or samples_per_request < 1 or epochs < 0:
-        raise ValueError("n_requests, concurrency and samples_per_request must be >= 1, epochs >= 0")
+    """Run the load test (scores are released only from a trained model, so ``epochs`` >= 1)."""
+    if n_requests < 1 or concurrency < 1 or samples_per_request < 1 or epochs < 1:
+        raise ValueError("n_requests, concurrency, samples_per_request and epochs must be >= 1")
     ds = datasets.load_dataset(dataset)
     with tempfile.TemporaryDirectory(prefix="vflsec-load-") as tmp:
         layout = write_federation(FederationSpec(ds, n_passive=1, seed=seed), Path(tmp))
@@ -79,9 +79,8 @@ def run(
             operator = Operator(channel)
             info = operator.create_session(backend, batch_size=64, learning_rate=0.1, seed=seed)
             common = operator.align(info.session_id)
-            if epochs:
-                for _ in operator.train(info.session_id, common, epochs):
-                    pass
+            for _ in operator.train(info.session_id, common, epochs):
+                pass
             requests = _draw_requests(common, n_requests, min(samples_per_request, len(common)), seed)
             log(f"{n_requests} Predict requests of {samples_per_request} samples, {concurrency} threads, {backend}")
             start = time.perf_counter()

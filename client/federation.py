@@ -113,6 +113,8 @@ def write_federation(spec: FederationSpec, workdir: Path) -> FederationLayout:
         reach = {p: f"{p}:{ports[p]}" for p in parties}
     # The dealer's CA; each party's key is made in its own tls/ folder (never copied), its CSR signed here.
     ca = tls.CertificateAuthority.load_or_create(workdir / "certs")
+    # Each passive party answers risk forecasts to its own operator only (services/passive.py).
+    passive_operators = [f"operator-{p}" for p in parties if p.startswith("passive")]
     id_sets = datasets.overlapping_id_sets(ds.ids, 1 + spec.n_passive, spec.drop_fraction, spec.seed)
     columns = dict(zip(parties[1:], split.parties, strict=True))
     configs: dict[str, Path] = {}
@@ -149,12 +151,15 @@ def write_federation(spec: FederationSpec, workdir: Path) -> FederationLayout:
                 class_names=ds.class_names if is_active else None,
             )
             raw["data"] = {"path": "data.csv", "scaling": spec.scaling}
+            if not is_active:
+                raw["operator"] = f"operator-{party}"
             raw["peers"] = {p: reach[p] for p in parties if p != party and (is_active or p == "coordinator")}
             if is_active and spec.plugins:
                 raw["plugins"] = [dict(p) for p in spec.plugins]
         configs[party] = folder / "config.toml"
         configs[party].write_text(dump_toml(raw))
-    tls.issue_into(ca, "operator", workdir / "operator" / "tls", hosts=[spec.host])
+    for operator in ("operator", *passive_operators):
+        tls.issue_into(ca, operator, workdir / operator / "tls", hosts=[spec.host])
     (workdir / "split.json").write_text(json.dumps(split.to_dict()))
     local = {p: f"{'127.0.0.1' if spec.compose_ports else spec.host}:{ports[p]}" for p in parties}
     return FederationLayout(workdir, configs, local, split)

@@ -106,7 +106,7 @@ def run_scenario(scenario: AttackScenario, workdir: Path) -> ScenarioRun:
         forecasts = (
             {
                 p: forecast_risk(
-                    layout.addresses[p], p, layout.tls("operator"), info.session_id, scenario.param_release
+                    layout.addresses[p], p, layout.tls(f"operator-{p}"), info.session_id, scenario.param_release
                 )
                 for p in layout.passive_parties
             }

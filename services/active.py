@@ -75,6 +75,7 @@ class ActiveSession:
     step: int = 0
     trained: bool = False
     run: TrainingRun | None = None
+    inference: he.Backend | None = None  # public inference keys (from the coordinator's AdmitQuery)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -455,15 +456,27 @@ class ActiveParty:
         return grad
 
     # --- inference ---
+    def _predict_chunk_rows(self, s: ActiveSession) -> int:
+        return PREDICT_CHUNK_CIPHERTEXTS * (s.backend.slots // s.k)
+
     def predict(self, session_id: str, sample_ids: list[str]) -> tuple[np.ndarray, list[common_pb2.ReleaseStep], int]:
+        """Scores through the coordinator: the whole query is admitted (or refused) before any chunk is
+        released; each passive party sends its share of a chunk to the coordinator, which adds ours."""
         s = self.session(session_id)
         index = self._indices(s, sample_ids)
-        chunk = PREDICT_CHUNK_CIPHERTEXTS * (s.backend.slots // s.k)
+        admitted = self.coordinator.admit_query(session_id, index)
+        if s.inference is None:
+            s.inference = he.open_public(s.backend.name, admitted.inference_context)
+        query_id, keys = admitted.query_id, s.inference
+        chunk = self._predict_chunk_rows(s)
         scores, changed, chain = [], 0, []
         for start in range(0, len(index), chunk):
             part = index[start : start + chunk]
-            logits = self._aggregate_logits(s, -1, part)
-            reply: coordinator_pb2.ReleasedScores = self.coordinator.release_scores(s.backend, session_id, logits, part)
+            own = self._pool.submit(he.encrypt_matrix, keys, self.data.X[s.rows[part]] @ s.weights.T + s.bias)
+            self._each_passive(lambda party, client, part=part: client.share_logits(session_id, query_id, part))
+            reply: coordinator_pb2.ReleasedScores = self.coordinator.release_scores(
+                keys, session_id, query_id, own.result(), part
+            )
             released = from_tensor(reply.scores, "released scores", shape=(len(part), s.n_classes), finite=False)
             ids = sample_ids[start : start + chunk]
             self._emit(

@@ -98,6 +98,7 @@ def start_party(config: ServiceConfig) -> Party:
             load_party_data(config),
             CoordinatorClient(channel, policy),
             state,
+            config.operator,
             psi_max_ids=config.psi_max_ids,
         )
         server = start_server(

@@ -61,6 +61,8 @@ class ServiceConfig:
     refuse_training_ids: bool = False
     max_query_rows: int = 100_000
     psi_max_ids: int = PSI_MAX_IDS  # IDs one PSI exchange may carry (the other side's list, and our own)
+    # Passive party: the operator identity allowed to ask it for a risk forecast (None: operator-<party_id>).
+    operator: str | None = None
 
     @property
     def passive_peers(self) -> dict[str, str]:
@@ -138,6 +140,7 @@ def parse_config(raw: dict[str, Any], *, base: Path, role: str | None = None, so
         refuse_training_ids=bool(policy.get("refuse_training_ids", False)),
         max_query_rows=int(policy.get("max_query_rows", 100_000)),
         psi_max_ids=psi_max_ids,
+        operator=raw.get("operator"),
     )
 
 

@@ -6,7 +6,9 @@ Plain-Python engine (:class:`Coordinator`) + thin gRPC servicer (:class:`Coordin
 from __future__ import annotations
 
 import math
+import secrets
 import threading
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -38,14 +40,22 @@ class PassivePeer(Protocol):
 
     def disclose(self, session_id: str, specs: list[str]) -> list[tuple[str, Distorted]]: ...
 
+    def trained_rows(self, session_id: str) -> np.ndarray: ...
+
+
+# Admitted queries whose rows are not all released yet, per session (each holds the passive shares in flight).
+MAX_OPEN_QUERIES = 256
+# Chunks of one query whose passive shares wait for the owner's ReleaseScores (Predict keeps one in flight).
+MAX_PENDING_CHUNKS = 4
+
 
 @dataclass(frozen=True)
 class QueryPolicy:
     """Limits on what the active party may have scored, enforced at the single release point."""
 
-    budget: int = 0  # scored samples per session; 0 = unlimited
+    budget: int = 0  # scored samples per owner, over all its sessions and coordinator restarts; 0 = unlimited
     refuse_training_ids: bool = False  # refuse scores for samples that were used in training
-    max_rows: int = 100_000  # rows per ReleaseScores request
+    max_rows: int = 100_000  # rows per query
 
     def __post_init__(self) -> None:
         if self.budget < 0 or self.max_rows < 1:
@@ -69,6 +79,25 @@ class TrainingStep:
 
 
 @dataclass
+class Query:
+    """An admitted query: rows still to release, and the passive shares received for them (rows -> party)."""
+
+    remaining: Counter[int]
+    shares: dict[tuple[int, ...], dict[str, he.EncryptedMatrix]] = field(default_factory=dict)
+
+    def check_rows(self, index: np.ndarray) -> tuple[int, ...]:
+        rows = tuple(index.tolist())
+        if not rows:
+            raise InvalidArgument("sample_index is empty")
+        extra = Counter(rows) - self.remaining
+        if extra:
+            raise FailedPrecondition(
+                f"row {min(extra)} is not an unreleased row of this query (admit every row with AdmitQuery)"
+            )
+        return rows
+
+
+@dataclass
 class CoordinatorSession:
     backend: he.Backend
     public_context: bytes
@@ -83,12 +112,33 @@ class CoordinatorSession:
     last_step: int = 0
     passive_weights: dict[str, np.ndarray] | None = None
     trained_index: set[int] = field(default_factory=set)  # common indices seen in training batches
-    scored: int = 0  # samples released so far (the query budget counts them)
+    scored: int = 0  # samples released so far in this session (the budget is per owner: Coordinator.scored)
+    finished_step: int | None = None  # last_step at FinishTraining: scores are released only at this step
+    passive_trained: set[int] = field(default_factory=set)  # rows the passive parties say they trained on
+    queries: dict[str, Query] = field(default_factory=dict)  # in flight; lost on restart (budget stays spent)
+    # Inference runs under its own keys, made at FinishTraining: no ciphertext of training (which the active
+    # party holds: [[z_p]], [[p]], [[delta]]) can stand in for the owner's share of a released sum.
+    inference: he.Backend | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def inference_keys(self) -> he.Backend:
+        if self.inference is None:
+            raise FailedPrecondition("no score release before training is finished (FinishTraining)")
+        return self.inference
+
+    def check_releasable(self) -> None:
+        """Scores come from a finished model: after FinishTraining, and not while training again."""
+        if self.finished_step is None:
+            raise FailedPrecondition("no score release before training is finished (FinishTraining)")
+        if self.last_step != self.finished_step:
+            raise FailedPrecondition(
+                f"the session is training (step {self.last_step}): no score release until FinishTraining"
+            )
 
     def to_state(self) -> tuple[dict[str, np.ndarray], dict]:
         arrays = {
             "trained_index": np.fromiter(sorted(self.trained_index), dtype=np.int64),
+            "passive_trained": np.fromiter(sorted(self.passive_trained), dtype=np.int64),
             **{f"passive/{p}": w for p, w in (self.passive_weights or {}).items()},
         }
         current = self.current
@@ -103,6 +153,7 @@ class CoordinatorSession:
             "owner": self.owner,
             "last_step": self.last_step,
             "scored": self.scored,
+            "finished_step": self.finished_step,
             "has_weights": self.passive_weights is not None,
             "widths": self.widths,
             # No RNG state: release noise is drawn from OS entropy afresh, never replayed after a restart.
@@ -118,7 +169,9 @@ class CoordinatorSession:
         return arrays, meta
 
     @classmethod
-    def from_state(cls, arrays: dict[str, np.ndarray], meta: dict, keys: bytes) -> CoordinatorSession:
+    def from_state(
+        cls, arrays: dict[str, np.ndarray], meta: dict, keys: bytes, inference_keys: bytes | None = None
+    ) -> CoordinatorSession:
         backend = he.restore_keyholder(meta["backend"], keys)
         weights = (
             {p: np.array(arrays[f"passive/{p}"]) for p in meta["passive_parties"]} if meta["has_weights"] else None
@@ -137,6 +190,9 @@ class CoordinatorSession:
             passive_weights=weights,
             scored=meta["scored"],
             trained_index=set(arrays["trained_index"].tolist()),
+            finished_step=meta.get("finished_step"),
+            passive_trained=set(arrays.get("passive_trained", np.zeros(0, np.int64)).tolist()),
+            inference=None if inference_keys is None else he.restore_keyholder(meta["backend"], inference_keys),
         )
         current = meta["current"]
         if current is not None:
@@ -165,10 +221,22 @@ class Coordinator:
         self.passives = passives
         self.policy = policy or QueryPolicy()
         self.state = state or checkpoint.StateDir(None)
+        # Beside the sessions: inference keys (one file per session) and the query budget's ledger (samples
+        # admitted per owner, over all its sessions).
+        self.inference_keys, self.ledger = (
+            checkpoint.StateDir(None if self.state.path is None else self.state.path / sub)
+            for sub in ("inference", "owners")
+        )
         self.sessions: dict[str, CoordinatorSession] = {
-            sid: CoordinatorSession.from_state(arrays, meta, self.state.load_bytes(sid))
+            sid: CoordinatorSession.from_state(
+                arrays,
+                meta,
+                self.state.load_bytes(sid),
+                self.inference_keys.load_bytes(sid) if meta.get("finished_step") is not None else None,
+            )
             for sid, (arrays, meta) in self.state.load_all().items()
         }
+        self.scored: dict[str, int] = {owner: meta["scored"] for owner, (_, meta) in self.ledger.load_all().items()}
         self._lock = threading.Lock()
 
     def session(self, session_id: str) -> CoordinatorSession:
@@ -179,6 +247,20 @@ class Coordinator:
 
     def _save(self, session_id: str, s: CoordinatorSession) -> None:
         self.state.save(session_id, *s.to_state())
+
+    def owned(self, session_id: str, caller: str) -> CoordinatorSession:
+        """The session, if ``caller`` opened it: another active identity of the same CA gets PERMISSION_DENIED."""
+        s = self.session(session_id)
+        if caller != s.owner:
+            raise PermissionDenied(f"{caller} does not own session {session_id!r}")
+        return s
+
+    def member(self, session_id: str, caller: str) -> CoordinatorSession:
+        """The session, if ``caller`` is its owner or one of its passive parties."""
+        s = self.session(session_id)
+        if caller != s.owner and caller not in s.passive_parties:
+            raise PermissionDenied(f"{caller} is not a party of session {session_id!r}")
+        return s
 
     def open_session(
         self,
@@ -212,11 +294,13 @@ class Coordinator:
             self.sessions[session_id] = s
         return s.public_context
 
-    def _logits(self, s: CoordinatorSession, logits: he.EncryptedMatrix) -> np.ndarray:
+    def _logits(
+        self, s: CoordinatorSession, logits: he.EncryptedMatrix, keys: he.Backend | None = None
+    ) -> np.ndarray:
         k = lr.n_logits(s.n_classes)
         if logits.shape[1] != k:
             raise InvalidArgument(f"logits have {logits.shape[1]} columns, the model has {k}")
-        z = he.decrypt_matrix(s.backend, logits)
+        z = he.decrypt_matrix(keys or s.backend, logits)
         if not np.isfinite(z).all():
             raise InvalidArgument("aggregate logits decrypt to non-finite values")
         return z
@@ -283,9 +367,7 @@ class Coordinator:
         answered again (from the cache). Products that decrypt outside the masked range are refused, and the
         sums leave flooded with fresh OS-entropy noise and rounded (he.BLOCK_SUM_FLOODING, he.BLOCK_SUM_GRID).
         """
-        s = self.session(session_id)
-        if caller != s.owner and caller not in s.passive_parties:
-            raise PermissionDenied(f"{caller} is not a party of session {session_id!r}")
+        s = self.member(session_id, caller)
         digest = wire.digest(ciphertexts).hex()
         with s.lock:
             current = s.current
@@ -329,37 +411,116 @@ class Coordinator:
         return reply.copy()
 
     def finish_training(self, session_id: str) -> None:
-        """Pull every passive block over TLS and keep it here (PPS-B and the parameter chain need it)."""
+        """Pull every passive block over TLS and keep it here (PPS-B and the parameter chain need it), with
+        the rows each block was trained on (the training-ID refusal trusts them, not the active party)."""
         s = self.session(session_id)
         weights = {party: self._peer(party).weights(session_id) for party in s.passive_parties}
+        trained = {int(i) for party in s.passive_parties for i in self._peer(party).trained_rows(session_id)}
         with s.lock:
+            if s.inference is None:
+                inference = he.make_keyholder(s.backend.name)
+                self.inference_keys.save_bytes(session_id, inference.export_keyholder())  # before the checkpoint
+                s.inference = inference
             s.passive_weights = weights
             s.release.passive_weights = weights
             s.release.cache.clear()  # model-dependent precomputation is stale now
+            s.passive_trained = trained
+            s.finished_step = s.last_step
+            s.queries.clear()  # admitted for an earlier model: void (their budget stays spent)
             self._save(session_id, s)
 
-    def release_scores(
-        self, session_id: str, logits: he.EncryptedMatrix, sample_index: np.ndarray
-    ) -> tuple[np.ndarray, int]:
+    def admit_query(self, session_id: str, sample_index: np.ndarray) -> tuple[str, int, bytes]:
+        """Check the query policy for every row of a query before any of it is released; spend its budget.
+
+        Returns the query id, the owner's admitted total and the inference public context. A refused query
+        spends nothing.
+        """
         s = self.session(session_id)
-        n = logits.shape[0]
-        if len(sample_index) != n:
-            raise InvalidArgument(f"{len(sample_index)} sample indices for {n} logit rows")
+        n = len(sample_index)
+        if n == 0:
+            raise InvalidArgument("sample_index is empty")
         if n > self.policy.max_rows:
-            raise InvalidArgument(f"{n} rows in one request; the limit is {self.policy.max_rows}")
+            raise InvalidArgument(f"{n} rows in one query; the limit is {self.policy.max_rows}")
         with s.lock:
+            s.check_releasable()
             if self.policy.refuse_training_ids:
-                used = s.trained_index.intersection(sample_index.tolist())
+                used = (s.trained_index | s.passive_trained).intersection(sample_index.tolist())
                 if used:
                     raise PermissionDenied(
                         f"refused: {len(used)} requested sample(s) were used in training (e.g. index {min(used)})"
                     )
-            if self.policy.budget and s.scored + n > self.policy.budget:
-                raise ResourceExhausted(
-                    f"query budget exhausted: {s.scored} of {self.policy.budget} samples scored, {n} more requested"
-                )
-            z = self._logits(s, logits)
-            raw = lr.confidence_scores(z)
+            if len(s.queries) >= MAX_OPEN_QUERIES:
+                raise ResourceExhausted(f"{MAX_OPEN_QUERIES} queries of session {session_id!r} are still open")
+            with self._lock:
+                scored = self.scored.get(s.owner, 0)
+                if self.policy.budget and scored + n > self.policy.budget:
+                    raise ResourceExhausted(
+                        f"query budget exhausted: {scored} of {self.policy.budget} samples scored, {n} more requested"
+                    )
+                self.scored[s.owner] = scored + n
+                self.ledger.save(s.owner, {}, {"scored": scored + n})  # durable before anything is released
+            query_id = secrets.token_hex(16)
+            s.queries[query_id] = Query(Counter(sample_index.tolist()))
+        return query_id, scored + n, s.inference_keys().public_context()
+
+    def _query(self, s: CoordinatorSession, query_id: str) -> Query:
+        try:
+            return s.queries[query_id]
+        except KeyError:
+            raise FailedPrecondition(f"no open query {query_id!r} in this session (AdmitQuery first)") from None
+
+    def submit_share(
+        self, session_id: str, query_id: str, caller: str, sample_index: np.ndarray, logits: he.EncryptedMatrix
+    ) -> None:
+        """A passive party's [[z_p]] for rows of an admitted query, kept until the owner releases those rows."""
+        s = self.session(session_id)
+        if caller not in s.passive_parties:
+            raise PermissionDenied(f"{caller} is not a passive party of session {session_id!r}")
+        k = lr.n_logits(s.n_classes)
+        if logits.shape != (len(sample_index), k):
+            raise InvalidArgument(f"share has shape {logits.shape}, expected {(len(sample_index), k)}")
+        with s.lock:
+            s.check_releasable()
+            query = self._query(s, query_id)
+            rows = query.check_rows(sample_index)
+            if rows not in query.shares and len(query.shares) >= MAX_PENDING_CHUNKS:
+                raise ResourceExhausted(f"query {query_id!r} has {MAX_PENDING_CHUNKS} chunks waiting for release")
+            query.shares.setdefault(rows, {})[caller] = logits
+
+    def release_scores(
+        self, session_id: str, query_id: str, own_logits: he.EncryptedMatrix, sample_index: np.ndarray
+    ) -> tuple[np.ndarray, int]:
+        """Scores of admitted rows: the sum of every passive party's share for exactly these rows and the
+        owner's own share, decrypted here. A sum without some passive party's share is never decrypted."""
+        s = self.session(session_id)
+        n, k = own_logits.shape[0], lr.n_logits(s.n_classes)
+        if len(sample_index) != n:
+            raise InvalidArgument(f"{len(sample_index)} sample indices for {n} logit rows")
+        if own_logits.shape[1] != k:
+            raise InvalidArgument(f"logits have {own_logits.shape[1]} columns, the model has {k}")
+        with s.lock:
+            s.check_releasable()
+            query = self._query(s, query_id)
+            rows = query.check_rows(sample_index)
+            shares = query.shares.get(rows, {})
+            missing = [party for party in s.passive_parties if party not in shares]
+            if missing:
+                raise FailedPrecondition(f"{', '.join(missing)} sent no share for these rows of query {query_id!r}")
+            # The rows are taken now, released or not: a request that fails from here on was the owner's.
+            del query.shares[rows]
+            query.remaining -= Counter(rows)
+            if not query.remaining:
+                del s.queries[query_id]
+        keys = s.inference_keys()
+        total = own_logits
+        for party in s.passive_parties:
+            try:
+                total = he.add_matrices(keys, total, shares[party])
+            except ValueError as exc:
+                raise InvalidArgument(f"own logits do not match {party}'s share: {exc}") from exc
+        z = self._logits(s, total, keys)  # decrypted outside the lock: other queries go on meanwhile
+        raw = lr.confidence_scores(z)
+        with s.lock:
             released = self.score_chain(raw, z, s.release)  # the release RNG and cache are per session
             s.scored += n
             self._save(session_id, s)
@@ -404,6 +565,7 @@ class Coordinator:
     def close(self, session_id: str) -> None:
         self.sessions.pop(session_id, None)
         self.state.remove(session_id)
+        self.inference_keys.remove(session_id)
 
 
 def _flood(sums: np.ndarray, sigma: float, rng: entropy.CryptoRandom) -> np.ndarray:
@@ -438,16 +600,24 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
             param_release=release_steps(c.param_chain),
         )
 
+    def _owner(self, session_id: str) -> CoordinatorSession:
+        """Active-only RPCs: the caller must be the active party that opened the session."""
+        return self.coordinator.owned(session_id, current_caller().party_id)
+
     @rpc
     def GetPublicContext(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
-        s = self.coordinator.session(request.session_id)
+        s = self.coordinator.member(request.session_id, current_caller().party_id)
         return coordinator_pb2.PublicContext(
-            backend=wire.BACKEND_ENUM[s.backend.name], data=s.public_context, n_classes=s.n_classes
+            backend=wire.BACKEND_ENUM[s.backend.name],
+            data=s.public_context,
+            n_classes=s.n_classes,
+            owner=s.owner,
+            inference_context=b"" if s.inference is None else s.inference.public_context(),
         )
 
     @rpc
     def ComputeTrainingScores(self, request: coordinator_pb2.TrainingScoresRequest, context: grpc.ServicerContext):
-        s = self.coordinator.session(request.session_id)
+        s = self._owner(request.session_id)
         logits = wire.from_message(s.backend, request.logits, "logits")
         probs = self.coordinator.training_scores(
             request.session_id,
@@ -468,15 +638,36 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
 
     @rpc
     def FinishTraining(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
+        self._owner(request.session_id)
         self.coordinator.finish_training(request.session_id)
         return common_pb2.Empty()
 
     @rpc
+    def AdmitQuery(self, request: coordinator_pb2.AdmitQueryRequest, context: grpc.ServicerContext):
+        self._owner(request.session_id)
+        query_id, scored, context = self.coordinator.admit_query(
+            request.session_id, np.asarray(request.sample_index, np.int64)
+        )
+        return coordinator_pb2.AdmitQueryReply(
+            query_id=query_id, scored=scored, budget=self.coordinator.policy.budget, inference_context=context
+        )
+
+    @rpc
+    def SubmitShare(self, request: coordinator_pb2.ShareRequest, context: grpc.ServicerContext):
+        caller = current_caller().party_id
+        s = self.coordinator.member(request.session_id, caller)
+        logits = wire.from_message(s.inference_keys(), request.logits, "logits")
+        self.coordinator.submit_share(
+            request.session_id, request.query_id, caller, np.asarray(request.sample_index, np.int64), logits
+        )
+        return common_pb2.Empty()
+
+    @rpc
     def ReleaseScores(self, request: coordinator_pb2.ReleaseScoresRequest, context: grpc.ServicerContext):
-        s = self.coordinator.session(request.session_id)
-        logits = wire.from_message(s.backend, request.logits, "logits")
+        s = self._owner(request.session_id)
+        logits = wire.from_message(s.inference_keys(), request.logits, "logits")
         scores, changed = self.coordinator.release_scores(
-            request.session_id, logits, np.asarray(request.sample_index, np.int64)
+            request.session_id, request.query_id, logits, np.asarray(request.sample_index, np.int64)
         )
         return coordinator_pb2.ReleasedScores(
             scores=to_tensor(scores), chain=release_steps(self.coordinator.score_chain), argmax_changed=changed
@@ -484,6 +675,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
 
     @rpc
     def ReleaseModel(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
+        self._owner(request.session_id)
         disclosed, offset = self.coordinator.release_model(request.session_id)
         blocks = [
             coordinator_pb2.PassiveBlock(party_id=party, withheld=True)
@@ -499,6 +691,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
 
     @rpc
     def CloseSession(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
+        self._owner(request.session_id)
         self.coordinator.close(request.session_id)
         return common_pb2.Empty()
 
@@ -509,6 +702,8 @@ ROLE_POLICY: dict[str, frozenset[str]] = {
     "ComputeTrainingScores": frozenset({"active"}),
     "DecryptBlockSums": frozenset({"active", "passive"}),
     "FinishTraining": frozenset({"active"}),
+    "AdmitQuery": frozenset({"active"}),
+    "SubmitShare": frozenset({"passive"}),
     "ReleaseScores": frozenset({"active"}),
     "ReleaseModel": frozenset({"active"}),
     "CloseSession": frozenset({"active"}),

@@ -38,9 +38,10 @@ class CoordinatorClient:
         )
         return call(self.peer, self.stub.OpenSession, request, self.policy)
 
-    def public_context(self, session_id: str) -> tuple[str, bytes]:
+    def public_context(self, session_id: str) -> tuple[str, bytes, str]:
+        """The session's backend, public context and owner (the active party that opened it)."""
         reply = call(self.peer, self.stub.GetPublicContext, common_pb2.SessionRef(session_id=session_id), self.policy)
-        return wire.backend_name(reply.backend), reply.data
+        return wire.backend_name(reply.backend), reply.data, reply.owner
 
     def training_scores(
         self,
@@ -71,11 +72,39 @@ class CoordinatorClient:
     def finish_training(self, session_id: str) -> None:
         call(self.peer, self.stub.FinishTraining, common_pb2.SessionRef(session_id=session_id), self.policy)
 
+    def inference_context(self, session_id: str) -> bytes:
+        """The public context of the session's inference keys (empty before FinishTraining)."""
+        reply = call(self.peer, self.stub.GetPublicContext, common_pb2.SessionRef(session_id=session_id), self.policy)
+        return reply.inference_context
+
+    def admit_query(self, session_id: str, sample_index: np.ndarray) -> coordinator_pb2.AdmitQueryReply:
+        request = coordinator_pb2.AdmitQueryRequest(session_id=session_id, sample_index=sample_index.tolist())
+        return call(self.peer, self.stub.AdmitQuery, request, self.policy)
+
+    def submit_share(
+        self, backend: he.Backend, session_id: str, query_id: str, sample_index: np.ndarray, logits: he.EncryptedMatrix
+    ) -> None:
+        request = coordinator_pb2.ShareRequest(
+            session_id=session_id,
+            query_id=query_id,
+            sample_index=sample_index.tolist(),
+            logits=wire.to_message(backend, logits),
+        )
+        call(self.peer, self.stub.SubmitShare, request, self.policy)
+
     def release_scores(
-        self, backend: he.Backend, session_id: str, logits: he.EncryptedMatrix, sample_index: np.ndarray
+        self,
+        backend: he.Backend,
+        session_id: str,
+        query_id: str,
+        own_logits: he.EncryptedMatrix,
+        sample_index: np.ndarray,
     ) -> coordinator_pb2.ReleasedScores:
         request = coordinator_pb2.ReleaseScoresRequest(
-            session_id=session_id, logits=wire.to_message(backend, logits), sample_index=sample_index.tolist()
+            session_id=session_id,
+            query_id=query_id,
+            logits=wire.to_message(backend, own_logits),
+            sample_index=sample_index.tolist(),
         )
         return call(self.peer, self.stub.ReleaseScores, request, self.policy)
 
@@ -129,9 +158,19 @@ class PassiveClient:
         )
         call(self.peer, self.stub.Backward, request, self.policy)
 
+    def share_logits(self, session_id: str, query_id: str, sample_index: np.ndarray) -> None:
+        request = passive_pb2.ShareLogitsRequest(
+            session_id=session_id, query_id=query_id, sample_index=sample_index.tolist()
+        )
+        call(self.peer, self.stub.ShareLogits, request, self.policy)
+
     def weights(self, session_id: str) -> np.ndarray:
         reply = call(self.peer, self.stub.GetWeights, common_pb2.SessionRef(session_id=session_id), self.policy)
         return from_tensor(reply, f"weights of {self.peer}", ndim=2).copy()
+
+    def trained_rows(self, session_id: str) -> np.ndarray:
+        reply = call(self.peer, self.stub.TrainedRows, common_pb2.SessionRef(session_id=session_id), self.policy)
+        return from_tensor(reply, f"trained rows of {self.peer}", ndim=1).astype(np.int64)
 
     def close(self, session_id: str) -> None:
         call(self.peer, self.stub.CloseSession, common_pb2.SessionRef(session_id=session_id), self.policy)

@@ -11,18 +11,25 @@ import numpy as np
 
 from vflsec.services import checkpoint, entropy, he, lr, param_defenses, psi, wire
 from vflsec.services.datasets import PartyData
-from vflsec.services.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from vflsec.services.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from vflsec.services.server import rpc
 from vflsec.services.tensors import to_tensor
+from vflsec.services.tls import COORDINATOR, current_caller
 from vflsec.v1 import common_pb2, passive_pb2, passive_pb2_grpc
 
 
 class CoordinatorLink(Protocol):
     """What a passive party needs from the coordinator."""
 
-    def public_context(self, session_id: str) -> tuple[str, bytes]: ...
+    def public_context(self, session_id: str) -> tuple[str, bytes, str]: ...
+
+    def inference_context(self, session_id: str) -> bytes: ...
 
     def block_sums(self, session_id: str, step: int, ciphertexts: list[bytes], width: int) -> np.ndarray: ...
+
+    def submit_share(
+        self, backend: he.Backend, session_id: str, query_id: str, sample_index: np.ndarray, logits: he.EncryptedMatrix
+    ) -> None: ...
 
 
 @dataclass
@@ -36,11 +43,14 @@ class PassiveSession:
     # Key of this session's mask stream (AES-CTR, services/entropy.py): masks are unpredictable to the
     # coordinator, yet a step redone after a crash rebuilds byte-identical products.
     mask_key: bytes
+    owner: str  # the active party that joined us to the session (and opened it at the coordinator)
+    trained_rows: set[int] = field(default_factory=set)  # common indices our block was updated on
     psi_permutation: np.ndarray | None = None  # order in which our blinded IDs were sent; set once per session
     rows: np.ndarray | None = None  # common index -> our row, after PSI
     completed_step: int = 0  # last training step whose update is applied (and checkpointed)
     previous_weights: np.ndarray | None = None  # the block before that step, to replay its Forward
     forward_index: tuple[int, np.ndarray] | None = None  # the batch of the step in flight
+    inference: he.Backend | None = None  # public inference keys, fetched from the coordinator when first needed
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def to_state(self) -> tuple[dict[str, np.ndarray], dict]:
@@ -51,6 +61,7 @@ class PassiveSession:
             "opt_m": opt["m"],
             "opt_v": opt["v"],
             "mask_key": checkpoint.from_bytes(self.mask_key),
+            "trained_rows": np.fromiter(sorted(self.trained_rows), dtype=np.int64),
         }
         for name in ("previous_weights", "rows", "psi_permutation"):
             if getattr(self, name) is not None:
@@ -61,6 +72,7 @@ class PassiveSession:
             "opt_t": t,
             "optimizer": [self.config.name, self.config.learning_rate, self.config.l2],
             "completed_step": self.completed_step,
+            "owner": self.owner,
         }
         return arrays, meta
 
@@ -79,6 +91,8 @@ class PassiveSession:
             weights=weights,
             optimizer=optimizer,
             mask_key=checkpoint.as_bytes(arrays["mask_key"]),
+            owner=meta["owner"],
+            trained_rows=set(arrays["trained_rows"].tolist()),
             psi_permutation=arrays.get("psi_permutation"),
             rows=arrays.get("rows"),
             completed_step=meta["completed_step"],
@@ -100,6 +114,8 @@ class PassiveParty:
         data: PartyData,
         coordinator: CoordinatorLink,
         state: checkpoint.StateDir | None = None,
+        operator: str | None = None,
+        coordinator_id: str = COORDINATOR,
         *,
         psi_max_ids: int = psi.MAX_IDS,
     ) -> None:
@@ -107,6 +123,8 @@ class PassiveParty:
         self.psi_max_ids = psi_max_ids
         self.data = data
         self.coordinator = coordinator
+        self.coordinator_id = coordinator_id  # the coordinator identity this party answers
+        self.operator = operator or f"operator-{party_id}"  # this party's own operator (ForecastRisk)
         self.state = state or checkpoint.StateDir(None)
         self.sessions: dict[str, PassiveSession] = {
             sid: PassiveSession.from_state(arrays, meta) for sid, (arrays, meta) in self.state.load_all().items()
@@ -126,13 +144,32 @@ class PassiveParty:
     def _save(self, session_id: str, s: PassiveSession) -> None:
         self.state.save(session_id, *s.to_state())
 
-    def join(self, session_id: str, backend_name: str, n_classes: int, config: lr.OptimizerConfig) -> int:
+    def owned(self, session_id: str, caller: str) -> PassiveSession:
+        """The session, if ``caller`` owns it: another active identity of the same CA gets PERMISSION_DENIED."""
+        s = self.session(session_id)
+        if caller != s.owner:
+            raise PermissionDenied(f"{caller} does not own session {session_id!r}")
+        return s
+
+    def check_coordinator(self, caller: str) -> None:
+        if caller != self.coordinator_id:
+            raise PermissionDenied(f"{caller} is not this party's coordinator {self.coordinator_id!r}")
+
+    def check_forecaster(self, caller: str) -> None:
+        if caller not in (self.operator, self.coordinator_id):
+            raise PermissionDenied(f"{caller} is neither this party's operator {self.operator} nor its coordinator")
+
+    def join(
+        self, session_id: str, backend_name: str, n_classes: int, config: lr.OptimizerConfig, caller: str
+    ) -> int:
         if not checkpoint.valid_session_id(session_id):
             raise InvalidArgument(f"invalid session_id {session_id!r}")
         if n_classes < 2:
             raise InvalidArgument(f"n_classes must be >= 2, got {n_classes}")
         k = lr.n_logits(n_classes)
-        context_backend, context = self.coordinator.public_context(session_id)
+        context_backend, context, owner = self.coordinator.public_context(session_id)
+        if owner != caller:  # the session is the caller's only if the coordinator says it opened it
+            raise PermissionDenied(f"session {session_id!r} was opened at the coordinator by {owner}, not {caller}")
         if context_backend != backend_name:
             raise FailedPrecondition(
                 f"coordinator runs session {session_id!r} on {context_backend}, not {backend_name}"
@@ -149,6 +186,7 @@ class PassiveParty:
                 weights=np.zeros((k, self.n_features)),
                 optimizer=lr.BlockOptimizer(config, (k, self.n_features)),
                 mask_key=entropy.new_key(),
+                owner=owner,
             )
             self._save(session_id, s)
             self.sessions[session_id] = s
@@ -205,17 +243,17 @@ class PassiveParty:
 
     # --- training and inference ---
     def forward(self, session_id: str, step: int, sample_index: np.ndarray) -> he.EncryptedMatrix:
-        """[[z_p]] for a training step (step >= 1) or for inference (step = -1).
+        """[[z_p]] for a training step (step >= 1); inference shares go to the coordinator (share_logits).
 
         Forward of the last completed step is a replay after a crash elsewhere: it uses the block as it was
         before that step, so the replayed step computes exactly what the interrupted one did.
         """
         s = self.session(session_id)
+        if step < 1:
+            raise InvalidArgument(f"Forward is for training steps (>= 1), got {step}: inference uses ShareLogits")
         x = self._features(s, sample_index)
         with s.lock:
-            if step < 0:
-                weights = s.weights
-            elif step == s.completed_step + 1:
+            if step == s.completed_step + 1:
                 weights = s.weights
                 s.forward_index = (step, sample_index.copy())
             elif step == s.completed_step and s.previous_weights is not None:
@@ -226,6 +264,22 @@ class PassiveParty:
                 )
             z = x @ weights.T
         return he.encrypt_matrix(s.backend, z)
+
+    def share_logits(self, session_id: str, query_id: str, sample_index: np.ndarray) -> None:
+        """Inference: [[z_p]] for rows of an admitted query, sent to the coordinator and never to the active
+        party, so that every released score includes this party's share for exactly these rows."""
+        s = self.session(session_id)
+        x = self._features(s, sample_index)
+        if s.inference is None:
+            context = self.coordinator.inference_context(session_id)
+            if not context:
+                raise FailedPrecondition("the coordinator has no inference keys yet: training is not finished")
+            s.inference = he.open_public(s.backend.name, context)
+        with s.lock:
+            z = x @ s.weights.T
+        self.coordinator.submit_share(
+            s.inference, session_id, query_id, sample_index, he.encrypt_matrix(s.inference, z)
+        )
 
     def backward(
         self, session_id: str, step: int, sample_index: np.ndarray, delta: he.EncryptedMatrix, delta_digest: bytes
@@ -267,11 +321,17 @@ class PassiveParty:
             s.previous_weights = s.weights
             s.weights = s.optimizer.step(s.weights, grad)
             s.completed_step = step
+            s.trained_rows.update(sample_index.tolist())
             s.forward_index = None
             self._save(session_id, s)  # acknowledged only once durable
 
     def weights(self, session_id: str) -> np.ndarray:
         return self.session(session_id).weights.copy()
+
+    def trained(self, session_id: str) -> np.ndarray:
+        s = self.session(session_id)
+        with s.lock:
+            return np.fromiter(sorted(s.trained_rows), dtype=np.int64)
 
     def _stats(self, s: PassiveSession) -> param_defenses.DataStats:
         """Statistics of this party's own aligned rows; they are used here and never leave."""
@@ -334,31 +394,50 @@ class PassiveServicer(passive_pb2_grpc.PassiveServicer):
     def __init__(self, party: PassiveParty) -> None:
         self.party = party
 
+    def _owner(self, session_id: str) -> PassiveSession:
+        """Active-only RPCs: the caller must be the active party that owns the session."""
+        return self.party.owned(session_id, current_caller().party_id)
+
     @rpc
     def JoinSession(self, request: passive_pb2.JoinSessionRequest, context: grpc.ServicerContext):
         config = wire.optimizer_config(request.training)
-        n = self.party.join(request.session_id, wire.backend_name(request.backend), request.n_classes, config)
+        n = self.party.join(
+            request.session_id,
+            wire.backend_name(request.backend),
+            request.n_classes,
+            config,
+            caller=current_caller().party_id,
+        )
         return passive_pb2.JoinSessionReply(n_features=n, n_rows=len(self.party.data.ids))
 
     @rpc
     def PsiExchange(self, request: passive_pb2.PsiExchangeRequest, context: grpc.ServicerContext):
+        self._owner(request.session_id)
         double, own = self.party.psi_exchange(request.session_id, request.salt, list(request.blinded))
         return passive_pb2.PsiExchangeReply(double_blinded=double, own_blinded=own)
 
     @rpc
     def PsiFinish(self, request: passive_pb2.PsiFinishRequest, context: grpc.ServicerContext):
+        self._owner(request.session_id)
         n = self.party.psi_finish(request.session_id, np.asarray(request.positions, dtype=np.int64))
         return passive_pb2.PsiFinishReply(n_common=n)
 
     @rpc
     def Forward(self, request: passive_pb2.ForwardRequest, context: grpc.ServicerContext):
-        s = self.party.session(request.session_id)
+        s = self._owner(request.session_id)
         z = self.party.forward(request.session_id, request.step, np.asarray(request.sample_index, dtype=np.int64))
         return wire.to_message(s.backend, z)
 
     @rpc
+    def ShareLogits(self, request: passive_pb2.ShareLogitsRequest, context: grpc.ServicerContext):
+        self._owner(request.session_id)
+        index = np.asarray(request.sample_index, dtype=np.int64)
+        self.party.share_logits(request.session_id, request.query_id, index)
+        return common_pb2.Empty()
+
+    @rpc
     def Backward(self, request: passive_pb2.BackwardRequest, context: grpc.ServicerContext):
-        s = self.party.session(request.session_id)
+        s = self._owner(request.session_id)
         delta = wire.from_message(s.backend, request.delta, "delta")
         index = np.asarray(request.sample_index, dtype=np.int64)
         self.party.backward(request.session_id, request.step, index, delta, wire.digest(request.delta.ciphertexts))
@@ -366,15 +445,23 @@ class PassiveServicer(passive_pb2_grpc.PassiveServicer):
 
     @rpc
     def GetWeights(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
+        self.party.check_coordinator(current_caller().party_id)
         return to_tensor(self.party.weights(request.session_id))
 
     @rpc
+    def TrainedRows(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
+        self.party.check_coordinator(current_caller().party_id)
+        return to_tensor(self.party.trained(request.session_id))
+
+    @rpc
     def DiscloseWeights(self, request: passive_pb2.DiscloseRequest, context: grpc.ServicerContext):
+        self.party.check_coordinator(current_caller().party_id)
         steps = self.party.disclose(request.session_id, list(request.steps))
         return passive_pb2.Disclosure(steps=[disclosed_step(name, result) for name, result in steps])
 
     @rpc
     def ForecastRisk(self, request: passive_pb2.DiscloseRequest, context: grpc.ServicerContext):
+        self.party.check_forecaster(current_caller().party_id)
         f = self.party.forecast(request.session_id, list(request.steps), request.warn_fraction)
         return passive_pb2.RiskForecast(
             d=f["d"],
@@ -391,6 +478,7 @@ class PassiveServicer(passive_pb2_grpc.PassiveServicer):
 
     @rpc
     def CloseSession(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
+        self._owner(request.session_id)
         self.party.close(request.session_id)
         return common_pb2.Empty()
 
@@ -413,8 +501,10 @@ ROLE_POLICY: dict[str, frozenset[str]] = {
     "PsiExchange": frozenset({"active"}),
     "PsiFinish": frozenset({"active"}),
     "Forward": frozenset({"active"}),
+    "ShareLogits": frozenset({"active"}),
     "Backward": frozenset({"active"}),
     "GetWeights": frozenset({"coordinator"}),
+    "TrainedRows": frozenset({"coordinator"}),
     "DiscloseWeights": frozenset({"coordinator"}),
     "ForecastRisk": frozenset({"coordinator", "operator"}),
     "CloseSession": frozenset({"active"}),

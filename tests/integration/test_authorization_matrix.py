@@ -14,6 +14,8 @@ from vflsec.services.server import peer_channel
 
 # A certificate per role, as issued by write_federation (the operator's is always issued).
 CALLERS = {tls.COORDINATOR: "coordinator", tls.ACTIVE: "active", tls.PASSIVE: "passive-1", tls.OPERATOR: "operator"}
+# A passive party answers only its own operator (identity, not role: tests/security/test_session_owner.py).
+OWN_OPERATOR = "operator-passive-1"
 # The party serving each service in the test federation.
 SERVERS = {"Coordinator": "coordinator", "Active": "active", "Passive": "passive-1"}
 UNKNOWN_SESSION = "authz-matrix-unknown-session"
@@ -46,7 +48,8 @@ def channels(binary_federation):
     opened: dict[tuple[str, str], grpc.Channel] = {}
     for role, caller in CALLERS.items():
         for service, server in SERVERS.items():
-            opened[role, service] = binary_federation.channel(caller, server)
+            who = OWN_OPERATOR if (role, service) == (tls.OPERATOR, "Passive") else caller
+            opened[role, service] = binary_federation.channel(who, server)
     yield opened
     for channel in opened.values():
         channel.close()

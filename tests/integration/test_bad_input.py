@@ -64,10 +64,16 @@ def _plain_matrix(values: np.ndarray, replicas: int = 1) -> common_pb2.Encrypted
 def test_malformed_ciphertexts_nan_and_wrong_shapes(trained) -> None:
     fed, session_id, common = trained
     stub = _coordinator_as_active(fed)
+    passive = passive_pb2_grpc.PassiveStub(fed.channel("active", "passive-1"))
 
     def release(matrix: common_pb2.EncryptedMatrix):
+        rows = list(range(max(matrix.rows, 1)))  # a fresh admitted query, with the passive party's share
+        query = stub.AdmitQuery(coordinator_pb2.AdmitQueryRequest(session_id=session_id, sample_index=rows))
+        passive.ShareLogits(
+            passive_pb2.ShareLogitsRequest(session_id=session_id, query_id=query.query_id, sample_index=rows)
+        )
         request = coordinator_pb2.ReleaseScoresRequest(
-            session_id=session_id, logits=matrix, sample_index=range(max(matrix.rows, 0))
+            session_id=session_id, query_id=query.query_id, logits=matrix, sample_index=range(max(matrix.rows, 0))
         )
         return stub.ReleaseScores(request)
 
@@ -106,9 +112,12 @@ def test_malformed_ciphertexts_nan_and_wrong_shapes(trained) -> None:
 def test_out_of_order_steps_and_unknown_indices_at_the_passive_party(trained) -> None:
     fed, session_id, common = trained
     stub = passive_pb2_grpc.PassiveStub(fed.channel("active", "passive-1"))
-    forward = passive_pb2.ForwardRequest(session_id=session_id, step=-1, sample_index=[0, 10**9])
-    code, details = _code(stub.Forward, forward)
+    share = passive_pb2.ShareLogitsRequest(session_id=session_id, query_id="q", sample_index=[0, 10**9])
+    code, details = _code(stub.ShareLogits, share)
     assert code == grpc.StatusCode.NOT_FOUND and "sample index" in details
+    forward = passive_pb2.ForwardRequest(session_id=session_id, step=-1, sample_index=[0])
+    code, details = _code(stub.Forward, forward)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "ShareLogits" in details
 
     backward = passive_pb2.BackwardRequest(
         session_id=session_id, step=10**6, sample_index=[0], delta=_plain_matrix(np.zeros((1, 1)))

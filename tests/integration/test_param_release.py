@@ -75,7 +75,7 @@ def test_risk_cli_forecasts_before_release(tmp_path) -> None:
             "--party",
             "passive-1",
             "--tls-dir",
-            str(fed.layout.workdir / "operator" / "tls"),
+            str(fed.layout.workdir / "operator-passive-1" / "tls"),  # the passive party's own operator
         ]
         undefended = subprocess.run([*base, "--session", "risk", "--json"], capture_output=True, text=True)
         # d = 4 > C - 1 = 2 here, so nothing is exact; the flip must raise the forecast LS error.

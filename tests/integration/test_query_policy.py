@@ -1,4 +1,5 @@
-"""The coordinator's query policy: budget, refusal of training IDs, request size; each a precise status."""
+"""The coordinator's query policy: budget (per owner), refusal of training IDs, query size; each a precise
+status."""
 
 from __future__ import annotations
 
@@ -32,7 +33,9 @@ def test_query_policy(tmp_path) -> None:
         assert fed.operator.predict(info.session_id, held_out[40:60]).scores.shape == (20, 2)
         code, details = _status(fed.operator.predict, info.session_id, held_out[60:61])
         assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "60 of 60" in details
-        # Refused requests consumed nothing and the service keeps serving other sessions.
+        # The budget is the owner's, not the session's: a new session does not reset it.
         other = fed.operator.create_session("plain", seed=1)
-        fed.operator.align(other.session_id)
-        assert fed.operator.predict(other.session_id, held_out[:3]).scores.shape == (3, 2)
+        other_common = sorted(fed.operator.align(other.session_id))
+        list(fed.operator.train(other.session_id, other_common[:200], 1))
+        code, details = _status(fed.operator.predict, other.session_id, other_common[200:201])
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "60 of 60" in details

@@ -62,6 +62,16 @@ class CoordinatorStub:
                 request_serializer=vflsec_dot_v1_dot_common__pb2.SessionRef.SerializeToString,
                 response_deserializer=vflsec_dot_v1_dot_common__pb2.Empty.FromString,
                 _registered_method=True)
+        self.AdmitQuery = channel.unary_unary(
+                '/vflsec.v1.Coordinator/AdmitQuery',
+                request_serializer=vflsec_dot_v1_dot_coordinator__pb2.AdmitQueryRequest.SerializeToString,
+                response_deserializer=vflsec_dot_v1_dot_coordinator__pb2.AdmitQueryReply.FromString,
+                _registered_method=True)
+        self.SubmitShare = channel.unary_unary(
+                '/vflsec.v1.Coordinator/SubmitShare',
+                request_serializer=vflsec_dot_v1_dot_coordinator__pb2.ShareRequest.SerializeToString,
+                response_deserializer=vflsec_dot_v1_dot_common__pb2.Empty.FromString,
+                _registered_method=True)
         self.ReleaseScores = channel.unary_unary(
                 '/vflsec.v1.Coordinator/ReleaseScores',
                 request_serializer=vflsec_dot_v1_dot_coordinator__pb2.ReleaseScoresRequest.SerializeToString,
@@ -92,7 +102,8 @@ class CoordinatorServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetPublicContext(self, request, context):
-        """Active or passive party: the session's public context.
+        """The session's owner or one of its passive parties: the session's public context (and its owner, which a
+        passive party checks against the caller of its JoinSession).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -124,9 +135,30 @@ class CoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AdmitQuery(self, request, context):
+        """Owner, inference: admit a whole query before any of it is released. The query policy is checked for
+        every row here (budget, per owner across sessions: RESOURCE_EXHAUSTED; rows the model was trained on,
+        as the coordinator and every passive party recorded them: PERMISSION_DENIED; too many rows:
+        INVALID_ARGUMENT; before FinishTraining or during training: FAILED_PRECONDITION). The budget is spent
+        on admission.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SubmitShare(self, request, context):
+        """Passive party of the session, inference: its share [[X_p W_p^T]] for rows of an admitted query, sent
+        here directly (the active party never holds it).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ReleaseScores(self, request, context):
-        """Active party, inference: [[z]] -> scores through the score-release chain, subject to the query policy
-        (budget: RESOURCE_EXHAUSTED; training IDs refused: PERMISSION_DENIED; too many rows: INVALID_ARGUMENT).
+        """Owner, inference: the coordinator sums every passive party's share for these rows of the query with the
+        owner's own share (all under the session's inference keys, which no training ciphertext uses), decrypts
+        the sum and releases scores through the score-release chain. Each admitted
+        row is released once; rows some passive party has not shared are refused (FAILED_PRECONDITION).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -171,6 +203,16 @@ def add_CoordinatorServicer_to_server(servicer, server):
             'FinishTraining': grpc.unary_unary_rpc_method_handler(
                     servicer.FinishTraining,
                     request_deserializer=vflsec_dot_v1_dot_common__pb2.SessionRef.FromString,
+                    response_serializer=vflsec_dot_v1_dot_common__pb2.Empty.SerializeToString,
+            ),
+            'AdmitQuery': grpc.unary_unary_rpc_method_handler(
+                    servicer.AdmitQuery,
+                    request_deserializer=vflsec_dot_v1_dot_coordinator__pb2.AdmitQueryRequest.FromString,
+                    response_serializer=vflsec_dot_v1_dot_coordinator__pb2.AdmitQueryReply.SerializeToString,
+            ),
+            'SubmitShare': grpc.unary_unary_rpc_method_handler(
+                    servicer.SubmitShare,
+                    request_deserializer=vflsec_dot_v1_dot_coordinator__pb2.ShareRequest.FromString,
                     response_serializer=vflsec_dot_v1_dot_common__pb2.Empty.SerializeToString,
             ),
             'ReleaseScores': grpc.unary_unary_rpc_method_handler(
@@ -325,6 +367,60 @@ class Coordinator:
             target,
             '/vflsec.v1.Coordinator/FinishTraining',
             vflsec_dot_v1_dot_common__pb2.SessionRef.SerializeToString,
+            vflsec_dot_v1_dot_common__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AdmitQuery(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/vflsec.v1.Coordinator/AdmitQuery',
+            vflsec_dot_v1_dot_coordinator__pb2.AdmitQueryRequest.SerializeToString,
+            vflsec_dot_v1_dot_coordinator__pb2.AdmitQueryReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SubmitShare(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/vflsec.v1.Coordinator/SubmitShare',
+            vflsec_dot_v1_dot_coordinator__pb2.ShareRequest.SerializeToString,
             vflsec_dot_v1_dot_common__pb2.Empty.FromString,
             options,
             channel_credentials,

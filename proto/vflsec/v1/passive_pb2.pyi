@@ -69,6 +69,16 @@ class ForwardRequest(_message.Message):
     sample_index: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, session_id: _Optional[str] = ..., step: _Optional[int] = ..., sample_index: _Optional[_Iterable[int]] = ...) -> None: ...
 
+class ShareLogitsRequest(_message.Message):
+    __slots__ = ("session_id", "query_id", "sample_index")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    QUERY_ID_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    query_id: str
+    sample_index: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, session_id: _Optional[str] = ..., query_id: _Optional[str] = ..., sample_index: _Optional[_Iterable[int]] = ...) -> None: ...
+
 class BackwardRequest(_message.Message):
     __slots__ = ("session_id", "step", "sample_index", "delta")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]

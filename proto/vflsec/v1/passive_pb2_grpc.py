@@ -27,8 +27,9 @@ if _version_not_supported:
 
 
 class PassiveStub:
-    """A passive party: holds feature columns only. It answers the active party (PSI, forward/backward)
-    and the coordinator (its weight block, for the parameter-release chain).
+    """A passive party: holds feature columns only. It answers the active party that owns a session (the caller
+    of its JoinSession, confirmed with the coordinator; PSI, forward/backward, inference shares) and the
+    coordinator it is configured with (its weight block, for the parameter-release chain).
     """
 
     def __init__(self, channel):
@@ -57,6 +58,11 @@ class PassiveStub:
                 request_serializer=vflsec_dot_v1_dot_passive__pb2.ForwardRequest.SerializeToString,
                 response_deserializer=vflsec_dot_v1_dot_common__pb2.EncryptedMatrix.FromString,
                 _registered_method=True)
+        self.ShareLogits = channel.unary_unary(
+                '/vflsec.v1.Passive/ShareLogits',
+                request_serializer=vflsec_dot_v1_dot_passive__pb2.ShareLogitsRequest.SerializeToString,
+                response_deserializer=vflsec_dot_v1_dot_common__pb2.Empty.FromString,
+                _registered_method=True)
         self.Backward = channel.unary_unary(
                 '/vflsec.v1.Passive/Backward',
                 request_serializer=vflsec_dot_v1_dot_passive__pb2.BackwardRequest.SerializeToString,
@@ -64,6 +70,11 @@ class PassiveStub:
                 _registered_method=True)
         self.GetWeights = channel.unary_unary(
                 '/vflsec.v1.Passive/GetWeights',
+                request_serializer=vflsec_dot_v1_dot_common__pb2.SessionRef.SerializeToString,
+                response_deserializer=vflsec_dot_v1_dot_common__pb2.Tensor.FromString,
+                _registered_method=True)
+        self.TrainedRows = channel.unary_unary(
+                '/vflsec.v1.Passive/TrainedRows',
                 request_serializer=vflsec_dot_v1_dot_common__pb2.SessionRef.SerializeToString,
                 response_deserializer=vflsec_dot_v1_dot_common__pb2.Tensor.FromString,
                 _registered_method=True)
@@ -85,8 +96,9 @@ class PassiveStub:
 
 
 class PassiveServicer:
-    """A passive party: holds feature columns only. It answers the active party (PSI, forward/backward)
-    and the coordinator (its weight block, for the parameter-release chain).
+    """A passive party: holds feature columns only. It answers the active party that owns a session (the caller
+    of its JoinSession, confirmed with the coordinator; PSI, forward/backward, inference shares) and the
+    coordinator it is configured with (its weight block, for the parameter-release chain).
     """
 
     def JoinSession(self, request, context):
@@ -112,7 +124,14 @@ class PassiveServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Forward(self, request, context):
-        """Active party: [[X_p W_p^T]] for the given common indices.
+        """Owner, training: [[X_p W_p^T]] for the batch of step `step` (>= 1).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ShareLogits(self, request, context):
+        """Owner, inference: send [[X_p W_p^T]] for rows of an admitted query straight to the coordinator.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -133,6 +152,13 @@ class PassiveServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def TrainedRows(self, request, context):
+        """Coordinator only: the common indices this party's block was trained on (the training-ID refusal).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def DiscloseWeights(self, request, context):
         """Coordinator only: run the parameter-release steps on this party's block here, where its data
         statistics live (they never leave); returns each step's output for the coordinator to check.
@@ -142,7 +168,7 @@ class PassiveServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ForecastRisk(self, request, context):
-        """Coordinator or operator: the forecast attack MSE (LS, Half*) of disclosing this block through the
+        """The coordinator or this party's own operator: the forecast attack MSE (LS, Half*) of disclosing this block through the
         given steps, before anything is released (rassouli Theorem 2).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -178,6 +204,11 @@ def add_PassiveServicer_to_server(servicer, server):
                     request_deserializer=vflsec_dot_v1_dot_passive__pb2.ForwardRequest.FromString,
                     response_serializer=vflsec_dot_v1_dot_common__pb2.EncryptedMatrix.SerializeToString,
             ),
+            'ShareLogits': grpc.unary_unary_rpc_method_handler(
+                    servicer.ShareLogits,
+                    request_deserializer=vflsec_dot_v1_dot_passive__pb2.ShareLogitsRequest.FromString,
+                    response_serializer=vflsec_dot_v1_dot_common__pb2.Empty.SerializeToString,
+            ),
             'Backward': grpc.unary_unary_rpc_method_handler(
                     servicer.Backward,
                     request_deserializer=vflsec_dot_v1_dot_passive__pb2.BackwardRequest.FromString,
@@ -185,6 +216,11 @@ def add_PassiveServicer_to_server(servicer, server):
             ),
             'GetWeights': grpc.unary_unary_rpc_method_handler(
                     servicer.GetWeights,
+                    request_deserializer=vflsec_dot_v1_dot_common__pb2.SessionRef.FromString,
+                    response_serializer=vflsec_dot_v1_dot_common__pb2.Tensor.SerializeToString,
+            ),
+            'TrainedRows': grpc.unary_unary_rpc_method_handler(
+                    servicer.TrainedRows,
                     request_deserializer=vflsec_dot_v1_dot_common__pb2.SessionRef.FromString,
                     response_serializer=vflsec_dot_v1_dot_common__pb2.Tensor.SerializeToString,
             ),
@@ -212,8 +248,9 @@ def add_PassiveServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class Passive:
-    """A passive party: holds feature columns only. It answers the active party (PSI, forward/backward)
-    and the coordinator (its weight block, for the parameter-release chain).
+    """A passive party: holds feature columns only. It answers the active party that owns a session (the caller
+    of its JoinSession, confirmed with the coordinator; PSI, forward/backward, inference shares) and the
+    coordinator it is configured with (its weight block, for the parameter-release chain).
     """
 
     @staticmethod
@@ -325,6 +362,33 @@ class Passive:
             _registered_method=True)
 
     @staticmethod
+    def ShareLogits(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/vflsec.v1.Passive/ShareLogits',
+            vflsec_dot_v1_dot_passive__pb2.ShareLogitsRequest.SerializeToString,
+            vflsec_dot_v1_dot_common__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def Backward(request,
             target,
             options=(),
@@ -366,6 +430,33 @@ class Passive:
             request,
             target,
             '/vflsec.v1.Passive/GetWeights',
+            vflsec_dot_v1_dot_common__pb2.SessionRef.SerializeToString,
+            vflsec_dot_v1_dot_common__pb2.Tensor.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TrainedRows(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/vflsec.v1.Passive/TrainedRows',
             vflsec_dot_v1_dot_common__pb2.SessionRef.SerializeToString,
             vflsec_dot_v1_dot_common__pb2.Tensor.FromString,
             options,
