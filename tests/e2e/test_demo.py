@@ -51,7 +51,9 @@ def digits_undefended() -> dict:
 @pytest.mark.slow
 def test_digits_three_passive_parties(digits_undefended) -> None:
     assert digits_undefended["n_classes"] == 10 and digits_undefended["n_passive"] == 3
-    assert digits_undefended["accuracy"] >= 0.93
+    # Block sums are flooded with fresh OS-entropy noise (docs/protocol.md, "Block sums"), so CKKS runs differ:
+    # measured 0.928-0.945 over three runs, plain (exact sums) 0.935 with this seed.
+    assert digits_undefended["accuracy"] >= 0.92
     assert digits_undefended["score_release"] == [] and digits_undefended["released_argmax_agreement"] == 1.0
 
 

@@ -312,7 +312,8 @@ def test_every_key_is_created_0600_never_chmod_ed(
     trace = _OpenTrace(monkeypatch)
     # The dealer's all-in-one (prepare, demo, compose, integration tests): keys made in each party's folder.
     layout = write_federation(FederationSpec(datasets.load_dataset("breast_cancer"), n_passive=2), tmp_path / "fed")
-    keys = [layout.tls(party).key for party in [*layout.configs, "operator"]]
+    operators = ["operator", *(f"operator-{p}" for p in layout.passive_parties)]  # each passive party's own too
+    keys = [layout.tls(party).key for party in [*layout.configs, *operators]]
     # `vflsec certs` all-in-one, `certs init-ca` and `certs request`.
     pki = tls.make_pki(tmp_path / "pki", ["coordinator", "active"])
     keys += [pki.files(party).key for party in ("coordinator", "active", "operator")]

@@ -1,0 +1,116 @@
+"""The "what each party learns" table (README.md, docs/protocol.md), checked against a live federation.
+
+A federation trains and predicts over real gRPC, mTLS and CKKS while the test watches two parties from the
+inside: the coordinator's every decryption (it holds the key, so whatever it decrypts is what it learns) and
+every message a passive party receives from others. The active party's side is
+tests/integration/test_transcript.py; the probes of a deviating party are the other files of this folder.
+The last test keeps the two copies of the table identical and every test they cite in existence.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import tenseal as ts
+
+from tests.security.conftest import federation
+from vflsec.services import he, passive
+
+ROOT = Path(__file__).resolve().parents[2]
+MASK_FLOOR = 2.0**20  # a masked product slot is uniform in ±2^24 around a value |δ·x| <= 64
+
+
+def test_coordinator_decrypts_only_aggregates_and_passives_receive_only_ciphertexts(tmp_path, monkeypatch) -> None:
+    decrypted: list[np.ndarray] = []
+    shares: list[np.ndarray] = []  # every passive [[z_p]] of training, in plaintext (recorded at its owner)
+    deltas: list[he.EncryptedMatrix] = []
+    block_sum_replies: list[np.ndarray] = []
+
+    decrypt = he.CkksBackend._decrypt
+    monkeypatch.setattr(he.CkksBackend, "_decrypt", lambda self, ct: decrypted.append(decrypt(self, ct)) or decrypted[-1])
+
+    forward, backward = passive.PassiveParty.forward, passive.PassiveParty.backward
+
+    def watched_forward(self, session_id, step, sample_index):  # type: ignore[no-untyped-def]
+        s = self.session(session_id)
+        shares.append(self.data.X[s.rows[sample_index]] @ s.weights.T)
+        return forward(self, session_id, step, sample_index)
+
+    def watched_backward(self, session_id, step, sample_index, delta, digest):  # type: ignore[no-untyped-def]
+        deltas.append(delta)
+        return backward(self, session_id, step, sample_index, delta, digest)
+
+    monkeypatch.setattr(passive.PassiveParty, "forward", watched_forward)
+    monkeypatch.setattr(passive.PassiveParty, "backward", watched_backward)
+
+    with federation(tmp_path / "fed", dataset="wine", n_passive=2) as fed:
+        for name in ("passive-1", "passive-2"):
+            link = fed.parties[name].engine.coordinator
+            original = link.block_sums
+
+            def watched_sums(*args, _original=original, **kwargs):  # type: ignore[no-untyped-def]
+                block_sum_replies.append(_original(*args, **kwargs))
+                return block_sum_replies[-1]
+
+            link.block_sums = watched_sums
+        info = fed.operator.create_session("ckks", seed=0)
+        common = fed.operator.align(info.session_id)
+        list(fed.operator.train(info.session_id, common[:120], 2))
+        n_training = len(decrypted)
+        queried = common[120:140]
+        fed.operator.predict(info.session_id, queried)
+
+        # The true aggregate and each passive share of the queried rows, from the parties' own state.
+        sid = info.session_id
+        active = fed.parties["active"].engine
+        s_a = active.session(sid)
+        index = np.array([s_a.index_of[i] for i in queried])
+        own = active.data.X[s_a.rows[index]] @ s_a.weights.T + s_a.bias
+        inference_shares = []
+        for name in ("passive-1", "passive-2"):
+            engine = fed.parties[name].engine
+            s_p = engine.session(sid)
+            inference_shares.append(engine.data.X[s_p.rows[index]] @ s_p.weights.T)
+
+    # Coordinator, training: logits it decrypts are never one passive party's share; products are masked.
+    training = decrypted[:n_training]
+    logits = [v for v in training if np.abs(v).max() < MASK_FLOOR]
+    products = [v for v in training if np.abs(v).max() >= MASK_FLOOR]
+    assert logits and products
+    assert all(np.median(np.abs(v)) > MASK_FLOOR for v in products)
+    for v in logits:
+        for share in shares:
+            flat = share.ravel()
+            if v.size >= flat.size and np.abs(flat).max() > 1e-3:  # step 1's all-zero blocks say nothing
+                assert np.abs(v[: flat.size] - flat).max() > 1e-3
+
+    # Coordinator, inference: exactly the aggregate z of the admitted rows, never a share on its own.
+    z = own + sum(inference_shares)
+    layout = he.MatrixLayout.for_matrix(z.shape, 1, fed.parties["coordinator"].engine.session(sid).backend.slots)
+    released = layout.unpack(decrypted[n_training:])
+    np.testing.assert_allclose(released, z, atol=1e-3)
+    for share in inference_shares:
+        assert np.abs(released - share).max() > 1e-2
+
+    # Passive parties: δ arrives encrypted; block sums arrive masked (the party alone can unmask its gradient).
+    assert deltas and all(isinstance(ct, ts.CKKSVector) for d in deltas for ct in d.ciphertexts)
+    assert block_sum_replies and all(np.median(np.abs(r)) > MASK_FLOOR for r in block_sum_replies)
+
+
+def _table(path: Path) -> str:
+    text = path.read_text()
+    match = re.search(r"<!-- what-each-party-learns -->\n(.*?)<!-- /what-each-party-learns -->", text, re.S)
+    assert match, f"{path} has no marked 'what each party learns' table"
+    return match.group(1).strip()
+
+
+def test_the_table_is_one_table_and_cites_tests_that_exist() -> None:
+    readme, protocol = _table(ROOT / "README.md"), _table(ROOT / "docs" / "protocol.md")
+    assert readme == protocol
+    cited = re.findall(r"`(tests/[\w/]+\.py)::(\w+)`", readme)
+    assert len(cited) >= 10
+    for path, name in cited:
+        source = (ROOT / path).read_text()
+        assert re.search(rf"^def {name}\(", source, re.M), f"{path}::{name} is cited but does not exist"
