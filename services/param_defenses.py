@@ -152,12 +152,15 @@ class Distorted:
 
     ``bias_offset`` (K_logits,) is part of the released model: the coordinator adds it to the disclosed bias.
     ``private`` (achieved g, secret ε′, the transform, ...) never reaches the active party.
+    ``undoable``: a Kerckhoffs attacker recovers the true block from what it is told (the announced mechanism
+    and parameters, the disclosed block, the bias offset) — the distortion then protects nothing.
     """
 
     disclosed: np.ndarray | None
     bias_offset: np.ndarray | None = None
     public: dict[str, str] = field(default_factory=dict)
     private: dict[str, Any] = field(default_factory=dict)
+    undoable: bool = False
 
 
 def _system(w: np.ndarray, n_classes: int) -> tuple[np.ndarray, PassiveSystem]:
@@ -186,7 +189,10 @@ def forecast(
 
     ``distorted`` is what will be disclosed (None: the true block). Keys: ``half`` (the blind baseline
     Tr(K_½)/d), ``ls`` and ``half_star`` (None when withheld), ``rank``, ``rank_condition`` (d ≤ C − 1 and A
-    of full column rank: an undistorted block is then reconstructed exactly), ``zero_error``, ``warnings``.
+    of full column rank: an undistorted block is then reconstructed exactly), ``zero_error``, ``warnings``,
+    ``undone``. The forecast is for a Kerckhoffs attacker: an ``undoable`` distortion is forecast as the true
+    block (``undone`` True, with a warning); ``naive_ls`` / ``naive_half_star`` are then the MSEs of the
+    attacker that takes the disclosed block at face value.
     """
     w = _check_block(w_passive, stats)
     if not 0.0 <= warn_fraction <= 1.0:
@@ -198,6 +204,8 @@ def forecast(
     result: dict[str, Any] = {"d": d, "n_classes": n_classes, "rank": true_system.rank, "half": half}
     result["rank_condition"] = rank_condition
     disclosed = w if distorted is None else distorted.disclosed
+    undone = distorted is not None and distorted.disclosed is not None and distorted.undoable
+    warnings: list[str] = []
     if disclosed is None:
         result.update(ls=None, half_star=None, zero_error=False, withheld=True)
     else:
@@ -205,10 +213,18 @@ def forecast(
         shift = np.zeros(dop.shape[0]) if offset is None else dop @ np.asarray(offset, dtype=np.float64)
         disclosed_system = PassiveSystem(dop @ _check_block(disclosed, stats))
         for estimator in ("ls", "half_star"):
-            result[estimator] = _np_attack_mse(true_system.a, disclosed_system, shift, stats, estimator)
-        unchanged = np.array_equal(disclosed, w) and not np.any(shift)
+            mse = _np_attack_mse(true_system.a, disclosed_system, shift, stats, estimator)
+            result["naive_" + estimator if undone else estimator] = mse
+            if undone:  # the attacker maps the disclosure back to the true block first
+                result[estimator] = _np_attack_mse(true_system.a, true_system, np.zeros_like(shift), stats, estimator)
+        unchanged = undone or (np.array_equal(disclosed, w) and not np.any(shift))
         result.update(zero_error=bool(rank_condition and unchanged), withheld=False)
-    warnings: list[str] = []
+        if undone:
+            warnings.append(
+                "the disclosed block is undone from what the active party is told (the announced mechanism and "
+                "parameters, the bias offset): this distortion protects nothing; forecast for the true block"
+            )
+    result["undone"] = undone
     if result["zero_error"]:
         warnings.append(f"d = {d} ≤ C − 1 = {n_classes - 1} with a full-rank system: LS reconstructs exactly")
     for estimator in ("ls", "half_star"):
@@ -385,8 +401,9 @@ class Ppsa(Distortion):
         w = _check_block(w_passive, stats)
         public = {"step": self.name, "H": self.transform}
         if self.transform == "flip":
-            # Trained on x′ = 1 − x: W x = (−W) x′ + W 1, so W 1 joins the bias of the disclosed model.
-            return Distorted(-w, bias_offset=w.sum(axis=1), public=public, private={"h": "-I"})
+            # Trained on x′ = 1 − x: W x = (−W) x′ + W 1, so W 1 joins the bias of the disclosed model. H = −I is
+            # announced and the active party, which trains the bias, sees the offset: it negates back.
+            return Distorted(-w, bias_offset=w.sum(axis=1), public=public, private={"h": "-I"}, undoable=True)
         if self.transform == "orthonormal":
             h = _haar_orthonormal(w.shape[1], rng)
         else:
@@ -396,6 +413,10 @@ class Ppsa(Distortion):
             projector = system.row_basis @ system.row_basis.T
             u, _, vt = np.linalg.svd(projector @ stats.k0)
             h = -vt.T @ u.T  # rassouli Theorem 3: H* = −V Uᵀ
+            if system.rank == w.shape[1]:
+                # d ≤ C − 1 with full column rank: A⁺A = I, so H* = −I whatever K_0 — and the active party can
+                # tell (d, C and the rank of the disclosed system are public), so it negates back.
+                return Distorted(w @ h.T, public=public, private={"h": h}, undoable=True)
         return Distorted(w @ h.T, public=public, private={"h": h})
 
 

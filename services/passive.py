@@ -372,7 +372,9 @@ class PassiveParty:
         if steps:
             offsets = [r.bias_offset for _, r in steps if r.bias_offset is not None]
             final = param_defenses.Distorted(
-                steps[-1][1].disclosed, bias_offset=np.sum(offsets, axis=0) if offsets else None
+                steps[-1][1].disclosed,
+                bias_offset=np.sum(offsets, axis=0) if offsets else None,
+                undoable=all(r.undoable for _, r in steps),  # undone step by step, last to first
             )
         try:
             return param_defenses.forecast(

@@ -27,6 +27,7 @@ from vflsec.services.lr import softmax
 from vflsec.services.release import ReleaseContext, score_step
 
 __all__ = [
+    "PRIVEE_PRESETS",
     "GaussianNoise",
     "LabelOnly",
     "PpsB",
@@ -244,6 +245,16 @@ class GaussianNoise:
 
 # --------------------------------------------------------------------------- PRIVEE
 
+# "rank_safe" (default): identity basis, a fresh u per vector, DP++'s smallest ε on the top class.
+# "authors": the PRIVEE authors' code (sindhujamadabushi/PRIVEE, defenses/torch_generate_noise{1,2}.py):
+# Householder basis, one A_pert per call (per batch), DP++'s budgets ε_i = a + (b − a)(i + 1)/K assigned
+# by ascending position i, so the top class gets the largest ε — σ then falls with the score and close
+# scores can swap (docs/defenses.md).
+PRIVEE_PRESETS: dict[str, dict[str, str]] = {
+    "rank_safe": {"basis": "identity", "per": "vector"},
+    "authors": {"basis": "householder", "per": "batch"},
+}
+
 
 class _PriveeMechanism:
     """p_sorted = (A + diag(σ ⊙ u)) c_sorted with rank-aware u (defenses-notes.md, PRIVEE steps 1-6).
@@ -261,11 +272,17 @@ class _PriveeMechanism:
     name: ClassVar[str]
     upper: ClassVar[float]  # U
 
-    def __init__(self, delta: float | str, sensitivity: float | str, basis: str, per: str) -> None:
+    def __init__(
+        self, delta: float | str, sensitivity: float | str, basis: str | None, per: str | None, preset: str
+    ) -> None:
         self.delta = _open_unit("delta", delta)
         self.sensitivity = _positive("sensitivity", sensitivity)
-        self.basis = _choice("basis", basis, ("identity", "householder"))
-        self.per = _choice("per", per, ("vector", "batch"))
+        self.preset = _choice("preset", preset, tuple(PRIVEE_PRESETS))
+        fixed = PRIVEE_PRESETS[self.preset]
+        self.basis = _choice("basis", basis if basis is not None else fixed["basis"], ("identity", "householder"))
+        self.per = _choice("per", per if per is not None else fixed["per"], ("vector", "batch"))
+        if self.preset == "authors" and (self.basis, self.per) != (fixed["basis"], fixed["per"]):
+            raise ValueError("preset=authors fixes basis=householder and per=batch (the authors' code); drop them")
         self._affine_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def _epsilons_by_rank(self, k: int) -> np.ndarray:
@@ -278,6 +295,7 @@ class _PriveeMechanism:
     def public_params(self) -> dict[str, str]:
         return {
             **self._budget_params(),
+            "preset": self.preset,
             "delta": str(self.delta),
             "sensitivity": str(self.sensitivity),
             "basis": self.basis,
@@ -286,7 +304,7 @@ class _PriveeMechanism:
         }
 
     def sigma_ascending(self, k: int) -> np.ndarray:
-        """σ per ascending position: non-decreasing, since the top class gets the smallest ε."""
+        """σ per ascending position: non-decreasing when the top class gets the smallest ε (rank-safe)."""
         eps = self._epsilons_by_rank(k)
         return np.asarray(gaussian_sigma(eps, self.delta, self.sensitivity), dtype=np.float64)[::-1].copy()
 
@@ -364,10 +382,11 @@ class Privee(_PriveeMechanism):
         epsilon: float | str,
         delta: float | str = 1e-5,
         sensitivity: float | str = 0.1,
-        basis: str = "identity",
-        per: str = "vector",
+        basis: str | None = None,
+        per: str | None = None,
+        preset: str = "rank_safe",
     ) -> None:
-        super().__init__(delta, sensitivity, basis, per)
+        super().__init__(delta, sensitivity, basis, per, preset)
         self.epsilon = _positive("epsilon", epsilon)
 
     def _epsilons_by_rank(self, k: int) -> np.ndarray:
@@ -415,17 +434,21 @@ class PriveePlusPlus(_PriveeMechanism):
         epsilons: str = "0.05:0.1",
         delta: float | str = 1e-5,
         sensitivity: float | str = 0.1,
-        basis: str = "identity",
-        per: str = "vector",
+        basis: str | None = None,
+        per: str | None = None,
+        preset: str = "rank_safe",
     ) -> None:
-        super().__init__(delta, sensitivity, basis, per)
+        super().__init__(delta, sensitivity, basis, per, preset)
         self.kind, self.values = _parse_epsilons(epsilons)
 
     def _epsilons_by_rank(self, k: int) -> np.ndarray:
         if self.kind == "range":
             low, high = self.values
-            return low + (high - low) * np.arange(1, k + 1) / k
-        return np.interp(np.linspace(0.0, 1.0, k), np.linspace(0.0, 1.0, len(self.values)), self.values)
+            eps = low + (high - low) * np.arange(1, k + 1) / k
+        else:
+            eps = np.interp(np.linspace(0.0, 1.0, k), np.linspace(0.0, 1.0, len(self.values)), self.values)
+        # The authors' code hands the budgets out from the bottom class up: the top class gets the largest ε.
+        return eps[::-1].copy() if self.preset == "authors" else eps
 
     def _budget_params(self) -> dict[str, str]:
         separator = ":" if self.kind == "range" else ";"

@@ -11,6 +11,11 @@ The refined AM (RAM, Eq. 9) adds the delivered scores c_j of the n_p queried row
     (1 / (n_t + n_p)) [Σ_t H(f(y_t), u_t) + β Σ_j H(f(y_j), argmax c_j)] + (α / n_p) Σ_j S(f(y_j), c_j) + ω(θ)
 
 with S(x, y) = Σ_k (ln x_k − ln y_k)², (α, β) = (1, 0) for exact scores and (0, 1) for label-only releases.
+
+Held-out scoring (varasteh scores rows the model never saw): RAM cross-fits — the queried rows are split
+into ``folds`` and each fold's scores are estimated by a model refined on the other folds' delivered scores
+only. AM and RAM both drop from their training set any row whose active features equal a queried row's
+(the harness may query rows the model was trained on), so no reconstructed row was fitted.
 """
 
 from __future__ import annotations
@@ -80,8 +85,15 @@ def fit_adversary_model(
     return weight.detach().numpy(), bias.detach().numpy()
 
 
+def _not_queried(train_x: np.ndarray, queried_x: np.ndarray) -> np.ndarray:
+    """Mask of the training rows whose features equal no queried row's (exact match, as stored)."""
+    queried = {row.tobytes() for row in np.ascontiguousarray(queried_x, dtype=np.float64)}
+    return np.array([row.tobytes() not in queried for row in np.ascontiguousarray(train_x, dtype=np.float64)])
+
+
 class AdversaryModelAttack(Attack):
-    """AM (``refine=False``) or RAM (``refine=True``); ``n_refine`` caps how many delivered scores RAM uses."""
+    """AM (``refine=False``) or RAM (``refine=True``); ``n_refine`` caps how many delivered scores RAM uses
+    per fold; ``folds`` (≥ 2) is RAM's cross-fitting (see the module docstring)."""
 
     def __init__(
         self,
@@ -89,9 +101,13 @@ class AdversaryModelAttack(Attack):
         alpha: float = 1.0,
         beta: float = 0.0,
         n_refine: int | None = None,
+        folds: int = 2,
         weight_decay: float = 1e-4,
         threads: int | None = 1,
     ) -> None:
+        if folds < 2:
+            raise ValueError(f"folds must be >= 2 (scores are estimated for rows the model did not see), got {folds}")
+        self.folds = folds
         self.refine = refine
         self.threads = threads
         self.alpha = alpha
@@ -103,27 +119,39 @@ class AdversaryModelAttack(Attack):
 
     def reconstruct(self, obs: Observations) -> Reconstruction:
         assert obs.train_x_active is not None and obs.train_y is not None
-        delivered: dict[str, Any] = {}
-        if self.refine:
-            assert obs.scores is not None
-            rows = slice(None) if self.n_refine is None else slice(0, self.n_refine)
-            delivered = {"x_delivered": obs.x_active[rows], "delivered_scores": obs.scores[rows]}
-        with torch_threads(self.threads):
-            weight, bias = fit_adversary_model(
-                obs.train_x_active,
-                obs.train_y,
-                obs.n_classes,
-                alpha=self.alpha,
-                beta=self.beta,
-                weight_decay=self.weight_decay,
-                **delivered,
-            )
-        estimated = softmax(np.asarray(obs.x_active, float) @ weight.T + bias, axis=1)
+        keep = _not_queried(obs.train_x_active, obs.x_active)
+        x_train, y_train = obs.train_x_active[keep], obs.train_y[keep]
+        x_queried = np.asarray(obs.x_active, float)
+        n = obs.n_samples
+        estimated = np.empty((n, obs.n_classes))
+        n_refine = 0
+        # AM never sees the queried rows: one fit serves them all. RAM refines fold by fold.
+        fold_of = np.arange(n) % self.folds if self.refine else np.zeros(n, dtype=int)
+        for fold in np.unique(fold_of):
+            delivered: dict[str, Any] = {}
+            if self.refine:
+                assert obs.scores is not None
+                others = np.flatnonzero(fold_of != fold)[: self.n_refine]
+                delivered = {"x_delivered": x_queried[others], "delivered_scores": obs.scores[others]}
+                n_refine = len(others)
+            with torch_threads(self.threads):
+                weight, bias = fit_adversary_model(
+                    x_train,
+                    y_train,
+                    obs.n_classes,
+                    alpha=self.alpha,
+                    beta=self.beta,
+                    weight_decay=self.weight_decay,
+                    **delivered,
+                )
+            scored = fold_of == fold
+            estimated[scored] = softmax(x_queried[scored] @ weight.T + bias, axis=1)
         system, b = passive_system(obs, scores=estimated)
         x = system.least_squares(b) if system.determined else system.half_star(b)
         meta: dict[str, Any] = {
             "method": "ls" if system.determined else "half_star",
-            "n_refine": len(delivered.get("x_delivered", ())),
+            "n_refine": n_refine,
+            "n_train_excluded": int(np.count_nonzero(~keep)),
             "estimated_scores": estimated,
         }
         return Reconstruction(x_passive=np.clip(x, 0.0, 1.0), meta=meta)

@@ -1,7 +1,10 @@
-"""Synthetic LR prediction tasks with known feature statistics, for tests, benchmarks and demos.
+"""LR prediction tasks with known ground truth, for tests, benchmarks and demos.
 
-Features come from a Gaussian copula: z ~ N(0, (1 − ρ) I + ρ 11ᵀ), x = Φ(z), so every feature is Uniform[0, 1]
-(already "min-max scaled") and pairs are positively dependent with strength ρ.
+:func:`lr_task`: features from a Gaussian copula: z ~ N(0, (1 − ρ) I + ρ 11ᵀ), x = Φ(z), so every feature is
+Uniform[0, 1] (already "min-max scaled") and pairs are positively dependent with strength ρ; the model's
+weights are random. On such data Half is the best blind guess by construction (every marginal is uniform),
+so it is no test of whether a learned attack finds structure — :func:`trained_lr_task` is: a logistic
+regression trained on real data, attacked on held-out rows.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import numpy as np
 from scipy.special import expit, ndtr, softmax
 
 from .base import Observations
+
+SKLEARN_TASKS = ("breast_cancer", "wine", "digits")
 
 
 @dataclass(frozen=True)
@@ -82,3 +87,37 @@ def lr_task(
         train_y=train_y,
     )
     return SyntheticTask(obs=obs, x_passive=x[:n, d_active:], weights=weights, bias=bias)
+
+
+def trained_lr_task(dataset: str, passive_fraction: float = 0.4, *, seed: int = 0) -> SyntheticTask:
+    """scikit-learn's ``dataset`` min-max scaled to [0, 1], a random ``passive_fraction`` of the columns
+    passive, an LR (sklearn, L2, C = 1) trained on a random half of the rows; the other half are the queried
+    rows (``obs``) and the training half is the active party's labelled rows (``train_x_active``)."""
+    from sklearn import datasets as skd  # imported lazily: sklearn takes a while to import
+    from sklearn.linear_model import LogisticRegression
+
+    if dataset not in SKLEARN_TASKS:
+        raise ValueError(f"dataset must be one of {SKLEARN_TASKS}, got {dataset!r}")
+    x, y = getattr(skd, f"load_{dataset}")(return_X_y=True)
+    low, span = x.min(axis=0), np.ptp(x, axis=0)
+    x = (x - low) / np.where(span > 0, span, 1.0)
+    rng = np.random.default_rng(seed)
+    rows, columns = rng.permutation(len(y)), rng.permutation(x.shape[1])
+    train, query = rows[: len(y) // 2], rows[len(y) // 2 :]
+    d_passive = round(passive_fraction * x.shape[1])
+    passive, active = np.sort(columns[:d_passive]), np.sort(columns[d_passive:])
+    model = LogisticRegression(max_iter=5000).fit(x[train], y[train])
+    weights, bias = model.coef_, model.intercept_
+    obs = Observations(
+        x_active=x[query][:, active],
+        scores=model_scores(x[query], weights, bias),
+        n_classes=len(model.classes_),
+        d_passive=d_passive,
+        w_active=weights[:, active],
+        bias=bias,
+        w_passive=weights[:, passive],
+        train_x_active=x[train][:, active],
+        train_y=y[train],
+    )
+    full = np.hstack([weights[:, active], weights[:, passive]])
+    return SyntheticTask(obs=obs, x_passive=x[query][:, passive], weights=full, bias=bias)

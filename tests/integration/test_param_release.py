@@ -78,7 +78,8 @@ def test_risk_cli_forecasts_before_release(tmp_path) -> None:
             str(fed.layout.workdir / "operator-passive-1" / "tls"),  # the passive party's own operator
         ]
         undefended = subprocess.run([*base, "--session", "risk", "--json"], capture_output=True, text=True)
-        # d = 4 > C - 1 = 2 here, so nothing is exact; the flip must raise the forecast LS error.
+        # d = 4 > C - 1 = 2 here, so nothing is exact. The flip is announced and undone by a Kerckhoffs
+        # attacker: its forecast is the undefended one, with a warning that it protects nothing.
         flipped = subprocess.run(
             [*base, "--session", "risk", "--param-release", "ppsa:H=flip", "--json"], capture_output=True, text=True
         )
@@ -86,6 +87,7 @@ def test_risk_cli_forecasts_before_release(tmp_path) -> None:
     for done in (undefended, flipped):
         assert done.returncode in (0, 3), done.stderr
     before, after = (json.loads(d.stdout.strip().splitlines()[-1]) for d in (undefended, flipped))
-    assert before["d"] == 4 and not before["zero_error"] and after["ls"] > before["ls"]
+    assert before["d"] == 4 and not before["zero_error"] and after["ls"] == before["ls"]
+    assert flipped.returncode == 3 and any("protects nothing" in warning for warning in after["warnings"])
     assert (undefended.returncode == 3) == bool(before["warnings"])
     assert unknown.returncode == 2 and "NOT_FOUND" in unknown.stderr

@@ -109,9 +109,55 @@ def test_forecast_matches_measured_attacks_on_three_datasets(tasks: dict[str, Vf
     for task in tasks.values():
         distorted = None if spec is None else distort(task, spec)
         predicted = forecast(task.w_passive, task.stats, task.n_classes, distorted)
-        measured = measure_attacks(task, distorted)
+        measured = measure_attacks(task, distorted)  # attacks that take the disclosed block at face value
+        naive = "naive_" if predicted["undone"] else ""
         for attack in ("ls", "half_star"):
-            assert predicted[attack] == pytest.approx(measured[attack], rel=0.05, abs=1e-9), (task.name, attack)
+            assert predicted[naive + attack] == pytest.approx(measured[attack], rel=0.05, abs=1e-9), (task.name, attack)
+
+
+@pytest.mark.parametrize(
+    ("spec", "which"), [("ppsa:H=flip", "wine"), ("ppsa:H=flip", "digits"), ("ppsa:H=theorem3", "digits")]
+)
+def test_forecast_of_an_undoable_distortion_is_the_undistorted_one(
+    tasks: dict[str, VflTask], spec: str, which: str
+) -> None:
+    # flip announces H = −I and its offset; theorem3 with d ≤ C − 1 (digits: d = 4, C = 10) is H* = −I. A
+    # Kerckhoffs attacker negates back, so the forecast is the true block's, with a warning.
+    task = tasks[which]
+    distorted = distort(task, spec)
+    assert distorted.undoable
+    predicted = forecast(task.w_passive, task.stats, task.n_classes, distorted)
+    plain = forecast(task.w_passive, task.stats, task.n_classes)
+    assert predicted["undone"] and not plain["undone"]
+    assert (predicted["ls"], predicted["half_star"], predicted["zero_error"]) == (
+        plain["ls"],
+        plain["half_star"],
+        plain["zero_error"],
+    )
+    assert predicted["naive_ls"] > predicted["ls"] + 0.01  # what the naive table used to show
+    assert any("protects nothing" in warning for warning in predicted["warnings"])
+    true_block = -distorted.disclosed  # the undo: negate back (H = −I)
+    np.testing.assert_allclose(true_block, task.w_passive, atol=1e-9)
+
+
+@pytest.mark.parametrize("spec", ["ppsa:H=orthonormal", "ppsa:H=theorem3", "varasteh:epsilon=0.05"])
+def test_secret_distortions_are_not_forecast_as_undone(tasks: dict[str, VflTask], spec: str) -> None:
+    task = tasks["wine"]  # d = 5 > C − 1 = 2: theorem3's H* depends on the secret K_0
+    distorted = distort(task, spec)
+    assert not distorted.undoable and distorted.bias_offset is None
+    assert not forecast(task.w_passive, task.stats, task.n_classes, distorted)["undone"]
+
+
+def test_only_public_facts_of_a_disclosure_can_reach_the_active_party(tasks: dict[str, VflTask]) -> None:
+    from vflsec.services.passive import disclosed_step
+
+    task = tasks["wine"]
+    for spec in ("ppsa:H=orthonormal", "ppsa:H=theorem3", "ppsa:H=flip"):
+        step = make_distortion(spec)
+        assert step.public_params() == {"H": spec.split("=")[1]}  # what the released chain announces
+        message = disclosed_step(step.name, distort(task, spec))
+        assert "h" not in message.private or message.private["h"] == "-I"  # no secret H travels, even privately
+        assert dict(message.public) == {"step": "ppsa", "H": spec.split("=")[1]}
 
 
 def test_undistorted_forecast_is_rassouli_theorem2() -> None:

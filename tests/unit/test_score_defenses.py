@@ -69,7 +69,9 @@ ORDER_KEEPING = [
 ]
 
 
-@pytest.mark.parametrize("spec", [*ORDER_KEEPING, "privee:epsilon=0.1,basis=householder", "label_only"])
+@pytest.mark.parametrize(
+    "spec", [*ORDER_KEEPING, "privee:epsilon=0.1,basis=householder", "privee:epsilon=0.1,preset=authors", "label_only"]
+)
 @FAST
 @given(z=logit_batches(), seed=st.integers(0, 2**16))
 def test_argmax_unchanged(spec: str, z: np.ndarray, seed: int) -> None:
@@ -167,6 +169,36 @@ def test_privee_pp_budget_per_rank() -> None:
         assert np.all(np.diff(step.sigma_ascending(k)) >= 0)
         assert np.all(np.diff(listed.sigma_ascending(k)) >= 0)
     np.testing.assert_allclose(sd.Privee(epsilon=0.1).sigma_ascending(5), 4.8448, rtol=1e-4)
+
+
+@pytest.mark.parametrize("k", [2, 5, 10])
+def test_privee_authors_preset_is_the_authors_code(k: int) -> None:
+    # The authors' mechanism written out: A_pert = I − (2/K)·11ᵀ + diag(σ ⊙ u), one u for the whole call,
+    # u_i ~ U[i·U/K, (i + 1)·U/K) at ascending position i; DP++: ε_i = 0.05 + 0.05·(i + 1)/K, U = 1.
+    scores = softmax(np.random.default_rng(k).normal(scale=2.0, size=(6, k)))
+    for spec, upper in (("privee:epsilon=0.1,preset=authors", 3.0), ("privee_pp:preset=authors", 1.0)):
+        step = ScoreReleaseChain.from_specs([spec]).describe()[0][1]
+        announced = (step["preset"], step["basis"], step["per"], step["U"])
+        assert announced == ("authors", "householder", "batch", str(upper))
+        r = np.random.default_rng(3).random((1, k))[0]  # the draw the step makes from this seed
+        u = (np.arange(k) + r) * upper / k
+        eps = np.full(k, 0.1) if spec.startswith("privee:") else 0.05 + 0.05 * np.arange(1, k + 1) / k
+        a_pert = np.eye(k) - 2.0 / k + np.diag(0.48448 / eps * u)
+        order = np.argsort(scores, axis=1)
+        expected = np.empty_like(scores)
+        np.put_along_axis(expected, order, np.take_along_axis(scores, order, axis=1) @ a_pert.T, axis=1)
+        np.testing.assert_allclose(release(spec, scores, seed=3), expected, rtol=1e-4, atol=1e-12)
+
+
+def test_privee_pp_authors_budgets_can_swap_close_scores() -> None:
+    # σ falls with the score in the authors' DP++, so adjacent ranks' multipliers overlap: two top scores
+    # 1 % apart swap for some draws. The rank-safe default never swaps them.
+    scores = np.array([[0.05] * 8 + [0.298, 0.302]])
+    swaps = {
+        params: sum(release(f"privee_pp:{params}", scores, seed=seed)[0].argmax() != 9 for seed in range(200))
+        for params in ("per=batch", "preset=authors")
+    }
+    assert swaps["per=batch"] == 0 and 0 < swaps["preset=authors"] < 200
 
 
 def test_row_blocks_match_the_single_block(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -393,6 +425,9 @@ def test_report_helpers() -> None:
         "privee:epsilon=0.1,basis=fisip",
         "privee:epsilon=0.1,per=row",
         "privee:epsilon=0.1,colour=red",
+        "privee:epsilon=0.1,preset=paper",
+        "privee:epsilon=0.1,preset=authors,basis=identity",  # the preset fixes the basis ...
+        "privee_pp:preset=authors,per=vector",  # ... and one draw per batch
         "privee_pp:epsilons=0.1:0.05",
         "privee_pp:epsilons=0.1;0.05",
         "privee_pp:epsilons=0:0.1",
