@@ -29,7 +29,12 @@ def test_coordinator_decrypts_only_aggregates_and_passives_receive_only_cipherte
     block_sum_replies: list[np.ndarray] = []
 
     decrypt = he.CkksBackend._decrypt
-    monkeypatch.setattr(he.CkksBackend, "_decrypt", lambda self, ct: decrypted.append(decrypt(self, ct)) or decrypted[-1])
+
+    def watched_decrypt(self, ct):  # type: ignore[no-untyped-def]
+        decrypted.append(decrypt(self, ct))
+        return decrypted[-1]
+
+    monkeypatch.setattr(he.CkksBackend, "_decrypt", watched_decrypt)
 
     forward, backward = passive.PassiveParty.forward, passive.PassiveParty.backward
 
