@@ -522,9 +522,9 @@ class Coordinator:
                 raise InvalidArgument(f"own logits do not match {party}'s share: {exc}") from exc
         z = self._logits(s, total, keys)  # decrypted outside the lock: other queries go on meanwhile
         # Each share carries a mask uniform in ±B that only the owner's share cancels (services/share_mask.py):
-        # a sum this far out means some mask was not cancelled, and its scores would be noise.
+        # a sum this far out means the owner's share left some mask in, and its scores would be noise.
         if keys.default_mask_bound and np.abs(z).max() > keys.default_mask_bound / 2:
-            raise FailedPrecondition("the share masks did not cancel in the aggregate logits of these rows")
+            raise InvalidArgument("own logits do not cancel the passive parties' share masks for these rows")
         raw = lr.confidence_scores(z)
         with s.lock:
             released = self.score_chain(raw, z, s.release)  # the release RNG and cache are per session

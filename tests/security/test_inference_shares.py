@@ -63,8 +63,8 @@ def test_coordinator_cannot_solve_features_from_a_stored_share(tmp_path, monkeyp
         s_a.share_mask_keys["passive-1"] = entropy.new_key()
         with pytest.raises(grpc.RpcError) as refused:
             fed.operator.predict(sid, common[150:160])
-        assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-        assert "share masks did not cancel" in refused.value.details()
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "do not cancel the passive parties' share masks" in refused.value.details()
 
     assert w_p.shape == (3, 3) and np.linalg.cond(w_p) < 1e6
     # The attack works on an unmasked share: X_p = z_p W_p^{-T} to ~1e-9.
