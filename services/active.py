@@ -18,7 +18,7 @@ from typing import TypeVar
 import grpc
 import numpy as np
 
-from vflsec.services import checkpoint, entropy, he, lr, plugins, psi, wire
+from vflsec.services import checkpoint, entropy, he, lr, plugins, psi, share_mask, wire
 from vflsec.services.datasets import PartyData
 from vflsec.services.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from vflsec.services.links import CoordinatorClient, PassiveClient
@@ -69,6 +69,9 @@ class ActiveSession:
     param_release: list[common_pb2.ReleaseStep]
     rng: np.random.Generator  # batch order (seeded: runs are reproducible)
     mask_key: bytes  # this session's mask stream (AES-CTR keyed from os.urandom, see services/entropy.py)
+    # Per passive party, the key of its inference-share masks (services/share_mask.py), sent at JoinSession;
+    # empty in a checkpoint written before share masks existed (such a session cannot predict).
+    share_mask_keys: dict[str, bytes]
     rows: np.ndarray | None = None  # common index -> active row (after PSI)
     psi_started: bool = False  # one PSI exchange per session, checkpointed before it starts
     index_of: dict[str, int] = field(default_factory=dict)  # own sample ID -> common index
@@ -93,6 +96,7 @@ class ActiveSession:
             "opt_b_m": b_opt["m"],
             "opt_b_v": b_opt["v"],
             "mask_key": checkpoint.from_bytes(self.mask_key),
+            **{f"share_mask_key/{p}": checkpoint.from_bytes(key) for p, key in self.share_mask_keys.items()},
         }
         if self.rows is not None:
             arrays["rows"] = self.rows
@@ -158,6 +162,11 @@ class ActiveSession:
             param_release=param_release,
             rng=rng,
             mask_key=checkpoint.as_bytes(arrays["mask_key"]),
+            share_mask_keys={
+                name.removeprefix("share_mask_key/"): checkpoint.as_bytes(key)
+                for name, key in arrays.items()
+                if name.startswith("share_mask_key/")
+            },
             step=meta["step"],
             trained=meta["trained"],
             psi_started=meta.get("psi_started", "rows" in arrays),
@@ -239,8 +248,11 @@ class ActiveParty:
                 raise AlreadyExists(f"session {session_id!r} already exists")
             reply = self.coordinator.open_session(session_id, backend_name, self.n_classes, list(self.passives))
             backend = he.open_public(backend_name, reply.public_context)
+            share_mask_keys = {party: entropy.new_key() for party in self.passives}
             joined = self._each_passive(
-                lambda party, client: client.join(session_id, backend_name, self.n_classes, training)
+                lambda party, client: client.join(
+                    session_id, backend_name, self.n_classes, training, share_mask_keys[party]
+                )
             )
             widths = [d + 1, *(r.n_features for r in joined)]
             batch_size = training.batch_size or lr.default_batch_size(widths)
@@ -274,6 +286,7 @@ class ActiveParty:
                 param_release=list(reply.param_release),
                 rng=np.random.default_rng(training.seed),  # batch order only: the seed steers no secret draw
                 mask_key=entropy.new_key(),
+                share_mask_keys=share_mask_keys,
             )
             self._save(s)
             self.sessions[session_id] = s
@@ -461,9 +474,12 @@ class ActiveParty:
 
     def predict(self, session_id: str, sample_ids: list[str]) -> tuple[np.ndarray, list[common_pb2.ReleaseStep], int]:
         """Scores through the coordinator: the whole query is admitted (or refused) before any chunk is
-        released; each passive party sends its share of a chunk to the coordinator, which adds ours."""
+        released; each passive party sends its masked share of a chunk to the coordinator, which adds ours
+        (from which we subtract every passive party's mask: services/share_mask.py)."""
         s = self.session(session_id)
         index = self._indices(s, sample_ids)
+        if set(s.share_mask_keys) != set(self.passives):
+            raise FailedPrecondition(f"session {session_id!r} has no share-mask keys: open a new session")
         admitted = self.coordinator.admit_query(session_id, index)
         if s.inference is None:
             s.inference = he.open_public(s.backend.name, admitted.inference_context)
@@ -472,7 +488,13 @@ class ActiveParty:
         scores, changed, chain = [], 0, []
         for start in range(0, len(index), chunk):
             part = index[start : start + chunk]
-            own = self._pool.submit(he.encrypt_matrix, keys, self.data.X[s.rows[part]] @ s.weights.T + s.bias)
+            masks = sum(
+                share_mask.share_mask(key, keys.default_mask_bound, session_id, s.step, query_id, part, s.k)
+                for key in s.share_mask_keys.values()
+            )
+            own = self._pool.submit(
+                he.encrypt_matrix, keys, self.data.X[s.rows[part]] @ s.weights.T + s.bias - masks
+            )
             self._each_passive(lambda party, client, part=part: client.share_logits(session_id, query_id, part))
             reply: coordinator_pb2.ReleasedScores = self.coordinator.release_scores(
                 keys, session_id, query_id, own.result(), part

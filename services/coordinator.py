@@ -472,7 +472,8 @@ class Coordinator:
     def submit_share(
         self, session_id: str, query_id: str, caller: str, sample_index: np.ndarray, logits: he.EncryptedMatrix
     ) -> None:
-        """A passive party's [[z_p]] for rows of an admitted query, kept until the owner releases those rows."""
+        """A passive party's masked [[z_p + r_p]] for rows of an admitted query, kept (never decrypted) until
+        the owner releases those rows."""
         s = self.session(session_id)
         if caller not in s.passive_parties:
             raise PermissionDenied(f"{caller} is not a passive party of session {session_id!r}")
@@ -491,7 +492,8 @@ class Coordinator:
         self, session_id: str, query_id: str, own_logits: he.EncryptedMatrix, sample_index: np.ndarray
     ) -> tuple[np.ndarray, int]:
         """Scores of admitted rows: the sum of every passive party's share for exactly these rows and the
-        owner's own share, decrypted here. A sum without some passive party's share is never decrypted."""
+        owner's own share, decrypted here. A sum without some passive party's share is never decrypted, and
+        no share is ever decrypted alone (each is masked anyway: services/share_mask.py)."""
         s = self.session(session_id)
         n, k = own_logits.shape[0], lr.n_logits(s.n_classes)
         if len(sample_index) != n:
@@ -519,6 +521,10 @@ class Coordinator:
             except ValueError as exc:
                 raise InvalidArgument(f"own logits do not match {party}'s share: {exc}") from exc
         z = self._logits(s, total, keys)  # decrypted outside the lock: other queries go on meanwhile
+        # Each share carries a mask uniform in ±B that only the owner's share cancels (services/share_mask.py):
+        # a sum this far out means the owner's share left some mask in, and its scores would be noise.
+        if keys.default_mask_bound and np.abs(z).max() > keys.default_mask_bound / 2:
+            raise InvalidArgument("own logits do not cancel the passive parties' share masks for these rows")
         raw = lr.confidence_scores(z)
         with s.lock:
             released = self.score_chain(raw, z, s.release)  # the release RNG and cache are per session

@@ -122,10 +122,19 @@ class PassiveClient:
         self.policy = policy
 
     def join(
-        self, session_id: str, backend: str, n_classes: int, training: common_pb2.TrainingConfig
+        self,
+        session_id: str,
+        backend: str,
+        n_classes: int,
+        training: common_pb2.TrainingConfig,
+        share_mask_key: bytes,
     ) -> passive_pb2.JoinSessionReply:
         request = passive_pb2.JoinSessionRequest(
-            session_id=session_id, backend=wire.BACKEND_ENUM[backend], n_classes=n_classes, training=training
+            session_id=session_id,
+            backend=wire.BACKEND_ENUM[backend],
+            n_classes=n_classes,
+            training=training,
+            share_mask_key=share_mask_key,
         )
         return call(self.peer, self.stub.JoinSession, request, self.policy)
 

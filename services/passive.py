@@ -9,7 +9,7 @@ from typing import Protocol
 import grpc
 import numpy as np
 
-from vflsec.services import checkpoint, entropy, he, lr, param_defenses, psi, wire
+from vflsec.services import checkpoint, entropy, he, lr, param_defenses, psi, share_mask, wire
 from vflsec.services.datasets import PartyData
 from vflsec.services.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from vflsec.services.server import rpc
@@ -44,6 +44,9 @@ class PassiveSession:
     # coordinator, yet a step redone after a crash rebuilds byte-identical products.
     mask_key: bytes
     owner: str  # the active party that joined us to the session (and opened it at the coordinator)
+    # Key of this session's inference-share masks, from the owner (services/share_mask.py); None in a
+    # checkpoint written before share masks existed: such a session cannot share.
+    share_mask_key: bytes | None
     trained_rows: set[int] = field(default_factory=set)  # common indices our block was updated on
     psi_permutation: np.ndarray | None = None  # order in which our blinded IDs were sent; set once per session
     rows: np.ndarray | None = None  # common index -> our row, after PSI
@@ -63,6 +66,8 @@ class PassiveSession:
             "mask_key": checkpoint.from_bytes(self.mask_key),
             "trained_rows": np.fromiter(sorted(self.trained_rows), dtype=np.int64),
         }
+        if self.share_mask_key is not None:
+            arrays["share_mask_key"] = checkpoint.from_bytes(self.share_mask_key)
         for name in ("previous_weights", "rows", "psi_permutation"):
             if getattr(self, name) is not None:
                 arrays[name] = getattr(self, name)
@@ -92,6 +97,7 @@ class PassiveSession:
             optimizer=optimizer,
             mask_key=checkpoint.as_bytes(arrays["mask_key"]),
             owner=meta["owner"],
+            share_mask_key=checkpoint.as_bytes(arrays["share_mask_key"]) if "share_mask_key" in arrays else None,
             trained_rows=set(arrays["trained_rows"].tolist()),
             psi_permutation=arrays.get("psi_permutation"),
             rows=arrays.get("rows"),
@@ -160,7 +166,13 @@ class PassiveParty:
             raise PermissionDenied(f"{caller} is neither this party's operator {self.operator} nor its coordinator")
 
     def join(
-        self, session_id: str, backend_name: str, n_classes: int, config: lr.OptimizerConfig, caller: str
+        self,
+        session_id: str,
+        backend_name: str,
+        n_classes: int,
+        config: lr.OptimizerConfig,
+        caller: str,
+        share_mask_key: bytes,
     ) -> int:
         if not checkpoint.valid_session_id(session_id):
             raise InvalidArgument(f"invalid session_id {session_id!r}")
@@ -174,6 +186,8 @@ class PassiveParty:
             raise FailedPrecondition(
                 f"coordinator runs session {session_id!r} on {context_backend}, not {backend_name}"
             )
+        if len(share_mask_key) != entropy.KEY_BYTES:
+            raise InvalidArgument(f"share_mask_key must be {entropy.KEY_BYTES} bytes, got {len(share_mask_key)}")
         backend = he.open_public(backend_name, context)
         with self._lock:
             if session_id in self.sessions:
@@ -187,6 +201,7 @@ class PassiveParty:
                 optimizer=lr.BlockOptimizer(config, (k, self.n_features)),
                 mask_key=entropy.new_key(),
                 owner=owner,
+                share_mask_key=share_mask_key,
             )
             self._save(session_id, s)
             self.sessions[session_id] = s
@@ -266,10 +281,14 @@ class PassiveParty:
         return he.encrypt_matrix(s.backend, z)
 
     def share_logits(self, session_id: str, query_id: str, sample_index: np.ndarray) -> None:
-        """Inference: [[z_p]] for rows of an admitted query, sent to the coordinator and never to the active
-        party, so that every released score includes this party's share for exactly these rows."""
+        """Inference: [[z_p + r_p]] for rows of an admitted query, sent to the coordinator and never to the active
+        party, so that every released score includes this party's share for exactly these rows. The mask r_p
+        (services/share_mask.py) cancels against the owner's share: the coordinator, which holds W_p, never
+        decrypts z_p = X_p W_pᵀ alone."""
         s = self.session(session_id)
         x = self._features(s, sample_index)
+        if s.share_mask_key is None:
+            raise FailedPrecondition(f"session {session_id!r} was joined without a share-mask key: open a new one")
         if s.inference is None:
             context = self.coordinator.inference_context(session_id)
             if not context:
@@ -277,8 +296,12 @@ class PassiveParty:
             s.inference = he.open_public(s.backend.name, context)
         with s.lock:
             z = x @ s.weights.T
+            step = s.completed_step
+        mask = share_mask.share_mask(
+            s.share_mask_key, s.inference.default_mask_bound, session_id, step, query_id, sample_index, z.shape[1]
+        )
         self.coordinator.submit_share(
-            s.inference, session_id, query_id, sample_index, he.encrypt_matrix(s.inference, z)
+            s.inference, session_id, query_id, sample_index, he.encrypt_matrix(s.inference, z + mask)
         )
 
     def backward(
@@ -409,6 +432,7 @@ class PassiveServicer(passive_pb2_grpc.PassiveServicer):
             request.n_classes,
             config,
             caller=current_caller().party_id,
+            share_mask_key=request.share_mask_key,
         )
         return passive_pb2.JoinSessionReply(n_features=n, n_rows=len(self.party.data.ids))
 

@@ -8,16 +8,18 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class JoinSessionRequest(_message.Message):
-    __slots__ = ("session_id", "backend", "n_classes", "training")
+    __slots__ = ("session_id", "backend", "n_classes", "training", "share_mask_key")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     N_CLASSES_FIELD_NUMBER: _ClassVar[int]
     TRAINING_FIELD_NUMBER: _ClassVar[int]
+    SHARE_MASK_KEY_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     backend: _common_pb2.Backend
     n_classes: int
     training: _common_pb2.TrainingConfig
-    def __init__(self, session_id: _Optional[str] = ..., backend: _Optional[_Union[_common_pb2.Backend, str]] = ..., n_classes: _Optional[int] = ..., training: _Optional[_Union[_common_pb2.TrainingConfig, _Mapping]] = ...) -> None: ...
+    share_mask_key: bytes
+    def __init__(self, session_id: _Optional[str] = ..., backend: _Optional[_Union[_common_pb2.Backend, str]] = ..., n_classes: _Optional[int] = ..., training: _Optional[_Union[_common_pb2.TrainingConfig, _Mapping]] = ..., share_mask_key: _Optional[bytes] = ...) -> None: ...
 
 class JoinSessionReply(_message.Message):
     __slots__ = ("n_features", "n_rows")

@@ -131,7 +131,8 @@ class PassiveServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ShareLogits(self, request, context):
-        """Owner, inference: send [[X_p W_p^T]] for rows of an admitted query straight to the coordinator.
+        """Owner, inference: send [[X_p W_p^T + r_p]] (r_p: the share mask) for rows of an admitted query
+        straight to the coordinator.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
