@@ -114,6 +114,7 @@ def _table(path: Path) -> str:
 def test_the_table_is_one_table_and_cites_tests_that_exist() -> None:
     readme, protocol = _table(ROOT / "README.md"), _table(ROOT / "docs" / "protocol.md")
     assert readme == protocol
+    assert len({line.count("|") for line in readme.splitlines()}) == 1, "a cell breaks the table's columns"
     cited = re.findall(r"`(tests/[\w/]+\.py)::(\w+)`", readme)
     assert len(cited) >= 10
     for path, name in cited:
