@@ -29,9 +29,11 @@ that decrypt outside [-(B + 65), B + 65], which keeps every decryption it answer
 plain backend defaults to B = 0: it hides nothing anyway, and float64 masks would only cost it exactness.
 
 Block sums leave the key holder flooded (CKKS only): Gaussian noise of standard deviation 2^-6, then rounded
-to a 2^-10 grid. The decoding error of a block sum stays orders of magnitude below that (measured, see
-docs/protocol.md), so the released value carries no usable trace of it (the IND-CPA^D concern of exact
-decryptions), while a gradient (sum / n) moves by 2^-6 / n, far below its own minibatch noise.
+to a 2^-10 grid. The decoding error of a block sum of honest products stays orders of magnitude below that
+(measured, see docs/protocol.md), so for those the released value hides it, while a gradient (sum / n) moves by
+2^-6 / n, far below its own minibatch noise. Crafted ciphertexts are refused unless they have an honest form
+(CkksBackend.check_form); one of honest form can still decrypt to functions of the secret key (IND-CPA^D,
+docs/protocol.md "Block sums").
 """
 
 from __future__ import annotations
