@@ -139,6 +139,8 @@ def write_federation(spec: FederationSpec, workdir: Path) -> FederationLayout:
             raw["release"] = {"scores": list(spec.score_release), "params": list(spec.param_release)}
             if spec.query_policy:
                 raw["policy"] = dict(spec.query_policy)
+            # The widths the parties agreed on (the split dealt here): the coordinator refuses any other.
+            raw["schema"] = {p: len(columns[p]) for p in parties[1:]}
         else:
             rows = np.flatnonzero(np.isin(ds.ids, id_sets[parties.index(party) - 1]))
             is_active = party == "active"

@@ -80,6 +80,7 @@ def start_party(config: ServiceConfig) -> Party:
             clients,
             policy=coordinator.QueryPolicy(config.query_budget, config.refuse_training_ids, config.max_query_rows),
             state=state,
+            schema=config.schema,
         )
         server = start_server(
             config,

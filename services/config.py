@@ -63,6 +63,9 @@ class ServiceConfig:
     psi_max_ids: int = PSI_MAX_IDS  # IDs one PSI exchange may carry (the other side's list, and our own)
     # Passive party: the operator identity allowed to ask it for a risk forecast (None: operator-<party_id>).
     operator: str | None = None
+    # Coordinator: the operator-approved feature columns of each party ([schema], party id -> count; the active
+    # party's block adds its bias column). None: block widths are self-declared by the active party.
+    schema: dict[str, int] | None = None
 
     @property
     def passive_peers(self) -> dict[str, str]:
@@ -120,6 +123,11 @@ def parse_config(raw: dict[str, Any], *, base: Path, role: str | None = None, so
         raise ConfigError(f"{source}: [limits] psi_max_ids must be >= 1, got {psi_max_ids}")
     policy = raw.get("policy", {})
     state = raw.get("state", {})
+    schema = raw.get("schema")
+    if schema is not None:
+        if not isinstance(schema, dict) or not all(type(v) is int and v >= 1 for v in schema.values()):
+            raise ConfigError(f"{source}: [schema] maps each party id to its number of feature columns (>= 1)")
+        schema = dict(schema)
     return ServiceConfig(
         role=cfg_role,
         party_id=need(raw, "party_id", "the file"),
@@ -141,6 +149,7 @@ def parse_config(raw: dict[str, Any], *, base: Path, role: str | None = None, so
         max_query_rows=int(policy.get("max_query_rows", 100_000)),
         psi_max_ids=psi_max_ids,
         operator=raw.get("operator"),
+        schema=schema,
     )
 
 

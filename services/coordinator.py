@@ -215,8 +215,11 @@ class Coordinator:
         passives: Mapping[str, PassivePeer],
         policy: QueryPolicy | None = None,
         state: checkpoint.StateDir | None = None,
+        schema: Mapping[str, int] | None = None,
     ) -> None:
         self.score_chain = score_chain
+        # Operator-approved feature columns per party ([schema] in the config); None: widths are self-declared.
+        self.schema = None if schema is None else dict(schema)
         self.param_chain = param_chain
         self.passives = passives
         self.policy = policy or QueryPolicy()
@@ -262,6 +265,15 @@ class Coordinator:
             raise PermissionDenied(f"{caller} is not a party of session {session_id!r}")
         return s
 
+    def approved_width(self, s: CoordinatorSession, party: str) -> int | None:
+        """The block width the schema approves for ``party`` (its feature columns, + 1 for the owner's bias
+        column); None without a schema. A party the schema does not name has no approved width."""
+        if self.schema is None:
+            return None
+        if party not in self.schema:
+            raise FailedPrecondition(f"the coordinator's schema approves no width for {party}")
+        return self.schema[party] + (1 if party == s.owner else 0)
+
     def open_session(
         self,
         session_id: str,
@@ -300,7 +312,9 @@ class Coordinator:
         k = lr.n_logits(s.n_classes)
         if logits.shape[1] != k:
             raise InvalidArgument(f"logits have {logits.shape[1]} columns, the model has {k}")
-        z = he.decrypt_matrix(keys or s.backend, logits)
+        keys = keys or s.backend
+        _check_form(keys, logits, product=False)
+        z = he.decrypt_matrix(keys, logits)
         if not np.isfinite(z).all():
             raise InvalidArgument("aggregate logits decrypt to non-finite values")
         return z
@@ -325,12 +339,19 @@ class Coordinator:
             raise InvalidArgument(f"replicas must be in [1, {s.backend.slots // k}], got {replicas}")
         if len(sample_index) != n:
             raise InvalidArgument(f"{len(sample_index)} sample indices for {n} logit rows")
+        _refuse_repeated_rows(sample_index)
         parties = {s.owner, *s.passive_parties}
         if set(widths) != parties or min(widths.values(), default=0) < 1:
             raise InvalidArgument(f"widths must give every party of the session {sorted(parties)} a width >= 1")
         with s.lock:
             if s.widths and dict(widths) != s.widths:
                 raise FailedPrecondition(f"block widths {dict(widths)} differ from the session's {s.widths}")
+            for party, width in sorted(widths.items()):
+                approved = self.approved_width(s, party)
+                if approved is not None and width != approved:
+                    raise FailedPrecondition(
+                        f"{party} declared block width {width}; the operator-approved schema gives {approved}"
+                    )
             smallest = lr.min_batch_size(widths.values())
             if n < smallest:
                 raise InvalidArgument(
@@ -395,15 +416,16 @@ class Coordinator:
             limit = s.backend.max_ciphertext_bytes
             if any(len(blob) > limit for blob in ciphertexts):
                 raise InvalidArgument(f"a ciphertext exceeds {limit} bytes, the size of a fresh one")
-            # From here the step's one answer is spent, whatever the outcome: a refusal after decryption
-            # must not become a repeatable oracle.
+            # From here the step's one answer is spent, whatever the outcome, and durably so before any byte is
+            # parsed: neither a refusal after decryption nor a crash in the parser may become a second request.
             current.answers[caller] = (digest, np.full((width, layout.shape[1]), np.nan))
+            self._save(session_id, s)
             try:
                 cts = he.deserialize_all(s.backend, ciphertexts, layout.ct_size)
+                s.backend.check_form(cts, product=True)
                 bound = s.backend.default_mask_bound + he.FEATURE_BOUND + 1.0
                 sums = he.block_sums(s.backend, cts, layout, max_abs=bound)[:width]
             except ValueError as exc:
-                self._save(session_id, s)
                 raise InvalidArgument(f"ciphertexts: {exc}") from exc
             reply = _flood(sums, s.backend.block_sum_flooding, s.release.rng)
             current.answers[caller] = (digest, reply)
@@ -415,6 +437,14 @@ class Coordinator:
         the rows each block was trained on (the training-ID refusal trusts them, not the active party)."""
         s = self.session(session_id)
         weights = {party: self._peer(party).weights(session_id) for party in s.passive_parties}
+        k = lr.n_logits(s.n_classes)
+        for party, block in weights.items():
+            # The block must have the width its gradients were computed (and bounded) for.
+            width = s.widths.get(party, self.approved_width(s, party))
+            if block.ndim != 2 or block.shape[0] != k or (width is not None and block.shape[1] != width):
+                raise FailedPrecondition(
+                    f"{party}'s weight block has shape {block.shape}; training used ({k}, {width})"
+                )
         trained = {int(i) for party in s.passive_parties for i in self._peer(party).trained_rows(session_id)}
         with s.lock:
             if s.inference is None:
@@ -439,6 +469,7 @@ class Coordinator:
         n = len(sample_index)
         if n == 0:
             raise InvalidArgument("sample_index is empty")
+        _refuse_repeated_rows(sample_index)  # the passive parties refuse them too: refused whole, nothing spent
         if n > self.policy.max_rows:
             raise InvalidArgument(f"{n} rows in one query; the limit is {self.policy.max_rows}")
         with s.lock:
@@ -480,6 +511,7 @@ class Coordinator:
         k = lr.n_logits(s.n_classes)
         if logits.shape != (len(sample_index), k):
             raise InvalidArgument(f"share has shape {logits.shape}, expected {(len(sample_index), k)}")
+        _check_form(s.inference_keys(), logits, product=False)
         with s.lock:
             s.check_releasable()
             query = self._query(s, query_id)
@@ -500,6 +532,7 @@ class Coordinator:
             raise InvalidArgument(f"{len(sample_index)} sample indices for {n} logit rows")
         if own_logits.shape[1] != k:
             raise InvalidArgument(f"logits have {own_logits.shape[1]} columns, the model has {k}")
+        _check_form(s.inference_keys(), own_logits, product=False)
         with s.lock:
             s.check_releasable()
             query = self._query(s, query_id)
@@ -572,6 +605,22 @@ class Coordinator:
         self.sessions.pop(session_id, None)
         self.state.remove(session_id)
         self.inference_keys.remove(session_id)
+
+
+def _check_form(keys: he.Backend, logits: he.EncryptedMatrix, *, product: bool) -> None:
+    try:
+        keys.check_form(logits.ciphertexts, product=product)
+    except ValueError as exc:
+        raise InvalidArgument(f"logits: {exc}") from exc
+
+
+def _refuse_repeated_rows(sample_index: np.ndarray) -> None:
+    """A row repeated in a batch counts once in the batch bound and a bias sum of n rows (docs/protocol.md)."""
+    distinct = np.unique(sample_index).size
+    if distinct != len(sample_index):
+        raise InvalidArgument(
+            f"sample_index repeats rows ({len(sample_index)} entries, {distinct} distinct): every row once"
+        )
 
 
 def _flood(sums: np.ndarray, sigma: float, rng: entropy.CryptoRandom) -> np.ndarray:

@@ -29,9 +29,11 @@ that decrypt outside [-(B + 65), B + 65], which keeps every decryption it answer
 plain backend defaults to B = 0: it hides nothing anyway, and float64 masks would only cost it exactness.
 
 Block sums leave the key holder flooded (CKKS only): Gaussian noise of standard deviation 2^-6, then rounded
-to a 2^-10 grid. The decoding error of a block sum stays orders of magnitude below that (measured, see
-docs/protocol.md), so the released value carries no usable trace of it (the IND-CPA^D concern of exact
-decryptions), while a gradient (sum / n) moves by 2^-6 / n, far below its own minibatch noise.
+to a 2^-10 grid. The decoding error of a block sum of honest products stays orders of magnitude below that
+(measured, see docs/protocol.md), so for those the released value hides it, while a gradient (sum / n) moves by
+2^-6 / n, far below its own minibatch noise. Crafted ciphertexts are refused unless they have an honest form
+(CkksBackend.check_form); one of honest form can still decrypt to functions of the secret key (IND-CPA^D,
+docs/protocol.md "Block sums").
 """
 
 from __future__ import annotations
@@ -208,6 +210,10 @@ class Backend(ABC):
     def mul_plain(self, a: Ct, v: np.ndarray | Sequence[float]) -> Ct:
         return self._mul_plain(a, self._matching_plain(a, v))
 
+    @abstractmethod
+    def check_form(self, cts: Sequence[Ct], *, product: bool) -> None:
+        """Refuse ciphertexts whose form no honest message of the protocol has (ValueError)."""
+
     def _matching_plain(self, a: Ct, v: np.ndarray | Sequence[float]) -> np.ndarray:
         arr = _as_vector(v, self.slots, "plaintext operand")
         if arr.size != self.size(a):
@@ -227,6 +233,7 @@ class CkksBackend(Backend):
         self.slots = context.data.seal_context().first_context_data().parms().poly_modulus_degree() // 2
         self._secret_key = context.secret_key() if context.has_secret_key() else None
         self._public_bytes: bytes | None = None
+        self._fresh_level: int | None = None
 
     @classmethod
     def keyholder(cls) -> CkksBackend:
@@ -298,6 +305,29 @@ class CkksBackend(Backend):
         if not isinstance(ct, ts.CKKSVector):
             raise TypeError(f"ckks backend expects a CKKSVector, got {type(ct).__name__}")
         return ct
+
+    def check_form(self, cts: Sequence[Ct], *, product: bool) -> None:
+        """Before the key holder decrypts a caller's ciphertexts: each must have 2 polynomials, the global scale
+        and the level of an honest message — a fresh encryption (or sums of them, plus plaintexts) has every
+        prime of the first data level, a masked product (fresh x plaintext, rescaled) one prime fewer.
+
+        A smaller scale would decode the decryption error magnified (2^8 instead of 2^40 shows it x 2^32,
+        above the flooding), a third polynomial would bring s^2 into the decryption. This pins the form only:
+        a crafted (0, t·x^j) of the right form still decrypts to linear functions of the secret key
+        (docs/protocol.md, "Block sums").
+        """
+        if self._fresh_level is None:
+            self._fresh_level = _level(self._encrypt(np.zeros(1)))
+        level = self._fresh_level - (1 if product else 0)
+        scale = self._ctx.global_scale
+        for i, ct in enumerate(cts):
+            raw = self._check(ct).ciphertext()[0]
+            if raw.size() != 2 or raw.coeff_modulus_size() != level or raw.scale != scale:
+                raise ValueError(
+                    f"ciphertext {i} has {raw.size()} polynomials, {raw.coeff_modulus_size()} primes and scale "
+                    f"2^{math.log2(raw.scale):.2f}; an honest {'product' if product else 'fresh ciphertext'} has "
+                    f"2, {level} and 2^{math.log2(scale):.0f}"
+                )
 
     def _encrypt(self, values: np.ndarray) -> ts.CKKSVector:
         return ts.ckks_vector(self._ctx, values)
@@ -389,6 +419,10 @@ class PlainBackend(Backend):
 
     def size(self, ct: Ct) -> int:
         return self._check(ct).size
+
+    def check_form(self, cts: Sequence[Ct], *, product: bool) -> None:
+        for ct in cts:  # a plain "ciphertext" has no scale or level: only its type
+            self._check(ct)
 
     @staticmethod
     def _check(ct: Ct) -> np.ndarray:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import grpc
 import numpy as np
 import pytest
+import tenseal as ts
 
 from tests.security.conftest import federation
 from vflsec.client.federation import FederationSpec, write_federation
@@ -133,3 +134,82 @@ def test_features_beyond_the_mask_hiding_bound_are_refused(tmp_path) -> None:
         backend = he.make_keyholder("plain")
         he.masked_feature_products(backend, he.encrypt_matrix(backend, np.ones((4, 1))), np.full((4, 1), 65.0),
                                    np.random.default_rng())
+
+
+def _scaled(backend: he.Backend, size: int, scale_bits: int, product: bool = False) -> bytes:
+    """The review's probe: a fresh encryption of zero whose scale is 2^scale_bits instead of 2^40 (decoded, its
+    decryption error shows magnified 2^(40 - scale_bits) times); as a ``product`` it is rescaled like a real one
+    (one prime fewer), so that only its scale gives it away."""
+    ct = ts.ckks_vector(backend._ctx, np.zeros(size), 2.0**scale_bits)
+    return (ct * np.ones(size) if product else ct).serialize()
+
+
+def test_ciphertexts_of_a_dishonest_form_are_not_decrypted(tmp_path) -> None:
+    # Finding 1 (review, 16:05): a fresh encryption of zero at scale 2^8, 331,658 bytes (under the size cap),
+    # released -29.19 through DecryptBlockSums: the decryption-error sum x 2^32, readable through the flooding.
+    with federation(tmp_path, dataset="breast_cancer", n_passive=1, passive_features=2) as fed:
+        info = fed.operator.create_session("ckks", batch_size=N)
+        sid = info.session_id
+        fed.operator.align(sid)
+        keys = fed.parties["coordinator"].engine.sessions[sid].backend  # to show what the probe would read
+        with fed.channel("active", "coordinator") as a_ch, fed.channel("passive-1", "coordinator") as p_ch:
+            active = coordinator_pb2_grpc.CoordinatorStub(a_ch)
+            passive = coordinator_pb2_grpc.CoordinatorStub(p_ch)
+            backend = he.open_public("ckks", active.GetPublicContext(common_pb2.SessionRef(session_id=sid)).data)
+
+            def scores(step: int, logits: coordinator_pb2.EncryptedMatrix | None = None) -> he.EncryptedMatrix:
+                logits = logits or wire.to_message(backend, he.encrypt_matrix(backend, np.zeros((N, 1))))
+                request = coordinator_pb2.TrainingScoresRequest(
+                    session_id=sid, step=step, logits=logits, replicas=1, sample_index=list(range(N)), widths=WIDTHS
+                )
+                return wire.from_message(backend, active.ComputeTrainingScores(request), "probs")
+
+            def block_sums(step: int, blobs: list[bytes]) -> tuple[grpc.StatusCode, str]:
+                return _code(passive.DecryptBlockSums, coordinator_pb2.BlockSumsRequest(
+                    session_id=sid, step=step, ciphertexts=blobs, width=2))
+
+            # [[z]] at scale 2^8: refused before decryption, and the step does not advance.
+            low = wire.to_message(backend, he.encrypt_matrix(backend, np.zeros((N, 1))))
+            low.ciphertexts[0] = _scaled(backend, backend.size(backend.deserialize(low.ciphertexts[0])), 8)
+            code, details = _code(lambda _: scores(1, low), None)
+            assert code == grpc.StatusCode.INVALID_ARGUMENT and "scale 2^8.00" in details
+
+            probs = scores(1)
+            size = probs.layout.ct_size
+            probe = [_scaled(backend, size, 8), _scaled(backend, size, 8)]
+            assert len(probe[0]) <= backend.max_ciphertext_bytes  # under the size cap, as in the review
+            # Decrypted, the probe reads the decryption error x 2^32, far above the flooding's 2^-6.
+            assert np.abs(keys.decrypt(keys.deserialize(probe[0]))).max() > 32 * he.BLOCK_SUM_FLOODING
+            code, details = block_sums(1, probe)
+            assert code == grpc.StatusCode.INVALID_ARGUMENT
+            assert "scale 2^8.00" in details and "an honest product has 2, 2 and 2^40" in details
+            # The refusal spent the step's one decryption (persisted before the bytes were parsed).
+            code, details = block_sums(1, _products(backend, probs, np.ones((N, 2))))
+            assert code == grpc.StatusCode.FAILED_PRECONDITION and "already had" in details
+
+            # Rescaled like a real product (the right level), only the scale is off: refused.
+            probs = scores(2)
+            code, details = block_sums(2, [_scaled(backend, size, 8, product=True)] * 2)
+            assert code == grpc.StatusCode.INVALID_ARGUMENT and "2 primes and scale 2^8.00" in details
+            # At the right scale but a fresh ciphertext's level (no product of [[p]] has it): refused.
+            scores(3)
+            fresh = backend.serialize(backend.encrypt(np.zeros(size)))
+            code, details = block_sums(3, [fresh, fresh])
+            assert code == grpc.StatusCode.INVALID_ARGUMENT and "3 primes and scale 2^40.00" in details
+            # Honest products of the next step are answered.
+            probs = scores(4)
+            assert _sums(passive, sid, 4, _products(backend, probs, np.ones((N, 2)), 2.0**24), 2).shape == (2, 1)
+
+            # Inference: an own share at scale 2^8 is refused before any row of the query is taken.
+            active.FinishTraining(common_pb2.SessionRef(session_id=sid))
+            admitted = active.AdmitQuery(coordinator_pb2.AdmitQueryRequest(session_id=sid, sample_index=[N, N + 1]))
+            inference = he.open_public("ckks", admitted.inference_context)
+            own = wire.to_message(inference, he.encrypt_matrix(inference, np.zeros((2, 1))))
+            own.ciphertexts[0] = _scaled(inference, 2, 8)
+            code, details = _code(active.ReleaseScores, coordinator_pb2.ReleaseScoresRequest(
+                session_id=sid, query_id=admitted.query_id, logits=own, sample_index=[N, N + 1]))
+            assert code == grpc.StatusCode.INVALID_ARGUMENT and "scale 2^8.00" in details
+            # ...and so is a passive share of that form.
+            code, details = _code(passive.SubmitShare, coordinator_pb2.ShareRequest(
+                session_id=sid, query_id=admitted.query_id, sample_index=[N, N + 1], logits=own))
+            assert code == grpc.StatusCode.INVALID_ARGUMENT and "scale 2^8.00" in details

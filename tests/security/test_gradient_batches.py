@@ -9,13 +9,19 @@ the default batch follows the bound.
 
 from __future__ import annotations
 
+import tomllib
+
 import grpc
 import numpy as np
 import pytest
 
 from tests.security.conftest import federation
-from vflsec.services import he, lr, wire
-from vflsec.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
+from vflsec.client.federation import FederationSpec, run_in_process, write_federation
+from vflsec.client.operator import Operator
+from vflsec.services import datasets, he, lr, wire
+from vflsec.services.config import dump_toml, load_config
+from vflsec.services.server import peer_channel
+from vflsec.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc, passive_pb2, passive_pb2_grpc
 
 
 def test_small_batches_are_refused_and_short_batches_merged(tmp_path) -> None:
@@ -82,3 +88,107 @@ def test_default_batch_follows_the_bound(tmp_path) -> None:
         progress = [p for p in fed.operator.train(info.session_id, common[:300], 1) if not p.done]
         assert progress[-1].n_batches == 300 // 114
     assert lr.batches(np.arange(10), 32)[0].size == 10  # fewer rows than a batch: one batch (then refused)
+
+
+def _refused(call, request) -> tuple[grpc.StatusCode, str]:
+    with pytest.raises(grpc.RpcError) as info:
+        call(request)
+    return info.value.code(), info.value.details()
+
+
+def test_repeated_rows_are_refused(tmp_path) -> None:
+    # Finding 5 (review, 16:05): the bound counted rows, not distinct rows: one row repeated 2w times passed, and
+    # the bias column's sum was then n·δ_i. Every party now takes each row of a batch or query once.
+    with federation(tmp_path, dataset="breast_cancer", n_passive=1, passive_features=2) as fed:
+        info = fed.operator.create_session("ckks", batch_size=64)
+        sid = info.session_id
+        fed.operator.align(sid)
+        widths = {"active": info.n_active_features + 1, **info.passive_features}
+        n = lr.min_batch_size(widths.values())
+        with fed.channel("active", "coordinator") as c_ch, fed.channel("active", "passive-1") as p_ch:
+            coordinator = coordinator_pb2_grpc.CoordinatorStub(c_ch)
+            passive = passive_pb2_grpc.PassiveStub(p_ch)
+            backend = he.open_public("ckks", coordinator.GetPublicContext(common_pb2.SessionRef(session_id=sid)).data)
+
+            def scores(index: list[int]) -> coordinator_pb2.EncryptedMatrix:
+                logits = wire.to_message(backend, he.encrypt_matrix(backend, np.zeros((len(index), 1))))
+                return coordinator.ComputeTrainingScores(coordinator_pb2.TrainingScoresRequest(
+                    session_id=sid, step=1, logits=logits, replicas=1, sample_index=index, widths=widths))
+
+            repeated = [0] * n
+            code, details = _refused(scores, repeated)
+            assert code == grpc.StatusCode.INVALID_ARGUMENT and f"({n} entries, 1 distinct)" in details
+            code, details = _refused(scores, [*range(n - 1), 0])  # one repeat is enough
+            assert code == grpc.StatusCode.INVALID_ARGUMENT and f"{n - 1} distinct" in details
+
+            # The passive party refuses them itself, for training and for inference.
+            code, details = _refused(passive.Forward, passive_pb2.ForwardRequest(
+                session_id=sid, step=1, sample_index=repeated))
+            assert code == grpc.StatusCode.INVALID_ARGUMENT and "repeats rows" in details
+            probs = scores(list(range(n)))  # an honest batch; the deviating Backward repeats its rows
+            code, details = _refused(passive.Backward, passive_pb2.BackwardRequest(
+                session_id=sid, step=1, sample_index=repeated, delta=probs))
+            assert code == grpc.StatusCode.INVALID_ARGUMENT and "repeats rows" in details
+            code, details = _refused(passive.ShareLogits, passive_pb2.ShareLogitsRequest(
+                session_id=sid, query_id="q", sample_index=[n, n]))
+            assert code == grpc.StatusCode.INVALID_ARGUMENT and "repeats rows" in details
+            # A query repeating a row is refused whole at admission, before any budget is spent.
+            code, details = _refused(coordinator.AdmitQuery, coordinator_pb2.AdmitQueryRequest(
+                session_id=sid, sample_index=[n, n + 1, n]))
+            assert code == grpc.StatusCode.INVALID_ARGUMENT and "(3 entries, 2 distinct)" in details
+
+
+def test_block_widths_are_operator_approved(tmp_path) -> None:
+    # Finding 3 (review, 16:05): widths were self-declared; a passive party declaring w = 32 kept the default
+    # batch at 64 and, with one-hot "features", read δ (labels) for half of every batch. The coordinator's
+    # [schema] (written by write_federation from the split it deals) now fixes every party's width.
+    with federation(tmp_path, dataset="breast_cancer", n_passive=1, passive_features=2) as fed:
+        schema = load_config(fed.layout.configs["coordinator"]).schema
+        assert schema == {"active": 28, "passive-1": 2}
+        info = fed.operator.create_session("ckks", batch_size=64)
+        sid = info.session_id
+        fed.operator.align(sid)
+        with fed.channel("active", "coordinator") as channel:
+            stub = coordinator_pb2_grpc.CoordinatorStub(channel)
+            backend = he.open_public("ckks", stub.GetPublicContext(common_pb2.SessionRef(session_id=sid)).data)
+
+            def scores(widths: dict[str, int]) -> coordinator_pb2.EncryptedMatrix:
+                logits = wire.to_message(backend, he.encrypt_matrix(backend, np.zeros((64, 1))))
+                return stub.ComputeTrainingScores(coordinator_pb2.TrainingScoresRequest(
+                    session_id=sid, step=1, logits=logits, replicas=1, sample_index=list(range(64)), widths=widths))
+
+            for inflated, (party, declared, approved) in (
+                ({"active": 29, "passive-1": 32}, ("passive-1", 32, 2)),
+                ({"active": 32, "passive-1": 2}, ("active", 32, 29)),  # the owner's own columns + its bias
+                ({"active": 29, "passive-1": 1}, ("passive-1", 1, 2)),
+            ):
+                code, details = _refused(scores, inflated)
+                assert code == grpc.StatusCode.FAILED_PRECONDITION
+                assert f"{party} declared block width {declared}; the operator-approved schema gives {approved}" in (
+                    details
+                )
+            scores({"active": 29, "passive-1": 2})  # the approved widths pass
+
+    # Without a schema the widths are self-declared (docs/protocol.md, "Batch bound"): the inflated width is
+    # accepted at the step, and only FinishTraining sees that W_p does not have it.
+    layout = write_federation(
+        FederationSpec(datasets.load_dataset("breast_cancer"), n_passive=1, passive_features=2), tmp_path / "open"
+    )
+    raw = tomllib.loads(layout.configs["coordinator"].read_text())
+    del raw["schema"]
+    layout.configs["coordinator"].write_text(dump_toml(raw))
+    with run_in_process(layout), layout.operator_channel() as channel:
+        operator = Operator(channel)
+        info = operator.create_session("ckks", batch_size=64)
+        sid = info.session_id
+        operator.align(sid)
+        with peer_channel(layout.addresses["coordinator"], "coordinator", layout.tls("active"), 64 << 20) as ch:
+            stub = coordinator_pb2_grpc.CoordinatorStub(ch)
+            backend = he.open_public("ckks", stub.GetPublicContext(common_pb2.SessionRef(session_id=sid)).data)
+            logits = wire.to_message(backend, he.encrypt_matrix(backend, np.zeros((64, 1))))
+            stub.ComputeTrainingScores(coordinator_pb2.TrainingScoresRequest(
+                session_id=sid, step=1, logits=logits, replicas=1, sample_index=list(range(64)),
+                widths={"active": 29, "passive-1": 32}))
+            code, details = _refused(stub.FinishTraining, common_pb2.SessionRef(session_id=sid))
+            assert code == grpc.StatusCode.FAILED_PRECONDITION
+            assert "passive-1's weight block has shape (1, 2); training used (1, 32)" in details
