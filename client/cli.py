@@ -383,7 +383,7 @@ def attack(
         str | None,
         typer.Option(
             help="Comma-separated attack names (see docs/attacks.md). Default: every applicable LR attack, the "
-            "defense-aware ones for the release chains included (rcc1 and the learned attacks on request)."
+            "defense-aware ones for the release chains included."
         ),
     ] = None,
     predictions: Annotated[int, typer.Option(min=1, help="Samples the active party queries after training.")] = 1000,
