@@ -403,7 +403,7 @@ class ActiveParty:
             while run.epoch <= epochs:
                 if run.order is None:
                     run.order = s.rng.permutation(len(index))
-                batches = lr.batches(run.order, s.training.batch_size)
+                batches = lr.batches(run.order, s.training.batch_size, lr.min_batch_size(self._widths(s).values()))
                 while run.batch < len(batches):
                     step = s.step + 1
                     self._train_step(s, step, index[batches[run.batch]])
@@ -418,14 +418,18 @@ class ActiveParty:
         finally:
             s.lock.release()
 
+    def _widths(self, s: ActiveSession) -> dict[str, int]:
+        """Every party's gradient block width: its feature columns, plus the bias column for this party."""
+        return {self.party_id: self.data.X.shape[1] + 1, **s.passive_features}
+
     def _replicas(self, s: ActiveSession, batch: int) -> int:
         """One replication factor for every party's gradient products, sized for the widest block."""
-        widest = max(self.data.X.shape[1] + 1, *s.passive_features.values())
+        widest = max(self._widths(s).values())
         return he.choose_replicas(batch, s.k, widest, s.backend.slots)
 
     def _train_step(self, s: ActiveSession, step: int, index: np.ndarray) -> None:
         logits = self._aggregate_logits(s, step, index)
-        widths = {self.party_id: self.data.X.shape[1] + 1, **s.passive_features}
+        widths = self._widths(s)
         reply = self.coordinator.training_scores(
             s.backend, s.session_id, step, logits, self._replicas(s, len(index)), index, widths
         )

@@ -117,10 +117,12 @@ def default_batch_size(widths: Iterable[int]) -> int:
     return max(DEFAULT_BATCH_SIZE, min_batch_size(widths))
 
 
-def batches(order: np.ndarray, batch_size: int) -> list[np.ndarray]:
-    """An epoch's mini-batches: consecutive slices of its shuffled order; a short last slice joins the one
-    before it, so that no batch is smaller than ``batch_size`` (the coordinator refuses small batches)."""
+def batches(order: np.ndarray, batch_size: int, min_size: int | None = None) -> list[np.ndarray]:
+    """An epoch's mini-batches: consecutive slices of its shuffled order. A last slice shorter than
+    ``min_size`` (default ``batch_size``; the trainer passes the coordinator's minimum batch) joins the one before
+    it, so that no batch falls below the bound; a shorter-than-``batch_size`` slice above it stays a step."""
+    floor = batch_size if min_size is None else min_size
     cuts = list(range(0, len(order), batch_size))
-    if len(cuts) > 1 and len(order) - cuts[-1] < batch_size:
+    if len(cuts) > 1 and len(order) - cuts[-1] < floor:
         cuts.pop()
     return [order[a:b] for a, b in zip(cuts, [*cuts[1:], len(order)], strict=True)]
