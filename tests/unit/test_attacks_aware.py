@@ -98,12 +98,14 @@ PAIRS = {"aware_ls": "half_star", "aware_cls": "cls", "aware_rcc2": "rcc2", "awa
 @pytest.mark.parametrize("defense", DEFENSES)
 def test_each_aware_attack_is_never_worse_than_its_naive_counterpart(defense: str) -> None:
     # wine (C = 3) and breast_cancer (C = 2) underdetermined, digits (C = 10, d_p = 5) determined: averages over
-    # two draws.
+    # eight fresh OS-entropy draws. With two, gaussian on breast_cancer failed once by chance: both attacks sit at
+    # Half there (measured over 30 draws: aware 0.0890 ± 0.0000, naive Half* 0.0946 ± 0.0010) and the naive
+    # pair of draws came out 2σ low.
     for name, d_p in (("wine", 4), ("digits", 5), ("breast_cancer", 4)):
         task = real_task(name, d_p, n_query=80)
         totals = dict.fromkeys([*PAIRS, *PAIRS.values()], 0.0)
         ran = set()
-        for _ in range(2):
+        for _ in range(8):
             obs = task.observe((defense,))
             for attack in totals:
                 try:
