@@ -339,7 +339,7 @@ class Coordinator:
             raise InvalidArgument(f"replicas must be in [1, {s.backend.slots // k}], got {replicas}")
         if len(sample_index) != n:
             raise InvalidArgument(f"{len(sample_index)} sample indices for {n} logit rows")
-        _refuse_repeated_rows(sample_index)
+        wire.require_distinct_rows(sample_index)
         parties = {s.owner, *s.passive_parties}
         if set(widths) != parties or min(widths.values(), default=0) < 1:
             raise InvalidArgument(f"widths must give every party of the session {sorted(parties)} a width >= 1")
@@ -469,7 +469,7 @@ class Coordinator:
         n = len(sample_index)
         if n == 0:
             raise InvalidArgument("sample_index is empty")
-        _refuse_repeated_rows(sample_index)  # the passive parties refuse them too: refused whole, nothing spent
+        wire.require_distinct_rows(sample_index)  # the passive parties refuse them too: refused whole, nothing spent
         if n > self.policy.max_rows:
             raise InvalidArgument(f"{n} rows in one query; the limit is {self.policy.max_rows}")
         with s.lock:
@@ -612,15 +612,6 @@ def _check_form(keys: he.Backend, logits: he.EncryptedMatrix, *, product: bool) 
         keys.check_form(logits.ciphertexts, product=product)
     except ValueError as exc:
         raise InvalidArgument(f"logits: {exc}") from exc
-
-
-def _refuse_repeated_rows(sample_index: np.ndarray) -> None:
-    """A row repeated in a batch counts once in the batch bound and a bias sum of n rows (docs/protocol.md)."""
-    distinct = np.unique(sample_index).size
-    if distinct != len(sample_index):
-        raise InvalidArgument(
-            f"sample_index repeats rows ({len(sample_index)} entries, {distinct} distinct): every row once"
-        )
 
 
 def _flood(sums: np.ndarray, sigma: float, rng: entropy.CryptoRandom) -> np.ndarray:

@@ -254,11 +254,7 @@ class PassiveParty:
         bad = (sample_index < 0) | (sample_index >= len(s.rows))
         if bad.any():
             raise NotFound(f"unknown sample index {int(sample_index[bad][0])} (aligned samples: {len(s.rows)})")
-        distinct = np.unique(sample_index).size
-        if distinct != sample_index.size:
-            # A repeated row weighs a batch's sums (the coordinator's batch bound counts distinct rows) and
-            # repeats a share: Forward, Backward and ShareLogits take every row once.
-            raise InvalidArgument(f"sample_index repeats rows ({sample_index.size} entries, {distinct} distinct)")
+        wire.require_distinct_rows(sample_index)  # Forward, Backward and ShareLogits take every row once
         return self.data.X[s.rows[sample_index]]
 
     # --- training and inference ---

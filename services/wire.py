@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 
+import numpy as np
+
 from vflsec.services import he, lr
 from vflsec.services.errors import InvalidArgument
 from vflsec.v1 import common_pb2
@@ -64,3 +66,13 @@ def optimizer_config(training: common_pb2.TrainingConfig) -> lr.OptimizerConfig:
         return lr.OptimizerConfig(training.optimizer or "adam", training.learning_rate or 0.05, training.l2)
     except ValueError as exc:
         raise InvalidArgument(f"training: {exc}") from exc
+
+
+def require_distinct_rows(sample_index: np.ndarray) -> None:
+    """Every row once: a repeated row weighs a batch's sums (the batch bound counts distinct rows, and a bias
+    sum over n copies of one row is n·δ_i) and repeats an inference share."""
+    distinct = np.unique(sample_index).size
+    if distinct != len(sample_index):
+        raise InvalidArgument(
+            f"sample_index repeats rows ({len(sample_index)} entries, {distinct} distinct): every row once"
+        )
