@@ -7,6 +7,7 @@ threshold below holds with a wide margin over the figures measured (see the repo
 
 from __future__ import annotations
 
+import contextlib
 import numpy as np
 import pytest
 
@@ -97,23 +98,25 @@ PAIRS = {"aware_ls": "half_star", "aware_cls": "cls", "aware_rcc2": "rcc2", "awa
 
 @pytest.mark.parametrize("defense", DEFENSES)
 def test_each_aware_attack_is_never_worse_than_its_naive_counterpart(defense: str) -> None:
-    # wine (C = 3) and breast_cancer (C = 2) underdetermined, digits (C = 10, d_p = 5) determined: averages over
-    # eight fresh OS-entropy draws. With two, gaussian on breast_cancer failed once by chance: both attacks sit at
-    # Half there (measured over 30 draws: aware 0.0890 ± 0.0000, naive Half* 0.0946 ± 0.0010) and the naive
-    # pair of draws came out 2σ low.
+    # wine (C = 3) and breast_cancer (C = 2) underdetermined, digits (C = 10, d_p = 5) determined. Over eight fresh
+    # OS-entropy draws the aware attack must not be worse on average beyond the sampling error of that average:
+    # a one-sided paired test at 3 standard errors of the per-draw differences (exact for deterministic
+    # defenses, where the differences do not vary). Where both attacks sit at Half (gaussian on breast_cancer,
+    # 30 draws: aware 0.0890 ± 0.0000, naive Half* 0.0946 ± 0.0010) a plain comparison of the two sums failed
+    # twice in CI by chance.
+    draws = 8
     for name, d_p in (("wine", 4), ("digits", 5), ("breast_cancer", 4)):
         task = real_task(name, d_p, n_query=80)
-        totals = dict.fromkeys([*PAIRS, *PAIRS.values()], 0.0)
-        ran = set()
-        for _ in range(8):
+        figures: dict[str, list[float]] = {attack: [] for attack in [*PAIRS, *PAIRS.values()]}
+        for _ in range(draws):
             obs = task.observe((defense,))
-            for attack in totals:
-                try:
-                    totals[attack] += clipped_mse(task, obs, attack)
-                    ran.add(attack)
-                except NotApplicable:
-                    pass
+            for attack, values in figures.items():
+                with contextlib.suppress(NotApplicable):
+                    values.append(clipped_mse(task, obs, attack))
+        ran = {attack for attack, values in figures.items() if values}
         assert "aware_rcc2" in ran or "aware_interval" in ran
         for aware, naive in PAIRS.items():
             if aware in ran:
-                assert totals[aware] <= totals[naive] + 1e-6, (name, defense, aware, naive, totals)  # solver tol
+                diff = np.array(figures[aware]) - np.array(figures[naive])
+                margin = 3 * diff.std(ddof=1) / np.sqrt(draws) + 1e-6  # + solver tolerance
+                assert diff.mean() <= margin, (name, defense, aware, naive, diff.mean(), margin)
