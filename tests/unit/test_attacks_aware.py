@@ -8,6 +8,7 @@ threshold below holds with a wide margin over the figures measured (see the repo
 from __future__ import annotations
 
 import contextlib
+
 import numpy as np
 import pytest
 
