@@ -17,7 +17,7 @@ import numpy as np
 
 from vflsec.client.federation import FederationSpec, run_in_process, write_federation
 from vflsec.client.operator import Operator
-from vflsec.services import datasets
+from vflsec.services.data import datasets
 
 
 def bench_dataset(rows: int, seed: int = 0) -> datasets.Dataset:

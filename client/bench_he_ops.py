@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import tenseal as ts
 
-from vflsec.services import entropy, he
+from vflsec.services.crypto import entropy, he
 
 
 def _median_ms(fn: Callable[[], object], repeats: int) -> float:

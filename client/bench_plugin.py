@@ -13,7 +13,7 @@ from typing import Any
 from vflsec.client.bench_he import bench_dataset
 from vflsec.client.federation import FederationSpec, run_processes, write_federation
 from vflsec.client.operator import Operator
-from vflsec.services import curious
+from vflsec.services.plugins import curious
 
 
 def _throughput(layout, backend: str, rounds: int, chunk: int) -> tuple[float, str]:
@@ -38,7 +38,7 @@ def run(
     result: dict[str, Any] = {"dataset": ds.name, "rows": ds.n_samples, "backend": backend, "chunk": chunk}
     with tempfile.TemporaryDirectory(prefix="vflsec-bench-plugin-") as tmp:
         store = Path(tmp) / "curious.sqlite"
-        plugin = {"path": "vflsec.services.curious:CuriousPlugin", "options": {"store": str(store)}}
+        plugin = {"path": "vflsec.services.plugins.curious:CuriousPlugin", "options": {"store": str(store)}}
         plain_layout = write_federation(FederationSpec(ds, drop_fraction=0.0), Path(tmp) / "off")
         recorded_layout = write_federation(FederationSpec(ds, drop_fraction=0.0, plugins=[plugin]), Path(tmp) / "on")
         # Alternate the two set-ups (off, on, off, on): drift on a shared machine hits both alike.

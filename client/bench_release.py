@@ -18,9 +18,9 @@ from functools import partial
 
 import numpy as np
 
-from vflsec.services.lr import softmax
-from vflsec.services.release import ReleaseContext, ScoreReleaseChain
-from vflsec.services.score_defenses import gaussian_sigma, pps_b_direction
+from vflsec.services.defenses.release import ReleaseContext, ScoreReleaseChain
+from vflsec.services.defenses.scores import gaussian_sigma, pps_b_direction
+from vflsec.services.models.lr import softmax
 
 DEFENSES: dict[str, str] = {
     "privee": "privee:epsilon=0.1",

@@ -35,7 +35,7 @@ def _fail(message: str) -> NoReturn:
 
 def _check_release_specs(release: list[str] | None, param_release: list[str] | None) -> None:
     """Fail on a bad defense spec at configuration time, before any process starts."""
-    from vflsec.services.release import ParamReleaseChain, ReleaseConfigError, ScoreReleaseChain
+    from vflsec.services.defenses.release import ParamReleaseChain, ReleaseConfigError, ScoreReleaseChain
 
     try:
         ScoreReleaseChain.from_specs(release or [])
@@ -97,7 +97,7 @@ def certs(
         return
     if out is None:
         _fail("--out is required (or use a sub-command: init-ca, request, sign)")
-    from vflsec.services.tls import make_pki
+    from vflsec.services.transport.tls import make_pki
 
     names = _names(parties)
     try:
@@ -114,7 +114,7 @@ def certs_init_ca(
     days: Annotated[int, typer.Option(min=3650, help="Validity of the CA certificate in days.")] = 3650,
 ) -> None:
     """Create the federation's CA (refuses to replace one). ca.key never leaves this folder."""
-    from vflsec.services.tls import CertificateAuthority
+    from vflsec.services.transport.tls import CertificateAuthority
 
     try:
         CertificateAuthority.create(out, days)
@@ -132,7 +132,7 @@ def certs_request(
     """Make this party's key (key.pem, created 0600; an existing one is reused) and a CSR for the CA."""
     from cryptography.hazmat.primitives import serialization
 
-    from vflsec.services.tls import key_fingerprint, request_certificate
+    from vflsec.services.transport.tls import key_fingerprint, request_certificate
 
     key = out / "key.pem"
     existed = key.exists()
@@ -167,7 +167,7 @@ def certs_sign(
     from cryptography import x509
     from cryptography.hazmat.primitives import serialization
 
-    from vflsec.services.tls import CertificateAuthority, key_fingerprint, role_of, sign_request
+    from vflsec.services.transport.tls import CertificateAuthority, key_fingerprint, role_of, sign_request
 
     try:
         request = x509.load_pem_x509_csr(csr.read_bytes())
@@ -288,7 +288,7 @@ def prepare(
 ) -> None:
     """Write certificates, per-party data files and configs for a federation (the demo's dealer step)."""
     from vflsec.client.federation import FederationSpec, compose_ports, write_federation
-    from vflsec.services import datasets
+    from vflsec.services.data import datasets
 
     _check_release_specs(release, param_release)
     spec = FederationSpec(
@@ -326,8 +326,8 @@ def run(
 
     from vflsec.client.demo import DemoOptions, evaluate, operator_labels
     from vflsec.client.federation import wait_for
-    from vflsec.services.server import peer_channel
-    from vflsec.services.tls import TlsFiles
+    from vflsec.services.transport.server import peer_channel
+    from vflsec.services.transport.tls import TlsFiles
 
     files = TlsFiles.from_dir(tls_dir)
     options = DemoOptions(
@@ -356,8 +356,8 @@ def health(
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    from vflsec.services.server import peer_channel
-    from vflsec.services.tls import TlsFiles
+    from vflsec.services.transport.server import peer_channel
+    from vflsec.services.transport.tls import TlsFiles
 
     files = TlsFiles.from_dir(tls_dir)
     with peer_channel(address, party, files, 4 * 1024 * 1024) as channel:
@@ -538,7 +538,7 @@ def risk(
     import grpc
 
     from vflsec.client.operator import forecast_risk
-    from vflsec.services.tls import TlsFiles
+    from vflsec.services.transport.tls import TlsFiles
 
     _check_release_specs(None, param_release)
     try:

@@ -18,7 +18,8 @@ import numpy as np
 
 from vflsec.client.federation import FederationLayout, FederationSpec, run_processes, write_federation
 from vflsec.client.operator import Operator
-from vflsec.services import datasets, lr
+from vflsec.services.data import datasets
+from vflsec.services.models import lr
 
 
 @dataclass

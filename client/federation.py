@@ -21,9 +21,10 @@ import grpc
 import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from vflsec.services import datasets, tls
 from vflsec.services.config import dump_toml, load_config
-from vflsec.services.server import peer_channel
+from vflsec.services.data import datasets
+from vflsec.services.transport import tls
+from vflsec.services.transport.server import peer_channel
 
 
 @dataclass
@@ -113,7 +114,7 @@ def write_federation(spec: FederationSpec, workdir: Path) -> FederationLayout:
         reach = {p: f"{p}:{ports[p]}" for p in parties}
     # The dealer's CA; each party's key is made in its own tls/ folder (never copied), its CSR signed here.
     ca = tls.CertificateAuthority.load_or_create(workdir / "certs")
-    # Each passive party answers risk forecasts to its own operator only (services/passive.py).
+    # Each passive party answers risk forecasts to its own operator only (services/engines/passive.py).
     passive_operators = [f"operator-{p}" for p in parties if p.startswith("passive")]
     id_sets = datasets.overlapping_id_sets(ds.ids, 1 + spec.n_passive, spec.drop_fraction, spec.seed)
     columns = dict(zip(parties[1:], split.parties, strict=True))

@@ -19,10 +19,12 @@ import numpy as np
 
 from vflsec.client.federation import FederationLayout, FederationSpec, run_in_process, run_processes, write_federation
 from vflsec.client.operator import Operator, forecast_risk
-from vflsec.services import attacks, curious, datasets
+from vflsec.services import attacks
 from vflsec.services.app import load_party_data
 from vflsec.services.config import load_config
-from vflsec.services.param_defenses import interpretability_loss
+from vflsec.services.data import datasets
+from vflsec.services.defenses.params import interpretability_loss
+from vflsec.services.plugins import curious
 
 BASELINES = ("half", "rg", "zero")
 # Every LR attack family once (registry aliases and ablations stay opt-in): learned attacks beat Half on
@@ -34,7 +36,7 @@ def default_attacks(score_release: Sequence[str], param_release: Sequence[str]) 
     """Every applicable attack of the LR family for these chains: the naive ones and the aware ones that target
     a step of the chains; an attack the observations do not support reports why it did not run."""
     from vflsec.services.attacks.aware import aware_attacks_for
-    from vflsec.services.release import parse_spec
+    from vflsec.services.defenses.release import parse_spec
 
     steps = [parse_spec(spec)[0] for spec in score_release], [parse_spec(spec)[0] for spec in param_release]
     return [*DEFAULT_ATTACKS, *aware_attacks_for(*steps)]
@@ -84,7 +86,7 @@ def run_scenario(scenario: AttackScenario, workdir: Path) -> ScenarioRun:
         backend=scenario.backend,
         score_release=scenario.score_release,
         param_release=scenario.param_release,
-        plugins=[{"path": "vflsec.services.curious:CuriousPlugin", "options": {"store": str(store_path)}}],
+        plugins=[{"path": "vflsec.services.plugins.curious:CuriousPlugin", "options": {"store": str(store_path)}}],
         seed=scenario.seed,
     )
     layout = write_federation(spec, workdir / "federation")

@@ -10,10 +10,10 @@ import grpc
 import numpy as np
 from google.protobuf.json_format import MessageToDict
 
-from vflsec.services import wire
-from vflsec.services.server import peer_channel
-from vflsec.services.tensors import from_tensor
-from vflsec.services.tls import TlsFiles
+from vflsec.services.transport import wire
+from vflsec.services.transport.server import peer_channel
+from vflsec.services.transport.tensors import from_tensor
+from vflsec.services.transport.tls import TlsFiles
 from vflsec.v1 import active_pb2, active_pb2_grpc, common_pb2, passive_pb2, passive_pb2_grpc
 
 

@@ -1,7 +1,7 @@
 """The privacy–interpretability curve of varasteh's PPS, measured with the attack suite on exact scores.
 
 Everything runs locally and in-process (no services): a centralised LR is trained on a vertically split dataset,
-the passive block is distorted by :class:`~vflsec.services.param_defenses.Varasteh` at several levels ε, and the
+the passive block is distorted by :class:`~vflsec.services.defenses.params.Varasteh` at several levels ε, and the
 unclipped LS and Half* attacks are run on exact scores against each disclosed block. The curve (attack MSE per
 feature vs the interpretability loss g) goes to ``curve.png`` and a markdown table to ``curve.md``.
 """
@@ -19,9 +19,9 @@ import numpy as np
 from vflsec.services.attacks import Observations, mse
 from vflsec.services.attacks.linear import passive_system
 from vflsec.services.attacks.synthetic import model_scores
-from vflsec.services.datasets import Scaler, load_dataset
-from vflsec.services.lr import BlockOptimizer, OptimizerConfig, link, n_logits, targets
-from vflsec.services.param_defenses import DataStats, Distorted, Varasteh, forecast
+from vflsec.services.data.datasets import Scaler, load_dataset
+from vflsec.services.defenses.params import DataStats, Distorted, Varasteh, forecast
+from vflsec.services.models.lr import BlockOptimizer, OptimizerConfig, link, n_logits, targets
 
 __all__ = [
     "VflTask",

@@ -2,8 +2,8 @@
 
     .venv/bin/python scripts/bench_psi.py [--n 5000] [--rounds 3] [--module path/to/psi.py]
 
-``--module`` measures another implementation of ``services/psi.py`` (e.g. an older commit's, from
-``git show REV:services/psi.py``) with the same IDs, alternating with the current one so both see the same
+``--module`` measures another implementation of ``services/crypto/psi.py`` (e.g. an older commit's, from
+``git show REV:services/crypto/psi.py``) with the same IDs, alternating with the current one so both see the same
 machine load. Prints one JSON object; the best round is the least disturbed by other load.
 """
 
@@ -16,7 +16,7 @@ import sys
 import time
 from types import ModuleType
 
-from vflsec.services import psi
+from vflsec.services.crypto import psi
 
 
 def _load(path: str) -> ModuleType:

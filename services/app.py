@@ -8,11 +8,21 @@ from typing import Any
 import grpc
 import numpy as np
 
-from vflsec.services import active, checkpoint, coordinator, datasets, he, passive, plugins
+from vflsec.services import plugins
 from vflsec.services.config import ServiceConfig
-from vflsec.services.links import CoordinatorClient, PassiveClient
-from vflsec.services.release import ParamReleaseChain, ScoreReleaseChain
-from vflsec.services.server import CallPolicy, RunningServer, peer_channel, serve_forever, start_server, tls_files
+from vflsec.services.crypto import he
+from vflsec.services.data import datasets
+from vflsec.services.defenses.release import ParamReleaseChain, ScoreReleaseChain
+from vflsec.services.engines import active, checkpoint, coordinator, passive
+from vflsec.services.transport.links import CoordinatorClient, PassiveClient
+from vflsec.services.transport.server import (
+    CallPolicy,
+    RunningServer,
+    peer_channel,
+    serve_forever,
+    start_server,
+    tls_files,
+)
 from vflsec.v1 import active_pb2_grpc, coordinator_pb2_grpc, passive_pb2_grpc
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vflsec.services.psi import MAX_IDS as PSI_MAX_IDS
+from vflsec.services.crypto.psi import MAX_IDS as PSI_MAX_IDS
 
 ROLES = ("coordinator", "active", "passive")
 

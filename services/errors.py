@@ -1,4 +1,4 @@
-"""Errors the engines raise; the servicers turn each into its gRPC status (see ``services/server.py``)."""
+"""Errors the engines raise; the servicers turn each into its gRPC status (see ``services/transport/server.py``)."""
 
 from __future__ import annotations
 

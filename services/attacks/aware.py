@@ -67,7 +67,7 @@ def _step(name: str, params: dict[str, str]) -> Any:
 
     Announced facts that are not constructor arguments (PRIVEE's U, a class constant) are left out.
     """
-    from vflsec.services import score_defenses
+    from vflsec.services.defenses import scores as score_defenses
 
     factory = {
         "rounding": score_defenses.Rounding,
@@ -141,7 +141,7 @@ def _privee(scores: np.ndarray, step: Any) -> Evidence:
 
 
 def _pps_b(obs: Observations, step: Any) -> Evidence:
-    from vflsec.services.score_defenses import pps_b_direction
+    from vflsec.services.defenses.scores import pps_b_direction
 
     scores = np.asarray(obs.scores, dtype=float)
     log_p = _safe_log(scores)

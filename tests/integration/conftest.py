@@ -12,8 +12,8 @@ import pytest
 
 from vflsec.client.federation import FederationLayout, FederationSpec, run_in_process, write_federation
 from vflsec.client.operator import Operator
-from vflsec.services import datasets
-from vflsec.services.server import peer_channel
+from vflsec.services.data import datasets
+from vflsec.services.transport.server import peer_channel
 
 
 @dataclass

@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 
 from vflsec.client.harness import AttackScenario, evaluate_attacks, run_scenario, true_passive_features
-from vflsec.services import attacks, curious
+from vflsec.services import attacks
+from vflsec.services.plugins import curious
 
 
 def record(tmp_path, **scenario):

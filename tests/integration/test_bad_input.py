@@ -6,7 +6,8 @@ import grpc
 import numpy as np
 import pytest
 
-from vflsec.services import he, wire
+from vflsec.services.crypto import he
+from vflsec.services.transport import wire
 from vflsec.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc, passive_pb2, passive_pb2_grpc
 
 

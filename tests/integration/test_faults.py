@@ -15,13 +15,13 @@ import pytest
 
 from vflsec.client.federation import FederationSpec, run_in_process, run_processes, wait_for, write_federation
 from vflsec.client.operator import Operator
-from vflsec.services import datasets
+from vflsec.services.data import datasets
 
 EPOCHS, BATCH = 5, 32  # ~85 steps on breast_cancer
 
 
 def _spec(store) -> FederationSpec:
-    plugin = {"path": "vflsec.services.curious:CuriousPlugin", "options": {"store": str(store)}}
+    plugin = {"path": "vflsec.services.plugins.curious:CuriousPlugin", "options": {"store": str(store)}}
     return FederationSpec(datasets.load_dataset("breast_cancer"), n_passive=1, seed=0, plugins=[plugin])
 
 

@@ -32,8 +32,10 @@ from hypothesis import strategies as st
 from tests.integration.conftest import Federation
 from vflsec.client.federation import FederationLayout, FederationSpec, run_in_process, write_federation
 from vflsec.client.operator import Operator
-from vflsec.services import authz, datasets, he
 from vflsec.services.config import dump_toml
+from vflsec.services.crypto import he
+from vflsec.services.data import datasets
+from vflsec.services.transport import authz
 from vflsec.v1 import active_pb2, common_pb2, coordinator_pb2, passive_pb2
 
 LIMIT_MB = 8  # the fuzz federation's message limit: oversized payloads stay cheap to build
@@ -135,7 +137,8 @@ def _limit_messages(layout: FederationLayout, megabytes: int) -> None:
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FuzzEnv]:
     dataset = datasets.load_dataset("breast_cancer")
     folder = tmp_path_factory.mktemp("fuzz")
-    plugin = {"path": "vflsec.services.curious:CuriousPlugin", "options": {"store": str(folder / "curious.sqlite")}}
+    store = str(folder / "curious.sqlite")
+    plugin = {"path": "vflsec.services.plugins.curious:CuriousPlugin", "options": {"store": store}}
     layout = write_federation(FederationSpec(dataset, n_passive=1, plugins=[plugin]), folder / "federation")
     _limit_messages(layout, LIMIT_MB)
     with run_in_process(layout) as parties, layout.operator_channel() as channel:
@@ -194,7 +197,7 @@ def sessions(*known: str) -> st.SearchStrategy[str]:
     return st.one_of(st.sampled_from([*known, *known, *known, "", "no-such-session"]), GARBAGE_TEXT)
 
 
-_PLAIN_CT = struct.Struct("<4sBI")  # the plain backend's ciphertext header (services/he.py)
+_PLAIN_CT = struct.Struct("<4sBI")  # the plain backend's ciphertext header (services/crypto/he.py)
 BLOB_DEFECTS = ("none", "none", "none", "nan", "inf", "-inf", "count", "magic", "version", "truncated", "garbage")
 
 

@@ -25,8 +25,9 @@ from pathlib import Path
 import pytest
 
 from vflsec.client.federation import FederationLayout, FederationSpec, write_federation
-from vflsec.services import datasets, tls
 from vflsec.services.config import dump_toml
+from vflsec.services.data import datasets
+from vflsec.services.transport import tls
 
 SUBNET = "10.231.7"
 # Host part of each party's address; the operator also gets a namespace of its own.

@@ -8,8 +8,8 @@ import pytest
 
 from tests.integration.test_attacks_through_services import record
 from vflsec.client.harness import AttackScenario, privacy_curve
-from vflsec.services import param_defenses
 from vflsec.services.attacks import make_attack, mse, run_attack
+from vflsec.services.defenses import params as param_defenses
 
 
 def ls_mse(obs, truth) -> float:

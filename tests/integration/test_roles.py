@@ -6,8 +6,8 @@ import grpc
 import pytest
 
 from vflsec.client.operator import Operator
-from vflsec.services import tls
-from vflsec.services.server import peer_channel
+from vflsec.services.transport import tls
+from vflsec.services.transport.server import peer_channel
 from vflsec.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc, passive_pb2_grpc
 
 

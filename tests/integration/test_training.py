@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from tests.integration.conftest import federation
-from vflsec.services import datasets
+from vflsec.services.data import datasets
 
 
 def _party_ids(fed, party: str) -> set[str]:

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from tests.integration.conftest import federation
-from vflsec.services import he, plugins
+from vflsec.services import plugins
+from vflsec.services.crypto import he
 
 TRAINING_KINDS = {plugins.ENCRYPTED_LOGITS, plugins.ENCRYPTED_SCORES, plugins.GRADIENT, plugins.TRAINING_DATA}
 

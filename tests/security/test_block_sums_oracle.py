@@ -17,9 +17,12 @@ import tenseal as ts
 
 from tests.security.conftest import federation
 from vflsec.client.federation import FederationSpec, write_federation
-from vflsec.services import app, datasets, he, wire
+from vflsec.services import app
 from vflsec.services.config import load_config
-from vflsec.services.tensors import from_tensor
+from vflsec.services.crypto import he
+from vflsec.services.data import datasets
+from vflsec.services.transport import wire
+from vflsec.services.transport.tensors import from_tensor
 from vflsec.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 
 N = 64  # batch rows; logits 0 make every p = 0.5, so the true sums of an identity probe are known

@@ -18,9 +18,12 @@ import pytest
 from tests.security.conftest import federation
 from vflsec.client.federation import FederationSpec, run_in_process, write_federation
 from vflsec.client.operator import Operator
-from vflsec.services import datasets, he, lr, wire
 from vflsec.services.config import dump_toml, load_config
-from vflsec.services.server import peer_channel
+from vflsec.services.crypto import he
+from vflsec.services.data import datasets
+from vflsec.services.models import lr
+from vflsec.services.transport import wire
+from vflsec.services.transport.server import peer_channel
 from vflsec.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc, passive_pb2, passive_pb2_grpc
 
 

@@ -29,8 +29,9 @@ from tests.security.conftest import Federation
 from vflsec.client.cli import app
 from vflsec.client.federation import FederationSpec, run_in_process, write_federation
 from vflsec.client.operator import Operator
-from vflsec.services import datasets, tls
-from vflsec.services.server import peer_channel
+from vflsec.services.data import datasets
+from vflsec.services.transport import tls
+from vflsec.services.transport.server import peer_channel
 
 PARTIES = ("coordinator", "active", "passive-1", "operator")
 

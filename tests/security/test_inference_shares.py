@@ -1,6 +1,6 @@
 """Review finding 2: the coordinator holds W_p after training, so a passive party's inference share
 z_p = X_p W_pᵀ decrypted alone would give it X_p whenever d_p <= k. Each share now carries a zero-sum mask
-(services/share_mask.py): the coordinator plays the attack on every share it stores and learns nothing, while
+(services/crypto/share_mask.py): the coordinator plays the attack on every share it stores and learns nothing, while
 the scores it releases are those of the unmasked model."""
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from tests.security.conftest import federation
-from vflsec.services import entropy, he, lr
-from vflsec.services.active import ActiveSession
-from vflsec.services.passive import PassiveSession
+from vflsec.services.crypto import entropy, he
+from vflsec.services.engines.active import ActiveSession
+from vflsec.services.engines.passive import PassiveSession
+from vflsec.services.models import lr
 
 
 def test_coordinator_cannot_solve_features_from_a_stored_share(tmp_path, monkeypatch) -> None:

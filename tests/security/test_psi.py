@@ -15,9 +15,9 @@ from nacl.bindings import crypto_core_ed25519_add, crypto_core_ed25519_is_valid_
 
 from tests.security.conftest import Federation, federation
 from vflsec.client.federation import FederationLayout
-from vflsec.services import psi
 from vflsec.services.app import start_party
 from vflsec.services.config import load_config
+from vflsec.services.crypto import psi
 from vflsec.v1 import passive_pb2, passive_pb2_grpc
 
 CAP = 600  # the federation's [limits] psi_max_ids: above every party's 569 rows, so honest alignment passes

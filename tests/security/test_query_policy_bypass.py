@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 from tests.security.conftest import Federation, federation
-from vflsec.services import checkpoint, coordinator
-from vflsec.services.release import ParamReleaseChain, ScoreReleaseChain
+from vflsec.services.defenses.release import ParamReleaseChain, ScoreReleaseChain
+from vflsec.services.engines import checkpoint, coordinator
 from vflsec.v1 import coordinator_pb2, coordinator_pb2_grpc, passive_pb2, passive_pb2_grpc
 
 BUDGET = 100

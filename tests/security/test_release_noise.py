@@ -11,8 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from tests.security.conftest import federation
-from vflsec.services import datasets, lr
-from vflsec.services.score_defenses import gaussian_sigma
+from vflsec.services.data import datasets
+from vflsec.services.defenses.scores import gaussian_sigma
+from vflsec.services.models import lr
 
 CHAIN = "gaussian:epsilon=1"
 SIGMA = float(gaussian_sigma(1.0, 1e-5, 0.1))

@@ -9,8 +9,8 @@ import grpc
 import numpy as np
 
 from tests.security.conftest import federation
-from vflsec.services import tls
-from vflsec.services.server import peer_channel
+from vflsec.services.transport import tls
+from vflsec.services.transport.server import peer_channel
 from vflsec.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc, passive_pb2, passive_pb2_grpc
 
 SID = "owned"

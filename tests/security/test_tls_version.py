@@ -23,8 +23,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.security.conftest import Federation, federation
-from vflsec.services import tls
-from vflsec.services.server import peer_channel
+from vflsec.services.transport import tls
+from vflsec.services.transport.server import peer_channel
 
 TLS13_SUITES = {"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256"}
 

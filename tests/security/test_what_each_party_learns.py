@@ -16,7 +16,8 @@ import numpy as np
 import tenseal as ts
 
 from tests.security.conftest import federation
-from vflsec.services import he, passive
+from vflsec.services.crypto import he
+from vflsec.services.engines import passive
 
 ROOT = Path(__file__).resolve().parents[2]
 MASK_FLOOR = 2.0**20  # a masked product slot is uniform in ±2^24 around a value |δ·x| <= 64

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 import numpy as np
 from sklearn.datasets import load_breast_cancer, load_digits, load_wine
 
-from vflsec.services import lr
 from vflsec.services.attacks import Observations
-from vflsec.services.lr import confidence_scores
-from vflsec.services.param_defenses import DataStats, make_distortion
-from vflsec.services.release import ReleaseContext, ScoreReleaseChain, parse_spec
+from vflsec.services.defenses.params import DataStats, make_distortion
+from vflsec.services.defenses.release import ReleaseContext, ScoreReleaseChain, parse_spec
+from vflsec.services.models import lr
+from vflsec.services.models.lr import confidence_scores
 
 LOADERS = {"digits": load_digits, "wine": load_wine, "breast_cancer": load_breast_cancer}
 

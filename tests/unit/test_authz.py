@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vflsec.services import active, authz, coordinator, passive
+from vflsec.services.engines import active, coordinator, passive
+from vflsec.services.transport import authz
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "authorization.md"
 
 
 def test_doc_is_in_sync_with_the_policies() -> None:
-    assert DOC.read_text() == authz.render_markdown(), "regenerate: python -m vflsec.services.authz > " + str(DOC)
+    regenerate = "regenerate: python -m vflsec.services.transport.authz > " + str(DOC)
+    assert DOC.read_text() == authz.render_markdown(), regenerate
 
 
 def test_matrix_covers_every_rpc_and_matches_each_policy() -> None:

@@ -11,7 +11,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from vflsec.services import curious, plugins
+from vflsec.services import plugins
+from vflsec.services.plugins import curious
 
 
 def _session(store_or_plugin, sid: str = "s1", passive: dict | None = None) -> None:
@@ -70,7 +71,8 @@ def test_acknowledged_rows_survive_a_killed_writer(tmp_path) -> None:
     script = textwrap.dedent(f"""
         import os, signal, sys
         import numpy as np
-        from vflsec.services import curious, plugins
+        from vflsec.services.plugins import curious
+        from vflsec.services import plugins
         plugin = curious.CuriousPlugin(store={str(path)!r})
         for i in range(25):
             plugin.observe(plugins.Observation(kind="released_scores", session_id="s",
@@ -158,10 +160,10 @@ def test_a_failing_plugin_never_breaks_the_protocol() -> None:
 
 
 def test_plugins_load_by_dotted_path_and_reject_bad_ones(tmp_path) -> None:
-    plugin = plugins.load_plugin("vflsec.services.curious:CuriousPlugin", {"store": str(tmp_path / "c.sqlite")})
+    plugin = plugins.load_plugin("vflsec.services.plugins.curious:CuriousPlugin", {"store": str(tmp_path / "c.sqlite")})
     assert isinstance(plugin, curious.CuriousPlugin)
     plugin.close()
     with pytest.raises(plugins.PluginError):
-        plugins.load_plugin("vflsec.services.curious:Nope")
+        plugins.load_plugin("vflsec.services.plugins.curious:Nope")
     with pytest.raises(plugins.PluginError):
         plugins.load_plugin("no-such-entry-point")

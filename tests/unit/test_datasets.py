@@ -1,4 +1,4 @@
-"""Tests for vflsec.services.datasets: loaders, encoding rules, scaling, vertical splits, party files, IDs."""
+"""Tests for vflsec.services.data.datasets: loaders, encoding rules, scaling, vertical splits, party files, IDs."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vflsec.services import datasets as D
+from vflsec.services.data import datasets as D
 
 # ------------------------------------------------------------------------------------- built-ins
 

@@ -1,11 +1,11 @@
-"""services/entropy.py: the CSPRNG draws behind release noise and gradient masks."""
+"""services/crypto/entropy.py: the CSPRNG draws behind release noise and gradient masks."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from vflsec.services import entropy
+from vflsec.services.crypto import entropy
 
 
 def test_draws_have_the_advertised_distributions() -> None:

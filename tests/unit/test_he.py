@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tenseal as ts
 
-from vflsec.services import he
+from vflsec.services.crypto import he
 
 Pair = tuple[he.Backend, he.Backend]  # (key holder, party)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vflsec.services import lr
+from vflsec.services.models import lr
 
 
 def test_a_short_last_batch_above_the_bound_stays_a_step() -> None:

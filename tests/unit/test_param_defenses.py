@@ -19,7 +19,7 @@ from vflsec.client.param_curve import (
     write_curve,
 )
 from vflsec.services.attacks.synthetic import lr_task
-from vflsec.services.param_defenses import (
+from vflsec.services.defenses.params import (
     BIAS_OFFSETS_KEY,
     PARAM_REPORTS_KEY,
     PASSIVE_STATS_KEY,
@@ -31,7 +31,7 @@ from vflsec.services.param_defenses import (
     interpretability_loss,
     make_distortion,
 )
-from vflsec.services.release import ParamReleaseChain, ReleaseConfigError, ReleaseContext
+from vflsec.services.defenses.release import ParamReleaseChain, ReleaseConfigError, ReleaseContext
 
 EPSILONS = (1e-3, 1e-2, 0.05, 0.2, 1.0)
 
@@ -149,7 +149,7 @@ def test_secret_distortions_are_not_forecast_as_undone(tasks: dict[str, VflTask]
 
 
 def test_only_public_facts_of_a_disclosure_can_reach_the_active_party(tasks: dict[str, VflTask]) -> None:
-    from vflsec.services.passive import disclosed_step
+    from vflsec.services.engines.passive import disclosed_step
 
     task = tasks["wine"]
     for spec in ("ppsa:H=orthonormal", "ppsa:H=theorem3", "ppsa:H=flip"):

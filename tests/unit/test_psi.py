@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from nacl.bindings import crypto_core_ed25519_add, crypto_core_ed25519_is_valid_point
 
-from vflsec.services.psi import (
+from vflsec.services.crypto.psi import (
     Alignment,
     PsiKey,
     active_align,

@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy.stats import rankdata
 
-from vflsec.services import score_defenses as sd
-from vflsec.services.lr import confidence_scores, softmax
-from vflsec.services.release import ReleaseConfigError, ReleaseContext, ScoreReleaseChain
+from vflsec.services.defenses import scores as sd
+from vflsec.services.defenses.release import ReleaseConfigError, ReleaseContext, ScoreReleaseChain
+from vflsec.services.models.lr import confidence_scores, softmax
 
 FAST = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

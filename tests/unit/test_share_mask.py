@@ -1,12 +1,12 @@
-"""Share masks (services/share_mask.py): one stream per (key, session, step, query, rows), cancelling in a CKKS
+"""Share masks (services/crypto/share_mask.py): one stream per (key, session, step, query, rows), cancelling in a CKKS
 sum to the CKKS noise floor."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from vflsec.services import entropy, he
-from vflsec.services.share_mask import share_mask
+from vflsec.services.crypto import entropy, he
+from vflsec.services.crypto.share_mask import share_mask
 
 
 def test_masks_are_bound_to_their_nonce_and_uniform_in_the_bound() -> None:

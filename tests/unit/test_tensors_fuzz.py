@@ -14,7 +14,7 @@ from hypothesis import given, seed, settings
 from hypothesis import strategies as st
 
 from vflsec.services.errors import InvalidArgument
-from vflsec.services.tensors import MAX_ELEMENTS, from_tensor, to_tensor
+from vflsec.services.transport.tensors import MAX_ELEMENTS, from_tensor, to_tensor
 from vflsec.v1 import common_pb2
 
 DTYPES = {common_pb2.FLOAT64: 8, common_pb2.FLOAT32: 4, common_pb2.INT64: 8}

@@ -13,7 +13,7 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from vflsec.services.tls import (
+from vflsec.services.transport.tls import (
     Pki,
     RoleInterceptor,
     TlsFiles,

@@ -687,7 +687,7 @@ def masked_feature_products(
     δ must still have one multiplicative level left (a fresh encryption, possibly plus/minus plaintexts, as
     in protocol steps 3-4): with moduli [60, 40, 40, 60] a second ct x pt would leave too little modulus for
     the mask. ``mask_bound`` defaults to the backend's ``default_mask_bound`` (see the module docstring).
-    ``rng`` draws the masks; services pass a CSPRNG (services/entropy.py), tests may pass a numpy Generator.
+    ``rng`` draws the masks; services pass a CSPRNG (services/crypto/entropy.py), tests may pass a numpy Generator.
     """
     X = np.asarray(X, dtype=np.float64)
     layout = delta.layout

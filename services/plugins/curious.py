@@ -175,7 +175,7 @@ def _array_row(oid: int, name: str, value: np.ndarray) -> tuple[int, str, str, s
 
 
 class CuriousPlugin:
-    """Active-party plugin: ``[[plugins]] path = "vflsec.services.curious:CuriousPlugin"``,
+    """Active-party plugin: ``[[plugins]] path = "vflsec.services.plugins.curious:CuriousPlugin"``,
     ``options = { store = "curious.sqlite" }``.
 
     Observations are written by a background thread so that recording stays off the protocol's critical

@@ -9,12 +9,16 @@ from typing import Protocol
 import grpc
 import numpy as np
 
-from vflsec.services import checkpoint, entropy, he, lr, param_defenses, psi, share_mask, wire
-from vflsec.services.datasets import PartyData
+from vflsec.services.crypto import entropy, he, psi, share_mask
+from vflsec.services.data.datasets import PartyData
+from vflsec.services.defenses import params as param_defenses
+from vflsec.services.engines import checkpoint
 from vflsec.services.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
-from vflsec.services.server import rpc
-from vflsec.services.tensors import to_tensor
-from vflsec.services.tls import COORDINATOR, current_caller
+from vflsec.services.models import lr
+from vflsec.services.transport import wire
+from vflsec.services.transport.server import rpc
+from vflsec.services.transport.tensors import to_tensor
+from vflsec.services.transport.tls import COORDINATOR, current_caller
 from vflsec.v1 import common_pb2, passive_pb2, passive_pb2_grpc
 
 
@@ -40,11 +44,11 @@ class PassiveSession:
     config: lr.OptimizerConfig
     weights: np.ndarray  # (K_logits, d_p), the true block: never leaves but to the coordinator
     optimizer: lr.BlockOptimizer
-    # Key of this session's mask stream (AES-CTR, services/entropy.py): masks are unpredictable to the
+    # Key of this session's mask stream (AES-CTR, services/crypto/entropy.py): masks are unpredictable to the
     # coordinator, yet a step redone after a crash rebuilds byte-identical products.
     mask_key: bytes
     owner: str  # the active party that joined us to the session (and opened it at the coordinator)
-    # Key of this session's inference-share masks, from the owner (services/share_mask.py); None in a
+    # Key of this session's inference-share masks, from the owner (services/crypto/share_mask.py); None in a
     # checkpoint written before share masks existed: such a session cannot share.
     share_mask_key: bytes | None
     trained_rows: set[int] = field(default_factory=set)  # common indices our block was updated on
@@ -207,7 +211,7 @@ class PassiveParty:
             self.sessions[session_id] = s
         return self.n_features
 
-    # --- PSI (see services/psi.py) ---
+    # --- PSI (see services/crypto/psi.py) ---
     def psi_exchange(self, session_id: str, salt: bytes, blinded: list[bytes]) -> tuple[list[bytes], list[bytes]]:
         """One exchange per session, capped in size: each reply lets the active party test its list against ours.
 
@@ -284,7 +288,7 @@ class PassiveParty:
     def share_logits(self, session_id: str, query_id: str, sample_index: np.ndarray) -> None:
         """Inference: [[z_p + r_p]] for rows of an admitted query, sent to the coordinator and never to the active
         party, so that every released score includes this party's share for exactly these rows. The mask r_p
-        (services/share_mask.py) cancels against the owner's share: the coordinator, which holds W_p, never
+        (services/crypto/share_mask.py) cancels against the owner's share: the coordinator, which holds W_p, never
         decrypts z_p = X_p W_pᵀ alone."""
         s = self.session(session_id)
         x = self._features(s, sample_index)

@@ -16,7 +16,10 @@ from typing import Protocol
 import grpc
 import numpy as np
 
-from vflsec.services import checkpoint, entropy, he, lr, wire
+from vflsec.services.crypto import entropy, he
+from vflsec.services.defenses.params import Distorted
+from vflsec.services.defenses.release import ParamReleaseChain, ReleaseContext, ScoreReleaseChain
+from vflsec.services.engines import checkpoint
 from vflsec.services.errors import (
     AlreadyExists,
     FailedPrecondition,
@@ -25,16 +28,16 @@ from vflsec.services.errors import (
     PermissionDenied,
     ResourceExhausted,
 )
-from vflsec.services.param_defenses import Distorted
-from vflsec.services.release import ParamReleaseChain, ReleaseContext, ScoreReleaseChain
-from vflsec.services.server import rpc
-from vflsec.services.tensors import to_tensor
-from vflsec.services.tls import current_caller
+from vflsec.services.models import lr
+from vflsec.services.transport import wire
+from vflsec.services.transport.server import rpc
+from vflsec.services.transport.tensors import to_tensor
+from vflsec.services.transport.tls import current_caller
 from vflsec.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 
 
 class PassivePeer(Protocol):
-    """What the coordinator asks of a passive party (over mTLS; see services/links.py)."""
+    """What the coordinator asks of a passive party (over mTLS; see services/transport/links.py)."""
 
     def weights(self, session_id: str) -> np.ndarray: ...
 
@@ -525,7 +528,7 @@ class Coordinator:
     ) -> tuple[np.ndarray, int]:
         """Scores of admitted rows: the sum of every passive party's share for exactly these rows and the
         owner's own share, decrypted here. A sum without some passive party's share is never decrypted, and
-        no share is ever decrypted alone (each is masked anyway: services/share_mask.py)."""
+        no share is ever decrypted alone (each is masked anyway: services/crypto/share_mask.py)."""
         s = self.session(session_id)
         n, k = own_logits.shape[0], lr.n_logits(s.n_classes)
         if len(sample_index) != n:
@@ -554,7 +557,7 @@ class Coordinator:
             except ValueError as exc:
                 raise InvalidArgument(f"own logits do not match {party}'s share: {exc}") from exc
         z = self._logits(s, total, keys)  # decrypted outside the lock: other queries go on meanwhile
-        # Each share carries a mask uniform in ±B that only the owner's share cancels (services/share_mask.py):
+        # Each share carries a mask uniform in ±B that only the owner's share cancels (services/crypto/share_mask.py):
         # a sum this far out means the owner's share left some mask in, and its scores would be noise.
         if keys.default_mask_bound and np.abs(z).max() > keys.default_mask_bound / 2:
             raise InvalidArgument("own logits do not cancel the passive parties' share masks for these rows")

@@ -23,8 +23,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from vflsec.services.lr import softmax
-from vflsec.services.release import ReleaseContext, score_step
+from vflsec.services.defenses.release import ReleaseContext, score_step
+from vflsec.services.models.lr import softmax
 
 __all__ = [
     "PRIVEE_PRESETS",

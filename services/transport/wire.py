@@ -7,8 +7,9 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from vflsec.services import he, lr
+from vflsec.services.crypto import he
 from vflsec.services.errors import InvalidArgument
+from vflsec.services.models import lr
 from vflsec.v1 import common_pb2
 
 BACKENDS = {common_pb2.CKKS: "ckks", common_pb2.PLAIN: "plain"}

@@ -1,7 +1,7 @@
 """Active party: labels + its own features; drives PSI, training and inference for its operator.
 
 Plain-Python engine (:class:`ActiveParty`) + thin gRPC servicer (:class:`ActiveServicer`). Everything the
-party receives is offered to its plugins (``services/plugins.py``).
+party receives is offered to its plugins (``services/plugins/__init__.py``).
 """
 
 from __future__ import annotations
@@ -18,12 +18,16 @@ from typing import TypeVar
 import grpc
 import numpy as np
 
-from vflsec.services import checkpoint, entropy, he, lr, plugins, psi, share_mask, wire
-from vflsec.services.datasets import PartyData
+from vflsec.services import plugins
+from vflsec.services.crypto import entropy, he, psi, share_mask
+from vflsec.services.data.datasets import PartyData
+from vflsec.services.engines import checkpoint
 from vflsec.services.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
-from vflsec.services.links import CoordinatorClient, PassiveClient
-from vflsec.services.server import rpc
-from vflsec.services.tensors import from_tensor, to_tensor
+from vflsec.services.models import lr
+from vflsec.services.transport import wire
+from vflsec.services.transport.links import CoordinatorClient, PassiveClient
+from vflsec.services.transport.server import rpc
+from vflsec.services.transport.tensors import from_tensor, to_tensor
 from vflsec.v1 import active_pb2, active_pb2_grpc, common_pb2, coordinator_pb2
 
 T = TypeVar("T")
@@ -68,8 +72,8 @@ class ActiveSession:
     score_release: list[common_pb2.ReleaseStep]
     param_release: list[common_pb2.ReleaseStep]
     rng: np.random.Generator  # batch order (seeded: runs are reproducible)
-    mask_key: bytes  # this session's mask stream (AES-CTR keyed from os.urandom, see services/entropy.py)
-    # Per passive party, the key of its inference-share masks (services/share_mask.py), sent at JoinSession;
+    mask_key: bytes  # this session's mask stream (AES-CTR keyed from os.urandom, see services/crypto/entropy.py)
+    # Per passive party, the key of its inference-share masks (services/crypto/share_mask.py), sent at JoinSession;
     # empty in a checkpoint written before share masks existed (such a session cannot predict).
     share_mask_keys: dict[str, bytes]
     rows: np.ndarray | None = None  # common index -> active row (after PSI)
@@ -479,7 +483,7 @@ class ActiveParty:
     def predict(self, session_id: str, sample_ids: list[str]) -> tuple[np.ndarray, list[common_pb2.ReleaseStep], int]:
         """Scores through the coordinator: the whole query is admitted (or refused) before any chunk is
         released; each passive party sends its masked share of a chunk to the coordinator, which adds ours
-        (from which we subtract every passive party's mask: services/share_mask.py)."""
+        (from which we subtract every passive party's mask: services/crypto/share_mask.py)."""
         s = self.session(session_id)
         index = self._indices(s, sample_ids)
         if set(s.share_mask_keys) != set(self.passives):

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from vflsec.services.entropy import CryptoRandom
+from vflsec.services.crypto.entropy import CryptoRandom
 
 
 class ReleaseConfigError(ValueError):
@@ -31,7 +31,7 @@ class ReleaseConfigError(ValueError):
 class ReleaseContext:
     """What a step may use besides the batch itself. Random draws come from ``rng`` and are never released.
 
-    The coordinator's ``rng`` reads OS entropy on every draw (services/entropy.py): no seed reaches it.
+    The coordinator's ``rng`` reads OS entropy on every draw (services/crypto/entropy.py): no seed reaches it.
     """
 
     rng: CryptoRandom | np.random.Generator
@@ -179,4 +179,4 @@ def _load_builtin_steps() -> None:
 
 
 # Modules whose import registers steps; defenses add themselves here.
-_BUILTIN_STEP_MODULES: list[str] = ["vflsec.services.score_defenses", "vflsec.services.param_defenses"]
+_BUILTIN_STEP_MODULES: list[str] = ["vflsec.services.defenses.scores", "vflsec.services.defenses.params"]

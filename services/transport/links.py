@@ -8,11 +8,13 @@ from dataclasses import replace
 import grpc
 import numpy as np
 
-from vflsec.services import he, lr, wire
+from vflsec.services.crypto import he
+from vflsec.services.defenses.params import Distorted
 from vflsec.services.errors import InvalidArgument
-from vflsec.services.param_defenses import Distorted
-from vflsec.services.server import DEFAULT_CALL_POLICY, CallPolicy, call
-from vflsec.services.tensors import from_tensor
+from vflsec.services.models import lr
+from vflsec.services.transport import wire
+from vflsec.services.transport.server import DEFAULT_CALL_POLICY, CallPolicy, call
+from vflsec.services.transport.tensors import from_tensor
 from vflsec.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc, passive_pb2, passive_pb2_grpc
 
 # The passive party validates and re-blinds our list and hashes and blinds its own (together about 0.5 ms per

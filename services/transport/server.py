@@ -18,9 +18,9 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from vflsec.services import tls
 from vflsec.services.config import ServiceConfig, TlsConfig
 from vflsec.services.errors import PeerFailed, ServiceError
+from vflsec.services.transport import tls
 
 log = logging.getLogger("vflsec")
 

@@ -37,7 +37,7 @@ import torch
 from scipy.optimize import BFGS, NonlinearConstraint, minimize
 
 from vflsec.services.attacks.linear import PassiveSystem, difference_operator
-from vflsec.services.release import ReleaseContext, build_param_step, param_step
+from vflsec.services.defenses.release import ReleaseContext, build_param_step, param_step
 
 __all__ = [
     "BIAS_OFFSETS_KEY",

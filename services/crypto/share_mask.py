@@ -7,7 +7,7 @@ coordinator decrypts, while every share it stores alone is masked. The coordinat
 so an unmasked share would give it X_p whenever d_p <= k.
 
 Hiding: each entry of r_p is uniform in [-B, B] with B the backend's ``default_mask_bound`` (2^24 for CKKS,
-the bound the gradient masks use, services/he.py; 0 for plain, which hides nothing anyway). For a share entry
+the bound the gradient masks use, services/crypto/he.py; 0 for plain, which hides nothing anyway). For a share entry
 z, z + r is uniform on [z − B, z + B], so two candidate values z, z′ give distributions at statistical
 distance |z − z′| / 2B <= Z / B per entry (adding up over the entries of a query), where
 |z| <= Z = FEATURE_BOUND · max_c ||W_p[c]||₁ (features are refused beyond FEATURE_BOUND = 64): a block with
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vflsec.services import entropy
+from vflsec.services.crypto import entropy
 
 
 def share_mask(

@@ -1,0 +1,1 @@
+"""Cryptography: CKKS backends, PSI, OS-entropy randomness and inference share masks."""

@@ -1,0 +1,1 @@
+"""Datasets, loaders and the vertical splitter."""

@@ -1,0 +1,1 @@
+"""Score and parameter release defenses and the release chains that run them."""

@@ -1,0 +1,1 @@
+"""Model-agnostic party engines: sessions, PSI, checkpoints, plugins, policy and release."""

@@ -1,0 +1,1 @@
+"""Model families: each package owns its maths and protocol steps."""

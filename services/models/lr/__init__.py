@@ -1,0 +1,33 @@
+"""Logistic regression (binary sigmoid and K-class softmax): the LR family's maths."""
+
+from vflsec.services.models.lr.maths import (
+    BATCH_MARGIN_FACTOR,
+    DEFAULT_BATCH_SIZE,
+    BlockOptimizer,
+    OptimizerConfig,
+    batches,
+    confidence_scores,
+    default_batch_size,
+    link,
+    min_batch_size,
+    n_logits,
+    sigmoid,
+    softmax,
+    targets,
+)
+
+__all__ = [
+    "BATCH_MARGIN_FACTOR",
+    "DEFAULT_BATCH_SIZE",
+    "BlockOptimizer",
+    "OptimizerConfig",
+    "batches",
+    "confidence_scores",
+    "default_batch_size",
+    "link",
+    "min_batch_size",
+    "n_logits",
+    "sigmoid",
+    "softmax",
+    "targets",
+]

@@ -1,0 +1,1 @@
+"""gRPC transport: servers, peer links, wire checks, mutual TLS and authorisation."""
