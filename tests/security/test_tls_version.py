@@ -125,8 +125,8 @@ sys.stdin.read()
 @pytest.mark.parametrize(
     ("imports", "tls12_refused"),
     [
-        ("from vflsec.services import tls\nimport grpc", True),  # every vflsec entry point imports vflsec first
-        ("import grpc\nfrom vflsec.services import tls", False),  # grpc loaded unpinned: TLS 1.2 stays on
+        ("from vflsec.services.transport import tls\nimport grpc", True),  # vflsec entry points import vflsec first
+        ("import grpc\nfrom vflsec.services.transport import tls", False),  # grpc loaded unpinned: TLS 1.2 stays on
     ],
     ids=["vflsec-first", "grpc-first"],
 )
