@@ -15,6 +15,8 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+from vflsec.services.datasets import Dataset, Scaler, select_ids, train_test_split_ids
+
 from .config import SplitNNConfig
 from .modules import DTYPE, CentralModel
 from .optim import OptimizerConfig, build_optimizer
@@ -39,6 +41,22 @@ class SplitData:
     @property
     def features(self) -> tuple[int, ...]:
         return tuple(b.shape[1] for b in self.train)
+
+    @classmethod
+    def from_dataset(cls, dataset: Dataset, n_passive: int = 1, test_fraction: float = 0.2, seed: int = 0) -> SplitData:
+        """A seeded stratified split, standardised on the training rows, columns dealt out in order in
+        ``n_passive + 1`` near-equal blocks (the first to the active party). Scaling is per column, so it is what
+        each party would fit on its own block."""
+        if not 1 <= n_passive < dataset.n_features:
+            raise ValueError(f"n_passive must lie in 1..{dataset.n_features - 1}, got {n_passive}")
+        train_ids, test_ids = train_test_split_ids(dataset.ids, dataset.y, test_fraction, seed)
+        train, test = select_ids(dataset.ids, train_ids), select_ids(dataset.ids, test_ids)
+        scaler = Scaler.fit(dataset.X[train], "standard")
+        X_train, X_test = scaler.transform(dataset.X[train]), scaler.transform(dataset.X[test])
+        blocks = np.array_split(np.arange(dataset.n_features), n_passive + 1)
+        return cls(
+            tuple(X_train[:, b] for b in blocks), dataset.y[train], tuple(X_test[:, b] for b in blocks), dataset.y[test]
+        )
 
 
 @dataclass
