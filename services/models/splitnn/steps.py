@@ -20,6 +20,7 @@ between steps.
 from __future__ import annotations
 
 import io
+import pickle
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -66,7 +67,7 @@ class _Trainable:
             self.module.load_state_dict(state["module"])
             self.optimizer.load_state_dict(state["optimizer"])
             self.scheduler.load_state_dict(state["scheduler"])
-        except (RuntimeError, KeyError, TypeError, ValueError, EOFError) as exc:
+        except (RuntimeError, KeyError, TypeError, ValueError, EOFError, pickle.UnpicklingError) as exc:
             raise ValueError(f"split-NN state does not fit this {type(self).__name__}: {exc}") from exc
 
 
