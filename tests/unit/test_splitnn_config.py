@@ -98,6 +98,7 @@ def test_schedules() -> None:
     opt, schedule = sn.build_optimizer(params, sn.OptimizerConfig("sgd", learning_rate=0.2, schedule="step",
                                                                   step_epochs=1, gamma=0.5, weight_decay=0.1))
     assert isinstance(opt, torch.optim.SGD) and opt.param_groups[0]["momentum"] == 0.9
+    opt.step()  # (no gradients: a no-op) the scheduler expects a step before it
     schedule.step()
     assert opt.param_groups[0]["lr"] == pytest.approx(0.1)
     adam, _ = sn.build_optimizer(params, sn.OptimizerConfig())
