@@ -54,7 +54,7 @@ def _central_grads(config: sn.SplitNNConfig, blocks: tuple[np.ndarray, ...], y: 
 def test_coordinator_top_gradient_is_autograds(batch, backend: str) -> None:
     blocks, y = batch
     config = _config("coordinator-top")
-    fed = sn.Federation.create(config, sn.OptimizerConfig(), SEED, backend)
+    fed = sn.LocalFederation.create(config, sn.OptimizerConfig(), SEED, backend)
     h = {p: fed.bottoms[p].forward(blocks[p], train=True) for p in range(3)}
     summed = sn.aggregate(fed.public, h[0], [sn.encrypt_embedding(fed.public, h[p]) for p in (1, 2)])
     opened = sn.open_sum(fed.keyholder, summed, config.embedding)
@@ -75,7 +75,7 @@ def test_coordinator_top_gradient_is_autograds(batch, backend: str) -> None:
 def test_active_top_gradient_is_autograds(batch) -> None:
     blocks, y = batch
     config = _config("active-top", passive_bias=True)
-    fed = sn.Federation.create(config, sn.OptimizerConfig(), SEED)
+    fed = sn.LocalFederation.create(config, sn.OptimizerConfig(), SEED)
     z = [fed.bottoms[p].forward(blocks[p], train=True) for p in (1, 2)]
     assert [zp.shape[1] for zp in z] == [8, 8]  # default width max(d_B, 8)
     step = fed.head.train_step(z, y, local=blocks[0])
@@ -91,7 +91,7 @@ def test_active_top_gradient_is_autograds(batch) -> None:
 def test_active_party_cannot_open_embeddings(batch) -> None:
     """coordinator-top: what the active party holds is ciphertext under a context without the secret key."""
     blocks, _ = batch
-    fed = sn.Federation.create(_config("coordinator-top"), sn.OptimizerConfig(), SEED, "ckks")
+    fed = sn.LocalFederation.create(_config("coordinator-top"), sn.OptimizerConfig(), SEED, "ckks")
     h1 = fed.bottoms[1].forward(blocks[1], train=False)
     em = sn.encrypt_embedding(fed.public, h1)
     assert all(not isinstance(ct, np.ndarray) for ct in em.ciphertexts)
@@ -102,7 +102,7 @@ def test_active_party_cannot_open_embeddings(batch) -> None:
 def test_key_holder_refuses_a_product_in_place_of_a_sum(batch) -> None:
     """A ct×pt product decodes with a different scale/level: the key holder opens sums of fresh ciphertexts only."""
     blocks, _ = batch
-    fed = sn.Federation.create(_config("coordinator-top"), sn.OptimizerConfig(), SEED, "ckks")
+    fed = sn.LocalFederation.create(_config("coordinator-top"), sn.OptimizerConfig(), SEED, "ckks")
     em = sn.encrypt_embedding(fed.public, fed.bottoms[1].forward(blocks[1], train=False))
     ones = np.ones(em.layout.ct_size)
     crafted = he.EncryptedMatrix(em.layout, [fed.public.mul_plain(ct, ones) for ct in em.ciphertexts])
@@ -117,7 +117,7 @@ def test_state_round_trip_continues_identically(batch, topology: str) -> None:
     blocks, y = batch
     config = _config(topology)
     optim = sn.OptimizerConfig("sgd", learning_rate=0.1, schedule="step", step_epochs=1)
-    a, b = (sn.Federation.create(config, optim, SEED) for _ in range(2))
+    a, b = (sn.LocalFederation.create(config, optim, SEED) for _ in range(2))
     a.train_step(blocks, y)
     a.end_epoch()
     b.head = sn.Head.from_state(config, optim, a.head.to_state())
@@ -133,7 +133,7 @@ def test_state_round_trip_continues_identically(batch, topology: str) -> None:
 
 def test_steps_refuse_bad_input(batch) -> None:
     blocks, y = batch
-    fed = sn.Federation.create(_config("active-top"), sn.OptimizerConfig(), SEED)
+    fed = sn.LocalFederation.create(_config("active-top"), sn.OptimizerConfig(), SEED)
     bottom, head = fed.bottoms[1], fed.head
     with pytest.raises(ValueError, match=r"shape \(batch >= 1, 3\)"):
         bottom.forward(blocks[2], train=True)

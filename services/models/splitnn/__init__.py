@@ -4,16 +4,16 @@ in-process federated run. No transport here; the engines wire :mod:`.steps` to t
 from .config import ACTIVATIONS, TOPOLOGIES, SplitNNConfig, check_backend
 from .optim import OptimizerConfig, build_optimizer
 from .reference import RunResult, SplitData, central_run
-from .simulate import Federation, simulate
+from .simulate import LocalFederation, simulate
 from .steps import Bottom, Head, HeadStep, aggregate, encrypt_embedding, open_sum
 
 __all__ = [
     "ACTIVATIONS",
     "TOPOLOGIES",
     "Bottom",
-    "Federation",
     "Head",
     "HeadStep",
+    "LocalFederation",
     "OptimizerConfig",
     "RunResult",
     "SplitData",

@@ -21,7 +21,7 @@ from .steps import Bottom, Head, aggregate, encrypt_embedding, open_sum
 
 
 @dataclass
-class Federation:
+class LocalFederation:
     """Every role of one federation in one process: ``bottoms[p]`` for the parties that hold one, the head."""
 
     config: SplitNNConfig
@@ -31,7 +31,9 @@ class Federation:
     public: he.Backend  # what the parties hold (public context only)
 
     @classmethod
-    def create(cls, config: SplitNNConfig, optim: OptimizerConfig, seed: int, backend: str = "plain") -> Federation:
+    def create(
+        cls, config: SplitNNConfig, optim: OptimizerConfig, seed: int, backend: str = "plain"
+    ) -> LocalFederation:
         check_backend(config.topology, backend)
         first = 0 if config.topology == "coordinator-top" else 1  # active-top: the active bottom is in the head
         bottoms = {p: Bottom.create(config, p, optim, seed) for p in range(first, len(config.features))}
@@ -84,11 +86,11 @@ def simulate(
     batch_size: int,
     seed: int,
     backend: str = "plain",
-) -> tuple[RunResult, Federation]:
+) -> tuple[RunResult, LocalFederation]:
     """Train a federation on ``data`` with the batches :func:`.reference.central_run` uses; result and roles."""
     if data.features != config.features:
         raise ValueError(f"data has party widths {data.features}, the config {config.features}")
-    federation = Federation.create(config, optim, seed, backend)
+    federation = LocalFederation.create(config, optim, seed, backend)
 
     def step(rows: np.ndarray) -> float:
         return federation.train_step(tuple(b[rows] for b in data.train), data.y_train[rows])
