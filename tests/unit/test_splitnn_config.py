@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -103,3 +104,14 @@ def test_schedules() -> None:
     assert opt.param_groups[0]["lr"] == pytest.approx(0.1)
     adam, _ = sn.build_optimizer(params, sn.OptimizerConfig())
     assert isinstance(adam, torch.optim.Adam)
+
+
+def test_dict_round_trip() -> None:
+    config = sn.SplitNNConfig("active-top", (4, 3), 3, bottom_hidden=((6,), ()), passive_width=5, dropout=0.1)
+    assert sn.SplitNNConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
+    optim = sn.OptimizerConfig("sgd", schedule="cosine", epochs=7)
+    assert sn.OptimizerConfig.from_dict(json.loads(json.dumps(optim.to_dict()))) == optim
+    with pytest.raises(ValueError, match="unknown field"):
+        sn.OptimizerConfig.from_dict({"name": "sgd", "nesterov": True})
+    with pytest.raises(ValueError, match="sequences of integers"):
+        sn.SplitNNConfig.from_dict({**config.to_dict(), "features": 7})

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Literal, get_args
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Literal, TypeVar, get_args
 
 Topology = Literal["coordinator-top", "active-top"]
 Activation = Literal["relu", "tanh", "sigmoid"]
@@ -21,9 +21,25 @@ TOPOLOGIES: tuple[str, ...] = get_args(Topology)
 ACTIVATIONS: tuple[str, ...] = get_args(Activation)
 MIN_PASSIVE_WIDTH = 8  # active-top default passive width is max(d_B, MIN_PASSIVE_WIDTH) (clarifications.md)
 
+_Config = TypeVar("_Config")
+
+
+class DictForm:
+    """JSON-ready dict round trip for a frozen config dataclass (session creation, checkpoints)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls: type[_Config], data: dict[str, Any]) -> _Config:
+        unknown = set(data) - {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        if unknown:
+            raise ValueError(f"{cls.__name__}: unknown field(s) {', '.join(sorted(unknown))}")
+        return cls(**data)  # sequences come back as lists; __post_init__ makes them tuples again
+
 
 @dataclass(frozen=True)
-class SplitNNConfig:
+class SplitNNConfig(DictForm):
     """The network of one federation. Party 0 is the active party, parties 1..P the passive ones.
 
     ``bottom_hidden[p]`` are party p's hidden layer widths before its embedding layer (empty: the bottom is
@@ -47,10 +63,16 @@ class SplitNNConfig:
 
     def __post_init__(self) -> None:
         # Normalise sequences to tuples so that equal configs compare (and hash) equal.
-        object.__setattr__(self, "features", tuple(self.features))
-        object.__setattr__(self, "top_hidden", tuple(self.top_hidden))
-        hidden = ((),) * len(self.features) if self.bottom_hidden is None else self.bottom_hidden
-        object.__setattr__(self, "bottom_hidden", tuple(tuple(h) for h in hidden))
+        try:
+            object.__setattr__(self, "features", tuple(self.features))
+            object.__setattr__(self, "top_hidden", tuple(self.top_hidden))
+            hidden = ((),) * len(self.features) if self.bottom_hidden is None else self.bottom_hidden
+            object.__setattr__(self, "bottom_hidden", tuple(tuple(h) for h in hidden))
+        except TypeError:
+            raise ValueError(
+                "split-NN config: features and top_hidden must be sequences of integers, bottom_hidden one such "
+                "sequence per party"
+            ) from None
         for error in self._errors():
             raise ValueError(f"split-NN config: {error}")
 

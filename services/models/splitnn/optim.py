@@ -15,14 +15,14 @@ from typing import Literal, get_args
 
 import torch
 
-from .config import positive_int
+from .config import DictForm, positive_int
 
 OptimizerName = Literal["sgd", "adam"]
 Schedule = Literal["constant", "step", "cosine"]
 
 
 @dataclass(frozen=True)
-class OptimizerConfig:
+class OptimizerConfig(DictForm):
     """``step`` multiplies the rate by ``gamma`` every ``step_epochs`` epochs; ``cosine`` anneals it from
     ``learning_rate`` towards 0 over ``epochs`` epochs (it needs them)."""
 
