@@ -12,10 +12,10 @@ import torch
 from vflsec.services.datasets import load_dataset
 from vflsec.services.models import splitnn as sn
 
-EPOCHS = 15
-BATCH = 64
+EPOCHS = 12
+BATCH = 128
 SEED = 3
-# Floors well below what the central model reaches (0.99 / 0.96 measured), so a broken model cannot pass parity
+# Floors below what the central model reaches (measured 0.96-0.97 / 0.94-0.98), so a broken model cannot pass parity
 # by being equally broken on both sides.
 ACCURACY_FLOOR = {"breast_cancer": 0.93, "digits": 0.90}
 
@@ -55,7 +55,7 @@ def test_dropout_sgd_and_cosine_schedule_keep_parity(data: tuple[str, sn.SplitDa
     name, split, n_classes = data
     config = sn.SplitNNConfig("coordinator-top", split.features, n_classes, dropout=0.2, activation="tanh",
                               top_hidden=(32, 16))
-    optim = sn.OptimizerConfig("sgd", learning_rate=0.05, momentum=0.9, schedule="cosine", epochs=EPOCHS)
+    optim = sn.OptimizerConfig("sgd", learning_rate=0.1, momentum=0.9, schedule="cosine", epochs=EPOCHS)
     central, _ = sn.central_run(config, optim, split, epochs=EPOCHS, batch_size=BATCH, seed=SEED)
     federated, _ = sn.simulate(config, optim, split, epochs=EPOCHS, batch_size=BATCH, seed=SEED)
     assert central.accuracy >= ACCURACY_FLOOR[name]
