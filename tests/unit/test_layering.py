@@ -17,7 +17,7 @@ SERVICES = Path(__file__).resolve().parents[2] / "services"
 FORBIDDEN: dict[str, set[str]] = {
     "crypto": {"engines", "transport", "models", "defenses", "attacks", "plugins", "data"},
     "data": {"engines", "transport", "crypto", "models", "defenses", "attacks", "plugins"},
-    "models": {"engines", "transport", "defenses", "attacks", "plugins", "data"},
+    "models": {"engines", "transport", "defenses", "attacks", "plugins"},
     "defenses": {"engines", "transport", "plugins"},
     "attacks": {"engines", "transport", "plugins"},
     "plugins": {"engines", "transport"},

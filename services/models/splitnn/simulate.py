@@ -1,0 +1,106 @@
+"""An in-process federated run: the per-party step objects of :mod:`.steps` played against each other.
+
+No gRPC, but every message that would cross a party boundary does so here as the engines will send it: in
+coordinator-top each [[h_p]] and the aggregate go through the wire form (serialised ciphertexts) and the key
+holder decrypts with the secret key while the parties hold only the public context, exactly as the services
+open them (``he.make_keyholder`` / ``he.open_public``). Used by the parity tests and by ``bench he``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from vflsec.services.crypto import he
+
+from .config import SplitNNConfig, check_backend
+from .optim import OptimizerConfig
+from .reference import RunResult, SplitData, accuracy, run_epochs
+from .steps import Bottom, Head, aggregate, encrypt_embedding, open_sum
+
+
+@dataclass
+class LocalFederation:
+    """Every role of one federation in one process: ``bottoms[p]`` for the parties that hold one, the head."""
+
+    config: SplitNNConfig
+    bottoms: dict[int, Bottom]
+    head: Head
+    keyholder: he.Backend  # the coordinator's backend (secret key)
+    public: he.Backend  # what the parties hold (public context only)
+
+    @classmethod
+    def create(
+        cls, config: SplitNNConfig, optim: OptimizerConfig, seed: int, backend: str = "plain"
+    ) -> LocalFederation:
+        check_backend(config.topology, backend)
+        first = 0 if config.topology == "coordinator-top" else 1  # active-top: the active bottom is in the head
+        bottoms = {p: Bottom.create(config, p, optim, seed) for p in range(first, len(config.features))}
+        keyholder = he.make_keyholder(backend)
+        public = he.open_public(backend, keyholder.public_context())
+        return cls(config, bottoms, Head.create(config, optim, seed), keyholder, public)
+
+    def _send(self, em: he.EncryptedMatrix) -> he.EncryptedMatrix:
+        """One hop of an encrypted matrix: serialise, then parse and validate as the receiver does."""
+        return he.matrix_from_wire(self.public, he.matrix_to_wire(self.public, em))
+
+    def _summed_h(self, blocks: tuple[np.ndarray, ...], train: bool) -> np.ndarray:
+        """coordinator-top forward: parties encrypt h_p, the active party aggregates, the key holder opens h."""
+        h = {p: bottom.forward(blocks[p], train=train) for p, bottom in self.bottoms.items()}
+        received = [self._send(encrypt_embedding(self.public, h[p])) for p in range(1, len(blocks))]
+        summed = self._send(aggregate(self.public, h[0], received))
+        return open_sum(self.keyholder, summed, self.config.embedding)
+
+    def train_step(self, blocks: tuple[np.ndarray, ...], y: np.ndarray) -> float:
+        """One mini-batch through every role; the batch loss."""
+        if self.config.topology == "coordinator-top":
+            step = self.head.train_step([self._summed_h(blocks, train=True)], y)
+            for bottom in self.bottoms.values():
+                bottom.backward(step.grads[0])  # ∂L/∂h_p = ∂L/∂h for every party
+        else:
+            z = [self.bottoms[p].forward(blocks[p], train=True) for p in range(1, len(blocks))]
+            step = self.head.train_step(z, y, local=blocks[0])
+            for p, grad in enumerate(step.grads, start=1):
+                self.bottoms[p].backward(grad)
+        return step.loss
+
+    def scores(self, blocks: tuple[np.ndarray, ...]) -> np.ndarray:
+        """Inference: the confidence scores softmax(top(...)) for these rows."""
+        if self.config.topology == "coordinator-top":
+            return self.head.scores([self._summed_h(blocks, train=False)])
+        z = [self.bottoms[p].forward(blocks[p], train=False) for p in range(1, len(blocks))]
+        return self.head.scores(z, local=blocks[0])
+
+    def end_epoch(self) -> None:
+        for role in [*self.bottoms.values(), self.head]:
+            role.end_epoch()
+
+
+def simulate(
+    config: SplitNNConfig,
+    optim: OptimizerConfig,
+    data: SplitData,
+    *,
+    epochs: int,
+    batch_size: int,
+    seed: int,
+    backend: str = "plain",
+) -> tuple[RunResult, LocalFederation]:
+    """Train a federation on ``data`` with the batches :func:`.reference.central_run` uses; result and roles."""
+    if data.features != config.features:
+        raise ValueError(f"data has party widths {data.features}, the config {config.features}")
+    federation = LocalFederation.create(config, optim, seed, backend)
+
+    def step(rows: np.ndarray) -> float:
+        return federation.train_step(tuple(b[rows] for b in data.train), data.y_train[rows])
+
+    losses, seconds = run_epochs(step, federation.end_epoch, len(data.y_train), epochs, batch_size, seed)
+    scores = np.vstack(
+        [federation.scores(tuple(b[rows] for b in data.test)) for rows in _chunks(len(data.y_test), batch_size)]
+    )
+    return RunResult(scores, accuracy(scores, data.y_test), losses, seconds), federation
+
+
+def _chunks(n: int, size: int) -> list[np.ndarray]:
+    return [np.arange(i, min(i + size, n)) for i in range(0, n, size)]

@@ -1,0 +1,165 @@
+"""Split-NN protocol steps: the gradients the parties exchange equal torch autograd's on the central model; the
+ciphertext steps keep every h_p hidden from the active party; state round-trips; bad input is refused."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import torch
+
+from vflsec.services.crypto import he
+from vflsec.services.models import splitnn as sn
+from vflsec.services.models.splitnn.modules import DTYPE, CentralModel
+
+SEED = 11
+FEATURES = (4, 3, 5)  # active, passive 1, passive 2
+N_CLASSES = 3
+BATCH = 40
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def batch() -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    rng = np.random.default_rng(0)
+    return tuple(rng.normal(size=(BATCH, d)) for d in FEATURES), rng.integers(0, N_CLASSES, BATCH)
+
+
+def _config(topology: str, **kw: object) -> sn.SplitNNConfig:
+    return sn.SplitNNConfig(topology, FEATURES, N_CLASSES, bottom_hidden=((6,), (), ()), **kw)
+
+
+def _central_grads(config: sn.SplitNNConfig, blocks: tuple[np.ndarray, ...], y: np.ndarray):
+    """Autograd on the central model: ∂L/∂(each bottom output) and every bottom parameter's gradient."""
+    model = CentralModel(config, SEED)
+    outputs = model.embeddings(torch.tensor(np.hstack(blocks), dtype=DTYPE))
+    for out in outputs:
+        out.retain_grad()
+    combined = model.combine(outputs)
+    combined.retain_grad()
+    torch.nn.functional.cross_entropy(model.top(combined), torch.as_tensor(y)).backward()
+    params = [[p.grad.numpy().copy() for p in bottom.parameters()] for bottom in model.bottoms]
+    return combined.grad.numpy(), [o.grad.numpy() for o in outputs], params
+
+
+@pytest.mark.parametrize("backend", ["ckks", "plain"])
+def test_coordinator_top_gradient_is_autograds(batch, backend: str) -> None:
+    blocks, y = batch
+    config = _config("coordinator-top")
+    fed = sn.LocalFederation.create(config, sn.OptimizerConfig(), SEED, backend)
+    h = {p: fed.bottoms[p].forward(blocks[p], train=True) for p in range(3)}
+    summed = sn.aggregate(fed.public, h[0], [sn.encrypt_embedding(fed.public, h[p]) for p in (1, 2)])
+    opened = sn.open_sum(fed.keyholder, summed, config.embedding)
+    np.testing.assert_allclose(opened, h[0] + h[1] + h[2], atol=1e-5 if backend == "ckks" else 0)
+    step = fed.head.train_step([opened], y)
+    for p in range(3):
+        fed.bottoms[p].backward(step.grads[0])
+
+    grad_h, grad_outputs, params = _central_grads(config, blocks, y)
+    atol = 1e-7 if backend == "ckks" else 1e-15  # CKKS noise on h moves ∂L/∂h by ~1e-8 here
+    np.testing.assert_allclose(step.grads[0], grad_h, atol=atol)
+    for p in range(3):
+        np.testing.assert_allclose(grad_outputs[p], grad_h, atol=1e-15)  # h = Σ h_p: one gradient for all
+        for mine, central in zip((q.grad.numpy() for q in fed.bottoms[p].module.parameters()), params[p], strict=True):
+            np.testing.assert_allclose(mine, central, atol=10 * atol)
+
+
+def test_active_top_gradient_is_autograds(batch) -> None:
+    blocks, y = batch
+    config = _config("active-top", passive_bias=True)
+    fed = sn.LocalFederation.create(config, sn.OptimizerConfig(), SEED)
+    z = [fed.bottoms[p].forward(blocks[p], train=True) for p in (1, 2)]
+    assert [zp.shape[1] for zp in z] == [8, 8]  # default width max(d_B, 8)
+    step = fed.head.train_step(z, y, local=blocks[0])
+    for p, grad in enumerate(step.grads, start=1):
+        fed.bottoms[p].backward(grad)
+    _, grad_outputs, params = _central_grads(config, blocks, y)
+    for p in (1, 2):
+        np.testing.assert_allclose(step.grads[p - 1], grad_outputs[p], atol=1e-15)
+        for mine, central in zip((q.grad.numpy() for q in fed.bottoms[p].module.parameters()), params[p], strict=True):
+            np.testing.assert_allclose(mine, central, atol=1e-15)
+
+
+def test_active_party_cannot_open_embeddings(batch) -> None:
+    """coordinator-top: what the active party holds is ciphertext under a context without the secret key."""
+    blocks, _ = batch
+    fed = sn.LocalFederation.create(_config("coordinator-top"), sn.OptimizerConfig(), SEED, "ckks")
+    h1 = fed.bottoms[1].forward(blocks[1], train=False)
+    em = sn.encrypt_embedding(fed.public, h1)
+    assert all(not isinstance(ct, np.ndarray) for ct in em.ciphertexts)
+    with pytest.raises(PermissionError):
+        he.decrypt_matrix(fed.public, em)
+
+
+def test_key_holder_refuses_a_product_in_place_of_a_sum(batch) -> None:
+    """A ct×pt product decodes with a different scale/level: the key holder opens sums of fresh ciphertexts only."""
+    blocks, _ = batch
+    fed = sn.LocalFederation.create(_config("coordinator-top"), sn.OptimizerConfig(), SEED, "ckks")
+    em = sn.encrypt_embedding(fed.public, fed.bottoms[1].forward(blocks[1], train=False))
+    ones = np.ones(em.layout.ct_size)
+    crafted = he.EncryptedMatrix(em.layout, [fed.public.mul_plain(ct, ones) for ct in em.ciphertexts])
+    with pytest.raises(ValueError, match="honest"):
+        sn.open_sum(fed.keyholder, crafted, 16)
+    with pytest.raises(ValueError, match="aggregate must be"):
+        sn.open_sum(fed.keyholder, em, 8)
+
+
+@pytest.mark.parametrize("topology", sn.TOPOLOGIES)
+def test_state_round_trip_continues_identically(batch, topology: str) -> None:
+    blocks, y = batch
+    config = _config(topology)
+    optim = sn.OptimizerConfig("sgd", learning_rate=0.1, schedule="step", step_epochs=1)
+    a, b = (sn.LocalFederation.create(config, optim, SEED) for _ in range(2))
+    a.train_step(blocks, y)
+    a.end_epoch()
+    b.head = sn.Head.from_state(config, optim, a.head.to_state())
+    b.bottoms = {p: sn.Bottom.from_state(config, p, optim, bottom.to_state()) for p, bottom in a.bottoms.items()}
+    assert b.head.optimizer.param_groups[0]["lr"] == pytest.approx(0.05)  # the schedule's epoch came along
+    assert a.train_step(blocks, y) == b.train_step(blocks, y)
+    np.testing.assert_array_equal(a.scores(blocks), b.scores(blocks))
+    with pytest.raises(ValueError, match="does not fit"):
+        sn.Bottom.from_state(config, 1, optim, a.head.to_state())
+    with pytest.raises(ValueError, match="does not fit"):
+        sn.Head.from_state(config, optim, b"not a checkpoint")
+
+
+def test_steps_refuse_bad_input(batch) -> None:
+    blocks, y = batch
+    fed = sn.LocalFederation.create(_config("active-top"), sn.OptimizerConfig(), SEED)
+    bottom, head = fed.bottoms[1], fed.head
+    with pytest.raises(ValueError, match=r"shape \(batch >= 1, 3\)"):
+        bottom.forward(blocks[2], train=True)
+    with pytest.raises(ValueError, match="non-finite"):
+        bottom.forward(np.full((2, 3), np.nan), train=True)
+    with pytest.raises(ValueError, match="no training forward"):
+        bottom.backward(np.zeros((BATCH, 8)))
+    z = bottom.forward(blocks[1], train=True)
+    with pytest.raises(ValueError, match="gradient must have shape"):
+        bottom.backward(np.zeros((BATCH, 7)))
+    with pytest.raises(ValueError, match="expected 2 received inputs"):
+        head.train_step([z], y, local=blocks[0])
+    with pytest.raises(ValueError, match="own rows"):
+        head.train_step([z, z], y)
+    with pytest.raises(ValueError, match="batch size"):
+        head.train_step([z, z[:5]], y, local=blocks[0])
+    with pytest.raises(ValueError, match=r"classes 0\.\.2"):
+        head.train_step([z, z], np.full(BATCH, 3), local=blocks[0])
+
+
+def test_seeded_construction_is_per_role() -> None:
+    """A party building only its own bottom gets the central model's parameters for it; other seeds differ."""
+    config = _config("coordinator-top")
+    central = CentralModel(config, SEED)
+    alone = sn.Bottom.create(config, 2, sn.OptimizerConfig(), SEED).module
+    for mine, theirs in zip(alone.parameters(), central.bottoms[2].parameters(), strict=True):
+        assert torch.equal(mine, theirs)
+    other = sn.Bottom.create(config, 2, sn.OptimizerConfig(), SEED + 1).module
+    assert not torch.equal(next(other.parameters()), next(alone.parameters()))
