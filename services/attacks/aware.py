@@ -31,6 +31,7 @@ Per defense (one score step per chain; several steps in sequence are not modelle
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
@@ -361,7 +362,7 @@ class AwareGradient(Attack):
         return Reconstruction(result.x_passive, result.meta | {"defense": [n for n, _ in obs.score_chain]})
 
 
-def _aware_gradient(inner: type[Attack]) -> Any:
+def _aware_gradient(inner: type[Gia | Grn]) -> Callable[..., AwareGradient]:
     return lambda **options: AwareGradient(inner(**options))
 
 
