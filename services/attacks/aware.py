@@ -31,6 +31,7 @@ Per defense (one score step per chain; several steps in sequence are not modelle
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
@@ -39,6 +40,7 @@ import numpy as np
 from .base import WHITE_BOX_NEEDS, Attack, NotApplicable, Observations, Reconstruction, register
 from .chebyshev import Cls, Rcc2
 from .closed_form import HalfStar, LinearSystemAttack
+from .gradient import Gia, Grn
 from .linear import PassiveSystem, class_rows, robust_system
 
 SCORE_DEFENSES = frozenset({"rounding", "gaussian", "privee", "privee_pp", "pps_b", "label_only", "rank_only"})
@@ -331,6 +333,41 @@ def project_half_onto_polytope(
             out[i], feasible[i] = np.clip(x.value, 0.0, 1.0), True
     return out, feasible
 
+
+class AwareGradient(Attack):
+    """GIA or GRN on what the announced score step leaves of the true scores: its point estimates of ln c
+    (de-biased PRIVEE, rounding midpoints, ...; the per-sample constant removed by renormalising). The inner
+    attack brings the model, so this serves every family it does (LR blocks or a released split-NN model).
+    Opt-in (not in :data:`AWARE_ATTACKS`): the linear aware attacks already undo these defenses for LR.
+    """
+
+    targets = SCORE_DEFENSES - {"label_only", "rank_only"}
+
+    def __init__(self, inner: Attack) -> None:
+        self.inner = inner
+
+    def reconstruct(self, obs: Observations) -> Reconstruction:
+        evidence = score_evidence(obs)
+        if evidence is None:
+            raise NotApplicable("no score defense in the announced release chain for an aware attack to undo")
+        if evidence.log_scores is None:
+            raise NotApplicable(f"{obs.score_chain[0][0]} releases only an order, no scores to de-bias")
+        log_scores = evidence.log_scores
+        top = log_scores.max(axis=1, keepdims=True)
+        usable = np.isfinite(top[:, 0])
+        estimate = np.exp(log_scores - np.where(np.isfinite(top), top, 0.0))
+        estimate = np.where(usable[:, None], estimate / estimate.sum(axis=1, keepdims=True), obs.scores)
+        self.inner.name = self.name
+        result = self.inner.reconstruct(replace(obs, scores=estimate))
+        return Reconstruction(result.x_passive, result.meta | {"defense": [n for n, _ in obs.score_chain]})
+
+
+def _aware_gradient(inner: type[Gia | Grn]) -> Callable[..., AwareGradient]:
+    return lambda **options: AwareGradient(inner(**options))
+
+
+register("aware_gia", _aware_gradient(Gia))
+register("aware_grn", _aware_gradient(Grn))
 
 AWARE_ATTACKS = ("aware_ls", "aware_cls", "aware_rcc2", "aware_interval")
 for _method in ("ls", "cls", "rcc2", "interval"):

@@ -10,9 +10,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from torch import nn
 
 __all__ = [
     "ATTACKS",
@@ -35,6 +38,11 @@ class Observations:
 
     ``w_active``/``bias``/``w_passive`` use the logit layout of the model: ``K_logits = 1`` rows for a binary
     sigmoid model (released scores are then ``[1 - p, p]``) and ``K_logits = C`` rows for a softmax model.
+
+    Any other differentiable family (split NN) is released as ``score_model``, a float32 torch module with
+    ``forward(x_active, x_passive) -> (rows, C)`` class probabilities on matching rows. In active-top split
+    learning the active party also records the passive embeddings z_B (``embeddings``); the passive bottom
+    model ``x_passive -> z_B`` is known only when released (``passive_bottom``).
     """
 
     x_active: np.ndarray  # (n, d_a) the adversary's own features for the queried samples
@@ -50,6 +58,9 @@ class Observations:
     # The announced chains as (name, public params) steps — what a Kerckhoffs attacker knows of the defenses.
     score_chain: tuple[tuple[str, dict[str, str]], ...] = ()
     param_chain: tuple[tuple[str, dict[str, str]], ...] = ()
+    score_model: nn.Module | None = None  # the released model's scores (split NN); LR uses the blocks above
+    embeddings: np.ndarray | None = None  # (n, width) recorded passive embeddings z_B (active-top)
+    passive_bottom: nn.Module | None = None  # x_passive -> z_B, when the passive bottom model is released
 
     def __post_init__(self) -> None:
         n, d_a = np.shape(self.x_active)
@@ -68,6 +79,8 @@ class Observations:
             raise ValueError("train_x_active and train_y come together")
         if self.train_x_active is not None and np.shape(self.train_x_active)[1:] != (d_a,):
             raise ValueError(f"train_x_active must have {d_a} columns")
+        if self.embeddings is not None and (np.ndim(self.embeddings) != 2 or len(self.embeddings) != n):
+            raise ValueError(f"embeddings must have shape ({n}, width), got {np.shape(self.embeddings)}")
 
     @property
     def n_samples(self) -> int:

@@ -1,23 +1,37 @@
 """Gradient-based attacks through a frozen differentiable model: GIA and GRN (with luo's ablations).
 
-For an LR white box the model is rebuilt from the disclosed (w_active, bias, w_passive); the active
-party's contribution x_act W_actᵀ + b is a constant per sample, so only the passive block is differentiated.
+One implementation for every model family: both fit a :class:`Target`, a frozen map from candidate passive
+features to something the active party observed, chosen by :func:`fit_target` from what was released:
+
+* LR: the model is rebuilt from the disclosed (w_active, bias, w_passive); the active party's contribution
+  x_act W_actᵀ + b is a constant per sample, so only the passive block is differentiated;
+* split NN, coordinator-top (or active-top with a released passive bottom): the released ``score_model``
+  (luo §V-A: GRN needs only a differentiable released model, "this attack works for both LR and NN");
+* active-top with the passive bottom released: the recorded embeddings z_B themselves, through the bottom —
+  the scores are a function of z_B and x_act, so z_B carries everything they carry and more.
+
+Active-top without the passive bottom gives no such map: z_B = W_B x_B + b fixes x_B only up to the unknown
+W_B, so GIA and GRN are not applicable there.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 import numpy as np
 import torch
 from torch import nn
 
-from .base import WHITE_BOX_NEEDS, Attack, NotApplicable, Observations, Reconstruction, register
+from .base import Attack, NotApplicable, Observations, Reconstruction, register
 
 Divergence = Literal["kl", "mse", "sse", "log_mse"]
 Reduction = Literal["mean", "sum"]
+# What GIA/GRN fit: "auto" takes the recorded embeddings when the passive bottom that made them was released.
+TargetKind = Literal["auto", "scores", "embeddings"]
 # A rounded-down score of 0 only says "below 10^-b"; flooring both sides at 1e-6 keeps such entries from
 # dominating a log-space loss (float32 would otherwise give ln 1e-38 ≈ −87).
 LOG_FLOOR = 1e-6
@@ -55,6 +69,85 @@ class LinearScoreModel(nn.Module):
         return torch.softmax(logits, dim=1)
 
 
+class ReleasedScoreModel(nn.Module):
+    """A released ``score_model(x_active, x_passive)`` bound to the queried rows' own active features."""
+
+    def __init__(self, model: nn.Module, x_active: np.ndarray) -> None:
+        super().__init__()
+        self.model = _frozen(model)
+        self.register_buffer("x_active", _float_tensor(x_active))
+
+    def forward(self, x_passive: torch.Tensor, rows: torch.Tensor | slice = slice(None)) -> torch.Tensor:
+        return self.model(self.x_active[rows], x_passive)
+
+
+class EmbeddingModel(nn.Module):
+    """The released passive bottom: candidate passive features to the embeddings z_B the active party recorded."""
+
+    def __init__(self, bottom: nn.Module) -> None:
+        super().__init__()
+        self.bottom = _frozen(bottom)
+
+    def forward(self, x_passive: torch.Tensor, rows: torch.Tensor | slice = slice(None)) -> torch.Tensor:
+        return self.bottom(x_passive)
+
+
+def _frozen(model: nn.Module) -> nn.Module:
+    # A copy in eval mode (no dropout) without parameter gradients: the attack leaves the caller's module as it was.
+    return copy.deepcopy(model).eval().requires_grad_(False)
+
+
+@dataclass(frozen=True)
+class Target:
+    """A frozen model ``(x_passive, rows) -> prediction`` of the ``observed`` rows, and how to compare them."""
+
+    model: nn.Module
+    observed: torch.Tensor  # (n, k) released scores or recorded embeddings
+    kind: Literal["scores", "embeddings"]
+
+    def mismatch(self, x_passive: torch.Tensor, rows: torch.Tensor | slice, loss: Divergence) -> torch.Tensor:
+        """Per-sample mismatch: the chosen divergence for scores, the mean square error for embeddings."""
+        predicted = self.model(x_passive, rows)
+        if self.kind == "embeddings":
+            return ((predicted - self.observed[rows]) ** 2).mean(dim=1)
+        return divergence(predicted, self.observed[rows], loss)
+
+
+LR_BLOCKS = ("w_active", "bias", "w_passive")
+
+
+def fit_target(obs: Observations, name: str, kind: TargetKind = "auto") -> Target:
+    """What ``name`` can fit with these observations (module docstring); NotApplicable says why nothing."""
+    if kind not in get_args(TargetKind):
+        raise ValueError(f"target must be one of {get_args(TargetKind)}, got {kind!r}")
+    released_bottom = obs.embeddings is not None and obs.passive_bottom is not None
+    if kind == "embeddings" or (kind == "auto" and released_bottom):
+        if obs.embeddings is None:
+            raise NotApplicable(f"{name}: no passive embeddings were recorded (only active-top split learning has z_B)")
+        if obs.passive_bottom is None:
+            raise NotApplicable(
+                f"{name}: the passive bottom model was not released; z_B = W_B x_B + b fixes x_B only up to the "
+                "unknown W_B"
+            )
+        return Target(EmbeddingModel(obs.passive_bottom), _float_tensor(obs.embeddings), "embeddings")
+    if obs.scores is None:
+        raise NotApplicable(f"{name} needs scores, which the active party did not receive")
+    scores = _float_tensor(obs.scores)
+    if obs.score_model is not None:
+        return Target(ReleasedScoreModel(obs.score_model, obs.x_active), scores, "scores")
+    missing = [block for block in LR_BLOCKS if getattr(obs, block) is None]
+    if len(missing) < len(LR_BLOCKS):
+        if missing:
+            raise NotApplicable(f"{name} needs {', '.join(missing)}, which the active party did not receive")
+        return Target(LinearScoreModel(obs), scores, "scores")
+    if obs.embeddings is not None:
+        raise NotApplicable(
+            f"{name}: active-top without the passive bottom model — the active party's own model maps z_B, not "
+            "x_B, to its scores, and z_B = W_B x_B + b fixes x_B only up to the unknown W_B"
+        )
+    raise NotApplicable(f"{name} needs a released model: score_model (split NN) or w_active, bias, w_passive (LR)")
+
+
 def _float_tensor(values: Any) -> torch.Tensor:
     # np.array copies: recorded observations may be read-only views, which torch refuses to wrap.
     return torch.from_numpy(np.array(values, dtype=np.float32))
@@ -82,9 +175,8 @@ class Gia(Attack):
     """Gradient inversion (rassouli §V baseline): min_{x̂ ∈ [0,1]^d} D(ĉ(x̂) ‖ c), projected Adam from ½·1.
 
     Samples are independent, so the whole batch is one tensor and one optimiser (Adam is per coordinate).
+    ``target`` picks what is fitted (:func:`fit_target`); on recorded embeddings D is their mean square error.
     """
-
-    needs = WHITE_BOX_NEEDS
 
     def __init__(
         self,
@@ -92,6 +184,7 @@ class Gia(Attack):
         lr: float = 0.02,
         loss: Divergence = "kl",
         init: float = 0.5,
+        target: TargetKind = "auto",
         threads: int | None = 1,
     ) -> None:
         _check_divergence(loss)
@@ -99,6 +192,7 @@ class Gia(Attack):
         self.lr = lr
         self.loss = loss
         self.init = init
+        self.target = target
         self.threads = threads
 
     def reconstruct(self, obs: Observations) -> Reconstruction:
@@ -106,19 +200,19 @@ class Gia(Attack):
             return self._run(obs)
 
     def _run(self, obs: Observations) -> Reconstruction:
-        model = LinearScoreModel(obs)
-        released = _float_tensor(obs.scores)
+        target = fit_target(obs, self.name or "gia", self.target)
+        every = slice(None)
         x = torch.full((obs.n_samples, obs.d_passive), self.init, requires_grad=True)
         optimizer = torch.optim.Adam([x], lr=self.lr)
         for _ in range(self.steps):
             optimizer.zero_grad()
-            divergence(model(x), released, self.loss).sum().backward()
+            target.mismatch(x, every, self.loss).sum().backward()
             optimizer.step()
             with torch.no_grad():
                 x.clamp_(0.0, 1.0)
         with torch.no_grad():
-            final = divergence(model(x), released, self.loss)
-        return Reconstruction(x.detach().double().numpy(), {"loss": final.double().numpy()})
+            final = target.mismatch(x, every, self.loss)
+        return Reconstruction(x.detach().double().numpy(), {"loss": final.double().numpy(), "target": target.kind})
 
 
 def make_generator(n_inputs: int, n_outputs: int, hidden: Sequence[int]) -> nn.Sequential:
@@ -141,6 +235,7 @@ class Grn(Attack):
     ``use_xadv=False`` (case 1, noise only), ``use_noise=False`` (case 2), ``variance_weight=0`` (case 3),
     ``direct=True`` (case 4: no generator, x̂ itself optimised — worse than random guessing in luo's table).
     The generator uses PyTorch's default initialisation, as luo's code does (Algorithm 2 writes N(0, 1)).
+    ``target`` picks what is fitted (:func:`fit_target`): released scores, or recorded embeddings (active-top).
 
     **Held-out scoring** (``folds``, default 2): the queried rows are split into folds; the generator that
     reconstructs a fold was trained on the other folds' predictions only, so no row is scored by a model
@@ -156,8 +251,6 @@ class Grn(Attack):
     batch for speed, and at least ``min_steps`` Adam steps (a few hundred predictions are otherwise a few
     dozen steps). docs/attacks.md has the measured comparison.
     """
-
-    needs = WHITE_BOX_NEEDS
 
     def __init__(
         self,
@@ -177,6 +270,7 @@ class Grn(Attack):
         bounded: bool = True,
         folds: int = 2,
         eval_draws: int = 1,
+        target: TargetKind = "auto",
         seed: int = 0,
         threads: int | None = 1,
     ) -> None:
@@ -202,6 +296,7 @@ class Grn(Attack):
         self.bounded = bounded  # direct only: x̂ = sigmoid(θ) (True) or θ itself, unbounded (luo's case 4)
         self.folds = folds
         self.eval_draws = eval_draws
+        self.target = target
         self.seed = seed
         self.threads = threads
 
@@ -211,8 +306,7 @@ class Grn(Attack):
             return self._run(obs)
 
     def _run(self, obs: Observations) -> Reconstruction:
-        model = LinearScoreModel(obs)
-        released = _float_tensor(obs.scores)
+        target = fit_target(obs, self.name or "grn", self.target)
         x_adv = _float_tensor(obs.x_active)
         n = obs.n_samples
         folds = 1 if self.direct else self.folds
@@ -224,16 +318,16 @@ class Grn(Attack):
         for fold in range(folds):
             scored = torch.nonzero(fold_of == fold).flatten()
             fitted = torch.nonzero(fold_of != fold).flatten() if folds > 1 else scored
-            estimate, history = self._fit(model, released, x_adv, obs.d_passive, fitted)
+            estimate, history = self._fit(target, x_adv, obs.d_passive, fitted)
             with torch.no_grad():
                 draws = 1 if self.direct else self.eval_draws
                 x_final[scored] = torch.stack([estimate(scored) for _ in range(draws)]).mean(dim=0)
             histories.append(history)
-        meta = {"loss_history": np.mean(histories, axis=0), "folds": folds}
+        meta = {"loss_history": np.mean(histories, axis=0), "folds": folds, "target": target.kind}
         return Reconstruction(x_final.double().numpy(), meta)
 
     def _fit(
-        self, model: LinearScoreModel, released: torch.Tensor, x_adv: torch.Tensor, d_p: int, fitted: torch.Tensor
+        self, target: Target, x_adv: torch.Tensor, d_p: int, fitted: torch.Tensor
     ) -> tuple[Callable[[torch.Tensor], torch.Tensor], list[float]]:
         """Train on the predictions of rows ``fitted``; returns x̂ for given rows and the loss per epoch."""
         estimate, parameters = self._estimator(x_adv, d_p)
@@ -247,7 +341,7 @@ class Grn(Attack):
             for start in range(0, len(order), self.batch_size):
                 rows = order[start : start + self.batch_size]
                 x_hat = estimate(rows)
-                loss = reduce(divergence(model(x_hat, rows), released[rows], self.loss))
+                loss = reduce(target.mismatch(x_hat, rows, self.loss))
                 if self.variance_weight and len(rows) > 1:
                     loss = loss + self.variance_weight * reduce(x_hat.var(dim=0))
                 optimizer.zero_grad()

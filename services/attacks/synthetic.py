@@ -1,20 +1,26 @@
-"""LR prediction tasks with known ground truth, for tests, benchmarks and demos.
+"""LR and split-NN prediction tasks with known ground truth, for tests, benchmarks and demos.
 
 :func:`lr_task`: features from a Gaussian copula: z ~ N(0, (1 − ρ) I + ρ 11ᵀ), x = Φ(z), so every feature is
 Uniform[0, 1] (already "min-max scaled") and pairs are positively dependent with strength ρ; the model's
 weights are random. On such data Half is the best blind guess by construction (every marginal is uniform),
 so it is no test of whether a learned attack finds structure — :func:`trained_lr_task` is: a logistic
-regression trained on real data, attacked on held-out rows.
+regression trained on real data, attacked on held-out rows. :func:`trained_splitnn_task` does the same for a
+two-branch split neural network in either topology.
 """
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 from scipy.special import expit, ndtr, softmax
+from torch import nn
 
 from .base import Observations
+from .gradient import torch_threads
 
 SKLEARN_TASKS = ("breast_cancer", "wine", "digits")
 
@@ -121,3 +127,133 @@ def trained_lr_task(dataset: str, passive_fraction: float = 0.4, *, seed: int = 
     )
     full = np.hstack([weights[:, active], weights[:, passive]])
     return SyntheticTask(obs=obs, x_passive=x[query][:, passive], weights=full, bias=bias)
+
+
+TOPOLOGIES = ("coordinator-top", "active-top")
+
+
+class SplitScores(nn.Module):
+    """A two-branch split network as released: ``forward(x_active, x_passive)`` → class probabilities.
+
+    coordinator-top sums the bottoms' embeddings h = h_a + h_b (the key holder decrypts only the sum);
+    active-top concatenates [h_a, z_B] with z_B = W_B x_B + b, one linear passive layer (ye's setting).
+    """
+
+    def __init__(self, bottom_active: nn.Module, bottom_passive: nn.Module, top: nn.Module, topology: str) -> None:
+        super().__init__()
+        if topology not in TOPOLOGIES:
+            raise ValueError(f"topology must be one of {TOPOLOGIES}, got {topology!r}")
+        self.bottom_active, self.bottom_passive, self.top = bottom_active, bottom_passive, top
+        self.topology = topology
+
+    def logits(self, x_active: torch.Tensor, x_passive: torch.Tensor) -> torch.Tensor:
+        h_a, z_b = self.bottom_active(x_active), self.bottom_passive(x_passive)
+        return self.top(h_a + z_b if self.topology == "coordinator-top" else torch.cat([h_a, z_b], dim=1))
+
+    def forward(self, x_active: torch.Tensor, x_passive: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(self.logits(x_active, x_passive), dim=1)
+
+
+@dataclass(frozen=True)
+class SplitNNTask:
+    model: SplitScores
+    x_active: np.ndarray  # the queried (held-out) rows
+    x_passive: np.ndarray  # ground truth, only for scoring reconstructions
+    logits: np.ndarray  # the top model's logits for the queried rows (what a score step may read)
+    n_classes: int
+    accuracy: float  # argmax accuracy on the queried rows
+
+    def observe(self, score_release: Sequence[str] = (), *, passive_bottom: bool = True) -> Observations:
+        """What the active party has: scores through the chain (fresh OS entropy) and, per topology,
+
+        * coordinator-top: the released model (bottoms + top) — luo's white box, as for the LR seeds;
+        * active-top: its own scores and the recorded z_B; the passive bottom (hence a ``score_model`` over
+          x_B) only with ``passive_bottom=True``, i.e. when the passive party's W_B was released.
+        """
+        from vflsec.services.release import ReleaseContext, ScoreReleaseChain
+
+        chain = ScoreReleaseChain.from_specs(list(score_release))
+        context = ReleaseContext(np.random.default_rng(), self.n_classes)
+        scores = chain(softmax(self.logits, axis=1), self.logits, context)
+        active_top = self.model.topology == "active-top"
+        released = passive_bottom or not active_top
+        with torch.no_grad():
+            z_b = self.model.bottom_passive(torch.from_numpy(self.x_passive).float()).double().numpy()
+        return Observations(
+            x_active=self.x_active,
+            scores=scores,
+            n_classes=self.n_classes,
+            d_passive=self.x_passive.shape[1],
+            release=tuple(step.name for step in chain.steps),
+            score_chain=tuple(chain.describe()),
+            score_model=self.model if released else None,
+            embeddings=z_b if active_top else None,
+            passive_bottom=self.model.bottom_passive if active_top and released else None,
+        )
+
+
+def _mlp(sizes: Sequence[int]) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for i, (n_in, n_out) in enumerate(itertools.pairwise(sizes)):
+        layers += [nn.Linear(n_in, n_out)] + ([nn.ReLU()] if i < len(sizes) - 2 else [])
+    return nn.Sequential(*layers)
+
+
+def trained_splitnn_task(
+    dataset: str,
+    topology: str = "coordinator-top",
+    passive_fraction: float = 0.4,
+    *,
+    seed: int = 0,
+    hidden: int = 32,
+    width: int = 16,
+    epochs: int = 60,
+) -> SplitNNTask:
+    """As :func:`trained_lr_task` (same rows and columns for a seed), a split NN trained centrally with Adam.
+
+    Bottoms: d → ``hidden`` → ``width`` (ReLU between); the passive bottom in active-top is one linear layer of
+    width max(d_B, 8) (the default of the split-NN family). Top: ReLU → ``hidden`` → C.
+    """
+    from sklearn import datasets as skd
+
+    if dataset not in SKLEARN_TASKS:
+        raise ValueError(f"dataset must be one of {SKLEARN_TASKS}, got {dataset!r}")
+    x, y = getattr(skd, f"load_{dataset}")(return_X_y=True)
+    low, span = x.min(axis=0), np.ptp(x, axis=0)
+    x = (x - low) / np.where(span > 0, span, 1.0)
+    rng = np.random.default_rng(seed)
+    rows, columns = rng.permutation(len(y)), rng.permutation(x.shape[1])
+    train, query = rows[: len(y) // 2], rows[len(y) // 2 :]
+    d_passive = round(passive_fraction * x.shape[1])
+    passive, active = np.sort(columns[:d_passive]), np.sort(columns[d_passive:])
+    n_classes = int(y.max()) + 1
+    with torch.random.fork_rng(), torch_threads(1):  # one thread: the same model on any machine
+        torch.manual_seed(seed)
+        bottom_active = _mlp([len(active), hidden, width])
+        if topology == "active-top":
+            bottom_passive: nn.Module = nn.Linear(d_passive, max(d_passive, 8))
+            top_width = width + max(d_passive, 8)
+        else:
+            bottom_passive, top_width = _mlp([d_passive, hidden, width]), width
+        top = nn.Sequential(nn.ReLU(), _mlp([top_width, hidden, n_classes]))
+        model = SplitScores(bottom_active, bottom_passive, top, topology)
+        xa, xp = (torch.from_numpy(x[:, cols]).float() for cols in (active, passive))
+        labels = torch.from_numpy(y).long()
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-2, weight_decay=1e-4)
+        train_rows = torch.from_numpy(train)
+        for _ in range(epochs):
+            for batch in train_rows[torch.randperm(len(train_rows))].split(64):
+                optimizer.zero_grad()
+                nn.functional.cross_entropy(model.logits(xa[batch], xp[batch]), labels[batch]).backward()
+                optimizer.step()
+    model.zero_grad(set_to_none=True)
+    model.eval().requires_grad_(False)
+    logits = model.logits(xa[query], xp[query]).double().numpy()
+    return SplitNNTask(
+        model=model,
+        x_active=x[query][:, active],
+        x_passive=x[query][:, passive],
+        logits=logits,
+        n_classes=n_classes,
+        accuracy=float(np.mean(logits.argmax(axis=1) == y[query])),
+    )
