@@ -170,7 +170,7 @@ class SplitNNTask:
         * active-top: its own scores and the recorded z_B; the passive bottom (hence a ``score_model`` over
           x_B) only with ``passive_bottom=True``, i.e. when the passive party's W_B was released.
         """
-        from vflsec.services.release import ReleaseContext, ScoreReleaseChain
+        from vflsec.services.defenses.release import ReleaseContext, ScoreReleaseChain
 
         chain = ScoreReleaseChain.from_specs(list(score_release))
         context = ReleaseContext(np.random.default_rng(), self.n_classes)
