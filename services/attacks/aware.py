@@ -30,16 +30,17 @@ Per defense (one score step per chain; several steps in sequence are not modelle
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import numpy as np
 
+from vflsec.services.models.lr import PassiveSystem
+
 from .base import WHITE_BOX_NEEDS, Attack, NotApplicable, Observations, Reconstruction, register
 from .chebyshev import Cls, Rcc2
 from .closed_form import HalfStar, LinearSystemAttack
-from .linear import PassiveSystem, class_rows, robust_system
+from .linear import class_rows, robust_system
 
 SCORE_DEFENSES = frozenset({"rounding", "gaussian", "privee", "privee_pp", "pps_b", "label_only", "rank_only"})
 PARAM_DEFENSES = frozenset({"ppsa"})
@@ -67,17 +68,10 @@ def _step(name: str, params: dict[str, str]) -> Any:
 
     Announced facts that are not constructor arguments (PRIVEE's U, a class constant) are left out.
     """
-    from vflsec.services.defenses import scores as score_defenses
+    from vflsec.services.defenses.release import SCORE_STEPS
 
-    factory = {
-        "rounding": score_defenses.Rounding,
-        "gaussian": score_defenses.GaussianNoise,
-        "privee": score_defenses.Privee,
-        "privee_pp": score_defenses.PriveePlusPlus,
-        "pps_b": score_defenses.PpsB,
-    }[name]
-    accepted = inspect.signature(factory).parameters
-    return factory(**{k: v for k, v in params.items() if k in accepted})
+    accepted = SCORE_STEPS.entry(name).parameters()
+    return SCORE_STEPS.build(name, {k: v for k, v in params.items() if k in accepted})
 
 
 def _safe_log(values: np.ndarray) -> np.ndarray:
@@ -244,6 +238,7 @@ class AwareAttack(Attack):
     """
 
     needs = WHITE_BOX_NEEDS
+    families = frozenset({"lr"})
     # On weighted evidence the prior rows make A full rank, so Half* is plain (MMSE) least squares there.
     _INNER: ClassVar[dict[str, LinearSystemAttack]] = {"ls": HalfStar(clamp=True), "cls": Cls(), "rcc2": Rcc2()}
     _TARGETS: ClassVar[dict[str, frozenset[str]]] = {
@@ -334,7 +329,7 @@ def project_half_onto_polytope(
 
 AWARE_ATTACKS = ("aware_ls", "aware_cls", "aware_rcc2", "aware_interval")
 for _method in ("ls", "cls", "rcc2", "interval"):
-    register(f"aware_{_method}", lambda method=_method: AwareAttack(method))
+    register(f"aware_{_method}", AwareAttack, method=_method)
 
 
 def aware_attacks_for(score_chain: list[str], param_chain: list[str]) -> list[str]:
