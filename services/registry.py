@@ -10,7 +10,7 @@ A plug-in is a class registered under a name, written once, in the registration 
 
         def __init__(self, decimals: int) -> None: ...
 
-    ATTACKS.register("ls_clamped", Esa, clamp=True)  # a variant: a registered class with preset parameters
+    ATTACKS.register("ls_clamped", Esa, clamp=True)  # a variant: its presets are defaults a spec may override
 
 * Its parameters are its constructor's, as scikit-learn's ``get_params`` derives them: each one is stored on
   the instance under its own name, so :meth:`Plugin.get_params` lists them and ``type(p)(**p.get_params())``

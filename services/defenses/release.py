@@ -39,7 +39,6 @@ __all__ = [
     "ReleaseStep",
     "ScoreReleaseChain",
     "ScoreStep",
-    "build_param_step",
     "parse_spec",
 ]
 
@@ -79,11 +78,6 @@ class ScoreStep(ReleaseStep, ABC):
 
 SCORE_STEPS: Registry[ScoreStep] = Registry("score release step")
 PARAM_STEPS: Registry[Distortion] = Registry("parameter release step")
-
-
-def build_param_step(spec: str, family: str | None = None) -> Distortion:
-    """One parameter-release step from its spec (ReleaseConfigError on a bad one)."""
-    return PARAM_STEPS.parse(spec, family=family)
 
 
 @dataclass

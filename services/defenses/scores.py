@@ -1,8 +1,9 @@
 """Score-release defenses: what the coordinator may do to confidence scores before they leave it.
 
 Each defense is a score step of the release chain (``released = step(scores, logits, context)``), registered
-by name so that specs such as ``"privee:epsilon=0.1,basis=householder"`` build it. Parameters arrive as
-strings from specs; every constructor converts and validates them (``ValueError`` with a clear message).
+by name so that specs such as ``"privee:epsilon=0.1,basis=householder"`` build it. Parameters arrive typed
+(services/registry.py parses spec strings by the constructors' annotations); every constructor checks their
+ranges (``ValueError`` with a clear message).
 Random draws come from ``context.rng`` only and are never part of :meth:`public_params`.
 
 Sources: PRIVEE (Madabushi et al.; mechanism facts in ``design/defenses-notes.md``), PPS-B (Rassouli et al.,
