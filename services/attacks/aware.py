@@ -35,6 +35,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from vflsec.services.defenses.release import SCORE_STEPS
 from vflsec.services.models.lr import PassiveSystem
 
 from .base import WHITE_BOX_NEEDS, Attack, NotApplicable, Observations, Reconstruction, register
@@ -68,8 +69,6 @@ def _step(name: str, params: dict[str, str]) -> Any:
 
     Announced facts that are not constructor arguments (PRIVEE's U, a class constant) are left out.
     """
-    from vflsec.services.defenses.release import SCORE_STEPS
-
     accepted = SCORE_STEPS.entry(name).parameters()
     return SCORE_STEPS.build(name, {k: v for k, v in params.items() if k in accepted})
 
