@@ -62,7 +62,8 @@ class ReleaseContext:
 
 
 class ReleaseStep(Plugin):
-    """A release step; what it announces to the parties is its parameters unless it says otherwise."""
+    """A release step; it announces every constructor parameter to the parties (Kerckhoffs) unless it overrides
+    :meth:`public_params`. Random draws are never constructor parameters, so they are never announced."""
 
     def public_params(self) -> dict[str, str]:
         """The configuration the active party may know (never a random draw)."""
