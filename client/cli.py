@@ -38,8 +38,8 @@ def _check_release_specs(release: list[str] | None, param_release: list[str] | N
     from vflsec.services.defenses.release import ParamReleaseChain, ReleaseConfigError, ScoreReleaseChain
 
     try:
-        ScoreReleaseChain.from_specs(release or [])
-        ParamReleaseChain.from_specs(param_release or [])
+        ScoreReleaseChain.from_specs(release or [], family="lr")
+        ParamReleaseChain.from_specs(param_release or [], family="lr")
     except ReleaseConfigError as exc:
         _fail(str(exc))
 

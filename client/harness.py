@@ -149,13 +149,15 @@ def evaluate_attacks(
     names: Sequence[str],
     options: dict[str, dict[str, Any]] | None = None,
     log: Callable[[str], None] | None = None,
+    family: str = "lr",
 ) -> dict[str, dict[str, Any]]:
-    """Run each attack on the recorded observations; MSE against the truth (luo Eq. 10) and time taken."""
+    """Run each attack on the recorded observations of a ``family`` model; MSE against the truth (luo Eq. 10)
+    and time taken. An attack that does not support the family, or lacks an observation, says why."""
     results: dict[str, dict[str, Any]] = {}
     for name in names:
-        attack = attacks.make_attack(name, **(options or {}).get(name, {}))
         start = time.perf_counter()
         try:
+            attack = attacks.make_attack(name, family=family, **(options or {}).get(name, {}))
             reconstruction = attacks.run_attack(attack, obs)
         except attacks.NotApplicable as exc:
             results[name] = {"not_applicable": exc.reason}

@@ -85,8 +85,9 @@ def start_party(config: ServiceConfig) -> Party:
         clients = {party: PassiveClient(party, ch, policy) for party, ch in channels.items()}
 
         engine = coordinator.Coordinator(
-            ScoreReleaseChain.from_specs(config.score_release),
-            ParamReleaseChain.from_specs(config.param_release),
+            # Every step must support the model family the coordinator serves: "lr", the only one today.
+            ScoreReleaseChain.from_specs(config.score_release, family="lr"),
+            ParamReleaseChain.from_specs(config.param_release, family="lr"),
             clients,
             policy=coordinator.QueryPolicy(config.query_budget, config.refuse_training_ids, config.max_query_rows),
             state=state,

@@ -95,6 +95,8 @@ class AdversaryModelAttack(Attack):
     """AM (``refine=False``) or RAM (``refine=True``); ``n_refine`` caps how many delivered scores RAM uses
     per fold; ``folds`` (≥ 2) is RAM's cross-fitting (see the module docstring)."""
 
+    families = frozenset({"lr"})
+
     def __init__(
         self,
         refine: bool = False,
@@ -158,4 +160,4 @@ class AdversaryModelAttack(Attack):
 
 
 register("am", AdversaryModelAttack)
-register("ram", lambda **options: AdversaryModelAttack(refine=True, **options))
+register("ram", AdversaryModelAttack, refine=True)

@@ -30,18 +30,19 @@ Per defense (one score step per chain; several steps in sequence are not modelle
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import numpy as np
 
+from vflsec.services.defenses.release import SCORE_STEPS
+from vflsec.services.models.lr import PassiveSystem
+
 from .base import WHITE_BOX_NEEDS, Attack, NotApplicable, Observations, Reconstruction, register
 from .chebyshev import Cls, Rcc2
 from .closed_form import HalfStar, LinearSystemAttack
 from .gradient import Gia, Grn
-from .linear import PassiveSystem, class_rows, robust_system
+from .linear import class_rows, robust_system
 
 SCORE_DEFENSES = frozenset({"rounding", "gaussian", "privee", "privee_pp", "pps_b", "label_only", "rank_only"})
 PARAM_DEFENSES = frozenset({"ppsa"})
@@ -69,17 +70,8 @@ def _step(name: str, params: dict[str, str]) -> Any:
 
     Announced facts that are not constructor arguments (PRIVEE's U, a class constant) are left out.
     """
-    from vflsec.services.defenses import scores as score_defenses
-
-    factory = {
-        "rounding": score_defenses.Rounding,
-        "gaussian": score_defenses.GaussianNoise,
-        "privee": score_defenses.Privee,
-        "privee_pp": score_defenses.PriveePlusPlus,
-        "pps_b": score_defenses.PpsB,
-    }[name]
-    accepted = inspect.signature(factory).parameters
-    return factory(**{k: v for k, v in params.items() if k in accepted})
+    accepted = SCORE_STEPS.entry(name).parameters()
+    return SCORE_STEPS.build(name, {k: v for k, v in params.items() if k in accepted})
 
 
 def _safe_log(values: np.ndarray) -> np.ndarray:
@@ -246,6 +238,7 @@ class AwareAttack(Attack):
     """
 
     needs = WHITE_BOX_NEEDS
+    families = frozenset({"lr"})
     # On weighted evidence the prior rows make A full rank, so Half* is plain (MMSE) least squares there.
     _INNER: ClassVar[dict[str, LinearSystemAttack]] = {"ls": HalfStar(clamp=True), "cls": Cls(), "rcc2": Rcc2()}
     _TARGETS: ClassVar[dict[str, frozenset[str]]] = {
@@ -334,7 +327,7 @@ def project_half_onto_polytope(
     return out, feasible
 
 
-class AwareGradient(Attack):
+class AwareScores:
     """GIA or GRN on what the announced score step leaves of the true scores: its point estimates of ln c
     (de-biased PRIVEE, rounding midpoints, ...; the per-sample constant removed by renormalising). The inner
     attack brings the model, so this serves every family it does (LR blocks or a released split-NN model).
@@ -342,9 +335,6 @@ class AwareGradient(Attack):
     """
 
     targets = SCORE_DEFENSES - {"label_only", "rank_only"}
-
-    def __init__(self, inner: Attack) -> None:
-        self.inner = inner
 
     def reconstruct(self, obs: Observations) -> Reconstruction:
         evidence = score_evidence(obs)
@@ -357,21 +347,24 @@ class AwareGradient(Attack):
         usable = np.isfinite(top[:, 0])
         estimate = np.exp(log_scores - np.where(np.isfinite(top), top, 0.0))
         estimate = np.where(usable[:, None], estimate / estimate.sum(axis=1, keepdims=True), obs.scores)
-        self.inner.name = self.name
-        result = self.inner.reconstruct(replace(obs, scores=estimate))
+        result = super().reconstruct(replace(obs, scores=estimate))  # type: ignore[misc]
         return Reconstruction(result.x_passive, result.meta | {"defense": [n for n, _ in obs.score_chain]})
 
 
-def _aware_gradient(inner: type[Gia | Grn]) -> Callable[..., AwareGradient]:
-    return lambda **options: AwareGradient(inner(**options))
+class AwareGia(AwareScores, Gia):
+    """GIA on the de-biased scores (same parameters as ``gia``)."""
 
 
-register("aware_gia", _aware_gradient(Gia))
-register("aware_grn", _aware_gradient(Grn))
+class AwareGrn(AwareScores, Grn):
+    """GRN on the de-biased scores (same parameters as ``grn``)."""
+
+
+register("aware_gia", AwareGia)
+register("aware_grn", AwareGrn)
 
 AWARE_ATTACKS = ("aware_ls", "aware_cls", "aware_rcc2", "aware_interval")
 for _method in ("ls", "cls", "rcc2", "interval"):
-    register(f"aware_{_method}", lambda method=_method: AwareAttack(method))
+    register(f"aware_{_method}", AwareAttack, method=_method)
 
 
 def aware_attacks_for(score_chain: list[str], param_chain: list[str]) -> list[str]:

@@ -8,11 +8,12 @@ a :class:`Reconstruction` with the passive party's true features through :func:`
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from vflsec.services.registry import Plugin, PluginError, Registry
 
 if TYPE_CHECKING:
     from torch import nn
@@ -115,10 +116,10 @@ class NotApplicable(Exception):
 WHITE_BOX_NEEDS = frozenset({"scores", "w_active", "w_passive", "bias"})
 
 
-class Attack(ABC):
-    """A reconstruction algorithm; ``needs`` lists the :class:`Observations` fields that must be non-None."""
+class Attack(Plugin, ABC):
+    """A reconstruction algorithm; ``needs`` lists the :class:`Observations` fields that must be non-None and
+    ``families`` the model families it can attack (services/registry.py)."""
 
-    name: str = ""
     needs: frozenset[str] = frozenset()
 
     @abstractmethod
@@ -144,33 +145,22 @@ def run_attack(attack: Attack, obs: Observations) -> Reconstruction:
     return result
 
 
-ATTACKS: dict[str, Callable[..., Attack]] = {}
+# Registered with ``@register("name")`` on the class or ``register("name", Class, **preset)`` for a variant.
+ATTACKS: Registry[Attack] = Registry("attack")
+register = ATTACKS.register
 
 
-def register(name: str, factory: Callable[..., Attack] | None = None) -> Callable[..., Any]:
-    """Register ``factory`` (a class or a callable returning an :class:`Attack`) under ``name``.
+def make_attack(name: str, /, *, family: str | None = None, **options: Any) -> Attack:
+    """Build the registered attack ``name`` with its keyword ``options`` (ValueError on an unknown name or option).
 
-    Usable as a class decorator (``@register("half")``) or as a call (``register("ls", Esa)``).
+    ``family`` is the model family under attack: NotApplicable if the attack does not support it.
     """
-
-    def add(target: Callable[..., Attack]) -> Callable[..., Attack]:
-        if name in ATTACKS:
-            raise ValueError(f"attack {name!r} is already registered")
-        ATTACKS[name] = target
-        return target
-
-    return add(factory) if factory is not None else add
-
-
-def make_attack(name: str, **options: Any) -> Attack:
-    """Build the registered attack ``name`` with its keyword ``options``."""
-    try:
-        factory = ATTACKS[name]
-    except KeyError:
-        raise ValueError(f"unknown attack {name!r}; known: {', '.join(sorted(ATTACKS))}") from None
-    attack = factory(**options)
-    attack.name = name  # variants share a class; the registry name is what reports show
-    return attack
+    if family is not None and name in ATTACKS:
+        try:
+            ATTACKS.check_family(name, family)
+        except PluginError as exc:
+            raise NotApplicable(str(exc)) from None
+    return ATTACKS.build(name, options)
 
 
 def mse_per_feature(x_true: np.ndarray, x_hat: np.ndarray) -> np.ndarray:

@@ -20,8 +20,10 @@ from typing import Literal
 
 import numpy as np
 
+from vflsec.services.models.lr import difference_operator
+
 from .base import Attack, NotApplicable, Observations, Reconstruction, register
-from .linear import difference_operator, log_ratios
+from .linear import log_ratios
 
 SignRelation = Literal["same", "opposite"]
 
@@ -33,6 +35,7 @@ class SignOnly(Attack):
     """
 
     needs = frozenset({"scores", "w_active"})
+    families = frozenset({"lr"})
 
     def __init__(self, sign_relation: SignRelation = "same", use_bias: bool = True) -> None:
         if sign_relation not in ("same", "opposite"):

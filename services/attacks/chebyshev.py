@@ -8,7 +8,7 @@
 Rassouli's pitfalls, handled identically by rcc1/rcc2:
 
 * *Rank tolerance.* rank(A) and Null(A) are taken from singular values above a relative tolerance
-  (:data:`~.linear.RANK_RTOL`); with an exact rank test, round-off makes A look full rank and the null space
+  (``models.lr.RANK_RTOL``); with an exact rank test, round-off makes A look full rank and the null space
   vanishes.
 * *Empty null space* (A has full column rank, e.g. d_p ≤ C − 1): S is the single point A⁺b, so both
   estimates are LS itself — RCC1 solves no SDP, RCC2's projection converges in one Newton step.
@@ -28,9 +28,10 @@ from typing import Any
 
 import numpy as np
 
+from vflsec.services.models.lr import PassiveSystem
+
 from .base import register
 from .closed_form import LinearSystemAttack
-from .linear import PassiveSystem
 
 log = logging.getLogger(__name__)
 

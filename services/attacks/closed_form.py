@@ -10,8 +10,11 @@ from typing import Any
 
 import numpy as np
 
+from vflsec.services.models.lr import PassiveSystem
+from vflsec.services.registry import ANY_SCORES
+
 from .base import WHITE_BOX_NEEDS, Attack, Observations, Reconstruction, register
-from .linear import PassiveSystem, RobustSystem, robust_system
+from .linear import RobustSystem, robust_system
 
 
 class LinearSystemAttack(Attack):
@@ -22,6 +25,7 @@ class LinearSystemAttack(Attack):
     """
 
     needs = WHITE_BOX_NEEDS
+    families = frozenset({"lr"})
 
     def reconstruct(self, obs: Observations) -> Reconstruction:
         return self.reconstruct_system(robust_system(obs), obs.d_passive)
@@ -68,6 +72,7 @@ class Constant(Attack):
     """A blind estimate: the same value for every passive feature (Half = Chebyshev centre of [0, 1]^d)."""
 
     needs = frozenset()
+    families = ANY_SCORES  # a blind guess needs nothing from the model
 
     def __init__(self, value: float) -> None:
         self.value = value
@@ -80,6 +85,7 @@ class RandomGuess(Attack):
     """Uniform random guess on [0, 1]^d; by rassouli Lemma 1 its MSE exceeds Half's by Var(U) = 1/12."""
 
     needs = frozenset()
+    families = ANY_SCORES  # a blind guess needs nothing from the model
 
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed
@@ -91,8 +97,8 @@ class RandomGuess(Attack):
 
 register("esa", Esa)
 register("ls", Esa)
-register("ls_clamped", lambda: Esa(clamp=True))
+register("ls_clamped", Esa, clamp=True)
 register("half_star", HalfStar)
-register("half", lambda: Constant(0.5))
-register("zero", lambda: Constant(0.0))
+register("half", Constant, value=0.5)
+register("zero", Constant, value=0.0)
 register("rg", RandomGuess)

@@ -178,6 +178,9 @@ class Gia(Attack):
     ``target`` picks what is fitted (:func:`fit_target`); on recorded embeddings D is their mean square error.
     """
 
+    # One implementation for every differentiable family: fit_target picks what the release allows.
+    families = frozenset({"lr", "splitnn"})
+
     def __init__(
         self,
         steps: int = 500,
@@ -251,6 +254,9 @@ class Grn(Attack):
     batch for speed, and at least ``min_steps`` Adam steps (a few hundred predictions are otherwise a few
     dozen steps). docs/attacks.md has the measured comparison.
     """
+
+    # One implementation for every differentiable family: fit_target picks what the release allows.
+    families = frozenset({"lr", "splitnn"})
 
     def __init__(
         self,
@@ -374,16 +380,12 @@ class Grn(Attack):
         return generate, list(generator.parameters())
 
 
-def _grn_variant(**preset: Any) -> Callable[..., Grn]:
-    return lambda **options: Grn(**{**preset, **options})
-
-
 register("gia", Gia)
 register("grn", Grn)
-register("grn_noise_only", _grn_variant(use_xadv=False))
-register("grn_xadv_only", _grn_variant(use_noise=False))
-register("grn_no_reg", _grn_variant(variance_weight=0.0))
-register("grn_direct", _grn_variant(direct=True))
+register("grn_noise_only", Grn, use_xadv=False)
+register("grn_xadv_only", Grn, use_noise=False)
+register("grn_no_reg", Grn, variance_weight=0.0)
+register("grn_direct", Grn, direct=True)
 
 # luo's published code (xinjianluo/featureinference-vfl, GRNA): Adam 1e-4, batches of 64, 60 epochs, loss
 # Σ_batch Σ_classes (ĉ − c)² + 0.25 · Σ_features Var_batch(x̂).
@@ -398,8 +400,8 @@ LUO_GRN = {
     "full_noise": True,
     "bounded": False,
 }
-register("grn_luo", _grn_variant(**LUO_GRN))
-register("grn_luo_noise_only", _grn_variant(**LUO_GRN, use_xadv=False))
-register("grn_luo_xadv_only", _grn_variant(**LUO_GRN, use_noise=False))
-register("grn_luo_no_reg", _grn_variant(**{**LUO_GRN, "variance_weight": 0.0}))
-register("grn_luo_direct", _grn_variant(**LUO_GRN, direct=True))
+register("grn_luo", Grn, **LUO_GRN)
+register("grn_luo_noise_only", Grn, **LUO_GRN, use_xadv=False)
+register("grn_luo_xadv_only", Grn, **LUO_GRN, use_noise=False)
+register("grn_luo_no_reg", Grn, **{**LUO_GRN, "variance_weight": 0.0})
+register("grn_luo_direct", Grn, **LUO_GRN, direct=True)

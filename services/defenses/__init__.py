@@ -1,1 +1,9 @@
-"""Score and parameter release defenses and the release chains that run them."""
+"""Score and parameter release defenses and the release chains that run them.
+
+Importing this package imports the modules that define the built-in steps, which register themselves with
+the release registries (services/defenses/release.py): release.py never imports them, so there is no cycle.
+"""
+
+from vflsec.services.defenses import params, release, scores
+
+__all__ = ["params", "release", "scores"]

@@ -1,9 +1,10 @@
 """Parameter-release distortions (issue 5): what a passive party discloses of its weight block, and its risk forecast.
 
 Only the **disclosed** copy of a passive block W_p (K_logits × d) changes; inference keeps the true W_p, so released
-scores never change. Every distortion is one class with a single implementation, :meth:`Distortion.distort`, meant
-to run at the passive party: it needs the party's own block, its own data statistics (:class:`DataStats`) and the
-number of classes (public). The coordinator's parameter-release step (``__call__``) is a thin adapter over it.
+scores never change. Every distortion is a parameter-release step (a plug-in of :data:`release.PARAM_STEPS`) with a
+single implementation, :meth:`Distortion.distort`, which runs at the passive party: it needs the party's own block,
+its own data statistics (:class:`DataStats`) and the number of classes (public). The coordinator verifies each
+result against the true block it holds with :meth:`Distortion.check`.
 
 * ``ppsa`` — rassouli §VII-A (Proposition 4, Remark 6, Theorem 3): disclose W_p H⁻¹ for an orthonormal H.
   ``H=flip`` is H = −I with renormalisation: the disclosed model is the one trained on x′ = 1 − x, so the passive
@@ -28,23 +29,19 @@ from __future__ import annotations
 import math
 import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
 from scipy.optimize import BFGS, NonlinearConstraint, minimize
 
-from vflsec.services.attacks.linear import PassiveSystem, difference_operator
-from vflsec.services.defenses.release import ReleaseContext, build_param_step, param_step
+from vflsec.services.defenses.release import PARAM_STEPS, ReleaseStep
+from vflsec.services.models.lr import PassiveSystem, difference_operator
 
 __all__ = [
-    "BIAS_OFFSETS_KEY",
     "DEFAULT_WARN_FRACTION",
-    "DISTORTIONS",
-    "PARAM_REPORTS_KEY",
-    "PASSIVE_STATS_KEY",
     "DataStats",
     "Distorted",
     "Distortion",
@@ -57,10 +54,6 @@ __all__ = [
     "make_distortion",
 ]
 
-# context.cache keys of the coordinator adapter: per-party inputs, public bias offsets, private reports.
-PASSIVE_STATS_KEY = "passive_stats"
-BIAS_OFFSETS_KEY = "bias_offsets"
-PARAM_REPORTS_KEY = "param_release_reports"
 # Warn when a forecast attack MSE falls below this fraction of the blind Half baseline.
 DEFAULT_WARN_FRACTION = 0.5
 # Features are min-max scaled to [0, 1]; allow rounding noise at the edges.
@@ -245,52 +238,18 @@ def flip_gap(w_passive: np.ndarray, stats: DataStats, n_classes: int) -> float:
     return float(4.0 * np.sum((basis.T @ stats.k_half) * basis.T) / stats.d)
 
 
-# ------------------------------------------------------------------------------------- parameter parsing
-
-
-def _as_float(value: float | str, name: str) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number, got {value!r}") from None
-    if not math.isfinite(number):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    return number
-
-
-def _as_bool(value: bool | str, name: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "1", "yes", "on"):
-        return True
-    if text in ("false", "0", "no", "off"):
-        return False
-    raise ValueError(f"{name} must be true or false, got {value!r}")
-
-
-def _as_choice(value: str, name: str, choices: tuple[str, ...]) -> str:
-    text = str(value).strip().lower()
-    if text not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
-    return text
-
-
 # ------------------------------------------------------------------------------------------ distortions
 
 
-class Distortion(ABC):
-    """One parameter-release distortion; also a coordinator parameter step through :meth:`__call__`."""
+class Distortion(ReleaseStep, ABC):
+    """One parameter-release distortion of an LR weight block: ``distort`` at the passive party, ``check`` at the
+    coordinator."""
 
-    name: ClassVar[str] = ""
+    families = frozenset({"lr"})
 
     @property
     def needs_stats(self) -> bool:
         return True
-
-    @abstractmethod
-    def public_params(self) -> dict[str, str]:
-        """The configuration the active party may know (never a secret draw)."""
 
     @abstractmethod
     def distort(
@@ -298,73 +257,22 @@ class Distortion(ABC):
     ) -> Distorted:
         """The disclosed version of one passive block (runs at the passive party)."""
 
-    def check(self, w_passive: np.ndarray, result: Distorted) -> None:  # noqa: B027 — optional hook
+    def check(self, w_passive: np.ndarray, result: Distorted) -> None:
         """Coordinator-side verification of a result computed elsewhere; raises ValueError on mismatch."""
-
-    def __call__(
-        self, weights: Mapping[str, np.ndarray | None], context: ReleaseContext
-    ) -> dict[str, np.ndarray | None]:
-        stats_by_party: Mapping[str, DataStats] = context.cache.get(PASSIVE_STATS_KEY, {})
-        offsets: dict[str, np.ndarray] = context.cache.setdefault(BIAS_OFFSETS_KEY, {})
-        reports: dict[str, list[dict[str, Any]]] = context.cache.setdefault(PARAM_REPORTS_KEY, {})
-        disclosed: dict[str, np.ndarray | None] = {}
-        for party, block in weights.items():
-            if block is None:
-                disclosed[party] = None
-                continue
-            stats = stats_by_party.get(party)
-            if stats is None and self.needs_stats:
-                raise ValueError(
-                    f"parameter step {self.name!r} needs the data statistics of passive party {party!r} "
-                    f"(context.cache[{PASSIVE_STATS_KEY!r}])"
-                )
-            result = self.distort(block, stats, context.n_classes, context.rng)
-            self.check(block, result)
-            disclosed[party] = result.disclosed
-            if result.disclosed is None:
-                offsets.pop(party, None)  # an offset W·1 of a withheld block would leak it
-            elif result.bias_offset is not None:
-                offsets[party] = offsets.get(party, 0.0) + result.bias_offset
-            report = {"step": self.name, **result.private}
-            if stats is not None:
-                report["forecast"] = forecast(block, stats, context.n_classes, result)
-            reports.setdefault(party, []).append(report)
-        return disclosed
-
-
-DISTORTIONS: dict[str, type[Distortion]] = {}
-
-
-def _register(name: str) -> Callable[[type[Distortion]], type[Distortion]]:
-    """Register a distortion by name, both here and as a coordinator parameter-release step."""
-
-    def add(cls: type[Distortion]) -> type[Distortion]:
-        cls.name = name
-        DISTORTIONS[name] = cls
-        param_step(name)(cls)
-        return cls
-
-    return add
 
 
 def make_distortion(spec: str) -> Distortion:
-    """Build a distortion from a spec such as ``"varasteh:epsilon=0.01"`` (ValueError on a bad spec)."""
-    step = build_param_step(spec)
-    if not isinstance(step, Distortion):
-        raise ValueError(f"parameter step {step.name!r} is not a distortion a passive party can run")
-    return step
+    """Build a distortion from a spec such as ``"varasteh:epsilon=0.01"`` (ReleaseConfigError on a bad spec)."""
+    return PARAM_STEPS.parse(spec)
 
 
-@_register("withhold")
+@PARAM_STEPS.register("withhold")
 class Withhold(Distortion):
     """Disclose nothing: the active party gets no block for this party (every white-box attack is inapplicable)."""
 
     @property
     def needs_stats(self) -> bool:
         return False
-
-    def public_params(self) -> dict[str, str]:
-        return {}
 
     def distort(
         self, w_passive: np.ndarray, stats: DataStats | None, n_classes: int, rng: np.random.Generator
@@ -379,32 +287,27 @@ def _haar_orthonormal(d: int, rng: np.random.Generator) -> np.ndarray:
     return q * np.where(np.diag(r) < 0, -1.0, 1.0)
 
 
-@_register("ppsa")
+@PARAM_STEPS.register("ppsa")
 class Ppsa(Distortion):
     """rassouli PPS-A: disclose W_p H⁻¹ (= W_p Hᵀ) for an orthonormal H; see the module docstring."""
 
-    TRANSFORMS: ClassVar[tuple[str, ...]] = ("flip", "orthonormal", "theorem3")
-
-    def __init__(self, H: str = "theorem3") -> None:
-        self.transform = _as_choice(H, "H", self.TRANSFORMS)
+    def __init__(self, H: Literal["flip", "orthonormal", "theorem3"] = "theorem3") -> None:
+        self.H = H
 
     @property
     def needs_stats(self) -> bool:
-        return self.transform == "theorem3"
-
-    def public_params(self) -> dict[str, str]:
-        return {"H": self.transform}
+        return self.H == "theorem3"
 
     def distort(
         self, w_passive: np.ndarray, stats: DataStats | None, n_classes: int, rng: np.random.Generator
     ) -> Distorted:
         w = _check_block(w_passive, stats)
-        public = {"step": self.name, "H": self.transform}
-        if self.transform == "flip":
+        public = {"step": self.name, "H": self.H}
+        if self.H == "flip":
             # Trained on x′ = 1 − x: W x = (−W) x′ + W 1, so W 1 joins the bias of the disclosed model. H = −I is
             # announced and the active party, which trains the bias, sees the offset: it negates back.
             return Distorted(-w, bias_offset=w.sum(axis=1), public=public, private={"h": "-I"}, undoable=True)
-        if self.transform == "orthonormal":
+        if self.H == "orthonormal":
             h = _haar_orthonormal(w.shape[1], rng)
         else:
             if stats is None:
@@ -561,35 +464,33 @@ def _level_set_descent(
     return r.detach()
 
 
-@_register("varasteh")
+@PARAM_STEPS.register("varasteh")
 class Varasteh(Distortion):
     """varasteh's PPS at interpretability level g = ε (eq. 33); see the module docstring for the cases."""
 
-    CASES: ClassVar[tuple[str, ...]] = ("auto", "i", "ii", "iii", "iv")
-
     def __init__(
         self,
-        epsilon: float | str,
-        case: str = "auto",
-        retraction: str = "cayley",
-        secret_epsilon: bool | str = False,
-        hide_presence: bool | str = False,
-        tolerance: float | str = 1e-3,
-        starts: int | str = 3,
-        max_iter: int | str = 400,
+        epsilon: float,
+        case: Literal["auto", "i", "ii", "iii", "iv"] = "auto",
+        retraction: Literal["qr", "cayley"] = "cayley",
+        secret_epsilon: bool = False,
+        hide_presence: bool = False,
+        tolerance: float = 1e-3,
+        starts: int = 3,
+        max_iter: int = 400,
     ) -> None:
-        self.epsilon = _as_float(epsilon, "epsilon")
-        if self.epsilon <= 0.0:
+        self.epsilon = float(epsilon)
+        if not (math.isfinite(self.epsilon) and self.epsilon > 0.0):
             raise ValueError(f"epsilon must be positive, got {epsilon!r}")
-        self.case = _as_choice(case, "case", self.CASES)
-        self.retraction = _as_choice(retraction, "retraction", ("qr", "cayley"))
-        self.secret_epsilon = _as_bool(secret_epsilon, "secret_epsilon")
-        self.hide_presence = _as_bool(hide_presence, "hide_presence")
-        self.tolerance = _as_float(tolerance, "tolerance")
+        self.case = case
+        self.retraction = retraction
+        self.secret_epsilon = secret_epsilon
+        self.hide_presence = hide_presence
+        self.tolerance = float(tolerance)
         if not 0.0 < self.tolerance < 0.1:
             raise ValueError(f"tolerance (relative error of g) must lie in (0, 0.1), got {tolerance!r}")
-        self.starts = int(_as_float(starts, "starts"))
-        self.max_iter = int(_as_float(max_iter, "max_iter"))
+        self.starts = starts
+        self.max_iter = max_iter
         if self.starts < 1 or self.max_iter < 1:
             raise ValueError("starts and max_iter must be positive integers")
 

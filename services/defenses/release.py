@@ -1,30 +1,49 @@
 """Release chains: the coordinator's single point where scores and model parameters leave it.
 
-Every defense is a *step* with one contract:
+Every defense is a *step*, a plug-in of :mod:`vflsec.services.registry` (name written once, parameters from
+its constructor, the model families it supports):
 
-* score steps: ``released = step(scores, logits, context)`` on a batch (rows are samples);
-* parameter steps: ``disclosed = step(weights, context)`` on the passive blocks of the model.
+* score steps (:data:`SCORE_STEPS`, services/defenses/scores.py): ``released = step(scores, logits, context)``
+  on a batch (rows are samples);
+* parameter steps (:data:`PARAM_STEPS`, services/defenses/params.py): ``step.distort(block, ...)`` runs at
+  the passive party that owns the block, ``step.check(block, result)`` at the coordinator.
 
-A chain is an ordered list of steps parsed from specs such as ``"privee:epsilon=0.1"``. Steps register
-themselves by name with :func:`score_step` / :func:`param_step`; parameters are validated when the chain is
-built (configuration time), so a bad value fails before any session starts. A score step whose class sets
-``uses_raw_logits = True`` recomputes the release from the logits and must therefore be the first score step.
+A chain is an ordered list of steps parsed from specs such as ``"privee:epsilon=0.1"``; parameters and the
+model family are checked when the chain is built (configuration time), so a bad value fails before any
+session starts. Importing the ``vflsec.services.defenses`` package imports the modules that define the
+built-in steps, which register themselves. A score step whose class sets ``uses_raw_logits = True``
+recomputes the release from the logits and must therefore be the first score step.
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable, Mapping, Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from vflsec.services.crypto.entropy import CryptoRandom
+from vflsec.services.registry import Plugin, PluginError, Registry, parse_spec
 
+if TYPE_CHECKING:
+    from vflsec.services.defenses.params import Distortion
 
-class ReleaseConfigError(ValueError):
-    """A release step spec names an unknown step or carries an invalid parameter."""
+__all__ = [
+    "PARAM_STEPS",
+    "SCORE_STEPS",
+    "ParamReleaseChain",
+    "ReleaseConfigError",
+    "ReleaseContext",
+    "ReleaseStep",
+    "ScoreReleaseChain",
+    "ScoreStep",
+    "parse_spec",
+]
+
+# A release step spec names an unknown step, carries an invalid parameter or does not fit the model family.
+ReleaseConfigError = PluginError
 
 
 @dataclass
@@ -42,100 +61,52 @@ class ReleaseContext:
     cache: dict[str, Any] = field(default_factory=dict)
 
 
-class ScoreStep(Protocol):
-    name: str
+class ReleaseStep(Plugin):
+    """A release step; it announces every constructor parameter to the parties (Kerckhoffs) unless it overrides
+    :meth:`public_params`. Random draws are never constructor parameters, so they are never announced."""
 
-    def public_params(self) -> dict[str, str]: ...
+    def public_params(self) -> dict[str, str]:
+        """The configuration the active party may know (never a random draw)."""
+        return {key: str(value) for key, value in self.get_params().items()}
 
+
+class ScoreStep(ReleaseStep, ABC):
+    uses_raw_logits: ClassVar[bool] = False
+
+    @abstractmethod
     def __call__(self, scores: np.ndarray, logits: np.ndarray, context: ReleaseContext) -> np.ndarray: ...
 
 
-class ParamStep(Protocol):
-    name: str
-
-    def public_params(self) -> dict[str, str]: ...
-
-    def __call__(
-        self, weights: Mapping[str, np.ndarray | None], context: ReleaseContext
-    ) -> dict[str, np.ndarray | None]: ...
-
-
-_SCORE_STEPS: dict[str, Callable[..., ScoreStep]] = {}
-_PARAM_STEPS: dict[str, Callable[..., ParamStep]] = {}
-
-
-def score_step(name: str) -> Callable[[Callable[..., ScoreStep]], Callable[..., ScoreStep]]:
-    """Register a score-release step factory (a class whose ``__init__`` takes the step's parameters)."""
-
-    def register(factory: Callable[..., ScoreStep]) -> Callable[..., ScoreStep]:
-        _SCORE_STEPS[name] = factory
-        return factory
-
-    return register
-
-
-def param_step(name: str) -> Callable[[Callable[..., ParamStep]], Callable[..., ParamStep]]:
-    """Register a parameter-release step factory."""
-
-    def register(factory: Callable[..., ParamStep]) -> Callable[..., ParamStep]:
-        _PARAM_STEPS[name] = factory
-        return factory
-
-    return register
-
-
-def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
-    """``"privee:epsilon=0.1,basis=householder"`` -> ``("privee", {"epsilon": "0.1", ...})``."""
-    name, _, rest = spec.strip().partition(":")
-    if not name:
-        raise ReleaseConfigError(f"empty release step in {spec!r}")
-    params: dict[str, str] = {}
-    for item in filter(None, (part.strip() for part in rest.split(","))):
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ReleaseConfigError(f"release step {name!r}: expected key=value, got {item!r}")
-        params[key.strip()] = value.strip()
-    return name, params
-
-
-def build_param_step(spec: str) -> ParamStep:
-    """One parameter-release step from its spec (ReleaseConfigError on a bad one)."""
-    return _build(spec, _PARAM_STEPS, "parameter")
-
-
-def _build(spec: str, registry: Mapping[str, Callable[..., Any]], kind: str) -> Any:
-    _load_builtin_steps()
-    name, params = parse_spec(spec)
-    factory = registry.get(name)
-    if factory is None:
-        known = ", ".join(sorted(registry)) or "none"
-        raise ReleaseConfigError(f"unknown {kind} release step {name!r} (known: {known})")
-    accepted = inspect.signature(factory).parameters
-    unknown = sorted(set(params) - set(accepted))
-    if unknown:
-        raise ReleaseConfigError(f"{kind} release step {name!r} has no parameter(s) {unknown}")
-    try:
-        return factory(**params)
-    except (TypeError, ValueError) as exc:
-        raise ReleaseConfigError(f"{kind} release step {name!r}: {exc}") from exc
+SCORE_STEPS: Registry[ScoreStep] = Registry("score release step")
+PARAM_STEPS: Registry[Distortion] = Registry("parameter release step")
 
 
 @dataclass
 class ScoreReleaseChain:
+    """Score steps in order; ``family`` is the model family the chain was checked for (None: not checked)."""
+
     steps: list[ScoreStep] = field(default_factory=list)
+    family: str | None = None
 
     def __post_init__(self) -> None:
         # A step that recomputes the release from the raw logits would silently discard earlier steps.
         for position, step in enumerate(self.steps):
-            if position > 0 and getattr(step, "uses_raw_logits", False):
+            if position > 0 and step.uses_raw_logits:
                 raise ReleaseConfigError(
                     f"score release step {step.name!r} recomputes the scores from the logits, so it must be "
                     "the first score step"
                 )
+        if self.family is not None:
+            self.require(self.family)
 
     @classmethod
-    def from_specs(cls, specs: Sequence[str]) -> ScoreReleaseChain:
-        return cls([_build(spec, _SCORE_STEPS, "score") for spec in specs])
+    def from_specs(cls, specs: Sequence[str], family: str | None = None) -> ScoreReleaseChain:
+        return cls([SCORE_STEPS.parse(spec, family=family) for spec in specs], family)
+
+    def require(self, family: str) -> None:
+        """ReleaseConfigError unless every step supports the model family ``family``."""
+        for step in self.steps:
+            SCORE_STEPS.check_family(step.name, family)
 
     def __call__(self, scores: np.ndarray, logits: np.ndarray, context: ReleaseContext) -> np.ndarray:
         released = scores
@@ -151,32 +122,24 @@ class ScoreReleaseChain:
 
 @dataclass
 class ParamReleaseChain:
-    steps: list[ParamStep] = field(default_factory=list)
-    specs: list[str] = field(default_factory=list)  # as configured: passive parties run the same steps
+    """Parameter steps in order, and their specs as configured: the passive parties run the same steps."""
+
+    steps: list[Distortion] = field(default_factory=list)
+    specs: list[str] = field(default_factory=list)
+    family: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.family is not None:
+            self.require(self.family)
 
     @classmethod
-    def from_specs(cls, specs: Sequence[str]) -> ParamReleaseChain:
-        return cls([build_param_step(spec) for spec in specs], list(specs))
+    def from_specs(cls, specs: Sequence[str], family: str | None = None) -> ParamReleaseChain:
+        return cls([PARAM_STEPS.parse(spec, family=family) for spec in specs], list(specs), family)
 
-    def __call__(
-        self, weights: Mapping[str, np.ndarray | None], context: ReleaseContext
-    ) -> dict[str, np.ndarray | None]:
-        disclosed: dict[str, np.ndarray | None] = dict(weights)
+    def require(self, family: str) -> None:
+        """ReleaseConfigError unless every step supports the model family ``family``."""
         for step in self.steps:
-            disclosed = step(disclosed, context)
-        return disclosed
+            PARAM_STEPS.check_family(step.name, family)
 
     def describe(self) -> list[tuple[str, dict[str, str]]]:
         return [(step.name, step.public_params()) for step in self.steps]
-
-
-def _load_builtin_steps() -> None:
-    """Import the modules that define built-in steps so that they register themselves."""
-    import importlib
-
-    for module in _BUILTIN_STEP_MODULES:
-        importlib.import_module(module)
-
-
-# Modules whose import registers steps; defenses add themselves here.
-_BUILTIN_STEP_MODULES: list[str] = ["vflsec.services.defenses.scores", "vflsec.services.defenses.params"]

@@ -1,8 +1,9 @@
 """Score-release defenses: what the coordinator may do to confidence scores before they leave it.
 
 Each defense is a score step of the release chain (``released = step(scores, logits, context)``), registered
-by name so that specs such as ``"privee:epsilon=0.1,basis=householder"`` build it. Parameters arrive as
-strings from specs; every constructor converts and validates them (``ValueError`` with a clear message).
+by name so that specs such as ``"privee:epsilon=0.1,basis=householder"`` build it. Parameters arrive typed
+(services/registry.py parses spec strings by the constructors' annotations); every constructor checks their
+ranges (``ValueError`` with a clear message).
 Random draws come from ``context.rng`` only and are never part of :meth:`public_params`.
 
 Sources: PRIVEE (Madabushi et al.; mechanism facts in ``design/defenses-notes.md``), PPS-B (Rassouli et al.,
@@ -19,12 +20,13 @@ import os
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import numpy as np
 
-from vflsec.services.defenses.release import ReleaseContext, score_step
+from vflsec.services.defenses.release import SCORE_STEPS, ReleaseContext, ScoreStep
 from vflsec.services.models.lr import softmax
+from vflsec.services.registry import ANY_SCORES, parse_value
 
 __all__ = [
     "PRIVEE_PRESETS",
@@ -45,52 +47,26 @@ __all__ = [
 MAX_DECIMALS = 15
 
 
-# --------------------------------------------------------------------------- parameter conversion
+# --------------------------------------------------------------------------- parameter ranges
+# Values arrive typed (the registry parses spec strings by the constructors' annotations); these check ranges.
 
 
-def _as_float(name: str, value: float | str) -> float:
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be a number, got {value!r}")
-    try:
-        number = float(value.strip() if isinstance(value, str) else value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number, got {value!r}") from None
-    if not math.isfinite(number):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    return number
-
-
-def _positive(name: str, value: float | str) -> float:
-    number = _as_float(name, value)
-    if number <= 0:
+def _positive(name: str, value: float) -> float:
+    if not (math.isfinite(value) and value > 0):
         raise ValueError(f"{name} must be > 0, got {value!r}")
-    return number
+    return float(value)
 
 
-def _open_unit(name: str, value: float | str) -> float:
-    number = _as_float(name, value)
-    if not 0 < number < 1:
+def _open_unit(name: str, value: float) -> float:
+    if not 0 < value < 1:
         raise ValueError(f"{name} must lie in (0, 1), got {value!r}")
-    return number
+    return float(value)
 
 
-def _as_int(name: str, value: int | str, low: int, high: int) -> int:
-    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    try:
-        number = int(value.strip() if isinstance(value, str) else value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be an integer, got {value!r}") from None
-    if not low <= number <= high:
+def _within(name: str, value: int, low: int, high: int) -> int:
+    if not low <= value <= high:
         raise ValueError(f"{name} must lie in [{low}, {high}], got {value!r}")
-    return number
-
-
-def _choice(name: str, value: str, options: tuple[str, ...]) -> str:
-    text = str(value).strip().lower()
-    if text not in options:
-        raise ValueError(f"{name} must be one of {', '.join(options)}; got {value!r}")
-    return text
+    return value
 
 
 def _as_batch(scores: np.ndarray) -> np.ndarray:
@@ -192,8 +168,8 @@ def _for_row_blocks(n: int, k: int, work: Callable[[slice], None]) -> None:
 # --------------------------------------------------------------------------- rounding
 
 
-@score_step("rounding")
-class Rounding:
+@SCORE_STEPS.register("rounding")
+class Rounding(ScoreStep):
     """Round every score *down* to ``decimals`` decimals (Luo et al. §VII).
 
     The released value is the largest float of the grid {k / 10^b} that does not exceed the score: exactly
@@ -202,13 +178,10 @@ class Rounding:
     :func:`count_ties` to report them. Downstream ``ln`` of a score must guard ``ln 0``.
     """
 
-    name = "rounding"
+    families = ANY_SCORES
 
-    def __init__(self, decimals: int | str) -> None:
-        self.decimals = _as_int("decimals", decimals, 0, MAX_DECIMALS)
-
-    def public_params(self) -> dict[str, str]:
-        return {"decimals": str(self.decimals)}
+    def __init__(self, decimals: int) -> None:
+        self.decimals = _within("decimals", decimals, 0, MAX_DECIMALS)
 
     def __call__(self, scores: np.ndarray, logits: np.ndarray, context: ReleaseContext) -> np.ndarray:
         x = _as_batch(scores)
@@ -223,20 +196,17 @@ class Rounding:
 # --------------------------------------------------------------------------- Gaussian noise
 
 
-@score_step("gaussian")
-class GaussianNoise:
+@SCORE_STEPS.register("gaussian")
+class GaussianNoise(ScoreStep):
     """Add i.i.d. N(0, σ²) to every score, σ from :func:`gaussian_sigma`. The argmax can flip."""
 
-    name = "gaussian"
+    families = ANY_SCORES
 
-    def __init__(self, epsilon: float | str, delta: float | str = 1e-5, sensitivity: float | str = 0.1) -> None:
+    def __init__(self, epsilon: float, delta: float = 1e-5, sensitivity: float = 0.1) -> None:
         self.epsilon = _positive("epsilon", epsilon)
         self.delta = _open_unit("delta", delta)
         self.sensitivity = _positive("sensitivity", sensitivity)
         self.sigma = float(gaussian_sigma(self.epsilon, self.delta, self.sensitivity))
-
-    def public_params(self) -> dict[str, str]:
-        return {"epsilon": str(self.epsilon), "delta": str(self.delta), "sensitivity": str(self.sensitivity)}
 
     def __call__(self, scores: np.ndarray, logits: np.ndarray, context: ReleaseContext) -> np.ndarray:
         x = _as_batch(scores)
@@ -250,13 +220,16 @@ class GaussianNoise:
 # Householder basis, one A_pert per call (per batch), DP++'s budgets ε_i = a + (b − a)(i + 1)/K assigned
 # by ascending position i, so the top class gets the largest ε — σ then falls with the score and close
 # scores can swap (docs/defenses.md).
-PRIVEE_PRESETS: dict[str, dict[str, str]] = {
+Preset = Literal["rank_safe", "authors"]
+Basis = Literal["identity", "householder"]
+Per = Literal["vector", "batch"]
+PRIVEE_PRESETS: dict[Preset, dict[str, str]] = {
     "rank_safe": {"basis": "identity", "per": "vector"},
     "authors": {"basis": "householder", "per": "batch"},
 }
 
 
-class _PriveeMechanism:
+class _PriveeMechanism(ScoreStep):
     """p_sorted = (A + diag(σ ⊙ u)) c_sorted with rank-aware u (defenses-notes.md, PRIVEE steps 1-6).
 
     [0, U] is split into K equal sub-intervals and the entry at ascending position i draws u_i from the i-th,
@@ -269,18 +242,16 @@ class _PriveeMechanism:
     negative values, so PRIVEE has to come before any step that can produce them.
     """
 
-    name: ClassVar[str]
+    families = ANY_SCORES
     upper: ClassVar[float]  # U
 
-    def __init__(
-        self, delta: float | str, sensitivity: float | str, basis: str | None, per: str | None, preset: str
-    ) -> None:
+    def __init__(self, delta: float, sensitivity: float, basis: Basis | None, per: Per | None, preset: Preset) -> None:
         self.delta = _open_unit("delta", delta)
         self.sensitivity = _positive("sensitivity", sensitivity)
-        self.preset = _choice("preset", preset, tuple(PRIVEE_PRESETS))
-        fixed = PRIVEE_PRESETS[self.preset]
-        self.basis = _choice("basis", basis if basis is not None else fixed["basis"], ("identity", "householder"))
-        self.per = _choice("per", per if per is not None else fixed["per"], ("vector", "batch"))
+        self.preset = preset
+        fixed = PRIVEE_PRESETS[preset]
+        self.basis = basis if basis is not None else fixed["basis"]
+        self.per = per if per is not None else fixed["per"]
         if self.preset == "authors" and (self.basis, self.per) != (fixed["basis"], fixed["per"]):
             raise ValueError("preset=authors fixes basis=householder and per=batch (the authors' code); drop them")
         self._affine_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -370,21 +341,20 @@ def _privee_block(
     out.reshape(-1)[positions] = ordered.reshape(-1)
 
 
-@score_step("privee")
+@SCORE_STEPS.register("privee")
 class Privee(_PriveeMechanism):
     """PRIVEE-DP: one ε for every rank, U = 3."""
 
-    name = "privee"
     upper = 3.0
 
     def __init__(
         self,
-        epsilon: float | str,
-        delta: float | str = 1e-5,
-        sensitivity: float | str = 0.1,
-        basis: str | None = None,
-        per: str | None = None,
-        preset: str = "rank_safe",
+        epsilon: float,
+        delta: float = 1e-5,
+        sensitivity: float = 0.1,
+        basis: Basis | None = None,
+        per: Per | None = None,
+        preset: Preset = "rank_safe",
     ) -> None:
         super().__init__(delta, sensitivity, basis, per, preset)
         self.epsilon = _positive("epsilon", epsilon)
@@ -396,16 +366,21 @@ class Privee(_PriveeMechanism):
         return {"epsilon": str(self.epsilon)}
 
 
+def _epsilon_entry(name: str, text: str) -> float:
+    return _positive(name, parse_value(name, text, float))
+
+
 def _parse_epsilons(text: str) -> tuple[str, tuple[float, ...]]:
     """``"a:b"`` -> ("range", (a, b)); ``"e1;e2;..."`` -> ("list", (e1, e2, ...)), rank 1 (top) first."""
     text = str(text).strip()
     if ":" in text:
         low_text, _, high_text = text.partition(":")
-        low, high = _positive("epsilons range start", low_text), _positive("epsilons range end", high_text)
+        low = _epsilon_entry("epsilons range start", low_text)
+        high = _epsilon_entry("epsilons range end", high_text)
         if high < low:
             raise ValueError(f"epsilons range {text!r} must be increasing (start <= end)")
         return "range", (low, high)
-    values = tuple(_positive("epsilons entry", item) for item in text.split(";") if item.strip())
+    values = tuple(_epsilon_entry("epsilons entry", item) for item in text.split(";") if item.strip())
     if not values:
         raise ValueError("epsilons must be a range 'a:b' or a list 'e1;e2;...'")
     if any(later < earlier for earlier, later in itertools.pairwise(values)):
@@ -416,7 +391,7 @@ def _parse_epsilons(text: str) -> tuple[str, tuple[float, ...]]:
     return "list", values
 
 
-@score_step("privee_pp")
+@SCORE_STEPS.register("privee_pp")
 class PriveePlusPlus(_PriveeMechanism):
     """PRIVEE-DP++: a per-rank budget vector, U = 1.
 
@@ -426,20 +401,20 @@ class PriveePlusPlus(_PriveeMechanism):
     smallest ε, hence the largest σ, goes to the top class, which keeps σ non-decreasing in the score.
     """
 
-    name = "privee_pp"
     upper = 1.0
 
     def __init__(
         self,
         epsilons: str = "0.05:0.1",
-        delta: float | str = 1e-5,
-        sensitivity: float | str = 0.1,
-        basis: str | None = None,
-        per: str | None = None,
-        preset: str = "rank_safe",
+        delta: float = 1e-5,
+        sensitivity: float = 0.1,
+        basis: Basis | None = None,
+        per: Per | None = None,
+        preset: Preset = "rank_safe",
     ) -> None:
         super().__init__(delta, sensitivity, basis, per, preset)
         self.kind, self.values = _parse_epsilons(epsilons)
+        self.epsilons = (":" if self.kind == "range" else ";").join(str(v) for v in self.values)
 
     def _epsilons_by_rank(self, k: int) -> np.ndarray:
         if self.kind == "range":
@@ -451,8 +426,7 @@ class PriveePlusPlus(_PriveeMechanism):
         return eps[::-1].copy() if self.preset == "authors" else eps
 
     def _budget_params(self) -> dict[str, str]:
-        separator = ":" if self.kind == "range" else ";"
-        return {"epsilons": separator.join(str(v) for v in self.values)}
+        return {"epsilons": self.epsilons}
 
 
 # --------------------------------------------------------------------------- PPS-B (Rassouli §VII-B)
@@ -501,8 +475,8 @@ def _keep_top_strict(released: np.ndarray, top: np.ndarray) -> np.ndarray:
     return np.where(top & (released < floor), floor, released)
 
 
-@score_step("pps_b")
-class PpsB:
+@SCORE_STEPS.register("pps_b")
+class PpsB(ScoreStep):
     """Rassouli §VII-B: perturb the logits along v_1 (Theorem 4) and release σ(z̃); argmax unchanged.
 
     * scheme 1 (eqs. 91-93): n = √α·ñ/‖ñ‖ with ñ = v_1 except ñ_{i*} = max_j v_j; z̃ = z + n.
@@ -518,12 +492,12 @@ class PpsB:
     ``context.cache``.
     """
 
-    name = "pps_b"
+    families = frozenset({"lr"})  # v_1 comes from the linear model's passive weight blocks
     uses_raw_logits = True
 
-    def __init__(self, alpha: float | str, scheme: int | str = 1) -> None:
-        self.scheme = _as_int("scheme", scheme, 1, 3)
-        self.alpha = _as_float("alpha", alpha)
+    def __init__(self, alpha: float, scheme: int = 1) -> None:
+        self.scheme = _within("scheme", scheme, 1, 3)
+        self.alpha = float(alpha)
         if self.scheme == 3 and not 0 <= self.alpha < 1:
             raise ValueError(f"alpha must lie in [0, 1) for scheme 3, got {alpha!r}")
         if self.alpha < 0:
@@ -572,14 +546,11 @@ class PpsB:
 # --------------------------------------------------------------------------- label-only / rank-only
 
 
-@score_step("label_only")
-class LabelOnly:
+@SCORE_STEPS.register("label_only")
+class LabelOnly(ScoreStep):
     """Release the one-hot vector of the argmax class (the first maximal class on ties, as ``argmax``)."""
 
-    name = "label_only"
-
-    def public_params(self) -> dict[str, str]:
-        return {}
+    families = ANY_SCORES
 
     def __call__(self, scores: np.ndarray, logits: np.ndarray, context: ReleaseContext) -> np.ndarray:
         c = _as_batch(scores)
@@ -588,18 +559,15 @@ class LabelOnly:
         return released
 
 
-@score_step("rank_only")
-class RankOnly:
+@SCORE_STEPS.register("rank_only")
+class RankOnly(ScoreStep):
     """Release (K − rank)/K, rank 1 = top class: the top class gets (K − 1)/K, the bottom one 0.
 
     Tied scores share their best (competition, "min") rank, so ties stay ties and the argmax is unchanged;
     in ascending order the released value is the position where the entry's tie group ends, divided by K.
     """
 
-    name = "rank_only"
-
-    def public_params(self) -> dict[str, str]:
-        return {}
+    families = ANY_SCORES
 
     def __call__(self, scores: np.ndarray, logits: np.ndarray, context: ReleaseContext) -> np.ndarray:
         c = _as_batch(scores)

@@ -20,9 +20,6 @@ from vflsec.client.param_curve import (
 )
 from vflsec.services.attacks.synthetic import lr_task
 from vflsec.services.defenses.params import (
-    BIAS_OFFSETS_KEY,
-    PARAM_REPORTS_KEY,
-    PASSIVE_STATS_KEY,
     DataStats,
     Distorted,
     Varasteh,
@@ -31,7 +28,7 @@ from vflsec.services.defenses.params import (
     interpretability_loss,
     make_distortion,
 )
-from vflsec.services.defenses.release import ParamReleaseChain, ReleaseConfigError, ReleaseContext
+from vflsec.services.defenses.release import ParamReleaseChain, ReleaseConfigError
 
 EPSILONS = (1e-3, 1e-2, 0.05, 0.2, 1.0)
 
@@ -296,29 +293,29 @@ def test_bad_specs_fail_with_clear_messages(spec: str, message: str) -> None:
 
 
 def test_param_chain_disclosure_never_touches_the_true_blocks(tasks: dict[str, VflTask]) -> None:
+    # The chain's steps in order on one block, as the passive party runs them (services/engines/passive.py).
     task = tasks["wine"]
     true_block = task.w_passive.copy()
-    context = ReleaseContext(np.random.default_rng(0), task.n_classes)
-    context.cache[PASSIVE_STATS_KEY] = {"p1": task.stats}
-    chain = ParamReleaseChain.from_specs(["varasteh:epsilon=0.05", "ppsa:H=flip"])
-    disclosed = chain({"p1": task.w_passive, "p2": None}, context)
+    chain = ParamReleaseChain.from_specs(["varasteh:epsilon=0.05", "ppsa:H=flip"], family="lr")
+    rng = np.random.default_rng(0)
+    first = chain.steps[0].distort(task.w_passive, task.stats, task.n_classes, rng)
+    second = chain.steps[1].distort(first.disclosed, task.stats, task.n_classes, rng)
     np.testing.assert_array_equal(task.w_passive, true_block)  # inference keeps (and sees) the true block
-    assert disclosed["p2"] is None and not np.allclose(disclosed["p1"], true_block)
-    np.testing.assert_allclose(context.cache[BIAS_OFFSETS_KEY]["p1"], -disclosed["p1"].sum(axis=1))
-    reports = context.cache[PARAM_REPORTS_KEY]["p1"]
-    assert [report["step"] for report in reports] == ["varasteh", "ppsa"]
-    assert reports[0]["achieved_g"] == pytest.approx(0.05, rel=0.01)
+    assert first.disclosed is not None and second.disclosed is not None
+    assert not np.allclose(second.disclosed, true_block)
+    np.testing.assert_allclose(second.bias_offset, -second.disclosed.sum(axis=1))
+    assert first.private["achieved_g"] == pytest.approx(0.05, rel=0.01)
+    chain.steps[0].check(task.w_passive, first)  # the coordinator's check of each step against its input
     # Scores come from the true block, so released scores are those of the undistorted model.
     np.testing.assert_allclose(task.scores, VflTask(**{**task.__dict__, "w_passive": true_block}).scores)
-    withheld = ParamReleaseChain.from_specs(["ppsa:H=flip", "withhold"])({"p1": task.w_passive}, context)
-    assert withheld == {"p1": None} and "p1" not in context.cache[BIAS_OFFSETS_KEY]
     assert forecast(task.w_passive, task.stats, task.n_classes, distort(task, "withhold"))["withheld"]
 
 
-def test_chain_needs_the_passive_statistics() -> None:
-    context = ReleaseContext(np.random.default_rng(0), 3)
+def test_distortions_that_need_the_passive_statistics_say_so() -> None:
+    step = make_distortion("varasteh:epsilon=0.1")
+    assert step.needs_stats and not make_distortion("ppsa:H=flip").needs_stats
     with pytest.raises(ValueError, match="data statistics"):
-        ParamReleaseChain.from_specs(["varasteh:epsilon=0.1"])({"p1": np.ones((3, 4))}, context)
+        step.distort(np.ones((3, 4)), None, 3, np.random.default_rng(0))
     with pytest.raises(ReleaseConfigError):
         ParamReleaseChain.from_specs(["varasteh:epsilon=zero"])
 

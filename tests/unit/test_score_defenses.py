@@ -314,7 +314,7 @@ def test_pps_b_caches_v1_and_needs_passive_weights() -> None:
     z = rng.normal(size=(4, 5))
     passive = passive_blocks(rng, 5, 1)
     ctx = context(5, passive=passive)
-    step = sd.PpsB(alpha="1", scheme="2")
+    step = sd.PpsB(alpha=1.0, scheme=2)
     step(softmax(z), z, ctx)
     np.testing.assert_array_equal(ctx.cache["pps_b.v1"], sd.pps_b_direction(passive))
     with pytest.raises(ValueError, match="passive weight"):
@@ -377,7 +377,7 @@ def test_rounding_examples() -> None:
 def test_gaussian_sigma_calibration() -> None:
     # The authors' Δf = 0.1, δ = 1e-5 give σ = 0.48448/ε (defenses-notes.md).
     for epsilon in (0.05, 0.1, 1.0):
-        assert math.isclose(sd.GaussianNoise(epsilon=str(epsilon)).sigma, 0.48448 / epsilon, rel_tol=1e-4)
+        assert math.isclose(sd.GaussianNoise(epsilon=epsilon).sigma, 0.48448 / epsilon, rel_tol=1e-4)
     assert math.isclose(sd.gaussian_sigma(2.0, 0.01, 1.0), math.sqrt(2 * math.log(125)) / 2.0)
 
 

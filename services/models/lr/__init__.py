@@ -15,15 +15,19 @@ from vflsec.services.models.lr.maths import (
     softmax,
     targets,
 )
+from vflsec.services.models.lr.system import RANK_RTOL, PassiveSystem, difference_operator
 
 __all__ = [
     "BATCH_MARGIN_FACTOR",
     "DEFAULT_BATCH_SIZE",
+    "RANK_RTOL",
     "BlockOptimizer",
     "OptimizerConfig",
+    "PassiveSystem",
     "batches",
     "confidence_scores",
     "default_batch_size",
+    "difference_operator",
     "link",
     "min_batch_size",
     "n_logits",
