@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
+
+from vflsec.client import options as opt
+
+if TYPE_CHECKING:
+    from vflsec.client.federation import FederationSpec
 
 app = typer.Typer(
     help="vflsec: vertical federated learning with measured privacy.",
@@ -18,41 +25,31 @@ app = typer.Typer(
 bench_app = typer.Typer(help="Benchmarks: figures measured side by side in one run.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
 
-ReleaseOption = Annotated[
-    list[str] | None,
-    typer.Option("--release", help="Score-release step STEP[:key=value,...] at the coordinator; repeatable, in order."),
-]
-ParamReleaseOption = Annotated[
-    list[str] | None,
-    typer.Option("--param-release", help="Parameter-release step STEP[:key=value,...]; repeatable, in order."),
-]
-
-
 def _fail(message: str) -> NoReturn:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(2)
 
 
-def _check_release_specs(release: list[str] | None, param_release: list[str] | None) -> None:
-    """Fail on a bad defense spec at configuration time, before any process starts."""
-    from vflsec.services.defenses.release import ParamReleaseChain, ReleaseConfigError, ScoreReleaseChain
+@contextlib.contextmanager
+def _refused() -> Iterator[None]:
+    """A spec the system would refuse (FederationSpec's validation, the minimum batch): the validator's message
+    and exit 2, before any process starts."""
+    from vflsec.client.federation import SpecError
 
     try:
-        ScoreReleaseChain.from_specs(release or [], family="lr")
-        ParamReleaseChain.from_specs(param_release or [], family="lr")
-    except ReleaseConfigError as exc:
+        yield
+    except SpecError as exc:
         _fail(str(exc))
 
 
-def _passive_features(value: str | None) -> int | float | list[str] | None:
-    """A count (last N columns), a fraction in (0, 1), or comma-separated column names."""
-    if value is None:
-        return None
-    try:
-        number = float(value)
-    except ValueError:
-        return [c.strip() for c in value.split(",") if c.strip()]
-    return int(number) if number.is_integer() and number >= 1 else number
+def _spec(
+    dataset: str, release: list[str] | None = None, param_release: list[str] | None = None, **fields: Any
+) -> FederationSpec:
+    """The one option bag for the launcher, from what a command collected."""
+    from vflsec.client.federation import FederationSpec
+
+    with _refused():
+        return FederationSpec(dataset, score_release=release or (), param_release=param_release or (), **fields)
 
 
 @app.command()
@@ -192,64 +189,56 @@ def certs_sign(
 
 @app.command()
 def demo(
-    dataset: Annotated[str, typer.Option(help="breast_cancer | wine | digits | iris | a UCI name | a CSV path.")] = (
-        "breast_cancer"
-    ),
-    label: Annotated[str | None, typer.Option(help="Label column of a CSV dataset.")] = None,
-    passive: Annotated[int, typer.Option("--passive", min=1, max=8, help="Number of passive parties.")] = 1,
-    passive_features: Annotated[
-        str | None, typer.Option(help="Passive columns: a count (the last N), a fraction, or names.")
-    ] = None,
-    backend: Annotated[str, typer.Option(help="ckks | plain")] = "ckks",
-    epochs: Annotated[int, typer.Option(min=1)] = 30,
-    batch_size: Annotated[
-        int, typer.Option(min=0, help="0: 64, raised to the federation's minimum batch (2 x the widest block).")
-    ] = 0,
-    learning_rate: Annotated[float, typer.Option(min=0.0)] = 0.1,
-    seed: Annotated[int, typer.Option()] = 0,
-    compare_plain: Annotated[bool, typer.Option(help="Also train on the plain backend and report both.")] = False,
+    dataset: opt.Dataset = "breast_cancer",
+    label: opt.Label = None,
+    passive: opt.Passive = 1,
+    passive_features: opt.PassiveFeatures = None,
+    backend: opt.Backend = "ckks",
+    epochs: opt.Epochs = 30,
+    batch_size: opt.BatchSize = 0,
+    learning_rate: opt.LearningRate = 0.1,
+    seed: opt.Seed = 0,
+    compare_plain: opt.ComparePlain = False,
     scaling: Annotated[str, typer.Option(help="Each party scales its own columns: standard | minmax | none.")] = (
         "standard"
     ),
-    release: ReleaseOption = None,
-    param_release: ParamReleaseOption = None,
+    release: opt.Release = None,
+    param_release: opt.ParamRelease = None,
     workdir: Annotated[Path | None, typer.Option(help="Keep configs, certificates and logs here.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object as the last line.")] = False,
+    as_json: opt.Json = False,
 ) -> None:
     """Start coordinator, active and passive parties as processes, align, train, predict, report."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from vflsec.client.demo import DemoOptions, run_demo
+    from vflsec.client.demo import run_demo
 
-    if backend not in ("ckks", "plain"):
-        _fail("--backend must be ckks or plain")
-    _check_release_specs(release, param_release)
-    options = DemoOptions(
-        dataset=dataset,
+    spec = _spec(
+        dataset,
+        release,
+        param_release,
         label=label,
         n_passive=passive,
-        passive_features=_passive_features(passive_features),
+        passive_features=passive_features,
         backend=backend,
         epochs=epochs,
         batch_size=batch_size,
         learning_rate=learning_rate,
         seed=seed,
-        compare_plain=compare_plain,
         scaling=scaling,
-        score_release=release or [],
-        param_release=param_release or [],
-        workdir=workdir,
     )
     console = Console(stderr=as_json)
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=as_json,
-    ) as bar:
+    with (
+        _refused(),
+        Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=as_json,
+        ) as bar,
+    ):
         tasks: dict[str, int] = {}
 
         def progress(run_backend: str, epoch: int, n_epochs: int, batch: int, n_batches: int) -> None:
@@ -257,7 +246,7 @@ def demo(
                 tasks[run_backend] = bar.add_task(f"training ({run_backend})", total=n_epochs * n_batches)
             bar.update(tasks[run_backend], completed=(epoch - 1) * n_batches + batch)
 
-        result = run_demo(options, progress)
+        result = run_demo(spec, compare_plain=compare_plain, workdir=workdir, progress=progress)
     _report(result, as_json, console)
 
 
@@ -275,32 +264,32 @@ def _report(result: dict, as_json: bool, console) -> None:  # type: ignore[no-un
 @app.command()
 def prepare(
     out: Annotated[Path, typer.Option("--out", help="Folder for the federation: one sub-folder per party.")],
-    dataset: Annotated[str, typer.Option(help="Dataset name or CSV path.")] = "breast_cancer",
-    label: Annotated[str | None, typer.Option(help="Label column of a CSV dataset.")] = None,
-    passive: Annotated[int, typer.Option("--passive", min=1, max=8)] = 2,
-    passive_features: Annotated[str | None, typer.Option(help="Count, fraction or names.")] = None,
+    dataset: opt.Dataset = "breast_cancer",
+    label: opt.Label = None,
+    passive: opt.Passive = 2,
+    passive_features: opt.PassiveFeatures = None,
     compose: Annotated[
         bool, typer.Option(help="Listen on 0.0.0.0 at fixed ports; peers by party id (docker compose).")
     ] = False,
-    seed: Annotated[int, typer.Option()] = 0,
-    release: ReleaseOption = None,
-    param_release: ParamReleaseOption = None,
+    seed: opt.Seed = 0,
+    release: opt.Release = None,
+    param_release: opt.ParamRelease = None,
 ) -> None:
     """Write certificates, per-party data files and configs for a federation (the demo's dealer step)."""
-    from vflsec.client.federation import FederationSpec, compose_ports, write_federation
-    from vflsec.services.data import datasets
+    from vflsec.client.federation import compose_ports, write_federation
 
-    _check_release_specs(release, param_release)
-    spec = FederationSpec(
-        dataset=datasets.load_dataset(dataset, label=label),
+    spec = _spec(
+        dataset,
+        release,
+        param_release,
+        label=label,
         n_passive=passive,
-        passive_features=_passive_features(passive_features),
-        score_release=release or [],
-        param_release=param_release or [],
+        passive_features=passive_features,
         seed=seed,
         compose_ports=compose_ports(passive) if compose else None,
     )
-    layout = write_federation(spec, out)
+    with _refused():
+        layout = write_federation(spec, out)
     for party, config in layout.configs.items():
         typer.echo(f"{party}: {config}")
 
@@ -308,40 +297,33 @@ def prepare(
 @app.command()
 def run(
     active: Annotated[str, typer.Option(help="The active party's address host:port.")],
-    tls_dir: Annotated[Path, typer.Option(help="The operator's tls/ folder (ca.pem, cert.pem, key.pem).")],
+    tls_dir: opt.TlsDir,
     labels: Annotated[Path, typer.Option(help="The active party's data file (the operator's labels).")],
-    backend: Annotated[str, typer.Option(help="ckks | plain")] = "ckks",
-    epochs: Annotated[int, typer.Option(min=1)] = 30,
-    batch_size: Annotated[
-        int, typer.Option(min=0, help="0: 64, raised to the federation's minimum batch (2 x the widest block).")
-    ] = 0,
-    learning_rate: Annotated[float, typer.Option(min=0.0)] = 0.1,
-    seed: Annotated[int, typer.Option()] = 0,
-    compare_plain: Annotated[bool, typer.Option()] = False,
+    backend: opt.Backend = "ckks",
+    epochs: opt.Epochs = 30,
+    batch_size: opt.BatchSize = 0,
+    learning_rate: opt.LearningRate = 0.1,
+    seed: opt.Seed = 0,
+    compare_plain: opt.ComparePlain = False,
     wait: Annotated[float, typer.Option(help="Seconds to wait for the active party to be healthy.")] = 120.0,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object as the last line.")] = False,
+    as_json: opt.Json = False,
 ) -> None:
     """Drive a federation that already runs (compose, separate hosts): align, train, predict, report."""
     from rich.console import Console
 
-    from vflsec.client.demo import DemoOptions, evaluate, operator_labels
+    from vflsec.client.demo import evaluate, operator_labels
     from vflsec.client.federation import wait_for
     from vflsec.services.transport.server import peer_channel
     from vflsec.services.transport.tls import TlsFiles
 
-    files = TlsFiles.from_dir(tls_dir)
-    options = DemoOptions(
-        dataset=str(labels),
-        backend=backend,
-        epochs=epochs,
-        batch_size=batch_size,
-        learning_rate=learning_rate,
-        seed=seed,
-        compare_plain=compare_plain,
+    # The federation was dealt elsewhere: the spec carries the operator's session, named by its labels file.
+    spec = _spec(
+        str(labels), backend=backend, epochs=epochs, batch_size=batch_size, learning_rate=learning_rate, seed=seed
     )
-    with peer_channel(active, "active", files, 256 * 1024 * 1024) as channel:
+    files = TlsFiles.from_dir(tls_dir)
+    with peer_channel(active, "active", files, 256 * 1024 * 1024) as channel, _refused():
         wait_for(channel, "active", wait)
-        result = evaluate(channel, operator_labels(labels), options)
+        result = evaluate(channel, operator_labels(labels), spec, compare_plain=compare_plain)
     _report(result, as_json, Console(stderr=as_json))
 
 
@@ -349,7 +331,7 @@ def run(
 def health(
     address: Annotated[str, typer.Option(help="host:port of the service.")],
     party: Annotated[str, typer.Option(help="The service's party id (its certificate must say so).")],
-    tls_dir: Annotated[Path, typer.Option(help="A tls/ folder (ca.pem, cert.pem, key.pem) to call with.")],
+    tls_dir: opt.TlsDir,
     timeout: Annotated[float, typer.Option()] = 3.0,
 ) -> None:
     """gRPC health check over mutual TLS; exit 0 when SERVING (used by compose health checks)."""
@@ -373,12 +355,10 @@ def health(
 
 @app.command()
 def attack(
-    dataset: Annotated[str, typer.Option(help="Dataset name or CSV path.")] = "digits",
-    label: Annotated[str | None, typer.Option(help="Label column of a CSV dataset.")] = None,
-    passive: Annotated[int, typer.Option("--passive", min=1, max=8)] = 1,
-    passive_features: Annotated[
-        str | None, typer.Option(help="Passive columns: a count (the last N), a fraction, or names.")
-    ] = None,
+    dataset: opt.Dataset = "digits",
+    label: opt.Label = None,
+    passive: opt.Passive = 1,
+    passive_features: opt.PassiveFeatures = None,
     attacks: Annotated[
         str | None,
         typer.Option(
@@ -387,15 +367,15 @@ def attack(
         ),
     ] = None,
     predictions: Annotated[int, typer.Option(min=1, help="Samples the active party queries after training.")] = 1000,
-    backend: Annotated[str, typer.Option(help="ckks | plain")] = "ckks",
-    epochs: Annotated[int, typer.Option(min=1)] = 30,
-    seed: Annotated[int, typer.Option()] = 0,
+    backend: opt.Backend = "ckks",
+    epochs: opt.Epochs = 30,
+    seed: opt.Seed = 0,
     withhold_model: Annotated[bool, typer.Option(help="Do not fetch the model (black-box setting).")] = False,
     windows: Annotated[int, typer.Option(min=1, help="Average over this many cyclic windows of passive columns.")] = 1,
-    release: ReleaseOption = None,
-    param_release: ParamReleaseOption = None,
+    release: opt.Release = None,
+    param_release: opt.ParamRelease = None,
     markdown: Annotated[Path | None, typer.Option(help="Also write the table as markdown here.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object as the last line.")] = False,
+    as_json: opt.Json = False,
 ) -> None:
     """Train through the real services with the curious plugin on the active party, attack its recordings,
     and compare the reconstructions with the passive parties' true features (MSE vs blind baselines)."""
@@ -409,24 +389,22 @@ def attack(
     unknown = sorted(set(names or ()) - set(ATTACKS))
     if unknown:
         _fail(f"unknown attack(s) {unknown}; known: {', '.join(sorted(ATTACKS))}")
-    _check_release_specs(release, param_release)
-    scenario = AttackScenario(
-        dataset=dataset,
+    spec = _spec(
+        dataset,
+        release,
+        param_release,
         label=label,
         n_passive=passive,
-        passive_features=_passive_features(passive_features),
-        attacks=names,
-        predictions=predictions,
+        passive_features=passive_features,
         backend=backend,
         epochs=epochs,
         seed=seed,
-        score_release=release or [],
-        param_release=param_release or [],
-        release_model=not withhold_model,
-        windows=windows,
+    )
+    scenario = AttackScenario(
+        spec, attacks=names, predictions=predictions, release_model=not withhold_model, windows=windows
     )
     console = Console(stderr=as_json)
-    with console.status("training, querying and attacking…"):
+    with console.status("training, querying and attacking…"), _refused():
         report = run_attack_scenario(scenario)
     table = Table(
         title=f"feature inference on {report['dataset']} (d_passive = {report['d_passive']}, "
@@ -445,6 +423,7 @@ def attack(
     console.print(table)
     if report.get("strongest"):
         console.print(headline(report))
+    console.print(f"batch size {report['batch_size']}: {report['batch_size_note']}")
     if markdown is not None:
         markdown.write_text(markdown_table(report))
     if as_json:
@@ -453,9 +432,9 @@ def attack(
 
 @bench_app.command("he")
 def bench_he(
-    rows: Annotated[int, typer.Option(help="Rows of the synthetic set when Credit default is absent.")] = 30000,
-    epochs: Annotated[int, typer.Option(min=1)] = 1,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    rows: opt.Rows = 30000,
+    epochs: opt.Epochs = 1,
+    as_json: opt.Json = False,
 ) -> None:
     """HE-LR training epoch time and inference throughput, ckks vs plain, through the real services."""
     from vflsec.client.bench_he import run
@@ -470,7 +449,7 @@ def bench_release(
     batch: Annotated[int, typer.Option(min=1)] = 1000,
     ks: Annotated[str, typer.Option(help="Comma-separated class counts.")] = "10,100,1000,10000",
     repeats: Annotated[int, typer.Option(min=1)] = 5,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: opt.Json = False,
 ) -> None:
     """Latency of every score-release defense per batch and per vector, next to a per-row PRIVEE reference."""
     from vflsec.client import bench_release as bench
@@ -482,7 +461,7 @@ def bench_release(
 
 
 @bench_app.command("attacks")
-def bench_attacks(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+def bench_attacks(as_json: opt.Json = False) -> None:
     """Attack run times on synthetic LR tasks (RCC2, RCC1 on 1,000 samples; GRN on 10,000 predictions)."""
     from vflsec.client import bench_attacks as bench
 
@@ -495,9 +474,9 @@ def bench_attacks(as_json: Annotated[bool, typer.Option("--json")] = False) -> N
 
 @bench_app.command("plugin")
 def bench_plugin(
-    rows: Annotated[int, typer.Option(help="Rows of the synthetic set when Credit default is absent.")] = 30000,
-    backend: Annotated[str, typer.Option(help="ckks | plain")] = "ckks",
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    rows: opt.Rows = 30000,
+    backend: opt.Backend = "ckks",
+    as_json: opt.Json = False,
 ) -> None:
     """Inference throughput with and without the curious plugin recording (through the real services)."""
     from vflsec.client.bench_plugin import run
@@ -512,8 +491,8 @@ def bench_load(
     requests: Annotated[int, typer.Option(min=1)] = 1000,
     concurrency: Annotated[int, typer.Option(min=1)] = 32,
     samples: Annotated[int, typer.Option(min=1, help="Samples per request.")] = 4,
-    backend: Annotated[str, typer.Option(help="ckks | plain")] = "ckks",
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    backend: opt.Backend = "ckks",
+    as_json: opt.Json = False,
 ) -> None:
     """Concurrent prediction requests against one federation: p50/p99 latency, throughput, nothing dropped."""
     from vflsec.client.bench_load import run
@@ -527,20 +506,22 @@ def bench_load(
 def risk(
     address: Annotated[str, typer.Option(help="host:port of the passive party.")],
     party: Annotated[str, typer.Option(help="The passive party's id (its certificate must say so).")],
-    tls_dir: Annotated[Path, typer.Option(help="The caller's tls/ folder (operator or coordinator).")],
+    tls_dir: opt.TlsDir,
     session: Annotated[str, typer.Option(help="The trained session whose block would be disclosed.")],
-    param_release: ParamReleaseOption = None,
+    param_release: opt.ParamRelease = None,
     warn_fraction: Annotated[float, typer.Option(min=0.0, max=1.0)] = 0.5,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: opt.Json = False,
 ) -> None:
     """A passive party's forecast of the attack MSE (LS, Half*) its disclosed block would allow, before any
     release (rassouli Theorem 2); exits 3 when a forecast falls below ``warn_fraction`` x the Half baseline."""
     import grpc
 
+    from vflsec.client.federation import check_release_chains
     from vflsec.client.operator import forecast_risk
     from vflsec.services.transport.tls import TlsFiles
 
-    _check_release_specs(None, param_release)
+    with _refused():
+        check_release_chains(param_release=param_release or ())
     try:
         result = forecast_risk(address, party, TlsFiles.from_dir(tls_dir), session, param_release or [], warn_fraction)
     except grpc.RpcError as exc:
@@ -555,28 +536,25 @@ def risk(
 
 @app.command()
 def curve(
-    dataset: Annotated[str, typer.Option(help="Dataset name or CSV path.")] = "wine",
-    passive_features: Annotated[str | None, typer.Option(help="Count, fraction or names.")] = "5",
+    dataset: opt.Dataset = "wine",
+    passive_features: opt.PassiveFeatures = "5",
     epsilons: Annotated[str, typer.Option(help="Comma-separated interpretability levels ε.")] = (
         "0.001,0.003,0.01,0.03,0.1,0.3"
     ),
     out: Annotated[Path, typer.Option(help="Folder for curve.png and curve.md.")] = Path("privacy-curve"),
-    epochs: Annotated[int, typer.Option(min=1)] = 30,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    epochs: opt.Epochs = 30,
+    as_json: opt.Json = False,
 ) -> None:
     """Varasteh's privacy–interpretability curve through the services: LS / Half* MSE measured by the curious
     plugin against the achieved interpretability loss g, next to the passive party's forecast."""
     from vflsec.client.harness import AttackScenario, privacy_curve
     from vflsec.client.param_curve import write_curve
 
-    base = AttackScenario(
-        dataset=dataset,
-        passive_features=_passive_features(passive_features),
-        predictions=10**9,
-        backend="plain",
-        epochs=epochs,
-    )
-    rows = privacy_curve(base, [float(e) for e in epsilons.split(",")])
+    # The plain backend is exact: the same seed trains the same model at every ε (harness.privacy_curve).
+    spec = _spec(dataset, passive_features=passive_features, backend="plain", epochs=epochs)
+    base = AttackScenario(spec, predictions=10**9)
+    with _refused():
+        rows = privacy_curve(base, [float(e) for e in epsilons.split(",")])
     png, table = write_curve(rows, out, f"varasteh PPS on {dataset} (through the services)")
     typer.echo(table.read_text(), err=as_json)
     typer.echo(f"wrote {png} and {table}", err=as_json)

@@ -15,7 +15,9 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
+from typing import Any, get_args
 
 import grpc
 import numpy as np
@@ -23,13 +25,36 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from vflsec.services.config import dump_toml, load_config
 from vflsec.services.data import datasets
+from vflsec.services.models import lr
 from vflsec.services.transport import tls
 from vflsec.services.transport.server import peer_channel
 
 
-@dataclass
+class SpecError(ValueError):
+    """A federation spec the system would refuse; raised before anything is written or started."""
+
+
+def check_release_chains(score_release: Sequence[str] = (), param_release: Sequence[str] = ()) -> None:
+    """Build both chains as the coordinator will: an unknown step or a bad parameter fails now."""
+    from vflsec.services.defenses.release import ParamReleaseChain, ReleaseConfigError, ScoreReleaseChain
+
+    try:
+        ScoreReleaseChain.from_specs(score_release, family="lr")  # the services train LR today
+        ParamReleaseChain.from_specs(param_release, family="lr")
+    except ReleaseConfigError as exc:
+        raise SpecError(str(exc)) from exc
+
+
+@dataclass(frozen=True)
 class FederationSpec:
-    dataset: datasets.Dataset
+    """Everything a run asks of a federation, as the CLI collected it: the dealer's split and configs
+    (:func:`write_federation`), and the operator's session and training (demo, attack harness, curve).
+
+    One bag from the CLI to the launcher, validated once: value checks here, the bounds that need the split
+    (the minimum batch) in :meth:`batch_size_for`, both before any file is written or party started.
+    """
+
+    dataset: datasets.Dataset | str  # a loaded dataset, or a name / CSV path loaded on first use (with label)
     n_passive: int = 1
     passive_features: int | float | Sequence[str] | None = None
     backend: str = "ckks"
@@ -37,6 +62,7 @@ class FederationSpec:
     param_release: Sequence[str] = ()
     plugins: Sequence[dict] = ()  # [{"path": "pkg.mod:Factory", "options": {...}}] for the active party
     drop_fraction: float = 0.05  # each party misses this share of IDs, so PSI has work to do
+    # Min-max ([0, 1]) as the attack papers scale; the demo asks for standard, which trains the LR best.
     scaling: str = "minmax"
     seed: int = 0
     query_policy: dict | None = None  # the coordinator's [policy] table (query_budget, refuse_training_ids, ...)
@@ -45,6 +71,88 @@ class FederationSpec:
     # Loopback with free ports (default), or fixed ports behind host names (compose: hosts are party ids).
     host: str = "127.0.0.1"
     compose_ports: dict[str, int] | None = None
+    label: str | None = None  # label column of a CSV dataset
+    # The operator's session: what it asks the active party for in CreateSession and Train.
+    epochs: int = 30
+    batch_size: int = 0  # 0: lr.DEFAULT_BATCH_SIZE, raised to the federation's minimum batch
+    learning_rate: float = 0.1
+    l2: float = 1e-4
+    optimizer: str = "adam"
+
+    def __post_init__(self) -> None:
+        from vflsec.services.crypto import he
+
+        for name in ("score_release", "param_release", "plugins"):  # frozen all the way down
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        if isinstance(self.passive_features, list):
+            object.__setattr__(self, "passive_features", tuple(self.passive_features))
+        if self.backend not in he.BACKENDS:
+            raise SpecError(f"backend must be one of {', '.join(sorted(he.BACKENDS))}, got {self.backend!r}")
+        if self.scaling not in get_args(datasets.ScalerKind):
+            raise SpecError(f"scaling must be one of {', '.join(get_args(datasets.ScalerKind))}, got {self.scaling!r}")
+        for name, value, smallest in (("n_passive", self.n_passive, 1), ("epochs", self.epochs, 1)):
+            if value < smallest:
+                raise SpecError(f"{name} must be at least {smallest}, got {value}")
+        if self.batch_size < 0:
+            raise SpecError(f"batch size must be 0 (the default) or positive, got {self.batch_size}")
+        if not self.learning_rate >= 0.0:
+            raise SpecError(f"learning rate must be >= 0, got {self.learning_rate}")
+        if not 0.0 <= self.drop_fraction < 1.0:
+            raise SpecError(f"drop fraction must lie in [0, 1), got {self.drop_fraction}")
+        check_release_chains(self.score_release, self.param_release)
+
+    @property
+    def name(self) -> str:
+        """The dataset as the user named it (reports keep this spelling)."""
+        return self.dataset if isinstance(self.dataset, str) else self.dataset.name
+
+    @cached_property
+    def data(self) -> datasets.Dataset:
+        if not isinstance(self.dataset, str):
+            return self.dataset
+        try:
+            return datasets.load_dataset(self.dataset, label=self.label)
+        except (ValueError, OSError) as exc:
+            raise SpecError(f"dataset {self.dataset!r}: {exc}") from exc
+
+    @cached_property
+    def split(self) -> datasets.VerticalSplit:
+        try:
+            return datasets.split_columns(
+                self.data.feature_names, self.n_passive, passive_features=self.passive_features, seed=self.seed
+            )
+        except (ValueError, TypeError) as exc:
+            raise SpecError(f"passive features {self.passive_features!r} on {self.name}: {exc}") from exc
+
+    def batch_size_for(self, widths: Sequence[int]) -> tuple[int, str]:
+        """The batch size the session asks for and one line saying why. The default follows the coordinator's
+        minimum batch (lr.min_batch_size); an explicit size below it is refused, naming the bound."""
+        smallest = lr.min_batch_size(widths)
+        if self.batch_size:
+            if self.batch_size < smallest:
+                raise SpecError(
+                    f"batch size {self.batch_size} is below the federation's minimum batch {smallest} (2 x the "
+                    f"widest block, {max(widths)} columns); the smallest accepted value is {smallest}"
+                )
+            return self.batch_size, f"as requested; minimum {smallest}"
+        batch = lr.default_batch_size(widths)
+        raised = "" if batch == lr.DEFAULT_BATCH_SIZE else " raised to the minimum batch (2 x the widest block)"
+        return batch, f"default {lr.DEFAULT_BATCH_SIZE}{raised}; minimum {smallest}"
+
+    def session_options(self) -> dict[str, Any]:
+        """The training configuration the operator asks the active party for (``Operator.create_session``)."""
+        return {
+            "optimizer": self.optimizer,
+            "learning_rate": self.learning_rate,
+            "l2": self.l2,
+            "batch_size": self.batch_size,
+            "seed": self.seed,
+        }
+
+    @property
+    def widths(self) -> list[int]:
+        """Block widths of the dealt split as the coordinator counts them (the active block with its bias)."""
+        return [len(self.split.active) + 1, *(len(p) for p in self.split.passive)]
 
 
 # Fixed ports of the compose deployment (docker-compose.yml publishes the same).
@@ -98,11 +206,9 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
 
 def write_federation(spec: FederationSpec, workdir: Path) -> FederationLayout:
     """Certificates, one data file and one config per party, ready for ``vflsec serve``."""
+    ds, split = spec.data, spec.split
+    spec.batch_size_for(spec.widths)  # an explicit batch below the bound fails here, before anything is written
     workdir.mkdir(parents=True, exist_ok=True)
-    ds = spec.dataset
-    split = datasets.split_columns(
-        ds.feature_names, spec.n_passive, passive_features=spec.passive_features, seed=spec.seed
-    )
     parties = ["coordinator", "active", *[f"passive-{i}" for i in range(1, spec.n_passive + 1)]]
     if spec.compose_ports is None:
         ports = dict(zip(parties, free_ports(len(parties), spec.host), strict=True))

@@ -42,26 +42,22 @@ def default_attacks(score_release: Sequence[str], param_release: Sequence[str]) 
     return [*DEFAULT_ATTACKS, *aware_attacks_for(*steps)]
 
 
-@dataclass
+@dataclass(frozen=True)
 class AttackScenario:
-    dataset: str = "digits"
-    label: str | None = None
-    n_passive: int = 1
-    passive_features: int | float | Sequence[str] | None = None
+    """The federation and its training as one spec (what the CLI collected), then what the curious active party
+    does after training and which attacks are scored on its recordings."""
+
+    spec: FederationSpec
     attacks: Sequence[str] | None = None  # None: default_attacks(score_release, param_release)
     attack_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     predictions: int = 1000
-    backend: str = "ckks"
-    epochs: int = 30
-    batch_size: int = 0  # 0: the active party's default (64, raised to the minimum batch)
-    learning_rate: float = 0.1
-    seed: int = 0
-    score_release: Sequence[str] = ()
-    param_release: Sequence[str] = ()
     release_model: bool = True
     windows: int = 1  # > 1: rassouli's "average over space" over this many cyclic windows of passive columns
     forecast: bool = False  # ask each passive party for its risk forecast of the param-release chain
     in_process: bool = False  # parties as in-process servers (tests) instead of OS processes
+
+    def with_spec(self, **changes: Any) -> AttackScenario:
+        return replace(self, spec=replace(self.spec, **changes))
 
 
 @dataclass
@@ -77,31 +73,21 @@ class ScenarioRun:
 
 def run_scenario(scenario: AttackScenario, workdir: Path) -> ScenarioRun:
     """Train, release the model, then query ``predictions`` samples; the curious plugin records it all."""
-    ds = datasets.load_dataset(scenario.dataset, label=scenario.label)
     store_path = workdir / "curious.sqlite"
-    spec = FederationSpec(
-        dataset=ds,
-        n_passive=scenario.n_passive,
-        passive_features=scenario.passive_features,
-        backend=scenario.backend,
-        score_release=scenario.score_release,
-        param_release=scenario.param_release,
-        plugins=[{"path": "vflsec.services.plugins.curious:CuriousPlugin", "options": {"store": str(store_path)}}],
-        seed=scenario.seed,
-    )
+    recorder = {"path": "vflsec.services.plugins.curious:CuriousPlugin", "options": {"store": str(store_path)}}
+    batch_size, _ = scenario.spec.batch_size_for(scenario.spec.widths)  # the default follows the minimum batch
+    spec = replace(scenario.spec, plugins=[*scenario.spec.plugins, recorder], batch_size=batch_size)
     layout = write_federation(spec, workdir / "federation")
     launch = run_in_process if scenario.in_process else run_processes
     with launch(layout), layout.operator_channel() as channel:
         operator = Operator(channel)
-        info = operator.create_session(
-            scenario.backend, batch_size=scenario.batch_size, learning_rate=scenario.learning_rate, seed=scenario.seed
-        )
+        info = operator.create_session(spec.backend, **spec.session_options())
         common = sorted(operator.align(info.session_id))  # PSI's order is random; the scenario must not be
-        rng = np.random.default_rng(scenario.seed)
+        rng = np.random.default_rng(spec.seed)
         common = [common[i] for i in rng.permutation(len(common))]
         n_query = min(scenario.predictions, len(common))
         train_ids = common[n_query:] if len(common) - n_query >= len(common) // 2 else common
-        for _ in operator.train(info.session_id, train_ids, scenario.epochs):
+        for _ in operator.train(info.session_id, train_ids, spec.epochs):
             pass
         if scenario.release_model:
             operator.fetch_model(info.session_id)
@@ -110,13 +96,14 @@ def run_scenario(scenario: AttackScenario, workdir: Path) -> ScenarioRun:
         forecasts = (
             {
                 p: forecast_risk(
-                    layout.addresses[p], p, layout.tls(f"operator-{p}"), info.session_id, scenario.param_release
+                    layout.addresses[p], p, layout.tls(f"operator-{p}"), info.session_id, spec.param_release
                 )
                 for p in layout.passive_parties
             }
             if scenario.forecast
             else {}
         )
+    ds = spec.data
     labels = ds.y[datasets.select_ids(ds.ids, queried)]
     accuracy = float(np.mean(released.scores.argmax(axis=1) == labels))
     return ScenarioRun(layout, store_path, info.session_id, queried, accuracy, ds.n_classes, forecasts)
@@ -180,12 +167,11 @@ def run_attack_scenario(scenario: AttackScenario, log: Callable[[str], None] | N
     """One scenario, or with ``windows > 1`` the average of the MSEs over cyclic windows of passive columns."""
     if scenario.windows <= 1:
         return _run_once(scenario, log)
-    names = datasets.load_dataset(scenario.dataset, label=scenario.label).feature_names
-    width = datasets.split_columns(names, scenario.n_passive, passive_features=scenario.passive_features)
-    d_passive = sum(len(p) for p in width.passive)
+    spec = scenario.spec
+    d_passive = sum(len(p) for p in spec.split.passive)
     reports = [
-        _run_once(replace(scenario, passive_features=window, windows=1), log)
-        for window in cyclic_windows(names, d_passive, scenario.windows)
+        _run_once(replace(scenario.with_spec(passive_features=window), windows=1), log)
+        for window in cyclic_windows(spec.data.feature_names, d_passive, scenario.windows)
     ]
     return average_over_windows(reports)
 
@@ -224,30 +210,32 @@ def _run_once(scenario: AttackScenario, log: Callable[[str], None] | None) -> di
         finally:
             store.close()
         truth = true_passive_features(run.layout, sample_ids)
-    baselines = evaluate_attacks(obs, truth, BASELINES, {"rg": {"seed": scenario.seed}})
+    spec = scenario.spec
+    baselines = evaluate_attacks(obs, truth, BASELINES, {"rg": {"seed": spec.seed}})
     names = scenario.attacks
     if names is None:
-        names = default_attacks(scenario.score_release, scenario.param_release)
+        names = default_attacks(spec.score_release, spec.param_release)
     results = evaluate_attacks(obs, truth, names, scenario.attack_options, log)
     report: dict[str, Any] = {
-        "dataset": scenario.dataset,
+        "dataset": spec.name,
         "n_classes": run.n_classes,
         "d_passive": obs.d_passive,
         "d_active": obs.x_active.shape[1],
         "n_samples": obs.n_samples,
         "accuracy": run.accuracy,
-        "backend": scenario.backend,
-        "score_release": list(scenario.score_release),
-        "param_release": list(scenario.param_release),
+        "backend": spec.backend,
+        "score_release": list(spec.score_release),
+        "param_release": list(spec.param_release),
         "baselines": {name: r["mse"] for name, r in baselines.items()},
         "attacks": {name: {k: v for k, v in r.items() if k != "mse_per_feature"} for name, r in results.items()},
         "mse_per_feature": {name: r["mse_per_feature"] for name, r in {**baselines, **results}.items() if "mse" in r},
     }
-    if scenario.score_release or scenario.param_release:
+    if spec.score_release or spec.param_release:
         report["strongest"] = strongest(report["attacks"])
     if run.forecasts:
         report["forecast"] = run.forecasts
     report["w_passive"] = None if obs.w_passive is None else obs.w_passive.tolist()
+    report["batch_size"], report["batch_size_note"] = spec.batch_size_for(spec.widths)
     return report
 
 
@@ -271,7 +259,7 @@ def privacy_curve(base: AttackScenario, epsilons: Sequence[float]) -> list[dict[
     w_true: np.ndarray | None = None
     for epsilon in [0.0, *epsilons]:
         chain = [f"varasteh:epsilon={epsilon!r}"] if epsilon else []
-        scenario = replace(base, param_release=chain, attacks=("ls", "half_star"), forecast=True, windows=1)
+        scenario = replace(base.with_spec(param_release=chain), attacks=("ls", "half_star"), forecast=True, windows=1)
         report = _run_once(scenario, None)
         disclosed = np.asarray(report["w_passive"])
         w_true = disclosed if w_true is None else w_true

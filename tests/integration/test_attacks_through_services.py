@@ -6,14 +6,19 @@ import dataclasses
 
 import pytest
 
+from vflsec.client.federation import FederationSpec
 from vflsec.client.harness import AttackScenario, evaluate_attacks, run_scenario, true_passive_features
 from vflsec.services import attacks
 from vflsec.services.plugins import curious
 
 
-def record(tmp_path, **scenario):
-    """Run a scenario through the services; return the recorded observations and the matching truth."""
-    run = run_scenario(AttackScenario(in_process=True, epochs=10, **scenario), tmp_path)
+def record(tmp_path, **options):
+    """Run a scenario through the services; return the recorded observations and the matching truth. Options
+    that are AttackScenario fields go to the scenario, the rest to its FederationSpec."""
+    scenario_fields = {f.name for f in dataclasses.fields(AttackScenario)}
+    spec = FederationSpec(**{"epochs": 10, **{k: v for k, v in options.items() if k not in scenario_fields}})
+    scenario = {k: v for k, v in options.items() if k in scenario_fields}
+    run = run_scenario(AttackScenario(spec, in_process=True, **scenario), tmp_path)
     store = curious.ObservationStore(run.store_path)
     obs, ids = curious.observations(store, run.session_id)
     store.close()

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from tests.integration.test_attacks_through_services import record
+from vflsec.client.federation import FederationSpec
 from vflsec.client.harness import AttackScenario, privacy_curve
 from vflsec.services.attacks import make_attack, mse, run_attack
 from vflsec.services.defenses import params as param_defenses
@@ -37,9 +38,8 @@ def test_flip_adds_rassoulis_gap_and_leaves_scores_untouched(tmp_path) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("dataset", ["breast_cancer", "wine"])
 def test_varasteh_curve_through_the_services(dataset: str, tmp_path) -> None:
-    base = AttackScenario(
-        dataset=dataset, passive_features=5, predictions=10_000, backend="plain", in_process=True, epochs=10
-    )
+    spec = FederationSpec(dataset, passive_features=5, backend="plain", epochs=10)
+    base = AttackScenario(spec, predictions=10_000, in_process=True)
     epsilons = [0.001, 0.01, 0.03, 0.1, 0.3]
     rows = privacy_curve(base, epsilons)
     assert [r["epsilon"] for r in rows] == [0.0, *epsilons]

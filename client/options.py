@@ -1,0 +1,81 @@
+"""Every option that more than one ``vflsec`` command takes, declared once: flag, help text, bounds, parsing.
+
+A command only picks its default where it declares the parameter (``dataset: options.Dataset = "digits"``).
+A flag that names a different thing in different commands (``--out``: a federation folder, a CA folder, a
+certificate file; ``--party``, ``--address``, ``--days``) stays with its command, as sharing it would share a
+help text that is wrong for some of them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+
+def passive_features(value: str | None) -> int | float | list[str] | None:
+    """A count (last N columns), a fraction in (0, 1), or comma-separated column names."""
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return [c.strip() for c in value.split(",") if c.strip()]
+    return int(number) if number.is_integer() and number >= 1 else number
+
+
+# --- the federation: dataset and split
+Dataset = Annotated[
+    str, typer.Option("--dataset", help="breast_cancer | wine | digits | iris | a UCI name | a CSV path.")
+]
+Label = Annotated[str | None, typer.Option("--label", help="Label column of a CSV dataset.")]
+Passive = Annotated[int, typer.Option("--passive", min=1, max=8, help="Number of passive parties.")]
+PassiveFeatures = Annotated[
+    Any,  # int | float | list[str] | None, parsed by passive_features
+    typer.Option(
+        "--passive-features",
+        parser=passive_features,
+        metavar="COUNT|FRACTION|NAMES",
+        help="Passive columns: a count (the last N), a fraction, or comma-separated names.",
+    ),
+]
+Seed = Annotated[
+    int,
+    typer.Option(
+        "--seed",
+        help="Seeds the dealt ID overlap, the held-out and query splits and the batch order; never a release "
+        "draw (OS entropy).",
+    ),
+]
+
+# --- the release chains at the coordinator
+Release = Annotated[
+    list[str] | None,
+    typer.Option("--release", help="Score-release step STEP[:key=value,...] at the coordinator; repeatable, in order."),
+]
+ParamRelease = Annotated[
+    list[str] | None,
+    typer.Option("--param-release", help="Parameter-release step STEP[:key=value,...]; repeatable, in order."),
+]
+
+# --- training (the operator's session)
+Backend = Annotated[str, typer.Option("--backend", help="ckks | plain")]
+Epochs = Annotated[int, typer.Option("--epochs", min=1, help="Training epochs.")]
+BatchSize = Annotated[
+    int,
+    typer.Option(
+        "--batch-size", min=0, help="0: 64, raised to the federation's minimum batch (2 x the widest block)."
+    ),
+]
+LearningRate = Annotated[float, typer.Option("--learning-rate", min=0.0, help="The optimizer's (Adam) step size.")]
+ComparePlain = Annotated[
+    bool, typer.Option("--compare-plain/--no-compare-plain", help="Also train on the plain backend and report both.")
+]
+
+# --- output and identity
+Json = Annotated[bool, typer.Option("--json", help="Print one JSON object as the last line.")]
+TlsDir = Annotated[
+    Path, typer.Option("--tls-dir", help="The caller's tls/ folder (ca.pem, cert.pem, key.pem).")
+]
+Rows = Annotated[int, typer.Option("--rows", help="Rows of the synthetic set when Credit default is absent.")]

@@ -1,0 +1,151 @@
+"""The CLI's shared options are declared once (client/options.py) and every command keeps its flags and
+defaults; the one option bag (FederationSpec) refuses a bad spec with the bound it breaks."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from vflsec.client import options
+from vflsec.client.cli import app
+from vflsec.client.federation import FederationSpec, SpecError
+from vflsec.services.models import lr
+
+SHARED = {
+    name: value.__metadata__[0]
+    for name, value in vars(options).items()
+    if typing.get_origin(value) is typing.Annotated and isinstance(value.__metadata__[0], typer.models.OptionInfo)
+}
+
+
+def commands() -> dict[str, typing.Any]:
+    """Every leaf command by its full name ("bench he"), as click sees it."""
+    found: dict[str, typing.Any] = {}
+
+    def walk(command: typing.Any, path: tuple[str, ...]) -> None:
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, (*path, name))
+        if path and command.callback is not None:
+            found[" ".join(path)] = command
+
+    walk(typer.main.get_command(app), ())
+    return found
+
+
+def declaration(command: typing.Any, param: str) -> object:
+    """The typer OptionInfo a command's parameter was declared with."""
+    hint = typing.get_type_hints(command.callback, include_extras=True)[param]
+    return hint.__metadata__[0] if typing.get_origin(hint) is typing.Annotated else None
+
+
+def flag_of(info: typer.models.OptionInfo) -> str:
+    # In an Annotated declaration typer reads Option's first positional argument as the first flag.
+    return info.default.split("/")[0]
+
+
+# Today's flags and defaults of the commands that share options (issue 11 keeps them all).
+DEFAULTS = {
+    "demo": {"--dataset": "breast_cancer", "--passive": 1, "--passive-features": None, "--backend": "ckks",
+             "--epochs": 30, "--batch-size": 0, "--learning-rate": 0.1, "--seed": 0, "--compare-plain": False,
+             "--scaling": "standard", "--release": None, "--param-release": None, "--json": False},
+    "prepare": {"--dataset": "breast_cancer", "--passive": 2, "--passive-features": None, "--seed": 0,
+                "--compose": False, "--release": None, "--param-release": None},
+    "run": {"--backend": "ckks", "--epochs": 30, "--batch-size": 0, "--learning-rate": 0.1, "--seed": 0,
+            "--compare-plain": False, "--wait": 120.0, "--json": False},
+    "attack": {"--dataset": "digits", "--passive": 1, "--passive-features": None, "--predictions": 1000,
+               "--backend": "ckks", "--epochs": 30, "--seed": 0, "--windows": 1, "--release": None,
+               "--param-release": None, "--json": False},
+    "curve": {"--dataset": "wine", "--passive-features": "5", "--epochs": 30, "--json": False},
+    "risk": {"--param-release": None, "--warn-fraction": 0.5, "--json": False},
+    "bench he": {"--rows": 30000, "--epochs": 1, "--json": False},
+    "bench plugin": {"--rows": 30000, "--backend": "ckks", "--json": False},
+    "bench load": {"--backend": "ckks", "--json": False},
+}  # fmt: skip
+
+
+def test_every_shared_flag_is_the_one_declaration_in_options() -> None:
+    """A command that takes a shared flag takes it through the options module's object, not a copy of it."""
+    flags = {flag_of(info): info for info in SHARED.values()}
+    users: dict[str, list[str]] = {flag: [] for flag in flags}
+    for name, command in commands().items():
+        for param in command.params:
+            flag = next((o for o in param.opts if o in flags), None)
+            if flag is not None:
+                assert declaration(command, param.name) is flags[flag], f"{name} redeclares {flag}"
+                users[flag].append(name)
+    # Each declaration is shared, and the click options built from it agree in everything but the default.
+    assert all(len(names) >= 2 for names in users.values()), users
+    for flag, names in users.items():
+        built = [next(p for p in commands()[n].params if flag in p.opts) for n in names]
+        shapes = {(p.help, tuple(p.opts), tuple(p.secondary_opts), p.min, p.max, p.metavar) for p in built}
+        assert len(shapes) == 1, (flag, shapes)
+
+
+def test_flags_and_defaults_are_todays() -> None:
+    every = commands()
+    for name, expected in DEFAULTS.items():
+        params = {p.opts[0]: p for p in every[name].params if p.opts[0].startswith("--")}
+        assert {flag: params[flag].default for flag in expected} == expected, name
+
+
+def test_batch_size_help_names_the_default() -> None:
+    (batch,) = [p for p in commands()["demo"].params if p.name == "batch_size"]
+    assert f"0: {lr.DEFAULT_BATCH_SIZE}, raised to the federation's minimum batch" in batch.help
+
+
+@pytest.mark.parametrize(
+    ("value", "parsed"), [("5", 5), ("0.25", 0.25), ("a, b", ["a", "b"]), (None, None), ("1.0", 1)]
+)
+def test_passive_features_parser(value, parsed) -> None:
+    assert options.passive_features(value) == parsed
+
+
+def test_spec_is_frozen_and_validates_once() -> None:
+    spec = FederationSpec("wine", passive_features=["a", "b"], score_release=["rounding:decimals=1"])
+    assert spec.passive_features == ("a", "b") and spec.score_release == ("rounding:decimals=1",)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.epochs = 3  # type: ignore[misc]
+    for bad, message in [
+        ({"backend": "paillier"}, "backend must be one of ckks, plain"),
+        ({"scaling": "log"}, "scaling must be one of minmax, standard, none"),
+        ({"n_passive": 0}, "n_passive must be at least 1"),
+        ({"epochs": 0}, "epochs must be at least 1"),
+        ({"batch_size": -1}, "batch size must be 0"),
+        ({"score_release": ["nope"]}, "unknown score release step 'nope'"),
+        ({"param_release": ["nope"]}, "unknown parameter release step 'nope'"),
+    ]:
+        with pytest.raises(SpecError, match=message):
+            FederationSpec("wine", **bad)
+
+
+def test_default_batch_follows_the_minimum_and_an_explicit_one_below_it_is_refused() -> None:
+    # digits, one passive party: 64 columns split 32 / 32, so the active block is 33 wide with its bias.
+    spec = FederationSpec("digits")
+    assert spec.widths == [33, 32]
+    assert spec.batch_size_for(spec.widths) == (66, "default 64 raised to the minimum batch (2 x the widest "
+                                                "block); minimum 66")  # fmt: skip
+    assert FederationSpec("wine").batch_size_for([8, 7]) == (64, "default 64; minimum 16")
+    with pytest.raises(SpecError, match=r"minimum batch 66 .* the smallest accepted value is 66"):
+        FederationSpec("digits", batch_size=65).batch_size_for(spec.widths)
+    assert FederationSpec("digits", batch_size=66).batch_size_for(spec.widths) == (66, "as requested; minimum 66")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["demo", "--batch-size", "2"],
+        ["demo", "--backend", "paillier"],
+        ["attack", "--release", "nope"],
+        ["prepare", "--out", "unused", "--passive-features", "99"],
+        ["curve", "--dataset", "no_such_dataset"],
+    ],
+)
+def test_cli_refuses_a_bad_spec_before_anything_starts(args, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and result.stderr.startswith("error: "), result.output
+    assert not (tmp_path / "unused").exists()
