@@ -95,12 +95,12 @@ def lr_task(
     return SyntheticTask(obs=obs, x_passive=x[:n, d_active:], weights=weights, bias=bias)
 
 
-def trained_lr_task(dataset: str, passive_fraction: float = 0.4, *, seed: int = 0) -> SyntheticTask:
-    """scikit-learn's ``dataset`` min-max scaled to [0, 1], a random ``passive_fraction`` of the columns
-    passive, an LR (sklearn, L2, C = 1) trained on a random half of the rows; the other half are the queried
-    rows (``obs``) and the training half is the active party's labelled rows (``train_x_active``)."""
+def sklearn_split(
+    dataset: str, passive_fraction: float, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """scikit-learn's ``dataset`` min-max scaled to [0, 1]; a random half of the rows to train on, the other half
+    queried; a random ``passive_fraction`` of the columns passive. Returns x, y, train, query, active, passive."""
     from sklearn import datasets as skd  # imported lazily: sklearn takes a while to import
-    from sklearn.linear_model import LogisticRegression
 
     if dataset not in SKLEARN_TASKS:
         raise ValueError(f"dataset must be one of {SKLEARN_TASKS}, got {dataset!r}")
@@ -109,9 +109,19 @@ def trained_lr_task(dataset: str, passive_fraction: float = 0.4, *, seed: int = 
     x = (x - low) / np.where(span > 0, span, 1.0)
     rng = np.random.default_rng(seed)
     rows, columns = rng.permutation(len(y)), rng.permutation(x.shape[1])
-    train, query = rows[: len(y) // 2], rows[len(y) // 2 :]
     d_passive = round(passive_fraction * x.shape[1])
-    passive, active = np.sort(columns[:d_passive]), np.sort(columns[d_passive:])
+    half = len(y) // 2
+    return x, y, rows[:half], rows[half:], np.sort(columns[d_passive:]), np.sort(columns[:d_passive])
+
+
+def trained_lr_task(dataset: str, passive_fraction: float = 0.4, *, seed: int = 0) -> SyntheticTask:
+    """scikit-learn's ``dataset`` min-max scaled to [0, 1], a random ``passive_fraction`` of the columns
+    passive, an LR (sklearn, L2, C = 1) trained on a random half of the rows; the other half are the queried
+    rows (``obs``) and the training half is the active party's labelled rows (``train_x_active``)."""
+    from sklearn.linear_model import LogisticRegression  # imported lazily: sklearn takes a while to import
+
+    x, y, train, query, active, passive = sklearn_split(dataset, passive_fraction, seed)
+    d_passive = len(passive)
     model = LogisticRegression(max_iter=5000).fit(x[train], y[train])
     weights, bias = model.coef_, model.intercept_
     obs = Observations(
@@ -214,18 +224,8 @@ def trained_splitnn_task(
     Bottoms: d → ``hidden`` → ``width`` (ReLU between); the passive bottom in active-top is one linear layer of
     width max(d_B, 8) (the default of the split-NN family). Top: ReLU → ``hidden`` → C.
     """
-    from sklearn import datasets as skd
-
-    if dataset not in SKLEARN_TASKS:
-        raise ValueError(f"dataset must be one of {SKLEARN_TASKS}, got {dataset!r}")
-    x, y = getattr(skd, f"load_{dataset}")(return_X_y=True)
-    low, span = x.min(axis=0), np.ptp(x, axis=0)
-    x = (x - low) / np.where(span > 0, span, 1.0)
-    rng = np.random.default_rng(seed)
-    rows, columns = rng.permutation(len(y)), rng.permutation(x.shape[1])
-    train, query = rows[: len(y) // 2], rows[len(y) // 2 :]
-    d_passive = round(passive_fraction * x.shape[1])
-    passive, active = np.sort(columns[:d_passive]), np.sort(columns[d_passive:])
+    x, y, train, query, active, passive = sklearn_split(dataset, passive_fraction, seed)
+    d_passive = len(passive)
     n_classes = int(y.max()) + 1
     with torch.random.fork_rng(), torch_threads(1):  # one thread: the same model on any machine
         torch.manual_seed(seed)
