@@ -357,10 +357,15 @@ def _single_linear(module: nn.Module) -> nn.Linear | None:
 class EmbeddingLeastSquares(Attack):
     """Active-top split NN with a released linear passive bottom: x̂ = argmin ‖W_B x + b − z_B‖ per row.
 
-    Exact (to float round-off) when W_B has full column rank, which needs width ≥ d_B.
+    Exact (to float round-off) when W_B has full column rank d_B, which needs width ≥ d_B. Otherwise z_B fixes
+    x_B only up to the null space of W_B; of the least-squares solutions the one nearest ``prior`` (Half) is
+    returned, so unidentified directions fall back on the blind guess (digits' constant pixels end there).
     """
 
     needs = frozenset({"embeddings", "passive_bottom"})
+
+    def __init__(self, prior: float = 0.5) -> None:
+        self.prior = prior
 
     def reconstruct(self, obs: Observations) -> Reconstruction:
         name = self.name or "embedding_ls"
@@ -369,20 +374,19 @@ class EmbeddingLeastSquares(Attack):
             raise NotApplicable(f"{name}: the released passive bottom is not a single linear layer")
         weight = layer.weight.detach().double().numpy()
         bias = np.zeros(len(weight)) if layer.bias is None else layer.bias.detach().double().numpy()
-        width, d_b = weight.shape
-        if d_b != obs.d_passive:
-            raise NotApplicable(f"{name}: the passive bottom takes {d_b} features, the schema has {obs.d_passive}")
-        rank = int(np.linalg.matrix_rank(weight))
-        if rank < d_b:
-            raise NotApplicable(
-                f"{name}: W_B ({width}×{d_b}) has rank {rank} < d_B = {d_b}; z_B fixes x_B only up to its null space"
-            )
         z = np.asarray(obs.embeddings, float)
-        if z.shape[1] != width:
-            raise NotApplicable(f"{name}: recorded embeddings have width {z.shape[1]}, the bottom {width}")
-        x_hat, *_ = np.linalg.lstsq(weight, (z - bias).T, rcond=None)
-        residual = np.linalg.norm(x_hat.T @ weight.T + bias - z, axis=1)
-        return Reconstruction(x_hat.T, {"residual": residual, "rank": rank})
+        if weight.shape != (z.shape[1], obs.d_passive):
+            raise NotApplicable(
+                f"{name}: the passive bottom maps {weight.shape[1]} features to {weight.shape[0]}, but the schema has "
+                f"{obs.d_passive} passive features and the recorded embeddings width {z.shape[1]}"
+            )
+        prior = np.full(obs.d_passive, self.prior)
+        # lstsq returns the minimum-norm solution, so solving for x − prior gives the one nearest the prior.
+        delta, *_ = np.linalg.lstsq(weight, (z - bias - weight @ prior).T, rcond=None)
+        x_hat = prior + delta.T
+        rank = int(np.linalg.matrix_rank(weight))
+        residual = np.linalg.norm(x_hat @ weight.T + bias - z, axis=1)
+        return Reconstruction(x_hat, {"residual": residual, "rank": rank, "exact": rank == obs.d_passive})
 
 
 register("pra", PathRestriction)

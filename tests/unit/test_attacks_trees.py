@@ -106,21 +106,26 @@ def test_embedding_ls_is_exact_on_a_released_linear_bottom() -> None:
     result = run_attack(make_attack("embedding_ls"), obs)
     half = mse(task.x_passive, np.full_like(task.x_passive, 0.5))
     assert mse(task.x_passive, result.x_passive) < 1e-9 * half
-    assert result.meta["rank"] == obs.d_passive
+    assert result.meta["rank"] == obs.d_passive and result.meta["exact"]
     wrapped = dataclasses.replace(obs, passive_bottom=nn.Sequential(obs.passive_bottom))
     assert np.allclose(run_attack(make_attack("embedding_ls"), wrapped).x_passive, result.x_passive)
     with pytest.raises(NotApplicable, match="passive_bottom"):
         run_attack(make_attack("embedding_ls"), task.observe(passive_bottom=False))
 
 
-def test_embedding_ls_is_not_applicable_to_a_narrow_or_nonlinear_bottom() -> None:
+def test_embedding_ls_on_a_narrow_bottom_and_not_on_a_nonlinear_one() -> None:
     x_passive = np.random.default_rng().uniform(size=(20, 6))
-    cases = ((nn.Linear(6, 4), "rank 4 < d_B = 6"), (nn.Sequential(nn.Linear(6, 8), nn.ReLU()), "linear"))
-    for bottom, reason in cases:
+    narrow, nonlinear = nn.Linear(6, 4), nn.Sequential(nn.Linear(6, 8), nn.ReLU())
+
+    def observe(bottom: nn.Module) -> Observations:
         with torch.no_grad():
             z = bottom(torch.from_numpy(x_passive).float()).double().numpy()
-        obs = Observations(
-            x_active=np.zeros((20, 2)), scores=None, n_classes=2, d_passive=6, embeddings=z, passive_bottom=bottom
-        )
-        with pytest.raises(NotApplicable, match=reason):
-            run_attack(make_attack("embedding_ls"), obs)
+        return Observations(np.zeros((20, 2)), None, n_classes=2, d_passive=6, embeddings=z, passive_bottom=bottom)
+
+    # Width 4 < d_B = 6: the embeddings are matched exactly, x_B only up to W_B's two-dimensional null space.
+    result = run_attack(make_attack("embedding_ls"), observe(narrow))
+    assert result.meta["rank"] == 4 and not result.meta["exact"]
+    assert np.max(result.meta["residual"]) < 1e-5
+    assert mse(x_passive, result.x_passive) > 1e-4
+    with pytest.raises(NotApplicable, match="not a single linear layer"):
+        run_attack(make_attack("embedding_ls"), observe(nonlinear))
