@@ -184,7 +184,7 @@ def _released_trees(obs: Observations, name: str) -> tuple[ReleasedTree, ...]:
     if any(t.withholds_passive for t in trees):
         raise NotApplicable(
             f"{name}: the passive parties' thresholds were withheld by the parameter-release chain; without them "
-            "a path constrains no passive feature"
+            "no passive branching can be evaluated, so no path constrains a passive feature"
         )
     return trees
 
