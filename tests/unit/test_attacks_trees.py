@@ -17,7 +17,14 @@ from torch import nn
 
 from vflsec.services.attacks import NotApplicable, Observations, make_attack, mse, run_attack
 from vflsec.services.attacks.synthetic import trained_splitnn_task, trained_tree_task
-from vflsec.services.attacks.trees import correct_branching_rate, from_sklearn, random_path_cbr, vote_fractions
+from vflsec.services.attacks.trees import (
+    ReleasedTree,
+    TreeNode,
+    correct_branching_rate,
+    from_sklearn,
+    random_path_cbr,
+    vote_fractions,
+)
 
 TRIALS = 10
 
@@ -30,6 +37,36 @@ def digits_tree():  # type: ignore[no-untyped-def]
 def _welch_z(a: list[float], b: list[float]) -> float:
     se = np.sqrt(np.var(a, ddof=1) / len(a) + np.var(b, ddof=1) / len(b))
     return float((np.mean(a) - np.mean(b)) / max(se, 1e-12))
+
+
+# luo's Fig. 2 in small: the active root (x_a ≤ 0.5) leads to a passive node (x_p ≤ 0.3) or straight to class 1.
+SMALL = ReleasedTree(
+    (
+        TreeNode("active", 0, 0.5, 1, 4),
+        TreeNode("passive", 0, 0.3, 2, 3),
+        TreeNode(value=(1.0, 0.0)),
+        TreeNode(value=(0.0, 1.0)),
+        TreeNode(value=(0.0, 1.0)),
+    )
+)
+
+
+def test_pra_and_cbr_on_a_hand_built_tree() -> None:
+    x_active, x_true = np.array([[0.2], [0.8], [0.2]]), np.array([[0.9], [0.7], [0.1]])
+    obs = Observations(x_active, np.eye(2)[[1, 1, 0]], n_classes=2, d_passive=1, released_trees=(SMALL,))
+    result = run_attack(make_attack("pra"), obs)
+    # Row 0: class 1 below the active split leaves only x_p > 0.3 → midpoint of (0.3, 1]; row 1: the path tests no
+    # passive feature → Half; row 2: class 0 → x_p ≤ 0.3 → midpoint of [0, 0.3].
+    assert np.allclose(result.x_passive[:, 0], [0.65, 0.5, 0.15])
+    assert list(result.meta["n_candidates"]) == [1, 1, 1]
+    assert correct_branching_rate((SMALL,), x_active, x_true, result.x_passive) == 1.0  # 2 of 2 passive branchings
+    assert correct_branching_rate((SMALL,), x_active, x_true, np.array([[0.1], [0.5], [0.9]])) == 0.0
+    assert np.isnan(correct_branching_rate((SMALL,), x_active[1:2], x_true[1:2], x_true[1:2]))
+    # Random path: leaf 2 agrees with x_p = 0.1, leaf 3 does not, leaf 4 tests nothing → 1/2 in expectation.
+    rate = random_path_cbr(SMALL, np.full((4000, 1), 0.1), np.random.default_rng())
+    assert abs(rate - 0.5) < 0.05  # 4000 draws: one standard error is 0.01
+    with pytest.raises(NotApplicable, match="withheld"):
+        run_attack(make_attack("pra"), dataclasses.replace(obs, released_trees=(SMALL.withheld(),)))
 
 
 @pytest.mark.parametrize("dataset", ["digits", "breast_cancer"])
