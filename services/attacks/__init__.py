@@ -1,6 +1,6 @@
-"""Feature-inference attacks on released LR scores; importing the package registers every attack."""
+"""Feature-inference attacks on released models; importing the package registers every attack."""
 
-from . import agnostic, aware, black_box, chebyshev, closed_form, gradient
+from . import agnostic, aware, black_box, chebyshev, closed_form, gradient, trees
 from .base import (
     ATTACKS,
     WHITE_BOX_NEEDS,
@@ -33,4 +33,5 @@ __all__ = [
     "mse_per_feature",
     "register",
     "run_attack",
+    "trees",
 ]

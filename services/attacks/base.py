@@ -18,6 +18,8 @@ from vflsec.services.registry import Plugin, PluginError, Registry
 if TYPE_CHECKING:
     from torch import nn
 
+    from .trees import ReleasedTree
+
 __all__ = [
     "ATTACKS",
     "WHITE_BOX_NEEDS",
@@ -62,6 +64,7 @@ class Observations:
     score_model: nn.Module | None = None  # the released model's scores (split NN); LR uses the blocks above
     embeddings: np.ndarray | None = None  # (n, width) recorded passive embeddings z_B (active-top)
     passive_bottom: nn.Module | None = None  # x_passive -> z_B, when the passive bottom model is released
+    released_trees: tuple[ReleasedTree, ...] | None = None  # DT (one) or RF; passive thresholds None if withheld
 
     def __post_init__(self) -> None:
         n, d_a = np.shape(self.x_active)

@@ -5,7 +5,7 @@ Uniform[0, 1] (already "min-max scaled") and pairs are positively dependent with
 weights are random. On such data Half is the best blind guess by construction (every marginal is uniform),
 so it is no test of whether a learned attack finds structure — :func:`trained_lr_task` is: a logistic
 regression trained on real data, attacked on held-out rows. :func:`trained_splitnn_task` does the same for a
-two-branch split neural network in either topology.
+two-branch split neural network in either topology, :func:`trained_tree_task` for a DT or RF.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from torch import nn
 
 from .base import Observations
 from .gradient import torch_threads
+from .trees import ReleasedTree, from_sklearn, vote_fractions
 
 SKLEARN_TASKS = ("breast_cancer", "wine", "digits")
 
@@ -95,10 +96,10 @@ def lr_task(
     return SyntheticTask(obs=obs, x_passive=x[:n, d_active:], weights=weights, bias=bias)
 
 
-def sklearn_split(
+def _scaled_split(
     dataset: str, passive_fraction: float, seed: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """scikit-learn's ``dataset`` min-max scaled to [0, 1]; a random half of the rows to train on, the other half
+    """scikit-learn's ``dataset`` min-max scaled to [0, 1]; a random half of the rows to train on, the rest
     queried; a random ``passive_fraction`` of the columns passive. Returns x, y, train, query, active, passive."""
     from sklearn import datasets as skd  # imported lazily: sklearn takes a while to import
 
@@ -110,8 +111,8 @@ def sklearn_split(
     rng = np.random.default_rng(seed)
     rows, columns = rng.permutation(len(y)), rng.permutation(x.shape[1])
     d_passive = round(passive_fraction * x.shape[1])
-    half = len(y) // 2
-    return x, y, rows[:half], rows[half:], np.sort(columns[d_passive:]), np.sort(columns[:d_passive])
+    train, query = rows[: len(y) // 2], rows[len(y) // 2 :]
+    return x, y, train, query, np.sort(columns[d_passive:]), np.sort(columns[:d_passive])
 
 
 def trained_lr_task(dataset: str, passive_fraction: float = 0.4, *, seed: int = 0) -> SyntheticTask:
@@ -120,7 +121,7 @@ def trained_lr_task(dataset: str, passive_fraction: float = 0.4, *, seed: int = 
     rows (``obs``) and the training half is the active party's labelled rows (``train_x_active``)."""
     from sklearn.linear_model import LogisticRegression  # imported lazily: sklearn takes a while to import
 
-    x, y, train, query, active, passive = sklearn_split(dataset, passive_fraction, seed)
+    x, y, train, query, active, passive = _scaled_split(dataset, passive_fraction, seed)
     d_passive = len(passive)
     model = LogisticRegression(max_iter=5000).fit(x[train], y[train])
     weights, bias = model.coef_, model.intercept_
@@ -224,7 +225,7 @@ def trained_splitnn_task(
     Bottoms: d → ``hidden`` → ``width`` (ReLU between); the passive bottom in active-top is one linear layer of
     width max(d_B, 8) (the default of the split-NN family). Top: ReLU → ``hidden`` → C.
     """
-    x, y, train, query, active, passive = sklearn_split(dataset, passive_fraction, seed)
+    x, y, train, query, active, passive = _scaled_split(dataset, passive_fraction, seed)
     d_passive = len(passive)
     n_classes = int(y.max()) + 1
     with torch.random.fork_rng(), torch_threads(1):  # one thread: the same model on any machine
@@ -257,3 +258,49 @@ def trained_splitnn_task(
         n_classes=n_classes,
         accuracy=float(np.mean(logits.argmax(axis=1) == y[query])),
     )
+
+
+TREE_MODELS = {"tree": {"max_depth": 5}, "forest": {"n_estimators": 100, "max_depth": 3}}
+
+
+@dataclass(frozen=True)
+class TreeTask:
+    trees: tuple[ReleasedTree, ...]  # the whole model, as the harness holds it
+    x_active: np.ndarray  # the queried (held-out) rows
+    x_passive: np.ndarray  # ground truth, only for scoring reconstructions
+    n_classes: int
+    accuracy: float  # released-class accuracy on the queried rows
+
+    @property
+    def scores(self) -> np.ndarray:
+        """The release: a DT's class one-hot, a forest's hard-voting fractions (luo §II)."""
+        return vote_fractions(self.trees, self.x_active, self.x_passive, self.n_classes)
+
+    def observe(self, *, withhold: bool = False) -> Observations:
+        """What the active party has; ``withhold`` keeps the passive thresholds at their owner."""
+        return Observations(
+            x_active=self.x_active,
+            scores=self.scores,
+            n_classes=self.n_classes,
+            d_passive=self.x_passive.shape[1],
+            released_trees=tuple(t.withheld() for t in self.trees) if withhold else self.trees,
+        )
+
+
+def trained_tree_task(dataset: str, model: str = "tree", passive_fraction: float = 0.4, *, seed: int = 0) -> TreeTask:
+    """As :func:`trained_lr_task` (same rows and columns for a seed): scikit-learn's DT (depth 5) or RF (100
+    trees of depth 3, luo's and issue 13's settings) trained on the training half of [x_active, x_passive]."""
+    from sklearn.ensemble import RandomForestClassifier
+    from sklearn.tree import DecisionTreeClassifier
+
+    if model not in TREE_MODELS:
+        raise ValueError(f"model must be one of {tuple(TREE_MODELS)}, got {model!r}")
+    x, y, train, query, active, passive = _scaled_split(dataset, passive_fraction, seed)
+    x = np.hstack([x[:, active], x[:, passive]])
+    kind = RandomForestClassifier if model == "forest" else DecisionTreeClassifier
+    fitted = kind(**TREE_MODELS[model], random_state=seed).fit(x[train], y[train])
+    trees = from_sklearn(fitted, len(active))
+    n_classes = int(y.max()) + 1
+    x_active, x_passive = x[query][:, : len(active)], x[query][:, len(active) :]
+    votes = vote_fractions(trees, x_active, x_passive, n_classes)
+    return TreeTask(trees, x_active, x_passive, n_classes, float(np.mean(votes.argmax(axis=1) == y[query])))

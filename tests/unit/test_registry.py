@@ -183,7 +183,8 @@ def test_attacks_refuse_a_model_family_they_do_not_support() -> None:
     assert make_attack("half", family="splitnn").name == "half"
     gradient = {"gia", "grn", "grn_direct", "grn_no_reg", "grn_noise_only", "grn_xadv_only", "aware_gia", "aware_grn"}
     luo = {n for n in ATTACKS.names() if n.startswith("grn_luo")}
-    assert set(ATTACKS.names("splitnn")) == {"half", "rg", "zero"} | gradient | luo
+    assert set(ATTACKS.names("splitnn")) == {"half", "rg", "zero", "embedding_ls"} | gradient | luo
+    assert set(ATTACKS.names("tree")) == {"half", "rg", "zero", "pra", "grn_rf", "grn_rf_own"}
     task = lr_task(20, 3, 4, 3, seed=1)
     results = evaluate_attacks(task.obs, task.x_passive, ["esa", "half"], family="splitnn")
     assert "does not support the 'splitnn' model family" in results["esa"]["not_applicable"]
