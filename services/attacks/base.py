@@ -50,6 +50,7 @@ class Observations:
     # The announced chains as (name, public params) steps — what a Kerckhoffs attacker knows of the defenses.
     score_chain: tuple[tuple[str, dict[str, str]], ...] = ()
     param_chain: tuple[tuple[str, dict[str, str]], ...] = ()
+    embeddings: np.ndarray | None = None  # (n, width) z_B rows the active party recorded (active-top split-NN)
 
     def __post_init__(self) -> None:
         n, d_a = np.shape(self.x_active)

@@ -1,0 +1,155 @@
+"""Passive-side embedding defenses for active-top split-NN: what a passive party may do to z_B before it leaves.
+
+* :class:`Masquerade` — ye Algorithm 3. The passive bottom becomes z_B = [P | u_1 … u_m] [Q x_B; a_1 … a_m] (+ b)
+  with Q of rank ``rank`` (default d_B − 1, ye §5's rank reduction, so that the true binary columns leave the
+  exact span) and m fabricated bits a(x_B) that enter the span exactly: Algorithms 1–2 then find the fabricated
+  bits. With m bits the rows split into 2^m patterns; m = ⌈log₂ n⌉ leaves the adaptive attack groups of about
+  one row (ye §5). The bits are a keyed PRF of the row (BLAKE2b keyed with 32 bytes of OS entropy), so one
+  sample always gets the same pattern — repeating a query cannot average or difference it away — while
+  without the key the patterns are independent fair coins. The key is never a config seed.
+* :class:`EmbeddingNoise` — i.i.d. N(0, σ²) on every z_B entry sent (fresh OS entropy per draw), σ stated.
+
+Both are public mechanisms (Kerckhoffs): ``public_params`` is what an attacker may know; the key and the draws
+are not in it. Parameters may arrive as strings from specs and are validated with clear messages.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+from vflsec.services.crypto.entropy import KEY_BYTES, new_key, os_entropy
+from vflsec.services.models.splitnn.modules import DTYPE, module_seed
+
+__all__ = ["EmbeddingNoise", "Masquerade", "MasqueradeLinear", "NoisyEmbedding", "default_fabricated"]
+
+MAX_FABRICATED = 512  # bits of one keyed BLAKE2b digest
+
+
+def default_fabricated(n_samples: int) -> int:
+    """ye §5: m = ⌈log₂ n⌉, the fewest bits for which 2^m ≥ n (groups of about one row)."""
+    if n_samples < 2:
+        raise ValueError(f"masquerade needs at least 2 samples to size m, got {n_samples}")
+    return math.ceil(math.log2(n_samples))
+
+
+def _int(name: str, value: int | str, low: int, high: int) -> int:
+    try:
+        number = int(value.strip() if isinstance(value, str) else value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be an integer, got {value!r}") from None
+    if isinstance(value, bool) or not low <= number <= high:
+        raise ValueError(f"{name} must lie in [{low}, {high}], got {value!r}")
+    return number
+
+
+class Masquerade:
+    """ye Algorithm 3: m fabricated binary features per sample and a rank-reduced true part.
+
+    ``m=None`` sizes m from the party's row count when :meth:`resolve` is called (m = ⌈log₂ n⌉).
+    """
+
+    name = "masquerade"
+
+    def __init__(self, m: int | str | None = None, rank: int | str | None = None, key: bytes | None = None) -> None:
+        self.m = None if m is None else _int("m", m, 1, MAX_FABRICATED)
+        self.rank = None if rank is None else _int("rank", rank, 0, 1 << 20)
+        self._key = new_key() if key is None else key
+        if len(self._key) != KEY_BYTES:
+            raise ValueError(f"masquerade key must be {KEY_BYTES} bytes, got {len(self._key)}")
+
+    def resolve(self, n_samples: int) -> Masquerade:
+        """This masquerade with m fixed (the default ⌈log₂ n⌉ when m was not given); same key."""
+        m = self.m if self.m is not None else default_fabricated(n_samples)
+        return Masquerade(m, self.rank, self._key)
+
+    def public_params(self) -> dict[str, str]:
+        params = {"m": "log2n" if self.m is None else str(self.m)}
+        if self.rank is not None:
+            params["rank"] = str(self.rank)
+        return params
+
+    def bits(self, x: np.ndarray) -> np.ndarray:
+        """(n, m) fabricated bits of the rows of ``x``: a keyed PRF of each row's float64 bytes."""
+        if self.m is None:
+            raise ValueError("masquerade m is not fixed yet: call resolve(n_samples) first")
+        rows = np.ascontiguousarray(np.asarray(x, dtype=np.float64))
+        if rows.ndim != 2:
+            raise ValueError(f"masquerade input must be an (n, d) matrix, got shape {rows.shape}")
+        size = (self.m + 7) // 8
+        digests = b"".join(hashlib.blake2b(row.tobytes(), key=self._key, digest_size=size).digest() for row in rows)
+        raw = np.frombuffer(digests, dtype=np.uint8).reshape(len(rows), size)
+        return np.unpackbits(raw, axis=1)[:, : self.m].astype(np.float64)
+
+    def build(self, d_in: int, width: int, *, bias: bool, seed: int, role: int = 1) -> MasqueradeLinear:
+        """The passive bottom (d_in -> width) under this masquerade, seeded like the split-NN bottoms."""
+        if self.m is None:
+            raise ValueError("masquerade m is not fixed yet: call resolve(n_samples) first")
+        rank = self.rank if self.rank is not None else max(d_in - 1, 1)
+        if rank > d_in:
+            raise ValueError(f"masquerade rank must be <= d_B = {d_in}, got {rank}")
+        if width < rank + self.m:
+            raise ValueError(
+                f"masquerade needs the passive width >= rank + m = {rank + self.m} to carry every fabricated bit; "
+                f"got {width} (raise passive_width to at least {rank + self.m}, or lower m)"
+            )
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(module_seed(seed, role))
+            return MasqueradeLinear(self, d_in, width, rank, bias).to(DTYPE)
+
+
+class MasqueradeLinear(nn.Module):
+    """z_B = P [Q x; a(x)] (+ b): Q (rank × d_B) and P ((rank + m) × width, its last m columns the u_i)."""
+
+    def __init__(self, masquerade: Masquerade, d_in: int, width: int, rank: int, bias: bool) -> None:
+        super().__init__()
+        self.masquerade = masquerade
+        self.q = nn.Linear(d_in, rank, bias=False)
+        self.p = nn.Linear(rank + (masquerade.m or 0), width, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = torch.from_numpy(self.masquerade.bits(x.detach().cpu().numpy())).to(x.dtype)
+        return self.p(torch.cat([self.q(x), a], dim=1))
+
+
+class EmbeddingNoise:
+    """z_B + N(0, σ²) on every entry sent, σ stated; fresh OS entropy per draw (no seed can replay it)."""
+
+    name = "embedding_noise"
+
+    def __init__(self, sigma: float | str) -> None:
+        try:
+            self.sigma = float(sigma.strip() if isinstance(sigma, str) else sigma)
+        except (TypeError, ValueError):
+            raise ValueError(f"sigma must be a number, got {sigma!r}") from None
+        if isinstance(sigma, bool) or not (math.isfinite(self.sigma) and self.sigma > 0):
+            raise ValueError(f"sigma must be a finite number > 0, got {sigma!r}")
+        self._rng = os_entropy()
+
+    def public_params(self) -> dict[str, str]:
+        return {"sigma": str(self.sigma)}
+
+    def draw(self, shape: tuple[int, ...]) -> np.ndarray:
+        return np.asarray(self._rng.normal(0.0, self.sigma, size=shape), dtype=np.float64)
+
+    def __call__(self, z: np.ndarray) -> np.ndarray:
+        z = np.asarray(z, dtype=np.float64)
+        return z + self.draw(z.shape)
+
+    def wrap(self, module: nn.Module) -> NoisyEmbedding:
+        """``module`` whose output carries this noise (training and inference); gradients pass unchanged."""
+        return NoisyEmbedding(module, self)
+
+
+class NoisyEmbedding(nn.Module):
+    def __init__(self, module: nn.Module, noise: EmbeddingNoise) -> None:
+        super().__init__()
+        self.inner, self.noise = module, noise
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = self.inner(x)
+        return z + torch.from_numpy(self.noise.draw(tuple(z.shape))).to(z.dtype)
