@@ -90,6 +90,11 @@ def _unexplained(u: np.ndarray, x: np.ndarray, bias: bool) -> np.ndarray:
         return np.where(scale > 0, np.maximum(residual, 0.0) / scale, np.inf)
 
 
+def _residual(u: np.ndarray, x: np.ndarray, bias: bool) -> np.ndarray:
+    """ye line 8 as printed: min_w ||Zw − x||² (x binary, U orthonormal)."""
+    return np.maximum(x.sum(axis=0) - np.sum((x.T @ u) ** 2, axis=1), 0.0)
+
+
 def _canonical(x: np.ndarray, bias: bool) -> np.ndarray:
     """With the ones vector in the span x and 1 − x come together: keep the side with fewer ones."""
     if not bias:
@@ -182,13 +187,17 @@ def regression_search(
     bias: bool = True,
     restarts: int = 20,
     threshold: float = 0.05,
-    screen_rows: int | None = 2048,
+    screen_rows: int | None = 1024,
     keep: int = 32,
     rng: np.random.Generator | None = None,
     max_rank: int = MAX_RANK,
     max_list: int = 64,
+    literal: bool = False,
 ) -> BinarySearchResult:
     """ye Algorithm 2 with ``restarts`` restarts: the best vector and every other under ``threshold``.
+
+    ``literal`` follows line 8 as printed (and SecretFlow): T starts with e = [1, 0, …, 0], candidates are
+    ranked by the raw residual and only the best is returned — kept for cross-checks, see the module notes.
 
     Per restart, r = k + 1 rows are drawn by leverage score (without replacement: a repeated row only
     repeats an equation) and rescaled by 1/√(r p_i); each x' ∈ {0,1}^r gives w' by least squares and x by
@@ -208,13 +217,20 @@ def regression_search(
     leverage = np.sum(u * u, axis=1) / k
     leverage /= leverage.sum()
     bits = _bits(r)
+    score_of = _residual if literal else _unexplained
     vectors, scores = [], []
+    if literal:
+        e = np.zeros((n, 1))
+        e[0] = 1
+        vectors, scores = [e.astype(np.uint8)], [score_of(u, e, bias)]
     for _ in range(restarts):
         rows = rng.choice(n, size=r, replace=False, p=leverage)
         scale = 1 / np.sqrt(r * leverage[rows])
         coefficients = np.linalg.pinv(scale[:, None] * u[rows]) @ (scale[:, None] * bits.T)  # k × (2^r − 1)
         if screen_rows is not None and n - r > screen_rows:
-            others = np.setdiff1d(np.arange(n), rows)
+            others = np.ones(n, dtype=bool)
+            others[rows] = False
+            others = np.flatnonzero(others)
             probe_rows = u[rng.choice(others, size=screen_rows, replace=False)].astype(np.float32)
             probe = probe_rows @ coefficients.astype(np.float32)  # float32: a ranking, not a result
             ones = np.count_nonzero(probe >= 0.5, axis=0).astype(np.float64)
@@ -230,11 +246,21 @@ def regression_search(
         for start in range(0, coefficients.shape[1], 2048):
             x = (u @ coefficients[:, start : start + 2048] >= 0.5).astype(np.float64)
             x[rows] = chosen_bits[start : start + 2048].T
-            vectors.append(x)
-            scores.append(_unexplained(u, x, bias))
-    x, s = _distinct(np.hstack(vectors), np.concatenate(scores), bias)
-    listed = max(1, int(np.sum(s <= threshold)))
-    return BinarySearchResult(x[:, : min(listed, max_list)], s[: min(listed, max_list)], k)
+            score = score_of(u, x, bias)
+            kept = np.argsort(score, kind="stable")[: max(1, min(max_list, int(np.sum(score <= threshold))))]
+            vectors.append(x[:, kept].astype(np.uint8))  # only what can be listed: memory stays O(n · max_list)
+            scores.append(score[kept])
+    x, s = _distinct(np.hstack(vectors).astype(np.float64), np.concatenate(scores), bias)
+    listed = 1 if literal else max(1, int(np.sum(s <= threshold)))
+    x, s = x[:, : 4 * max_list][:, :listed], s[: 4 * max_list][:listed]
+    # Rows near the 0.5 threshold flip between restarts: a vector within 1 % of a better one is the same find.
+    chosen: list[int] = []
+    for j in range(x.shape[1]):
+        if len(chosen) == max_list:
+            break
+        if not chosen or binary_match(x[:, j : j + 1], x[:, chosen], complements=bias).max() < 0.99:
+            chosen.append(j)
+    return BinarySearchResult(x[:, chosen], s[chosen], k)
 
 
 # --------------------------------------------------------------------------- one-hot groups
@@ -400,7 +426,7 @@ class YeAlg2(Attack):
         restarts: int = 20,
         threshold: float = 0.05,
         bias: bool = True,
-        screen_rows: int | None = 2048,
+        screen_rows: int | None = 1024,
         seed: int | None = None,
     ) -> None:
         self.restarts, self.threshold, self.bias, self.screen_rows = restarts, threshold, bias, screen_rows

@@ -4,9 +4,11 @@
   with Q of rank ``rank`` (default d_B − 1, ye §5's rank reduction, so that the true binary columns leave the
   exact span) and m fabricated bits a(x_B) that enter the span exactly: Algorithms 1–2 then find the fabricated
   bits. With m bits the rows split into 2^m patterns; m = ⌈log₂ n⌉ leaves the adaptive attack groups of about
-  one row (ye §5). The bits are a keyed PRF of the row (BLAKE2b keyed with 32 bytes of OS entropy), so one
+  one row (ye §5). The bits are a keyed PRF of the row's bytes (AES-256 CBC-MAC over fixed-length
+  messages, the length bound in a first block; the key is 32 bytes of OS entropy, never a config seed), so one
   sample always gets the same pattern — repeating a query cannot average or difference it away — while
-  without the key the patterns are independent fair coins. The key is never a config seed.
+  without the key the patterns are independent fair coins. One ECB pass per 16 bytes of row serves every row
+  of a batch at once, which keeps the first layer's overhead small.
 * :class:`EmbeddingNoise` — i.i.d. N(0, σ²) on every z_B entry sent (fresh OS entropy per draw), σ stated.
 
 Both are public mechanisms (Kerckhoffs): ``public_params`` is what an attacker may know; the key and the draws
@@ -15,11 +17,11 @@ are not in it. Parameters may arrive as strings from specs and are validated wit
 
 from __future__ import annotations
 
-import hashlib
 import math
 
 import numpy as np
 import torch
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from torch import nn
 
 from vflsec.services.crypto.entropy import KEY_BYTES, new_key, os_entropy
@@ -27,7 +29,7 @@ from vflsec.services.models.splitnn.modules import DTYPE, module_seed
 
 __all__ = ["EmbeddingNoise", "Masquerade", "MasqueradeLinear", "NoisyEmbedding", "default_fabricated"]
 
-MAX_FABRICATED = 512  # bits of one keyed BLAKE2b digest
+MAX_FABRICATED = 128  # bits of one AES block (m = ⌈log₂ n⌉ is 64 at most)
 
 
 def default_fabricated(n_samples: int) -> int:
@@ -80,10 +82,16 @@ class Masquerade:
         rows = np.ascontiguousarray(np.asarray(x, dtype=np.float64))
         if rows.ndim != 2:
             raise ValueError(f"masquerade input must be an (n, d) matrix, got shape {rows.shape}")
-        size = (self.m + 7) // 8
-        digests = b"".join(hashlib.blake2b(row.tobytes(), key=self._key, digest_size=size).digest() for row in rows)
-        raw = np.frombuffer(digests, dtype=np.uint8).reshape(len(rows), size)
-        return np.unpackbits(raw, axis=1)[:, : self.m].astype(np.float64)
+        n, width = rows.shape[0], rows.shape[1] * 8
+        data = np.zeros((n, -(-width // 16) * 16), dtype=np.uint8)
+        data[:, :width] = rows.view(np.uint8).reshape(n, width)
+        encryptor = Cipher(algorithms.AES(self._key), modes.ECB()).encryptor()
+        state = np.zeros((n, 16), dtype=np.uint8)
+        state[:, :8] = np.frombuffer(width.to_bytes(8, "little"), dtype=np.uint8)  # the message length first
+        for start in range(-16, data.shape[1], 16):
+            block = state if start < 0 else state ^ data[:, start : start + 16]
+            state = np.frombuffer(encryptor.update(block.tobytes()), dtype=np.uint8).reshape(n, 16)
+        return np.unpackbits(state, axis=1)[:, : self.m].astype(np.float64)
 
     def build(self, d_in: int, width: int, *, bias: bool, seed: int, role: int = 1) -> MasqueradeLinear:
         """The passive bottom (d_in -> width) under this masquerade, seeded like the split-NN bottoms."""

@@ -59,7 +59,7 @@ def test_algorithm_1_recovers_every_planted_binary_column() -> None:
 def test_algorithm_2_finds_the_one_binary_column(sigma: float) -> None:
     z, bits = planted(20_000, 1, 7, 8, seed=2)
     z = z + np.random.default_rng(3).normal(scale=sigma, size=z.shape)
-    found = regression_search(z, 8, rng=np.random.default_rng(4))
+    found = regression_search(z, 8, restarts=10, rng=np.random.default_rng(4))
     assert attack_accuracy(bits, found.vectors[:, :1], complements=True) >= 0.99
 
 
@@ -94,7 +94,7 @@ def masqueraded(n: int, m: int, seed: int, rank_reduce: bool) -> tuple[np.ndarra
 def test_adaptive_attack_beats_one_fabricated_bit_that_fools_the_plain_attack() -> None:
     z, truth, a = masqueraded(6000, 1, seed=6, rank_reduce=False)
     obs = Observations(np.zeros((6000, 1)), None, 2, 5, embeddings=z, param_chain=(("masquerade", {"m": "1"}),))
-    adaptive = run_attack(make_attack("ye_adaptive", seed=0), obs)
+    adaptive = run_attack(make_attack("ye_adaptive", seed=0, restarts=8), obs)
     assert attack_accuracy(a, adaptive.meta["fabricated_bits"], complements=True) == 1.0
     assert attack_accuracy(truth[:, None], adaptive.meta["binary_features"], complements=True) >= 0.99
 
