@@ -48,7 +48,7 @@ def _task(name: str) -> SyntheticTask:
     return lr_task(n, d_active, d_passive, n_classes, rho=rho, n_train=5000, seed=0)
 
 
-def run() -> dict[str, dict[str, float]]:
+def run() -> dict[str, Any]:
     """Time every case and report the MSE it reached (the harness view: ground truth is used only here)."""
     tasks = {name: _task(name) for name in TASKS}
     seconds: dict[str, float] = {}
@@ -60,8 +60,9 @@ def run() -> dict[str, dict[str, float]]:
         result = run_attack(attack, task.obs)
         seconds[label] = round(time.perf_counter() - start, 3)
         errors[label] = round(mse(task.x_passive, result.x_passive), 5)
-    seconds["ye_alg2_41188"], accuracy = _ye_alg2()
-    return {"seconds": seconds, "mse": errors, "binary_accuracy": {"ye_alg2_41188": accuracy}}
+    ye_seconds, ye_accuracy = _ye_alg2()
+    binary = {"ye_alg2_41188": {"seconds": ye_seconds, "accuracy": ye_accuracy}}
+    return {"seconds": seconds, "mse": errors, "binary": binary}
 
 
 def _ye_alg2(n: int = 41_188, d_passive: int = 10, sigma: float = 0.1) -> tuple[float, float]:
