@@ -29,6 +29,7 @@ bounds it and refuses with NotApplicable beyond.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -397,10 +398,12 @@ def _embeddings(obs: Observations, name: str) -> np.ndarray:
 
 
 def _fabricated_from_chain(obs: Observations) -> int:
-    """m of an announced masquerade step (Kerckhoffs: its public parameters are known); 1 if none."""
+    """m of an announced masquerade step (Kerckhoffs: its public parameters are known); 1 if none.
+    The default "log2n" is ⌈log₂ n⌉ of the passive party's rows, taken as the recorded rows here."""
     for step, params in (*obs.param_chain, *obs.score_chain):
         if step == "masquerade" and "m" in params:
-            return int(params["m"])
+            m = params["m"]
+            return math.ceil(math.log2(obs.n_samples)) if m == "log2n" else int(m)
     return 1
 
 
