@@ -135,3 +135,13 @@ def test_span_beyond_max_rank_is_refused() -> None:
     z, _ = planted(500, 2, 10, 16, seed=9)
     with pytest.raises(NotApplicable, match="max_rank"):
         enumerate_binary(z, 12, max_rank=10)
+
+
+def test_raw_residual_ranking_picks_e_under_noise_where_unexplained_fraction_picks_the_feature() -> None:
+    """Why line 8 is ranked by 1 − R² here: e = [1, 0, …, 0] has raw residual ≤ 1, a noisy true feature n·σ²-ish."""
+    z, bits = planted(8000, 1, 7, 8, seed=2)
+    z = z + np.random.default_rng(3).normal(scale=0.05, size=z.shape)
+    literal = regression_search(z, 8, restarts=5, literal=True, rng=np.random.default_rng(4))
+    assert literal.vectors[:, 0].sum() == 1  # e (or its complement): a near-constant vector
+    ranked = regression_search(z, 8, restarts=5, rng=np.random.default_rng(4))
+    assert attack_accuracy(bits, ranked.vectors[:, :1], complements=True) >= 0.99
