@@ -59,7 +59,7 @@ class Masquerade:
 
     def __init__(self, m: int | str | None = None, rank: int | str | None = None, key: bytes | None = None) -> None:
         self.m = None if m is None else _int("m", m, 1, MAX_FABRICATED)
-        self.rank = None if rank is None else _int("rank", rank, 0, 1 << 20)
+        self.rank = None if rank is None else _int("rank", rank, 1, 1 << 20)
         self._key = new_key() if key is None else key
         if len(self._key) != KEY_BYTES:
             raise ValueError(f"masquerade key must be {KEY_BYTES} bytes, got {len(self._key)}")
