@@ -1,6 +1,6 @@
 """Feature-inference attacks on released models; importing the package registers every attack."""
 
-from . import agnostic, aware, black_box, chebyshev, closed_form, gradient, trees
+from . import agnostic, aware, binary, black_box, chebyshev, closed_form, gradient, trees
 from .base import (
     ATTACKS,
     WHITE_BOX_NEEDS,
@@ -24,6 +24,7 @@ __all__ = [
     "Reconstruction",
     "agnostic",
     "aware",
+    "binary",
     "black_box",
     "chebyshev",
     "closed_form",

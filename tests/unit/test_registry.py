@@ -14,6 +14,7 @@ from vflsec.client.harness import evaluate_attacks
 from vflsec.services.attacks import ATTACKS, NotApplicable, make_attack
 from vflsec.services.attacks.synthetic import lr_task
 from vflsec.services.defenses import release
+from vflsec.services.defenses.embeddings import EMBEDDING_STEPS
 from vflsec.services.defenses.release import (
     PARAM_STEPS,
     SCORE_STEPS,
@@ -35,7 +36,7 @@ SCORE_SPECS = [
     "rank_only",
 ]
 PARAM_SPECS = ["ppsa:H=orthonormal", "varasteh:epsilon=0.05,case=ii,secret_epsilon=yes,starts=2", "withhold"]
-REGISTRIES = {"score": SCORE_STEPS, "param": PARAM_STEPS, "attack": ATTACKS}
+REGISTRIES = {"score": SCORE_STEPS, "param": PARAM_STEPS, "attack": ATTACKS, "embedding": EMBEDDING_STEPS}
 
 
 def _spec(name: str, params: dict[str, Any]) -> str:
@@ -183,7 +184,8 @@ def test_attacks_refuse_a_model_family_they_do_not_support() -> None:
     assert make_attack("half", family="splitnn").name == "half"
     gradient = {"gia", "grn", "grn_direct", "grn_no_reg", "grn_noise_only", "grn_xadv_only", "aware_gia", "aware_grn"}
     luo = {n for n in ATTACKS.names() if n.startswith("grn_luo")}
-    assert set(ATTACKS.names("splitnn")) == {"half", "rg", "zero", "embedding_ls"} | gradient | luo
+    binary = {"ye_alg1", "ye_alg2", "ye_adaptive"}
+    assert set(ATTACKS.names("splitnn")) == {"half", "rg", "zero", "embedding_ls"} | gradient | luo | binary
     assert set(ATTACKS.names("tree")) == {"half", "rg", "zero", "pra", "grn_rf", "grn_rf_own"}
     task = lr_task(20, 3, 4, 3, seed=1)
     results = evaluate_attacks(task.obs, task.x_passive, ["esa", "half"], family="splitnn")

@@ -1,0 +1,165 @@
+"""Passive-side embedding defenses for active-top split-NN: what a passive party may do to z_B before it leaves.
+
+* :class:`Masquerade` — ye Algorithm 3. The passive bottom becomes z_B = [P | u_1 … u_m] [Q x_B; a_1 … a_m] (+ b)
+  with Q of rank ``rank`` (default d_B − 1, ye §5's rank reduction, so that the true binary columns leave the
+  exact span) and m fabricated bits a(x_B) that enter the span exactly: Algorithms 1–2 then find the fabricated
+  bits. With m bits the rows split into 2^m patterns; m = ⌈log₂ n⌉ leaves the adaptive attack groups of about
+  one row (ye §5). The bits are a keyed PRF of the row's bytes (AES-256 CBC-MAC over fixed-length
+  messages, the length bound in a first block; the key is 32 bytes of OS entropy, never a config seed), so one
+  sample always gets the same pattern — repeating a query cannot average or difference it away — while
+  without the key the patterns are independent fair coins. One ECB pass per 16 bytes of row serves every row
+  of a batch at once, which keeps the first layer's overhead small.
+* :class:`EmbeddingNoise` — i.i.d. N(0, σ²) on every z_B entry sent (fresh OS entropy per draw), σ stated.
+
+Both are public mechanisms (Kerckhoffs): ``public_params`` is what an attacker may know; the key and the draws
+are not in it. They are plug-ins of :data:`EMBEDDING_STEPS` (services/registry.py: specs such as
+``masquerade:m=4`` are parsed there, by the one shared value parser).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from torch import nn
+
+from vflsec.services.crypto.entropy import new_key, os_entropy
+from vflsec.services.models.splitnn.modules import DTYPE, module_seed
+from vflsec.services.registry import Plugin, Registry
+
+__all__ = [
+    "EMBEDDING_STEPS",
+    "EmbeddingNoise",
+    "Masquerade",
+    "MasqueradeLinear",
+    "NoisyEmbedding",
+    "default_fabricated",
+]
+
+EMBEDDING_STEPS: Registry[Plugin] = Registry("embedding release step")
+
+MAX_FABRICATED = 128  # bits of one AES block (m = ⌈log₂ n⌉ is 64 at most)
+
+
+def default_fabricated(n_samples: int) -> int:
+    """ye §5: m = ⌈log₂ n⌉, the fewest bits for which 2^m ≥ n (groups of about one row)."""
+    if n_samples < 2:
+        raise ValueError(f"masquerade needs at least 2 samples to size m, got {n_samples}")
+    return math.ceil(math.log2(n_samples))
+
+
+@EMBEDDING_STEPS.register("masquerade")
+class Masquerade(Plugin):
+    """ye Algorithm 3: m fabricated binary features per sample and a rank-reduced true part.
+
+    ``m=None`` sizes m from the party's row count when :meth:`resolve` is called (m = ⌈log₂ n⌉).
+    """
+
+    families = frozenset({"splitnn"})
+
+    def __init__(self, m: int | None = None, rank: int | None = None) -> None:
+        if m is not None and not 1 <= m <= MAX_FABRICATED:
+            raise ValueError(f"m must lie in [1, {MAX_FABRICATED}], got {m}")
+        if rank is not None and rank < 1:
+            raise ValueError(f"rank must be >= 1, got {rank}")
+        self.m, self.rank = m, rank
+        self._key = new_key()  # the PRF key: OS entropy, never a parameter (so never announced or configured)
+
+    def resolve(self, n_samples: int) -> Masquerade:
+        """This masquerade with m fixed (the default ⌈log₂ n⌉ when m was not given); same key."""
+        resolved = Masquerade(self.m if self.m is not None else default_fabricated(n_samples), self.rank)
+        resolved._key = self._key
+        return resolved
+
+    def public_params(self) -> dict[str, str]:
+        params = {"m": "log2n" if self.m is None else str(self.m)}
+        if self.rank is not None:
+            params["rank"] = str(self.rank)
+        return params
+
+    def bits(self, x: np.ndarray) -> np.ndarray:
+        """(n, m) fabricated bits of the rows of ``x``: a keyed PRF of each row's float64 bytes."""
+        if self.m is None:
+            raise ValueError("masquerade m is not fixed yet: call resolve(n_samples) first")
+        rows = np.ascontiguousarray(np.asarray(x, dtype=np.float64))
+        if rows.ndim != 2:
+            raise ValueError(f"masquerade input must be an (n, d) matrix, got shape {rows.shape}")
+        n, width = rows.shape[0], rows.shape[1] * 8
+        data = np.zeros((n, -(-width // 16) * 16), dtype=np.uint8)
+        data[:, :width] = rows.view(np.uint8).reshape(n, width)
+        encryptor = Cipher(algorithms.AES(self._key), modes.ECB()).encryptor()
+        state = np.zeros((n, 16), dtype=np.uint8)
+        state[:, :8] = np.frombuffer(width.to_bytes(8, "little"), dtype=np.uint8)  # the message length first
+        for start in range(-16, data.shape[1], 16):
+            block = state if start < 0 else state ^ data[:, start : start + 16]
+            state = np.frombuffer(encryptor.update(block.tobytes()), dtype=np.uint8).reshape(n, 16)
+        return np.unpackbits(state, axis=1)[:, : self.m].astype(np.float64)
+
+    def build(self, d_in: int, width: int, *, bias: bool, seed: int, role: int = 1) -> MasqueradeLinear:
+        """The passive bottom (d_in -> width) under this masquerade, seeded like the split-NN bottoms."""
+        if self.m is None:
+            raise ValueError("masquerade m is not fixed yet: call resolve(n_samples) first")
+        rank = self.rank if self.rank is not None else max(d_in - 1, 1)
+        if rank > d_in:
+            raise ValueError(f"masquerade rank must be <= d_B = {d_in}, got {rank}")
+        if width < rank + self.m:
+            raise ValueError(
+                f"masquerade needs the passive width >= rank + m = {rank + self.m} to carry every fabricated bit; "
+                f"got {width} (raise passive_width to at least {rank + self.m}, or lower m)"
+            )
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(module_seed(seed, role))
+            return MasqueradeLinear(self, d_in, width, rank, bias).to(DTYPE)
+
+
+class MasqueradeLinear(nn.Module):
+    """z_B = P [Q x; a(x)] (+ b): Q (rank × d_B) and P ((rank + m) × width, its last m columns the u_i)."""
+
+    def __init__(self, masquerade: Masquerade, d_in: int, width: int, rank: int, bias: bool) -> None:
+        super().__init__()
+        self.masquerade = masquerade
+        self.q = nn.Linear(d_in, rank, bias=False)
+        self.p = nn.Linear(rank + (masquerade.m or 0), width, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = torch.from_numpy(self.masquerade.bits(x.detach().cpu().numpy())).to(x.dtype)
+        return self.p(torch.cat([self.q(x), a], dim=1))
+
+
+@EMBEDDING_STEPS.register("embedding_noise")
+class EmbeddingNoise(Plugin):
+    """z_B + N(0, σ²) on every entry sent, σ stated; fresh OS entropy per draw (no seed can replay it)."""
+
+    families = frozenset({"splitnn"})
+
+    def __init__(self, sigma: float) -> None:
+        if isinstance(sigma, bool) or not (math.isfinite(sigma) and sigma > 0):
+            raise ValueError(f"sigma must be a finite number > 0, got {sigma!r}")
+        self.sigma = float(sigma)
+        self._rng = os_entropy()
+
+    def public_params(self) -> dict[str, str]:
+        return {"sigma": str(self.sigma)}
+
+    def draw(self, shape: tuple[int, ...]) -> np.ndarray:
+        return np.asarray(self._rng.normal(0.0, self.sigma, size=shape), dtype=np.float64)
+
+    def __call__(self, z: np.ndarray) -> np.ndarray:
+        z = np.asarray(z, dtype=np.float64)
+        return z + self.draw(z.shape)
+
+    def wrap(self, module: nn.Module) -> NoisyEmbedding:
+        """``module`` whose output carries this noise (training and inference); gradients pass unchanged."""
+        return NoisyEmbedding(module, self)
+
+
+class NoisyEmbedding(nn.Module):
+    def __init__(self, module: nn.Module, noise: EmbeddingNoise) -> None:
+        super().__init__()
+        self.inner, self.noise = module, noise
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = self.inner(x)
+        return z + torch.from_numpy(self.noise.draw(tuple(z.shape))).to(z.dtype)

@@ -1,0 +1,147 @@
+"""ye's binary feature reconstruction: Exact Cover instances (Theorem 2), planted binary columns, one-hot groups,
+the adaptive attack against masquerade, the metric, and the coordinator-top refusal."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vflsec.services.attacks import NotApplicable, Observations, make_attack, run_attack
+from vflsec.services.attacks.binary import (
+    attack_accuracy,
+    attack_in_groups,
+    binary_match,
+    enumerate_binary,
+    one_hot_structure,
+    regression_search,
+)
+
+
+def exact_cover_matrix(n: int, subsets: list[set[int]]) -> np.ndarray:
+    """ye Theorem 2: Z = [I_{m+1}; Z_2; Z_3] has a nonzero binary vector in its span iff an exact cover exists."""
+    m = len(subsets)
+    z2 = np.array([[1.0 if i in s else 0.0 for s in subsets] + [-1.0] for i in range(n)])
+    z3 = np.array([[2.0 * len(s) for s in subsets] + [-2.0 * n]])
+    return np.vstack([np.eye(m + 1), z2, z3])
+
+
+def test_exact_cover_instance_with_a_cover_yields_exactly_its_binary_vector() -> None:
+    subsets = [{0, 1}, {2, 3}, {1, 2}, {0}, {3}]  # covers: {S0, S1} and {S2, S3, S4}
+    z = exact_cover_matrix(4, subsets)
+    found = enumerate_binary(z, z.shape[1], bias=False)
+    covers = {frozenset(np.flatnonzero(v[: len(subsets)])) for v in found.vectors.T}
+    assert covers == {frozenset({0, 1}), frozenset({2, 3, 4})}
+    for v in found.vectors.T:  # each is Zw with w = (cover indicator, 1)
+        assert v[len(subsets)] == 1 and np.all(v[len(subsets) + 1 :] == 0)
+
+
+def test_exact_cover_instance_without_a_cover_yields_nothing() -> None:
+    z = exact_cover_matrix(3, [{0, 1}, {1, 2}])
+    assert enumerate_binary(z, z.shape[1], bias=False).vectors.shape[1] == 0
+
+
+def planted(n: int, binary: int, continuous: int, width: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """z = W x + b for x = (binary columns, Gaussian columns), binaries stored standardised (ye §7)."""
+    rng = np.random.default_rng(seed)
+    bits = (rng.random((n, binary)) < rng.uniform(0.2, 0.6, binary)).astype(float)
+    x = np.hstack([(bits - bits.mean(0)) / bits.std(0), rng.normal(size=(n, continuous))])
+    return x @ rng.normal(size=(width, binary + continuous)).T + rng.normal(size=width), bits
+
+
+def test_algorithm_1_recovers_every_planted_binary_column() -> None:
+    z, bits = planted(3000, 6, 3, 12, seed=1)
+    found = enumerate_binary(z, 9)
+    assert np.all(binary_match(bits, found.vectors, complements=True).max(axis=1) == 1.0)
+    assert found.rank == 10  # 9 features and the ones vector
+
+
+@pytest.mark.parametrize("sigma", [0.0, 0.05])
+def test_algorithm_2_finds_the_one_binary_column(sigma: float) -> None:
+    z, bits = planted(20_000, 1, 7, 8, seed=2)
+    z = z + np.random.default_rng(3).normal(scale=sigma, size=z.shape)
+    found = regression_search(z, 8, restarts=10, rng=np.random.default_rng(4))
+    assert attack_accuracy(bits, found.vectors[:, :1], complements=True) >= 0.99
+
+
+def test_one_hot_group_shows_up_with_its_sums_and_is_regrouped() -> None:
+    rng = np.random.default_rng(5)
+    n = 4000
+    category = rng.choice(4, size=n, p=[0.1, 0.2, 0.3, 0.4])
+    one_hot = np.eye(4)[category]
+    x = np.hstack([one_hot[:, :3], rng.normal(size=(n, 3))])  # the 4th indicator is 1 − the others: dropped
+    z = x @ rng.normal(size=(8, 6)).T
+    found = enumerate_binary(z, 6)
+    # 15 non-empty subsets of 4 categories, paired with their complements by the ones vector: 7 distinct.
+    assert found.vectors.shape[1] == 7
+    structure = one_hot_structure(found.vectors)
+    assert len(structure["one_hot_groups"]) == 1
+    atoms = found.vectors[:, structure["one_hot_groups"][0]]
+    assert np.all(binary_match(one_hot, atoms, complements=True).max(axis=1)[:3] == 1.0)
+    assert attack_accuracy(one_hot, found.vectors, one_hot=((0, 1, 2, 3),)) == 1.0
+
+
+def masqueraded(n: int, m: int, seed: int, rank_reduce: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """z = P [Q x; a] for one binary among 5 features, m fabricated fair bits a."""
+    rng = np.random.default_rng(seed)
+    truth = (rng.random(n) < 0.4).astype(float)
+    x = np.column_stack([truth, rng.normal(size=(n, 4))])
+    q = rng.normal(size=(4 if rank_reduce else 5, 5))
+    a = (rng.random((n, m)) < 0.5).astype(float)
+    p = rng.normal(size=(16, q.shape[0] + m))
+    return np.hstack([x @ q.T, a]) @ p.T, truth, a
+
+
+def test_adaptive_attack_beats_one_fabricated_bit_that_fools_the_plain_attack() -> None:
+    z, truth, a = masqueraded(6000, 1, seed=6, rank_reduce=False)
+    obs = Observations(np.zeros((6000, 1)), None, 2, 5, embeddings=z, param_chain=(("masquerade", {"m": "1"}),))
+    adaptive = run_attack(make_attack("ye_adaptive", seed=0, restarts=8), obs)
+    assert attack_accuracy(a, adaptive.meta["fabricated_bits"], complements=True) == 1.0
+    assert attack_accuracy(truth[:, None], adaptive.meta["binary_features"], complements=True) >= 0.99
+
+
+def test_rank_reduced_masquerade_leads_the_plain_attack_to_the_fabricated_bit() -> None:
+    z, truth, a = masqueraded(6000, 1, seed=7, rank_reduce=True)
+    found = regression_search(z, 6, rng=np.random.default_rng(0))
+    assert attack_accuracy(a, found.vectors[:, :1], complements=True) == 1.0
+    assert attack_accuracy(truth[:, None], found.vectors[:, :1], complements=True) <= 0.6
+
+
+def test_log2_n_fabricated_bits_leave_groups_too_small_to_attack() -> None:
+    n = 2048
+    z, truth, a = masqueraded(n, 11, seed=8, rank_reduce=False)  # 2^11 = n patterns
+    x = attack_in_groups(z, a, 5, rng=np.random.default_rng(0))  # even handed the true bits
+    majority = max(truth.mean(), 1 - truth.mean())  # what a constant guess scores
+    assert attack_accuracy(truth[:, None], x, complements=True) <= majority + 0.02
+
+
+def test_metric_counts_matches_complements_and_one_hot_sums() -> None:
+    truth = np.array([[1, 0], [1, 0], [0, 1], [0, 0]], dtype=float)
+    found = np.array([[0], [0], [1], [0]], dtype=float)
+    assert binary_match(truth, found).tolist() == [[0.25], [1.0]]
+    assert attack_accuracy(truth[:, :1], found) == 0.25
+    assert attack_accuracy(truth[:, :1], found, complements=True) == 0.75
+    assert attack_accuracy(truth, np.array([[1], [1], [1], [0]], float), one_hot=((0, 1),)) == 1.0
+    assert attack_accuracy(truth, np.zeros((4, 0))) == 0.0
+
+
+@pytest.mark.parametrize("name", ["ye_alg1", "ye_alg2", "ye_adaptive"])
+def test_no_embeddings_is_not_applicable_with_the_reason(name: str) -> None:
+    obs = Observations(np.zeros((10, 2)), np.full((10, 2), 0.5), 2, 3)
+    with pytest.raises(NotApplicable, match="coordinator-top"):
+        run_attack(make_attack(name), obs)
+
+
+def test_span_beyond_max_rank_is_refused() -> None:
+    z, _ = planted(500, 2, 10, 16, seed=9)
+    with pytest.raises(NotApplicable, match="max_rank"):
+        enumerate_binary(z, 12, max_rank=10)
+
+
+def test_raw_residual_ranking_picks_e_under_noise_where_unexplained_fraction_picks_the_feature() -> None:
+    """Why line 8 is ranked by 1 − R² here: e = [1, 0, …, 0] has raw residual ≤ 1, a noisy true feature n·σ²-ish."""
+    z, bits = planted(8000, 1, 7, 8, seed=2)
+    z = z + np.random.default_rng(3).normal(scale=0.05, size=z.shape)
+    literal = regression_search(z, 8, restarts=5, literal=True, rng=np.random.default_rng(4))
+    assert literal.vectors[:, 0].sum() == 1  # e (or its complement): a near-constant vector
+    ranked = regression_search(z, 8, restarts=5, rng=np.random.default_rng(4))
+    assert attack_accuracy(bits, ranked.vectors[:, :1], complements=True) >= 0.99
