@@ -29,7 +29,7 @@ class LocalFederation:
     owners: list[FeatureOwner]
     keyholder: KeyHolder
     public: he.Backend
-    messages: dict[str, int] = field(default_factory=dict)  # kind -> count, for the report and the bench
+    messages: dict[str, int] = field(default_factory=dict)  # message kind -> count (and ciphertexts, bytes)
 
     @classmethod
     def create(cls, config: TreeConfig, data: TreeData, backend: str = "plain") -> LocalFederation:
@@ -59,11 +59,14 @@ class LocalFederation:
             sent = self.labels.encrypt(self.public, task, widest)
             wire = he.matrix_to_wire(self.public, sent)  # active -> passive parties
             self._count("encrypted indicators")
+            self._count("indicator ciphertext bytes", sum(map(len, wire.ciphertexts)))
             for p in passive:
                 received = he.matrix_from_wire(self.public, wire)
                 products, mask_sums = self.owners[p].masked_products(self.public, received, task, entropy.os_entropy())
                 blobs = [self.public.serialize(ct) for ct in products]  # passive -> coordinator
                 self._count("masked products")
+                self._count("product ciphertexts", len(blobs))
+                self._count("product ciphertext bytes", sum(map(len, blobs)))
                 counts[p] = self.keyholder.open_counts(
                     p, task, self.builder.width(task, p), sent.layout, blobs, mask_sums
                 )
