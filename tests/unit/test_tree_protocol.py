@@ -7,7 +7,7 @@ import pytest
 
 from vflsec.services.crypto import entropy, he
 from vflsec.services.errors import FailedPrecondition, InvalidArgument
-from vflsec.services.models.tree import LocalFederation, TreeConfig, TreeData, simulate
+from vflsec.services.models.tree import KeyHolder, LocalFederation, TreeConfig, TreeData, simulate
 from vflsec.services.models.tree.structure import ACTIVE
 
 
@@ -68,6 +68,10 @@ def test_one_answer_per_party_and_node_and_exact_width(wine):
     # That refusal spent the node's one answer: the honest request is now refused too.
     with pytest.raises(FailedPrecondition, match="one decryption"):
         fed.keyholder.open_counts(1, task, width, sent.layout, blobs, mask_sums)
+    restored = KeyHolder(fed.keyholder.backend)  # a restarted coordinator remembers the spent answer
+    restored.load_state(fed.keyholder.to_state())
+    with pytest.raises(FailedPrecondition, match="one decryption"):
+        restored.open_counts(1, task, width, sent.layout, blobs, mask_sums)
 
 
 def test_withheld_thresholds_absent_from_the_active_view(wine):

@@ -26,8 +26,9 @@ learns each query's path, and releases only the class / vote fractions through t
 active party, which would otherwise see every passive comparison (what luo's PRA tries to infer), does not
 combine.
 
-State: the Builder's ``to_state`` is the grown trees and the open queue (json bytes); a FeatureOwner's is its bin
-edges and its splits. Data (labels, training columns) is not state: it is given again on restore.
+State (json bytes): the Builder's is the grown trees and the open queue, the KeyHolder's the answers it spent, a
+FeatureOwner's its bin edges and splits. Data (labels, training columns) is not state: it is given again on
+restore. The engines must save the KeyHolder before it decrypts (as coordinator.block_sums does).
 """
 
 from __future__ import annotations
@@ -423,6 +424,13 @@ class KeyHolder:
             raise InvalidArgument(f"ciphertexts: {exc}") from exc
         # Counts are integers (bootstrap multiplicities times 0/1); rounding removes the CKKS decoding error.
         return np.rint(he.gradient_from_block_sums(sums, mask_sums, width))
+
+    def to_state(self) -> bytes:
+        """The spent answers: a restored coordinator must not decrypt a node's products twice."""
+        return json.dumps(sorted(self.answered)).encode()
+
+    def load_state(self, data: bytes) -> None:
+        self.answered = {tuple(k) for k in json.loads(data)}  # type: ignore[misc]
 
 
 def combine(forest: Forest, directions: Mapping[int, Mapping[NodeKey, np.ndarray]], n: int) -> np.ndarray:
