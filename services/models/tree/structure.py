@@ -23,7 +23,7 @@ Example (a depth-1 tree whose root splits passive party 1's feature 2 at 0.5, vi
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
 import numpy as np
@@ -98,7 +98,6 @@ class Forest:
     n_classes: int
     kind: str = "tree"
     setting: ReleaseSetting | None = None  # None: the coordinator's skeleton; else the release it was made for
-    meta: dict[str, object] = field(default_factory=dict)
 
     def votes(self, labels: np.ndarray) -> np.ndarray:
         """(n, T) leaf labels -> (n, K) fractions of trees voting for each class (luo §II: RF output)."""
@@ -151,6 +150,4 @@ def release(tree: Tree, setting: ReleaseSetting) -> Tree:
 
 
 def release_forest(forest: Forest, setting: ReleaseSetting) -> Forest:
-    return Forest(
-        [release(t, setting) for t in forest.trees], forest.n_classes, forest.kind, setting, dict(forest.meta)
-    )
+    return Forest([release(t, setting) for t in forest.trees], forest.n_classes, forest.kind, setting)
