@@ -122,6 +122,9 @@ def test_builder_refuses_out_of_order_and_bad_messages():
     assert fed.builder.open(task, fed.labels.totals(task))
     with pytest.raises(InvalidArgument, match="counts must have shape"):
         fed.builder.decide(task, {})
+    bad = {p: np.full((data.n_classes, fed.builder.width(task, p)), -1.0) for p in task.features}
+    with pytest.raises(InvalidArgument, match="finite and non-negative"):
+        fed.builder.decide(task, bad)
     other = Task(0, 1, 1, task.rows, task.weights, task.features)
     with pytest.raises(FailedPrecondition, match="not the node being grown"):
         fed.builder.open(other, fed.labels.totals(other))

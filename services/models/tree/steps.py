@@ -218,6 +218,8 @@ class Builder:
             expected = (self.n_classes, self.width(task, party))
             if party not in counts or np.shape(counts[party]) != expected:
                 raise InvalidArgument(f"party {party}'s counts must have shape {expected}")
+            if not (np.isfinite(counts[party]).all() and np.min(counts[party], initial=0) >= 0):
+                raise InvalidArgument(f"party {party}'s counts must be finite and non-negative")
         split = best_split(task, counts, self.bin_sizes, self.config.min_samples_leaf)
         if split is None:
             self.queue.pop(0)
