@@ -104,4 +104,5 @@ def test_ckks_matches_plain_on_digits():
     config = TreeConfig(max_depth=2)
     ckks, plain = simulate(config, digits, "ckks"), simulate(config, digits, "plain")
     np.testing.assert_array_equal(ckks.votes, plain.votes)
-    assert ckks.federation.messages == plain.federation.messages
+    counts = [{k: v for k, v in run.federation.messages.items() if "bytes" not in k} for run in (ckks, plain)]
+    assert counts[0] == counts[1]  # same messages and ciphertext counts; only the ciphertext sizes differ
