@@ -1,0 +1,78 @@
+"""Tree-family configuration: one frozen, validated description shared by every party and the central reference.
+
+``kind="tree"`` is one CART classifier (Gini); ``kind="forest"`` a random forest of ``n_trees`` CART trees, each on
+a bootstrap sample (``bootstrap``) with a fresh feature subsample at every node (``feature_fraction``; None: sqrt(d)
+features as scikit-learn's default). Thresholds are bin edges: every party bins its own features into at most
+``n_bins`` quantile bins (:mod:`.binning`). ``seed`` drives only model randomness (bootstrap draws and feature
+choice), which is public among the parties; nothing drawn at release time depends on it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+from vflsec.services.models.splitnn.config import DictForm, positive_int
+
+Kind = Literal["tree", "forest"]
+KINDS: tuple[str, ...] = get_args(Kind)
+MAX_BINS = 64  # a bin indicator column per bin and feature: this caps the width one party sends per node
+
+
+@dataclass(frozen=True)
+class TreeConfig(DictForm):
+    """CART (``kind="tree"``) or random forest (``kind="forest"``); defaults are the issue-13 acceptance settings."""
+
+    kind: Kind = "tree"
+    max_depth: int = 5
+    min_samples_leaf: int = 1
+    n_bins: int = 16
+    n_trees: int = 1
+    bootstrap: bool = False
+    feature_fraction: float | None = None  # None: all features (tree), sqrt(d) of them per node (forest)
+    seed: int = 0
+
+    @classmethod
+    def forest(cls, n_trees: int = 100, max_depth: int = 3, **kwargs: object) -> TreeConfig:
+        """luo's RF setting: bagged trees with per-node feature subsampling."""
+        return cls(kind="forest", n_trees=n_trees, max_depth=max_depth, bootstrap=True, **kwargs)  # type: ignore[arg-type]
+
+    def __post_init__(self) -> None:
+        for error in self._errors():
+            raise ValueError(f"tree config: {error}")
+
+    def _errors(self) -> Iterator[str]:
+        if self.kind not in KINDS:
+            yield f"kind must be one of {', '.join(KINDS)}, got {self.kind!r}"
+        if not positive_int(self.max_depth):
+            yield f"max_depth must be a positive integer, got {self.max_depth!r}"
+        if not positive_int(self.min_samples_leaf):
+            yield f"min_samples_leaf must be a positive integer, got {self.min_samples_leaf!r}"
+        if not (positive_int(self.n_bins) and 2 <= self.n_bins <= MAX_BINS):
+            yield f"n_bins must be an integer in [2, {MAX_BINS}], got {self.n_bins!r}"
+        if not positive_int(self.n_trees):
+            yield f"n_trees must be a positive integer, got {self.n_trees!r}"
+        elif self.kind == "tree" and self.n_trees != 1:
+            yield f"a tree is one tree: n_trees must be 1 for kind='tree', got {self.n_trees} (use kind='forest')"
+        if not isinstance(self.bootstrap, bool):
+            yield f"bootstrap must be a bool, got {self.bootstrap!r}"
+        elif self.kind == "tree" and self.bootstrap:
+            yield "bootstrap applies to forests only (kind='forest')"
+        fraction = self.feature_fraction
+        if fraction is not None and not (
+            isinstance(fraction, int | float)
+            and not isinstance(fraction, bool)
+            and math.isfinite(fraction)
+            and 0 < fraction <= 1
+        ):
+            yield f"feature_fraction must lie in (0, 1] or be None, got {fraction!r}"
+        if not (isinstance(self.seed, int) and not isinstance(self.seed, bool) and self.seed >= 0):
+            yield f"seed must be a non-negative integer, got {self.seed!r}"
+
+    def features_per_node(self, d: int) -> int:
+        """How many of the federation's d features a node's split search considers (scikit-learn's rule)."""
+        if self.feature_fraction is None:
+            return d if self.kind == "tree" else max(1, int(math.sqrt(d)))
+        return max(1, int(self.feature_fraction * d))

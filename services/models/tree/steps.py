@@ -1,0 +1,483 @@
+"""The per-party protocol steps of tree training and inference: numpy (or ciphertexts) in, numpy (or ciphertexts) out.
+
+Roles (party 0 is the active party; every party, the active one included, is a :class:`FeatureOwner`):
+
+* :class:`Builder` — the coordinator's tree growth: the node queue, bootstrap weights and per-node feature choice
+  (seeded model randomness), the stopping rules and the best split by Gini from per-bin class counts
+  (:func:`best_split`); it holds the skeleton (owner, feature, bin per split; no thresholds).
+* :class:`LabelHolder` — the active party's labels: per node, the class indicators of the node's rows (times their
+  bootstrap multiplicity), encrypted for the passive parties (:meth:`LabelHolder.encrypt`) and the node's class
+  totals in the clear.
+* :class:`FeatureOwner` — a party's bins and thresholds: per-bin class counts of its candidate features, in the clear
+  for the active party (:meth:`FeatureOwner.plain_counts`) and as masked ct x pt products for a passive party
+  (:meth:`FeatureOwner.masked_products`, he.masked_feature_products against its 0/1 bin indicators); when its
+  split wins it partitions the node's rows and keeps the threshold; at inference it answers its own splits.
+* :class:`KeyHolder` — the coordinator's decryption: one answer per (party, tree, node), exactly the width the
+  node's candidate features need, honest ciphertext form and the masked range (he.block_sums); the passive
+  party's mask sums come with its products, so the per-bin counts open at the coordinator and nowhere else.
+
+Who learns what (per node): the coordinator learns the (weighted) class counts of every bin of every candidate
+feature, and which bin index wins; never a threshold or a per-sample value (every decrypted slot is masked,
+uniform in [-2^24, 2^24]). A passive party learns nothing from the labels (it only computes on ciphertexts) and
+keeps its thresholds; the active party learns nothing about passive features except the partition of each
+node's training rows (which rows go left), which it needs to encrypt the children's indicators. At inference
+every party sends the coordinator one bit per (row, own split node); the coordinator routes the rows, so it
+learns each query's path, and releases only the class / vote fractions through the score-release chain: the
+active party, which would otherwise see every passive comparison (what luo's PRA tries to infer), does not
+combine.
+
+State (json bytes): the Builder's is the grown trees and the open queue, the KeyHolder's the answers it spent, a
+FeatureOwner's its bin edges and splits. Data (labels, training columns) is not state: it is given again on
+restore. The engines must save the KeyHolder before it decrypts (as coordinator.block_sums does).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from vflsec.services.crypto import he
+from vflsec.services.errors import FailedPrecondition, InvalidArgument
+
+from .binning import QuantileBins
+from .config import TreeConfig
+from .structure import ACTIVE, Forest, Node, Tree, copy_tree
+
+NodeKey = tuple[int, int]  # (tree, heap index)
+
+
+@dataclass(frozen=True)
+class Task:
+    """One node to grow. Public among the parties: its rows (training positions), their bootstrap multiplicity
+    and each party's candidate features."""
+
+    tree: int
+    node_id: int
+    depth: int
+    rows: np.ndarray
+    weights: np.ndarray
+    features: dict[int, tuple[int, ...]]
+
+    @property
+    def key(self) -> NodeKey:
+        return (self.tree, self.node_id)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "tree": self.tree,
+            "node_id": self.node_id,
+            "depth": self.depth,
+            "rows": self.rows.tolist(),
+            "weights": self.weights.tolist(),
+            "features": {str(p): list(f) for p, f in self.features.items()},
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> Task:
+        return cls(
+            d["tree"],
+            d["node_id"],
+            d["depth"],
+            np.asarray(d["rows"], dtype=np.int64),
+            np.asarray(d["weights"], dtype=np.float64),
+            {int(p): tuple(f) for p, f in d["features"].items()},
+        )
+
+
+@dataclass(frozen=True)
+class Split:
+    owner: int
+    feature: int  # owner-local
+    bin: int  # bin <= bin goes left
+    proxy: float  # Σ_side Σ_c count² / n_side (larger is purer)
+
+
+def best_split(
+    task: Task, counts: Mapping[int, np.ndarray], bin_sizes: Sequence[Sequence[int]], min_samples_leaf: int
+) -> Split | None:
+    """The Gini-best split from per-bin class counts; None if no candidate leaves both sides min_samples_leaf.
+
+    ``counts[p]`` is party p's (K, D) block for its candidate features ``task.features[p]``, each feature's bins
+    contiguous. Minimising the weighted Gini impurity n_L·G_L + n_R·G_R equals maximising
+    Σ_c L_c²/n_L + Σ_c R_c²/n_R. Cuts lie only between bins the node's rows occupy, and the chosen bin is the
+    midpoint of the two occupied bins around the cut: scikit-learn's threshold on bin-index features, so that
+    unseen bins route the same way. Ties go to the first party, feature and cut.
+    """
+    best: Split | None = None
+    for party in sorted(task.features):
+        block = np.asarray(counts[party], dtype=np.float64)
+        offset = 0
+        for feature in task.features[party]:
+            size = bin_sizes[party][feature]
+            per_bin = block[:, offset : offset + size]
+            offset += size
+            occupied = np.flatnonzero(per_bin.sum(axis=0) > 0)
+            if occupied.size < 2:
+                continue
+            left = np.cumsum(per_bin[:, occupied], axis=1)[:, :-1]  # (K, cuts)
+            right = per_bin.sum(axis=1, keepdims=True) - left
+            n_left, n_right = left.sum(axis=0), right.sum(axis=0)
+            valid = (n_left >= min_samples_leaf) & (n_right >= min_samples_leaf)
+            if not valid.any():
+                continue
+            proxy = np.where(
+                valid,
+                (left**2).sum(axis=0) / np.maximum(n_left, 1) + (right**2).sum(axis=0) / np.maximum(n_right, 1),
+                -np.inf,
+            )
+            cut = int(np.argmax(proxy))
+            if best is None or proxy[cut] > best.proxy:
+                best = Split(party, feature, int((occupied[cut] + occupied[cut + 1]) // 2), float(proxy[cut]))
+        if offset != block.shape[1]:
+            raise InvalidArgument(f"party {party}'s counts have {block.shape[1]} columns, its features need {offset}")
+    return best
+
+
+class Builder:
+    """The coordinator's side of training: which node next, whether to split it, and the skeleton."""
+
+    def __init__(self, config: TreeConfig, n_classes: int, n_rows: int, bin_sizes: Sequence[Sequence[int]]) -> None:
+        if n_classes < 2 or n_rows < 1 or len(bin_sizes) < 2:
+            raise ValueError(
+                f"need >= 2 classes, >= 1 row and >= 2 parties; got {n_classes}, {n_rows}, {len(bin_sizes)}"
+            )
+        self.config, self.n_classes, self.n_rows = config, n_classes, n_rows
+        self.bin_sizes = [list(sizes) for sizes in bin_sizes]
+        self._global = [(p, f) for p, sizes in enumerate(self.bin_sizes) for f in range(len(sizes))]
+        self.roots: list[Node | None] = [None] * config.n_trees
+        self._nodes: dict[NodeKey, Node] = {}
+        self.queue: list[Task] = [self._root_task(t) for t in range(config.n_trees)]
+
+    # Model randomness: seeded per tree / node, so a restored Builder draws the same without saving a generator.
+    def _root_task(self, tree: int) -> Task:
+        if self.config.bootstrap:
+            draws = np.random.default_rng([self.config.seed, tree]).integers(0, self.n_rows, self.n_rows)
+            weights = np.bincount(draws, minlength=self.n_rows).astype(np.float64)
+        else:
+            weights = np.ones(self.n_rows)
+        rows = np.flatnonzero(weights)
+        return self._task(tree, 0, 0, rows, weights[rows])
+
+    def _task(self, tree: int, node_id: int, depth: int, rows: np.ndarray, weights: np.ndarray) -> Task:
+        m = self.config.features_per_node(len(self._global))
+        chosen = range(len(self._global))
+        if m < len(self._global):
+            chosen = sorted(
+                np.random.default_rng([self.config.seed, tree, node_id, 1]).choice(len(self._global), m, replace=False)
+            )
+        features: dict[int, list[int]] = {}
+        for index in chosen:
+            party, feature = self._global[index]
+            features.setdefault(party, []).append(feature)
+        return Task(tree, node_id, depth, rows, weights, {p: tuple(f) for p, f in features.items()})
+
+    def next_task(self) -> Task | None:
+        return self.queue[0] if self.queue else None
+
+    def width(self, task: Task, party: int) -> int:
+        """Columns of party's per-bin block for this node (0 if it has no candidate feature here)."""
+        return sum(self.bin_sizes[party][f] for f in task.features.get(party, ()))
+
+    def _current(self, task: Task) -> None:
+        if not self.queue or self.queue[0].key != task.key:
+            raise FailedPrecondition(f"node {task.key} is not the node being grown")
+
+    def open(self, task: Task, totals: np.ndarray) -> bool:
+        """Record the node with the active party's class totals; True if its split must be searched."""
+        self._current(task)
+        totals = np.asarray(totals, dtype=np.float64)
+        if totals.shape != (self.n_classes,) or not np.isclose(totals.sum(), task.weights.sum()):
+            raise InvalidArgument(f"class totals {totals.shape} do not sum to the node's weight {task.weights.sum()}")
+        node = Node(task.node_id, totals)
+        self._nodes[task.key] = node
+        if task.node_id == 0:
+            self.roots[task.tree] = node
+        else:
+            parent = self._nodes[(task.tree, (task.node_id - 1) // 2)]
+            if task.node_id % 2:
+                parent.left = node
+            else:
+                parent.right = node
+        terminal = (
+            task.depth >= self.config.max_depth
+            or np.count_nonzero(totals) <= 1
+            or task.rows.size < max(2, 2 * self.config.min_samples_leaf)
+        )
+        if terminal:
+            self.queue.pop(0)
+        return not terminal
+
+    def decide(self, task: Task, counts: Mapping[int, np.ndarray]) -> Split | None:
+        """Best split from every candidate party's counts; None makes the node a leaf (and closes it)."""
+        self._current(task)
+        for party in task.features:
+            expected = (self.n_classes, self.width(task, party))
+            if party not in counts or np.shape(counts[party]) != expected:
+                raise InvalidArgument(f"party {party}'s counts must have shape {expected}")
+            if not (np.isfinite(counts[party]).all() and np.min(counts[party], initial=0) >= 0):
+                raise InvalidArgument(f"party {party}'s counts must be finite and non-negative")
+        split = best_split(task, counts, self.bin_sizes, self.config.min_samples_leaf)
+        if split is None:
+            self.queue.pop(0)
+        return split
+
+    def apply(self, task: Task, split: Split, goes_left: np.ndarray) -> None:
+        """The owner's partition of the node's rows: record the split, queue both children."""
+        self._current(task)
+        goes_left = np.asarray(goes_left)
+        if goes_left.dtype != bool or goes_left.shape != task.rows.shape:
+            raise InvalidArgument(
+                f"partition must be {task.rows.size} booleans, got {goes_left.dtype} {goes_left.shape}"
+            )
+        if goes_left.all() or not goes_left.any():
+            raise InvalidArgument("the owner's partition leaves one side empty; the per-bin counts promised both")
+        node = self._nodes[task.key]
+        node.owner, node.feature, node.bin = split.owner, split.feature, split.bin
+        self.queue.pop(0)
+        for child, side in ((2 * task.node_id + 1, goes_left), (2 * task.node_id + 2, ~goes_left)):
+            self.queue.append(self._task(task.tree, child, task.depth + 1, task.rows[side], task.weights[side]))
+
+    @property
+    def done(self) -> bool:
+        return not self.queue
+
+    def forest(self) -> Forest:
+        """The skeleton (owners, features, bins; no thresholds), once every node is closed."""
+        if not self.done or any(r is None for r in self.roots):
+            raise FailedPrecondition(f"training is not finished: {len(self.queue)} node(s) still open")
+        return Forest([Tree(r, self.n_classes) for r in self.roots], self.n_classes, self.config.kind)  # type: ignore[arg-type]
+
+    def to_state(self) -> bytes:
+        return json.dumps(
+            {
+                "nodes": {
+                    f"{t}:{i}": [n.counts.tolist(), n.owner, n.feature, n.bin] for (t, i), n in self._nodes.items()
+                },
+                "queue": [task.to_json() for task in self.queue],
+            }
+        ).encode()
+
+    @classmethod
+    def from_state(
+        cls, data: bytes, config: TreeConfig, n_classes: int, n_rows: int, bin_sizes: Sequence[Sequence[int]]
+    ) -> Builder:
+        builder = cls(config, n_classes, n_rows, bin_sizes)
+        state = json.loads(data)
+        builder._nodes = {}
+        for key in sorted(state["nodes"], key=lambda k: tuple(map(int, k.split(":")))):
+            t, i = map(int, key.split(":"))
+            counts, owner, feature, bin_index = state["nodes"][key]
+            node = Node(i, np.asarray(counts, dtype=np.float64), owner, feature, bin_index)
+            builder._nodes[(t, i)] = node
+            if i == 0:
+                builder.roots[t] = node
+            else:
+                parent = builder._nodes[(t, (i - 1) // 2)]
+                if i % 2:
+                    parent.left = node
+                else:
+                    parent.right = node
+        builder.queue = [Task.from_json(d) for d in state["queue"]]
+        return builder
+
+
+class LabelHolder:
+    """The active party's labels (data, not state)."""
+
+    def __init__(self, y: np.ndarray, n_classes: int) -> None:
+        self.y, self.n_classes = np.asarray(y, dtype=np.int64), n_classes
+
+    def indicators(self, task: Task) -> np.ndarray:
+        """(n_node, K): row i's class indicator times its bootstrap multiplicity."""
+        return np.eye(self.n_classes)[self.y[task.rows]] * task.weights[:, None]
+
+    def totals(self, task: Task) -> np.ndarray:
+        return self.indicators(task).sum(axis=0)
+
+    def encrypt(self, backend: he.Backend, task: Task, widest: int) -> he.EncryptedMatrix:
+        """[[indicators]] for the passive parties, replicated for the widest block a passive party sends."""
+        n = task.rows.size
+        replicas = he.choose_replicas(n, self.n_classes, max(widest, 1), backend.slots)
+        return he.encrypt_matrix(backend, self.indicators(task), replicas=replicas)
+
+
+class FeatureOwner:
+    """One party's bins, its training bin matrix and the thresholds of the splits it won."""
+
+    def __init__(self, party: int, bins: QuantileBins, X_train: np.ndarray | None = None) -> None:
+        self.party, self.bins = party, bins
+        self.train_bins = None if X_train is None else bins.transform(X_train)
+        self.splits: dict[NodeKey, tuple[int, int]] = {}  # (tree, node) -> (feature, bin)
+
+    @classmethod
+    def fit(cls, party: int, X_train: np.ndarray, config: TreeConfig) -> FeatureOwner:
+        return cls(party, QuantileBins.fit(X_train, config.n_bins), X_train)
+
+    def _train(self) -> np.ndarray:
+        if self.train_bins is None:
+            raise FailedPrecondition(f"party {self.party} was restored without its training columns")
+        return self.train_bins
+
+    def indicator_matrix(self, task: Task) -> np.ndarray:
+        """(n_node, D) 0/1: row i is in bin b of candidate feature f (the features' bins side by side)."""
+        sizes = self.bins.sizes
+        bins = self._train()[task.rows]
+        columns = [np.eye(sizes[f])[bins[:, f]] for f in task.features.get(self.party, ())]
+        return np.hstack(columns) if columns else np.zeros((task.rows.size, 0))
+
+    def plain_counts(self, task: Task, indicators: np.ndarray) -> np.ndarray:
+        """(K, D) per-bin class counts in the clear: the active party on its own features."""
+        return indicators.T @ self.indicator_matrix(task)
+
+    def masked_products(
+        self, backend: he.Backend, encrypted: he.EncryptedMatrix, task: Task, rng: he.RandomSource
+    ) -> tuple[list[he.Ct], np.ndarray]:
+        """Masked [[indicators ⊙ bin indicator]] blocks and their mask sums, both for the key holder."""
+        if encrypted.shape[0] != task.rows.size:
+            raise InvalidArgument(f"encrypted indicators have {encrypted.shape[0]} rows, the node {task.rows.size}")
+        return he.masked_feature_products(backend, encrypted, self.indicator_matrix(task), rng)
+
+    def apply_split(self, task: Task, feature: int, bin_index: int) -> np.ndarray:
+        """Keep the split; the node's rows that go left (the partition everyone learns)."""
+        if feature not in task.features.get(self.party, ()) or not 0 <= bin_index < self.bins.sizes[feature] - 1:
+            raise InvalidArgument(f"party {self.party} has no candidate split feature {feature} bin {bin_index} here")
+        self.splits[task.key] = (feature, bin_index)
+        return self._train()[task.rows, feature] <= bin_index
+
+    def thresholds(self) -> dict[NodeKey, float]:
+        """Raw thresholds of this party's splits (disclosed only if the parameter-release chain says so)."""
+        return {key: self.bins.threshold(f, b) for key, (f, b) in self.splits.items()}
+
+    def directions(self, X: np.ndarray) -> dict[NodeKey, np.ndarray]:
+        """Inference: for each of this party's split nodes, which of these rows go left."""
+        bins = self.bins.transform(X)
+        return {key: bins[:, f] <= b for key, (f, b) in self.splits.items()}
+
+    def to_state(self) -> bytes:
+        return json.dumps(
+            {
+                "party": self.party,
+                "edges": self.bins.to_json(),
+                "splits": [[t, i, f, b] for (t, i), (f, b) in self.splits.items()],
+            }
+        ).encode()
+
+    @classmethod
+    def from_state(cls, data: bytes, X_train: np.ndarray | None = None) -> FeatureOwner:
+        state = json.loads(data)
+        owner = cls(state["party"], QuantileBins.from_json(state["edges"]), X_train)
+        owner.splits = {(t, i): (f, b) for t, i, f, b in state["splits"]}
+        return owner
+
+
+class KeyHolder:
+    """The coordinator's decryptions for split finding, under the LR block-sum limits (docs/protocol.md)."""
+
+    def __init__(self, backend: he.Backend) -> None:
+        if not backend.can_decrypt:
+            raise ValueError("the key holder needs the secret key")
+        self.backend = backend
+        self.answered: set[tuple[int, int, int]] = set()  # (party, tree, node): one answer each
+
+    def open_counts(
+        self,
+        party: int,
+        task: Task,
+        width: int,
+        layout: he.MatrixLayout,
+        products: Sequence[bytes],
+        mask_sums: np.ndarray,
+    ) -> np.ndarray:
+        """Serialized masked products + the party's mask sums -> the (K, width) per-bin class counts.
+
+        ``width`` and ``layout`` are the coordinator's own (the node's candidate bins, the indicators' layout),
+        never the caller's. The answer is spent before anything is parsed, whatever the outcome.
+        """
+        key = (party, *task.key)
+        if key in self.answered:
+            raise FailedPrecondition(f"party {party} already had its one decryption for node {task.key}")
+        if layout.shape[0] != task.rows.size or width < 1:
+            raise InvalidArgument(f"layout {layout.shape} / width {width} do not fit node {task.key}")
+        expected = math.ceil(width / layout.replicas) * layout.n_chunks
+        if len(products) != expected:
+            raise InvalidArgument(
+                f"a block of {width} columns at {layout.replicas} replicas over {layout.n_chunks} chunks is "
+                f"{expected} ciphertexts, got {len(products)}"
+            )
+        k = layout.shape[1]
+        rows = math.ceil(width / layout.replicas) * layout.replicas
+        mask_sums = np.asarray(mask_sums, dtype=np.float64)
+        if mask_sums.shape != (rows, k) or not np.isfinite(mask_sums).all():
+            raise InvalidArgument(f"mask sums must be finite with shape {(rows, k)}, got {mask_sums.shape}")
+        limit = self.backend.max_ciphertext_bytes
+        if any(len(blob) > limit for blob in products):
+            raise InvalidArgument(f"a ciphertext exceeds {limit} bytes, the size of a fresh one")
+        self.answered.add(key)
+        try:
+            cts = he.deserialize_all(self.backend, products, layout.ct_size)
+            self.backend.check_form(cts, product=True)
+            bound = self.backend.default_mask_bound + he.FEATURE_BOUND + 1.0
+            sums = he.block_sums(self.backend, cts, layout, max_abs=bound)
+        except ValueError as exc:
+            raise InvalidArgument(f"ciphertexts: {exc}") from exc
+        # Counts are integers (bootstrap multiplicities times 0/1); rounding removes the CKKS decoding error.
+        return np.rint(he.gradient_from_block_sums(sums, mask_sums, width))
+
+    def to_state(self) -> bytes:
+        """The spent answers: a restored coordinator must not decrypt a node's products twice."""
+        return json.dumps(sorted(self.answered)).encode()
+
+    def load_state(self, data: bytes) -> None:
+        self.answered = {tuple(k) for k in json.loads(data)}  # type: ignore[misc]
+
+
+def combine(forest: Forest, directions: Mapping[int, Mapping[NodeKey, np.ndarray]], n: int) -> np.ndarray:
+    """The coordinator: route n rows with every owner's answers -> (n, K) vote fractions (one-hot for a tree)."""
+    labels = np.empty((n, len(forest.trees)), dtype=np.int64)
+    for t, tree in enumerate(forest.trees):
+
+        def descend(node: Node, rows: np.ndarray, t: int = t) -> None:
+            if node.is_leaf:
+                labels[rows, t] = node.label
+                return
+            answer = np.asarray(directions.get(node.owner, {}).get((t, node.node_id)))  # type: ignore[arg-type]
+            if answer.dtype != bool or answer.shape != (n,):
+                raise InvalidArgument(f"party {node.owner} must answer node {(t, node.node_id)} with {n} booleans")
+            left, right = node.children()
+            descend(left, rows[answer[rows]])
+            descend(right, rows[~answer[rows]])
+
+        descend(tree.root, np.arange(n))
+    return forest.votes(labels)
+
+
+def full_tree(forest: Forest, owners: Sequence[FeatureOwner]) -> Forest:
+    """The skeleton with every owner's thresholds filled in (what ``release(..., "full")`` then discloses)."""
+    thresholds = [owner.thresholds() for owner in owners]
+    trees = []
+    for t, tree in enumerate(forest.trees):
+        filled = copy_tree(tree)
+        for node in filled.nodes():
+            if not node.is_leaf:
+                node.threshold = thresholds[node.owner][(t, node.node_id)]  # type: ignore[index]
+        trees.append(filled)
+    return Forest(trees, forest.n_classes, forest.kind)
+
+
+__all__ = [
+    "ACTIVE",
+    "Builder",
+    "FeatureOwner",
+    "KeyHolder",
+    "LabelHolder",
+    "NodeKey",
+    "Split",
+    "Task",
+    "best_split",
+    "combine",
+    "full_tree",
+]

@@ -1,0 +1,108 @@
+"""Tree protocol with the real CKKS backend: what the key holder decrypts, its admission limits, the released views."""
+
+import json
+
+import numpy as np
+import pytest
+
+from vflsec.services.crypto import entropy, he
+from vflsec.services.errors import FailedPrecondition, InvalidArgument
+from vflsec.services.models.tree import KeyHolder, LocalFederation, TreeConfig, TreeData, simulate
+from vflsec.services.models.tree.structure import ACTIVE
+
+
+@pytest.fixture(scope="module")
+def wine():
+    return TreeData.load("wine")
+
+
+def test_key_holder_decrypts_only_masked_slots_and_releases_per_bin_counts(wine):
+    fed = LocalFederation.create(TreeConfig(max_depth=3), wine, "ckks")
+    decrypted: list[np.ndarray] = []
+    opened: list[tuple[object, np.ndarray, np.ndarray]] = []
+    backend, open_counts = fed.keyholder.backend, fed.keyholder.open_counts
+
+    def recording_decrypt(ct):
+        values = type(backend).decrypt(backend, ct)
+        decrypted.append(values)
+        return values
+
+    def recording_open(party, task, *args):
+        counts = open_counts(party, task, *args)
+        expected = fed.labels.indicators(task).T @ fed.owners[party].indicator_matrix(task)
+        opened.append((task, counts, expected))
+        return counts
+
+    backend.decrypt = recording_decrypt
+    fed.keyholder.open_counts = recording_open
+    fed.train()
+    assert opened and decrypted
+    # What leaves the decryption: exactly the per-bin class counts of the candidate features, nothing per sample.
+    for _task, counts, expected in opened:
+        assert counts.shape == (wine.n_classes, sum(fed.owners[1].bins.sizes))
+        np.testing.assert_array_equal(counts, expected)
+    # What the key holder saw slot by slot: products masked uniformly in [-2^24, 2^24]. Unmasked products would be
+    # class indicators times 0/1 bin indicators, all in {0, 1}; a masked slot lands in [-1, 2] with prob ~1e-7.
+    slots = np.concatenate(decrypted)
+    assert np.mean((slots > -1) & (slots < 2)) < 1e-3
+    assert np.std(slots) > 2**22 and np.abs(slots).max() <= he.CKKS_MASK_BOUND + he.FEATURE_BOUND + 1
+    # The coordinator's skeleton has bin indices but no threshold.
+    assert all(n.threshold is None for t in fed.builder.forest().trees for n in t.nodes())
+
+
+def test_one_answer_per_party_and_node_and_exact_width(wine):
+    fed = LocalFederation.create(TreeConfig(max_depth=1), wine, "ckks")
+    task = fed.builder.next_task()
+    assert fed.builder.open(task, fed.labels.totals(task))
+    width = fed.builder.width(task, 1)
+    sent = fed.labels.encrypt(fed.public, task, width)
+    products, mask_sums = fed.owners[1].masked_products(fed.public, sent, task, entropy.os_entropy())
+    blobs = [fed.public.serialize(ct) for ct in products]
+    with pytest.raises(InvalidArgument, match="ciphertexts, got"):
+        fed.keyholder.open_counts(1, task, width, sent.layout, blobs[:-1], mask_sums)
+    with pytest.raises(InvalidArgument, match="mask sums"):
+        fed.keyholder.open_counts(1, task, width, sent.layout, blobs, mask_sums[:-1])
+    fresh = [fed.public.serialize(ct) for ct in sent.ciphertexts][:1] * len(blobs)  # not of a product's form
+    with pytest.raises(InvalidArgument, match="an honest product"):
+        fed.keyholder.open_counts(1, task, width, sent.layout, fresh, mask_sums)
+    # That refusal spent the node's one answer: the honest request is now refused too.
+    with pytest.raises(FailedPrecondition, match="one decryption"):
+        fed.keyholder.open_counts(1, task, width, sent.layout, blobs, mask_sums)
+    restored = KeyHolder(fed.keyholder.backend)  # a restarted coordinator remembers the spent answer
+    restored.load_state(fed.keyholder.to_state())
+    with pytest.raises(FailedPrecondition, match="one decryption"):
+        restored.open_counts(1, task, width, sent.layout, blobs, mask_sums)
+
+
+def test_withheld_thresholds_absent_from_the_active_view(wine):
+    fed = simulate(TreeConfig.forest(n_trees=5, seed=1), wine, "ckks").federation
+    passive_thresholds = set(fed.owners[1].thresholds().values())
+    assert passive_thresholds
+    full, withheld = fed.released("full"), fed.released("withhold")
+    for tf, tw in zip(full.trees, withheld.trees, strict=True):
+        for nf, nw in zip(tf.nodes(), tw.nodes(), strict=True):
+            assert (nf.node_id, nf.owner, nf.feature) == (nw.node_id, nw.owner, nw.feature)
+            if nf.is_leaf:
+                continue
+            assert nf.threshold is not None  # full: luo's PRA setting, every threshold disclosed
+            if nw.owner == ACTIVE:
+                assert nw.threshold == nf.threshold
+            else:
+                assert nw.bin is None and nw.threshold is None
+    released = json.dumps([[[n.threshold, n.bin] for n in t.nodes()] for t in withheld.trees])
+    assert not any(repr(v) in released for v in passive_thresholds)
+    # The full view predicts exactly what the federation outputs (its thresholds are the owners' own).
+    np.testing.assert_array_equal(full.predict_values(wine.test), fed.predict(wine.test))
+    with pytest.raises(ValueError, match="no threshold"):
+        withheld.predict_values(wine.test)
+    with pytest.raises(ValueError, match="release setting"):
+        fed.released("thresholds-only")
+
+
+def test_ckks_matches_plain_on_digits():
+    digits = TreeData.load("digits")
+    config = TreeConfig(max_depth=2)
+    ckks, plain = simulate(config, digits, "ckks"), simulate(config, digits, "plain")
+    np.testing.assert_array_equal(ckks.votes, plain.votes)
+    counts = [{k: v for k, v in run.federation.messages.items() if "bytes" not in k} for run in (ckks, plain)]
+    assert counts[0] == counts[1]  # same messages and ciphertext counts; only the ciphertext sizes differ
