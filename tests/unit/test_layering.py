@@ -55,3 +55,15 @@ def test_the_scanner_sees_function_local_imports(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("def f():\n    from vflsec.services.engines import active\n    return active\n")
     assert imported_rooms(module) == {"engines"}
+
+
+def test_every_package_under_services_is_installed() -> None:
+    """A non-editable install (the Dockerfile's) ships only the packages pyproject lists."""
+    import tomllib
+
+    listed = set(tomllib.loads((SERVICES.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    on_disk = {
+        "vflsec." + ".".join(("services", *init.parent.relative_to(SERVICES).parts))
+        for init in SERVICES.rglob("__init__.py")
+    }
+    assert on_disk <= listed, f"add to pyproject's packages: {sorted(on_disk - listed)}"
