@@ -30,6 +30,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from vflsec.services.models.tree.structure import ACTIVE, Forest, Node, Tree
+
 from .base import Attack, NotApplicable, Observations, Reconstruction, register
 from .gradient import Grn, torch_threads
 
@@ -131,6 +133,32 @@ def from_sklearn(model: Any, d_active: int) -> tuple[ReleasedTree, ...]:
             nodes.append(TreeNode(owner, column, float(t.threshold[i]), left, right))
         trees.append(ReleasedTree(tuple(nodes)))
     return tuple(trees)
+
+
+def from_family(forest: Forest, passive_widths: Sequence[int]) -> tuple[ReleasedTree, ...]:
+    """The tree family's released view (services/models/tree/structure.py) as the attacks read it: passive parties'
+    columns concatenated in party order (party p's column j is ``sum(passive_widths[:p-1]) + j``)."""
+    offsets = np.concatenate([[0], np.cumsum(passive_widths)]).astype(int)
+
+    def flatten(tree: Tree) -> ReleasedTree:
+        nodes: list[TreeNode] = []
+
+        def walk(node: Node) -> int:  # pre-order: a parent's index precedes its children's
+            index = len(nodes)
+            nodes.append(TreeNode())
+            if node.is_leaf:
+                nodes[index] = TreeNode(value=tuple(float(c) for c in node.counts))
+                return index
+            left, right = walk(node.left), walk(node.right)  # type: ignore[arg-type]
+            active = node.owner == ACTIVE
+            column = node.feature if active else offsets[node.owner - 1] + node.feature  # type: ignore[operator]
+            nodes[index] = TreeNode("active" if active else "passive", int(column), node.threshold, left, right)
+            return index
+
+        walk(tree.root)
+        return ReleasedTree(tuple(nodes))
+
+    return tuple(flatten(tree) for tree in forest.trees)
 
 
 def vote_fractions(

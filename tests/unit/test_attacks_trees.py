@@ -168,3 +168,19 @@ def test_embedding_ls_on_a_narrow_bottom_and_not_on_a_nonlinear_one() -> None:
     assert mse(x_passive, result.x_passive) > 1e-4
     with pytest.raises(NotApplicable, match="not a single linear layer"):
         run_attack(make_attack("embedding_ls"), observe(nonlinear))
+
+
+def test_the_tree_familys_released_forest_reads_as_the_attacks_view() -> None:
+    from vflsec.services.attacks.trees import from_family, vote_fractions
+    from vflsec.services.models.tree import TreeConfig, TreeData, simulate
+
+    data = TreeData.load("wine", n_passive=2)
+    federation = simulate(TreeConfig.forest(n_trees=5, seed=1), data, "plain").federation
+    x_active, x_passive = data.test[0], np.hstack(data.test[1:])
+    widths = [block.shape[1] for block in data.test[1:]]
+    trees = from_family(federation.released("full"), widths)
+    votes = vote_fractions(trees, x_active, x_passive, data.n_classes)
+    np.testing.assert_allclose(votes, federation.predict(data.test))  # the same paths, hence the same votes
+    withheld = from_family(federation.released("withhold"), widths)
+    assert any(t.withholds_passive for t in withheld)
+    assert all(n.threshold is None for t in withheld for n in t.nodes if n.owner == "passive")
