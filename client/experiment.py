@@ -209,10 +209,8 @@ def parse_scenario(raw: dict[str, Any], check: _Checker, default_name: str = "ex
             cell_spec(scenario, cell).split  # noqa: B018
         except SpecError as exc:
             # Point at the swept value the refusal quotes, else at the sweep.
-            path = next(
-                (("sweep", a, str(sweep[a].index(v))) for a, v in cell.values if v is not None and f"'{v}'" in str(exc)),
-                ("sweep",),
-            )
+            quoted = [("sweep", a, str(sweep[a].index(v))) for a, v in cell.values if f"'{v}'" in str(exc)]
+            path = quoted[0] if quoted else ("sweep",)
             raise check.fail(path, f"cell {cell.label}: {exc}") from exc
     return scenario
 

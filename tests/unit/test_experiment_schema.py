@@ -34,7 +34,8 @@ def test_fields_reach_the_one_federation_spec(tmp_path: Path) -> None:
         write(
             tmp_path,
             "dataset: wine\nbackend: plain\npassive: 2\npassive_fraction: 0.5\n"
-            "training: {epochs: 3, learning_rate: 1}\nrelease: ['rounding:decimals=2']\nparam_release: withhold\nseed: 7\nrepetitions: 3\npredictions: 40\n",
+            "training: {epochs: 3, learning_rate: 1}\nrelease: ['rounding:decimals=2']\n"
+            "param_release: withhold\nseed: 7\nrepetitions: 3\npredictions: 40\n",
         )
     )
     spec = scenario.spec
