@@ -50,7 +50,8 @@ class Scenario:
 
     name: str
     spec: FederationSpec  # the base spec (no sweep applied); repetitions vary its seed
-    attacks: tuple[str, ...] | None
+    attacks: tuple[str, ...] | None  # None: harness.default_attacks for each cell's chains, less ``exclude``
+    exclude_attacks: tuple[str, ...]
     attack_options: dict[str, dict[str, Any]]
     predictions: int
     release_model: bool
@@ -113,7 +114,7 @@ class _Checker:
 TOP_KEYS = {
     "name", "dataset", "label", "model", "topology", "passive", "passive_fraction", "passive_features", "backend",
     "scaling", "training", "release", "param_release", "attacks", "attack_options", "predictions",
-    "release_model", "seed", "repetitions", "sweep", "baseline", "parties",
+    "release_model", "seed", "repetitions", "sweep", "baseline", "parties", "exclude_attacks",
 }  # fmt: skip
 
 
@@ -180,9 +181,13 @@ def parse_scenario(raw: dict[str, Any], check: _Checker, default_name: str = "ex
     except SpecError as exc:
         raise check.fail(_spec_key(str(exc)), str(exc)) from exc
     attacks = check.strings(raw, (), "attacks")
-    for i, name in enumerate(attacks or ()):
-        if name not in ATTACKS:
-            raise check.fail(("attacks", str(i)), f"unknown attack {name!r}; known: {', '.join(sorted(ATTACKS))}")
+    exclude = check.strings(raw, (), "exclude_attacks")
+    if attacks is not None and exclude is not None:
+        raise check.fail(("exclude_attacks",), "excludes from the default attacks: give attacks or exclude_attacks")
+    for key, names in (("attacks", attacks), ("exclude_attacks", exclude)):
+        for i, name in enumerate(names or ()):
+            if name not in ATTACKS:
+                raise check.fail((key, str(i)), f"unknown attack {name!r}; known: {', '.join(sorted(ATTACKS))}")
     attack_options = check.typed(raw, (), "attack_options", dict, {})
     repetitions = check.typed(raw, (), "repetitions", int, 1)
     predictions = check.typed(raw, (), "predictions", int, 1000)
@@ -194,6 +199,7 @@ def parse_scenario(raw: dict[str, Any], check: _Checker, default_name: str = "ex
         name=check.typed(raw, (), "name", str, default_name),
         spec=spec,
         attacks=None if attacks is None else tuple(attacks),
+        exclude_attacks=tuple(exclude or ()),
         attack_options=attack_options,
         predictions=predictions,
         release_model=check.typed(raw, (), "release_model", bool, True),
@@ -336,9 +342,14 @@ def cell_spec(scenario: Scenario, cell: Cell) -> FederationSpec:
 
 
 def attack_scenario(scenario: Scenario, cell: Cell) -> harness.AttackScenario:
+    spec = cell_spec(scenario, cell)
+    attacks = scenario.attacks
+    if attacks is None and scenario.exclude_attacks:
+        defaults = harness.default_attacks(spec.score_release, spec.param_release)
+        attacks = tuple(a for a in defaults if a not in scenario.exclude_attacks)
     return harness.AttackScenario(
-        cell_spec(scenario, cell),
-        attacks=scenario.attacks,
+        spec,
+        attacks=attacks,
         attack_options=scenario.attack_options,
         predictions=scenario.predictions,
         release_model=scenario.release_model,
@@ -361,7 +372,14 @@ def cell_key(scenario: Scenario, cell: Cell) -> str:
     """Everything the cell's result depends on: it names the cell's result file."""
     spec = cell_spec(scenario, cell)
     return _digest(
-        [_spec_document(spec), scenario.predictions, scenario.attacks, scenario.attack_options, scenario.release_model]
+        [
+            _spec_document(spec),
+            scenario.predictions,
+            scenario.attacks,
+            scenario.exclude_attacks,
+            scenario.attack_options,
+            scenario.release_model,
+        ]
     )
 
 

@@ -90,3 +90,13 @@ def test_spec_and_chain_refusals_keep_their_message(tmp_path: Path) -> None:
 def test_not_a_mapping_and_bad_yaml(tmp_path: Path) -> None:
     assert "a scenario is a mapping" in refused(tmp_path, "- dataset\n")
     assert "not valid YAML" in refused(tmp_path, "dataset: [wine\n")
+
+
+def test_exclude_attacks_narrows_each_cells_defaults(tmp_path: Path) -> None:
+    path = write(tmp_path, "dataset: wine\nexclude_attacks: [rcc1]\nsweep:\n  privee.epsilon: [0.1]\n")
+    scenario = exp.load_scenario(path)
+    undefended, defended = (exp.attack_scenario(scenario, cell).attacks for cell in exp.expand(scenario))
+    assert "rcc1" not in undefended and "esa" in undefended and "aware_ls" not in undefended
+    assert "rcc1" not in defended and "aware_ls" in defended  # the aware attacks follow the cell's chain
+    both = "dataset: wine\nattacks: [esa]\nexclude_attacks: [am]\n"
+    assert "give attacks or exclude_attacks" in refused(tmp_path, both)
