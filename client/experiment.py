@@ -20,6 +20,7 @@ import itertools
 import json
 import math
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -580,6 +581,11 @@ DCS_FORMULA = (
     "undefended row − accuracy of this row)"
 )
 MSE_UNIT = "MSE per passive feature (features min-max scaled to [0, 1])"
+_Y_STRONGEST = "strongest attack's MSE\n(per passive feature, features min-max scaled to [0, 1])"
+_Y_ATTACK = "MSE\n(per passive feature, features min-max scaled to [0, 1])"
+_MARKERS = "osD^v<>ph*"
+# Units of the swept release parameters on the plots' x axes; any other: "release-step parameter".
+PARAM_UNITS = {"decimals": "decimal places kept", "epsilon": "dimensionless", "sigma": "score units"}
 
 
 def dcs(ap: float, dmp: float, beta: float = DCS_BETA) -> float:
@@ -738,7 +744,9 @@ def plot(summary: dict[str, Any], out: Path) -> list[Path]:
         return written
     title = f"{summary['name']} ({summary['dataset']}, {summary['backend']})"
 
-    def save(fig: Any, name: str) -> None:
+    def save(fig: Any, ax: Any, name: str) -> None:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+        ax.grid(alpha=0.3)
         fig.tight_layout()
         fig.savefig(out / name, dpi=150)
         plt.close(fig)
@@ -752,7 +760,7 @@ def plot(summary: dict[str, Any], out: Path) -> list[Path]:
     for row in rows:
         groups.setdefault(", ".join(f"{a}={row['values'][a]}" for a in fixed) or "", []).append(row)
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.6))
+    fig, ax = plt.subplots(figsize=(9.0, 4.6))
     for group, members in groups.items():
         for row in members:
             s = strongest_stat(row)
@@ -760,16 +768,16 @@ def plot(summary: dict[str, Any], out: Path) -> list[Path]:
             ax.errorbar(row["accuracy"]["mean"], s["mean"], xerr=row["accuracy"]["std"], yerr=s["std"],
                         fmt=marker, capsize=3, markersize=9 if marker == "*" else 6,
                         label=f"{row['defense']}" + (f" ({group})" if group else ""))  # fmt: skip
-    half = float(np.mean([r["baselines"]["half"]["mean"] for r in rows]))
-    ax.axhline(half, color="grey", linestyle="--", label="blind Half baseline")
+    for i, (group, members) in enumerate(groups.items()):  # Half depends on the passive columns: a line per split
+        half, dashes = members[0]["baselines"]["half"]["mean"], ("--", "-.", ":")[i % 3]
+        ax.axhline(half, color="grey", linestyle=dashes, label="blind Half baseline" + (f" ({group})" if group else ""))
     ax.set_xlabel("accuracy on the queried samples (fraction correct)")
-    ax.set_ylabel(f"strongest attack's {MSE_UNIT}", fontsize=8)
+    ax.set_ylabel(_Y_STRONGEST, fontsize=8)
     ax.set_title(f"privacy–utility: {title}", fontsize=9)
-    ax.legend(fontsize=7)
-    save(fig, "privacy_utility.png")
+    save(fig, ax, "privacy_utility.png")
 
     for axis in (a for a in summary["sweep"] if a not in FIXED_AXES):
-        fig, ax = plt.subplots(figsize=(6.4, 4.6))
+        fig, ax = plt.subplots(figsize=(9.0, 4.6))
         numeric = all(isinstance(v, int | float) for v in summary["sweep"][axis])
         for group, members in groups.items():
             swept = sorted((r for r in members if r["values"].get(axis) is not None), key=lambda r: r["values"][axis])
@@ -778,21 +786,24 @@ def plot(summary: dict[str, Any], out: Path) -> list[Path]:
             xs = [r["values"][axis] if numeric else str(r["values"][axis]) for r in swept]
             stats = [strongest_stat(r) for r in swept]
             suffix = f" ({group})" if group else ""
-            ax.errorbar(xs, [s["mean"] for s in stats], yerr=[s["std"] for s in stats], marker="o", capsize=3,
-                        label=f"strongest attack{suffix}")  # fmt: skip
+            line = ax.errorbar(xs, [s["mean"] for s in stats], yerr=[s["std"] for s in stats], marker="o",
+                               capsize=3, label=f"strongest attack{suffix}")  # fmt: skip
             none = next((r for r in members if r["defense"] == "none"), None)
+            color = line.lines[0].get_color()
             if none is not None:
-                ax.axhline(strongest_stat(none)["mean"], linestyle=":", label=f"no defense, strongest{suffix}")
-        ax.axhline(half, color="grey", linestyle="--", label="blind Half baseline")
+                ax.axhline(strongest_stat(none)["mean"], linestyle=":", color=color, label=f"no defense{suffix}")
+            half = swept[0]["baselines"]["half"]["mean"]
+            ax.axhline(half, color=color, linestyle="--", alpha=0.6, label=f"blind Half baseline{suffix}")
         step, _, param = axis.partition(".")
-        ax.set_xlabel(f"{step} {param} (release-step parameter, as configured)")
+        ax.set_xlabel(f"{step} {param} ({PARAM_UNITS.get(param, 'release-step parameter')})")
         values = summary["sweep"][axis]
         if numeric and min(values) > 0 and max(values) / min(values) > 20:
             ax.set_xscale("log")
-        ax.set_ylabel(f"strongest attack's {MSE_UNIT}", fontsize=8)
+        if numeric:
+            ax.set_xticks(sorted(values), [str(v) for v in sorted(values)])
+        ax.set_ylabel(_Y_STRONGEST, fontsize=8)
         ax.set_title(f"strongest attack vs {axis}: {title}", fontsize=9)
-        ax.legend(fontsize=7)
-        save(fig, f"mse_vs_{axis.replace('.', '_')}.png")
+        save(fig, ax, f"mse_vs_{axis.replace('.', '_')}.png")
 
     if "passive_fraction" in summary["sweep"]:
         defenses: dict[str, list[dict[str, Any]]] = {}
@@ -800,18 +811,17 @@ def plot(summary: dict[str, Any], out: Path) -> list[Path]:
             defenses.setdefault(row["defense"], []).append(row)
         for defense, members in defenses.items():
             members.sort(key=lambda r: r["values"]["passive_fraction"])
-            fig, ax = plt.subplots(figsize=(6.4, 4.6))
+            fig, ax = plt.subplots(figsize=(9.0, 4.6))
             xs = [r["values"]["passive_fraction"] for r in members]
             names = [n for n in members[0]["attacks"] if all("mse_clipped" in r["attacks"].get(n, {}) for r in members)]
-            for name in names:
+            for i, name in enumerate(names):  # distinct markers and dashes: attacks that tie stay visible
                 stats = [r["attacks"][name]["mse_clipped"] for r in members]
-                ax.errorbar(xs, [s["mean"] for s in stats], yerr=[s["std"] for s in stats], marker="o", capsize=2,
-                            label=name)  # fmt: skip
+                ax.errorbar(xs, [s["mean"] for s in stats], yerr=[s["std"] for s in stats], capsize=2, label=name,
+                            marker=_MARKERS[i % len(_MARKERS)], markersize=8 - 0.4 * i, alpha=0.8,
+                            linestyle=("-", "--", "-.", ":")[i % 4])  # fmt: skip
             ax.plot(xs, [r["baselines"]["half"]["mean"] for r in members], "k--", label="blind Half baseline")
             ax.set_xlabel("passive fraction (share of feature columns held by the passive parties)")
-            ax.set_ylabel(MSE_UNIT, fontsize=8)
+            ax.set_ylabel(_Y_ATTACK, fontsize=8)
             ax.set_title(f"MSE per attack vs passive fraction, defense {defense}: {title}", fontsize=8)
-            ax.legend(fontsize=6, ncol=2)
-            slug = "none" if defense == "none" else _digest(defense)[:8]
-            save(fig, f"mse_vs_passive_fraction_{slug}.png")
+            save(fig, ax, f"mse_vs_passive_fraction_{re.sub(r'[^A-Za-z0-9]+', '_', defense)}.png")
     return written
