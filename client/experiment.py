@@ -217,8 +217,9 @@ def parse_scenario(raw: dict[str, Any], check: _Checker, default_name: str = "ex
         except SpecError as exc:
             # Point at the swept value the refusal quotes, else at the sweep.
             quoted = [("sweep", a, str(sweep[a].index(v))) for a, v in cell.values if f"'{v}'" in str(exc)]
-            path = quoted[0] if quoted else ("sweep",)
-            raise check.fail(path, f"cell {cell.label}: {exc}") from exc
+            split_key = "passive_fraction" if "passive_fraction" in raw else "passive_features"
+            path = quoted[0] if quoted else (split_key,) if str(exc).startswith("passive features") else ("sweep",)
+            raise check.fail(path, f"cell {cell.label}: {exc}" if cell.values else str(exc)) from exc
     return scenario
 
 

@@ -100,3 +100,8 @@ def test_exclude_attacks_narrows_each_cells_defaults(tmp_path: Path) -> None:
     assert "rcc1" not in defended and "aware_ls" in defended  # the aware attacks follow the cell's chain
     both = "dataset: wine\nattacks: [esa]\nexclude_attacks: [am]\n"
     assert "give attacks or exclude_attacks" in refused(tmp_path, both)
+
+
+def test_a_split_the_dataset_cannot_deal_names_its_key(tmp_path: Path) -> None:
+    message = refused(tmp_path, "dataset: wine\npassive_features: 20\n")
+    assert ":2: passive_features: passive features 20 on wine" in message
