@@ -597,11 +597,12 @@ def _stat(values: Sequence[float]) -> dict[str, float]:
     return {"mean": float(np.mean(values)), "std": float(np.std(values)), "n": len(values)}
 
 
-def defense_label(values: Mapping[str, Any]) -> str:
+def defense_label(values: Mapping[str, Any], chains: Sequence[str] = ()) -> str:
+    """The swept release parameters of a row, or (none swept) its chains; "none" for an undefended row."""
     release = {a: v for a, v in values.items() if a not in FIXED_AXES}
     if release and all(v is None for v in release.values()):
         return "none"
-    return ", ".join(f"{a}={v}" for a, v in release.items()) or "as configured"
+    return ", ".join(f"{a}={v}" for a, v in release.items()) or " + ".join(chains) or "none"
 
 
 def summarise(scenario: Scenario, results: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -633,7 +634,7 @@ def summarise(scenario: Scenario, results: Sequence[dict[str, Any]]) -> dict[str
         rows.append(
             {
                 "values": values,
-                "defense": defense_label(values),
+                "defense": defense_label(values, [*reports[0]["score_release"], *reports[0]["param_release"]]),
                 "score_release": reports[0]["score_release"],
                 "param_release": reports[0]["param_release"],
                 "repetitions": len(reports),
