@@ -565,6 +565,58 @@ def curve(
         typer.echo(json.dumps({"dataset": dataset, "rows": rows}))
 
 
+@app.command()
+def experiment(
+    scenario_file: Annotated[Path, typer.Argument(metavar="SCENARIO.yaml", help="The scenario file (examples/).")],
+    out: Annotated[Path, typer.Option("--out", help="Results folder; a finished cell found there is not re-run.")] = (
+        Path("experiment-results")
+    ),
+    workers: Annotated[
+        int | None, typer.Option(min=1, help="Cells at once in the local process pool (default: the CPU count).")
+    ] = None,
+    ray: Annotated[
+        str | None, typer.Option("--ray", metavar="ADDRESS", help="Run each cell as a task on this Ray cluster.")
+    ] = None,
+    as_json: opt.Json = False,
+) -> None:
+    """Every cell of a scenario file (sweep x repetitions) through the real services, resumable; writes
+    results.json, results.md (accuracy, MSE mean ± std per attack, strongest attacker, DCS) and PNG plots."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    from vflsec.client import experiment as exp
+
+    try:
+        scenario = exp.load_scenario(scenario_file)
+    except (exp.ScenarioError, OSError) as exc:
+        _fail(str(exc))
+    cells = exp.expand(scenario)
+    console = Console(stderr=as_json)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, TextColumn("ETA"), TimeRemainingColumn(), console=console) as bar, _refused():
+        task = bar.add_task(f"{scenario.name}: cells", total=len(cells))
+
+        def on_cell(cell: exp.Cell, result: dict | None) -> None:
+            bar.advance(task)
+            if result is None:
+                bar.console.print(f"already finished: {cell.label}")
+            else:
+                bar.console.print(f"finished: {cell.label} (accuracy {result['report']['accuracy']:.4f})")
+
+        summary = exp.run_experiment(scenario, out, workers=workers, ray_address=ray, on_cell=on_cell)
+    console.print((out / "results.md").read_text())
+    console.print(f"wrote {out / 'results.json'}, {out / 'results.md'} and {', '.join(summary['plots'])}")
+    if as_json:
+        sys.stdout.write(json.dumps({k: v for k, v in summary.items() if k != "cells"}) + "\n")
+
+
 def main() -> None:
     app()
 

@@ -74,39 +74,66 @@ class ScenarioRun:
 def run_scenario(scenario: AttackScenario, workdir: Path) -> ScenarioRun:
     """Train, release the model, then query ``predictions`` samples; the curious plugin records it all."""
     store_path = workdir / "curious.sqlite"
+    layout = write_federation(recording_spec(scenario, store_path), workdir / "federation")
+    with parties(scenario, layout) as operator:
+        session_id, queried = train_session(scenario, operator)
+        return query_session(scenario, layout, operator, session_id, queried, store_path)
+
+
+def recording_spec(scenario: AttackScenario, store_path: Path) -> FederationSpec:
+    """The scenario's federation with the curious plugin recording into ``store_path`` at the active party."""
     recorder = {"path": "vflsec.services.plugins.curious:CuriousPlugin", "options": {"store": str(store_path)}}
     batch_size, _ = scenario.spec.batch_size_for(scenario.spec.widths)  # the default follows the minimum batch
-    spec = replace(scenario.spec, plugins=[*scenario.spec.plugins, recorder], batch_size=batch_size)
-    layout = write_federation(spec, workdir / "federation")
+    return replace(scenario.spec, plugins=[*scenario.spec.plugins, recorder], batch_size=batch_size)
+
+
+@contextlib.contextmanager
+def parties(scenario: AttackScenario, layout: FederationLayout) -> Iterator[Operator]:
+    """The federation's parties running (processes, or in-process servers), and the operator's client."""
     launch = run_in_process if scenario.in_process else run_processes
     with launch(layout), layout.operator_channel() as channel:
-        operator = Operator(channel)
-        info = operator.create_session(spec.backend, **spec.session_options())
-        common = sorted(operator.align(info.session_id))  # PSI's order is random; the scenario must not be
-        rng = np.random.default_rng(spec.seed)
-        common = [common[i] for i in rng.permutation(len(common))]
-        n_query = min(scenario.predictions, len(common))
-        train_ids = common[n_query:] if len(common) - n_query >= len(common) // 2 else common
-        for _ in operator.train(info.session_id, train_ids, spec.epochs):
-            pass
-        if scenario.release_model:
-            operator.fetch_model(info.session_id)
-        queried = common[:n_query]
-        released = operator.predict(info.session_id, queried)
-        forecasts = (
-            {
-                p: forecast_risk(
-                    layout.addresses[p], p, layout.tls(f"operator-{p}"), info.session_id, spec.param_release
-                )
-                for p in layout.passive_parties
-            }
-            if scenario.forecast
-            else {}
-        )
+        yield Operator(channel)
+
+
+def train_session(scenario: AttackScenario, operator: Operator) -> tuple[str, list[str]]:
+    """Open a session, align, train; returns the session and the sample IDs held out for the queries."""
+    spec = scenario.spec
+    info = operator.create_session(spec.backend, **spec.session_options())
+    common = sorted(operator.align(info.session_id))  # PSI's order is random; the scenario must not be
+    rng = np.random.default_rng(spec.seed)
+    common = [common[i] for i in rng.permutation(len(common))]
+    n_query = min(scenario.predictions, len(common))
+    train_ids = common[n_query:] if len(common) - n_query >= len(common) // 2 else common
+    for _ in operator.train(info.session_id, train_ids, spec.epochs):
+        pass
+    return info.session_id, common[:n_query]
+
+
+def query_session(
+    scenario: AttackScenario,
+    layout: FederationLayout,
+    operator: Operator,
+    session_id: str,
+    queried: list[str],
+    store_path: Path,
+) -> ScenarioRun:
+    """The curious active party's moves after training: fetch the model, query, ask for risk forecasts."""
+    spec = scenario.spec
+    if scenario.release_model:
+        operator.fetch_model(session_id)
+    released = operator.predict(session_id, queried)
+    forecasts = (
+        {
+            p: forecast_risk(layout.addresses[p], p, layout.tls(f"operator-{p}"), session_id, spec.param_release)
+            for p in layout.passive_parties
+        }
+        if scenario.forecast
+        else {}
+    )
     ds = spec.data
     labels = ds.y[datasets.select_ids(ds.ids, queried)]
     accuracy = float(np.mean(released.scores.argmax(axis=1) == labels))
-    return ScenarioRun(layout, store_path, info.session_id, queried, accuracy, ds.n_classes, forecasts)
+    return ScenarioRun(layout, store_path, session_id, queried, accuracy, ds.n_classes, forecasts)
 
 
 def true_passive_features(layout: FederationLayout, sample_ids: Sequence[str]) -> np.ndarray:
@@ -203,13 +230,17 @@ def average_over_windows(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def _run_once(scenario: AttackScenario, log: Callable[[str], None] | None) -> dict[str, Any]:
     with _workdir() as workdir:
-        run = run_scenario(scenario, workdir)
-        store = curious.ObservationStore(run.store_path)
-        try:
-            obs, sample_ids = curious.observations(store, run.session_id)
-        finally:
-            store.close()
-        truth = true_passive_features(run.layout, sample_ids)
+        return score_run(scenario, run_scenario(scenario, workdir), log)
+
+
+def score_run(scenario: AttackScenario, run: ScenarioRun, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """The attacks and blind baselines on a finished run's recordings, scored against the true features."""
+    store = curious.ObservationStore(run.store_path)
+    try:
+        obs, sample_ids = curious.observations(store, run.session_id)
+    finally:
+        store.close()
+    truth = true_passive_features(run.layout, sample_ids)
     spec = scenario.spec
     baselines = evaluate_attacks(obs, truth, BASELINES, {"rg": {"seed": spec.seed}})
     names = scenario.attacks

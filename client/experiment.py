@@ -1,0 +1,829 @@
+"""Experiments: a YAML scenario file expanded into cells (sweep axes x repetitions), each cell an attack run
+through the real services (client/harness.py), resumable, in a process pool or on Ray, summarised as
+results.json, results.md and PNG plots.
+
+Training is the expensive part, and a cell that differs from another only in its release chains or its
+attacks would train the very same model. So cells are grouped by everything training depends on; the first
+cell of a group trains a *base* federation once (with session checkpoints on) and keeps its state folders;
+every cell of the group then deals a fresh federation from the same spec (same seed: the same data files),
+copies the base's checkpoints and the curious store into it, and starts its parties with its own release
+chains. The parties resume the trained session from their checkpoints, and the cell's coordinator releases
+the model and the scores through the cell's chains: every release still goes through the real services.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import itertools
+import json
+import math
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vflsec.client import harness
+from vflsec.client.federation import FederationSpec, SpecError, write_federation
+
+# --- the scenario file --------------------------------------------------------------------------------------
+
+MODELS = ("lr", "splitnn", "tree")  # the schema names every family; the services train lr today
+WIRED_MODELS = ("lr",)
+TRAINING_KEYS = {"epochs": int, "batch_size": int, "learning_rate": float, "l2": float, "optimizer": str}
+FIXED_AXES = ("passive_fraction",)  # sweep axes that are not STEP.PARAM of a release step
+
+
+class ScenarioError(ValueError):
+    """A scenario file the schema refuses; the message names the file, the line and the key."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A validated scenario file: one base FederationSpec + the harness's attack settings, and the sweep."""
+
+    name: str
+    spec: FederationSpec  # the base spec (no sweep applied); repetitions vary its seed
+    attacks: tuple[str, ...] | None  # None: harness.default_attacks for each cell's chains, less ``exclude``
+    exclude_attacks: tuple[str, ...]
+    attack_options: dict[str, dict[str, Any]]
+    predictions: int
+    release_model: bool
+    repetitions: int
+    sweep: dict[str, list[Any]]  # axis -> values, in file order
+    baseline: bool  # add the undefended cells the ratios and DCS compare with
+    in_process: bool  # parties as in-process servers of the cell's worker (default) or as OS processes
+    model: str = "lr"
+    source: dict[str, Any] = field(default_factory=dict)  # the file as loaded (results.json keeps it)
+
+
+def _line_map(node: Any, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], int]:
+    """Every key path of a composed YAML document -> its 1-based line (the YAML loader's marks)."""
+    import yaml
+
+    lines: dict[tuple[str, ...], int] = {path: node.start_mark.line + 1}
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            sub = (*path, str(key.value))
+            lines |= _line_map(value, sub)
+            lines[sub] = key.start_mark.line + 1
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            lines |= _line_map(item, (*path, str(i)))
+    return lines
+
+
+class _Checker:
+    def __init__(self, source: str, lines: dict[tuple[str, ...], int]) -> None:
+        self.source, self.lines = source, lines
+
+    def fail(self, path: tuple[str, ...], message: str) -> ScenarioError:
+        line = next((self.lines[path[:n]] for n in range(len(path), -1, -1) if path[:n] in self.lines), 1)
+        key = ".".join(path) or "(top level)"
+        return ScenarioError(f"{self.source}:{line}: {key}: {message}")
+
+    def typed(self, raw: Mapping[str, Any], path: tuple[str, ...], key: str, kind: type | tuple, default: Any) -> Any:
+        if key not in raw:
+            return default
+        value = raw[key]
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if float in kinds and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
+            names = " or ".join(k.__name__ for k in kinds)
+            raise self.fail((*path, key), f"expected {names}, got {value!r}")
+        return value
+
+    def strings(self, raw: Mapping[str, Any], path: tuple[str, ...], key: str) -> list[str] | None:
+        value = raw.get(key)
+        if value is None:
+            return None
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self.fail((*path, key), f"expected a list of strings, got {value!r}")
+        return value
+
+
+TOP_KEYS = {
+    "name", "dataset", "label", "model", "topology", "passive", "passive_fraction", "passive_features", "backend",
+    "scaling", "training", "release", "param_release", "attacks", "attack_options", "predictions",
+    "release_model", "seed", "repetitions", "sweep", "baseline", "parties", "exclude_attacks",
+}  # fmt: skip
+
+
+def load_scenario(path: Path) -> Scenario:
+    """Read and validate a scenario file; every error names the file, the line and the key."""
+    import yaml
+
+    text = path.read_text()
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ScenarioError(f"{path}:1: a scenario is a mapping of keys (dataset, release, sweep, ...)")
+    return parse_scenario(raw, _Checker(str(path), _line_map(node)), default_name=path.stem)
+
+
+def parse_scenario(raw: dict[str, Any], check: _Checker, default_name: str = "experiment") -> Scenario:
+    from vflsec.services.attacks import ATTACKS
+
+    for key in raw:
+        if key not in TOP_KEYS:
+            raise check.fail((str(key),), f"unknown key; known: {', '.join(sorted(TOP_KEYS))}")
+    model = check.typed(raw, (), "model", str, "lr")
+    if model not in MODELS:
+        raise check.fail(("model",), f"must be one of {', '.join(MODELS)}, got {model!r}")
+    if model not in WIRED_MODELS:
+        raise check.fail(
+            ("model",), f"{model!r} is not wired through the services yet (they train {', '.join(WIRED_MODELS)})"
+        )
+    if "topology" in raw:
+        raise check.fail(("topology",), f"the {model} family has no topology (split-NN's, once it is wired)")
+    if "passive_fraction" in raw and "passive_features" in raw:
+        raise check.fail(("passive_features",), "give passive_fraction or passive_features, not both")
+    passive_features: Any = check.typed(raw, (), "passive_features", (int, list), None)
+    if "passive_fraction" in raw:
+        passive_features = check.typed(raw, (), "passive_fraction", float, None)
+    training = raw.get("training", {})
+    if not isinstance(training, dict):
+        raise check.fail(("training",), f"expected a mapping of {', '.join(TRAINING_KEYS)}")
+    for key in training:
+        if key not in TRAINING_KEYS:
+            raise check.fail(("training", str(key)), f"unknown key; known: {', '.join(TRAINING_KEYS)}")
+    train = {k: check.typed(training, ("training",), k, kind, None) for k, kind in TRAINING_KEYS.items()}
+    parties = check.typed(raw, (), "parties", str, "in_process")
+    if parties not in ("in_process", "processes"):
+        raise check.fail(("parties",), f"must be in_process or processes, got {parties!r}")
+    fields = {
+        "n_passive": check.typed(raw, (), "passive", int, 1),
+        "passive_features": passive_features,
+        "backend": check.typed(raw, (), "backend", str, "ckks"),
+        "scaling": check.typed(raw, (), "scaling", str, "minmax"),
+        "label": check.typed(raw, (), "label", str, None),
+        "seed": check.typed(raw, (), "seed", int, 0),
+        "score_release": tuple(check.strings(raw, (), "release") or ()),
+        "param_release": tuple(check.strings(raw, (), "param_release") or ()),
+        **{k: v for k, v in train.items() if v is not None},
+    }
+    if "dataset" not in raw:
+        raise check.fail(("dataset",), "required (digits, wine, a UCI name, a CSV path, ...)")
+    try:
+        spec = FederationSpec(check.typed(raw, (), "dataset", str, None), **fields)
+    except SpecError as exc:
+        raise check.fail(_spec_key(str(exc)), str(exc)) from exc
+    attacks = check.strings(raw, (), "attacks")
+    exclude = check.strings(raw, (), "exclude_attacks")
+    if attacks is not None and exclude is not None:
+        raise check.fail(("exclude_attacks",), "excludes from the default attacks: give attacks or exclude_attacks")
+    for key, names in (("attacks", attacks), ("exclude_attacks", exclude)):
+        for i, name in enumerate(names or ()):
+            if name not in ATTACKS:
+                raise check.fail((key, str(i)), f"unknown attack {name!r}; known: {', '.join(sorted(ATTACKS))}")
+    attack_options = check.typed(raw, (), "attack_options", dict, {})
+    repetitions = check.typed(raw, (), "repetitions", int, 1)
+    predictions = check.typed(raw, (), "predictions", int, 1000)
+    for key, value in (("repetitions", repetitions), ("predictions", predictions)):
+        if value < 1:
+            raise check.fail((key,), f"must be at least 1, got {value}")
+    sweep = parse_sweep(check.typed(raw, (), "sweep", dict, {}), spec, check)
+    scenario = Scenario(
+        name=check.typed(raw, (), "name", str, default_name),
+        spec=spec,
+        attacks=None if attacks is None else tuple(attacks),
+        exclude_attacks=tuple(exclude or ()),
+        attack_options=attack_options,
+        predictions=predictions,
+        release_model=check.typed(raw, (), "release_model", bool, True),
+        repetitions=repetitions,
+        sweep=sweep,
+        baseline=check.typed(raw, (), "baseline", bool, True),
+        in_process=parties == "in_process",
+        model=model,
+        source=raw,
+    )
+    for cell in expand(scenario):  # every cell's chains and split, checked before anything runs
+        try:
+            cell_spec(scenario, cell).split  # noqa: B018
+        except SpecError as exc:
+            # Point at the swept value the refusal quotes, else at the sweep.
+            quoted = [("sweep", a, str(sweep[a].index(v))) for a, v in cell.values if f"'{v}'" in str(exc)]
+            split_key = "passive_fraction" if "passive_fraction" in raw else "passive_features"
+            path = quoted[0] if quoted else (split_key,) if str(exc).startswith("passive features") else ("sweep",)
+            raise check.fail(path, f"cell {cell.label}: {exc}" if cell.values else str(exc)) from exc
+    return scenario
+
+
+def _spec_key(message: str) -> tuple[str, ...]:
+    """The scenario key a FederationSpec refusal is about (its messages name the field first)."""
+    for key, words in (
+        ("backend", "backend"),
+        ("scaling", "scaling"),
+        ("passive", "n_passive"),
+        ("training", "epochs"),
+        ("training", "batch size"),
+        ("training", "learning rate"),
+    ):
+        if message.startswith(words):
+            return (key,)
+    return ("release",) if "step" in message or "release" in message else ()
+
+
+def parse_sweep(raw: dict[str, Any], spec: FederationSpec, check: _Checker) -> dict[str, list[Any]]:
+    """Sweep axes: ``passive_fraction`` or ``STEP.PARAM`` of a score or parameter release step."""
+    from vflsec.services.defenses.release import PARAM_STEPS, SCORE_STEPS
+
+    sweep: dict[str, list[Any]] = {}
+    for axis, values in raw.items():
+        path = ("sweep", str(axis))
+        if not isinstance(values, list) or not values:
+            raise check.fail(path, f"expected a non-empty list of values, got {values!r}")
+        if axis in FIXED_AXES:
+            for i, v in enumerate(values):
+                if isinstance(v, bool) or not isinstance(v, int | float) or not 0.0 < v < 1.0:
+                    raise check.fail((*path, str(i)), f"a passive fraction lies in (0, 1), got {v!r}")
+        else:
+            step, dot, param = str(axis).partition(".")
+            registry = SCORE_STEPS if step in SCORE_STEPS else PARAM_STEPS if step in PARAM_STEPS else None
+            if not dot or registry is None:
+                raise check.fail(
+                    path,
+                    f"a sweep axis is {' | '.join(FIXED_AXES)} or STEP.PARAM of a release step "
+                    f"({', '.join([*SCORE_STEPS, *PARAM_STEPS])})",
+                )
+            accepted = registry.entry(step).parameters()
+            if param not in accepted:
+                raise check.fail(path, f"{step} has no parameter {param!r}; it takes {', '.join(accepted)}")
+            for i, v in enumerate(values):
+                if isinstance(v, dict | list):
+                    raise check.fail((*path, str(i)), f"expected a scalar value, got {v!r}")
+        sweep[str(axis)] = list(values)
+    return sweep
+
+
+# --- cells --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One point of the sweep (``None`` values: the undefended baseline of a release axis) and a repetition."""
+
+    values: tuple[tuple[str, Any], ...]
+    repetition: int
+
+    @property
+    def label(self) -> str:
+        shown = [f"{a}={'none' if v is None else v}" for a, v in self.values]
+        return ", ".join([*shown, f"rep {self.repetition}"])
+
+    @property
+    def row(self) -> tuple[tuple[str, Any], ...]:
+        """The cell without its repetition: the rows of the tables average over repetitions."""
+        return self.values
+
+
+def expand(scenario: Scenario) -> list[Cell]:
+    """The sweep's cartesian product x repetitions, plus (``baseline``) the undefended row per fixed-axis point:
+    every release axis ``None`` at once, which the ratios and the DCS compare with."""
+    axes = list(scenario.sweep)
+    points = [tuple(zip(axes, combo, strict=True)) for combo in itertools.product(*scenario.sweep.values())]
+    release_axes = [a for a in axes if a not in FIXED_AXES]
+    if scenario.baseline and release_axes:
+        fixed = [a for a in axes if a in FIXED_AXES]
+        undefended = []
+        for combo in itertools.product(*(scenario.sweep[a] for a in fixed)):
+            given = dict(zip(fixed, combo, strict=True))
+            undefended.append(tuple((a, given.get(a)) for a in axes))
+        points = [*undefended, *points]  # the reference rows first
+    return [Cell(point, rep) for point in points or [()] for rep in range(scenario.repetitions)]
+
+
+def chains(scenario: Scenario, cell: Cell) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The cell's score and parameter release chains: the file's chains with the swept step parameters set
+    (a step the chains lack is appended); a cell whose release axes are all ``None`` is undefended."""
+    from vflsec.services.defenses.release import SCORE_STEPS
+    from vflsec.services.registry import parse_spec
+
+    release = [(a, v) for a, v in cell.values if a not in FIXED_AXES]
+    if release and all(v is None for _, v in release):
+        return (), ()
+    score = [parse_spec(s) for s in scenario.spec.score_release]
+    param = [parse_spec(s) for s in scenario.spec.param_release]
+    for axis, value in release:
+        step, _, key = axis.partition(".")
+        chain = score if step in SCORE_STEPS else param
+        found = next((params for name, params in chain if name == step), None)
+        if found is None:
+            found = {}
+            chain.append((step, found))
+        found[key] = str(value)
+
+    def specs(chain: list[tuple[str, dict[str, str]]]) -> tuple[str, ...]:
+        return tuple(name + (":" + ",".join(f"{k}={v}" for k, v in p.items()) if p else "") for name, p in chain)
+
+    return specs(score), specs(param)
+
+
+def cell_spec(scenario: Scenario, cell: Cell) -> FederationSpec:
+    values = dict(cell.values)
+    score, param = chains(scenario, cell)
+    changes: dict[str, Any] = {"seed": scenario.spec.seed + cell.repetition, "score_release": score}
+    changes["param_release"] = param
+    if values.get("passive_fraction") is not None:
+        changes["passive_features"] = float(values["passive_fraction"])
+    return replace(scenario.spec, **changes)
+
+
+def attack_scenario(scenario: Scenario, cell: Cell) -> harness.AttackScenario:
+    spec = cell_spec(scenario, cell)
+    attacks = scenario.attacks
+    if attacks is None and scenario.exclude_attacks:
+        defaults = harness.default_attacks(spec.score_release, spec.param_release)
+        attacks = tuple(a for a in defaults if a not in scenario.exclude_attacks)
+    return harness.AttackScenario(
+        spec,
+        attacks=attacks,
+        attack_options=scenario.attack_options,
+        predictions=scenario.predictions,
+        release_model=scenario.release_model,
+        in_process=scenario.in_process,
+    )
+
+
+def _digest(document: Any) -> str:
+    return hashlib.sha256(json.dumps(document, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def training_key(scenario: Scenario, cell: Cell) -> str:
+    """Everything the trained model depends on (the chains and the attacks do not): cells sharing it share
+    one trained base federation."""
+    spec = replace(cell_spec(scenario, cell), score_release=(), param_release=())
+    return _digest([_spec_document(spec), scenario.predictions, scenario.in_process])
+
+
+def cell_key(scenario: Scenario, cell: Cell) -> str:
+    """Everything the cell's result depends on: it names the cell's result file."""
+    spec = cell_spec(scenario, cell)
+    return _digest(
+        [
+            _spec_document(spec),
+            scenario.predictions,
+            scenario.attacks,
+            scenario.exclude_attacks,
+            scenario.attack_options,
+            scenario.release_model,
+        ]
+    )
+
+
+def _spec_document(spec: FederationSpec) -> dict[str, Any]:
+    fields = {k: getattr(spec, k) for k in spec.__dataclass_fields__ if k != "dataset"}
+    return {"dataset": spec.name, **fields}
+
+
+# --- running a cell -----------------------------------------------------------------------------------------
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write to a temporary file beside ``path``, flush it to disk, rename it over ``path``: a reader sees the
+    old file or the whole new one, never half of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def finished(out: Path, key: str) -> dict[str, Any] | None:
+    """A cell's result if it was written whole; None if it is missing or unreadable (then it is redone)."""
+    try:
+        return json.loads((out / "cells" / f"{key}.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock between the workers of one machine; the OS drops it when its holder dies."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def trained_base(scenario: harness.AttackScenario, folder: Path) -> dict[str, Any]:
+    """The trained base federation of a training group: trained once, by whichever cell gets here first; a
+    base without its ``trained.json`` (a run killed while training) is trained again from scratch."""
+    with _locked(folder.with_suffix(".lock")):
+        marker = folder / "trained.json"
+        if marker.exists():
+            return json.loads(marker.read_text())
+        shutil.rmtree(folder, ignore_errors=True)
+        base = replace(scenario, spec=replace(scenario.spec, score_release=(), param_release=(), checkpoints=True))
+        layout = write_federation(harness.recording_spec(base, folder / "curious.sqlite"), folder / "federation")
+        with harness.parties(base, layout) as operator:
+            session_id, queried = harness.train_session(base, operator)
+        trained = {"session_id": session_id, "queried": queried}
+        write_atomic(marker, json.dumps(trained))
+        return trained
+
+
+def run_cell(scenario: harness.AttackScenario, base: Path, trained: dict[str, Any]) -> dict[str, Any]:
+    """One cell through the services: a federation dealt from the cell's spec, started from the base's trained
+    checkpoints, releasing through the cell's chains; the harness's report on its recordings."""
+    scenario = replace(scenario, spec=replace(scenario.spec, checkpoints=True))
+    with tempfile.TemporaryDirectory(prefix="vflsec-cell-") as tmp:
+        workdir = Path(tmp)
+        store = workdir / "curious.sqlite"
+        layout = write_federation(harness.recording_spec(scenario, store), workdir / "federation")
+        for party in layout.configs:
+            shutil.copytree(base / "federation" / party / "state", workdir / "federation" / party / "state")
+        for recorded in base.glob("curious.sqlite*"):  # the training-time recordings (with WAL files if any)
+            shutil.copy2(recorded, workdir / recorded.name)
+        with harness.parties(scenario, layout) as operator:
+            run = harness.query_session(scenario, layout, operator, trained["session_id"], trained["queried"], store)
+        return harness.score_run(scenario, run)
+
+
+def cell_task(scenario: Scenario, cell: Cell, out: Path) -> dict[str, Any]:
+    """Run one cell unless its result is already on disk; writes the result atomically and returns it."""
+    key = cell_key(scenario, cell)
+    done = finished(out, key)
+    if done is not None:
+        return done
+    attack = attack_scenario(scenario, cell)
+    base = out / "train" / training_key(scenario, cell)
+    trained = trained_base(attack, base)
+    report = run_cell(attack, base, trained)
+    result = {"key": key, "cell": {"values": dict(cell.values), "repetition": cell.repetition}, "report": report}
+    write_atomic(out / "cells" / f"{key}.json", json.dumps(result))
+    return result
+
+
+def pending(scenario: Scenario, out: Path) -> tuple[list[Cell], list[Cell]]:
+    """(cells already finished, cells still to run), the latter ordered so that concurrent workers start on
+    different training groups first (one trains a base while the others train theirs)."""
+    done, todo = [], []
+    for cell in expand(scenario):
+        (done if finished(out, cell_key(scenario, cell)) is not None else todo).append(cell)
+    groups: dict[str, list[Cell]] = {}
+    for cell in todo:
+        groups.setdefault(training_key(scenario, cell), []).append(cell)
+    interleaved = [c for batch in itertools.zip_longest(*groups.values()) for c in batch if c is not None]
+    return done, interleaved
+
+
+def default_workers() -> int:
+    return max(1, os.cpu_count() or 1)
+
+
+def run_experiment(
+    scenario: Scenario,
+    out: Path,
+    *,
+    workers: int | None = None,
+    ray_address: str | None = None,
+    on_cell: Callable[[Cell, dict[str, Any] | None], None] | None = None,
+) -> dict[str, Any]:
+    """Every cell (finished ones are read back, not re-run), then results.json, results.md and the plots."""
+    out.mkdir(parents=True, exist_ok=True)
+    done, todo = pending(scenario, out)
+    for cell in done:
+        if on_cell is not None:
+            on_cell(cell, None)
+    if todo:
+        if ray_address is not None:
+            _run_ray(scenario, todo, out, ray_address, on_cell)
+        else:
+            _run_pool(scenario, todo, out, workers or default_workers(), on_cell)
+    results = [finished(out, cell_key(scenario, cell)) for cell in expand(scenario)]
+    summary = summarise(scenario, [r for r in results if r is not None])
+    write_atomic(out / "results.json", json.dumps(summary, indent=1, default=str))
+    write_atomic(out / "results.md", markdown(summary))
+    summary["plots"] = [str(p) for p in plot(summary, out)]
+    shutil.rmtree(out / "train", ignore_errors=True)  # every cell is on disk: the bases have served
+    return summary
+
+
+def _run_pool(
+    scenario: Scenario,
+    todo: list[Cell],
+    out: Path,
+    workers: int,
+    on_cell: Callable[[Cell, dict[str, Any] | None], None] | None,
+) -> None:
+    if workers == 1:
+        for cell in todo:
+            result = cell_task(scenario, cell, out)
+            if on_cell is not None:
+                on_cell(cell, result)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    # spawn: gRPC and torch are not fork-safe once initialised.
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {pool.submit(cell_task, scenario, cell, out): cell for cell in todo}
+        for future in as_completed(futures):
+            result = future.result()
+            if on_cell is not None:
+                on_cell(futures[future], result)
+
+
+def _run_ray(
+    scenario: Scenario,
+    todo: list[Cell],
+    out: Path,
+    address: str,
+    on_cell: Callable[[Cell, dict[str, Any] | None], None] | None,
+) -> None:
+    """Each cell as a Ray task on an existing cluster (``address``: ``auto``, ``local`` or ``host:port``); the
+    output folder must be shared by its nodes (the bases' lock files and the cells' results live there)."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise RuntimeError("--ray needs Ray: pip install 'vflsec[ray]'") from exc
+    ray.init(address=None if address == "local" else address, ignore_reinit_error=True, log_to_driver=False)
+    task = ray.remote(cell_task)
+    refs = {task.remote(scenario, cell, out): cell for cell in todo}
+    remaining = list(refs)
+    while remaining:
+        ready, remaining = ray.wait(remaining, num_returns=1)
+        result = ray.get(ready[0])
+        if on_cell is not None:
+            on_cell(refs[ready[0]], result)
+
+
+# --- summary: tables, DCS, plots ----------------------------------------------------------------------------
+
+DCS_BETA = 0.5
+DCS_FORMULA = (
+    "DCS = 1 / (1 + sqrt((1 − β)·AP² + β·ΔMP²)), β = 0.5; AP = max(0, 1 − MSE_strongest / MSE_Half) (the "
+    "strongest attacker's advantage over blind Half: 0 no better, 1 exact); ΔMP = max(0, accuracy of the "
+    "undefended row − accuracy of this row)"
+)
+MSE_UNIT = "MSE per passive feature (features min-max scaled to [0, 1])"
+_Y_STRONGEST = "strongest attack's MSE\n(per passive feature, features min-max scaled to [0, 1])"
+_Y_ATTACK = "MSE\n(per passive feature, features min-max scaled to [0, 1])"
+_MARKERS = "osD^v<>ph*"
+# Units of the swept release parameters on the plots' x axes; any other: "release-step parameter".
+PARAM_UNITS = {"decimals": "decimal places kept", "epsilon": "dimensionless", "sigma": "score units"}
+
+
+def dcs(ap: float, dmp: float, beta: float = DCS_BETA) -> float:
+    return 1.0 / (1.0 + math.sqrt((1.0 - beta) * ap**2 + beta * dmp**2))
+
+
+def _stat(values: Sequence[float]) -> dict[str, float]:
+    return {"mean": float(np.mean(values)), "std": float(np.std(values)), "n": len(values)}
+
+
+def defense_label(values: Mapping[str, Any], chains: Sequence[str] = ()) -> str:
+    """The swept release parameters of a row, or (none swept) its chains; "none" for an undefended row."""
+    release = {a: v for a, v in values.items() if a not in FIXED_AXES}
+    if release and all(v is None for v in release.values()):
+        return "none"
+    return ", ".join(f"{a}={v}" for a, v in release.items()) or " + ".join(chains) or "none"
+
+
+def summarise(scenario: Scenario, results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Rows (a sweep point, averaged over its repetitions): accuracy, every attack's clipped and raw MSE
+    (mean ± std), the blind baselines, the strongest attacker, its ratio to the undefended row and the DCS."""
+    by_row: dict[str, list[dict[str, Any]]] = {}
+    for r in results:
+        by_row.setdefault(json.dumps(r["cell"]["values"], sort_keys=False), []).append(r)
+    rows = []
+    for cells in by_row.values():
+        values = cells[0]["cell"]["values"]
+        reports = [c["report"] for c in cells]
+        attacks: dict[str, Any] = {}
+        for name in reports[0]["attacks"]:
+            ran = [rep["attacks"][name] for rep in reports if "mse_clipped" in rep["attacks"].get(name, {})]
+            if len(ran) == len(reports):
+                attacks[name] = {
+                    "mse_clipped": _stat([a["mse_clipped"] for a in ran]),
+                    "mse": _stat([a["mse"] for a in ran]),
+                    "aware": ran[0]["aware"],
+                }
+            else:
+                reason = next(
+                    (rep["attacks"][name].get("not_applicable") for rep in reports if name in rep["attacks"]), None
+                )
+                attacks[name] = {"not_applicable": reason or f"ran in {len(ran)} of {len(reports)} repetitions"}
+        ran = {n: a for n, a in attacks.items() if "mse_clipped" in a}
+        best = min(ran, key=lambda n: ran[n]["mse_clipped"]["mean"]) if ran else None
+        rows.append(
+            {
+                "values": values,
+                "defense": defense_label(values, [*reports[0]["score_release"], *reports[0]["param_release"]]),
+                "score_release": reports[0]["score_release"],
+                "param_release": reports[0]["param_release"],
+                "repetitions": len(reports),
+                "accuracy": _stat([rep["accuracy"] for rep in reports]),
+                "baselines": {b: _stat([rep["baselines"][b] for rep in reports]) for b in reports[0]["baselines"]},
+                "attacks": attacks,
+                "strongest": None
+                if best is None
+                else {"attack": best, "aware": ran[best]["aware"], "mse": ran[best]["mse_clipped"]["mean"]},
+            }
+        )
+    for row in rows:
+        reference = _undefended(row, rows)
+        half = row["baselines"]["half"]["mean"]
+        if row["strongest"] is None:
+            continue
+        ap = max(0.0, 1.0 - row["strongest"]["mse"] / half)
+        row["ap"] = ap
+        if reference is not None and reference["strongest"] is not None:
+            row["ratio_to_undefended"] = row["strongest"]["mse"] / reference["strongest"]["mse"]
+            row["delta_mp"] = max(0.0, reference["accuracy"]["mean"] - row["accuracy"]["mean"])
+            row["dcs"] = dcs(ap, row["delta_mp"])
+    return {
+        "name": scenario.name,
+        "dataset": scenario.spec.name,
+        "model": scenario.model,
+        "backend": scenario.spec.backend,
+        "sweep": scenario.sweep,
+        "repetitions": scenario.repetitions,
+        "predictions": scenario.predictions,
+        "dcs_formula": DCS_FORMULA,
+        "mse_unit": MSE_UNIT,
+        "rows": rows,
+        "cells": list(results),
+        "scenario": scenario.source,
+    }
+
+
+def _undefended(row: dict[str, Any], rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The row without any defense at the same fixed-axis point (passive fraction), if the sweep has one."""
+    fixed = {a: v for a, v in row["values"].items() if a in FIXED_AXES}
+    for other in rows:
+        undefended = not other["score_release"] and not other["param_release"]
+        if undefended and {a: v for a, v in other["values"].items() if a in FIXED_AXES} == fixed:
+            return other
+    return None
+
+
+def _pm(stat: Mapping[str, float]) -> str:
+    return f"{stat['mean']:.4g} ± {stat['std']:.2g}"
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    fixed = [a for a in summary["sweep"] if a in FIXED_AXES]
+    lines = [
+        f"# {summary['name']}: {summary['dataset']}, {summary['model']}, backend {summary['backend']}",
+        "",
+        f"{summary['repetitions']} repetition(s) per row (mean ± std), {summary['predictions']} queried samples; "
+        f"MSE: {summary['mse_unit']}, clipped to the cube (raw MSE in results.json). Strongest: the attack "
+        "(naive or defense-aware) with the lowest mean MSE. Ratio: strongest MSE / the undefended row's.",
+        "",
+        f"{summary['dcs_formula']}.",
+        "",
+        "| defense | " + "".join(f"{a} | " for a in fixed) + "accuracy | Half | RG | zero | strongest | "
+        "MSE strongest | ratio to none | AP | ΔMP | DCS |",
+        "|---|" + "---|" * (len(fixed) + 10),
+    ]
+    for row in summary["rows"]:
+        best = row["strongest"]
+        strongest_name = "—" if best is None else best["attack"] + (" (aware)" if best["aware"] else "")
+        mse = "—" if best is None else _pm(row["attacks"][best["attack"]]["mse_clipped"])
+
+        def num(key: str, row: dict[str, Any] = row) -> str:
+            return f"{row[key]:.4g}" if key in row else "—"
+
+        lines.append(
+            f"| {row['defense']} | "
+            + "".join(f"{row['values'].get(a)} | " for a in fixed)
+            + f"{_pm(row['accuracy'])} | {_pm(row['baselines']['half'])} | {_pm(row['baselines']['rg'])} | "
+            f"{_pm(row['baselines']['zero'])} | {strongest_name} | {mse} | {num('ratio_to_undefended')} | "
+            f"{num('ap')} | {num('delta_mp')} | {num('dcs')} |"
+        )
+    lines += ["", "## Every attack per row (clipped MSE, mean ± std)", ""]
+    for row in summary["rows"]:
+        point = ", ".join(f"{a}={v}" for a, v in row["values"].items() if a in FIXED_AXES)
+        lines += [f"### {row['defense']}" + (f" ({point})" if point else ""), "", "| attack | MSE | raw MSE |"]
+        lines.append("|---|---|---|")
+        for name, a in row["attacks"].items():
+            label = name + (" (aware)" if a.get("aware") else "")
+            if "not_applicable" in a:
+                lines.append(f"| {label} | not applicable: {a['not_applicable']} | |")
+            else:
+                lines.append(f"| {label} | {_pm(a['mse_clipped'])} | {_pm(a['mse'])} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot(summary: dict[str, Any], out: Path) -> list[Path]:
+    """Privacy–utility (strongest MSE vs accuracy), strongest MSE vs each release axis, MSE per attack vs the
+    passive fraction; every axis labelled with its unit, every figure with a legend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in summary["rows"] if r["strongest"] is not None]
+    written: list[Path] = []
+    if not rows:
+        return written
+    title = f"{summary['name']} ({summary['dataset']}, {summary['backend']})"
+
+    def save(fig: Any, ax: Any, name: str) -> None:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=150)
+        plt.close(fig)
+        written.append(out / name)
+
+    def strongest_stat(row: dict[str, Any]) -> dict[str, float]:
+        return row["attacks"][row["strongest"]["attack"]]["mse_clipped"]
+
+    fixed = [a for a in summary["sweep"] if a in FIXED_AXES]
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(", ".join(f"{a}={row['values'][a]}" for a in fixed) or "", []).append(row)
+
+    fig, ax = plt.subplots(figsize=(9.0, 4.6))
+    for group, members in groups.items():
+        for row in members:
+            s = strongest_stat(row)
+            marker = "*" if row["defense"] == "none" else "o"
+            ax.errorbar(row["accuracy"]["mean"], s["mean"], xerr=row["accuracy"]["std"], yerr=s["std"],
+                        fmt=marker, capsize=3, markersize=9 if marker == "*" else 6,
+                        label=f"{row['defense']}" + (f" ({group})" if group else ""))  # fmt: skip
+    for i, (group, members) in enumerate(groups.items()):  # Half depends on the passive columns: a line per split
+        half, dashes = members[0]["baselines"]["half"]["mean"], ("--", "-.", ":")[i % 3]
+        ax.axhline(half, color="grey", linestyle=dashes, label="blind Half baseline" + (f" ({group})" if group else ""))
+    ax.set_xlabel("accuracy on the queried samples (fraction correct)")
+    ax.set_ylabel(_Y_STRONGEST, fontsize=8)
+    ax.set_title(f"privacy–utility: {title}", fontsize=9)
+    save(fig, ax, "privacy_utility.png")
+
+    for axis in (a for a in summary["sweep"] if a not in FIXED_AXES):
+        fig, ax = plt.subplots(figsize=(9.0, 4.6))
+        numeric = all(isinstance(v, int | float) for v in summary["sweep"][axis])
+        for group, members in groups.items():
+            swept = sorted((r for r in members if r["values"].get(axis) is not None), key=lambda r: r["values"][axis])
+            if not swept:
+                continue
+            xs = [r["values"][axis] if numeric else str(r["values"][axis]) for r in swept]
+            stats = [strongest_stat(r) for r in swept]
+            suffix = f" ({group})" if group else ""
+            line = ax.errorbar(xs, [s["mean"] for s in stats], yerr=[s["std"] for s in stats], marker="o",
+                               capsize=3, label=f"strongest attack{suffix}")  # fmt: skip
+            none = next((r for r in members if r["defense"] == "none"), None)
+            color = line.lines[0].get_color()
+            if none is not None:
+                ax.axhline(strongest_stat(none)["mean"], linestyle=":", color=color, label=f"no defense{suffix}")
+            half = swept[0]["baselines"]["half"]["mean"]
+            ax.axhline(half, color=color, linestyle="--", alpha=0.6, label=f"blind Half baseline{suffix}")
+        step, _, param = axis.partition(".")
+        ax.set_xlabel(f"{step} {param} ({PARAM_UNITS.get(param, 'release-step parameter')})")
+        values = summary["sweep"][axis]
+        if numeric and min(values) > 0 and max(values) / min(values) > 20:
+            ax.set_xscale("log")
+        if numeric:
+            ax.set_xticks(sorted(values), [str(v) for v in sorted(values)])
+        ax.set_ylabel(_Y_STRONGEST, fontsize=8)
+        ax.set_title(f"strongest attack vs {axis}: {title}", fontsize=9)
+        save(fig, ax, f"mse_vs_{axis.replace('.', '_')}.png")
+
+    if "passive_fraction" in summary["sweep"]:
+        defenses: dict[str, list[dict[str, Any]]] = {}
+        for row in rows:
+            defenses.setdefault(row["defense"], []).append(row)
+        for defense, members in defenses.items():
+            members.sort(key=lambda r: r["values"]["passive_fraction"])
+            fig, ax = plt.subplots(figsize=(9.0, 4.6))
+            xs = [r["values"]["passive_fraction"] for r in members]
+            names = [n for n in members[0]["attacks"] if all("mse_clipped" in r["attacks"].get(n, {}) for r in members)]
+            for i, name in enumerate(names):  # distinct markers and dashes: attacks that tie stay visible
+                stats = [r["attacks"][name]["mse_clipped"] for r in members]
+                ax.errorbar(xs, [s["mean"] for s in stats], yerr=[s["std"] for s in stats], capsize=2, label=name,
+                            marker=_MARKERS[i % len(_MARKERS)], markersize=8 - 0.4 * i, alpha=0.8,
+                            linestyle=("-", "--", "-.", ":")[i % 4])  # fmt: skip
+            ax.plot(xs, [r["baselines"]["half"]["mean"] for r in members], "k--", label="blind Half baseline")
+            ax.set_xlabel("passive fraction (share of feature columns held by the passive parties)")
+            ax.set_ylabel(_Y_ATTACK, fontsize=8)
+            ax.set_title(f"MSE per attack vs passive fraction, defense {defense}: {title}", fontsize=8)
+            save(fig, ax, f"mse_vs_passive_fraction_{re.sub(r'[^A-Za-z0-9]+', '_', defense)}.png")
+    return written
