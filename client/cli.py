@@ -242,6 +242,8 @@ def demo(
         workdir=workdir,
     )
     console = Console(stderr=as_json)
+    if backend == "plain" or compare_plain:
+        console.print("note: the coordinator allows the plain backend for this demo ([policy] allowed_backends)")
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -285,6 +287,9 @@ def prepare(
     seed: Annotated[int, typer.Option()] = 0,
     release: ReleaseOption = None,
     param_release: ParamReleaseOption = None,
+    allow_plain: Annotated[
+        bool, typer.Option(help="Let the coordinator run plain sessions (no encryption; for `run --compare-plain`).")
+    ] = False,
 ) -> None:
     """Write certificates, per-party data files and configs for a federation (the demo's dealer step)."""
     from vflsec.client.federation import FederationSpec, compose_ports, write_federation
@@ -299,8 +304,11 @@ def prepare(
         param_release=param_release or [],
         seed=seed,
         compose_ports=compose_ports(passive) if compose else None,
+        allow_plain=allow_plain,
     )
     layout = write_federation(spec, out)
+    if allow_plain:
+        typer.echo("note: the coordinator allows the plain backend ([policy] allowed_backends = ckks, plain)")
     for party, config in layout.configs.items():
         typer.echo(f"{party}: {config}")
 

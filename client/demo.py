@@ -165,6 +165,7 @@ def run_demo(
         n_passive=options.n_passive,
         passive_features=options.passive_features,
         backend=options.backend,
+        allow_plain=options.compare_plain,
         score_release=options.score_release,
         param_release=options.param_release,
         plugins=options.plugins,

@@ -91,6 +91,7 @@ def start_party(config: ServiceConfig) -> Party:
             policy=coordinator.QueryPolicy(config.query_budget, config.refuse_training_ids, config.max_query_rows),
             state=state,
             schema=config.schema,
+            allowed_backends=config.allowed_backends,
         )
         server = start_server(
             config,
@@ -111,6 +112,7 @@ def start_party(config: ServiceConfig) -> Party:
             state,
             config.operator,
             psi_max_ids=config.psi_max_ids,
+            psi_owner_budget=config.psi_owner_budget,
         )
         server = start_server(
             config,

@@ -219,10 +219,14 @@ class Coordinator:
         policy: QueryPolicy | None = None,
         state: checkpoint.StateDir | None = None,
         schema: Mapping[str, int] | None = None,
+        allowed_backends: Sequence[str] = ("ckks",),
     ) -> None:
         self.score_chain = score_chain
-        # Operator-approved feature columns per party ([schema] in the config); None: widths are self-declared.
+        # Operator-approved feature columns per party ([schema] in the config, required there); None only for
+        # engines built directly in tests, whose widths are then self-declared.
         self.schema = None if schema is None else dict(schema)
+        # [policy] allowed_backends: plain hides nothing, so a deployment runs it only when its operator says so.
+        self.allowed_backends = tuple(allowed_backends)
         self.param_chain = param_chain
         self.passives = passives
         self.policy = policy or QueryPolicy()
@@ -287,6 +291,11 @@ class Coordinator:
     ) -> bytes:
         if not checkpoint.valid_session_id(session_id):
             raise InvalidArgument(f"invalid session_id {session_id!r}")
+        if backend_name not in self.allowed_backends:
+            raise PermissionDenied(
+                f"backend {backend_name!r} is not allowed by this coordinator's [policy] allowed_backends "
+                f"{list(self.allowed_backends)}"
+            )
         if n_classes < 2:
             raise InvalidArgument(f"n_classes must be >= 2, got {n_classes}")
         if len(set(passive_parties)) != len(passive_parties) or not passive_parties:

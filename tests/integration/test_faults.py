@@ -22,7 +22,8 @@ EPOCHS, BATCH = 5, 32  # ~85 steps on breast_cancer
 
 def _spec(store) -> FederationSpec:
     plugin = {"path": "vflsec.services.plugins.curious:CuriousPlugin", "options": {"store": str(store)}}
-    return FederationSpec(datasets.load_dataset("breast_cancer"), n_passive=1, seed=0, plugins=[plugin])
+    ds = datasets.load_dataset("breast_cancer")
+    return FederationSpec(ds, n_passive=1, seed=0, plugins=[plugin], allow_plain=True)
 
 
 def _session(operator: Operator, backend: str) -> tuple[str, list[str]]:
