@@ -92,6 +92,7 @@ def start_party(config: ServiceConfig) -> Party:
             state=state,
             schema=config.schema,
             allowed_backends=config.allowed_backends,
+            key_rotation_steps=config.key_rotation_steps or None,
         )
         server = start_server(
             config,

@@ -71,6 +71,9 @@ class ServiceConfig:
     # Coordinator: the operator-approved feature columns of each party ([schema], party id -> count; the active
     # party's block adds its bias column). Required: widths are never self-declared. None for other roles.
     schema: dict[str, int] | None = None
+    # Coordinator: at most this many steps per training key ([limits] key_rotation_steps; 0: the bound derived
+    # from [schema], he.key_rotation_steps). It can only make keys rotate more often.
+    key_rotation_steps: int = 0
     # Coordinator: the HE backends a session may run on ([policy] allowed_backends); plain hides nothing.
     allowed_backends: tuple[str, ...] = ("ckks",)
 
@@ -128,6 +131,9 @@ def parse_config(raw: dict[str, Any], *, base: Path, role: str | None = None, so
     psi_max_ids = int(limits.get("psi_max_ids", PSI_MAX_IDS))
     if psi_max_ids < 1:
         raise ConfigError(f"{source}: [limits] psi_max_ids must be >= 1, got {psi_max_ids}")
+    key_rotation_steps = int(limits.get("key_rotation_steps", 0))
+    if key_rotation_steps < 0:
+        raise ConfigError(f"{source}: [limits] key_rotation_steps must be >= 0, got {key_rotation_steps}")
     psi_owner_budget = int(limits.get("psi_owner_budget", PSI_OWNER_BUDGET))
     if psi_owner_budget < 1:
         raise ConfigError(f"{source}: [limits] psi_owner_budget must be >= 1, got {psi_owner_budget}")
@@ -169,6 +175,7 @@ def parse_config(raw: dict[str, Any], *, base: Path, role: str | None = None, so
         max_query_rows=int(policy.get("max_query_rows", 100_000)),
         psi_max_ids=psi_max_ids,
         psi_owner_budget=psi_owner_budget,
+        key_rotation_steps=key_rotation_steps,
         operator=raw.get("operator"),
         schema=schema,
         allowed_backends=tuple(allowed_backends),

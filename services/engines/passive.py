@@ -34,6 +34,8 @@ class CoordinatorLink(Protocol):
 
     def public_context(self, session_id: str) -> tuple[str, bytes, str]: ...
 
+    def training_context(self, session_id: str, step: int) -> tuple[int, int, bytes]: ...
+
     def inference_context(self, session_id: str) -> bytes: ...
 
     def block_sums(self, session_id: str, step: int, ciphertexts: list[bytes], width: int) -> np.ndarray: ...
@@ -65,6 +67,8 @@ class PassiveSession:
     previous_weights: np.ndarray | None = None  # the block before that step, to replay its Forward
     forward_index: tuple[int, np.ndarray] | None = None  # the batch of the step in flight
     inference: he.Backend | None = None  # public inference keys, fetched from the coordinator when first needed
+    # (epoch, rotation, public keys) of the training-key epoch last used: fetched again when a step leaves it.
+    training_keys: tuple[int, int, he.Backend] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def to_state(self) -> tuple[dict[str, np.ndarray], dict]:
@@ -312,7 +316,17 @@ class PassiveParty:
                     f"Forward for step {step} is out of order: the last completed step is {s.completed_step}"
                 )
             z = x @ weights.T
-        return he.encrypt_matrix(s.backend, z)
+        return he.encrypt_matrix(self._training_keys(session_id, s, step), z)
+
+    def _training_keys(self, session_id: str, s: PassiveSession, step: int) -> he.Backend:
+        """The public key of step ``step``'s epoch: the coordinator rotates training keys every few steps."""
+        cached = s.training_keys
+        if cached is None or step // cached[1] != cached[0]:
+            epoch, rotation, context = self.coordinator.training_context(session_id, step)
+            if rotation < 1 or step // rotation != epoch:
+                raise FailedPrecondition(f"the coordinator gave epoch {epoch} of {rotation} steps for step {step}")
+            cached = s.training_keys = (epoch, rotation, he.open_public(s.backend.name, context))
+        return cached[2]
 
     def share_logits(self, session_id: str, query_id: str, sample_index: np.ndarray) -> None:
         """Inference: [[z_p + r_p]] for rows of an admitted query, sent to the coordinator and never to the active
