@@ -243,7 +243,8 @@ def demo(
     )
     console = Console(stderr=as_json)
     if backend == "plain" or compare_plain:
-        console.print("note: the coordinator allows the plain backend for this demo ([policy] allowed_backends)")
+        note = "note: the coordinator allows the plain backend for this demo ([policy] allowed_backends)"
+        console.print(note, markup=False)
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
