@@ -258,6 +258,10 @@ class Coordinator:
             checkpoint.StateDir(None if self.state.path is None else self.state.path / sub)
             for sub in ("epochs", "inference", "owners")
         )
+        states = self.state.load_all()
+        for sid, (_, meta) in states.items():
+            if "epochs" not in meta:
+                raise ValueError(f"session {sid!r}'s checkpoint predates training-key epochs: close or remove it")
         self.sessions: dict[str, CoordinatorSession] = {
             sid: CoordinatorSession.from_state(
                 arrays,
@@ -266,7 +270,7 @@ class Coordinator:
                 self.state.load_bytes(sid),
                 self.inference_keys.load_bytes(sid) if meta.get("finished_step") is not None else None,
             )
-            for sid, (arrays, meta) in self.state.load_all().items()
+            for sid, (arrays, meta) in states.items()
         }
         # A crash between a checkpoint and a key file's removal (or creation) leaves keys no session names: drop.
         live = {_epoch_file(sid, e) + ".bin" for sid, s in self.sessions.items() for e in s.epochs}
@@ -312,9 +316,9 @@ class Coordinator:
         return self.schema[party] + (1 if party == owner else 0)
 
     def key_rotation(self, owner: str, passive_parties: Sequence[str], n_classes: int) -> int:
-        """Steps per training-key epoch. Each step answers every party w·k block sums, each at most w·k linear
-        functionals of the key for a deviating party; the whole session (any coalition of its parties) reads
-        at most N / KEY_ROTATION_MARGIN of them per key. Without a schema (engines built in tests): every step."""
+        """Steps per training-key epoch. Each step answers party q w_q·k block sums, each at most one linear
+        functional of the key for a deviating party; summed over every party, any coalition of them reads at most
+        N / KEY_ROTATION_MARGIN functionals per key. Without a schema (engines built in tests): every step."""
         widths = [self._approved_width(owner, party) for party in (owner, *passive_parties)]
         if None in widths:
             return 1
