@@ -78,7 +78,7 @@ def run(
             ("ckks", "ckks", False),
             ("ckks_checkpointed", "ckks", True),
         ):
-            spec = FederationSpec(ds, n_passive=1, drop_fraction=0.0, checkpoints=checkpoints)
+            spec = FederationSpec(ds, n_passive=1, drop_fraction=0.0, checkpoints=checkpoints, backend=backend)
             layout = write_federation(spec, Path(tmp) / label)
             epoch, throughput, accuracy = _measure(layout, backend, epochs, batch_size, ds)
             result["train_epoch_seconds"][label] = epoch

@@ -74,7 +74,7 @@ def run(
         raise ValueError("n_requests, concurrency, samples_per_request and epochs must be >= 1")
     ds = datasets.load_dataset(dataset)
     with tempfile.TemporaryDirectory(prefix="vflsec-load-") as tmp:
-        layout = write_federation(FederationSpec(ds, n_passive=1, seed=seed), Path(tmp))
+        layout = write_federation(FederationSpec(ds, n_passive=1, seed=seed, backend=backend), Path(tmp))
         with run_in_process(layout), layout.operator_channel() as channel:
             operator = Operator(channel)
             info = operator.create_session(backend, batch_size=64, learning_rate=0.1, seed=seed)

@@ -39,8 +39,10 @@ def run(
     with tempfile.TemporaryDirectory(prefix="vflsec-bench-plugin-") as tmp:
         store = Path(tmp) / "curious.sqlite"
         plugin = {"path": "vflsec.services.plugins.curious:CuriousPlugin", "options": {"store": str(store)}}
-        plain_layout = write_federation(FederationSpec(ds, drop_fraction=0.0), Path(tmp) / "off")
-        recorded_layout = write_federation(FederationSpec(ds, drop_fraction=0.0, plugins=[plugin]), Path(tmp) / "on")
+        plain_layout = write_federation(FederationSpec(ds, drop_fraction=0.0, backend=backend), Path(tmp) / "off")
+        recorded_layout = write_federation(
+            FederationSpec(ds, drop_fraction=0.0, backend=backend, plugins=[plugin]), Path(tmp) / "on"
+        )
         # Alternate the two set-ups (off, on, off, on): drift on a shared machine hits both alike.
         off = on = 0.0
         for _ in range(2):

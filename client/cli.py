@@ -226,8 +226,12 @@ def demo(
         learning_rate=learning_rate,
         seed=seed,
         scaling=scaling,
+        allow_plain=compare_plain,  # the comparison run is a plain session
     )
     console = Console(stderr=as_json)
+    if backend == "plain" or compare_plain:
+        note = "note: the coordinator allows the plain backend for this demo ([policy] allowed_backends)"
+        console.print(note, markup=False)
     with (
         _refused(),
         Progress(
@@ -274,6 +278,9 @@ def prepare(
     seed: opt.Seed = 0,
     release: opt.Release = None,
     param_release: opt.ParamRelease = None,
+    allow_plain: Annotated[
+        bool, typer.Option(help="Let the coordinator run plain sessions (no encryption; for `run --compare-plain`).")
+    ] = False,
 ) -> None:
     """Write certificates, per-party data files and configs for a federation (the demo's dealer step)."""
     from vflsec.client.federation import compose_ports, write_federation
@@ -287,9 +294,12 @@ def prepare(
         passive_features=passive_features,
         seed=seed,
         compose_ports=compose_ports(passive) if compose else None,
+        allow_plain=allow_plain,
     )
     with _refused():
         layout = write_federation(spec, out)
+    if allow_plain:
+        typer.echo("note: the coordinator allows the plain backend ([policy] allowed_backends = ckks, plain)")
     for party, config in layout.configs.items():
         typer.echo(f"{party}: {config}")
 

@@ -58,6 +58,7 @@ class FederationSpec:
     n_passive: int = 1
     passive_features: int | float | Sequence[str] | None = None
     backend: str = "ckks"
+    allow_plain: bool = False  # the coordinator also accepts plain sessions (always when backend is plain)
     score_release: Sequence[str] = ()
     param_release: Sequence[str] = ()
     plugins: Sequence[dict] = ()  # [{"path": "pkg.mod:Factory", "options": {...}}] for the active party
@@ -155,6 +156,11 @@ class FederationSpec:
         return [len(self.split.active) + 1, *(len(p) for p in self.split.passive)]
 
 
+    @property
+    def allows_plain(self) -> bool:
+        return self.allow_plain or self.backend == "plain"
+
+
 # Fixed ports of the compose deployment (docker-compose.yml publishes the same).
 COMPOSE_BASE_PORT = 50051
 
@@ -244,8 +250,9 @@ def write_federation(spec: FederationSpec, workdir: Path) -> FederationLayout:
         if party == "coordinator":
             raw["peers"] = {p: reach[p] for p in parties if p.startswith("passive")}
             raw["release"] = {"scores": list(spec.score_release), "params": list(spec.param_release)}
-            if spec.query_policy:
-                raw["policy"] = dict(spec.query_policy)
+            # Plain hides nothing: the coordinator runs it only when this spec asks for it.
+            backends = ["ckks", "plain"] if spec.allows_plain else ["ckks"]
+            raw["policy"] = {"allowed_backends": backends, **(spec.query_policy or {})}
             # The widths the parties agreed on (the split dealt here): the coordinator refuses any other.
             raw["schema"] = {p: len(columns[p]) for p in parties[1:]}
         else:

@@ -92,6 +92,8 @@ def start_party(config: ServiceConfig) -> Party:
             policy=coordinator.QueryPolicy(config.query_budget, config.refuse_training_ids, config.max_query_rows),
             state=state,
             schema=config.schema,
+            allowed_backends=config.allowed_backends,
+            key_rotation_steps=config.key_rotation_steps or None,
         )
         server = start_server(
             config,
@@ -112,6 +114,7 @@ def start_party(config: ServiceConfig) -> Party:
             state,
             config.operator,
             psi_max_ids=config.psi_max_ids,
+            psi_owner_budget=config.psi_owner_budget,
         )
         server = start_server(
             config,

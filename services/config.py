@@ -13,6 +13,9 @@ from typing import Any
 
 from vflsec.services.crypto.psi import MAX_IDS as PSI_MAX_IDS
 
+# Default per-owner PSI budget: ten exchanges of the largest size, far above any demo, test or bench run.
+PSI_OWNER_BUDGET = 10 * PSI_MAX_IDS
+
 ROLES = ("coordinator", "active", "passive")
 
 
@@ -61,11 +64,18 @@ class ServiceConfig:
     refuse_training_ids: bool = False
     max_query_rows: int = 100_000
     psi_max_ids: int = PSI_MAX_IDS  # IDs one PSI exchange may carry (the other side's list, and our own)
+    # Passive party: IDs it blinds for one owner over all sessions and restarts ([limits] psi_owner_budget).
+    psi_owner_budget: int = PSI_OWNER_BUDGET
     # Passive party: the operator identity allowed to ask it for a risk forecast (None: operator-<party_id>).
     operator: str | None = None
     # Coordinator: the operator-approved feature columns of each party ([schema], party id -> count; the active
-    # party's block adds its bias column). None: block widths are self-declared by the active party.
+    # party's block adds its bias column). Required: widths are never self-declared. None for other roles.
     schema: dict[str, int] | None = None
+    # Coordinator: at most this many steps per training key ([limits] key_rotation_steps; 0: the bound derived
+    # from [schema], he.key_rotation_steps). It can only make keys rotate more often.
+    key_rotation_steps: int = 0
+    # Coordinator: the HE backends a session may run on ([policy] allowed_backends); plain hides nothing.
+    allowed_backends: tuple[str, ...] = ("ckks",)
 
     @property
     def passive_peers(self) -> dict[str, str]:
@@ -121,13 +131,29 @@ def parse_config(raw: dict[str, Any], *, base: Path, role: str | None = None, so
     psi_max_ids = int(limits.get("psi_max_ids", PSI_MAX_IDS))
     if psi_max_ids < 1:
         raise ConfigError(f"{source}: [limits] psi_max_ids must be >= 1, got {psi_max_ids}")
+    key_rotation_steps = int(limits.get("key_rotation_steps", 0))
+    if key_rotation_steps < 0:
+        raise ConfigError(f"{source}: [limits] key_rotation_steps must be >= 0, got {key_rotation_steps}")
+    psi_owner_budget = int(limits.get("psi_owner_budget", PSI_OWNER_BUDGET))
+    if psi_owner_budget < 1:
+        raise ConfigError(f"{source}: [limits] psi_owner_budget must be >= 1, got {psi_owner_budget}")
     policy = raw.get("policy", {})
     state = raw.get("state", {})
     schema = raw.get("schema")
+    if cfg_role == "coordinator" and schema is None:
+        raise ConfigError(
+            f"{source}: a coordinator needs a [schema] table (party id -> its operator-approved number of feature "
+            "columns): block widths are never self-declared"
+        )
     if schema is not None:
         if not isinstance(schema, dict) or not all(type(v) is int and v >= 1 for v in schema.values()):
             raise ConfigError(f"{source}: [schema] maps each party id to its number of feature columns (>= 1)")
         schema = dict(schema)
+    allowed_backends = policy.get("allowed_backends", ["ckks"])
+    if not isinstance(allowed_backends, list) or not set(allowed_backends) <= {"ckks", "plain"}:
+        raise ConfigError(
+            f"{source}: [policy] allowed_backends is a list of 'ckks' and 'plain', got {allowed_backends!r}"
+        )
     return ServiceConfig(
         role=cfg_role,
         party_id=need(raw, "party_id", "the file"),
@@ -148,8 +174,11 @@ def parse_config(raw: dict[str, Any], *, base: Path, role: str | None = None, so
         refuse_training_ids=bool(policy.get("refuse_training_ids", False)),
         max_query_rows=int(policy.get("max_query_rows", 100_000)),
         psi_max_ids=psi_max_ids,
+        psi_owner_budget=psi_owner_budget,
+        key_rotation_steps=key_rotation_steps,
         operator=raw.get("operator"),
         schema=schema,
+        allowed_backends=tuple(allowed_backends),
     )
 
 

@@ -83,6 +83,21 @@ CKKS_MASK_BOUND = 2.0**24
 FEATURE_BOUND = 64.0  # |x| a party may multiply into a product; the masks hide |δ·x| <= FEATURE_BOUND
 BLOCK_SUM_FLOODING = 2.0**-6  # std of the noise on each released CKKS block sum
 BLOCK_SUM_GRID = 2.0**-10  # released block sums are multiples of this
+# A training key answers at most N / KEY_ROTATION_MARGIN linear functionals of itself (key_rotation_steps).
+KEY_ROTATION_MARGIN = 4
+
+
+def key_rotation_steps(functionals_per_step: int) -> int:
+    """Steps per training-key epoch, R = max(1, floor(N / (M · F))), for F functionals a step can answer.
+
+    A deviating party that submits a structured ciphertext of honest form, e.g. (0, t·x^j), reads one linear
+    functional of the ternary secret key (N = 8192 unknowns) per block sum it is answered. With M = 4, all
+    parties of a session together read at most N/4 per key, so the key stays underdetermined by >= 3N/4
+    ternary unknowns (a lattice of dimension >= 6144, far beyond any reduction) however they pool them.
+    """
+    if functionals_per_step < 1:
+        raise ValueError(f"functionals_per_step must be >= 1, got {functionals_per_step}")
+    return max(1, CKKS_POLY_MODULUS_DEGREE // (KEY_ROTATION_MARGIN * functionals_per_step))
 
 
 @dataclass(frozen=True, slots=True)

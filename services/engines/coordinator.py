@@ -102,8 +102,11 @@ class Query:
 
 @dataclass
 class CoordinatorSession:
-    backend: he.Backend
-    public_context: bytes
+    # Training keys per epoch: step s runs under epoch s // rotation (docs/protocol.md, "Key epochs"). Only the
+    # epochs a step can still need are kept: the last step's (a replay) and possibly the next step's.
+    epochs: dict[int, he.Backend]
+    rotation: int  # steps per key epoch, from the approved widths (he.key_rotation_steps)
+    public_context: bytes  # epoch 0's, as OpenSession returned it (parties parse ciphertexts with it)
     n_classes: int
     passive_parties: tuple[str, ...]
     owner: str  # the active party that opened the session
@@ -123,6 +126,14 @@ class CoordinatorSession:
     # party holds: [[z_p]], [[p]], [[delta]]) can stand in for the owner's share of a released sum.
     inference: he.Backend | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def backend(self) -> he.Backend:
+        """The newest training keys: parsing, form checks and sizes are the same under every epoch."""
+        return self.epochs[max(self.epochs)]
+
+    def epoch(self, step: int) -> int:
+        return step // self.rotation
 
     def inference_keys(self) -> he.Backend:
         if self.inference is None:
@@ -159,6 +170,8 @@ class CoordinatorSession:
             "finished_step": self.finished_step,
             "has_weights": self.passive_weights is not None,
             "widths": self.widths,
+            "rotation": self.rotation,
+            "epochs": sorted(self.epochs),
             # No RNG state: release noise is drawn from OS entropy afresh, never replayed after a restart.
             "current": None
             if current is None
@@ -173,15 +186,20 @@ class CoordinatorSession:
 
     @classmethod
     def from_state(
-        cls, arrays: dict[str, np.ndarray], meta: dict, keys: bytes, inference_keys: bytes | None = None
+        cls,
+        arrays: dict[str, np.ndarray],
+        meta: dict,
+        epoch_keys: Mapping[int, bytes],
+        public_context: bytes,
+        inference_keys: bytes | None = None,
     ) -> CoordinatorSession:
-        backend = he.restore_keyholder(meta["backend"], keys)
         weights = (
             {p: np.array(arrays[f"passive/{p}"]) for p in meta["passive_parties"]} if meta["has_weights"] else None
         )
         s = cls(
-            backend=backend,
-            public_context=backend.public_context(),
+            epochs={e: he.restore_keyholder(meta["backend"], keys) for e, keys in epoch_keys.items()},
+            rotation=meta["rotation"],
+            public_context=public_context,
             n_classes=meta["n_classes"],
             passive_parties=tuple(meta["passive_parties"]),
             owner=meta["owner"],
@@ -219,29 +237,46 @@ class Coordinator:
         policy: QueryPolicy | None = None,
         state: checkpoint.StateDir | None = None,
         schema: Mapping[str, int] | None = None,
+        allowed_backends: Sequence[str] = ("ckks",),
+        key_rotation_steps: int | None = None,
     ) -> None:
         self.score_chain = score_chain
-        # Operator-approved feature columns per party ([schema] in the config); None: widths are self-declared.
+        # Operator-approved feature columns per party ([schema] in the config, required there); None only for
+        # engines built directly in tests, whose widths are then self-declared.
         self.schema = None if schema is None else dict(schema)
+        # [policy] allowed_backends: plain hides nothing, so a deployment runs it only when its operator says so.
+        self.allowed_backends = tuple(allowed_backends)
+        self.key_rotation_steps = key_rotation_steps  # an operator's tighter bound on steps per training key
         self.param_chain = param_chain
         self.passives = passives
         self.policy = policy or QueryPolicy()
         self.state = state or checkpoint.StateDir(None)
-        # Beside the sessions: inference keys (one file per session) and the query budget's ledger (samples
-        # admitted per owner, over all its sessions).
-        self.inference_keys, self.ledger = (
+        # Beside the sessions: training keys (one file per session and live epoch), inference keys (one file per
+        # session) and the query budget's ledger (samples admitted per owner, over all its sessions). The session
+        # file keeps epoch 0's public context, which parties parse with.
+        self.epoch_keys, self.inference_keys, self.ledger = (
             checkpoint.StateDir(None if self.state.path is None else self.state.path / sub)
-            for sub in ("inference", "owners")
+            for sub in ("epochs", "inference", "owners")
         )
+        states = self.state.load_all()
+        for sid, (_, meta) in states.items():
+            if "epochs" not in meta:
+                raise ValueError(f"session {sid!r}'s checkpoint predates training-key epochs: close or remove it")
         self.sessions: dict[str, CoordinatorSession] = {
             sid: CoordinatorSession.from_state(
                 arrays,
                 meta,
+                {e: self.epoch_keys.load_bytes(_epoch_file(sid, e)) for e in meta["epochs"]},
                 self.state.load_bytes(sid),
                 self.inference_keys.load_bytes(sid) if meta.get("finished_step") is not None else None,
             )
-            for sid, (arrays, meta) in self.state.load_all().items()
+            for sid, (arrays, meta) in states.items()
         }
+        # A crash between a checkpoint and a key file's removal (or creation) leaves keys no session names: drop.
+        live = {_epoch_file(sid, e) + ".bin" for sid, s in self.sessions.items() for e in s.epochs}
+        if self.epoch_keys.path is not None:
+            for orphan in {f.name for f in self.epoch_keys.path.glob("*.bin")} - live:
+                (self.epoch_keys.path / orphan).unlink()
         self.scored: dict[str, int] = {owner: meta["scored"] for owner, (_, meta) in self.ledger.load_all().items()}
         self._lock = threading.Lock()
 
@@ -269,13 +304,26 @@ class Coordinator:
         return s
 
     def approved_width(self, s: CoordinatorSession, party: str) -> int | None:
+        return self._approved_width(s.owner, party)
+
+    def _approved_width(self, owner: str, party: str) -> int | None:
         """The block width the schema approves for ``party`` (its feature columns, + 1 for the owner's bias
         column); None without a schema. A party the schema does not name has no approved width."""
         if self.schema is None:
             return None
         if party not in self.schema:
             raise FailedPrecondition(f"the coordinator's schema approves no width for {party}")
-        return self.schema[party] + (1 if party == s.owner else 0)
+        return self.schema[party] + (1 if party == owner else 0)
+
+    def key_rotation(self, owner: str, passive_parties: Sequence[str], n_classes: int) -> int:
+        """Steps per training-key epoch. Each step answers party q w_q·k block sums, each at most one linear
+        functional of the key for a deviating party; summed over every party, any coalition of them reads at most
+        N / KEY_ROTATION_MARGIN functionals per key. Without a schema (engines built in tests): every step."""
+        widths = [self._approved_width(owner, party) for party in (owner, *passive_parties)]
+        if None in widths:
+            return 1
+        derived = he.key_rotation_steps(sum(w for w in widths if w is not None) * lr.n_logits(n_classes))
+        return min(derived, self.key_rotation_steps or derived)
 
     def open_session(
         self,
@@ -287,16 +335,23 @@ class Coordinator:
     ) -> bytes:
         if not checkpoint.valid_session_id(session_id):
             raise InvalidArgument(f"invalid session_id {session_id!r}")
+        if backend_name not in self.allowed_backends:
+            raise PermissionDenied(
+                f"backend {backend_name!r} is not allowed by this coordinator's [policy] allowed_backends "
+                f"{list(self.allowed_backends)}"
+            )
         if n_classes < 2:
             raise InvalidArgument(f"n_classes must be >= 2, got {n_classes}")
         if len(set(passive_parties)) != len(passive_parties) or not passive_parties:
             raise InvalidArgument(f"passive_parties must be distinct and non-empty, got {list(passive_parties)}")
+        rotation = self.key_rotation(owner, passive_parties, n_classes)
         with self._lock:
             if session_id in self.sessions:
                 raise AlreadyExists(f"session {session_id!r} already exists")
             backend = he.make_keyholder(backend_name)
             s = CoordinatorSession(
-                backend=backend,
+                epochs={0: backend},
+                rotation=rotation,
                 public_context=backend.public_context(),  # serialised once per session
                 n_classes=n_classes,
                 passive_parties=tuple(passive_parties),
@@ -304,7 +359,8 @@ class Coordinator:
                 # Every release-time draw reads OS entropy: no configuration can make the noise reproducible.
                 release=ReleaseContext(rng=entropy.os_entropy(), n_classes=n_classes),
             )
-            self.state.save_bytes(session_id, backend.export_keyholder())  # once: it holds the secret key
+            self.epoch_keys.save_bytes(_epoch_file(session_id, 0), backend.export_keyholder())
+            self.state.save_bytes(session_id, s.public_context)
             self._save(session_id, s)
             self.sessions[session_id] = s
         return s.public_context
@@ -370,14 +426,46 @@ class Coordinator:
                 return he.EncryptedMatrix(
                     current.layout, he.deserialize_all(s.backend, current.scores, current.layout.ct_size)
                 )
-            probs = he.encrypt_matrix(s.backend, lr.link(self._logits(s, logits)), replicas=replicas)
-            scores = [s.backend.serialize(ct) for ct in probs.ciphertexts]
+            keys = self._epoch_keys(session_id, s, step)
+            probs = he.encrypt_matrix(keys, lr.link(self._logits(s, logits, keys)), replicas=replicas)
+            scores = [keys.serialize(ct) for ct in probs.ciphertexts]
             s.current = TrainingStep(step, probs.layout, np.array(sample_index), scores)
             s.widths = dict(widths)
             s.last_step = step
             s.trained_index.update(sample_index.tolist())
+            dropped = [e for e in s.epochs if e < s.epoch(step)]  # no step from here on can need them
+            for epoch in dropped:
+                del s.epochs[epoch]
             self._save(session_id, s)
+            for epoch in dropped:  # after the checkpoint that no longer names them
+                self.epoch_keys.remove(_epoch_file(session_id, epoch))
         return probs
+
+    def _epoch_keys(self, session_id: str, s: CoordinatorSession, step: int) -> he.Backend:
+        """Step ``step``'s training keys (caller holds s.lock); a step opening a new epoch makes its keys, stored
+        before they are used so that a replay after a restart decrypts under the same key."""
+        epoch = s.epoch(step)
+        keys = s.epochs.get(epoch)
+        if keys is None:
+            if step < s.last_step:
+                raise FailedPrecondition(f"the keys of step {step} (epoch {epoch}) are dropped")
+            keys = he.make_keyholder(s.backend.name)
+            self.epoch_keys.save_bytes(_epoch_file(session_id, epoch), keys.export_keyholder())
+            s.epochs[epoch] = keys
+            self._save(session_id, s)
+        return keys
+
+    def training_context(self, session_id: str, caller: str, step: int) -> tuple[int, int, bytes]:
+        """(epoch, rotation, public context) of the keys a party encrypts step ``step`` under: the last step
+        (a replay) or the next one; no keys are made for steps further ahead."""
+        s = self.member(session_id, caller)
+        with s.lock:
+            if not max(s.last_step, 1) <= step <= s.last_step + 1:
+                raise FailedPrecondition(
+                    f"training keys are given for the last step {s.last_step} or the next, not step {step}"
+                )
+            keys = self._epoch_keys(session_id, s, step)
+            return s.epoch(step), s.rotation, keys.public_context()
 
     def block_sums(
         self, session_id: str, step: int, caller: str, ciphertexts: Sequence[bytes], width: int
@@ -410,13 +498,14 @@ class Coordinator:
                     f"{caller} declared block width {width}; the active party reported {s.widths.get(caller)}"
                 )
             layout = current.layout
+            keys = s.epochs[s.epoch(step)]  # the current step's epoch is never dropped
             expected_count = math.ceil(width / layout.replicas) * layout.n_chunks
             if len(ciphertexts) != expected_count:
                 raise InvalidArgument(
                     f"a block of {width} columns at {layout.replicas} replicas over {layout.n_chunks} chunks is "
                     f"{expected_count} ciphertexts, got {len(ciphertexts)}"
                 )
-            limit = s.backend.max_ciphertext_bytes
+            limit = keys.max_ciphertext_bytes
             if any(len(blob) > limit for blob in ciphertexts):
                 raise InvalidArgument(f"a ciphertext exceeds {limit} bytes, the size of a fresh one")
             # From here the step's one answer is spent, whatever the outcome, and durably so before any byte is
@@ -424,13 +513,13 @@ class Coordinator:
             current.answers[caller] = (digest, np.full((width, layout.shape[1]), np.nan))
             self._save(session_id, s)
             try:
-                cts = he.deserialize_all(s.backend, ciphertexts, layout.ct_size)
-                s.backend.check_form(cts, product=True)
-                bound = s.backend.default_mask_bound + he.FEATURE_BOUND + 1.0
-                sums = he.block_sums(s.backend, cts, layout, max_abs=bound)[:width]
+                cts = he.deserialize_all(keys, ciphertexts, layout.ct_size)
+                keys.check_form(cts, product=True)
+                bound = keys.default_mask_bound + he.FEATURE_BOUND + 1.0
+                sums = he.block_sums(keys, cts, layout, max_abs=bound)[:width]
             except ValueError as exc:
                 raise InvalidArgument(f"ciphertexts: {exc}") from exc
-            reply = _flood(sums, s.backend.block_sum_flooding, s.release.rng)
+            reply = _flood(sums, keys.block_sum_flooding, s.release.rng)
             current.answers[caller] = (digest, reply)
             self._save(session_id, s)
         return reply.copy()
@@ -605,9 +694,16 @@ class Coordinator:
         return disclosed, offset
 
     def close(self, session_id: str) -> None:
-        self.sessions.pop(session_id, None)
+        s = self.sessions.pop(session_id, None)
         self.state.remove(session_id)
         self.inference_keys.remove(session_id)
+        for epoch in [] if s is None else list(s.epochs):
+            self.epoch_keys.remove(_epoch_file(session_id, epoch))
+
+
+def _epoch_file(session_id: str, epoch: int) -> str:
+    # One name per (session, epoch): the epoch is the digits after the last ".e".
+    return f"{session_id}.e{epoch}"
 
 
 def _check_form(keys: he.Backend, logits: he.EncryptedMatrix, *, product: bool) -> None:
@@ -663,6 +759,13 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
             owner=s.owner,
             inference_context=b"" if s.inference is None else s.inference.public_context(),
         )
+
+    @rpc
+    def GetTrainingContext(self, request: coordinator_pb2.TrainingContextRequest, context: grpc.ServicerContext):
+        epoch, rotation, data = self.coordinator.training_context(
+            request.session_id, current_caller().party_id, request.step
+        )
+        return coordinator_pb2.TrainingContext(epoch=epoch, rotation=rotation, data=data)
 
     @rpc
     def ComputeTrainingScores(self, request: coordinator_pb2.TrainingScoresRequest, context: grpc.ServicerContext):
@@ -748,6 +851,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
 ROLE_POLICY: dict[str, frozenset[str]] = {
     "OpenSession": frozenset({"active"}),
     "GetPublicContext": frozenset({"active", "passive"}),
+    "GetTrainingContext": frozenset({"active", "passive"}),
     "ComputeTrainingScores": frozenset({"active"}),
     "DecryptBlockSums": frozenset({"active", "passive"}),
     "FinishTraining": frozenset({"active"}),

@@ -13,7 +13,14 @@ from vflsec.services.crypto import entropy, he, psi, share_mask
 from vflsec.services.data.datasets import PartyData
 from vflsec.services.defenses import params as param_defenses
 from vflsec.services.engines import checkpoint
-from vflsec.services.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from vflsec.services.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    ResourceExhausted,
+)
 from vflsec.services.models import lr
 from vflsec.services.transport import wire
 from vflsec.services.transport.server import rpc
@@ -26,6 +33,8 @@ class CoordinatorLink(Protocol):
     """What a passive party needs from the coordinator."""
 
     def public_context(self, session_id: str) -> tuple[str, bytes, str]: ...
+
+    def training_context(self, session_id: str, step: int) -> tuple[int, int, bytes]: ...
 
     def inference_context(self, session_id: str) -> bytes: ...
 
@@ -58,6 +67,8 @@ class PassiveSession:
     previous_weights: np.ndarray | None = None  # the block before that step, to replay its Forward
     forward_index: tuple[int, np.ndarray] | None = None  # the batch of the step in flight
     inference: he.Backend | None = None  # public inference keys, fetched from the coordinator when first needed
+    # (epoch, rotation, public keys) of the training-key epoch last used: fetched again when a step leaves it.
+    training_keys: tuple[int, int, he.Backend] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def to_state(self) -> tuple[dict[str, np.ndarray], dict]:
@@ -128,9 +139,14 @@ class PassiveParty:
         coordinator_id: str = COORDINATOR,
         *,
         psi_max_ids: int = psi.MAX_IDS,
+        psi_owner_budget: int | None = None,
     ) -> None:
         self.party_id = party_id
         self.psi_max_ids = psi_max_ids
+        # IDs of the active list this party blinds per owner, over all sessions and restarts ([limits]
+        # psi_owner_budget; None: unlimited): one exchange per session does not stop testing a dictionary over
+        # many sessions, this does.
+        self.psi_owner_budget = psi_owner_budget
         self.data = data
         self.coordinator = coordinator
         self.coordinator_id = coordinator_id  # the coordinator identity this party answers
@@ -138,6 +154,10 @@ class PassiveParty:
         self.state = state or checkpoint.StateDir(None)
         self.sessions: dict[str, PassiveSession] = {
             sid: PassiveSession.from_state(arrays, meta) for sid, (arrays, meta) in self.state.load_all().items()
+        }
+        self.psi_ledger = checkpoint.StateDir(None if self.state.path is None else self.state.path / "psi_owners")
+        self.psi_blinded: dict[str, int] = {
+            owner: meta["blinded"] for owner, (_, meta) in self.psi_ledger.load_all().items()
         }
         self._lock = threading.Lock()
 
@@ -224,6 +244,7 @@ class PassiveParty:
                 "([limits] psi_max_ids)"
             )
         _refuse_second_exchange(session_id, s)
+        self._spend_psi_budget(s.owner, len(blinded))
         try:
             reply = psi.passive_reply(psi.PsiKey(), [str(i) for i in self.data.ids], blinded, salt)
         except ValueError as exc:
@@ -233,6 +254,18 @@ class PassiveParty:
             s.psi_permutation = reply.permutation
             self._save(session_id, s)
         return reply.reblinded_active, reply.blinded_own
+
+    def _spend_psi_budget(self, owner: str, n: int) -> None:
+        """Count ``n`` more IDs blinded for ``owner``, durably, before any point is computed; refuse over budget."""
+        with self._lock:
+            spent = self.psi_blinded.get(owner, 0)
+            if self.psi_owner_budget is not None and spent + n > self.psi_owner_budget:
+                raise ResourceExhausted(
+                    f"PSI budget of {owner} exhausted: {spent} of {self.psi_owner_budget} IDs blinded over its "
+                    f"sessions, {n} more sent ([limits] psi_owner_budget)"
+                )
+            self.psi_blinded[owner] = spent + n
+            self.psi_ledger.save(owner, {}, {"blinded": spent + n})
 
     def psi_finish(self, session_id: str, positions: np.ndarray) -> int:
         """Fix the common rows, once: a retry with the same positions is answered again, different ones refused."""
@@ -283,7 +316,17 @@ class PassiveParty:
                     f"Forward for step {step} is out of order: the last completed step is {s.completed_step}"
                 )
             z = x @ weights.T
-        return he.encrypt_matrix(s.backend, z)
+        return he.encrypt_matrix(self._training_keys(session_id, s, step), z)
+
+    def _training_keys(self, session_id: str, s: PassiveSession, step: int) -> he.Backend:
+        """The public key of step ``step``'s epoch: the coordinator rotates training keys every few steps."""
+        cached = s.training_keys
+        if cached is None or step // cached[1] != cached[0]:
+            epoch, rotation, context = self.coordinator.training_context(session_id, step)
+            if rotation < 1 or step // rotation != epoch:
+                raise FailedPrecondition(f"the coordinator gave epoch {epoch} of {rotation} steps for step {step}")
+            cached = s.training_keys = (epoch, rotation, he.open_public(s.backend.name, context))
+        return cached[2]
 
     def share_logits(self, session_id: str, query_id: str, sample_index: np.ndarray) -> None:
         """Inference: [[z_p + r_p]] for rows of an admitted query, sent to the coordinator and never to the active

@@ -45,6 +45,12 @@ class CoordinatorClient:
         reply = call(self.peer, self.stub.GetPublicContext, common_pb2.SessionRef(session_id=session_id), self.policy)
         return wire.backend_name(reply.backend), reply.data, reply.owner
 
+    def training_context(self, session_id: str, step: int) -> tuple[int, int, bytes]:
+        """(epoch, rotation, public context) of the training keys of ``step``."""
+        request = coordinator_pb2.TrainingContextRequest(session_id=session_id, step=step)
+        reply = call(self.peer, self.stub.GetTrainingContext, request, self.policy)
+        return reply.epoch, reply.rotation, reply.data
+
     def training_scores(
         self,
         backend: he.Backend,

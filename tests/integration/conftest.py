@@ -37,5 +37,5 @@ def federation(workdir: Path, **spec: object) -> Iterator[Federation]:
 
 @pytest.fixture(scope="module")
 def binary_federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
-    with federation(tmp_path_factory.mktemp("binary"), dataset="breast_cancer", n_passive=1) as fed:
+    with federation(tmp_path_factory.mktemp("binary"), dataset="breast_cancer", n_passive=1, allow_plain=True) as fed:
         yield fed

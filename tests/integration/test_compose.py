@@ -127,3 +127,9 @@ def test_compose_commands_run_as_local_processes(compose, prepared, tmp_path) ->
             proc.terminate()
         for proc in procs:
             proc.wait(10)
+
+
+def test_plain_is_allowed_only_because_the_runner_compares_against_it(compose, prepared) -> None:
+    services = compose["services"]
+    assert "--compare-plain" in services["runner"]["command"] and "--allow-plain" in services["prepare"]["command"]
+    assert load_config(prepared / "coordinator" / "config.toml").allowed_backends == ("ckks", "plain")

@@ -22,7 +22,10 @@ EPOCHS, BATCH = 5, 32  # ~85 steps on breast_cancer
 
 def _spec(store) -> FederationSpec:
     plugin = {"path": "vflsec.services.plugins.curious:CuriousPlugin", "options": {"store": str(store)}}
-    return FederationSpec(datasets.load_dataset("breast_cancer"), n_passive=1, seed=0, plugins=[plugin])
+    ds = datasets.load_dataset("breast_cancer")
+    # Training keys rotate every 10 steps (instead of the derived 66), so the kills land in different key epochs.
+    limits = {"key_rotation_steps": 10}
+    return FederationSpec(ds, n_passive=1, seed=0, plugins=[plugin], allow_plain=True, limits=limits)
 
 
 def _session(operator: Operator, backend: str) -> tuple[str, list[str]]:
@@ -113,6 +116,12 @@ def test_killed_parties_resume_to_the_uninterrupted_model(tmp_path, backend: str
         assert all(step < total_steps for _, step in killed), killed  # every kill landed mid-training
         assert attempts == 2  # the active party's crash cost one Train call; the others were retried inside
         actual = _model(operator, session_id)
+    # Keys rotated through the crashes, and only the last step's epoch is still kept.
+    state = layout.workdir / "coordinator" / "state"
+    with np.load(state / f"{session_id}.npz") as data:
+        meta = json.loads(bytes(data["__meta__"]))
+    assert meta["rotation"] == 10 and meta["epochs"] == [total_steps // 10]
+    assert [f.name for f in (state / "epochs").iterdir()] == [f"{session_id}.e{total_steps // 10}.bin"]
 
     for got, want in zip(actual, expected, strict=True):
         scale = 1.0 if backend == "plain" else np.abs(want).max()

@@ -139,7 +139,8 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FuzzEnv]:
     folder = tmp_path_factory.mktemp("fuzz")
     store = str(folder / "curious.sqlite")
     plugin = {"path": "vflsec.services.plugins.curious:CuriousPlugin", "options": {"store": store}}
-    layout = write_federation(FederationSpec(dataset, n_passive=1, plugins=[plugin]), folder / "federation")
+    spec = FederationSpec(dataset, n_passive=1, plugins=[plugin], allow_plain=True)
+    layout = write_federation(spec, folder / "federation")
     _limit_messages(layout, LIMIT_MB)
     with run_in_process(layout) as parties, layout.operator_channel() as channel:
         env = _prepare(Federation(layout, parties, Operator(channel)))

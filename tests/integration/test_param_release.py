@@ -62,7 +62,7 @@ def test_risk_cli_forecasts_before_release(tmp_path) -> None:
 
     from tests.integration.conftest import federation
 
-    with federation(tmp_path, dataset="wine", n_passive=1, passive_features=4) as fed:
+    with federation(tmp_path, dataset="wine", n_passive=1, passive_features=4, allow_plain=True) as fed:
         fed.operator.create_session("plain", session_id="risk")
         list(fed.operator.train("risk", sorted(fed.operator.align("risk")), 3))
         base = [

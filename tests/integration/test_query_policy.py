@@ -17,7 +17,7 @@ def _status(call, *args) -> tuple[grpc.StatusCode, str]:
 
 def test_query_policy(tmp_path) -> None:
     policy = {"query_budget": 60, "refuse_training_ids": True, "max_query_rows": 40}
-    with federation(tmp_path, dataset="breast_cancer", n_passive=1, query_policy=policy) as fed:
+    with federation(tmp_path, dataset="breast_cancer", n_passive=1, query_policy=policy, allow_plain=True) as fed:
         info = fed.operator.create_session("plain", seed=0)
         common = sorted(fed.operator.align(info.session_id))
         train, held_out = common[:200], common[200:]

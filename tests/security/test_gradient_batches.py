@@ -16,14 +16,12 @@ import numpy as np
 import pytest
 
 from tests.security.conftest import federation
-from vflsec.client.federation import FederationSpec, run_in_process, write_federation
-from vflsec.client.operator import Operator
-from vflsec.services.config import dump_toml, load_config
+from vflsec.client.federation import FederationSpec, write_federation
+from vflsec.services.config import ConfigError, dump_toml, load_config
 from vflsec.services.crypto import he
 from vflsec.services.data import datasets
 from vflsec.services.models import lr
 from vflsec.services.transport import wire
-from vflsec.services.transport.server import peer_channel
 from vflsec.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc, passive_pb2, passive_pb2_grpc
 
 
@@ -73,7 +71,9 @@ def test_small_batches_are_refused_and_short_batches_merged(tmp_path) -> None:
             assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
 
     # An honest session with the smallest accepted batch trains; the short last batch is merged, not sent.
-    with federation(tmp_path / "honest", dataset="breast_cancer", n_passive=2, passive_features=20) as fed:
+    with federation(
+        tmp_path / "honest", dataset="breast_cancer", n_passive=2, passive_features=20, allow_plain=True
+    ) as fed:
         info = fed.operator.create_session("plain", batch_size=22)
         common = sorted(fed.operator.align(info.session_id))
         train = common[:100]  # 100 = 4 x 22 + 12: the last 12 rows join the fourth batch
@@ -83,7 +83,7 @@ def test_small_batches_are_refused_and_short_batches_merged(tmp_path) -> None:
 
 def test_default_batch_follows_the_bound(tmp_path) -> None:
     # digits: 56 active features (+ bias) make the minimum batch 114, above the default 64.
-    with federation(tmp_path, dataset="digits", n_passive=1, passive_features=8) as fed:
+    with federation(tmp_path, dataset="digits", n_passive=1, passive_features=8, allow_plain=True) as fed:
         info = fed.operator.create_session("plain", batch_size=0)
         widths = [info.n_active_features + 1, *info.passive_features.values()]
         assert lr.default_batch_size(widths) == lr.min_batch_size(widths) == 114
@@ -172,26 +172,14 @@ def test_block_widths_are_operator_approved(tmp_path) -> None:
                 )
             scores({"active": 29, "passive-1": 2})  # the approved widths pass
 
-    # Without a schema the widths are self-declared (docs/protocol.md, "Batch bound"): the inflated width is
-    # accepted at the step, and only FinishTraining sees that W_p does not have it.
+    # Without a schema the widths would be self-declared: such a coordinator refuses to start.
     layout = write_federation(
         FederationSpec(datasets.load_dataset("breast_cancer"), n_passive=1, passive_features=2), tmp_path / "open"
     )
     raw = tomllib.loads(layout.configs["coordinator"].read_text())
     del raw["schema"]
     layout.configs["coordinator"].write_text(dump_toml(raw))
-    with run_in_process(layout), layout.operator_channel() as channel:
-        operator = Operator(channel)
-        info = operator.create_session("ckks", batch_size=64)
-        sid = info.session_id
-        operator.align(sid)
-        with peer_channel(layout.addresses["coordinator"], "coordinator", layout.tls("active"), 64 << 20) as ch:
-            stub = coordinator_pb2_grpc.CoordinatorStub(ch)
-            backend = he.open_public("ckks", stub.GetPublicContext(common_pb2.SessionRef(session_id=sid)).data)
-            logits = wire.to_message(backend, he.encrypt_matrix(backend, np.zeros((64, 1))))
-            stub.ComputeTrainingScores(coordinator_pb2.TrainingScoresRequest(
-                session_id=sid, step=1, logits=logits, replicas=1, sample_index=list(range(64)),
-                widths={"active": 29, "passive-1": 32}))
-            code, details = _refused(stub.FinishTraining, common_pb2.SessionRef(session_id=sid))
-            assert code == grpc.StatusCode.FAILED_PRECONDITION
-            assert "passive-1's weight block has shape (1, 2); training used (1, 32)" in details
+    with pytest.raises(ConfigError, match=r"a coordinator needs a \[schema\] table .* never self-declared"):
+        load_config(layout.configs["coordinator"])
+    # The other roles need none, and every config writer gives the coordinator one.
+    assert load_config(layout.configs["passive-1"]).schema is None

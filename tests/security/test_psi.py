@@ -33,7 +33,8 @@ SMALL_ORDER = {
 
 @pytest.fixture(scope="module")
 def fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
-    with federation(tmp_path_factory.mktemp("psi"), n_passive=1, limits={"psi_max_ids": CAP}) as running:
+    folder = tmp_path_factory.mktemp("psi")
+    with federation(folder, n_passive=1, limits={"psi_max_ids": CAP}, allow_plain=True) as running:
         yield running
 
 
@@ -156,3 +157,31 @@ def test_active_party_refuses_to_start_over_its_own_cap(fed: Federation) -> None
     assert code == grpc.StatusCode.FAILED_PRECONDITION
     assert f"holds {n_ids} sample IDs, over the cap of 100" in details and "psi_max_ids" in details
     assert len(fed.operator.align(session_id)) > 0
+
+
+def test_psi_budget_per_owner_across_sessions_and_restarts(tmp_path) -> None:
+    # One exchange per session still let the active party test a dictionary over many sessions. Now each
+    # passive party counts the IDs it blinds per owner, durably, and refuses an exchange over [limits]
+    # psi_owner_budget before computing any point.
+    with federation(tmp_path, n_passive=1, limits={"psi_owner_budget": 100}) as fed, fed.channel(
+        "active", "passive-1"
+    ) as channel:
+        stub = passive_pb2_grpc.PassiveStub(channel)
+        candidates = psi.PsiKey().blind_ids([f"candidate-{i}" for i in range(61)], psi.new_salt())
+        ledger = fed.layout.workdir / "passive-1" / "state" / "psi_owners"
+
+        first = fed.operator.create_session("ckks").session_id
+        assert len(_exchange(stub, first, candidates[:60]).double_blinded) == 60
+        _restart(fed, "passive-1")  # the count survives a restart
+        second = fed.operator.create_session("ckks").session_id
+        assert len(_exchange(stub, second, candidates[:40]).double_blinded) == 40  # 100 of 100
+        third = fed.operator.create_session("ckks").session_id
+        code, details = _refused(_exchange, stub, third, candidates[:1])
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "100 of 100 IDs blinded over its sessions, 1 more sent ([limits] psi_owner_budget)" in details
+        assert fed.parties["passive-1"].engine.sessions[third].psi_permutation is None  # nothing computed
+        _restart(fed, "passive-1")
+        code, _ = _refused(_exchange, stub, third, candidates[:1])
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert sorted(p.name for p in ledger.iterdir()) == ["active.npz"]
+        assert fed.parties["passive-1"].engine.psi_blinded == {"active": 100}

@@ -31,7 +31,8 @@ def _raw_scores(fed, session_id: str, ids: list[str]) -> np.ndarray:
 
 
 def _release(tmp_path, name: str) -> tuple[np.ndarray, np.ndarray, dict]:
-    with federation(tmp_path / name, dataset="breast_cancer", n_passive=1, score_release=[CHAIN]) as fed:
+    spec = {"dataset": "breast_cancer", "n_passive": 1, "score_release": [CHAIN], "allow_plain": True}
+    with federation(tmp_path / name, **spec) as fed:
         info = fed.operator.create_session("plain", batch_size=64, seed=0)
         common = sorted(fed.operator.align(info.session_id))
         train, query = common[:256], common[256:356]

@@ -34,7 +34,8 @@ def test_foreign_active_identity_is_refused_everywhere(tmp_path) -> None:
         coordinator = fed.parties["coordinator"].engine
         passive = fed.parties["passive-1"].engine
         state = fed.layout.workdir / "coordinator" / "state"
-        assert (state / f"{SID}.bin").exists() and (state / "inference" / f"{SID}.bin").exists()
+        keys = {state / "epochs" / f"{SID}.e{e}.bin" for e in coordinator.sessions[SID].epochs}
+        assert keys and all(k.exists() for k in keys) and (state / "inference" / f"{SID}.bin").exists()
 
         # The intruder: a valid certificate of the federation's CA with role active, another party id.
         intruder = tls.make_pki(fed.layout.workdir / "certs", ["active-2"]).files("active-2")
@@ -49,6 +50,10 @@ def test_foreign_active_identity_is_refused_everywhere(tmp_path) -> None:
         matrix = common_pb2.EncryptedMatrix(rows=10, cols=1, replicas=1, rows_per_ciphertext=10, ciphertexts=[b"x"])
         probes = {
             "Coordinator/GetPublicContext": (c.GetPublicContext, ref),
+            "Coordinator/GetTrainingContext": (
+                c.GetTrainingContext,
+                coordinator_pb2.TrainingContextRequest(session_id=SID, step=2),
+            ),
             "Coordinator/ComputeTrainingScores": (
                 c.ComputeTrainingScores,
                 coordinator_pb2.TrainingScoresRequest(session_id=SID, step=99, logits=matrix, sample_index=index),
@@ -96,7 +101,8 @@ def test_foreign_active_identity_is_refused_everywhere(tmp_path) -> None:
         # The owner's session is untouched: nothing admitted or spent, keys and checkpoints in place.
         assert coordinator.scored.get("active", 0) == 0 and coordinator.scored.get("active-2", 0) == 0
         assert SID in coordinator.sessions and SID in passive.sessions
-        assert (state / f"{SID}.bin").exists() and (state / "inference" / f"{SID}.bin").exists()
+        keys = {state / "epochs" / f"{SID}.e{e}.bin" for e in coordinator.sessions[SID].epochs}
+        assert keys and all(k.exists() for k in keys) and (state / "inference" / f"{SID}.bin").exists()
         np.testing.assert_array_equal(passive.weights(SID), weights_before)
         released = op.predict(SID, common[128:178])  # the owner's whole budget is still there
         assert released.scores.shape == (50, 2)

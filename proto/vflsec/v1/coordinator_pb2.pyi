@@ -43,6 +43,24 @@ class PublicContext(_message.Message):
     inference_context: bytes
     def __init__(self, backend: _Optional[_Union[_common_pb2.Backend, str]] = ..., data: _Optional[bytes] = ..., n_classes: _Optional[int] = ..., owner: _Optional[str] = ..., inference_context: _Optional[bytes] = ...) -> None: ...
 
+class TrainingContextRequest(_message.Message):
+    __slots__ = ("session_id", "step")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    step: int
+    def __init__(self, session_id: _Optional[str] = ..., step: _Optional[int] = ...) -> None: ...
+
+class TrainingContext(_message.Message):
+    __slots__ = ("epoch", "rotation", "data")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    ROTATION_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    rotation: int
+    data: bytes
+    def __init__(self, epoch: _Optional[int] = ..., rotation: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+
 class TrainingScoresRequest(_message.Message):
     __slots__ = ("session_id", "step", "logits", "replicas", "sample_index", "widths")
     class WidthsEntry(_message.Message):

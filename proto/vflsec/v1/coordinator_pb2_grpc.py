@@ -47,6 +47,11 @@ class CoordinatorStub:
                 request_serializer=vflsec_dot_v1_dot_common__pb2.SessionRef.SerializeToString,
                 response_deserializer=vflsec_dot_v1_dot_coordinator__pb2.PublicContext.FromString,
                 _registered_method=True)
+        self.GetTrainingContext = channel.unary_unary(
+                '/vflsec.v1.Coordinator/GetTrainingContext',
+                request_serializer=vflsec_dot_v1_dot_coordinator__pb2.TrainingContextRequest.SerializeToString,
+                response_deserializer=vflsec_dot_v1_dot_coordinator__pb2.TrainingContext.FromString,
+                _registered_method=True)
         self.ComputeTrainingScores = channel.unary_unary(
                 '/vflsec.v1.Coordinator/ComputeTrainingScores',
                 request_serializer=vflsec_dot_v1_dot_coordinator__pb2.TrainingScoresRequest.SerializeToString,
@@ -104,6 +109,15 @@ class CoordinatorServicer:
     def GetPublicContext(self, request, context):
         """The session's owner or one of its passive parties: the session's public context (and its owner, which a
         passive party checks against the caller of its JoinSession).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetTrainingContext(self, request, context):
+        """The session's owner or one of its passive parties, training: the public context of the key epoch of a step
+        (the last step or the next). Training keys rotate every `rotation` steps; step s uses epoch s / rotation,
+        and an epoch's secret key is dropped once no step can need it (FAILED_PRECONDITION for such a step).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -189,6 +203,11 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     servicer.GetPublicContext,
                     request_deserializer=vflsec_dot_v1_dot_common__pb2.SessionRef.FromString,
                     response_serializer=vflsec_dot_v1_dot_coordinator__pb2.PublicContext.SerializeToString,
+            ),
+            'GetTrainingContext': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTrainingContext,
+                    request_deserializer=vflsec_dot_v1_dot_coordinator__pb2.TrainingContextRequest.FromString,
+                    response_serializer=vflsec_dot_v1_dot_coordinator__pb2.TrainingContext.SerializeToString,
             ),
             'ComputeTrainingScores': grpc.unary_unary_rpc_method_handler(
                     servicer.ComputeTrainingScores,
@@ -287,6 +306,33 @@ class Coordinator:
             '/vflsec.v1.Coordinator/GetPublicContext',
             vflsec_dot_v1_dot_common__pb2.SessionRef.SerializeToString,
             vflsec_dot_v1_dot_coordinator__pb2.PublicContext.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTrainingContext(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/vflsec.v1.Coordinator/GetTrainingContext',
+            vflsec_dot_v1_dot_coordinator__pb2.TrainingContextRequest.SerializeToString,
+            vflsec_dot_v1_dot_coordinator__pb2.TrainingContext.FromString,
             options,
             channel_credentials,
             insecure,

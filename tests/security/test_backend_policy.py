@@ -1,0 +1,35 @@
+"""Issue 9, kept open for it: `plain` sessions hide nothing, and a coordinator ran them for anyone who asked.
+
+Now the coordinator's `[policy] allowed_backends` (default ["ckks"]) decides; write_federation, `prepare` and
+compose write ["ckks"] unless the spec asks for plain (the demo's --backend plain or --compare-plain).
+"""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from tests.security.conftest import federation
+from vflsec.services.config import load_config
+from vflsec.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
+
+
+def test_a_default_federation_refuses_a_plain_session(tmp_path) -> None:
+    with federation(tmp_path, dataset="breast_cancer", n_passive=1) as fed:
+        assert load_config(fed.layout.configs["coordinator"]).allowed_backends == ("ckks",)
+        # Through the operator's path (the active party opens the session at the coordinator)...
+        with pytest.raises(grpc.RpcError) as info:
+            fed.operator.create_session("plain")
+        assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert "backend 'plain' is not allowed by this coordinator's [policy] allowed_backends ['ckks']" in (
+            info.value.details()
+        )
+        # ...and straight from the active identity.
+        with fed.channel("active", "coordinator") as channel:
+            stub = coordinator_pb2_grpc.CoordinatorStub(channel)
+            with pytest.raises(grpc.RpcError) as info:
+                stub.OpenSession(coordinator_pb2.OpenSessionRequest(
+                    session_id="p", backend=common_pb2.PLAIN,
+                    n_classes=2, passive_parties=["passive-1"]))
+            assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED and "allowed_backends" in info.value.details()
+        assert fed.operator.create_session("ckks").session_id  # the coordinator keeps serving
