@@ -193,10 +193,14 @@ def demo(
     label: opt.Label = None,
     passive: opt.Passive = 1,
     passive_features: opt.PassiveFeatures = None,
+    encoding: opt.Encoding = "onehot",
     backend: opt.Backend = "ckks",
     epochs: opt.Epochs = 30,
     batch_size: opt.BatchSize = 0,
     learning_rate: opt.LearningRate = 0.1,
+    optimizer: opt.Optimizer = "adam",
+    l2: opt.L2 = 1e-4,
+    train_rows: opt.TrainRows = None,
     seed: opt.Seed = 0,
     compare_plain: opt.ComparePlain = False,
     scaling: Annotated[str, typer.Option(help="Each party scales its own columns: standard | minmax | none.")] = (
@@ -220,10 +224,14 @@ def demo(
         label=label,
         n_passive=passive,
         passive_features=passive_features,
+        encoding=encoding,
         backend=backend,
         epochs=epochs,
         batch_size=batch_size,
         learning_rate=learning_rate,
+        optimizer=optimizer,
+        l2=l2,
+        train_rows=train_rows,
         seed=seed,
         scaling=scaling,
     )
@@ -257,6 +265,12 @@ def _report(result: dict, as_json: bool, console) -> None:  # type: ignore[no-un
     for key, value in result.items():
         table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
     console.print(table)
+    if "majority_rate" in result:
+        from vflsec.client.harness import accuracy_warning
+
+        warning = accuracy_warning(result["accuracy"], result["majority_rate"])
+        if warning:
+            console.print(f"warning: {warning}")
     if as_json:
         sys.stdout.write(json.dumps(result) + "\n")
 
@@ -268,6 +282,7 @@ def prepare(
     label: opt.Label = None,
     passive: opt.Passive = 2,
     passive_features: opt.PassiveFeatures = None,
+    encoding: opt.Encoding = "onehot",
     compose: Annotated[
         bool, typer.Option(help="Listen on 0.0.0.0 at fixed ports; peers by party id (docker compose).")
     ] = False,
@@ -285,6 +300,7 @@ def prepare(
         label=label,
         n_passive=passive,
         passive_features=passive_features,
+        encoding=encoding,
         seed=seed,
         compose_ports=compose_ports(passive) if compose else None,
     )
@@ -366,9 +382,23 @@ def attack(
             "defense-aware ones for the release chains included."
         ),
     ] = None,
+    attack_option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--attack-option",
+            metavar="ATTACK.KEY=VALUE",
+            help="A parameter of one attack (e.g. ram.n_refine=50); repeatable.",
+        ),
+    ] = None,
     predictions: Annotated[int, typer.Option(min=1, help="Samples the active party queries after training.")] = 1000,
+    encoding: opt.Encoding = "onehot",
     backend: opt.Backend = "ckks",
     epochs: opt.Epochs = 30,
+    batch_size: opt.BatchSize = 0,
+    learning_rate: opt.LearningRate = 0.1,
+    optimizer: opt.Optimizer = "adam",
+    l2: opt.L2 = 1e-4,
+    train_rows: opt.TrainRows = None,
     seed: opt.Seed = 0,
     withhold_model: Annotated[bool, typer.Option(help="Do not fetch the model (black-box setting).")] = False,
     windows: Annotated[int, typer.Option(min=1, help="Average over this many cyclic windows of passive columns.")] = 1,
@@ -382,7 +412,14 @@ def attack(
     from rich.console import Console
     from rich.table import Table
 
-    from vflsec.client.harness import AttackScenario, headline, markdown_table, run_attack_scenario
+    from vflsec.client.harness import (
+        AttackScenario,
+        check_attack_options,
+        default_attacks,
+        headline,
+        markdown_table,
+        run_attack_scenario,
+    )
     from vflsec.services.attacks import ATTACKS
 
     names = None if attacks is None else [a.strip() for a in attacks.split(",") if a.strip()]
@@ -396,19 +433,36 @@ def attack(
         label=label,
         n_passive=passive,
         passive_features=passive_features,
+        encoding=encoding,
         backend=backend,
         epochs=epochs,
+        batch_size=batch_size,
+        learning_rate=learning_rate,
+        optimizer=optimizer,
+        l2=l2,
+        train_rows=train_rows,
         seed=seed,
     )
+    chosen = names if names is not None else default_attacks(spec.score_release, spec.param_release)
+    try:
+        attack_options = check_attack_options(opt.attack_options(attack_option), chosen)
+    except ValueError as exc:
+        _fail(str(exc))
     scenario = AttackScenario(
-        spec, attacks=names, predictions=predictions, release_model=not withhold_model, windows=windows
+        spec,
+        attacks=names,
+        attack_options=attack_options,
+        predictions=predictions,
+        release_model=not withhold_model,
+        windows=windows,
     )
     console = Console(stderr=as_json)
     with console.status("training, querying and attacking…"), _refused():
         report = run_attack_scenario(scenario)
     table = Table(
         title=f"feature inference on {report['dataset']} (d_passive = {report['d_passive']}, "
-        f"n = {report['n_samples']}, accuracy = {report['accuracy']:.4f})"
+        f"n = {report['n_samples']}, accuracy = {report['accuracy']:.4f}, "
+        f"majority class {report['majority_rate']:.4f})"
     )
     for column in ("attack", "MSE (clipped)", "raw MSE", "seconds"):
         table.add_column(column)
@@ -424,6 +478,8 @@ def attack(
     if report.get("strongest"):
         console.print(headline(report))
     console.print(f"batch size {report['batch_size']}: {report['batch_size_note']}")
+    if report.get("accuracy_warning"):
+        console.print(f"warning: {report['accuracy_warning']}")
     if markdown is not None:
         markdown.write_text(markdown_table(report))
     if as_json:

@@ -1,0 +1,130 @@
+"""Setting up a paper's experiment from the command line (issue 16): encodings, random passive columns, the
+session's split shared by the dealer and the operator, per-attack options, the default batch rule."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import typer
+
+from vflsec.client import options
+from vflsec.client.federation import STEPS_PER_EPOCH, FederationSpec, SpecError
+from vflsec.client.harness import accuracy_warning, check_attack_options
+from vflsec.services.data import datasets as D
+
+CSV = "colour,size,label\nred,1,yes\nred,2,no\nblue,3,yes\nblue,4,yes\ngreen,5,no\nred,6,yes\n"
+
+
+@pytest.fixture
+def small(tmp_path) -> D.Dataset:
+    path = tmp_path / "small.csv"
+    path.write_text(CSV)
+    return D.load_csv(path, "label", categorical="ordinal")
+
+
+def test_ordinal_loading_names_its_coded_columns(small) -> None:
+    assert small.categorical == ["colour"] and small.feature_names == ["colour", "size"]
+    assert small.X[:, 0].tolist() == [2, 2, 0, 0, 1, 2]  # blue, green, red
+
+
+def test_target_encoding_is_the_mean_label_on_the_fit_rows_only(small) -> None:
+    # Fit on rows 0..3: red -> (yes, no) = 0.5, blue -> (yes, yes) = 1; green is unseen -> the fit rows' mean.
+    encoded = D.target_encode(small, [0, 1, 2, 3])
+    assert encoded.X[:, 0].tolist() == [0.5, 0.5, 1.0, 1.0, 0.75, 0.5]
+    assert encoded.X[:, 1].tolist() == small.X[:, 1].tolist()  # numeric columns untouched
+    assert D.target_encode(small, range(6)).X[5, 0] == pytest.approx(2 / 3)  # red over every row
+    with pytest.raises(ValueError, match="at least one row"):
+        D.target_encode(small, [])
+
+
+def test_random_passive_columns_are_seeded_and_sized() -> None:
+    names = [f"f{i}" for i in range(10)]
+    by_fraction = D.split_columns(names, 1, passive_features=D.RandomColumns(0.4), seed=3)
+    by_count = D.split_columns(names, 1, passive_features=D.RandomColumns(4), seed=3)
+    assert by_fraction == by_count and len(by_count.passive[0]) == 4
+    assert by_count.passive[0] != names[-4:] or by_count != D.split_columns(names, 1, passive_features=4)
+    own_seed = D.split_columns(names, 1, passive_features=D.RandomColumns(4, 11), seed=3)
+    assert own_seed == D.split_columns(names, 1, passive_features=D.RandomColumns(4, 11), seed=99)
+    seeds = {tuple(D.split_columns(names, 1, passive_features=D.RandomColumns(4, s)).passive[0]) for s in range(8)}
+    assert len(seeds) > 1  # the seed does choose
+    with pytest.raises(ValueError, match="the passive side needs 1..9"):
+        D.split_columns(names, 1, passive_features=D.RandomColumns(10))
+
+
+@pytest.mark.parametrize(
+    ("value", "parsed"),
+    [("random:0.4", D.RandomColumns(0.4)), ("random:12", D.RandomColumns(12)), ("random:3:7", D.RandomColumns(3, 7))],
+)
+def test_random_passive_features_parser(value, parsed) -> None:
+    assert options.passive_features(value) == parsed
+
+
+def test_random_passive_features_parser_refuses_junk() -> None:
+    with pytest.raises(typer.BadParameter, match=r"random:COUNT\|FRACTION\[:SEED\]"):
+        options.passive_features("random:many")
+
+
+def test_session_split_is_one_choice_for_dealer_demo_and_harness() -> None:
+    ids = np.array([f"s{i:03d}" for i in range(100)])
+    labels = np.arange(100) % 2
+    spec = FederationSpec("wine", queries=30, seed=4)
+    train, held = spec.session_split(ids, labels)
+    shuffled = np.random.default_rng(9).permutation(100)
+    assert (train, held) == spec.session_split(ids[shuffled], labels[shuffled])  # PSI's order does not matter
+    assert len(held) == 30 and len(train) == 70 and not set(train) & set(held)
+    # Too many queries to keep half for training: train on every aligned ID.
+    assert len(FederationSpec("wine", queries=60).session_split(ids, labels)[0]) == 100
+    demo_train, demo_held = FederationSpec("wine").session_split(ids, labels)
+    assert len(demo_held) == 20 and sorted(demo_train + demo_held) == sorted(ids)
+    sub, _ = FederationSpec("wine", queries=30, seed=4, train_rows=25).session_split(ids, labels)
+    assert len(sub) == 25 and set(sub) <= set(train)
+
+
+def test_dealt_target_encoding_fits_on_the_sessions_training_rows(small) -> None:
+    spec = FederationSpec(small, encoding="target", queries=2, drop_fraction=0.0, passive_features=1)
+    train, _ = spec.session_split(small.ids, small.y)
+    assert np.array_equal(spec.dealt_data().X, D.target_encode(small, D.select_ids(small.ids, train)).X)
+    assert FederationSpec(small, encoding="ordinal").dealt_data() is small
+
+
+def test_spec_refuses_unknown_training_choices() -> None:
+    for bad, message in [
+        ({"encoding": "hash"}, "encoding must be one of onehot, ordinal, target"),
+        ({"optimizer": "lbfgs"}, "optimizer must be one of adam, sgd"),
+        ({"l2": -1.0}, "l2 must be >= 0"),
+        ({"train_rows": 0}, "train rows must be at least 1"),
+    ]:
+        with pytest.raises(SpecError, match=message):
+            FederationSpec("wine", **bad)
+
+
+def test_default_batch_follows_the_rows_and_the_minimum() -> None:
+    spec = FederationSpec("wine")
+    assert spec.batch_size_for([8, 7], 1000) == (64, "default 64; minimum 16")
+    rows = 36_000
+    wanted = -(-rows // STEPS_PER_EPOCH)
+    batch, note = spec.batch_size_for([8, 7], rows)
+    assert batch == wanted and note.startswith(f"default {wanted} (= {rows} training rows")
+    assert spec.batch_size_for([600, 7], rows)[0] == 1200  # the coordinator's minimum still wins
+
+
+def test_attack_options_are_parsed_once_by_the_registry() -> None:
+    grouped = options.attack_options(["ram.n_refine=50", "sign_only.sign_relation=opposite"])
+    assert grouped == {"ram": {"n_refine": "50"}, "sign_only": {"sign_relation": "opposite"}}
+    typed = check_attack_options(grouped, ["ram", "sign_only"])
+    assert typed == {"ram": {"n_refine": 50}, "sign_only": {"sign_relation": "opposite"}}
+    with pytest.raises(typer.BadParameter, match="ATTACK.KEY=VALUE"):
+        options.attack_options(["ram=50"])
+    with pytest.raises(ValueError, match=r"attack 'ram' has no parameter\(s\) \['epochs'\] \(accepted: "):
+        check_attack_options({"ram": {"epochs": "3"}}, ["ram"])
+    with pytest.raises(ValueError, match="sign_relation must be one of same, opposite"):
+        check_attack_options({"sign_only": {"sign_relation": "maybe"}}, ["sign_only"])
+    with pytest.raises(ValueError, match="--attack-option for grn, which this run does not attack with"):
+        check_attack_options({"grn": {"epochs": "3"}}, ["ram"])
+
+
+def test_accuracy_warning_names_the_threshold_and_the_majority_rate() -> None:
+    assert accuracy_warning(0.9, 0.5) is None
+    assert "0.7900 is below 0.85" in accuracy_warning(0.79, 0.24) and "majority class 0.2400" in accuracy_warning(
+        0.79, 0.24
+    )
