@@ -618,6 +618,46 @@ def curve(
         typer.echo(json.dumps({"dataset": dataset, "rows": rows}))
 
 
+datasets_app = typer.Typer(help="The datasets a command accepts, and how one would be dealt.", no_args_is_help=True)
+app.add_typer(datasets_app, name="datasets")
+
+
+@datasets_app.command("list")
+def datasets_list(as_json: opt.Json = False) -> None:
+    """Built-in names (the UCI ones when their files are in the datasets folder, $VFLSEC_DATASETS)."""
+    from vflsec.client.catalog import catalog
+    from vflsec.services.data.datasets import shared_datasets_dir
+
+    found = catalog()
+    for name, description in found.items():
+        typer.echo(f"{name:<14} {description}", err=as_json)
+    typer.echo(f"datasets folder: {shared_datasets_dir() or 'not found (set VFLSEC_DATASETS)'}", err=as_json)
+    if as_json:
+        typer.echo(json.dumps(found))
+
+
+@datasets_app.command("show")
+def datasets_show(
+    name: Annotated[str, typer.Argument(help="A name from `vflsec datasets list`, or a CSV path.")],
+    label: opt.Label = None,
+    encoding: opt.Encoding = "onehot",
+    passive: opt.Passive = 1,
+    passive_features: opt.PassiveFeatures = None,
+    seed: opt.Seed = 0,
+    as_json: opt.Json = False,
+) -> None:
+    """Rows, classes, columns before and after encoding, and which would be passive for a selection."""
+    from vflsec.client.catalog import describe, lines
+
+    spec = _spec(name, label=label, encoding=encoding, n_passive=passive, passive_features=passive_features, seed=seed)
+    with _refused():
+        info = describe(spec)
+    for line in lines(info):
+        typer.echo(line, err=as_json)
+    if as_json:
+        typer.echo(json.dumps(info))
+
+
 def main() -> None:
     app()
 

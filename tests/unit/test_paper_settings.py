@@ -3,12 +3,16 @@ session's split shared by the dealer and the operator, per-attack options, the d
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import typer
+from typer.testing import CliRunner
 
 from vflsec.client import options
-from vflsec.client.federation import STEPS_PER_EPOCH, FederationSpec, SpecError
+from vflsec.client.cli import app
+from vflsec.client.federation import STEPS_PER_EPOCH, FederationSpec, SpecError, write_federation
 from vflsec.client.harness import accuracy_warning, check_attack_options
 from vflsec.services.data import datasets as D
 
@@ -42,12 +46,11 @@ def test_random_passive_columns_are_seeded_and_sized() -> None:
     by_fraction = D.split_columns(names, 1, passive_features=D.RandomColumns(0.4), seed=3)
     by_count = D.split_columns(names, 1, passive_features=D.RandomColumns(4), seed=3)
     assert by_fraction == by_count and len(by_count.passive[0]) == 4
-    assert by_count.passive[0] != names[-4:] or by_count != D.split_columns(names, 1, passive_features=4)
     own_seed = D.split_columns(names, 1, passive_features=D.RandomColumns(4, 11), seed=3)
     assert own_seed == D.split_columns(names, 1, passive_features=D.RandomColumns(4, 11), seed=99)
     seeds = {tuple(D.split_columns(names, 1, passive_features=D.RandomColumns(4, s)).passive[0]) for s in range(8)}
     assert len(seeds) > 1  # the seed does choose
-    with pytest.raises(ValueError, match="the passive side needs 1..9"):
+    with pytest.raises(ValueError, match=r"the passive side needs 1\.\.9"):
         D.split_columns(names, 1, passive_features=D.RandomColumns(10))
 
 
@@ -113,7 +116,7 @@ def test_attack_options_are_parsed_once_by_the_registry() -> None:
     assert grouped == {"ram": {"n_refine": "50"}, "sign_only": {"sign_relation": "opposite"}}
     typed = check_attack_options(grouped, ["ram", "sign_only"])
     assert typed == {"ram": {"n_refine": 50}, "sign_only": {"sign_relation": "opposite"}}
-    with pytest.raises(typer.BadParameter, match="ATTACK.KEY=VALUE"):
+    with pytest.raises(typer.BadParameter, match=r"ATTACK\.KEY=VALUE"):
         options.attack_options(["ram=50"])
     with pytest.raises(ValueError, match=r"attack 'ram' has no parameter\(s\) \['epochs'\] \(accepted: "):
         check_attack_options({"ram": {"epochs": "3"}}, ["ram"])
@@ -128,3 +131,36 @@ def test_accuracy_warning_names_the_threshold_and_the_majority_rate() -> None:
     assert "0.7900 is below 0.85" in accuracy_warning(0.79, 0.24) and "majority class 0.2400" in accuracy_warning(
         0.79, 0.24
     )
+
+
+def test_the_dealer_deals_target_encoded_columns_and_no_labels_to_the_passive_party(small, tmp_path) -> None:
+    spec = FederationSpec(small, encoding="target", queries=2, drop_fraction=0.0, passive_features=["colour"])
+    layout = write_federation(spec, tmp_path / "fed")
+    passive = D.read_party_csv(layout.configs["passive-1"].parent / "data.csv")
+    train, held = spec.dealt_split()
+    expected = D.target_encode(small, D.select_ids(small.ids, train))
+    assert passive.y is None and passive.columns == ["colour"]
+    assert np.array_equal(passive.X[:, 0], expected.X[D.select_ids(small.ids, passive.ids), 0])
+    # The fit saw the training rows only: a held-out row's own label did not move its category's mean.
+    assert set(held) and not set(held) & set(train)
+
+
+def test_datasets_list_and_show(tmp_path) -> None:
+    listed = CliRunner().invoke(app, ["datasets", "list"])
+    assert listed.exit_code == 0 and "wine " in listed.output and "datasets folder:" in listed.output
+    path = tmp_path / "small.csv"
+    path.write_text(CSV)
+    shown = CliRunner().invoke(
+        app, ["datasets", "show", str(path), "--passive-features", "colour=red", "--json"]
+    )
+    assert shown.exit_code == 0, shown.output
+    info = json.loads(shown.stdout.strip().splitlines()[-1])
+    assert info["rows"] == 6 and info["classes"] == {"no": 2, "yes": 4}
+    assert info["columns_raw"] == ["colour", "size"] and info["categorical"] == ["colour"]
+    assert info["columns"] == ["colour=blue", "colour=green", "colour=red", "size"]
+    assert info["split"] == {"active": ["colour=blue", "colour=green", "size"], "passive": [["colour=red"]]}
+    assert "2 columns before encoding (* categorical): colour*, size" in shown.output
+    target = CliRunner().invoke(app, ["datasets", "show", str(path), "--encoding", "target", "--json"])
+    assert json.loads(target.stdout.strip().splitlines()[-1])["columns"] == ["colour", "size"]
+    bad = CliRunner().invoke(app, ["datasets", "show", str(path), "--passive-features", "random:5"])
+    assert bad.exit_code == 2 and "the passive side needs 1..3" in bad.output
