@@ -21,6 +21,8 @@ app = typer.Typer(
     help="vflsec: vertical federated learning with measured privacy.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # Click's plain help: option names and defaults stay whole in an 80-column terminal (rich's table cuts them).
+    rich_markup_mode=None,
 )
 bench_app = typer.Typer(help="Benchmarks: figures measured side by side in one run.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
