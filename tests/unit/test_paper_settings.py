@@ -164,3 +164,17 @@ def test_datasets_list_and_show(tmp_path) -> None:
     assert json.loads(target.stdout.strip().splitlines()[-1])["columns"] == ["colour", "size"]
     bad = CliRunner().invoke(app, ["datasets", "show", str(path), "--passive-features", "random:5"])
     assert bad.exit_code == 2 and "the passive side needs 1..3" in bad.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["demo", "--encoding", "hash"], "encoding must be one of onehot, ordinal, target"),
+        (["demo", "--optimizer", "lbfgs"], "optimizer must be one of adam, sgd"),
+        (["attack", "--dataset", "wine", "--passive-features", "random:13"], "the passive side needs 1..12"),
+        (["prepare", "--out", "unused", "--encoding", "hash"], "encoding must be one of"),
+    ],
+)
+def test_commands_refuse_a_bad_setting_before_starting(args, message) -> None:
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and message in " ".join(result.output.split()), result.output
