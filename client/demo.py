@@ -103,7 +103,6 @@ def evaluate(
         "backend": main.backend,
         "epochs": spec.epochs,
         "accuracy": main.accuracy,
-        "majority_rate": float(np.bincount(split[2]).max() / len(split[2])),
         "train_seconds": main.train_seconds,
         "predict_seconds": main.predict_seconds,
         "predictions_per_second": len(test_ids) / main.predict_seconds,
@@ -111,6 +110,7 @@ def evaluate(
         "released_argmax_agreement": 1.0 - main.argmax_changed / len(test_ids),
         "batch_size": spec.batch_size,
         "batch_size_note": batch_note,
+        "majority_rate": float(np.bincount(split[2]).max() / len(split[2])),  # of the held-out labels
     }
     if compare_plain:
         result["plain_accuracy"] = runs[1].accuracy

@@ -187,7 +187,6 @@ def evaluate_attacks(
             results[name] = {"not_applicable": exc.reason}
         else:
             results[name] = {
-                "options": _jsonable(attack.get_params()),  # the effective options, defaults included
                 "mse": attacks.mse(truth, reconstruction.x_passive),
                 # An unclipped estimate off a defended (infeasible) system can sit far outside the cube; the
                 # clipped MSE is the figure tables compare, the raw one stays beside it.
@@ -195,6 +194,7 @@ def evaluate_attacks(
                 "mse_per_feature": attacks.mse_per_feature(truth, reconstruction.x_passive).tolist(),
                 "seconds": time.perf_counter() - start,
                 "aware": name.startswith("aware_"),
+                "options": _jsonable(attack.get_params()),  # the effective options, defaults included
             }
             if "case" in reconstruction.meta:  # sign_only: which of rassouli's cases ran
                 results[name]["case"] = reconstruction.meta["case"]
