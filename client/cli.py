@@ -21,6 +21,8 @@ app = typer.Typer(
     help="vflsec: vertical federated learning with measured privacy.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # Click's plain help: option names and defaults stay whole in an 80-column terminal (rich's table cuts them).
+    rich_markup_mode=None,
 )
 bench_app = typer.Typer(help="Benchmarks: figures measured side by side in one run.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
@@ -193,10 +195,14 @@ def demo(
     label: opt.Label = None,
     passive: opt.Passive = 1,
     passive_features: opt.PassiveFeatures = None,
+    encoding: opt.Encoding = "onehot",
     backend: opt.Backend = "ckks",
     epochs: opt.Epochs = 30,
     batch_size: opt.BatchSize = 0,
     learning_rate: opt.LearningRate = 0.1,
+    optimizer: opt.Optimizer = "adam",
+    l2: opt.L2 = 1e-4,
+    train_rows: opt.TrainRows = None,
     seed: opt.Seed = 0,
     compare_plain: opt.ComparePlain = False,
     scaling: Annotated[str, typer.Option(help="Each party scales its own columns: standard | minmax | none.")] = (
@@ -220,10 +226,14 @@ def demo(
         label=label,
         n_passive=passive,
         passive_features=passive_features,
+        encoding=encoding,
         backend=backend,
         epochs=epochs,
         batch_size=batch_size,
         learning_rate=learning_rate,
+        optimizer=optimizer,
+        l2=l2,
+        train_rows=train_rows,
         seed=seed,
         scaling=scaling,
         allow_plain=compare_plain,  # the comparison run is a plain session
@@ -261,6 +271,12 @@ def _report(result: dict, as_json: bool, console) -> None:  # type: ignore[no-un
     for key, value in result.items():
         table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
     console.print(table)
+    if "majority_rate" in result:
+        from vflsec.client.harness import accuracy_warning
+
+        warning = accuracy_warning(result["accuracy"], result["majority_rate"])
+        if warning:
+            console.print(f"warning: {warning}")
     if as_json:
         sys.stdout.write(json.dumps(result) + "\n")
 
@@ -272,6 +288,7 @@ def prepare(
     label: opt.Label = None,
     passive: opt.Passive = 2,
     passive_features: opt.PassiveFeatures = None,
+    encoding: opt.Encoding = "onehot",
     compose: Annotated[
         bool, typer.Option(help="Listen on 0.0.0.0 at fixed ports; peers by party id (docker compose).")
     ] = False,
@@ -292,6 +309,7 @@ def prepare(
         label=label,
         n_passive=passive,
         passive_features=passive_features,
+        encoding=encoding,
         seed=seed,
         compose_ports=compose_ports(passive) if compose else None,
         allow_plain=allow_plain,
@@ -376,9 +394,23 @@ def attack(
             "defense-aware ones for the release chains included."
         ),
     ] = None,
+    attack_option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--attack-option",
+            metavar="ATTACK.KEY=VALUE",
+            help="A parameter of one attack (e.g. ram.n_refine=50); repeatable.",
+        ),
+    ] = None,
     predictions: Annotated[int, typer.Option(min=1, help="Samples the active party queries after training.")] = 1000,
+    encoding: opt.Encoding = "onehot",
     backend: opt.Backend = "ckks",
     epochs: opt.Epochs = 30,
+    batch_size: opt.BatchSize = 0,
+    learning_rate: opt.LearningRate = 0.1,
+    optimizer: opt.Optimizer = "adam",
+    l2: opt.L2 = 1e-4,
+    train_rows: opt.TrainRows = None,
     seed: opt.Seed = 0,
     withhold_model: Annotated[bool, typer.Option(help="Do not fetch the model (black-box setting).")] = False,
     windows: Annotated[int, typer.Option(min=1, help="Average over this many cyclic windows of passive columns.")] = 1,
@@ -392,7 +424,14 @@ def attack(
     from rich.console import Console
     from rich.table import Table
 
-    from vflsec.client.harness import AttackScenario, headline, markdown_table, run_attack_scenario
+    from vflsec.client.harness import (
+        AttackScenario,
+        check_attack_options,
+        default_attacks,
+        headline,
+        markdown_table,
+        run_attack_scenario,
+    )
     from vflsec.services.attacks import ATTACKS
 
     names = None if attacks is None else [a.strip() for a in attacks.split(",") if a.strip()]
@@ -406,19 +445,36 @@ def attack(
         label=label,
         n_passive=passive,
         passive_features=passive_features,
+        encoding=encoding,
         backend=backend,
         epochs=epochs,
+        batch_size=batch_size,
+        learning_rate=learning_rate,
+        optimizer=optimizer,
+        l2=l2,
+        train_rows=train_rows,
         seed=seed,
     )
+    chosen = names if names is not None else default_attacks(spec.score_release, spec.param_release)
+    try:
+        attack_options = check_attack_options(opt.attack_options(attack_option), chosen)
+    except ValueError as exc:
+        _fail(str(exc))
     scenario = AttackScenario(
-        spec, attacks=names, predictions=predictions, release_model=not withhold_model, windows=windows
+        spec,
+        attacks=names,
+        attack_options=attack_options,
+        predictions=predictions,
+        release_model=not withhold_model,
+        windows=windows,
     )
     console = Console(stderr=as_json)
     with console.status("training, querying and attacking…"), _refused():
         report = run_attack_scenario(scenario)
     table = Table(
         title=f"feature inference on {report['dataset']} (d_passive = {report['d_passive']}, "
-        f"n = {report['n_samples']}, accuracy = {report['accuracy']:.4f})"
+        f"n = {report['n_samples']}, accuracy = {report['accuracy']:.4f}, "
+        f"majority class {report['majority_rate']:.4f})"
     )
     for column in ("attack", "MSE (clipped)", "raw MSE", "seconds"):
         table.add_column(column)
@@ -434,6 +490,8 @@ def attack(
     if report.get("strongest"):
         console.print(headline(report))
     console.print(f"batch size {report['batch_size']}: {report['batch_size_note']}")
+    if report.get("accuracy_warning"):
+        console.print(f"warning: {report['accuracy_warning']}")
     if markdown is not None:
         markdown.write_text(markdown_table(report))
     if as_json:
@@ -625,6 +683,46 @@ def experiment(
     console.print(f"wrote {out / 'results.json'}, {out / 'results.md'} and {', '.join(summary['plots'])}")
     if as_json:
         sys.stdout.write(json.dumps({k: v for k, v in summary.items() if k != "cells"}) + "\n")
+
+
+datasets_app = typer.Typer(help="The datasets a command accepts, and how one would be dealt.", no_args_is_help=True)
+app.add_typer(datasets_app, name="datasets")
+
+
+@datasets_app.command("list")
+def datasets_list(as_json: opt.Json = False) -> None:
+    """Built-in names (the UCI ones when their files are in the datasets folder, $VFLSEC_DATASETS)."""
+    from vflsec.client.catalog import catalog
+    from vflsec.services.data.datasets import shared_datasets_dir
+
+    found = catalog()
+    for name, description in found.items():
+        typer.echo(f"{name:<14} {description}", err=as_json)
+    typer.echo(f"datasets folder: {shared_datasets_dir() or 'not found (set VFLSEC_DATASETS)'}", err=as_json)
+    if as_json:
+        typer.echo(json.dumps(found))
+
+
+@datasets_app.command("show")
+def datasets_show(
+    name: Annotated[str, typer.Argument(help="A name from `vflsec datasets list`, or a CSV path.")],
+    label: opt.Label = None,
+    encoding: opt.Encoding = "onehot",
+    passive: opt.Passive = 1,
+    passive_features: opt.PassiveFeatures = None,
+    seed: opt.Seed = 0,
+    as_json: opt.Json = False,
+) -> None:
+    """Rows, classes, columns before and after encoding, and which would be passive for a selection."""
+    from vflsec.client.catalog import describe, lines
+
+    spec = _spec(name, label=label, encoding=encoding, n_passive=passive, passive_features=passive_features, seed=seed)
+    with _refused():
+        info = describe(spec)
+    for line in lines(info):
+        typer.echo(line, err=as_json)
+    if as_json:
+        typer.echo(json.dumps(info))
 
 
 def main() -> None:

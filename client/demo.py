@@ -20,8 +20,6 @@ from vflsec.client.federation import FederationLayout, FederationSpec, run_proce
 from vflsec.client.operator import Operator
 from vflsec.services.data import datasets
 
-TEST_FRACTION = 0.2  # of the common IDs, held out (stratified, seeded) for the reported accuracy
-
 
 @dataclass
 class Run:
@@ -82,12 +80,12 @@ def evaluate(
     """Align, split the common IDs (stratified, seeded), train and evaluate; optionally on plain too."""
     operator = Operator(channel)
     info = operator.create_session(spec.backend, seed=spec.seed)
-    common = sorted(operator.align(info.session_id))  # PSI's common order is random; runs must not depend on it
+    common = operator.align(info.session_id)
     operator.close(info.session_id)
-    batch_size, batch_note = spec.batch_size_for([info.n_active_features + 1, *info.passive_features.values()])
+    train_ids, test_ids = spec.session_split(common, np.array([labels[i] for i in common]))
+    widths = [info.n_active_features + 1, *info.passive_features.values()]
+    batch_size, batch_note = spec.batch_size_for(widths, len(train_ids))
     spec = replace(spec, batch_size=batch_size)
-    y = np.array([labels[i] for i in common])
-    train_ids, test_ids = datasets.train_test_split_ids(np.asarray(common), y, TEST_FRACTION, spec.seed)
     split = (list(train_ids), list(test_ids), np.array([labels[i] for i in test_ids]))
     runs = [train_and_evaluate(operator, spec, spec.backend, split, progress)]
     if compare_plain:
@@ -112,6 +110,7 @@ def evaluate(
         "released_argmax_agreement": 1.0 - main.argmax_changed / len(test_ids),
         "batch_size": spec.batch_size,
         "batch_size_note": batch_note,
+        "majority_rate": float(np.bincount(split[2]).max() / len(split[2])),  # of the held-out labels
     }
     if compare_plain:
         result["plain_accuracy"] = runs[1].accuracy

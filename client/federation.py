@@ -7,7 +7,9 @@ Both use exactly the same config files that ``vflsec serve ROLE --config FILE`` 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
+import math
 import signal
 import socket
 import subprocess
@@ -28,6 +30,12 @@ from vflsec.services.data import datasets
 from vflsec.services.models import lr
 from vflsec.services.transport import tls
 from vflsec.services.transport.server import peer_channel
+
+# The demo's held-out share of the aligned IDs (stratified, seeded) for the reported accuracy.
+TEST_FRACTION = 0.2
+# The default batch keeps an epoch to at most this many round trips (plus the floor lr.DEFAULT_BATCH_SIZE).
+STEPS_PER_EPOCH = 32
+OPTIMIZERS = ("adam", "sgd")
 
 
 class SpecError(ValueError):
@@ -56,7 +64,10 @@ class FederationSpec:
 
     dataset: datasets.Dataset | str  # a loaded dataset, or a name / CSV path loaded on first use (with label)
     n_passive: int = 1
-    passive_features: int | float | Sequence[str] | None = None
+    passive_features: datasets.PassiveFeatures | None = None
+    # onehot | ordinal: the loader's; target: the dealer replaces category codes by their mean label on the
+    # session's training rows (session_split), before the columns are dealt out.
+    encoding: str = "onehot"
     backend: str = "ckks"
     allow_plain: bool = False  # the coordinator also accepts plain sessions (always when backend is plain)
     score_release: Sequence[str] = ()
@@ -79,6 +90,10 @@ class FederationSpec:
     learning_rate: float = 0.1
     l2: float = 1e-4
     optimizer: str = "adam"
+    # The session's split of the aligned IDs (session_split): None holds out TEST_FRACTION (the demo), a count
+    # holds out that many for queries (the attack harness); train_rows subsamples the training side.
+    queries: int | None = None
+    train_rows: int | None = None
 
     def __post_init__(self) -> None:
         from vflsec.services.crypto import he
@@ -89,6 +104,14 @@ class FederationSpec:
             object.__setattr__(self, "passive_features", tuple(self.passive_features))
         if self.backend not in he.BACKENDS:
             raise SpecError(f"backend must be one of {', '.join(sorted(he.BACKENDS))}, got {self.backend!r}")
+        if self.encoding not in get_args(datasets.Encoding):
+            raise SpecError(f"encoding must be one of {', '.join(get_args(datasets.Encoding))}, got {self.encoding!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise SpecError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
+        if not self.l2 >= 0.0:
+            raise SpecError(f"l2 must be >= 0, got {self.l2}")
+        if self.train_rows is not None and self.train_rows < 1:
+            raise SpecError(f"train rows must be at least 1, got {self.train_rows}")
         if self.scaling not in get_args(datasets.ScalerKind):
             raise SpecError(f"scaling must be one of {', '.join(get_args(datasets.ScalerKind))}, got {self.scaling!r}")
         for name, value, smallest in (("n_passive", self.n_passive, 1), ("epochs", self.epochs, 1)):
@@ -112,7 +135,8 @@ class FederationSpec:
         if not isinstance(self.dataset, str):
             return self.dataset
         try:
-            return datasets.load_dataset(self.dataset, label=self.label)
+            coded = "onehot" if self.encoding == "onehot" else "ordinal"  # target: codes first (dealt_data)
+            return datasets.load_dataset(self.dataset, label=self.label, categorical=coded)
         except (ValueError, OSError) as exc:
             raise SpecError(f"dataset {self.dataset!r}: {exc}") from exc
 
@@ -125,9 +149,50 @@ class FederationSpec:
         except (ValueError, TypeError) as exc:
             raise SpecError(f"passive features {self.passive_features!r} on {self.name}: {exc}") from exc
 
-    def batch_size_for(self, widths: Sequence[int]) -> tuple[int, str]:
-        """The batch size the session asks for and one line saying why. The default follows the coordinator's
-        minimum batch (lr.min_batch_size); an explicit size below it is refused, naming the bound."""
+    def id_sets(self) -> list[np.ndarray]:
+        """The IDs the dealer gives each data party (active first): each misses a seeded share."""
+        return datasets.overlapping_id_sets(self.data.ids, 1 + self.n_passive, self.drop_fraction, self.seed)
+
+    def session_split(self, common: Sequence[str], labels: np.ndarray) -> tuple[list[str], list[str]]:
+        """The session's training and held-out IDs of the aligned set: the one choice that the dealer's target
+        encoding, the demo and the attack harness share. Independent of the order PSI returns."""
+        order = np.argsort(np.asarray(common).astype(str), kind="stable")
+        ids, labels = np.asarray(common).astype(str)[order], np.asarray(labels)[order]
+        if self.queries is None:
+            train, held = (list(s) for s in datasets.train_test_split_ids(ids, labels, TEST_FRACTION, self.seed))
+        else:
+            shuffled = list(ids[np.random.default_rng(self.seed).permutation(len(ids))])
+            n_query = min(self.queries, len(shuffled))
+            held = shuffled[:n_query]
+            # Too few left to train on: train on every aligned ID (the queries included).
+            train = shuffled[n_query:] if len(shuffled) - n_query >= len(shuffled) // 2 else shuffled
+        if self.train_rows is not None and self.train_rows < len(train):
+            keep = np.random.default_rng(self.seed).permutation(len(train))[: self.train_rows]
+            train = [train[i] for i in sorted(keep)]
+        return train, held
+
+    def dealt_common(self, id_sets: Sequence[np.ndarray] | None = None) -> np.ndarray:
+        """The IDs every data party was dealt: what alignment will find."""
+        return functools.reduce(np.intersect1d, id_sets if id_sets is not None else self.id_sets())
+
+    def dealt_split(self, id_sets: Sequence[np.ndarray] | None = None) -> tuple[list[str], list[str]]:
+        """:meth:`session_split` of :meth:`dealt_common`."""
+        common = self.dealt_common(id_sets)
+        return self.session_split(common, self.data.y[datasets.select_ids(self.data.ids, common)])
+
+    def dealt_data(self, id_sets: Sequence[np.ndarray] | None = None) -> datasets.Dataset:
+        """The dataset as the dealer deals it. With target encoding the dealer, who sees the labels (the papers'
+        setting), fits each category's mean label on the session's training rows among the aligned IDs."""
+        ds = self.data
+        if self.encoding != "target":
+            return ds
+        train, _ = self.dealt_split(id_sets)
+        return datasets.target_encode(ds, datasets.select_ids(ds.ids, train))
+
+    def batch_size_for(self, widths: Sequence[int], n_rows: int | None = None) -> tuple[int, str]:
+        """The batch size the session asks for and one line saying why. The default is
+        max(lr.DEFAULT_BATCH_SIZE, ceil(n_rows / STEPS_PER_EPOCH)) for ``n_rows`` training rows, raised to the
+        coordinator's minimum batch (lr.min_batch_size); an explicit size below the minimum is refused."""
         smallest = lr.min_batch_size(widths)
         if self.batch_size:
             if self.batch_size < smallest:
@@ -136,9 +201,16 @@ class FederationSpec:
                     f"widest block, {max(widths)} columns); the smallest accepted value is {smallest}"
                 )
             return self.batch_size, f"as requested; minimum {smallest}"
-        batch = lr.default_batch_size(widths)
-        raised = "" if batch == lr.DEFAULT_BATCH_SIZE else " raised to the minimum batch (2 x the widest block)"
-        return batch, f"default {lr.DEFAULT_BATCH_SIZE}{raised}; minimum {smallest}"
+        by_rows = math.ceil(n_rows / STEPS_PER_EPOCH) if n_rows else 0
+        wanted = max(lr.DEFAULT_BATCH_SIZE, by_rows)
+        batch = max(wanted, smallest)
+        rule = (
+            f"default {wanted} (= {n_rows} training rows / {STEPS_PER_EPOCH} steps per epoch)"
+            if by_rows > lr.DEFAULT_BATCH_SIZE
+            else f"default {lr.DEFAULT_BATCH_SIZE}"
+        )
+        raised = "" if batch == wanted else " raised to the minimum batch (2 x the widest block)"
+        return batch, f"{rule}{raised}; minimum {smallest}"
 
     def session_options(self) -> dict[str, Any]:
         """The training configuration the operator asks the active party for (``Operator.create_session``)."""
@@ -212,8 +284,10 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
 
 def write_federation(spec: FederationSpec, workdir: Path) -> FederationLayout:
     """Certificates, one data file and one config per party, ready for ``vflsec serve``."""
-    ds, split = spec.data, spec.split
+    split = spec.split
     spec.batch_size_for(spec.widths)  # an explicit batch below the bound fails here, before anything is written
+    id_sets = spec.id_sets()
+    ds = spec.dealt_data(id_sets)
     workdir.mkdir(parents=True, exist_ok=True)
     parties = ["coordinator", "active", *[f"passive-{i}" for i in range(1, spec.n_passive + 1)]]
     if spec.compose_ports is None:
@@ -228,7 +302,6 @@ def write_federation(spec: FederationSpec, workdir: Path) -> FederationLayout:
     ca = tls.CertificateAuthority.load_or_create(workdir / "certs")
     # Each passive party answers risk forecasts to its own operator only (services/engines/passive.py).
     passive_operators = [f"operator-{p}" for p in parties if p.startswith("passive")]
-    id_sets = datasets.overlapping_id_sets(ds.ids, 1 + spec.n_passive, spec.drop_fraction, spec.seed)
     columns = dict(zip(parties[1:], split.parties, strict=True))
     configs: dict[str, Path] = {}
     for party in parties:

@@ -13,16 +13,41 @@ from typing import Annotated, Any
 
 import typer
 
+from vflsec.services.data.datasets import RandomColumns
 
-def passive_features(value: str | None) -> int | float | list[str] | None:
-    """A count (last N columns), a fraction in (0, 1), or comma-separated column names."""
+
+def _number(text: str) -> int | float:
+    number = float(text)
+    return int(number) if number.is_integer() and number >= 1 else number
+
+
+def passive_features(value: str | None) -> int | float | list[str] | RandomColumns | None:
+    """A count (last N columns), a fraction in (0, 1), ``random:COUNT|FRACTION[:SEED]``, or comma-separated
+    column names."""
     if value is None:
         return None
+    if value.startswith("random:"):
+        amount, _, seed = value.removeprefix("random:").partition(":")
+        try:
+            return RandomColumns(_number(amount), int(seed) if seed else None)
+        except ValueError:
+            raise typer.BadParameter(f"expected random:COUNT|FRACTION[:SEED], got {value!r}") from None
     try:
-        number = float(value)
+        return _number(value)
     except ValueError:
         return [c.strip() for c in value.split(",") if c.strip()]
-    return int(number) if number.is_integer() and number >= 1 else number
+
+
+def attack_options(values: list[str] | None) -> dict[str, dict[str, str]]:
+    """``ATTACK.KEY=VALUE`` items -> {attack: {key: value}}; the registry parses and checks the values."""
+    grouped: dict[str, dict[str, str]] = {}
+    for item in values or ():
+        target, sep, value = item.partition("=")
+        attack, dot, key = target.partition(".")
+        if not (sep and dot and attack.strip() and key.strip()):
+            raise typer.BadParameter(f"expected ATTACK.KEY=VALUE, got {item!r}", param_hint="--attack-option")
+        grouped.setdefault(attack.strip(), {})[key.strip()] = value.strip()
+    return grouped
 
 
 # --- the federation: dataset and split
@@ -36,8 +61,17 @@ PassiveFeatures = Annotated[
     typer.Option(
         "--passive-features",
         parser=passive_features,
-        metavar="COUNT|FRACTION|NAMES",
-        help="Passive columns: a count (the last N), a fraction, or comma-separated names.",
+        metavar="SPEC",
+        help="Passive columns: a count (the last N), a fraction (of the last), random:COUNT|FRACTION[:SEED], "
+        "or comma-separated names.",
+    ),
+]
+Encoding = Annotated[
+    str,
+    typer.Option(
+        "--encoding",
+        help="Categorical columns: onehot | ordinal (codes) | target (mean label per category, fitted by "
+        "the dealer on the training rows: it sees the labels, as in the papers).",
     ),
 ]
 Seed = Annotated[
@@ -65,10 +99,18 @@ Epochs = Annotated[int, typer.Option("--epochs", min=1, help="Training epochs.")
 BatchSize = Annotated[
     int,
     typer.Option(
-        "--batch-size", min=0, help="0: 64, raised to the federation's minimum batch (2 x the widest block)."
+        "--batch-size",
+        min=0,
+        help="0: max(64, training rows / 32), raised to the federation's minimum batch (2 x the widest block).",
     ),
 ]
-LearningRate = Annotated[float, typer.Option("--learning-rate", min=0.0, help="The optimizer's (Adam) step size.")]
+LearningRate = Annotated[float, typer.Option("--learning-rate", min=0.0, help="The optimizer's step size.")]
+Optimizer = Annotated[str, typer.Option("--optimizer", help="adam | sgd")]
+L2 = Annotated[float, typer.Option("--l2", min=0.0, help="L2 penalty on the weights (not the bias).")]
+TrainRows = Annotated[
+    int | None,
+    typer.Option("--train-rows", min=1, help="Train on a seeded subsample of at most N of the training rows."),
+]
 ComparePlain = Annotated[
     bool, typer.Option("--compare-plain/--no-compare-plain", help="Also train on the plain backend and report both.")
 ]

@@ -51,6 +51,8 @@ from typing import Any, Literal
 import numpy as np
 
 CategoricalEncoding = Literal["onehot", "ordinal"]
+# What a dealer may deal: a loader's encoding, or "target" (ordinal codes replaced by :func:`target_encode`).
+Encoding = Literal["onehot", "ordinal", "target"]
 MissingPolicy = Literal["impute", "drop"]
 ScalerKind = Literal["minmax", "standard", "none"]
 ColumnRef = str | int
@@ -80,6 +82,7 @@ class Dataset:
     y: np.ndarray
     feature_names: list[str]
     class_names: list[str]
+    categorical: list[str] = field(default_factory=list)  # columns holding category codes (ordinal encoding)
 
     def __post_init__(self) -> None:
         self.ids = np.asarray(self.ids).astype(str)
@@ -131,6 +134,7 @@ class Dataset:
             self.y[rows],
             list(self.feature_names),
             list(self.class_names),
+            list(self.categorical),
         )
 
 
@@ -278,12 +282,36 @@ def _encode_table(
 
     names: list[str] = []
     blocks: list[np.ndarray] = []
+    coded: list[str] = []
     for j in feature_at:
         col_names, block = _encode_column(columns[j], cells[:, j], is_missing[:, j], categorical)
         names += col_names
         blocks.append(block)
+        if categorical == "ordinal" and _parse_numeric(cells[:, j], is_missing[:, j]) is None:
+            coded.append(columns[j])
     class_names, y = _codes(label_values)
-    return Dataset(name, ids, np.hstack(blocks), y, names, class_names)
+    return Dataset(name, ids, np.hstack(blocks), y, names, class_names, coded)
+
+
+def target_encode(ds: Dataset, fit_rows: np.ndarray | Sequence[int]) -> Dataset:
+    """The papers' target encoding of an ordinally coded dataset: each category code becomes the mean class
+    index of the rows ``fit_rows`` in that category (for two classes: the share of class 1). A category absent
+    from ``fit_rows`` gets their overall mean. Numeric columns are unchanged.
+
+    It reads labels, so only a dealer who saw them may apply it (before the columns are dealt out).
+    """
+    fit_rows = np.asarray(fit_rows, dtype=np.int64)
+    if not fit_rows.size:
+        raise ValueError("target encoding needs at least one row to fit on")
+    X = ds.X.copy()
+    y = ds.y[fit_rows].astype(np.float64)
+    for j in ds.column_indices(ds.categorical):
+        codes = ds.X[:, j].astype(np.int64)
+        sums = np.bincount(codes[fit_rows], weights=y, minlength=codes.max() + 1)
+        counts = np.bincount(codes[fit_rows], minlength=codes.max() + 1)
+        means = np.where(counts > 0, sums / np.maximum(counts, 1), y.mean())
+        X[:, j] = means[codes]
+    return Dataset(ds.name, ds.ids, X, ds.y, list(ds.feature_names), list(ds.class_names), [])
 
 
 # ---------------------------------------------------------------------------------------- CSV reading
@@ -763,27 +791,50 @@ class VerticalSplit:
         return cls(list(data["active"]), [list(cols) for cols in data["passive"]])
 
 
-def _passive_columns(names: list[str], passive_features: int | float | Sequence[str]) -> list[str]:
-    d = len(names)
-    if isinstance(passive_features, bool):
+@dataclass(frozen=True)
+class RandomColumns:
+    """A random choice of passive columns (luo's setting): a count, or a fraction of the columns, drawn with
+    ``seed`` (None: the split's seed)."""
+
+    amount: int | float
+    seed: int | None = None
+
+    def __str__(self) -> str:
+        return f"random:{self.amount}" + ("" if self.seed is None else f":{self.seed}")
+
+
+PassiveFeatures = int | float | Sequence[str] | RandomColumns
+
+
+def _passive_count(d: int, amount: int | float) -> int:
+    if isinstance(amount, bool):
         raise TypeError("passive_features must be a count, a fraction or a list of column names")
-    if isinstance(passive_features, int | np.integer):
-        count = int(passive_features)
-    elif isinstance(passive_features, float):
-        if not 0.0 < passive_features < 1.0:
-            raise ValueError(f"passive fraction must lie in (0, 1), got {passive_features}")
-        count = int(np.floor(passive_features * d + 0.5))
+    if isinstance(amount, float):
+        if not 0.0 < amount < 1.0:
+            raise ValueError(f"passive fraction must lie in (0, 1), got {amount}")
+        count = int(np.floor(amount * d + 0.5))
     else:
-        chosen = [str(c) for c in passive_features]
-        _require_unique(chosen, "passive_features")
-        _positions(names, chosen, what="passive")
-        return chosen
+        count = int(amount)
     if not 1 <= count <= d - 1:
         raise ValueError(
-            f"{passive_features!r} gives {count} passive columns out of {d}; "
+            f"{amount!r} gives {count} passive columns out of {d}; "
             f"the passive side needs 1..{d - 1} so the active party keeps at least one"
         )
-    return names[d - count :]
+    return count
+
+
+def _passive_columns(names: list[str], passive_features: PassiveFeatures, seed: int = 0) -> list[str]:
+    d = len(names)
+    if isinstance(passive_features, RandomColumns):
+        count = _passive_count(d, passive_features.amount)
+        rng = np.random.default_rng(seed if passive_features.seed is None else passive_features.seed)
+        return [names[i] for i in sorted(rng.choice(d, size=count, replace=False))]
+    if isinstance(passive_features, int | float | np.integer):
+        return names[d - _passive_count(d, passive_features) :]
+    chosen = [str(c) for c in passive_features]
+    _require_unique(chosen, "passive_features")
+    _positions(names, chosen, what="passive")
+    return chosen
 
 
 def _chunks(items: list[str], n: int, rng: np.random.Generator | None) -> list[list[str]]:
@@ -796,14 +847,15 @@ def split_columns(
     feature_names: Sequence[str],
     n_passive: int,
     *,
-    passive_features: int | float | Sequence[str] | None = None,
+    passive_features: PassiveFeatures | None = None,
     seed: int = 0,
     shuffle: bool = False,
 ) -> VerticalSplit:
     """Assign columns to the active party and ``n_passive`` passive parties.
 
     ``passive_features``: an int N gives the last N columns to the passive side, a float in (0, 1) that
-    fraction (rounded) of the last columns, a list those columns; the passive side is then divided as evenly
+    fraction (rounded) of the last columns, a list those columns, :class:`RandomColumns` a random (seeded)
+    choice of that many; the passive side is then divided as evenly
     as possible among the passive parties. ``None`` divides all columns evenly among the 1 + n_passive
     parties, the active party first. ``shuffle`` makes the division random (seeded) instead of contiguous.
     """
@@ -817,7 +869,7 @@ def split_columns(
             raise ValueError(f"{len(names)} columns cannot give each of {n_passive + 1} parties one column")
         active, *passive = _chunks(names, n_passive + 1, rng)
         return VerticalSplit(active, passive)
-    passive_cols = _passive_columns(names, passive_features)
+    passive_cols = _passive_columns(names, passive_features, seed)
     taken = set(passive_cols)
     active = [c for c in names if c not in taken]
     if not active:

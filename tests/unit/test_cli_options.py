@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from vflsec.client import options
 from vflsec.client.cli import app
-from vflsec.client.federation import FederationSpec, SpecError
+from vflsec.client.federation import STEPS_PER_EPOCH, FederationSpec, SpecError
 from vflsec.services.models import lr
 
 SHARED = {
@@ -94,7 +94,8 @@ def test_flags_and_defaults_are_todays() -> None:
 
 def test_batch_size_help_names_the_default() -> None:
     (batch,) = [p for p in commands()["demo"].params if p.name == "batch_size"]
-    assert f"0: {lr.DEFAULT_BATCH_SIZE}, raised to the federation's minimum batch" in batch.help
+    rule = f"0: max({lr.DEFAULT_BATCH_SIZE}, training rows / {STEPS_PER_EPOCH}), raised to the federation's minimum"
+    assert rule in batch.help
 
 
 @pytest.mark.parametrize(
