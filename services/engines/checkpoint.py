@@ -32,6 +32,10 @@ class StateDir:
         self.path = path
         if path is not None:
             path.mkdir(parents=True, exist_ok=True, mode=0o700)
+            # A kill between mkstemp and os.replace leaves a temporary file (which may hold a secret key):
+            # nothing reads it, so it goes at start-up. Only this class writes ".<name>.<random>.tmp" here.
+            for leftover in path.glob(".*.tmp"):
+                leftover.unlink(missing_ok=True)
 
     @property
     def enabled(self) -> bool:
