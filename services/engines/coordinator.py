@@ -66,6 +66,21 @@ class QueryPolicy:
 
 
 @dataclass
+class Answer:
+    """A party's one block-sums request of a step, checkpointed before any byte of it is parsed.
+
+    In progress (neither ``sums`` nor ``refused``) is seen only after a restart: the same request is then
+    decrypted again, flooded from the same ``seed`` (drawn from OS entropy at admission), so the party gets the
+    very sums it would have had, never a second independent flooding sample.
+    """
+
+    digest: str  # of the request's ciphertexts
+    seed: bytes  # key of the flooding noise's stream
+    sums: np.ndarray | None = None  # the released sums
+    refused: str | None = None  # the refusal's message (INVALID_ARGUMENT), replayed to a byte-identical repeat
+
+
+@dataclass
 class TrainingStep:
     """The [[p]] the coordinator issued for one step, and the block sums it answered for it.
 
@@ -78,7 +93,7 @@ class TrainingStep:
     layout: he.MatrixLayout
     sample_index: np.ndarray
     scores: list[bytes]  # serialized [[p]] ciphertexts
-    answers: dict[str, tuple[str, np.ndarray]] = field(default_factory=dict)  # party -> (request digest, reply)
+    answers: dict[str, Answer] = field(default_factory=dict)  # per party
 
 
 @dataclass
@@ -125,6 +140,9 @@ class CoordinatorSession:
     # Inference runs under its own keys, made at FinishTraining: no ciphertext of training (which the active
     # party holds: [[z_p]], [[p]], [[delta]]) can stand in for the owner's share of a released sum.
     inference: he.Backend | None = None
+    # Why every call on this session is refused (FAILED_PRECONDITION) but CloseSession: set at restore when the
+    # configuration changed under it ([policy] allowed_backends, [schema], [limits] key_rotation_steps).
+    refused: str | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -159,7 +177,7 @@ class CoordinatorSession:
         if current is not None:
             arrays["current/index"] = current.sample_index
             arrays.update({f"current/score/{i}": checkpoint.from_bytes(b) for i, b in enumerate(current.scores)})
-            arrays.update({f"current/answer/{party}": reply for party, (_, reply) in current.answers.items()})
+            arrays.update({f"current/answer/{p}": a.sums for p, a in current.answers.items() if a.sums is not None})
         meta = {
             "backend": self.backend.name,
             "n_classes": self.n_classes,
@@ -179,7 +197,10 @@ class CoordinatorSession:
                 "step": current.step,
                 "layout": [list(current.layout.shape), current.layout.replicas, current.layout.rows_per_ct],
                 "n_scores": len(current.scores),
-                "digests": {party: digest for party, (digest, _) in current.answers.items()},
+                "answers": {
+                    party: {"digest": a.digest, "seed": a.seed.hex(), "refused": a.refused}
+                    for party, a in current.answers.items()
+                },
             },
         }
         return arrays, meta
@@ -223,7 +244,15 @@ class CoordinatorSession:
                 he.MatrixLayout(tuple(shape), replicas, rows_per_ct),
                 np.array(arrays["current/index"]),
                 [checkpoint.as_bytes(arrays[f"current/score/{i}"]) for i in range(current["n_scores"])],
-                {p: (d, np.array(arrays[f"current/answer/{p}"])) for p, d in current["digests"].items()},
+                {
+                    p: Answer(
+                        a["digest"],
+                        bytes.fromhex(a["seed"]),
+                        np.array(arrays[f"current/answer/{p}"]) if f"current/answer/{p}" in arrays else None,
+                        a["refused"],
+                    )
+                    for p, a in current["answers"].items()
+                },
             )
         return s
 
@@ -272,6 +301,8 @@ class Coordinator:
             )
             for sid, (arrays, meta) in states.items()
         }
+        for sid, s in self.sessions.items():
+            s.refused = self._refusal(sid, s)
         # A crash between a checkpoint and a key file's removal (or creation) leaves keys no session names: drop.
         live = {_epoch_file(sid, e) + ".bin" for sid, s in self.sessions.items() for e in s.epochs}
         if self.epoch_keys.path is not None:
@@ -280,18 +311,42 @@ class Coordinator:
         self.scored: dict[str, int] = {owner: meta["scored"] for owner, (_, meta) in self.ledger.load_all().items()}
         self._lock = threading.Lock()
 
-    def session(self, session_id: str) -> CoordinatorSession:
+    def session(self, session_id: str, *, closing: bool = False) -> CoordinatorSession:
         try:
-            return self.sessions[session_id]
+            s = self.sessions[session_id]
         except KeyError:
             raise NotFound(f"unknown session {session_id!r}") from None
+        if s.refused is not None and not closing:
+            raise FailedPrecondition(s.refused)
+        return s
+
+    def _refusal(self, session_id: str, s: CoordinatorSession) -> str | None:
+        """Why a restored session may not go on under the current configuration, if it may not."""
+        if s.backend.name not in self.allowed_backends:
+            return (
+                f"session {session_id!r} runs on {s.backend.name!r}, which this coordinator's [policy] "
+                f"allowed_backends {list(self.allowed_backends)} no longer allows; close it"
+            )
+        try:
+            self._check_rotation(s)
+        except FailedPrecondition as exc:
+            return str(exc)
+        return None
+
+    def _check_rotation(self, s: CoordinatorSession) -> None:
+        """The session's key epoch length T was fixed at OpenSession; a [schema] or [limits] key_rotation_steps
+        changed since may allow fewer steps per key (else one key would answer more than N/4 functionals)."""
+        if self.key_rotation(s.owner, s.passive_parties, s.n_classes) < s.rotation:
+            raise FailedPrecondition(
+                "the schema or key_rotation_steps changed since this session opened; open a new session"
+            )
 
     def _save(self, session_id: str, s: CoordinatorSession) -> None:
         self.state.save(session_id, *s.to_state())
 
-    def owned(self, session_id: str, caller: str) -> CoordinatorSession:
+    def owned(self, session_id: str, caller: str, *, closing: bool = False) -> CoordinatorSession:
         """The session, if ``caller`` opened it: another active identity of the same CA gets PERMISSION_DENIED."""
-        s = self.session(session_id)
+        s = self.session(session_id, closing=closing)
         if caller != s.owner:
             raise PermissionDenied(f"{caller} does not own session {session_id!r}")
         return s
@@ -405,6 +460,8 @@ class Coordinator:
         with s.lock:
             if s.widths and dict(widths) != s.widths:
                 raise FailedPrecondition(f"block widths {dict(widths)} differ from the session's {s.widths}")
+            if not s.widths:  # the widths are fixed now: T must still fit them
+                self._check_rotation(s)
             for party, width in sorted(widths.items()):
                 approved = self.approved_width(s, party)
                 if approved is not None and width != approved:
@@ -485,14 +542,18 @@ class Coordinator:
             current = s.current
             if current is None or current.step != step:
                 raise FailedPrecondition(f"step {step} is not the current training step")
-            answered = current.answers.get(caller)
-            if answered is not None:
-                if answered[0] != digest:
+            answer = current.answers.get(caller)
+            if answer is not None:
+                if answer.digest != digest:
                     raise FailedPrecondition(
                         f"{caller} already had the block sums of step {step}; only a byte-identical repeat of "
                         "that request is answered"
                     )
-                return answered[1].copy()
+                if answer.refused is not None:
+                    raise InvalidArgument(answer.refused)
+                if answer.sums is not None:
+                    return answer.sums.copy()
+                # In progress when the coordinator stopped: the same request is decrypted once more (below).
             if width != s.widths.get(caller):
                 raise InvalidArgument(
                     f"{caller} declared block width {width}; the active party reported {s.widths.get(caller)}"
@@ -508,21 +569,23 @@ class Coordinator:
             limit = keys.max_ciphertext_bytes
             if any(len(blob) > limit for blob in ciphertexts):
                 raise InvalidArgument(f"a ciphertext exceeds {limit} bytes, the size of a fresh one")
-            # From here the step's one answer is spent, whatever the outcome, and durably so before any byte is
-            # parsed: neither a refusal after decryption nor a crash in the parser may become a second request.
-            current.answers[caller] = (digest, np.full((width, layout.shape[1]), np.nan))
-            self._save(session_id, s)
+            if answer is None:
+                # From here the step's one answer is spent, whatever the outcome, and durably so before any byte
+                # is parsed: only this request (its digest) may ever be decrypted for the party at this step.
+                answer = current.answers[caller] = Answer(digest, entropy.new_key())
+                self._save(session_id, s)
             try:
                 cts = he.deserialize_all(keys, ciphertexts, layout.ct_size)
                 keys.check_form(cts, product=True)
                 bound = keys.default_mask_bound + he.FEATURE_BOUND + 1.0
                 sums = he.block_sums(keys, cts, layout, max_abs=bound)[:width]
             except ValueError as exc:
-                raise InvalidArgument(f"ciphertexts: {exc}") from exc
-            reply = _flood(sums, keys.block_sum_flooding, s.release.rng)
-            current.answers[caller] = (digest, reply)
+                answer.refused = f"ciphertexts: {exc}"
+                self._save(session_id, s)
+                raise InvalidArgument(answer.refused) from exc
+            answer.sums = _flood(sums, keys.block_sum_flooding, entropy.keyed_stream(answer.seed, "block-sums"))
             self._save(session_id, s)
-        return reply.copy()
+        return answer.sums.copy()
 
     def finish_training(self, session_id: str) -> None:
         """Pull every passive block over TLS and keep it here (PPS-B and the parameter chain need it), with
@@ -714,7 +777,8 @@ def _check_form(keys: he.Backend, logits: he.EncryptedMatrix, *, product: bool) 
 
 
 def _flood(sums: np.ndarray, sigma: float, rng: entropy.CryptoRandom) -> np.ndarray:
-    """Released block sums: plus Gaussian noise far above the CKKS decoding error, on a fixed grid."""
+    """Released block sums: plus Gaussian noise far above the CKKS decoding error, on a fixed grid. ``rng`` is
+    keyed by the answer's seed (from OS entropy), so a re-decryption after a restart releases the same sums."""
     if sigma == 0:
         return sums
     noisy = sums + rng.normal(0.0, sigma, sums.shape)
@@ -843,7 +907,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
 
     @rpc
     def CloseSession(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
-        self._owner(request.session_id)
+        self.coordinator.owned(request.session_id, current_caller().party_id, closing=True)
         self.coordinator.close(request.session_id)
         return common_pb2.Empty()
 

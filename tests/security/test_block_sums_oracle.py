@@ -120,6 +120,9 @@ def test_block_sums_are_no_decryption_oracle(tmp_path) -> None:
             code, details = _code(passive.DecryptBlockSums, coordinator_pb2.BlockSumsRequest(
                 session_id=sid, step=2, ciphertexts=loud, width=2))
             assert code == grpc.StatusCode.INVALID_ARGUMENT and "masked range" in details
+            # A byte-identical repeat gets the same refusal again (it was once answered OK with NaN sums).
+            assert _code(passive.DecryptBlockSums, coordinator_pb2.BlockSumsRequest(
+                session_id=sid, step=2, ciphertexts=loud, width=2)) == (code, details)
             code, _ = _code(passive.DecryptBlockSums, coordinator_pb2.BlockSumsRequest(
                 session_id=sid, step=2, ciphertexts=_products(backend, probs2, np.ones((N, 2))), width=2))
             assert code == grpc.StatusCode.FAILED_PRECONDITION

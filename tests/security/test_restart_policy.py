@@ -1,0 +1,147 @@
+"""Issue 9 review: what a coordinator restart (or a crash) may not undo.
+
+M1: the key epoch length T was fixed at OpenSession; a coordinator restarted with a wider [schema] or a smaller
+[limits] key_rotation_steps kept the old T, so one key answered more than N/4 functionals. M2: a byte-identical
+repeat of a refused DecryptBlockSums was answered OK with NaN sums, and a request in progress at a crash stayed
+unanswerable forever. M3: a plain session outlived a restart under a ckks-only policy. L1: a kill between mkstemp
+and os.replace left a temporary file (possibly a secret key) behind. Engine-level: the coordinator's restore is
+what is under test, and every scenario restarts it over the same state folder.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vflsec.services.crypto import he
+from vflsec.services.defenses.release import ParamReleaseChain, ScoreReleaseChain
+from vflsec.services.engines import checkpoint
+from vflsec.services.engines.coordinator import Coordinator
+from vflsec.services.errors import FailedPrecondition, InvalidArgument
+
+SCHEMA = {"active": 2, "passive-1": 2}  # widths 3 (with the bias column) and 2
+WIDTHS = {"active": 3, "passive-1": 2}
+N = 8  # rows per batch: 2 x the widest block
+
+
+def _coordinator(state: Path, **options: object) -> Coordinator:
+    options.setdefault("schema", SCHEMA)
+    return Coordinator(
+        ScoreReleaseChain.from_specs(()), ParamReleaseChain.from_specs(()), {}, state=checkpoint.StateDir(state),
+        **options,
+    )
+
+
+def _open(c: Coordinator, backend: str = "ckks") -> str:
+    c.open_session("s", backend, 2, ["passive-1"], owner="active")
+    return "s"
+
+
+def _scores(c: Coordinator, step: int = 1) -> he.EncryptedMatrix:
+    keys = c.sessions["s"].backend
+    logits = he.encrypt_matrix(keys, np.zeros((N, 1)))  # every p is 0.5
+    return c.training_scores("s", step, logits, 1, np.arange(N), WIDTHS)
+
+
+def test_a_wider_schema_or_tighter_limit_after_a_restart_refuses_the_session(tmp_path) -> None:
+    _open(_coordinator(tmp_path))
+    assert _coordinator(tmp_path).sessions["s"].rotation == he.key_rotation_steps(5)  # the same config resumes
+    for changed in ({"schema": {"active": 2, "passive-1": 40}}, {"key_rotation_steps": 3}):
+        c = _coordinator(tmp_path, **changed)
+        for call in (lambda c=c: c.training_context("s", "passive-1", 1), lambda c=c: _scores(c)):
+            with pytest.raises(FailedPrecondition, match="changed since this session opened; open a new session"):
+                call()
+        with pytest.raises(FailedPrecondition, match="changed since this session opened"):
+            c.member("s", "active")
+    # A looser limit is fine: T stays what the session opened with.
+    looser = _coordinator(tmp_path, key_rotation_steps=10_000)
+    assert looser.training_context("s", "active", 1)[1] == he.key_rotation_steps(5)
+    # The owner can still close the refused session.
+    c = _coordinator(tmp_path, key_rotation_steps=3)
+    c.owned("s", "active", closing=True)
+    c.close("s")
+    assert not _coordinator(tmp_path).sessions
+
+
+def test_widths_fixed_under_a_changed_schema_are_refused(tmp_path) -> None:
+    c = _coordinator(tmp_path)
+    _open(c)
+    c.schema = {"active": 2, "passive-1": 40}  # as if changed under the open session before its first step
+    with pytest.raises(FailedPrecondition, match="changed since this session opened"):
+        c.training_scores("s", 1, he.encrypt_matrix(c.sessions["s"].backend, np.zeros((80, 1))), 1, np.arange(80),
+                          {"active": 3, "passive-1": 40})
+    assert not c.sessions["s"].widths
+
+
+def test_a_plain_session_is_refused_after_a_restart_that_disallows_plain(tmp_path) -> None:
+    _open(_coordinator(tmp_path, allowed_backends=("ckks", "plain")), "plain")
+    c = _coordinator(tmp_path)  # default policy: ckks only
+    for call in (lambda: c.training_context("s", "passive-1", 1), lambda: c.admit_query("s", np.arange(3))):
+        with pytest.raises(FailedPrecondition, match=r"runs on 'plain', which .*\[policy\] allowed_backends"):
+            call()
+    c.close("s")
+    assert not _coordinator(tmp_path).sessions
+
+
+def _products(c: Coordinator, probs: he.EncryptedMatrix, mask_bound: float = 0.0) -> list[bytes]:
+    keys = c.sessions["s"].backend
+    cts, _ = he.masked_feature_products(keys, probs, np.ones((N, 2)), np.random.default_rng(), mask_bound=mask_bound)
+    return [keys.serialize(ct) for ct in cts]
+
+
+def test_a_request_in_progress_at_a_crash_is_answered_once_with_the_same_sums(tmp_path, monkeypatch) -> None:
+    state = tmp_path / "state"
+    c = _coordinator(state)
+    _open(c)
+    blobs = _products(c, _scores(c))
+
+    class Killed(BaseException):
+        pass
+
+    def crash(*_args, **_kwargs):
+        raise Killed  # the process dies mid-decryption, after the request's placeholder is durable
+
+    with monkeypatch.context() as patch:
+        patch.setattr(he, "block_sums", crash)
+        with pytest.raises(Killed):
+            c.block_sums("s", 1, "passive-1", blobs, 2)
+    # Two restarts from the same checkpoint both decrypt the retry: the released sums are identical (one flooding
+    # sample, keyed by the seed checkpointed with the placeholder), not two independent samples to average.
+    shutil.copytree(state, tmp_path / "twin")
+    first = _coordinator(state).block_sums("s", 1, "passive-1", blobs, 2)
+    second = _coordinator(tmp_path / "twin").block_sums("s", 1, "passive-1", blobs, 2)
+    np.testing.assert_array_equal(first, second)
+    assert np.abs(first - 0.5 * N).max() < 0.2 and np.any(first != 0.5 * N)  # p = 0.5, features 1; flooded
+    # Answered now: a repeat gets the recorded sums, another request of the step nothing.
+    c = _coordinator(state)
+    np.testing.assert_array_equal(c.block_sums("s", 1, "passive-1", blobs, 2), first)
+    with pytest.raises(FailedPrecondition, match="only a byte-identical repeat"):
+        c.block_sums("s", 1, "passive-1", _products(c, _scores(c), mask_bound=1.0), 2)
+
+
+def test_a_refused_request_is_refused_again_after_a_restart(tmp_path) -> None:
+    c = _coordinator(tmp_path)
+    _open(c)
+    probs = _scores(c)
+    loud = _products(c, probs, mask_bound=2.0**30)
+    with pytest.raises(InvalidArgument, match="masked range") as refused:
+        c.block_sums("s", 1, "passive-1", loud, 2)
+    for engine in (c, _coordinator(tmp_path)):
+        with pytest.raises(InvalidArgument) as again:
+            engine.block_sums("s", 1, "passive-1", loud, 2)
+        assert str(again.value) == str(refused.value)
+        with pytest.raises(FailedPrecondition, match="only a byte-identical repeat"):
+            engine.block_sums("s", 1, "passive-1", _products(engine, probs, mask_bound=1.0), 2)
+
+
+def test_leftover_temporary_files_are_removed_at_start_up(tmp_path) -> None:
+    _open(_coordinator(tmp_path))
+    leftovers = [tmp_path / ".s.npz.k2j3.tmp", tmp_path / "epochs" / ".s.e1.bin.x8f0.tmp"]
+    for f in leftovers:
+        f.write_bytes(b"secret key material")
+    (tmp_path / "notes.tmp").write_text("not ours")  # only StateDir's own ".<name>.<random>.tmp" go
+    assert _coordinator(tmp_path).sessions["s"]
+    assert not any(f.exists() for f in leftovers) and (tmp_path / "notes.tmp").exists()
