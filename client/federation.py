@@ -304,6 +304,8 @@ def write_federation(spec: FederationSpec, workdir: Path) -> FederationLayout:
     passive_operators = [f"operator-{p}" for p in parties if p.startswith("passive")]
     columns = dict(zip(parties[1:], split.parties, strict=True))
     configs: dict[str, Path] = {}
+    # Plain hides nothing: the coordinator runs it, and a passive party joins it, only when this spec asks for it.
+    backends = ["ckks", "plain"] if spec.allows_plain else ["ckks"]
     for party in parties:
         folder = workdir / party
         folder.mkdir(exist_ok=True)
@@ -323,8 +325,6 @@ def write_federation(spec: FederationSpec, workdir: Path) -> FederationLayout:
         if party == "coordinator":
             raw["peers"] = {p: reach[p] for p in parties if p.startswith("passive")}
             raw["release"] = {"scores": list(spec.score_release), "params": list(spec.param_release)}
-            # Plain hides nothing: the coordinator runs it only when this spec asks for it.
-            backends = ["ckks", "plain"] if spec.allows_plain else ["ckks"]
             raw["policy"] = {"allowed_backends": backends, **(spec.query_policy or {})}
             # The widths the parties agreed on (the split dealt here): the coordinator refuses any other.
             raw["schema"] = {p: len(columns[p]) for p in parties[1:]}
@@ -342,6 +342,7 @@ def write_federation(spec: FederationSpec, workdir: Path) -> FederationLayout:
             raw["data"] = {"path": "data.csv", "scaling": spec.scaling}
             if not is_active:
                 raw["operator"] = f"operator-{party}"
+                raw["policy"] = {"allowed_backends": backends}
             raw["peers"] = {p: reach[p] for p in parties if p != party and (is_active or p == "coordinator")}
             if is_active and spec.plugins:
                 raw["plugins"] = [dict(p) for p in spec.plugins]

@@ -115,6 +115,7 @@ def start_party(config: ServiceConfig) -> Party:
             config.operator,
             psi_max_ids=config.psi_max_ids,
             psi_owner_budget=config.psi_owner_budget,
+            allowed_backends=config.allowed_backends,
         )
         server = start_server(
             config,

@@ -74,7 +74,8 @@ class ServiceConfig:
     # Coordinator: at most this many steps per training key ([limits] key_rotation_steps; 0: the bound derived
     # from [schema], he.key_rotation_steps). It can only make keys rotate more often.
     key_rotation_steps: int = 0
-    # Coordinator: the HE backends a session may run on ([policy] allowed_backends); plain hides nothing.
+    # Coordinator and passive parties: the HE backends a session may run on ([policy] allowed_backends); plain
+    # hides nothing. The coordinator refuses others at OpenSession (and at restore), a passive party at JoinSession.
     allowed_backends: tuple[str, ...] = ("ckks",)
 
     @property

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -140,8 +141,12 @@ class PassiveParty:
         *,
         psi_max_ids: int = psi.MAX_IDS,
         psi_owner_budget: int | None = None,
+        allowed_backends: Sequence[str] = ("ckks",),
     ) -> None:
         self.party_id = party_id
+        # [policy] allowed_backends: a plain session sends this party's logits in the clear, so it joins one only
+        # when its own operator says so, whatever the coordinator allows.
+        self.allowed_backends = tuple(allowed_backends)
         self.psi_max_ids = psi_max_ids
         # IDs of the active list this party blinds per owner, over all sessions and restarts ([limits]
         # psi_owner_budget; None: unlimited): one exchange per session does not stop testing a dictionary over
@@ -200,6 +205,11 @@ class PassiveParty:
     ) -> int:
         if not checkpoint.valid_session_id(session_id):
             raise InvalidArgument(f"invalid session_id {session_id!r}")
+        if backend_name not in self.allowed_backends:
+            raise PermissionDenied(
+                f"backend {backend_name!r} is not allowed by {self.party_id}'s [policy] allowed_backends "
+                f"{list(self.allowed_backends)}"
+            )
         if n_classes < 2:
             raise InvalidArgument(f"n_classes must be >= 2, got {n_classes}")
         k = lr.n_logits(n_classes)
