@@ -88,7 +88,7 @@ KEY_ROTATION_MARGIN = 4
 
 
 def key_rotation_steps(functionals_per_step: int) -> int:
-    """Steps per training-key epoch, R = max(1, floor(N / (M · F))), for F functionals a step can answer.
+    """Key epoch length T = max(1, floor(N / (M · F))) steps per training key, for F functionals a step answers.
 
     A deviating party that submits a structured ciphertext of honest form, e.g. (0, t·x^j), reads one linear
     functional of the ternary secret key (N = 8192 unknowns) per block sum it is answered. With M = 4, all

@@ -120,7 +120,7 @@ class CoordinatorSession:
     # Training keys per epoch: step s runs under epoch s // rotation (docs/protocol.md, "Key epochs"). Only the
     # epochs a step can still need are kept: the last step's (a replay) and possibly the next step's.
     epochs: dict[int, he.Backend]
-    rotation: int  # steps per key epoch, from the approved widths (he.key_rotation_steps)
+    rotation: int  # T, the key epoch length in steps, from the approved widths (he.key_rotation_steps)
     public_context: bytes  # epoch 0's, as OpenSession returned it (parties parse ciphertexts with it)
     n_classes: int
     passive_parties: tuple[str, ...]

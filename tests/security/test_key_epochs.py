@@ -3,7 +3,7 @@
 Probe (review): a structured ciphertext of honest form, e.g. (0, t·x^j), sent to DecryptBlockSums decrypts to
 w·k linear functionals of the training secret key per party and step; N = 8192 ternary unknowns fall after
 about N / (w·k) steps (15 for digits' active block). Now the coordinator rotates the training keys every
-R = max(1, N // (4 · Σ_q w_q·k)) steps (he.key_rotation_steps): step s runs under epoch s // R, so every
+T = max(1, N // (4 · Σ_q w_q·k)) steps (he.key_rotation_steps): step s runs under epoch s // T, so every
 party of the session together is answered at most N/4 functionals of one key, and an old epoch's key is
 dropped. The probe below plays both parties at once and asks, at every step, for every block sum it may get,
 counting them per key; its ciphertexts are masked products of crafted "features" (honest form, as a
