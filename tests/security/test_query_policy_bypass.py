@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from tests.security.conftest import Federation, federation
+from vflsec.services.config import load_config
 from vflsec.services.defenses.release import ParamReleaseChain, ScoreReleaseChain
 from vflsec.services.engines import checkpoint, coordinator
 from vflsec.v1 import coordinator_pb2, coordinator_pb2_grpc, passive_pb2, passive_pb2_grpc
@@ -114,7 +115,8 @@ def test_budget_is_per_owner_across_sessions_and_restarts(fed) -> None:
     f.operator.predict(other.session_id, other_common[HELD_OUT][:3])
     # A restarted coordinator reads the ledger (and the sessions, with their inference keys) from its state.
     state = checkpoint.StateDir(f.layout.workdir / "coordinator" / "state")
-    restarted = coordinator.Coordinator(ScoreReleaseChain(), ParamReleaseChain(), {}, state=state)
+    schema = load_config(f.layout.configs["coordinator"]).schema  # a smaller key epoch would refuse the session
+    restarted = coordinator.Coordinator(ScoreReleaseChain(), ParamReleaseChain(), {}, state=state, schema=schema)
     assert restarted.scored["active"] == spent + 3
     assert restarted.session(other.session_id).inference is not None
 
