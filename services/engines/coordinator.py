@@ -251,7 +251,14 @@ class CoordinatorSession:
                         np.array(arrays[f"current/answer/{p}"]) if f"current/answer/{p}" in arrays else None,
                         a["refused"],
                     )
-                    for p, a in current["answers"].items()
+                    for p, a in current.get("answers", {}).items()
+                }
+                # A checkpoint of the previous format kept (digest, sums); NaN sums were the spent placeholder of
+                # a refusal or a crash: decrypting those same bytes again gives that refusal, or their first answer.
+                | {
+                    p: Answer(d, entropy.new_key(), None if np.isnan(sums).all() else sums)
+                    for p, d in current.get("digests", {}).items()
+                    for sums in [np.array(arrays[f"current/answer/{p}"])]
                 },
             )
         return s

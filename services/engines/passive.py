@@ -170,18 +170,24 @@ class PassiveParty:
     def n_features(self) -> int:
         return self.data.X.shape[1]
 
-    def session(self, session_id: str) -> PassiveSession:
+    def session(self, session_id: str, *, closing: bool = False) -> PassiveSession:
         try:
-            return self.sessions[session_id]
+            s = self.sessions[session_id]
         except KeyError:
             raise NotFound(f"unknown session {session_id!r}") from None
+        if s.backend.name not in self.allowed_backends and not closing:  # the policy changed since it joined
+            raise FailedPrecondition(
+                f"session {session_id!r} runs on {s.backend.name!r}, which {self.party_id}'s [policy] "
+                f"allowed_backends {list(self.allowed_backends)} no longer allows; close it"
+            )
+        return s
 
     def _save(self, session_id: str, s: PassiveSession) -> None:
         self.state.save(session_id, *s.to_state())
 
-    def owned(self, session_id: str, caller: str) -> PassiveSession:
+    def owned(self, session_id: str, caller: str, *, closing: bool = False) -> PassiveSession:
         """The session, if ``caller`` owns it: another active identity of the same CA gets PERMISSION_DENIED."""
-        s = self.session(session_id)
+        s = self.session(session_id, closing=closing)
         if caller != s.owner:
             raise PermissionDenied(f"{caller} does not own session {session_id!r}")
         return s
@@ -562,7 +568,7 @@ class PassiveServicer(passive_pb2_grpc.PassiveServicer):
 
     @rpc
     def CloseSession(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
-        self._owner(request.session_id)
+        self.party.owned(request.session_id, current_caller().party_id, closing=True)
         self.party.close(request.session_id)
         return common_pb2.Empty()
 

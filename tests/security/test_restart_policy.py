@@ -17,10 +17,13 @@ import numpy as np
 import pytest
 
 from vflsec.services.crypto import he
+from vflsec.services.data.datasets import PartyData
 from vflsec.services.defenses.release import ParamReleaseChain, ScoreReleaseChain
 from vflsec.services.engines import checkpoint
 from vflsec.services.engines.coordinator import Coordinator
-from vflsec.services.errors import FailedPrecondition, InvalidArgument
+from vflsec.services.engines.passive import PassiveParty
+from vflsec.services.errors import FailedPrecondition, InvalidArgument, PermissionDenied
+from vflsec.services.models import lr
 
 SCHEMA = {"active": 2, "passive-1": 2}  # widths 3 (with the bias column) and 2
 WIDTHS = {"active": 3, "passive-1": 2}
@@ -86,6 +89,33 @@ def test_a_plain_session_is_refused_after_a_restart_that_disallows_plain(tmp_pat
     assert not _coordinator(tmp_path).sessions
 
 
+class _Coordinator:
+    """The one call JoinSession makes to the coordinator: a plain session opened by "active"."""
+
+    def public_context(self, session_id: str) -> tuple[str, bytes, str]:
+        return "plain", he.make_keyholder("plain").public_context(), "active"
+
+
+def test_a_passive_party_refuses_plain_unless_its_own_policy_allows_it(tmp_path) -> None:
+    data = PartyData(np.array(["a", "b"]), np.zeros((2, 1)), ["x"])
+
+    def party(*backends: str) -> PassiveParty:
+        return PassiveParty("passive-1", data, _Coordinator(), checkpoint.StateDir(tmp_path), allowed_backends=backends)
+
+    def join(p: PassiveParty) -> int:
+        return p.join("s", "plain", 2, lr.OptimizerConfig(), "active", bytes(32))
+
+    with pytest.raises(PermissionDenied, match=r"'plain' is not allowed by passive-1's \[policy\] allowed_backends"):
+        join(party("ckks"))
+    join(party("ckks", "plain"))
+    restarted = party("ckks")  # its operator no longer allows plain: the joined session goes no further
+    with pytest.raises(FailedPrecondition, match="no longer allows; close it"):
+        restarted.weights("s")
+    restarted.owned("s", "active", closing=True)
+    restarted.close("s")
+    assert not party("ckks").sessions
+
+
 def _products(c: Coordinator, probs: he.EncryptedMatrix, mask_bound: float = 0.0) -> list[bytes]:
     keys = c.sessions["s"].backend
     cts, _ = he.masked_feature_products(keys, probs, np.ones((N, 2)), np.random.default_rng(), mask_bound=mask_bound)
@@ -145,3 +175,19 @@ def test_leftover_temporary_files_are_removed_at_start_up(tmp_path) -> None:
     (tmp_path / "notes.tmp").write_text("not ours")  # only StateDir's own ".<name>.<random>.tmp" go
     assert _coordinator(tmp_path).sessions["s"]
     assert not any(f.exists() for f in leftovers) and (tmp_path / "notes.tmp").exists()
+
+
+def test_a_checkpoint_of_the_previous_format_keeps_its_answers(tmp_path) -> None:
+    c = _coordinator(tmp_path)
+    _open(c)
+    blobs = _products(c, _scores(c))
+    sums = c.block_sums("s", 1, "passive-1", blobs, 2)
+    arrays, meta = c.sessions["s"].to_state()
+    answers = meta["current"].pop("answers")  # as the previous format wrote it: (digest, sums or NaN placeholder)
+    meta["current"]["digests"] = {p: a["digest"] for p, a in answers.items()}
+    checkpoint.StateDir(tmp_path).save("s", arrays, meta)
+    np.testing.assert_array_equal(_coordinator(tmp_path).block_sums("s", 1, "passive-1", blobs, 2), sums)
+    arrays["current/answer/passive-1"] = np.full_like(sums, np.nan)  # spent before any answer: decrypted again
+    checkpoint.StateDir(tmp_path).save("s", arrays, meta)
+    again = _coordinator(tmp_path).block_sums("s", 1, "passive-1", blobs, 2)
+    assert np.isfinite(again).all() and np.abs(again - sums).max() < 0.2
