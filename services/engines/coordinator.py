@@ -20,6 +20,7 @@ from vflsec.services.crypto import entropy, he
 from vflsec.services.defenses.params import Distorted
 from vflsec.services.defenses.release import ParamReleaseChain, ReleaseContext, ScoreReleaseChain
 from vflsec.services.engines import checkpoint
+from vflsec.services.engines.policy import BackendPolicy
 from vflsec.services.errors import (
     AlreadyExists,
     FailedPrecondition,
@@ -281,7 +282,7 @@ class Coordinator:
         # engines built directly in tests, whose widths are then self-declared.
         self.schema = None if schema is None else dict(schema)
         # [policy] allowed_backends: plain hides nothing, so a deployment runs it only when its operator says so.
-        self.allowed_backends = tuple(allowed_backends)
+        self.backend_policy = BackendPolicy.of("this coordinator's", allowed_backends)
         self.key_rotation_steps = key_rotation_steps  # an operator's tighter bound on steps per training key
         self.param_chain = param_chain
         self.passives = passives
@@ -329,11 +330,9 @@ class Coordinator:
 
     def _refusal(self, session_id: str, s: CoordinatorSession) -> str | None:
         """Why a restored session may not go on under the current configuration, if it may not."""
-        if s.backend.name not in self.allowed_backends:
-            return (
-                f"session {session_id!r} runs on {s.backend.name!r}, which this coordinator's [policy] "
-                f"allowed_backends {list(self.allowed_backends)} no longer allows; close it"
-            )
+        refusal = self.backend_policy.refusal(session_id, s.backend.name)
+        if refusal is not None:
+            return refusal
         try:
             self._check_rotation(s)
         except FailedPrecondition as exc:
@@ -397,11 +396,7 @@ class Coordinator:
     ) -> bytes:
         if not checkpoint.valid_session_id(session_id):
             raise InvalidArgument(f"invalid session_id {session_id!r}")
-        if backend_name not in self.allowed_backends:
-            raise PermissionDenied(
-                f"backend {backend_name!r} is not allowed by this coordinator's [policy] allowed_backends "
-                f"{list(self.allowed_backends)}"
-            )
+        self.backend_policy.require(backend_name)
         if n_classes < 2:
             raise InvalidArgument(f"n_classes must be >= 2, got {n_classes}")
         if len(set(passive_parties)) != len(passive_parties) or not passive_parties:

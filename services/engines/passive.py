@@ -14,6 +14,7 @@ from vflsec.services.crypto import entropy, he, psi, share_mask
 from vflsec.services.data.datasets import PartyData
 from vflsec.services.defenses import params as param_defenses
 from vflsec.services.engines import checkpoint
+from vflsec.services.engines.policy import BackendPolicy
 from vflsec.services.errors import (
     AlreadyExists,
     FailedPrecondition,
@@ -146,7 +147,7 @@ class PassiveParty:
         self.party_id = party_id
         # [policy] allowed_backends: a plain session sends this party's logits in the clear, so it joins one only
         # when its own operator says so, whatever the coordinator allows.
-        self.allowed_backends = tuple(allowed_backends)
+        self.backend_policy = BackendPolicy.of(f"{party_id}'s", allowed_backends)
         self.psi_max_ids = psi_max_ids
         # IDs of the active list this party blinds per owner, over all sessions and restarts ([limits]
         # psi_owner_budget; None: unlimited): one exchange per session does not stop testing a dictionary over
@@ -175,11 +176,9 @@ class PassiveParty:
             s = self.sessions[session_id]
         except KeyError:
             raise NotFound(f"unknown session {session_id!r}") from None
-        if s.backend.name not in self.allowed_backends and not closing:  # the policy changed since it joined
-            raise FailedPrecondition(
-                f"session {session_id!r} runs on {s.backend.name!r}, which {self.party_id}'s [policy] "
-                f"allowed_backends {list(self.allowed_backends)} no longer allows; close it"
-            )
+        refusal = self.backend_policy.refusal(session_id, s.backend.name)
+        if refusal is not None and not closing:  # the policy changed since it joined
+            raise FailedPrecondition(refusal)
         return s
 
     def _save(self, session_id: str, s: PassiveSession) -> None:
@@ -211,11 +210,7 @@ class PassiveParty:
     ) -> int:
         if not checkpoint.valid_session_id(session_id):
             raise InvalidArgument(f"invalid session_id {session_id!r}")
-        if backend_name not in self.allowed_backends:
-            raise PermissionDenied(
-                f"backend {backend_name!r} is not allowed by {self.party_id}'s [policy] allowed_backends "
-                f"{list(self.allowed_backends)}"
-            )
+        self.backend_policy.require(backend_name)
         if n_classes < 2:
             raise InvalidArgument(f"n_classes must be >= 2, got {n_classes}")
         k = lr.n_logits(n_classes)
