@@ -3,11 +3,8 @@ the same architecture, seed, optimiser and batches within 1 pp of held-out accur
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
-import torch
 
 from vflsec.services.data.datasets import load_dataset
 from vflsec.services.models import splitnn as sn
@@ -20,13 +17,7 @@ SEED = 3
 ACCURACY_FLOOR = {"breast_cancer": 0.93, "digits": 0.90}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    """These networks are tiny: torch's intra-op threads only contend (x20 slower on a loaded 2-core machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module", params=sorted(ACCURACY_FLOOR))
