@@ -357,19 +357,41 @@ def run(
 
 @app.command()
 def health(
-    address: Annotated[str, typer.Option(help="host:port of the service.")],
-    party: Annotated[str, typer.Option(help="The service's party id (its certificate must say so).")],
-    tls_dir: opt.TlsDir,
+    address: Annotated[str | None, typer.Option(help="host:port of the service.")] = None,
+    party: Annotated[str | None, typer.Option(help="The service's party id (its certificate must say so).")] = None,
+    tls_dir: Annotated[
+        Path | None, typer.Option("--tls-dir", help="The caller's tls/ folder (ca.pem, cert.pem, key.pem).")
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            help="A party's own TOML config instead of the three options above: checks that party on localhost at "
+            "its listen port with its own certificate (the Kubernetes probe).",
+        ),
+    ] = None,
     timeout: Annotated[float, typer.Option()] = 3.0,
 ) -> None:
-    """gRPC health check over mutual TLS; exit 0 when SERVING (used by compose health checks)."""
+    """gRPC health check over mutual TLS; exit 0 when SERVING (used by compose health checks and k8s probes)."""
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    from vflsec.services.transport.server import peer_channel
+    from vflsec.services.config import ConfigError, load_config
+    from vflsec.services.transport.server import peer_channel, tls_files
     from vflsec.services.transport.tls import TlsFiles
 
-    files = TlsFiles.from_dir(tls_dir)
+    if config is not None:
+        if (address, party, tls_dir) != (None, None, None):
+            _fail("--config replaces --address, --party and --tls-dir: give either it or all three")
+        try:
+            cfg = load_config(config)
+        except ConfigError as exc:
+            _fail(str(exc))
+        address, party, files = "localhost:" + cfg.listen.rsplit(":", 1)[1], cfg.party_id, tls_files(cfg.tls)
+    elif address is None or party is None or tls_dir is None:
+        _fail("give --address, --party and --tls-dir (or a party's --config)")
+    else:
+        files = TlsFiles.from_dir(tls_dir)
     with peer_channel(address, party, files, 4 * 1024 * 1024) as channel:
         try:
             status = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=timeout)
