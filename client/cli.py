@@ -392,7 +392,11 @@ def health(
         _fail("give --address, --party and --tls-dir (or a party's --config)")
     else:
         files = TlsFiles.from_dir(tls_dir)
-    with peer_channel(address, party, files, 4 * 1024 * 1024) as channel:
+    try:
+        channel = peer_channel(address, party, files, 4 * 1024 * 1024)
+    except OSError as exc:  # a TLS file missing or unreadable (a Secret not created or not mounted)
+        _fail(f"cannot read the TLS files: {exc}")
+    with channel:
         try:
             status = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=timeout)
         except grpc.RpcError as exc:

@@ -302,3 +302,6 @@ def test_health_takes_either_a_config_or_all_three_options(tmp_path) -> None:
         assert result.exit_code == 2 and "--address, --party and --tls-dir" in result.output, result.output
     result = CliRunner().invoke(app, ["health", "--config", str(tmp_path / "missing.toml")])
     assert result.exit_code == 2 and "config file not found" in result.output
+    # The repository's config names the pod's /tls mount, which does not exist here (a Secret not mounted).
+    result = CliRunner().invoke(app, ["health", "--config", str(config)])
+    assert result.exit_code == 2 and "cannot read the TLS files" in result.output and "/tls/ca.pem" in result.output
