@@ -4,9 +4,11 @@ One in-process federation (coordinator, active, one passive party; real gRPC ser
 CKKS by default), a model trained for a few epochs, then ``n_requests`` Predict calls of a few samples each,
 issued from ``concurrency`` client threads over one shared channel, as an operator's front end would. It
 reports latency percentiles and throughput, and checks that nothing was dropped: every request must answer OK
-with one score row per asked sample, for exactly the samples asked.
+with one score row per asked sample, for exactly the samples asked. With ``processes``, the same load also runs
+against a federation whose parties are each their own ``vflsec serve`` process (the deployment shape, the
+commands compose runs: no shared GIL), reported beside the in-process figure under ``"processes"``.
 
-    python -m vflsec.client.bench_load --json
+    python -m vflsec.client.bench_load --processes --json
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 import grpc
 import numpy as np
 
-from vflsec.client.federation import FederationSpec, run_in_process, write_federation
+from vflsec.client.federation import FederationSpec, run_in_process, run_processes, write_federation
 from vflsec.client.operator import Operator
 from vflsec.services.data import datasets
 
@@ -68,21 +70,47 @@ def run(
     epochs: int = 2,
     seed: int = 0,
     log: Callable[[str], None] = print,
+    processes: bool = False,
 ) -> dict[str, Any]:
-    """Run the load test (scores are released only from a trained model, so ``epochs`` >= 1)."""
+    """Run the load test (scores are released only from a trained model, so ``epochs`` >= 1): in-process, and with
+    ``processes`` also with each party its own process (under the ``"processes"`` key, the same fields)."""
     if n_requests < 1 or concurrency < 1 or samples_per_request < 1 or epochs < 1:
         raise ValueError("n_requests, concurrency, samples_per_request and epochs must be >= 1")
     ds = datasets.load_dataset(dataset)
+    modes: dict[str, Callable] = {"in-process": run_in_process}
+    if processes:
+        modes["processes"] = run_processes  # the same commands compose runs, one `vflsec serve` per party
+    results = {}
+    for mode, start_parties in modes.items():
+        log(f"{mode}: {n_requests} Predict requests of {samples_per_request} samples, {concurrency} threads, {backend}")
+        outcomes, wall = _load(start_parties, ds, n_requests, concurrency, samples_per_request, backend, epochs, seed)
+        results[mode] = _summarise(outcomes, wall, concurrency, samples_per_request, backend, ds.name, log)
+    result = results["in-process"]
+    if processes:
+        result["processes"] = results["processes"]
+    return result
+
+
+def _load(
+    start_parties: Callable,
+    ds: datasets.Dataset,
+    n_requests: int,
+    concurrency: int,
+    samples: int,
+    backend: str,
+    epochs: int,
+    seed: int,
+) -> tuple[list[Outcome], float]:
+    """A fresh federation started by ``start_parties``, a model trained, then the timed concurrent requests."""
     with tempfile.TemporaryDirectory(prefix="vflsec-load-") as tmp:
         layout = write_federation(FederationSpec(ds, n_passive=1, seed=seed, backend=backend), Path(tmp))
-        with run_in_process(layout), layout.operator_channel() as channel:
+        with start_parties(layout), layout.operator_channel() as channel:
             operator = Operator(channel)
             info = operator.create_session(backend, batch_size=64, learning_rate=0.1, seed=seed)
             common = operator.align(info.session_id)
             for _ in operator.train(info.session_id, common, epochs):
                 pass
-            requests = _draw_requests(common, n_requests, min(samples_per_request, len(common)), seed)
-            log(f"{n_requests} Predict requests of {samples_per_request} samples, {concurrency} threads, {backend}")
+            requests = _draw_requests(common, n_requests, min(samples, len(common)), seed)
             start = time.perf_counter()
             with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="load") as pool:
                 outcomes = list(
@@ -90,7 +118,7 @@ def run(
                 )
             wall = time.perf_counter() - start
             operator.close(info.session_id)
-    return _summarise(outcomes, wall, concurrency, samples_per_request, backend, ds.name, log)
+    return outcomes, wall
 
 
 def _summarise(
@@ -141,10 +169,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--backend", choices=("ckks", "plain"), default="ckks")
     parser.add_argument("--dataset", default="breast_cancer")
     parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--processes", action="store_true", help="also with each party its own process")
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     args = parser.parse_args(argv)
     log = (lambda line: print(line, file=__import__("sys").stderr)) if args.json else print
-    result = run(args.requests, args.concurrency, args.samples, args.backend, args.dataset, args.epochs, log=log)
+    result = run(
+        args.requests, args.concurrency, args.samples, args.backend, args.dataset, args.epochs, log=log,
+        processes=args.processes,
+    )
     if args.json:
         print(json.dumps(result))
 

@@ -589,12 +589,22 @@ def bench_load(
     concurrency: Annotated[int, typer.Option(min=1)] = 32,
     samples: Annotated[int, typer.Option(min=1, help="Samples per request.")] = 4,
     backend: opt.Backend = "ckks",
+    processes: Annotated[
+        bool,
+        typer.Option(
+            "--processes",
+            help="Also run the load with each party its own `vflsec serve` process (the deployment shape); "
+            'reported beside the in-process figure, under "processes" in --json.',
+        ),
+    ] = False,
     as_json: opt.Json = False,
 ) -> None:
     """Concurrent prediction requests against one federation: p50/p99 latency, throughput, nothing dropped."""
     from vflsec.client.bench_load import run
 
-    result = run(requests, concurrency, samples, backend, log=lambda line: typer.echo(line, err=as_json))
+    result = run(
+        requests, concurrency, samples, backend, log=lambda line: typer.echo(line, err=as_json), processes=processes
+    )
     if as_json:
         typer.echo(json.dumps(result))
 

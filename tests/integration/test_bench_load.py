@@ -13,3 +13,19 @@ def test_no_request_is_dropped_under_concurrency() -> None:
     assert result["malformed_answers"] == 0 and result["dropped"] == 0 and result["answered_ok"] == 50
     assert 0 < result["latency_ms"]["p50"] <= result["latency_ms"]["p99"] <= result["latency_ms"]["max"]
     assert any("dropped 0" in line for line in lines)
+
+
+def test_parties_as_processes_answer_every_request_too() -> None:
+    """--processes: each party its own `vflsec serve` process; its figure sits beside the in-process one."""
+    lines: list[str] = []
+    result = bench_load.run(
+        n_requests=40, concurrency=8, samples_per_request=3, epochs=1, log=lines.append, processes=True
+    )
+    assert list(result)[: list(result).index("processes")] == [
+        "backend", "dataset", "requests", "concurrency", "samples_per_request", "answered_ok", "dropped", "statuses",
+        "malformed_answers", "latency_ms", "wall_seconds", "requests_per_second", "samples_per_second",
+    ]  # fmt: skip
+    for figure in (result, result["processes"]):
+        assert figure["requests"] == 40 and figure["statuses"] == {"OK": 40}
+        assert figure["malformed_answers"] == 0 and figure["dropped"] == 0 and figure["answered_ok"] == 40
+    assert [line.split(":")[0] for line in lines if "Predict requests" in line] == ["in-process", "processes"]
