@@ -53,6 +53,17 @@ def check_release_chains(score_release: Sequence[str] = (), param_release: Seque
         raise SpecError(str(exc)) from exc
 
 
+@functools.lru_cache(maxsize=4)
+def _load_dataset(name: str, label: str | None, categorical: str, stamp: tuple[int, int] | None) -> datasets.Dataset:
+    """One load per dataset, encoding and file version in a process: every ``replace`` of a spec (the session
+    plan, the dealer, the windows) would otherwise parse the file again (1-3 s for Bank). Its arrays are made
+    read-only, so no user of the shared copy can change it for the others."""
+    ds = datasets.load_dataset(name, label=label, categorical=categorical)
+    for array in (ds.ids, ds.X, ds.y):
+        array.flags.writeable = False
+    return ds
+
+
 @dataclass(frozen=True)
 class FederationSpec:
     """Everything a run asks of a federation, as the CLI collected it: the dealer's split and configs
@@ -144,7 +155,9 @@ class FederationSpec:
             return self.dataset
         try:
             coded = "onehot" if self.encoding == "onehot" else "ordinal"  # target: codes first (dealt_data)
-            return datasets.load_dataset(self.dataset, label=self.label, categorical=coded)
+            path = Path(self.dataset)
+            stamp = (path.stat().st_mtime_ns, path.stat().st_size) if path.is_file() else None
+            return _load_dataset(self.dataset, self.label, coded, stamp)
         except (ValueError, OSError) as exc:
             raise SpecError(f"dataset {self.dataset!r}: {exc}") from exc
 

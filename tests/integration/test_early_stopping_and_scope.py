@@ -110,6 +110,7 @@ def test_mse_scope_all_scores_training_and_queried_rows(monkeypatch) -> None:
     assert code == 0, out
     report = last_json(out)
     assert report["mse_scope"] == "all" and report["n_samples"] == report["n_train"] + PREDICTIONS
+    assert 0.8 < report["accuracy"] <= 1.0  # still the prediction rows' accuracy, not the training rows'
     assert f"MSE scope all: over the training and the queried rows ({report['n_samples']} samples)" in out
     # AM/RAM fit the training rows in-sample (varasteh's average over time); an explicit option is kept.
     assert report["attacks"]["am"]["options"]["held_out"] is False
