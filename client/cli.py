@@ -431,6 +431,7 @@ def attack(
         str,
         typer.Option(
             "--mse-scope",
+            metavar="queried|all",
             help="MSE over the queried rows, or all: the training rows too (varasteh; they are then queried as "
             "well, and AM/RAM fit them in-sample).",
         ),
