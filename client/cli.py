@@ -203,6 +203,8 @@ def demo(
     optimizer: opt.Optimizer = "adam",
     l2: opt.L2 = 1e-4,
     train_rows: opt.TrainRows = None,
+    early_stopping_patience: opt.EarlyStoppingPatience = 0,
+    validation_fraction: opt.ValidationFraction = 0.2,
     seed: opt.Seed = 0,
     compare_plain: opt.ComparePlain = False,
     scaling: Annotated[str, typer.Option(help="Each party scales its own columns: standard | minmax | none.")] = (
@@ -234,6 +236,8 @@ def demo(
         optimizer=optimizer,
         l2=l2,
         train_rows=train_rows,
+        early_stopping_patience=early_stopping_patience,
+        validation_fraction=validation_fraction,
         seed=seed,
         scaling=scaling,
         allow_plain=compare_plain,  # the comparison run is a plain session
@@ -264,13 +268,23 @@ def demo(
     _report(result, as_json, console)
 
 
+def _print_early_stopping(result: dict, console) -> None:  # type: ignore[no-untyped-def]
+    """The early-stopping line of a demo or attack report that asked for it."""
+    if "early_stopping" in result:
+        from vflsec.client.training import TrainingRecord
+
+        console.print(TrainingRecord.from_dict(result["early_stopping"]).summary())
+
+
 def _report(result: dict, as_json: bool, console) -> None:  # type: ignore[no-untyped-def]
     from rich.table import Table
 
     table = Table(title=f"vflsec demo: {result['dataset']}", show_header=False)
     for key, value in result.items():
-        table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
+        if key != "early_stopping":  # its own line below (and the JSON)
+            table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
     console.print(table)
+    _print_early_stopping(result, console)
     if "majority_rate" in result:
         from vflsec.client.harness import accuracy_warning
 
@@ -437,6 +451,17 @@ def attack(
     optimizer: opt.Optimizer = "adam",
     l2: opt.L2 = 1e-4,
     train_rows: opt.TrainRows = None,
+    early_stopping_patience: opt.EarlyStoppingPatience = 0,
+    validation_fraction: opt.ValidationFraction = 0.2,
+    mse_scope: Annotated[
+        str,
+        typer.Option(
+            "--mse-scope",
+            metavar="queried|all",
+            help="MSE over the queried rows, or all: the training rows too (varasteh; they are then queried as "
+            "well, and AM/RAM fit them in-sample).",
+        ),
+    ] = "queried",
     seed: opt.Seed = 0,
     withhold_model: Annotated[bool, typer.Option(help="Do not fetch the model (black-box setting).")] = False,
     windows: Annotated[int, typer.Option(min=1, help="Average over this many cyclic windows of passive columns.")] = 1,
@@ -451,6 +476,7 @@ def attack(
     from rich.table import Table
 
     from vflsec.client.harness import (
+        MSE_SCOPES,
         AttackScenario,
         check_attack_options,
         default_attacks,
@@ -479,8 +505,12 @@ def attack(
         optimizer=optimizer,
         l2=l2,
         train_rows=train_rows,
+        early_stopping_patience=early_stopping_patience,
+        validation_fraction=validation_fraction,
         seed=seed,
     )
+    if mse_scope not in MSE_SCOPES:
+        _fail(f"--mse-scope must be one of {', '.join(MSE_SCOPES)}, got {mse_scope!r}")
     chosen = names if names is not None else default_attacks(spec.score_release, spec.param_release)
     try:
         attack_options = check_attack_options(opt.attack_options(attack_option), chosen)
@@ -493,6 +523,7 @@ def attack(
         predictions=predictions,
         release_model=not withhold_model,
         windows=windows,
+        mse_scope=mse_scope,
     )
     console = Console(stderr=as_json)
     with console.status("training, querying and attacking…"), _refused():
@@ -516,6 +547,9 @@ def attack(
     if report.get("strongest"):
         console.print(headline(report))
     console.print(f"batch size {report['batch_size']}: {report['batch_size_note']}")
+    scope = "the queried rows" if report["mse_scope"] == "queried" else "the training and the queried rows"
+    console.print(f"MSE scope {report['mse_scope']}: over {scope} ({report['n_samples']} samples)")
+    _print_early_stopping(report, console)
     if report.get("accuracy_warning"):
         console.print(f"warning: {report['accuracy_warning']}")
     if markdown is not None:

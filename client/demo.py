@@ -18,6 +18,7 @@ import numpy as np
 
 from vflsec.client.federation import FederationLayout, FederationSpec, run_processes, write_federation
 from vflsec.client.operator import Operator
+from vflsec.client.training import TrainingRecord, train
 from vflsec.services.data import datasets
 
 
@@ -32,6 +33,7 @@ class Run:
     predict_seconds: float
     argmax_changed: int
     chain: list[tuple[str, dict[str, str]]]
+    training: TrainingRecord
 
 
 ProgressCallback = Callable[[str, int, int, int, int], None]  # backend, epoch, epochs, batch, n_batches
@@ -43,21 +45,36 @@ def train_and_evaluate(
     backend: str,
     split: tuple[list[str], list[str], np.ndarray],
     progress: ProgressCallback | None = None,
+    validation: tuple[list[str], np.ndarray] = ([], np.zeros(0, dtype=int)),
 ) -> Run:
     train_ids, test_ids, test_labels = split
     info = operator.create_session(backend, **spec.session_options())
     operator.align(info.session_id)
     start = time.perf_counter()
-    for p in operator.train(info.session_id, train_ids, spec.epochs):
-        if progress is not None and not p.done:
-            progress(backend, p.epoch, spec.epochs, p.batch, p.n_batches)
+    record = train(
+        operator,
+        info.session_id,
+        train_ids,
+        spec.epochs,
+        validation_ids=validation[0],
+        validation_labels=validation[1],
+        patience=spec.early_stopping_patience,
+        on_step=None if progress is None else lambda e, b, n: progress(backend, e, spec.epochs, b, n),
+    )
     train_seconds = time.perf_counter() - start
     start = time.perf_counter()
     released = operator.predict(info.session_id, test_ids)
     predict_seconds = time.perf_counter() - start
     accuracy = float(np.mean(released.scores.argmax(axis=1) == test_labels))
     return Run(
-        backend, info.session_id, accuracy, train_seconds, predict_seconds, released.argmax_changed, released.chain
+        backend,
+        info.session_id,
+        accuracy,
+        train_seconds,
+        predict_seconds,
+        released.argmax_changed,
+        released.chain,
+        record,
     )
 
 
@@ -82,14 +99,15 @@ def evaluate(
     info = operator.create_session(spec.backend, seed=spec.seed)
     common = operator.align(info.session_id)
     operator.close(info.session_id)
-    train_ids, test_ids = spec.session_split(common, np.array([labels[i] for i in common]))
+    train_ids, validation_ids, test_ids = spec.session_sets(common, np.array([labels[i] for i in common]))
+    validation = (validation_ids, np.array([labels[i] for i in validation_ids], dtype=int))
     widths = [info.n_active_features + 1, *info.passive_features.values()]
     batch_size, batch_note = spec.batch_size_for(widths, len(train_ids))
     spec = replace(spec, batch_size=batch_size)
     split = (list(train_ids), list(test_ids), np.array([labels[i] for i in test_ids]))
-    runs = [train_and_evaluate(operator, spec, spec.backend, split, progress)]
+    runs = [train_and_evaluate(operator, spec, spec.backend, split, progress, validation)]
     if compare_plain:
-        runs.append(train_and_evaluate(operator, spec, "plain", split, progress))
+        runs.append(train_and_evaluate(operator, spec, "plain", split, progress, validation))
     main = runs[0]
     result: dict[str, Any] = {
         "dataset": spec.name,
@@ -111,7 +129,10 @@ def evaluate(
         "batch_size": spec.batch_size,
         "batch_size_note": batch_note,
         "majority_rate": float(np.bincount(split[2]).max() / len(split[2])),  # of the held-out labels
+        "epochs_trained": main.training.epochs_trained,
     }
+    if spec.early_stopping_patience:
+        result["early_stopping"] = main.training.to_dict()
     if compare_plain:
         result["plain_accuracy"] = runs[1].accuracy
         result["plain_train_seconds"] = runs[1].train_seconds

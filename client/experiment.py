@@ -441,7 +441,7 @@ def trained_base(scenario: harness.AttackScenario, folder: Path) -> dict[str, An
         base = replace(scenario, spec=replace(scenario.spec, score_release=(), param_release=(), checkpoints=True))
         layout = write_federation(harness.recording_spec(base, folder / "curious.sqlite"), folder / "federation")
         with harness.parties(base, layout) as operator:
-            session_id, queried = harness.train_session(base, operator)
+            session_id, queried, _ = harness.train_session(base, operator)
         trained = {"session_id": session_id, "queried": queried}
         write_atomic(marker, json.dumps(trained))
         return trained

@@ -53,6 +53,17 @@ def check_release_chains(score_release: Sequence[str] = (), param_release: Seque
         raise SpecError(str(exc)) from exc
 
 
+@functools.lru_cache(maxsize=4)
+def _load_dataset(name: str, label: str | None, categorical: str, stamp: tuple[int, int] | None) -> datasets.Dataset:
+    """One load per dataset, encoding and file version in a process: every ``replace`` of a spec (the session
+    plan, the dealer, the windows) would otherwise parse the file again (1-3 s for Bank). Its arrays are made
+    read-only, so no user of the shared copy can change it for the others."""
+    ds = datasets.load_dataset(name, label=label, categorical=categorical)
+    for array in (ds.ids, ds.X, ds.y):
+        array.flags.writeable = False
+    return ds
+
+
 @dataclass(frozen=True)
 class FederationSpec:
     """Everything a run asks of a federation, as the CLI collected it: the dealer's split and configs
@@ -94,6 +105,10 @@ class FederationSpec:
     # holds out that many for queries (the attack harness); train_rows subsamples the training side.
     queries: int | None = None
     train_rows: int | None = None
+    # Early stopping (client/training.py): > 0 stops when the validation accuracy has not improved for this many
+    # epochs; the validation rows (this share of the training side, stratified) are then held out of training.
+    early_stopping_patience: int = 0
+    validation_fraction: float = 0.2
 
     def __post_init__(self) -> None:
         from vflsec.services.crypto import he
@@ -117,6 +132,10 @@ class FederationSpec:
         for name, value, smallest in (("n_passive", self.n_passive, 1), ("epochs", self.epochs, 1)):
             if value < smallest:
                 raise SpecError(f"{name} must be at least {smallest}, got {value}")
+        if self.early_stopping_patience < 0:
+            raise SpecError(f"early stopping patience must be 0 (off) or positive, got {self.early_stopping_patience}")
+        if not 0.0 < self.validation_fraction < 1.0:
+            raise SpecError(f"validation fraction must lie in (0, 1), got {self.validation_fraction}")
         if self.batch_size < 0:
             raise SpecError(f"batch size must be 0 (the default) or positive, got {self.batch_size}")
         if not self.learning_rate >= 0.0:
@@ -136,7 +155,9 @@ class FederationSpec:
             return self.dataset
         try:
             coded = "onehot" if self.encoding == "onehot" else "ordinal"  # target: codes first (dealt_data)
-            return datasets.load_dataset(self.dataset, label=self.label, categorical=coded)
+            path = Path(self.dataset)
+            stamp = (path.stat().st_mtime_ns, path.stat().st_size) if path.is_file() else None
+            return _load_dataset(self.dataset, self.label, coded, stamp)
         except (ValueError, OSError) as exc:
             raise SpecError(f"dataset {self.dataset!r}: {exc}") from exc
 
@@ -153,9 +174,11 @@ class FederationSpec:
         """The IDs the dealer gives each data party (active first): each misses a seeded share."""
         return datasets.overlapping_id_sets(self.data.ids, 1 + self.n_passive, self.drop_fraction, self.seed)
 
-    def session_split(self, common: Sequence[str], labels: np.ndarray) -> tuple[list[str], list[str]]:
-        """The session's training and held-out IDs of the aligned set: the one choice that the dealer's target
-        encoding, the demo and the attack harness share. Independent of the order PSI returns."""
+    def session_sets(self, common: Sequence[str], labels: np.ndarray) -> tuple[list[str], list[str], list[str]]:
+        """The session's training, validation and held-out IDs of the aligned set: the one choice that the
+        dealer's target encoding, the demo and the attack harness share. Independent of the order PSI returns.
+        The validation rows (early stopping only; else none) come out of the training side, before
+        ``train_rows`` subsamples it."""
         order = np.argsort(np.asarray(common).astype(str), kind="stable")
         ids, labels = np.asarray(common).astype(str)[order], np.asarray(labels)[order]
         if self.queries is None:
@@ -166,19 +189,36 @@ class FederationSpec:
             held = shuffled[:n_query]
             # Too few left to train on: train on every aligned ID (the queries included).
             train = shuffled[n_query:] if len(shuffled) - n_query >= len(shuffled) // 2 else shuffled
+        validation: list[str] = []
+        if self.early_stopping_patience:
+            label_of = dict(zip(ids.tolist(), labels.tolist(), strict=True))
+            kept, held_back = datasets.train_test_split_ids(
+                train, [label_of[i] for i in train], self.validation_fraction, self.seed
+            )
+            train, validation = list(kept), list(held_back)
         if self.train_rows is not None and self.train_rows < len(train):
             keep = np.random.default_rng(self.seed).permutation(len(train))[: self.train_rows]
             train = [train[i] for i in sorted(keep)]
+        return train, validation, held
+
+    def session_split(self, common: Sequence[str], labels: np.ndarray) -> tuple[list[str], list[str]]:
+        """The training and held-out IDs of :meth:`session_sets`."""
+        train, _, held = self.session_sets(common, labels)
         return train, held
 
     def dealt_common(self, id_sets: Sequence[np.ndarray] | None = None) -> np.ndarray:
         """The IDs every data party was dealt: what alignment will find."""
         return functools.reduce(np.intersect1d, id_sets if id_sets is not None else self.id_sets())
 
+    def dealt_sets(self, id_sets: Sequence[np.ndarray] | None = None) -> tuple[list[str], list[str], list[str]]:
+        """:meth:`session_sets` of :meth:`dealt_common`."""
+        common = self.dealt_common(id_sets)
+        return self.session_sets(common, self.data.y[datasets.select_ids(self.data.ids, common)])
+
     def dealt_split(self, id_sets: Sequence[np.ndarray] | None = None) -> tuple[list[str], list[str]]:
         """:meth:`session_split` of :meth:`dealt_common`."""
-        common = self.dealt_common(id_sets)
-        return self.session_split(common, self.data.y[datasets.select_ids(self.data.ids, common)])
+        train, _, held = self.dealt_sets(id_sets)
+        return train, held
 
     def dealt_data(self, id_sets: Sequence[np.ndarray] | None = None) -> datasets.Dataset:
         """The dataset as the dealer deals it. With target encoding the dealer, who sees the labels (the papers'

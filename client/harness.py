@@ -19,6 +19,7 @@ import numpy as np
 
 from vflsec.client.federation import FederationLayout, FederationSpec, run_in_process, run_processes, write_federation
 from vflsec.client.operator import Operator, forecast_risk
+from vflsec.client.training import TrainingRecord, train
 from vflsec.services import attacks
 from vflsec.services.app import load_party_data
 from vflsec.services.config import load_config
@@ -32,6 +33,9 @@ BASELINES = ("half", "rg", "zero")
 # The papers keep their models at or above this accuracy; a run below it is reported with a warning.
 ACCURACY_WARNING = 0.85
 DEFAULT_ATTACKS = ("esa", "ls_clamped", "cls", "half_star", "rcc1", "rcc2", "am", "ram", "gia", "grn")
+# Which rows the MSE is over: the queried ones (luo, rassouli), or the training rows too (varasteh's "average
+# over time", N = n_t + n_p: the active party then also has its training rows scored).
+MSE_SCOPES = ("queried", "all")
 
 
 def default_attacks(score_release: Sequence[str], param_release: Sequence[str]) -> list[str]:
@@ -74,6 +78,11 @@ class AttackScenario:
     windows: int = 1  # > 1: rassouli's "average over space" over this many cyclic windows of passive columns
     forecast: bool = False  # ask each passive party for its risk forecast of the param-release chain
     in_process: bool = False  # parties as in-process servers (tests) instead of OS processes
+    mse_scope: str = "queried"  # one of MSE_SCOPES
+
+    def __post_init__(self) -> None:
+        if self.mse_scope not in MSE_SCOPES:
+            raise ValueError(f"MSE scope must be one of {', '.join(MSE_SCOPES)}, got {self.mse_scope!r}")
 
     def with_spec(self, **changes: Any) -> AttackScenario:
         return replace(self, spec=replace(self.spec, **changes))
@@ -92,6 +101,7 @@ class ScenarioRun:
     n_train: int = 0
     batch_size: int = 0
     batch_size_note: str = ""
+    training: TrainingRecord | None = None
 
 
 def run_scenario(scenario: AttackScenario, workdir: Path) -> ScenarioRun:
@@ -99,8 +109,8 @@ def run_scenario(scenario: AttackScenario, workdir: Path) -> ScenarioRun:
     store_path = workdir / "curious.sqlite"
     layout = write_federation(recording_spec(scenario, store_path), workdir / "federation")
     with parties(scenario, layout) as operator:
-        session_id, queried = train_session(scenario, operator)
-        return query_session(scenario, layout, operator, session_id, queried, store_path)
+        session_id, queried, training = train_session(scenario, operator)
+        return query_session(scenario, layout, operator, session_id, queried, store_path, training)
 
 
 def recording_spec(scenario: AttackScenario, store_path: Path) -> FederationSpec:
@@ -110,13 +120,16 @@ def recording_spec(scenario: AttackScenario, store_path: Path) -> FederationSpec
     return replace(spec, plugins=[*spec.plugins, recorder])
 
 
-def session_plan(scenario: AttackScenario) -> tuple[FederationSpec, list[str], list[str], str]:
+def session_plan(scenario: AttackScenario) -> tuple[FederationSpec, list[str], list[str], list[str], str]:
     """The session as the dealer plans it: the spec (the queries held out, the default batch following the number
-    of training rows), the training and queried IDs of the dealt set, and one line on the batch size."""
+    of training rows), the training, validation (early stopping) and queried IDs of the dealt set, and one line
+    on the batch size. With the MSE scope ``all`` the training rows are queried too."""
     spec = replace(scenario.spec, queries=scenario.predictions)
-    train_ids, queried = spec.dealt_split()
+    train_ids, validation_ids, queried = spec.dealt_sets()
+    if scenario.mse_scope == "all":
+        queried = [*train_ids, *queried]
     batch_size, note = spec.batch_size_for(spec.widths, len(train_ids))
-    return replace(spec, batch_size=batch_size), train_ids, queried, note
+    return replace(spec, batch_size=batch_size), train_ids, validation_ids, queried, note
 
 
 @contextlib.contextmanager
@@ -127,15 +140,24 @@ def parties(scenario: AttackScenario, layout: FederationLayout) -> Iterator[Oper
         yield Operator(channel)
 
 
-def train_session(scenario: AttackScenario, operator: Operator) -> tuple[str, list[str]]:
-    """Open a session, align, train on the dealer's training split; returns the session and the queried IDs."""
-    spec, train_ids, queried, _ = session_plan(scenario)
+def train_session(scenario: AttackScenario, operator: Operator) -> tuple[str, list[str], TrainingRecord]:
+    """Open a session, align, train on the dealer's training split (stopping early on its validation rows if
+    asked); returns the session, the queried IDs and what training did."""
+    spec, train_ids, validation_ids, queried, _ = session_plan(scenario)
     info = operator.create_session(spec.backend, **spec.session_options())
     if set(operator.align(info.session_id)) != set(spec.dealt_common()):
         raise RuntimeError("alignment found other IDs than the dealer dealt to every party")
-    for _ in operator.train(info.session_id, train_ids, spec.epochs):
-        pass
-    return info.session_id, queried
+    ds = spec.data
+    record = train(
+        operator,
+        info.session_id,
+        train_ids,
+        spec.epochs,
+        validation_ids=validation_ids,
+        validation_labels=ds.y[datasets.select_ids(ds.ids, validation_ids)],
+        patience=spec.early_stopping_patience,
+    )
+    return info.session_id, queried, record
 
 
 def query_session(
@@ -145,9 +167,10 @@ def query_session(
     session_id: str,
     queried: list[str],
     store_path: Path,
+    training: TrainingRecord | None = None,
 ) -> ScenarioRun:
     """The curious active party's moves after training: fetch the model, query, ask for risk forecasts."""
-    spec, train_ids, _, batch_note = session_plan(scenario)
+    spec, train_ids, _, _, batch_note = session_plan(scenario)
     if scenario.release_model:
         operator.fetch_model(session_id)
     released = operator.predict(session_id, queried)
@@ -160,8 +183,9 @@ def query_session(
         else {}
     )
     ds = spec.data
-    labels = ds.y[datasets.select_ids(ds.ids, queried)]
-    accuracy = float(np.mean(released.scores.argmax(axis=1) == labels))
+    added = len(train_ids) if scenario.mse_scope == "all" else 0  # the accuracy stays the prediction rows'
+    labels = ds.y[datasets.select_ids(ds.ids, queried[added:])]
+    accuracy = float(np.mean(released.scores[added:].argmax(axis=1) == labels))
     majority = float(np.bincount(labels, minlength=ds.n_classes).max() / len(labels))
     return ScenarioRun(
         layout,
@@ -175,6 +199,7 @@ def query_session(
         len(train_ids),
         spec.batch_size,
         batch_note,
+        training,
     )
 
 
@@ -300,6 +325,9 @@ def average_over_windows(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _run_once(scenario: AttackScenario, log: Callable[[str], None] | None) -> dict[str, Any]:
+    # The federation lives in a temporary folder deleted after the run: nothing can resume it, so its parties
+    # keep no session checkpoints (their fsync'd writes were 80 % of a plain training step on Bank).
+    scenario = scenario.with_spec(checkpoints=False)
     with _workdir() as workdir:
         return score_run(scenario, run_scenario(scenario, workdir), log)
 
@@ -308,7 +336,7 @@ def score_run(scenario: AttackScenario, run: ScenarioRun, log: Callable[[str], N
     """The attacks and blind baselines on a finished run's recordings, scored against the true features."""
     store = curious.ObservationStore(run.store_path)
     try:
-        obs, sample_ids = curious.observations(store, run.session_id)
+        obs, sample_ids = last_query(*curious.observations(store, run.session_id), run.queried)
     finally:
         store.close()
     truth = true_passive_features(run.layout, sample_ids)
@@ -317,7 +345,11 @@ def score_run(scenario: AttackScenario, run: ScenarioRun, log: Callable[[str], N
     names = scenario.attacks
     if names is None:
         names = default_attacks(spec.score_release, spec.param_release)
-    results = evaluate_attacks(obs, truth, names, scenario.attack_options, log)
+    options = dict(scenario.attack_options)
+    if scenario.mse_scope == "all":  # the training rows are attacked too: AM/RAM fit them in-sample (varasteh)
+        for name in set(names) & {"am", "ram"}:
+            options[name] = {"held_out": False, **options.get(name, {})}
+    results = evaluate_attacks(obs, truth, names, options, log)
     report: dict[str, Any] = {
         "dataset": spec.name,
         "n_classes": run.n_classes,
@@ -342,7 +374,28 @@ def score_run(scenario: AttackScenario, run: ScenarioRun, log: Callable[[str], N
     report["accuracy_warning"] = accuracy_warning(run.accuracy, run.majority_rate)
     report["n_train"] = run.n_train
     report["encoding"] = spec.encoding
+    report["mse_scope"] = scenario.mse_scope
+    if run.training is not None:
+        report["epochs_trained"] = run.training.epochs_trained
+        if run.training.patience:
+            report["early_stopping"] = run.training.to_dict()
     return report
+
+
+def last_query(
+    obs: attacks.Observations, sample_ids: list[str], queried: Sequence[str]
+) -> tuple[attacks.Observations, list[str]]:
+    """The observations of the attack's query only: it is the session's last, so earlier releases (the
+    validation rows scored during early stopping, by earlier models) are dropped."""
+    n = len(queried)
+    if sample_ids[-n:] != list(queried):
+        raise RuntimeError("the recorded releases do not end with the attack's query")
+    if len(sample_ids) == n:
+        return obs, sample_ids
+    rows = {"x_active": obs.x_active[-n:], "scores": None if obs.scores is None else obs.scores[-n:]}
+    if obs.embeddings is not None:
+        rows["embeddings"] = obs.embeddings[-n:]
+    return replace(obs, **rows), sample_ids[-n:]
 
 
 def strongest(results: dict[str, dict[str, Any]]) -> dict[str, Any] | None:

@@ -111,6 +111,24 @@ TrainRows = Annotated[
     int | None,
     typer.Option("--train-rows", min=1, help="Train on a seeded subsample of at most N of the training rows."),
 ]
+EarlyStoppingPatience = Annotated[
+    int,
+    typer.Option(
+        "--early-stopping-patience",
+        min=0,
+        metavar="N",
+        help="Stop when the validation accuracy has not improved for N epochs (0: off). Validation rows are "
+        "held out of training and of the attack, scored through the coordinator (query budget).",
+    ),
+]
+ValidationFraction = Annotated[
+    float,
+    typer.Option(
+        "--validation-fraction",
+        metavar="F",
+        help="Share of the training rows held out for early stopping, in (0, 1) (stratified, seeded).",
+    ),
+]
 ComparePlain = Annotated[
     bool, typer.Option("--compare-plain/--no-compare-plain", help="Also train on the plain backend and report both.")
 ]

@@ -15,7 +15,8 @@ with S(x, y) = Σ_k (ln x_k − ln y_k)², (α, β) = (1, 0) for exact scores an
 Held-out scoring (varasteh scores rows the model never saw): RAM cross-fits — the queried rows are split
 into ``folds`` and each fold's scores are estimated by a model refined on the other folds' delivered scores
 only. AM and RAM both drop from their training set any row whose active features equal a queried row's
-(the harness may query rows the model was trained on), so no reconstructed row was fitted.
+(the harness may query rows the model was trained on), so no reconstructed row was fitted; ``held_out=False``
+keeps them, as varasteh's "average over time" attacks the training rows in-sample (harness MSE scope ``all``).
 """
 
 from __future__ import annotations
@@ -93,7 +94,8 @@ def _not_queried(train_x: np.ndarray, queried_x: np.ndarray) -> np.ndarray:
 
 class AdversaryModelAttack(Attack):
     """AM (``refine=False``) or RAM (``refine=True``); ``n_refine`` caps how many delivered scores RAM uses
-    per fold; ``folds`` (≥ 2) is RAM's cross-fitting (see the module docstring)."""
+    per fold; ``folds`` (≥ 2) is RAM's cross-fitting; ``held_out`` drops the attacked rows from the training
+    set (see the module docstring)."""
 
     families = frozenset({"lr"})
 
@@ -106,10 +108,12 @@ class AdversaryModelAttack(Attack):
         folds: int = 2,
         weight_decay: float = 1e-4,
         threads: int | None = 1,
+        held_out: bool = True,
     ) -> None:
         if folds < 2:
             raise ValueError(f"folds must be >= 2 (scores are estimated for rows the model did not see), got {folds}")
         self.folds = folds
+        self.held_out = held_out
         self.refine = refine
         self.threads = threads
         self.alpha = alpha
@@ -121,7 +125,11 @@ class AdversaryModelAttack(Attack):
 
     def reconstruct(self, obs: Observations) -> Reconstruction:
         assert obs.train_x_active is not None and obs.train_y is not None
-        keep = _not_queried(obs.train_x_active, obs.x_active)
+        keep = (
+            _not_queried(obs.train_x_active, obs.x_active)
+            if self.held_out
+            else np.ones(len(obs.train_x_active), dtype=bool)
+        )
         x_train, y_train = obs.train_x_active[keep], obs.train_y[keep]
         x_queried = np.asarray(obs.x_active, float)
         n = obs.n_samples
