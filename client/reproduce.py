@@ -71,9 +71,9 @@ def claim(name: str | None = None, **fields: Any) -> Callable[[Callable[[], Meas
 # ------------------------------------------------------------------------------------------------ helpers
 
 
-def _mse(task: SyntheticTask, name: str, obs: Observations | None = None, **options: Any) -> float:
+def _mse(task: SyntheticTask, name: str, **options: Any) -> float:
     """Clipped MSE of one attack on the task's held-out rows (the figure the reports compare)."""
-    x_hat = run_attack(make_attack(name, **options), obs or task.obs).x_passive
+    x_hat = run_attack(make_attack(name, **options), task.obs).x_passive
     return mse(task.x_passive, np.clip(x_hat, 0.0, 1.0))
 
 
@@ -127,10 +127,6 @@ def _federation(dataset: str, attacks: Sequence[str], predictions: int, **spec: 
         FederationSpec(dataset, backend="plain", **spec), attacks=attacks, predictions=predictions, in_process=True
     )
     return run_attack_scenario(scenario)
-
-
-def _within(value: float, target: float, relative: float) -> bool:
-    return abs(value - target) <= relative * target
 
 
 # ---------------------------------------------------------------------------------------------------- luo
@@ -204,24 +200,24 @@ LUO_TABLE3 = {
     "grn": 0.1216,
     "rg": 0.2459,
 }
+# Measured before (docs/attacks.md, GRN ablations): with few predictions luo's configuration under-trains.
 LUO_TABLE3_KNOWN = (
-    "luo's configuration under-trains on our budget (lr 1e-4, 60 epochs, summed probability loss that saturates "
-    "on confident scores) and the noise input does not help (docs/attacks.md, GRN ablations)"
+    "luo's configuration under-trains with few predictions (lr 1e-4, 60 epochs, summed probability loss that "
+    "saturates on confident scores; docs/attacks.md, GRN ablations)"
 )
 
 
 @claim(
     paper="luo Table III",
     statement="GRN ablation on Bank, 40 % passive: the full GRN beats every ablation; direct regression (case 4) "
-    "is worse than random guessing",
+    "is worse than random guessing (the ordering; luo's MSEs are in the table for comparison)",
     paper_value=LUO_TABLE3,
-    rule="luo's own configuration (grn_luo and its ablations, held-out folds): GRN lowest of cases 1–5 and "
-    "case 4 above RG",
+    rule="luo's own configuration (grn_luo and its ablations, held-out folds), 8,000 held-out predictions: GRN "
+    "lowest of cases 1–5 and case 4 above RG",
     datasets=("bank",),
-    known_difference=LUO_TABLE3_KNOWN,
 )
 def luo_table3_grn_ablation() -> Measurement:
-    task = _uci_task("bank", "ordinal", 0.4, n_query=2000).task
+    task = _uci_task("bank", "ordinal", 0.4, n_query=8000).task  # GRN learns from many predictions
     variants = {"noise_only": "grn_luo_noise_only", "xadv_only": "grn_luo_xadv_only", "no_reg": "grn_luo_no_reg",
                 "direct": "grn_luo_direct", "grn": "grn_luo"}  # fmt: skip
     measured = {case: _mse(task, attack) for case, attack in variants.items()}
@@ -231,7 +227,9 @@ def luo_table3_grn_ablation() -> Measurement:
     )
     half = _mse(task, "half")
     details = {"half": half, "grn_default": _mse(task, "grn"), "d_p": task.obs.d_passive,
-               "n_queried": task.obs.n_samples}  # fmt: skip
+               "n_queried": task.obs.n_samples,
+               "note": "the verdict is on luo's ordering; the MSEs themselves are not luo's (compare GRN with "
+                       "luo's 0.1216 and with Half here)"}  # fmt: skip
     ablations = min(measured[c] for c in ("noise_only", "xadv_only", "no_reg"))
     reason = None
     if measured["grn"] >= ablations:
@@ -410,28 +408,28 @@ def am_ram_satellite() -> Measurement:
     paper_value={"grn_mse_ratio": "3–30", "accuracy_change": 0.0},
     rule="through the services, digits, 40 % passive, the same plain model released with and without "
     "privee:epsilon=0.1: GRN MSE ratio ≥ 3 and |accuracy change| ≤ 0.01",
-    known_difference="on LR the scores are a near-invertible function of the passive block and PRIVEE's "
-    "order-preserving multiplicative noise barely moves GRN, which learns from x_adv and the score order; the "
-    "PRIVEE-aware attacks undo it (docs/attacks.md: 'Defense-aware attacks', 'PRIVEE on the split NN')",
+    known_difference="the paper's 30× is relative to a small undefended MSE; here the undefended GRN is within "
+    "2× of Half, so 3× would need PRIVEE to push GRN far beyond blind guessing (docs/attacks.md: 'PRIVEE on the "
+    "split NN'); the PRIVEE-aware attacks undo the noise ('Defense-aware attacks')",
 )
 def privee_grn_ratio() -> Measurement:
     split = {"passive_features": datasets.RandomColumns(0.4), "epochs": 10}  # luo's random 40 %
     base = _federation("digits", ["grn"], 300, **split)
     defended = _federation("digits", ["grn", "aware_cls"], 300, score_release=("privee:epsilon=0.1",), **split)
-    ratio = defended["attacks"]["grn"]["mse_clipped"] / base["attacks"]["grn"]["mse_clipped"]
-    change = defended["accuracy"] - base["accuracy"]
-    return Measurement(
-        {"grn_mse_ratio": ratio, "accuracy_change": change},
-        ratio >= 3 and abs(change) <= 0.01,
-        {
-            "grn_none": base["attacks"]["grn"]["mse_clipped"],
-            "grn_privee": defended["attacks"]["grn"]["mse_clipped"],
-            "aware_cls_privee": defended["attacks"]["aware_cls"]["mse_clipped"],
-            "half": base["baselines"]["half"],
-            "accuracy_none": base["accuracy"],
-            "d_p": base["d_passive"],
-        },
-    )
+    none, privee = base["attacks"]["grn"]["mse_clipped"], defended["attacks"]["grn"]["mse_clipped"]
+    aware, half = defended["attacks"]["aware_cls"]["mse_clipped"], base["baselines"]["half"]
+    ratio, change = privee / none, defended["accuracy"] - base["accuracy"]
+    reason = None
+    if ratio < 3:
+        reason = (
+            f"GRN {none:.4f} → {privee:.4f} under PRIVEE (ratio {ratio:.2f}); 3× would be {3 * none:.4f}, far "
+            f"above blind Half ({half:.4f}): the undefended GRN is only {half / none:.2f}× below Half, so PRIVEE "
+            f"would have to make GRN much worse than guessing; the PRIVEE-aware aware_cls reaches {aware:.4f}"
+        )
+    details = {"grn_none": none, "grn_privee": privee, "aware_cls_privee": aware, "half": half,
+               "accuracy_none": base["accuracy"], "d_p": base["d_passive"]}  # fmt: skip
+    return Measurement({"grn_mse_ratio": ratio, "accuracy_change": change}, ratio >= 3 and abs(change) <= 0.01,
+                       details, reason)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------------- ye
@@ -596,11 +594,12 @@ def markdown(document: dict[str, Any]) -> str:
     for name, r in document["claims"].items():
         cells = [name, r["paper"], _short(r["paper_value"]), _short(r["measured"]), f"**{r['verdict']}**",
                  r.get("reason", ""), _short(r.get("seconds"))]  # fmt: skip
-        lines.append("| " + " | ".join(str(c).replace("|", "/") for c in cells) + " |")
+        lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
     counts = ", ".join(f"{n} {v}" for v, n in document["summary"].items() if n)
-    lines += ["", f"{counts}; {document['seconds']} s in all.", "", "## What each claim says and the rule", ""]
+    lines += ["", f"{counts}; {document['seconds']} s in all.", "", "## Each claim: statement, rule, details", ""]
     for name, r in document["claims"].items():
-        lines.append(f"* **{name}** ({r['paper']}): {r['statement']}. Rule: {r['rule']}.")
+        details = f" Details: {_short(r['details'])}." if r.get("details") else ""
+        lines.append(f"* **{name}** ({r['paper']}): {r['statement']}. Rule: {r['rule']}.{details}")
     return "\n".join(lines) + "\n"
 
 
