@@ -805,7 +805,8 @@ def plot(summary: dict[str, Any], out: Path) -> list[Path]:
             stats = [strongest_stat(r) for r in swept]
             suffix = f" ({group})" if group else ""
             line = ax.errorbar(xs, [s["mean"] for s in stats], yerr=[s["std"] for s in stats], marker="o",
-                               capsize=3, label=f"strongest attack{suffix}")  # fmt: skip
+                               capsize=3, label=f"strongest attack{suffix}",
+                               linestyle="-" if numeric else "none")  # categories: no line between them  # fmt: skip
             none = next((r for r in members if r["defense"] == "none"), None)
             color = line.lines[0].get_color()
             if none is not None:
@@ -822,6 +823,8 @@ def plot(summary: dict[str, Any], out: Path) -> list[Path]:
             ax.set_xscale("log")
         if numeric:
             ax.set_xticks(sorted(values), [str(v) for v in sorted(values)])
+        else:
+            plt.setp(ax.get_xticklabels(), rotation=25, ha="right", fontsize=8)
         ax.set_ylabel(_Y_STRONGEST, fontsize=8)
         ax.set_title(f"strongest attack vs {axis}: {title}", fontsize=9)
         save(fig, ax, f"mse_vs_{axis.replace('.', '_')}.png")
