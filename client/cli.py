@@ -755,6 +755,37 @@ def experiment(
         sys.stdout.write(json.dumps({k: v for k, v in summary.items() if k != "cells"}) + "\n")
 
 
+@app.command()
+def reproduce(
+    claim: Annotated[str, typer.Argument(metavar="CLAIM|all", help="A claim's name, or all.")] = "all",
+    fast: Annotated[bool, typer.Option("--fast", help="With all: only the fast subset (CI's, ≤ 5 min).")] = False,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Also write results.json and results.md to this folder.")
+    ] = None,
+    as_json: opt.Json = False,
+) -> None:
+    """The seed papers' quantitative claims: per claim the paper's value, ours and a verdict (reproduced /
+    differs with the reason / skipped when its dataset is missing). Exit 1 if a claim failed to run."""
+    from vflsec.client import reproduce as rep
+
+    try:
+        claims = rep.select(claim, fast)
+    except ValueError as exc:
+        _fail(str(exc))
+
+    def on_claim(name: str, row: dict) -> None:
+        reason = f" ({row['reason']})" if "reason" in row else ""
+        figures = f"paper {row['paper_value']}, measured {row['measured']}"
+        typer.echo(f"{name}: {row['verdict']}{reason}; {figures}", err=True)
+
+    document = rep.reproduce(claims, on_claim)
+    if out is not None:
+        typer.echo(f"wrote {', '.join(str(p) for p in rep.write(document, out))}", err=True)
+    typer.echo(json.dumps(document) if as_json else rep.markdown(document))
+    if document["summary"]["error"]:
+        raise typer.Exit(1)
+
+
 datasets_app = typer.Typer(help="The datasets a command accepts, and how one would be dealt.", no_args_is_help=True)
 app.add_typer(datasets_app, name="datasets")
 

@@ -39,6 +39,7 @@ MODELS = ("lr", "splitnn", "tree")  # the schema names every family; the service
 WIRED_MODELS = ("lr",)
 TRAINING_KEYS = {"epochs": int, "batch_size": int, "learning_rate": float, "l2": float, "optimizer": str}
 FIXED_AXES = ("passive_fraction",)  # sweep axes that are not STEP.PARAM of a release step
+DEFENSE_AXIS = "defense"  # a sweep axis of whole release steps, "STEP:key=value,...": one defense per cell
 
 
 class ScenarioError(ValueError):
@@ -239,8 +240,10 @@ def _spec_key(message: str) -> tuple[str, ...]:
 
 
 def parse_sweep(raw: dict[str, Any], spec: FederationSpec, check: _Checker) -> dict[str, list[Any]]:
-    """Sweep axes: ``passive_fraction`` or ``STEP.PARAM`` of a score or parameter release step."""
+    """Sweep axes: ``passive_fraction``, ``defense`` (whole release steps) or ``STEP.PARAM`` of a score or
+    parameter release step."""
     from vflsec.services.defenses.release import PARAM_STEPS, SCORE_STEPS
+    from vflsec.services.registry import parse_spec
 
     sweep: dict[str, list[Any]] = {}
     for axis, values in raw.items():
@@ -251,6 +254,15 @@ def parse_sweep(raw: dict[str, Any], spec: FederationSpec, check: _Checker) -> d
             for i, v in enumerate(values):
                 if isinstance(v, bool) or not isinstance(v, int | float) or not 0.0 < v < 1.0:
                     raise check.fail((*path, str(i)), f"a passive fraction lies in (0, 1), got {v!r}")
+        elif axis == DEFENSE_AXIS:  # the step's own parameters are checked with each cell's chains
+            for i, v in enumerate(values):
+                step = parse_spec(v)[0] if isinstance(v, str) else None
+                if step not in SCORE_STEPS and step not in PARAM_STEPS:
+                    raise check.fail(
+                        (*path, str(i)),
+                        f"a defense is STEP:key=value,... of a release step ({', '.join([*SCORE_STEPS, *PARAM_STEPS])})"
+                        f", got {v!r}",
+                    )
         else:
             step, dot, param = str(axis).partition(".")
             registry = SCORE_STEPS if step in SCORE_STEPS else PARAM_STEPS if step in PARAM_STEPS else None
@@ -258,7 +270,7 @@ def parse_sweep(raw: dict[str, Any], spec: FederationSpec, check: _Checker) -> d
                 raise check.fail(
                     path,
                     f"a sweep axis is {' | '.join(FIXED_AXES)} or STEP.PARAM of a release step "
-                    f"({', '.join([*SCORE_STEPS, *PARAM_STEPS])})",
+                    f"({', '.join([*SCORE_STEPS, *PARAM_STEPS])}), or {DEFENSE_AXIS}: [STEP:key=value, ...]",
                 )
             accepted = registry.entry(step).parameters()
             if param not in accepted:
@@ -319,6 +331,10 @@ def chains(scenario: Scenario, cell: Cell) -> tuple[tuple[str, ...], tuple[str, 
     score = [parse_spec(s) for s in scenario.spec.score_release]
     param = [parse_spec(s) for s in scenario.spec.param_release]
     for axis, value in release:
+        if axis == DEFENSE_AXIS:
+            step, params = parse_spec(value)
+            (score if step in SCORE_STEPS else param).append((step, params))
+            continue
         step, _, key = axis.partition(".")
         chain = score if step in SCORE_STEPS else param
         found = next((params for name, params in chain if name == step), None)
@@ -789,7 +805,8 @@ def plot(summary: dict[str, Any], out: Path) -> list[Path]:
             stats = [strongest_stat(r) for r in swept]
             suffix = f" ({group})" if group else ""
             line = ax.errorbar(xs, [s["mean"] for s in stats], yerr=[s["std"] for s in stats], marker="o",
-                               capsize=3, label=f"strongest attack{suffix}")  # fmt: skip
+                               capsize=3, label=f"strongest attack{suffix}",
+                               linestyle="-" if numeric else "none")  # categories: no line between them  # fmt: skip
             none = next((r for r in members if r["defense"] == "none"), None)
             color = line.lines[0].get_color()
             if none is not None:
@@ -797,12 +814,17 @@ def plot(summary: dict[str, Any], out: Path) -> list[Path]:
             half = swept[0]["baselines"]["half"]["mean"]
             ax.axhline(half, color=color, linestyle="--", alpha=0.6, label=f"blind Half baseline{suffix}")
         step, _, param = axis.partition(".")
-        ax.set_xlabel(f"{step} {param} ({PARAM_UNITS.get(param, 'release-step parameter')})")
+        if axis == DEFENSE_AXIS:
+            ax.set_xlabel("defense (release step and its parameters)")
+        else:
+            ax.set_xlabel(f"{step} {param} ({PARAM_UNITS.get(param, 'release-step parameter')})")
         values = summary["sweep"][axis]
         if numeric and min(values) > 0 and max(values) / min(values) > 20:
             ax.set_xscale("log")
         if numeric:
             ax.set_xticks(sorted(values), [str(v) for v in sorted(values)])
+        else:
+            plt.setp(ax.get_xticklabels(), rotation=25, ha="right", fontsize=8)
         ax.set_ylabel(_Y_STRONGEST, fontsize=8)
         ax.set_title(f"strongest attack vs {axis}: {title}", fontsize=9)
         save(fig, ax, f"mse_vs_{axis.replace('.', '_')}.png")

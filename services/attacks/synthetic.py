@@ -32,6 +32,7 @@ class SyntheticTask:
     x_passive: np.ndarray  # ground truth, only for scoring reconstructions
     weights: np.ndarray  # full model (K_logits, d_a + d_p)
     bias: np.ndarray
+    train_x_passive: np.ndarray | None = None  # the training rows' passive features (moments, e.g. K_0)
 
 
 def correlated_uniform_features(n: int, d: int, rho: float, rng: np.random.Generator) -> np.ndarray:
@@ -119,17 +120,36 @@ def trained_lr_task(dataset: str, passive_fraction: float = 0.4, *, seed: int = 
     """scikit-learn's ``dataset`` min-max scaled to [0, 1], a random ``passive_fraction`` of the columns
     passive, an LR (sklearn, L2, C = 1) trained on a random half of the rows; the other half are the queried
     rows (``obs``) and the training half is the active party's labelled rows (``train_x_active``)."""
+    return fitted_lr_task(*_scaled_split(dataset, passive_fraction, seed))
+
+
+def fit_lr(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Logistic regression (sklearn, L2, C = 1): weights (K_logits, d) and bias (K_logits,)."""
     from sklearn.linear_model import LogisticRegression  # imported lazily: sklearn takes a while to import
 
-    x, y, train, query, active, passive = _scaled_split(dataset, passive_fraction, seed)
-    d_passive = len(passive)
-    model = LogisticRegression(max_iter=5000).fit(x[train], y[train])
-    weights, bias = model.coef_, model.intercept_
+    model = LogisticRegression(max_iter=5000).fit(x, y)
+    return model.coef_, model.intercept_
+
+
+def fitted_lr_task(
+    x: np.ndarray,
+    y: np.ndarray,
+    train: np.ndarray,
+    query: np.ndarray,
+    active: np.ndarray,
+    passive: np.ndarray,
+    model: tuple[np.ndarray, np.ndarray] | None = None,
+) -> SyntheticTask:
+    """An LR (sklearn, L2, C = 1) fitted on the rows ``train`` of scaled features ``x``, queried on the rows
+    ``query``; ``active`` / ``passive`` are the columns of each side (any dataset: the reproduction suite
+    passes the UCI sets here). ``model`` (weights, bias) of such a fit, if given, is used instead of refitting:
+    the LR is the same function whichever columns are passive."""
+    weights, bias = model if model is not None else fit_lr(x[train], y[train])
     obs = Observations(
         x_active=x[query][:, active],
         scores=model_scores(x[query], weights, bias),
-        n_classes=len(model.classes_),
-        d_passive=d_passive,
+        n_classes=max(2, weights.shape[0]),
+        d_passive=len(passive),
         w_active=weights[:, active],
         bias=bias,
         w_passive=weights[:, passive],
@@ -137,7 +157,9 @@ def trained_lr_task(dataset: str, passive_fraction: float = 0.4, *, seed: int = 
         train_y=y[train],
     )
     full = np.hstack([weights[:, active], weights[:, passive]])
-    return SyntheticTask(obs=obs, x_passive=x[query][:, passive], weights=full, bias=bias)
+    return SyntheticTask(
+        obs=obs, x_passive=x[query][:, passive], weights=full, bias=bias, train_x_passive=x[train][:, passive]
+    )
 
 
 TOPOLOGIES = ("coordinator-top", "active-top")

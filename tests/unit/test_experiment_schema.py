@@ -23,7 +23,7 @@ def refused(tmp_path: Path, text: str) -> str:
     return str(info.value)
 
 
-@pytest.mark.parametrize("name", ["privee_sweep", "passive_fraction", "rounding"])
+@pytest.mark.parametrize("name", sorted(p.stem for p in EXAMPLES.glob("*.yaml")))
 def test_examples_load(name: str) -> None:
     scenario = exp.load_scenario(EXAMPLES / f"{name}.yaml")
     assert scenario.name == name and exp.expand(scenario)

@@ -1,0 +1,78 @@
+"""`vflsec reproduce`: the fast subset as CI runs it (one JSON object on stdout), and each claim as a test.
+
+A claim is expected `reproduced`, or `differs` exactly when the registry records the known difference (so a
+claim that starts to reproduce, or stops, fails here); `skipped` only when its dataset is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from vflsec.client import reproduce as rep
+
+
+@pytest.fixture(scope="module")
+def fast_document() -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-m", "vflsec.client.cli", "reproduce", "all", "--fast", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (line,) = done.stdout.strip().splitlines()  # ONE JSON object, nothing else on stdout
+    return json.loads(line)
+
+
+def test_fast_subset_emits_one_document_with_every_fast_claim(fast_document: dict[str, Any]) -> None:
+    fast = [name for name, c in rep.CLAIMS.items() if c.fast]
+    assert list(fast_document["claims"]) == fast
+    for row in fast_document["claims"].values():
+        assert {"paper", "paper_value", "measured", "verdict", "rule"} <= set(row)
+        assert row["verdict"] in rep.VERDICTS
+        assert ("reason" in row) == (row["verdict"] != "reproduced")
+    assert sum(fast_document["summary"].values()) == len(fast)
+
+
+def _check(name: str, row: dict[str, Any]) -> None:
+    c = rep.CLAIMS[name]
+    if row["verdict"] == "skipped":
+        assert rep.missing_datasets(c), row
+        pytest.skip(row["reason"])
+    expected = "differs" if c.known_difference else "reproduced"
+    assert row["verdict"] == expected, row
+
+
+@pytest.mark.parametrize("name", [n for n, c in rep.CLAIMS.items() if c.fast])
+def test_fast_claim(name: str, fast_document: dict[str, Any]) -> None:
+    _check(name, fast_document["claims"][name])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n, c in rep.CLAIMS.items() if not c.fast])
+def test_slow_claim(name: str) -> None:
+    _check(name, rep.run_claim(rep.CLAIMS[name]))
+
+
+def test_missing_dataset_is_skipped_with_the_reason(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    monkeypatch.setenv("VFLSEC_DATASETS", str(tmp_path))  # an empty datasets folder
+    row = rep.run_claim(rep.CLAIMS["varasteh_half_bank"])
+    assert row["verdict"] == "skipped" and row["measured"] is None
+    assert "bank" in row["reason"] and str(tmp_path) in row["reason"]
+
+
+def test_unknown_claim_names_the_known_ones() -> None:
+    with pytest.raises(ValueError, match="known: all, luo_worked_example"):
+        rep.select("luo_table_iv", fast=False)
+
+
+def test_write_round_trips_and_tabulates(tmp_path) -> None:
+    document = rep.reproduce([rep.CLAIMS["luo_worked_example"]])
+    json_path, md_path = rep.write(document, tmp_path)
+    assert json.loads(json_path.read_text()) == json.loads(json.dumps(document))
+    assert "| luo_worked_example | luo §IV-A Example 1 |" in md_path.read_text()
