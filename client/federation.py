@@ -36,6 +36,7 @@ TEST_FRACTION = 0.2
 # The default batch keeps an epoch to at most this many round trips (plus the floor lr.DEFAULT_BATCH_SIZE).
 STEPS_PER_EPOCH = 32
 OPTIMIZERS = ("adam", "sgd")
+MODELS = ("lr", "splitnn")
 
 
 class SpecError(ValueError):
@@ -96,6 +97,10 @@ class FederationSpec:
     compose_ports: dict[str, int] | None = None
     label: str | None = None  # label column of a CSV dataset
     # The operator's session: what it asks the active party for in CreateSession and Train.
+    model: str = "lr"  # the model family: lr | splitnn
+    topology: str = "coordinator-top"  # split-NN only
+    embedding: int = 16  # split-NN: width of every bottom's output
+    hidden: tuple[int, ...] = (32,)  # split-NN: the top model's hidden widths
     epochs: int = 30
     batch_size: int = 0  # 0: lr.DEFAULT_BATCH_SIZE, raised to the federation's minimum batch
     learning_rate: float = 0.1
@@ -121,6 +126,16 @@ class FederationSpec:
             raise SpecError(f"backend must be one of {', '.join(sorted(he.BACKENDS))}, got {self.backend!r}")
         if self.encoding not in get_args(datasets.Encoding):
             raise SpecError(f"encoding must be one of {', '.join(get_args(datasets.Encoding))}, got {self.encoding!r}")
+        object.__setattr__(self, "hidden", tuple(self.hidden))
+        if self.model not in MODELS:
+            raise SpecError(f"model must be one of {', '.join(MODELS)}, got {self.model!r}")
+        if self.model == "splitnn" and self.topology != "coordinator-top":
+            raise SpecError(
+                f"--topology {self.topology} is not served through the services yet: split-NN runs coordinator-top "
+                "(ye's active-top runs in-process: services/models/splitnn/simulate.py)"
+            )
+        if self.embedding < 1 or any(w < 1 for w in self.hidden):
+            raise SpecError(f"split-NN widths must be positive, got embedding {self.embedding}, hidden {self.hidden}")
         if self.optimizer not in OPTIMIZERS:
             raise SpecError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
         if not self.l2 >= 0.0:
@@ -254,13 +269,21 @@ class FederationSpec:
 
     def session_options(self) -> dict[str, Any]:
         """The training configuration the operator asks the active party for (``Operator.create_session``)."""
-        return {
+        options: dict[str, Any] = {
             "optimizer": self.optimizer,
             "learning_rate": self.learning_rate,
             "l2": self.l2,
             "batch_size": self.batch_size,
             "seed": self.seed,
         }
+        if self.model == "splitnn":
+            options["family"] = "splitnn"
+            options["settings"] = {
+                "topology": self.topology,
+                "embedding": self.embedding,
+                "top_hidden": list(self.hidden),
+            }
+        return options
 
     @property
     def widths(self) -> list[int]:

@@ -38,6 +38,14 @@ def passive_features(value: str | None) -> int | float | list[str] | RandomColum
         return [c.strip() for c in value.split(",") if c.strip()]
 
 
+def widths(value: str) -> tuple[int, ...]:
+    """Comma-separated layer widths ("" for none)."""
+    try:
+        return tuple(int(w) for w in value.split(",") if w.strip())
+    except ValueError:
+        raise typer.BadParameter(f"expected comma-separated integers, got {value!r}", param_hint="--hidden") from None
+
+
 def attack_options(values: list[str] | None) -> dict[str, dict[str, str]]:
     """``ATTACK.KEY=VALUE`` items -> {attack: {key: value}}; the registry parses and checks the values."""
     grouped: dict[str, dict[str, str]] = {}
@@ -95,6 +103,18 @@ ParamRelease = Annotated[
 
 # --- training (the operator's session)
 Backend = Annotated[str, typer.Option("--backend", help="ckks | plain")]
+Model = Annotated[str, typer.Option("--model", help="Model family: lr | splitnn.")]
+Topology = Annotated[
+    str,
+    typer.Option(
+        "--topology",
+        help="split-NN: coordinator-top (embeddings summed under CKKS; served) | active-top (ye; in-process only).",
+    ),
+]
+Embedding = Annotated[int, typer.Option("--embedding", min=1, help="split-NN: width E of every bottom's output.")]
+Hidden = Annotated[
+    str, typer.Option("--hidden", help="split-NN: the top model's hidden widths, comma-separated (e.g. 32,16).")
+]
 Epochs = Annotated[int, typer.Option("--epochs", min=1, help="Training epochs.")]
 BatchSize = Annotated[
     int,
