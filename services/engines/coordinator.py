@@ -21,15 +21,14 @@ from vflsec.services.defenses.params import Distorted
 from vflsec.services.defenses.release import ParamReleaseChain, ReleaseContext, ScoreReleaseChain
 from vflsec.services.engines import checkpoint
 from vflsec.services.engines.policy import BackendPolicy
+from vflsec.services.engines.sessions import SessionTable
 from vflsec.services.errors import (
-    AlreadyExists,
     FailedPrecondition,
     InvalidArgument,
-    NotFound,
     PermissionDenied,
     ResourceExhausted,
 )
-from vflsec.services.models import lr
+from vflsec.services.models import family as families
 from vflsec.services.transport import wire
 from vflsec.services.transport.server import rpc
 from vflsec.services.transport.tensors import to_tensor
@@ -127,6 +126,8 @@ class CoordinatorSession:
     passive_parties: tuple[str, ...]
     owner: str  # the active party that opened the session
     release: ReleaseContext
+    family: str  # the model family (services/models/family.py), chosen at OpenSession
+    trainer: families.KeyHolderTrainer  # the family's maths (and state) at the key holder
     # Block width per party (columns of its gradient products), as the active party reported them at the
     # first training step; each party must declare the same width for itself when it fetches block sums.
     widths: dict[str, int] = field(default_factory=dict)
@@ -145,6 +146,10 @@ class CoordinatorSession:
     # configuration changed under it ([policy] allowed_backends, [schema], [limits] key_rotation_steps).
     refused: str | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def model(self) -> families.ModelFamily:
+        return families.get(self.family)
 
     @property
     def backend(self) -> he.Backend:
@@ -169,7 +174,9 @@ class CoordinatorSession:
             )
 
     def to_state(self) -> tuple[dict[str, np.ndarray], dict]:
+        trainer_arrays, trainer_meta = self.trainer.to_state()
         arrays = {
+            **trainer_arrays,
             "trained_index": np.fromiter(sorted(self.trained_index), dtype=np.int64),
             "passive_trained": np.fromiter(sorted(self.passive_trained), dtype=np.int64),
             **{f"passive/{p}": w for p, w in (self.passive_weights or {}).items()},
@@ -180,6 +187,8 @@ class CoordinatorSession:
             arrays.update({f"current/score/{i}": checkpoint.from_bytes(b) for i, b in enumerate(current.scores)})
             arrays.update({f"current/answer/{p}": a.sums for p, a in current.answers.items() if a.sums is not None})
         meta = {
+            **trainer_meta,
+            "family": self.family,
             "backend": self.backend.name,
             "n_classes": self.n_classes,
             "passive_parties": list(self.passive_parties),
@@ -218,6 +227,7 @@ class CoordinatorSession:
         weights = (
             {p: np.array(arrays[f"passive/{p}"]) for p in meta["passive_parties"]} if meta["has_weights"] else None
         )
+        family = meta.get("family", families.DEFAULT)  # a checkpoint from before the family layer is LR's
         s = cls(
             epochs={e: he.restore_keyholder(meta["backend"], keys) for e, keys in epoch_keys.items()},
             rotation=meta["rotation"],
@@ -228,6 +238,8 @@ class CoordinatorSession:
             release=ReleaseContext(
                 rng=entropy.os_entropy(), n_classes=meta["n_classes"], passive_weights=weights or {}
             ),
+            family=family,
+            trainer=families.get(family).restore_key_holder((arrays, meta)),
             widths=meta["widths"],
             last_step=meta["last_step"],
             passive_weights=weights,
@@ -299,16 +311,17 @@ class Coordinator:
         for sid, (_, meta) in states.items():
             if "epochs" not in meta:
                 raise ValueError(f"session {sid!r}'s checkpoint predates training-key epochs: close or remove it")
-        self.sessions: dict[str, CoordinatorSession] = {
-            sid: CoordinatorSession.from_state(
+        self.sessions = SessionTable(
+            self.state,
+            lambda sid, arrays, meta: CoordinatorSession.from_state(
                 arrays,
                 meta,
                 {e: self.epoch_keys.load_bytes(_epoch_file(sid, e)) for e in meta["epochs"]},
                 self.state.load_bytes(sid),
                 self.inference_keys.load_bytes(sid) if meta.get("finished_step") is not None else None,
-            )
-            for sid, (arrays, meta) in states.items()
-        }
+            ),
+            refusal=lambda sid, s: s.refused,
+        )
         for sid, s in self.sessions.items():
             s.refused = self._refusal(sid, s)
         # A crash between a checkpoint and a key file's removal (or creation) leaves keys no session names: drop.
@@ -320,13 +333,7 @@ class Coordinator:
         self._lock = threading.Lock()
 
     def session(self, session_id: str, *, closing: bool = False) -> CoordinatorSession:
-        try:
-            s = self.sessions[session_id]
-        except KeyError:
-            raise NotFound(f"unknown session {session_id!r}") from None
-        if s.refused is not None and not closing:
-            raise FailedPrecondition(s.refused)
-        return s
+        return self.sessions.get(session_id, closing=closing)
 
     def _refusal(self, session_id: str, s: CoordinatorSession) -> str | None:
         """Why a restored session may not go on under the current configuration, if it may not."""
@@ -342,20 +349,16 @@ class Coordinator:
     def _check_rotation(self, s: CoordinatorSession) -> None:
         """The session's key epoch length T was fixed at OpenSession; a [schema] or [limits] key_rotation_steps
         changed since may allow fewer steps per key (else one key would answer more than N/4 functionals)."""
-        if self.key_rotation(s.owner, s.passive_parties, s.n_classes) < s.rotation:
+        if self.key_rotation(s.owner, s.passive_parties, s.n_classes, s.family) < s.rotation:
             raise FailedPrecondition(
                 "the schema or key_rotation_steps changed since this session opened; open a new session"
             )
 
     def _save(self, session_id: str, s: CoordinatorSession) -> None:
-        self.state.save(session_id, *s.to_state())
+        self.sessions.save(session_id, s)
 
     def owned(self, session_id: str, caller: str, *, closing: bool = False) -> CoordinatorSession:
-        """The session, if ``caller`` opened it: another active identity of the same CA gets PERMISSION_DENIED."""
-        s = self.session(session_id, closing=closing)
-        if caller != s.owner:
-            raise PermissionDenied(f"{caller} does not own session {session_id!r}")
-        return s
+        return self.sessions.owned(session_id, caller, closing=closing)
 
     def member(self, session_id: str, caller: str) -> CoordinatorSession:
         """The session, if ``caller`` is its owner or one of its passive parties."""
@@ -365,25 +368,28 @@ class Coordinator:
         return s
 
     def approved_width(self, s: CoordinatorSession, party: str) -> int | None:
-        return self._approved_width(s.owner, party)
+        return self._approved_width(s.owner, party, s.model)
 
-    def _approved_width(self, owner: str, party: str) -> int | None:
-        """The block width the schema approves for ``party`` (its feature columns, + 1 for the owner's bias
-        column); None without a schema. A party the schema does not name has no approved width."""
+    def _approved_width(self, owner: str, party: str, family: families.ModelFamily) -> int | None:
+        """The block width the schema approves for ``party`` (its feature columns as the family counts a block,
+        LR: + 1 for the owner's bias column); None without a schema. A party the schema does not name has none."""
         if self.schema is None:
             return None
         if party not in self.schema:
             raise FailedPrecondition(f"the coordinator's schema approves no width for {party}")
-        return self.schema[party] + (1 if party == owner else 0)
+        return family.block_width(self.schema[party], active=party == owner)
 
-    def key_rotation(self, owner: str, passive_parties: Sequence[str], n_classes: int) -> int:
+    def key_rotation(
+        self, owner: str, passive_parties: Sequence[str], n_classes: int, family_name: str = families.DEFAULT
+    ) -> int:
         """Steps per training-key epoch. Each step answers party q w_q·k block sums, each at most one linear
         functional of the key for a deviating party; summed over every party, any coalition of them reads at most
         N / KEY_ROTATION_MARGIN functionals per key. Without a schema (engines built in tests): every step."""
-        widths = [self._approved_width(owner, party) for party in (owner, *passive_parties)]
+        family = families.get(family_name)
+        widths = [self._approved_width(owner, party, family) for party in (owner, *passive_parties)]
         if None in widths:
             return 1
-        derived = he.key_rotation_steps(sum(w for w in widths if w is not None) * lr.n_logits(n_classes))
+        derived = he.key_rotation_steps(family.answers_per_step((w for w in widths if w is not None), n_classes))
         return min(derived, self.key_rotation_steps or derived)
 
     def open_session(
@@ -393,18 +399,21 @@ class Coordinator:
         n_classes: int,
         passive_parties: Sequence[str],
         owner: str,
+        family_name: str = families.DEFAULT,
     ) -> bytes:
-        if not checkpoint.valid_session_id(session_id):
-            raise InvalidArgument(f"invalid session_id {session_id!r}")
+        SessionTable.check_new(session_id)
+        try:
+            family = families.get(family_name)
+        except ValueError as exc:
+            raise InvalidArgument(str(exc)) from exc
         self.backend_policy.require(backend_name)
         if n_classes < 2:
             raise InvalidArgument(f"n_classes must be >= 2, got {n_classes}")
         if len(set(passive_parties)) != len(passive_parties) or not passive_parties:
             raise InvalidArgument(f"passive_parties must be distinct and non-empty, got {list(passive_parties)}")
-        rotation = self.key_rotation(owner, passive_parties, n_classes)
-        with self._lock:
-            if session_id in self.sessions:
-                raise AlreadyExists(f"session {session_id!r} already exists")
+        rotation = self.key_rotation(owner, passive_parties, n_classes, family.name)
+        with self.sessions.lock:
+            self.sessions.check_absent(session_id)
             backend = he.make_keyholder(backend_name)
             s = CoordinatorSession(
                 epochs={0: backend},
@@ -415,17 +424,18 @@ class Coordinator:
                 owner=owner,
                 # Every release-time draw reads OS entropy: no configuration can make the noise reproducible.
                 release=ReleaseContext(rng=entropy.os_entropy(), n_classes=n_classes),
+                family=family.name,
+                trainer=family.new_key_holder(n_classes, passive_parties),
             )
             self.epoch_keys.save_bytes(_epoch_file(session_id, 0), backend.export_keyholder())
             self.state.save_bytes(session_id, s.public_context)
-            self._save(session_id, s)
-            self.sessions[session_id] = s
+            self.sessions.add(session_id, s)
         return s.public_context
 
     def _logits(
         self, s: CoordinatorSession, logits: he.EncryptedMatrix, keys: he.Backend | None = None
     ) -> np.ndarray:
-        k = lr.n_logits(s.n_classes)
+        k = s.model.share_width(s.n_classes)
         if logits.shape[1] != k:
             raise InvalidArgument(f"logits have {logits.shape[1]} columns, the model has {k}")
         keys = keys or s.backend
@@ -449,7 +459,7 @@ class Coordinator:
         A replay of the last step (after a crash) must name the same batch and gets the same [[p]] back.
         """
         s = self.session(session_id)
-        k = lr.n_logits(s.n_classes)
+        k = s.model.share_width(s.n_classes)
         n = logits.shape[0]
         if replicas < 1 or replicas * k > s.backend.slots:
             raise InvalidArgument(f"replicas must be in [1, {s.backend.slots // k}], got {replicas}")
@@ -470,7 +480,7 @@ class Coordinator:
                     raise FailedPrecondition(
                         f"{party} declared block width {width}; the operator-approved schema gives {approved}"
                     )
-            smallest = lr.min_batch_size(widths.values())
+            smallest = s.model.min_batch_size(widths.values())
             if n < smallest:
                 raise InvalidArgument(
                     f"a batch of {n} rows is below the minimum batch {smallest} (2 x the widest block, "
@@ -486,7 +496,7 @@ class Coordinator:
                     current.layout, he.deserialize_all(s.backend, current.scores, current.layout.ct_size)
                 )
             keys = self._epoch_keys(session_id, s, step)
-            probs = he.encrypt_matrix(keys, lr.link(self._logits(s, logits, keys)), replicas=replicas)
+            probs = s.trainer.training_scores(keys, self._logits(s, logits, keys), replicas)
             scores = [keys.serialize(ct) for ct in probs.ciphertexts]
             s.current = TrainingStep(step, probs.layout, np.array(sample_index), scores)
             s.widths = dict(widths)
@@ -579,8 +589,7 @@ class Coordinator:
             try:
                 cts = he.deserialize_all(keys, ciphertexts, layout.ct_size)
                 keys.check_form(cts, product=True)
-                bound = keys.default_mask_bound + he.FEATURE_BOUND + 1.0
-                sums = he.block_sums(keys, cts, layout, max_abs=bound)[:width]
+                sums = s.trainer.block_sums(keys, cts, layout, width)
             except ValueError as exc:
                 answer.refused = f"ciphertexts: {exc}"
                 self._save(session_id, s)
@@ -594,7 +603,7 @@ class Coordinator:
         the rows each block was trained on (the training-ID refusal trusts them, not the active party)."""
         s = self.session(session_id)
         weights = {party: self._peer(party).weights(session_id) for party in s.passive_parties}
-        k = lr.n_logits(s.n_classes)
+        k = s.model.share_width(s.n_classes)
         for party, block in weights.items():
             # The block must have the width its gradients were computed (and bounded) for.
             width = s.widths.get(party, self.approved_width(s, party))
@@ -665,7 +674,7 @@ class Coordinator:
         s = self.session(session_id)
         if caller not in s.passive_parties:
             raise PermissionDenied(f"{caller} is not a passive party of session {session_id!r}")
-        k = lr.n_logits(s.n_classes)
+        k = s.model.share_width(s.n_classes)
         if logits.shape != (len(sample_index), k):
             raise InvalidArgument(f"share has shape {logits.shape}, expected {(len(sample_index), k)}")
         _check_form(s.inference_keys(), logits, product=False)
@@ -684,7 +693,7 @@ class Coordinator:
         owner's own share, decrypted here. A sum without some passive party's share is never decrypted, and
         no share is ever decrypted alone (each is masked anyway: services/crypto/share_mask.py)."""
         s = self.session(session_id)
-        n, k = own_logits.shape[0], lr.n_logits(s.n_classes)
+        n, k = own_logits.shape[0], s.model.share_width(s.n_classes)
         if len(sample_index) != n:
             raise InvalidArgument(f"{len(sample_index)} sample indices for {n} logit rows")
         if own_logits.shape[1] != k:
@@ -715,7 +724,7 @@ class Coordinator:
         # a sum this far out means the owner's share left some mask in, and its scores would be noise.
         if keys.default_mask_bound and np.abs(z).max() > keys.default_mask_bound / 2:
             raise InvalidArgument("own logits do not cancel the passive parties' share masks for these rows")
-        raw = lr.confidence_scores(z)
+        raw = s.trainer.scores(z)
         with s.lock:
             released = self.score_chain(raw, z, s.release)  # the release RNG and cache are per session
             s.scored += n
@@ -759,8 +768,7 @@ class Coordinator:
         return disclosed, offset
 
     def close(self, session_id: str) -> None:
-        s = self.sessions.pop(session_id, None)
-        self.state.remove(session_id)
+        s = self.sessions.close(session_id)
         self.inference_keys.remove(session_id)
         for epoch in [] if s is None else list(s.epochs):
             self.epoch_keys.remove(_epoch_file(session_id, epoch))

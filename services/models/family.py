@@ -21,6 +21,10 @@ Inference is family-agnostic: every party's additive share (``share_width`` colu
 coordinator-top's embedding) is masked and summed at the key holder, whose trainer turns the sum into scores;
 the score-release chain then runs on them, so every score defense works for every family.
 
+The vflsec.v1 services still carry LR's training messages (passive Forward/Backward, the coordinator's
+ComputeTrainingScores/DecryptBlockSums): the engines keep their policy checks (step order, replay, answers) and
+hand the maths to the trainer's family-specific methods; a family's own service is the vflsec.v2 step.
+
 Families are loaded by name (:func:`get`): the engines never import a family's package, a family registers
 itself (:func:`register`) when its package is imported.
 """
@@ -30,19 +34,21 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from dataclasses import asdict, dataclass, fields
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 
-from vflsec.services.crypto import he
+if TYPE_CHECKING:  # annotations only: a family's plain maths (and its users) need not load the HE backend
+    from vflsec.services.crypto import he
 
 T = TypeVar("T")
+_Config = TypeVar("_Config")
 State = tuple[dict[str, np.ndarray], dict[str, Any]]  # a checkpoint's named arrays and JSON document
 
 DEFAULT = "lr"
 # Families the registry can load by name (each package registers itself on import).
-PACKAGES: dict[str, str] = {"lr": "vflsec.services.models.lr"}
+PACKAGES: dict[str, str] = {"lr": "vflsec.services.models.lr.trainers"}
 
 
 @dataclass(frozen=True)
@@ -147,6 +153,10 @@ class ModelFamily(Protocol):
         """Columns of a party's inference share and of the aggregate the key holder decrypts."""
         ...
 
+    def block_width(self, n_features: int, *, active: bool) -> int:
+        """Columns of a party's block in the batch bound and the key-epoch count (LR: + the active bias column)."""
+        ...
+
     def min_batch_size(self, widths: Iterable[int]) -> int: ...
 
     def default_batch_size(self, widths: Iterable[int]) -> int: ...
@@ -170,6 +180,35 @@ class ModelFamily(Protocol):
     def new_key_holder(self, n_classes: int, passive_parties: Sequence[str]) -> KeyHolderTrainer: ...
 
     def restore_key_holder(self, state: State) -> KeyHolderTrainer: ...
+
+
+class DictForm:
+    """JSON-ready dict round trip for a frozen settings dataclass (session creation, checkpoints)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls: type[_Config], data: dict[str, Any]) -> _Config:
+        unknown = set(data) - {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        if unknown:
+            raise ValueError(f"{cls.__name__}: unknown field(s) {', '.join(sorted(unknown))}")
+        return cls(**data)  # sequences come back as lists; __post_init__ makes them tuples again
+
+
+def positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def batches(order: np.ndarray, batch_size: int, min_size: int | None = None) -> list[np.ndarray]:
+    """An epoch's mini-batches: consecutive slices of its shuffled order. A last slice shorter than
+    ``min_size`` (default ``batch_size``; the trainer passes the coordinator's minimum batch) joins the one before
+    it, so that no batch falls below the bound; a shorter-than-``batch_size`` slice above it stays a step."""
+    floor = batch_size if min_size is None else min_size
+    cuts = list(range(0, len(order), batch_size))
+    if len(cuts) > 1 and len(order) - cuts[-1] < floor:
+        cuts.pop()
+    return [order[a:b] for a, b in zip(cuts, [*cuts[1:], len(order)], strict=True)]
 
 
 _FAMILIES: dict[str, ModelFamily] = {}

@@ -11,7 +11,7 @@ import numpy as np
 from vflsec.services.crypto import he
 from vflsec.services.defenses.params import Distorted
 from vflsec.services.errors import InvalidArgument
-from vflsec.services.models import lr
+from vflsec.services.models.family import Received
 from vflsec.services.transport import wire
 from vflsec.services.transport.server import DEFAULT_CALL_POLICY, CallPolicy, call
 from vflsec.services.transport.tensors import from_tensor
@@ -60,7 +60,8 @@ class CoordinatorClient:
         replicas: int,
         sample_index: np.ndarray,
         widths: Mapping[str, int],
-    ) -> coordinator_pb2.EncryptedMatrix:
+    ) -> Received:
+        """[[p]] of the step, validated against the logits' shape."""
         request = coordinator_pb2.TrainingScoresRequest(
             session_id=session_id,
             step=step,
@@ -69,7 +70,8 @@ class CoordinatorClient:
             sample_index=sample_index.tolist(),
             widths=dict(widths),
         )
-        return call(self.peer, self.stub.ComputeTrainingScores, request, self.policy)
+        reply = call(self.peer, self.stub.ComputeTrainingScores, request, self.policy)
+        return wire.received(backend, reply, "training scores", rows=logits.shape[0], cols=logits.shape[1])
 
     def block_sums(self, session_id: str, step: int, ciphertexts: list[bytes], width: int) -> np.ndarray:
         request = coordinator_pb2.BlockSumsRequest(
@@ -158,20 +160,15 @@ class PassiveClient:
         request = passive_pb2.PsiFinishRequest(session_id=session_id, positions=positions.tolist())
         return call(self.peer, self.stub.PsiFinish, request, self.policy).n_common
 
-    def forward(
-        self, backend: he.Backend, session_id: str, step: int, sample_index: np.ndarray, n_classes: int
-    ) -> tuple[he.EncryptedMatrix, list[bytes]]:
-        """[[z_p]] for the samples, validated against the requested shape; also the raw ciphertext bytes."""
+    def forward(self, backend: he.Backend, session_id: str, step: int, sample_index: np.ndarray, cols: int) -> Received:
+        """[[z_p]] for the samples, validated against the requested shape (``cols`` logits)."""
         request = passive_pb2.ForwardRequest(session_id=session_id, step=step, sample_index=sample_index.tolist())
         reply = call(self.peer, self.stub.Forward, request, self.policy)
-        matrix = wire.from_message(
-            backend, reply, f"logits from {self.peer}", rows=len(sample_index), cols=lr.n_logits(n_classes)
-        )
-        return matrix, list(reply.ciphertexts)
+        return wire.received(backend, reply, f"logits from {self.peer}", rows=len(sample_index), cols=cols)
 
-    def backward(self, session_id: str, step: int, sample_index: np.ndarray, delta: common_pb2.EncryptedMatrix) -> None:
+    def backward(self, session_id: str, step: int, sample_index: np.ndarray, delta: he.WireMatrix) -> None:
         request = passive_pb2.BackwardRequest(
-            session_id=session_id, step=step, sample_index=sample_index.tolist(), delta=delta
+            session_id=session_id, step=step, sample_index=sample_index.tolist(), delta=wire.message_of(delta)
         )
         call(self.peer, self.stub.Backward, request, self.policy)
 

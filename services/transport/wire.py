@@ -9,7 +9,7 @@ import numpy as np
 
 from vflsec.services.crypto import he
 from vflsec.services.errors import InvalidArgument
-from vflsec.services.models import lr
+from vflsec.services.models.family import Received
 from vflsec.v1 import common_pb2
 
 BACKENDS = {common_pb2.CKKS: "ckks", common_pb2.PLAIN: "plain"}
@@ -24,7 +24,11 @@ def backend_name(value: int) -> str:
 
 
 def to_message(backend: he.Backend, matrix: he.EncryptedMatrix) -> common_pb2.EncryptedMatrix:
-    w = he.matrix_to_wire(backend, matrix)
+    return message_of(he.matrix_to_wire(backend, matrix))
+
+
+def message_of(w: he.WireMatrix) -> common_pb2.EncryptedMatrix:
+    """The message of a serialised matrix (one serialisation, sent to several parties)."""
     rows, cols = w.shape
     return common_pb2.EncryptedMatrix(
         rows=rows, cols=cols, replicas=w.replicas, rows_per_ciphertext=w.rows_per_ct, ciphertexts=w.ciphertexts
@@ -53,6 +57,14 @@ def from_message(
         raise InvalidArgument(f"{name}: {exc}") from exc
 
 
+def received(
+    backend: he.Backend, message: common_pb2.EncryptedMatrix, name: str, *, rows: int, cols: int
+) -> Received:
+    """A received matrix for a model family: validated and parsed, with its bytes and their fingerprint."""
+    blobs = list(message.ciphertexts)
+    return Received(from_message(backend, message, name, rows=rows, cols=cols), blobs, digest(blobs))
+
+
 def digest(blobs: Iterable[bytes]) -> bytes:
     """SHA-256 over length-prefixed blobs: one fingerprint of a list of serialized ciphertexts."""
     h = hashlib.sha256()
@@ -61,12 +73,9 @@ def digest(blobs: Iterable[bytes]) -> bytes:
     return h.digest()
 
 
-def optimizer_config(training: common_pb2.TrainingConfig) -> lr.OptimizerConfig:
-    """The optimiser settings of a TrainingConfig, defaults filled in; bad values are an InvalidArgument."""
-    try:
-        return lr.OptimizerConfig(training.optimizer or "adam", training.learning_rate or 0.05, training.l2)
-    except ValueError as exc:
-        raise InvalidArgument(f"training: {exc}") from exc
+def training_settings(training: common_pb2.TrainingConfig) -> dict[str, object]:
+    """A TrainingConfig's model settings as plain values (unset: empty or 0); the family fills in its defaults."""
+    return {"optimizer": training.optimizer, "learning_rate": training.learning_rate, "l2": training.l2}
 
 
 def require_distinct_rows(sample_index: np.ndarray) -> None:
