@@ -84,11 +84,6 @@ class ActiveSession:
     inference: he.Backend | None = None  # public inference keys (from the coordinator's AdmitQuery)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    @property
-    def share_width(self) -> int:
-        """Columns of this party's inference share."""
-        return families.get(self.family).share_width(self.n_classes)
-
     def to_state(self) -> tuple[dict[str, np.ndarray], dict]:
         trainer_arrays, trainer_meta = self.trainer.to_state()
         arrays = {
@@ -229,12 +224,17 @@ class ActiveParty:
         backend_name: str,
         training: common_pb2.TrainingConfig,
         family_name: str = families.DEFAULT,
+        values: Mapping[str, object] | None = None,
     ) -> ActiveSession:
+        """Open the session at the coordinator and join every passive party to it. ``values`` are the family's
+        settings as plain values (default: the TrainingConfig's, which are LR's); each passive party gets them
+        with its position in the session (1..P), the coordinator with position 0."""
         session_id = session_id or uuid.uuid4().hex
         SessionTable.check_new(session_id)
+        values = dict(wire.training_settings(training) if values is None else values)
         try:
             family = families.get(family_name)
-            settings = family.settings(wire.training_settings(training))
+            settings = family.settings(values)
         except ValueError as exc:
             raise InvalidArgument(f"training: {exc}") from exc
         if training.batch_size < 0:
@@ -242,12 +242,21 @@ class ActiveParty:
         d = self.data.X.shape[1]
         with self.sessions.lock:
             self.sessions.check_absent(session_id)
-            reply = self.coordinator.open_session(session_id, backend_name, self.n_classes, list(self.passives))
+            reply = self.coordinator.open_session(
+                session_id, backend_name, self.n_classes, list(self.passives), family.name, training, values
+            )
             backend = he.open_public(backend_name, reply.public_context)
             share_mask_keys = {party: entropy.new_key() for party in self.passives}
+            position = {party: p for p, party in enumerate(self.passives, start=1)}
             joined = self._each_passive(
                 lambda party, client: client.join(
-                    session_id, backend_name, self.n_classes, training, share_mask_keys[party]
+                    session_id,
+                    backend_name,
+                    self.n_classes,
+                    training,
+                    share_mask_keys[party],
+                    family.name,
+                    {**values, "party": position[party]},
                 )
             )
             widths = [
@@ -432,7 +441,7 @@ class ActiveParty:
 
     # --- inference ---
     def _predict_chunk_rows(self, s: ActiveSession) -> int:
-        return PREDICT_CHUNK_CIPHERTEXTS * (s.backend.slots // s.share_width)
+        return PREDICT_CHUNK_CIPHERTEXTS * (s.backend.slots // s.trainer.share_width)
 
     def predict(self, session_id: str, sample_ids: list[str]) -> tuple[np.ndarray, list[common_pb2.ReleaseStep], int]:
         """Scores through the coordinator: the whole query is admitted (or refused) before any chunk is
@@ -446,12 +455,12 @@ class ActiveParty:
         if s.inference is None:
             s.inference = he.open_public(s.backend.name, admitted.inference_context)
         query_id, keys = admitted.query_id, s.inference
-        chunk = self._predict_chunk_rows(s)
+        chunk, width = self._predict_chunk_rows(s), s.trainer.share_width
         scores, changed, chain = [], 0, []
         for start in range(0, len(index), chunk):
             part = index[start : start + chunk]
             masks = sum(
-                share_mask.share_mask(key, keys.default_mask_bound, session_id, s.step, query_id, part, s.share_width)
+                share_mask.share_mask(key, keys.default_mask_bound, session_id, s.step, query_id, part, width)
                 for key in s.share_mask_keys.values()
             )
             share = s.trainer.inference_share(self.data.X[s.rows[part]]) - masks
@@ -490,7 +499,8 @@ class ActiveParty:
             if not b.withheld
         }
         if released.HasField("bias_offset"):
-            disclosed["bias_offset"] = from_tensor(released.bias_offset, "bias offset", shape=(s.share_width,))
+            disclosed["bias_offset"] = from_tensor(released.bias_offset, "bias offset", shape=(s.trainer.share_width,))
+        disclosed |= {name: from_tensor(t, f"released {name}").copy() for name, t in released.tensors.items()}
         model = s.trainer.released(disclosed)
         self._emit(
             plugins.RELEASED_MODEL,
@@ -518,7 +528,10 @@ class ActiveServicer(active_pb2_grpc.ActiveServicer):
 
     @rpc
     def CreateSession(self, request: active_pb2.CreateSessionRequest, context: grpc.ServicerContext):
-        s = self.party.create_session(request.session_id, wire.backend_name(request.backend), request.training)
+        family, values = wire.model_settings(request.model, request.training)
+        s = self.party.create_session(
+            request.session_id, wire.backend_name(request.backend), request.training, family, values
+        )
         return active_pb2.SessionInfo(
             session_id=s.session_id,
             n_classes=s.n_classes,
@@ -551,8 +564,13 @@ class ActiveServicer(active_pb2_grpc.ActiveServicer):
     @rpc
     def FetchModel(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
         model, released = self.party.fetch_model(request.session_id)
-        weights, bias = model.tensors["w_active"], model.tensors["bias"]  # LR's reply (vflsec.v1)
-        return active_pb2.ModelReply(active_weights=to_tensor(weights), bias=to_tensor(bias), released=released)
+        lr_fields = {  # LR's reply as vflsec.v1 clients read it
+            field: to_tensor(model.tensors[name])
+            for field, name in (("active_weights", "w_active"), ("bias", "bias"))
+            if name in model.tensors
+        }
+        tensors = {name: to_tensor(value) for name, value in model.tensors.items()}
+        return active_pb2.ModelReply(released=released, family=model.family, tensors=tensors, **lr_fields)
 
     @rpc
     def CloseSession(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):

@@ -26,7 +26,7 @@ from vflsec.services.errors import (
 from vflsec.services.models import family as families
 from vflsec.services.transport import wire
 from vflsec.services.transport.server import rpc
-from vflsec.services.transport.tensors import to_tensor
+from vflsec.services.transport.tensors import from_tensor, to_tensor
 from vflsec.services.transport.tls import COORDINATOR, current_caller
 from vflsec.v1 import common_pb2, passive_pb2, passive_pb2_grpc
 
@@ -350,7 +350,12 @@ class PassiveParty:
         )
 
     def backward(
-        self, session_id: str, step: int, sample_index: np.ndarray, delta: he.EncryptedMatrix, delta_digest: bytes
+        self,
+        session_id: str,
+        step: int,
+        sample_index: np.ndarray,
+        delta: he.EncryptedMatrix | np.ndarray,
+        delta_digest: bytes,
     ) -> None:
         """Apply step ``step``'s update once; a repeated Backward for a completed step is acknowledged.
 
@@ -393,7 +398,10 @@ class PassiveParty:
     @staticmethod
     def _block(s: PassiveSession) -> np.ndarray:
         """The weight block the coordinator pulls and the parameter chain distorts."""
-        return s.trainer.releasable()["weights"]
+        released = s.trainer.releasable()
+        if "weights" not in released:
+            raise FailedPrecondition(f"a {s.family} session releases no weight block of this party")
+        return released["weights"]
 
     def trained(self, session_id: str) -> np.ndarray:
         s = self.session(session_id)
@@ -472,9 +480,10 @@ class PassiveServicer(passive_pb2_grpc.PassiveServicer):
             request.session_id,
             wire.backend_name(request.backend),
             request.n_classes,
-            wire.training_settings(request.training),
+            wire.model_settings(request.model, request.training)[1],
             caller=current_caller().party_id,
             share_mask_key=request.share_mask_key,
+            family_name=wire.model_settings(request.model, request.training)[0],
         )
         return passive_pb2.JoinSessionReply(n_features=n, n_rows=len(self.party.data.ids))
 
@@ -506,9 +515,13 @@ class PassiveServicer(passive_pb2_grpc.PassiveServicer):
     @rpc
     def Backward(self, request: passive_pb2.BackwardRequest, context: grpc.ServicerContext):
         s = self._owner(request.session_id)
-        delta = wire.from_message(s.backend, request.delta, "delta")
         index = np.asarray(request.sample_index, dtype=np.int64)
-        self.party.backward(request.session_id, request.step, index, delta, wire.digest(request.delta.ciphertexts))
+        feedback: he.EncryptedMatrix | np.ndarray
+        if request.HasField("gradient"):  # split-NN's ∂L/∂h, in the clear
+            feedback = from_tensor(request.gradient, "gradient", ndim=2).copy()
+        else:
+            feedback = wire.from_message(s.backend, request.delta, "delta")
+        self.party.backward(request.session_id, request.step, index, feedback, wire.digest(request.delta.ciphertexts))
         return common_pb2.Empty()
 
     @rpc

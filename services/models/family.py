@@ -48,7 +48,10 @@ State = tuple[dict[str, np.ndarray], dict[str, Any]]  # a checkpoint's named arr
 
 DEFAULT = "lr"
 # Families the registry can load by name (each package registers itself on import).
-PACKAGES: dict[str, str] = {"lr": "vflsec.services.models.lr.trainers"}
+PACKAGES: dict[str, str] = {
+    "lr": "vflsec.services.models.lr.trainers",
+    "splitnn": "vflsec.services.models.splitnn.trainers",
+}
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,11 @@ class PassiveContext:
 
 
 class ActiveTrainer(Protocol):
+    @property
+    def share_width(self) -> int:
+        """Columns of a party's inference share and of the aggregate the key holder decrypts."""
+        ...
+
     def train_step(self, ctx: ActiveContext, index: np.ndarray) -> None:
         """One training step on common rows ``index``; its update is applied only once every party applied it."""
         ...
@@ -125,6 +133,11 @@ class ActiveTrainer(Protocol):
 
 
 class PassiveTrainer(Protocol):
+    @property
+    def share_width(self) -> int:
+        """Columns of a party's inference share and of the aggregate the key holder decrypts."""
+        ...
+
     def inference_share(self, x: np.ndarray) -> np.ndarray:
         """This party's plaintext part of the inference aggregate (masked and encrypted by the engine)."""
         ...
@@ -137,8 +150,17 @@ class PassiveTrainer(Protocol):
 
 
 class KeyHolderTrainer(Protocol):
+    @property
+    def share_width(self) -> int:
+        """Columns of a party's inference share and of the aggregate the key holder decrypts."""
+        ...
+
     def scores(self, aggregate: np.ndarray) -> np.ndarray:
         """Confidence scores (n, n_classes) of a decrypted inference aggregate: what the release chain gets."""
+        ...
+
+    def released(self) -> dict[str, np.ndarray]:
+        """The named tensors this role releases to the active party at ReleaseModel (split-NN: the top model)."""
         ...
 
     def to_state(self) -> State: ...
@@ -149,9 +171,9 @@ class ModelFamily(Protocol):
 
     name: str
 
-    def share_width(self, n_classes: int) -> int:
-        """Columns of a party's inference share and of the aggregate the key holder decrypts."""
-        ...
+    # Whether the coordinator pulls each passive party's block at FinishTraining for the parameter-release chain
+    # (LR); a family that releases no passive parameters keeps them with their owners.
+    releases_passive_blocks: bool
 
     def block_width(self, n_features: int, *, active: bool) -> int:
         """Columns of a party's block in the batch bound and the key-epoch count (LR: + the active bias column)."""
@@ -177,7 +199,7 @@ class ModelFamily(Protocol):
 
     def restore_passive(self, state: State) -> PassiveTrainer: ...
 
-    def new_key_holder(self, n_classes: int, passive_parties: Sequence[str]) -> KeyHolderTrainer: ...
+    def new_key_holder(self, n_classes: int, passive_parties: Sequence[str], settings: Any) -> KeyHolderTrainer: ...
 
     def restore_key_holder(self, state: State) -> KeyHolderTrainer: ...
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 import grpc
 import numpy as np
@@ -14,7 +15,7 @@ from vflsec.services.errors import InvalidArgument
 from vflsec.services.models.family import Received
 from vflsec.services.transport import wire
 from vflsec.services.transport.server import DEFAULT_CALL_POLICY, CallPolicy, call
-from vflsec.services.transport.tensors import from_tensor
+from vflsec.services.transport.tensors import from_tensor, to_tensor
 from vflsec.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc, passive_pb2, passive_pb2_grpc
 
 # The passive party validates and re-blinds our list and hashes and blinds its own (together about 0.5 ms per
@@ -30,13 +31,23 @@ class CoordinatorClient:
         self.policy = policy
 
     def open_session(
-        self, session_id: str, backend: str, n_classes: int, passive_parties: Sequence[str]
+        self,
+        session_id: str,
+        backend: str,
+        n_classes: int,
+        passive_parties: Sequence[str],
+        family: str = "lr",
+        training: common_pb2.TrainingConfig | None = None,
+        values: Mapping[str, Any] | None = None,
     ) -> coordinator_pb2.OpenSessionReply:
+        """Open a session of model ``family`` (its settings: ``training`` and the family's ``values``)."""
         request = coordinator_pb2.OpenSessionRequest(
             session_id=session_id,
             backend=wire.BACKEND_ENUM[backend],
             n_classes=n_classes,
             passive_parties=list(passive_parties),
+            model=wire.model_choice(family, values or {}),
+            training=training,
         )
         return call(self.peer, self.stub.OpenSession, request, self.policy)
 
@@ -78,6 +89,29 @@ class CoordinatorClient:
             session_id=session_id, step=step, ciphertexts=ciphertexts, width=width
         )
         return from_tensor(call(self.peer, self.stub.DecryptBlockSums, request, self.policy), "block sums", ndim=2)
+
+    def top_step(
+        self,
+        backend: he.Backend,
+        session_id: str,
+        step: int,
+        sample_index: np.ndarray,
+        embedding: he.EncryptedMatrix,
+        labels: np.ndarray,
+        widths: Mapping[str, int],
+    ) -> tuple[np.ndarray, float]:
+        """split-NN: ∂L/∂h for the step's [[h]] and labels, and the batch loss."""
+        request = coordinator_pb2.TopStepRequest(
+            session_id=session_id,
+            step=step,
+            sample_index=sample_index.tolist(),
+            embedding=wire.to_message(backend, embedding),
+            labels=to_tensor(np.asarray(labels, dtype=np.int64)),
+            widths=dict(widths),
+        )
+        reply = call(self.peer, self.stub.TopStep, request, self.policy)
+        gradient = from_tensor(reply.gradient, "∂L/∂h", shape=embedding.shape).copy()
+        return gradient, reply.loss
 
     def finish_training(self, session_id: str) -> None:
         call(self.peer, self.stub.FinishTraining, common_pb2.SessionRef(session_id=session_id), self.policy)
@@ -138,6 +172,8 @@ class PassiveClient:
         n_classes: int,
         training: common_pb2.TrainingConfig,
         share_mask_key: bytes,
+        family: str = "lr",
+        values: Mapping[str, Any] | None = None,
     ) -> passive_pb2.JoinSessionReply:
         request = passive_pb2.JoinSessionRequest(
             session_id=session_id,
@@ -145,6 +181,7 @@ class PassiveClient:
             n_classes=n_classes,
             training=training,
             share_mask_key=share_mask_key,
+            model=wire.model_choice(family, values or {}),
         )
         return call(self.peer, self.stub.JoinSession, request, self.policy)
 
@@ -169,6 +206,13 @@ class PassiveClient:
     def backward(self, session_id: str, step: int, sample_index: np.ndarray, delta: he.WireMatrix) -> None:
         request = passive_pb2.BackwardRequest(
             session_id=session_id, step=step, sample_index=sample_index.tolist(), delta=wire.message_of(delta)
+        )
+        call(self.peer, self.stub.Backward, request, self.policy)
+
+    def backward_gradient(self, session_id: str, step: int, sample_index: np.ndarray, gradient: np.ndarray) -> None:
+        """split-NN: the step's ∂L/∂h, in the clear."""
+        request = passive_pb2.BackwardRequest(
+            session_id=session_id, step=step, sample_index=sample_index.tolist(), gradient=to_tensor(gradient)
         )
         call(self.peer, self.stub.Backward, request, self.policy)
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -76,6 +77,71 @@ def digest(blobs: Iterable[bytes]) -> bytes:
 def training_settings(training: common_pb2.TrainingConfig) -> dict[str, object]:
     """A TrainingConfig's model settings as plain values (unset: empty or 0); the family fills in its defaults."""
     return {"optimizer": training.optimizer, "learning_rate": training.learning_rate, "l2": training.l2}
+
+
+def model_settings(model: common_pb2.ModelChoice, training: common_pb2.TrainingConfig) -> tuple[str, dict[str, Any]]:
+    """The session's model family and its settings as plain values; an unset choice is LR (vflsec.v1 clients)."""
+    family = model.WhichOneof("family") or "lr"
+    if family != "splitnn":
+        return family, training_settings(training)
+    m = model.splitnn
+    optimizer: dict[str, Any] = {
+        "name": training.optimizer or "adam",
+        "weight_decay": training.l2,
+        "schedule": m.schedule or "constant",
+    }
+    for key, value in (
+        ("learning_rate", training.learning_rate),
+        ("momentum", m.momentum),
+        ("step_epochs", m.step_epochs),
+        ("gamma", m.gamma),
+        ("epochs", m.schedule_epochs),
+    ):
+        if value:  # unset (0): the optimiser's default
+            optimizer[key] = value
+    values: dict[str, Any] = {
+        "topology": m.topology or "coordinator-top",
+        "bottom_hidden": list(m.bottom_hidden),
+        "activation": m.activation or "relu",
+        "dropout": m.dropout,
+        "optimizer": optimizer,
+        "seed": training.seed,
+        "party": m.party,
+    }
+    if m.embedding:
+        values["embedding"] = m.embedding
+    if m.top_hidden:
+        values["top_hidden"] = list(m.top_hidden)
+    for flag in ("bottom_bias", "top_bias"):
+        if m.HasField(flag):
+            values[flag] = getattr(m, flag)
+    return family, values
+
+
+def model_choice(family: str, values: Mapping[str, Any]) -> common_pb2.ModelChoice:
+    """The inverse of :func:`model_settings` for the model part (the optimiser's name, rate, L2 and the seed travel
+    in the TrainingConfig)."""
+    if family != "splitnn":
+        return common_pb2.ModelChoice(lr=common_pb2.LrModel())
+    optimizer = values.get("optimizer", {})
+    return common_pb2.ModelChoice(
+        splitnn=common_pb2.SplitNnModel(
+            topology=values.get("topology", ""),
+            embedding=values.get("embedding", 0),
+            bottom_hidden=list(values.get("bottom_hidden", ())),
+            top_hidden=list(values.get("top_hidden", ())),
+            activation=values.get("activation", ""),
+            dropout=values.get("dropout", 0.0),
+            bottom_bias=values.get("bottom_bias"),
+            top_bias=values.get("top_bias"),
+            momentum=optimizer.get("momentum", 0.0),
+            schedule=optimizer.get("schedule", ""),
+            step_epochs=optimizer.get("step_epochs", 0),
+            gamma=optimizer.get("gamma", 0.0),
+            schedule_epochs=optimizer.get("epochs") or 0,
+            party=values.get("party", 0),
+        )
+    )
 
 
 def require_distinct_rows(sample_index: np.ndarray) -> None:

@@ -102,6 +102,10 @@ class LrActive:
     def k(self) -> int:
         return self.weights.shape[0]
 
+    @property
+    def share_width(self) -> int:
+        return self.k
+
     def inference_share(self, x: np.ndarray) -> np.ndarray:
         return x @ self.weights.T + self.bias
 
@@ -202,6 +206,10 @@ class LrPassive:
         return cls(n_classes, config, np.zeros((k, n_features)), BlockOptimizer(config, (k, n_features)))
 
     @property
+    def share_width(self) -> int:
+        return self.weights.shape[0]
+
+    @property
     def can_replay(self) -> bool:
         return self.previous_weights is not None
 
@@ -259,6 +267,10 @@ class LrKeyHolder:
 
     n_classes: int
 
+    @property
+    def share_width(self) -> int:
+        return _n_logits(self.n_classes)
+
     def training_scores(self, keys: he.Backend, z: np.ndarray, replicas: int) -> he.EncryptedMatrix:
         """[[p]] = [[link(z)]], replicated for the parties' gradient products."""
         return he.encrypt_matrix(keys, link(z), replicas=replicas)
@@ -272,16 +284,16 @@ class LrKeyHolder:
     def scores(self, aggregate: np.ndarray) -> np.ndarray:
         return confidence_scores(aggregate)
 
+    def released(self) -> dict[str, np.ndarray]:
+        return {}  # LR's passive blocks are released through the parameter chain, not by the key holder
+
     def to_state(self) -> State:
         return {}, {"n_classes": self.n_classes}
 
 
 class LrFamily:
     name = NAME
-
-    @staticmethod
-    def share_width(n_classes: int) -> int:
-        return _n_logits(n_classes)
+    releases_passive_blocks = True
 
     @staticmethod
     def block_width(n_features: int, *, active: bool) -> int:
@@ -327,7 +339,7 @@ class LrFamily:
         return LrPassive.from_state(state)
 
     @staticmethod
-    def new_key_holder(n_classes: int, passive_parties: Sequence[str]) -> LrKeyHolder:
+    def new_key_holder(n_classes: int, passive_parties: Sequence[str], settings: OptimizerConfig) -> LrKeyHolder:
         return LrKeyHolder(n_classes)
 
     @staticmethod
