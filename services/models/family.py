@@ -26,7 +26,7 @@ ComputeTrainingScores/DecryptBlockSums): the engines keep their policy checks (s
 hand the maths to the trainer's family-specific methods; a family's own service is the vflsec.v2 step.
 
 Families are loaded by name (:func:`get`): the engines never import a family's package, a family registers
-itself (:func:`register`) when its package is imported.
+itself (:func:`register`) when its module in :data:`PACKAGES` is imported.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ _Config = TypeVar("_Config")
 State = tuple[dict[str, np.ndarray], dict[str, Any]]  # a checkpoint's named arrays and JSON document
 
 DEFAULT = "lr"
-# Families the registry can load by name (each package registers itself on import).
+# Families the registry can load by name: importing the module named registers the family.
 PACKAGES: dict[str, str] = {
     "lr": "vflsec.services.models.lr.trainers",
     "splitnn": "vflsec.services.models.splitnn.trainers",
