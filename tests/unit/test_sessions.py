@@ -72,7 +72,9 @@ def test_session_ids_name_files_so_they_are_checked() -> None:
 def test_families_are_found_by_name() -> None:
     lr = family.get()
     assert lr.name == family.DEFAULT == "lr" and family.get("lr") is lr
-    assert lr.share_width(2) == 1 and lr.share_width(5) == 5
+    assert lr.new_key_holder(2, ["p"], lr.settings({})).share_width == 1
+    assert lr.new_key_holder(5, ["p"], lr.settings({})).share_width == 5
+    assert family.get("splitnn").name == "splitnn"
     assert lr.block_width(4, active=True) == 5 and lr.block_width(4, active=False) == 4
     with pytest.raises(ValueError, match="unknown model family 'forest'"):
         family.get("forest")
