@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -27,10 +27,12 @@ class Released:
 
 @dataclass
 class Model:
-    active_weights: np.ndarray
-    bias: np.ndarray
+    active_weights: np.ndarray | None  # LR only
+    bias: np.ndarray | None  # LR only
     passive: dict[str, np.ndarray | None]  # None: withheld by the parameter-release chain
     chain: list[tuple[str, dict[str, str]]]
+    family: str = "lr"
+    tensors: dict[str, np.ndarray] = field(default_factory=dict)  # the model as the active party holds it, by name
 
 
 def _chain(steps: Sequence[common_pb2.ReleaseStep]) -> list[tuple[str, dict[str, str]]]:
@@ -51,12 +53,18 @@ class Operator:
         batch_size: int = 0,  # 0: the active party's default (64, raised to the federation's minimum batch)
         seed: int = 0,
         session_id: str = "",
+        family: str = "lr",
+        settings: Mapping[str, Any] | None = None,
     ) -> active_pb2.SessionInfo:
+        """``family`` and its ``settings`` choose the model (e.g. "splitnn" with {"embedding": 16}); LR by default."""
         training = common_pb2.TrainingConfig(
             optimizer=optimizer, learning_rate=learning_rate, l2=l2, batch_size=batch_size, seed=seed
         )
         request = active_pb2.CreateSessionRequest(
-            session_id=session_id, backend=wire.BACKEND_ENUM[backend], training=training
+            session_id=session_id,
+            backend=wire.BACKEND_ENUM[backend],
+            training=training,
+            model=wire.model_choice(family, settings or {}),
         )
         return self.stub.CreateSession(request)
 
@@ -80,10 +88,12 @@ class Operator:
             for b in reply.released.passive
         }
         return Model(
-            from_tensor(reply.active_weights, "active weights", ndim=2),
-            from_tensor(reply.bias, "bias", ndim=1),
+            from_tensor(reply.active_weights, "active weights", ndim=2) if reply.HasField("active_weights") else None,
+            from_tensor(reply.bias, "bias", ndim=1) if reply.HasField("bias") else None,
             passive,
             _chain(reply.released.chain),
+            reply.family or "lr",
+            {name: from_tensor(t, name) for name, t in reply.tensors.items()},
         )
 
     def close(self, session_id: str) -> None:

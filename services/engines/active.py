@@ -22,8 +22,9 @@ from vflsec.services import plugins
 from vflsec.services.crypto import entropy, he, psi, share_mask
 from vflsec.services.data.datasets import PartyData
 from vflsec.services.engines import checkpoint
-from vflsec.services.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
-from vflsec.services.models import lr
+from vflsec.services.engines.sessions import SessionTable
+from vflsec.services.errors import FailedPrecondition, InvalidArgument, NotFound
+from vflsec.services.models import family as families
 from vflsec.services.transport import wire
 from vflsec.services.transport.links import CoordinatorClient, PassiveClient
 from vflsec.services.transport.server import rpc
@@ -64,10 +65,8 @@ class ActiveSession:
     public_context: bytes
     n_classes: int
     training: common_pb2.TrainingConfig
-    weights: np.ndarray  # (K_logits, d_a)
-    bias: np.ndarray  # (K_logits,)
-    optimizer_w: lr.BlockOptimizer
-    optimizer_b: lr.BlockOptimizer
+    family: str  # the model family (services/models/family.py), chosen at creation
+    trainer: families.ActiveTrainer  # the family's state and maths at this party
     passive_features: dict[str, int]
     score_release: list[common_pb2.ReleaseStep]
     param_release: list[common_pb2.ReleaseStep]
@@ -85,20 +84,11 @@ class ActiveSession:
     inference: he.Backend | None = None  # public inference keys (from the coordinator's AdmitQuery)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    @property
-    def k(self) -> int:
-        return self.weights.shape[0]
-
     def to_state(self) -> tuple[dict[str, np.ndarray], dict]:
-        (w_opt, w_t), (b_opt, b_t) = self.optimizer_w.state(), self.optimizer_b.state()
+        trainer_arrays, trainer_meta = self.trainer.to_state()
         arrays = {
-            "weights": self.weights,
-            "bias": self.bias,
+            **trainer_arrays,
             "context": checkpoint.from_bytes(self.public_context),
-            "opt_w_m": w_opt["m"],
-            "opt_w_v": w_opt["v"],
-            "opt_b_m": b_opt["m"],
-            "opt_b_v": b_opt["v"],
             "mask_key": checkpoint.from_bytes(self.mask_key),
             **{f"share_mask_key/{p}": checkpoint.from_bytes(key) for p, key in self.share_mask_keys.items()},
         }
@@ -117,13 +107,14 @@ class ActiveSession:
                 arrays["run_order"] = self.run.order
         t = self.training
         meta = {
+            **trainer_meta,
+            "family": self.family,
             "backend": self.backend.name,
             "n_classes": self.n_classes,
             "step": self.step,
             "trained": self.trained,
             "training": [t.optimizer, t.learning_rate, t.l2, t.batch_size, t.seed],
             "passive_features": self.passive_features,
-            "opt_t": [w_t, b_t],
             "rng": self.rng.bit_generator.state,
             "release": [
                 [[r.name, dict(r.params)] for r in chain] for chain in (self.score_release, self.param_release)
@@ -140,12 +131,7 @@ class ActiveSession:
         training = common_pb2.TrainingConfig(
             optimizer=optimizer, learning_rate=learning_rate, l2=l2, batch_size=batch_size, seed=seed
         )
-        config = lr.OptimizerConfig(optimizer, learning_rate, l2)
-        weights, bias = np.array(arrays["weights"]), np.array(arrays["bias"])
-        optimizer_w = lr.BlockOptimizer(config, weights.shape)
-        optimizer_w.load_state({"m": arrays["opt_w_m"], "v": arrays["opt_w_v"]}, meta["opt_t"][0])
-        optimizer_b = lr.BlockOptimizer(config, bias.shape, penalised=False)
-        optimizer_b.load_state({"m": arrays["opt_b_m"], "v": arrays["opt_b_v"]}, meta["opt_t"][1])
+        family = meta.get("family", families.DEFAULT)  # a checkpoint from before the family layer is LR's
         rng = np.random.default_rng()
         rng.bit_generator.state = meta["rng"]
         score_release, param_release = (
@@ -157,10 +143,8 @@ class ActiveSession:
             public_context=context,
             n_classes=meta["n_classes"],
             training=training,
-            weights=weights,
-            bias=bias,
-            optimizer_w=optimizer_w,
-            optimizer_b=optimizer_b,
+            family=family,
+            trainer=families.get(family).restore_active((arrays, meta)),
             passive_features=meta["passive_features"],
             score_release=score_release,
             param_release=param_release,
@@ -209,25 +193,20 @@ class ActiveParty:
         self.state = state or checkpoint.StateDir(None)
         self.psi_max_ids = psi_max_ids
         ids = [str(i) for i in data.ids]
-        self.sessions: dict[str, ActiveSession] = {
-            sid: ActiveSession.from_state(sid, arrays, meta, ids)
-            for sid, (arrays, meta) in self.state.load_all().items()
-        }
+        self.sessions = SessionTable(
+            self.state, lambda sid, arrays, meta: ActiveSession.from_state(sid, arrays, meta, ids)
+        )
         self._pool = ThreadPoolExecutor(max_workers=max(2, len(self.passives) + 1), thread_name_prefix="peer")
-        self._lock = threading.Lock()
 
     @property
     def n_classes(self) -> int:
         return max(len(self.class_names), 2)
 
     def session(self, session_id: str) -> ActiveSession:
-        try:
-            return self.sessions[session_id]
-        except KeyError:
-            raise NotFound(f"unknown session {session_id!r}") from None
+        return self.sessions.get(session_id)
 
     def _save(self, s: ActiveSession) -> None:
-        self.state.save(s.session_id, *s.to_state())
+        self.sessions.save(s.session_id, s)
 
     def _emit(self, kind: str, s: ActiveSession, source: str, **fields: object) -> None:
         if self.hub.active:
@@ -239,39 +218,65 @@ class ActiveParty:
         return [f.result() for f in futures]
 
     # --- session ---
-    def create_session(self, session_id: str, backend_name: str, training: common_pb2.TrainingConfig) -> ActiveSession:
+    def create_session(
+        self,
+        session_id: str,
+        backend_name: str,
+        training: common_pb2.TrainingConfig,
+        family_name: str = families.DEFAULT,
+        values: Mapping[str, object] | None = None,
+    ) -> ActiveSession:
+        """Open the session at the coordinator and join every passive party to it. ``values`` are the family's
+        settings as plain values (default: the TrainingConfig's, which are LR's); each passive party gets them
+        with its position in the session (1..P), the coordinator with position 0."""
         session_id = session_id or uuid.uuid4().hex
-        if not checkpoint.valid_session_id(session_id):
-            raise InvalidArgument(f"invalid session_id {session_id!r}")
-        config = wire.optimizer_config(training)
+        SessionTable.check_new(session_id)
+        values = dict(wire.training_settings(training) if values is None else values)
+        try:
+            family = families.get(family_name)
+            settings = family.settings(values)
+        except ValueError as exc:
+            raise InvalidArgument(f"training: {exc}") from exc
         if training.batch_size < 0:
             raise InvalidArgument(f"batch_size must be positive, got {training.batch_size}")
-        k, d = lr.n_logits(self.n_classes), self.data.X.shape[1]
-        with self._lock:
-            if session_id in self.sessions:
-                raise AlreadyExists(f"session {session_id!r} already exists")
-            reply = self.coordinator.open_session(session_id, backend_name, self.n_classes, list(self.passives))
+        d = self.data.X.shape[1]
+        with self.sessions.lock:
+            self.sessions.check_absent(session_id)
+            reply = self.coordinator.open_session(
+                session_id, backend_name, self.n_classes, list(self.passives), family.name, training, values
+            )
             backend = he.open_public(backend_name, reply.public_context)
             share_mask_keys = {party: entropy.new_key() for party in self.passives}
+            position = {party: p for p, party in enumerate(self.passives, start=1)}
             joined = self._each_passive(
                 lambda party, client: client.join(
-                    session_id, backend_name, self.n_classes, training, share_mask_keys[party]
+                    session_id,
+                    backend_name,
+                    self.n_classes,
+                    training,
+                    share_mask_keys[party],
+                    family.name,
+                    {**values, "party": position[party]},
                 )
             )
-            widths = [d + 1, *(r.n_features for r in joined)]
-            batch_size = training.batch_size or lr.default_batch_size(widths)
-            if batch_size < lr.min_batch_size(widths):
+            widths = [
+                family.block_width(d, active=True),
+                *(family.block_width(r.n_features, active=False) for r in joined),
+            ]
+            smallest = family.min_batch_size(widths)
+            batch_size = training.batch_size or family.default_batch_size(widths)
+            if batch_size < smallest:
                 self._each_passive(lambda party, client: client.close(session_id))
                 self.coordinator.close(session_id)
                 raise InvalidArgument(
-                    f"batch_size {batch_size} is below the minimum batch {lr.min_batch_size(widths)} for these "
+                    f"batch_size {batch_size} is below the minimum batch {smallest} for these "
                     f"parties (2 x the widest block, {max(widths)} columns); the smallest accepted value is "
-                    f"{lr.min_batch_size(widths)}"
+                    f"{smallest}"
                 )
             training = common_pb2.TrainingConfig(
-                optimizer=config.name,
-                learning_rate=config.learning_rate,
-                l2=config.l2,
+                optimizer=training.optimizer,
+                learning_rate=training.learning_rate,
+                l2=training.l2,
                 batch_size=batch_size,
                 seed=training.seed,
             )
@@ -281,10 +286,8 @@ class ActiveParty:
                 public_context=reply.public_context,
                 n_classes=self.n_classes,
                 training=training,
-                weights=np.zeros((k, d)),
-                bias=np.zeros(k),
-                optimizer_w=lr.BlockOptimizer(config, (k, d)),
-                optimizer_b=lr.BlockOptimizer(config, (k,), penalised=False),
+                family=family.name,
+                trainer=family.new_active(self.n_classes, d, settings),
                 passive_features={party: r.n_features for party, r in zip(self.passives, joined, strict=True)},
                 score_release=list(reply.score_release),
                 param_release=list(reply.param_release),
@@ -292,8 +295,7 @@ class ActiveParty:
                 mask_key=entropy.new_key(),
                 share_mask_keys=share_mask_keys,
             )
-            self._save(s)
-            self.sessions[session_id] = s
+            self.sessions.add(session_id, s)
         self._emit(
             plugins.PUBLIC_CONTEXT,
             s,
@@ -368,19 +370,6 @@ class ActiveParty:
         except KeyError as exc:
             raise NotFound(f"sample ID {exc.args[0]!r} is not among the aligned samples") from None
 
-    def _aggregate_logits(self, s: ActiveSession, step: int, index: np.ndarray) -> he.EncryptedMatrix:
-        """[[z]] = Σ_p [[z_p]] + (X_a W_aᵀ + b): ciphertexts only, the active party cannot decrypt."""
-        received = self._each_passive(
-            lambda party, client: client.forward(s.backend, s.session_id, step, index, s.n_classes)
-        )
-        for party, (_, blobs) in zip(self.passives, received, strict=True):
-            self._emit(plugins.ENCRYPTED_LOGITS, s, party, blobs={"ciphertexts": blobs}, meta={"step": step})
-        total = received[0][0]
-        for matrix, _ in received[1:]:
-            total = he.add_matrices(s.backend, total, matrix)
-        own = self.data.X[s.rows[index]] @ s.weights.T + s.bias
-        return he.add_plain_matrix(s.backend, total, own)
-
     # --- training ---
     def train(self, session_id: str, sample_ids: list[str], epochs: int) -> Iterator[Progress]:
         """Train for ``epochs`` over ``sample_ids``; the same request after a crash resumes where it stopped."""
@@ -407,7 +396,8 @@ class ActiveParty:
             while run.epoch <= epochs:
                 if run.order is None:
                     run.order = s.rng.permutation(len(index))
-                batches = lr.batches(run.order, s.training.batch_size, lr.min_batch_size(self._widths(s).values()))
+                smallest = families.get(s.family).min_batch_size(self._widths(s).values())
+                batches = families.batches(run.order, s.training.batch_size, smallest)
                 while run.batch < len(batches):
                     step = s.step + 1
                     self._train_step(s, step, index[batches[run.batch]])
@@ -423,62 +413,35 @@ class ActiveParty:
             s.lock.release()
 
     def _widths(self, s: ActiveSession) -> dict[str, int]:
-        """Every party's gradient block width: its feature columns, plus the bias column for this party."""
-        return {self.party_id: self.data.X.shape[1] + 1, **s.passive_features}
-
-    def _replicas(self, s: ActiveSession, batch: int) -> int:
-        """One replication factor for every party's gradient products, sized for the widest block."""
-        widest = max(self._widths(s).values())
-        return he.choose_replicas(batch, s.k, widest, s.backend.slots)
+        """Every party's gradient block width, as the family counts it (LR: + the bias column at this party)."""
+        family = families.get(s.family)
+        return {
+            self.party_id: family.block_width(self.data.X.shape[1], active=True),
+            **{party: family.block_width(n, active=False) for party, n in s.passive_features.items()},
+        }
 
     def _train_step(self, s: ActiveSession, step: int, index: np.ndarray) -> None:
-        logits = self._aggregate_logits(s, step, index)
-        widths = self._widths(s)
-        reply = self.coordinator.training_scores(
-            s.backend, s.session_id, step, logits, self._replicas(s, len(index)), index, widths
+        s.trainer.train_step(
+            families.ActiveContext(
+                session_id=s.session_id,
+                step=step,
+                backend=s.backend,
+                n_classes=s.n_classes,
+                mask_key=s.mask_key,
+                key_holder=self.coordinator,
+                passives=self.passives,
+                emit=lambda kind, source, **fields: self._emit(kind, s, source, **fields),
+                features=lambda index: self.data.X[s.rows[index]],
+                labels=lambda index: self.data.y[s.rows[index]],
+                widths=self._widths(s),
+                spawn=self._pool.submit,
+            ),
+            index,
         )
-        self._emit(
-            plugins.ENCRYPTED_SCORES,
-            s,
-            "coordinator",
-            blobs={"ciphertexts": list(reply.ciphertexts)},
-            meta={"step": step},
-        )
-        probs = wire.from_message(s.backend, reply, "training scores", rows=len(index), cols=s.k)
-        rows = s.rows[index]
-        delta = he.add_plain_matrix(s.backend, probs, -lr.targets(self.data.y[rows], s.n_classes))
-        delta_message = wire.to_message(s.backend, delta)  # serialised once, sent to every passive party
-        own = self._pool.submit(self._own_gradient, s, step, delta, wire.digest(reply.ciphertexts), rows)
-        self._each_passive(lambda party, client: client.backward(s.session_id, step, index, delta_message))
-        grad = own.result()
-        # Applied only once every party has applied the step: a failed step is redone whole, never twice here.
-        s.weights = s.optimizer_w.step(s.weights, grad[:, :-1])
-        s.bias = s.optimizer_b.step(s.bias, grad[:, -1])
-
-    def _own_gradient(
-        self, s: ActiveSession, step: int, delta: he.EncryptedMatrix, scores_digest: bytes, rows: np.ndarray
-    ) -> np.ndarray:
-        x = np.hstack([self.data.X[rows], np.ones((len(rows), 1))])  # the ones column yields the bias gradient
-        # Masks keyed by step and [[p]]: a replayed step (the coordinator repeats [[p]]) rebuilds the same bytes.
-        masks = entropy.keyed_stream(s.mask_key, s.session_id, step, scores_digest)
-        cts, mask_sums = he.masked_feature_products(s.backend, delta, x, masks)
-        width = x.shape[1]
-        sums = self.coordinator.block_sums(s.session_id, step, [s.backend.serialize(c) for c in cts], width)
-        if sums.shape != (width, s.k):
-            raise FailedPrecondition(f"coordinator returned block sums of shape {sums.shape}, expected {(width, s.k)}")
-        grad = he.gradient_from_block_sums(sums, mask_sums[:width], width) / len(rows)
-        self._emit(
-            plugins.GRADIENT,
-            s,
-            "coordinator",
-            arrays={"weights": grad[:, :-1], "bias": grad[:, -1]},
-            meta={"step": step},
-        )
-        return grad
 
     # --- inference ---
     def _predict_chunk_rows(self, s: ActiveSession) -> int:
-        return PREDICT_CHUNK_CIPHERTEXTS * (s.backend.slots // s.k)
+        return PREDICT_CHUNK_CIPHERTEXTS * (s.backend.slots // s.trainer.share_width)
 
     def predict(self, session_id: str, sample_ids: list[str]) -> tuple[np.ndarray, list[common_pb2.ReleaseStep], int]:
         """Scores through the coordinator: the whole query is admitted (or refused) before any chunk is
@@ -492,17 +455,16 @@ class ActiveParty:
         if s.inference is None:
             s.inference = he.open_public(s.backend.name, admitted.inference_context)
         query_id, keys = admitted.query_id, s.inference
-        chunk = self._predict_chunk_rows(s)
+        chunk, width = self._predict_chunk_rows(s), s.trainer.share_width
         scores, changed, chain = [], 0, []
         for start in range(0, len(index), chunk):
             part = index[start : start + chunk]
             masks = sum(
-                share_mask.share_mask(key, keys.default_mask_bound, session_id, s.step, query_id, part, s.k)
+                share_mask.share_mask(key, keys.default_mask_bound, session_id, s.step, query_id, part, width)
                 for key in s.share_mask_keys.values()
             )
-            own = self._pool.submit(
-                he.encrypt_matrix, keys, self.data.X[s.rows[part]] @ s.weights.T + s.bias - masks
-            )
+            share = s.trainer.inference_share(self.data.X[s.rows[part]]) - masks
+            own = self._pool.submit(he.encrypt_matrix, keys, share)
             self._each_passive(lambda party, client, part=part: client.share_logits(session_id, query_id, part))
             reply: coordinator_pb2.ReleasedScores = self.coordinator.release_scores(
                 keys, session_id, query_id, own.result(), part
@@ -526,7 +488,7 @@ class ActiveParty:
             chain = list(reply.chain)
         return np.vstack(scores), chain, changed
 
-    def fetch_model(self, session_id: str) -> tuple[np.ndarray, np.ndarray, coordinator_pb2.ReleasedModel]:
+    def fetch_model(self, session_id: str) -> tuple[families.ReleasedModel, coordinator_pb2.ReleasedModel]:
         s = self.session(session_id)
         if not s.trained:
             raise FailedPrecondition("the model is released after training")
@@ -536,28 +498,28 @@ class ActiveParty:
             for b in released.passive
             if not b.withheld
         }
-        # The released bias: the active party's own, plus what the parameter chain adds (PPS-A flip).
-        bias = s.bias.copy()
         if released.HasField("bias_offset"):
-            bias = bias + from_tensor(released.bias_offset, "bias offset", shape=(s.k,))
+            disclosed["bias_offset"] = from_tensor(released.bias_offset, "bias offset", shape=(s.trainer.share_width,))
+        disclosed |= {name: from_tensor(t, f"released {name}").copy() for name, t in released.tensors.items()}
+        model = s.trainer.released(disclosed)
         self._emit(
             plugins.RELEASED_MODEL,
             s,
             "coordinator",
-            arrays={"w_active": s.weights.copy(), "bias": bias, "trained_bias": s.bias.copy(), **disclosed},
+            arrays=dict(model.tensors),
             meta={
                 "chain": [step.name for step in released.chain],
                 "steps": [[step.name, dict(step.params)] for step in released.chain],
                 "withheld": [b.party_id for b in released.passive if b.withheld],
             },
         )
-        return s.weights.copy(), bias, released
+        return model, released
 
     def close(self, session_id: str) -> None:
         self.session(session_id)
         self._each_passive(lambda party, client: client.close(session_id))
         self.coordinator.close(session_id)
-        self.sessions.pop(session_id, None)
+        self.sessions.close(session_id)
 
 
 class ActiveServicer(active_pb2_grpc.ActiveServicer):
@@ -566,12 +528,15 @@ class ActiveServicer(active_pb2_grpc.ActiveServicer):
 
     @rpc
     def CreateSession(self, request: active_pb2.CreateSessionRequest, context: grpc.ServicerContext):
-        s = self.party.create_session(request.session_id, wire.backend_name(request.backend), request.training)
+        family, values = wire.model_settings(request.model, request.training)
+        s = self.party.create_session(
+            request.session_id, wire.backend_name(request.backend), request.training, family, values
+        )
         return active_pb2.SessionInfo(
             session_id=s.session_id,
             n_classes=s.n_classes,
             class_names=self.party.class_names,
-            n_active_features=s.weights.shape[1],
+            n_active_features=self.party.data.X.shape[1],
             passive_features=s.passive_features,
             score_release=s.score_release,
             param_release=s.param_release,
@@ -598,8 +563,14 @@ class ActiveServicer(active_pb2_grpc.ActiveServicer):
 
     @rpc
     def FetchModel(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
-        weights, bias, released = self.party.fetch_model(request.session_id)
-        return active_pb2.ModelReply(active_weights=to_tensor(weights), bias=to_tensor(bias), released=released)
+        model, released = self.party.fetch_model(request.session_id)
+        lr_fields = {  # LR's reply as vflsec.v1 clients read it
+            field: to_tensor(model.tensors[name])
+            for field, name in (("active_weights", "w_active"), ("bias", "bias"))
+            if name in model.tensors
+        }
+        tensors = {name: to_tensor(value) for name, value in model.tensors.items()}
+        return active_pb2.ModelReply(released=released, family=model.family, tensors=tensors, **lr_fields)
 
     @rpc
     def CloseSession(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):

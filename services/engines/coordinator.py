@@ -18,21 +18,20 @@ import numpy as np
 
 from vflsec.services.crypto import entropy, he
 from vflsec.services.defenses.params import Distorted
-from vflsec.services.defenses.release import ParamReleaseChain, ReleaseContext, ScoreReleaseChain
+from vflsec.services.defenses.release import ParamReleaseChain, ReleaseConfigError, ReleaseContext, ScoreReleaseChain
 from vflsec.services.engines import checkpoint
 from vflsec.services.engines.policy import BackendPolicy
+from vflsec.services.engines.sessions import SessionTable
 from vflsec.services.errors import (
-    AlreadyExists,
     FailedPrecondition,
     InvalidArgument,
-    NotFound,
     PermissionDenied,
     ResourceExhausted,
 )
-from vflsec.services.models import lr
+from vflsec.services.models import family as families
 from vflsec.services.transport import wire
 from vflsec.services.transport.server import rpc
-from vflsec.services.transport.tensors import to_tensor
+from vflsec.services.transport.tensors import from_tensor, to_tensor
 from vflsec.services.transport.tls import current_caller
 from vflsec.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 
@@ -93,8 +92,10 @@ class TrainingStep:
     step: int
     layout: he.MatrixLayout
     sample_index: np.ndarray
-    scores: list[bytes]  # serialized [[p]] ciphertexts
-    answers: dict[str, Answer] = field(default_factory=dict)  # per party
+    scores: list[bytes]  # serialized [[p]] ciphertexts (LR)
+    answers: dict[str, Answer] = field(default_factory=dict)  # per party (LR)
+    gradient: np.ndarray | None = None  # ∂L/∂h answered for the step (split-NN)
+    loss: float = 0.0
 
 
 @dataclass
@@ -127,6 +128,8 @@ class CoordinatorSession:
     passive_parties: tuple[str, ...]
     owner: str  # the active party that opened the session
     release: ReleaseContext
+    family: str  # the model family (services/models/family.py), chosen at OpenSession
+    trainer: families.KeyHolderTrainer  # the family's maths (and state) at the key holder
     # Block width per party (columns of its gradient products), as the active party reported them at the
     # first training step; each party must declare the same width for itself when it fetches block sums.
     widths: dict[str, int] = field(default_factory=dict)
@@ -145,6 +148,10 @@ class CoordinatorSession:
     # configuration changed under it ([policy] allowed_backends, [schema], [limits] key_rotation_steps).
     refused: str | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def model(self) -> families.ModelFamily:
+        return families.get(self.family)
 
     @property
     def backend(self) -> he.Backend:
@@ -169,7 +176,9 @@ class CoordinatorSession:
             )
 
     def to_state(self) -> tuple[dict[str, np.ndarray], dict]:
+        trainer_arrays, trainer_meta = self.trainer.to_state()
         arrays = {
+            **trainer_arrays,
             "trained_index": np.fromiter(sorted(self.trained_index), dtype=np.int64),
             "passive_trained": np.fromiter(sorted(self.passive_trained), dtype=np.int64),
             **{f"passive/{p}": w for p, w in (self.passive_weights or {}).items()},
@@ -179,7 +188,11 @@ class CoordinatorSession:
             arrays["current/index"] = current.sample_index
             arrays.update({f"current/score/{i}": checkpoint.from_bytes(b) for i, b in enumerate(current.scores)})
             arrays.update({f"current/answer/{p}": a.sums for p, a in current.answers.items() if a.sums is not None})
+            if current.gradient is not None:
+                arrays["current/gradient"] = current.gradient
         meta = {
+            **trainer_meta,
+            "family": self.family,
             "backend": self.backend.name,
             "n_classes": self.n_classes,
             "passive_parties": list(self.passive_parties),
@@ -198,6 +211,7 @@ class CoordinatorSession:
                 "step": current.step,
                 "layout": [list(current.layout.shape), current.layout.replicas, current.layout.rows_per_ct],
                 "n_scores": len(current.scores),
+                "loss": current.loss,
                 "answers": {
                     party: {"digest": a.digest, "seed": a.seed.hex(), "refused": a.refused}
                     for party, a in current.answers.items()
@@ -218,6 +232,7 @@ class CoordinatorSession:
         weights = (
             {p: np.array(arrays[f"passive/{p}"]) for p in meta["passive_parties"]} if meta["has_weights"] else None
         )
+        family = meta.get("family", families.DEFAULT)  # a checkpoint from before the family layer is LR's
         s = cls(
             epochs={e: he.restore_keyholder(meta["backend"], keys) for e, keys in epoch_keys.items()},
             rotation=meta["rotation"],
@@ -228,6 +243,8 @@ class CoordinatorSession:
             release=ReleaseContext(
                 rng=entropy.os_entropy(), n_classes=meta["n_classes"], passive_weights=weights or {}
             ),
+            family=family,
+            trainer=families.get(family).restore_key_holder((arrays, meta)),
             widths=meta["widths"],
             last_step=meta["last_step"],
             passive_weights=weights,
@@ -261,6 +278,8 @@ class CoordinatorSession:
                     for p, d in current.get("digests", {}).items()
                     for sums in [np.array(arrays[f"current/answer/{p}"])]
                 },
+                np.array(arrays["current/gradient"]) if "current/gradient" in arrays else None,
+                current.get("loss", 0.0),
             )
         return s
 
@@ -299,16 +318,17 @@ class Coordinator:
         for sid, (_, meta) in states.items():
             if "epochs" not in meta:
                 raise ValueError(f"session {sid!r}'s checkpoint predates training-key epochs: close or remove it")
-        self.sessions: dict[str, CoordinatorSession] = {
-            sid: CoordinatorSession.from_state(
+        self.sessions = SessionTable(
+            self.state,
+            lambda sid, arrays, meta: CoordinatorSession.from_state(
                 arrays,
                 meta,
                 {e: self.epoch_keys.load_bytes(_epoch_file(sid, e)) for e in meta["epochs"]},
                 self.state.load_bytes(sid),
                 self.inference_keys.load_bytes(sid) if meta.get("finished_step") is not None else None,
-            )
-            for sid, (arrays, meta) in states.items()
-        }
+            ),
+            refusal=lambda sid, s: s.refused,
+        )
         for sid, s in self.sessions.items():
             s.refused = self._refusal(sid, s)
         # A crash between a checkpoint and a key file's removal (or creation) leaves keys no session names: drop.
@@ -320,13 +340,7 @@ class Coordinator:
         self._lock = threading.Lock()
 
     def session(self, session_id: str, *, closing: bool = False) -> CoordinatorSession:
-        try:
-            s = self.sessions[session_id]
-        except KeyError:
-            raise NotFound(f"unknown session {session_id!r}") from None
-        if s.refused is not None and not closing:
-            raise FailedPrecondition(s.refused)
-        return s
+        return self.sessions.get(session_id, closing=closing)
 
     def _refusal(self, session_id: str, s: CoordinatorSession) -> str | None:
         """Why a restored session may not go on under the current configuration, if it may not."""
@@ -342,20 +356,16 @@ class Coordinator:
     def _check_rotation(self, s: CoordinatorSession) -> None:
         """The session's key epoch length T was fixed at OpenSession; a [schema] or [limits] key_rotation_steps
         changed since may allow fewer steps per key (else one key would answer more than N/4 functionals)."""
-        if self.key_rotation(s.owner, s.passive_parties, s.n_classes) < s.rotation:
+        if self.key_rotation(s.owner, s.passive_parties, s.n_classes, s.family) < s.rotation:
             raise FailedPrecondition(
                 "the schema or key_rotation_steps changed since this session opened; open a new session"
             )
 
     def _save(self, session_id: str, s: CoordinatorSession) -> None:
-        self.state.save(session_id, *s.to_state())
+        self.sessions.save(session_id, s)
 
     def owned(self, session_id: str, caller: str, *, closing: bool = False) -> CoordinatorSession:
-        """The session, if ``caller`` opened it: another active identity of the same CA gets PERMISSION_DENIED."""
-        s = self.session(session_id, closing=closing)
-        if caller != s.owner:
-            raise PermissionDenied(f"{caller} does not own session {session_id!r}")
-        return s
+        return self.sessions.owned(session_id, caller, closing=closing)
 
     def member(self, session_id: str, caller: str) -> CoordinatorSession:
         """The session, if ``caller`` is its owner or one of its passive parties."""
@@ -365,25 +375,28 @@ class Coordinator:
         return s
 
     def approved_width(self, s: CoordinatorSession, party: str) -> int | None:
-        return self._approved_width(s.owner, party)
+        return self._approved_width(s.owner, party, s.model)
 
-    def _approved_width(self, owner: str, party: str) -> int | None:
-        """The block width the schema approves for ``party`` (its feature columns, + 1 for the owner's bias
-        column); None without a schema. A party the schema does not name has no approved width."""
+    def _approved_width(self, owner: str, party: str, family: families.ModelFamily) -> int | None:
+        """The block width the schema approves for ``party`` (its feature columns as the family counts a block,
+        LR: + 1 for the owner's bias column); None without a schema. A party the schema does not name has none."""
         if self.schema is None:
             return None
         if party not in self.schema:
             raise FailedPrecondition(f"the coordinator's schema approves no width for {party}")
-        return self.schema[party] + (1 if party == owner else 0)
+        return family.block_width(self.schema[party], active=party == owner)
 
-    def key_rotation(self, owner: str, passive_parties: Sequence[str], n_classes: int) -> int:
+    def key_rotation(
+        self, owner: str, passive_parties: Sequence[str], n_classes: int, family_name: str = families.DEFAULT
+    ) -> int:
         """Steps per training-key epoch. Each step answers party q w_q·k block sums, each at most one linear
         functional of the key for a deviating party; summed over every party, any coalition of them reads at most
         N / KEY_ROTATION_MARGIN functionals per key. Without a schema (engines built in tests): every step."""
-        widths = [self._approved_width(owner, party) for party in (owner, *passive_parties)]
+        family = families.get(family_name)
+        widths = [self._approved_width(owner, party, family) for party in (owner, *passive_parties)]
         if None in widths:
             return 1
-        derived = he.key_rotation_steps(sum(w for w in widths if w is not None) * lr.n_logits(n_classes))
+        derived = he.key_rotation_steps(family.answers_per_step((w for w in widths if w is not None), n_classes))
         return min(derived, self.key_rotation_steps or derived)
 
     def open_session(
@@ -393,18 +406,29 @@ class Coordinator:
         n_classes: int,
         passive_parties: Sequence[str],
         owner: str,
+        family_name: str = families.DEFAULT,
+        values: Mapping[str, object] | None = None,
     ) -> bytes:
-        if not checkpoint.valid_session_id(session_id):
-            raise InvalidArgument(f"invalid session_id {session_id!r}")
+        """Open a session of ``family_name`` (``values``: its settings as plain values; default LR's defaults)."""
+        SessionTable.check_new(session_id)
+        try:
+            family = families.get(family_name)
+            settings = family.settings(values or {})
+        except ValueError as exc:
+            raise InvalidArgument(str(exc)) from exc
+        try:  # a release step that cannot handle this family's scores or parameters refuses the session now
+            self.score_chain.require(family.name)
+            self.param_chain.require(family.name)
+        except ReleaseConfigError as exc:
+            raise FailedPrecondition(f"this coordinator's release chains cannot serve {family.name}: {exc}") from exc
         self.backend_policy.require(backend_name)
         if n_classes < 2:
             raise InvalidArgument(f"n_classes must be >= 2, got {n_classes}")
         if len(set(passive_parties)) != len(passive_parties) or not passive_parties:
             raise InvalidArgument(f"passive_parties must be distinct and non-empty, got {list(passive_parties)}")
-        rotation = self.key_rotation(owner, passive_parties, n_classes)
-        with self._lock:
-            if session_id in self.sessions:
-                raise AlreadyExists(f"session {session_id!r} already exists")
+        rotation = self.key_rotation(owner, passive_parties, n_classes, family.name)
+        with self.sessions.lock:
+            self.sessions.check_absent(session_id)
             backend = he.make_keyholder(backend_name)
             s = CoordinatorSession(
                 epochs={0: backend},
@@ -415,17 +439,18 @@ class Coordinator:
                 owner=owner,
                 # Every release-time draw reads OS entropy: no configuration can make the noise reproducible.
                 release=ReleaseContext(rng=entropy.os_entropy(), n_classes=n_classes),
+                family=family.name,
+                trainer=family.new_key_holder(n_classes, passive_parties, settings),
             )
             self.epoch_keys.save_bytes(_epoch_file(session_id, 0), backend.export_keyholder())
             self.state.save_bytes(session_id, s.public_context)
-            self._save(session_id, s)
-            self.sessions[session_id] = s
+            self.sessions.add(session_id, s)
         return s.public_context
 
     def _logits(
         self, s: CoordinatorSession, logits: he.EncryptedMatrix, keys: he.Backend | None = None
     ) -> np.ndarray:
-        k = lr.n_logits(s.n_classes)
+        k = s.trainer.share_width
         if logits.shape[1] != k:
             raise InvalidArgument(f"logits have {logits.shape[1]} columns, the model has {k}")
         keys = keys or s.backend
@@ -449,35 +474,15 @@ class Coordinator:
         A replay of the last step (after a crash) must name the same batch and gets the same [[p]] back.
         """
         s = self.session(session_id)
-        k = lr.n_logits(s.n_classes)
+        k = s.trainer.share_width
         n = logits.shape[0]
         if replicas < 1 or replicas * k > s.backend.slots:
             raise InvalidArgument(f"replicas must be in [1, {s.backend.slots // k}], got {replicas}")
         if len(sample_index) != n:
             raise InvalidArgument(f"{len(sample_index)} sample indices for {n} logit rows")
         wire.require_distinct_rows(sample_index)
-        parties = {s.owner, *s.passive_parties}
-        if set(widths) != parties or min(widths.values(), default=0) < 1:
-            raise InvalidArgument(f"widths must give every party of the session {sorted(parties)} a width >= 1")
         with s.lock:
-            if s.widths and dict(widths) != s.widths:
-                raise FailedPrecondition(f"block widths {dict(widths)} differ from the session's {s.widths}")
-            if not s.widths:  # the widths are fixed now: T must still fit them
-                self._check_rotation(s)
-            for party, width in sorted(widths.items()):
-                approved = self.approved_width(s, party)
-                if approved is not None and width != approved:
-                    raise FailedPrecondition(
-                        f"{party} declared block width {width}; the operator-approved schema gives {approved}"
-                    )
-            smallest = lr.min_batch_size(widths.values())
-            if n < smallest:
-                raise InvalidArgument(
-                    f"a batch of {n} rows is below the minimum batch {smallest} (2 x the widest block, "
-                    f"{max(widths.values())} columns): smaller batches let gradients reveal scores and labels"
-                )
-            if step < max(s.last_step, 1):  # the last step may be replayed after a crash
-                raise FailedPrecondition(f"step {step} is before the last step {s.last_step}")
+            self._admit_step(s, step, n, widths)
             current = s.current
             if current is not None and current.step == step:
                 if not np.array_equal(current.sample_index, sample_index):
@@ -486,19 +491,85 @@ class Coordinator:
                     current.layout, he.deserialize_all(s.backend, current.scores, current.layout.ct_size)
                 )
             keys = self._epoch_keys(session_id, s, step)
-            probs = he.encrypt_matrix(keys, lr.link(self._logits(s, logits, keys)), replicas=replicas)
+            probs = s.trainer.training_scores(keys, self._logits(s, logits, keys), replicas)
             scores = [keys.serialize(ct) for ct in probs.ciphertexts]
             s.current = TrainingStep(step, probs.layout, np.array(sample_index), scores)
-            s.widths = dict(widths)
-            s.last_step = step
-            s.trained_index.update(sample_index.tolist())
-            dropped = [e for e in s.epochs if e < s.epoch(step)]  # no step from here on can need them
-            for epoch in dropped:
-                del s.epochs[epoch]
-            self._save(session_id, s)
-            for epoch in dropped:  # after the checkpoint that no longer names them
-                self.epoch_keys.remove(_epoch_file(session_id, epoch))
+            self._advance(session_id, s, step, sample_index, widths)
         return probs
+
+    def _admit_step(self, s: CoordinatorSession, step: int, n: int, widths: Mapping[str, int]) -> None:
+        """A training step's admission, for every family (caller holds s.lock): the widths every party declared
+        (fixed at the first step, checked against the schema), the minimum batch, and the step order (the last
+        step may be replayed after a crash)."""
+        parties = {s.owner, *s.passive_parties}
+        if set(widths) != parties or min(widths.values(), default=0) < 1:
+            raise InvalidArgument(f"widths must give every party of the session {sorted(parties)} a width >= 1")
+        if s.widths and dict(widths) != s.widths:
+            raise FailedPrecondition(f"block widths {dict(widths)} differ from the session's {s.widths}")
+        if not s.widths:  # the widths are fixed now: T must still fit them
+            self._check_rotation(s)
+        for party, width in sorted(widths.items()):
+            approved = self.approved_width(s, party)
+            if approved is not None and width != approved:
+                raise FailedPrecondition(
+                    f"{party} declared block width {width}; the operator-approved schema gives {approved}"
+                )
+        smallest = s.model.min_batch_size(widths.values())
+        if n < smallest:
+            raise InvalidArgument(
+                f"a batch of {n} rows is below the minimum batch {smallest} (2 x the widest block, "
+                f"{max(widths.values())} columns): smaller batches let gradients reveal scores and labels"
+            )
+        if step < max(s.last_step, 1):
+            raise FailedPrecondition(f"step {step} is before the last step {s.last_step}")
+
+    def _advance(self, session_id: str, s: CoordinatorSession, step: int, sample_index: np.ndarray, widths) -> None:
+        """Record step ``step`` as the last one (caller holds s.lock) and drop the keys no later step can need."""
+        s.widths = dict(widths)
+        s.last_step = step
+        s.trained_index.update(sample_index.tolist())
+        dropped = [e for e in s.epochs if e < s.epoch(step)]
+        for epoch in dropped:
+            del s.epochs[epoch]
+        self._save(session_id, s)
+        for epoch in dropped:  # after the checkpoint that no longer names them
+            self.epoch_keys.remove(_epoch_file(session_id, epoch))
+
+    def top_step(
+        self,
+        session_id: str,
+        step: int,
+        embedding: he.EncryptedMatrix,
+        labels: np.ndarray,
+        sample_index: np.ndarray,
+        widths: Mapping[str, int],
+    ) -> tuple[np.ndarray, float]:
+        """split-NN coordinator-top: the top model's step on the decrypted sum h of the step; ∂L/∂h and the loss.
+
+        Each step is applied once: a repeat of the last step's request (same rows) gets its answer again.
+        """
+        s = self.session(session_id)
+        n = embedding.shape[0]
+        if len(sample_index) != n or labels.shape != (n,):
+            raise InvalidArgument(f"{len(sample_index)} sample indices and {labels.shape} labels for {n} rows")
+        if not hasattr(s.trainer, "top_step"):
+            raise FailedPrecondition(f"session {session_id!r} trains {s.family}, which has no top step")
+        wire.require_distinct_rows(sample_index)
+        with s.lock:
+            self._admit_step(s, step, n, widths)
+            current = s.current
+            if current is not None and current.step == step:
+                if not np.array_equal(current.sample_index, sample_index) or current.gradient is None:
+                    raise FailedPrecondition(f"step {step} was computed for another batch; it can only be replayed")
+                return current.gradient.copy(), current.loss
+            if step != s.last_step + 1:
+                raise FailedPrecondition(f"step {step} does not follow the last step {s.last_step}")
+            keys = self._epoch_keys(session_id, s, step)
+            _check_form(keys, embedding, product=False)
+            gradient, loss = s.trainer.top_step(keys, embedding, labels)
+            s.current = TrainingStep(step, embedding.layout, np.array(sample_index), [], gradient=gradient, loss=loss)
+            self._advance(session_id, s, step, sample_index, widths)
+        return gradient.copy(), loss
 
     def _epoch_keys(self, session_id: str, s: CoordinatorSession, step: int) -> he.Backend:
         """Step ``step``'s training keys (caller holds s.lock); a step opening a new epoch makes its keys, stored
@@ -579,8 +650,7 @@ class Coordinator:
             try:
                 cts = he.deserialize_all(keys, ciphertexts, layout.ct_size)
                 keys.check_form(cts, product=True)
-                bound = keys.default_mask_bound + he.FEATURE_BOUND + 1.0
-                sums = he.block_sums(keys, cts, layout, max_abs=bound)[:width]
+                sums = s.trainer.block_sums(keys, cts, layout, width)
             except ValueError as exc:
                 answer.refused = f"ciphertexts: {exc}"
                 self._save(session_id, s)
@@ -593,8 +663,9 @@ class Coordinator:
         """Pull every passive block over TLS and keep it here (PPS-B and the parameter chain need it), with
         the rows each block was trained on (the training-ID refusal trusts them, not the active party)."""
         s = self.session(session_id)
-        weights = {party: self._peer(party).weights(session_id) for party in s.passive_parties}
-        k = lr.n_logits(s.n_classes)
+        pulled = s.passive_parties if s.model.releases_passive_blocks else ()
+        weights = {party: self._peer(party).weights(session_id) for party in pulled}
+        k = s.trainer.share_width
         for party, block in weights.items():
             # The block must have the width its gradients were computed (and bounded) for.
             width = s.widths.get(party, self.approved_width(s, party))
@@ -665,7 +736,7 @@ class Coordinator:
         s = self.session(session_id)
         if caller not in s.passive_parties:
             raise PermissionDenied(f"{caller} is not a passive party of session {session_id!r}")
-        k = lr.n_logits(s.n_classes)
+        k = s.trainer.share_width
         if logits.shape != (len(sample_index), k):
             raise InvalidArgument(f"share has shape {logits.shape}, expected {(len(sample_index), k)}")
         _check_form(s.inference_keys(), logits, product=False)
@@ -684,7 +755,7 @@ class Coordinator:
         owner's own share, decrypted here. A sum without some passive party's share is never decrypted, and
         no share is ever decrypted alone (each is masked anyway: services/crypto/share_mask.py)."""
         s = self.session(session_id)
-        n, k = own_logits.shape[0], lr.n_logits(s.n_classes)
+        n, k = own_logits.shape[0], s.trainer.share_width
         if len(sample_index) != n:
             raise InvalidArgument(f"{len(sample_index)} sample indices for {n} logit rows")
         if own_logits.shape[1] != k:
@@ -715,7 +786,7 @@ class Coordinator:
         # a sum this far out means the owner's share left some mask in, and its scores would be noise.
         if keys.default_mask_bound and np.abs(z).max() > keys.default_mask_bound / 2:
             raise InvalidArgument("own logits do not cancel the passive parties' share masks for these rows")
-        raw = lr.confidence_scores(z)
+        raw = s.trainer.scores(z)
         with s.lock:
             released = self.score_chain(raw, z, s.release)  # the release RNG and cache are per session
             s.scored += n
@@ -729,8 +800,11 @@ class Coordinator:
         except KeyError:
             raise FailedPrecondition(f"the coordinator has no address for passive party {party!r}") from None
 
-    def release_model(self, session_id: str) -> tuple[dict[str, np.ndarray | None], np.ndarray | None]:
-        """Each passive block through the parameter-release chain, and the bias offset the chain adds.
+    def release_model(
+        self, session_id: str
+    ) -> tuple[dict[str, np.ndarray | None], np.ndarray | None, dict[str, np.ndarray]]:
+        """Each passive block through the parameter-release chain, the bias offset the chain adds, and the
+        parameters the key holder's trainer releases (split-NN: the top model).
 
         The steps run at each passive party (its data statistics never leave it); the coordinator checks
         every step's output against the true block it holds (e.g. the achieved interpretability level g).
@@ -738,6 +812,12 @@ class Coordinator:
         s = self.session(session_id)
         if s.passive_weights is None:
             raise FailedPrecondition("the model is released after training: call FinishTraining first")
+        disclosed, offset = self._disclosed_blocks(session_id, s)
+        return disclosed, offset, s.trainer.released()
+
+    def _disclosed_blocks(
+        self, session_id: str, s: CoordinatorSession
+    ) -> tuple[dict[str, np.ndarray | None], np.ndarray | None]:
         if not self.param_chain.steps:
             return dict(s.passive_weights), None
         disclosed: dict[str, np.ndarray | None] = {}
@@ -759,8 +839,7 @@ class Coordinator:
         return disclosed, offset
 
     def close(self, session_id: str) -> None:
-        s = self.sessions.pop(session_id, None)
-        self.state.remove(session_id)
+        s = self.sessions.close(session_id)
         self.inference_keys.remove(session_id)
         for epoch in [] if s is None else list(s.epochs):
             self.epoch_keys.remove(_epoch_file(session_id, epoch))
@@ -798,12 +877,15 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
     @rpc
     def OpenSession(self, request: coordinator_pb2.OpenSessionRequest, context: grpc.ServicerContext):
         c = self.coordinator
+        family, values = wire.model_settings(request.model, request.training)
         public = c.open_session(
             request.session_id,
             wire.backend_name(request.backend),
             request.n_classes,
             list(request.passive_parties),
             owner=current_caller().party_id,
+            family_name=family,
+            values=values,
         )
         return coordinator_pb2.OpenSessionReply(
             public_context=public,
@@ -894,7 +976,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
     @rpc
     def ReleaseModel(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
         self._owner(request.session_id)
-        disclosed, offset = self.coordinator.release_model(request.session_id)
+        disclosed, offset, tensors = self.coordinator.release_model(request.session_id)
         blocks = [
             coordinator_pb2.PassiveBlock(party_id=party, withheld=True)
             if w is None
@@ -905,7 +987,19 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
             passive=blocks,
             chain=release_steps(self.coordinator.param_chain),
             bias_offset=None if offset is None else to_tensor(offset),
+            tensors={name: to_tensor(value) for name, value in tensors.items()},
         )
+
+    @rpc
+    def TopStep(self, request: coordinator_pb2.TopStepRequest, context: grpc.ServicerContext):
+        s = self._owner(request.session_id)
+        index = np.asarray(request.sample_index, np.int64)
+        embedding = wire.from_message(s.backend, request.embedding, "embedding", rows=len(index))
+        labels = from_tensor(request.labels, "labels", shape=(len(index),)).astype(np.int64)
+        gradient, loss = self.coordinator.top_step(
+            request.session_id, request.step, embedding, labels, index, dict(request.widths)
+        )
+        return coordinator_pb2.TopStepReply(gradient=to_tensor(gradient), loss=loss)
 
     @rpc
     def CloseSession(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
@@ -919,6 +1013,7 @@ ROLE_POLICY: dict[str, frozenset[str]] = {
     "GetPublicContext": frozenset({"active", "passive"}),
     "GetTrainingContext": frozenset({"active", "passive"}),
     "ComputeTrainingScores": frozenset({"active"}),
+    "TopStep": frozenset({"active"}),
     "DecryptBlockSums": frozenset({"active", "passive"}),
     "FinishTraining": frozenset({"active"}),
     "AdmitQuery": frozenset({"active"}),

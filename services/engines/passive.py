@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -15,18 +15,18 @@ from vflsec.services.data.datasets import PartyData
 from vflsec.services.defenses import params as param_defenses
 from vflsec.services.engines import checkpoint
 from vflsec.services.engines.policy import BackendPolicy
+from vflsec.services.engines.sessions import SessionTable
 from vflsec.services.errors import (
-    AlreadyExists,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
     PermissionDenied,
     ResourceExhausted,
 )
-from vflsec.services.models import lr
+from vflsec.services.models import family as families
 from vflsec.services.transport import wire
 from vflsec.services.transport.server import rpc
-from vflsec.services.transport.tensors import to_tensor
+from vflsec.services.transport.tensors import from_tensor, to_tensor
 from vflsec.services.transport.tls import COORDINATOR, current_caller
 from vflsec.v1 import common_pb2, passive_pb2, passive_pb2_grpc
 
@@ -52,9 +52,8 @@ class PassiveSession:
     backend: he.Backend
     public_context: bytes
     n_classes: int
-    config: lr.OptimizerConfig
-    weights: np.ndarray  # (K_logits, d_p), the true block: never leaves but to the coordinator
-    optimizer: lr.BlockOptimizer
+    family: str  # the model family (services/models/family.py), chosen at creation
+    trainer: families.PassiveTrainer  # the family's state and maths at this party
     # Key of this session's mask stream (AES-CTR, services/crypto/entropy.py): masks are unpredictable to the
     # coordinator, yet a step redone after a crash rebuilds byte-identical products.
     mask_key: bytes
@@ -66,7 +65,6 @@ class PassiveSession:
     psi_permutation: np.ndarray | None = None  # order in which our blinded IDs were sent; set once per session
     rows: np.ndarray | None = None  # common index -> our row, after PSI
     completed_step: int = 0  # last training step whose update is applied (and checkpointed)
-    previous_weights: np.ndarray | None = None  # the block before that step, to replay its Forward
     forward_index: tuple[int, np.ndarray] | None = None  # the batch of the step in flight
     inference: he.Backend | None = None  # public inference keys, fetched from the coordinator when first needed
     # (epoch, rotation, public keys) of the training-key epoch last used: fetched again when a step leaves it.
@@ -74,25 +72,23 @@ class PassiveSession:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def to_state(self) -> tuple[dict[str, np.ndarray], dict]:
-        opt, t = self.optimizer.state()
+        trainer_arrays, trainer_meta = self.trainer.to_state()
         arrays = {
-            "weights": self.weights,
+            **trainer_arrays,
             "context": checkpoint.from_bytes(self.public_context),
-            "opt_m": opt["m"],
-            "opt_v": opt["v"],
             "mask_key": checkpoint.from_bytes(self.mask_key),
             "trained_rows": np.fromiter(sorted(self.trained_rows), dtype=np.int64),
         }
         if self.share_mask_key is not None:
             arrays["share_mask_key"] = checkpoint.from_bytes(self.share_mask_key)
-        for name in ("previous_weights", "rows", "psi_permutation"):
+        for name in ("rows", "psi_permutation"):
             if getattr(self, name) is not None:
                 arrays[name] = getattr(self, name)
         meta = {
+            **trainer_meta,
+            "family": self.family,
             "backend": self.backend.name,
             "n_classes": self.n_classes,
-            "opt_t": t,
-            "optimizer": [self.config.name, self.config.learning_rate, self.config.l2],
             "completed_step": self.completed_step,
             "owner": self.owner,
         }
@@ -101,17 +97,13 @@ class PassiveSession:
     @classmethod
     def from_state(cls, arrays: dict[str, np.ndarray], meta: dict) -> PassiveSession:
         context = checkpoint.as_bytes(arrays["context"])
-        config = lr.OptimizerConfig(*meta["optimizer"])
-        weights = np.array(arrays["weights"])
-        optimizer = lr.BlockOptimizer(config, weights.shape)
-        optimizer.load_state({"m": arrays["opt_m"], "v": arrays["opt_v"]}, meta["opt_t"])
+        family = meta.get("family", families.DEFAULT)  # a checkpoint from before the family layer is LR's
         return cls(
             backend=he.open_public(meta["backend"], context),
             public_context=context,
             n_classes=meta["n_classes"],
-            config=config,
-            weights=weights,
-            optimizer=optimizer,
+            family=family,
+            trainer=families.get(family).restore_passive((arrays, meta)),
             mask_key=checkpoint.as_bytes(arrays["mask_key"]),
             owner=meta["owner"],
             share_mask_key=checkpoint.as_bytes(arrays["share_mask_key"]) if "share_mask_key" in arrays else None,
@@ -119,7 +111,6 @@ class PassiveSession:
             psi_permutation=arrays.get("psi_permutation"),
             rows=arrays.get("rows"),
             completed_step=meta["completed_step"],
-            previous_weights=arrays.get("previous_weights"),
         )
 
 
@@ -158,9 +149,13 @@ class PassiveParty:
         self.coordinator_id = coordinator_id  # the coordinator identity this party answers
         self.operator = operator or f"operator-{party_id}"  # this party's own operator (ForecastRisk)
         self.state = state or checkpoint.StateDir(None)
-        self.sessions: dict[str, PassiveSession] = {
-            sid: PassiveSession.from_state(arrays, meta) for sid, (arrays, meta) in self.state.load_all().items()
-        }
+        # A session the policy no longer allows (it changed since the session joined) is refused but for closing.
+        self.sessions = SessionTable(
+            self.state,
+            lambda sid, arrays, meta: PassiveSession.from_state(arrays, meta),
+            refusal=lambda sid, s: self.backend_policy.refusal(sid, s.backend.name),
+            duplicate="already joined",
+        )
         self.psi_ledger = checkpoint.StateDir(None if self.state.path is None else self.state.path / "psi_owners")
         self.psi_blinded: dict[str, int] = {
             owner: meta["blinded"] for owner, (_, meta) in self.psi_ledger.load_all().items()
@@ -172,24 +167,13 @@ class PassiveParty:
         return self.data.X.shape[1]
 
     def session(self, session_id: str, *, closing: bool = False) -> PassiveSession:
-        try:
-            s = self.sessions[session_id]
-        except KeyError:
-            raise NotFound(f"unknown session {session_id!r}") from None
-        refusal = self.backend_policy.refusal(session_id, s.backend.name)
-        if refusal is not None and not closing:  # the policy changed since it joined
-            raise FailedPrecondition(refusal)
-        return s
+        return self.sessions.get(session_id, closing=closing)
 
     def _save(self, session_id: str, s: PassiveSession) -> None:
-        self.state.save(session_id, *s.to_state())
+        self.sessions.save(session_id, s)
 
     def owned(self, session_id: str, caller: str, *, closing: bool = False) -> PassiveSession:
-        """The session, if ``caller`` owns it: another active identity of the same CA gets PERMISSION_DENIED."""
-        s = self.session(session_id, closing=closing)
-        if caller != s.owner:
-            raise PermissionDenied(f"{caller} does not own session {session_id!r}")
-        return s
+        return self.sessions.owned(session_id, caller, closing=closing)
 
     def check_coordinator(self, caller: str) -> None:
         if caller != self.coordinator_id:
@@ -204,16 +188,21 @@ class PassiveParty:
         session_id: str,
         backend_name: str,
         n_classes: int,
-        config: lr.OptimizerConfig,
+        settings: Mapping[str, object],
         caller: str,
         share_mask_key: bytes,
+        family_name: str = families.DEFAULT,
     ) -> int:
-        if not checkpoint.valid_session_id(session_id):
-            raise InvalidArgument(f"invalid session_id {session_id!r}")
+        """Join a session the caller opened at the coordinator; ``settings`` are the family's training settings."""
+        try:
+            family = families.get(family_name)
+            config = family.settings(settings)
+        except ValueError as exc:
+            raise InvalidArgument(f"training: {exc}") from exc
+        SessionTable.check_new(session_id)
         self.backend_policy.require(backend_name)
         if n_classes < 2:
             raise InvalidArgument(f"n_classes must be >= 2, got {n_classes}")
-        k = lr.n_logits(n_classes)
         context_backend, context, owner = self.coordinator.public_context(session_id)
         if owner != caller:  # the session is the caller's only if the coordinator says it opened it
             raise PermissionDenied(f"session {session_id!r} was opened at the coordinator by {owner}, not {caller}")
@@ -224,22 +213,19 @@ class PassiveParty:
         if len(share_mask_key) != entropy.KEY_BYTES:
             raise InvalidArgument(f"share_mask_key must be {entropy.KEY_BYTES} bytes, got {len(share_mask_key)}")
         backend = he.open_public(backend_name, context)
-        with self._lock:
-            if session_id in self.sessions:
-                raise AlreadyExists(f"session {session_id!r} already joined")
+        with self.sessions.lock:
+            self.sessions.check_absent(session_id)
             s = PassiveSession(
                 backend=backend,
                 public_context=context,
                 n_classes=n_classes,
-                config=config,
-                weights=np.zeros((k, self.n_features)),
-                optimizer=lr.BlockOptimizer(config, (k, self.n_features)),
+                family=family.name,
+                trainer=family.new_passive(n_classes, self.n_features, config),
                 mask_key=entropy.new_key(),
                 owner=owner,
                 share_mask_key=share_mask_key,
             )
-            self._save(session_id, s)
-            self.sessions[session_id] = s
+            self.sessions.add(session_id, s)
         return self.n_features
 
     # --- PSI (see services/crypto/psi.py) ---
@@ -318,15 +304,15 @@ class PassiveParty:
         x = self._features(s, sample_index)
         with s.lock:
             if step == s.completed_step + 1:
-                weights = s.weights
+                replay = False
                 s.forward_index = (step, sample_index.copy())
-            elif step == s.completed_step and s.previous_weights is not None:
-                weights = s.previous_weights
+            elif step == s.completed_step and s.trainer.can_replay:
+                replay = True
             else:
                 raise FailedPrecondition(
                     f"Forward for step {step} is out of order: the last completed step is {s.completed_step}"
                 )
-            z = x @ weights.T
+            z = s.trainer.forward(x, replay=replay)
         return he.encrypt_matrix(self._training_keys(session_id, s, step), z)
 
     def _training_keys(self, session_id: str, s: PassiveSession, step: int) -> he.Backend:
@@ -354,7 +340,7 @@ class PassiveParty:
                 raise FailedPrecondition("the coordinator has no inference keys yet: training is not finished")
             s.inference = he.open_public(s.backend.name, context)
         with s.lock:
-            z = x @ s.weights.T
+            z = s.trainer.inference_share(x)
             step = s.completed_step
         mask = share_mask.share_mask(
             s.share_mask_key, s.inference.default_mask_bound, session_id, step, query_id, sample_index, z.shape[1]
@@ -364,7 +350,12 @@ class PassiveParty:
         )
 
     def backward(
-        self, session_id: str, step: int, sample_index: np.ndarray, delta: he.EncryptedMatrix, delta_digest: bytes
+        self,
+        session_id: str,
+        step: int,
+        sample_index: np.ndarray,
+        delta: he.EncryptedMatrix | np.ndarray,
+        delta_digest: bytes,
     ) -> None:
         """Apply step ``step``'s update once; a repeated Backward for a completed step is acknowledged.
 
@@ -387,28 +378,30 @@ class PassiveParty:
             ):
                 raise InvalidArgument(f"step {step}: sample_index differs from the Forward of that step")
             x = self._features(s, sample_index)
-            if delta.shape != (len(sample_index), s.weights.shape[0]):
-                raise InvalidArgument(
-                    f"delta has shape {delta.shape}, expected {(len(sample_index), s.weights.shape[0])}"
-                )
-            masks = entropy.keyed_stream(s.mask_key, session_id, step, delta_digest)
-            cts, mask_sums = he.masked_feature_products(s.backend, delta, x, masks)
-            width = x.shape[1]
-            sums = self.coordinator.block_sums(session_id, step, [s.backend.serialize(c) for c in cts], width)
-            if sums.shape != (width, mask_sums.shape[1]):
-                raise FailedPrecondition(
-                    f"coordinator returned block sums of shape {sums.shape}, expected {(width, mask_sums.shape[1])}"
-                )
-            grad = he.gradient_from_block_sums(sums, mask_sums[:width], width) / len(sample_index)
-            s.previous_weights = s.weights
-            s.weights = s.optimizer.step(s.weights, grad)
+            ctx = families.PassiveContext(
+                session_id=session_id,
+                step=step,
+                backend=s.backend,
+                mask_key=s.mask_key,
+                key_holder=self.coordinator,
+                training_keys=lambda: self._training_keys(session_id, s, step),
+            )
+            s.trainer.backward(ctx, x, delta, delta_digest)
             s.completed_step = step
             s.trained_rows.update(sample_index.tolist())
             s.forward_index = None
             self._save(session_id, s)  # acknowledged only once durable
 
     def weights(self, session_id: str) -> np.ndarray:
-        return self.session(session_id).weights.copy()
+        return self._block(self.session(session_id))
+
+    @staticmethod
+    def _block(s: PassiveSession) -> np.ndarray:
+        """The weight block the coordinator pulls and the parameter chain distorts."""
+        released = s.trainer.releasable()
+        if "weights" not in released:
+            raise FailedPrecondition(f"a {s.family} session releases no weight block of this party")
+        return released["weights"]
 
     def trained(self, session_id: str) -> np.ndarray:
         s = self.session(session_id)
@@ -433,7 +426,7 @@ class PassiveParty:
             raise InvalidArgument(f"parameter-release steps: {exc}") from exc
         stats = self._stats(s) if any(step.needs_stats for step in steps) else None
         rng = entropy.os_entropy()  # secret draws (ε′, the sign of R) must be unpredictable
-        block: np.ndarray | None = s.weights.copy()
+        block: np.ndarray | None = self._block(s)
         results = []
         for step in steps:
             if block is None:
@@ -460,7 +453,7 @@ class PassiveParty:
             )
         try:
             return param_defenses.forecast(
-                s.weights,
+                self._block(s),
                 self._stats(s),
                 s.n_classes,
                 final,
@@ -470,8 +463,7 @@ class PassiveParty:
             raise InvalidArgument(str(exc)) from exc
 
     def close(self, session_id: str) -> None:
-        self.sessions.pop(session_id, None)
-        self.state.remove(session_id)
+        self.sessions.close(session_id)
 
 
 class PassiveServicer(passive_pb2_grpc.PassiveServicer):
@@ -484,14 +476,14 @@ class PassiveServicer(passive_pb2_grpc.PassiveServicer):
 
     @rpc
     def JoinSession(self, request: passive_pb2.JoinSessionRequest, context: grpc.ServicerContext):
-        config = wire.optimizer_config(request.training)
         n = self.party.join(
             request.session_id,
             wire.backend_name(request.backend),
             request.n_classes,
-            config,
+            wire.model_settings(request.model, request.training)[1],
             caller=current_caller().party_id,
             share_mask_key=request.share_mask_key,
+            family_name=wire.model_settings(request.model, request.training)[0],
         )
         return passive_pb2.JoinSessionReply(n_features=n, n_rows=len(self.party.data.ids))
 
@@ -523,9 +515,13 @@ class PassiveServicer(passive_pb2_grpc.PassiveServicer):
     @rpc
     def Backward(self, request: passive_pb2.BackwardRequest, context: grpc.ServicerContext):
         s = self._owner(request.session_id)
-        delta = wire.from_message(s.backend, request.delta, "delta")
         index = np.asarray(request.sample_index, dtype=np.int64)
-        self.party.backward(request.session_id, request.step, index, delta, wire.digest(request.delta.ciphertexts))
+        feedback: he.EncryptedMatrix | np.ndarray
+        if request.HasField("gradient"):  # split-NN's ∂L/∂h, in the clear
+            feedback = from_tensor(request.gradient, "gradient", ndim=2).copy()
+        else:
+            feedback = wire.from_message(s.backend, request.delta, "delta")
+        self.party.backward(request.session_id, request.step, index, feedback, wire.digest(request.delta.ciphertexts))
         return common_pb2.Empty()
 
     @rpc

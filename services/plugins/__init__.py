@@ -24,7 +24,8 @@ import numpy as np
 PUBLIC_CONTEXT = "public_context"  # blobs: context (the coordinator's public context)
 ENCRYPTED_LOGITS = "encrypted_logits"  # blobs: ciphertexts of a passive party's [[z_p]]
 ENCRYPTED_SCORES = "encrypted_scores"  # blobs: ciphertexts of [[p]] during training
-GRADIENT = "gradient"  # arrays: the active party's own (unmasked) gradient blocks
+ENCRYPTED_EMBEDDINGS = "encrypted_embeddings"  # blobs: ciphertexts of a passive party's [[h_p]] (split-NN)
+GRADIENT = "gradient"  # arrays: the active party's own (unmasked) gradient blocks (LR), ∂L/∂h (split-NN: embedding)
 RELEASED_SCORES = "released_scores"  # arrays: scores, own_features; sample_ids
 RELEASED_MODEL = "released_model"  # arrays: w_active, bias, w_passive/<party> (disclosed blocks)
 SESSION = "session"  # meta: schema and release chains announced for a session

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 import grpc
 import numpy as np
@@ -11,10 +12,10 @@ import numpy as np
 from vflsec.services.crypto import he
 from vflsec.services.defenses.params import Distorted
 from vflsec.services.errors import InvalidArgument
-from vflsec.services.models import lr
+from vflsec.services.models.family import Received
 from vflsec.services.transport import wire
 from vflsec.services.transport.server import DEFAULT_CALL_POLICY, CallPolicy, call
-from vflsec.services.transport.tensors import from_tensor
+from vflsec.services.transport.tensors import from_tensor, to_tensor
 from vflsec.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc, passive_pb2, passive_pb2_grpc
 
 # The passive party validates and re-blinds our list and hashes and blinds its own (together about 0.5 ms per
@@ -30,13 +31,23 @@ class CoordinatorClient:
         self.policy = policy
 
     def open_session(
-        self, session_id: str, backend: str, n_classes: int, passive_parties: Sequence[str]
+        self,
+        session_id: str,
+        backend: str,
+        n_classes: int,
+        passive_parties: Sequence[str],
+        family: str = "lr",
+        training: common_pb2.TrainingConfig | None = None,
+        values: Mapping[str, Any] | None = None,
     ) -> coordinator_pb2.OpenSessionReply:
+        """Open a session of model ``family`` (its settings: ``training`` and the family's ``values``)."""
         request = coordinator_pb2.OpenSessionRequest(
             session_id=session_id,
             backend=wire.BACKEND_ENUM[backend],
             n_classes=n_classes,
             passive_parties=list(passive_parties),
+            model=wire.model_choice(family, values or {}),
+            training=training,
         )
         return call(self.peer, self.stub.OpenSession, request, self.policy)
 
@@ -60,7 +71,8 @@ class CoordinatorClient:
         replicas: int,
         sample_index: np.ndarray,
         widths: Mapping[str, int],
-    ) -> coordinator_pb2.EncryptedMatrix:
+    ) -> Received:
+        """[[p]] of the step, validated against the logits' shape."""
         request = coordinator_pb2.TrainingScoresRequest(
             session_id=session_id,
             step=step,
@@ -69,13 +81,37 @@ class CoordinatorClient:
             sample_index=sample_index.tolist(),
             widths=dict(widths),
         )
-        return call(self.peer, self.stub.ComputeTrainingScores, request, self.policy)
+        reply = call(self.peer, self.stub.ComputeTrainingScores, request, self.policy)
+        return wire.received(backend, reply, "training scores", rows=logits.shape[0], cols=logits.shape[1])
 
     def block_sums(self, session_id: str, step: int, ciphertexts: list[bytes], width: int) -> np.ndarray:
         request = coordinator_pb2.BlockSumsRequest(
             session_id=session_id, step=step, ciphertexts=ciphertexts, width=width
         )
         return from_tensor(call(self.peer, self.stub.DecryptBlockSums, request, self.policy), "block sums", ndim=2)
+
+    def top_step(
+        self,
+        backend: he.Backend,
+        session_id: str,
+        step: int,
+        sample_index: np.ndarray,
+        embedding: he.EncryptedMatrix,
+        labels: np.ndarray,
+        widths: Mapping[str, int],
+    ) -> tuple[np.ndarray, float]:
+        """split-NN: ∂L/∂h for the step's [[h]] and labels, and the batch loss."""
+        request = coordinator_pb2.TopStepRequest(
+            session_id=session_id,
+            step=step,
+            sample_index=sample_index.tolist(),
+            embedding=wire.to_message(backend, embedding),
+            labels=to_tensor(np.asarray(labels, dtype=np.int64)),
+            widths=dict(widths),
+        )
+        reply = call(self.peer, self.stub.TopStep, request, self.policy)
+        gradient = from_tensor(reply.gradient, "∂L/∂h", shape=embedding.shape).copy()
+        return gradient, reply.loss
 
     def finish_training(self, session_id: str) -> None:
         call(self.peer, self.stub.FinishTraining, common_pb2.SessionRef(session_id=session_id), self.policy)
@@ -136,6 +172,8 @@ class PassiveClient:
         n_classes: int,
         training: common_pb2.TrainingConfig,
         share_mask_key: bytes,
+        family: str = "lr",
+        values: Mapping[str, Any] | None = None,
     ) -> passive_pb2.JoinSessionReply:
         request = passive_pb2.JoinSessionRequest(
             session_id=session_id,
@@ -143,6 +181,7 @@ class PassiveClient:
             n_classes=n_classes,
             training=training,
             share_mask_key=share_mask_key,
+            model=wire.model_choice(family, values or {}),
         )
         return call(self.peer, self.stub.JoinSession, request, self.policy)
 
@@ -158,20 +197,22 @@ class PassiveClient:
         request = passive_pb2.PsiFinishRequest(session_id=session_id, positions=positions.tolist())
         return call(self.peer, self.stub.PsiFinish, request, self.policy).n_common
 
-    def forward(
-        self, backend: he.Backend, session_id: str, step: int, sample_index: np.ndarray, n_classes: int
-    ) -> tuple[he.EncryptedMatrix, list[bytes]]:
-        """[[z_p]] for the samples, validated against the requested shape; also the raw ciphertext bytes."""
+    def forward(self, backend: he.Backend, session_id: str, step: int, sample_index: np.ndarray, cols: int) -> Received:
+        """[[z_p]] for the samples, validated against the requested shape (``cols`` logits)."""
         request = passive_pb2.ForwardRequest(session_id=session_id, step=step, sample_index=sample_index.tolist())
         reply = call(self.peer, self.stub.Forward, request, self.policy)
-        matrix = wire.from_message(
-            backend, reply, f"logits from {self.peer}", rows=len(sample_index), cols=lr.n_logits(n_classes)
-        )
-        return matrix, list(reply.ciphertexts)
+        return wire.received(backend, reply, f"logits from {self.peer}", rows=len(sample_index), cols=cols)
 
-    def backward(self, session_id: str, step: int, sample_index: np.ndarray, delta: common_pb2.EncryptedMatrix) -> None:
+    def backward(self, session_id: str, step: int, sample_index: np.ndarray, delta: he.WireMatrix) -> None:
         request = passive_pb2.BackwardRequest(
-            session_id=session_id, step=step, sample_index=sample_index.tolist(), delta=delta
+            session_id=session_id, step=step, sample_index=sample_index.tolist(), delta=wire.message_of(delta)
+        )
+        call(self.peer, self.stub.Backward, request, self.policy)
+
+    def backward_gradient(self, session_id: str, step: int, sample_index: np.ndarray, gradient: np.ndarray) -> None:
+        """split-NN: the step's ∂L/∂h, in the clear."""
+        request = passive_pb2.BackwardRequest(
+            session_id=session_id, step=step, sample_index=sample_index.tolist(), gradient=to_tensor(gradient)
         )
         call(self.peer, self.stub.Backward, request, self.policy)
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
 from vflsec.services.crypto import he
 from vflsec.services.errors import InvalidArgument
-from vflsec.services.models import lr
+from vflsec.services.models.family import Received
 from vflsec.v1 import common_pb2
 
 BACKENDS = {common_pb2.CKKS: "ckks", common_pb2.PLAIN: "plain"}
@@ -24,7 +25,11 @@ def backend_name(value: int) -> str:
 
 
 def to_message(backend: he.Backend, matrix: he.EncryptedMatrix) -> common_pb2.EncryptedMatrix:
-    w = he.matrix_to_wire(backend, matrix)
+    return message_of(he.matrix_to_wire(backend, matrix))
+
+
+def message_of(w: he.WireMatrix) -> common_pb2.EncryptedMatrix:
+    """The message of a serialised matrix (one serialisation, sent to several parties)."""
     rows, cols = w.shape
     return common_pb2.EncryptedMatrix(
         rows=rows, cols=cols, replicas=w.replicas, rows_per_ciphertext=w.rows_per_ct, ciphertexts=w.ciphertexts
@@ -53,6 +58,14 @@ def from_message(
         raise InvalidArgument(f"{name}: {exc}") from exc
 
 
+def received(
+    backend: he.Backend, message: common_pb2.EncryptedMatrix, name: str, *, rows: int, cols: int
+) -> Received:
+    """A received matrix for a model family: validated and parsed, with its bytes and their fingerprint."""
+    blobs = list(message.ciphertexts)
+    return Received(from_message(backend, message, name, rows=rows, cols=cols), blobs, digest(blobs))
+
+
 def digest(blobs: Iterable[bytes]) -> bytes:
     """SHA-256 over length-prefixed blobs: one fingerprint of a list of serialized ciphertexts."""
     h = hashlib.sha256()
@@ -61,12 +74,74 @@ def digest(blobs: Iterable[bytes]) -> bytes:
     return h.digest()
 
 
-def optimizer_config(training: common_pb2.TrainingConfig) -> lr.OptimizerConfig:
-    """The optimiser settings of a TrainingConfig, defaults filled in; bad values are an InvalidArgument."""
-    try:
-        return lr.OptimizerConfig(training.optimizer or "adam", training.learning_rate or 0.05, training.l2)
-    except ValueError as exc:
-        raise InvalidArgument(f"training: {exc}") from exc
+def training_settings(training: common_pb2.TrainingConfig) -> dict[str, object]:
+    """A TrainingConfig's model settings as plain values (unset: empty or 0); the family fills in its defaults."""
+    return {"optimizer": training.optimizer, "learning_rate": training.learning_rate, "l2": training.l2}
+
+
+def model_settings(model: common_pb2.ModelChoice, training: common_pb2.TrainingConfig) -> tuple[str, dict[str, Any]]:
+    """The session's model family and its settings as plain values; an unset choice is LR (vflsec.v1 clients)."""
+    family = model.WhichOneof("family") or "lr"
+    if family != "splitnn":
+        return family, training_settings(training)
+    m = model.splitnn
+    optimizer: dict[str, Any] = {
+        "name": training.optimizer or "adam",
+        "weight_decay": training.l2,
+        "schedule": m.schedule or "constant",
+    }
+    for key, value in (
+        ("learning_rate", training.learning_rate),
+        ("momentum", m.momentum),
+        ("step_epochs", m.step_epochs),
+        ("gamma", m.gamma),
+        ("epochs", m.schedule_epochs),
+    ):
+        if value:  # unset (0): the optimiser's default
+            optimizer[key] = value
+    values: dict[str, Any] = {
+        "topology": m.topology or "coordinator-top",
+        "bottom_hidden": list(m.bottom_hidden),
+        "activation": m.activation or "relu",
+        "dropout": m.dropout,
+        "optimizer": optimizer,
+        "seed": training.seed,
+        "party": m.party,
+    }
+    if m.embedding:
+        values["embedding"] = m.embedding
+    if m.top_hidden:
+        values["top_hidden"] = list(m.top_hidden)
+    for flag in ("bottom_bias", "top_bias"):
+        if m.HasField(flag):
+            values[flag] = getattr(m, flag)
+    return family, values
+
+
+def model_choice(family: str, values: Mapping[str, Any]) -> common_pb2.ModelChoice:
+    """The inverse of :func:`model_settings` for the model part (the optimiser's name, rate, L2 and the seed travel
+    in the TrainingConfig)."""
+    if family != "splitnn":
+        return common_pb2.ModelChoice(lr=common_pb2.LrModel())
+    optimizer = values.get("optimizer", {})
+    return common_pb2.ModelChoice(
+        splitnn=common_pb2.SplitNnModel(
+            topology=values.get("topology", ""),
+            embedding=values.get("embedding", 0),
+            bottom_hidden=list(values.get("bottom_hidden", ())),
+            top_hidden=list(values.get("top_hidden", ())),
+            activation=values.get("activation", ""),
+            dropout=values.get("dropout", 0.0),
+            bottom_bias=values.get("bottom_bias"),
+            top_bias=values.get("top_bias"),
+            momentum=optimizer.get("momentum", 0.0),
+            schedule=optimizer.get("schedule", ""),
+            step_epochs=optimizer.get("step_epochs", 0),
+            gamma=optimizer.get("gamma", 0.0),
+            schedule_epochs=optimizer.get("epochs") or 0,
+            party=values.get("party", 0),
+        )
+    )
 
 
 def require_distinct_rows(sample_index: np.ndarray) -> None:

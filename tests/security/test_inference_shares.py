@@ -48,8 +48,8 @@ def test_coordinator_cannot_solve_features_from_a_stored_share(tmp_path, monkeyp
         s_a, s_p = active.session(sid), passive.session(sid)
         index = np.array([s_a.index_of[i] for i in queried])
         x_p = passive.data.X[s_p.rows[index]]
-        true_share = x_p @ s_p.weights.T
-        z = active.data.X[s_a.rows[index]] @ s_a.weights.T + s_a.bias + true_share
+        true_share = x_p @ s_p.trainer.weights.T
+        z = active.data.X[s_a.rows[index]] @ s_a.trainer.weights.T + s_a.trainer.bias + true_share
         keys = coordinator.session(sid).inference_keys()
         w_p = coordinator.session(sid).passive_weights["passive-1"]
 

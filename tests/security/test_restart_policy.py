@@ -23,7 +23,6 @@ from vflsec.services.engines import checkpoint
 from vflsec.services.engines.coordinator import Coordinator
 from vflsec.services.engines.passive import PassiveParty
 from vflsec.services.errors import FailedPrecondition, InvalidArgument, PermissionDenied
-from vflsec.services.models import lr
 
 SCHEMA = {"active": 2, "passive-1": 2}  # widths 3 (with the bias column) and 2
 WIDTHS = {"active": 3, "passive-1": 2}
@@ -103,7 +102,7 @@ def test_a_passive_party_refuses_plain_unless_its_own_policy_allows_it(tmp_path)
         return PassiveParty("passive-1", data, _Coordinator(), checkpoint.StateDir(tmp_path), allowed_backends=backends)
 
     def join(p: PassiveParty) -> int:
-        return p.join("s", "plain", 2, lr.OptimizerConfig(), "active", bytes(32))
+        return p.join("s", "plain", 2, {}, "active", bytes(32))  # LR with default settings
 
     with pytest.raises(PermissionDenied, match=r"'plain' is not allowed by passive-1's \[policy\] allowed_backends"):
         join(party("ckks"))

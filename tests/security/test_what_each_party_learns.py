@@ -41,7 +41,7 @@ def test_coordinator_decrypts_only_aggregates_and_passives_receive_only_cipherte
 
     def watched_forward(self, session_id, step, sample_index):  # type: ignore[no-untyped-def]
         s = self.session(session_id)
-        shares.append(self.data.X[s.rows[sample_index]] @ s.weights.T)
+        shares.append(self.data.X[s.rows[sample_index]] @ s.trainer.weights.T)
         return forward(self, session_id, step, sample_index)
 
     def watched_backward(self, session_id, step, sample_index, delta, digest):  # type: ignore[no-untyped-def]
@@ -73,12 +73,12 @@ def test_coordinator_decrypts_only_aggregates_and_passives_receive_only_cipherte
         active = fed.parties["active"].engine
         s_a = active.session(sid)
         index = np.array([s_a.index_of[i] for i in queried])
-        own = active.data.X[s_a.rows[index]] @ s_a.weights.T + s_a.bias
+        own = active.data.X[s_a.rows[index]] @ s_a.trainer.weights.T + s_a.trainer.bias
         inference_shares = []
         for name in ("passive-1", "passive-2"):
             engine = fed.parties[name].engine
             s_p = engine.session(sid)
-            inference_shares.append(engine.data.X[s_p.rows[index]] @ s_p.weights.T)
+            inference_shares.append(engine.data.X[s_p.rows[index]] @ s_p.trainer.weights.T)
 
     # Coordinator, training: logits it decrypts are never one passive party's share; products are masked.
     training = decrypted[:n_training]

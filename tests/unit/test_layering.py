@@ -24,19 +24,44 @@ FORBIDDEN: dict[str, set[str]] = {
 }
 
 
-def imported_rooms(path: Path) -> set[str]:
-    rooms: set[str] = set()
+# Model families: the packages under services/models/. Only a family's own package imports it, but for the rooms
+# that analyse one family's released model (attacks, parameter and score defenses): they share its algebra (LR's
+# linear system) and each plug-in declares the families it supports (services/registry.py).
+FAMILIES = sorted(p.name for p in (SERVICES / "models").iterdir() if (p / "__init__.py").exists())
+FAMILY_AWARE = {"attacks", "defenses"}
+
+
+def imported_modules(path: Path, package: str | None = None) -> set[str]:
+    """Every dotted name a module imports (``from a import b`` gives a and a.b), relative imports resolved
+    against the module's ``package`` (by default where it lies under services/)."""
+    modules: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        names: list[str] = []
-        if isinstance(node, ast.ImportFrom) and node.module:
-            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        if isinstance(node, ast.ImportFrom):
+            base = []
+            if node.level:
+                parts = package.split(".") if package else ["vflsec", *path.relative_to(SERVICES.parent).parent.parts]
+                base = parts[: len(parts) - node.level + 1]
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            modules |= {module} | {f"{module}.{alias.name}" for alias in node.names}
         elif isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        for name in names:
-            parts = name.split(".")
-            if parts[:2] == ["vflsec", "services"] and len(parts) > 2:
-                rooms.add(parts[2])
-    return rooms
+            modules |= {alias.name for alias in node.names}
+    return modules
+
+
+def imported_rooms(path: Path) -> set[str]:
+    return {
+        parts[2]
+        for name in imported_modules(path)
+        if (parts := name.split("."))[:2] == ["vflsec", "services"] and len(parts) > 2
+    }
+
+
+def imported_families(path: Path, package: str | None = None) -> set[str]:
+    return {
+        parts[3]
+        for name in imported_modules(path, package)
+        if (parts := name.split("."))[:3] == ["vflsec", "services", "models"] and len(parts) > 3
+    } & set(FAMILIES)
 
 
 @pytest.mark.parametrize("room", sorted(FORBIDDEN))
@@ -57,13 +82,35 @@ def test_the_scanner_sees_function_local_imports(tmp_path: Path) -> None:
     assert imported_rooms(module) == {"engines"}
 
 
-def test_every_package_under_services_is_installed() -> None:
-    """A non-editable install (the Dockerfile's) ships only the packages pyproject lists."""
-    import tomllib
+@pytest.mark.parametrize("family", FAMILIES)
+def test_only_a_family_imports_itself(family: str) -> None:
+    """Engines, transport, crypto, plugins, the family layer and the other families reach a family by name only
+    (services/models/family.py ``get``), never by import."""
+    offenders = sorted(
+        str(path.relative_to(SERVICES))
+        for path in SERVICES.rglob("*.py")
+        if path.relative_to(SERVICES).parts[:2] != ("models", family)
+        and path.relative_to(SERVICES).parts[0] not in FAMILY_AWARE
+        and family in imported_families(path)
+    )
+    assert not offenders, f"only services/models/{family}/ may import the {family} family: {offenders}"
 
-    listed = set(tomllib.loads((SERVICES.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    on_disk = {
-        "vflsec." + ".".join(("services", *init.parent.relative_to(SERVICES).parts))
-        for init in SERVICES.rglob("__init__.py")
-    }
-    assert on_disk <= listed, f"add to pyproject's packages: {sorted(on_disk - listed)}"
+
+def test_engines_name_no_lr() -> None:
+    """Not even a name: what an engine needs of LR (its maths, its sizes) it asks the family for."""
+    offenders = {}
+    for path in sorted((SERVICES / "engines").rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        names |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+        imports = [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom | ast.Import)]
+        names |= {alias.asname or alias.name for n in imports for alias in n.names}
+        if "lr" in names or "models.lr" in path.read_text():
+            offenders[path.name] = sorted(n for n in names if n == "lr")
+    assert not offenders, f"engines must not name the lr family: {offenders}"
+
+
+def test_the_family_scanner_resolves_relative_imports(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("from ..models import lr\nfrom ..models.splitnn.steps import Bottom\nfrom . import sessions\n")
+    assert imported_families(module, package="vflsec.services.engines") == {"lr", "splitnn"}

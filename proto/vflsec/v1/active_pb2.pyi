@@ -9,14 +9,16 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class CreateSessionRequest(_message.Message):
-    __slots__ = ("session_id", "backend", "training")
+    __slots__ = ("session_id", "backend", "training", "model")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     TRAINING_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     backend: _common_pb2.Backend
     training: _common_pb2.TrainingConfig
-    def __init__(self, session_id: _Optional[str] = ..., backend: _Optional[_Union[_common_pb2.Backend, str]] = ..., training: _Optional[_Union[_common_pb2.TrainingConfig, _Mapping]] = ...) -> None: ...
+    model: _common_pb2.ModelChoice
+    def __init__(self, session_id: _Optional[str] = ..., backend: _Optional[_Union[_common_pb2.Backend, str]] = ..., training: _Optional[_Union[_common_pb2.TrainingConfig, _Mapping]] = ..., model: _Optional[_Union[_common_pb2.ModelChoice, _Mapping]] = ...) -> None: ...
 
 class SessionInfo(_message.Message):
     __slots__ = ("session_id", "n_classes", "class_names", "n_active_features", "passive_features", "score_release", "param_release")
@@ -98,11 +100,22 @@ class PredictReply(_message.Message):
     def __init__(self, sample_ids: _Optional[_Iterable[str]] = ..., scores: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., chain: _Optional[_Iterable[_Union[_common_pb2.ReleaseStep, _Mapping]]] = ..., argmax_changed: _Optional[int] = ...) -> None: ...
 
 class ModelReply(_message.Message):
-    __slots__ = ("active_weights", "bias", "released")
+    __slots__ = ("active_weights", "bias", "released", "family", "tensors")
+    class TensorsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: _common_pb2.Tensor
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ...) -> None: ...
     ACTIVE_WEIGHTS_FIELD_NUMBER: _ClassVar[int]
     BIAS_FIELD_NUMBER: _ClassVar[int]
     RELEASED_FIELD_NUMBER: _ClassVar[int]
+    FAMILY_FIELD_NUMBER: _ClassVar[int]
+    TENSORS_FIELD_NUMBER: _ClassVar[int]
     active_weights: _common_pb2.Tensor
     bias: _common_pb2.Tensor
     released: _coordinator_pb2.ReleasedModel
-    def __init__(self, active_weights: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., bias: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., released: _Optional[_Union[_coordinator_pb2.ReleasedModel, _Mapping]] = ...) -> None: ...
+    family: str
+    tensors: _containers.MessageMap[str, _common_pb2.Tensor]
+    def __init__(self, active_weights: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., bias: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., released: _Optional[_Union[_coordinator_pb2.ReleasedModel, _Mapping]] = ..., family: _Optional[str] = ..., tensors: _Optional[_Mapping[str, _common_pb2.Tensor]] = ...) -> None: ...

@@ -89,3 +89,47 @@ class ReleaseStep(_message.Message):
     name: str
     params: _containers.ScalarMap[str, str]
     def __init__(self, name: _Optional[str] = ..., params: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class ModelChoice(_message.Message):
+    __slots__ = ("lr", "splitnn")
+    LR_FIELD_NUMBER: _ClassVar[int]
+    SPLITNN_FIELD_NUMBER: _ClassVar[int]
+    lr: LrModel
+    splitnn: SplitNnModel
+    def __init__(self, lr: _Optional[_Union[LrModel, _Mapping]] = ..., splitnn: _Optional[_Union[SplitNnModel, _Mapping]] = ...) -> None: ...
+
+class LrModel(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SplitNnModel(_message.Message):
+    __slots__ = ("topology", "embedding", "bottom_hidden", "top_hidden", "activation", "dropout", "bottom_bias", "top_bias", "momentum", "schedule", "step_epochs", "gamma", "schedule_epochs", "party")
+    TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDING_FIELD_NUMBER: _ClassVar[int]
+    BOTTOM_HIDDEN_FIELD_NUMBER: _ClassVar[int]
+    TOP_HIDDEN_FIELD_NUMBER: _ClassVar[int]
+    ACTIVATION_FIELD_NUMBER: _ClassVar[int]
+    DROPOUT_FIELD_NUMBER: _ClassVar[int]
+    BOTTOM_BIAS_FIELD_NUMBER: _ClassVar[int]
+    TOP_BIAS_FIELD_NUMBER: _ClassVar[int]
+    MOMENTUM_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    STEP_EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    GAMMA_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    PARTY_FIELD_NUMBER: _ClassVar[int]
+    topology: str
+    embedding: int
+    bottom_hidden: _containers.RepeatedScalarFieldContainer[int]
+    top_hidden: _containers.RepeatedScalarFieldContainer[int]
+    activation: str
+    dropout: float
+    bottom_bias: bool
+    top_bias: bool
+    momentum: float
+    schedule: str
+    step_epochs: int
+    gamma: float
+    schedule_epochs: int
+    party: int
+    def __init__(self, topology: _Optional[str] = ..., embedding: _Optional[int] = ..., bottom_hidden: _Optional[_Iterable[int]] = ..., top_hidden: _Optional[_Iterable[int]] = ..., activation: _Optional[str] = ..., dropout: _Optional[float] = ..., bottom_bias: _Optional[bool] = ..., top_bias: _Optional[bool] = ..., momentum: _Optional[float] = ..., schedule: _Optional[str] = ..., step_epochs: _Optional[int] = ..., gamma: _Optional[float] = ..., schedule_epochs: _Optional[int] = ..., party: _Optional[int] = ...) -> None: ...

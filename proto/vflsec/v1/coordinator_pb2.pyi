@@ -8,16 +8,20 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class OpenSessionRequest(_message.Message):
-    __slots__ = ("session_id", "backend", "n_classes", "passive_parties")
+    __slots__ = ("session_id", "backend", "n_classes", "passive_parties", "model", "training")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     N_CLASSES_FIELD_NUMBER: _ClassVar[int]
     PASSIVE_PARTIES_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    TRAINING_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     backend: _common_pb2.Backend
     n_classes: int
     passive_parties: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, session_id: _Optional[str] = ..., backend: _Optional[_Union[_common_pb2.Backend, str]] = ..., n_classes: _Optional[int] = ..., passive_parties: _Optional[_Iterable[str]] = ...) -> None: ...
+    model: _common_pb2.ModelChoice
+    training: _common_pb2.TrainingConfig
+    def __init__(self, session_id: _Optional[str] = ..., backend: _Optional[_Union[_common_pb2.Backend, str]] = ..., n_classes: _Optional[int] = ..., passive_parties: _Optional[_Iterable[str]] = ..., model: _Optional[_Union[_common_pb2.ModelChoice, _Mapping]] = ..., training: _Optional[_Union[_common_pb2.TrainingConfig, _Mapping]] = ...) -> None: ...
 
 class OpenSessionReply(_message.Message):
     __slots__ = ("public_context", "score_release", "param_release")
@@ -161,11 +165,51 @@ class PassiveBlock(_message.Message):
     def __init__(self, party_id: _Optional[str] = ..., withheld: _Optional[bool] = ..., weights: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ...) -> None: ...
 
 class ReleasedModel(_message.Message):
-    __slots__ = ("passive", "chain", "bias_offset")
+    __slots__ = ("passive", "chain", "bias_offset", "tensors")
+    class TensorsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: _common_pb2.Tensor
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ...) -> None: ...
     PASSIVE_FIELD_NUMBER: _ClassVar[int]
     CHAIN_FIELD_NUMBER: _ClassVar[int]
     BIAS_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TENSORS_FIELD_NUMBER: _ClassVar[int]
     passive: _containers.RepeatedCompositeFieldContainer[PassiveBlock]
     chain: _containers.RepeatedCompositeFieldContainer[_common_pb2.ReleaseStep]
     bias_offset: _common_pb2.Tensor
-    def __init__(self, passive: _Optional[_Iterable[_Union[PassiveBlock, _Mapping]]] = ..., chain: _Optional[_Iterable[_Union[_common_pb2.ReleaseStep, _Mapping]]] = ..., bias_offset: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ...) -> None: ...
+    tensors: _containers.MessageMap[str, _common_pb2.Tensor]
+    def __init__(self, passive: _Optional[_Iterable[_Union[PassiveBlock, _Mapping]]] = ..., chain: _Optional[_Iterable[_Union[_common_pb2.ReleaseStep, _Mapping]]] = ..., bias_offset: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., tensors: _Optional[_Mapping[str, _common_pb2.Tensor]] = ...) -> None: ...
+
+class TopStepRequest(_message.Message):
+    __slots__ = ("session_id", "step", "sample_index", "embedding", "labels", "widths")
+    class WidthsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDING_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    WIDTHS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    step: int
+    sample_index: _containers.RepeatedScalarFieldContainer[int]
+    embedding: _common_pb2.EncryptedMatrix
+    labels: _common_pb2.Tensor
+    widths: _containers.ScalarMap[str, int]
+    def __init__(self, session_id: _Optional[str] = ..., step: _Optional[int] = ..., sample_index: _Optional[_Iterable[int]] = ..., embedding: _Optional[_Union[_common_pb2.EncryptedMatrix, _Mapping]] = ..., labels: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., widths: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
+class TopStepReply(_message.Message):
+    __slots__ = ("gradient", "loss")
+    GRADIENT_FIELD_NUMBER: _ClassVar[int]
+    LOSS_FIELD_NUMBER: _ClassVar[int]
+    gradient: _common_pb2.Tensor
+    loss: float
+    def __init__(self, gradient: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., loss: _Optional[float] = ...) -> None: ...

@@ -8,18 +8,20 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class JoinSessionRequest(_message.Message):
-    __slots__ = ("session_id", "backend", "n_classes", "training", "share_mask_key")
+    __slots__ = ("session_id", "backend", "n_classes", "training", "share_mask_key", "model")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     N_CLASSES_FIELD_NUMBER: _ClassVar[int]
     TRAINING_FIELD_NUMBER: _ClassVar[int]
     SHARE_MASK_KEY_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     backend: _common_pb2.Backend
     n_classes: int
     training: _common_pb2.TrainingConfig
     share_mask_key: bytes
-    def __init__(self, session_id: _Optional[str] = ..., backend: _Optional[_Union[_common_pb2.Backend, str]] = ..., n_classes: _Optional[int] = ..., training: _Optional[_Union[_common_pb2.TrainingConfig, _Mapping]] = ..., share_mask_key: _Optional[bytes] = ...) -> None: ...
+    model: _common_pb2.ModelChoice
+    def __init__(self, session_id: _Optional[str] = ..., backend: _Optional[_Union[_common_pb2.Backend, str]] = ..., n_classes: _Optional[int] = ..., training: _Optional[_Union[_common_pb2.TrainingConfig, _Mapping]] = ..., share_mask_key: _Optional[bytes] = ..., model: _Optional[_Union[_common_pb2.ModelChoice, _Mapping]] = ...) -> None: ...
 
 class JoinSessionReply(_message.Message):
     __slots__ = ("n_features", "n_rows")
@@ -82,16 +84,18 @@ class ShareLogitsRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., query_id: _Optional[str] = ..., sample_index: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class BackwardRequest(_message.Message):
-    __slots__ = ("session_id", "step", "sample_index", "delta")
+    __slots__ = ("session_id", "step", "sample_index", "delta", "gradient")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_INDEX_FIELD_NUMBER: _ClassVar[int]
     DELTA_FIELD_NUMBER: _ClassVar[int]
+    GRADIENT_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     step: int
     sample_index: _containers.RepeatedScalarFieldContainer[int]
     delta: _common_pb2.EncryptedMatrix
-    def __init__(self, session_id: _Optional[str] = ..., step: _Optional[int] = ..., sample_index: _Optional[_Iterable[int]] = ..., delta: _Optional[_Union[_common_pb2.EncryptedMatrix, _Mapping]] = ...) -> None: ...
+    gradient: _common_pb2.Tensor
+    def __init__(self, session_id: _Optional[str] = ..., step: _Optional[int] = ..., sample_index: _Optional[_Iterable[int]] = ..., delta: _Optional[_Union[_common_pb2.EncryptedMatrix, _Mapping]] = ..., gradient: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ...) -> None: ...
 
 class DiscloseRequest(_message.Message):
     __slots__ = ("session_id", "steps", "warn_fraction")

@@ -124,7 +124,8 @@ class PassiveServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Forward(self, request, context):
-        """Owner, training: [[X_p W_p^T]] for the batch of step `step` (>= 1).
+        """Owner, training: this party's output for the batch of step `step` (>= 1), encrypted under the step's
+        training keys: LR's [[X_p W_p^T]], split-NN's [[h_p]] (its bottom model's embedding).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -139,8 +140,8 @@ class PassiveServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Backward(self, request, context):
-        """Active party, training: [[delta]] for the batch of step `step`; the party gets its gradient by
-        masked decryption at the coordinator and updates its block.
+        """Active party, training: the step's feedback. LR: [[delta]], from which the party gets its gradient by
+        masked decryption at the coordinator; split-NN: dL/dh, which the party back-propagates.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+# Re-exported: the engines' batching, which LR's reference trainers (tests, attacks' curves) share.
+from vflsec.services.models.family import batches as batches
+
 
 def n_logits(n_classes: int) -> int:
     if n_classes < 2:
@@ -115,14 +118,3 @@ def min_batch_size(widths: Iterable[int]) -> int:
 def default_batch_size(widths: Iterable[int]) -> int:
     """The default batch: DEFAULT_BATCH_SIZE, raised to the minimum when the parties are wide."""
     return max(DEFAULT_BATCH_SIZE, min_batch_size(widths))
-
-
-def batches(order: np.ndarray, batch_size: int, min_size: int | None = None) -> list[np.ndarray]:
-    """An epoch's mini-batches: consecutive slices of its shuffled order. A last slice shorter than
-    ``min_size`` (default ``batch_size``; the trainer passes the coordinator's minimum batch) joins the one before
-    it, so that no batch falls below the bound; a shorter-than-``batch_size`` slice above it stays a step."""
-    floor = batch_size if min_size is None else min_size
-    cuts = list(range(0, len(order), batch_size))
-    if len(cuts) > 1 and len(order) - cuts[-1] < floor:
-        cuts.pop()
-    return [order[a:b] for a, b in zip(cuts, [*cuts[1:], len(order)], strict=True)]

@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, fields
-from typing import Any, Literal, TypeVar, get_args
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+# Shared by every family's settings (re-exported for this package's modules).
+from vflsec.services.models.family import DictForm as DictForm
+from vflsec.services.models.family import positive_int as positive_int
 
 Topology = Literal["coordinator-top", "active-top"]
 Activation = Literal["relu", "tanh", "sigmoid"]
@@ -20,23 +24,6 @@ Activation = Literal["relu", "tanh", "sigmoid"]
 TOPOLOGIES: tuple[str, ...] = get_args(Topology)
 ACTIVATIONS: tuple[str, ...] = get_args(Activation)
 MIN_PASSIVE_WIDTH = 8  # active-top default passive width is max(d_B, MIN_PASSIVE_WIDTH) (clarifications.md)
-
-_Config = TypeVar("_Config")
-
-
-class DictForm:
-    """JSON-ready dict round trip for a frozen config dataclass (session creation, checkpoints)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)  # type: ignore[call-overload]
-
-    @classmethod
-    def from_dict(cls: type[_Config], data: dict[str, Any]) -> _Config:
-        unknown = set(data) - {f.name for f in fields(cls)}  # type: ignore[arg-type]
-        if unknown:
-            raise ValueError(f"{cls.__name__}: unknown field(s) {', '.join(sorted(unknown))}")
-        return cls(**data)  # sequences come back as lists; __post_init__ makes them tuples again
-
 
 @dataclass(frozen=True)
 class SplitNNConfig(DictForm):
@@ -132,7 +119,3 @@ def check_backend(topology: str, backend: str) -> None:
             "active party in the clear (no coordinator, no HE), so there is nothing to encrypt; use --backend "
             "plain, or --topology coordinator-top to keep embeddings under CKKS"
         )
-
-
-def positive_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0

@@ -78,16 +78,24 @@ def epoch_batches(n: int, batch_size: int, seed: int, epoch: int) -> list[np.nda
 
 
 def run_epochs(
-    step: Callable[[np.ndarray], float], end_epoch: Callable[[], None], n: int, epochs: int, batch_size: int, seed: int
+    step: Callable[[np.ndarray], float],
+    end_epoch: Callable[[], None],
+    n: int,
+    epochs: int,
+    batch_size: int,
+    seed: int,
+    batches_of: Callable[[int], list[np.ndarray]] | None = None,
 ) -> tuple[list[float], list[float]]:
-    """Drive ``step(rows) -> loss`` over every epoch's batches; (mean losses, seconds) per epoch. Dropout masks
-    come from torch's global generator, seeded here for the run and restored afterwards."""
+    """Drive ``step(rows) -> loss`` over every epoch's batches (``batches_of(epoch)``; default
+    :func:`epoch_batches`); (mean losses, seconds) per epoch. Dropout masks come from torch's global generator,
+    seeded here for the run and restored afterwards."""
     losses, seconds = [], []
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         for epoch in range(epochs):
             start = time.perf_counter()
-            batch_losses = [step(rows) for rows in epoch_batches(n, batch_size, seed, epoch)]
+            batches = epoch_batches(n, batch_size, seed, epoch) if batches_of is None else batches_of(epoch)
+            batch_losses = [step(rows) for rows in batches]
             end_epoch()
             seconds.append(time.perf_counter() - start)
             losses.append(float(np.mean(batch_losses)))
@@ -95,9 +103,17 @@ def run_epochs(
 
 
 def central_run(
-    config: SplitNNConfig, optim: OptimizerConfig, data: SplitData, *, epochs: int, batch_size: int, seed: int
+    config: SplitNNConfig,
+    optim: OptimizerConfig,
+    data: SplitData,
+    *,
+    epochs: int,
+    batch_size: int,
+    seed: int,
+    batches_of: Callable[[int], list[np.ndarray]] | None = None,
 ) -> tuple[RunResult, CentralModel]:
-    """Train the central reference; its result and the trained model."""
+    """Train the central reference (on the federation's batches, if ``batches_of`` gives them); its result and
+    the trained model."""
     if data.features != config.features:
         raise ValueError(f"data has party widths {data.features}, the config {config.features}")
     model = CentralModel(config, seed)
@@ -114,7 +130,7 @@ def central_run(
         optimizer.step()
         return float(loss.item())
 
-    losses, seconds = run_epochs(step, scheduler.step, len(y), epochs, batch_size, seed)
+    losses, seconds = run_epochs(step, scheduler.step, len(y), epochs, batch_size, seed, batches_of)
     model.eval()
     with torch.no_grad():
         scores = torch.softmax(model(torch.tensor(np.hstack(data.test), dtype=DTYPE)), dim=1).numpy()

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from vflsec.services.models.splitnn.config import DictForm, positive_int
+from vflsec.services.models.family import DictForm, positive_int
 
 Kind = Literal["tree", "forest"]
 KINDS: tuple[str, ...] = get_args(Kind)

@@ -1,0 +1,253 @@
+"""The model-family layer: what an engine hands a family's trainers, and the registry of families.
+
+Flower's split: a server owns rounds, clients and history, a strategy owns the maths of a round. Here the
+engines (services/engines/) own sessions, PSI, batches/epochs/resume, checkpoints, plugins, policy (minimum
+batch, budgets, schema widths, key epochs, answer/replay bookkeeping) and release; a family owns the maths of
+each training and inference step, at each role:
+
+* :class:`ActiveTrainer` — drives one training step from the active party (talks to peers only through its
+  :class:`ActiveContext`), gives the active party's plaintext part of an inference aggregate;
+* :class:`PassiveTrainer` — answers the family's training messages at a passive party (LR: forward [[z_p]],
+  backward [[δ]]; split-NN: bottom forward / backward), gives its part of an inference aggregate;
+* :class:`KeyHolderTrainer` — the coordinator's side (LR: [[z]] -> [[p]] and block sums; split-NN
+  coordinator-top: the top model on Dec(Σ [[h_p]]) -> ∂L/∂h), and ``scores`` of a decrypted inference sum.
+
+Family-specific messages travel through family links: plain-Python objects (protobuf stays inside
+services/transport/) that the engine hands over as ``ActiveContext.key_holder`` / ``passives`` and
+``PassiveContext.key_holder``. A family's trainer state is ``to_state() -> (arrays, meta)``, restored by its
+family's ``restore_*``; the engines checkpoint it beside their own fields.
+
+Inference is family-agnostic: every party's additive share (``share_width`` columns: LR's logits, split-NN
+coordinator-top's embedding) is masked and summed at the key holder, whose trainer turns the sum into scores;
+the score-release chain then runs on them, so every score defense works for every family.
+
+The vflsec.v1 services still carry LR's training messages (passive Forward/Backward, the coordinator's
+ComputeTrainingScores/DecryptBlockSums): the engines keep their policy checks (step order, replay, answers) and
+hand the maths to the trainer's family-specific methods; a family's own service is the vflsec.v2 step.
+
+Families are loaded by name (:func:`get`): the engines never import a family's package, a family registers
+itself (:func:`register`) when its module in :data:`PACKAGES` is imported.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import asdict, dataclass, fields
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+import numpy as np
+
+if TYPE_CHECKING:  # annotations only: a family's plain maths (and its users) need not load the HE backend
+    from vflsec.services.crypto import he
+
+T = TypeVar("T")
+_Config = TypeVar("_Config")
+State = tuple[dict[str, np.ndarray], dict[str, Any]]  # a checkpoint's named arrays and JSON document
+
+DEFAULT = "lr"
+# Families the registry can load by name: importing the module named registers the family.
+PACKAGES: dict[str, str] = {
+    "lr": "vflsec.services.models.lr.trainers",
+    "splitnn": "vflsec.services.models.splitnn.trainers",
+}
+
+
+@dataclass(frozen=True)
+class ReleasedModel:
+    """A trained model as released to the active party: named tensors, tagged with the family that reads them."""
+
+    family: str
+    tensors: dict[str, np.ndarray]
+
+
+class Emit(Protocol):
+    """Offer a received message to the active party's plugins (kinds: services/plugins/__init__.py)."""
+
+    def __call__(self, kind: str, source: str, **fields: Any) -> None: ...
+
+
+@dataclass(frozen=True)
+class Received:
+    """Ciphertexts as a link delivered them: parsed, as the bytes that arrived (what plugins record), and their
+    fingerprint (masks of a step are keyed by it, so a replayed step rebuilds the same bytes)."""
+
+    matrix: he.EncryptedMatrix
+    blobs: list[bytes]
+    digest: bytes
+
+
+@dataclass
+class ActiveContext:
+    """What the active engine hands its trainer for one training step (``step`` >= 1, common row ``index``)."""
+
+    session_id: str
+    step: int
+    backend: he.Backend  # the session's public keys
+    n_classes: int
+    mask_key: bytes  # the session's mask-stream key (services/crypto/entropy.py keyed_stream)
+    key_holder: Any  # the family's link to the coordinator
+    passives: Mapping[str, Any]  # the family's link to each passive party, in party order
+    emit: Emit
+    features: Callable[[np.ndarray], np.ndarray]  # own feature rows of common indices
+    labels: Callable[[np.ndarray], np.ndarray]  # own labels of common indices
+    widths: Mapping[str, int]  # every party's block width, as the engine checks it against the schema
+    spawn: Callable[..., Future]  # run fn(*args) beside the calls to the passive parties
+
+    def each_passive(self, fn: Callable[[str, Any], T]) -> list[T]:
+        """``fn(party, link)`` for every passive party concurrently; results in party order."""
+        futures = [self.spawn(fn, party, link) for party, link in self.passives.items()]
+        return [f.result() for f in futures]
+
+
+@dataclass
+class PassiveContext:
+    """What the passive engine hands its trainer for one training message of step ``step``."""
+
+    session_id: str
+    step: int
+    backend: he.Backend  # the session's public keys (epoch 0)
+    mask_key: bytes
+    key_holder: Any  # the family's link to the coordinator
+    training_keys: Callable[[], he.Backend]  # the public keys of this step's key epoch (fetched when needed)
+
+
+class ActiveTrainer(Protocol):
+    @property
+    def share_width(self) -> int:
+        """Columns of a party's inference share and of the aggregate the key holder decrypts."""
+        ...
+
+    def train_step(self, ctx: ActiveContext, index: np.ndarray) -> None:
+        """One training step on common rows ``index``; its update is applied only once every party applied it."""
+        ...
+
+    def inference_share(self, x: np.ndarray) -> np.ndarray:
+        """The active party's plaintext part of the inference aggregate for its feature rows ``x``."""
+        ...
+
+    def released(self, key_holder_tensors: Mapping[str, np.ndarray]) -> ReleasedModel: ...
+
+    def to_state(self) -> State: ...
+
+
+class PassiveTrainer(Protocol):
+    @property
+    def share_width(self) -> int:
+        """Columns of a party's inference share and of the aggregate the key holder decrypts."""
+        ...
+
+    def inference_share(self, x: np.ndarray) -> np.ndarray:
+        """This party's plaintext part of the inference aggregate (masked and encrypted by the engine)."""
+        ...
+
+    def releasable(self) -> dict[str, np.ndarray]:
+        """The named tensors the coordinator may pull at FinishTraining (and run through the parameter chain)."""
+        ...
+
+    def to_state(self) -> State: ...
+
+
+class KeyHolderTrainer(Protocol):
+    @property
+    def share_width(self) -> int:
+        """Columns of a party's inference share and of the aggregate the key holder decrypts."""
+        ...
+
+    def scores(self, aggregate: np.ndarray) -> np.ndarray:
+        """Confidence scores (n, n_classes) of a decrypted inference aggregate: what the release chain gets."""
+        ...
+
+    def released(self) -> dict[str, np.ndarray]:
+        """The named tensors this role releases to the active party at ReleaseModel (split-NN: the top model)."""
+        ...
+
+    def to_state(self) -> State: ...
+
+
+class ModelFamily(Protocol):
+    """One model family: its name, its protocol's sizes and bounds, and its per-role trainers."""
+
+    name: str
+
+    # Whether the coordinator pulls each passive party's block at FinishTraining for the parameter-release chain
+    # (LR); a family that releases no passive parameters keeps them with their owners.
+    releases_passive_blocks: bool
+
+    def block_width(self, n_features: int, *, active: bool) -> int:
+        """Columns of a party's block in the batch bound and the key-epoch count (LR: + the active bias column)."""
+        ...
+
+    def min_batch_size(self, widths: Iterable[int]) -> int: ...
+
+    def default_batch_size(self, widths: Iterable[int]) -> int: ...
+
+    def answers_per_step(self, widths: Iterable[int], n_classes: int) -> int:
+        """Decrypted values the key holder answers per training step over all parties (sizes key epochs)."""
+        ...
+
+    def settings(self, values: Mapping[str, Any]) -> Any:
+        """The family's training settings from plain values (defaults filled in); ValueError if invalid."""
+        ...
+
+    def new_active(self, n_classes: int, n_features: int, settings: Any) -> ActiveTrainer: ...
+
+    def restore_active(self, state: State) -> ActiveTrainer: ...
+
+    def new_passive(self, n_classes: int, n_features: int, settings: Any) -> PassiveTrainer: ...
+
+    def restore_passive(self, state: State) -> PassiveTrainer: ...
+
+    def new_key_holder(self, n_classes: int, passive_parties: Sequence[str], settings: Any) -> KeyHolderTrainer: ...
+
+    def restore_key_holder(self, state: State) -> KeyHolderTrainer: ...
+
+
+class DictForm:
+    """JSON-ready dict round trip for a frozen settings dataclass (session creation, checkpoints)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls: type[_Config], data: dict[str, Any]) -> _Config:
+        unknown = set(data) - {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        if unknown:
+            raise ValueError(f"{cls.__name__}: unknown field(s) {', '.join(sorted(unknown))}")
+        return cls(**data)  # sequences come back as lists; __post_init__ makes them tuples again
+
+
+def positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def batches(order: np.ndarray, batch_size: int, min_size: int | None = None) -> list[np.ndarray]:
+    """An epoch's mini-batches: consecutive slices of its shuffled order. A last slice shorter than
+    ``min_size`` (default ``batch_size``; the trainer passes the coordinator's minimum batch) joins the one before
+    it, so that no batch falls below the bound; a shorter-than-``batch_size`` slice above it stays a step."""
+    floor = batch_size if min_size is None else min_size
+    cuts = list(range(0, len(order), batch_size))
+    if len(cuts) > 1 and len(order) - cuts[-1] < floor:
+        cuts.pop()
+    return [order[a:b] for a, b in zip(cuts, [*cuts[1:], len(order)], strict=True)]
+
+
+_FAMILIES: dict[str, ModelFamily] = {}
+
+
+def register(family: ModelFamily) -> ModelFamily:
+    if family.name in _FAMILIES and _FAMILIES[family.name] is not family:
+        raise ValueError(f"model family {family.name!r} is registered twice")
+    _FAMILIES[family.name] = family
+    return family
+
+
+def get(name: str = DEFAULT) -> ModelFamily:
+    """The family registered as ``name``, importing its package on first use; ValueError if there is none."""
+    if name not in _FAMILIES and name in PACKAGES:
+        importlib.import_module(PACKAGES[name])
+    try:
+        return _FAMILIES[name]
+    except KeyError:
+        raise ValueError(f"unknown model family {name!r}; known: {sorted(PACKAGES)}") from None

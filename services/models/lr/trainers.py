@@ -1,0 +1,350 @@
+"""The LR family's trainers: what each party computes in a training or inference step (services/models/family.py).
+
+One step, as docs/protocol.md describes it: every passive party sends [[z_p]] = [[X_p W_pᵀ]]; the active party adds
+its own X_a W_aᵀ + b and asks the key holder for [[p]] = [[link(z)]]; it forms [[δ]] = [[p]] − targets and sends
+it to every passive party; each party (the active one included) gets its gradient δᵀX_q through one masked round
+trip (:func:`masked_gradient`) and applies it only once the whole step is through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from vflsec.services.crypto import entropy, he
+from vflsec.services.errors import FailedPrecondition, InvalidArgument
+from vflsec.services.models.family import ActiveContext, PassiveContext, Received, ReleasedModel, State, register
+
+from .maths import BlockOptimizer, OptimizerConfig, confidence_scores, default_batch_size, link, min_batch_size
+from .maths import n_logits as _n_logits
+from .maths import targets as _targets
+
+NAME = "lr"
+
+
+class KeyHolderLink(Protocol):
+    """LR's messages to the key holder (services/transport/links.py CoordinatorClient)."""
+
+    def training_scores(
+        self,
+        backend: he.Backend,
+        session_id: str,
+        step: int,
+        logits: he.EncryptedMatrix,
+        replicas: int,
+        sample_index: np.ndarray,
+        widths: Mapping[str, int],
+    ) -> Received: ...
+
+    def block_sums(self, session_id: str, step: int, ciphertexts: list[bytes], width: int) -> np.ndarray: ...
+
+
+class PassiveLink(Protocol):
+    """LR's messages to a passive party (services/transport/links.py PassiveClient)."""
+
+    def forward(
+        self, backend: he.Backend, session_id: str, step: int, sample_index: np.ndarray, cols: int
+    ) -> Received: ...
+
+    def backward(self, session_id: str, step: int, sample_index: np.ndarray, delta: he.WireMatrix) -> None: ...
+
+
+def masked_gradient(
+    backend: he.Backend,
+    delta: he.EncryptedMatrix,
+    x: np.ndarray,
+    mask_key: bytes,
+    session_id: str,
+    step: int,
+    delta_digest: bytes,
+    block_sums: Callable[[list[bytes], int], np.ndarray],
+) -> np.ndarray:
+    """δᵀx / n through the key holder, which sees only masked block sums: the round trip of every party.
+
+    The masks are keyed by step and δ's fingerprint: a replayed step (the key holder repeats [[p]], hence δ)
+    rebuilds byte-identical products, which the key holder answers from its cache.
+    """
+    masks = entropy.keyed_stream(mask_key, session_id, step, delta_digest)
+    cts, mask_sums = he.masked_feature_products(backend, delta, x, masks)
+    width = x.shape[1]
+    sums = block_sums([backend.serialize(c) for c in cts], width)
+    if sums.shape != (width, mask_sums.shape[1]):
+        raise FailedPrecondition(
+            f"coordinator returned block sums of shape {sums.shape}, expected {(width, mask_sums.shape[1])}"
+        )
+    return he.gradient_from_block_sums(sums, mask_sums[:width], width) / len(x)
+
+
+def _optimizers(config: OptimizerConfig, k: int, d: int) -> tuple[BlockOptimizer, BlockOptimizer]:
+    return BlockOptimizer(config, (k, d)), BlockOptimizer(config, (k,), penalised=False)
+
+
+@dataclass
+class LrActive:
+    """The active party's block W_a (K_logits × d_a) and the bias, with their optimisers."""
+
+    n_classes: int
+    config: OptimizerConfig
+    weights: np.ndarray
+    bias: np.ndarray
+    optimizer_w: BlockOptimizer
+    optimizer_b: BlockOptimizer
+
+    @classmethod
+    def create(cls, n_classes: int, n_features: int, config: OptimizerConfig) -> LrActive:
+        k = _n_logits(n_classes)
+        return cls(n_classes, config, np.zeros((k, n_features)), np.zeros(k), *_optimizers(config, k, n_features))
+
+    @property
+    def k(self) -> int:
+        return self.weights.shape[0]
+
+    @property
+    def share_width(self) -> int:
+        return self.k
+
+    def inference_share(self, x: np.ndarray) -> np.ndarray:
+        return x @ self.weights.T + self.bias
+
+    def train_step(self, ctx: ActiveContext, index: np.ndarray) -> None:
+        passives: Mapping[str, PassiveLink] = ctx.passives
+        key_holder: KeyHolderLink = ctx.key_holder
+        received = ctx.each_passive(
+            lambda party, link: link.forward(ctx.backend, ctx.session_id, ctx.step, index, self.k)
+        )
+        for party, r in zip(passives, received, strict=True):
+            ctx.emit("encrypted_logits", party, blobs={"ciphertexts": r.blobs}, meta={"step": ctx.step})
+        # [[z]] = Σ_p [[z_p]] + (X_a W_aᵀ + b): ciphertexts only, the active party cannot decrypt.
+        total = received[0].matrix
+        for r in received[1:]:
+            total = he.add_matrices(ctx.backend, total, r.matrix)
+        x = ctx.features(index)
+        logits = he.add_plain_matrix(ctx.backend, total, self.inference_share(x))
+        # One replication factor for every party's gradient products, sized for the widest block.
+        replicas = he.choose_replicas(len(index), self.k, max(ctx.widths.values()), ctx.backend.slots)
+        scores = key_holder.training_scores(
+            ctx.backend, ctx.session_id, ctx.step, logits, replicas, index, ctx.widths
+        )
+        ctx.emit("encrypted_scores", "coordinator", blobs={"ciphertexts": scores.blobs}, meta={"step": ctx.step})
+        delta = he.add_plain_matrix(ctx.backend, scores.matrix, -_targets(ctx.labels(index), self.n_classes))
+        delta_wire = he.matrix_to_wire(ctx.backend, delta)  # serialised once, sent to every passive party
+        own = ctx.spawn(self._own_gradient, ctx, delta, x, scores.digest)
+        ctx.each_passive(lambda party, link: link.backward(ctx.session_id, ctx.step, index, delta_wire))
+        grad = own.result()
+        # Applied only once every party has applied the step: a failed step is redone whole, never twice here.
+        self.weights = self.optimizer_w.step(self.weights, grad[:, :-1])
+        self.bias = self.optimizer_b.step(self.bias, grad[:, -1])
+
+    def _own_gradient(self, ctx: ActiveContext, delta: he.EncryptedMatrix, x: np.ndarray, digest: bytes) -> np.ndarray:
+        x1 = np.hstack([x, np.ones((len(x), 1))])  # the ones column yields the bias gradient
+        grad = masked_gradient(
+            ctx.backend,
+            delta,
+            x1,
+            ctx.mask_key,
+            ctx.session_id,
+            ctx.step,
+            digest,
+            lambda cts, width: ctx.key_holder.block_sums(ctx.session_id, ctx.step, cts, width),
+        )
+        ctx.emit(
+            "gradient", "coordinator", arrays={"weights": grad[:, :-1], "bias": grad[:, -1]}, meta={"step": ctx.step}
+        )
+        return grad
+
+    def released(self, key_holder_tensors: Mapping[str, np.ndarray]) -> ReleasedModel:
+        """The model as the active party holds it after release: its own block, the released bias (its own plus
+        the parameter chain's offset, e.g. PPS-A's flip) and every disclosed passive block (``w_passive/<party>``)."""
+        offset = key_holder_tensors.get("bias_offset")
+        bias = self.bias.copy() if offset is None else self.bias + offset
+        disclosed = {name: t for name, t in key_holder_tensors.items() if name.startswith("w_passive/")}
+        return ReleasedModel(
+            NAME, {"w_active": self.weights.copy(), "bias": bias, "trained_bias": self.bias.copy(), **disclosed}
+        )
+
+    def to_state(self) -> State:
+        (w_opt, w_t), (b_opt, b_t) = self.optimizer_w.state(), self.optimizer_b.state()
+        arrays = {
+            "weights": self.weights,
+            "bias": self.bias,
+            "opt_w_m": w_opt["m"],
+            "opt_w_v": w_opt["v"],
+            "opt_b_m": b_opt["m"],
+            "opt_b_v": b_opt["v"],
+        }
+        c = self.config
+        return arrays, {"n_classes": self.n_classes, "optimizer": [c.name, c.learning_rate, c.l2], "opt_t": [w_t, b_t]}
+
+    @classmethod
+    def from_state(cls, state: State) -> LrActive:
+        arrays, meta = state
+        # A checkpoint written before the family layer kept the optimiser in the engine's "training" list.
+        config = OptimizerConfig(*(meta.get("optimizer") or meta["training"][:3]))
+        s = cls.create(meta["n_classes"], arrays["weights"].shape[1], config)
+        s.weights, s.bias = np.array(arrays["weights"]), np.array(arrays["bias"])
+        s.optimizer_w.load_state({"m": arrays["opt_w_m"], "v": arrays["opt_w_v"]}, meta["opt_t"][0])
+        s.optimizer_b.load_state({"m": arrays["opt_b_m"], "v": arrays["opt_b_v"]}, meta["opt_t"][1])
+        return s
+
+
+@dataclass
+class LrPassive:
+    """A passive party's block W_p (K_logits × d_p), the true block: it never leaves but to the coordinator."""
+
+    n_classes: int
+    config: OptimizerConfig
+    weights: np.ndarray
+    optimizer: BlockOptimizer
+    previous_weights: np.ndarray | None = None  # the block before the last applied step, to replay its forward
+
+    @classmethod
+    def create(cls, n_classes: int, n_features: int, config: OptimizerConfig) -> LrPassive:
+        k = _n_logits(n_classes)
+        return cls(n_classes, config, np.zeros((k, n_features)), BlockOptimizer(config, (k, n_features)))
+
+    @property
+    def share_width(self) -> int:
+        return self.weights.shape[0]
+
+    @property
+    def can_replay(self) -> bool:
+        return self.previous_weights is not None
+
+    def forward(self, x: np.ndarray, *, replay: bool) -> np.ndarray:
+        """z_p = X_p W_pᵀ; a replay of the last applied step uses the block as it was before that step."""
+        weights = self.previous_weights if replay else self.weights
+        assert weights is not None  # the engine asks for a replay only if can_replay
+        return x @ weights.T
+
+    def inference_share(self, x: np.ndarray) -> np.ndarray:
+        return x @ self.weights.T
+
+    def backward(self, ctx: PassiveContext, x: np.ndarray, delta: he.EncryptedMatrix, delta_digest: bytes) -> None:
+        """Apply the step's gradient δᵀX_p / n (through one masked round trip with the key holder)."""
+        if delta.shape != (len(x), self.weights.shape[0]):
+            raise InvalidArgument(f"delta has shape {delta.shape}, expected {(len(x), self.weights.shape[0])}")
+        grad = masked_gradient(
+            ctx.backend,
+            delta,
+            x,
+            ctx.mask_key,
+            ctx.session_id,
+            ctx.step,
+            delta_digest,
+            lambda cts, width: ctx.key_holder.block_sums(ctx.session_id, ctx.step, cts, width),
+        )
+        self.previous_weights = self.weights
+        self.weights = self.optimizer.step(self.weights, grad)
+
+    def releasable(self) -> dict[str, np.ndarray]:
+        return {"weights": self.weights.copy()}
+
+    def to_state(self) -> State:
+        opt, t = self.optimizer.state()
+        arrays = {"weights": self.weights, "opt_m": opt["m"], "opt_v": opt["v"]}
+        if self.previous_weights is not None:
+            arrays["previous_weights"] = self.previous_weights
+        c = self.config
+        return arrays, {"n_classes": self.n_classes, "optimizer": [c.name, c.learning_rate, c.l2], "opt_t": t}
+
+    @classmethod
+    def from_state(cls, state: State) -> LrPassive:
+        arrays, meta = state
+        s = cls.create(meta["n_classes"], arrays["weights"].shape[1], OptimizerConfig(*meta["optimizer"]))
+        s.weights = np.array(arrays["weights"])
+        s.optimizer.load_state({"m": arrays["opt_m"], "v": arrays["opt_v"]}, meta["opt_t"])
+        if "previous_weights" in arrays:
+            s.previous_weights = np.array(arrays["previous_weights"])
+        return s
+
+
+@dataclass
+class LrKeyHolder:
+    """The key holder's LR maths; it keeps no state of its own (the engine keeps the step's [[p]] and answers)."""
+
+    n_classes: int
+
+    @property
+    def share_width(self) -> int:
+        return _n_logits(self.n_classes)
+
+    def training_scores(self, keys: he.Backend, z: np.ndarray, replicas: int) -> he.EncryptedMatrix:
+        """[[p]] = [[link(z)]], replicated for the parties' gradient products."""
+        return he.encrypt_matrix(keys, link(z), replicas=replicas)
+
+    @staticmethod
+    def block_sums(keys: he.Backend, cts: Sequence[Any], layout: he.MatrixLayout, width: int) -> np.ndarray:
+        """Masked block sums of a party's ``width`` columns; products outside the masked range are refused."""
+        bound = keys.default_mask_bound + he.FEATURE_BOUND + 1.0
+        return he.block_sums(keys, cts, layout, max_abs=bound)[:width]
+
+    def scores(self, aggregate: np.ndarray) -> np.ndarray:
+        return confidence_scores(aggregate)
+
+    def released(self) -> dict[str, np.ndarray]:
+        return {}  # LR's passive blocks are released through the parameter chain, not by the key holder
+
+    def to_state(self) -> State:
+        return {}, {"n_classes": self.n_classes}
+
+
+class LrFamily:
+    name = NAME
+    releases_passive_blocks = True
+
+    @staticmethod
+    def block_width(n_features: int, *, active: bool) -> int:
+        """A party's gradient block: its feature columns, plus the bias column at the active party."""
+        return n_features + (1 if active else 0)
+
+    @staticmethod
+    def min_batch_size(widths: Iterable[int]) -> int:
+        return min_batch_size(widths)
+
+    @staticmethod
+    def default_batch_size(widths: Iterable[int]) -> int:
+        return default_batch_size(widths)
+
+    @staticmethod
+    def answers_per_step(widths: Iterable[int], n_classes: int) -> int:
+        """Each step answers party q w_q·k block sums."""
+        return sum(widths) * _n_logits(n_classes)
+
+    @staticmethod
+    def settings(values: Mapping[str, Any]) -> OptimizerConfig:
+        defaults = OptimizerConfig()
+        return OptimizerConfig(
+            values.get("optimizer") or defaults.name,
+            values.get("learning_rate") or defaults.learning_rate,
+            values.get("l2", defaults.l2),
+        )
+
+    @staticmethod
+    def new_active(n_classes: int, n_features: int, settings: OptimizerConfig) -> LrActive:
+        return LrActive.create(n_classes, n_features, settings)
+
+    @staticmethod
+    def restore_active(state: State) -> LrActive:
+        return LrActive.from_state(state)
+
+    @staticmethod
+    def new_passive(n_classes: int, n_features: int, settings: OptimizerConfig) -> LrPassive:
+        return LrPassive.create(n_classes, n_features, settings)
+
+    @staticmethod
+    def restore_passive(state: State) -> LrPassive:
+        return LrPassive.from_state(state)
+
+    @staticmethod
+    def new_key_holder(n_classes: int, passive_parties: Sequence[str], settings: OptimizerConfig) -> LrKeyHolder:
+        return LrKeyHolder(n_classes)
+
+    @staticmethod
+    def restore_key_holder(state: State) -> LrKeyHolder:
+        return LrKeyHolder(state[1]["n_classes"])
+
+
+FAMILY = register(LrFamily())

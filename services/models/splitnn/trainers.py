@@ -1,0 +1,331 @@
+"""The split-NN family's trainers (services/models/family.py): coordinator-top through the services.
+
+One step (docs/protocol.md, "Split neural networks"): every passive party sends [[h_p]], its bottom model's
+embedding encrypted under the step's training keys; the active party adds its own h_a in the clear
+(:func:`.steps.aggregate`) and sends [[h]] with the batch's labels to the key holder, which decrypts only that sum,
+steps the top model and returns ∂L/∂h; every party back-propagates that one gradient through its bottom (h = Σ h_p,
+so ∂L/∂h_p = ∂L/∂h). Inference is the engines' family-agnostic path: each party's share is its h_p, the key holder
+turns the decrypted sum into softmax(top(h)), and the score-release chain runs on that.
+
+A role builds only the modules it holds, from the settings every party received at session creation and its own
+width: the other parties' widths never enter its modules (:meth:`SplitNNSettings.view`).
+
+active-top (ye's setting: the passive party sends z_B to the active party in the clear) runs in-process
+(:mod:`.simulate`); through the services it is refused at session creation so far.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from vflsec.services.crypto import he
+from vflsec.services.errors import FailedPrecondition, InvalidArgument
+from vflsec.services.models.family import (
+    ActiveContext,
+    DictForm,
+    PassiveContext,
+    Received,
+    ReleasedModel,
+    State,
+    register,
+)
+
+from .config import SplitNNConfig
+from .optim import OptimizerConfig
+from .steps import Bottom, Head, aggregate, open_sum
+
+NAME = "splitnn"
+DEFAULT_BATCH = 128  # rows per step: 16-wide embeddings of 128 rows fill half a ciphertext's 4,096 slots
+# The key holder rounds the opened h to this grid, far above CKKS's decoding error (about 2^-20 here): what it
+# computes and returns from h then carries no decryption noise, which would otherwise leak the secret key
+# (IND-CPA^D), except in the rare event that the noise carries a value across a grid boundary.
+EMBEDDING_GRID = 2.0**-12
+
+
+@dataclass(frozen=True)
+class SplitNNSettings(DictForm):
+    """What the active party chooses at session creation: the architecture (a :class:`.config.SplitNNConfig`
+    without the parties' widths), the optimiser and the seed of the models' initialisation. ``party`` is the
+    receiving party's position (0: the active party; 1..P the passive parties, in the session's order)."""
+
+    topology: str = "coordinator-top"
+    embedding: int = 16
+    bottom_hidden: tuple[int, ...] = ()
+    top_hidden: tuple[int, ...] = (32,)
+    activation: str = "relu"
+    dropout: float = 0.0
+    bottom_bias: bool = True
+    top_bias: bool = True
+    optimizer: dict[str, Any] = field(default_factory=dict)  # .optim.OptimizerConfig fields
+    seed: int = 0
+    party: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "bottom_hidden", tuple(self.bottom_hidden))
+        object.__setattr__(self, "top_hidden", tuple(self.top_hidden))
+        if self.topology != "coordinator-top":
+            raise ValueError(
+                f"topology {self.topology!r} is not served yet: the services run split-NN coordinator-top "
+                "(active-top runs in-process, services/models/splitnn/simulate.py)"
+            )
+        if not isinstance(self.party, int) or self.party < 0:
+            raise ValueError(f"party must be a position >= 0, got {self.party!r}")
+        if OptimizerConfig(**self.optimizer).schedule != "constant":  # also validates the optimiser
+            raise ValueError(
+                "learning-rate schedules step per epoch, which the services do not signal to every party yet: "
+                "use the constant schedule (schedules run in-process, services/models/splitnn/simulate.py)"
+            )
+        self.view(1, 2)  # validates the architecture
+
+    @property
+    def optim(self) -> OptimizerConfig:
+        return OptimizerConfig(**self.optimizer)
+
+    def view(self, width: int, n_classes: int) -> SplitNNConfig:
+        """The network as this party builds it: its own bottom (``width`` features at position ``party``) and the
+        top, whose input is the E-wide sum h whatever the parties' widths are. Other positions get width 1: they
+        are never read by a module this party builds."""
+        features = tuple(width if p == self.party else 1 for p in range(max(self.party + 1, 2)))
+        return SplitNNConfig(
+            topology="coordinator-top",
+            features=features,
+            n_classes=n_classes,
+            embedding=self.embedding,
+            bottom_hidden=(self.bottom_hidden,) * len(features),
+            top_hidden=self.top_hidden,
+            activation=self.activation,  # type: ignore[arg-type]
+            dropout=self.dropout,
+            bottom_bias=self.bottom_bias,
+            top_bias=self.top_bias,
+        )
+
+    def bottom(self, width: int, n_classes: int) -> Bottom:
+        return Bottom.create(self.view(width, n_classes), self.party, self.optim, self.seed)
+
+    def head(self, n_classes: int) -> Head:
+        return Head.create(self.view(1, n_classes), self.optim, self.seed)
+
+    def with_party(self, party: int) -> SplitNNSettings:
+        return SplitNNSettings.from_dict({**self.to_dict(), "party": party})
+
+
+class KeyHolderLink(Protocol):
+    """split-NN's message to the key holder (services/transport/links.py CoordinatorClient.top_step)."""
+
+    def top_step(
+        self,
+        backend: he.Backend,
+        session_id: str,
+        step: int,
+        sample_index: np.ndarray,
+        embedding: he.EncryptedMatrix,
+        labels: np.ndarray,
+        widths: Mapping[str, int],
+    ) -> tuple[np.ndarray, float]: ...
+
+
+class PassiveLink(Protocol):
+    """split-NN's messages to a passive party (services/transport/links.py PassiveClient)."""
+
+    def forward(
+        self, backend: he.Backend, session_id: str, step: int, sample_index: np.ndarray, cols: int
+    ) -> Received: ...
+
+    def backward_gradient(self, session_id: str, step: int, sample_index: np.ndarray, gradient: np.ndarray) -> None: ...
+
+
+def _module_tensors(prefix: str, role: Bottom | Head) -> dict[str, np.ndarray]:
+    return {f"{prefix}/{name}": t.detach().numpy().copy() for name, t in role.module.state_dict().items()}
+
+
+def _role_state(role: Bottom | Head, settings: SplitNNSettings, **meta: Any) -> State:
+    blob = np.frombuffer(role.to_state(), dtype=np.uint8).copy()
+    return {"splitnn": blob}, {"splitnn": settings.to_dict(), **meta}
+
+
+@dataclass
+class SplitNNActive:
+    """The active party's bottom (position 0) and its step of the protocol."""
+
+    settings: SplitNNSettings
+    n_classes: int
+    bottom: Bottom
+
+    @property
+    def share_width(self) -> int:
+        return self.settings.embedding
+
+    def train_step(self, ctx: ActiveContext, index: np.ndarray) -> None:
+        passives: Mapping[str, PassiveLink] = ctx.passives
+        key_holder: KeyHolderLink = ctx.key_holder
+        width = self.settings.embedding
+        received = ctx.each_passive(
+            lambda party, link: link.forward(ctx.backend, ctx.session_id, ctx.step, index, width)
+        )
+        for party, r in zip(passives, received, strict=True):
+            ctx.emit("encrypted_embeddings", party, blobs={"ciphertexts": r.blobs}, meta={"step": ctx.step})
+        own = self.bottom.forward(ctx.features(index), train=True)
+        summed = aggregate(ctx.backend, own, [r.matrix for r in received])  # [[Σ h_p]] + h_a: never opened here
+        gradient, loss = key_holder.top_step(
+            ctx.backend, ctx.session_id, ctx.step, index, summed, ctx.labels(index), ctx.widths
+        )
+        if gradient.shape != own.shape:
+            raise FailedPrecondition(f"the key holder returned ∂L/∂h of shape {gradient.shape}, expected {own.shape}")
+        ctx.emit("gradient", "coordinator", arrays={"embedding": gradient}, meta={"step": ctx.step, "loss": loss})
+        ctx.each_passive(lambda party, link: link.backward_gradient(ctx.session_id, ctx.step, index, gradient))
+        # Applied once every passive party applied the step, as LR's update is.
+        self.bottom.backward(gradient)
+
+    def inference_share(self, x: np.ndarray) -> np.ndarray:
+        return self.bottom.forward(x, train=False)
+
+    def released(self, key_holder_tensors: Mapping[str, np.ndarray]) -> ReleasedModel:
+        """Its own bottom and what the key holder released (the top model); passive bottoms stay with their owners."""
+        return ReleasedModel(NAME, {**_module_tensors("bottom/0", self.bottom), **key_holder_tensors})
+
+    def to_state(self) -> State:
+        return _role_state(self.bottom, self.settings, n_classes=self.n_classes, width=self.bottom.in_width)
+
+
+@dataclass
+class SplitNNPassive:
+    """A passive party's bottom: its embedding leaves only encrypted, its gradient arrives in the clear."""
+
+    settings: SplitNNSettings
+    n_classes: int
+    bottom: Bottom
+    can_replay: bool = False  # dropout and the pending graph are not replayable: an interrupted step is redone anew
+
+    @property
+    def share_width(self) -> int:
+        return self.settings.embedding
+
+    def forward(self, x: np.ndarray, *, replay: bool) -> np.ndarray:
+        return self.bottom.forward(x, train=True)
+
+    def backward(self, ctx: PassiveContext, x: np.ndarray, feedback: object, digest: bytes) -> None:
+        if not isinstance(feedback, np.ndarray):
+            raise InvalidArgument("a split-NN step's feedback is ∂L/∂h in the clear (BackwardRequest.gradient)")
+        if feedback.shape != (len(x), self.settings.embedding):
+            raise InvalidArgument(f"gradient has shape {feedback.shape}, expected {(len(x), self.settings.embedding)}")
+        try:
+            self.bottom.backward(feedback)
+        except ValueError as exc:  # e.g. no forward awaits it (this party restarted in between)
+            raise FailedPrecondition(f"split-NN backward: {exc}") from exc
+
+    def inference_share(self, x: np.ndarray) -> np.ndarray:
+        return self.bottom.forward(x, train=False)
+
+    def releasable(self) -> dict[str, np.ndarray]:
+        return {}  # the bottom stays here: split-NN releases no passive parameters
+
+    def to_state(self) -> State:
+        return _role_state(self.bottom, self.settings, n_classes=self.n_classes, width=self.bottom.in_width)
+
+
+@dataclass
+class SplitNNKeyHolder:
+    """The coordinator's top model: it sees the sum h of every party's embedding for training rows, never one h_p."""
+
+    settings: SplitNNSettings
+    n_classes: int
+    head: Head
+
+    @property
+    def share_width(self) -> int:
+        return self.settings.embedding
+
+    def top_step(self, keys: he.Backend, summed: he.EncryptedMatrix, labels: np.ndarray) -> tuple[np.ndarray, float]:
+        try:
+            h = np.round(open_sum(keys, summed, self.settings.embedding) / EMBEDDING_GRID) * EMBEDDING_GRID
+            if not np.isfinite(h).all():
+                raise ValueError("the aggregate decrypts to non-finite values")
+            step = self.head.train_step([h], labels)
+        except ValueError as exc:
+            raise InvalidArgument(f"top step: {exc}") from exc
+        return step.grads[0], step.loss
+
+    def scores(self, aggregate: np.ndarray) -> np.ndarray:
+        return self.head.scores([aggregate])
+
+    def released(self) -> dict[str, np.ndarray]:
+        return _module_tensors("top", self.head)
+
+    def to_state(self) -> State:
+        return _role_state(self.head, self.settings, n_classes=self.n_classes)
+
+
+def _restore(state: State) -> tuple[SplitNNSettings, bytes, dict[str, Any]]:
+    arrays, meta = state
+    return SplitNNSettings.from_dict(meta["splitnn"]), arrays["splitnn"].tobytes(), meta
+
+
+class SplitNNFamily:
+    name = NAME
+    releases_passive_blocks = False
+
+    @staticmethod
+    def block_width(n_features: int, *, active: bool) -> int:
+        return n_features
+
+    @staticmethod
+    def min_batch_size(widths: Iterable[int]) -> int:
+        # Every party learns ∂L/∂h row by row whatever the batch: no batch size hides more (docs/protocol.md).
+        return 1
+
+    @staticmethod
+    def default_batch_size(widths: Iterable[int]) -> int:
+        return DEFAULT_BATCH
+
+    @staticmethod
+    def answers_per_step(widths: Iterable[int], n_classes: int) -> int:
+        """As an LR step of the same widths: a conservative stand-in, the rounded h carries no decryption noise."""
+        return sum(widths) * max(n_classes - 1, 1)
+
+    @staticmethod
+    def settings(values: Mapping[str, Any]) -> SplitNNSettings:
+        return SplitNNSettings.from_dict(dict(values))
+
+    @staticmethod
+    def new_active(n_classes: int, n_features: int, settings: SplitNNSettings) -> SplitNNActive:
+        own = settings.with_party(0)
+        return SplitNNActive(own, n_classes, own.bottom(n_features, n_classes))
+
+    @staticmethod
+    def restore_active(state: State) -> SplitNNActive:
+        settings, blob, meta = _restore(state)
+        bottom = _loaded(settings.bottom(meta["width"], meta["n_classes"]), blob)
+        return SplitNNActive(settings, meta["n_classes"], bottom)
+
+    @staticmethod
+    def new_passive(n_classes: int, n_features: int, settings: SplitNNSettings) -> SplitNNPassive:
+        if settings.party < 1:
+            raise ValueError("a passive party's position must be >= 1")
+        return SplitNNPassive(settings, n_classes, settings.bottom(n_features, n_classes))
+
+    @staticmethod
+    def restore_passive(state: State) -> SplitNNPassive:
+        settings, blob, meta = _restore(state)
+        bottom = _loaded(settings.bottom(meta["width"], meta["n_classes"]), blob)
+        return SplitNNPassive(settings, meta["n_classes"], bottom)
+
+    @staticmethod
+    def new_key_holder(n_classes: int, passive_parties: Sequence[str], settings: SplitNNSettings) -> SplitNNKeyHolder:
+        return SplitNNKeyHolder(settings, n_classes, settings.head(n_classes))
+
+    @staticmethod
+    def restore_key_holder(state: State) -> SplitNNKeyHolder:
+        settings, blob, meta = _restore(state)
+        return SplitNNKeyHolder(settings, meta["n_classes"], _loaded(settings.head(meta["n_classes"]), blob))
+
+
+def _loaded(role: Bottom | Head, blob: bytes) -> Any:
+    role.load_state(blob)
+    return role
+
+
+FAMILY = register(SplitNNFamily())

@@ -1,0 +1,100 @@
+"""Split-NN coordinator-top through the real services (loopback gRPC, mTLS, TenSEAL CKKS): parity with the
+central torch model on the same batches, and what the active party's recordings hold."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.integration.conftest import federation
+from vflsec.services import plugins
+from vflsec.services.data import datasets
+from vflsec.services.models import family as families
+from vflsec.services.models import splitnn as sn
+
+SETTINGS = {"embedding": 8, "top_hidden": [16]}
+TRAINING = {"optimizer": "adam", "learning_rate": 0.01, "l2": 0.0, "batch_size": 64, "seed": 5}
+EPOCHS = 10
+
+
+def _blocks(fed, ids: list[str]) -> tuple[np.ndarray, ...]:
+    """Every party's own feature rows for ``ids``, as its engine holds them (scaled as it loaded them)."""
+    out = []
+    for party in ("active", *fed.layout.passive_parties):
+        data = fed.parties[party].engine.data
+        out.append(data.X[datasets.select_ids([str(i) for i in data.ids], ids)])
+    return tuple(out)
+
+
+def _run(fed, backend: str, ds: datasets.Dataset) -> tuple[float, float, dict]:
+    """Federated and central test accuracy on the same split and batches; and the session's released model."""
+    info = fed.operator.create_session(backend, family="splitnn", settings=SETTINGS, **TRAINING)
+    common = fed.operator.align(info.session_id)
+    labels = ds.y[datasets.select_ids(ds.ids, common)]
+    train_ids, test_ids = (list(a) for a in datasets.train_test_split_ids(np.asarray(common), labels, 0.25, seed=0))
+    progress = list(fed.operator.train(info.session_id, train_ids, EPOCHS))
+    assert progress[-1].done
+    released = fed.operator.predict(info.session_id, test_ids)
+    y_test = ds.y[datasets.select_ids(ds.ids, test_ids)]
+    federated = float(np.mean(released.scores.argmax(axis=1) == y_test))
+
+    # The central model of the same architecture and seed, on the batches the active party drew: its batch order
+    # is a generator seeded with the session's seed, one permutation per epoch (services/engines/active.py).
+    rng = np.random.default_rng(TRAINING["seed"])
+    orders = [rng.permutation(len(train_ids)) for _ in range(EPOCHS)]
+    train, test = _blocks(fed, train_ids), _blocks(fed, test_ids)
+    data = sn.SplitData(train, ds.y[datasets.select_ids(ds.ids, train_ids)], test, y_test)
+    config = sn.SplitNNConfig("coordinator-top", data.features, 2, embedding=8, top_hidden=(16,))
+    optim = sn.OptimizerConfig("adam", learning_rate=0.01)
+    central, _ = sn.central_run(
+        config,
+        optim,
+        data,
+        epochs=EPOCHS,
+        batch_size=64,
+        seed=TRAINING["seed"],
+        batches_of=lambda epoch: families.batches(orders[epoch], 64, 1),
+    )
+    model = fed.operator.fetch_model(info.session_id)
+    return federated, central.accuracy, {"family": model.family, "tensors": model.tensors, "released": released}
+
+
+@pytest.mark.parametrize("backend", ["ckks", "plain"])
+def test_coordinator_top_matches_central(tmp_path, backend: str) -> None:
+    ds = datasets.load_dataset("breast_cancer")
+    with federation(tmp_path, dataset="breast_cancer", n_passive=1, allow_plain=backend == "plain") as fed:
+        federated, central, model = _run(fed, backend, ds)
+    assert central >= 0.9
+    assert abs(federated - central) <= 0.01, (federated, central)
+    assert model["family"] == "splitnn"
+    # The active party holds its own bottom and the released top model; no passive bottom leaves its owner.
+    assert any(name.startswith("top/") for name in model["tensors"])
+    assert any(name.startswith("bottom/0/") for name in model["tensors"])
+    assert not any(name.startswith("bottom/1/") for name in model["tensors"])
+    np.testing.assert_allclose(model["released"].scores.sum(axis=1), 1.0, atol=1e-9)
+
+
+def test_active_party_records_no_passive_embedding(tmp_path) -> None:
+    """coordinator-top under CKKS: the active party receives [[h_p]] ciphertexts and ∂L/∂h, never an h_p."""
+    record = tmp_path / "record"
+    spec = {"path": "vflsec.services.plugins:Recorder", "options": {"dir": str(record)}}
+    with federation(tmp_path / "fed", dataset="breast_cancer", n_passive=1, plugins=[spec]) as fed:
+        info = fed.operator.create_session("ckks", family="splitnn", settings=SETTINGS, **TRAINING)
+        common = fed.operator.align(info.session_id)
+        list(fed.operator.train(info.session_id, common[:128], 1))
+        passive = fed.parties["passive-1"].engine
+        (h_p,) = [passive.sessions[info.session_id].trainer.inference_share(b) for b in _blocks(fed, common[:128])[1:]]
+
+    entries = [json.loads(line) for line in (record / "transcript.jsonl").read_text().splitlines()]
+    kinds = [e["kind"] for e in entries]
+    assert kinds.count(plugins.ENCRYPTED_EMBEDDINGS) == 2  # 2 batches of 64, one passive party
+    received = [e for e in entries if e["source"] != "active"]
+    # The only plaintext arrays from others during training: ∂L/∂h, batch x E.
+    assert {name for e in received for name in e["arrays"]} == {"embedding"}
+    arrays = [a for path in record.glob("*.npz") for a in np.load(path).values()]
+    assert arrays
+    for array in arrays:  # no received array is (a slice of) the passive party's embedding
+        if array.ndim == 2 and array.shape[1] == h_p.shape[1] and len(array) <= len(h_p):
+            assert not np.allclose(array, h_p[: len(array)], atol=1e-3)
