@@ -350,6 +350,10 @@ def run(
     tls_dir: opt.TlsDir,
     labels: Annotated[Path, typer.Option(help="The active party's data file (the operator's labels).")],
     backend: opt.Backend = "ckks",
+    model: opt.Model = "lr",
+    topology: opt.Topology = "coordinator-top",
+    embedding: opt.Embedding = 16,
+    hidden: opt.Hidden = "32",
     epochs: opt.Epochs = 30,
     batch_size: opt.BatchSize = 0,
     learning_rate: opt.LearningRate = 0.1,
@@ -368,7 +372,16 @@ def run(
 
     # The federation was dealt elsewhere: the spec carries the operator's session, named by its labels file.
     spec = _spec(
-        str(labels), backend=backend, epochs=epochs, batch_size=batch_size, learning_rate=learning_rate, seed=seed
+        str(labels),
+        backend=backend,
+        model=model,
+        topology=topology,
+        embedding=embedding,
+        hidden=opt.widths(hidden),
+        epochs=epochs,
+        batch_size=batch_size,
+        learning_rate=learning_rate,
+        seed=seed,
     )
     files = TlsFiles.from_dir(tls_dir)
     with peer_channel(active, "active", files, 256 * 1024 * 1024) as channel, _refused():
@@ -381,9 +394,7 @@ def run(
 def health(
     address: Annotated[str | None, typer.Option(help="host:port of the service.")] = None,
     party: Annotated[str | None, typer.Option(help="The service's party id (its certificate must say so).")] = None,
-    tls_dir: Annotated[
-        Path | None, typer.Option("--tls-dir", help="The caller's tls/ folder (ca.pem, cert.pem, key.pem).")
-    ] = None,
+    tls_dir: opt.TlsDir = None,
     config: Annotated[
         Path | None,
         typer.Option(

@@ -130,6 +130,7 @@ def evaluate(
         "batch_size_note": batch_note,
         "majority_rate": float(np.bincount(split[2]).max() / len(split[2])),  # of the held-out labels
         "epochs_trained": main.training.epochs_trained,
+        "model": spec.model,
     }
     if spec.early_stopping_patience:
         result["early_stopping"] = main.training.to_dict()

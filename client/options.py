@@ -155,7 +155,8 @@ ComparePlain = Annotated[
 
 # --- output and identity
 Json = Annotated[bool, typer.Option("--json", help="Print one JSON object as the last line.")]
+# Optional in type so that `health` can take a party's --config instead; the other commands require it.
 TlsDir = Annotated[
-    Path, typer.Option("--tls-dir", help="The caller's tls/ folder (ca.pem, cert.pem, key.pem).")
+    Path | None, typer.Option("--tls-dir", help="The caller's tls/ folder (ca.pem, cert.pem, key.pem).")
 ]
 Rows = Annotated[int, typer.Option("--rows", help="Rows of the synthetic set when Credit default is absent.")]

@@ -43,6 +43,15 @@ def test_breast_cancer_ckks_matches_plain() -> None:
     assert result["n_train"] + result["n_test"] == result["n_common"] < result["n_samples"]
 
 
+def test_splitnn_coordinator_top_demo() -> None:
+    """`demo --model splitnn`: the split-NN family through separate processes, CKKS, released scores."""
+    result = demo_json("--model", "splitnn", "--embedding", "8", "--hidden", "16", "--epochs", "5")
+    assert result["model"] == "splitnn" and result["backend"] == "ckks"
+    assert result["accuracy"] >= 0.9
+    done = vflsec("demo", "--model", "splitnn", "--topology", "active-top")
+    assert done.returncode == 2 and "not served through the services yet" in done.stderr
+
+
 @pytest.fixture(scope="module")
 def digits_undefended() -> dict:
     return demo_json("--dataset", "digits", "--passive", "3", "--seed", "7")
