@@ -129,11 +129,15 @@ class FederationSpec:
         object.__setattr__(self, "hidden", tuple(self.hidden))
         if self.model not in MODELS:
             raise SpecError(f"model must be one of {', '.join(MODELS)}, got {self.model!r}")
-        if self.model == "splitnn" and self.topology != "coordinator-top":
-            raise SpecError(
-                f"--topology {self.topology} is not served through the services yet: split-NN runs coordinator-top "
-                "(ye's active-top runs in-process: services/models/splitnn/simulate.py)"
-            )
+        if self.model == "splitnn":
+            from vflsec.services.models.splitnn import TOPOLOGIES, check_backend
+
+            if self.topology not in TOPOLOGIES:
+                raise SpecError(f"topology must be one of {', '.join(TOPOLOGIES)}, got {self.topology!r}")
+            try:
+                check_backend(self.topology, self.backend)
+            except ValueError as exc:
+                raise SpecError(str(exc)) from exc
         if self.embedding < 1 or any(w < 1 for w in self.hidden):
             raise SpecError(f"split-NN widths must be positive, got embedding {self.embedding}, hidden {self.hidden}")
         if self.optimizer not in OPTIMIZERS:

@@ -108,7 +108,7 @@ Topology = Annotated[
     str,
     typer.Option(
         "--topology",
-        help="split-NN: coordinator-top (embeddings summed under CKKS; served) | active-top (ye; in-process only).",
+        help="split-NN: coordinator-top (embeddings summed under CKKS) | active-top (ye's; plain backend only).",
     ),
 ]
 Embedding = Annotated[int, typer.Option("--embedding", min=1, help="split-NN: width E of every bottom's output.")]

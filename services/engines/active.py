@@ -287,7 +287,7 @@ class ActiveParty:
                 n_classes=self.n_classes,
                 training=training,
                 family=family.name,
-                trainer=family.new_active(self.n_classes, d, settings),
+                trainer=family.new_active(self.n_classes, d, settings, [r.n_features for r in joined]),
                 passive_features={party: r.n_features for party, r in zip(self.passives, joined, strict=True)},
                 score_release=list(reply.score_release),
                 param_release=list(reply.param_release),
@@ -435,6 +435,7 @@ class ActiveParty:
                 labels=lambda index: self.data.y[s.rows[index]],
                 widths=self._widths(s),
                 spawn=self._pool.submit,
+                sample_ids=lambda index: [str(self.data.ids[row]) for row in s.rows[index]],
             ),
             index,
         )
@@ -449,6 +450,8 @@ class ActiveParty:
         (from which we subtract every passive party's mask: services/crypto/share_mask.py)."""
         s = self.session(session_id)
         index = self._indices(s, sample_ids)
+        if s.trainer.scores_locally:
+            return self._predict_locally(s, sample_ids, index), [], 0
         if set(s.share_mask_keys) != set(self.passives):
             raise FailedPrecondition(f"session {session_id!r} has no share-mask keys: open a new session")
         admitted = self.coordinator.admit_query(session_id, index)
@@ -487,6 +490,33 @@ class ActiveParty:
             changed += reply.argmax_changed
             chain = list(reply.chain)
         return np.vstack(scores), chain, changed
+
+    def _predict_locally(self, s: ActiveSession, sample_ids: list[str], index: np.ndarray) -> np.ndarray:
+        """Scores this party computes itself from every passive party's output in the clear (split-NN active-top:
+        the top model is here, so there is no release point; the docs say so)."""
+        if not s.trained:
+            raise FailedPrecondition("predictions come from a trained model: call Train first")
+        widths = dict(zip(self.passives, s.trainer.output_widths(), strict=True))
+        chunk = PREDICT_CHUNK_CIPHERTEXTS * s.backend.slots // max(widths.values())
+        scores = []
+        for start in range(0, len(index), chunk):
+            part, ids = index[start : start + chunk], tuple(sample_ids[start : start + chunk])
+            z = self._each_passive(
+                lambda party, client, part=part: client.plain_forward(s.session_id, 0, part, widths[party])
+            )
+            for party, z_p in zip(self.passives, z, strict=True):
+                self._emit(plugins.EMBEDDINGS, s, party, sample_ids=ids, arrays={"z": z_p}, meta={"step": 0})
+            x = self.data.X[s.rows[part]]
+            scores.append(s.trainer.scores(x, z))
+            self._emit(
+                plugins.RELEASED_SCORES,
+                s,
+                self.party_id,  # its own scores: no coordinator, no release chain
+                sample_ids=ids,
+                arrays={"scores": scores[-1], "own_features": x},
+                meta={"chain": [], "steps": [], "argmax_changed": 0},
+            )
+        return np.vstack(scores)
 
     def fetch_model(self, session_id: str) -> tuple[families.ReleasedModel, coordinator_pb2.ReleasedModel]:
         s = self.session(session_id)

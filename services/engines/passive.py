@@ -315,6 +315,28 @@ class PassiveParty:
             z = s.trainer.forward(x, replay=replay)
         return he.encrypt_matrix(self._training_keys(session_id, s, step), z)
 
+    def plain_forward(self, session_id: str, step: int, sample_index: np.ndarray) -> np.ndarray:
+        """This party's output in the clear, for a family that sends it so by design (split-NN active-top), on a
+        plain session only: step >= 1 trains (in order, as Forward), step 0 is inference."""
+        s = self.session(session_id)
+        if not s.trainer.output_in_the_clear:
+            raise FailedPrecondition(f"a {s.family} session sends no output in the clear: use Forward")
+        if s.backend.name != "plain":
+            raise FailedPrecondition(
+                f"session {session_id!r} runs on {s.backend.name}: an output sent in the clear belongs to a plain "
+                "session (split-NN active-top has nothing for HE to protect)"
+            )
+        x = self._features(s, sample_index)
+        with s.lock:
+            if step == 0:
+                return s.trainer.inference_share(x)
+            if step != s.completed_step + 1:
+                raise FailedPrecondition(
+                    f"PlainForward for step {step} is out of order: the last completed step is {s.completed_step}"
+                )
+            s.forward_index = (step, sample_index.copy())
+            return s.trainer.forward(x, replay=False)
+
     def _training_keys(self, session_id: str, s: PassiveSession, step: int) -> he.Backend:
         """The public key of step ``step``'s epoch: the coordinator rotates training keys every few steps."""
         cached = s.training_keys
@@ -506,6 +528,12 @@ class PassiveServicer(passive_pb2_grpc.PassiveServicer):
         return wire.to_message(s.backend, z)
 
     @rpc
+    def PlainForward(self, request: passive_pb2.ForwardRequest, context: grpc.ServicerContext):
+        self._owner(request.session_id)
+        index = np.asarray(request.sample_index, dtype=np.int64)
+        return to_tensor(self.party.plain_forward(request.session_id, request.step, index))
+
+    @rpc
     def ShareLogits(self, request: passive_pb2.ShareLogitsRequest, context: grpc.ServicerContext):
         self._owner(request.session_id)
         index = np.asarray(request.sample_index, dtype=np.int64)
@@ -582,6 +610,7 @@ ROLE_POLICY: dict[str, frozenset[str]] = {
     "PsiExchange": frozenset({"active"}),
     "PsiFinish": frozenset({"active"}),
     "Forward": frozenset({"active"}),
+    "PlainForward": frozenset({"active"}),
     "ShareLogits": frozenset({"active"}),
     "Backward": frozenset({"active"}),
     "GetWeights": frozenset({"coordinator"}),

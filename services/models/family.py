@@ -94,6 +94,7 @@ class ActiveContext:
     labels: Callable[[np.ndarray], np.ndarray]  # own labels of common indices
     widths: Mapping[str, int]  # every party's block width, as the engine checks it against the schema
     spawn: Callable[..., Future]  # run fn(*args) beside the calls to the passive parties
+    sample_ids: Callable[[np.ndarray], list[str]] = lambda index: []  # own sample IDs of common indices
 
     def each_passive(self, fn: Callable[[str, Any], T]) -> list[T]:
         """``fn(party, link)`` for every passive party concurrently; results in party order."""
@@ -114,6 +115,10 @@ class PassiveContext:
 
 
 class ActiveTrainer(Protocol):
+    # True when this party computes its own scores (split-NN active-top: the top model is here) instead of the
+    # key holder releasing them: predictions then ask each passive party for its output in the clear.
+    scores_locally: bool
+
     @property
     def share_width(self) -> int:
         """Columns of a party's inference share and of the aggregate the key holder decrypts."""
@@ -133,6 +138,10 @@ class ActiveTrainer(Protocol):
 
 
 class PassiveTrainer(Protocol):
+    # True when the family sends this party's output to the active party in the clear by design (split-NN
+    # active-top's z_B): the engine then answers PlainForward, on a plain session only.
+    output_in_the_clear: bool
+
     @property
     def share_width(self) -> int:
         """Columns of a party's inference share and of the aggregate the key holder decrypts."""
@@ -191,7 +200,9 @@ class ModelFamily(Protocol):
         """The family's training settings from plain values (defaults filled in); ValueError if invalid."""
         ...
 
-    def new_active(self, n_classes: int, n_features: int, settings: Any) -> ActiveTrainer: ...
+    def new_active(
+        self, n_classes: int, n_features: int, settings: Any, passive_features: Sequence[int] = ()
+    ) -> ActiveTrainer: ...
 
     def restore_active(self, state: State) -> ActiveTrainer: ...
 

@@ -24,6 +24,7 @@ import numpy as np
 PUBLIC_CONTEXT = "public_context"  # blobs: context (the coordinator's public context)
 ENCRYPTED_LOGITS = "encrypted_logits"  # blobs: ciphertexts of a passive party's [[z_p]]
 ENCRYPTED_SCORES = "encrypted_scores"  # blobs: ciphertexts of [[p]] during training
+EMBEDDINGS = "embeddings"  # arrays: z, a passive party's output in the clear (split-NN active-top); sample_ids
 ENCRYPTED_EMBEDDINGS = "encrypted_embeddings"  # blobs: ciphertexts of a passive party's [[h_p]] (split-NN)
 GRADIENT = "gradient"  # arrays: the active party's own (unmasked) gradient blocks (LR), ∂L/∂h (split-NN: embedding)
 RELEASED_SCORES = "released_scores"  # arrays: scores, own_features; sample_ids

@@ -237,10 +237,14 @@ def observations(store: ObservationStore, session_id: str) -> tuple[Observations
     if models:
         last = models[-1]
         model["param_chain"] = tuple((name, params) for name, params in last.meta.get("steps", ()))
-        model["w_active"], model["bias"] = last.arrays["w_active"], last.arrays["bias"]
-        blocks = [last.arrays.get(f"w_passive/{party}") for party in passive_parties]
-        if all(b is not None for b in blocks):
-            model["w_passive"] = np.hstack(blocks)
+        if "w_active" in last.arrays:  # LR's blocks; other families release named tensors of their own
+            model["w_active"], model["bias"] = last.arrays["w_active"], last.arrays["bias"]
+            blocks = [last.arrays.get(f"w_passive/{party}") for party in passive_parties]
+            if all(b is not None for b in blocks):
+                model["w_passive"] = np.hstack(blocks)
+    embeddings = _embeddings(store, session_id, passive_parties, sample_ids)
+    if embeddings is not None:
+        model["embeddings"] = embeddings
     training = list(store.read(session_id, plugins.TRAINING_DATA))
     if training:
         model["train_x_active"] = training[-1].arrays["features"]
@@ -255,3 +259,17 @@ def observations(store: ObservationStore, session_id: str) -> tuple[Observations
         **model,
     )
     return obs, sample_ids
+
+
+def _embeddings(
+    store: ObservationStore, session_id: str, parties: list[str], sample_ids: list[str]
+) -> np.ndarray | None:
+    """The passive outputs z_p received in the clear at inference (split-NN active-top), one row per queried sample,
+    the parties' columns side by side in party order; None unless every queried row has every party's."""
+    received: dict[str, dict[str, np.ndarray]] = {party: {} for party in parties}
+    for r in store.read(session_id, plugins.EMBEDDINGS):
+        if r.meta.get("step") == 0 and r.source in received:
+            received[r.source].update(zip(r.sample_ids, r.arrays["z"], strict=True))
+    if not sample_ids or not all(set(sample_ids) <= set(rows) for rows in received.values()):
+        return None
+    return np.hstack([np.vstack([received[party][i] for i in sample_ids]) for party in parties])

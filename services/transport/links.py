@@ -209,6 +209,12 @@ class PassiveClient:
         )
         call(self.peer, self.stub.Backward, request, self.policy)
 
+    def plain_forward(self, session_id: str, step: int, sample_index: np.ndarray, cols: int) -> np.ndarray:
+        """split-NN active-top: the party's output z for the rows, in the clear (step 0: inference)."""
+        request = passive_pb2.ForwardRequest(session_id=session_id, step=step, sample_index=sample_index.tolist())
+        reply = call(self.peer, self.stub.PlainForward, request, self.policy)
+        return from_tensor(reply, f"output of {self.peer}", shape=(len(sample_index), cols)).copy()
+
     def backward_gradient(self, session_id: str, step: int, sample_index: np.ndarray, gradient: np.ndarray) -> None:
         """split-NN: the step's ∂L/∂h, in the clear."""
         request = passive_pb2.BackwardRequest(

@@ -1,4 +1,4 @@
-"""Split-NN coordinator-top through the real services (loopback gRPC, mTLS, TenSEAL CKKS): parity with the
+"""Split-NN through the real services (loopback gRPC, mTLS, TenSEAL CKKS), both topologies: parity with the
 central torch model on the same batches, and what the active party's recordings hold."""
 
 from __future__ import annotations
@@ -28,9 +28,10 @@ def _blocks(fed, ids: list[str]) -> tuple[np.ndarray, ...]:
     return tuple(out)
 
 
-def _run(fed, backend: str, ds: datasets.Dataset) -> tuple[float, float, dict]:
+def _run(fed, backend: str, ds: datasets.Dataset, topology: str = "coordinator-top") -> tuple[float, float, dict]:
     """Federated and central test accuracy on the same split and batches; and the session's released model."""
-    info = fed.operator.create_session(backend, family="splitnn", settings=SETTINGS, **TRAINING)
+    settings = {**SETTINGS, "topology": topology}
+    info = fed.operator.create_session(backend, family="splitnn", settings=settings, **TRAINING)
     common = fed.operator.align(info.session_id)
     labels = ds.y[datasets.select_ids(ds.ids, common)]
     train_ids, test_ids = (list(a) for a in datasets.train_test_split_ids(np.asarray(common), labels, 0.25, seed=0))
@@ -46,7 +47,7 @@ def _run(fed, backend: str, ds: datasets.Dataset) -> tuple[float, float, dict]:
     orders = [rng.permutation(len(train_ids)) for _ in range(EPOCHS)]
     train, test = _blocks(fed, train_ids), _blocks(fed, test_ids)
     data = sn.SplitData(train, ds.y[datasets.select_ids(ds.ids, train_ids)], test, y_test)
-    config = sn.SplitNNConfig("coordinator-top", data.features, 2, embedding=8, top_hidden=(16,))
+    config = sn.SplitNNConfig(topology, data.features, 2, embedding=8, top_hidden=(16,))
     optim = sn.OptimizerConfig("adam", learning_rate=0.01)
     central, _ = sn.central_run(
         config,
@@ -59,6 +60,28 @@ def _run(fed, backend: str, ds: datasets.Dataset) -> tuple[float, float, dict]:
     )
     model = fed.operator.fetch_model(info.session_id)
     return federated, central.accuracy, {"family": model.family, "tensors": model.tensors, "released": released}
+
+
+def test_active_top_matches_central_and_records_the_passive_output(tmp_path) -> None:
+    """ye's setting: z_B reaches the active party in the clear (plain backend; CKKS is refused, it has nothing to
+    protect there), which trains and scores on its own; its recordings hold z_B, exactly."""
+    ds = datasets.load_dataset("breast_cancer")
+    record = tmp_path / "record"
+    spec = {"path": "vflsec.services.plugins:Recorder", "options": {"dir": str(record)}}
+    with federation(tmp_path / "fed", dataset="breast_cancer", n_passive=1, backend="plain", plugins=[spec]) as fed:
+        federated, central, model = _run(fed, "plain", ds, "active-top")
+        queried = model["released"].sample_ids
+        passive = fed.parties["passive-1"].engine
+        sid = next(iter(passive.sessions))
+        z_true = passive.sessions[sid].trainer.inference_share(_blocks(fed, queried)[1])
+    assert central >= 0.9
+    assert abs(federated - central) <= 0.01, (federated, central)
+    assert model["family"] == "splitnn" and any(name.startswith("head/") for name in model["tensors"])
+    entries = [json.loads(line) for line in (record / "transcript.jsonl").read_text().splitlines()]
+    inference = [i for i, e in enumerate(entries) if e["kind"] == plugins.EMBEDDINGS and e["meta"]["step"] == 0]
+    assert inference
+    z = np.vstack([np.load(record / f"{i:06d}.npz")["z"] for i in inference])
+    np.testing.assert_allclose(z, z_true, atol=1e-9)  # the passive party's output itself
 
 
 @pytest.mark.parametrize("backend", ["ckks", "plain"])
@@ -98,3 +121,39 @@ def test_active_party_records_no_passive_embedding(tmp_path) -> None:
     for array in arrays:  # no received array is (a slice of) the passive party's embedding
         if array.ndim == 2 and array.shape[1] == h_p.shape[1] and len(array) <= len(h_p):
             assert not np.allclose(array, h_p[: len(array)], atol=1e-3)
+
+
+def test_ye_recovers_binary_passive_features_from_the_curious_plugin_recordings(tmp_path) -> None:
+    """ye's Algorithm 1 on what the curious plugin recorded in an active-top session: every binary passive feature
+    of the queried rows, exactly (ye §4: noise-free z_B = W_B x_B spans them)."""
+    from vflsec.client.federation import FederationSpec, run_in_process, write_federation
+    from vflsec.client.operator import Operator
+    from vflsec.services.attacks import make_attack, run_attack
+    from vflsec.services.attacks.binary import binary_match
+    from vflsec.services.plugins import curious
+
+    rng = np.random.default_rng(0)
+    n, ids = 400, np.array([f"s{i:04d}" for i in range(400)])
+    x_active, x_passive = rng.normal(size=(n, 3)), rng.integers(0, 2, size=(n, 5)).astype(float)
+    y = (x_active[:, 0] + x_passive @ np.array([1.0, -1.0, 1.0, -1.0, 1.0]) + rng.normal(0, 0.5, n) > 0.5)
+    names = [f"a{j}" for j in range(3)] + [f"b{j}" for j in range(5)]
+    X = np.hstack([x_active, x_passive])
+    ds = datasets.Dataset("binary-passive", ids, X, y.astype(np.int64), names, ["0", "1"])
+    store = tmp_path / "curious.sqlite"
+    plugin = {"path": "vflsec.services.plugins.curious:CuriousPlugin", "options": {"store": str(store)}}
+    spec = FederationSpec(ds, n_passive=1, passive_features=5, backend="plain", plugins=[plugin])
+    layout = write_federation(spec, tmp_path / "fed")
+    with run_in_process(layout) as parties, layout.operator_channel() as channel:
+        operator = Operator(channel)
+        info = operator.create_session("plain", family="splitnn", settings={"topology": "active-top"}, seed=1)
+        common = operator.align(info.session_id)
+        list(operator.train(info.session_id, common[:250], 2))
+        operator.predict(info.session_id, common[250:])
+        passive = parties["passive-1"].engine
+        truth_rows = datasets.select_ids([str(i) for i in passive.data.ids], common[250:])
+        truth = passive.data.X[truth_rows]
+    obs, queried = curious.observations(curious.ObservationStore(store), info.session_id)
+    assert queried == common[250:] and obs.embeddings is not None and obs.embeddings.shape[1] == 8
+    found = run_attack(make_attack("ye_alg1"), obs).x_passive
+    assert set(np.unique(truth)) == {0.0, 1.0}
+    assert np.all(binary_match(truth, found, complements=True).max(axis=1) == 1.0)

@@ -86,6 +86,8 @@ def _optimizers(config: OptimizerConfig, k: int, d: int) -> tuple[BlockOptimizer
 class LrActive:
     """The active party's block W_a (K_logits × d_a) and the bias, with their optimisers."""
 
+    scores_locally = False
+
     n_classes: int
     config: OptimizerConfig
     weights: np.ndarray
@@ -193,6 +195,8 @@ class LrActive:
 @dataclass
 class LrPassive:
     """A passive party's block W_p (K_logits × d_p), the true block: it never leaves but to the coordinator."""
+
+    output_in_the_clear = False
 
     n_classes: int
     config: OptimizerConfig
@@ -323,7 +327,9 @@ class LrFamily:
         )
 
     @staticmethod
-    def new_active(n_classes: int, n_features: int, settings: OptimizerConfig) -> LrActive:
+    def new_active(
+        n_classes: int, n_features: int, settings: OptimizerConfig, passive_features: Sequence[int] = ()
+    ) -> LrActive:
         return LrActive.create(n_classes, n_features, settings)
 
     @staticmethod

@@ -1,4 +1,4 @@
-"""The split-NN family's trainers (services/models/family.py): coordinator-top through the services.
+"""The split-NN family's trainers (services/models/family.py): both topologies through the services.
 
 One step (docs/protocol.md, "Split neural networks"): every passive party sends [[h_p]], its bottom model's
 embedding encrypted under the step's training keys; the active party adds its own h_a in the clear
@@ -10,8 +10,10 @@ turns the decrypted sum into softmax(top(h)), and the score-release chain runs o
 A role builds only the modules it holds, from the settings every party received at session creation and its own
 width: the other parties' widths never enter its modules (:meth:`SplitNNSettings.view`).
 
-active-top (ye's setting: the passive party sends z_B to the active party in the clear) runs in-process
-(:mod:`.simulate`); through the services it is refused at session creation so far.
+active-top (ye's setting, classic split learning): each passive party sends z_B = W_B x_B (+ b) to the active party
+in the clear (``PlainForward``, on a plain session only: there is nothing the coordinator could protect), the active
+party runs its own bottom and the top on [h_a, z_1, ..., z_P] and returns ∂L/∂z_p to each; it scores its own
+predictions (no release point in this topology).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from vflsec.services.models.family import (
     register,
 )
 
-from .config import SplitNNConfig
+from .config import TOPOLOGIES, SplitNNConfig
 from .optim import OptimizerConfig
 from .steps import Bottom, Head, aggregate, open_sum
 
@@ -54,6 +56,8 @@ class SplitNNSettings(DictForm):
 
     topology: str = "coordinator-top"
     embedding: int = 16
+    passive_width: int | None = None  # active-top: width of z_B (None: max(d_B, 8))
+    passive_bias: bool = False  # active-top: z_B = W_B x_B + b
     bottom_hidden: tuple[int, ...] = ()
     top_hidden: tuple[int, ...] = (32,)
     activation: str = "relu"
@@ -67,11 +71,8 @@ class SplitNNSettings(DictForm):
     def __post_init__(self) -> None:
         object.__setattr__(self, "bottom_hidden", tuple(self.bottom_hidden))
         object.__setattr__(self, "top_hidden", tuple(self.top_hidden))
-        if self.topology != "coordinator-top":
-            raise ValueError(
-                f"topology {self.topology!r} is not served yet: the services run split-NN coordinator-top "
-                "(active-top runs in-process, services/models/splitnn/simulate.py)"
-            )
+        if self.topology not in TOPOLOGIES:
+            raise ValueError(f"topology must be one of {', '.join(TOPOLOGIES)}, got {self.topology!r}")
         if not isinstance(self.party, int) or self.party < 0:
             raise ValueError(f"party must be a position >= 0, got {self.party!r}")
         if OptimizerConfig(**self.optimizer).schedule != "constant":  # also validates the optimiser
@@ -86,21 +87,28 @@ class SplitNNSettings(DictForm):
         return OptimizerConfig(**self.optimizer)
 
     def view(self, width: int, n_classes: int) -> SplitNNConfig:
-        """The network as this party builds it: its own bottom (``width`` features at position ``party``) and the
-        top, whose input is the E-wide sum h whatever the parties' widths are. Other positions get width 1: they
-        are never read by a module this party builds."""
-        features = tuple(width if p == self.party else 1 for p in range(max(self.party + 1, 2)))
+        """The network as this party builds it: its own bottom (``width`` features at position ``party``) and, in
+        coordinator-top, the top, whose input is the E-wide sum h whatever the parties' widths are. Other positions
+        get width 1: they are never read by a module this party builds."""
+        return self.network(tuple(width if p == self.party else 1 for p in range(max(self.party + 1, 2))), n_classes)
+
+    def network(self, features: tuple[int, ...], n_classes: int) -> SplitNNConfig:
+        """The whole network for these party widths (active first)."""
+        active_top = self.topology == "active-top"
         return SplitNNConfig(
-            topology="coordinator-top",
+            topology=self.topology,  # type: ignore[arg-type]
             features=features,
             n_classes=n_classes,
             embedding=self.embedding,
-            bottom_hidden=(self.bottom_hidden,) * len(features),
+            # active-top: passive bottoms are one linear layer (ye's setting); only the active party's has hidden layers
+            bottom_hidden=(self.bottom_hidden, *(() if active_top else self.bottom_hidden for _ in features[1:])),
             top_hidden=self.top_hidden,
             activation=self.activation,  # type: ignore[arg-type]
             dropout=self.dropout,
             bottom_bias=self.bottom_bias,
             top_bias=self.top_bias,
+            passive_width=self.passive_width if active_top else None,
+            passive_bias=self.passive_bias,
         )
 
     def bottom(self, width: int, n_classes: int) -> Bottom:
@@ -137,6 +145,8 @@ class PassiveLink(Protocol):
 
     def backward_gradient(self, session_id: str, step: int, sample_index: np.ndarray, gradient: np.ndarray) -> None: ...
 
+    def plain_forward(self, session_id: str, step: int, sample_index: np.ndarray, cols: int) -> np.ndarray: ...
+
 
 def _module_tensors(prefix: str, role: Bottom | Head) -> dict[str, np.ndarray]:
     return {f"{prefix}/{name}": t.detach().numpy().copy() for name, t in role.module.state_dict().items()}
@@ -149,7 +159,9 @@ def _role_state(role: Bottom | Head, settings: SplitNNSettings, **meta: Any) -> 
 
 @dataclass
 class SplitNNActive:
-    """The active party's bottom (position 0) and its step of the protocol."""
+    """coordinator-top: the active party's bottom (position 0) and its step of the protocol."""
+
+    scores_locally = False
 
     settings: SplitNNSettings
     n_classes: int
@@ -192,6 +204,54 @@ class SplitNNActive:
 
 
 @dataclass
+class ActiveTopActive:
+    """active-top: the active party's own bottom and the top model on [h_a, z_1, ..., z_P] (ye's setting)."""
+
+    settings: SplitNNSettings
+    n_classes: int
+    features: tuple[int, ...]  # every party's width, active first
+    head: Head
+    scores_locally = True
+
+    @property
+    def share_width(self) -> int:
+        return 0  # nothing is summed at the key holder in this topology
+
+    def output_widths(self) -> list[int]:
+        """Width of each passive party's z_p, in party order."""
+        config = self.settings.network(self.features, self.n_classes)
+        return [config.output_width(p) for p in range(1, len(self.features))]
+
+    def train_step(self, ctx: ActiveContext, index: np.ndarray) -> None:
+        passives: Mapping[str, PassiveLink] = ctx.passives
+        widths = dict(zip(passives, self.output_widths(), strict=True))
+        z = ctx.each_passive(
+            lambda party, link: link.plain_forward(ctx.session_id, ctx.step, index, widths[party])
+        )
+        ids = ctx.sample_ids(index)
+        for party, z_p in zip(passives, z, strict=True):
+            ctx.emit("embeddings", party, sample_ids=tuple(ids), arrays={"z": z_p}, meta={"step": ctx.step})
+        step = self.head.train_step(z, ctx.labels(index), local=ctx.features(index))
+        grads = dict(zip(passives, step.grads, strict=True))
+        ctx.each_passive(lambda party, link: link.backward_gradient(ctx.session_id, ctx.step, index, grads[party]))
+
+    def scores(self, x: np.ndarray, received: Sequence[np.ndarray]) -> np.ndarray:
+        """This party's own confidence scores softmax(top([h_a, z_1, ..., z_P])) (no release chain here)."""
+        return self.head.scores(received, local=x)
+
+    def inference_share(self, x: np.ndarray) -> np.ndarray:
+        raise FailedPrecondition("active-top scores at the active party: there is no share to sum")
+
+    def released(self, key_holder_tensors: Mapping[str, np.ndarray]) -> ReleasedModel:
+        """Everything but the passive bottoms: the active party trained (and holds) its bottom and the top."""
+        tensors = {f"head/{name}": t.detach().numpy().copy() for name, t in self.head.module.state_dict().items()}
+        return ReleasedModel(NAME, tensors)
+
+    def to_state(self) -> State:
+        return _role_state(self.head, self.settings, n_classes=self.n_classes, features=list(self.features))
+
+
+@dataclass
 class SplitNNPassive:
     """A passive party's bottom: its embedding leaves only encrypted, its gradient arrives in the clear."""
 
@@ -202,7 +262,11 @@ class SplitNNPassive:
 
     @property
     def share_width(self) -> int:
-        return self.settings.embedding
+        return self.bottom.out_width
+
+    @property
+    def output_in_the_clear(self) -> bool:
+        return self.settings.topology == "active-top"
 
     def forward(self, x: np.ndarray, *, replay: bool) -> np.ndarray:
         return self.bottom.forward(x, train=True)
@@ -210,8 +274,8 @@ class SplitNNPassive:
     def backward(self, ctx: PassiveContext, x: np.ndarray, feedback: object, digest: bytes) -> None:
         if not isinstance(feedback, np.ndarray):
             raise InvalidArgument("a split-NN step's feedback is ∂L/∂h in the clear (BackwardRequest.gradient)")
-        if feedback.shape != (len(x), self.settings.embedding):
-            raise InvalidArgument(f"gradient has shape {feedback.shape}, expected {(len(x), self.settings.embedding)}")
+        if feedback.shape != (len(x), self.bottom.out_width):
+            raise InvalidArgument(f"gradient has shape {feedback.shape}, expected {(len(x), self.bottom.out_width)}")
         try:
             self.bottom.backward(feedback)
         except ValueError as exc:  # e.g. no forward awaits it (this party restarted in between)
@@ -233,13 +297,15 @@ class SplitNNKeyHolder:
 
     settings: SplitNNSettings
     n_classes: int
-    head: Head
+    head: Head | None  # None in active-top, where the top model is the active party's
 
     @property
     def share_width(self) -> int:
-        return self.settings.embedding
+        return self.settings.embedding if self.head is not None else 0
 
     def top_step(self, keys: he.Backend, summed: he.EncryptedMatrix, labels: np.ndarray) -> tuple[np.ndarray, float]:
+        if self.head is None:
+            raise FailedPrecondition("an active-top session has no top model at the coordinator")
         try:
             h = np.round(open_sum(keys, summed, self.settings.embedding) / EMBEDDING_GRID) * EMBEDDING_GRID
             if not np.isfinite(h).all():
@@ -250,12 +316,16 @@ class SplitNNKeyHolder:
         return step.grads[0], step.loss
 
     def scores(self, aggregate: np.ndarray) -> np.ndarray:
+        if self.head is None:
+            raise FailedPrecondition("an active-top session releases no scores at the coordinator")
         return self.head.scores([aggregate])
 
     def released(self) -> dict[str, np.ndarray]:
-        return _module_tensors("top", self.head)
+        return {} if self.head is None else _module_tensors("top", self.head)
 
     def to_state(self) -> State:
+        if self.head is None:
+            return {}, {"splitnn": self.settings.to_dict(), "n_classes": self.n_classes}
         return _role_state(self.head, self.settings, n_classes=self.n_classes)
 
 
@@ -291,13 +361,23 @@ class SplitNNFamily:
         return SplitNNSettings.from_dict(dict(values))
 
     @staticmethod
-    def new_active(n_classes: int, n_features: int, settings: SplitNNSettings) -> SplitNNActive:
+    def new_active(
+        n_classes: int, n_features: int, settings: SplitNNSettings, passive_features: Sequence[int] = ()
+    ) -> SplitNNActive | ActiveTopActive:
         own = settings.with_party(0)
+        if own.topology == "active-top":
+            features = (n_features, *passive_features)
+            head = Head.create(own.network(features, n_classes), own.optim, own.seed)
+            return ActiveTopActive(own, n_classes, features, head)
         return SplitNNActive(own, n_classes, own.bottom(n_features, n_classes))
 
     @staticmethod
-    def restore_active(state: State) -> SplitNNActive:
+    def restore_active(state: State) -> SplitNNActive | ActiveTopActive:
         settings, blob, meta = _restore(state)
+        if settings.topology == "active-top":
+            features = tuple(meta["features"])
+            head = Head.create(settings.network(features, meta["n_classes"]), settings.optim, settings.seed)
+            return ActiveTopActive(settings, meta["n_classes"], features, _loaded(head, blob))
         bottom = _loaded(settings.bottom(meta["width"], meta["n_classes"]), blob)
         return SplitNNActive(settings, meta["n_classes"], bottom)
 
@@ -315,12 +395,17 @@ class SplitNNFamily:
 
     @staticmethod
     def new_key_holder(n_classes: int, passive_parties: Sequence[str], settings: SplitNNSettings) -> SplitNNKeyHolder:
-        return SplitNNKeyHolder(settings, n_classes, settings.head(n_classes))
+        head = settings.head(n_classes) if settings.topology == "coordinator-top" else None
+        return SplitNNKeyHolder(settings, n_classes, head)
 
     @staticmethod
     def restore_key_holder(state: State) -> SplitNNKeyHolder:
-        settings, blob, meta = _restore(state)
-        return SplitNNKeyHolder(settings, meta["n_classes"], _loaded(settings.head(meta["n_classes"]), blob))
+        arrays, meta = state
+        settings = SplitNNSettings.from_dict(meta["splitnn"])
+        if "splitnn" not in arrays:  # active-top: no top model here
+            return SplitNNKeyHolder(settings, meta["n_classes"], None)
+        head = _loaded(settings.head(meta["n_classes"]), arrays["splitnn"].tobytes())
+        return SplitNNKeyHolder(settings, meta["n_classes"], head)
 
 
 def _loaded(role: Bottom | Head, blob: bytes) -> Any:
