@@ -557,6 +557,23 @@ def bench_plugin(
         typer.echo(json.dumps(result))
 
 
+@bench_app.command("align")
+def bench_align(
+    rows: Annotated[int, typer.Option(min=10, help="Ids per party (90 % of them common).")] = 100_000,
+    parties: Annotated[int, typer.Option(min=1, help="Passive parties.")] = 1,
+    as_json: opt.Json = False,
+) -> None:
+    """PSI alignment seconds against the floor (curve operations x per-op cost / workers) and each party's peak
+    memory; one process per party, messages through pipes ($VFLSEC_PSI_WORKERS sets the workers)."""
+    from vflsec.client.bench_align import run
+
+    result = run(rows, parties, log=lambda line: typer.echo(line, err=as_json))
+    if not result["correct"]:
+        _fail("the alignment did not return exactly the known common ids")
+    if as_json:
+        typer.echo(json.dumps(result))
+
+
 @bench_app.command("load")
 def bench_load(
     requests: Annotated[int, typer.Option(min=1)] = 1000,
