@@ -260,7 +260,10 @@ def demo(
                 tasks[run_backend] = bar.add_task(f"training ({run_backend})", total=n_epochs * n_batches)
             bar.update(tasks[run_backend], completed=(epoch - 1) * n_batches + batch)
 
-        result = run_demo(spec, compare_plain=compare_plain, workdir=workdir, progress=progress)
+        def log(line: str) -> None:  # phase lines print above the bar
+            bar.console.print(line, markup=False)
+
+        result = run_demo(spec, compare_plain=compare_plain, workdir=workdir, progress=progress, log=log)
     _report(result, as_json, console)
 
 
