@@ -20,10 +20,11 @@ session, enforced by the parties' engines):
 
 Hashing runs in Python integers with batched inversions, taking each Elligator 2 square root from libsodium's
 point decompression (PyNaCl exposes no ristretto255 and no RFC 9380 hash); scalar multiplication and point
-validation are libsodium's. All of it holds the GIL, so the work is cut into chunks of :data:`CHUNK` ids or points
-(the unit of work: pure functions of the scalar, salt and chunk, so they could go to other machines too) run in a
-process pool of :func:`default_workers` processes. Lists travel between steps as 32-byte-wide numpy arrays and
-the intersection is a sort and a binary search, with no per-row Python object (docs/performance.md, "Alignment").
+validation are libsodium's. All of it holds the GIL, so the work is cut into chunks of up to :data:`CHUNK` ids or
+points (the unit of work: pure functions of the scalar, salt and chunk, so they could go to other machines too)
+run in a process pool of :func:`default_workers` processes. The intersection is a sort and a binary search over
+32-byte-wide numpy arrays, not a per-row dict; only the lists the engines exchange over gRPC stay lists of bytes
+(docs/performance.md, "Alignment").
 """
 
 from __future__ import annotations
@@ -53,9 +54,11 @@ MAX_IDS = 2_000_000
 # RFC 9380 §3.1 tag: application, version, suite. Bump the version if the encoding changes.
 SUITE = "edwards25519_XMD:SHA-512_ELL2_RO_"
 DST = f"vflsec-psi-v2-with-{SUITE}".encode()
-# Ids or points per unit of work: large enough that a task's pickling is noise next to its ~1 s of curve
-# arithmetic, small enough that 1M ids make ~120 tasks to balance over the workers.
+# Ids or points per unit of work: at most CHUNK (a task's pickling is noise next to its ~1 s of curve arithmetic;
+# 1M ids make ~120 tasks), and about 4 per worker for shorter lists so no worker waits on a long last one; a list of
+# up to MIN_CHUNK is one task, done in the calling process (a pool's start-up would cost more than it saves).
 CHUNK = 8192
+MIN_CHUNK = 2048
 WORKERS_ENV = "VFLSEC_PSI_WORKERS"
 
 # --- RFC 9380 hash_to_curve for edwards25519 (§6.7.1 Elligator 2, §6.8.2 rational map, h_eff = 8) ---
@@ -268,12 +271,25 @@ def default_workers() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def _run(tasks: list[Task], workers: int | None) -> bytes:
+def _workers(workers: int | None) -> int:
+    if workers is None:
+        return default_workers()
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+    return workers
+
+
+def _chunk(n: int, workers: int) -> int:
+    return min(CHUNK, max(MIN_CHUNK, -(-n // (4 * workers))))
+
+
+def _run(tasks: list[Task], workers: int) -> bytes:
     """The tasks' results concatenated in order: in this process for one task or one worker, else in a process
     pool that lives for this call only (no worker, nor the scalar it was sent, outlives it; a failed task
     cancels the rest). forkserver, not fork: the parties are multi-threaded gRPC servers, and a fork copies
-    whatever lock another thread holds."""
-    n = min(default_workers() if workers is None else workers, len(tasks))
+    whatever lock another thread holds. (Like any forkserver user, a script calling this needs the
+    ``if __name__ == "__main__":`` guard.)"""
+    n = min(workers, len(tasks))
     if n <= 1:
         return b"".join(fn(*args) for fn, args in tasks)
     context = multiprocessing.get_context("forkserver")
@@ -286,12 +302,14 @@ def _run(tasks: list[Task], workers: int | None) -> bytes:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _blind_tasks(scalar: bytes, ids: Sequence[str], salt: bytes) -> list[Task]:
-    return [(_blind_task, (scalar, salt, list(ids[i : i + CHUNK]), i)) for i in range(0, len(ids), CHUNK)]
+def _blind_tasks(scalar: bytes, ids: Sequence[str], salt: bytes, workers: int) -> list[Task]:
+    step = _chunk(len(ids), workers)
+    return [(_blind_task, (scalar, salt, list(ids[i : i + step]), i)) for i in range(0, len(ids), step)]
 
 
-def _multiply_tasks(scalar: bytes, points: np.ndarray) -> list[Task]:
-    return [(_multiply_task, (scalar, points[i : i + CHUNK].tobytes(), i)) for i in range(0, len(points), CHUNK)]
+def _multiply_tasks(scalar: bytes, points: np.ndarray, workers: int) -> list[Task]:
+    step = _chunk(len(points), workers)
+    return [(_multiply_task, (scalar, points[i : i + step].tobytes(), i)) for i in range(0, len(points), step)]
 
 
 def _points(values: Sequence[bytes] | np.ndarray) -> np.ndarray:
@@ -347,7 +365,8 @@ class PsiKey:
     def _blind(self, ids: Sequence[str], salt: bytes, workers: int | None) -> np.ndarray:
         _require_salt(salt)
         _require_strings(ids)
-        points = _from_blob(_run(_blind_tasks(self._scalar, ids, salt), workers))
+        workers = _workers(workers)
+        points = _from_blob(_run(_blind_tasks(self._scalar, ids, salt, workers), workers))
         # Equal ids give equal points (distinct ids collide with negligible probability): one sort finds repeats.
         _sort_unique(points, "ids")
         return points
@@ -362,7 +381,8 @@ class PsiKey:
         return _as_list(self._reblind(_points(points), workers))
 
     def _reblind(self, points: np.ndarray, workers: int | None) -> np.ndarray:
-        return _from_blob(_run(_multiply_tasks(self._scalar, points), workers))
+        workers = _workers(workers)
+        return _from_blob(_run(_multiply_tasks(self._scalar, points, workers), workers))
 
 
 @dataclass(frozen=True)
@@ -382,8 +402,9 @@ def passive_reply(
     _require_strings(own_ids)
     received = _points(active_blinded)
     permutation = entropy.os_entropy().permutation(len(own_ids))  # hides our row order from A
-    reblind = _multiply_tasks(key._scalar, received)
-    blind = _blind_tasks(key._scalar, [own_ids[row] for row in permutation], salt)
+    workers = _workers(workers) if len(received) + len(own_ids) > MIN_CHUNK else 1  # small: no pool
+    reblind = _multiply_tasks(key._scalar, received, workers)
+    blind = _blind_tasks(key._scalar, [own_ids[row] for row in permutation], salt, workers)
     blob = _run(reblind + blind, workers)
     own = _from_blob(blob[len(received) * POINT_BYTES :])
     _sort_unique(own, "ids", permutation)

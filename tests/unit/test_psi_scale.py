@@ -119,3 +119,5 @@ def test_worker_count_comes_from_the_environment_or_the_cpus(monkeypatch) -> Non
         monkeypatch.setenv(psi.WORKERS_ENV, bad)
         with pytest.raises(ValueError, match=f"{psi.WORKERS_ENV} must be a positive integer"):
             psi.default_workers()
+    with pytest.raises(ValueError, match="workers must be at least 1, got 0"):
+        psi.PsiKey().reblind([], workers=0)
