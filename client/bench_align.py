@@ -41,15 +41,15 @@ def party_ids(party: str, rows: int) -> Iterator[str]:
             yield f"{party}-{i:012d}"
 
 
-def measure_per_op_us(n: int = _SAMPLE_IDS) -> dict[str, float]:
+def measure_per_op_us(n: int = _SAMPLE_IDS, clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
     """Microseconds per hash-to-group and per scalar multiplication, one core (the pool is bypassed)."""
     ids = [f"sample-{i}" for i in range(n)]
     salt, key = psi.new_salt(), psi.PsiKey()
-    start = time.perf_counter()
+    start = clock()
     points = psi.hash_ids(ids, salt)
-    hashed = time.perf_counter()
+    hashed = clock()
     key.reblind(points, workers=1)
-    done = time.perf_counter()
+    done = clock()
     return {"hash_to_group": (hashed - start) / n * 1e6, "scalar_mult": (done - hashed) / n * 1e6}
 
 
@@ -61,6 +61,7 @@ def op_counts(rows: int, parties: int) -> dict[str, int]:
 
 def _passive(party: str, rows: int, conn: Connection) -> None:
     ids = list(party_ids(party, rows))
+    cpu = _tree_cpu_seconds(os.getpid())
     conn.send("ready")
     salt = conn.recv()
     reply = psi.passive_reply(psi.PsiKey(), ids, np.frombuffer(conn.recv_bytes(), dtype=psi._DTYPE), salt)
@@ -70,7 +71,7 @@ def _passive(party: str, rows: int, conn: Connection) -> None:
     conn.send("done")
     # Outside the timing: the common id of each common index, as the active row it must match.
     conn.send_bytes(np.array([int(ids[row]) if row < n_common(rows) else -1 for row in own_rows]).tobytes())
-    conn.send(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    conn.send((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, _tree_cpu_seconds(os.getpid()) - cpu))
 
 
 def _active(rows: int, conns: list[Connection], result: Connection) -> None:
@@ -79,7 +80,7 @@ def _active(rows: int, conns: list[Connection], result: Connection) -> None:
         conn.recv()
     result.send("ready")
     result.recv()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), _tree_cpu_seconds(os.getpid())
     key, salt = psi.PsiKey(), psi.new_salt()
     blinded = b"".join(key.blind_ids(ids, salt))
     for conn in conns:
@@ -99,6 +100,7 @@ def _active(rows: int, conns: list[Connection], result: Connection) -> None:
     for conn in conns:
         conn.recv()
     seconds = time.perf_counter() - start
+    cpu = _tree_cpu_seconds(os.getpid()) - cpu
     matched = [np.frombuffer(conn.recv_bytes(), dtype=np.int64) for conn in conns]
     correct = (
         alignment.size == n_common(rows)
@@ -106,31 +108,44 @@ def _active(rows: int, conns: list[Connection], result: Connection) -> None:
         and all(np.array_equal(m, alignment.active_rows) for m in matched)
     )
     passive_peaks = [conn.recv() for conn in conns]
-    result.send((seconds, alignment.size, correct, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
+    result.send((seconds, alignment.size, correct, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, cpu))
     result.send(passive_peaks)
+
+
+def _tree_cpu_seconds(root: int) -> float:
+    """CPU seconds of ``root`` and its descendants, including reaped ones (the pool workers, reaped by the
+    forkserver, count in its children's times)."""
+    stats = _proc_stats()
+    tick = os.sysconf("SC_CLK_TCK")
+    return sum(sum(int(v) for v in stats[pid][11:15]) for pid in _tree(stats, root)) / tick
+
+
+def _proc_stats() -> dict[int, list[str]]:
+    """pid -> the fields of /proc/pid/stat after the command name (field 3 onwards)."""
+    stats = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    stats[int(entry)] = stat.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+    return stats
+
+
+def _tree(stats: dict[int, list[str]], root: int) -> set[int]:
+    tree, frontier = {root}, {root}
+    while frontier:
+        frontier = {pid for pid, fields in stats.items() if int(fields[1]) in frontier}
+        tree |= frontier
+    return tree
 
 
 def _tree_rss_mb(root: int) -> float:
     """Resident memory of ``root`` and all its descendants (pool workers included), in MB; a shared page counts
     once per process, so this errs high."""
-    parents: dict[int, int] = {}
-    rss: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        parents[int(entry)] = int(fields[1])
-        rss[int(entry)] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
-    tree, frontier = {root}, [root]
-    while frontier:
-        children = [pid for pid, parent in parents.items() if parent in frontier]
-        tree.update(children)
-        frontier = children
-    return sum(rss.get(pid, 0) for pid in tree) / 2**20
+    stats = _proc_stats()
+    return sum(int(stats[pid][21]) for pid in _tree(stats, root) if pid in stats) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def run(rows: int, parties: int = 1, log: Callable[[str], None] = print) -> dict:
@@ -138,7 +153,9 @@ def run(rows: int, parties: int = 1, log: Callable[[str], None] = print) -> dict
         raise ValueError(f"--rows must be at least 10, got {rows}")
     if parties < 1:
         raise ValueError(f"--parties must be at least 1, got {parties}")
+    load = os.getloadavg()[0]
     per_op = measure_per_op_us()
+    per_op_cpu = measure_per_op_us(clock=time.process_time)
     workers = psi.default_workers()
     context = multiprocessing.get_context("spawn")
     names = [f"passive-{p + 1}" for p in range(parties)]
@@ -167,8 +184,8 @@ def run(rows: int, parties: int = 1, log: Callable[[str], None] = print) -> dict
         log(f"aligning {rows:,} active ids with {parties} passive part{'y' if parties == 1 else 'ies'} "
             f"of {rows:,} ids ({workers} workers each) ...")
         here.send("go")
-        seconds, size, correct, active_main = here.recv()
-        passive_main = here.recv()
+        seconds, size, correct, active_main, active_cpu = here.recv()
+        passive_main, passive_cpu = zip(*here.recv(), strict=True)
     finally:
         stop.set()
         sampler.join()
@@ -179,7 +196,12 @@ def run(rows: int, parties: int = 1, log: Callable[[str], None] = print) -> dict
                 process.join()
     counts = op_counts(rows, parties)
     floor = sum(counts[op] * per_op[op] for op in counts) / 1e6 / workers
-    log(f"{seconds:.2f} s for {size:,} common ids (floor {floor:.2f} s: ratio {seconds / floor:.2f})")
+    cpu_floor = sum(counts[op] * per_op_cpu[op] for op in counts) / 1e6
+    cpu = active_cpu + sum(passive_cpu)
+    log(
+        f"{seconds:.2f} s for {size:,} common ids (floor {floor:.2f} s: ratio {seconds / floor:.2f}; "
+        f"CPU {cpu:.1f} s for {cpu_floor:.1f} s of curve work: {cpu / cpu_floor:.2f}; load average {load:.1f})"
+    )
     return {
         "rows": rows,
         "parties": parties,
@@ -193,6 +215,13 @@ def run(rows: int, parties: int = 1, log: Callable[[str], None] = print) -> dict
         "ops": counts,
         "floor_seconds": floor,
         "ratio_to_floor": seconds / floor,
+        # Load-independent view: CPU seconds of every party process and worker during the alignment (pool
+        # start-up included, id generation not) against the curve work at CPU-time per-op costs.
+        "cpu_seconds": cpu,
+        "cpu_floor_seconds": cpu_floor,
+        "cpu_ratio": cpu / cpu_floor,
+        "per_op_cpu_us": per_op_cpu,
+        "load_average_1min": load,
         "peak_rss_mb": {name: round(mb, 1) for name, mb in peaks.items()},
         "peak_rss_mb_main_process": {
             ACTIVE: round(active_main, 1),

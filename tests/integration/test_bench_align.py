@@ -24,7 +24,8 @@ def test_bench_align_json_reports_the_figures_for_two_passive_parties() -> None:
     assert out.exit_code == 0, out.output
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["correct"] is True and result["common"] == 1800
-    assert set(result["per_op_us"]) == {"hash_to_group", "scalar_mult"}
+    assert set(result["per_op_us"]) == set(result["per_op_cpu_us"]) == {"hash_to_group", "scalar_mult"}
+    assert result["cpu_seconds"] > 0 and result["cpu_ratio"] == result["cpu_seconds"] / result["cpu_floor_seconds"]
     assert result["ratio_to_floor"] == result["align_seconds"] / result["floor_seconds"]
     assert set(result["peak_rss_mb"]) == {"active", "passive-1", "passive-2"}
     assert all(mb > 0 for mb in result["peak_rss_mb"].values())
