@@ -562,14 +562,17 @@ def bench_plugin(
 
 @bench_app.command("align")
 def bench_align(
-    rows: Annotated[int, typer.Option(min=10, help="Ids per party (90 % of them common).")] = 100_000,
+    rows: opt.Rows = 100_000,
     parties: Annotated[int, typer.Option(min=1, help="Passive parties.")] = 1,
     as_json: opt.Json = False,
 ) -> None:
     """PSI alignment seconds against the floor (curve operations x per-op cost / workers) and each party's peak
-    memory; one process per party, messages through pipes ($VFLSEC_PSI_WORKERS sets the workers)."""
+    memory; --rows ids per party (90 % common), one process per party, messages through pipes
+    ($VFLSEC_PSI_WORKERS sets the workers)."""
     from vflsec.client.bench_align import run
 
+    if rows < 10:
+        _fail(f"--rows must be at least 10, got {rows}")
     result = run(rows, parties, log=lambda line: typer.echo(line, err=as_json))
     if not result["correct"]:
         _fail("the alignment did not return exactly the known common ids")
