@@ -272,7 +272,10 @@ def demo(
                 tasks[run_backend] = bar.add_task(f"training ({run_backend})", total=n_epochs * n_batches)
             bar.update(tasks[run_backend], completed=(epoch - 1) * n_batches + batch)
 
-        result = run_demo(spec, compare_plain=compare_plain, workdir=workdir, progress=progress)
+        def log(line: str) -> None:  # phase lines print above the bar
+            bar.console.print(line, markup=False)
+
+        result = run_demo(spec, compare_plain=compare_plain, workdir=workdir, progress=progress, log=log)
     _report(result, as_json, console)
 
 
@@ -632,6 +635,26 @@ def bench_plugin(
     from vflsec.client.bench_plugin import run
 
     result = run(rows=rows, backend=backend, log=lambda line: typer.echo(line, err=as_json))
+    if as_json:
+        typer.echo(json.dumps(result))
+
+
+@bench_app.command("align")
+def bench_align(
+    rows: opt.Rows = 100_000,
+    parties: Annotated[int, typer.Option(min=1, help="Passive parties.")] = 1,
+    as_json: opt.Json = False,
+) -> None:
+    """PSI alignment seconds against the floor (curve operations x per-op cost / workers) and each party's peak
+    memory; --rows ids per party (90 % common), one process per party, messages through pipes
+    ($VFLSEC_PSI_WORKERS sets the workers)."""
+    from vflsec.client.bench_align import run
+
+    if rows < 10:
+        _fail(f"--rows must be at least 10, got {rows}")
+    result = run(rows, parties, log=lambda line: typer.echo(line, err=as_json))
+    if not result["correct"]:
+        _fail("the alignment did not return exactly the known common ids")
     if as_json:
         typer.echo(json.dumps(result))
 

@@ -6,9 +6,10 @@ already run elsewhere (docker compose, separate hosts).
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,35 @@ class Run:
 ProgressCallback = Callable[[str, int, int, int, int], None]  # backend, epoch, epochs, batch, n_batches
 
 
+class Phases:
+    """Wall seconds per phase of a run (a phase entered twice adds up), each announced on ``log`` when it starts
+    and ends, so a long load or alignment is never silent."""
+
+    def __init__(self, log: Callable[[str], None] | None = None) -> None:
+        self.seconds: dict[str, float] = {}
+        self._log = log or (lambda line: None)
+
+    @contextlib.contextmanager
+    def __call__(self, name: str, what: str) -> Iterator[None]:
+        self._log(f"{name}: {what} ...")
+        start = time.perf_counter()
+        yield
+        took = time.perf_counter() - start
+        self.seconds[name] = self.seconds.get(name, 0.0) + took
+        self._log(f"{name}: {what}: {took:.1f} s")
+
+
+def peak_rss_mb(pids: Mapping[str, int]) -> dict[str, float]:
+    """Each live process's peak resident memory so far (Linux VmHWM), in MB; a process without it is left out."""
+    peaks = {}
+    for name, pid in pids.items():
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    peaks[name] = round(int(line.split()[1]) / 1024, 1)
+    return peaks
+
+
 def train_and_evaluate(
     operator: Operator,
     spec: FederationSpec,
@@ -46,10 +76,13 @@ def train_and_evaluate(
     split: tuple[list[str], list[str], np.ndarray],
     progress: ProgressCallback | None = None,
     validation: tuple[list[str], np.ndarray] = ([], np.zeros(0, dtype=int)),
+    phases: Phases | None = None,
 ) -> Run:
+    phases = phases or Phases()
     train_ids, test_ids, test_labels = split
     info = operator.create_session(backend, **spec.session_options())
-    operator.align(info.session_id)
+    with phases("align", f"aligning the {backend} session"):
+        operator.align(info.session_id)
     start = time.perf_counter()
     record = train(
         operator,
@@ -93,11 +126,18 @@ def evaluate(
     *,
     compare_plain: bool = False,
     progress: ProgressCallback | None = None,
+    phases: Phases | None = None,
 ) -> dict[str, Any]:
-    """Align, split the common IDs (stratified, seeded), train and evaluate; optionally on plain too."""
+    """Align, split the common IDs (stratified, seeded), train and evaluate; optionally on plain too.
+
+    Each training session is aligned again (the session's batch size follows from the split of the first), so
+    ``align_seconds`` counts both exchanges of the main run."""
     operator = Operator(channel)
+    phases = phases or Phases()
     info = operator.create_session(spec.backend, seed=spec.seed)
-    common = operator.align(info.session_id)
+    passives = f"{len(info.passive_features)} passive part{'y' if len(info.passive_features) == 1 else 'ies'}"
+    with phases("align", f"aligning {len(labels):,} active IDs with {passives}"):
+        common = operator.align(info.session_id)
     operator.close(info.session_id)
     train_ids, validation_ids, test_ids = spec.session_sets(common, np.array([labels[i] for i in common]))
     validation = (validation_ids, np.array([labels[i] for i in validation_ids], dtype=int))
@@ -105,7 +145,8 @@ def evaluate(
     batch_size, batch_note = spec.batch_size_for(widths, len(train_ids))
     spec = replace(spec, batch_size=batch_size)
     split = (list(train_ids), list(test_ids), np.array([labels[i] for i in test_ids]))
-    runs = [train_and_evaluate(operator, spec, spec.backend, split, progress, validation)]
+    runs = [train_and_evaluate(operator, spec, spec.backend, split, progress, validation, phases)]
+    align_seconds = phases.seconds["align"]  # the comparison run's alignment is not the main run's
     if compare_plain:
         runs.append(train_and_evaluate(operator, spec, "plain", split, progress, validation))
     main = runs[0]
@@ -137,6 +178,7 @@ def evaluate(
     if compare_plain:
         result["plain_accuracy"] = runs[1].accuracy
         result["plain_train_seconds"] = runs[1].train_seconds
+    result["align_seconds"] = align_seconds
     return result
 
 
@@ -147,13 +189,27 @@ def run_demo(
     workdir: Path | None = None,
     progress: ProgressCallback | None = None,
     on_layout: Callable[[FederationLayout], None] | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Deal the federation (into ``workdir``, or a temporary folder), run every party as a process, evaluate."""
+    """Deal the federation (into ``workdir``, or a temporary folder), run every party as a process, evaluate.
+
+    Adds the phase timings: ``load_seconds`` (reading the dataset, then starting the parties until each has read
+    its shard and answers), ``deal_seconds`` (writing the shards and configs) and each party's ``peak_rss_mb``
+    (its process's VmHWM; the PSI pool's short-lived workers are not in it)."""
+    phases = Phases(log)
     with tempfile.TemporaryDirectory(prefix="vflsec-demo-") as tmp:
-        layout = write_federation(spec, workdir or Path(tmp))
+        with phases("load", f"reading {spec.name}"):
+            n_samples = spec.data.n_samples
+        with phases("deal", f"dealing {n_samples:,} rows to {spec.n_passive + 1} parties"):
+            layout = write_federation(spec, workdir or Path(tmp))
         if on_layout is not None:
             on_layout(layout)
-        with run_processes(layout), layout.operator_channel() as channel:
+        with contextlib.ExitStack() as running:
+            with phases("load", "starting the parties (each reads its shard)"):
+                federation = running.enter_context(run_processes(layout))
+            channel = running.enter_context(layout.operator_channel())
             labels = operator_labels(layout.configs["active"].parent / "data.csv")
-            result = evaluate(channel, labels, spec, compare_plain=compare_plain, progress=progress)
-    return {"dataset": spec.name, "n_samples": spec.data.n_samples, **result}
+            result = evaluate(channel, labels, spec, compare_plain=compare_plain, progress=progress, phases=phases)
+            peaks = peak_rss_mb({party: process.pid for party, process in federation.processes.items()})
+    timings = {f"{name}_seconds": phases.seconds[name] for name in ("load", "deal")}
+    return {"dataset": spec.name, "n_samples": n_samples, **result, **timings, "peak_rss_mb": peaks}

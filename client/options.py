@@ -159,4 +159,6 @@ Json = Annotated[bool, typer.Option("--json", help="Print one JSON object as the
 TlsDir = Annotated[
     Path | None, typer.Option("--tls-dir", help="The caller's tls/ folder (ca.pem, cert.pem, key.pem).")
 ]
-Rows = Annotated[int, typer.Option("--rows", help="Rows of the synthetic set when Credit default is absent.")]
+Rows = Annotated[
+    int, typer.Option("--rows", help="Rows of the synthetic data (bench he/plugin: when Credit default is absent).")
+]

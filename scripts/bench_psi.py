@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import sys
 import time
 from types import ModuleType
@@ -44,6 +45,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--module", help="another psi.py to measure alongside")
     args = parser.parse_args()
+    os.environ[psi.WORKERS_ENV] = "1"  # one core, as the figures say (vflsec bench align measures the pool)
     modules = {"current": psi, **({"other": _load(args.module)} if args.module else {})}
     ids = [f"customer-{i:07d}" for i in range(args.n)]
     rates: dict[str, list[tuple[float, float]]] = {name: [] for name in modules}

@@ -20,15 +20,21 @@ session, enforced by the parties' engines):
 
 Hashing runs in Python integers with batched inversions, taking each Elligator 2 square root from libsodium's
 point decompression (PyNaCl exposes no ristretto255 and no RFC 9380 hash); scalar multiplication and point
-validation are libsodium's. All of it holds the GIL, so blinding is a plain loop (docs/protocol.md: IDs/s).
+validation are libsodium's. All of it holds the GIL, so the work is cut into chunks of up to :data:`CHUNK` ids or
+points (the unit of work: pure functions of the scalar, salt and chunk, so they could go to other machines too)
+run in a process pool of :func:`default_workers` processes. The intersection is a sort and a binary search over
+32-byte-wide numpy arrays, not a per-row dict; only the lists the engines exchange over gRPC stay lists of bytes
+(docs/performance.md, "Alignment").
 """
 
 from __future__ import annotations
 
 import hashlib
-import random
+import multiprocessing
+import os
 import secrets
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,6 +45,8 @@ from nacl.bindings import (
 )
 from nacl.exceptions import CryptoError
 
+from vflsec.services.crypto import entropy
+
 POINT_BYTES = 32
 # Default cap on the IDs a party accepts in one exchange ([limits] psi_max_ids): it bounds how many candidate
 # IDs the active party can test per session, and sits above the million-row deployments the system targets.
@@ -46,8 +54,12 @@ MAX_IDS = 2_000_000
 # RFC 9380 §3.1 tag: application, version, suite. Bump the version if the encoding changes.
 SUITE = "edwards25519_XMD:SHA-512_ELL2_RO_"
 DST = f"vflsec-psi-v2-with-{SUITE}".encode()
-# Both the common order and P's shuffle hide row orders, so they come from the OS CSPRNG.
-_SECURE_RANDOM = random.SystemRandom()
+# Ids or points per unit of work: at most CHUNK (a task's pickling is noise next to its ~1 s of curve arithmetic;
+# 1M ids make ~120 tasks), and about 4 per worker for shorter lists so no worker waits on a long last one; a list of
+# up to MIN_CHUNK is one task, done in the calling process (a pool's start-up would cost more than it saves).
+CHUNK = 8192
+MIN_CHUNK = 2048
+WORKERS_ENV = "VFLSEC_PSI_WORKERS"
 
 # --- RFC 9380 hash_to_curve for edwards25519 (§6.7.1 Elligator 2, §6.8.2 rational map, h_eff = 8) ---
 _P = 2**255 - 19
@@ -208,14 +220,131 @@ def new_salt() -> bytes:
 
 
 def _require_salt(salt: bytes) -> None:
-    if not salt:
+    if not isinstance(salt, bytes) or not salt:
         raise ValueError("salt must be non-empty bytes shared by both parties")
 
 
 def hash_ids(ids: Sequence[str], salt: bytes) -> list[bytes]:
     """Hash ids into the prime-order group, salted per session."""
     _require_salt(salt)
+    _require_strings(ids)
     return hash_to_group([_message(sample_id, salt) for sample_id in ids])
+
+
+def _require_strings(ids: Sequence[str]) -> None:
+    for row, sample_id in enumerate(ids):
+        if not isinstance(sample_id, str):
+            raise ValueError(f"sample id at row {row} is a {type(sample_id).__name__}, not a string")
+
+
+# --- parallel units of work: pure functions of (scalar, salt, chunk), so any process or machine can run one ---
+_DTYPE = np.dtype(f"S{POINT_BYTES}")  # one encoding per row; S32 compares all 32 bytes, trailing zeros included
+Task = tuple[Callable[..., bytes], tuple]
+
+
+def _blind_task(scalar: bytes, salt: bytes, ids: list[str], start: int) -> bytes:
+    return _multiply_task(scalar, b"".join(hash_to_group([_message(i, salt) for i in ids])), start)
+
+
+def _multiply_task(scalar: bytes, blob: bytes, start: int) -> bytes:
+    """``scalar·P`` for each 32-byte point of ``blob``; libsodium refuses any point that is not the canonical
+    encoding of a non-identity point of the prime-order subgroup (``crypto_scalarmult_ed25519``'s contract)."""
+    out = bytearray(len(blob))
+    for i in range(0, len(blob), POINT_BYTES):
+        try:
+            out[i : i + POINT_BYTES] = crypto_scalarmult_ed25519_noclamp(scalar, blob[i : i + POINT_BYTES])
+        except CryptoError:
+            raise ValueError(
+                f"point at index {start + i // POINT_BYTES} is not a canonical point of the prime-order subgroup "
+                "of edwards25519"
+            ) from None
+    return bytes(out)
+
+
+def default_workers() -> int:
+    """Processes for blinding: ``$VFLSEC_PSI_WORKERS`` if set, else the CPUs this process may run on."""
+    configured = os.environ.get(WORKERS_ENV, "").strip()
+    if configured:
+        if not configured.isdigit() or int(configured) < 1:
+            raise ValueError(f"{WORKERS_ENV} must be a positive integer, got {configured!r}")
+        return int(configured)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _workers(workers: int | None) -> int:
+    if workers is None:
+        return default_workers()
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+    return workers
+
+
+def _chunk(n: int, workers: int) -> int:
+    return min(CHUNK, max(MIN_CHUNK, -(-n // (4 * workers))))
+
+
+def _run(tasks: list[Task], workers: int) -> bytes:
+    """The tasks' results concatenated in order: in this process for one task or one worker, else in a process
+    pool that lives for this call only (no worker, nor the scalar it was sent, outlives it; a failed task
+    cancels the rest). forkserver, not fork: the parties are multi-threaded gRPC servers, and a fork copies
+    whatever lock another thread holds. (Like any forkserver user, a script calling this needs the
+    ``if __name__ == "__main__":`` guard.)"""
+    n = min(workers, len(tasks))
+    if n <= 1:
+        return b"".join(fn(*args) for fn, args in tasks)
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__])
+    pool = ProcessPoolExecutor(max_workers=n, mp_context=context)
+    try:
+        futures = [pool.submit(fn, *args) for fn, args in tasks]
+        return b"".join(future.result() for future in futures)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _blind_tasks(scalar: bytes, ids: Sequence[str], salt: bytes, workers: int) -> list[Task]:
+    step = _chunk(len(ids), workers)
+    return [(_blind_task, (scalar, salt, list(ids[i : i + step]), i)) for i in range(0, len(ids), step)]
+
+
+def _multiply_tasks(scalar: bytes, points: np.ndarray, workers: int) -> list[Task]:
+    step = _chunk(len(points), workers)
+    return [(_multiply_task, (scalar, points[i : i + step].tobytes(), i)) for i in range(0, len(points), step)]
+
+
+def _points(values: Sequence[bytes] | np.ndarray) -> np.ndarray:
+    """32-byte values as an S32 array; a value of another length or type is a ValueError with its index."""
+    if isinstance(values, np.ndarray) and values.dtype == _DTYPE:
+        return values
+    for index, point in enumerate(values):
+        if not isinstance(point, bytes) or len(point) != POINT_BYTES:
+            got = f"{len(point)} bytes" if isinstance(point, bytes) else type(point).__name__
+            raise ValueError(f"point at index {index} must be {POINT_BYTES} bytes, got {got}")
+    return _from_blob(b"".join(values))
+
+
+def _from_blob(blob: bytes) -> np.ndarray:
+    return np.frombuffer(blob, dtype=_DTYPE) if blob else np.empty(0, dtype=_DTYPE)
+
+
+def _as_list(points: np.ndarray) -> list[bytes]:
+    # Through the raw buffer: an S32 element drops its trailing zero bytes.
+    blob = points.tobytes()
+    return [blob[i : i + POINT_BYTES] for i in range(0, len(blob), POINT_BYTES)]
+
+
+def _sort_unique(points: np.ndarray, what: str, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(order, points[order])``; a ValueError naming two rows (``rows[position]`` if given) if a value repeats.
+
+    Rows only, never the value: the message may travel in an RPC error."""
+    order = np.argsort(points, kind="stable")
+    ordered = points[order]
+    repeats = np.flatnonzero(ordered[1:] == ordered[:-1])
+    if repeats.size:
+        pair = order[repeats[0] : repeats[0] + 2]
+        first, second = sorted(int(row) for row in (pair if rows is None else rows[pair]))
+        raise ValueError(f"duplicate {what} at rows {first} and {second}")
+    return order, ordered
 
 
 class PsiKey:
@@ -229,35 +358,31 @@ class PsiKey:
             scalar = crypto_core_ed25519_scalar_reduce(secrets.token_bytes(64))
         self._scalar = scalar
 
-    def blind_ids(self, ids: Sequence[str], salt: bytes) -> list[bytes]:
+    def blind_ids(self, ids: Sequence[str], salt: bytes, *, workers: int | None = None) -> list[bytes]:
         """``k·H(id)`` for each id, in order. Duplicate ids are rejected: rows must be addressable by id."""
-        _require_unique(ids, "ids")
-        return self._multiply(hash_ids(ids, salt))
+        return _as_list(self._blind(ids, salt, workers))
 
-    def reblind(self, points: Sequence[bytes]) -> list[bytes]:
+    def _blind(self, ids: Sequence[str], salt: bytes, workers: int | None) -> np.ndarray:
+        _require_salt(salt)
+        _require_strings(ids)
+        workers = _workers(workers)
+        points = _from_blob(_run(_blind_tasks(self._scalar, ids, salt, workers), workers))
+        # Equal ids give equal points (distinct ids collide with negligible probability): one sort finds repeats.
+        _sort_unique(points, "ids")
+        return points
+
+    def reblind(self, points: Sequence[bytes] | np.ndarray, *, workers: int | None = None) -> list[bytes]:
         """``k·P`` for each point received from the other party, in order.
 
         Every point must be the canonical encoding of a non-identity point of the prime-order subgroup: no
-        small-order component can carry a bit of the id through blinding. libsodium's scalar multiplication
-        refuses anything else (documented contract of ``crypto_scalarmult_ed25519``), so one pass checks and
-        multiplies; k is in [1, L), so a valid point never yields the identity.
+        small-order component can carry a bit of the id through blinding; k is in [1, L), so a valid point never
+        yields the identity.
         """
-        for index, point in enumerate(points):
-            if not isinstance(point, bytes) or len(point) != POINT_BYTES:
-                got = f"{len(point)} bytes" if isinstance(point, bytes) else type(point).__name__
-                raise ValueError(f"point at index {index} must be {POINT_BYTES} bytes, got {got}")
-        return self._multiply(points)
+        return _as_list(self._reblind(_points(points), workers))
 
-    def _multiply(self, points: Sequence[bytes]) -> list[bytes]:
-        scalar, out = self._scalar, []
-        for index, point in enumerate(points):
-            try:
-                out.append(crypto_scalarmult_ed25519_noclamp(scalar, point))
-            except CryptoError:
-                raise ValueError(
-                    f"point at index {index} is not a canonical point of the prime-order subgroup of edwards25519"
-                ) from None
-        return out
+    def _reblind(self, points: np.ndarray, workers: int | None) -> np.ndarray:
+        workers = _workers(workers)
+        return _from_blob(_run(_multiply_tasks(self._scalar, points, workers), workers))
 
 
 @dataclass(frozen=True)
@@ -269,15 +394,24 @@ class PassiveReply:
     permutation: np.ndarray  # secret: blinded_own[j] is P's row permutation[j]
 
 
-def passive_reply(key: PsiKey, own_ids: Sequence[str], active_blinded: Sequence[bytes], salt: bytes) -> PassiveReply:
-    """Passive side of step 2: reblind A's list and blind own ids in a secret random order."""
+def passive_reply(
+    key: PsiKey, own_ids: Sequence[str], active_blinded: Sequence[bytes], salt: bytes, *, workers: int | None = None
+) -> PassiveReply:
+    """Passive side of step 2: reblind A's list and blind own ids in a secret random order (one pool for both)."""
     _require_salt(salt)
-    permutation = list(range(len(own_ids)))
-    _SECURE_RANDOM.shuffle(permutation)
+    _require_strings(own_ids)
+    received = _points(active_blinded)
+    permutation = entropy.os_entropy().permutation(len(own_ids))  # hides our row order from A
+    workers = _workers(workers) if len(received) + len(own_ids) > MIN_CHUNK else 1  # small: no pool
+    reblind = _multiply_tasks(key._scalar, received, workers)
+    blind = _blind_tasks(key._scalar, [own_ids[row] for row in permutation], salt, workers)
+    blob = _run(reblind + blind, workers)
+    own = _from_blob(blob[len(received) * POINT_BYTES :])
+    _sort_unique(own, "ids", permutation)
     return PassiveReply(
-        reblinded_active=key.reblind(active_blinded),
-        blinded_own=key.blind_ids([own_ids[row] for row in permutation], salt),
-        permutation=np.asarray(permutation, dtype=np.int64),
+        reblinded_active=_as_list(_from_blob(blob[: len(received) * POINT_BYTES])),
+        blinded_own=_as_list(own),
+        permutation=permutation,
     )
 
 
@@ -298,48 +432,67 @@ class Alignment:
 
 
 def active_align(
-    key: PsiKey, reblinded_active: Sequence[Sequence[bytes]], blinded_passive: Sequence[Sequence[bytes]]
+    key: PsiKey,
+    reblinded_active: Sequence[Sequence[bytes]],
+    blinded_passive: Sequence[Sequence[bytes]],
+    *,
+    names: Sequence[str] | None = None,
+    workers: int | None = None,
 ) -> Alignment:
     """Active side of step 3: per passive party p, ``reblinded_active[p]`` and ``blinded_passive[p]`` are
-    the two lists of its :class:`PassiveReply`."""
-    return intersect(reblinded_active, [key.reblind(points) for points in blinded_passive])
+    the two lists of its :class:`PassiveReply`; ``names[p]`` names p in errors."""
+    names = _names(names, len(blinded_passive))
+    doubles = []
+    for name, points in zip(names, blinded_passive, strict=True):
+        try:
+            doubles.append(key._reblind(_points(points), workers))
+        except ValueError as exc:
+            raise ValueError(f"list sent by {name}: {exc}") from None
+    return intersect(reblinded_active, doubles, names=names)
 
 
-def intersect(active_double: Sequence[Sequence[bytes]], passive_double: Sequence[Sequence[bytes]]) -> Alignment:
+def _names(names: Sequence[str] | None, n: int) -> list[str]:
+    return list(names) if names is not None else [f"passive party {p}" for p in range(n)]
+
+
+def intersect(
+    active_double: Sequence[Sequence[bytes]],
+    passive_double: Sequence[Sequence[bytes]],
+    *,
+    names: Sequence[str] | None = None,
+) -> Alignment:
     """Intersect double-blinded values across all passive parties.
 
     ``active_double[p][i]`` is A's row i blinded by A and passive party p; ``passive_double[p][j]`` is the
-    j-th value p sent, blinded by p and A. A sample is common when its value matches for every party.
+    j-th value p sent, blinded by p and A. A sample is common when its value matches for every party. Each
+    passive list is sorted once and A's values are found in it by binary search; the common samples get a fresh
+    uniform order from OS entropy (sorting by a value would leak row order to a party that can compute it).
     """
     if not active_double or len(active_double) != len(passive_double):
         raise ValueError(
             f"need one active and one passive list per passive party, got {len(active_double)} and "
             f"{len(passive_double)}"
         )
+    names = _names(names, len(passive_double))
     n_active = len(active_double[0])
     if any(len(values) != n_active for values in active_double):
         raise ValueError(f"every active list must have {n_active} values, one per active row")
-    for p, (active_values, passive_values) in enumerate(zip(active_double, passive_double, strict=True)):
-        _require_unique(active_values, f"active values for passive party {p}")
-        _require_unique(passive_values, f"values sent by passive party {p}")
-
-    position_maps = [{value: j for j, value in enumerate(values)} for values in passive_double]
-    common: list[tuple[int, list[int]]] = []
-    for row in range(n_active):
-        positions: list[int] = []
-        for positions_of, values in zip(position_maps, active_double, strict=True):
-            position = positions_of.get(values[row])
-            if position is None:
-                break
-            positions.append(position)
-        else:
-            common.append((row, positions))
-    _SECURE_RANDOM.shuffle(common)
-
-    n_passive = len(passive_double)
-    rows = np.fromiter((row for row, _ in common), dtype=np.int64, count=len(common))
-    table = np.asarray([positions for _, positions in common], dtype=np.int64).reshape(len(common), n_passive)
-    return Alignment(active_rows=rows, passive_positions=tuple(table[:, p].copy() for p in range(n_passive)))
+    common = np.ones(n_active, dtype=bool)
+    found: list[np.ndarray] = []
+    for name, active_values, passive_values in zip(names, active_double, passive_double, strict=True):
+        mine, theirs = _points(active_values), _points(passive_values)
+        _sort_unique(mine, f"active values for {name}")
+        order, ordered = _sort_unique(theirs, f"values sent by {name}")
+        if not len(ordered):
+            common[:] = False
+            found.append(np.zeros(n_active, dtype=np.int64))
+            continue
+        at = np.minimum(np.searchsorted(ordered, mine), len(ordered) - 1)
+        common &= ordered[at] == mine
+        found.append(order[at].astype(np.int64))
+    rows = np.flatnonzero(common)
+    rows = rows[entropy.os_entropy().permutation(len(rows))].astype(np.int64)
+    return Alignment(active_rows=rows, passive_positions=tuple(positions[rows] for positions in found))
 
 
 def rows_from_positions(positions: Sequence[int] | np.ndarray, permutation: np.ndarray) -> np.ndarray:
@@ -352,12 +505,3 @@ def rows_from_positions(positions: Sequence[int] | np.ndarray, permutation: np.n
     if len(np.unique(positions)) != len(positions):
         raise ValueError("positions must not repeat: each sent value is at most one common sample")
     return permutation[positions]
-
-
-def _require_unique(values: Sequence[Hashable], what: str) -> None:
-    first_row: dict[Hashable, int] = {}
-    for row, value in enumerate(values):
-        previous = first_row.setdefault(value, row)
-        if previous != row:
-            # Rows only, never the value: the message may travel in an RPC error.
-            raise ValueError(f"duplicate {what} at rows {previous} and {row}")

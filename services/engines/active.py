@@ -321,9 +321,12 @@ class ActiveParty:
     # --- alignment ---
     def align(self, session_id: str) -> list[str]:
         """PSI with every passive party: one exchange per session, marked in the checkpoint before it starts, so
-        neither a retry nor a restarted party runs a second one (docs/protocol.md, "Alignment")."""
+        a restarted party does not run a second one; an exchange that failed before any reply is unmarked and may
+        be retried (docs/protocol.md, "Alignment")."""
         s = self.session(session_id)
         own_ids = [str(i) for i in self.data.ids]
+        if not own_ids:
+            raise FailedPrecondition(f"PSI: {self.party_id} holds no sample IDs")
         if len(own_ids) > self.psi_max_ids:
             raise FailedPrecondition(
                 f"PSI: this party holds {len(own_ids)} sample IDs, over the cap of {self.psi_max_ids} "
@@ -339,19 +342,34 @@ class ActiveParty:
             self._save(s)
         key, salt = psi.PsiKey(), psi.new_salt()
         blinded = key.blind_ids(own_ids, salt)
-        replies = self._each_passive(lambda party, client: client.psi_exchange(session_id, salt, blinded))
+        try:
+            replies = self._each_passive(lambda party, client: client.psi_exchange(session_id, salt, blinded))
+        except Exception:
+            # Nothing is aligned yet, so the session may try again: a passive party that did answer has marked its
+            # own session and refuses a second exchange itself, one that refused kept nothing.
+            with s.lock:
+                s.psi_started = False
+                self._save(s)
+            raise
         for party, (_, own) in zip(self.passives, replies, strict=True):
             if len(own) > self.psi_max_ids:  # it could test that many candidates against our list
                 raise InvalidArgument(
                     f"PSI: {party} sent {len(own)} IDs, over this party's cap of {self.psi_max_ids} "
                     "([limits] psi_max_ids)"
                 )
+            if not own:
+                raise FailedPrecondition(f"PSI: {party} holds no sample IDs")
         try:
-            alignment = psi.active_align(key, [r[0] for r in replies], [r[1] for r in replies])
+            names = list(self.passives)
+            alignment = psi.active_align(key, [r[0] for r in replies], [r[1] for r in replies], names=names)
         except ValueError as exc:
             raise InvalidArgument(f"PSI: {exc}") from exc
         if alignment.size == 0:
-            raise FailedPrecondition("the parties have no sample ID in common")
+            raise FailedPrecondition(
+                f"PSI: no sample ID is common to all of {self.party_id} ({len(own_ids)} IDs), "
+                + ", ".join(f"{party} ({len(own)} IDs)" for party, (_, own) in zip(self.passives, replies, strict=True))
+                + ": check each party's ID column and its spelling (e.g. '7' vs '007')"
+            )
         positions = dict(zip(self.passives, alignment.passive_positions, strict=True))
         self._each_passive(lambda party, client: client.psi_finish(session_id, positions[party]))
         with s.lock:

@@ -240,6 +240,8 @@ class PassiveParty:
                 f"PSI: the active party sent {len(blinded)} IDs, over this party's cap of {self.psi_max_ids} "
                 "([limits] psi_max_ids)"
             )
+        if not blinded:
+            raise InvalidArgument("PSI: the active party sent no IDs")
         _refuse_second_exchange(session_id, s)
         self._spend_psi_budget(s.owner, len(blinded))
         try:

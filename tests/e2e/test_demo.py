@@ -101,3 +101,18 @@ def test_certs_and_serve_rejects_bad_config(tmp_path) -> None:
     bad.write_text('role = "passive"\nparty_id = "passive-1"\n')
     done = vflsec("serve", "passive", "--config", str(bad), timeout=60)
     assert done.returncode == 2 and "missing 'tls'" in done.stderr
+
+
+def test_demo_reports_phase_timings_and_peak_memory_as_new_keys() -> None:
+    done = vflsec("demo", "--json", "--dataset", "breast_cancer", "--backend", "plain", "--epochs", "1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    # JSON outputs grow, they do not move: the new keys come after the existing ones.
+    new = ["align_seconds", "load_seconds", "deal_seconds", "peak_rss_mb"]
+    assert list(result)[-len(new) :] == new and list(result)[:2] == ["dataset", "n_samples"]
+    for key in ("load_seconds", "deal_seconds", "align_seconds", "train_seconds", "predict_seconds"):
+        assert result[key] > 0
+    assert set(result["peak_rss_mb"]) == {"coordinator", "active", "passive-1"}
+    assert all(mb > 0 for mb in result["peak_rss_mb"].values())
+    for phase in ("load: reading breast_cancer", "deal: dealing", "align: aligning"):
+        assert done.stderr.count(phase) >= 2  # announced, then timed

@@ -1,0 +1,230 @@
+"""``vflsec bench align``: PSI alignment time against its floor, and each party's peak memory.
+
+Every party runs in its own process (spawned, so each one's memory is its own) and generates its ids itself;
+the protocol messages go through pipes instead of gRPC, so the figure is the PSI computation (the functions the
+engines call, with their process pools), not serialisation. The active party holds ``rows`` ids; each passive
+party holds the first 90 % of them plus ``rows - 90 %`` ids of its own, so the common set is known and checked.
+
+The floor is the protocol's curve work at the per-operation costs measured here on one core, divided by the
+worker processes: (hash-to-group ops x its cost + scalar multiplications x theirs) / workers.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import resource
+import threading
+import time
+from collections.abc import Callable, Iterator
+from multiprocessing.connection import Connection
+
+import numpy as np
+
+from vflsec.services.crypto import psi
+
+OVERLAP = 0.9
+ACTIVE = "active"
+_SAMPLE_IDS = 4096  # per-op costs from this many ids, in this process, one core
+
+
+def n_common(rows: int) -> int:
+    return round(OVERLAP * rows)
+
+
+def party_ids(party: str, rows: int) -> Iterator[str]:
+    """A party's ids, generated one at a time: the common ones, then (passive parties) ids of its own."""
+    for i in range(rows if party == ACTIVE else n_common(rows)):
+        yield f"{i:012d}"
+    if party != ACTIVE:
+        for i in range(rows - n_common(rows)):
+            yield f"{party}-{i:012d}"
+
+
+def measure_per_op_us(n: int = _SAMPLE_IDS, clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
+    """Microseconds per hash-to-group and per scalar multiplication, one core (the pool is bypassed)."""
+    ids = [f"sample-{i}" for i in range(n)]
+    salt, key = psi.new_salt(), psi.PsiKey()
+    start = clock()
+    points = psi.hash_ids(ids, salt)
+    hashed = clock()
+    key.reblind(points, workers=1)
+    done = clock()
+    return {"hash_to_group": (hashed - start) / n * 1e6, "scalar_mult": (done - hashed) / n * 1e6}
+
+
+def op_counts(rows: int, parties: int) -> dict[str, int]:
+    """Curve operations of one alignment: A blinds its n ids; each P reblinds them and blinds its own n;
+    A reblinds every P's list."""
+    return {"hash_to_group": rows * (1 + parties), "scalar_mult": rows * (1 + parties) + 2 * rows * parties}
+
+
+def _passive(party: str, rows: int, conn: Connection) -> None:
+    ids = list(party_ids(party, rows))
+    cpu = _tree_cpu_seconds(os.getpid())
+    conn.send("ready")
+    salt = conn.recv()
+    reply = psi.passive_reply(psi.PsiKey(), ids, np.frombuffer(conn.recv_bytes(), dtype=psi._DTYPE), salt)
+    conn.send_bytes(b"".join(reply.reblinded_active))
+    conn.send_bytes(b"".join(reply.blinded_own))
+    own_rows = psi.rows_from_positions(np.frombuffer(conn.recv_bytes(), dtype=np.int64), reply.permutation)
+    conn.send("done")
+    # Outside the timing: the common id of each common index, as the active row it must match.
+    conn.send_bytes(np.array([int(ids[row]) if row < n_common(rows) else -1 for row in own_rows]).tobytes())
+    conn.send((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, _tree_cpu_seconds(os.getpid()) - cpu))
+
+
+def _active(rows: int, conns: list[Connection], result: Connection) -> None:
+    ids = list(party_ids(ACTIVE, rows))
+    for conn in conns:
+        conn.recv()
+    result.send("ready")
+    result.recv()
+    start, cpu = time.perf_counter(), _tree_cpu_seconds(os.getpid())
+    key, salt = psi.PsiKey(), psi.new_salt()
+    blinded = b"".join(key.blind_ids(ids, salt))
+    for conn in conns:
+        conn.send(salt)
+        conn.send_bytes(blinded)
+    del blinded
+    replies = [(conn.recv_bytes(), conn.recv_bytes()) for conn in conns]
+    alignment = psi.active_align(
+        key,
+        [np.frombuffer(double, dtype=psi._DTYPE) for double, _ in replies],
+        [np.frombuffer(own, dtype=psi._DTYPE) for _, own in replies],
+        names=[f"passive-{p + 1}" for p in range(len(conns))],
+    )
+    del replies
+    for conn, positions in zip(conns, alignment.passive_positions, strict=True):
+        conn.send_bytes(np.ascontiguousarray(positions, dtype=np.int64).tobytes())
+    for conn in conns:
+        conn.recv()
+    seconds = time.perf_counter() - start
+    cpu = _tree_cpu_seconds(os.getpid()) - cpu
+    matched = [np.frombuffer(conn.recv_bytes(), dtype=np.int64) for conn in conns]
+    correct = (
+        alignment.size == n_common(rows)
+        and bool(np.all(alignment.active_rows < n_common(rows)))
+        and all(np.array_equal(m, alignment.active_rows) for m in matched)
+    )
+    passive_peaks = [conn.recv() for conn in conns]
+    result.send((seconds, alignment.size, correct, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, cpu))
+    result.send(passive_peaks)
+
+
+def _tree_cpu_seconds(root: int) -> float:
+    """CPU seconds of ``root`` and its descendants, including reaped ones (the pool workers, reaped by the
+    forkserver, count in its children's times)."""
+    stats = _proc_stats()
+    tick = os.sysconf("SC_CLK_TCK")
+    return sum(sum(int(v) for v in stats[pid][11:15]) for pid in _tree(stats, root)) / tick
+
+
+def _proc_stats() -> dict[int, list[str]]:
+    """pid -> the fields of /proc/pid/stat after the command name (field 3 onwards)."""
+    stats = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    stats[int(entry)] = stat.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+    return stats
+
+
+def _tree(stats: dict[int, list[str]], root: int) -> set[int]:
+    tree, frontier = {root}, {root}
+    while frontier:
+        frontier = {pid for pid, fields in stats.items() if int(fields[1]) in frontier}
+        tree |= frontier
+    return tree
+
+
+def _tree_rss_mb(root: int) -> float:
+    """Resident memory of ``root`` and all its descendants (pool workers included), in MB; a shared page counts
+    once per process, so this errs high."""
+    stats = _proc_stats()
+    return sum(int(stats[pid][21]) for pid in _tree(stats, root) if pid in stats) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def run(rows: int, parties: int = 1, log: Callable[[str], None] = print) -> dict:
+    if rows < 10:
+        raise ValueError(f"--rows must be at least 10, got {rows}")
+    if parties < 1:
+        raise ValueError(f"--parties must be at least 1, got {parties}")
+    load = os.getloadavg()[0]
+    per_op = measure_per_op_us()
+    per_op_cpu = measure_per_op_us(clock=time.process_time)
+    workers = psi.default_workers()
+    context = multiprocessing.get_context("spawn")
+    names = [f"passive-{p + 1}" for p in range(parties)]
+    links = [context.Pipe() for _ in names]
+    here, there = context.Pipe()
+    processes = {
+        name: context.Process(target=_passive, args=(name, rows, end), name=name)
+        for name, (_, end) in zip(names, links, strict=True)
+    }
+    processes[ACTIVE] = context.Process(target=_active, args=(rows, [end for end, _ in links], there), name=ACTIVE)
+    peaks = dict.fromkeys(processes, 0.0)
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.2):
+            for name, process in processes.items():
+                if process.pid is not None:
+                    peaks[name] = max(peaks[name], _tree_rss_mb(process.pid))
+
+    for process in processes.values():
+        process.start()
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        here.recv()
+        log(f"aligning {rows:,} active ids with {parties} passive part{'y' if parties == 1 else 'ies'} "
+            f"of {rows:,} ids ({workers} workers each) ...")
+        here.send("go")
+        seconds, size, correct, active_main, active_cpu = here.recv()
+        passive_main, passive_cpu = zip(*here.recv(), strict=True)
+    finally:
+        stop.set()
+        sampler.join()
+        for process in processes.values():
+            process.join(timeout=60)
+            if process.is_alive():
+                process.kill()
+                process.join()
+    counts = op_counts(rows, parties)
+    floor = sum(counts[op] * per_op[op] for op in counts) / 1e6 / workers
+    cpu_floor = sum(counts[op] * per_op_cpu[op] for op in counts) / 1e6
+    cpu = active_cpu + sum(passive_cpu)
+    log(
+        f"{seconds:.2f} s for {size:,} common ids (floor {floor:.2f} s: ratio {seconds / floor:.2f}; "
+        f"CPU {cpu:.1f} s for {cpu_floor:.1f} s of curve work: {cpu / cpu_floor:.2f}; load average {load:.1f})"
+    )
+    return {
+        "rows": rows,
+        "parties": parties,
+        "workers": workers,
+        "in_process": False,
+        "transport": "pipes between one process per party (no gRPC)",
+        "common": size,
+        "correct": correct,
+        "align_seconds": seconds,
+        "per_op_us": per_op,
+        "ops": counts,
+        "floor_seconds": floor,
+        "ratio_to_floor": seconds / floor,
+        # Load-independent view: CPU seconds of every party process and worker during the alignment (pool
+        # start-up included, id generation not) against the curve work at CPU-time per-op costs.
+        "cpu_seconds": cpu,
+        "cpu_floor_seconds": cpu_floor,
+        "cpu_ratio": cpu / cpu_floor,
+        "per_op_cpu_us": per_op_cpu,
+        "load_average_1min": load,
+        "peak_rss_mb": {name: round(mb, 1) for name, mb in peaks.items()},
+        "peak_rss_mb_main_process": {
+            ACTIVE: round(active_main, 1),
+            **{name: round(mb, 1) for name, mb in zip(names, passive_main, strict=True)},
+        },
+    }

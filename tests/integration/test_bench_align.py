@@ -1,0 +1,36 @@
+"""`vflsec bench align`: the known common set comes back exactly, with every figure the JSON promises
+(timings are reported, never asserted)."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from vflsec.client.bench_align import op_counts, party_ids
+from vflsec.client.cli import app
+
+
+def test_ids_overlap_ninety_percent_and_ops_count_the_protocol() -> None:
+    active, passive = set(party_ids("active", 1000)), list(party_ids("passive-1", 1000))
+    assert len(passive) == len(set(passive)) == 1000 and len(active & set(passive)) == 900
+    # A: n hashes + n mults; each P: n + n mults, n hashes; A: n mults per P.
+    assert op_counts(1000, 1) == {"hash_to_group": 2000, "scalar_mult": 4000}
+    assert op_counts(1000, 2) == {"hash_to_group": 3000, "scalar_mult": 7000}
+
+
+def test_bench_align_json_reports_the_figures_for_two_passive_parties() -> None:
+    out = CliRunner().invoke(app, ["bench", "align", "--rows", "2000", "--parties", "2", "--json"])
+    assert out.exit_code == 0, out.output
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["correct"] is True and result["common"] == 1800
+    assert set(result["per_op_us"]) == set(result["per_op_cpu_us"]) == {"hash_to_group", "scalar_mult"}
+    assert result["cpu_seconds"] > 0 and result["cpu_ratio"] == result["cpu_seconds"] / result["cpu_floor_seconds"]
+    assert result["ratio_to_floor"] == result["align_seconds"] / result["floor_seconds"]
+    assert set(result["peak_rss_mb"]) == {"active", "passive-1", "passive-2"}
+    assert all(mb > 0 for mb in result["peak_rss_mb"].values())
+
+
+def test_bench_align_refuses_too_few_rows() -> None:
+    out = CliRunner().invoke(app, ["bench", "align", "--rows", "5"])
+    assert out.exit_code != 0 and "--rows" in out.output and "10" in out.output
