@@ -374,7 +374,9 @@ class CkksBackend(Backend):
         if _level(product) == _level(a):
             # TenSEAL short-cuts a plaintext that encodes to zero and returns a ciphertext one level above a
             # real product, which would tell the key holder "these features were all zero". Return a fresh,
-            # properly rescaled encryption of zero instead (rare: all-zero feature blocks).
+            # properly rescaled encryption of zero instead (all-zero feature blocks, e.g. a constant column). It is
+            # made under this backend's public key, so ``a`` must be encrypted under that key: under another epoch's
+            # key it decrypts to noise of ~10^19 in every slot, which the key holder refuses.
             product = ts.ckks_vector(self._ctx, np.zeros(v.size)) * np.ones(v.size)
         return product
 
@@ -703,6 +705,8 @@ def masked_feature_products(
     in protocol steps 3-4): with moduli [60, 40, 40, 60] a second ct x pt would leave too little modulus for
     the mask. ``mask_bound`` defaults to the backend's ``default_mask_bound`` (see the module docstring).
     ``rng`` draws the masks; services pass a CSPRNG (services/crypto/entropy.py), tests may pass a numpy Generator.
+    ``backend`` must hold the public key δ is encrypted under (the step's training-key epoch): an all-zero
+    feature block's product is a fresh encryption of zero under it (:meth:`CkksBackend._mul_plain`).
     """
     X = np.asarray(X, dtype=np.float64)
     layout = delta.layout

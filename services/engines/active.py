@@ -22,7 +22,7 @@ from vflsec.services import plugins
 from vflsec.services.crypto import entropy, he, psi, share_mask
 from vflsec.services.data.datasets import PartyData
 from vflsec.services.engines import checkpoint
-from vflsec.services.engines.sessions import SessionTable
+from vflsec.services.engines.sessions import EpochKeys, SessionTable, epoch_keys
 from vflsec.services.errors import FailedPrecondition, InvalidArgument, NotFound
 from vflsec.services.models import family as families
 from vflsec.services.transport import wire
@@ -82,6 +82,7 @@ class ActiveSession:
     trained: bool = False
     run: TrainingRun | None = None
     inference: he.Backend | None = None  # public inference keys (from the coordinator's AdmitQuery)
+    training_keys: EpochKeys | None = None  # the training-key epoch last used (fetched again when a step leaves it)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def to_state(self) -> tuple[dict[str, np.ndarray], dict]:
@@ -453,10 +454,18 @@ class ActiveParty:
                 labels=lambda index: self.data.y[s.rows[index]],
                 widths=self._widths(s),
                 spawn=self._pool.submit,
+                training_keys=lambda: self._training_keys(s, step),
                 sample_ids=lambda index: [str(self.data.ids[row]) for row in s.rows[index]],
             ),
             index,
         )
+
+    def _training_keys(self, s: ActiveSession, step: int) -> he.Backend:
+        """The public key of step ``step``'s epoch (the coordinator rotates training keys every few steps)."""
+        s.training_keys = epoch_keys(
+            s.training_keys, step, s.backend.name, lambda at: self.coordinator.training_context(s.session_id, at)
+        )
+        return s.training_keys[2]
 
     # --- inference ---
     def _predict_chunk_rows(self, s: ActiveSession) -> int:

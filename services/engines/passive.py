@@ -15,7 +15,7 @@ from vflsec.services.data.datasets import PartyData
 from vflsec.services.defenses import params as param_defenses
 from vflsec.services.engines import checkpoint
 from vflsec.services.engines.policy import BackendPolicy
-from vflsec.services.engines.sessions import SessionTable
+from vflsec.services.engines.sessions import EpochKeys, SessionTable, epoch_keys
 from vflsec.services.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -68,7 +68,7 @@ class PassiveSession:
     forward_index: tuple[int, np.ndarray] | None = None  # the batch of the step in flight
     inference: he.Backend | None = None  # public inference keys, fetched from the coordinator when first needed
     # (epoch, rotation, public keys) of the training-key epoch last used: fetched again when a step leaves it.
-    training_keys: tuple[int, int, he.Backend] | None = None
+    training_keys: EpochKeys | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def to_state(self) -> tuple[dict[str, np.ndarray], dict]:
@@ -341,13 +341,10 @@ class PassiveParty:
 
     def _training_keys(self, session_id: str, s: PassiveSession, step: int) -> he.Backend:
         """The public key of step ``step``'s epoch: the coordinator rotates training keys every few steps."""
-        cached = s.training_keys
-        if cached is None or step // cached[1] != cached[0]:
-            epoch, rotation, context = self.coordinator.training_context(session_id, step)
-            if rotation < 1 or step // rotation != epoch:
-                raise FailedPrecondition(f"the coordinator gave epoch {epoch} of {rotation} steps for step {step}")
-            cached = s.training_keys = (epoch, rotation, he.open_public(s.backend.name, context))
-        return cached[2]
+        s.training_keys = epoch_keys(
+            s.training_keys, step, s.backend.name, lambda at: self.coordinator.training_context(session_id, at)
+        )
+        return s.training_keys[2]
 
     def share_logits(self, session_id: str, query_id: str, sample_index: np.ndarray) -> None:
         """Inference: [[z_p + r_p]] for rows of an admitted query, sent to the coordinator and never to the active

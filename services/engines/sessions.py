@@ -1,4 +1,5 @@
-"""One session table for the three engines: sessions by ID, checkpointed to a StateDir, with the owner check."""
+"""One session table for the three engines: sessions by ID, checkpointed to a StateDir, with the owner check; and
+the parties' cache of the coordinator's rotating training keys."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
+from vflsec.services.crypto import he
 from vflsec.services.engines import checkpoint
 from vflsec.services.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 
@@ -17,6 +19,22 @@ class Session(Protocol):
 
 
 S = TypeVar("S", bound=Session)
+
+# (epoch, rotation, public keys) of the training-key epoch a party used last.
+EpochKeys = tuple[int, int, he.Backend]
+
+
+def epoch_keys(
+    cached: EpochKeys | None, step: int, backend: str, fetch: Callable[[int], tuple[int, int, bytes]]
+) -> EpochKeys:
+    """The public keys of step ``step``'s epoch: ``cached`` while the step is in it, else ``fetch(step)`` ->
+    (epoch, rotation, public context) from the coordinator, checked to be that step's epoch."""
+    if cached is not None and step // cached[1] == cached[0]:
+        return cached
+    epoch, rotation, context = fetch(step)
+    if rotation < 1 or step // rotation != epoch:
+        raise FailedPrecondition(f"the coordinator gave epoch {epoch} of {rotation} steps for step {step}")
+    return epoch, rotation, he.open_public(backend, context)
 
 
 class SessionTable(Generic[S]):

@@ -84,7 +84,7 @@ class ActiveContext:
 
     session_id: str
     step: int
-    backend: he.Backend  # the session's public keys
+    backend: he.Backend  # the session's public keys (epoch 0): parsing and plaintext arithmetic only
     n_classes: int
     mask_key: bytes  # the session's mask-stream key (services/crypto/entropy.py keyed_stream)
     key_holder: Any  # the family's link to the coordinator
@@ -94,6 +94,7 @@ class ActiveContext:
     labels: Callable[[np.ndarray], np.ndarray]  # own labels of common indices
     widths: Mapping[str, int]  # every party's block width, as the engine checks it against the schema
     spawn: Callable[..., Future]  # run fn(*args) beside the calls to the passive parties
+    training_keys: Callable[[], he.Backend]  # the public keys of this step's key epoch (fetched when needed)
     sample_ids: Callable[[np.ndarray], list[str]] = lambda index: []  # own sample IDs of common indices
 
     def each_passive(self, fn: Callable[[str, Any], T]) -> list[T]:
@@ -108,7 +109,7 @@ class PassiveContext:
 
     session_id: str
     step: int
-    backend: he.Backend  # the session's public keys (epoch 0)
+    backend: he.Backend  # the session's public keys (epoch 0): parsing and plaintext arithmetic only
     mask_key: bytes
     key_holder: Any  # the family's link to the coordinator
     training_keys: Callable[[], he.Backend]  # the public keys of this step's key epoch (fetched when needed)

@@ -64,6 +64,10 @@ def masked_gradient(
 ) -> np.ndarray:
     """δᵀx / n through the key holder, which sees only masked block sums: the round trip of every party.
 
+    ``backend`` must hold the public key δ is encrypted under, the key of the step's epoch, not the session's
+    (epoch 0): an all-zero feature block's product is a fresh encryption of zero under it (he.CkksBackend), and
+    under another epoch's key that decrypts to noise the key holder refuses.
+
     The masks are keyed by step and δ's fingerprint: a replayed step (the key holder repeats [[p]], hence δ)
     rebuilds byte-identical products, which the key holder answers from its cache.
     """
@@ -143,7 +147,7 @@ class LrActive:
     def _own_gradient(self, ctx: ActiveContext, delta: he.EncryptedMatrix, x: np.ndarray, digest: bytes) -> np.ndarray:
         x1 = np.hstack([x, np.ones((len(x), 1))])  # the ones column yields the bias gradient
         grad = masked_gradient(
-            ctx.backend,
+            ctx.training_keys(),
             delta,
             x1,
             ctx.mask_key,
@@ -231,7 +235,7 @@ class LrPassive:
         if delta.shape != (len(x), self.weights.shape[0]):
             raise InvalidArgument(f"delta has shape {delta.shape}, expected {(len(x), self.weights.shape[0])}")
         grad = masked_gradient(
-            ctx.backend,
+            ctx.training_keys(),
             delta,
             x,
             ctx.mask_key,

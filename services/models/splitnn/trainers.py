@@ -181,7 +181,8 @@ class SplitNNActive:
         for party, r in zip(passives, received, strict=True):
             ctx.emit("encrypted_embeddings", party, blobs={"ciphertexts": r.blobs}, meta={"step": ctx.step})
         own = self.bottom.forward(ctx.features(index), train=True)
-        summed = aggregate(ctx.backend, own, [r.matrix for r in received])  # [[Σ h_p]] + h_a: never opened here
+        # [[Σ h_p]] + h_a under the step's key epoch, as the passive parties encrypted: never opened here
+        summed = aggregate(ctx.training_keys(), own, [r.matrix for r in received])
         gradient, loss = key_holder.top_step(
             ctx.backend, ctx.session_id, ctx.step, index, summed, ctx.labels(index), ctx.widths
         )
