@@ -210,6 +210,8 @@ def run_demo(
             channel = running.enter_context(layout.operator_channel())
             labels = operator_labels(layout.configs["active"].parent / "data.csv")
             result = evaluate(channel, labels, spec, compare_plain=compare_plain, progress=progress, phases=phases)
-            peaks = peak_rss_mb({party: process.pid for party, process in federation.processes.items()})
+            # Each party's own process; parties run in this process (tests) have no peak of their own to report.
+            processes = getattr(federation, "processes", {})
+            peaks = peak_rss_mb({party: process.pid for party, process in processes.items()})
     timings = {f"{name}_seconds": phases.seconds[name] for name in ("load", "deal")}
     return {"dataset": spec.name, "n_samples": n_samples, **result, **timings, "peak_rss_mb": peaks}
