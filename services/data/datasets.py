@@ -930,33 +930,58 @@ def write_party_csv(
     With ``class_names``, a first line ``# classes: [...]`` (JSON) records the class order and count, which
     the rows alone cannot (a class may be absent from a party's rows). The file is replaced atomically.
     """
+    write_party_csv_chunks(path, columns, [(ids, X, labels)], class_names)
+
+
+def write_party_csv_chunks(
+    path: str | os.PathLike[str],
+    columns: Sequence[str],
+    chunks: Iterable[tuple[Sequence[str] | np.ndarray, np.ndarray, Sequence[int] | np.ndarray | None]],
+    class_names: Sequence[str] | None = None,
+) -> None:
+    """:func:`write_party_csv` with the rows arriving as ``(ids, X, labels)`` chunks, so a file larger than
+    memory can be written (``bench scale``'s synthetic million rows). Each chunk is checked as a whole file
+    would be (ID uniqueness within the chunk); every chunk has labels or none does."""
     reserved = {_PARTY_ID_COLUMN, _PARTY_LABEL_COLUMN} & {str(c) for c in columns}
     if reserved:
         raise ValueError(f"column names {sorted(reserved)} are reserved in party data files")
-    data = PartyData(
-        np.asarray(ids),
-        X,
-        list(columns),
-        None if labels is None else np.asarray(labels),
-        None if class_names is None else list(class_names),
-    )
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     with tmp.open("w", encoding="utf-8", newline="") as fh:
-        if data.class_names is not None:
-            fh.write(_CLASSES_COMMENT + json.dumps(data.class_names) + "\n")
+        if class_names is not None:
+            fh.write(_CLASSES_COMMENT + json.dumps([str(c) for c in class_names]) + "\n")
         writer = csv.writer(fh, lineterminator="\n")
-        label_header = [] if data.y is None else [_PARTY_LABEL_COLUMN]
-        writer.writerow([_PARTY_ID_COLUMN, *data.columns, *label_header])
-        for i, row in enumerate(data.X):
-            label_cell = [] if data.y is None else [int(data.y[i])]
-            writer.writerow([data.ids[i], *map(repr, row.tolist()), *label_cell])
+        labelled: bool | None = None
+        for ids, X, labels in chunks:
+            data = PartyData(
+                np.asarray(ids),
+                X,
+                list(columns),
+                None if labels is None else np.asarray(labels),
+                None if class_names is None else list(class_names),
+            )
+            if labelled is None:
+                labelled = data.y is not None
+                writer.writerow([_PARTY_ID_COLUMN, *data.columns, *([_PARTY_LABEL_COLUMN] if labelled else [])])
+            elif labelled != (data.y is not None):
+                raise ValueError("every chunk of a party file has labels, or none does")
+            for i, row in enumerate(data.X):
+                label_cell = [] if data.y is None else [int(data.y[i])]
+                writer.writerow([data.ids[i], *map(repr, row.tolist()), *label_cell])
     os.replace(tmp, path)
 
 
+_READ_CHUNK_CELLS = 1 << 18
+
+
 def read_party_csv(path: str | os.PathLike[str]) -> PartyData:
-    """Read a file written by :func:`write_party_csv`."""
+    """Read a file written by :func:`write_party_csv`.
+
+    Rows are parsed a few thousand at a time (``_READ_CHUNK_CELLS`` cells) into float arrays: the text cells
+    of the whole file never sit in memory at once (they cost ~25x the parsed floats), so a party's peak RSS
+    stays near the size of its data.
+    """
     path = Path(path)
     with path.open(encoding="utf-8", newline="") as fh:
         first = fh.readline()
@@ -966,22 +991,31 @@ def read_party_csv(path: str | os.PathLike[str]) -> PartyData:
             body: Iterable[str] = fh
         else:
             body = itertools.chain([first], fh)
-        records = [r for r in csv.reader(body) if r]
-    if not records or records[0][0] != _PARTY_ID_COLUMN:
-        raise ValueError(f"{path}: not a party data file (header must start with {_PARTY_ID_COLUMN!r})")
-    header, rows = records[0], records[1:]
-    has_label = header[-1] == _PARTY_LABEL_COLUMN
-    columns = header[1:-1] if has_label else header[1:]
-    bad = next((i for i, r in enumerate(rows) if len(r) != len(header)), None)
-    if bad is not None:
-        raise ValueError(f"{path}: row {bad + 2} has {len(rows[bad])} fields, expected {len(header)}")
-    cells = np.array(rows, dtype=str).reshape(len(rows), len(header))
-    try:
-        X = cells[:, 1 : 1 + len(columns)].astype(np.float64)
-        y = cells[:, -1].astype(np.int64) if has_label else None
-    except ValueError as exc:
-        raise ValueError(f"{path}: {exc}") from exc
-    return PartyData(cells[:, 0], X, columns, y, class_names)
+        records = (r for r in csv.reader(body) if r)
+        header = next(records, None)
+        if header is None or header[0] != _PARTY_ID_COLUMN:
+            raise ValueError(f"{path}: not a party data file (header must start with {_PARTY_ID_COLUMN!r})")
+        has_label = header[-1] == _PARTY_LABEL_COLUMN
+        columns = header[1:-1] if has_label else header[1:]
+        ids, Xs, ys, done = [], [], [], 0
+        chunk_rows = max(1, _READ_CHUNK_CELLS // len(header))
+        while chunk := list(itertools.islice(records, chunk_rows)):
+            bad = next((i for i, r in enumerate(chunk) if len(r) != len(header)), None)
+            if bad is not None:
+                raise ValueError(f"{path}: row {done + bad + 2} has {len(chunk[bad])} fields, expected {len(header)}")
+            cells = np.array(chunk, dtype=str).reshape(len(chunk), len(header))
+            try:
+                Xs.append(cells[:, 1 : 1 + len(columns)].astype(np.float64))
+                ys.append(cells[:, -1].astype(np.int64) if has_label else None)
+            except ValueError as exc:
+                raise ValueError(f"{path}: {exc}") from exc
+            ids.append(np.array([r[0] for r in chunk], dtype=str))  # not a view: it would pin the chunk
+            done += len(chunk)
+    if not Xs:
+        return PartyData(np.array([], dtype=str), np.empty((0, len(columns))), columns,
+                         np.array([], dtype=np.int64) if has_label else None, class_names)
+    y = np.concatenate(ys) if has_label else None
+    return PartyData(np.concatenate(ids), np.concatenate(Xs), columns, y, class_names)
 
 
 # ------------------------------------------------------------------------------------- sample IDs
