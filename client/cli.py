@@ -609,6 +609,46 @@ def bench_load(
         typer.echo(json.dumps(result))
 
 
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise typer.BadParameter(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise typer.BadParameter(f"expected positive integers, got {text!r}")
+    return values
+
+
+@bench_app.command("scale")
+def bench_scale(
+    rows: Annotated[str, typer.Option(help="Rows sweep (comma-separated).")] = "10000,100000,1000000",
+    passive: Annotated[str, typer.Option(help="Passive-parties sweep; the first is the base.")] = "1,2,4,8",
+    features: Annotated[str, typer.Option(help="Features-per-party sweep; the first is the base.")] = "10,50,100,500",
+    base_rows: Annotated[
+        int, typer.Option(min=0, help="Rows of the passive and feature sweeps (0: the smallest of --rows).")
+    ] = 0,
+    epochs: opt.Epochs = 1,
+    batch_size: Annotated[
+        int, typer.Option(min=0, help="0: 1024, raised per point to the minimum batch (2 x the widest block).")
+    ] = 0,
+    plot: Annotated[Path | None, typer.Option(help="Write the three sweeps as a PNG here.")] = None,
+    as_json: opt.Json = False,
+) -> None:
+    """HE-LR epoch and inference time, ckks vs plain, each party its own process, as rows, passive parties and
+    features per party grow (synthetic data streamed to each party's shard); each party's peak RSS."""
+    from vflsec.client.bench_scale import run
+
+    try:
+        result = run(
+            _ints(rows), _ints(passive), _ints(features), base_rows=base_rows or None, epochs=epochs,
+            batch_size=batch_size, plot=plot, log=lambda line: typer.echo(line, err=as_json),
+        )
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if as_json:
+        typer.echo(json.dumps(result))
+
+
 @app.command()
 def risk(
     address: Annotated[str, typer.Option(help="host:port of the passive party.")],
