@@ -68,7 +68,10 @@ def serve(
         cfg = load_config(config, role)
     except ConfigError as exc:
         _fail(str(exc))
-    serve_party(cfg)
+    from vflsec.client.profiling import maybe_profile
+
+    with maybe_profile(cfg.party_id):  # VFLSEC_PROFILE_DIR set: where this party's time goes (bench he --profile)
+        serve_party(cfg)
 
 
 certs_app = typer.Typer(
@@ -528,12 +531,29 @@ def attack(
 def bench_he(
     rows: opt.Rows = 30000,
     epochs: opt.Epochs = 1,
+    processes: Annotated[
+        bool,
+        typer.Option(
+            "--processes",
+            help='Also with each party its own `vflsec serve` process (the deployment shape); under "processes".',
+        ),
+    ] = False,
+    profile: Annotated[
+        bool,
+        typer.Option(
+            "--profile",
+            help="Also where the ckks epoch's time goes: party processes under cProfile (every thread), grouped "
+            'into phases (encrypt, ct x pt, (de)serialisation, gRPC, Python); under "profile".',
+        ),
+    ] = False,
     as_json: opt.Json = False,
 ) -> None:
     """HE-LR training epoch time and inference throughput, ckks vs plain, through the real services."""
     from vflsec.client.bench_he import run
 
-    result = run(rows=rows, epochs=epochs, log=lambda line: typer.echo(line, err=as_json))
+    result = run(
+        rows=rows, epochs=epochs, log=lambda line: typer.echo(line, err=as_json), processes=processes, profile=profile
+    )
     if as_json:
         typer.echo(json.dumps(result))
 
