@@ -234,3 +234,35 @@ def plot_sweeps(result: dict[str, Any], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def markdown_table(result: dict[str, Any]) -> str:
+    """The sweeps as one Markdown table (docs/performance.md), then the fitted exponents."""
+    backends = result["backends"]
+    head = ["sweep", "rows", "passive", "features/party", "batch"]
+    for b in backends:
+        head += [f"{b} epoch s", f"{b} inference rows/s", f"{b} align s"]
+    head += ["peak RSS MiB (coordinator / active / passive max)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for sweep, points in result["sweeps"].items():
+        for p in points:
+            rss = p["peak_rss_mib"]
+            passive_max = max(v for k, v in rss.items() if k.startswith("passive"))
+            cells = [sweep, f"{p['rows']:,}", str(p["passive"]), str(p["features_per_party"]), str(p["batch_size"])]
+            for b in backends:
+                cells += [
+                    f"{p[b]['train_epoch_seconds']:.2f}",
+                    f"{p[b]['inference_samples_per_second']:,.0f}",
+                    f"{p[b]['align_seconds']:.1f}",
+                ]
+            cells.append(f"{rss['coordinator']:.0f} / {rss['active']:.0f} / {passive_max:.0f}")
+            lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    for b in backends:
+        e = result["rows_exponent"][b]
+        lines.append(
+            f"- {b}: epoch time ~ rows^{_fmt(e['train_epoch'])}, inference time ~ rows^{_fmt(e['inference'])}; "
+            f"{result['sweeps']['passive'][-1]['passive']} passive parties take "
+            f"{result['passive_epoch_ratio'][b]:.2f}x the one-passive epoch"
+        )
+    return "\n".join(lines) + "\n"

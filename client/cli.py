@@ -652,11 +652,12 @@ def bench_scale(
         int, typer.Option(min=0, help="0: 1024, raised per point to the minimum batch (2 x the widest block).")
     ] = 0,
     plot: Annotated[Path | None, typer.Option(help="Write the three sweeps as a PNG here.")] = None,
+    markdown: Annotated[Path | None, typer.Option(help="Write the table and exponents as Markdown here.")] = None,
     as_json: opt.Json = False,
 ) -> None:
     """HE-LR epoch and inference time, ckks vs plain, each party its own process, as rows, passive parties and
     features per party grow (synthetic data streamed to each party's shard); each party's peak RSS."""
-    from vflsec.client.bench_scale import run
+    from vflsec.client.bench_scale import markdown_table, run
 
     try:
         result = run(
@@ -665,6 +666,8 @@ def bench_scale(
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
+    if markdown is not None:
+        markdown.write_text(markdown_table(result))
     if as_json:
         typer.echo(json.dumps(result))
 

@@ -22,8 +22,9 @@ def test_streamed_shards_hold_the_grid_points_rows_and_columns(tmp_path: Path) -
 
 
 def test_bench_scale_smallest_grid(tmp_path: Path) -> None:
-    plot = tmp_path / "scale.png"
+    plot, table = tmp_path / "scale.png", tmp_path / "scale.md"
     args = ["bench", "scale", "--rows", "400,800", "--passive", "1", "--features", "3", "--plot", str(plot), "--json"]
+    args += ["--markdown", str(table)]
     run = CliRunner().invoke(app, args)
     assert run.exit_code == 0, run.output
     result = json.loads(run.stdout.strip().splitlines()[-1])
@@ -36,6 +37,7 @@ def test_bench_scale_smallest_grid(tmp_path: Path) -> None:
             assert point[backend]["train_epoch_seconds"] > 0 and point[backend]["inference_samples_per_second"] > 0
     assert all(isinstance(result["rows_exponent"][b]["train_epoch"], float) for b in ("ckks", "plain"))
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "| rows | 800 | 1 | 3 |" in table.read_text()
 
 
 def test_bench_scale_refuses_a_batch_below_the_bound() -> None:
