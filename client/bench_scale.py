@@ -120,7 +120,9 @@ def measure_point(
                              "batch_size": batch, "generate_seconds": generate}
     fed: ProcessFederation
     start = time.perf_counter()
-    with run_processes(layout) as fed, layout.operator_channel() as channel:
+    # A party parses its CSV shard before it serves: ~1 minute per 10 million cells on this host.
+    timeout = 60.0 + rows * features * 12e-6
+    with run_processes(layout, timeout=timeout) as fed, layout.operator_channel() as channel:
         point["start_seconds"] = time.perf_counter() - start  # processes up: includes each party loading its CSV
         operator = Operator(channel)
         for backend in backends:
