@@ -50,16 +50,27 @@ def _chunks(rows: int, n_features: int, seed: int) -> Iterator[tuple[np.ndarray,
         yield np.array([f"r{i:08d}" for i in range(start, start + n)]), X, y
 
 
+def scale_spec(n_passive: int, features: int, seed: int = 0) -> FederationSpec:
+    """The federation of one grid point, dealt from a 4-row stand-in of its columns (the layout, certificates,
+    configs and the coordinator's schema come from it; the shards are then replaced by the synthetic rows)."""
+    names = [c for cols in _columns(n_passive, features) for c in cols]
+    stand_in = datasets.Dataset("synthetic-scale", ["a", "b", "c", "d"], np.eye(4, len(names)), [0, 1, 0, 1],
+                                names, ["0", "1"])
+    return FederationSpec(stand_in, n_passive=n_passive, passive_features=names[features:], drop_fraction=0.0,
+                          allow_plain=True, checkpoints=False, seed=seed)
+
+
+def point_batch(n_passive: int, features: int, batch_size: int = 0) -> int:
+    """The batch of a grid point: ``batch_size``, or 0 for DEFAULT_BATCH raised to the point's minimum batch."""
+    widths = scale_spec(n_passive, features).widths
+    return max(batch_size or DEFAULT_BATCH, lr.min_batch_size(widths))
+
+
 def write_scale_federation(rows: int, n_passive: int, features: int, workdir: Path, seed: int = 0):
     """The federation files of one grid point (certificates, configs) with each party's shard streamed in."""
     columns = _columns(n_passive, features)
     names = [c for cols in columns for c in cols]
-    # The layout (certificates, configs, the coordinator's schema) from a 4-row stand-in of the same columns;
-    # the shards are then replaced by the full synthetic rows.
-    stand_in = datasets.Dataset("synthetic-scale", ["a", "b", "c", "d"], np.eye(4, len(names)), [0, 1, 0, 1],
-                                names, ["0", "1"])
-    spec = FederationSpec(stand_in, n_passive=n_passive, passive_features=names[features:], drop_fraction=0.0,
-                          allow_plain=True, checkpoints=False, seed=seed)
+    spec = scale_spec(n_passive, features, seed)
     layout = write_federation(spec, workdir)
     assert layout.split.parties == columns, "the dealer split the columns differently than the shards assume"
     parties = ["active", *layout.passive_parties]
@@ -115,7 +126,7 @@ def measure_point(
     start = time.perf_counter()
     layout = write_scale_federation(rows, n_passive, features, workdir)
     generate = time.perf_counter() - start
-    batch = max(batch_size, lr.min_batch_size([features] * (n_passive + 1)))
+    batch = point_batch(n_passive, features, batch_size)
     point: dict[str, Any] = {"rows": rows, "passive": n_passive, "features_per_party": features,
                              "batch_size": batch, "generate_seconds": generate}
     fed: ProcessFederation
@@ -160,23 +171,25 @@ def run(
     """The three sweeps around the base point (the first of each list; ``base_rows`` for the passive and
     feature sweeps, default the smallest rows). ``batch_size`` 0: 1024 raised to each point's minimum batch."""
     base = {"rows": base_rows or min(rows), "passive": passive[0], "features": features[0]}
-    wanted = batch_size or DEFAULT_BATCH
-    if batch_size:  # an explicit batch must meet every point's bound
-        smallest = max(lr.min_batch_size([f] * (p + 1)) for f in features for p in passive)
-        if batch_size < smallest:
-            raise ValueError(f"batch size {batch_size} is below the grid's minimum batch {smallest} "
-                             "(2 x the widest block); pass at least that")
-    else:
-        log(f"batch size: {DEFAULT_BATCH}, raised per point to the minimum batch (2 x the widest block)")
     sweeps = {
         "rows": [(r, base["passive"], base["features"]) for r in rows],
         "passive": [(base["rows"], p, base["features"]) for p in passive],
         "features": [(base["rows"], base["passive"], f) for f in features],
     }
+    for r, p, f in (k for keys in sweeps.values() for k in keys):  # the coordinator's bound, before any work
+        smallest = lr.min_batch_size(scale_spec(p, f).widths)
+        if batch_size and batch_size < smallest:
+            raise ValueError(f"batch size {batch_size} is below the minimum batch {smallest} of {p} passive parties "
+                             f"x {f} features (2 x the widest block); pass at least {smallest}")
+        if r < smallest:
+            raise ValueError(f"{r} rows cannot fill one minimum batch of {smallest} ({p} passive parties x {f} "
+                             f"features: 2 x the widest block); use at least {smallest} rows there")
+    if not batch_size:
+        log(f"batch size: {DEFAULT_BATCH}, raised per point to the minimum batch (2 x the widest block)")
     points: dict[tuple[int, int, int], dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="vflsec-scale-") as tmp:
         for key in dict.fromkeys(k for keys in sweeps.values() for k in keys):  # each distinct point once
-            points[key] = measure_point(*key, epochs=epochs, batch_size=wanted, backends=backends,
+            points[key] = measure_point(*key, epochs=epochs, batch_size=batch_size, backends=backends,
                                         workdir=Path(tmp) / "-".join(map(str, key)), log=log)
     result: dict[str, Any] = {
         "epochs": epochs, "backends": list(backends), "base": base,

@@ -40,6 +40,10 @@ def test_bench_scale_smallest_grid(tmp_path: Path) -> None:
     assert "| rows | 800 | 1 | 3 |" in table.read_text()
 
 
-def test_bench_scale_refuses_a_batch_below_the_bound() -> None:
-    run = CliRunner().invoke(app, ["bench", "scale", "--rows", "400", "--features", "300", "--batch-size", "100"])
-    assert run.exit_code == 2 and "minimum batch 600" in run.output and "at least" in run.output
+def test_bench_scale_refuses_a_grid_below_the_minimum_batch() -> None:
+    """The active block counts its bias column: 300 features -> 301 columns -> a minimum batch of 602."""
+    args = ["bench", "scale", "--rows", "1000", "--passive", "1", "--features", "300"]
+    run = CliRunner().invoke(app, [*args, "--batch-size", "100"])
+    assert run.exit_code == 2 and "minimum batch 602" in run.output and "at least 602" in run.output, run.output
+    run = CliRunner().invoke(app, ["bench", "scale", "--rows", "400", "--passive", "1", "--features", "300"])
+    assert run.exit_code == 2 and "400 rows cannot fill one minimum batch of 602" in run.output, run.output
