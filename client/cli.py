@@ -641,15 +641,20 @@ def _ints(text: str) -> tuple[int, ...]:
 
 @bench_app.command("scale")
 def bench_scale(
-    rows: Annotated[str, typer.Option(help="Rows sweep (comma-separated).")] = "10000,100000,1000000",
-    passive: Annotated[str, typer.Option(help="Passive-parties sweep; the first is the base.")] = "1,2,4,8",
-    features: Annotated[str, typer.Option(help="Features-per-party sweep; the first is the base.")] = "10,50,100,500",
+    rows: Annotated[str, typer.Option("--rows-grid", help="Rows sweep (comma-separated).")] = "10000,100000,1000000",
+    passive: Annotated[str, typer.Option("--passive-grid", help="Passive-parties sweep; the first is the base.")] = (
+        "1,2,4,8"
+    ),
+    features: Annotated[
+        str, typer.Option("--features-grid", help="Features-per-party sweep; the first is the base.")
+    ] = "10,50,100,500",
     base_rows: Annotated[
-        int, typer.Option(min=0, help="Rows of the passive and feature sweeps (0: the smallest of --rows).")
+        int, typer.Option(min=0, help="Rows of the passive and feature sweeps (0: the smallest of --rows-grid).")
     ] = 0,
     epochs: opt.Epochs = 1,
     batch_size: Annotated[
-        int, typer.Option(min=0, help="0: 1024, raised per point to the minimum batch (2 x the widest block).")
+        int,
+        typer.Option("--batch", min=0, help="0: 1024, raised per point to the minimum batch (2 x the widest block)."),
     ] = 0,
     plot: Annotated[Path | None, typer.Option(help="Write the three sweeps as a PNG here.")] = None,
     markdown: Annotated[Path | None, typer.Option(help="Write the table and exponents as Markdown here.")] = None,

@@ -23,8 +23,8 @@ def test_streamed_shards_hold_the_grid_points_rows_and_columns(tmp_path: Path) -
 
 def test_bench_scale_smallest_grid(tmp_path: Path) -> None:
     plot, table = tmp_path / "scale.png", tmp_path / "scale.md"
-    args = ["bench", "scale", "--rows", "400,800", "--passive", "1", "--features", "3", "--plot", str(plot), "--json"]
-    args += ["--markdown", str(table)]
+    args = ["bench", "scale", "--rows-grid", "400,800", "--passive-grid", "1", "--features-grid", "3", "--json"]
+    args += ["--plot", str(plot), "--markdown", str(table)]
     run = CliRunner().invoke(app, args)
     assert run.exit_code == 0, run.output
     result = json.loads(run.stdout.strip().splitlines()[-1])
@@ -42,8 +42,8 @@ def test_bench_scale_smallest_grid(tmp_path: Path) -> None:
 
 def test_bench_scale_refuses_a_grid_below_the_minimum_batch() -> None:
     """The active block counts its bias column: 300 features -> 301 columns -> a minimum batch of 602."""
-    args = ["bench", "scale", "--rows", "1000", "--passive", "1", "--features", "300"]
-    run = CliRunner().invoke(app, [*args, "--batch-size", "100"])
+    args = ["bench", "scale", "--rows-grid", "1000", "--passive-grid", "1", "--features-grid", "300"]
+    run = CliRunner().invoke(app, [*args, "--batch", "100"])
     assert run.exit_code == 2 and "minimum batch 602" in run.output and "at least 602" in run.output, run.output
-    run = CliRunner().invoke(app, ["bench", "scale", "--rows", "400", "--passive", "1", "--features", "300"])
+    run = CliRunner().invoke(app, ["bench", "scale", "--rows-grid", "400", *args[4:]])
     assert run.exit_code == 2 and "400 rows cannot fill one minimum batch of 602" in run.output, run.output
