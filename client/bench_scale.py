@@ -188,7 +188,8 @@ def run(
         log(f"batch size: {DEFAULT_BATCH}, raised per point to the minimum batch (2 x the widest block)")
     points: dict[tuple[int, int, int], dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="vflsec-scale-") as tmp:
-        for key in dict.fromkeys(k for keys in sweeps.values() for k in keys):  # each distinct point once
+        # Each distinct point once, the fewest rows first (the long ones last, their lines logged as they end).
+        for key in sorted(dict.fromkeys(k for keys in sweeps.values() for k in keys)):
             points[key] = measure_point(*key, epochs=epochs, batch_size=batch_size, backends=backends,
                                         workdir=Path(tmp) / "-".join(map(str, key)), log=log)
     result: dict[str, Any] = {
