@@ -140,7 +140,8 @@ def measure_point(
             point[backend] = _session(operator, backend, batch, epochs)
         point["peak_rss_mib"] = {party: peak_rss_mib(proc.pid) for party, proc in fed.processes.items()}
     line = "   ".join(
-        f"{b} epoch {point[b]['train_epoch_seconds']:7.2f} s, {point[b]['inference_samples_per_second']:9.0f} pred/s"
+        f"{b} epoch {point[b]['train_epoch_seconds']:7.2f} s, {point[b]['inference_samples_per_second']:9.0f} pred/s, "
+        f"align {point[b]['align_seconds']:.1f} s"
         for b in backends
     )
     rss = point["peak_rss_mib"]
