@@ -7,6 +7,7 @@ the figures include serialisation and transport, as a deployment would see them.
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -15,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from vflsec.client.federation import FederationSpec, run_in_process, write_federation
+from vflsec.client import profiling
+from vflsec.client.federation import FederationSpec, run_in_process, run_processes, write_federation
 from vflsec.client.operator import Operator
 from vflsec.services.data import datasets
 
@@ -38,9 +40,13 @@ def bench_dataset(rows: int, seed: int = 0) -> datasets.Dataset:
         )
 
 
-def _measure(layout, backend: str, epochs: int, batch_size: int, ds: datasets.Dataset) -> tuple[float, float, float]:
-    """Seconds per training epoch, inference samples per second and accuracy of one session."""
-    with run_in_process(layout), layout.operator_channel() as channel:
+def _measure(
+    layout, backend: str, epochs: int, batch_size: int, ds: datasets.Dataset, start_parties: Callable = run_in_process,
+    predict: bool = True,
+) -> tuple[float, float, float]:
+    """Seconds per training epoch, inference samples per second and accuracy of one session (without
+    ``predict``: the epoch only, the other two NaN)."""
+    with start_parties(layout), layout.operator_channel() as channel:
         operator = Operator(channel)
         info = operator.create_session(backend, batch_size=batch_size, learning_rate=0.05, seed=0)
         ids = operator.align(info.session_id)
@@ -48,6 +54,8 @@ def _measure(layout, backend: str, epochs: int, batch_size: int, ds: datasets.Da
         for _ in operator.train(info.session_id, ids, epochs):
             pass
         epoch_seconds = (time.perf_counter() - start) / epochs
+        if not predict:
+            return epoch_seconds, float("nan"), float("nan")
         start = time.perf_counter()
         released = operator.predict(info.session_id, ids)
         throughput = len(ids) / (time.perf_counter() - start)
@@ -55,11 +63,71 @@ def _measure(layout, backend: str, epochs: int, batch_size: int, ds: datasets.Da
     return epoch_seconds, throughput, float(np.mean(released.scores.argmax(axis=1) == labels))
 
 
+def _ratios(t: dict[str, float], s: dict[str, float]) -> dict[str, float]:
+    return {"train_ckks_over_plain": t["ckks"] / t["plain"], "inference_plain_over_ckks": s["plain"] / s["ckks"]}
+
+
+def _processes(ds: datasets.Dataset, tmp: Path, epochs: int, batch_size: int, log: Callable[[str], None]) -> dict:
+    """ckks vs plain with each party its own `vflsec serve` process (the deployment shape the goals count)."""
+    out: dict[str, Any] = {"train_epoch_seconds": {}, "inference_samples_per_second": {}, "accuracy": {}}
+    for backend in ("plain", "ckks"):
+        spec = FederationSpec(ds, n_passive=1, drop_fraction=0.0, checkpoints=False, backend=backend)
+        layout = write_federation(spec, tmp / f"processes-{backend}")
+        epoch, throughput, accuracy = _measure(layout, backend, epochs, batch_size, ds, run_processes)
+        out["train_epoch_seconds"][backend] = epoch
+        out["inference_samples_per_second"][backend] = throughput
+        out["accuracy"][backend] = accuracy
+        log(f"processes {backend:>7}: epoch {epoch:7.2f} s   inference {throughput:10.0f} samples/s")
+    out["ratios"] = _ratios(out["train_epoch_seconds"], out["inference_samples_per_second"])
+    return out
+
+
+NOT_WORK = ("idle", "psi", "grpc_wait", "lock_wait")  # waiting, and the alignment before the epochs
+
+
+def _profile(ds: datasets.Dataset, tmp: Path, epochs: int, batch_size: int, log: Callable[[str], None]) -> dict:
+    """The ckks epoch with each party its own process under cProfile (every thread), grouped into phases."""
+    spec = FederationSpec(ds, n_passive=1, drop_fraction=0.0, checkpoints=False)
+    layout = write_federation(spec, tmp / "profile")
+    folder = tmp / "pstats"
+    os.environ[profiling.ENV] = str(folder)  # inherited by the party processes run_processes starts
+    try:
+        epoch, _, _ = _measure(layout, "ckks", epochs, batch_size, ds, run_processes, predict=False)
+    finally:
+        del os.environ[profiling.ENV]
+    out: dict[str, Any] = {"epochs": epochs, "epoch_seconds_profiled": epoch, "parties": {}}
+    for party in layout.configs:
+        out["parties"][party] = profiling.phases(folder / f"{party}.pstats", top=12)
+    # Per epoch, over all parties: the work (every phase but waiting), and the waiting on peers apart, since a
+    # thread that waits for another party's answer overlaps that party's work.
+    work: dict[str, float] = {}
+    for party, p in out["parties"].items():
+        for phase, t in p["seconds"].items():
+            if phase not in NOT_WORK:
+                work[phase] = work.get(phase, 0.0) + t / epochs
+        waits = ", ".join(f"{ph} {p['seconds'].get(ph, 0.0) / epochs:.2f} s" for ph in ("grpc_wait", "lock_wait"))
+        log(f"profile {party:>11}: {waits} per epoch")
+    total = sum(work.values())
+    out["work_seconds_per_epoch"] = dict(sorted(work.items(), key=lambda kv: -kv[1]))
+    out["work_share"] = {phase: t / total for phase, t in out["work_seconds_per_epoch"].items()}
+    log(f"profile: {epoch:.2f} s per profiled epoch; the parties' work {total:.2f} s: " + ", ".join(
+        f"{phase} {t:.2f} s ({t / total:.0%})" for phase, t in out["work_seconds_per_epoch"].items()
+    ))
+    return out
+
+
 def run(
-    rows: int = 30000, epochs: int = 1, batch_size: int = 1024, log: Callable[[str], None] = print
+    rows: int = 30000,
+    epochs: int = 1,
+    batch_size: int = 1024,
+    log: Callable[[str], None] = print,
+    processes: bool = False,
+    profile: bool = False,
 ) -> dict[str, Any]:
     """ckks vs plain on the same federation set-up. The headline figures run without session checkpoints
-    (they measure the cryptography); the checkpointed ckks epoch is reported beside them."""
+    (they measure the cryptography); the checkpointed ckks epoch is reported beside them. All of them run the
+    parties in this process; ``processes`` adds the figures with each party its own process (under
+    ``"processes"``), ``profile`` where that ckks epoch's time goes (under ``"profile"``)."""
     ds = bench_dataset(rows)
     result: dict[str, Any] = {
         "dataset": ds.name,
@@ -85,14 +153,22 @@ def run(
             result["inference_samples_per_second"][label] = throughput
             result["accuracy"][label] = accuracy
             log(f"{label:>17}: epoch {epoch:7.2f} s   inference {throughput:10.0f} samples/s   accuracy {accuracy:.4f}")
-    t, s = result["train_epoch_seconds"], result["inference_samples_per_second"]
-    result["ratios"] = {
-        "train_ckks_over_plain": t["ckks"] / t["plain"],
-        "inference_plain_over_ckks": s["plain"] / s["ckks"],
-        "checkpoint_cost_per_epoch_seconds": t["ckks_checkpointed"] - t["ckks"],
-    }
-    log(
-        f"ratios: training ckks/plain {result['ratios']['train_ckks_over_plain']:.1f}x, "
-        f"inference plain/ckks {result['ratios']['inference_plain_over_ckks']:.1f}x"
-    )
+        t, s = result["train_epoch_seconds"], result["inference_samples_per_second"]
+        result["ratios"] = {
+            **_ratios(t, s),
+            "checkpoint_cost_per_epoch_seconds": t["ckks_checkpointed"] - t["ckks"],
+        }
+        log(
+            f"ratios (in-process): training ckks/plain {result['ratios']['train_ckks_over_plain']:.1f}x, "
+            f"inference plain/ckks {result['ratios']['inference_plain_over_ckks']:.1f}x"
+        )
+        if processes:
+            result["processes"] = _processes(ds, Path(tmp), epochs, batch_size, log)
+            r = result["processes"]["ratios"]
+            log(
+                f"ratios (processes): training ckks/plain {r['train_ckks_over_plain']:.1f}x, "
+                f"inference plain/ckks {r['inference_plain_over_ckks']:.1f}x"
+            )
+        if profile:
+            result["profile"] = _profile(ds, Path(tmp), max(epochs, 3), batch_size, log)
     return result

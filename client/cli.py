@@ -68,7 +68,10 @@ def serve(
         cfg = load_config(config, role)
     except ConfigError as exc:
         _fail(str(exc))
-    serve_party(cfg)
+    from vflsec.client.profiling import maybe_profile
+
+    with maybe_profile(cfg.party_id):  # VFLSEC_PROFILE_DIR set: where this party's time goes (bench he --profile)
+        serve_party(cfg)
 
 
 certs_app = typer.Typer(
@@ -584,12 +587,29 @@ def attack(
 def bench_he(
     rows: opt.Rows = 30000,
     epochs: opt.Epochs = 1,
+    processes: Annotated[
+        bool,
+        typer.Option(
+            "--processes",
+            help='Also with each party its own `vflsec serve` process (the deployment shape); under "processes".',
+        ),
+    ] = False,
+    profile: Annotated[
+        bool,
+        typer.Option(
+            "--profile",
+            help="Also where the ckks epoch's time goes: party processes under cProfile (every thread), grouped "
+            'into phases (encrypt, ct x pt, (de)serialisation, gRPC, Python); under "profile".',
+        ),
+    ] = False,
     as_json: opt.Json = False,
 ) -> None:
     """HE-LR training epoch time and inference throughput, ckks vs plain, through the real services."""
     from vflsec.client.bench_he import run
 
-    result = run(rows=rows, epochs=epochs, log=lambda line: typer.echo(line, err=as_json))
+    result = run(
+        rows=rows, epochs=epochs, log=lambda line: typer.echo(line, err=as_json), processes=processes, profile=profile
+    )
     if as_json:
         typer.echo(json.dumps(result))
 
@@ -681,6 +701,54 @@ def bench_load(
     result = run(
         requests, concurrency, samples, backend, log=lambda line: typer.echo(line, err=as_json), processes=processes
     )
+    if as_json:
+        typer.echo(json.dumps(result))
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise typer.BadParameter(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise typer.BadParameter(f"expected positive integers, got {text!r}")
+    return values
+
+
+@bench_app.command("scale")
+def bench_scale(
+    rows: Annotated[str, typer.Option("--rows-grid", help="Rows sweep (comma-separated).")] = "10000,100000,1000000",
+    passive: Annotated[str, typer.Option("--passive-grid", help="Passive-parties sweep; the first is the base.")] = (
+        "1,2,4,8"
+    ),
+    features: Annotated[
+        str, typer.Option("--features-grid", help="Features-per-party sweep; the first is the base.")
+    ] = "10,50,100,500",
+    base_rows: Annotated[
+        int, typer.Option(min=0, help="Rows of the passive and feature sweeps (0: the smallest of --rows-grid).")
+    ] = 0,
+    epochs: opt.Epochs = 1,
+    batch_size: Annotated[
+        int,
+        typer.Option("--batch", min=0, help="0: 1024, raised per point to the minimum batch (2 x the widest block)."),
+    ] = 0,
+    plot: Annotated[Path | None, typer.Option(help="Write the three sweeps as a PNG here.")] = None,
+    markdown: Annotated[Path | None, typer.Option(help="Write the table and exponents as Markdown here.")] = None,
+    as_json: opt.Json = False,
+) -> None:
+    """HE-LR epoch and inference time, ckks vs plain, each party its own process, as rows, passive parties and
+    features per party grow (synthetic data streamed to each party's shard); each party's peak RSS."""
+    from vflsec.client.bench_scale import markdown_table, run
+
+    try:
+        result = run(
+            _ints(rows), _ints(passive), _ints(features), base_rows=base_rows or None, epochs=epochs,
+            batch_size=batch_size, plot=plot, log=lambda line: typer.echo(line, err=as_json),
+        )
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if markdown is not None:
+        markdown.write_text(markdown_table(result))
     if as_json:
         typer.echo(json.dumps(result))
 

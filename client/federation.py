@@ -501,8 +501,11 @@ _START_ORDER = ("passive", "coordinator", "active")
 
 
 @contextlib.contextmanager
-def run_processes(layout: FederationLayout, log_dir: Path | None = None) -> Iterator[ProcessFederation]:
-    """Each party as its own ``vflsec serve`` process; all are stopped on exit, error or Ctrl-C."""
+def run_processes(
+    layout: FederationLayout, log_dir: Path | None = None, timeout: float = 60.0
+) -> Iterator[ProcessFederation]:
+    """Each party as its own ``vflsec serve`` process; all are stopped on exit, error or Ctrl-C. ``timeout``:
+    how long a party may take to load its data and report SERVING."""
     fed = ProcessFederation(layout, log_dir or layout.workdir / "logs")
     fed.log_dir.mkdir(parents=True, exist_ok=True)
     try:
@@ -510,7 +513,7 @@ def run_processes(layout: FederationLayout, log_dir: Path | None = None) -> Iter
             for party in layout.configs:
                 if tls.role_of(party) == role:
                     fed.start(party)
-        wait_healthy(layout, processes=fed.processes)
+        wait_healthy(layout, timeout, processes=fed.processes)
         yield fed
     finally:
         fed.stop()

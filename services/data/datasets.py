@@ -932,29 +932,49 @@ def write_party_csv(
     With ``class_names``, a first line ``# classes: [...]`` (JSON) records the class order and count, which
     the rows alone cannot (a class may be absent from a party's rows). The file is replaced atomically.
     """
+    write_party_csv_chunks(path, columns, [(ids, X, labels)], class_names)
+
+
+def write_party_csv_chunks(
+    path: str | os.PathLike[str],
+    columns: Sequence[str],
+    chunks: Iterable[tuple[Sequence[str] | np.ndarray, np.ndarray, Sequence[int] | np.ndarray | None]],
+    class_names: Sequence[str] | None = None,
+) -> None:
+    """:func:`write_party_csv` with the rows arriving as ``(ids, X, labels)`` chunks, so a file larger than
+    memory can be written (``bench scale``'s synthetic million rows). Each chunk is checked as a whole file
+    would be (ID uniqueness within the chunk); every chunk has labels or none does."""
     reserved = {_PARTY_ID_COLUMN, _PARTY_LABEL_COLUMN} & {str(c) for c in columns}
     if reserved:
         raise ValueError(f"column names {sorted(reserved)} are reserved in party data files")
-    data = PartyData(
-        np.asarray(ids),
-        X,
-        list(columns),
-        None if labels is None else np.asarray(labels),
-        None if class_names is None else list(class_names),
-    )
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     with tmp.open("w", encoding="utf-8", newline="") as fh:
-        if data.class_names is not None:
-            fh.write(_CLASSES_COMMENT + json.dumps(data.class_names) + "\n")
+        if class_names is not None:
+            fh.write(_CLASSES_COMMENT + json.dumps([str(c) for c in class_names]) + "\n")
         writer = csv.writer(fh, lineterminator="\n")
-        label_header = [] if data.y is None else [_PARTY_LABEL_COLUMN]
-        writer.writerow([_PARTY_ID_COLUMN, *data.columns, *label_header])
-        for i, row in enumerate(data.X):
-            label_cell = [] if data.y is None else [int(data.y[i])]
-            writer.writerow([data.ids[i], *map(repr, row.tolist()), *label_cell])
+        labelled: bool | None = None
+        for ids, X, labels in chunks:
+            data = PartyData(
+                np.asarray(ids),
+                X,
+                list(columns),
+                None if labels is None else np.asarray(labels),
+                None if class_names is None else list(class_names),
+            )
+            if labelled is None:
+                labelled = data.y is not None
+                writer.writerow([_PARTY_ID_COLUMN, *data.columns, *([_PARTY_LABEL_COLUMN] if labelled else [])])
+            elif labelled != (data.y is not None):
+                raise ValueError("every chunk of a party file has labels, or none does")
+            for i, row in enumerate(data.X):
+                label_cell = [] if data.y is None else [int(data.y[i])]
+                writer.writerow([data.ids[i], *map(repr, row.tolist()), *label_cell])
     os.replace(tmp, path)
+
+
+_READ_CHUNK_CELLS = 1 << 18
 
 
 def read_party_csv(path: str | os.PathLike[str]) -> PartyData:

@@ -11,9 +11,9 @@ from vflsec.services.errors import InvalidArgument
 from vflsec.v1 import common_pb2
 
 _TO_NUMPY = {
-    common_pb2.FLOAT64: np.dtype("<f8"),
-    common_pb2.FLOAT32: np.dtype("<f4"),
-    common_pb2.INT64: np.dtype("<i8"),
+    common_pb2.DTYPE_FLOAT64: np.dtype("<f8"),
+    common_pb2.DTYPE_FLOAT32: np.dtype("<f4"),
+    common_pb2.DTYPE_INT64: np.dtype("<i8"),
 }
 _FROM_NUMPY = {np.dtype(v).str: k for k, v in _TO_NUMPY.items()}
 

@@ -13,7 +13,7 @@ from vflsec.services.errors import InvalidArgument
 from vflsec.services.models.family import Received
 from vflsec.v1 import common_pb2
 
-BACKENDS = {common_pb2.CKKS: "ckks", common_pb2.PLAIN: "plain"}
+BACKENDS = {common_pb2.BACKEND_CKKS: "ckks", common_pb2.BACKEND_PLAIN: "plain"}
 BACKEND_ENUM = {name: value for value, name in BACKENDS.items()}
 
 
@@ -21,7 +21,7 @@ def backend_name(value: int) -> str:
     try:
         return BACKENDS[value]
     except KeyError:
-        raise InvalidArgument(f"backend must be CKKS or PLAIN, got {value}") from None
+        raise InvalidArgument(f"backend must be BACKEND_CKKS or BACKEND_PLAIN, got {value}") from None
 
 
 def to_message(backend: he.Backend, matrix: he.EncryptedMatrix) -> common_pb2.EncryptedMatrix:

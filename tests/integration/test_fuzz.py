@@ -189,7 +189,9 @@ INT32 = st.one_of(
     st.integers(-3, 80), st.sampled_from([-(2**31), 2**31 - 1, 4096, 4097]), st.integers(-(2**31), 2**31 - 1)
 )
 SMALL_DIM = st.one_of(st.integers(1, 6), st.sampled_from([0, -1, 4096, 2**40, 2**63 - 1]))
-BACKEND_VALUE = st.one_of(st.sampled_from([common_pb2.PLAIN, common_pb2.CKKS, 0, 3]), st.integers(-(2**31), 2**31 - 1))
+BACKEND_VALUE = st.one_of(
+    st.sampled_from([common_pb2.BACKEND_PLAIN, common_pb2.BACKEND_CKKS, 0, 3]), st.integers(-(2**31), 2**31 - 1)
+)
 GARBAGE_TEXT = st.text(max_size=30)
 
 

@@ -75,7 +75,7 @@ def test_foreign_active_identity_is_refused_everywhere(tmp_path) -> None:
             "Coordinator/CloseSession": (c.CloseSession, ref),
             "Passive/JoinSession": (
                 p.JoinSession,
-                passive_pb2.JoinSessionRequest(session_id=SID, backend=common_pb2.CKKS, n_classes=2),
+                passive_pb2.JoinSessionRequest(session_id=SID, backend=common_pb2.BACKEND_CKKS, n_classes=2),
             ),
             "Passive/PsiExchange": (p.PsiExchange, passive_pb2.PsiExchangeRequest(session_id=SID, salt=b"s" * 16)),
             "Passive/PsiFinish": (p.PsiFinish, passive_pb2.PsiFinishRequest(session_id=SID, positions=[0])),

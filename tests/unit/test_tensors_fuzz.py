@@ -17,7 +17,7 @@ from vflsec.services.errors import InvalidArgument
 from vflsec.services.transport.tensors import MAX_ELEMENTS, from_tensor, to_tensor
 from vflsec.v1 import common_pb2
 
-DTYPES = {common_pb2.FLOAT64: 8, common_pb2.FLOAT32: 4, common_pb2.INT64: 8}
+DTYPES = {common_pb2.DTYPE_FLOAT64: 8, common_pb2.DTYPE_FLOAT32: 4, common_pb2.DTYPE_INT64: 8}
 DIM = st.one_of(st.integers(0, 5), st.sampled_from([-1, 2**31, 2**32, 2**62, 2**63 - 1]))
 
 
@@ -28,7 +28,7 @@ def tensors(draw: st.DrawFn) -> common_pb2.Tensor:
     count = math.prod(shape) if all(0 <= d <= 64 for d in shape) else 0
     exact = bytes(count * DTYPES.get(dtype, 8))
     data = draw(st.one_of(st.just(exact), st.binary(max_size=80)))
-    if data and dtype != common_pb2.INT64 and draw(st.booleans()):  # a NaN or inf among the elements
+    if data and dtype != common_pb2.DTYPE_INT64 and draw(st.booleans()):  # a NaN or inf among the elements
         special = np.array([draw(st.sampled_from([np.nan, np.inf, -np.inf]))], dtype="<f8" if dtype == 1 else "<f4")
         data = special.tobytes() + data[special.itemsize :] if len(data) >= special.itemsize else data
     return common_pb2.Tensor(dtype=dtype, shape=shape, data=data)
@@ -54,7 +54,7 @@ def test_shapes_whose_int64_product_wraps_are_rejected(shape: list[int]) -> None
     empty shape with a huge extent passed the count check but made numpy's reshape raise ValueError."""
     assert math.prod(d for d in shape if d) > MAX_ELEMENTS
     with pytest.raises(InvalidArgument, match="too large"):
-        from_tensor(common_pb2.Tensor(dtype=common_pb2.FLOAT64, shape=shape, data=b""), "t")
+        from_tensor(common_pb2.Tensor(dtype=common_pb2.DTYPE_FLOAT64, shape=shape, data=b""), "t")
 
 
 def test_round_trip_still_works() -> None:

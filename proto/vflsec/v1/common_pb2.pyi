@@ -10,22 +10,22 @@ DESCRIPTOR: _descriptor.FileDescriptor
 class DType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     DTYPE_UNSPECIFIED: _ClassVar[DType]
-    FLOAT64: _ClassVar[DType]
-    FLOAT32: _ClassVar[DType]
-    INT64: _ClassVar[DType]
+    DTYPE_FLOAT64: _ClassVar[DType]
+    DTYPE_FLOAT32: _ClassVar[DType]
+    DTYPE_INT64: _ClassVar[DType]
 
 class Backend(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     BACKEND_UNSPECIFIED: _ClassVar[Backend]
-    CKKS: _ClassVar[Backend]
-    PLAIN: _ClassVar[Backend]
+    BACKEND_CKKS: _ClassVar[Backend]
+    BACKEND_PLAIN: _ClassVar[Backend]
 DTYPE_UNSPECIFIED: DType
-FLOAT64: DType
-FLOAT32: DType
-INT64: DType
+DTYPE_FLOAT64: DType
+DTYPE_FLOAT32: DType
+DTYPE_INT64: DType
 BACKEND_UNSPECIFIED: Backend
-CKKS: Backend
-PLAIN: Backend
+BACKEND_CKKS: Backend
+BACKEND_PLAIN: Backend
 
 class Tensor(_message.Message):
     __slots__ = ("dtype", "shape", "data")

@@ -1,0 +1,110 @@
+"""Where a party process's time goes: cProfile on every thread, merged, then grouped into phases.
+
+``vflsec serve`` runs under :func:`profile_threads` when ``VFLSEC_PROFILE_DIR`` is set (``bench he --profile``
+sets it for the party processes it starts); each party writes ``<dir>/<party>.pstats`` when it stops.
+:func:`phases` groups the self time (cProfile's ``tottime``, so nothing is counted twice) of every function
+by the phase it belongs to, by name: TenSEAL's encrypt, ct x pt / ct + ct, (de)serialisation, decrypt;
+protobuf; waiting on gRPC; the rest is Python and numpy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import cProfile
+import os
+import pstats
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+ENV = "VFLSEC_PROFILE_DIR"
+
+# The HE operations: the cumulative time of services/crypto/he.py's backend primitives (TenSEAL underneath).
+HE_OPS = {
+    "_encrypt": "he_encrypt",
+    "_decrypt": "he_decrypt",
+    "_serialize": "he_serialisation",
+    "_deserialize": "he_serialisation",
+    "_mul_plain": "he_ct_x_pt",
+    "_add": "he_add",
+    "_add_plain": "he_add",
+    "check_form": "he_check_form",
+}
+# Inside those operations (their time is already counted there).
+_WITHIN_HE = ("_check", "_level")
+# Everything else by self time: the phase of the first pattern its "file:function" key contains.
+PHASES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    # Not the epoch's cost: handler threads waiting for work, the server's poller, the alignment (PSI).
+    ("idle", ("SimpleQueue' objects", "CompletionQueue' objects", "_server.py:_serve")),
+    ("psi", ("psi.py", "nacl", "_sodium")),
+    ("grpc_wait", ("SegregatedCall' objects", "_channel.py")),  # a blocking call to a peer, until it answers
+    ("lock_wait", ("acquire' of '_thread.lock'",)),  # e.g. a fan-out's futures: also waiting on peers
+    ("protobuf", ("protobuf", "SerializeToString", "FromString", "ParseFromString")),
+    ("grpc", ("grpc", "cygrpc")),
+)
+
+
+@contextlib.contextmanager
+def profile_threads(out: Path) -> Iterator[None]:
+    """cProfile every thread started inside (the gRPC server's handler threads); their merged stats go to
+    ``out`` on exit."""
+    profiles: list[cProfile.Profile] = []
+
+    def start(*_: object) -> None:  # runs once in each new thread, then cProfile's own hook replaces it
+        profile = cProfile.Profile()
+        profiles.append(profile)
+        profile.enable()
+
+    threading.setprofile(start)  # not the calling thread: it only waits for SIGTERM
+    try:
+        yield
+    finally:
+        threading.setprofile(None)  # type: ignore[arg-type]
+        stats: pstats.Stats | None = None
+        for profile in list(profiles):
+            profile.create_stats()
+            if not profile.stats:  # type: ignore[attr-defined]
+                continue
+            if stats is None:
+                stats = pstats.Stats(profile)
+            else:
+                stats.add(profile)
+        if stats is not None:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            stats.dump_stats(str(out))
+
+
+def maybe_profile(party: str) -> contextlib.AbstractContextManager[None]:
+    folder = os.environ.get(ENV)
+    return profile_threads(Path(folder) / f"{party}.pstats") if folder else contextlib.nullcontext()
+
+
+def phase_of(filename: str, function: str) -> str:
+    key = f"{filename}:{function}"
+    for phase, patterns in PHASES:
+        if any(p in key for p in patterns):
+            return phase
+    return "python"
+
+
+def phases(path: Path, top: int = 0) -> dict:
+    """Seconds per phase, summed over threads, of one party's stats: the HE operations by cumulative time,
+    everything else by self time (TenSEAL's own frames are inside the HE operations); with ``top``, also the
+    ``top`` functions by self time."""
+    stats = pstats.Stats(str(path)).stats  # type: ignore[attr-defined]
+    seconds: dict[str, float] = {}
+    rows = []
+    for (filename, _line, function), (_cc, _nc, tottime, cumtime, _callers) in stats.items():
+        in_he = filename.endswith(os.path.join("crypto", "he.py"))
+        if in_he and function in HE_OPS:
+            phase, spent = HE_OPS[function], cumtime
+        elif "tenseal" in f"{filename}:{function}" or (in_he and function in _WITHIN_HE):
+            continue
+        else:
+            phase, spent = phase_of(filename, function), tottime
+        seconds[phase] = seconds.get(phase, 0.0) + spent
+        rows.append((tottime, phase, f"{Path(filename).name}:{function}"))
+    result: dict = {"seconds": dict(sorted(seconds.items(), key=lambda kv: -kv[1]))}
+    if top:  # self time: an HE operation shows here as its TenSEAL built-in
+        result["top"] = [{"function": f, "phase": p, "seconds": t} for t, p, f in sorted(rows, reverse=True)[:top]]
+    return result
