@@ -974,9 +974,6 @@ def write_party_csv_chunks(
     os.replace(tmp, path)
 
 
-_READ_CHUNK_CELLS = 1 << 18
-
-
 def read_party_csv(path: str | os.PathLike[str]) -> PartyData:
     """Read a file written by :func:`write_party_csv`.
 
