@@ -1,4 +1,4 @@
-"""``vflsec bench he``: HE-LR through the real services, ckks vs plain, side by side in one run.
+"""``vflsec bench he``: HE-LR (and a split-NN epoch) through the real services, ckks vs plain, side by side in one run.
 
 Two parties (active + one passive) on a 30,000 x 23 binary set: Credit default from ../shared/datasets when
 present, else a synthetic set of the same shape. Every party is a real gRPC server on loopback with mTLS;
@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -42,13 +42,13 @@ def bench_dataset(rows: int, seed: int = 0) -> datasets.Dataset:
 
 def _measure(
     layout, backend: str, epochs: int, batch_size: int, ds: datasets.Dataset, start_parties: Callable = run_in_process,
-    predict: bool = True,
+    predict: bool = True, model: Mapping[str, Any] | None = None,
 ) -> tuple[float, float, float]:
     """Seconds per training epoch, inference samples per second and accuracy of one session (without
-    ``predict``: the epoch only, the other two NaN)."""
+    ``predict``: the epoch only, the other two NaN); ``model``: the family and its settings (default LR)."""
     with start_parties(layout), layout.operator_channel() as channel:
         operator = Operator(channel)
-        info = operator.create_session(backend, batch_size=batch_size, learning_rate=0.05, seed=0)
+        info = operator.create_session(backend, batch_size=batch_size, learning_rate=0.05, seed=0, **(model or {}))
         ids = operator.align(info.session_id)
         start = time.perf_counter()
         for _ in operator.train(info.session_id, ids, epochs):
@@ -79,6 +79,35 @@ def _processes(ds: datasets.Dataset, tmp: Path, epochs: int, batch_size: int, lo
         out["accuracy"][backend] = accuracy
         log(f"processes {backend:>7}: epoch {epoch:7.2f} s   inference {throughput:10.0f} samples/s")
     out["ratios"] = _ratios(out["train_epoch_seconds"], out["inference_samples_per_second"])
+    return out
+
+
+SPLITNN = {"family": "splitnn", "settings": {"embedding": 16, "top_hidden": [32]}}
+SPLITNN_BATCH = 256  # slots // E: each party's [[h_p]] of a step is one ciphertext
+
+
+def _splitnn(ds: datasets.Dataset, tmp: Path, epochs: int, log: Callable[[str], None]) -> dict[str, Any]:
+    """A split-NN coordinator-top epoch, ckks vs plain, parties in this process: every party's embedding summed
+    under CKKS, the key holder's top model on the decrypted sum."""
+    out: dict[str, Any] = {
+        "topology": "coordinator-top",
+        **SPLITNN["settings"],
+        "batch_size": SPLITNN_BATCH,
+        "train_epoch_seconds": {},
+        "inference_samples_per_second": {},
+        "accuracy": {},
+    }
+    for backend in ("plain", "ckks"):
+        spec = FederationSpec(ds, n_passive=1, drop_fraction=0.0, checkpoints=False, backend=backend)
+        layout = write_federation(spec, tmp / f"splitnn-{backend}")
+        epoch, throughput, accuracy = _measure(layout, backend, epochs, SPLITNN_BATCH, ds, model=SPLITNN)
+        out["train_epoch_seconds"][backend] = epoch
+        out["inference_samples_per_second"][backend] = throughput
+        out["accuracy"][backend] = accuracy
+        log(f"split-NN {backend:>8}: epoch {epoch:7.2f} s   inference {throughput:10.0f} samples/s   "
+            f"accuracy {accuracy:.4f}")
+    out["ratios"] = _ratios(out["train_epoch_seconds"], out["inference_samples_per_second"])
+    log(f"ratios (split-NN): training ckks/plain {out['ratios']['train_ckks_over_plain']:.1f}x")
     return out
 
 
@@ -171,4 +200,5 @@ def run(
             )
         if profile:
             result["profile"] = _profile(ds, Path(tmp), max(epochs, 3), batch_size, log)
+        result["splitnn"] = _splitnn(ds, Path(tmp), epochs, log)
     return result

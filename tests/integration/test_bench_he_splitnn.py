@@ -1,0 +1,18 @@
+"""`bench he`'s split-NN epoch: ckks and plain side by side through the services, one JSON object."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from vflsec.client import bench_he
+
+
+def test_splitnn_epoch_is_measured_on_both_backends(tmp_path) -> None:
+    lines: list[str] = []
+    out = bench_he._splitnn(bench_he.bench_dataset(1200), tmp_path, 1, lines.append)
+    assert out["topology"] == "coordinator-top" and out["batch_size"] == bench_he.SPLITNN_BATCH
+    for key in ("train_epoch_seconds", "inference_samples_per_second", "accuracy"):
+        assert set(out[key]) == {"plain", "ckks"} and all(np.isfinite(v) and v > 0 for v in out[key].values())
+    # The same model on the same batches: CKKS changes the sums by its decoding error only.
+    assert abs(out["accuracy"]["ckks"] - out["accuracy"]["plain"]) <= 0.01
+    assert out["ratios"]["train_ckks_over_plain"] > 1 and any("split-NN" in line for line in lines)
