@@ -502,4 +502,9 @@ def headline(report: dict[str, Any]) -> str:
     if naive is not None:
         parts.append(f"best naive: {naive['attack']} {naive['mse']:.6g}")
     parts.append(f"Half {report['baselines']['half']:.6g}")
+    parts += [  # ye's measure: which binary columns leaked exactly, whatever their (unknown) order does to the MSE
+        f"{name} recovered {len(r['recovered_columns'])} of {len(r['binary_columns'])} binary passive columns exactly"
+        for name, r in report["attacks"].items()
+        if r.get("binary_columns")
+    ]
     return "; ".join(parts)

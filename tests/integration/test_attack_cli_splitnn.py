@@ -82,6 +82,7 @@ def test_active_top_recordings_give_ye_every_binary_passive_feature(monkeypatch,
     assert ye["binary_columns"] == [0, 1, 2, 3, 4]
     assert ye["recovered_columns"] == [0, 1, 2, 3, 4] and ye["n_found"] == 5
     assert report["strongest"] is not None
+    assert "ye_alg1 recovered 5 of 5 binary passive columns exactly" in harness.headline(report)
 
 
 def test_an_explicit_ckks_backend_for_active_top_is_refused_with_the_reason(monkeypatch) -> None:
