@@ -448,6 +448,7 @@ def health(
 
 @app.command()
 def attack(
+    ctx: typer.Context,
     dataset: opt.Dataset = "digits",
     label: opt.Label = None,
     passive: opt.Passive = 1,
@@ -455,8 +456,8 @@ def attack(
     attacks: Annotated[
         str | None,
         typer.Option(
-            help="Comma-separated attack names (see docs/attacks.md). Default: every applicable LR attack, the "
-            "defense-aware ones for the release chains included."
+            help="Comma-separated attack names (see docs/attacks.md). Default: every attack of the model family "
+            "(for LR the defense-aware ones for the release chains included)."
         ),
     ] = None,
     attack_option: Annotated[
@@ -470,6 +471,10 @@ def attack(
     predictions: Annotated[int, typer.Option(min=1, help="Samples the active party queries after training.")] = 1000,
     encoding: opt.Encoding = "onehot",
     backend: opt.Backend = "ckks",
+    model: opt.Model = "lr",
+    topology: opt.Topology = "coordinator-top",
+    embedding: opt.Embedding = 16,
+    hidden: opt.Hidden = "32",
     epochs: opt.Epochs = 30,
     batch_size: opt.BatchSize = 0,
     learning_rate: opt.LearningRate = 0.1,
@@ -515,6 +520,13 @@ def attack(
     unknown = sorted(set(names or ()) - set(ATTACKS))
     if unknown:
         _fail(f"unknown attack(s) {unknown}; known: {', '.join(sorted(ATTACKS))}")
+    console = Console(stderr=as_json)
+    # The default backend follows the topology: active-top sends z_B in the clear, so it has only the plain one.
+    source = ctx.get_parameter_source("backend")  # typer's own click: compared by name, not imported
+    default_backend = source is not None and source.name == "DEFAULT"
+    if model == "splitnn" and topology == "active-top" and default_backend and backend != "plain":
+        backend = "plain"
+        console.print("note: --topology active-top runs on the plain backend (z_B reaches the active party in clear)")
     spec = _spec(
         dataset,
         release,
@@ -524,6 +536,10 @@ def attack(
         passive_features=passive_features,
         encoding=encoding,
         backend=backend,
+        model=model,
+        topology=topology,
+        embedding=embedding,
+        hidden=opt.widths(hidden),
         epochs=epochs,
         batch_size=batch_size,
         learning_rate=learning_rate,
@@ -536,9 +552,9 @@ def attack(
     )
     if mse_scope not in MSE_SCOPES:
         _fail(f"--mse-scope must be one of {', '.join(MSE_SCOPES)}, got {mse_scope!r}")
-    chosen = names if names is not None else default_attacks(spec.score_release, spec.param_release)
+    chosen = names if names is not None else default_attacks(spec.score_release, spec.param_release, spec.model)
     try:
-        attack_options = check_attack_options(opt.attack_options(attack_option), chosen)
+        attack_options = check_attack_options(opt.attack_options(attack_option), chosen, spec.model)
     except ValueError as exc:
         _fail(str(exc))
     scenario = AttackScenario(
@@ -550,7 +566,6 @@ def attack(
         windows=windows,
         mse_scope=mse_scope,
     )
-    console = Console(stderr=as_json)
     with console.status("training, querying and attacking…"), _refused():
         report = run_attack_scenario(scenario)
     table = Table(
@@ -569,7 +584,7 @@ def attack(
         else:
             table.add_row(label, f"{r['mse_clipped']:.6g}", f"{r['mse']:.6g}", f"{r['seconds']:.3f}")
     console.print(table)
-    if report.get("strongest"):
+    if "strongest" in report:
         console.print(headline(report))
     console.print(f"batch size {report['batch_size']}: {report['batch_size_note']}")
     scope = "the queried rows" if report["mse_scope"] == "queried" else "the training and the queried rows"

@@ -33,14 +33,19 @@ BASELINES = ("half", "rg", "zero")
 # The papers keep their models at or above this accuracy; a run below it is reported with a warning.
 ACCURACY_WARNING = 0.85
 DEFAULT_ATTACKS = ("esa", "ls_clamped", "cls", "half_star", "rcc1", "rcc2", "am", "ram", "gia", "grn")
+# Split NN: the gradient attacks (through a released differentiable map, coordinator-top or active-top), the exact
+# inversion of a released linear passive bottom, and ye's binary-feature searches on recorded embeddings (active-top).
+SPLITNN_ATTACKS = ("gia", "grn", "embedding_ls", "ye_alg1", "ye_alg2")
 # Which rows the MSE is over: the queried ones (luo, rassouli), or the training rows too (varasteh's "average
 # over time", N = n_t + n_p: the active party then also has its training rows scored).
 MSE_SCOPES = ("queried", "all")
 
 
-def default_attacks(score_release: Sequence[str], param_release: Sequence[str]) -> list[str]:
-    """Every applicable attack of the LR family for these chains: the naive ones and the aware ones that target
-    a step of the chains; an attack the observations do not support reports why it did not run."""
+def default_attacks(score_release: Sequence[str], param_release: Sequence[str], model: str = "lr") -> list[str]:
+    """Every attack of the ``model`` family for these chains (for LR: the naive ones and the aware ones that target
+    a step of the chains); an attack the observations do not support reports why it did not run."""
+    if model == "splitnn":
+        return list(SPLITNN_ATTACKS)
     from vflsec.services.attacks.aware import aware_attacks_for
     from vflsec.services.defenses.release import parse_spec
 
@@ -255,9 +260,26 @@ def evaluate_attacks(
             }
             if "case" in reconstruction.meta:  # sign_only: which of rassouli's cases ran
                 results[name]["case"] = reconstruction.meta["case"]
+            if "binary_features" in reconstruction.meta:  # ye: its columns come in no claimed order, so the MSE
+                results[name] |= binary_recovery(truth, reconstruction.meta["binary_features"])  # undersells it
         if log is not None:
             log(f"{name}: {results[name]}")
     return results
+
+
+def binary_recovery(truth: np.ndarray, found: np.ndarray) -> dict[str, Any]:
+    """ye §6.3 scored with the ground truth: how many binary vectors were found, and which true passive columns
+    (binary ones only) one of them equals on every row, up to complement (x and 1 − x are listed once)."""
+    from vflsec.services.attacks.binary import binary_match
+
+    truth = np.asarray(truth, dtype=float)
+    binary = [j for j in range(truth.shape[1]) if set(np.unique(truth[:, j])) <= {0.0, 1.0}]
+    found = np.asarray(found, dtype=float).reshape(len(truth), -1)
+    exact: list[int] = []
+    if binary and found.shape[1]:
+        match = binary_match(truth[:, binary], found, complements=True)
+        exact = [binary[i] for i in np.flatnonzero(match.max(axis=1) == 1.0)]
+    return {"n_found": int(found.shape[1]), "binary_columns": binary, "recovered_columns": exact}
 
 
 def _jsonable(params: dict[str, Any]) -> dict[str, Any]:
@@ -341,15 +363,15 @@ def score_run(scenario: AttackScenario, run: ScenarioRun, log: Callable[[str], N
         store.close()
     truth = true_passive_features(run.layout, sample_ids)
     spec = scenario.spec
-    baselines = evaluate_attacks(obs, truth, BASELINES, {"rg": {"seed": spec.seed}})
+    baselines = evaluate_attacks(obs, truth, BASELINES, {"rg": {"seed": spec.seed}}, family=spec.model)
     names = scenario.attacks
     if names is None:
-        names = default_attacks(spec.score_release, spec.param_release)
+        names = default_attacks(spec.score_release, spec.param_release, spec.model)
     options = dict(scenario.attack_options)
     if scenario.mse_scope == "all":  # the training rows are attacked too: AM/RAM fit them in-sample (varasteh)
         for name in set(names) & {"am", "ram"}:
             options[name] = {"held_out": False, **options.get(name, {})}
-    results = evaluate_attacks(obs, truth, names, options, log)
+    results = evaluate_attacks(obs, truth, names, options, log, family=spec.model)
     report: dict[str, Any] = {
         "dataset": spec.name,
         "n_classes": run.n_classes,
@@ -364,7 +386,7 @@ def score_run(scenario: AttackScenario, run: ScenarioRun, log: Callable[[str], N
         "attacks": {name: {k: v for k, v in r.items() if k != "mse_per_feature"} for name, r in results.items()},
         "mse_per_feature": {name: r["mse_per_feature"] for name, r in {**baselines, **results}.items() if "mse" in r},
     }
-    if spec.score_release or spec.param_release:
+    if spec.score_release or spec.param_release or spec.model != "lr":  # split NN: the headline says what runs
         report["strongest"] = strongest(report["attacks"])
     if run.forecasts:
         report["forecast"] = run.forecasts
@@ -379,6 +401,8 @@ def score_run(scenario: AttackScenario, run: ScenarioRun, log: Callable[[str], N
         report["epochs_trained"] = run.training.epochs_trained
         if run.training.patience:
             report["early_stopping"] = run.training.to_dict()
+    report["model"] = spec.model
+    report["topology"] = spec.topology if spec.model == "splitnn" else None
     return report
 
 
@@ -453,7 +477,7 @@ def markdown_table(report: dict[str, Any]) -> str:
         + (f", param release = {report['param_release']}" if report.get("param_release") else ""),
         "",
     ]
-    if report.get("strongest"):
+    if "strongest" in report:
         lines += [headline(report), ""]
     lines += ["| attack | MSE (clipped to the cube) | raw MSE | seconds |", "|---|---|---|---|"]
     for name, mse in report["baselines"].items():
@@ -470,10 +494,17 @@ def markdown_table(report: dict[str, Any]) -> str:
 def headline(report: dict[str, Any]) -> str:
     """One line: the strongest attacker's MSE next to the best naive one and the blind Half baseline."""
     best = report["strongest"]
+    if best is None:
+        return f"no attack runs on what the active party received; Half {report['baselines']['half']:.6g}"
     naive = strongest({n: r for n, r in report["attacks"].items() if not r.get("aware", False)})
     kind = "aware" if best["aware"] else "naive"
     parts = [f"strongest: {best['attack']} ({kind}) MSE {best['mse']:.6g}"]
     if naive is not None:
         parts.append(f"best naive: {naive['attack']} {naive['mse']:.6g}")
     parts.append(f"Half {report['baselines']['half']:.6g}")
+    parts += [  # ye's measure: which binary columns leaked exactly, whatever their (unknown) order does to the MSE
+        f"{name} recovered {len(r['recovered_columns'])} of {len(r['binary_columns'])} binary passive columns exactly"
+        for name, r in report["attacks"].items()
+        if r.get("binary_columns")
+    ]
     return "; ".join(parts)

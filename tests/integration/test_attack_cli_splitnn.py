@@ -1,0 +1,91 @@
+"""`vflsec attack --model splitnn` through the real services (parties in-process, mTLS, CKKS in coordinator-top):
+what each topology lets the curious active party run, next to the blind baselines, in the JSON report."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from vflsec.client import harness
+from vflsec.client.cli import app
+
+# The keys an LR report had before split-NN attacks: they keep their place; model and topology come after.
+LR_KEYS = ["dataset", "n_classes", "d_passive", "d_active", "n_samples", "accuracy", "backend", "score_release"]
+
+
+def attack(monkeypatch, *args: str) -> tuple[int, str]:
+    monkeypatch.setattr(harness, "run_processes", harness.run_in_process)  # same services, one process: CI-fast
+    result = CliRunner().invoke(app, ["attack", "--model", "splitnn", "--json", *args])
+    return result.exit_code, result.output
+
+
+def report_of(out: str) -> dict:
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_coordinator_top_leaves_the_gradient_attacks_nothing_to_differentiate(monkeypatch) -> None:
+    # CKKS: the active party receives the released scores, the top model and its own bottom, never a passive
+    # bottom or embedding, so no attack runs and the headline says so beside Half.
+    code, out = attack(monkeypatch, "--dataset", "breast_cancer", "--epochs", "3", "--predictions", "60")
+    assert code == 0, out
+    report = report_of(out)
+    assert list(report)[: len(LR_KEYS)] == LR_KEYS and list(report)[-2:] == ["model", "topology"]
+    assert report["model"] == "splitnn" and report["topology"] == "coordinator-top" and report["backend"] == "ckks"
+    assert set(report["baselines"]) == {"half", "rg", "zero"} and report["n_samples"] == 60
+    assert set(report["attacks"]) == set(harness.SPLITNN_ATTACKS)
+    for name in ("gia", "grn"):
+        assert "the passive bottom f_p unknown" in report["attacks"][name]["not_applicable"]
+    for name in ("ye_alg1", "ye_alg2"):
+        assert "never holds" in report["attacks"][name]["not_applicable"]
+    assert "passive_bottom" in report["attacks"]["embedding_ls"]["not_applicable"]
+    assert report["strongest"] is None
+    assert "no attack runs on what the active party received" in out
+
+
+@pytest.fixture(scope="module")
+def binary_table(tmp_path_factory) -> tuple[str, list[str]]:
+    """Three continuous active columns, five binary passive ones (the last five), a label that needs both."""
+    rng = np.random.default_rng(0)
+    n = 400
+    a = rng.normal(size=(n, 3))
+    b = rng.integers(0, 2, size=(n, 5))
+    y = (a[:, 0] + b @ np.array([1, -1, 1, -1, 1]) + rng.normal(0, 0.5, n) > 0.5).astype(int)
+    names = [f"a{j}" for j in range(3)] + [f"b{j}" for j in range(5)]
+    path = tmp_path_factory.mktemp("data") / "binary.csv"
+    rows = [",".join([*(f"{v:.6f}" for v in a[i]), *map(str, b[i]), str(y[i])]) for i in range(n)]
+    path.write_text("\n".join([",".join([*names, "label"]), *rows]) + "\n")
+    return str(path), names
+
+
+def test_active_top_recordings_give_ye_every_binary_passive_feature(monkeypatch, binary_table) -> None:
+    path, _ = binary_table
+    code, out = attack(
+        monkeypatch, "--dataset", path, "--topology", "active-top", "--passive-features", "5", "--epochs", "2",
+        "--predictions", "150", "--attacks", "gia,grn,embedding_ls,ye_alg1",
+    )  # fmt: skip
+    assert code == 0, out
+    assert "active-top runs on the plain backend" in out  # the default backend followed the topology
+    report = report_of(out)
+    assert report["topology"] == "active-top" and report["backend"] == "plain" and report["d_passive"] == 5
+    assert "half" in report["baselines"]
+    attacks = report["attacks"]
+    for name in ("gia", "grn"):  # the passive bottom is never released: z_B fixes x_B only up to W_B
+        assert "unknown W_B" in attacks[name]["not_applicable"]
+    assert "passive_bottom" in attacks["embedding_ls"]["not_applicable"]
+    # ye §4: noise-free z_B = W_B x_B spans every binary passive column; each one is found exactly on every queried
+    # row (up to complement). The found vectors come in no claimed column order, so their MSE is reported, not
+    # compared with Half.
+    ye = attacks["ye_alg1"]
+    assert ye["binary_columns"] == [0, 1, 2, 3, 4]
+    assert ye["recovered_columns"] == [0, 1, 2, 3, 4] and ye["n_found"] == 5
+    assert report["strongest"] is not None
+    assert "ye_alg1 recovered 5 of 5 binary passive columns exactly" in harness.headline(report)
+
+
+def test_an_explicit_ckks_backend_for_active_top_is_refused_with_the_reason(monkeypatch) -> None:
+    code, out = attack(monkeypatch, "--dataset", "breast_cancer", "--topology", "active-top", "--backend", "ckks")
+    assert code != 0
+    assert "does not apply to --topology active-top" in out
