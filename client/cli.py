@@ -54,6 +54,18 @@ def _spec(
         return FederationSpec(dataset, score_release=release or (), param_release=param_release or (), **fields)
 
 
+def _backend_for(ctx: typer.Context, backend: str, model: str, topology: str, console) -> str:  # type: ignore[no-untyped-def]
+    """The default backend follows the topology: active-top sends z_B in the clear, so it has only the plain one
+    (an explicit --backend ckks is refused by the spec with the reason)."""
+    source = ctx.get_parameter_source("backend")  # typer's own click: compared by name, not imported
+    if model == "splitnn" and topology == "active-top" and source is not None and source.name == "DEFAULT":
+        if backend != "plain":
+            console.print("note: --topology active-top runs on the plain backend (z_B reaches the active party in clear)",
+                          markup=False)
+        return "plain"
+    return backend
+
+
 @app.command()
 def serve(
     role: Annotated[str, typer.Argument(help="coordinator | active | passive")],
@@ -194,6 +206,7 @@ def certs_sign(
 
 @app.command()
 def demo(
+    ctx: typer.Context,
     dataset: opt.Dataset = "breast_cancer",
     label: opt.Label = None,
     passive: opt.Passive = 1,
@@ -228,6 +241,8 @@ def demo(
 
     from vflsec.client.demo import run_demo
 
+    console = Console(stderr=as_json)
+    backend = _backend_for(ctx, backend, model, topology, console)
     spec = _spec(
         dataset,
         release,
@@ -253,7 +268,6 @@ def demo(
         scaling=scaling,
         allow_plain=compare_plain,  # the comparison run is a plain session
     )
-    console = Console(stderr=as_json)
     if backend == "plain" or compare_plain:
         note = "note: the coordinator allows the plain backend for this demo ([policy] allowed_backends)"
         console.print(note, markup=False)
@@ -521,12 +535,7 @@ def attack(
     if unknown:
         _fail(f"unknown attack(s) {unknown}; known: {', '.join(sorted(ATTACKS))}")
     console = Console(stderr=as_json)
-    # The default backend follows the topology: active-top sends z_B in the clear, so it has only the plain one.
-    source = ctx.get_parameter_source("backend")  # typer's own click: compared by name, not imported
-    default_backend = source is not None and source.name == "DEFAULT"
-    if model == "splitnn" and topology == "active-top" and default_backend and backend != "plain":
-        backend = "plain"
-        console.print("note: --topology active-top runs on the plain backend (z_B reaches the active party in clear)")
+    backend = _backend_for(ctx, backend, model, topology, console)
     spec = _spec(
         dataset,
         release,

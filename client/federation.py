@@ -27,6 +27,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from vflsec.services.config import dump_toml, load_config
 from vflsec.services.data import datasets
+from vflsec.services.models import family as families
 from vflsec.services.models import lr
 from vflsec.services.transport import tls
 from vflsec.services.transport.server import peer_channel
@@ -252,7 +253,9 @@ class FederationSpec:
         """The batch size the session asks for and one line saying why. The default is
         max(lr.DEFAULT_BATCH_SIZE, ceil(n_rows / STEPS_PER_EPOCH)) for ``n_rows`` training rows, raised to the
         coordinator's minimum batch (lr.min_batch_size); an explicit size below the minimum is refused."""
-        smallest = lr.min_batch_size(widths)
+        family = families.get(self.model)
+        smallest = family.min_batch_size(widths)
+        base = lr.DEFAULT_BATCH_SIZE if self.model == "lr" else family.default_batch_size(widths)
         if self.batch_size:
             if self.batch_size < smallest:
                 raise SpecError(
@@ -261,12 +264,12 @@ class FederationSpec:
                 )
             return self.batch_size, f"as requested; minimum {smallest}"
         by_rows = math.ceil(n_rows / STEPS_PER_EPOCH) if n_rows else 0
-        wanted = max(lr.DEFAULT_BATCH_SIZE, by_rows)
+        wanted = max(base, by_rows)
         batch = max(wanted, smallest)
         rule = (
             f"default {wanted} (= {n_rows} training rows / {STEPS_PER_EPOCH} steps per epoch)"
-            if by_rows > lr.DEFAULT_BATCH_SIZE
-            else f"default {lr.DEFAULT_BATCH_SIZE}"
+            if by_rows > base
+            else f"default {base}"
         )
         raised = "" if batch == wanted else " raised to the minimum batch (2 x the widest block)"
         return batch, f"{rule}{raised}; minimum {smallest}"
