@@ -60,8 +60,8 @@ def _backend_for(ctx: typer.Context, backend: str, model: str, topology: str, co
     source = ctx.get_parameter_source("backend")  # typer's own click: compared by name, not imported
     if model == "splitnn" and topology == "active-top" and source is not None and source.name == "DEFAULT":
         if backend != "plain":
-            console.print("note: --topology active-top runs on the plain backend (z_B reaches the active party in clear)",
-                          markup=False)
+            note = "note: --topology active-top runs on the plain backend (z_B reaches the active party in clear)"
+            console.print(note, markup=False)
         return "plain"
     return backend
 
