@@ -909,7 +909,7 @@ def reproduce(
 
     def on_claim(name: str, row: dict) -> None:
         reason = f" ({row['reason']})" if "reason" in row else ""
-        figures = f"paper {row['paper_value']}, measured {row['measured']}"
+        figures = f"paper {row['paper']}, measured {row['measured']}"
         typer.echo(f"{name}: {row['verdict']}{reason}; {figures}", err=True)
 
     document = rep.reproduce(claims, on_claim)

@@ -35,8 +35,8 @@ from vflsec.client.federation import FederationSpec, SpecError, write_federation
 
 # --- the scenario file --------------------------------------------------------------------------------------
 
-MODELS = ("lr", "splitnn", "tree")  # the schema names every family; the services train lr today
-WIRED_MODELS = ("lr",)
+MODELS = ("lr", "splitnn", "tree")  # the schema names every family; the services train lr and splitnn today
+WIRED_MODELS = ("lr", "splitnn")
 TRAINING_KEYS = {"epochs": int, "batch_size": int, "learning_rate": float, "l2": float, "optimizer": str}
 FIXED_AXES = ("passive_fraction",)  # sweep axes that are not STEP.PARAM of a release step
 DEFENSE_AXIS = "defense"  # a sweep axis of whole release steps, "STEP:key=value,...": one defense per cell
@@ -148,8 +148,8 @@ def parse_scenario(raw: dict[str, Any], check: _Checker, default_name: str = "ex
         raise check.fail(
             ("model",), f"{model!r} is not wired through the services yet (they train {', '.join(WIRED_MODELS)})"
         )
-    if "topology" in raw:
-        raise check.fail(("topology",), f"the {model} family has no topology (split-NN's, once it is wired)")
+    if "topology" in raw and model != "splitnn":
+        raise check.fail(("topology",), f"the {model} family has no topology (split-NN has)")
     if "passive_fraction" in raw and "passive_features" in raw:
         raise check.fail(("passive_features",), "give passive_fraction or passive_features, not both")
     passive_features: Any = check.typed(raw, (), "passive_features", (int, list), None)
@@ -166,6 +166,8 @@ def parse_scenario(raw: dict[str, Any], check: _Checker, default_name: str = "ex
     if parties not in ("in_process", "processes"):
         raise check.fail(("parties",), f"must be in_process or processes, got {parties!r}")
     fields = {
+        "model": model,
+        "topology": check.typed(raw, (), "topology", str, "coordinator-top"),
         "n_passive": check.typed(raw, (), "passive", int, 1),
         "passive_features": passive_features,
         "backend": check.typed(raw, (), "backend", str, "ckks"),

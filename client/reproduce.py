@@ -535,7 +535,8 @@ def _jsonable(value: Any) -> Any:
 
 def run_claim(c: Claim) -> dict[str, Any]:
     """One claim's row: paper value, measured value, verdict (with the reason when it differs or is skipped)."""
-    row: dict[str, Any] = {"paper": c.paper, "statement": c.statement, "paper_value": c.paper_value, "rule": c.rule}
+    # clarifications.md: per claim `paper` (the value), `measured`, `verdict`; the citation is `source`.
+    row: dict[str, Any] = {"source": c.paper, "statement": c.statement, "paper": c.paper_value, "rule": c.rule}
     missing = missing_datasets(c)
     if missing:
         folder = datasets.shared_datasets_dir()
@@ -592,7 +593,7 @@ def markdown(document: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for name, r in document["claims"].items():
-        cells = [name, r["paper"], _short(r["paper_value"]), _short(r["measured"]), f"**{r['verdict']}**",
+        cells = [name, r["source"], _short(r["paper"]), _short(r["measured"]), f"**{r['verdict']}**",
                  r.get("reason", ""), _short(r.get("seconds"))]  # fmt: skip
         lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
     counts = ", ".join(f"{n} {v}" for v, n in document["summary"].items() if n)

@@ -230,7 +230,10 @@ class CoordinatorSession:
         inference_keys: bytes | None = None,
     ) -> CoordinatorSession:
         weights = (
-            {p: np.array(arrays[f"passive/{p}"]) for p in meta["passive_parties"]} if meta["has_weights"] else None
+            # The blocks pulled at FinishTraining: every passive party's for LR, none for a family that keeps them
+            {p: np.array(arrays[f"passive/{p}"]) for p in meta["passive_parties"] if f"passive/{p}" in arrays}
+            if meta["has_weights"]
+            else None
         )
         family = meta.get("family", families.DEFAULT)  # a checkpoint from before the family layer is LR's
         s = cls(

@@ -33,7 +33,7 @@ def test_fast_subset_emits_one_document_with_every_fast_claim(fast_document: dic
     fast = [name for name, c in rep.CLAIMS.items() if c.fast]
     assert list(fast_document["claims"]) == fast
     for row in fast_document["claims"].values():
-        assert {"paper", "paper_value", "measured", "verdict", "rule"} <= set(row)
+        assert {"source", "paper", "measured", "verdict", "rule"} <= set(row)
         assert row["verdict"] in rep.VERDICTS
         assert ("reason" in row) == (row["verdict"] != "reproduced")
     assert sum(fast_document["summary"].values()) == len(fast)

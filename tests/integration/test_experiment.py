@@ -69,3 +69,17 @@ def test_cells_as_ray_tasks_on_a_local_instance(tmp_path: Path) -> None:
         ray.shutdown()
     assert [row["defense"] for row in summary["rows"]] == ["none", "rounding.decimals=1"]
     assert all("mse_clipped" in row["attacks"]["esa"] for row in summary["rows"])
+
+
+def test_a_splitnn_scenario_restores_its_trained_federation_per_cell(tmp_path: Path) -> None:
+    """Two cells of one split-NN coordinator-top training: the second restores the trained federation from its
+    checkpoints (a coordinator that pulled no passive block at FinishTraining included)."""
+    path = tmp_path / "nn.yaml"
+    path.write_text(
+        "name: nn\ndataset: breast_cancer\nmodel: splitnn\nbackend: plain\ntraining: {epochs: 2}\n"
+        "predictions: 60\nsweep:\n  rounding.decimals: [1]\n"
+    )
+    summary = exp.run_experiment(exp.load_scenario(path), tmp_path / "out", workers=1)
+    none, rounded = summary["rows"]
+    assert summary["model"] == "splitnn" and rounded["score_release"] == ["rounding:decimals=1"]
+    assert 0.5 < none["accuracy"]["mean"] <= 1.0 and 0.5 < rounded["accuracy"]["mean"] <= 1.0

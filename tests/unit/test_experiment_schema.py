@@ -60,10 +60,17 @@ def test_nested_key_and_type_errors_name_the_line(tmp_path: Path) -> None:
 
 
 def test_models_not_wired_are_refused_by_name(tmp_path: Path) -> None:
-    for model in ("splitnn", "tree"):
-        message = refused(tmp_path, f"dataset: wine\nmodel: {model}\n")
-        assert f":2: model: '{model}' is not wired through the services yet" in message
+    tree = refused(tmp_path, "dataset: wine\nmodel: tree\n")
+    assert ":2: model: 'tree' is not wired through the services yet" in tree
     assert "must be one of lr, splitnn, tree" in refused(tmp_path, "dataset: wine\nmodel: gbm\n")
+    assert ":2: topology: the lr family has no topology" in refused(tmp_path, "dataset: wine\ntopology: active-top\n")
+    # split-NN's topologies reach the one spec; active-top has only the plain backend (it sends z_B in the clear)
+    text = "dataset: wine\nmodel: splitnn\ntopology: active-top\nbackend: plain\n"
+    scenario = exp.load_scenario(write(tmp_path, text))
+    assert (scenario.spec.model, scenario.spec.topology, scenario.model) == ("splitnn", "active-top", "splitnn")
+    assert "does not apply to --topology active-top" in refused(
+        tmp_path, "dataset: wine\nmodel: splitnn\ntopology: active-top\n"
+    )
 
 
 def test_sweep_axes(tmp_path: Path) -> None:
