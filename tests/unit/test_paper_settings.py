@@ -131,6 +131,9 @@ def test_accuracy_warning_names_the_threshold_and_the_majority_rate() -> None:
     assert "0.7900 is below 0.85" in accuracy_warning(0.79, 0.24) and "majority class 0.2400" in accuracy_warning(
         0.79, 0.24
     )
+    # Bank: 0.886 of the labels are "no"; 0.892 passes the papers' 0.85 but not the majority class by much.
+    assert "within 0.02 of the majority class 0.8860" in accuracy_warning(0.892, 0.886)
+    assert accuracy_warning(0.91, 0.886) is None
 
 
 def test_the_dealer_deals_target_encoded_columns_and_no_labels_to_the_passive_party(small, tmp_path) -> None:
