@@ -483,15 +483,11 @@ class Coordinator:
             raise InvalidArgument(f"replicas must be in [1, {s.backend.slots // k}], got {replicas}")
         if len(sample_index) != n:
             raise InvalidArgument(f"{len(sample_index)} sample indices for {n} logit rows")
-        wire.require_distinct_rows(sample_index)
         with s.lock:
-            self._admit_step(s, step, n, widths)
-            current = s.current
-            if current is not None and current.step == step:
-                if not np.array_equal(current.sample_index, sample_index):
-                    raise FailedPrecondition(f"step {step} was computed for another batch; it can only be replayed")
+            replay = self._admit_step(s, step, sample_index, widths)
+            if replay is not None:
                 return he.EncryptedMatrix(
-                    current.layout, he.deserialize_all(s.backend, current.scores, current.layout.ct_size)
+                    replay.layout, he.deserialize_all(s.backend, replay.scores, replay.layout.ct_size)
                 )
             keys = self._epoch_keys(session_id, s, step)
             probs = s.trainer.training_scores(keys, self._logits(s, logits, keys), replicas)
@@ -500,10 +496,15 @@ class Coordinator:
             self._advance(session_id, s, step, sample_index, widths)
         return probs
 
-    def _admit_step(self, s: CoordinatorSession, step: int, n: int, widths: Mapping[str, int]) -> None:
-        """A training step's admission, for every family (caller holds s.lock): the widths every party declared
-        (fixed at the first step, checked against the schema), the minimum batch, and the step order (the last
-        step may be replayed after a crash)."""
+    def _admit_step(
+        self, s: CoordinatorSession, step: int, sample_index: np.ndarray, widths: Mapping[str, int]
+    ) -> TrainingStep | None:
+        """A training step's admission, for every family (caller holds s.lock): distinct rows, the widths every
+        party declared (fixed at the first step, checked against the schema), the minimum batch, and the step
+        order. A repeat of the last step (after a crash) must name the same batch: its recorded answer is returned,
+        to be given again; None for a new step."""
+        wire.require_distinct_rows(sample_index)
+        n = len(sample_index)
         parties = {s.owner, *s.passive_parties}
         if set(widths) != parties or min(widths.values(), default=0) < 1:
             raise InvalidArgument(f"widths must give every party of the session {sorted(parties)} a width >= 1")
@@ -525,6 +526,12 @@ class Coordinator:
             )
         if step < max(s.last_step, 1):
             raise FailedPrecondition(f"step {step} is before the last step {s.last_step}")
+        current = s.current
+        if current is None or current.step != step:
+            return None
+        if not np.array_equal(current.sample_index, sample_index):
+            raise FailedPrecondition(f"step {step} was computed for another batch; it can only be replayed")
+        return current
 
     def _advance(self, session_id: str, s: CoordinatorSession, step: int, sample_index: np.ndarray, widths) -> None:
         """Record step ``step`` as the last one (caller holds s.lock) and drop the keys no later step can need."""
@@ -557,14 +564,12 @@ class Coordinator:
             raise InvalidArgument(f"{len(sample_index)} sample indices and {labels.shape} labels for {n} rows")
         if not hasattr(s.trainer, "top_step"):
             raise FailedPrecondition(f"session {session_id!r} trains {s.family}, which has no top step")
-        wire.require_distinct_rows(sample_index)
         with s.lock:
-            self._admit_step(s, step, n, widths)
-            current = s.current
-            if current is not None and current.step == step:
-                if not np.array_equal(current.sample_index, sample_index) or current.gradient is None:
-                    raise FailedPrecondition(f"step {step} was computed for another batch; it can only be replayed")
-                return current.gradient.copy(), current.loss
+            replay = self._admit_step(s, step, sample_index, widths)
+            if replay is not None:
+                if replay.gradient is None:
+                    raise FailedPrecondition(f"step {step} was another family's step; it can only be replayed")
+                return replay.gradient.copy(), replay.loss
             if step != s.last_step + 1:
                 raise FailedPrecondition(f"step {step} does not follow the last step {s.last_step}")
             keys = self._epoch_keys(session_id, s, step)
