@@ -85,6 +85,8 @@ class FederationSpec:
     allow_plain: bool = False  # the coordinator also accepts plain sessions (always when backend is plain)
     score_release: Sequence[str] = ()
     param_release: Sequence[str] = ()
+    # Every passive party's own [defenses] embedding (split-NN active-top), e.g. ["masquerade:m=16"].
+    embedding_release: Sequence[str] = ()
     plugins: Sequence[dict] = ()  # [{"path": "pkg.mod:Factory", "options": {...}}] for the active party
     drop_fraction: float = 0.05  # each party misses this share of IDs, so PSI has work to do
     # Min-max ([0, 1]) as the attack papers scale; the demo asks for standard, which trains the LR best.
@@ -413,6 +415,8 @@ def write_federation(spec: FederationSpec, workdir: Path) -> FederationLayout:
             if not is_active:
                 raw["operator"] = f"operator-{party}"
                 raw["policy"] = {"allowed_backends": backends}
+                if spec.embedding_release:
+                    raw["defenses"] = {"embedding": list(spec.embedding_release)}
             raw["peers"] = {p: reach[p] for p in parties if p != party and (is_active or p == "coordinator")}
             if is_active and spec.plugins:
                 raw["plugins"] = [dict(p) for p in spec.plugins]

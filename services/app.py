@@ -116,6 +116,7 @@ def start_party(config: ServiceConfig) -> Party:
             psi_max_ids=config.psi_max_ids,
             psi_owner_budget=config.psi_owner_budget,
             allowed_backends=config.allowed_backends,
+            embedding_release=config.embedding_release,
         )
         server = start_server(
             config,

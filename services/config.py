@@ -53,6 +53,9 @@ class ServiceConfig:
     data: DataConfig | None = None
     score_release: tuple[str, ...] = ()
     param_release: tuple[str, ...] = ()
+    # Passive party: its own defenses of the output it sends in the clear (split-NN active-top), e.g.
+    # ["masquerade:m=16"] ([defenses] embedding; services/defenses/embeddings.py). Parsed when the party starts.
+    embedding_release: tuple[str, ...] = ()
     plugins: tuple[PluginConfig, ...] = ()
     max_message_bytes: int = 256 * 1024 * 1024
     workers: int = 16
@@ -124,6 +127,11 @@ def parse_config(raw: dict[str, Any], *, base: Path, role: str | None = None, so
     if cfg_role in ("active", "passive") and data is None:
         raise ConfigError(f"{source}: a {cfg_role} party needs a [data] table")
     release = raw.get("release", {})
+    embedding = raw.get("defenses", {}).get("embedding", [])
+    if not isinstance(embedding, list) or not all(isinstance(spec, str) for spec in embedding):
+        raise ConfigError(f"{source}: [defenses] embedding is a list of specs such as \"masquerade:m=16\"")
+    if embedding and cfg_role != "passive":
+        raise ConfigError(f"{source}: [defenses] embedding is a passive party's own defense, not a {cfg_role}'s")
     plugins = tuple(
         PluginConfig(path=need(p, "path", "[[plugins]]"), options=dict(p.get("options", {})))
         for p in raw.get("plugins", ())
@@ -164,6 +172,7 @@ def parse_config(raw: dict[str, Any], *, base: Path, role: str | None = None, so
         data=data,
         score_release=tuple(release.get("scores", ())),
         param_release=tuple(release.get("params", ())),
+        embedding_release=tuple(embedding),
         plugins=plugins,
         max_message_bytes=int(limits.get("max_message_mb", 256)) * 1024 * 1024,
         workers=int(limits.get("workers", 16)),

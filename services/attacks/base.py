@@ -61,6 +61,7 @@ class Observations:
     # The announced chains as (name, public params) steps — what a Kerckhoffs attacker knows of the defenses.
     score_chain: tuple[tuple[str, dict[str, str]], ...] = ()
     param_chain: tuple[tuple[str, dict[str, str]], ...] = ()
+    embedding_chain: tuple[tuple[str, dict[str, str]], ...] = ()  # the passive parties' announced embedding defenses
     score_model: nn.Module | None = None  # the released model's scores (split NN); LR uses the blocks above
     embeddings: np.ndarray | None = None  # (n, width) recorded passive embeddings z_B (active-top)
     passive_bottom: nn.Module | None = None  # x_passive -> z_B, when the passive bottom model is released

@@ -400,7 +400,7 @@ def _embeddings(obs: Observations, name: str) -> np.ndarray:
 def _fabricated_from_chain(obs: Observations) -> int:
     """m of an announced masquerade step (Kerckhoffs: its public parameters are known); 1 if none.
     The default "log2n" is ⌈log₂ n⌉ of the passive party's rows, taken as the recorded rows here."""
-    for step, params in (*obs.param_chain, *obs.score_chain):
+    for step, params in (*obs.embedding_chain, *obs.param_chain, *obs.score_chain):
         if step == "masquerade" and "m" in params:
             m = params["m"]
             return math.ceil(math.log2(obs.n_samples)) if m == "log2n" else int(m)

@@ -19,6 +19,8 @@ are not in it. They are plug-ins of :data:`EMBEDDING_STEPS` (services/registry.p
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -31,6 +33,7 @@ from vflsec.services.registry import Plugin, Registry
 
 __all__ = [
     "EMBEDDING_STEPS",
+    "EmbeddingChain",
     "EmbeddingNoise",
     "Masquerade",
     "MasqueradeLinear",
@@ -163,3 +166,65 @@ class NoisyEmbedding(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         z = self.inner(x)
         return z + torch.from_numpy(self.noise.draw(tuple(z.shape))).to(z.dtype)
+
+
+@dataclass(frozen=True)
+class EmbeddingChain:
+    """A passive party's embedding defenses, from its operator's ``[defenses] embedding`` specs, in order.
+
+    The configured chain is a template: each session gets its own instances (:meth:`for_session`: a fresh
+    masquerade key and m resolved for the party's rows). Masquerade replaces the linear layer, so it comes first
+    and at most once; noise steps wrap whatever precedes them.
+    """
+
+    steps: tuple[Plugin, ...] = ()
+
+    @classmethod
+    def from_specs(cls, specs: Sequence[str]) -> EmbeddingChain:
+        """Parse with the one plug-in convention; a bad spec raises PluginError naming the step and its keys."""
+        steps = tuple(EMBEDDING_STEPS.parse(spec, family="splitnn") for spec in specs)
+        masquerades = [i for i, step in enumerate(steps) if isinstance(step, Masquerade)]
+        if masquerades not in ([], [0]):
+            raise ValueError(
+                "masquerade replaces the passive bottom layer: it may appear once, as the first embedding step"
+            )
+        return cls(steps)
+
+    def __bool__(self) -> bool:
+        return bool(self.steps)
+
+    def for_session(self, n_rows: int, masquerade_key: bytes | None = None) -> EmbeddingChain:
+        """Fresh instances for one session (new OS-entropy draws); ``masquerade_key`` restores a checkpointed one."""
+        fresh: list[Plugin] = []
+        for step in self.steps:
+            if isinstance(step, Masquerade):
+                step = Masquerade(step.m, step.rank).resolve(n_rows)
+                if masquerade_key is not None:
+                    step._key = masquerade_key
+            else:
+                step = type(step)(**step.get_params())
+            fresh.append(step)
+        return EmbeddingChain(tuple(fresh))
+
+    @property
+    def masquerade_key(self) -> bytes | None:
+        """The session's PRF key, for the party's own checkpoint only (never announced)."""
+        return next((step._key for step in self.steps if isinstance(step, Masquerade)), None)
+
+    def announced(self) -> list[tuple[str, dict[str, str]]]:
+        """(name, public parameters) per step: what the active party is told (Kerckhoffs)."""
+        return [(step.name, step.public_params()) for step in self.steps]
+
+    def specs(self) -> list[str]:
+        """Specs that rebuild this (resolved) chain: m is a number once the session fixed it."""
+        return [f"{name}:" + ",".join(f"{k}={v}" for k, v in params.items()) for name, params in self.announced()]
+
+    def module(self, plain: nn.Module, d_in: int, width: int, *, bias: bool, seed: int, role: int) -> nn.Module:
+        """The defended bottom replacing ``plain`` (d_in -> width), seeded like the plain one."""
+        module = plain
+        for step in self.steps:
+            if isinstance(step, Masquerade):
+                module = step.build(d_in, width, bias=bias, seed=seed, role=role)
+            elif isinstance(step, EmbeddingNoise):
+                module = step.wrap(module)
+        return module

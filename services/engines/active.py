@@ -315,6 +315,11 @@ class ActiveParty:
                 "passive_features": s.passive_features,
                 "score_release": [step.name for step in s.score_release],
                 "param_release": [step.name for step in s.param_release],
+                # Each passive party's announced embedding defenses (split-NN active-top; empty elsewhere).
+                "embedding_release": {
+                    party: [[step.name, dict(step.params)] for step in r.embedding_release]
+                    for party, r in zip(self.passives, joined, strict=True)
+                },
             },
         )
         return s

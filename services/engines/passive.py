@@ -13,6 +13,7 @@ import numpy as np
 from vflsec.services.crypto import entropy, he, psi, share_mask
 from vflsec.services.data.datasets import PartyData
 from vflsec.services.defenses import params as param_defenses
+from vflsec.services.defenses.embeddings import EmbeddingChain
 from vflsec.services.engines import checkpoint
 from vflsec.services.engines.policy import BackendPolicy
 from vflsec.services.engines.sessions import EpochKeys, SessionTable, epoch_keys
@@ -69,6 +70,8 @@ class PassiveSession:
     inference: he.Backend | None = None  # public inference keys, fetched from the coordinator when first needed
     # (epoch, rotation, public keys) of the training-key epoch last used: fetched again when a step leaves it.
     training_keys: EpochKeys | None = None
+    # This party's embedding defenses on its output sent in the clear (split-NN active-top), this session's draws.
+    embedding: EmbeddingChain = field(default_factory=EmbeddingChain)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def to_state(self) -> tuple[dict[str, np.ndarray], dict]:
@@ -81,6 +84,8 @@ class PassiveSession:
         }
         if self.share_mask_key is not None:
             arrays["share_mask_key"] = checkpoint.from_bytes(self.share_mask_key)
+        if self.embedding.masquerade_key is not None:
+            arrays["masquerade_key"] = checkpoint.from_bytes(self.embedding.masquerade_key)
         for name in ("rows", "psi_permutation"):
             if getattr(self, name) is not None:
                 arrays[name] = getattr(self, name)
@@ -92,18 +97,27 @@ class PassiveSession:
             "completed_step": self.completed_step,
             "owner": self.owner,
         }
+        if self.embedding:
+            meta["embedding_release"] = self.embedding.specs()
         return arrays, meta
 
     @classmethod
     def from_state(cls, arrays: dict[str, np.ndarray], meta: dict) -> PassiveSession:
         context = checkpoint.as_bytes(arrays["context"])
         family = meta.get("family", families.DEFAULT)  # a checkpoint from before the family layer is LR's
+        embedding = EmbeddingChain.from_specs(meta.get("embedding_release", ()))
+        if embedding:  # the same defended layer and PRF key as before the restart
+            key = checkpoint.as_bytes(arrays["masquerade_key"]) if "masquerade_key" in arrays else None
+            embedding = embedding.for_session(1, key)  # m was resolved when the session joined
+            trainer = families.get(family).restore_passive((arrays, meta), embedding.module)
+        else:
+            trainer = families.get(family).restore_passive((arrays, meta))
         return cls(
             backend=he.open_public(meta["backend"], context),
             public_context=context,
             n_classes=meta["n_classes"],
             family=family,
-            trainer=families.get(family).restore_passive((arrays, meta)),
+            trainer=trainer,
             mask_key=checkpoint.as_bytes(arrays["mask_key"]),
             owner=meta["owner"],
             share_mask_key=checkpoint.as_bytes(arrays["share_mask_key"]) if "share_mask_key" in arrays else None,
@@ -111,6 +125,7 @@ class PassiveSession:
             psi_permutation=arrays.get("psi_permutation"),
             rows=arrays.get("rows"),
             completed_step=meta["completed_step"],
+            embedding=embedding,
         )
 
 
@@ -134,8 +149,12 @@ class PassiveParty:
         psi_max_ids: int = psi.MAX_IDS,
         psi_owner_budget: int | None = None,
         allowed_backends: Sequence[str] = ("ckks",),
+        embedding_release: Sequence[str] = (),
     ) -> None:
         self.party_id = party_id
+        # [defenses] embedding: this party's own defenses of its output sent in the clear (split-NN active-top);
+        # parsed here, so that a bad spec stops the service at start. Each session draws its own keys.
+        self.embedding_release = EmbeddingChain.from_specs(embedding_release)
         # [policy] allowed_backends: a plain session sends this party's logits in the clear, so it joins one only
         # when its own operator says so, whatever the coordinator allows.
         self.backend_policy = BackendPolicy.of(f"{party_id}'s", allowed_backends)
@@ -213,6 +232,14 @@ class PassiveParty:
         if len(share_mask_key) != entropy.KEY_BYTES:
             raise InvalidArgument(f"share_mask_key must be {entropy.KEY_BYTES} bytes, got {len(share_mask_key)}")
         backend = he.open_public(backend_name, context)
+        trainer = family.new_passive(n_classes, self.n_features, config)
+        embedding = EmbeddingChain()
+        if self.embedding_release and trainer.output_in_the_clear:  # elsewhere our output leaves encrypted only
+            embedding = self.embedding_release.for_session(len(self.data.ids))
+            try:
+                trainer = trainer.defended(embedding.module)
+            except ValueError as exc:
+                raise InvalidArgument(f"{self.party_id}'s embedding defense ([defenses] embedding): {exc}") from exc
         with self.sessions.lock:
             self.sessions.check_absent(session_id)
             s = PassiveSession(
@@ -220,10 +247,11 @@ class PassiveParty:
                 public_context=context,
                 n_classes=n_classes,
                 family=family.name,
-                trainer=family.new_passive(n_classes, self.n_features, config),
+                trainer=trainer,
                 mask_key=entropy.new_key(),
                 owner=owner,
                 share_mask_key=share_mask_key,
+                embedding=embedding,
             )
             self.sessions.add(session_id, s)
         return self.n_features
@@ -506,7 +534,12 @@ class PassiveServicer(passive_pb2_grpc.PassiveServicer):
             share_mask_key=request.share_mask_key,
             family_name=wire.model_settings(request.model, request.training)[0],
         )
-        return passive_pb2.JoinSessionReply(n_features=n, n_rows=len(self.party.data.ids))
+        announced = self.party.session(request.session_id).embedding.announced()
+        return passive_pb2.JoinSessionReply(
+            n_features=n,
+            n_rows=len(self.party.data.ids),
+            embedding_release=[common_pb2.ReleaseStep(name=name, params=params) for name, params in announced],
+        )
 
     @rpc
     def PsiExchange(self, request: passive_pb2.PsiExchangeRequest, context: grpc.ServicerContext):

@@ -232,6 +232,7 @@ def observations(store: ObservationStore, session_id: str) -> tuple[Observations
     scores = np.vstack([r.arrays["scores"] for r in released])
     sample_ids = [i for r in released for i in r.sample_ids]
     passive_parties = list(schema["passive_features"])
+    announced = schema.get("embedding_release", {})  # the passive parties' embedding defenses (Kerckhoffs)
     model: dict[str, Any] = {}
     models = list(store.read(session_id, plugins.RELEASED_MODEL))
     if models:
@@ -256,6 +257,9 @@ def observations(store: ObservationStore, session_id: str) -> tuple[Observations
         d_passive=int(sum(schema["passive_features"].values())),
         release=tuple(released[-1].meta.get("chain", ())),
         score_chain=tuple((name, params) for name, params in released[-1].meta.get("steps", ())),
+        embedding_chain=tuple(
+            (name, params) for party in passive_parties for name, params in announced.get(party, ())
+        ),
         **model,
     )
     return obs, sample_ids

@@ -110,6 +110,8 @@ def model_settings(model: common_pb2.ModelChoice, training: common_pb2.TrainingC
     }
     if m.embedding:
         values["embedding"] = m.embedding
+    if m.passive_width:
+        values["passive_width"] = m.passive_width
     if m.top_hidden:
         values["top_hidden"] = list(m.top_hidden)
     for flag in ("bottom_bias", "top_bias"):
@@ -140,6 +142,7 @@ def model_choice(family: str, values: Mapping[str, Any]) -> common_pb2.ModelChoi
             gamma=optimizer.get("gamma", 0.0),
             schedule_epochs=optimizer.get("epochs") or 0,
             party=values.get("party", 0),
+            passive_width=values.get("passive_width") or 0,
         )
     )
 

@@ -103,7 +103,7 @@ class LrModel(_message.Message):
     def __init__(self) -> None: ...
 
 class SplitNnModel(_message.Message):
-    __slots__ = ("topology", "embedding", "bottom_hidden", "top_hidden", "activation", "dropout", "bottom_bias", "top_bias", "momentum", "schedule", "step_epochs", "gamma", "schedule_epochs", "party")
+    __slots__ = ("topology", "embedding", "bottom_hidden", "top_hidden", "activation", "dropout", "bottom_bias", "top_bias", "momentum", "schedule", "step_epochs", "gamma", "schedule_epochs", "party", "passive_width")
     TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
     EMBEDDING_FIELD_NUMBER: _ClassVar[int]
     BOTTOM_HIDDEN_FIELD_NUMBER: _ClassVar[int]
@@ -118,6 +118,7 @@ class SplitNnModel(_message.Message):
     GAMMA_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_EPOCHS_FIELD_NUMBER: _ClassVar[int]
     PARTY_FIELD_NUMBER: _ClassVar[int]
+    PASSIVE_WIDTH_FIELD_NUMBER: _ClassVar[int]
     topology: str
     embedding: int
     bottom_hidden: _containers.RepeatedScalarFieldContainer[int]
@@ -132,4 +133,5 @@ class SplitNnModel(_message.Message):
     gamma: float
     schedule_epochs: int
     party: int
-    def __init__(self, topology: _Optional[str] = ..., embedding: _Optional[int] = ..., bottom_hidden: _Optional[_Iterable[int]] = ..., top_hidden: _Optional[_Iterable[int]] = ..., activation: _Optional[str] = ..., dropout: _Optional[float] = ..., bottom_bias: _Optional[bool] = ..., top_bias: _Optional[bool] = ..., momentum: _Optional[float] = ..., schedule: _Optional[str] = ..., step_epochs: _Optional[int] = ..., gamma: _Optional[float] = ..., schedule_epochs: _Optional[int] = ..., party: _Optional[int] = ...) -> None: ...
+    passive_width: int
+    def __init__(self, topology: _Optional[str] = ..., embedding: _Optional[int] = ..., bottom_hidden: _Optional[_Iterable[int]] = ..., top_hidden: _Optional[_Iterable[int]] = ..., activation: _Optional[str] = ..., dropout: _Optional[float] = ..., bottom_bias: _Optional[bool] = ..., top_bias: _Optional[bool] = ..., momentum: _Optional[float] = ..., schedule: _Optional[str] = ..., step_epochs: _Optional[int] = ..., gamma: _Optional[float] = ..., schedule_epochs: _Optional[int] = ..., party: _Optional[int] = ..., passive_width: _Optional[int] = ...) -> None: ...

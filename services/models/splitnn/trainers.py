@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
+from torch import nn
 
 from vflsec.services.crypto import he
 from vflsec.services.errors import FailedPrecondition, InvalidArgument
@@ -119,6 +120,12 @@ class SplitNNSettings(DictForm):
 
     def with_party(self, party: int) -> SplitNNSettings:
         return SplitNNSettings.from_dict({**self.to_dict(), "party": party})
+
+
+class EmbeddingDefense(Protocol):
+    """A passive party's module in place of its plain bottom (d_in -> width), seeded like it."""
+
+    def __call__(self, plain: nn.Module, d_in: int, width: int, *, bias: bool, seed: int, role: int) -> nn.Module: ...
 
 
 class KeyHolderLink(Protocol):
@@ -285,6 +292,16 @@ class SplitNNPassive:
     def inference_share(self, x: np.ndarray) -> np.ndarray:
         return self.bottom.forward(x, train=False)
 
+    def defended(self, defense: EmbeddingDefense) -> SplitNNPassive:
+        """This party with its own embedding defense (services/defenses/embeddings.py) in place of the plain
+        bottom: ``defense(plain, d_in, width, bias=, seed=, role=)`` returns the module that replaces or wraps it."""
+        settings, plain = self.settings, self.bottom
+        module = defense(
+            plain.module, plain.in_width, plain.out_width, bias=settings.passive_bias, seed=settings.seed,
+            role=settings.party,
+        )  # fmt: skip
+        return SplitNNPassive(settings, self.n_classes, Bottom(module, settings.optim, plain.in_width, plain.out_width))
+
     def releasable(self) -> dict[str, np.ndarray]:
         return {}  # the bottom stays here: split-NN releases no passive parameters
 
@@ -389,10 +406,15 @@ class SplitNNFamily:
         return SplitNNPassive(settings, n_classes, settings.bottom(n_features, n_classes))
 
     @staticmethod
-    def restore_passive(state: State) -> SplitNNPassive:
+    def restore_passive(state: State, defense: EmbeddingDefense | None = None) -> SplitNNPassive:
+        """``defense``: the embedding defense the session ran with (:meth:`SplitNNPassive.defended`), rebuilt by its
+        owner from its own checkpoint."""
         settings, blob, meta = _restore(state)
-        bottom = _loaded(settings.bottom(meta["width"], meta["n_classes"]), blob)
-        return SplitNNPassive(settings, meta["n_classes"], bottom)
+        trainer = SplitNNPassive(settings, meta["n_classes"], settings.bottom(meta["width"], meta["n_classes"]))
+        if defense is not None:
+            trainer = trainer.defended(defense)
+        _loaded(trainer.bottom, blob)
+        return trainer
 
     @staticmethod
     def new_key_holder(n_classes: int, passive_parties: Sequence[str], settings: SplitNNSettings) -> SplitNNKeyHolder:

@@ -1,0 +1,136 @@
+"""A passive party's own embedding defense through a live federation (loopback gRPC, mTLS, plain split-NN
+active-top): its operator's ``[defenses] embedding`` masquerade transforms z_B before it leaves, the chain's public
+parameters reach the active party's recordings, and ye's attacks run on them as a Kerckhoffs attacker would."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+
+from vflsec.client.federation import FederationSpec, run_in_process, write_federation
+from vflsec.client.operator import Operator
+from vflsec.services.attacks import Observations, make_attack, run_attack
+from vflsec.services.attacks.binary import attack_accuracy
+from vflsec.services.data import datasets
+from vflsec.services.engines.passive import PassiveSession
+from vflsec.services.plugins import curious
+
+N, D_A, D_B, TRAIN, EPOCHS = 2000, 3, 5, 1400, 8
+
+
+def _dataset() -> datasets.Dataset:
+    """ye's Bank shape: the passive party holds one binary feature among continuous ones, and the label needs it."""
+    rng = np.random.default_rng(0)
+    x_active = rng.normal(size=(N, D_A))
+    x_passive = np.hstack([rng.integers(0, 2, size=(N, 1)), rng.normal(size=(N, D_B - 1))])
+    y = x_active[:, 0] + 2 * x_passive[:, 0] + x_passive[:, 1] + rng.normal(0, 0.5, N) > 1.0
+    ids = np.array([f"s{i:05d}" for i in range(N)])
+    names = [f"a{j}" for j in range(D_A)] + [f"b{j}" for j in range(D_B)]
+    X = np.hstack([x_active, x_passive])
+    return datasets.Dataset("binary-passive", ids, X, y.astype(np.int64), names, ["0", "1"])
+
+
+@dataclass
+class Run:
+    obs: Observations
+    x_passive: np.ndarray  # the passive party's rows of the queried samples
+    truth: np.ndarray  # their binary feature, (n, 1)
+    accuracy: float  # of the trained model on the queried (held-out) rows
+    session: PassiveSession
+
+
+def _run(tmp_path: Path, embedding_release: list[str], settings: dict | None = None, epochs: int = EPOCHS) -> Run:
+    """Train an active-top session on TRAIN rows, score the rest; the curious plugin records what the active party
+    received. Returns its observations and the ground truth to grade them."""
+    ds = _dataset()
+    store = tmp_path / "curious.sqlite"
+    plugin = {"path": "vflsec.services.plugins.curious:CuriousPlugin", "options": {"store": str(store)}}
+    spec = FederationSpec(
+        ds, n_passive=1, passive_features=D_B, backend="plain", plugins=[plugin], embedding_release=embedding_release
+    )
+    layout = write_federation(spec, tmp_path / "fed")
+    with run_in_process(layout) as parties, layout.operator_channel() as channel:
+        operator = Operator(channel)
+        info = operator.create_session(
+            "plain", family="splitnn", settings={"topology": "active-top", **(settings or {})}, seed=1,
+            learning_rate=0.05,
+        )  # fmt: skip
+        common = sorted(operator.align(info.session_id))  # the same split in every run (PSI's order is random)
+        list(operator.train(info.session_id, common[:TRAIN], epochs))
+        released = operator.predict(info.session_id, common[TRAIN:])
+        passive = parties["passive-1"].engine
+        x_passive = passive.data.X[datasets.select_ids([str(i) for i in passive.data.ids], common[TRAIN:])]
+        session = passive.sessions[info.session_id]
+    labels = ds.y[datasets.select_ids(ds.ids, released.sample_ids)]
+    obs, queried = curious.observations(curious.ObservationStore(store), info.session_id)
+    assert queried == list(common[TRAIN:]) and obs.embeddings is not None
+    return Run(obs, x_passive, x_passive[:, :1], float(np.mean(released.scores.argmax(axis=1) == labels)), session)
+
+
+def _accuracy(attack: str, run: Run) -> tuple[float, float]:
+    """ye §6.3's metric (complements allowed) for the attack's best vector (what it claims the feature is), and for
+    the best of every vector it listed (a stronger reading)."""
+    found = run_attack(make_attack(attack), run.obs).meta["binary_features"]
+    best = attack_accuracy(run.truth, found[:, :1], complements=True)
+    return best, attack_accuracy(run.truth, found, complements=True)
+
+
+def test_masquerade_fools_the_plain_attack_the_adaptive_one_recovers_at_m1_and_fails_at_large_m(tmp_path) -> None:
+    plain = _run(tmp_path / "none", [])
+    assert plain.obs.embedding_chain == ()
+    undefended, _ = _accuracy("ye_alg2", plain)
+    assert undefended >= 0.99  # undefended: z_B spans the binary feature (ye §4)
+
+    one = _run(tmp_path / "m1", ["masquerade:m=1"])
+    # Kerckhoffs: the mechanism and m are announced and recorded; the PRF key never is.
+    assert one.obs.embedding_chain == (("masquerade", {"m": "1"}),)
+    assert one.obs.embeddings.shape[1] == 8  # max(d_B, 8) carries rank d_B − 1 plus the bit
+    fooled, fooled_any = _accuracy("ye_alg2", one)
+    adaptive, adaptive_any = _accuracy("ye_adaptive", one)
+
+    m = math.ceil(math.log2(len(plain.truth)))  # ye's m = ⌈log₂ n⌉ of the queried rows: groups of about one row
+    many = _run(tmp_path / f"m{m}", [f"masquerade:m={m}"], {"passive_width": D_B - 1 + m})  # rank d_B − 1, m bits
+    assert many.obs.embedding_chain == (("masquerade", {"m": str(m)}),)
+    majority = float(max(many.truth.mean(), 1 - many.truth.mean()))
+    _, adaptive_many = _accuracy("ye_adaptive", many)
+
+    print(
+        f"\nye, live active-top, {len(plain.truth)} queried rows, d_B = {D_B}: undefended alg2 {undefended:.3f}; "
+        f"m=1: alg2 {fooled:.3f} (any listed {fooled_any:.3f}), adaptive {adaptive:.3f} (any {adaptive_any:.3f}); "
+        f"m={m}: adaptive any listed {adaptive_many:.3f} (majority {majority:.3f}); "
+        f"model accuracy none {plain.accuracy:.3f}, m=1 {one.accuracy:.3f}, m={m} {many.accuracy:.3f}"
+    )
+    assert fooled <= 0.6  # the plain attack's best fit is the fabricated bit (ye §5)
+    assert adaptive >= 0.9  # ye §5: split by the fabricated bit, attack inside the groups
+    assert adaptive_many <= majority + 0.05  # groups of about one row: nothing left to solve
+    for run in (one, many):
+        assert run.accuracy >= plain.accuracy - 0.05  # same split; measured -3.2..+2.0 pp (docs/defenses.md)
+
+
+def test_the_defended_session_survives_its_checkpoint_with_the_same_bits(tmp_path) -> None:
+    run = _run(tmp_path, ["masquerade:m=1", "embedding_noise:sigma=0.01"], epochs=1)
+    assert run.obs.embedding_chain == (("masquerade", {"m": "1"}), ("embedding_noise", {"sigma": "0.01"}))
+    arrays, meta = run.session.to_state()
+    restored = PassiveSession.from_state(arrays, meta)
+    x = run.x_passive[:50]
+    masquerade = run.session.embedding.steps[0]
+    assert np.array_equal(restored.embedding.steps[0].bits(x), masquerade.bits(x))  # the same PRF key
+    noisy = run.session.trainer.inference_share(x)
+    again = restored.trainer.inference_share(x)
+    assert 0 < np.abs(noisy - again).max() < 0.2  # same layer and bits, fresh noise draws
+
+
+def test_masquerade_wider_than_the_session_width_is_refused_naming_the_bound(tmp_path) -> None:
+    ds = _dataset()
+    spec = FederationSpec(ds, n_passive=1, passive_features=D_B, backend="plain", embedding_release=["masquerade"])
+    layout = write_federation(spec, tmp_path / "fed")
+    with run_in_process(layout), layout.operator_channel() as channel, pytest.raises(grpc.RpcError) as err:
+        Operator(channel).create_session("plain", family="splitnn", settings={"topology": "active-top"}, seed=1)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    # m = ⌈log₂ n⌉ of the party's rows, rank d_B − 1: the width must carry both
+    assert "[defenses] embedding" in err.value.details() and "raise passive_width to at least" in err.value.details()

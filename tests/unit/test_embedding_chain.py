@@ -1,0 +1,58 @@
+"""A passive party's [defenses] embedding: parsed from its TOML, checked at start, fresh draws per session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from vflsec.services.config import ConfigError, parse_config
+from vflsec.services.defenses.embeddings import EmbeddingChain, Masquerade, MasqueradeLinear, NoisyEmbedding
+from vflsec.services.registry import PluginError
+
+
+def _raw(role: str, embedding: object) -> dict:
+    return {
+        "role": role,
+        "party_id": role if role != "passive" else "passive-1",
+        "listen": "127.0.0.1:0",
+        "tls": {"ca": "ca.pem", "cert": "cert.pem", "key": "key.pem"},
+        "data": {"path": "data.csv"},
+        "defenses": {"embedding": embedding},
+    }
+
+
+def test_a_passive_party_configures_its_embedding_chain_in_its_toml() -> None:
+    config = parse_config(_raw("passive", ["masquerade:m=16"]), base=Path("."))
+    assert config.embedding_release == ("masquerade:m=16",)
+    with pytest.raises(ConfigError, match="passive party's own defense"):
+        parse_config(_raw("active", ["masquerade:m=16"]), base=Path("."))
+    with pytest.raises(ConfigError, match="list of specs"):
+        parse_config(_raw("passive", "masquerade:m=16"), base=Path("."))
+
+
+def test_a_bad_spec_names_the_step_and_its_parameters() -> None:
+    with pytest.raises(PluginError, match=r"'masquerade' has no parameter.*accepted: m, rank"):
+        EmbeddingChain.from_specs(["masquerade:n=3"])
+    with pytest.raises(ValueError, match="m must lie in"):
+        EmbeddingChain.from_specs(["masquerade:m=0"])
+    with pytest.raises(ValueError, match="first embedding step"):
+        EmbeddingChain.from_specs(["embedding_noise:sigma=0.1", "masquerade:m=1"])
+
+
+def test_each_session_draws_its_own_key_and_announces_no_secret() -> None:
+    template = EmbeddingChain.from_specs(["masquerade", "embedding_noise:sigma=0.5"])
+    first, second = template.for_session(1000), template.for_session(1000)
+    assert first.announced() == [("masquerade", {"m": "10"}), ("embedding_noise", {"sigma": "0.5"})]
+    assert first.specs() == ["masquerade:m=10", "embedding_noise:sigma=0.5"]
+    assert first.masquerade_key != second.masquerade_key  # OS entropy per session
+    x = np.random.default_rng(0).normal(size=(64, 5))
+    assert not np.array_equal(first.steps[0].bits(x), second.steps[0].bits(x))
+    restored = EmbeddingChain.from_specs(first.specs()).for_session(1, first.masquerade_key)
+    assert np.array_equal(restored.steps[0].bits(x), first.steps[0].bits(x))
+    assert all(first.masquerade_key.hex() not in str(v) for _, params in first.announced() for v in params.values())
+    module = first.module(torch.nn.Linear(5, 14), 5, 14, bias=False, seed=1, role=1)  # rank 4 + 10 bits
+    assert isinstance(module, NoisyEmbedding) and isinstance(module.inner, MasqueradeLinear)
+    assert isinstance(module.inner.masquerade, Masquerade) and module.inner.masquerade.m == 10
