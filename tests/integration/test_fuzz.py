@@ -265,6 +265,12 @@ TRAINING = st.builds(
 )
 
 
+# A plaintext tensor of any declared dtype and shape, its bytes mostly not matching them.
+TENSOR = st.builds(
+    common_pb2.Tensor, dtype=st.integers(-1, 4), shape=st.lists(SMALL_DIM, max_size=3), data=st.binary(max_size=96)
+)
+
+
 @st.composite
 def with_rows(draw: st.DrawFn, build: type, **fields: object) -> object:
     """A request carrying ``logits`` and the ``sample_index`` of its rows (mostly as many as the rows)."""
@@ -296,6 +302,15 @@ def _coordinator_messages() -> dict[str, st.SearchStrategy]:
             ciphertexts=st.lists(plain_blob(32), max_size=4),
         ),
         "FinishTraining": st.builds(common_pb2.SessionRef, session_id=sessions(PLAIN)),
+        "TopStep": st.builds(
+            c.TopStepRequest,
+            session_id=sessions(PLAIN),
+            step=INT64,
+            sample_index=INDICES,
+            embedding=plain_matrix(),
+            labels=TENSOR,
+            widths=st.dictionaries(st.sampled_from(["active", "passive-1", "nobody"]), INT32, max_size=3),
+        ),
         "ReleaseScores": with_rows(c.ReleaseScoresRequest, session_id=sessions(PLAIN)),
         "ReleaseModel": st.builds(common_pb2.SessionRef, session_id=sessions(PLAIN, CKKS)),
         "CloseSession": st.builds(common_pb2.SessionRef, session_id=sessions()),  # never a live session
@@ -322,8 +337,12 @@ def _passive_messages() -> dict[str, st.SearchStrategy]:
             p.PsiFinishRequest, session_id=st.sampled_from([PSI, "no-such-session"]), positions=INDICES
         ),
         "Forward": st.builds(p.ForwardRequest, session_id=sessions(PLAIN), step=INT64, sample_index=INDICES),
-        "Backward": st.builds(
-            p.BackwardRequest, session_id=sessions(PLAIN), step=INT64, sample_index=INDICES, delta=plain_matrix()
+        "PlainForward": st.builds(p.ForwardRequest, session_id=sessions(PLAIN), step=INT64, sample_index=INDICES),
+        "Backward": st.one_of(
+            st.builds(
+                p.BackwardRequest, session_id=sessions(PLAIN), step=INT64, sample_index=INDICES, delta=plain_matrix()
+            ),
+            st.builds(p.BackwardRequest, session_id=sessions(PLAIN), step=INT64, sample_index=INDICES, gradient=TENSOR),
         ),
         "GetWeights": st.builds(common_pb2.SessionRef, session_id=sessions(PLAIN, CKKS)),
         "CloseSession": st.builds(common_pb2.SessionRef, session_id=sessions()),
