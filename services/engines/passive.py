@@ -331,6 +331,12 @@ class PassiveParty:
         s = self.session(session_id)
         if step < 1:
             raise InvalidArgument(f"Forward is for training steps (>= 1), got {step}: inference uses ShareLogits")
+        z = self._training_output(s, step, sample_index, "Forward")
+        return he.encrypt_matrix(self._training_keys(session_id, s, step), z)
+
+    def _training_output(self, s: PassiveSession, step: int, sample_index: np.ndarray, rpc: str) -> np.ndarray:
+        """The trainer's output for training step ``step``, taken in order: the next step, or a replay of the last
+        completed one where the family can replay it (with the block as it was before that step)."""
         x = self._features(s, sample_index)
         with s.lock:
             if step == s.completed_step + 1:
@@ -340,10 +346,9 @@ class PassiveParty:
                 replay = True
             else:
                 raise FailedPrecondition(
-                    f"Forward for step {step} is out of order: the last completed step is {s.completed_step}"
+                    f"{rpc} for step {step} is out of order: the last completed step is {s.completed_step}"
                 )
-            z = s.trainer.forward(x, replay=replay)
-        return he.encrypt_matrix(self._training_keys(session_id, s, step), z)
+            return s.trainer.forward(x, replay=replay)
 
     def plain_forward(self, session_id: str, step: int, sample_index: np.ndarray) -> np.ndarray:
         """This party's output in the clear, for a family that sends it so by design (split-NN active-top), on a
@@ -356,16 +361,11 @@ class PassiveParty:
                 f"session {session_id!r} runs on {s.backend.name}: an output sent in the clear belongs to a plain "
                 "session (split-NN active-top has nothing for HE to protect)"
             )
-        x = self._features(s, sample_index)
-        with s.lock:
-            if step == 0:
+        if step == 0:
+            x = self._features(s, sample_index)
+            with s.lock:
                 return s.trainer.inference_share(x)
-            if step != s.completed_step + 1:
-                raise FailedPrecondition(
-                    f"PlainForward for step {step} is out of order: the last completed step is {s.completed_step}"
-                )
-            s.forward_index = (step, sample_index.copy())
-            return s.trainer.forward(x, replay=False)
+        return self._training_output(s, step, sample_index, "PlainForward")
 
     def _training_keys(self, session_id: str, s: PassiveSession, step: int) -> he.Backend:
         """The public key of step ``step``'s epoch: the coordinator rotates training keys every few steps."""
