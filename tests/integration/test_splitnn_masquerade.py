@@ -20,7 +20,7 @@ from vflsec.services.data import datasets
 from vflsec.services.engines.passive import PassiveSession
 from vflsec.services.plugins import curious
 
-N, D_A, D_B, TRAIN, EPOCHS = 2000, 3, 5, 1400, 8
+N, D_A, D_B, TRAIN, EPOCHS = 2000, 3, 5, 1400, 30
 
 
 def _dataset() -> datasets.Dataset:
@@ -109,7 +109,7 @@ def test_masquerade_fools_the_plain_attack_the_adaptive_one_recovers_at_m1_and_f
     assert adaptive >= 0.9  # ye §5: split by the fabricated bit, attack inside the groups
     assert adaptive_many <= majority + 0.05  # groups of about one row: nothing left to solve
     for run in (one, many):
-        assert run.accuracy >= plain.accuracy - 0.05  # same split; measured -3.2..+2.0 pp (docs/defenses.md)
+        assert run.accuracy >= plain.accuracy - 0.05  # same split; measured 0..−2.7 pp over 7 runs (docs/defenses.md)
 
 
 def test_the_defended_session_survives_its_checkpoint_with_the_same_bits(tmp_path) -> None:
