@@ -23,7 +23,7 @@ from vflsec.services.transport.server import (
     start_server,
     tls_files,
 )
-from vflsec.v1 import active_pb2_grpc, coordinator_pb2_grpc, passive_pb2_grpc
+from vflsec.v1 import active_pb2_grpc, coordinator_pb2_grpc, passive_pb2_grpc, splitnn_pb2_grpc
 
 
 @dataclass
@@ -95,13 +95,18 @@ def start_party(config: ServiceConfig) -> Party:
             allowed_backends=config.allowed_backends,
             key_rotation_steps=config.key_rotation_steps or None,
         )
+
+        def add_coordinator(s: grpc.Server) -> None:
+            coordinator_pb2_grpc.add_CoordinatorServicer_to_server(coordinator.CoordinatorServicer(engine), s)
+            splitnn_pb2_grpc.add_SplitNnCoordinatorServicer_to_server(coordinator.SplitNnCoordinatorServicer(engine), s)
+
         server = start_server(
             config,
-            lambda s: coordinator_pb2_grpc.add_CoordinatorServicer_to_server(
-                coordinator.CoordinatorServicer(engine), s
-            ),
-            "vflsec.v1.Coordinator",
-            coordinator.ROLE_POLICY,
+            add_coordinator,
+            {
+                "vflsec.v1.Coordinator": coordinator.ROLE_POLICY,
+                "vflsec.v1.SplitNnCoordinator": coordinator.SPLITNN_ROLE_POLICY,
+            },
         )
         return Party(config, engine, server, list(channels.values()))
 
@@ -118,11 +123,15 @@ def start_party(config: ServiceConfig) -> Party:
             allowed_backends=config.allowed_backends,
             embedding_release=config.embedding_release,
         )
+
+        def add_passive(s: grpc.Server) -> None:
+            passive_pb2_grpc.add_PassiveServicer_to_server(passive.PassiveServicer(engine), s)
+            splitnn_pb2_grpc.add_SplitNnPassiveServicer_to_server(passive.SplitNnPassiveServicer(engine), s)
+
         server = start_server(
             config,
-            lambda s: passive_pb2_grpc.add_PassiveServicer_to_server(passive.PassiveServicer(engine), s),
-            "vflsec.v1.Passive",
-            passive.ROLE_POLICY,
+            add_passive,
+            {"vflsec.v1.Passive": passive.ROLE_POLICY, "vflsec.v1.SplitNnPassive": passive.SPLITNN_ROLE_POLICY},
         )
         return Party(config, engine, server, [channel])
 
@@ -143,8 +152,7 @@ def start_party(config: ServiceConfig) -> Party:
     server = start_server(
         config,
         lambda s: active_pb2_grpc.add_ActiveServicer_to_server(active.ActiveServicer(engine), s),
-        "vflsec.v1.Active",
-        active.ROLE_POLICY,
+        {"vflsec.v1.Active": active.ROLE_POLICY},
     )
     return Party(config, engine, server, [coordinator_channel, *passive_channels.values()], hub)
 

@@ -9,9 +9,9 @@ import math
 import secrets
 import threading
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import grpc
 import numpy as np
@@ -33,7 +33,7 @@ from vflsec.services.transport import wire
 from vflsec.services.transport.server import rpc
 from vflsec.services.transport.tensors import from_tensor, to_tensor
 from vflsec.services.transport.tls import current_caller
-from vflsec.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
+from vflsec.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc, splitnn_pb2, splitnn_pb2_grpc
 
 
 class PassivePeer(Protocol):
@@ -477,6 +477,7 @@ class Coordinator:
         A replay of the last step (after a crash) must name the same batch and gets the same [[p]] back.
         """
         s = self.session(session_id)
+        training_scores = _family_step(session_id, s, "training_scores")
         k = s.trainer.share_width
         n = logits.shape[0]
         if replicas < 1 or replicas * k > s.backend.slots:
@@ -490,7 +491,7 @@ class Coordinator:
                     replay.layout, he.deserialize_all(s.backend, replay.scores, replay.layout.ct_size)
                 )
             keys = self._epoch_keys(session_id, s, step)
-            probs = s.trainer.training_scores(keys, self._logits(s, logits, keys), replicas)
+            probs = training_scores(keys, self._logits(s, logits, keys), replicas)
             scores = [keys.serialize(ct) for ct in probs.ciphertexts]
             s.current = TrainingStep(step, probs.layout, np.array(sample_index), scores)
             self._advance(session_id, s, step, sample_index, widths)
@@ -562,8 +563,7 @@ class Coordinator:
         n = embedding.shape[0]
         if len(sample_index) != n or labels.shape != (n,):
             raise InvalidArgument(f"{len(sample_index)} sample indices and {labels.shape} labels for {n} rows")
-        if not hasattr(s.trainer, "top_step"):
-            raise FailedPrecondition(f"session {session_id!r} trains {s.family}, which has no top step")
+        top_step = _family_step(session_id, s, "top_step")
         with s.lock:
             replay = self._admit_step(s, step, sample_index, widths)
             if replay is not None:
@@ -574,7 +574,7 @@ class Coordinator:
                 raise FailedPrecondition(f"step {step} does not follow the last step {s.last_step}")
             keys = self._epoch_keys(session_id, s, step)
             _check_form(keys, embedding, product=False)
-            gradient, loss = s.trainer.top_step(keys, embedding, labels)
+            gradient, loss = top_step(keys, embedding, labels)
             s.current = TrainingStep(step, embedding.layout, np.array(sample_index), [], gradient=gradient, loss=loss)
             self._advance(session_id, s, step, sample_index, widths)
         return gradient.copy(), loss
@@ -618,6 +618,7 @@ class Coordinator:
         sums leave flooded with fresh OS-entropy noise and rounded (he.BLOCK_SUM_FLOODING, he.BLOCK_SUM_GRID).
         """
         s = self.member(session_id, caller)
+        block_sums = _family_step(session_id, s, "block_sums")
         digest = wire.digest(ciphertexts).hex()
         with s.lock:
             current = s.current
@@ -658,7 +659,7 @@ class Coordinator:
             try:
                 cts = he.deserialize_all(keys, ciphertexts, layout.ct_size)
                 keys.check_form(cts, product=True)
-                sums = s.trainer.block_sums(keys, cts, layout, width)
+                sums = block_sums(keys, cts, layout, width)
             except ValueError as exc:
                 answer.refused = f"ciphertexts: {exc}"
                 self._save(session_id, s)
@@ -874,6 +875,15 @@ def _flood(sums: np.ndarray, sigma: float, rng: entropy.CryptoRandom) -> np.ndar
     return np.round(noisy / he.BLOCK_SUM_GRID) * he.BLOCK_SUM_GRID
 
 
+def _family_step(session_id: str, s: CoordinatorSession, name: str) -> Callable[..., Any]:
+    """The key holder's training operation ``name`` of the session's family (LR: training_scores, block_sums;
+    split-NN: top_step). A session whose family has none is refused before anything is admitted or decrypted."""
+    step = getattr(s.trainer, name, None)
+    if step is None:
+        raise FailedPrecondition(f"session {session_id!r} trains {s.family}, which has no {name.replace('_', ' ')}")
+    return step
+
+
 def release_steps(chain: ScoreReleaseChain | ParamReleaseChain) -> list[common_pb2.ReleaseStep]:
     return [common_pb2.ReleaseStep(name=name, params=params) for name, params in chain.describe()]
 
@@ -999,17 +1009,6 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         )
 
     @rpc
-    def TopStep(self, request: coordinator_pb2.TopStepRequest, context: grpc.ServicerContext):
-        s = self._owner(request.session_id)
-        index = np.asarray(request.sample_index, np.int64)
-        embedding = wire.from_message(s.backend, request.embedding, "embedding", rows=len(index))
-        labels = from_tensor(request.labels, "labels", shape=(len(index),)).astype(np.int64)
-        gradient, loss = self.coordinator.top_step(
-            request.session_id, request.step, embedding, labels, index, dict(request.widths)
-        )
-        return coordinator_pb2.TopStepReply(gradient=to_tensor(gradient), loss=loss)
-
-    @rpc
     def CloseSession(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
         self.coordinator.owned(request.session_id, current_caller().party_id, closing=True)
         self.coordinator.close(request.session_id)
@@ -1021,7 +1020,6 @@ ROLE_POLICY: dict[str, frozenset[str]] = {
     "GetPublicContext": frozenset({"active", "passive"}),
     "GetTrainingContext": frozenset({"active", "passive"}),
     "ComputeTrainingScores": frozenset({"active"}),
-    "TopStep": frozenset({"active"}),
     "DecryptBlockSums": frozenset({"active", "passive"}),
     "FinishTraining": frozenset({"active"}),
     "AdmitQuery": frozenset({"active"}),
@@ -1030,3 +1028,24 @@ ROLE_POLICY: dict[str, frozenset[str]] = {
     "ReleaseModel": frozenset({"active"}),
     "CloseSession": frozenset({"active"}),
 }
+
+
+class SplitNnCoordinatorServicer(splitnn_pb2_grpc.SplitNnCoordinatorServicer):
+    """The split-NN family's own RPC at the key holder (proto/vflsec/v1/splitnn.proto)."""
+
+    def __init__(self, coordinator: Coordinator) -> None:
+        self.coordinator = coordinator
+
+    @rpc
+    def TopStep(self, request: splitnn_pb2.TopStepRequest, context: grpc.ServicerContext):
+        s = self.coordinator.owned(request.session_id, current_caller().party_id)
+        index = np.asarray(request.sample_index, np.int64)
+        embedding = wire.from_message(s.backend, request.embedding, "embedding", rows=len(index))
+        labels = from_tensor(request.labels, "labels", shape=(len(index),)).astype(np.int64)
+        gradient, loss = self.coordinator.top_step(
+            request.session_id, request.step, embedding, labels, index, dict(request.widths)
+        )
+        return splitnn_pb2.TopStepReply(gradient=to_tensor(gradient), loss=loss)
+
+
+SPLITNN_ROLE_POLICY: dict[str, frozenset[str]] = {"TopStep": frozenset({"active"})}

@@ -29,7 +29,7 @@ from vflsec.services.transport import wire
 from vflsec.services.transport.server import rpc
 from vflsec.services.transport.tensors import from_tensor, to_tensor
 from vflsec.services.transport.tls import COORDINATOR, current_caller
-from vflsec.v1 import common_pb2, passive_pb2, passive_pb2_grpc
+from vflsec.v1 import common_pb2, passive_pb2, passive_pb2_grpc, splitnn_pb2_grpc
 
 
 class CoordinatorLink(Protocol):
@@ -560,12 +560,6 @@ class PassiveServicer(passive_pb2_grpc.PassiveServicer):
         return wire.to_message(s.backend, z)
 
     @rpc
-    def PlainForward(self, request: passive_pb2.ForwardRequest, context: grpc.ServicerContext):
-        self._owner(request.session_id)
-        index = np.asarray(request.sample_index, dtype=np.int64)
-        return to_tensor(self.party.plain_forward(request.session_id, request.step, index))
-
-    @rpc
     def ShareLogits(self, request: passive_pb2.ShareLogitsRequest, context: grpc.ServicerContext):
         self._owner(request.session_id)
         index = np.asarray(request.sample_index, dtype=np.int64)
@@ -642,7 +636,6 @@ ROLE_POLICY: dict[str, frozenset[str]] = {
     "PsiExchange": frozenset({"active"}),
     "PsiFinish": frozenset({"active"}),
     "Forward": frozenset({"active"}),
-    "PlainForward": frozenset({"active"}),
     "ShareLogits": frozenset({"active"}),
     "Backward": frozenset({"active"}),
     "GetWeights": frozenset({"coordinator"}),
@@ -651,3 +644,19 @@ ROLE_POLICY: dict[str, frozenset[str]] = {
     "ForecastRisk": frozenset({"coordinator", "operator"}),
     "CloseSession": frozenset({"active"}),
 }
+
+
+class SplitNnPassiveServicer(splitnn_pb2_grpc.SplitNnPassiveServicer):
+    """The split-NN family's own RPC at a passive party (proto/vflsec/v1/splitnn.proto)."""
+
+    def __init__(self, party: PassiveParty) -> None:
+        self.party = party
+
+    @rpc
+    def PlainForward(self, request: passive_pb2.ForwardRequest, context: grpc.ServicerContext):
+        self.party.owned(request.session_id, current_caller().party_id)
+        index = np.asarray(request.sample_index, dtype=np.int64)
+        return to_tensor(self.party.plain_forward(request.session_id, request.step, index))
+
+
+SPLITNN_ROLE_POLICY: dict[str, frozenset[str]] = {"PlainForward": frozenset({"active"})}

@@ -16,7 +16,15 @@ from vflsec.services.models.family import Received
 from vflsec.services.transport import wire
 from vflsec.services.transport.server import DEFAULT_CALL_POLICY, CallPolicy, call
 from vflsec.services.transport.tensors import from_tensor, to_tensor
-from vflsec.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc, passive_pb2, passive_pb2_grpc
+from vflsec.v1 import (
+    common_pb2,
+    coordinator_pb2,
+    coordinator_pb2_grpc,
+    passive_pb2,
+    passive_pb2_grpc,
+    splitnn_pb2,
+    splitnn_pb2_grpc,
+)
 
 # The passive party validates and re-blinds our list and hashes and blinds its own (together about 0.5 ms per
 # ID on one core, docs/protocol.md): the exchange's deadline grows by twice that per ID we send.
@@ -28,6 +36,7 @@ class CoordinatorClient:
 
     def __init__(self, channel: grpc.Channel, policy: CallPolicy = DEFAULT_CALL_POLICY) -> None:
         self.stub = coordinator_pb2_grpc.CoordinatorStub(channel)
+        self.splitnn = splitnn_pb2_grpc.SplitNnCoordinatorStub(channel)
         self.policy = policy
 
     def open_session(
@@ -101,7 +110,7 @@ class CoordinatorClient:
         widths: Mapping[str, int],
     ) -> tuple[np.ndarray, float]:
         """split-NN: ∂L/∂h for the step's [[h]] and labels, and the batch loss."""
-        request = coordinator_pb2.TopStepRequest(
+        request = splitnn_pb2.TopStepRequest(
             session_id=session_id,
             step=step,
             sample_index=sample_index.tolist(),
@@ -109,7 +118,7 @@ class CoordinatorClient:
             labels=to_tensor(np.asarray(labels, dtype=np.int64)),
             widths=dict(widths),
         )
-        reply = call(self.peer, self.stub.TopStep, request, self.policy)
+        reply = call(self.peer, self.splitnn.TopStep, request, self.policy)
         gradient = from_tensor(reply.gradient, "∂L/∂h", shape=embedding.shape).copy()
         return gradient, reply.loss
 
@@ -163,6 +172,7 @@ class PassiveClient:
     def __init__(self, party_id: str, channel: grpc.Channel, policy: CallPolicy = DEFAULT_CALL_POLICY) -> None:
         self.peer = party_id
         self.stub = passive_pb2_grpc.PassiveStub(channel)
+        self.splitnn = splitnn_pb2_grpc.SplitNnPassiveStub(channel)
         self.policy = policy
 
     def join(
@@ -212,7 +222,7 @@ class PassiveClient:
     def plain_forward(self, session_id: str, step: int, sample_index: np.ndarray, cols: int) -> np.ndarray:
         """split-NN active-top: the party's output z for the rows, in the clear (step 0: inference)."""
         request = passive_pb2.ForwardRequest(session_id=session_id, step=step, sample_index=sample_index.tolist())
-        reply = call(self.peer, self.stub.PlainForward, request, self.policy)
+        reply = call(self.peer, self.splitnn.PlainForward, request, self.policy)
         return from_tensor(reply, f"output of {self.peer}", shape=(len(sample_index), cols)).copy()
 
     def backward_gradient(self, session_id: str, step: int, sample_index: np.ndarray, gradient: np.ndarray) -> None:

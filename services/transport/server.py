@@ -152,30 +152,32 @@ class RunningServer:
 
 def start_server(
     config: ServiceConfig,
-    add_servicer: Callable[[grpc.Server], None],
-    service_name: str,
-    policy: Mapping[str, frozenset[str]],
+    add_servicers: Callable[[grpc.Server], None],
+    policies: Mapping[str, Mapping[str, frozenset[str]]],
 ) -> RunningServer:
     """Start a server on ``config.listen`` (port 0 picks a free port) with mTLS and role checks.
 
-    ``policy`` maps method names of ``service_name`` to the roles allowed to call them.
+    ``policies`` maps each full service name ``add_servicers`` registers (the party's generic service first, then
+    its model families' services) to that service's method names and the roles allowed to call them.
     """
-    full_policy = {f"/{service_name}/{method}": roles for method, roles in policy.items()}
+    full_policy = {
+        f"/{service}/{method}": roles for service, policy in policies.items() for method, roles in policy.items()
+    }
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix=config.party_id),
         # The role check runs first: an unauthorized caller learns nothing about how its bytes parse.
         interceptors=[tls.RoleInterceptor(full_policy), DecodeRequests()],
         options=channel_options(config.max_message_bytes),
     )
-    add_servicer(server)
+    add_servicers(server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection((service_name, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+    reflection.enable_server_reflection((*policies, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
     port = server.add_secure_port(config.listen, tls.server_credentials(tls_files(config.tls)))
     if port == 0:
         raise OSError(f"cannot listen on {config.listen}")
     server.start()
-    for name in ("", service_name):
+    for name in ("", *policies):
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     return RunningServer(server=server, port=port, health=health_servicer)
 

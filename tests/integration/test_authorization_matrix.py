@@ -17,7 +17,13 @@ CALLERS = {tls.COORDINATOR: "coordinator", tls.ACTIVE: "active", tls.PASSIVE: "p
 # A passive party answers only its own operator (identity, not role: tests/security/test_session_owner.py).
 OWN_OPERATOR = "operator-passive-1"
 # The party serving each service in the test federation.
-SERVERS = {"Coordinator": "coordinator", "Active": "active", "Passive": "passive-1"}
+SERVERS = {
+    "Coordinator": "coordinator",
+    "Active": "active",
+    "Passive": "passive-1",
+    "SplitNnCoordinator": "coordinator",
+    "SplitNnPassive": "passive-1",
+}
 UNKNOWN_SESSION = "authz-matrix-unknown-session"
 TIMEOUT = 20.0
 
@@ -48,7 +54,7 @@ def channels(binary_federation):
     opened: dict[tuple[str, str], grpc.Channel] = {}
     for role, caller in CALLERS.items():
         for service, server in SERVERS.items():
-            who = OWN_OPERATOR if (role, service) == (tls.OPERATOR, "Passive") else caller
+            who = OWN_OPERATOR if role == tls.OPERATOR and server == "passive-1" else caller
             opened[role, service] = binary_federation.channel(who, server)
     yield opened
     for channel in opened.values():
@@ -80,7 +86,7 @@ def _health_code(channel: grpc.Channel) -> grpc.StatusCode:
     return grpc.StatusCode.OK
 
 
-@pytest.mark.parametrize("server", sorted(SERVERS.values()))
+@pytest.mark.parametrize("server", sorted(set(SERVERS.values())))
 def test_callers_without_a_valid_client_certificate_are_refused(binary_federation, tmp_path, server: str) -> None:
     layout = binary_federation.layout
     address = layout.addresses[server]

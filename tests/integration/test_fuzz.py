@@ -36,7 +36,7 @@ from vflsec.services.config import dump_toml
 from vflsec.services.crypto import he
 from vflsec.services.data import datasets
 from vflsec.services.transport import authz
-from vflsec.v1 import active_pb2, common_pb2, coordinator_pb2, passive_pb2
+from vflsec.v1 import active_pb2, common_pb2, coordinator_pb2, passive_pb2, splitnn_pb2
 
 LIMIT_MB = 8  # the fuzz federation's message limit: oversized payloads stay cheap to build
 TIMEOUT = 30.0  # a call that takes longer is a hang
@@ -57,10 +57,16 @@ SPARE = ("fuzz-spare-1", "fuzz-spare-2")
 # Messages go out under a role the authorization matrix allows for the RPC, so they pass the role check.
 RULES = {(rule.service.name, rule.method.name): rule for rule in authz.rules()}
 ROLE_PARTY = {"coordinator": "coordinator", "active": "active", "passive": "passive-1", "operator": "operator"}
-SERVER_PARTY = {"Coordinator": "coordinator", "Active": "active", "Passive": "passive-1"}
+SERVER_PARTY = {
+    "Coordinator": "coordinator",
+    "Active": "active",
+    "Passive": "passive-1",
+    "SplitNnCoordinator": "coordinator",
+    "SplitNnPassive": "passive-1",
+}
 BATCH = 10  # messages per hypothesis example: amortizes hypothesis' per-example cost
 # Messages per service; ≥ 10,000 in total with the CKKS and oversized cases.
-QUOTA = {"Coordinator": 4000, "Passive": 3500, "Active": 2400}
+QUOTA = {"Coordinator": 3700, "SplitNnCoordinator": 300, "Passive": 3200, "SplitNnPassive": 300, "Active": 2400}
 CKKS_QUOTA = 300
 MEMORY_BOUND = 32 << 20  # see test_memory_stays_bounded_over_new_messages
 SETTINGS = settings(
@@ -302,15 +308,6 @@ def _coordinator_messages() -> dict[str, st.SearchStrategy]:
             ciphertexts=st.lists(plain_blob(32), max_size=4),
         ),
         "FinishTraining": st.builds(common_pb2.SessionRef, session_id=sessions(PLAIN)),
-        "TopStep": st.builds(
-            c.TopStepRequest,
-            session_id=sessions(PLAIN),
-            step=INT64,
-            sample_index=INDICES,
-            embedding=plain_matrix(),
-            labels=TENSOR,
-            widths=st.dictionaries(st.sampled_from(["active", "passive-1", "nobody"]), INT32, max_size=3),
-        ),
         "ReleaseScores": with_rows(c.ReleaseScoresRequest, session_id=sessions(PLAIN)),
         "ReleaseModel": st.builds(common_pb2.SessionRef, session_id=sessions(PLAIN, CKKS)),
         "CloseSession": st.builds(common_pb2.SessionRef, session_id=sessions()),  # never a live session
@@ -337,7 +334,6 @@ def _passive_messages() -> dict[str, st.SearchStrategy]:
             p.PsiFinishRequest, session_id=st.sampled_from([PSI, "no-such-session"]), positions=INDICES
         ),
         "Forward": st.builds(p.ForwardRequest, session_id=sessions(PLAIN), step=INT64, sample_index=INDICES),
-        "PlainForward": st.builds(p.ForwardRequest, session_id=sessions(PLAIN), step=INT64, sample_index=INDICES),
         "Backward": st.one_of(
             st.builds(
                 p.BackwardRequest, session_id=sessions(PLAIN), step=INT64, sample_index=INDICES, delta=plain_matrix()
@@ -346,6 +342,28 @@ def _passive_messages() -> dict[str, st.SearchStrategy]:
         ),
         "GetWeights": st.builds(common_pb2.SessionRef, session_id=sessions(PLAIN, CKKS)),
         "CloseSession": st.builds(common_pb2.SessionRef, session_id=sessions()),
+    }
+
+
+def _splitnn_coordinator_messages() -> dict[str, st.SearchStrategy]:
+    return {
+        "TopStep": st.builds(
+            splitnn_pb2.TopStepRequest,
+            session_id=sessions(PLAIN),
+            step=INT64,
+            sample_index=INDICES,
+            embedding=plain_matrix(),
+            labels=TENSOR,
+            widths=st.dictionaries(st.sampled_from(["active", "passive-1", "nobody"]), INT32, max_size=3),
+        ),
+    }
+
+
+def _splitnn_passive_messages() -> dict[str, st.SearchStrategy]:
+    return {
+        "PlainForward": st.builds(
+            passive_pb2.ForwardRequest, session_id=sessions(PLAIN), step=INT64, sample_index=INDICES
+        ),
     }
 
 
@@ -433,6 +451,8 @@ def _fuzz(env: FuzzEnv, service: str, messages: dict[str, st.SearchStrategy], ph
 def _all_services(env: FuzzEnv, phase: int) -> None:
     _fuzz(env, "Coordinator", _coordinator_messages(), phase)
     _fuzz(env, "Passive", _passive_messages(), phase)
+    _fuzz(env, "SplitNnCoordinator", _splitnn_coordinator_messages(), phase)
+    _fuzz(env, "SplitNnPassive", _splitnn_passive_messages(), phase)
     _fuzz(env, "Active", _active_messages(env.common_ids), phase)
 
 

@@ -4,15 +4,20 @@ central torch model on the same batches, and what the active party's recordings 
 from __future__ import annotations
 
 import json
+import re
 
+import grpc
 import numpy as np
 import pytest
 
 from tests.integration.conftest import federation
 from vflsec.services import plugins
+from vflsec.services.crypto import he
 from vflsec.services.data import datasets
+from vflsec.services.errors import PeerFailed
 from vflsec.services.models import family as families
 from vflsec.services.models import splitnn as sn
+from vflsec.services.transport.links import CoordinatorClient, PassiveClient
 
 SETTINGS = {"embedding": 8, "top_hidden": [16]}
 TRAINING = {"optimizer": "adam", "learning_rate": 0.01, "l2": 0.0, "batch_size": 64, "seed": 5}
@@ -28,14 +33,21 @@ def _blocks(fed, ids: list[str]) -> tuple[np.ndarray, ...]:
     return tuple(out)
 
 
-def _run(fed, backend: str, ds: datasets.Dataset, topology: str = "coordinator-top") -> tuple[float, float, dict]:
+def _run(
+    fed,
+    backend: str,
+    ds: datasets.Dataset,
+    topology: str = "coordinator-top",
+    epochs: int = EPOCHS,
+    training: dict = TRAINING,
+) -> tuple[float, float, dict]:
     """Federated and central test accuracy on the same split and batches; and the session's released model."""
     settings = {**SETTINGS, "topology": topology}
-    info = fed.operator.create_session(backend, family="splitnn", settings=settings, **TRAINING)
+    info = fed.operator.create_session(backend, family="splitnn", settings=settings, **training)
     common = fed.operator.align(info.session_id)
     labels = ds.y[datasets.select_ids(ds.ids, common)]
     train_ids, test_ids = (list(a) for a in datasets.train_test_split_ids(np.asarray(common), labels, 0.25, seed=0))
-    progress = list(fed.operator.train(info.session_id, train_ids, EPOCHS))
+    progress = list(fed.operator.train(info.session_id, train_ids, epochs))
     assert progress[-1].done
     released = fed.operator.predict(info.session_id, test_ids)
     y_test = ds.y[datasets.select_ids(ds.ids, test_ids)]
@@ -43,20 +55,21 @@ def _run(fed, backend: str, ds: datasets.Dataset, topology: str = "coordinator-t
 
     # The central model of the same architecture and seed, on the batches the active party drew: its batch order
     # is a generator seeded with the session's seed, one permutation per epoch (services/engines/active.py).
-    rng = np.random.default_rng(TRAINING["seed"])
-    orders = [rng.permutation(len(train_ids)) for _ in range(EPOCHS)]
+    rng = np.random.default_rng(training["seed"])
+    orders = [rng.permutation(len(train_ids)) for _ in range(epochs)]
     train, test = _blocks(fed, train_ids), _blocks(fed, test_ids)
     data = sn.SplitData(train, ds.y[datasets.select_ids(ds.ids, train_ids)], test, y_test)
-    config = sn.SplitNNConfig(topology, data.features, 2, embedding=8, top_hidden=(16,))
-    optim = sn.OptimizerConfig("adam", learning_rate=0.01)
+    config = sn.SplitNNConfig(topology, data.features, ds.n_classes, embedding=8, top_hidden=(16,))
+    optim = sn.OptimizerConfig(training["optimizer"], learning_rate=training["learning_rate"])
+    batch = training["batch_size"]
     central, _ = sn.central_run(
         config,
         optim,
         data,
-        epochs=EPOCHS,
-        batch_size=64,
-        seed=TRAINING["seed"],
-        batches_of=lambda epoch: families.batches(orders[epoch], 64, 1),
+        epochs=epochs,
+        batch_size=batch,
+        seed=training["seed"],
+        batches_of=lambda epoch: families.batches(orders[epoch], batch, 1),
     )
     model = fed.operator.fetch_model(info.session_id)
     return federated, central.accuracy, {"family": model.family, "tensors": model.tensors, "released": released}
@@ -135,7 +148,7 @@ def test_ye_recovers_binary_passive_features_from_the_curious_plugin_recordings(
     rng = np.random.default_rng(0)
     n, ids = 400, np.array([f"s{i:04d}" for i in range(400)])
     x_active, x_passive = rng.normal(size=(n, 3)), rng.integers(0, 2, size=(n, 5)).astype(float)
-    y = (x_active[:, 0] + x_passive @ np.array([1.0, -1.0, 1.0, -1.0, 1.0]) + rng.normal(0, 0.5, n) > 0.5)
+    y = x_active[:, 0] + x_passive @ np.array([1.0, -1.0, 1.0, -1.0, 1.0]) + rng.normal(0, 0.5, n) > 0.5
     names = [f"a{j}" for j in range(3)] + [f"b{j}" for j in range(5)]
     X = np.hstack([x_active, x_passive])
     ds = datasets.Dataset("binary-passive", ids, X, y.astype(np.int64), names, ["0", "1"])
@@ -159,3 +172,38 @@ def test_ye_recovers_binary_passive_features_from_the_curious_plugin_recordings(
     found = run_attack(make_attack("ye_alg1"), obs).meta["binary_features"]
     assert set(np.unique(truth)) == {0.0, 1.0}
     assert np.all(binary_match(truth, found, complements=True).max(axis=1) == 1.0)
+
+
+def test_each_family_rpc_refuses_a_session_of_another_family(tmp_path) -> None:
+    """LR's training RPCs on a split-NN session and split-NN's on an LR session: FAILED_PRECONDITION naming the
+    family, before anything is admitted or decrypted; both sessions keep training afterwards."""
+    with federation(tmp_path, dataset="breast_cancer", n_passive=1, allow_plain=True) as fed:
+        op = fed.operator
+        nn = op.create_session("plain", family="splitnn", settings=SETTINGS, **TRAINING).session_id
+        lr = op.create_session("plain", batch_size=64, seed=1).session_id
+        common = {sid: op.align(sid) for sid in (nn, lr)}
+        for sid in (nn, lr):
+            list(op.train(sid, common[sid][:128], 1))
+        coordinator = fed.parties["coordinator"].engine
+        backend = coordinator.session(nn).backend
+        rows = np.asarray(range(64), np.int64)
+        widths = {sid: coordinator.session(sid).widths for sid in (nn, lr)}  # as training declared them
+        zeros = he.encrypt_matrix(backend, np.zeros((64, 8)))
+        with fed.channel("active", "coordinator") as owner, fed.channel("coordinator", "passive-1") as puller:
+            key_holder, passive = CoordinatorClient(owner), PassiveClient("passive-1", puller)
+            calls = {  # each wrong-family call, and the session family its refusal must name
+                "ComputeTrainingScores": (
+                    "splitnn",
+                    lambda: key_holder.training_scores(backend, nn, 3, zeros, 1, rows, widths[nn]),
+                ),
+                "DecryptBlockSums": ("splitnn", lambda: key_holder.block_sums(nn, 2, [b""], widths[nn]["active"])),
+                "GetWeights": ("splitnn", lambda: passive.weights(nn)),
+                "TopStep": ("lr", lambda: key_holder.top_step(backend, lr, 3, rows, zeros, np.zeros(64), widths[lr])),
+            }
+            for what, (family, call) in calls.items():
+                with pytest.raises(PeerFailed) as failed:
+                    call()
+                assert failed.value.code == grpc.StatusCode.FAILED_PRECONDITION, (what, str(failed.value))
+                assert re.search(rf"\b{family}\b", str(failed.value)), (what, str(failed.value))
+        for sid in (nn, lr):
+            assert list(op.train(sid, common[sid][:128], 1))[-1].done

@@ -25,6 +25,8 @@ def test_matrix_covers_every_rpc_and_matches_each_policy() -> None:
         ("Coordinator", coordinator.ROLE_POLICY),
         ("Active", active.ROLE_POLICY),
         ("Passive", passive.ROLE_POLICY),
+        ("SplitNnCoordinator", coordinator.SPLITNN_ROLE_POLICY),
+        ("SplitNnPassive", passive.SPLITNN_ROLE_POLICY),
     ):
         assert set(policy) <= set(by_service[name]), f"{name} policy names unknown RPCs"
         for method, roles in policy.items():

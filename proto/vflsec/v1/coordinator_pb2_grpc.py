@@ -67,11 +67,6 @@ class CoordinatorStub:
                 request_serializer=vflsec_dot_v1_dot_common__pb2.SessionRef.SerializeToString,
                 response_deserializer=vflsec_dot_v1_dot_common__pb2.Empty.FromString,
                 _registered_method=True)
-        self.TopStep = channel.unary_unary(
-                '/vflsec.v1.Coordinator/TopStep',
-                request_serializer=vflsec_dot_v1_dot_coordinator__pb2.TopStepRequest.SerializeToString,
-                response_deserializer=vflsec_dot_v1_dot_coordinator__pb2.TopStepReply.FromString,
-                _registered_method=True)
         self.AdmitQuery = channel.unary_unary(
                 '/vflsec.v1.Coordinator/AdmitQuery',
                 request_serializer=vflsec_dot_v1_dot_coordinator__pb2.AdmitQueryRequest.SerializeToString,
@@ -154,14 +149,6 @@ class CoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def TopStep(self, request, context):
-        """Owner, split-NN coordinator-top: decrypt only the aggregate [[h]] = sum_p [[h_p]] + h_a of the step, run the
-        top model on it with the batch's labels, step the top model, and return dL/dh (the same for every party).
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
     def AdmitQuery(self, request, context):
         """Owner, inference: admit a whole query before any of it is released. The query policy is checked for
         every row here (budget, per owner across sessions: RESOURCE_EXHAUSTED; rows the model was trained on,
@@ -236,11 +223,6 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     servicer.FinishTraining,
                     request_deserializer=vflsec_dot_v1_dot_common__pb2.SessionRef.FromString,
                     response_serializer=vflsec_dot_v1_dot_common__pb2.Empty.SerializeToString,
-            ),
-            'TopStep': grpc.unary_unary_rpc_method_handler(
-                    servicer.TopStep,
-                    request_deserializer=vflsec_dot_v1_dot_coordinator__pb2.TopStepRequest.FromString,
-                    response_serializer=vflsec_dot_v1_dot_coordinator__pb2.TopStepReply.SerializeToString,
             ),
             'AdmitQuery': grpc.unary_unary_rpc_method_handler(
                     servicer.AdmitQuery,
@@ -432,33 +414,6 @@ class Coordinator:
             '/vflsec.v1.Coordinator/FinishTraining',
             vflsec_dot_v1_dot_common__pb2.SessionRef.SerializeToString,
             vflsec_dot_v1_dot_common__pb2.Empty.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def TopStep(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/vflsec.v1.Coordinator/TopStep',
-            vflsec_dot_v1_dot_coordinator__pb2.TopStepRequest.SerializeToString,
-            vflsec_dot_v1_dot_coordinator__pb2.TopStepReply.FromString,
             options,
             channel_credentials,
             insecure,

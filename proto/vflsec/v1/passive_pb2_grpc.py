@@ -58,11 +58,6 @@ class PassiveStub:
                 request_serializer=vflsec_dot_v1_dot_passive__pb2.ForwardRequest.SerializeToString,
                 response_deserializer=vflsec_dot_v1_dot_common__pb2.EncryptedMatrix.FromString,
                 _registered_method=True)
-        self.PlainForward = channel.unary_unary(
-                '/vflsec.v1.Passive/PlainForward',
-                request_serializer=vflsec_dot_v1_dot_passive__pb2.ForwardRequest.SerializeToString,
-                response_deserializer=vflsec_dot_v1_dot_common__pb2.Tensor.FromString,
-                _registered_method=True)
         self.ShareLogits = channel.unary_unary(
                 '/vflsec.v1.Passive/ShareLogits',
                 request_serializer=vflsec_dot_v1_dot_passive__pb2.ShareLogitsRequest.SerializeToString,
@@ -131,14 +126,6 @@ class PassiveServicer:
     def Forward(self, request, context):
         """Owner, training: this party's output for the batch of step `step` (>= 1), encrypted under the step's
         training keys: LR's [[X_p W_p^T]], split-NN's [[h_p]] (its bottom model's embedding).
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def PlainForward(self, request, context):
-        """Owner, split-NN active-top only (plain sessions): this party's output z_B for the rows, in the clear, as the
-        topology sends it; step >= 1 is a training step (Backward follows), step 0 inference.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -218,11 +205,6 @@ def add_PassiveServicer_to_server(servicer, server):
                     servicer.Forward,
                     request_deserializer=vflsec_dot_v1_dot_passive__pb2.ForwardRequest.FromString,
                     response_serializer=vflsec_dot_v1_dot_common__pb2.EncryptedMatrix.SerializeToString,
-            ),
-            'PlainForward': grpc.unary_unary_rpc_method_handler(
-                    servicer.PlainForward,
-                    request_deserializer=vflsec_dot_v1_dot_passive__pb2.ForwardRequest.FromString,
-                    response_serializer=vflsec_dot_v1_dot_common__pb2.Tensor.SerializeToString,
             ),
             'ShareLogits': grpc.unary_unary_rpc_method_handler(
                     servicer.ShareLogits,
@@ -371,33 +353,6 @@ class Passive:
             '/vflsec.v1.Passive/Forward',
             vflsec_dot_v1_dot_passive__pb2.ForwardRequest.SerializeToString,
             vflsec_dot_v1_dot_common__pb2.EncryptedMatrix.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def PlainForward(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/vflsec.v1.Passive/PlainForward',
-            vflsec_dot_v1_dot_passive__pb2.ForwardRequest.SerializeToString,
-            vflsec_dot_v1_dot_common__pb2.Tensor.FromString,
             options,
             channel_credentials,
             insecure,

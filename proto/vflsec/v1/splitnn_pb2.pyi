@@ -1,0 +1,40 @@
+from vflsec.v1 import common_pb2 as _common_pb2
+from vflsec.v1 import passive_pb2 as _passive_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class TopStepRequest(_message.Message):
+    __slots__ = ("session_id", "step", "sample_index", "embedding", "labels", "widths")
+    class WidthsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDING_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    WIDTHS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    step: int
+    sample_index: _containers.RepeatedScalarFieldContainer[int]
+    embedding: _common_pb2.EncryptedMatrix
+    labels: _common_pb2.Tensor
+    widths: _containers.ScalarMap[str, int]
+    def __init__(self, session_id: _Optional[str] = ..., step: _Optional[int] = ..., sample_index: _Optional[_Iterable[int]] = ..., embedding: _Optional[_Union[_common_pb2.EncryptedMatrix, _Mapping]] = ..., labels: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., widths: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
+class TopStepReply(_message.Message):
+    __slots__ = ("gradient", "loss")
+    GRADIENT_FIELD_NUMBER: _ClassVar[int]
+    LOSS_FIELD_NUMBER: _ClassVar[int]
+    gradient: _common_pb2.Tensor
+    loss: float
+    def __init__(self, gradient: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., loss: _Optional[float] = ...) -> None: ...
