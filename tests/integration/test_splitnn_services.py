@@ -40,13 +40,16 @@ def _run(
     topology: str = "coordinator-top",
     epochs: int = EPOCHS,
     training: dict = TRAINING,
+    model: dict = SETTINGS,
+    test_fraction: float = 0.25,
 ) -> tuple[float, float, dict]:
     """Federated and central test accuracy on the same split and batches; and the session's released model."""
-    settings = {**SETTINGS, "topology": topology}
+    settings = {**model, "topology": topology}
     info = fed.operator.create_session(backend, family="splitnn", settings=settings, **training)
     common = fed.operator.align(info.session_id)
     labels = ds.y[datasets.select_ids(ds.ids, common)]
-    train_ids, test_ids = (list(a) for a in datasets.train_test_split_ids(np.asarray(common), labels, 0.25, seed=0))
+    split = datasets.train_test_split_ids(np.asarray(common), labels, test_fraction, seed=0)
+    train_ids, test_ids = (list(a) for a in split)
     progress = list(fed.operator.train(info.session_id, train_ids, epochs))
     assert progress[-1].done
     released = fed.operator.predict(info.session_id, test_ids)
@@ -59,7 +62,9 @@ def _run(
     orders = [rng.permutation(len(train_ids)) for _ in range(epochs)]
     train, test = _blocks(fed, train_ids), _blocks(fed, test_ids)
     data = sn.SplitData(train, ds.y[datasets.select_ids(ds.ids, train_ids)], test, y_test)
-    config = sn.SplitNNConfig(topology, data.features, ds.n_classes, embedding=8, top_hidden=(16,))
+    config = sn.SplitNNConfig(
+        topology, data.features, ds.n_classes, embedding=model["embedding"], top_hidden=tuple(model["top_hidden"])
+    )
     optim = sn.OptimizerConfig(training["optimizer"], learning_rate=training["learning_rate"])
     batch = training["batch_size"]
     central, _ = sn.central_run(
