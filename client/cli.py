@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import sys
@@ -64,6 +65,27 @@ def _backend_for(ctx: typer.Context, backend: str, model: str, topology: str, co
             console.print(note, markup=False)
         return "plain"
     return backend
+
+
+def _scaling_within_bound(ctx: typer.Context, spec: FederationSpec, console) -> FederationSpec:  # type: ignore[no-untyped-def]
+    """A default scaling never trips the parties' feature bound: standard scaling of a rare category (Bank's
+    ``default=yes``, 3 rows) reaches |x| ~ 117, so the default falls back to min-max and says so; an explicit
+    --scaling keeps its clear error from write_federation."""
+    from vflsec.services.crypto import he
+
+    source = ctx.get_parameter_source("scaling")
+    if source is None or source.name != "DEFAULT" or spec.scaling == "minmax":
+        return spec
+    with _refused():
+        peak = spec.scaled_peak()
+    if peak <= he.FEATURE_BOUND:
+        return spec
+    console.print(
+        f"note: standard scaling would reach |x| = {peak:.4g} > {he.FEATURE_BOUND:g} (the parties' bound); "
+        "scaling min-max instead",
+        markup=False,
+    )
+    return dataclasses.replace(spec, scaling="minmax")
 
 
 @app.command()
@@ -227,9 +249,13 @@ def demo(
     validation_fraction: opt.ValidationFraction = 0.2,
     seed: opt.Seed = 0,
     compare_plain: opt.ComparePlain = False,
-    scaling: Annotated[str, typer.Option(help="Each party scales its own columns: standard | minmax | none.")] = (
-        "standard"
-    ),
+    scaling: Annotated[
+        str,
+        typer.Option(
+            help="Each party scales its own columns: standard | minmax | none. Default standard, or minmax where "
+            "standard would put a value beyond the parties' bound |x| <= 64 (the CLI says so)."
+        ),
+    ] = "standard",
     release: opt.Release = None,
     param_release: opt.ParamRelease = None,
     workdir: Annotated[Path | None, typer.Option(help="Keep configs, certificates and logs here.")] = None,
@@ -268,6 +294,7 @@ def demo(
         scaling=scaling,
         allow_plain=compare_plain,  # the comparison run is a plain session
     )
+    spec = _scaling_within_bound(ctx, spec, console)
     if backend == "plain" or compare_plain:
         note = "note: the coordinator allows the plain backend for this demo ([policy] allowed_backends)"
         console.print(note, markup=False)

@@ -294,6 +294,18 @@ class FederationSpec:
             }
         return options
 
+    def scaled_peak(self, id_sets: Sequence[np.ndarray] | None = None) -> float:
+        """The largest |x| a data party's columns reach after its own ``scaling`` of its shard, as the parties
+        will compute it at start-up; each refuses one beyond ``he.FEATURE_BOUND`` (the masks hide no more)."""
+        id_sets = self.id_sets() if id_sets is None else id_sets
+        ds = self.dealt_data(id_sets)
+        peak = 0.0
+        for ids, columns in zip(id_sets, self.split.parties, strict=True):
+            shard = ds.X[np.ix_(np.flatnonzero(np.isin(ds.ids, ids)), ds.column_indices(columns))]
+            if shard.size:
+                peak = max(peak, float(np.abs(datasets.Scaler.fit(shard, self.scaling).transform(shard)).max()))
+        return peak
+
     @property
     def widths(self) -> list[int]:
         """Block widths of the dealt split as the coordinator counts them (the active block with its bias)."""
@@ -358,8 +370,15 @@ def write_federation(spec: FederationSpec, workdir: Path) -> FederationLayout:
     """Certificates, one data file and one config per party, ready for ``vflsec serve``."""
     split = spec.split
     spec.batch_size_for(spec.widths)  # an explicit batch below the bound fails here, before anything is written
+    from vflsec.services.crypto import he
+
     id_sets = spec.id_sets()
     ds = spec.dealt_data(id_sets)
+    if (peak := spec.scaled_peak(id_sets)) > he.FEATURE_BOUND:  # the parties would refuse to start on it
+        raise SpecError(
+            f"features after {spec.scaling} scaling reach |x| = {peak:.4g}; parties refuse |x| > "
+            f"{he.FEATURE_BOUND:g} (the gradient masks hide no more): scale min-max (--scaling minmax)"
+        )
     workdir.mkdir(parents=True, exist_ok=True)
     parties = ["coordinator", "active", *[f"passive-{i}" for i in range(1, spec.n_passive + 1)]]
     if spec.compose_ports is None:

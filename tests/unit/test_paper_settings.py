@@ -181,3 +181,34 @@ def test_datasets_list_and_show(tmp_path) -> None:
 def test_commands_refuse_a_bad_setting_before_starting(args, message) -> None:
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2 and message in " ".join(result.output.split()), result.output
+
+
+def _rare_category_csv(path) -> str:
+    """A column with 3 ones in 400 rows: standard scaling puts them far beyond a bound of 8 (set below)."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 4))
+    X[:, 3] = 0.0
+    X[:3, 3] = 1.0
+    rows = ["id,a,b,c,rare,y", *(f"r{i},{','.join(map(str, x))},{int(x[0] > 0)}" for i, x in enumerate(X))]
+    path.write_text("\n".join(rows) + "\n")
+    return str(path)
+
+
+def test_default_scaling_follows_the_feature_bound_and_an_explicit_one_is_refused(tmp_path, monkeypatch) -> None:
+    from vflsec.client import demo
+    from vflsec.services.crypto import he
+
+    monkeypatch.setattr(he, "FEATURE_BOUND", 8.0)  # Bank's rare categories reach 114 against the real bound 64
+    data = _rare_category_csv(tmp_path / "rare.csv")
+    seen: list[FederationSpec] = []
+    monkeypatch.setattr(demo, "run_demo", lambda spec, **_: seen.append(spec) or {})
+    monkeypatch.setattr("vflsec.client.cli._report", lambda *_: None)
+    result = CliRunner().invoke(app, ["demo", "--dataset", data, "--label", "y", "--passive-features", "2"])
+    assert result.exit_code == 0, result.output
+    assert seen[0].scaling == "minmax" and "scaling min-max instead" in " ".join(result.output.split())
+    explicit = FederationSpec(data, label="y", passive_features=2, scaling="standard")
+    assert explicit.scaled_peak() > 8.0
+    with pytest.raises(SpecError, match=r"reach \|x\| = .*--scaling minmax"):
+        write_federation(explicit, tmp_path / "fed")
+    kept = CliRunner().invoke(app, ["demo", "--dataset", data, "--label", "y", "--scaling", "none"])
+    assert kept.exit_code == 0 and seen[-1].scaling == "none"  # explicit: no fallback (the dealer refuses it)
