@@ -13,7 +13,7 @@ from vflsec.services.config import ServiceConfig
 from vflsec.services.crypto import he
 from vflsec.services.data import datasets
 from vflsec.services.defenses.release import ParamReleaseChain, ScoreReleaseChain
-from vflsec.services.engines import active, checkpoint, coordinator, passive
+from vflsec.services.engines import active, checkpoint, coordinator, passive, trees
 from vflsec.services.transport.links import CoordinatorClient, PassiveClient
 from vflsec.services.transport.server import (
     CallPolicy,
@@ -23,7 +23,7 @@ from vflsec.services.transport.server import (
     start_server,
     tls_files,
 )
-from vflsec.v1 import active_pb2_grpc, coordinator_pb2_grpc, passive_pb2_grpc
+from vflsec.v1 import active_pb2_grpc, coordinator_pb2_grpc, passive_pb2_grpc, tree_pb2_grpc
 
 
 @dataclass
@@ -102,7 +102,9 @@ def start_party(config: ServiceConfig) -> Party:
             ),
             "vflsec.v1.Coordinator",
             coordinator.ROLE_POLICY,
-        )
+            [(lambda s: tree_pb2_grpc.add_TreeCoordinatorServicer_to_server(trees.TreeCoordinatorServicer(engine), s),
+              "vflsec.v1.TreeCoordinator", trees.COORDINATOR_POLICY)],
+        )  # fmt: skip
         return Party(config, engine, server, list(channels.values()))
 
     if config.role == "passive":
@@ -123,7 +125,9 @@ def start_party(config: ServiceConfig) -> Party:
             lambda s: passive_pb2_grpc.add_PassiveServicer_to_server(passive.PassiveServicer(engine), s),
             "vflsec.v1.Passive",
             passive.ROLE_POLICY,
-        )
+            [(lambda s: tree_pb2_grpc.add_TreePassiveServicer_to_server(trees.TreePassiveServicer(engine), s),
+              "vflsec.v1.TreePassive", trees.PASSIVE_POLICY)],
+        )  # fmt: skip
         return Party(config, engine, server, [channel])
 
     data = load_party_data(config)

@@ -16,6 +16,7 @@ from vflsec.services.models.family import Received
 from vflsec.services.transport import wire
 from vflsec.services.transport.server import DEFAULT_CALL_POLICY, CallPolicy, call
 from vflsec.services.transport.tensors import from_tensor, to_tensor
+from vflsec.services.transport.tree_links import TreeCoordinatorClient, TreePassiveClient
 from vflsec.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc, passive_pb2, passive_pb2_grpc
 
 # The passive party validates and re-blinds our list and hashes and blinds its own (together about 0.5 ms per
@@ -29,6 +30,7 @@ class CoordinatorClient:
     def __init__(self, channel: grpc.Channel, policy: CallPolicy = DEFAULT_CALL_POLICY) -> None:
         self.stub = coordinator_pb2_grpc.CoordinatorStub(channel)
         self.policy = policy
+        self.tree = TreeCoordinatorClient(channel, policy)  # the tree family's service on the same channel
 
     def open_session(
         self,
@@ -164,6 +166,7 @@ class PassiveClient:
         self.peer = party_id
         self.stub = passive_pb2_grpc.PassiveStub(channel)
         self.policy = policy
+        self.tree = TreePassiveClient(party_id, channel, policy)  # the tree family's service on the same channel
 
     def join(
         self,

@@ -9,7 +9,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent import futures
 from dataclasses import dataclass
 from typing import Any
@@ -155,27 +155,32 @@ def start_server(
     add_servicer: Callable[[grpc.Server], None],
     service_name: str,
     policy: Mapping[str, frozenset[str]],
+    extra: Sequence[tuple[Callable[[grpc.Server], None], str, Mapping[str, frozenset[str]]]] = (),
 ) -> RunningServer:
     """Start a server on ``config.listen`` (port 0 picks a free port) with mTLS and role checks.
 
-    ``policy`` maps method names of ``service_name`` to the roles allowed to call them.
+    ``policy`` maps method names of ``service_name`` to the roles allowed to call them; ``extra`` adds further
+    services (a model family's own, e.g. tree.proto's) as (add_servicer, service name, policy).
     """
-    full_policy = {f"/{service_name}/{method}": roles for method, roles in policy.items()}
+    services = [(add_servicer, service_name, policy), *extra]
+    full_policy = {f"/{name}/{method}": roles for _, name, rules in services for method, roles in rules.items()}
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix=config.party_id),
         # The role check runs first: an unauthorized caller learns nothing about how its bytes parse.
         interceptors=[tls.RoleInterceptor(full_policy), DecodeRequests()],
         options=channel_options(config.max_message_bytes),
     )
-    add_servicer(server)
+    for add, _, _ in services:
+        add(server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection((service_name, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+    names = tuple(name for _, name, _ in services)
+    reflection.enable_server_reflection((*names, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
     port = server.add_secure_port(config.listen, tls.server_credentials(tls_files(config.tls)))
     if port == 0:
         raise OSError(f"cannot listen on {config.listen}")
     server.start()
-    for name in ("", service_name):
+    for name in ("", *names):
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     return RunningServer(server=server, port=port, health=health_servicer)
 

@@ -17,7 +17,13 @@ CALLERS = {tls.COORDINATOR: "coordinator", tls.ACTIVE: "active", tls.PASSIVE: "p
 # A passive party answers only its own operator (identity, not role: tests/security/test_session_owner.py).
 OWN_OPERATOR = "operator-passive-1"
 # The party serving each service in the test federation.
-SERVERS = {"Coordinator": "coordinator", "Active": "active", "Passive": "passive-1"}
+SERVERS = {
+    "Coordinator": "coordinator",
+    "Active": "active",
+    "Passive": "passive-1",
+    "TreeCoordinator": "coordinator",
+    "TreePassive": "passive-1",
+}
 UNKNOWN_SESSION = "authz-matrix-unknown-session"
 TIMEOUT = 20.0
 

@@ -57,7 +57,13 @@ SPARE = ("fuzz-spare-1", "fuzz-spare-2")
 # Messages go out under a role the authorization matrix allows for the RPC, so they pass the role check.
 RULES = {(rule.service.name, rule.method.name): rule for rule in authz.rules()}
 ROLE_PARTY = {"coordinator": "coordinator", "active": "active", "passive": "passive-1", "operator": "operator"}
-SERVER_PARTY = {"Coordinator": "coordinator", "Active": "active", "Passive": "passive-1"}
+SERVER_PARTY = {
+    "Coordinator": "coordinator",
+    "Active": "active",
+    "Passive": "passive-1",
+    "TreeCoordinator": "coordinator",
+    "TreePassive": "passive-1",
+}
 BATCH = 10  # messages per hypothesis example: amortizes hypothesis' per-example cost
 # Messages per service; ≥ 10,000 in total with the CKKS and oversized cases.
 QUOTA = {"Coordinator": 4000, "Passive": 3500, "Active": 2400}
