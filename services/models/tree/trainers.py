@@ -261,25 +261,32 @@ class TreePassive:
 
     def node_counts(self, ctx: PassiveContext, node: Mapping[str, Any], indicators: he.EncryptedMatrix) -> None:
         """Masked [[indicators ⊙ bin indicators]] of the node's candidate features, to the coordinator."""
-        owner, task = self._owner(), Task.from_json(dict(node))
+        owner, task = self._owner(), self._task(node)
         if self.settings.party not in task.features:
             raise InvalidArgument(f"node {task.key} has no candidate feature of party {self.settings.party}")
         if indicators.shape[1] != self.n_classes:
             raise InvalidArgument(f"indicators have {indicators.shape[1]} columns, the session {self.n_classes}")
-        try:
-            products, mask_sums = owner.masked_products(ctx.backend, indicators, task, entropy.os_entropy())
-        except IndexError as exc:
-            raise InvalidArgument(f"node {task.key} names rows or features this party does not have") from exc
+        products, mask_sums = owner.masked_products(ctx.backend, indicators, task, entropy.os_entropy())
         blobs = [ctx.backend.serialize(ct) for ct in products]
         _tree_link(ctx.key_holder).submit_counts(ctx.session_id, task.key, blobs, mask_sums)
 
     def apply_split(self, node: Mapping[str, Any], feature: int, bin_index: int) -> np.ndarray:
         """Keep the split of the coordinator's node; which of its rows go left."""
-        task = Task.from_json(dict(node))
-        try:
-            return self._owner().apply_split(task, feature, bin_index)
-        except IndexError as exc:
-            raise InvalidArgument(f"node {task.key} names rows this party does not have") from exc
+        return self._owner().apply_split(self._task(node), feature, bin_index)
+
+    def _task(self, node: Mapping[str, Any]) -> Task:
+        """A node as a sender named it: distinct training rows, this party's features, sane weights."""
+        task, owner = Task.from_json(dict(node)), self._owner()
+        n_rows = owner.train_bins.shape[0]  # type: ignore[union-attr]
+        rows, weights = task.rows, task.weights
+        if rows.size == 0 or rows.min() < 0 or rows.max() >= n_rows or np.unique(rows).size != rows.size:
+            raise InvalidArgument(f"node {task.key} must name distinct training rows in [0, {n_rows})")
+        if weights.shape != rows.shape or not (np.isfinite(weights).all() and weights.min() > 0):
+            raise InvalidArgument(f"node {task.key} needs a positive finite weight per row")
+        own = task.features.get(self.settings.party, ())
+        if any(not 0 <= f < owner.bins.n_features for f in own) or len(set(own)) != len(own):
+            raise InvalidArgument(f"node {task.key} names features party {self.settings.party} does not have")
+        return task
 
     def thresholds(self) -> dict[NodeKey, float]:
         return self._owner().thresholds()
