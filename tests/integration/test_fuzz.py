@@ -66,7 +66,7 @@ SERVER_PARTY = {
 }
 BATCH = 10  # messages per hypothesis example: amortizes hypothesis' per-example cost
 # Messages per service; ≥ 10,000 in total with the CKKS and oversized cases.
-QUOTA = {"Coordinator": 4000, "Passive": 3500, "Active": 2400}
+QUOTA = {"Coordinator": 4000, "Passive": 3500, "Active": 2400, "TreeCoordinator": 400, "TreePassive": 400}
 CKKS_QUOTA = 300
 MEMORY_BOUND = 32 << 20  # see test_memory_stays_bounded_over_new_messages
 SETTINGS = settings(
@@ -440,6 +440,8 @@ def _all_services(env: FuzzEnv, phase: int) -> None:
     _fuzz(env, "Coordinator", _coordinator_messages(), phase)
     _fuzz(env, "Passive", _passive_messages(), phase)
     _fuzz(env, "Active", _active_messages(env.common_ids), phase)
+    for service in ("TreeCoordinator", "TreePassive"):  # generic messages: tests/integration/test_tree_bad_input.py
+        _fuzz(env, service, {}, phase)  # drives a tree session by hand
 
 
 # ------------------------------------------------------------------------------------------------------ tests
