@@ -130,7 +130,10 @@ class TreePassiveServicer(tree_pb2_grpc.TreePassiveServicer):
         node = task_of(request.task)
         with self._turn(request.session_id) as (s, ctx):
             indicators = wire.from_message(s.backend, request.indicators, "indicators", rows=len(node["rows"]))
-            _trainer(s).node_counts(ctx, node, indicators)
+            products, mask_sums = _trainer(s).node_products(ctx, node, indicators)
+        # Outside the session lock: the coordinator may be waiting on this party (ApplySplit) meanwhile.
+        key = (node["tree"], node["node_id"])
+        self.party.coordinator.tree.submit_counts(request.session_id, key, products, mask_sums)
         return common_pb2.Empty()
 
     @rpc

