@@ -88,6 +88,16 @@ def _scaling_within_bound(ctx: typer.Context, spec: FederationSpec, console) -> 
     return dataclasses.replace(spec, scaling="minmax")
 
 
+def _epochs_for(ctx: typer.Context, epochs: int, model: str, console) -> int:  # type: ignore[no-untyped-def]
+    """A tree or forest is grown once: the default epochs follow that bound (an explicit other value is refused by
+    the spec, which names the bound)."""
+    source = ctx.get_parameter_source("epochs")
+    if model in ("tree", "forest") and source is not None and source.name == "DEFAULT":
+        console.print(f"note: a {model} is grown once over its training rows: epochs 1", markup=False)
+        return 1
+    return epochs
+
+
 @app.command()
 def serve(
     role: Annotated[str, typer.Argument(help="coordinator | active | passive")],
@@ -239,6 +249,8 @@ def demo(
     topology: opt.Topology = "coordinator-top",
     embedding: opt.Embedding = 16,
     hidden: opt.Hidden = "32",
+    max_depth: opt.MaxDepth = 0,
+    trees: opt.Trees = 0,
     epochs: opt.Epochs = 30,
     batch_size: opt.BatchSize = 0,
     learning_rate: opt.LearningRate = 0.1,
@@ -282,7 +294,9 @@ def demo(
         topology=topology,
         embedding=embedding,
         hidden=opt.widths(hidden),
-        epochs=epochs,
+        max_depth=max_depth,
+        trees=trees,
+        epochs=_epochs_for(ctx, epochs, model, console),
         batch_size=batch_size,
         learning_rate=learning_rate,
         optimizer=optimizer,
@@ -516,6 +530,8 @@ def attack(
     topology: opt.Topology = "coordinator-top",
     embedding: opt.Embedding = 16,
     hidden: opt.Hidden = "32",
+    max_depth: opt.MaxDepth = 0,
+    trees: opt.Trees = 0,
     epochs: opt.Epochs = 30,
     batch_size: opt.BatchSize = 0,
     learning_rate: opt.LearningRate = 0.1,
@@ -576,7 +592,9 @@ def attack(
         topology=topology,
         embedding=embedding,
         hidden=opt.widths(hidden),
-        epochs=epochs,
+        max_depth=max_depth,
+        trees=trees,
+        epochs=_epochs_for(ctx, epochs, model, console),
         batch_size=batch_size,
         learning_rate=learning_rate,
         optimizer=optimizer,

@@ -37,7 +37,8 @@ TEST_FRACTION = 0.2
 # The default batch keeps an epoch to at most this many round trips (plus the floor lr.DEFAULT_BATCH_SIZE).
 STEPS_PER_EPOCH = 32
 OPTIMIZERS = ("adam", "sgd")
-MODELS = ("lr", "splitnn")
+MODELS = ("lr", "splitnn", "tree", "forest")
+TREE_MODELS = ("tree", "forest")  # grown once, in one pass over the training rows
 
 
 class SpecError(ValueError):
@@ -104,6 +105,8 @@ class FederationSpec:
     topology: str = "coordinator-top"  # split-NN only
     embedding: int = 16  # split-NN: width of every bottom's output
     hidden: tuple[int, ...] = (32,)  # split-NN: the top model's hidden widths
+    max_depth: int = 0  # tree / forest: 0 is the family's default (tree 5, forest 3)
+    trees: int = 0  # forest: number of trees; 0 is the family's default (100)
     epochs: int = 30
     batch_size: int = 0  # 0: lr.DEFAULT_BATCH_SIZE, raised to the federation's minimum batch
     learning_rate: float = 0.1
@@ -141,6 +144,17 @@ class FederationSpec:
                 check_backend(self.topology, self.backend)
             except ValueError as exc:
                 raise SpecError(str(exc)) from exc
+        if self.model in TREE_MODELS:
+            if self.epochs != 1:
+                raise SpecError(
+                    f"a {self.model} is grown once over its training rows: epochs must be 1 (got {self.epochs}); "
+                    "the smallest and only accepted value is 1"
+                )
+            if self.batch_size not in (0, families.get(self.model).default_batch_size(())):
+                raise SpecError(f"a {self.model} grows on every training row at once: leave the batch size at 0")
+            if self.max_depth < 0 or self.trees < 0 or (self.trees and self.model == "tree" and self.trees != 1):
+                raise SpecError(f"max_depth and trees must be positive (one tree for a tree), got {self.max_depth}, "
+                                f"{self.trees}")  # fmt: skip
         if self.embedding < 1 or any(w < 1 for w in self.hidden):
             raise SpecError(f"split-NN widths must be positive, got embedding {self.embedding}, hidden {self.hidden}")
         if self.optimizer not in OPTIMIZERS:
@@ -256,6 +270,8 @@ class FederationSpec:
         max(lr.DEFAULT_BATCH_SIZE, ceil(n_rows / STEPS_PER_EPOCH)) for ``n_rows`` training rows, raised to the
         coordinator's minimum batch (lr.min_batch_size); an explicit size below the minimum is refused."""
         family = families.get(self.model)
+        if self.model in TREE_MODELS:
+            return family.default_batch_size(widths), "every training row at once (trees grow in one pass)"
         smallest = family.min_batch_size(widths)
         base = lr.DEFAULT_BATCH_SIZE if self.model == "lr" else family.default_batch_size(widths)
         if self.batch_size:
@@ -285,6 +301,9 @@ class FederationSpec:
             "batch_size": self.batch_size,
             "seed": self.seed,
         }
+        if self.model in TREE_MODELS:
+            options["family"] = self.model
+            options["settings"] = {"max_depth": self.max_depth or None, "n_trees": self.trees or None}
         if self.model == "splitnn":
             options["family"] = "splitnn"
             options["settings"] = {

@@ -22,6 +22,7 @@ from vflsec.client.operator import Operator, forecast_risk
 from vflsec.client.training import TrainingRecord, train
 from vflsec.services import attacks
 from vflsec.services.app import load_party_data
+from vflsec.services.attacks.trees import correct_branching_rate, random_path_cbr
 from vflsec.services.config import load_config
 from vflsec.services.data import datasets
 from vflsec.services.defenses.params import interpretability_loss
@@ -36,6 +37,8 @@ DEFAULT_ATTACKS = ("esa", "ls_clamped", "cls", "half_star", "rcc1", "rcc2", "am"
 # Split NN: the gradient attacks (through a released differentiable map, coordinator-top or active-top), the exact
 # inversion of a released linear passive bottom, and ye's binary-feature searches on recorded embeddings (active-top).
 SPLITNN_ATTACKS = ("gia", "grn", "embedding_ls", "ye_alg1", "ye_alg2")
+# Trees: luo's path restriction on a released DT, GRN through a surrogate of a released forest.
+TREE_ATTACKS = {"tree": "pra", "forest": "grn_rf"}
 # Which rows the MSE is over: the queried ones (luo, rassouli), or the training rows too (varasteh's "average
 # over time", N = n_t + n_p: the active party then also has its training rows scored).
 MSE_SCOPES = ("queried", "all")
@@ -46,6 +49,8 @@ def default_attacks(score_release: Sequence[str], param_release: Sequence[str], 
     a step of the chains); an attack the observations do not support reports why it did not run."""
     if model == "splitnn":
         return list(SPLITNN_ATTACKS)
+    if model in TREE_ATTACKS:
+        return [TREE_ATTACKS[model]]
     from vflsec.services.attacks.aware import aware_attacks_for
     from vflsec.services.defenses.release import parse_spec
 
@@ -258,6 +263,9 @@ def evaluate_attacks(
                 "aware": name.startswith("aware_"),
                 "options": _jsonable(attack.get_params()),  # the effective options, defaults included
             }
+            trees = obs.released_trees
+            if trees and not any(t.withholds_passive for t in trees):  # luo's CBR: x̂'s paths vs the true features
+                results[name]["cbr"] = correct_branching_rate(trees, obs.x_active, truth, reconstruction.x_passive)
             if "case" in reconstruction.meta:  # sign_only: which of rassouli's cases ran
                 results[name]["case"] = reconstruction.meta["case"]
             if "binary_features" in reconstruction.meta:  # ye: its columns come in no claimed order, so the MSE
@@ -396,6 +404,9 @@ def score_run(scenario: AttackScenario, run: ScenarioRun, log: Callable[[str], N
         "attacks": {name: {k: v for k, v in r.items() if k != "mse_per_feature"} for name, r in results.items()},
         "mse_per_feature": {name: r["mse_per_feature"] for name, r in {**baselines, **results}.items() if "mse" in r},
     }
+    if obs.released_trees and not any(t.withholds_passive for t in obs.released_trees):
+        rng = np.random.default_rng(spec.seed)  # luo's random-path baseline, averaged over the trees
+        report["cbr_random_path"] = float(np.nanmean([random_path_cbr(t, truth, rng) for t in obs.released_trees]))
     if spec.score_release or spec.param_release or spec.model != "lr":  # split NN: the headline says what runs
         report["strongest"] = strongest(report["attacks"])
     if run.forecasts:

@@ -103,7 +103,9 @@ ParamRelease = Annotated[
 
 # --- training (the operator's session)
 Backend = Annotated[str, typer.Option("--backend", help="ckks | plain")]
-Model = Annotated[str, typer.Option("--model", help="Model family: lr | splitnn.")]
+Model = Annotated[str, typer.Option("--model", help="Model family: lr | splitnn | tree | forest.")]
+MaxDepth = Annotated[int, typer.Option("--max-depth", min=0, help="tree / forest: depth (0: tree 5, forest 3).")]
+Trees = Annotated[int, typer.Option("--trees", min=0, help="forest: number of trees (0: 100).")]
 Topology = Annotated[
     str,
     typer.Option(

@@ -21,7 +21,7 @@ paths that the true features take the same way; :func:`random_path_cbr` is luo's
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Literal
@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from vflsec.services.models.tree.structure import ACTIVE, Forest, Node, Tree
+from vflsec.services.models.tree.trainers import from_tensors
 
 from .base import Attack, NotApplicable, Observations, Reconstruction, register
 from .gradient import Grn, torch_threads
@@ -161,6 +162,13 @@ def from_family(forest: Forest, passive_widths: Sequence[int]) -> tuple[Released
     return tuple(flatten(tree) for tree in forest.trees)
 
 
+def released_trees_of(tensors: Mapping[str, np.ndarray], passive_widths: Sequence[int]) -> tuple[ReleasedTree, ...]:
+    """A tree family's released model as the active party received it (the ``tree/nodes`` and ``tree/counts``
+    tensors the curious plugin records: services/models/tree/trainers.py)."""
+    forest = from_tensors(tensors, "tree" if len(tensors["tree/nodes"]) == 1 else "forest")
+    return from_family(forest, passive_widths)
+
+
 def vote_fractions(
     trees: Sequence[ReleasedTree], x_active: np.ndarray, x_passive: np.ndarray, n_classes: int
 ) -> np.ndarray:
@@ -221,7 +229,7 @@ class PathRestriction(Attack):
     """luo Algorithm 1 on a released DT; ``bounds`` is the known range of every passive feature."""
 
     needs = frozenset({"scores", "released_trees"})
-    families = frozenset({"tree"})
+    families = frozenset({"tree", "forest"})
 
     def __init__(self, bounds: tuple[float, float] = (0.0, 1.0), seed: int | None = None) -> None:
         self.bounds = bounds
@@ -311,7 +319,7 @@ class ForestGrn(Attack):
     default divergence is the KL (cross-entropy) rather than GRN's log-score MSE.
     """
 
-    families = frozenset({"tree"})
+    families = frozenset({"tree", "forest"})
 
     needs = frozenset({"scores", "released_trees"})
 

@@ -268,7 +268,10 @@ def make_distortion(spec: str) -> Distortion:
 
 @PARAM_STEPS.register("withhold")
 class Withhold(Distortion):
-    """Disclose nothing: the active party gets no block for this party (every white-box attack is inapplicable)."""
+    """Disclose nothing: the active party gets no block for this party (every white-box attack is inapplicable).
+    For trees (and forests) it keeps every passive party's thresholds and bins with their owner."""
+
+    families = frozenset({"lr", "tree", "forest"})
 
     @property
     def needs_stats(self) -> bool:

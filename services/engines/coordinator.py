@@ -9,7 +9,8 @@ import math
 import secrets
 import threading
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -668,6 +669,18 @@ class Coordinator:
             self._save(session_id, s)
         return answer.sums.copy()
 
+    @contextmanager
+    def family_turn(self, session_id: str, caller: str, *, owner: bool = True) -> Iterator[CoordinatorSession]:
+        """A model family's own message (its own service: tree.proto) on the session's key-holder trainer: from the
+        session's owner (``owner=False``: any of its parties), under the session lock, checkpointed afterwards even
+        when it fails (a decryption answer spent on a refused request stays spent)."""
+        s = self.owned(session_id, caller) if owner else self.member(session_id, caller)
+        with s.lock:
+            try:
+                yield s
+            finally:
+                self._save(session_id, s)
+
     def finish_training(self, session_id: str) -> None:
         """Pull every passive block over TLS and keep it here (PPS-B and the parameter chain need it), with
         the rows each block was trained on (the training-ID refusal trusts them, not the active party)."""
@@ -822,6 +835,10 @@ class Coordinator:
         if s.passive_weights is None:
             raise FailedPrecondition("the model is released after training: call FinishTraining first")
         disclosed, offset = self._disclosed_blocks(session_id, s)
+        if hasattr(s.trainer, "released_with"):  # trees: each passive party runs the chain on its own thresholds
+            parties = enumerate(s.passive_parties, start=1)
+            shown = {p: self._peer(party).tree.thresholds(session_id, self.param_chain.specs) for p, party in parties}
+            return disclosed, offset, s.trainer.released_with(shown)
         return disclosed, offset, s.trainer.released()
 
     def _disclosed_blocks(

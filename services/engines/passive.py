@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -440,6 +441,32 @@ class PassiveParty:
             s.trained_rows.update(sample_index.tolist())
             s.forward_index = None
             self._save(session_id, s)  # acknowledged only once durable
+
+    @contextmanager
+    def family_turn(
+        self, session_id: str, caller: str, *, coordinator: bool = False
+    ) -> Iterator[tuple[PassiveSession, families.PassiveContext]]:
+        """A model family's own message (its own service: tree.proto) on the session's trainer: from the session's
+        owner (``coordinator=True``: this party's coordinator), under the session lock, checkpointed afterwards."""
+        if coordinator:
+            self.check_coordinator(caller)
+            s = self.session(session_id)
+        else:
+            s = self.owned(session_id, caller)
+        with s.lock:
+            ctx = families.PassiveContext(
+                session_id=session_id,
+                step=s.completed_step,
+                backend=s.backend,
+                mask_key=s.mask_key,
+                key_holder=self.coordinator,
+                training_keys=lambda: self._training_keys(session_id, s, s.completed_step + 1),
+                features=lambda index: self._features(s, index),
+            )
+            try:
+                yield s, ctx
+            finally:
+                self._save(session_id, s)
 
     def weights(self, session_id: str) -> np.ndarray:
         return self._block(self.session(session_id))

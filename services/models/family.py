@@ -51,6 +51,8 @@ DEFAULT = "lr"
 PACKAGES: dict[str, str] = {
     "lr": "vflsec.services.models.lr.trainers",
     "splitnn": "vflsec.services.models.splitnn.trainers",
+    "tree": "vflsec.services.models.tree.trainers",  # one module registers both: a tree and a forest
+    "forest": "vflsec.services.models.tree.trainers",
 }
 
 
@@ -113,6 +115,7 @@ class PassiveContext:
     mask_key: bytes
     key_holder: Any  # the family's link to the coordinator
     training_keys: Callable[[], he.Backend]  # the public keys of this step's key epoch (fetched when needed)
+    features: Callable[[np.ndarray], np.ndarray] | None = None  # own feature rows of common indices (family messages)
 
 
 class ActiveTrainer(Protocol):

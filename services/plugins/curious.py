@@ -24,6 +24,7 @@ import numpy as np
 
 from vflsec.services import plugins
 from vflsec.services.attacks import Observations
+from vflsec.services.attacks.trees import released_trees_of
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS observations (
@@ -243,6 +244,9 @@ def observations(store: ObservationStore, session_id: str) -> tuple[Observations
             blocks = [last.arrays.get(f"w_passive/{party}") for party in passive_parties]
             if all(b is not None for b in blocks):
                 model["w_passive"] = np.hstack(blocks)
+        elif "tree/nodes" in last.arrays:  # a tree or forest: passive thresholds are None where withheld
+            widths = [int(schema["passive_features"][party]) for party in passive_parties]
+            model["released_trees"] = released_trees_of(last.arrays, widths)
     embeddings = _embeddings(store, session_id, passive_parties, sample_ids)
     if embeddings is not None:
         model["embeddings"] = embeddings

@@ -16,6 +16,7 @@ from vflsec.services.models.family import Received
 from vflsec.services.transport import wire
 from vflsec.services.transport.server import DEFAULT_CALL_POLICY, CallPolicy, call
 from vflsec.services.transport.tensors import from_tensor, to_tensor
+from vflsec.services.transport.tree_links import TreeCoordinatorClient, TreePassiveClient
 from vflsec.v1 import (
     common_pb2,
     coordinator_pb2,
@@ -38,6 +39,7 @@ class CoordinatorClient:
         self.stub = coordinator_pb2_grpc.CoordinatorStub(channel)
         self.splitnn = splitnn_pb2_grpc.SplitNnCoordinatorStub(channel)
         self.policy = policy
+        self.tree = TreeCoordinatorClient(channel, policy)  # the tree family's service on the same channel
 
     def open_session(
         self,
@@ -174,6 +176,7 @@ class PassiveClient:
         self.stub = passive_pb2_grpc.PassiveStub(channel)
         self.splitnn = splitnn_pb2_grpc.SplitNnPassiveStub(channel)
         self.policy = policy
+        self.tree = TreePassiveClient(party_id, channel, policy)  # the tree family's service on the same channel
 
     def join(
         self,

@@ -82,6 +82,8 @@ def training_settings(training: common_pb2.TrainingConfig) -> dict[str, object]:
 def model_settings(model: common_pb2.ModelChoice, training: common_pb2.TrainingConfig) -> tuple[str, dict[str, Any]]:
     """The session's model family and its settings as plain values; an unset choice is LR (vflsec.v1 clients)."""
     family = model.WhichOneof("family") or "lr"
+    if family in TREE_FAMILIES:
+        return family, tree_settings(getattr(model, family), training)
     if family != "splitnn":
         return family, training_settings(training)
     m = model.splitnn
@@ -120,9 +122,24 @@ def model_settings(model: common_pb2.ModelChoice, training: common_pb2.TrainingC
     return family, values
 
 
+TREE_FAMILIES = ("tree", "forest")
+_TREE_FIELDS = ("max_depth", "min_samples_leaf", "n_bins", "n_trees", "feature_fraction", "party")
+
+
+def tree_settings(m: common_pb2.TreeModel, training: common_pb2.TrainingConfig) -> dict[str, Any]:
+    """A TreeModel's settings as plain values: unset (0) fields are left to the family's defaults."""
+    values: dict[str, Any] = {name: getattr(m, name) for name in _TREE_FIELDS if getattr(m, name)}
+    if m.HasField("bootstrap"):
+        values["bootstrap"] = m.bootstrap
+    return {**values, "seed": training.seed}
+
+
 def model_choice(family: str, values: Mapping[str, Any]) -> common_pb2.ModelChoice:
     """The inverse of :func:`model_settings` for the model part (the optimiser's name, rate, L2 and the seed travel
     in the TrainingConfig)."""
+    if family in TREE_FAMILIES:
+        fields = {name: values[name] for name in (*_TREE_FIELDS, "bootstrap") if values.get(name) is not None}
+        return common_pb2.ModelChoice(**{family: common_pb2.TreeModel(**fields)})
     if family != "splitnn":
         return common_pb2.ModelChoice(lr=common_pb2.LrModel())
     optimizer = values.get("optimizer", {})

@@ -23,6 +23,8 @@ SERVERS = {
     "Passive": "passive-1",
     "SplitNnCoordinator": "coordinator",
     "SplitNnPassive": "passive-1",
+    "TreeCoordinator": "coordinator",
+    "TreePassive": "passive-1",
 }
 UNKNOWN_SESSION = "authz-matrix-unknown-session"
 TIMEOUT = 20.0

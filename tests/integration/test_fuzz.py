@@ -63,10 +63,20 @@ SERVER_PARTY = {
     "Passive": "passive-1",
     "SplitNnCoordinator": "coordinator",
     "SplitNnPassive": "passive-1",
+    "TreeCoordinator": "coordinator",
+    "TreePassive": "passive-1",
 }
 BATCH = 10  # messages per hypothesis example: amortizes hypothesis' per-example cost
 # Messages per service; ≥ 10,000 in total with the CKKS and oversized cases.
-QUOTA = {"Coordinator": 3700, "SplitNnCoordinator": 300, "Passive": 3200, "SplitNnPassive": 300, "Active": 2400}
+QUOTA = {
+    "Coordinator": 3500,
+    "SplitNnCoordinator": 200,
+    "TreeCoordinator": 300,
+    "Passive": 3000,
+    "SplitNnPassive": 200,
+    "TreePassive": 300,
+    "Active": 2400,
+}
 CKKS_QUOTA = 300
 MEMORY_BOUND = 32 << 20  # see test_memory_stays_bounded_over_new_messages
 SETTINGS = settings(
@@ -454,6 +464,8 @@ def _all_services(env: FuzzEnv, phase: int) -> None:
     _fuzz(env, "SplitNnCoordinator", _splitnn_coordinator_messages(), phase)
     _fuzz(env, "SplitNnPassive", _splitnn_passive_messages(), phase)
     _fuzz(env, "Active", _active_messages(env.common_ids), phase)
+    for service in ("TreeCoordinator", "TreePassive"):  # generic messages: tests/integration/test_tree_bad_input.py
+        _fuzz(env, service, {}, phase)  # drives a tree session by hand
 
 
 # ------------------------------------------------------------------------------------------------------ tests

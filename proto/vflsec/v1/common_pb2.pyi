@@ -91,12 +91,16 @@ class ReleaseStep(_message.Message):
     def __init__(self, name: _Optional[str] = ..., params: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ModelChoice(_message.Message):
-    __slots__ = ("lr", "splitnn")
+    __slots__ = ("lr", "splitnn", "tree", "forest")
     LR_FIELD_NUMBER: _ClassVar[int]
     SPLITNN_FIELD_NUMBER: _ClassVar[int]
+    TREE_FIELD_NUMBER: _ClassVar[int]
+    FOREST_FIELD_NUMBER: _ClassVar[int]
     lr: LrModel
     splitnn: SplitNnModel
-    def __init__(self, lr: _Optional[_Union[LrModel, _Mapping]] = ..., splitnn: _Optional[_Union[SplitNnModel, _Mapping]] = ...) -> None: ...
+    tree: TreeModel
+    forest: TreeModel
+    def __init__(self, lr: _Optional[_Union[LrModel, _Mapping]] = ..., splitnn: _Optional[_Union[SplitNnModel, _Mapping]] = ..., tree: _Optional[_Union[TreeModel, _Mapping]] = ..., forest: _Optional[_Union[TreeModel, _Mapping]] = ...) -> None: ...
 
 class LrModel(_message.Message):
     __slots__ = ()
@@ -135,3 +139,21 @@ class SplitNnModel(_message.Message):
     party: int
     passive_width: int
     def __init__(self, topology: _Optional[str] = ..., embedding: _Optional[int] = ..., bottom_hidden: _Optional[_Iterable[int]] = ..., top_hidden: _Optional[_Iterable[int]] = ..., activation: _Optional[str] = ..., dropout: _Optional[float] = ..., bottom_bias: _Optional[bool] = ..., top_bias: _Optional[bool] = ..., momentum: _Optional[float] = ..., schedule: _Optional[str] = ..., step_epochs: _Optional[int] = ..., gamma: _Optional[float] = ..., schedule_epochs: _Optional[int] = ..., party: _Optional[int] = ..., passive_width: _Optional[int] = ...) -> None: ...
+
+class TreeModel(_message.Message):
+    __slots__ = ("max_depth", "min_samples_leaf", "n_bins", "n_trees", "bootstrap", "feature_fraction", "party")
+    MAX_DEPTH_FIELD_NUMBER: _ClassVar[int]
+    MIN_SAMPLES_LEAF_FIELD_NUMBER: _ClassVar[int]
+    N_BINS_FIELD_NUMBER: _ClassVar[int]
+    N_TREES_FIELD_NUMBER: _ClassVar[int]
+    BOOTSTRAP_FIELD_NUMBER: _ClassVar[int]
+    FEATURE_FRACTION_FIELD_NUMBER: _ClassVar[int]
+    PARTY_FIELD_NUMBER: _ClassVar[int]
+    max_depth: int
+    min_samples_leaf: int
+    n_bins: int
+    n_trees: int
+    bootstrap: bool
+    feature_fraction: float
+    party: int
+    def __init__(self, max_depth: _Optional[int] = ..., min_samples_leaf: _Optional[int] = ..., n_bins: _Optional[int] = ..., n_trees: _Optional[int] = ..., bootstrap: _Optional[bool] = ..., feature_fraction: _Optional[float] = ..., party: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,541 @@
+"""The tree family's trainers (services/models/family.py): decision trees and random forests through the services.
+
+Growing (docs/trees.md; the roles of :mod:`.steps`, played as :mod:`.simulate` plays them in one process): the
+active party (label holder) drives node by node over its family links (services/transport/tree_links.py).
+
+1. Begin: every passive party fits its quantile bins on its own training columns and returns its bins per
+   feature (public); the coordinator's :class:`.steps.Builder` starts from every party's sizes.
+2. Per node: the coordinator names the node (rows, bootstrap weights, candidate features); the active party sends
+   its class totals; if the node is searched it encrypts the rows' class indicators for the passive parties, each
+   of which sends the coordinator its masked per-bin products ct×pt and their mask sums (one answer per
+   (party, node): :class:`.steps.KeyHolder`); the active party's own per-bin counts go to the coordinator in the
+   clear. The coordinator picks the Gini-best split and tells its owner, who keeps the threshold and returns the
+   partition of the node's rows (the children's rows, which everyone learns).
+
+Inference is the engines' family-agnostic path: a party's share has one column per possible split node
+(n_trees × (2^max_depth − 1)), 1 where a row goes left at a split it owns, 0 elsewhere; the coordinator decrypts
+only the masked sum of every party's share, routes each row (:func:`.steps.combine`) and gives the class (DT) or
+the vote fractions (RF) to the score-release chain. The coordinator thus learns each query's path, never a value.
+
+Release: the coordinator's skeleton (owners, features, bins, per-node class counts) and the passive thresholds the
+parameter-release chain lets through (``withhold`` keeps them at their owners); the active party adds its own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from vflsec.services.crypto import entropy, he
+from vflsec.services.errors import FailedPrecondition, InvalidArgument
+from vflsec.services.models.family import ActiveContext, PassiveContext, ReleasedModel, State, register
+
+from .binning import QuantileBins
+from .config import TreeConfig
+from .steps import ACTIVE, Builder, FeatureOwner, KeyHolder, LabelHolder, NodeKey, Split, Task, combine
+from .structure import Forest, Node, Tree, copy_tree
+
+ONE_STEP = 2**31 - 1  # the default batch: trees grow in one pass over every training row (TrainingConfig int32)
+MAX_SPLIT_COLUMNS = 4096  # inference shares have a column per possible split node: one ciphertext row's slots
+
+
+@dataclass(frozen=True)
+class TreeSettings:
+    """The shared :class:`.config.TreeConfig` and the receiving party's position (0: active; 1..P: passive)."""
+
+    config: TreeConfig
+    party: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.party, int) or self.party < 0:
+            raise ValueError(f"party must be a position >= 0, got {self.party!r}")
+        if self.split_columns > MAX_SPLIT_COLUMNS:
+            raise ValueError(
+                f"n_trees x (2^max_depth - 1) = {self.split_columns} split columns exceed {MAX_SPLIT_COLUMNS}, "
+                "the width of one inference share row"
+            )
+
+    @property
+    def split_columns(self) -> int:
+        return self.config.n_trees * (2**self.config.max_depth - 1)
+
+    def column(self, key: NodeKey) -> int:
+        """A split node's column in an inference share: internal heap indices lie below 2^max_depth − 1."""
+        return key[0] * (2**self.config.max_depth - 1) + key[1]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.config.to_dict(), "party": self.party}
+
+    @classmethod
+    def of(cls, values: Mapping[str, Any], kind: str) -> TreeSettings:
+        values = dict(values)
+        party = values.pop("party", 0)
+        if kind == "forest":
+            values = {"n_trees": 100, "max_depth": 3, "bootstrap": True, **values}
+        return cls(TreeConfig.from_dict({**values, "kind": kind}), party)
+
+
+# --- the released model as named tensors (what ReleaseModel carries and the curious plugin records) ---
+_KIND, _OWNER, _FEATURE, _BIN, _KNOWN, _THRESHOLD = range(6)
+
+
+def to_tensors(forest: Forest, depth: int) -> dict[str, np.ndarray]:
+    """``tree/nodes`` (T, 2^(depth+1) − 1, 6) per heap slot: kind (−1 absent, 0 leaf, 1 split), owner, feature,
+    bin (−1 unknown), threshold known (0/1), threshold; ``tree/counts`` (T, slots, K) training class counts."""
+    slots = 2 ** (depth + 1) - 1
+    nodes = np.zeros((len(forest.trees), slots, 6))
+    nodes[:, :, _KIND] = -1
+    counts = np.zeros((len(forest.trees), slots, forest.n_classes))
+    for t, tree in enumerate(forest.trees):
+        for node in tree.nodes():
+            row = nodes[t, node.node_id]
+            counts[t, node.node_id] = node.counts
+            row[_KIND] = 0 if node.is_leaf else 1
+            if not node.is_leaf:
+                row[_OWNER], row[_FEATURE] = node.owner, node.feature
+                row[_BIN] = -1 if node.bin is None else node.bin
+                row[_KNOWN], row[_THRESHOLD] = (0, 0.0) if node.threshold is None else (1, node.threshold)
+    return {"tree/nodes": nodes, "tree/counts": counts}
+
+
+def from_tensors(tensors: Mapping[str, np.ndarray], kind: str) -> Forest:
+    """The inverse of :func:`to_tensors` (ValueError on a malformed release)."""
+    nodes, counts = np.asarray(tensors["tree/nodes"]), np.asarray(tensors["tree/counts"])
+    if nodes.ndim != 3 or nodes.shape[2] != 6 or counts.shape[:2] != nodes.shape[:2] or counts.ndim != 3:
+        raise ValueError(f"released tree tensors have shapes {nodes.shape} and {counts.shape}")
+
+    def build(t: int, i: int) -> Node:
+        if i >= nodes.shape[1] or nodes[t, i, _KIND] < 0:
+            raise ValueError(f"tree {t} has no node {i} below a split")
+        row = nodes[t, i]
+        node = Node(i, counts[t, i].copy())
+        if row[_KIND] == 1:
+            node.owner, node.feature = int(row[_OWNER]), int(row[_FEATURE])
+            node.bin = None if row[_BIN] < 0 else int(row[_BIN])
+            node.threshold = float(row[_THRESHOLD]) if row[_KNOWN] else None
+            node.left, node.right = build(t, 2 * i + 1), build(t, 2 * i + 2)
+        return node
+
+    n_classes = counts.shape[2]
+    return Forest([Tree(build(t, 0), n_classes) for t in range(nodes.shape[0])], n_classes, kind)
+
+
+def indicator_layout(task: Task, n_classes: int, widest: int, slots: int) -> he.MatrixLayout:
+    """The layout :meth:`.steps.LabelHolder.encrypt` gives a node's indicators (the coordinator's own copy)."""
+    replicas = he.choose_replicas(task.rows.size, n_classes, max(widest, 1), slots)
+    return he.MatrixLayout.for_matrix((task.rows.size, n_classes), replicas, slots)
+
+
+def _shares(settings: TreeSettings, owner: FeatureOwner | None, x: np.ndarray) -> np.ndarray:
+    """A party's inference share: 1 where a row goes left at a split this party owns."""
+    share = np.zeros((x.shape[0], settings.split_columns))
+    for key, left in ({} if owner is None else owner.directions(x)).items():
+        share[:, settings.column(key)] = left
+    return share
+
+
+# --- family links (services/transport/tree_links.py): plain values in and out ---
+class KeyHolderLink(Protocol):
+    def begin(self, session_id: str, sample_index: np.ndarray, sizes: Sequence[Sequence[int]]) -> None: ...
+
+    def next_node(self, session_id: str) -> dict[str, Any] | None:
+        """The node to grow (:meth:`.steps.Task.to_json` form), None when every tree is grown."""
+        ...
+
+    def open_node(self, session_id: str, key: NodeKey, totals: np.ndarray) -> bool: ...
+
+    def submit_counts(self, session_id: str, key: NodeKey, products: list[bytes], mask_sums: np.ndarray) -> None: ...
+
+    def decide(self, session_id: str, key: NodeKey, counts: np.ndarray | None) -> tuple[int, int] | None:
+        """The active party's own split (feature, bin) if it won; None otherwise (a leaf, or a passive split)."""
+        ...
+
+    def partition(self, session_id: str, key: NodeKey, goes_left: np.ndarray) -> None: ...
+
+
+class PassiveLink(Protocol):
+    def begin(self, session_id: str, sample_index: np.ndarray) -> list[int]: ...
+
+    def node_counts(self, session_id: str, task: Mapping[str, Any], indicators: he.WireMatrix) -> None: ...
+
+
+def _tree_link(link: Any) -> Any:
+    return link.tree  # the family's link beside the engine's (services/transport/links.py)
+
+
+@dataclass
+class TreeActive:
+    """The label holder: drives growing node by node; answers its own splits at inference."""
+
+    name: str
+    settings: TreeSettings
+    n_classes: int
+    owner: FeatureOwner | None = None
+    scores_locally = False
+
+    @property
+    def share_width(self) -> int:
+        return self.settings.split_columns
+
+    def train_step(self, ctx: ActiveContext, index: np.ndarray) -> None:
+        if self.owner is not None:
+            raise FailedPrecondition(
+                f"a {self.name} is grown once, in one pass over its training rows: train with epochs=1 and the "
+                "default batch (every row)"
+            )
+        index = np.sort(index)  # the rows' order is the session's, not a batch shuffle's
+        key_holder: KeyHolderLink = _tree_link(ctx.key_holder)
+        passives: dict[str, PassiveLink] = {party: _tree_link(link) for party, link in ctx.passives.items()}
+        position = {party: p for p, party in enumerate(passives, start=1)}
+        owner = FeatureOwner.fit(ACTIVE, ctx.features(index), self.settings.config)
+        labels = LabelHolder(ctx.labels(index), self.n_classes)
+        sizes = [owner.bins.sizes, *ctx.each_passive(lambda party, link: link.tree.begin(ctx.session_id, index))]
+        key_holder.begin(ctx.session_id, index, sizes)
+        self.owner = owner
+        while (node := key_holder.next_node(ctx.session_id)) is not None:
+            task = Task.from_json(node)
+            if not key_holder.open_node(ctx.session_id, task.key, labels.totals(task)):
+                continue
+            indicators = labels.indicators(task)
+            searched = [party for party in passives if position[party] in task.features]
+            if searched:
+                widest = max(sum(sizes[position[p]][f] for f in task.features[position[p]]) for p in searched)
+                sent = he.matrix_to_wire(ctx.backend, labels.encrypt(ctx.backend, task, widest))  # serialised once
+                futures = [ctx.spawn(passives[p].node_counts, ctx.session_id, node, sent) for p in searched]
+                for future in futures:
+                    future.result()
+            own = owner.plain_counts(task, indicators) if ACTIVE in task.features else None
+            split = key_holder.decide(ctx.session_id, task.key, own)
+            if split is not None:
+                key_holder.partition(ctx.session_id, task.key, owner.apply_split(task, *split))
+
+    def inference_share(self, x: np.ndarray) -> np.ndarray:
+        return _shares(self.settings, self.owner, x)
+
+    def released(self, key_holder_tensors: Mapping[str, np.ndarray]) -> ReleasedModel:
+        """The coordinator's release with this party's own thresholds filled in."""
+        try:
+            forest = from_tensors(key_holder_tensors, self.settings.config.kind)
+        except (KeyError, ValueError) as exc:
+            raise FailedPrecondition(f"the coordinator released no readable {self.name}: {exc}") from exc
+        own = {} if self.owner is None else self.owner.thresholds()
+        for t, tree in enumerate(forest.trees):
+            for node in tree.splits():
+                if node.owner == ACTIVE:
+                    node.threshold = own.get((t, node.node_id))
+        return ReleasedModel(self.name, to_tensors(forest, self.settings.config.max_depth))
+
+    def to_state(self) -> State:
+        return {}, {"tree": _meta(self.settings, self.n_classes, self.owner)}
+
+
+@dataclass
+class TreePassive:
+    """A passive party's bins and the thresholds of the splits it won (they stay here unless released)."""
+
+    name: str
+    settings: TreeSettings
+    n_classes: int
+    owner: FeatureOwner | None = None
+    # Nodes this party sent products for, with their rows: the coordinator's ApplySplit is answered once for each
+    # and only for those rows, so that no one can have it compare other rows or features at will.
+    searched: dict[NodeKey, list[int]] = field(default_factory=dict)
+    output_in_the_clear = False
+
+    @property
+    def share_width(self) -> int:
+        return self.settings.split_columns
+
+    def begin(self, x_train: np.ndarray) -> list[int]:
+        if self.owner is not None:
+            raise FailedPrecondition(f"this party's bins are fitted already: a {self.name} is grown once")
+        self.owner = FeatureOwner(self.settings.party, QuantileBins.fit(x_train, self.settings.config.n_bins), x_train)
+        return self.owner.bins.sizes
+
+    def node_products(
+        self, ctx: PassiveContext, node: Mapping[str, Any], indicators: he.EncryptedMatrix
+    ) -> tuple[list[bytes], np.ndarray]:
+        """Masked [[indicators ⊙ bin indicators]] of the node's candidate features and their mask sums, for the
+        coordinator (the engine sends them outside the session lock)."""
+        owner, task = self._owner(), self._task(node)
+        if self.settings.party not in task.features:
+            raise InvalidArgument(f"node {task.key} has no candidate feature of party {self.settings.party}")
+        if indicators.shape[1] != self.n_classes:
+            raise InvalidArgument(f"indicators have {indicators.shape[1]} columns, the session {self.n_classes}")
+        products, mask_sums = owner.masked_products(ctx.backend, indicators, task, entropy.os_entropy())
+        self.searched[task.key] = task.rows.tolist()
+        return [ctx.backend.serialize(ct) for ct in products], mask_sums
+
+    def apply_split(self, node: Mapping[str, Any], feature: int, bin_index: int) -> np.ndarray:
+        """Keep the split of the coordinator's node; which of its rows go left."""
+        task = self._task(node)
+        if self.searched.get(task.key) != task.rows.tolist() or task.key in self._owner().splits:
+            raise FailedPrecondition(f"node {task.key}: no products of these rows were sent from here, or it is split")
+        return self._owner().apply_split(task, feature, bin_index)
+
+    def _task(self, node: Mapping[str, Any]) -> Task:
+        """A node as a sender named it: distinct training rows, this party's features, sane weights."""
+        task, owner = Task.from_json(dict(node)), self._owner()
+        n_rows = owner.train_bins.shape[0]  # type: ignore[union-attr]
+        rows, weights = task.rows, task.weights
+        if rows.size == 0 or rows.min() < 0 or rows.max() >= n_rows or np.unique(rows).size != rows.size:
+            raise InvalidArgument(f"node {task.key} must name distinct training rows in [0, {n_rows})")
+        if weights.shape != rows.shape or not (np.isfinite(weights).all() and weights.min() > 0):
+            raise InvalidArgument(f"node {task.key} needs a positive finite weight per row")
+        own = task.features.get(self.settings.party, ())
+        if any(not 0 <= f < owner.bins.n_features for f in own) or len(set(own)) != len(own):
+            raise InvalidArgument(f"node {task.key} names features party {self.settings.party} does not have")
+        return task
+
+    def thresholds(self) -> dict[NodeKey, float]:
+        return self._owner().thresholds()
+
+    def _owner(self) -> FeatureOwner:
+        if self.owner is None or self.owner.train_bins is None:
+            raise FailedPrecondition("this party's bins are not fitted: the active party must Begin first")
+        return self.owner
+
+    def inference_share(self, x: np.ndarray) -> np.ndarray:
+        return _shares(self.settings, self.owner, x)
+
+    def releasable(self) -> dict[str, np.ndarray]:
+        return {}  # thresholds are disclosed through DiscloseThresholds, under the parameter-release chain
+
+    def to_state(self) -> State:
+        searched = [[*key, rows] for key, rows in self.searched.items()]
+        return {}, {"tree": {**_meta(self.settings, self.n_classes, self.owner), "searched": searched}}
+
+
+@dataclass
+class TreeKeyHolder:
+    """The coordinator: the Builder (node queue, Gini split choice, skeleton) and the one-answer-per-node key use."""
+
+    name: str
+    settings: TreeSettings
+    n_classes: int
+    n_passive: int
+    builder: Builder | None = None
+    answered: set[tuple[int, int, int]] = field(default_factory=set)  # (party, tree, node): KeyHolder.answered
+    counts: dict[int, np.ndarray] = field(default_factory=dict)  # the current node's opened per-bin counts
+    pending: Split | None = None  # the current node's split, until its owner's partition arrives
+
+    @property
+    def share_width(self) -> int:
+        return self.settings.split_columns
+
+    def begin(self, n_rows: int, sizes: Sequence[Sequence[int]]) -> None:
+        if self.builder is not None:
+            raise FailedPrecondition(f"this session's {self.name} is grown already (once per session)")
+        if len(sizes) != 1 + self.n_passive or any(not s or min(s) < 1 for s in sizes):
+            raise InvalidArgument(f"bins per feature must be given for all {1 + self.n_passive} parties, each >= 1")
+        try:
+            self.builder = Builder(self.settings.config, self.n_classes, n_rows, sizes)
+        except ValueError as exc:
+            raise InvalidArgument(str(exc)) from exc
+
+    def _builder(self) -> Builder:
+        if self.builder is None:
+            raise FailedPrecondition("growing has not begun (Begin)")
+        return self.builder
+
+    def next_node(self) -> dict[str, Any] | None:
+        task = self._builder().next_task()
+        return None if task is None else task.to_json()
+
+    def current(self, key: NodeKey) -> dict[str, Any]:
+        """The node being grown, as the coordinator holds it (what its split's owner partitions)."""
+        return self._task(key).to_json()
+
+    def _task(self, key: NodeKey) -> Task:
+        task = self._builder().next_task()
+        if task is None or task.key != tuple(key):
+            raise FailedPrecondition(f"node {tuple(key)} is not the node being grown")
+        return task
+
+    def open_node(self, key: NodeKey, totals: np.ndarray) -> bool:
+        task = self._task(key)
+        if self._builder()._nodes.get(task.key) is not None:
+            raise FailedPrecondition(f"node {task.key} is open already")
+        self.counts, self.pending = {}, None
+        return self._builder().open(task, totals)
+
+    def _searched(self, key: NodeKey) -> Task:
+        task = self._task(key)
+        if task.key not in self._builder()._nodes:
+            raise FailedPrecondition(f"node {task.key} is not open (OpenNode first)")
+        return task
+
+    def submit_counts(
+        self, keys: he.Backend, party: int, key: NodeKey, products: Sequence[bytes], mask_sums: np.ndarray
+    ) -> None:
+        """Open a passive party's masked products for the current node: once per (party, node), at the width and
+        indicator layout the coordinator derives itself."""
+        task = self._searched(key)
+        if party not in task.features:
+            raise FailedPrecondition(f"party {party} has no candidate feature at node {task.key}")
+        builder = self._builder()
+        widest = max(builder.width(task, p) for p in task.features if p != ACTIVE)
+        layout = indicator_layout(task, self.n_classes, widest, keys.slots)
+        opener = KeyHolder(keys)
+        opener.answered = self.answered
+        self.counts[party] = opener.open_counts(party, task, builder.width(task, party), layout, products, mask_sums)
+
+    def decide(self, key: NodeKey, own: np.ndarray | None) -> Split | None:
+        task = self._searched(key)
+        if self.pending is not None:
+            raise FailedPrecondition(f"node {task.key} is decided already: its owner's partition is due")
+        missing = [p for p in task.features if p != ACTIVE and p not in self.counts]
+        if missing:
+            raise FailedPrecondition(f"node {task.key}: no per-bin counts from party {missing[0]} yet")
+        counts = dict(self.counts)
+        if ACTIVE in task.features:
+            if own is None:
+                raise InvalidArgument(f"node {task.key} has active candidate features: their counts are due")
+            counts[ACTIVE] = own
+        self.pending = self._builder().decide(task, counts)
+        return self.pending
+
+    def apply(self, key: NodeKey, goes_left: np.ndarray, owner: int) -> None:
+        task = self._searched(key)
+        if self.pending is None or self.pending.owner != owner:
+            raise FailedPrecondition(f"node {task.key} has no split of party {owner} to apply")
+        self._builder().apply(task, self.pending, goes_left)
+        self.counts, self.pending = {}, None
+
+    def forest(self) -> Forest:
+        return self._builder().forest()
+
+    def scores(self, aggregate: np.ndarray) -> np.ndarray:
+        """Route every row by the decrypted sum of the parties' direction bits: (n, K) class / vote fractions."""
+        bits = np.rint(aggregate)
+        if not np.isin(bits, (0.0, 1.0)).all() or np.abs(aggregate - bits).max(initial=0) > 0.25:
+            raise InvalidArgument("the parties' inference shares do not sum to one direction bit per split node")
+        forest = self.forest()
+        directions: dict[int, dict[NodeKey, np.ndarray]] = {}
+        for t, tree in enumerate(forest.trees):
+            for node in tree.splits():
+                key = (t, node.node_id)
+                directions.setdefault(node.owner, {})[key] = bits[:, self.settings.column(key)] == 1  # type: ignore[arg-type]
+        return combine(forest, directions, bits.shape[0])
+
+    def released(self) -> dict[str, np.ndarray]:
+        """The skeleton alone (owners, features, bins, counts): passive thresholds come through
+        :meth:`released_with`, under the parameter-release chain."""
+        return self.released_with({})
+
+    def released_with(self, thresholds: Mapping[int, Mapping[NodeKey, float] | None]) -> dict[str, np.ndarray]:
+        """The skeleton with the passive thresholds their owners disclosed (None: withheld, and their bins too)."""
+        skeleton = self.forest()
+        forest = Forest([copy_tree(t) for t in skeleton.trees], skeleton.n_classes, skeleton.kind)
+        for t, tree in enumerate(forest.trees):
+            for node in tree.splits():
+                if node.owner == ACTIVE:
+                    continue
+                disclosed = thresholds.get(node.owner)  # type: ignore[arg-type]
+                if disclosed is None:
+                    node.bin = None
+                elif (t, node.node_id) not in disclosed:
+                    raise FailedPrecondition(f"party {node.owner} disclosed no threshold at {(t, node.node_id)}")
+                else:
+                    node.threshold = float(disclosed[(t, node.node_id)])
+        return to_tensors(forest, self.settings.config.max_depth)
+
+    def to_state(self) -> State:
+        meta = {
+            "settings": self.settings.to_dict(),
+            "n_classes": self.n_classes,
+            "n_passive": self.n_passive,
+            "answered": sorted(self.answered),
+            "counts": {str(p): c.tolist() for p, c in self.counts.items()},
+            "pending": None if self.pending is None else list(self.pending.__dict__.values()),
+        }
+        if self.builder is not None:
+            meta["builder"] = json.loads(self.builder.to_state())
+            meta["rows"], meta["sizes"] = self.builder.n_rows, self.builder.bin_sizes
+        return {}, {"tree": meta}
+
+
+def _meta(settings: TreeSettings, n_classes: int, owner: FeatureOwner | None) -> dict[str, Any]:
+    return {
+        "settings": settings.to_dict(),
+        "n_classes": n_classes,
+        "owner": None if owner is None else owner.to_state().decode(),
+    }
+
+
+def _restore_owner(meta: Mapping[str, Any]) -> tuple[TreeSettings, int, FeatureOwner | None]:
+    values = dict(meta["settings"])
+    settings = TreeSettings(TreeConfig.from_dict({k: v for k, v in values.items() if k != "party"}), values["party"])
+    owner = None if meta["owner"] is None else FeatureOwner.from_state(meta["owner"].encode())
+    return settings, meta["n_classes"], owner
+
+
+class TreeFamily:
+    """``tree`` (one CART tree) and ``forest`` (a random forest): one family, registered under both names."""
+
+    releases_passive_blocks = False
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @staticmethod
+    def block_width(n_features: int, *, active: bool) -> int:
+        return n_features
+
+    @staticmethod
+    def min_batch_size(widths: Iterable[int]) -> int:
+        return 1  # no gradient leaves anyone: the per-bin counts stay at the coordinator
+
+    @staticmethod
+    def default_batch_size(widths: Iterable[int]) -> int:
+        return ONE_STEP
+
+    @staticmethod
+    def answers_per_step(widths: Iterable[int], n_classes: int) -> int:
+        # The opened per-bin counts never leave the coordinator (only the winning split does); a stand-in as LR's.
+        return sum(widths) * max(n_classes - 1, 1)
+
+    def settings(self, values: Mapping[str, Any]) -> TreeSettings:
+        return TreeSettings.of(values, self.name)
+
+    def new_active(
+        self, n_classes: int, n_features: int, settings: TreeSettings, passive_features: Sequence[int] = ()
+    ) -> TreeActive:
+        return TreeActive(self.name, TreeSettings(settings.config, ACTIVE), n_classes)
+
+    def restore_active(self, state: State) -> TreeActive:
+        return TreeActive(self.name, *_restore_owner(state[1]["tree"]))
+
+    def new_passive(self, n_classes: int, n_features: int, settings: TreeSettings) -> TreePassive:
+        if settings.party < 1:
+            raise ValueError("a passive party's position must be >= 1")
+        return TreePassive(self.name, settings, n_classes)
+
+    def restore_passive(self, state: State) -> TreePassive:
+        meta = state[1]["tree"]
+        searched = {(t, i): rows for t, i, rows in meta.get("searched", [])}
+        return TreePassive(self.name, *_restore_owner(meta), searched=searched)
+
+    def new_key_holder(self, n_classes: int, passive_parties: Sequence[str], settings: TreeSettings) -> TreeKeyHolder:
+        return TreeKeyHolder(self.name, TreeSettings(settings.config, ACTIVE), n_classes, len(passive_parties))
+
+    def restore_key_holder(self, state: State) -> TreeKeyHolder:
+        meta = state[1]["tree"]
+        settings, n_classes, _ = _restore_owner({**meta, "owner": None})
+        holder = TreeKeyHolder(self.name, settings, n_classes, meta["n_passive"])
+        holder.answered = {tuple(k) for k in meta["answered"]}  # type: ignore[misc]
+        holder.counts = {int(p): np.asarray(c) for p, c in meta["counts"].items()}
+        holder.pending = None if meta["pending"] is None else Split(*meta["pending"])
+        if "builder" in meta:
+            holder.builder = Builder.from_state(
+                json.dumps(meta["builder"]).encode(), settings.config, n_classes, meta["rows"], meta["sizes"]
+            )
+        return holder
+
+
+TREE = register(TreeFamily("tree"))
+FOREST = register(TreeFamily("forest"))
