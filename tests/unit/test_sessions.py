@@ -76,5 +76,6 @@ def test_families_are_found_by_name() -> None:
     assert lr.new_key_holder(5, ["p"], lr.settings({})).share_width == 5
     assert family.get("splitnn").name == "splitnn"
     assert lr.block_width(4, active=True) == 5 and lr.block_width(4, active=False) == 4
-    with pytest.raises(ValueError, match="unknown model family 'forest'"):
-        family.get("forest")
+    assert family.get("tree").name == "tree" and family.get("forest").name == "forest"
+    with pytest.raises(ValueError, match="unknown model family 'gbdt'"):
+        family.get("gbdt")
