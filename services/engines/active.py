@@ -266,9 +266,15 @@ class ActiveParty:
             ]
             smallest = family.min_batch_size(widths)
             batch_size = training.batch_size or family.default_batch_size(widths)
+            announced = [r.output_width for r in joined]
+            if any(announced):  # each passive party's own output width (split-NN active-top), for our top model
+                try:
+                    settings = family.settings({**values, "passive_widths": announced})
+                except ValueError as exc:
+                    self._close_joined(session_id)
+                    raise FailedPrecondition(f"the passive parties' announced output widths: {exc}") from exc
             if batch_size < smallest:
-                self._each_passive(lambda party, client: client.close(session_id))
-                self.coordinator.close(session_id)
+                self._close_joined(session_id)
                 raise InvalidArgument(
                     f"batch_size {batch_size} is below the minimum batch {smallest} for these "
                     f"parties (2 x the widest block, {max(widths)} columns); the smallest accepted value is "
@@ -323,6 +329,11 @@ class ActiveParty:
             },
         )
         return s
+
+    def _close_joined(self, session_id: str) -> None:
+        """Undo a session refused after every party joined it."""
+        self._each_passive(lambda party, client: client.close(session_id))
+        self.coordinator.close(session_id)
 
     # --- alignment ---
     def align(self, session_id: str) -> list[str]:
