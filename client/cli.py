@@ -232,6 +232,7 @@ def demo(
     ),
     release: opt.Release = None,
     param_release: opt.ParamRelease = None,
+    embedding_release: opt.EmbeddingRelease = None,
     workdir: Annotated[Path | None, typer.Option(help="Keep configs, certificates and logs here.")] = None,
     as_json: opt.Json = False,
 ) -> None:
@@ -267,6 +268,7 @@ def demo(
         seed=seed,
         scaling=scaling,
         allow_plain=compare_plain,  # the comparison run is a plain session
+        embedding_release=opt.embedding_steps(embedding_release),
     )
     if backend == "plain" or compare_plain:
         note = "note: the coordinator allows the plain backend for this demo ([policy] allowed_backends)"
@@ -511,6 +513,7 @@ def attack(
     windows: Annotated[int, typer.Option(min=1, help="Average over this many cyclic windows of passive columns.")] = 1,
     release: opt.Release = None,
     param_release: opt.ParamRelease = None,
+    embedding_release: opt.EmbeddingRelease = None,
     markdown: Annotated[Path | None, typer.Option(help="Also write the table as markdown here.")] = None,
     as_json: opt.Json = False,
 ) -> None:
@@ -521,12 +524,14 @@ def attack(
 
     from vflsec.client.harness import (
         MSE_SCOPES,
+        YE_COLUMN,
         AttackScenario,
         check_attack_options,
         default_attacks,
         headline,
         markdown_table,
         run_attack_scenario,
+        ye_accuracy_cell,
     )
     from vflsec.services.attacks import ATTACKS
 
@@ -558,6 +563,7 @@ def attack(
         early_stopping_patience=early_stopping_patience,
         validation_fraction=validation_fraction,
         seed=seed,
+        embedding_release=opt.embedding_steps(embedding_release),
     )
     if mse_scope not in MSE_SCOPES:
         _fail(f"--mse-scope must be one of {', '.join(MSE_SCOPES)}, got {mse_scope!r}")
@@ -582,16 +588,18 @@ def attack(
         f"n = {report['n_samples']}, accuracy = {report['accuracy']:.4f}, "
         f"majority class {report['majority_rate']:.4f})"
     )
-    for column in ("attack", "MSE (clipped)", "raw MSE", "seconds"):
+    ye = any("ye_accuracy" in r for r in report["attacks"].values())  # ye's binary-feature measure, when it ran
+    for column in ("attack", "MSE (clipped)", "raw MSE", "seconds", *([YE_COLUMN] if ye else [])):
         table.add_column(column)
     for name, mse in report["baselines"].items():
-        table.add_row(f"{name} (baseline)", f"{mse:.6g}", "", "")
+        table.add_row(f"{name} (baseline)", f"{mse:.6g}", "", "", *([""] if ye else []))
     for name, r in report["attacks"].items():
         label = f"{name} (aware)" if r.get("aware") else name
         if "not_applicable" in r:
-            table.add_row(label, f"n/a: {r['not_applicable']}", "", "")
+            table.add_row(label, f"n/a: {r['not_applicable']}", "", "", *([""] if ye else []))
         else:
-            table.add_row(label, f"{r['mse_clipped']:.6g}", f"{r['mse']:.6g}", f"{r['seconds']:.3f}")
+            cells = (f"{r['mse_clipped']:.6g}", f"{r['mse']:.6g}", f"{r['seconds']:.3f}")
+            table.add_row(label, *cells, *([ye_accuracy_cell(r)] if ye else []))
     console.print(table)
     if "strongest" in report:
         console.print(headline(report))
