@@ -677,6 +677,26 @@ def bench_attacks(as_json: opt.Json = False) -> None:
         typer.echo(json.dumps(result))
 
 
+@bench_app.command("embedding")
+def bench_embedding(
+    sample: Annotated[
+        int | None,
+        typer.Option("--sample", min=2, metavar="N", help="A seeded sample of N rows (default: all of Bank, 41,188)."),
+    ] = None,
+    epochs: opt.Epochs = 3,
+    runs: Annotated[int, typer.Option(min=1, help="Sessions per defense, interleaved (a fresh PRF key each).")] = 3,
+    as_json: opt.Json = False,
+) -> None:
+    """A passive party's embedding defenses side by side (split-NN active-top, Bank, through the real services):
+    epoch time and its ratio to none, test accuracy mean and spread, for none / masquerade m=1 / masquerade at
+    m=⌈log₂ n⌉ / embedding noise."""
+    from vflsec.client.bench_embedding import run
+
+    result = run(rows=sample, epochs=epochs, runs=runs, log=lambda line: typer.echo(line, err=as_json))
+    if as_json:
+        typer.echo(json.dumps(result))
+
+
 @bench_app.command("plugin")
 def bench_plugin(
     rows: opt.Rows = 30000,

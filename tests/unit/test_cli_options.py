@@ -110,7 +110,7 @@ def test_passive_features_parser(value, parsed) -> None:
     ("values", "steps"),
     [
         (["masquerade:m=1,embedding_noise:sigma=0.01"], ["masquerade:m=1", "embedding_noise:sigma=0.01"]),
-        (["masquerade:m=2,rank=3", "embedding_noise:sigma=0.1"], ["masquerade:m=2,rank=3", "embedding_noise:sigma=0.1"]),  # noqa: E501
+        (["masquerade:m=2,rank=3", "embedding_noise:sigma=1"], ["masquerade:m=2,rank=3", "embedding_noise:sigma=1"]),
         (["masquerade"], ["masquerade"]),
         (None, []),
     ],
