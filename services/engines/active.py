@@ -266,13 +266,17 @@ class ActiveParty:
             ]
             smallest = family.min_batch_size(widths)
             batch_size = training.batch_size or family.default_batch_size(widths)
+            passive_features = [r.n_features for r in joined]
             announced = [r.output_width for r in joined]
             if any(announced):  # each passive party's own output width (split-NN active-top), for our top model
                 try:
                     settings = family.settings({**values, "passive_widths": announced})
+                    trainer = family.new_active(self.n_classes, d, settings, passive_features)
                 except ValueError as exc:
                     self._close_joined(session_id)
                     raise FailedPrecondition(f"the passive parties' announced output widths: {exc}") from exc
+            else:
+                trainer = family.new_active(self.n_classes, d, settings, passive_features)
             if batch_size < smallest:
                 self._close_joined(session_id)
                 raise InvalidArgument(
@@ -294,7 +298,7 @@ class ActiveParty:
                 n_classes=self.n_classes,
                 training=training,
                 family=family.name,
-                trainer=family.new_active(self.n_classes, d, settings, [r.n_features for r in joined]),
+                trainer=trainer,
                 passive_features={party: r.n_features for party, r in zip(self.passives, joined, strict=True)},
                 score_release=list(reply.score_release),
                 param_release=list(reply.param_release),

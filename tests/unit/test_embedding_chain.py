@@ -85,3 +85,13 @@ def test_the_active_party_builds_its_top_on_the_announced_widths() -> None:
         FAMILY.settings({"topology": "active-top", "passive_width": 8, "passive_widths": [14]})
     with pytest.raises(ValueError, match="active-top only"):
         FAMILY.settings({"passive_widths": [14]})
+
+
+def test_an_announced_width_beyond_what_a_defense_can_need_is_refused() -> None:
+    from vflsec.services.models.splitnn.trainers import FAMILY
+
+    for width in (7, 8 + 128 + 1):  # below max(d_p, 8); wider than masquerade's largest m adds
+        with pytest.raises(ValueError, match=f"announced a z_p width of {width}"):
+            FAMILY.new_active(2, 3, FAMILY.settings({"topology": "active-top", "passive_widths": [width]}), [5])
+    wide = FAMILY.settings({"topology": "active-top", "passive_widths": [300]})
+    assert FAMILY.new_active(2, 3, wide, [300]).output_widths() == [300]  # d_p = 300: its own default width

@@ -24,6 +24,9 @@ Activation = Literal["relu", "tanh", "sigmoid"]
 TOPOLOGIES: tuple[str, ...] = get_args(Topology)
 ACTIVATIONS: tuple[str, ...] = get_args(Activation)
 MIN_PASSIVE_WIDTH = 8  # active-top default passive width is max(d_B, MIN_PASSIVE_WIDTH) (clarifications.md)
+# A passive party's embedding defense widens its default z_p by at most this many columns (masquerade's m <= 128,
+# services/defenses/embeddings.py): a wider announcement is refused before the active party builds on it.
+MAX_WIDENING = 128
 
 @dataclass(frozen=True)
 class SplitNNConfig(DictForm):
@@ -99,6 +102,13 @@ class SplitNNConfig(DictForm):
                 f"a passive party announced a z_p width in {self.passive_widths}, but the session fixed "
                 f"passive_width = {self.passive_width}"
             )
+        elif self.passive_width is None and len(self.passive_widths) == self.n_passive:
+            for d_p, w in zip(self.features[1:], self.passive_widths, strict=True):
+                if not max(d_p, MIN_PASSIVE_WIDTH) <= w <= max(d_p, MIN_PASSIVE_WIDTH) + MAX_WIDENING:
+                    yield (
+                        f"a passive party of {d_p} features announced a z_p width of {w}, outside "
+                        f"[max(d_p, {MIN_PASSIVE_WIDTH}), that + {MAX_WIDENING}]"
+                    )
         if self.activation not in ACTIVATIONS:
             yield f"activation must be one of {', '.join(ACTIVATIONS)}, got {self.activation!r}"
         if not (isinstance(self.dropout, int | float) and math.isfinite(self.dropout) and 0 <= self.dropout < 1):

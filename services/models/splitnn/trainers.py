@@ -86,8 +86,8 @@ class SplitNNSettings(DictForm):
                 "use the constant schedule (schedules run in-process, services/models/splitnn/simulate.py)"
             )
         self.view(1, 2)  # validates the architecture
-        if self.passive_widths:
-            self.network((1,) * (len(self.passive_widths) + 1), 2)
+        if self.passive_widths:  # their own checks (the bounds against each d_p run where the widths are known)
+            self.network((1, *self.passive_widths), 2)
 
     @property
     def optim(self) -> OptimizerConfig:
