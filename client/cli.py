@@ -604,6 +604,10 @@ def attack(
     if "strongest" in report:
         console.print(headline(report))
     console.print(f"batch size {report['batch_size']}: {report['batch_size_note']}")
+    if report.get("embedding_release"):  # the width follows the defense when the session leaves it free
+        steps = ", ".join(f"{n}:" + ",".join(f"{k}={v}" for k, v in p.items()) for n, p in report["embedding_release"])
+        width = report["embedding_width"]
+        console.print(f"passive embedding defense {steps}: z_p {width} wide, as the party announced")
     scope = "the queried rows" if report["mse_scope"] == "queried" else "the training and the queried rows"
     console.print(f"MSE scope {report['mse_scope']}: over {scope} ({report['n_samples']} samples)")
     _print_early_stopping(report, console)
@@ -683,7 +687,7 @@ def bench_embedding(
         int | None,
         typer.Option("--sample", min=2, metavar="N", help="A seeded sample of N rows (default: all of Bank, 41,188)."),
     ] = None,
-    epochs: opt.Epochs = 3,
+    epochs: opt.Epochs = 10,
     runs: Annotated[int, typer.Option(min=1, help="Sessions per defense, interleaved (a fresh PRF key each).")] = 3,
     as_json: opt.Json = False,
 ) -> None:

@@ -432,6 +432,7 @@ def score_run(scenario: AttackScenario, run: ScenarioRun, log: Callable[[str], N
     report["topology"] = spec.topology if spec.model == "splitnn" else None
     if obs.embedding_chain:  # the passive parties' own defenses, as announced to (and recorded by) the active party
         report["embedding_release"] = [[name, dict(params)] for name, params in obs.embedding_chain]
+        report["embedding_width"] = None if obs.embeddings is None else int(obs.embeddings.shape[1])
     return report
 
 

@@ -100,6 +100,8 @@ def test_a_passive_masquerade_from_the_cli_is_announced_and_ye_accuracy_is_table
     assert code == 0, out
     report = report_of(out)
     assert report["embedding_release"] == [["masquerade", {"m": "1"}]]  # what the active party was told
+    assert report["embedding_width"] == 8  # rank d_B − 1 = 4 plus 1 bit fits the default max(d_B, 8)
+    assert "passive embedding defense masquerade:m=1: z_p 8 wide" in out
     assert "ye accuracy" in out  # the table's column, beside the MSE
     for name in ("ye_alg2", "ye_adaptive"):
         r = report["attacks"][name]
