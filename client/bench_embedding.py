@@ -92,7 +92,7 @@ def _session(
 
 
 def run(
-    rows: int | None = None, epochs: int = 3, runs: int = 3, seed: int = 0, log: Callable[[str], None] = print
+    rows: int | None = None, epochs: int = 10, runs: int = 3, seed: int = 0, log: Callable[[str], None] = print
 ) -> dict[str, Any]:
     ds, passive = bench_dataset(rows, seed)
     chains = defenses(ds.n_samples)
