@@ -270,6 +270,7 @@ def demo(
     ] = "standard",
     release: opt.Release = None,
     param_release: opt.ParamRelease = None,
+    embedding_release: opt.EmbeddingRelease = None,
     workdir: Annotated[Path | None, typer.Option(help="Keep configs, certificates and logs here.")] = None,
     as_json: opt.Json = False,
 ) -> None:
@@ -307,6 +308,7 @@ def demo(
         seed=seed,
         scaling=scaling,
         allow_plain=compare_plain,  # the comparison run is a plain session
+        embedding_release=opt.embedding_steps(embedding_release),
     )
     spec = _scaling_within_bound(ctx, spec, console)
     if backend == "plain" or compare_plain:
@@ -554,6 +556,7 @@ def attack(
     windows: Annotated[int, typer.Option(min=1, help="Average over this many cyclic windows of passive columns.")] = 1,
     release: opt.Release = None,
     param_release: opt.ParamRelease = None,
+    embedding_release: opt.EmbeddingRelease = None,
     markdown: Annotated[Path | None, typer.Option(help="Also write the table as markdown here.")] = None,
     as_json: opt.Json = False,
 ) -> None:
@@ -564,12 +567,14 @@ def attack(
 
     from vflsec.client.harness import (
         MSE_SCOPES,
+        YE_COLUMN,
         AttackScenario,
         check_attack_options,
         default_attacks,
         headline,
         markdown_table,
         run_attack_scenario,
+        ye_accuracy_cell,
     )
     from vflsec.services.attacks import ATTACKS
 
@@ -603,6 +608,7 @@ def attack(
         early_stopping_patience=early_stopping_patience,
         validation_fraction=validation_fraction,
         seed=seed,
+        embedding_release=opt.embedding_steps(embedding_release),
     )
     if mse_scope not in MSE_SCOPES:
         _fail(f"--mse-scope must be one of {', '.join(MSE_SCOPES)}, got {mse_scope!r}")
@@ -627,20 +633,26 @@ def attack(
         f"n = {report['n_samples']}, accuracy = {report['accuracy']:.4f}, "
         f"majority class {report['majority_rate']:.4f})"
     )
-    for column in ("attack", "MSE (clipped)", "raw MSE", "seconds"):
+    ye = any("ye_accuracy" in r for r in report["attacks"].values())  # ye's binary-feature measure, when it ran
+    for column in ("attack", "MSE (clipped)", "raw MSE", "seconds", *([YE_COLUMN] if ye else [])):
         table.add_column(column)
     for name, mse in report["baselines"].items():
-        table.add_row(f"{name} (baseline)", f"{mse:.6g}", "", "")
+        table.add_row(f"{name} (baseline)", f"{mse:.6g}", "", "", *([""] if ye else []))
     for name, r in report["attacks"].items():
         label = f"{name} (aware)" if r.get("aware") else name
         if "not_applicable" in r:
-            table.add_row(label, f"n/a: {r['not_applicable']}", "", "")
+            table.add_row(label, f"n/a: {r['not_applicable']}", "", "", *([""] if ye else []))
         else:
-            table.add_row(label, f"{r['mse_clipped']:.6g}", f"{r['mse']:.6g}", f"{r['seconds']:.3f}")
+            cells = (f"{r['mse_clipped']:.6g}", f"{r['mse']:.6g}", f"{r['seconds']:.3f}")
+            table.add_row(label, *cells, *([ye_accuracy_cell(r)] if ye else []))
     console.print(table)
     if "strongest" in report:
         console.print(headline(report))
     console.print(f"batch size {report['batch_size']}: {report['batch_size_note']}")
+    if report.get("embedding_release"):  # the width follows the defense when the session leaves it free
+        steps = ", ".join(f"{n}:" + ",".join(f"{k}={v}" for k, v in p.items()) for n, p in report["embedding_release"])
+        width = report["embedding_width"]
+        console.print(f"passive embedding defense {steps}: z_p {width} wide, as the party announced")
     scope = "the queried rows" if report["mse_scope"] == "queried" else "the training and the queried rows"
     console.print(f"MSE scope {report['mse_scope']}: over {scope} ({report['n_samples']} samples)")
     _print_early_stopping(report, console)
@@ -710,6 +722,26 @@ def bench_attacks(as_json: opt.Json = False) -> None:
         typer.echo(f"{label:<22} {seconds:8.3f} s   MSE {result['mse'][label]:.5f}", err=as_json)
     for label, case in result["binary"].items():  # ye's binary attacks: accuracy, not MSE
         typer.echo(f"{label:<22} {case['seconds']:8.3f} s   accuracy {case['accuracy']:.4f}", err=as_json)
+    if as_json:
+        typer.echo(json.dumps(result))
+
+
+@bench_app.command("embedding")
+def bench_embedding(
+    sample: Annotated[
+        int | None,
+        typer.Option("--sample", min=2, metavar="N", help="A seeded sample of N rows (default: all of Bank, 41,188)."),
+    ] = None,
+    epochs: opt.Epochs = 10,
+    runs: Annotated[int, typer.Option(min=1, help="Sessions per defense, interleaved (a fresh PRF key each).")] = 3,
+    as_json: opt.Json = False,
+) -> None:
+    """A passive party's embedding defenses side by side (split-NN active-top, Bank, through the real services):
+    epoch time and its ratio to none, test accuracy mean and spread, for none / masquerade m=1 / masquerade at
+    m=⌈log₂ n⌉ / embedding noise."""
+    from vflsec.client.bench_embedding import run
+
+    result = run(rows=sample, epochs=epochs, runs=runs, log=lambda line: typer.echo(line, err=as_json))
     if as_json:
         typer.echo(json.dumps(result))
 

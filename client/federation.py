@@ -56,6 +56,22 @@ def check_release_chains(score_release: Sequence[str] = (), param_release: Seque
         raise SpecError(str(exc)) from exc
 
 
+def check_embedding_release(specs: Sequence[str], model: str, topology: str) -> None:
+    """Parse the passive parties' embedding defenses as each party will at start; they act on split-NN active-top
+    only (elsewhere a passive output leaves encrypted), so asking for them with another model is refused."""
+    from vflsec.services.defenses.embeddings import EmbeddingChain
+
+    if (model, topology) != ("splitnn", "active-top"):
+        raise SpecError(
+            "embedding release applies to --model splitnn --topology active-top only, where a passive party's z_p "
+            f"reaches the active party in the clear; got --model {model} --topology {topology}"
+        )
+    try:
+        EmbeddingChain.from_specs(specs)
+    except ValueError as exc:  # PluginError included
+        raise SpecError(f"embedding release {list(specs)}: {exc}") from exc
+
+
 @functools.lru_cache(maxsize=4)
 def _load_dataset(name: str, label: str | None, categorical: str, stamp: tuple[int, int] | None) -> datasets.Dataset:
     """One load per dataset, encoding and file version in a process: every ``replace`` of a spec (the session
@@ -124,7 +140,7 @@ class FederationSpec:
     def __post_init__(self) -> None:
         from vflsec.services.crypto import he
 
-        for name in ("score_release", "param_release", "plugins"):  # frozen all the way down
+        for name in ("score_release", "param_release", "embedding_release", "plugins"):  # frozen all the way down
             object.__setattr__(self, name, tuple(getattr(self, name)))
         if isinstance(self.passive_features, list):
             object.__setattr__(self, "passive_features", tuple(self.passive_features))
@@ -179,6 +195,8 @@ class FederationSpec:
         if not 0.0 <= self.drop_fraction < 1.0:
             raise SpecError(f"drop fraction must lie in [0, 1), got {self.drop_fraction}")
         check_release_chains(self.score_release, self.param_release)
+        if self.embedding_release:
+            check_embedding_release(self.embedding_release, self.model, self.topology)
 
     @property
     def name(self) -> str:

@@ -276,18 +276,35 @@ def evaluate_attacks(
 
 
 def binary_recovery(truth: np.ndarray, found: np.ndarray) -> dict[str, Any]:
-    """ye §6.3 scored with the ground truth: how many binary vectors were found, and which true passive columns
-    (binary ones only) one of them equals on every row, up to complement (x and 1 − x are listed once)."""
-    from vflsec.services.attacks.binary import binary_match
+    """ye §6.3 scored with the ground truth: how many binary vectors were found, which true passive columns
+    (binary ones only) one of them equals on every row, up to complement (x and 1 − x are listed once), and ye's
+    attack accuracy: the best match of the attack's answer x* (its first, least-residual vector) with any binary
+    passive column, without and with complements; ``..._any_listed``: of the best of every vector it listed."""
+    from vflsec.services.attacks.binary import attack_accuracy, binary_match
 
     truth = np.asarray(truth, dtype=float)
     binary = [j for j in range(truth.shape[1]) if set(np.unique(truth[:, j])) <= {0.0, 1.0}]
     found = np.asarray(found, dtype=float).reshape(len(truth), -1)
     exact: list[int] = []
+    report: dict[str, Any] = {"n_found": int(found.shape[1]), "binary_columns": binary, "recovered_columns": exact}
     if binary and found.shape[1]:
         match = binary_match(truth[:, binary], found, complements=True)
-        exact = [binary[i] for i in np.flatnonzero(match.max(axis=1) == 1.0)]
-    return {"n_found": int(found.shape[1]), "binary_columns": binary, "recovered_columns": exact}
+        exact += [binary[i] for i in np.flatnonzero(match.max(axis=1) == 1.0)]
+        report |= {
+            "ye_accuracy": attack_accuracy(truth[:, binary], found[:, :1]),
+            "ye_accuracy_complements": attack_accuracy(truth[:, binary], found[:, :1], complements=True),
+            "ye_accuracy_any_listed": attack_accuracy(truth[:, binary], found, complements=True),
+        }
+    return report
+
+
+def ye_accuracy_cell(r: dict[str, Any]) -> str:
+    """ye's attack accuracy for a table cell: without / with complements (and the best of all listed vectors)."""
+    if "ye_accuracy" not in r:
+        return ""
+    return (
+        f"{r['ye_accuracy']:.3f} / {r['ye_accuracy_complements']:.3f} (any listed {r['ye_accuracy_any_listed']:.3f})"
+    )
 
 
 def _jsonable(params: dict[str, Any]) -> dict[str, Any]:
@@ -424,6 +441,9 @@ def score_run(scenario: AttackScenario, run: ScenarioRun, log: Callable[[str], N
             report["early_stopping"] = run.training.to_dict()
     report["model"] = spec.model
     report["topology"] = spec.topology if spec.model == "splitnn" else None
+    if obs.embedding_chain:  # the passive parties' own defenses, as announced to (and recorded by) the active party
+        report["embedding_release"] = [[name, dict(params)] for name, params in obs.embedding_chain]
+        report["embedding_width"] = None if obs.embeddings is None else int(obs.embeddings.shape[1])
     return report
 
 
@@ -490,6 +510,9 @@ def _workdir() -> Iterator[Path]:
         yield Path(tmp)
 
 
+YE_COLUMN = "ye accuracy (plain / with complements)"
+
+
 def markdown_table(report: dict[str, Any]) -> str:
     """The report as markdown: the strongest attacker first (the headline), then every attack and baseline."""
     lines = [
@@ -500,15 +523,20 @@ def markdown_table(report: dict[str, Any]) -> str:
     ]
     if "strongest" in report:
         lines += [headline(report), ""]
-    lines += ["| attack | MSE (clipped to the cube) | raw MSE | seconds |", "|---|---|---|---|"]
+    ye = any("ye_accuracy" in r for r in report["attacks"].values())  # ye's column only where it has a figure
+    lines += [
+        "| attack | MSE (clipped to the cube) | raw MSE | seconds |" + (f" {YE_COLUMN} |" if ye else ""),
+        "|---|---|---|---|" + ("---|" if ye else ""),
+    ]
     for name, mse in report["baselines"].items():
-        lines.append(f"| {name} (baseline) | {mse:.6g} | | |")
+        lines.append(f"| {name} (baseline) | {mse:.6g} | | |" + (" |" if ye else ""))
     for name, r in report["attacks"].items():
         label = f"{name} (aware)" if r.get("aware") else name
         if "not_applicable" in r:
-            lines.append(f"| {label} | not applicable: {r['not_applicable']} | | |")
+            lines.append(f"| {label} | not applicable: {r['not_applicable']} | | |" + (" |" if ye else ""))
         else:
-            lines.append(f"| {label} | {r['mse_clipped']:.6g} | {r['mse']:.6g} | {r['seconds']:.3f} |")
+            row = f"| {label} | {r['mse_clipped']:.6g} | {r['mse']:.6g} | {r['seconds']:.3f} |"
+            lines.append(row + (f" {ye_accuracy_cell(r)} |" if ye else ""))
     return "\n".join(lines) + "\n"
 
 
@@ -525,6 +553,7 @@ def headline(report: dict[str, Any]) -> str:
     parts.append(f"Half {report['baselines']['half']:.6g}")
     parts += [  # ye's measure: which binary columns leaked exactly, whatever their (unknown) order does to the MSE
         f"{name} recovered {len(r['recovered_columns'])} of {len(r['binary_columns'])} binary passive columns exactly"
+        + (f" (ye accuracy {r['ye_accuracy_complements']:.3f} with complements)" if "ye_accuracy" in r else "")
         for name, r in report["attacks"].items()
         if r.get("binary_columns")
     ]

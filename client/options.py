@@ -58,6 +58,26 @@ def attack_options(values: list[str] | None) -> dict[str, dict[str, str]]:
     return grouped
 
 
+def embedding_steps(values: list[str] | None) -> list[str]:
+    """``--embedding-release`` values -> one spec per step, in order. One value may hold several steps separated by
+    commas (``masquerade:m=1,embedding_noise:sigma=0.01``): a piece with ``:``, or without ``=``, starts a step,
+    any other piece is one more ``key=value`` of the step before it."""
+    steps: list[str] = []
+    for value in values or ():
+        for piece in (p.strip() for p in value.split(",")):
+            if not piece:
+                continue
+            if ":" in piece or "=" not in piece:
+                steps.append(piece)
+            elif steps:
+                steps[-1] += f",{piece}" if ":" in steps[-1] else f":{piece}"
+            else:
+                raise typer.BadParameter(
+                    f"expected STEP[:key=value,...], got {value!r}", param_hint="--embedding-release"
+                )
+    return steps
+
+
 # --- the federation: dataset and split
 Dataset = Annotated[
     str, typer.Option("--dataset", help="breast_cancer | wine | digits | iris | a UCI name | a CSV path.")
@@ -99,6 +119,18 @@ Release = Annotated[
 ParamRelease = Annotated[
     list[str] | None,
     typer.Option("--param-release", help="Parameter-release step STEP[:key=value,...]; repeatable, in order."),
+]
+
+# --- the passive parties' own defenses (their [defenses] embedding)
+EmbeddingRelease = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--embedding-release",
+        metavar="STEP[:key=value,...][,STEP...]",
+        help="split-NN active-top: every passive party's own defense of its z_p before it leaves ([defenses] "
+        "embedding), in order: masquerade[:m=M,rank=R] (ye Alg. 3; m default ⌈log₂ n⌉), embedding_noise:sigma=S. "
+        "Comma-separated or repeatable.",
+    ),
 ]
 
 # --- training (the operator's session)

@@ -17,6 +17,7 @@ import time
 import numpy as np
 import torch
 
+from vflsec.client.bench_embedding import BANK_PASSIVE  # ye's split: one binary (contact) among 8
 from vflsec.services.attacks import NotApplicable, Observations, make_attack, run_attack
 from vflsec.services.attacks.binary import attack_accuracy, attack_in_groups, binary_match, regression_search
 from vflsec.services.data import datasets
@@ -26,12 +27,6 @@ from vflsec.services.models.splitnn.reference import accuracy, run_epochs
 
 EXPERIMENTS = ("covid", "bank", "masquerade", "noise", "secretflow", "overhead")
 COVID_PASSIVE = tuple(range(6, 18))  # 12 symptom/exposure columns (the last two columns are constant)
-# One binary among 8 (ye Table 1). pdays/previous are left with the active party: "pdays = 999" (never
-# contacted) is itself an almost exact binary column that Algorithm 2 finds next to contact.
-BANK_PASSIVE = (
-    "contact=telephone", "age", "campaign", "emp.var.rate", "cons.price.idx", "cons.conf.idx", "euribor3m",
-    "nr.employed",
-)  # fmt: skip
 
 
 def split(dataset: datasets.Dataset, passive: list[int], seed: int = 0) -> tuple[sn.SplitData, np.ndarray]:

@@ -100,14 +100,22 @@ class Masquerade(Plugin):
             state = np.frombuffer(encryptor.update(block.tobytes()), dtype=np.uint8).reshape(n, 16)
         return np.unpackbits(state, axis=1)[:, : self.m].astype(np.float64)
 
-    def build(self, d_in: int, width: int, *, bias: bool, seed: int, role: int = 1) -> MasqueradeLinear:
-        """The passive bottom (d_in -> width) under this masquerade, seeded like the split-NN bottoms."""
+    def _rank(self, d_in: int) -> int:
         if self.m is None:
             raise ValueError("masquerade m is not fixed yet: call resolve(n_samples) first")
         rank = self.rank if self.rank is not None else max(d_in - 1, 1)
         if rank > d_in:
             raise ValueError(f"masquerade rank must be <= d_B = {d_in}, got {rank}")
-        if width < rank + self.m:
+        return rank
+
+    def min_width(self, d_in: int) -> int:
+        """The narrowest passive bottom (d_in inputs) that carries the rank-reduced part and every fabricated bit."""
+        return self._rank(d_in) + (self.m or 0)
+
+    def build(self, d_in: int, width: int, *, bias: bool, seed: int, role: int = 1) -> MasqueradeLinear:
+        """The passive bottom (d_in -> width) under this masquerade, seeded like the split-NN bottoms."""
+        rank = self._rank(d_in)
+        if width < self.min_width(d_in):
             raise ValueError(
                 f"masquerade needs the passive width >= rank + m = {rank + self.m} to carry every fabricated bit; "
                 f"got {width} (raise passive_width to at least {rank + self.m}, or lower m)"
@@ -218,6 +226,10 @@ class EmbeddingChain:
     def specs(self) -> list[str]:
         """Specs that rebuild this (resolved) chain: m is a number once the session fixed it."""
         return [f"{name}:" + ",".join(f"{k}={v}" for k, v in params.items()) for name, params in self.announced()]
+
+    def min_width(self, d_in: int) -> int | None:
+        """The narrowest z_B this chain can be carried by (None: any width does)."""
+        return next((step.min_width(d_in) for step in self.steps if isinstance(step, Masquerade)), None)
 
     def module(self, plain: nn.Module, d_in: int, width: int, *, bias: bool, seed: int, role: int) -> nn.Module:
         """The defended bottom replacing ``plain`` (d_in -> width), seeded like the plain one."""

@@ -266,9 +266,19 @@ class ActiveParty:
             ]
             smallest = family.min_batch_size(widths)
             batch_size = training.batch_size or family.default_batch_size(widths)
+            passive_features = [r.n_features for r in joined]
+            announced = [r.output_width for r in joined]
+            if any(announced):  # each passive party's own output width (split-NN active-top), for our top model
+                try:
+                    settings = family.settings({**values, "passive_widths": announced})
+                    trainer = family.new_active(self.n_classes, d, settings, passive_features)
+                except ValueError as exc:
+                    self._close_joined(session_id)
+                    raise FailedPrecondition(f"the passive parties' announced output widths: {exc}") from exc
+            else:
+                trainer = family.new_active(self.n_classes, d, settings, passive_features)
             if batch_size < smallest:
-                self._each_passive(lambda party, client: client.close(session_id))
-                self.coordinator.close(session_id)
+                self._close_joined(session_id)
                 raise InvalidArgument(
                     f"batch_size {batch_size} is below the minimum batch {smallest} for these "
                     f"parties (2 x the widest block, {max(widths)} columns); the smallest accepted value is "
@@ -288,7 +298,7 @@ class ActiveParty:
                 n_classes=self.n_classes,
                 training=training,
                 family=family.name,
-                trainer=family.new_active(self.n_classes, d, settings, [r.n_features for r in joined]),
+                trainer=trainer,
                 passive_features={party: r.n_features for party, r in zip(self.passives, joined, strict=True)},
                 score_release=list(reply.score_release),
                 param_release=list(reply.param_release),
@@ -323,6 +333,11 @@ class ActiveParty:
             },
         )
         return s
+
+    def _close_joined(self, session_id: str) -> None:
+        """Undo a session refused after every party joined it."""
+        self._each_passive(lambda party, client: client.close(session_id))
+        self.coordinator.close(session_id)
 
     # --- alignment ---
     def align(self, session_id: str) -> list[str]:

@@ -238,7 +238,7 @@ class PassiveParty:
         if self.embedding_release and trainer.output_in_the_clear:  # elsewhere our output leaves encrypted only
             embedding = self.embedding_release.for_session(len(self.data.ids))
             try:
-                trainer = trainer.defended(embedding.module)
+                trainer = trainer.defended(embedding.module, embedding.min_width(self.n_features))
             except ValueError as exc:
                 raise InvalidArgument(f"{self.party_id}'s embedding defense ([defenses] embedding): {exc}") from exc
         with self.sessions.lock:
@@ -561,11 +561,12 @@ class PassiveServicer(passive_pb2_grpc.PassiveServicer):
             share_mask_key=request.share_mask_key,
             family_name=wire.model_settings(request.model, request.training)[0],
         )
-        announced = self.party.session(request.session_id).embedding.announced()
+        s = self.party.session(request.session_id)
         return passive_pb2.JoinSessionReply(
             n_features=n,
             n_rows=len(self.party.data.ids),
-            embedding_release=[common_pb2.ReleaseStep(name=name, params=params) for name, params in announced],
+            embedding_release=[common_pb2.ReleaseStep(name=k, params=p) for k, p in s.embedding.announced()],
+            output_width=s.trainer.share_width if s.trainer.output_in_the_clear else 0,
         )
 
     @rpc

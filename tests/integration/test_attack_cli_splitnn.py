@@ -89,3 +89,21 @@ def test_an_explicit_ckks_backend_for_active_top_is_refused_with_the_reason(monk
     code, out = attack(monkeypatch, "--dataset", "breast_cancer", "--topology", "active-top", "--backend", "ckks")
     assert code != 0
     assert "does not apply to --topology active-top" in out
+
+
+def test_a_passive_masquerade_from_the_cli_is_announced_and_ye_accuracy_is_tabled(monkeypatch, binary_table) -> None:
+    path, _ = binary_table
+    code, out = attack(
+        monkeypatch, "--dataset", path, "--topology", "active-top", "--passive-features", "5", "--epochs", "2",
+        "--predictions", "150", "--attacks", "ye_alg2,ye_adaptive", "--embedding-release", "masquerade:m=1",
+    )  # fmt: skip
+    assert code == 0, out
+    report = report_of(out)
+    assert report["embedding_release"] == [["masquerade", {"m": "1"}]]  # what the active party was told
+    assert report["embedding_width"] == 8  # rank d_B − 1 = 4 plus 1 bit fits the default max(d_B, 8)
+    assert "passive embedding defense masquerade:m=1: z_p 8 wide" in out
+    assert "ye accuracy" in out  # the table's column, beside the MSE
+    for name in ("ye_alg2", "ye_adaptive"):
+        r = report["attacks"][name]
+        # ye §6.3: without complements <= with complements <= the best of every vector listed
+        assert 0.0 <= r["ye_accuracy"] <= r["ye_accuracy_complements"] <= r["ye_accuracy_any_listed"] <= 1.0

@@ -21,6 +21,7 @@ from vflsec.services.engines.passive import PassiveSession
 from vflsec.services.plugins import curious
 
 N, D_A, D_B, TRAIN, EPOCHS = 2000, 3, 5, 1400, 30
+ACTIVE_TOP = {"model": "splitnn", "topology": "active-top"}  # the only sessions embedding defenses act on
 
 
 def _dataset() -> datasets.Dataset:
@@ -51,8 +52,9 @@ def _run(tmp_path: Path, embedding_release: list[str], settings: dict | None = N
     store = tmp_path / "curious.sqlite"
     plugin = {"path": "vflsec.services.plugins.curious:CuriousPlugin", "options": {"store": str(store)}}
     spec = FederationSpec(
-        ds, n_passive=1, passive_features=D_B, backend="plain", plugins=[plugin], embedding_release=embedding_release
-    )
+        ds, n_passive=1, passive_features=D_B, backend="plain", plugins=[plugin], embedding_release=embedding_release,
+        **ACTIVE_TOP,
+    )  # fmt: skip
     layout = write_federation(spec, tmp_path / "fed")
     with run_in_process(layout) as parties, layout.operator_channel() as channel:
         operator = Operator(channel)
@@ -93,9 +95,12 @@ def test_masquerade_fools_the_plain_attack_the_adaptive_one_recovers_at_m1_and_f
     fooled, fooled_any = _accuracy("ye_alg2", one)
     adaptive, adaptive_any = _accuracy("ye_adaptive", one)
 
-    m = math.ceil(math.log2(len(plain.truth)))  # ye's m = ⌈log₂ n⌉ of the queried rows: groups of about one row
-    many = _run(tmp_path / f"m{m}", [f"masquerade:m={m}"], {"passive_width": D_B - 1 + m})  # rank d_B − 1, m bits
+    # The defaults: m = ⌈log₂ n⌉ of the party's rows (groups of about one row), and no passive_width: the party
+    # widens z_B to rank d_B − 1 plus m bits and announces it, and the active party's top model takes that width.
+    many = _run(tmp_path / "default", ["masquerade"])
+    m = math.ceil(math.log2(N))
     assert many.obs.embedding_chain == (("masquerade", {"m": str(m)}),)
+    assert many.obs.embeddings.shape[1] == D_B - 1 + m
     majority = float(max(many.truth.mean(), 1 - many.truth.mean()))
     _, adaptive_many = _accuracy("ye_adaptive", many)
 
@@ -125,12 +130,17 @@ def test_the_defended_session_survives_its_checkpoint_with_the_same_bits(tmp_pat
     assert 0 < np.abs(noisy - again).max() < 0.2  # same layer and bits, fresh noise draws
 
 
-def test_masquerade_wider_than_the_session_width_is_refused_naming_the_bound(tmp_path) -> None:
+def test_masquerade_wider_than_an_explicit_session_width_is_refused_naming_the_bound(tmp_path) -> None:
     ds = _dataset()
-    spec = FederationSpec(ds, n_passive=1, passive_features=D_B, backend="plain", embedding_release=["masquerade"])
+    spec = FederationSpec(
+        ds, n_passive=1, passive_features=D_B, backend="plain", embedding_release=["masquerade"], **ACTIVE_TOP
+    )
     layout = write_federation(spec, tmp_path / "fed")
+    settings = {"topology": "active-top", "passive_width": 8}  # the default width, but asked for explicitly
     with run_in_process(layout), layout.operator_channel() as channel, pytest.raises(grpc.RpcError) as err:
-        Operator(channel).create_session("plain", family="splitnn", settings={"topology": "active-top"}, seed=1)
+        Operator(channel).create_session("plain", family="splitnn", settings=settings, seed=1)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     # m = ⌈log₂ n⌉ of the party's rows, rank d_B − 1: the width must carry both
-    assert "[defenses] embedding" in err.value.details() and "raise passive_width to at least" in err.value.details()
+    smallest = D_B - 1 + math.ceil(math.log2(N))
+    assert "[defenses] embedding" in err.value.details()
+    assert f"raise passive_width to at least {smallest}" in err.value.details()

@@ -51,14 +51,15 @@ def flag_of(info: typer.models.OptionInfo) -> str:
 DEFAULTS = {
     "demo": {"--dataset": "breast_cancer", "--passive": 1, "--passive-features": None, "--backend": "ckks",
              "--epochs": 30, "--batch-size": 0, "--learning-rate": 0.1, "--seed": 0, "--compare-plain": False,
-             "--scaling": "standard", "--release": None, "--param-release": None, "--json": False},
+             "--scaling": "standard", "--release": None, "--param-release": None, "--embedding-release": None,
+             "--json": False},
     "prepare": {"--dataset": "breast_cancer", "--passive": 2, "--passive-features": None, "--seed": 0,
                 "--compose": False, "--release": None, "--param-release": None},
     "run": {"--backend": "ckks", "--epochs": 30, "--batch-size": 0, "--learning-rate": 0.1, "--seed": 0,
             "--compare-plain": False, "--wait": 120.0, "--json": False},
     "attack": {"--dataset": "digits", "--passive": 1, "--passive-features": None, "--predictions": 1000,
                "--backend": "ckks", "--epochs": 30, "--seed": 0, "--windows": 1, "--release": None,
-               "--param-release": None, "--json": False},
+               "--param-release": None, "--embedding-release": None, "--json": False},
     "curve": {"--dataset": "wine", "--passive-features": "5", "--epochs": 30, "--json": False},
     "risk": {"--param-release": None, "--warn-fraction": 0.5, "--json": False},
     "bench he": {"--rows": 30000, "--epochs": 1, "--json": False},
@@ -105,6 +106,30 @@ def test_passive_features_parser(value, parsed) -> None:
     assert options.passive_features(value) == parsed
 
 
+@pytest.mark.parametrize(
+    ("values", "steps"),
+    [
+        (["masquerade:m=1,embedding_noise:sigma=0.01"], ["masquerade:m=1", "embedding_noise:sigma=0.01"]),
+        (["masquerade:m=2,rank=3", "embedding_noise:sigma=1"], ["masquerade:m=2,rank=3", "embedding_noise:sigma=1"]),
+        (["masquerade"], ["masquerade"]),
+        (None, []),
+    ],
+)
+def test_embedding_release_parser_splits_steps_not_their_parameters(values, steps) -> None:
+    assert options.embedding_steps(values) == steps
+
+
+def test_embedding_release_reaches_the_passive_parties_of_an_active_top_spec_only() -> None:
+    spec = FederationSpec("wine", model="splitnn", topology="active-top", backend="plain",
+                          embedding_release=["masquerade:m=1"])  # fmt: skip
+    assert spec.embedding_release == ("masquerade:m=1",)
+    with pytest.raises(SpecError, match="applies to --model splitnn --topology active-top only"):
+        FederationSpec("wine", model="splitnn", embedding_release=["masquerade:m=1"])
+    with pytest.raises(SpecError, match="'masquerade' has no parameter"):
+        FederationSpec("wine", model="splitnn", topology="active-top", backend="plain",
+                       embedding_release=["masquerade:n=1"])  # fmt: skip
+
+
 def test_spec_is_frozen_and_validates_once() -> None:
     spec = FederationSpec("wine", passive_features=["a", "b"], score_release=["rounding:decimals=1"])
     assert spec.passive_features == ("a", "b") and spec.score_release == ("rounding:decimals=1",)
@@ -141,6 +166,8 @@ def test_default_batch_follows_the_minimum_and_an_explicit_one_below_it_is_refus
         ["demo", "--batch-size", "2"],
         ["demo", "--backend", "paillier"],
         ["attack", "--release", "nope"],
+        ["attack", "--model", "splitnn", "--topology", "active-top", "--embedding-release", "masquerade:m=0"],
+        ["demo", "--embedding-release", "masquerade:m=1"],  # LR: the passive output leaves encrypted only
         ["prepare", "--out", "unused", "--passive-features", "99"],
         ["curve", "--dataset", "no_such_dataset"],
     ],

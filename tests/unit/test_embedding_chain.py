@@ -56,3 +56,42 @@ def test_each_session_draws_its_own_key_and_announces_no_secret() -> None:
     module = first.module(torch.nn.Linear(5, 14), 5, 14, bias=False, seed=1, role=1)  # rank 4 + 10 bits
     assert isinstance(module, NoisyEmbedding) and isinstance(module.inner, MasqueradeLinear)
     assert isinstance(module.inner.masquerade, Masquerade) and module.inner.masquerade.m == 10
+
+
+def test_a_defense_wider_than_the_default_widens_the_layer_unless_the_session_fixed_the_width() -> None:
+    from vflsec.services.models.splitnn.trainers import FAMILY
+
+    chain = EmbeddingChain.from_specs(["masquerade"]).for_session(1000)  # m = ⌈log₂ 1000⌉ = 10
+    assert chain.min_width(5) == 4 + 10 and EmbeddingChain().min_width(5) is None
+    free = FAMILY.new_passive(2, 5, FAMILY.settings({"topology": "active-top", "party": 1}))
+    assert free.share_width == 8  # max(d_B, 8)
+    widened = free.defended(chain.module, chain.min_width(5))
+    assert widened.share_width == 14 and widened.settings.passive_width == 14  # what JoinSession announces
+    restored = FAMILY.restore_passive(widened.to_state(), chain.module)  # the checkpoint rebuilds the same layer
+    assert restored.share_width == 14
+    fixed = FAMILY.new_passive(2, 5, FAMILY.settings({"topology": "active-top", "party": 1, "passive_width": 8}))
+    with pytest.raises(ValueError, match="raise passive_width to at least 14"):
+        fixed.defended(chain.module, chain.min_width(5))
+
+
+def test_the_active_party_builds_its_top_on_the_announced_widths() -> None:
+    from vflsec.services.models.splitnn.trainers import FAMILY
+
+    settings = FAMILY.settings({"topology": "active-top", "passive_widths": [14, 8]})
+    trainer = FAMILY.new_active(2, 3, settings, [5, 4])
+    assert trainer.output_widths() == [14, 8]
+    assert FAMILY.restore_active(trainer.to_state()).output_widths() == [14, 8]
+    with pytest.raises(ValueError, match="fixed passive_width = 8"):
+        FAMILY.settings({"topology": "active-top", "passive_width": 8, "passive_widths": [14]})
+    with pytest.raises(ValueError, match="active-top only"):
+        FAMILY.settings({"passive_widths": [14]})
+
+
+def test_an_announced_width_beyond_what_a_defense_can_need_is_refused() -> None:
+    from vflsec.services.models.splitnn.trainers import FAMILY
+
+    for width in (7, 8 + 128 + 1):  # below max(d_p, 8); wider than masquerade's largest m adds
+        with pytest.raises(ValueError, match=f"announced a z_p width of {width}"):
+            FAMILY.new_active(2, 3, FAMILY.settings({"topology": "active-top", "passive_widths": [width]}), [5])
+    wide = FAMILY.settings({"topology": "active-top", "passive_widths": [300]})
+    assert FAMILY.new_active(2, 3, wide, [300]).output_widths() == [300]  # d_p = 300: its own default width

@@ -24,14 +24,16 @@ class JoinSessionRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., backend: _Optional[_Union[_common_pb2.Backend, str]] = ..., n_classes: _Optional[int] = ..., training: _Optional[_Union[_common_pb2.TrainingConfig, _Mapping]] = ..., share_mask_key: _Optional[bytes] = ..., model: _Optional[_Union[_common_pb2.ModelChoice, _Mapping]] = ...) -> None: ...
 
 class JoinSessionReply(_message.Message):
-    __slots__ = ("n_features", "n_rows", "embedding_release")
+    __slots__ = ("n_features", "n_rows", "embedding_release", "output_width")
     N_FEATURES_FIELD_NUMBER: _ClassVar[int]
     N_ROWS_FIELD_NUMBER: _ClassVar[int]
     EMBEDDING_RELEASE_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_WIDTH_FIELD_NUMBER: _ClassVar[int]
     n_features: int
     n_rows: int
     embedding_release: _containers.RepeatedCompositeFieldContainer[_common_pb2.ReleaseStep]
-    def __init__(self, n_features: _Optional[int] = ..., n_rows: _Optional[int] = ..., embedding_release: _Optional[_Iterable[_Union[_common_pb2.ReleaseStep, _Mapping]]] = ...) -> None: ...
+    output_width: int
+    def __init__(self, n_features: _Optional[int] = ..., n_rows: _Optional[int] = ..., embedding_release: _Optional[_Iterable[_Union[_common_pb2.ReleaseStep, _Mapping]]] = ..., output_width: _Optional[int] = ...) -> None: ...
 
 class PsiExchangeRequest(_message.Message):
     __slots__ = ("session_id", "salt", "blinded")

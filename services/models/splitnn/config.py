@@ -24,6 +24,9 @@ Activation = Literal["relu", "tanh", "sigmoid"]
 TOPOLOGIES: tuple[str, ...] = get_args(Topology)
 ACTIVATIONS: tuple[str, ...] = get_args(Activation)
 MIN_PASSIVE_WIDTH = 8  # active-top default passive width is max(d_B, MIN_PASSIVE_WIDTH) (clarifications.md)
+# A passive party's embedding defense widens its default z_p by at most this many columns (masquerade's m <= 128,
+# services/defenses/embeddings.py): a wider announcement is refused before the active party builds on it.
+MAX_WIDENING = 128
 
 @dataclass(frozen=True)
 class SplitNNConfig(DictForm):
@@ -32,7 +35,8 @@ class SplitNNConfig(DictForm):
     ``bottom_hidden[p]`` are party p's hidden layer widths before its embedding layer (empty: the bottom is
     one linear layer); in ``active-top`` the passive bottoms are always one linear layer, so only
     ``bottom_hidden[0]`` may be non-empty there. ``passive_width`` is the width of that layer (None: the
-    default max(d_B, 8) per passive party).
+    default max(d_B, 8) per passive party); ``passive_widths``, when given, is each passive party's own width as it
+    announced it at JoinSession (a party whose embedding defense needs more than the default widens its layer).
     """
 
     topology: Topology
@@ -47,12 +51,14 @@ class SplitNNConfig(DictForm):
     top_bias: bool = True
     passive_width: int | None = None
     passive_bias: bool = False
+    passive_widths: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         # Normalise sequences to tuples so that equal configs compare (and hash) equal.
         try:
             object.__setattr__(self, "features", tuple(self.features))
             object.__setattr__(self, "top_hidden", tuple(self.top_hidden))
+            object.__setattr__(self, "passive_widths", tuple(self.passive_widths))
             hidden = ((),) * len(self.features) if self.bottom_hidden is None else self.bottom_hidden
             object.__setattr__(self, "bottom_hidden", tuple(tuple(h) for h in hidden))
         except TypeError:
@@ -85,6 +91,24 @@ class SplitNNConfig(DictForm):
             yield "passive_width applies to active-top only (coordinator-top bottoms output the embedding width)"
         if self.passive_width is not None and not positive_int(self.passive_width):
             yield f"passive_width must be a positive integer, got {self.passive_width!r}"
+        if self.passive_widths and self.topology != "active-top":
+            yield "passive_widths apply to active-top only (coordinator-top bottoms output the embedding width)"
+        if self.passive_widths and len(self.passive_widths) != self.n_passive:
+            yield f"passive_widths has {len(self.passive_widths)} entries for {self.n_passive} passive parties"
+        if any(not positive_int(w) for w in self.passive_widths):
+            yield f"passive_widths must be positive integers, got {self.passive_widths}"
+        elif self.passive_width is not None and any(w != self.passive_width for w in self.passive_widths):
+            yield (
+                f"a passive party announced a z_p width in {self.passive_widths}, but the session fixed "
+                f"passive_width = {self.passive_width}"
+            )
+        elif self.passive_width is None and len(self.passive_widths) == self.n_passive:
+            for d_p, w in zip(self.features[1:], self.passive_widths, strict=True):
+                if not max(d_p, MIN_PASSIVE_WIDTH) <= w <= max(d_p, MIN_PASSIVE_WIDTH) + MAX_WIDENING:
+                    yield (
+                        f"a passive party of {d_p} features announced a z_p width of {w}, outside "
+                        f"[max(d_p, {MIN_PASSIVE_WIDTH}), that + {MAX_WIDENING}]"
+                    )
         if self.activation not in ACTIVATIONS:
             yield f"activation must be one of {', '.join(ACTIVATIONS)}, got {self.activation!r}"
         if not (isinstance(self.dropout, int | float) and math.isfinite(self.dropout) and 0 <= self.dropout < 1):
@@ -100,6 +124,8 @@ class SplitNNConfig(DictForm):
     def output_width(self, party: int) -> int:
         """Width of party ``party``'s bottom output: E, or z_B's width for an active-top passive party."""
         if self.topology == "active-top" and party > 0:
+            if self.passive_widths:
+                return self.passive_widths[party - 1]
             return self.passive_width or max(self.features[party], MIN_PASSIVE_WIDTH)
         return self.embedding
 

@@ -19,7 +19,7 @@ predictions (no release point in this topology).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -59,6 +59,9 @@ class SplitNNSettings(DictForm):
     embedding: int = 16
     passive_width: int | None = None  # active-top: width of z_B (None: max(d_B, 8))
     passive_bias: bool = False  # active-top: z_B = W_B x_B + b
+    # active-top, the active party's copy only: each passive party's z_p width as it announced it at JoinSession
+    # (a party's embedding defense may widen the default); empty: passive_width or max(d_p, 8) each.
+    passive_widths: tuple[int, ...] = ()
     bottom_hidden: tuple[int, ...] = ()
     top_hidden: tuple[int, ...] = (32,)
     activation: str = "relu"
@@ -72,6 +75,7 @@ class SplitNNSettings(DictForm):
     def __post_init__(self) -> None:
         object.__setattr__(self, "bottom_hidden", tuple(self.bottom_hidden))
         object.__setattr__(self, "top_hidden", tuple(self.top_hidden))
+        object.__setattr__(self, "passive_widths", tuple(self.passive_widths))
         if self.topology not in TOPOLOGIES:
             raise ValueError(f"topology must be one of {', '.join(TOPOLOGIES)}, got {self.topology!r}")
         if not isinstance(self.party, int) or self.party < 0:
@@ -82,6 +86,8 @@ class SplitNNSettings(DictForm):
                 "use the constant schedule (schedules run in-process, services/models/splitnn/simulate.py)"
             )
         self.view(1, 2)  # validates the architecture
+        if self.passive_widths:  # their own checks (the bounds against each d_p run where the widths are known)
+            self.network((1, *self.passive_widths), 2)
 
     @property
     def optim(self) -> OptimizerConfig:
@@ -91,10 +97,13 @@ class SplitNNSettings(DictForm):
         """The network as this party builds it: its own bottom (``width`` features at position ``party``) and, in
         coordinator-top, the top, whose input is the E-wide sum h whatever the parties' widths are. Other positions
         get width 1: they are never read by a module this party builds."""
-        return self.network(tuple(width if p == self.party else 1 for p in range(max(self.party + 1, 2))), n_classes)
+        features = tuple(width if p == self.party else 1 for p in range(max(self.party + 1, 2)))
+        return self.network(features, n_classes, passive_widths=())
 
-    def network(self, features: tuple[int, ...], n_classes: int) -> SplitNNConfig:
-        """The whole network for these party widths (active first)."""
+    def network(
+        self, features: tuple[int, ...], n_classes: int, passive_widths: tuple[int, ...] | None = None
+    ) -> SplitNNConfig:
+        """The whole network for these party widths (active first); ``passive_widths`` None: the announced ones."""
         active_top = self.topology == "active-top"
         return SplitNNConfig(
             topology=self.topology,  # type: ignore[arg-type]
@@ -110,6 +119,7 @@ class SplitNNSettings(DictForm):
             top_bias=self.top_bias,
             passive_width=self.passive_width if active_top else None,
             passive_bias=self.passive_bias,
+            passive_widths=self.passive_widths if passive_widths is None else passive_widths,
         )
 
     def bottom(self, width: int, n_classes: int) -> Bottom:
@@ -292,10 +302,18 @@ class SplitNNPassive:
     def inference_share(self, x: np.ndarray) -> np.ndarray:
         return self.bottom.forward(x, train=False)
 
-    def defended(self, defense: EmbeddingDefense) -> SplitNNPassive:
+    def defended(self, defense: EmbeddingDefense, min_width: int | None = None) -> SplitNNPassive:
         """This party with its own embedding defense (services/defenses/embeddings.py) in place of the plain
-        bottom: ``defense(plain, d_in, width, bias=, seed=, role=)`` returns the module that replaces or wraps it."""
+        bottom: ``defense(plain, d_in, width, bias=, seed=, role=)`` returns the module that replaces or wraps it.
+
+        ``min_width``: the narrowest z_B that carries the defense. When the session left passive_width to the
+        parties, this party widens its layer to it (and announces the width at JoinSession); a width the session
+        fixed stays, and a defense it cannot carry fails naming the bound.
+        """
         settings, plain = self.settings, self.bottom
+        if min_width is not None and settings.passive_width is None and min_width > plain.out_width:
+            settings = replace(settings, passive_width=min_width)
+            plain = settings.bottom(plain.in_width, self.n_classes)
         module = defense(
             plain.module, plain.in_width, plain.out_width, bias=settings.passive_bias, seed=settings.seed,
             role=settings.party,
