@@ -13,7 +13,7 @@ from vflsec.services.config import ServiceConfig
 from vflsec.services.crypto import he
 from vflsec.services.data import datasets
 from vflsec.services.defenses.release import ParamReleaseChain, ScoreReleaseChain
-from vflsec.services.engines import active, checkpoint, coordinator, passive, trees
+from vflsec.services.engines import active, checkpoint, coordinator, passive, splitnn, trees
 from vflsec.services.transport.links import CoordinatorClient, PassiveClient
 from vflsec.services.transport.server import (
     CallPolicy,
@@ -98,7 +98,7 @@ def start_party(config: ServiceConfig) -> Party:
 
         def add_coordinator(s: grpc.Server) -> None:
             coordinator_pb2_grpc.add_CoordinatorServicer_to_server(coordinator.CoordinatorServicer(engine), s)
-            splitnn_pb2_grpc.add_SplitNnCoordinatorServicer_to_server(coordinator.SplitNnCoordinatorServicer(engine), s)
+            splitnn_pb2_grpc.add_SplitNnCoordinatorServicer_to_server(splitnn.SplitNnCoordinatorServicer(engine), s)
             tree_pb2_grpc.add_TreeCoordinatorServicer_to_server(trees.TreeCoordinatorServicer(engine), s)
 
         server = start_server(
@@ -106,7 +106,7 @@ def start_party(config: ServiceConfig) -> Party:
             add_coordinator,
             {
                 "vflsec.v1.Coordinator": coordinator.ROLE_POLICY,
-                "vflsec.v1.SplitNnCoordinator": coordinator.SPLITNN_ROLE_POLICY,
+                "vflsec.v1.SplitNnCoordinator": splitnn.COORDINATOR_POLICY,
                 "vflsec.v1.TreeCoordinator": trees.COORDINATOR_POLICY,
             },
         )
@@ -128,7 +128,7 @@ def start_party(config: ServiceConfig) -> Party:
 
         def add_passive(s: grpc.Server) -> None:
             passive_pb2_grpc.add_PassiveServicer_to_server(passive.PassiveServicer(engine), s)
-            splitnn_pb2_grpc.add_SplitNnPassiveServicer_to_server(passive.SplitNnPassiveServicer(engine), s)
+            splitnn_pb2_grpc.add_SplitNnPassiveServicer_to_server(splitnn.SplitNnPassiveServicer(engine), s)
             tree_pb2_grpc.add_TreePassiveServicer_to_server(trees.TreePassiveServicer(engine), s)
 
         server = start_server(
@@ -136,7 +136,7 @@ def start_party(config: ServiceConfig) -> Party:
             add_passive,
             {
                 "vflsec.v1.Passive": passive.ROLE_POLICY,
-                "vflsec.v1.SplitNnPassive": passive.SPLITNN_ROLE_POLICY,
+                "vflsec.v1.SplitNnPassive": splitnn.PASSIVE_POLICY,
                 "vflsec.v1.TreePassive": trees.PASSIVE_POLICY,
             },
         )

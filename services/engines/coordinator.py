@@ -32,9 +32,9 @@ from vflsec.services.errors import (
 from vflsec.services.models import family as families
 from vflsec.services.transport import wire
 from vflsec.services.transport.server import rpc
-from vflsec.services.transport.tensors import from_tensor, to_tensor
+from vflsec.services.transport.tensors import to_tensor
 from vflsec.services.transport.tls import current_caller
-from vflsec.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc, splitnn_pb2, splitnn_pb2_grpc
+from vflsec.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 
 
 class PassivePeer(Protocol):
@@ -1045,24 +1045,3 @@ ROLE_POLICY: dict[str, frozenset[str]] = {
     "ReleaseModel": frozenset({"active"}),
     "CloseSession": frozenset({"active"}),
 }
-
-
-class SplitNnCoordinatorServicer(splitnn_pb2_grpc.SplitNnCoordinatorServicer):
-    """The split-NN family's own RPC at the key holder (proto/vflsec/v1/splitnn.proto)."""
-
-    def __init__(self, coordinator: Coordinator) -> None:
-        self.coordinator = coordinator
-
-    @rpc
-    def TopStep(self, request: splitnn_pb2.TopStepRequest, context: grpc.ServicerContext):
-        s = self.coordinator.owned(request.session_id, current_caller().party_id)
-        index = np.asarray(request.sample_index, np.int64)
-        embedding = wire.from_message(s.backend, request.embedding, "embedding", rows=len(index))
-        labels = from_tensor(request.labels, "labels", shape=(len(index),)).astype(np.int64)
-        gradient, loss = self.coordinator.top_step(
-            request.session_id, request.step, embedding, labels, index, dict(request.widths)
-        )
-        return splitnn_pb2.TopStepReply(gradient=to_tensor(gradient), loss=loss)
-
-
-SPLITNN_ROLE_POLICY: dict[str, frozenset[str]] = {"TopStep": frozenset({"active"})}

@@ -30,7 +30,7 @@ from vflsec.services.transport import wire
 from vflsec.services.transport.server import rpc
 from vflsec.services.transport.tensors import from_tensor, to_tensor
 from vflsec.services.transport.tls import COORDINATOR, current_caller
-from vflsec.v1 import common_pb2, passive_pb2, passive_pb2_grpc, splitnn_pb2_grpc
+from vflsec.v1 import common_pb2, passive_pb2, passive_pb2_grpc
 
 
 class CoordinatorLink(Protocol):
@@ -672,19 +672,3 @@ ROLE_POLICY: dict[str, frozenset[str]] = {
     "ForecastRisk": frozenset({"coordinator", "operator"}),
     "CloseSession": frozenset({"active"}),
 }
-
-
-class SplitNnPassiveServicer(splitnn_pb2_grpc.SplitNnPassiveServicer):
-    """The split-NN family's own RPC at a passive party (proto/vflsec/v1/splitnn.proto)."""
-
-    def __init__(self, party: PassiveParty) -> None:
-        self.party = party
-
-    @rpc
-    def PlainForward(self, request: passive_pb2.ForwardRequest, context: grpc.ServicerContext):
-        self.party.owned(request.session_id, current_caller().party_id)
-        index = np.asarray(request.sample_index, dtype=np.int64)
-        return to_tensor(self.party.plain_forward(request.session_id, request.step, index))
-
-
-SPLITNN_ROLE_POLICY: dict[str, frozenset[str]] = {"PlainForward": frozenset({"active"})}

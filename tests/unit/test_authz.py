@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vflsec.services.engines import active, coordinator, passive, trees
+from vflsec.services.engines import active, coordinator, passive, splitnn, trees
 from vflsec.services.transport import authz
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "authorization.md"
@@ -25,8 +25,8 @@ def test_matrix_covers_every_rpc_and_matches_each_policy() -> None:
         ("Coordinator", coordinator.ROLE_POLICY),
         ("Active", active.ROLE_POLICY),
         ("Passive", passive.ROLE_POLICY),
-        ("SplitNnCoordinator", coordinator.SPLITNN_ROLE_POLICY),
-        ("SplitNnPassive", passive.SPLITNN_ROLE_POLICY),
+        ("SplitNnCoordinator", splitnn.COORDINATOR_POLICY),
+        ("SplitNnPassive", splitnn.PASSIVE_POLICY),
         ("TreeCoordinator", trees.COORDINATOR_POLICY),
         ("TreePassive", trees.PASSIVE_POLICY),
     ):

@@ -1,0 +1,52 @@
+"""Thin servicers of the split-NN family's own services (proto/vflsec/v1/splitnn.proto): the coordinator-top
+key holder's TopStep and an active-top passive party's PlainForward, each handing plain values to its engine."""
+
+from __future__ import annotations
+
+import grpc
+import numpy as np
+
+from vflsec.services.engines.coordinator import Coordinator
+from vflsec.services.engines.passive import PassiveParty
+from vflsec.services.transport import wire
+from vflsec.services.transport.server import rpc
+from vflsec.services.transport.tensors import from_tensor, to_tensor
+from vflsec.services.transport.tls import current_caller
+from vflsec.v1 import passive_pb2, splitnn_pb2, splitnn_pb2_grpc
+
+
+class SplitNnCoordinatorServicer(splitnn_pb2_grpc.SplitNnCoordinatorServicer):
+    """The split-NN family's own RPC at the key holder (proto/vflsec/v1/splitnn.proto)."""
+
+    def __init__(self, coordinator: Coordinator) -> None:
+        self.coordinator = coordinator
+
+    @rpc
+    def TopStep(self, request: splitnn_pb2.TopStepRequest, context: grpc.ServicerContext):
+        s = self.coordinator.owned(request.session_id, current_caller().party_id)
+        index = np.asarray(request.sample_index, np.int64)
+        embedding = wire.from_message(s.backend, request.embedding, "embedding", rows=len(index))
+        labels = from_tensor(request.labels, "labels", shape=(len(index),)).astype(np.int64)
+        gradient, loss = self.coordinator.top_step(
+            request.session_id, request.step, embedding, labels, index, dict(request.widths)
+        )
+        return splitnn_pb2.TopStepReply(gradient=to_tensor(gradient), loss=loss)
+
+
+COORDINATOR_POLICY: dict[str, frozenset[str]] = {"TopStep": frozenset({"active"})}
+
+
+class SplitNnPassiveServicer(splitnn_pb2_grpc.SplitNnPassiveServicer):
+    """The split-NN family's own RPC at a passive party (proto/vflsec/v1/splitnn.proto)."""
+
+    def __init__(self, party: PassiveParty) -> None:
+        self.party = party
+
+    @rpc
+    def PlainForward(self, request: passive_pb2.ForwardRequest, context: grpc.ServicerContext):
+        self.party.owned(request.session_id, current_caller().party_id)
+        index = np.asarray(request.sample_index, dtype=np.int64)
+        return to_tensor(self.party.plain_forward(request.session_id, request.step, index))
+
+
+PASSIVE_POLICY: dict[str, frozenset[str]] = {"PlainForward": frozenset({"active"})}
