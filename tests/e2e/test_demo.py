@@ -39,7 +39,10 @@ def test_breast_cancer_ckks_matches_plain() -> None:
         assert key in result
     assert result["backend"] == "ckks" and result["n_passive"] == 2
     assert result["accuracy"] >= 0.95
-    assert abs(result["accuracy"] - result["plain_accuracy"]) <= 0.005
+    # Same split and batches; each CKKS run floods its block sums with fresh OS-entropy noise, which can tip a
+    # borderline test row (one row is 1/97 here; tests/integration/test_training.py saw one row flip in its runs,
+    # 0 of 4 demo runs differed): at most two rows apart, as there.
+    assert abs(result["accuracy"] - result["plain_accuracy"]) <= 2 / result["n_test"] + 1e-12
     assert result["n_train"] + result["n_test"] == result["n_common"] < result["n_samples"]
 
 
@@ -64,7 +67,7 @@ def digits_undefended() -> dict:
 def test_digits_three_passive_parties(digits_undefended) -> None:
     assert digits_undefended["n_classes"] == 10 and digits_undefended["n_passive"] == 3
     # Block sums are flooded with fresh OS-entropy noise (docs/protocol.md, "Block sums"), so CKKS runs differ:
-    # measured 0.928-0.945 over three runs, plain (exact sums) 0.935 with this seed.
+    # measured 0.928-0.945 over three runs of an earlier version, 0.949-0.952 (of 293 rows) over four runs now.
     assert digits_undefended["accuracy"] >= 0.92
     assert digits_undefended["score_release"] == [] and digits_undefended["released_argmax_agreement"] == 1.0
 

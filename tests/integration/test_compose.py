@@ -115,7 +115,8 @@ def test_compose_commands_run_as_local_processes(compose, prepared, tmp_path) ->
         assert done.returncode == 0, done.stderr[-3000:]
         result = json.loads(done.stdout.strip().splitlines()[-1])
         assert result["n_passive"] == 2 and result["backend"] == "ckks"
-        assert result["accuracy"] >= 0.9 and abs(result["accuracy"] - result["plain_accuracy"]) <= 0.005
+        assert result["accuracy"] >= 0.9  # ckks vs plain: fresh block-sum flooding can tip a borderline row
+        assert abs(result["accuracy"] - result["plain_accuracy"]) <= 2 / result["n_test"] + 1e-12  # as test_demo
         for party in PARTIES:  # the compose health checks, run as compose would
             cmd, program, *args = services[party]["healthcheck"]["test"]
             assert (cmd, program) == ("CMD", "vflsec")
@@ -123,10 +124,27 @@ def test_compose_commands_run_as_local_processes(compose, prepared, tmp_path) ->
             health = subprocess.run([sys.executable, "-m", "vflsec.client.cli", *args], capture_output=True)
             assert health.returncode == 0, health.stderr
     finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            proc.wait(10)
+        hung = stop(procs)
+    assert not hung, f"still running {STOP_SECONDS} s after SIGTERM: {hung}"
+
+
+STOP_SECONDS = 60  # drain (2 s grace) and checkpoint; 10 s timed out once on a loaded 2-core machine
+
+
+def stop(procs: list[subprocess.Popen]) -> list[str]:
+    """SIGTERM every party and wait; kill any that has not stopped (it would keep its fixed port for the next
+    test) and name it."""
+    for proc in procs:
+        proc.terminate()
+    hung = []
+    for proc in procs:
+        try:
+            proc.wait(STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            hung.append(" ".join(map(str, proc.args[-3:])))
+    return hung
 
 
 def test_plain_is_allowed_only_because_the_runner_compares_against_it(compose, prepared) -> None:

@@ -46,7 +46,7 @@ def _run(
     """Federated and central test accuracy on the same split and batches; and the session's released model."""
     settings = {**model, "topology": topology}
     info = fed.operator.create_session(backend, family="splitnn", settings=settings, **training)
-    common = fed.operator.align(info.session_id)
+    common = sorted(fed.operator.align(info.session_id))  # one split in every run (PSI's order is random)
     labels = ds.y[datasets.select_ids(ds.ids, common)]
     split = datasets.train_test_split_ids(np.asarray(common), labels, test_fraction, seed=0)
     train_ids, test_ids = (list(a) for a in split)
@@ -92,7 +92,7 @@ def test_active_top_matches_central_and_records_the_passive_output(tmp_path) -> 
         passive = fed.parties["passive-1"].engine
         sid = next(iter(passive.sessions))
         z_true = passive.sessions[sid].trainer.inference_share(_blocks(fed, queried)[1])
-    assert central >= 0.85  # a trained model: 0.89-0.96 measured over dealt splits (PSI's common order is random)
+    assert central >= 0.85  # a trained model: 0.915 on the sorted split
     assert abs(federated - central) <= 0.01, (federated, central)
     assert model["family"] == "splitnn" and any(name.startswith("head/") for name in model["tensors"])
     entries = [json.loads(line) for line in (record / "transcript.jsonl").read_text().splitlines()]
@@ -107,7 +107,7 @@ def test_coordinator_top_matches_central(tmp_path, backend: str) -> None:
     ds = datasets.load_dataset("breast_cancer")
     with federation(tmp_path, dataset="breast_cancer", n_passive=1, allow_plain=backend == "plain") as fed:
         federated, central, model = _run(fed, backend, ds)
-    assert central >= 0.85  # a trained model: 0.89-0.96 measured over dealt splits (PSI's common order is random)
+    assert central >= 0.85  # 0.938 on the sorted split (PSI-ordered splits: 0.83-0.97, 1 in 12 < 0.85)
     assert abs(federated - central) <= 0.01, (federated, central)
     assert model["family"] == "splitnn"
     # The active party holds its own bottom and the released top model; no passive bottom leaves its owner.
