@@ -167,7 +167,9 @@ def start_server(
         futures.ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix=config.party_id),
         # The role check runs first: an unauthorized caller learns nothing about how its bytes parse.
         interceptors=[tls.RoleInterceptor(full_policy), DecodeRequests()],
-        options=channel_options(config.max_message_bytes),
+        # gRPC sets SO_REUSEPORT by default: a second server on a taken port would bind beside the first and split
+        # its callers between them. Off, the bind fails and the party says so.
+        options=[*channel_options(config.max_message_bytes), ("grpc.so_reuseport", 0)],
     )
     add_servicers(server)
     health_servicer = health.HealthServicer()

@@ -101,10 +101,11 @@ PAIRS = {"aware_ls": "half_star", "aware_cls": "cls", "aware_rcc2": "rcc2", "awa
 def test_each_aware_attack_is_never_worse_than_its_naive_counterpart(defense: str) -> None:
     # wine (C = 3) and breast_cancer (C = 2) underdetermined, digits (C = 10, d_p = 5) determined. Over eight fresh
     # OS-entropy draws the aware attack must not be worse on average beyond the sampling error of that average:
-    # a one-sided paired test at 3 standard errors of the per-draw differences (exact for deterministic
+    # a one-sided paired test at 4 standard errors of the per-draw differences (exact for deterministic
     # defenses, where the differences do not vary). Where both attacks sit at Half (gaussian on breast_cancer,
     # 30 draws: aware 0.0890 ± 0.0000, naive Half* 0.0946 ± 0.0010) a plain comparison of the two sums failed
-    # twice in CI by chance.
+    # twice in CI by chance; at 3 standard errors the gaussian interval pairs (measured 0.8-1.1 standard errors below
+    # the mean over 24 draws) still failed about once in 500 runs.
     draws = 8
     for name, d_p in (("wine", 4), ("digits", 5), ("breast_cancer", 4)):
         task = real_task(name, d_p, n_query=80)
@@ -119,5 +120,5 @@ def test_each_aware_attack_is_never_worse_than_its_naive_counterpart(defense: st
         for aware, naive in PAIRS.items():
             if aware in ran:
                 diff = np.array(figures[aware]) - np.array(figures[naive])
-                margin = 3 * diff.std(ddof=1) / np.sqrt(draws) + 1e-6  # + solver tolerance
+                margin = 4 * diff.std(ddof=1) / np.sqrt(draws) + 1e-6  # + solver tolerance
                 assert diff.mean() <= margin, (name, defense, aware, naive, diff.mean(), margin)
