@@ -607,6 +607,25 @@ _MARKERS = "osD^v<>ph*"
 PARAM_UNITS = {"decimals": "decimal places kept", "epsilon": "dimensionless", "sigma": "score units"}
 
 
+_Y_METRIC = {
+    "mse": _Y_ATTACK,
+    "accuracy": "attack accuracy (ye §6.3)\n(fraction of rows recovered, up to complement)",
+    "cbr": "correct branching rate (luo §VI)\n(fraction of passive branchings taken as the truth does)",
+}
+_BASELINE_LABEL = {
+    "half": "blind Half baseline",
+    "majority": "majority-bit baseline",
+    "random_path": "random-path baseline",
+}
+
+
+def _axis_label(axis: str) -> str:
+    if axis == DEFENSE_AXIS:
+        return "defense (release step and its parameters)"
+    step, _, param = axis.partition(".")
+    return f"{step} {param} ({PARAM_UNITS.get(param, 'release-step parameter')})"
+
+
 def dcs(ap: float, dmp: float, beta: float = DCS_BETA) -> float:
     return 1.0 / (1.0 + math.sqrt((1.0 - beta) * ap**2 + beta * dmp**2))
 
@@ -635,19 +654,31 @@ def summarise(scenario: Scenario, results: Sequence[dict[str, Any]]) -> dict[str
         reports = [c["report"] for c in cells]
         attacks: dict[str, Any] = {}
         for name in reports[0]["attacks"]:
-            ran = [rep["attacks"][name] for rep in reports if "mse_clipped" in rep["attacks"].get(name, {})]
+            metrics = [_own_metric(rep, name) for rep in reports]
+            ran = [(rep["attacks"][name], m) for rep, m in zip(reports, metrics, strict=True) if m is not None]
             if len(ran) == len(reports):
+                first = ran[0][1]
                 attacks[name] = {
-                    "mse_clipped": _stat([a["mse_clipped"] for a in ran]),
-                    "mse": _stat([a["mse"] for a in ran]),
-                    "aware": ran[0]["aware"],
+                    "metric": first["name"],
+                    "label": first["label"],
+                    "higher_is_better": first["higher_is_better"],
+                    "value": _stat([m["value"] for _, m in ran]),
+                    "baseline": {
+                        "name": first["baseline"]["name"],
+                        "value": _stat([m["baseline"]["value"] for _, m in ran]),
+                    },
+                    "mse_clipped": _stat([a["mse_clipped"] for a, _ in ran]),
+                    "mse": _stat([a["mse"] for a, _ in ran]),
+                    "aware": ran[0][0]["aware"],
                 }
             else:
                 reason = next(
                     (rep["attacks"][name].get("not_applicable") for rep in reports if name in rep["attacks"]), None
                 )
+                reason = reason or next((m.get("not_applicable") for m in metrics if m), None)
                 attacks[name] = {"not_applicable": reason or f"ran in {len(ran)} of {len(reports)} repetitions"}
-        ran = {n: a for n, a in attacks.items() if "mse_clipped" in a}
+        # The strongest attacker and the DCS compare MSEs: attacks judged by another figure stand beside them.
+        ran = {n: a for n, a in attacks.items() if a.get("metric") == "mse"}
         best = min(ran, key=lambda n: ran[n]["mse_clipped"]["mean"]) if ran else None
         rows.append(
             {
@@ -691,6 +722,19 @@ def summarise(scenario: Scenario, results: Sequence[dict[str, Any]]) -> dict[str
     }
 
 
+def _own_metric(report: dict[str, Any], name: str) -> dict[str, Any] | None:
+    """One attack's own figure in one cell's report (harness.own_metric); a cell written before attacks carried it
+    is read as MSE against Half. None: the attack did not run, or its figure has no value here."""
+    result = report["attacks"].get(name, {})
+    if "mse_clipped" not in result:
+        return None
+    label, higher, baseline = harness.METRICS["mse"]
+    metric = result.get("metric") or {"name": "mse", "label": label, "higher_is_better": higher,
+                                      "value": result["mse_clipped"],
+                                      "baseline": {"name": baseline, "value": report["baselines"]["half"]}}  # fmt: skip
+    return None if metric["value"] is None else metric
+
+
 def _undefended(row: dict[str, Any], rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     """The row without any defense at the same fixed-axis point (passive fraction), if the sweep has one."""
     fixed = {a: v for a, v in row["values"].items() if a in FIXED_AXES}
@@ -712,7 +756,7 @@ def markdown(summary: dict[str, Any]) -> str:
         "",
         f"{summary['repetitions']} repetition(s) per row (mean ± std), {summary['predictions']} queried samples; "
         f"MSE: {summary['mse_unit']}, clipped to the cube (raw MSE in results.json). Strongest: the attack "
-        "(naive or defense-aware) with the lowest mean MSE. Ratio: strongest MSE / the undefended row's.",
+        "(naive or defense-aware) judged by MSE with the lowest mean MSE. Ratio: strongest MSE / the undefended row's.",
         "",
         f"{summary['dcs_formula']}.",
         "",
@@ -735,17 +779,31 @@ def markdown(summary: dict[str, Any]) -> str:
             f"{_pm(row['baselines']['zero'])} | {strongest_name} | {mse} | {num('ratio_to_undefended')} | "
             f"{num('ap')} | {num('delta_mp')} | {num('dcs')} |"
         )
-    lines += ["", "## Every attack per row (clipped MSE, mean ± std)", ""]
+    lines += [
+        "",
+        "## Every attack per row (mean ± std)",
+        "",
+        "Each attack by its own figure, beside the blind baseline that figure must beat: MSE (lower is better) "
+        "against Half; ye's attack accuracy (higher is better; per binary passive column the best found vector, "
+        "up to complement) against the majority bit; luo's correct branching rate (higher is better) against a "
+        "random path. Every attack's clipped and raw MSE stand beside it.",
+        "",
+    ]
     for row in summary["rows"]:
         point = ", ".join(f"{a}={v}" for a, v in row["values"].items() if a in FIXED_AXES)
-        lines += [f"### {row['defense']}" + (f" ({point})" if point else ""), "", "| attack | MSE | raw MSE |"]
-        lines.append("|---|---|---|")
+        lines += [f"### {row['defense']}" + (f" ({point})" if point else ""), ""]
+        lines += ["| attack | metric | value | blind baseline | MSE | raw MSE |", "|---|---|---|---|---|---|"]
         for name, a in row["attacks"].items():
             label = name + (" (aware)" if a.get("aware") else "")
             if "not_applicable" in a:
-                lines.append(f"| {label} | not applicable: {a['not_applicable']} | |")
+                lines.append(f"| {label} | | not applicable: {a['not_applicable']} | | | |")
             else:
-                lines.append(f"| {label} | {_pm(a['mse_clipped'])} | {_pm(a['mse'])} |")
+                better = "higher" if a["higher_is_better"] else "lower"
+                lines.append(
+                    f"| {label} | {a['label']} ({better} is better) | {_pm(a['value'])} | "
+                    f"{a['baseline']['name']} {_pm(a['baseline']['value'])} | {_pm(a['mse_clipped'])} | "
+                    f"{_pm(a['mse'])} |"
+                )
         lines.append("")
     return "\n".join(lines)
 
@@ -758,9 +816,9 @@ def plot(summary: dict[str, Any], out: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for r in summary["rows"] if r["strongest"] is not None]
+    rows = [r for r in summary["rows"] if r["strongest"] is not None]  # the MSE figures' rows
     written: list[Path] = []
-    if not rows:
+    if not summary["rows"]:
         return written
     title = f"{summary['name']} ({summary['dataset']}, {summary['backend']})"
 
@@ -776,27 +834,33 @@ def plot(summary: dict[str, Any], out: Path) -> list[Path]:
         return row["attacks"][row["strongest"]["attack"]]["mse_clipped"]
 
     fixed = [a for a in summary["sweep"] if a in FIXED_AXES]
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for row in rows:
-        groups.setdefault(", ".join(f"{a}={row['values'][a]}" for a in fixed) or "", []).append(row)
+    groups: dict[str, list[dict[str, Any]]] = {}  # rows with an MSE-judged strongest attacker
+    all_groups: dict[str, list[dict[str, Any]]] = {}
+    for row in summary["rows"]:
+        group = ", ".join(f"{a}={row['values'][a]}" for a in fixed) or ""
+        all_groups.setdefault(group, []).append(row)
+        if row["strongest"] is not None:
+            groups.setdefault(group, []).append(row)
 
-    fig, ax = plt.subplots(figsize=(9.0, 4.6))
-    for group, members in groups.items():
-        for row in members:
-            s = strongest_stat(row)
-            marker = "*" if row["defense"] == "none" else "o"
-            ax.errorbar(row["accuracy"]["mean"], s["mean"], xerr=row["accuracy"]["std"], yerr=s["std"],
-                        fmt=marker, capsize=3, markersize=9 if marker == "*" else 6,
-                        label=f"{row['defense']}" + (f" ({group})" if group else ""))  # fmt: skip
-    for i, (group, members) in enumerate(groups.items()):  # Half depends on the passive columns: a line per split
-        half, dashes = members[0]["baselines"]["half"]["mean"], ("--", "-.", ":")[i % 3]
-        ax.axhline(half, color="grey", linestyle=dashes, label="blind Half baseline" + (f" ({group})" if group else ""))
-    ax.set_xlabel("accuracy on the queried samples (fraction correct)")
-    ax.set_ylabel(_Y_STRONGEST, fontsize=8)
-    ax.set_title(f"privacy–utility: {title}", fontsize=9)
-    save(fig, ax, "privacy_utility.png")
+    if rows:
+        fig, ax = plt.subplots(figsize=(9.0, 4.6))
+        for group, members in groups.items():
+            for row in members:
+                s = strongest_stat(row)
+                marker = "*" if row["defense"] == "none" else "o"
+                ax.errorbar(row["accuracy"]["mean"], s["mean"], xerr=row["accuracy"]["std"], yerr=s["std"],
+                            fmt=marker, capsize=3, markersize=9 if marker == "*" else 6,
+                            label=f"{row['defense']}" + (f" ({group})" if group else ""))  # fmt: skip
+        for i, (group, members) in enumerate(groups.items()):  # Half depends on the passive columns: a line per split
+            half, dashes = members[0]["baselines"]["half"]["mean"], ("--", "-.", ":")[i % 3]
+            label = "blind Half baseline" + (f" ({group})" if group else "")
+            ax.axhline(half, color="grey", linestyle=dashes, label=label)
+        ax.set_xlabel("accuracy on the queried samples (fraction correct)")
+        ax.set_ylabel(_Y_STRONGEST, fontsize=8)
+        ax.set_title(f"privacy–utility: {title}", fontsize=9)
+        save(fig, ax, "privacy_utility.png")
 
-    for axis in (a for a in summary["sweep"] if a not in FIXED_AXES):
+    for axis in (a for a in summary["sweep"] if a not in FIXED_AXES and rows):
         fig, ax = plt.subplots(figsize=(9.0, 4.6))
         numeric = all(isinstance(v, int | float) for v in summary["sweep"][axis])
         for group, members in groups.items():
@@ -815,11 +879,7 @@ def plot(summary: dict[str, Any], out: Path) -> list[Path]:
                 ax.axhline(strongest_stat(none)["mean"], linestyle=":", color=color, label=f"no defense{suffix}")
             half = swept[0]["baselines"]["half"]["mean"]
             ax.axhline(half, color=color, linestyle="--", alpha=0.6, label=f"blind Half baseline{suffix}")
-        step, _, param = axis.partition(".")
-        if axis == DEFENSE_AXIS:
-            ax.set_xlabel("defense (release step and its parameters)")
-        else:
-            ax.set_xlabel(f"{step} {param} ({PARAM_UNITS.get(param, 'release-step parameter')})")
+        ax.set_xlabel(_axis_label(axis))
         values = summary["sweep"][axis]
         if numeric and min(values) > 0 and max(values) / min(values) > 20:
             ax.set_xscale("log")
@@ -831,23 +891,48 @@ def plot(summary: dict[str, Any], out: Path) -> list[Path]:
         ax.set_title(f"strongest attack vs {axis}: {title}", fontsize=9)
         save(fig, ax, f"mse_vs_{axis.replace('.', '_')}.png")
 
+    def per_attack(members: list[dict[str, Any]], axis: str, metric: str, xlabel: str, name: str, what: str) -> None:
+        """Every attack judged by ``metric`` against ``axis`` over ``members`` (one row per x), with the baseline."""
+        attacks = [n for n in members[0]["attacks"] if all(r["attacks"].get(n, {}).get("metric") == metric
+                                                           for r in members)]  # fmt: skip
+        if not attacks:
+            return
+        numeric = all(isinstance(r["values"][axis], int | float) for r in members)
+        xs = [r["values"][axis] if numeric else str(r["values"][axis]) for r in members]
+        fig, ax = plt.subplots(figsize=(9.0, 4.6))
+        for i, attack in enumerate(attacks):  # distinct markers and dashes: attacks that tie stay visible
+            stats = [r["attacks"][attack]["value"] for r in members]
+            ax.errorbar(xs, [s["mean"] for s in stats], yerr=[s["std"] for s in stats], capsize=2, label=attack,
+                        marker=_MARKERS[i % len(_MARKERS)], markersize=8 - 0.4 * i, alpha=0.8,
+                        linestyle=("-", "--", "-.", ":")[i % 4] if numeric else "none")  # fmt: skip
+        baseline = members[0]["attacks"][attacks[0]]["baseline"]["name"]
+        ax.plot(xs, [r["attacks"][attacks[0]]["baseline"]["value"]["mean"] for r in members], "k--",
+                label=_BASELINE_LABEL[baseline])  # fmt: skip
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(_Y_METRIC[metric], fontsize=8)
+        ax.set_title(f"{harness.METRICS[metric][0]} per attack vs {axis}{what}: {title}", fontsize=8)
+        save(fig, ax, name)
+
+    metrics = sorted({a["metric"] for r in summary["rows"] for a in r["attacks"].values() if "metric" in a})
+    for axis in (a for a in summary["sweep"] if a not in FIXED_AXES):  # MSE's is the strongest-attack plot above
+        for metric in (m for m in metrics if m != "mse"):
+            for group, members in all_groups.items():
+                swept = [r for r in members if r["values"].get(axis) is not None]
+                if all(isinstance(r["values"][axis], int | float) for r in swept):
+                    swept.sort(key=lambda r: r["values"][axis])
+                suffix = f" ({group})" if group else ""
+                tag = re.sub(r"[^A-Za-z0-9]+", "_", f"{axis}_{group}".strip("_"))
+                per_attack(swept, axis, metric, _axis_label(axis), f"{metric}_vs_{tag}.png", suffix)
+
     if "passive_fraction" in summary["sweep"]:
         defenses: dict[str, list[dict[str, Any]]] = {}
-        for row in rows:
+        for row in summary["rows"]:
             defenses.setdefault(row["defense"], []).append(row)
         for defense, members in defenses.items():
             members.sort(key=lambda r: r["values"]["passive_fraction"])
-            fig, ax = plt.subplots(figsize=(9.0, 4.6))
-            xs = [r["values"]["passive_fraction"] for r in members]
-            names = [n for n in members[0]["attacks"] if all("mse_clipped" in r["attacks"].get(n, {}) for r in members)]
-            for i, name in enumerate(names):  # distinct markers and dashes: attacks that tie stay visible
-                stats = [r["attacks"][name]["mse_clipped"] for r in members]
-                ax.errorbar(xs, [s["mean"] for s in stats], yerr=[s["std"] for s in stats], capsize=2, label=name,
-                            marker=_MARKERS[i % len(_MARKERS)], markersize=8 - 0.4 * i, alpha=0.8,
-                            linestyle=("-", "--", "-.", ":")[i % 4])  # fmt: skip
-            ax.plot(xs, [r["baselines"]["half"]["mean"] for r in members], "k--", label="blind Half baseline")
-            ax.set_xlabel("passive fraction (share of feature columns held by the passive parties)")
-            ax.set_ylabel(_Y_ATTACK, fontsize=8)
-            ax.set_title(f"MSE per attack vs passive fraction, defense {defense}: {title}", fontsize=8)
-            save(fig, ax, f"mse_vs_passive_fraction_{re.sub(r'[^A-Za-z0-9]+', '_', defense)}.png")
+            tag = re.sub(r"[^A-Za-z0-9]+", "_", defense)
+            for metric in metrics:
+                per_attack(members, "passive_fraction", metric,
+                           "passive fraction (share of feature columns held by the passive parties)",
+                           f"{metric}_vs_passive_fraction_{tag}.png", f", defense {defense}")  # fmt: skip
     return written

@@ -222,6 +222,7 @@ class PathRestriction(Attack):
 
     needs = frozenset({"scores", "released_trees"})
     families = frozenset({"tree"})
+    metric = "cbr"
 
     def __init__(self, bounds: tuple[float, float] = (0.0, 1.0), seed: int | None = None) -> None:
         self.bounds = bounds
@@ -312,6 +313,7 @@ class ForestGrn(Attack):
     """
 
     families = frozenset({"tree"})
+    metric = "cbr"
 
     needs = frozenset({"scores", "released_trees"})
 
