@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import itertools
 import json
@@ -31,13 +32,13 @@ from typing import Any
 import numpy as np
 
 from vflsec.client import harness
+from vflsec.client import options as opt
 from vflsec.client.federation import FederationSpec, SpecError, write_federation
 
 # --- the scenario file --------------------------------------------------------------------------------------
 
 MODELS = ("lr", "splitnn", "tree")  # the schema names every family; the services train lr and splitnn today
 WIRED_MODELS = ("lr", "splitnn")
-TRAINING_KEYS = {"epochs": int, "batch_size": int, "learning_rate": float, "l2": float, "optimizer": str}
 FIXED_AXES = ("passive_fraction",)  # sweep axes that are not STEP.PARAM of a release step
 DEFENSE_AXIS = "defense"  # a sweep axis of whole release steps, "STEP:key=value,...": one defense per cell
 
@@ -113,11 +114,52 @@ class _Checker:
         return value
 
 
-TOP_KEYS = {
-    "name", "dataset", "label", "model", "topology", "passive", "passive_fraction", "passive_features", "backend",
-    "scaling", "training", "release", "param_release", "attacks", "attack_options", "predictions",
-    "release_model", "seed", "repetitions", "sweep", "baseline", "parties", "exclude_attacks",
+# The scenario's own keys; every other key is a federation option of `vflsec attack` (spec_options).
+SCENARIO_KEYS = {
+    "name", "passive_fraction", "scaling", "training", "attacks", "attack_options", "predictions", "release_model",
+    "repetitions", "sweep", "baseline", "parties", "exclude_attacks",
 }  # fmt: skip
+# Options of `vflsec attack` that are not about the federation (they have scenario keys of their own, or none).
+NOT_SPEC_OPTIONS = {"attacks", "attack_option", "predictions", "mse_scope", "withhold_model", "windows", "markdown"}
+
+
+@functools.cache
+def spec_options() -> dict[str, Any]:
+    """The `vflsec attack` options that set a FederationSpec field, by parameter name: a scenario's federation
+    keys, each converted by the command's own parser and bounds (client/options.py declares each one once), so
+    a scenario reaches every training and data option the CLI has, under the CLI's name."""
+    import typer.main
+
+    from vflsec.client.cli import app
+
+    command = typer.main.get_command(app).commands["attack"]  # type: ignore[attr-defined]
+    fields = FederationSpec.__dataclass_fields__
+    return {
+        p.name: p
+        for p in command.params
+        if p.name not in NOT_SPEC_OPTIONS and not p.is_flag and opt.SPEC_FIELD.get(p.name, p.name) in fields
+    }
+
+
+def _spec_option(check: _Checker, path: tuple[str, ...], name: str, value: Any) -> tuple[str, Any]:
+    """A scenario value through its CLI option's parser (a list: a repeatable option's items, else one
+    comma-separated value); the FederationSpec field and the parsed value."""
+    import typer
+    import typer.main
+
+    from vflsec.client.cli import app
+
+    option = spec_options()[name]
+    if isinstance(value, dict) or (isinstance(value, list) and any(isinstance(v, dict | list) for v in value)):
+        raise check.fail(path, f"expected a value or a list of values, got {value!r}")
+    items = value if isinstance(value, list) else [value]
+    texts = [str(v) for v in items] if option.multiple else [",".join(str(v) for v in items)]
+    command = typer.main.get_command(app).commands["attack"]  # type: ignore[attr-defined]
+    try:
+        parsed = command.make_context("attack", [f"{option.opts[0]}={t}" for t in texts]).params[name]
+    except typer.BadParameter as exc:
+        raise check.fail(path, exc.format_message()) from exc
+    return opt.spec_value(name, tuple(parsed) if option.multiple else parsed)
 
 
 def load_scenario(path: Path) -> Scenario:
@@ -138,52 +180,48 @@ def load_scenario(path: Path) -> Scenario:
 def parse_scenario(raw: dict[str, Any], check: _Checker, default_name: str = "experiment") -> Scenario:
     from vflsec.services.attacks import ATTACKS
 
-    for key in raw:
-        if key not in TOP_KEYS:
-            raise check.fail((str(key),), f"unknown key; known: {', '.join(sorted(TOP_KEYS))}")
-    model = check.typed(raw, (), "model", str, "lr")
-    if model not in MODELS:
-        raise check.fail(("model",), f"must be one of {', '.join(MODELS)}, got {model!r}")
-    if model not in WIRED_MODELS:
-        raise check.fail(
-            ("model",), f"{model!r} is not wired through the services yet (they train {', '.join(WIRED_MODELS)})"
-        )
-    if "topology" in raw and model != "splitnn":
-        raise check.fail(("topology",), f"the {model} family has no topology (split-NN has)")
-    if "passive_fraction" in raw and "passive_features" in raw:
-        raise check.fail(("passive_features",), "give passive_fraction or passive_features, not both")
-    passive_features: Any = check.typed(raw, (), "passive_features", (int, list), None)
-    if "passive_fraction" in raw:
-        passive_features = check.typed(raw, (), "passive_fraction", float, None)
     training = raw.get("training", {})
     if not isinstance(training, dict):
-        raise check.fail(("training",), f"expected a mapping of {', '.join(TRAINING_KEYS)}")
+        raise check.fail(("training",), f"expected a mapping of options ({', '.join(spec_options())})")
+    known = sorted({*SCENARIO_KEYS, *spec_options()})
+    for key in raw:
+        if key not in SCENARIO_KEYS and key not in spec_options():
+            raise check.fail((str(key),), f"unknown key; known: {', '.join(known)}")
     for key in training:
-        if key not in TRAINING_KEYS:
-            raise check.fail(("training", str(key)), f"unknown key; known: {', '.join(TRAINING_KEYS)}")
-    train = {k: check.typed(training, ("training",), k, kind, None) for k, kind in TRAINING_KEYS.items()}
+        if key not in spec_options():
+            raise check.fail(("training", str(key)), f"unknown key; known: {', '.join(spec_options())}")
+        if key in raw:
+            raise check.fail(("training", str(key)), "given at the top level too: give it once")
+    fields: dict[str, Any] = {}
+    # The federation's options: at the top level, or grouped under training: (a file's choice, same keys).
+    for path, value in [*(((k,), v) for k, v in raw.items()), *((("training", k), v) for k, v in training.items())]:
+        if path[-1] in spec_options() and value is not None:
+            field_name, parsed = _spec_option(check, path, str(path[-1]), value)
+            fields[field_name] = parsed
+    model = fields.get("model", "lr")
+    if model not in MODELS:
+        raise check.fail(_key(raw, "model"), f"must be one of {', '.join(MODELS)}, got {model!r}")
+    if model not in WIRED_MODELS:
+        raise check.fail(
+            _key(raw, "model"),
+            f"{model!r} is not wired through the services yet (they train {', '.join(WIRED_MODELS)})",
+        )
+    if "topology" in fields and model != "splitnn":
+        raise check.fail(_key(raw, "topology"), f"the {model} family has no topology (split-NN has)")
+    if "passive_fraction" in raw:
+        if "passive_features" in fields:
+            raise check.fail(_key(raw, "passive_features"), "give passive_fraction or passive_features, not both")
+        fields["passive_features"] = check.typed(raw, (), "passive_fraction", float, None)
     parties = check.typed(raw, (), "parties", str, "in_process")
     if parties not in ("in_process", "processes"):
         raise check.fail(("parties",), f"must be in_process or processes, got {parties!r}")
-    fields = {
-        "model": model,
-        "topology": check.typed(raw, (), "topology", str, "coordinator-top"),
-        "n_passive": check.typed(raw, (), "passive", int, 1),
-        "passive_features": passive_features,
-        "backend": check.typed(raw, (), "backend", str, "ckks"),
-        "scaling": check.typed(raw, (), "scaling", str, "minmax"),
-        "label": check.typed(raw, (), "label", str, None),
-        "seed": check.typed(raw, (), "seed", int, 0),
-        "score_release": tuple(check.strings(raw, (), "release") or ()),
-        "param_release": tuple(check.strings(raw, (), "param_release") or ()),
-        **{k: v for k, v in train.items() if v is not None},
-    }
-    if "dataset" not in raw:
+    fields["scaling"] = check.typed(raw, (), "scaling", str, "minmax")
+    if "dataset" not in fields:
         raise check.fail(("dataset",), "required (digits, wine, a UCI name, a CSV path, ...)")
     try:
-        spec = FederationSpec(check.typed(raw, (), "dataset", str, None), **fields)
+        spec = FederationSpec(**fields)
     except SpecError as exc:
-        raise check.fail(_spec_key(str(exc)), str(exc)) from exc
+        raise check.fail(_spec_key(str(exc), raw), str(exc)) from exc
     attacks = check.strings(raw, (), "attacks")
     exclude = check.strings(raw, (), "exclude_attacks")
     if attacks is not None and exclude is not None:
@@ -226,18 +264,19 @@ def parse_scenario(raw: dict[str, Any], check: _Checker, default_name: str = "ex
     return scenario
 
 
-def _spec_key(message: str) -> tuple[str, ...]:
+def _key(raw: Mapping[str, Any], key: str) -> tuple[str, ...]:
+    """Where a federation option sits in the file: at the top level or under training:."""
+    return ("training", key) if key not in raw and key in raw.get("training", {}) else (key,)
+
+
+def _spec_key(message: str, raw: Mapping[str, Any]) -> tuple[str, ...]:
     """The scenario key a FederationSpec refusal is about (its messages name the field first)."""
-    for key, words in (
-        ("backend", "backend"),
-        ("scaling", "scaling"),
-        ("passive", "n_passive"),
-        ("training", "epochs"),
-        ("training", "batch size"),
-        ("training", "learning rate"),
-    ):
-        if message.startswith(words):
-            return (key,)
+    for key in sorted(spec_options(), key=len, reverse=True):
+        field_name = opt.SPEC_FIELD.get(key, key)
+        if message.startswith((field_name, field_name.replace("_", " "))):
+            return _key(raw, key)
+    if message.startswith("split-NN widths"):
+        return _key(raw, "hidden")
     return ("release",) if "step" in message or "release" in message else ()
 
 
