@@ -7,13 +7,12 @@ dataset is missing from the shared datasets folder is ``skipped`` with that reas
 Models are trained on real data and every attack is scored on rows the model did not train on, with Half
 (x̂ = ½·1) beside it. Two claims run the real services (in-process parties, gRPC over mTLS, plain backend;
 ``_federation``); the others train the LR in process (``synthetic.fitted_lr_task``, the ye claims
-``scripts/measure_ye.py``) and run the same attack functions on what the active party would receive.
+``client/ye_measure.py``) and run the same attack functions on what the active party would receive.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.util
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -436,24 +435,13 @@ def privee_grn_ratio() -> Measurement:
 
 
 @functools.cache
-def _ye_script() -> Any:
-    """scripts/measure_ye.py: ye's experiments on trained active-top split NNs (one implementation)."""
-    path = Path(__file__).resolve().parents[1] / "scripts" / "measure_ye.py"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} (the ye claims run from a source checkout)")
-    spec = importlib.util.spec_from_file_location("vflsec_measure_ye", path)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
-
-
-@functools.cache
 def _ye_bank() -> dict[str, dict[str, Any]]:
     """Bank, 8 passive features incl. the binary contact: plain and masquerade (m = 1, 2, ⌈log₂ n⌉) runs."""
+    from vflsec.client import ye_measure
     from vflsec.services.attacks.gradient import torch_threads
 
     with torch_threads(1):
-        rows = _ye_script().bank(5, {"bank", "masquerade"}, 1)
+        rows = ye_measure.bank(5, {"bank", "masquerade"}, 1)
     return {row["experiment"]: row for row in rows}
 
 
@@ -466,10 +454,11 @@ def _ye_bank() -> dict[str, dict[str, Any]]:
     datasets=("covid",),
 )
 def ye_alg1_covid() -> Measurement:
+    from vflsec.client import ye_measure
     from vflsec.services.attacks.gradient import torch_threads
 
     with torch_threads(1):
-        row = _ye_script().covid(5)
+        row = ye_measure.covid(5)
     found = row["ye_alg1"]["per_feature_best_of_all_found"]
     return Measurement({"attack_accuracy": min(found)}, min(found) == 1.0, {"per_feature": found, "n": row["n"],
                        "test_accuracy": row["test_accuracy"], "n_found": row["ye_alg1"]["n_found"]})  # fmt: skip
