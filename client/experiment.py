@@ -947,6 +947,8 @@ def plot(summary: dict[str, Any], out: Path) -> list[Path]:
         baseline = members[0]["attacks"][attacks[0]]["baseline"]["name"]
         ax.plot(xs, [r["attacks"][attacks[0]]["baseline"]["value"]["mean"] for r in members], "k--",
                 label=_BASELINE_LABEL[baseline])  # fmt: skip
+        if numeric:
+            ax.set_xticks(sorted(set(xs)), [str(x) for x in sorted(set(xs))])
         ax.set_xlabel(xlabel)
         ax.set_ylabel(_Y_METRIC[metric], fontsize=8)
         ax.set_title(f"{harness.METRICS[metric][0]} per attack vs {axis}{what}: {title}", fontsize=8)
