@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import itertools
 import json
@@ -31,13 +32,13 @@ from typing import Any
 import numpy as np
 
 from vflsec.client import harness
+from vflsec.client import options as opt
 from vflsec.client.federation import FederationSpec, SpecError, write_federation
 
 # --- the scenario file --------------------------------------------------------------------------------------
 
 MODELS = ("lr", "splitnn", "tree")  # the schema names every family; the services train lr and splitnn today
 WIRED_MODELS = ("lr", "splitnn")
-TRAINING_KEYS = {"epochs": int, "batch_size": int, "learning_rate": float, "l2": float, "optimizer": str}
 FIXED_AXES = ("passive_fraction",)  # sweep axes that are not STEP.PARAM of a release step
 DEFENSE_AXIS = "defense"  # a sweep axis of whole release steps, "STEP:key=value,...": one defense per cell
 
@@ -113,11 +114,52 @@ class _Checker:
         return value
 
 
-TOP_KEYS = {
-    "name", "dataset", "label", "model", "topology", "passive", "passive_fraction", "passive_features", "backend",
-    "scaling", "training", "release", "param_release", "attacks", "attack_options", "predictions",
-    "release_model", "seed", "repetitions", "sweep", "baseline", "parties", "exclude_attacks",
+# The scenario's own keys; every other key is a federation option of `vflsec attack` (spec_options).
+SCENARIO_KEYS = {
+    "name", "passive_fraction", "scaling", "training", "attacks", "attack_options", "predictions", "release_model",
+    "repetitions", "sweep", "baseline", "parties", "exclude_attacks",
 }  # fmt: skip
+# Options of `vflsec attack` that are not about the federation (they have scenario keys of their own, or none).
+NOT_SPEC_OPTIONS = {"attacks", "attack_option", "predictions", "mse_scope", "withhold_model", "windows", "markdown"}
+
+
+@functools.cache
+def spec_options() -> dict[str, Any]:
+    """The `vflsec attack` options that set a FederationSpec field, by parameter name: a scenario's federation
+    keys, each converted by the command's own parser and bounds (client/options.py declares each one once), so
+    a scenario reaches every training and data option the CLI has, under the CLI's name."""
+    import typer.main
+
+    from vflsec.client.cli import app
+
+    command = typer.main.get_command(app).commands["attack"]  # type: ignore[attr-defined]
+    fields = FederationSpec.__dataclass_fields__
+    return {
+        p.name: p
+        for p in command.params
+        if p.name not in NOT_SPEC_OPTIONS and not p.is_flag and opt.SPEC_FIELD.get(p.name, p.name) in fields
+    }
+
+
+def _spec_option(check: _Checker, path: tuple[str, ...], name: str, value: Any) -> tuple[str, Any]:
+    """A scenario value through its CLI option's parser (a list: a repeatable option's items, else one
+    comma-separated value); the FederationSpec field and the parsed value."""
+    import typer
+    import typer.main
+
+    from vflsec.client.cli import app
+
+    option = spec_options()[name]
+    if isinstance(value, dict) or (isinstance(value, list) and any(isinstance(v, dict | list) for v in value)):
+        raise check.fail(path, f"expected a value or a list of values, got {value!r}")
+    items = value if isinstance(value, list) else [value]
+    texts = [str(v) for v in items] if option.multiple else [",".join(str(v) for v in items)]
+    command = typer.main.get_command(app).commands["attack"]  # type: ignore[attr-defined]
+    try:
+        parsed = command.make_context("attack", [f"{option.opts[0]}={t}" for t in texts]).params[name]
+    except typer.BadParameter as exc:
+        raise check.fail(path, exc.format_message()) from exc
+    return opt.spec_value(name, tuple(parsed) if option.multiple else parsed)
 
 
 def load_scenario(path: Path) -> Scenario:
@@ -138,52 +180,48 @@ def load_scenario(path: Path) -> Scenario:
 def parse_scenario(raw: dict[str, Any], check: _Checker, default_name: str = "experiment") -> Scenario:
     from vflsec.services.attacks import ATTACKS
 
-    for key in raw:
-        if key not in TOP_KEYS:
-            raise check.fail((str(key),), f"unknown key; known: {', '.join(sorted(TOP_KEYS))}")
-    model = check.typed(raw, (), "model", str, "lr")
-    if model not in MODELS:
-        raise check.fail(("model",), f"must be one of {', '.join(MODELS)}, got {model!r}")
-    if model not in WIRED_MODELS:
-        raise check.fail(
-            ("model",), f"{model!r} is not wired through the services yet (they train {', '.join(WIRED_MODELS)})"
-        )
-    if "topology" in raw and model != "splitnn":
-        raise check.fail(("topology",), f"the {model} family has no topology (split-NN has)")
-    if "passive_fraction" in raw and "passive_features" in raw:
-        raise check.fail(("passive_features",), "give passive_fraction or passive_features, not both")
-    passive_features: Any = check.typed(raw, (), "passive_features", (int, list), None)
-    if "passive_fraction" in raw:
-        passive_features = check.typed(raw, (), "passive_fraction", float, None)
     training = raw.get("training", {})
     if not isinstance(training, dict):
-        raise check.fail(("training",), f"expected a mapping of {', '.join(TRAINING_KEYS)}")
+        raise check.fail(("training",), f"expected a mapping of options ({', '.join(spec_options())})")
+    known = sorted({*SCENARIO_KEYS, *spec_options()})
+    for key in raw:
+        if key not in SCENARIO_KEYS and key not in spec_options():
+            raise check.fail((str(key),), f"unknown key; known: {', '.join(known)}")
     for key in training:
-        if key not in TRAINING_KEYS:
-            raise check.fail(("training", str(key)), f"unknown key; known: {', '.join(TRAINING_KEYS)}")
-    train = {k: check.typed(training, ("training",), k, kind, None) for k, kind in TRAINING_KEYS.items()}
+        if key not in spec_options():
+            raise check.fail(("training", str(key)), f"unknown key; known: {', '.join(spec_options())}")
+        if key in raw:
+            raise check.fail(("training", str(key)), "given at the top level too: give it once")
+    fields: dict[str, Any] = {}
+    # The federation's options: at the top level, or grouped under training: (a file's choice, same keys).
+    for path, value in [*(((k,), v) for k, v in raw.items()), *((("training", k), v) for k, v in training.items())]:
+        if path[-1] in spec_options() and value is not None:
+            field_name, parsed = _spec_option(check, path, str(path[-1]), value)
+            fields[field_name] = parsed
+    model = fields.get("model", "lr")
+    if model not in MODELS:
+        raise check.fail(_key(raw, "model"), f"must be one of {', '.join(MODELS)}, got {model!r}")
+    if model not in WIRED_MODELS:
+        raise check.fail(
+            _key(raw, "model"),
+            f"{model!r} is not wired through the services yet (they train {', '.join(WIRED_MODELS)})",
+        )
+    if "topology" in fields and model != "splitnn":
+        raise check.fail(_key(raw, "topology"), f"the {model} family has no topology (split-NN has)")
+    if "passive_fraction" in raw:
+        if "passive_features" in fields:
+            raise check.fail(_key(raw, "passive_features"), "give passive_fraction or passive_features, not both")
+        fields["passive_features"] = check.typed(raw, (), "passive_fraction", float, None)
     parties = check.typed(raw, (), "parties", str, "in_process")
     if parties not in ("in_process", "processes"):
         raise check.fail(("parties",), f"must be in_process or processes, got {parties!r}")
-    fields = {
-        "model": model,
-        "topology": check.typed(raw, (), "topology", str, "coordinator-top"),
-        "n_passive": check.typed(raw, (), "passive", int, 1),
-        "passive_features": passive_features,
-        "backend": check.typed(raw, (), "backend", str, "ckks"),
-        "scaling": check.typed(raw, (), "scaling", str, "minmax"),
-        "label": check.typed(raw, (), "label", str, None),
-        "seed": check.typed(raw, (), "seed", int, 0),
-        "score_release": tuple(check.strings(raw, (), "release") or ()),
-        "param_release": tuple(check.strings(raw, (), "param_release") or ()),
-        **{k: v for k, v in train.items() if v is not None},
-    }
-    if "dataset" not in raw:
+    fields["scaling"] = check.typed(raw, (), "scaling", str, "minmax")
+    if "dataset" not in fields:
         raise check.fail(("dataset",), "required (digits, wine, a UCI name, a CSV path, ...)")
     try:
-        spec = FederationSpec(check.typed(raw, (), "dataset", str, None), **fields)
+        spec = FederationSpec(**fields)
     except SpecError as exc:
-        raise check.fail(_spec_key(str(exc)), str(exc)) from exc
+        raise check.fail(_spec_key(str(exc), raw), str(exc)) from exc
     attacks = check.strings(raw, (), "attacks")
     exclude = check.strings(raw, (), "exclude_attacks")
     if attacks is not None and exclude is not None:
@@ -226,18 +264,19 @@ def parse_scenario(raw: dict[str, Any], check: _Checker, default_name: str = "ex
     return scenario
 
 
-def _spec_key(message: str) -> tuple[str, ...]:
+def _key(raw: Mapping[str, Any], key: str) -> tuple[str, ...]:
+    """Where a federation option sits in the file: at the top level or under training:."""
+    return ("training", key) if key not in raw and key in raw.get("training", {}) else (key,)
+
+
+def _spec_key(message: str, raw: Mapping[str, Any]) -> tuple[str, ...]:
     """The scenario key a FederationSpec refusal is about (its messages name the field first)."""
-    for key, words in (
-        ("backend", "backend"),
-        ("scaling", "scaling"),
-        ("passive", "n_passive"),
-        ("training", "epochs"),
-        ("training", "batch size"),
-        ("training", "learning rate"),
-    ):
-        if message.startswith(words):
-            return (key,)
+    for key in sorted(spec_options(), key=len, reverse=True):
+        field_name = opt.SPEC_FIELD.get(key, key)
+        if message.startswith((field_name, field_name.replace("_", " "))):
+            return _key(raw, key)
+    if message.startswith("split-NN widths"):
+        return _key(raw, "hidden")
     return ("release",) if "step" in message or "release" in message else ()
 
 
@@ -607,6 +646,25 @@ _MARKERS = "osD^v<>ph*"
 PARAM_UNITS = {"decimals": "decimal places kept", "epsilon": "dimensionless", "sigma": "score units"}
 
 
+_Y_METRIC = {
+    "mse": _Y_ATTACK,
+    "accuracy": "attack accuracy (ye §6.3)\n(fraction of rows recovered, up to complement)",
+    "cbr": "correct branching rate (luo §VI)\n(fraction of passive branchings taken as the truth does)",
+}
+_BASELINE_LABEL = {
+    "half": "blind Half baseline",
+    "majority": "majority-bit baseline",
+    "random_path": "random-path baseline",
+}
+
+
+def _axis_label(axis: str) -> str:
+    if axis == DEFENSE_AXIS:
+        return "defense (release step and its parameters)"
+    step, _, param = axis.partition(".")
+    return f"{step} {param} ({PARAM_UNITS.get(param, 'release-step parameter')})"
+
+
 def dcs(ap: float, dmp: float, beta: float = DCS_BETA) -> float:
     return 1.0 / (1.0 + math.sqrt((1.0 - beta) * ap**2 + beta * dmp**2))
 
@@ -635,19 +693,31 @@ def summarise(scenario: Scenario, results: Sequence[dict[str, Any]]) -> dict[str
         reports = [c["report"] for c in cells]
         attacks: dict[str, Any] = {}
         for name in reports[0]["attacks"]:
-            ran = [rep["attacks"][name] for rep in reports if "mse_clipped" in rep["attacks"].get(name, {})]
+            metrics = [_own_metric(rep, name) for rep in reports]
+            ran = [(rep["attacks"][name], m) for rep, m in zip(reports, metrics, strict=True) if m is not None]
             if len(ran) == len(reports):
+                first = ran[0][1]
                 attacks[name] = {
-                    "mse_clipped": _stat([a["mse_clipped"] for a in ran]),
-                    "mse": _stat([a["mse"] for a in ran]),
-                    "aware": ran[0]["aware"],
+                    "metric": first["name"],
+                    "label": first["label"],
+                    "higher_is_better": first["higher_is_better"],
+                    "value": _stat([m["value"] for _, m in ran]),
+                    "baseline": {
+                        "name": first["baseline"]["name"],
+                        "value": _stat([m["baseline"]["value"] for _, m in ran]),
+                    },
+                    "mse_clipped": _stat([a["mse_clipped"] for a, _ in ran]),
+                    "mse": _stat([a["mse"] for a, _ in ran]),
+                    "aware": ran[0][0]["aware"],
                 }
             else:
                 reason = next(
                     (rep["attacks"][name].get("not_applicable") for rep in reports if name in rep["attacks"]), None
                 )
+                reason = reason or next((m.get("not_applicable") for m in metrics if m), None)
                 attacks[name] = {"not_applicable": reason or f"ran in {len(ran)} of {len(reports)} repetitions"}
-        ran = {n: a for n, a in attacks.items() if "mse_clipped" in a}
+        # The strongest attacker and the DCS compare MSEs: attacks judged by another figure stand beside them.
+        ran = {n: a for n, a in attacks.items() if a.get("metric") == "mse"}
         best = min(ran, key=lambda n: ran[n]["mse_clipped"]["mean"]) if ran else None
         rows.append(
             {
@@ -691,6 +761,19 @@ def summarise(scenario: Scenario, results: Sequence[dict[str, Any]]) -> dict[str
     }
 
 
+def _own_metric(report: dict[str, Any], name: str) -> dict[str, Any] | None:
+    """One attack's own figure in one cell's report (harness.own_metric); a cell written before attacks carried it
+    is read as MSE against Half. None: the attack did not run, or its figure has no value here."""
+    result = report["attacks"].get(name, {})
+    if "mse_clipped" not in result:
+        return None
+    label, higher, baseline = harness.METRICS["mse"]
+    metric = result.get("metric") or {"name": "mse", "label": label, "higher_is_better": higher,
+                                      "value": result["mse_clipped"],
+                                      "baseline": {"name": baseline, "value": report["baselines"]["half"]}}  # fmt: skip
+    return None if metric["value"] is None else metric
+
+
 def _undefended(row: dict[str, Any], rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     """The row without any defense at the same fixed-axis point (passive fraction), if the sweep has one."""
     fixed = {a: v for a, v in row["values"].items() if a in FIXED_AXES}
@@ -712,7 +795,7 @@ def markdown(summary: dict[str, Any]) -> str:
         "",
         f"{summary['repetitions']} repetition(s) per row (mean ± std), {summary['predictions']} queried samples; "
         f"MSE: {summary['mse_unit']}, clipped to the cube (raw MSE in results.json). Strongest: the attack "
-        "(naive or defense-aware) with the lowest mean MSE. Ratio: strongest MSE / the undefended row's.",
+        "(naive or defense-aware) judged by MSE with the lowest mean MSE. Ratio: strongest MSE / the undefended row's.",
         "",
         f"{summary['dcs_formula']}.",
         "",
@@ -735,17 +818,31 @@ def markdown(summary: dict[str, Any]) -> str:
             f"{_pm(row['baselines']['zero'])} | {strongest_name} | {mse} | {num('ratio_to_undefended')} | "
             f"{num('ap')} | {num('delta_mp')} | {num('dcs')} |"
         )
-    lines += ["", "## Every attack per row (clipped MSE, mean ± std)", ""]
+    lines += [
+        "",
+        "## Every attack per row (mean ± std)",
+        "",
+        "Each attack by its own figure, beside the blind baseline that figure must beat: MSE (lower is better) "
+        "against Half; ye's attack accuracy (higher is better; per binary passive column the best found vector, "
+        "up to complement) against the majority bit; luo's correct branching rate (higher is better) against a "
+        "random path. Every attack's clipped and raw MSE stand beside it.",
+        "",
+    ]
     for row in summary["rows"]:
         point = ", ".join(f"{a}={v}" for a, v in row["values"].items() if a in FIXED_AXES)
-        lines += [f"### {row['defense']}" + (f" ({point})" if point else ""), "", "| attack | MSE | raw MSE |"]
-        lines.append("|---|---|---|")
+        lines += [f"### {row['defense']}" + (f" ({point})" if point else ""), ""]
+        lines += ["| attack | metric | value | blind baseline | MSE | raw MSE |", "|---|---|---|---|---|---|"]
         for name, a in row["attacks"].items():
             label = name + (" (aware)" if a.get("aware") else "")
             if "not_applicable" in a:
-                lines.append(f"| {label} | not applicable: {a['not_applicable']} | |")
+                lines.append(f"| {label} | | not applicable: {a['not_applicable']} | | | |")
             else:
-                lines.append(f"| {label} | {_pm(a['mse_clipped'])} | {_pm(a['mse'])} |")
+                better = "higher" if a["higher_is_better"] else "lower"
+                lines.append(
+                    f"| {label} | {a['label']} ({better} is better) | {_pm(a['value'])} | "
+                    f"{a['baseline']['name']} {_pm(a['baseline']['value'])} | {_pm(a['mse_clipped'])} | "
+                    f"{_pm(a['mse'])} |"
+                )
         lines.append("")
     return "\n".join(lines)
 
@@ -758,9 +855,9 @@ def plot(summary: dict[str, Any], out: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for r in summary["rows"] if r["strongest"] is not None]
+    rows = [r for r in summary["rows"] if r["strongest"] is not None]  # the MSE figures' rows
     written: list[Path] = []
-    if not rows:
+    if not summary["rows"]:
         return written
     title = f"{summary['name']} ({summary['dataset']}, {summary['backend']})"
 
@@ -776,27 +873,33 @@ def plot(summary: dict[str, Any], out: Path) -> list[Path]:
         return row["attacks"][row["strongest"]["attack"]]["mse_clipped"]
 
     fixed = [a for a in summary["sweep"] if a in FIXED_AXES]
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for row in rows:
-        groups.setdefault(", ".join(f"{a}={row['values'][a]}" for a in fixed) or "", []).append(row)
+    groups: dict[str, list[dict[str, Any]]] = {}  # rows with an MSE-judged strongest attacker
+    all_groups: dict[str, list[dict[str, Any]]] = {}
+    for row in summary["rows"]:
+        group = ", ".join(f"{a}={row['values'][a]}" for a in fixed) or ""
+        all_groups.setdefault(group, []).append(row)
+        if row["strongest"] is not None:
+            groups.setdefault(group, []).append(row)
 
-    fig, ax = plt.subplots(figsize=(9.0, 4.6))
-    for group, members in groups.items():
-        for row in members:
-            s = strongest_stat(row)
-            marker = "*" if row["defense"] == "none" else "o"
-            ax.errorbar(row["accuracy"]["mean"], s["mean"], xerr=row["accuracy"]["std"], yerr=s["std"],
-                        fmt=marker, capsize=3, markersize=9 if marker == "*" else 6,
-                        label=f"{row['defense']}" + (f" ({group})" if group else ""))  # fmt: skip
-    for i, (group, members) in enumerate(groups.items()):  # Half depends on the passive columns: a line per split
-        half, dashes = members[0]["baselines"]["half"]["mean"], ("--", "-.", ":")[i % 3]
-        ax.axhline(half, color="grey", linestyle=dashes, label="blind Half baseline" + (f" ({group})" if group else ""))
-    ax.set_xlabel("accuracy on the queried samples (fraction correct)")
-    ax.set_ylabel(_Y_STRONGEST, fontsize=8)
-    ax.set_title(f"privacy–utility: {title}", fontsize=9)
-    save(fig, ax, "privacy_utility.png")
+    if rows:
+        fig, ax = plt.subplots(figsize=(9.0, 4.6))
+        for group, members in groups.items():
+            for row in members:
+                s = strongest_stat(row)
+                marker = "*" if row["defense"] == "none" else "o"
+                ax.errorbar(row["accuracy"]["mean"], s["mean"], xerr=row["accuracy"]["std"], yerr=s["std"],
+                            fmt=marker, capsize=3, markersize=9 if marker == "*" else 6,
+                            label=f"{row['defense']}" + (f" ({group})" if group else ""))  # fmt: skip
+        for i, (group, members) in enumerate(groups.items()):  # Half depends on the passive columns: a line per split
+            half, dashes = members[0]["baselines"]["half"]["mean"], ("--", "-.", ":")[i % 3]
+            label = "blind Half baseline" + (f" ({group})" if group else "")
+            ax.axhline(half, color="grey", linestyle=dashes, label=label)
+        ax.set_xlabel("accuracy on the queried samples (fraction correct)")
+        ax.set_ylabel(_Y_STRONGEST, fontsize=8)
+        ax.set_title(f"privacy–utility: {title}", fontsize=9)
+        save(fig, ax, "privacy_utility.png")
 
-    for axis in (a for a in summary["sweep"] if a not in FIXED_AXES):
+    for axis in (a for a in summary["sweep"] if a not in FIXED_AXES and rows):
         fig, ax = plt.subplots(figsize=(9.0, 4.6))
         numeric = all(isinstance(v, int | float) for v in summary["sweep"][axis])
         for group, members in groups.items():
@@ -815,11 +918,7 @@ def plot(summary: dict[str, Any], out: Path) -> list[Path]:
                 ax.axhline(strongest_stat(none)["mean"], linestyle=":", color=color, label=f"no defense{suffix}")
             half = swept[0]["baselines"]["half"]["mean"]
             ax.axhline(half, color=color, linestyle="--", alpha=0.6, label=f"blind Half baseline{suffix}")
-        step, _, param = axis.partition(".")
-        if axis == DEFENSE_AXIS:
-            ax.set_xlabel("defense (release step and its parameters)")
-        else:
-            ax.set_xlabel(f"{step} {param} ({PARAM_UNITS.get(param, 'release-step parameter')})")
+        ax.set_xlabel(_axis_label(axis))
         values = summary["sweep"][axis]
         if numeric and min(values) > 0 and max(values) / min(values) > 20:
             ax.set_xscale("log")
@@ -831,23 +930,50 @@ def plot(summary: dict[str, Any], out: Path) -> list[Path]:
         ax.set_title(f"strongest attack vs {axis}: {title}", fontsize=9)
         save(fig, ax, f"mse_vs_{axis.replace('.', '_')}.png")
 
+    def per_attack(members: list[dict[str, Any]], axis: str, metric: str, xlabel: str, name: str, what: str) -> None:
+        """Every attack judged by ``metric`` against ``axis`` over ``members`` (one row per x), with the baseline."""
+        attacks = [n for n in members[0]["attacks"] if all(r["attacks"].get(n, {}).get("metric") == metric
+                                                           for r in members)]  # fmt: skip
+        if not attacks:
+            return
+        numeric = all(isinstance(r["values"][axis], int | float) for r in members)
+        xs = [r["values"][axis] if numeric else str(r["values"][axis]) for r in members]
+        fig, ax = plt.subplots(figsize=(9.0, 4.6))
+        for i, attack in enumerate(attacks):  # distinct markers and dashes: attacks that tie stay visible
+            stats = [r["attacks"][attack]["value"] for r in members]
+            ax.errorbar(xs, [s["mean"] for s in stats], yerr=[s["std"] for s in stats], capsize=2, label=attack,
+                        marker=_MARKERS[i % len(_MARKERS)], markersize=8 - 0.4 * i, alpha=0.8,
+                        linestyle=("-", "--", "-.", ":")[i % 4] if numeric else "none")  # fmt: skip
+        baseline = members[0]["attacks"][attacks[0]]["baseline"]["name"]
+        ax.plot(xs, [r["attacks"][attacks[0]]["baseline"]["value"]["mean"] for r in members], "k--",
+                label=_BASELINE_LABEL[baseline])  # fmt: skip
+        if numeric:
+            ax.set_xticks(sorted(set(xs)), [str(x) for x in sorted(set(xs))])
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(_Y_METRIC[metric], fontsize=8)
+        ax.set_title(f"{harness.METRICS[metric][0]} per attack vs {axis}{what}: {title}", fontsize=8)
+        save(fig, ax, name)
+
+    metrics = sorted({a["metric"] for r in summary["rows"] for a in r["attacks"].values() if "metric" in a})
+    for axis in (a for a in summary["sweep"] if a not in FIXED_AXES):  # MSE's is the strongest-attack plot above
+        for metric in (m for m in metrics if m != "mse"):
+            for group, members in all_groups.items():
+                swept = [r for r in members if r["values"].get(axis) is not None]
+                if all(isinstance(r["values"][axis], int | float) for r in swept):
+                    swept.sort(key=lambda r: r["values"][axis])
+                suffix = f" ({group})" if group else ""
+                tag = re.sub(r"[^A-Za-z0-9]+", "_", f"{axis}_{group}".strip("_"))
+                per_attack(swept, axis, metric, _axis_label(axis), f"{metric}_vs_{tag}.png", suffix)
+
     if "passive_fraction" in summary["sweep"]:
         defenses: dict[str, list[dict[str, Any]]] = {}
-        for row in rows:
+        for row in summary["rows"]:
             defenses.setdefault(row["defense"], []).append(row)
         for defense, members in defenses.items():
             members.sort(key=lambda r: r["values"]["passive_fraction"])
-            fig, ax = plt.subplots(figsize=(9.0, 4.6))
-            xs = [r["values"]["passive_fraction"] for r in members]
-            names = [n for n in members[0]["attacks"] if all("mse_clipped" in r["attacks"].get(n, {}) for r in members)]
-            for i, name in enumerate(names):  # distinct markers and dashes: attacks that tie stay visible
-                stats = [r["attacks"][name]["mse_clipped"] for r in members]
-                ax.errorbar(xs, [s["mean"] for s in stats], yerr=[s["std"] for s in stats], capsize=2, label=name,
-                            marker=_MARKERS[i % len(_MARKERS)], markersize=8 - 0.4 * i, alpha=0.8,
-                            linestyle=("-", "--", "-.", ":")[i % 4])  # fmt: skip
-            ax.plot(xs, [r["baselines"]["half"]["mean"] for r in members], "k--", label="blind Half baseline")
-            ax.set_xlabel("passive fraction (share of feature columns held by the passive parties)")
-            ax.set_ylabel(_Y_ATTACK, fontsize=8)
-            ax.set_title(f"MSE per attack vs passive fraction, defense {defense}: {title}", fontsize=8)
-            save(fig, ax, f"mse_vs_passive_fraction_{re.sub(r'[^A-Za-z0-9]+', '_', defense)}.png")
+            tag = re.sub(r"[^A-Za-z0-9]+", "_", defense)
+            for metric in metrics:
+                per_attack(members, "passive_fraction", metric,
+                           "passive fraction (share of feature columns held by the passive parties)",
+                           f"{metric}_vs_passive_fraction_{tag}.png", f", defense {defense}")  # fmt: skip
     return written

@@ -266,6 +266,7 @@ def evaluate_attacks(
             trees = obs.released_trees
             if trees and not any(t.withholds_passive for t in trees):  # luo's CBR: x̂'s paths vs the true features
                 results[name]["cbr"] = correct_branching_rate(trees, obs.x_active, truth, reconstruction.x_passive)
+            results[name]["metric"] = own_metric(attack.metric, obs, truth, reconstruction)
             if "case" in reconstruction.meta:  # sign_only: which of rassouli's cases ran
                 results[name]["case"] = reconstruction.meta["case"]
             if "binary_features" in reconstruction.meta:  # ye: its columns come in no claimed order, so the MSE
@@ -273,6 +274,53 @@ def evaluate_attacks(
         if log is not None:
             log(f"{name}: {results[name]}")
     return results
+
+
+# Each attack's own figure (Attack.metric): its label, whether higher is better, and the blind baseline it must beat.
+METRICS = {
+    "mse": ("MSE (clipped to the cube)", False, "half"),
+    "accuracy": ("attack accuracy (ye §6.3, up to complement)", True, "majority"),
+    "cbr": ("correct branching rate (luo §VI)", True, "random_path"),
+}
+
+
+def own_metric(
+    kind: str, obs: attacks.Observations, truth: np.ndarray, found: attacks.Reconstruction
+) -> dict[str, Any]:
+    """The attack's own figure on this run and its blind baseline: MSE against Half (x̂ = ½); ye's accuracy (per
+    binary passive column the best found vector's share of matching rows, complements counted, mean over those
+    columns) against always answering the column's majority bit; CBR against luo's random path per tree."""
+    label, higher, baseline = METRICS[kind]
+    truth = np.asarray(truth, dtype=float)
+    value: float | None
+    if kind == "mse":
+        value = attacks.mse(truth, np.clip(found.x_passive, 0.0, 1.0))
+        reference = attacks.mse(truth, np.full_like(truth, 0.5))
+    elif kind == "accuracy":
+        from vflsec.services.attacks.binary import binary_match
+
+        binary = [j for j in range(truth.shape[1]) if set(np.unique(truth[:, j])) <= {0.0, 1.0}]
+        vectors = np.asarray(found.meta.get("binary_features", np.empty((len(truth), 0))), dtype=float)
+        vectors = vectors.reshape(len(truth), -1)
+        if not binary:
+            value, reference = None, None
+        else:
+            best = binary_match(truth[:, binary], vectors, complements=True).max(axis=1) if vectors.shape[1] else 0.0
+            value = float(np.mean(best))
+            share = truth[:, binary].mean(axis=0)
+            reference = float(np.mean(np.maximum(share, 1.0 - share)))
+    else:
+        from vflsec.services.attacks.trees import correct_branching_rate, random_path_cbr
+
+        trees = obs.released_trees or ()
+        value = correct_branching_rate(trees, obs.x_active, truth, found.x_passive)
+        rng = np.random.default_rng()  # OS entropy: luo's random path is a fresh draw
+        reference = float(np.mean([random_path_cbr(t, truth, rng) for t in trees]))
+    metric: dict[str, Any] = {"name": kind, "label": label, "higher_is_better": higher, "value": value,
+                              "baseline": {"name": baseline, "value": reference}}  # fmt: skip
+    if value is None:
+        metric["not_applicable"] = "no binary passive column to recover"
+    return metric
 
 
 def binary_recovery(truth: np.ndarray, found: np.ndarray) -> dict[str, Any]:

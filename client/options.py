@@ -196,3 +196,12 @@ TlsDir = Annotated[
 Rows = Annotated[
     int, typer.Option("--rows", help="Rows of the synthetic data (bench he/plugin: when Credit default is absent).")
 ]
+
+# --- the options above as FederationSpec fields (the CLI's `_spec` and a scenario file's keys, experiment.py)
+# The field an option sets where its parameter has another name; every other option sets the field of its name.
+SPEC_FIELD = {"passive": "n_passive", "release": "score_release"}
+
+
+def spec_value(name: str, value: Any) -> tuple[str, Any]:
+    """An option's parsed value as the FederationSpec field it sets (``--hidden``'s text as the widths)."""
+    return SPEC_FIELD.get(name, name), widths(value) if name == "hidden" else value

@@ -122,9 +122,11 @@ WHITE_BOX_NEEDS = frozenset({"scores", "w_active", "w_passive", "bias"})
 
 class Attack(Plugin, ABC):
     """A reconstruction algorithm; ``needs`` lists the :class:`Observations` fields that must be non-None and
-    ``families`` the model families it can attack (services/registry.py)."""
+    ``families`` the model families it can attack (services/registry.py); ``metric`` the figure its papers judge
+    it by, which the harness scores beside the MSE: mse, accuracy (ye's binary recovery) or cbr (luo's trees)."""
 
     needs: frozenset[str] = frozenset()
+    metric: str = "mse"
 
     @abstractmethod
     def reconstruct(self, obs: Observations) -> Reconstruction:

@@ -412,6 +412,7 @@ class YeAlg1(Attack):
     """Algorithm 1: all binary vectors in the span of noise-free embeddings."""
 
     families = frozenset({"splitnn"})
+    metric = "accuracy"
 
     def __init__(self, bias: bool = True, tol: float = 1e-6, max_rank: int = MAX_RANK) -> None:
         self.bias, self.tol, self.max_rank = bias, tol, max_rank
@@ -427,6 +428,7 @@ class YeAlg2(Attack):
     """Algorithm 2: leverage-score sampling, r = k + 1, best of ``restarts``; lists fits under ``threshold``."""
 
     families = frozenset({"splitnn"})
+    metric = "accuracy"
 
     def __init__(
         self,
@@ -460,6 +462,7 @@ class YeAdaptive(Attack):
     them, and the true feature is attacked inside the groups (:func:`attack_in_groups`)."""
 
     families = frozenset({"splitnn"})
+    metric = "accuracy"
 
     def __init__(
         self, fabricated: int | None = None, restarts: int = 20, bias: bool = True, seed: int | None = None

@@ -230,6 +230,7 @@ class PathRestriction(Attack):
 
     needs = frozenset({"scores", "released_trees"})
     families = frozenset({"tree", "forest"})
+    metric = "cbr"
 
     def __init__(self, bounds: tuple[float, float] = (0.0, 1.0), seed: int | None = None) -> None:
         self.bounds = bounds
@@ -320,6 +321,7 @@ class ForestGrn(Attack):
     """
 
     families = frozenset({"tree", "forest"})
+    metric = "cbr"
 
     needs = frozenset({"scores", "released_trees"})
 

@@ -46,8 +46,39 @@ def test_fields_reach_the_one_federation_spec(tmp_path: Path) -> None:
 
 
 def test_unknown_key_names_its_line(tmp_path: Path) -> None:
-    message = refused(tmp_path, "dataset: wine\n\nepochs: 3\n")
-    assert message.startswith(f"{tmp_path / 'scenario.yaml'}:3: epochs: unknown key")
+    message = refused(tmp_path, "dataset: wine\n\nepoch: 3\n")
+    assert message.startswith(f"{tmp_path / 'scenario.yaml'}:3: epoch: unknown key")
+
+
+def test_every_federation_option_of_the_cli_through_its_own_parser(tmp_path: Path) -> None:
+    """The scenario's federation keys are `vflsec attack`'s options (client/options.py), parsed as the CLI
+    parses them: encoding, random passive columns, early stopping, the split-NN widths, training rows."""
+    from vflsec.services.data.datasets import RandomColumns
+
+    scenario = exp.load_scenario(
+        write(
+            tmp_path,
+            "dataset: wine\nencoding: ordinal\npassive_features: random:0.4:3\nmodel: splitnn\nhidden: [16, 8]\n"
+            "embedding: 4\ntraining:\n  early_stopping_patience: 3\n  validation_fraction: 0.25\n  train_rows: 90\n"
+            "  optimizer: sgd\n  l2: 0\n  batch_size: 32\n",
+        )
+    )
+    spec = scenario.spec
+    assert spec.encoding == "ordinal" and spec.passive_features == RandomColumns(0.4, 3)
+    assert (spec.hidden, spec.embedding, spec.train_rows, spec.optimizer) == ((16, 8), 4, 90, "sgd")
+    assert (spec.early_stopping_patience, spec.validation_fraction, spec.batch_size) == (3, 0.25, 32)
+    # The CLI's bounds and types, with the file's line and key.
+    assert ":3: training.epochs: Invalid value for '--epochs'" in refused(
+        tmp_path, "dataset: wine\ntraining:\n  epochs: 0\n"
+    )
+    assert ":2: early_stopping_patience: Invalid value" in refused(
+        tmp_path, "dataset: wine\nearly_stopping_patience: 1.5\n"
+    )
+    assert ":2: passive_features: Invalid value" in refused(tmp_path, "dataset: wine\npassive_features: random:x\n")
+    assert ":3: training.seed: given at the top level too" in refused(
+        tmp_path, "dataset: wine\nseed: 1\ntraining: {seed: 2}\n"
+    )
+    assert ":2: encoding: encoding must be one of" in refused(tmp_path, "dataset: wine\nencoding: binary\n")
 
 
 def test_nested_key_and_type_errors_name_the_line(tmp_path: Path) -> None:
