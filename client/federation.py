@@ -293,10 +293,8 @@ class FederationSpec:
             why = "split-NN" if self.model != "lr" else "a ceiling for early stopping"
             return MAX_EPOCHS, f"default {MAX_EPOCHS} ({why})"
         epochs = min(MAX_EPOCHS, max(MIN_EPOCHS, math.ceil(ROW_VISITS / max(n_rows, 1))))
-        return epochs, (
-            f"default {epochs} = min({MAX_EPOCHS}, max({MIN_EPOCHS}, {ROW_VISITS:,} / {n_rows} training rows)); "
-            "--epochs sets it"
-        )
+        rule = f"min({MAX_EPOCHS}, max({MIN_EPOCHS}, {ROW_VISITS:,} / {n_rows} training rows))"
+        return epochs, f"default {epochs} = {rule}"
 
     def session_options(self) -> dict[str, Any]:
         """The training configuration the operator asks the active party for (``Operator.create_session``)."""
