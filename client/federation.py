@@ -38,10 +38,10 @@ TEST_FRACTION = 0.2
 STEPS_PER_EPOCH = 32
 # Epochs 0 (attack's default) asks for ceil(ROW_VISITS / training rows) epochs within [MIN_EPOCHS, MAX_EPOCHS]
 # for LR: an epoch's cost grows with its rows (CKKS: every row is encrypted and multiplied), while the logistic
-# model converges in a number of passes that falls as the rows grow (training accuracy against the 30th epoch's:
-# Bank, 36k rows, 6 epochs -0.01 pp; Adult, 43k rows, 5 epochs -0.1 pp; docs/performance.md). Tables up to
-# ROW_VISITS / MAX_EPOCHS rows keep the former fixed 30; split-NN keeps 30 (not measured), as does early
-# stopping, for which the epochs are a ceiling.
+# model converges in a number of passes that falls as the rows grow (accuracy on the training / queried rows
+# against the 30th epoch's: Bank, 36k rows, 6 epochs -0.01 / +0.1 pp; Adult, 43k rows, 5 epochs +0.01 / -0.4 pp;
+# docs/performance.md, "The attack command"). Tables up to ROW_VISITS / MAX_EPOCHS rows keep the former fixed
+# 30; split-NN keeps 30 (not measured), as does early stopping, for which the epochs are a ceiling.
 ROW_VISITS = 200_000
 MIN_EPOCHS, MAX_EPOCHS = 3, 30
 OPTIMIZERS = ("adam", "sgd")
