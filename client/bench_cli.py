@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 # The issue's command (issue 16, "Fast runs"), without --backend.
@@ -42,13 +43,23 @@ def _become_subreaper() -> bool:
     return False
 
 
-def _reap_all() -> None:
-    """Wait for every descendant reparented here (they exit once the command's parties have gone)."""
-    while True:
-        try:
-            os.waitpid(-1, 0)
-        except ChildProcessError:
-            return
+def _children() -> set[int]:
+    """This process's live (or not yet reaped) children, from /proc."""
+    me, found = os.getpid(), set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == me:
+                found.add(int(stat.parent.name))
+    return found
+
+
+def _reap_new(before: set[int]) -> None:
+    """Wait for every descendant reparented here since ``before`` (they exit once the command's parties have
+    gone); children this process had before are left alone."""
+    while new := _children() - before:
+        for pid in new:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
 
 
 def _children_cpu() -> float:
@@ -58,13 +69,13 @@ def _children_cpu() -> float:
 
 def run_command(args: Sequence[str], timeout: float) -> dict[str, Any]:
     """One ``vflsec`` command with ``--json``: its report's timings and accuracy, its wall and tree CPU seconds."""
-    load = os.getloadavg()[0]
+    load, before = os.getloadavg()[0], _children()
     cpu, start = _children_cpu(), time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", "vflsec.client.cli", *args, "--json"], capture_output=True, text=True, timeout=timeout
     )
     wall = time.perf_counter() - start
-    _reap_all()
+    _reap_new(before)
     cpu = _children_cpu() - cpu
     if done.returncode != 0:
         raise RuntimeError(f"vflsec {' '.join(args)} failed ({done.returncode}): {done.stderr[-2000:]}")
