@@ -251,7 +251,7 @@ def demo(
     hidden: opt.Hidden = "32",
     max_depth: opt.MaxDepth = 0,
     trees: opt.Trees = 0,
-    epochs: opt.Epochs = 30,
+    epochs: opt.AutoEpochs = 30,
     batch_size: opt.BatchSize = 0,
     learning_rate: opt.LearningRate = 0.1,
     optimizer: opt.Optimizer = "adam",
@@ -417,7 +417,7 @@ def run(
     topology: opt.Topology = "coordinator-top",
     embedding: opt.Embedding = 16,
     hidden: opt.Hidden = "32",
-    epochs: opt.Epochs = 30,
+    epochs: opt.AutoEpochs = 30,
     batch_size: opt.BatchSize = 0,
     learning_rate: opt.LearningRate = 0.1,
     seed: opt.Seed = 0,
@@ -534,7 +534,7 @@ def attack(
     hidden: opt.Hidden = "32",
     max_depth: opt.MaxDepth = 0,
     trees: opt.Trees = 0,
-    epochs: opt.Epochs = 30,
+    epochs: opt.AutoEpochs = 0,
     batch_size: opt.BatchSize = 0,
     learning_rate: opt.LearningRate = 0.1,
     optimizer: opt.Optimizer = "adam",
@@ -653,6 +653,7 @@ def attack(
         steps = ", ".join(f"{n}:" + ",".join(f"{k}={v}" for k, v in p.items()) for n, p in report["embedding_release"])
         width = report["embedding_width"]
         console.print(f"passive embedding defense {steps}: z_p {width} wide, as the party announced")
+    console.print(f"epochs {report['epochs']}: {report['epochs_note']}")
     scope = "the queried rows" if report["mse_scope"] == "queried" else "the training and the queried rows"
     console.print(f"MSE scope {report['mse_scope']}: over {scope} ({report['n_samples']} samples)")
     _print_early_stopping(report, console)
@@ -742,6 +743,21 @@ def bench_embedding(
     from vflsec.client.bench_embedding import run
 
     result = run(rows=sample, epochs=epochs, runs=runs, log=lambda line: typer.echo(line, err=as_json))
+    if as_json:
+        typer.echo(json.dumps(result))
+
+
+@bench_app.command("cli")
+def bench_cli(
+    backends: Annotated[str, typer.Option("--backends", help="Comma-separated: plain, ckks.")] = "plain,ckks",
+    as_json: opt.Json = False,
+) -> None:
+    """Issue 16's `vflsec attack` on Bank with the former defaults (--epochs 30) and today's, one after the other
+    per backend: wall and CPU seconds (the whole process tree), phases, accuracy, ratios."""
+    from vflsec.client import bench_cli as bench
+
+    result = bench.run([b.strip() for b in backends.split(",") if b.strip()], log=lambda s: typer.echo(s, err=True))
+    typer.echo(bench.table(result), err=as_json)
     if as_json:
         typer.echo(json.dumps(result))
 
@@ -894,7 +910,7 @@ def curve(
         "0.001,0.003,0.01,0.03,0.1,0.3"
     ),
     out: Annotated[Path, typer.Option(help="Folder for curve.png and curve.md.")] = Path("privacy-curve"),
-    epochs: opt.Epochs = 30,
+    epochs: opt.AutoEpochs = 30,
     as_json: opt.Json = False,
 ) -> None:
     """Varasteh's privacy–interpretability curve through the services: LS / Half* MSE measured by the curious

@@ -143,7 +143,7 @@ def evaluate(
     validation = (validation_ids, np.array([labels[i] for i in validation_ids], dtype=int))
     widths = [info.n_active_features + 1, *info.passive_features.values()]
     batch_size, batch_note = spec.batch_size_for(widths, len(train_ids))
-    spec = replace(spec, batch_size=batch_size)
+    spec = replace(spec, batch_size=batch_size, epochs=spec.epochs_for(len(train_ids))[0])
     split = (list(train_ids), list(test_ids), np.array([labels[i] for i in test_ids]))
     runs = [train_and_evaluate(operator, spec, spec.backend, split, progress, validation, phases)]
     align_seconds = phases.seconds["align"]  # the comparison run's alignment is not the main run's

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from vflsec.client.demo import Phases
 from vflsec.client.federation import FederationLayout, FederationSpec, run_in_process, run_processes, write_federation
 from vflsec.client.operator import Operator, forecast_risk
 from vflsec.client.training import TrainingRecord, train
@@ -42,6 +43,8 @@ TREE_ATTACKS = {"tree": "pra", "forest": "grn_rf"}
 # Which rows the MSE is over: the queried ones (luo, rassouli), or the training rows too (varasteh's "average
 # over time", N = n_t + n_p: the active party then also has its training rows scored).
 MSE_SCOPES = ("queried", "all")
+# The phases of a run whose wall seconds a report carries as ``<phase>_seconds`` (the demo's names for the first).
+PHASES = ("load", "deal", "align", "train", "predict", "attack")
 
 
 def default_attacks(score_release: Sequence[str], param_release: Sequence[str], model: str = "lr") -> list[str]:
@@ -112,15 +115,22 @@ class ScenarioRun:
     batch_size: int = 0
     batch_size_note: str = ""
     training: TrainingRecord | None = None
+    phases: Phases = field(default_factory=Phases)  # wall seconds of load, deal, align, train, predict
 
 
-def run_scenario(scenario: AttackScenario, workdir: Path) -> ScenarioRun:
+def run_scenario(scenario: AttackScenario, workdir: Path, phases: Phases | None = None) -> ScenarioRun:
     """Train, release the model, then query ``predictions`` samples; the curious plugin records it all."""
+    phases = phases or Phases()
     store_path = workdir / "curious.sqlite"
-    layout = write_federation(recording_spec(scenario, store_path), workdir / "federation")
-    with parties(scenario, layout) as operator:
-        session_id, queried, training = train_session(scenario, operator)
-        return query_session(scenario, layout, operator, session_id, queried, store_path, training)
+    with phases("load", f"reading {scenario.spec.name}"):
+        scenario.spec.data  # noqa: B018 (parsed once per process; the dealer and the plan share it)
+    with phases("deal", "dealing the shards"):
+        layout = write_federation(recording_spec(scenario, store_path), workdir / "federation")
+    with contextlib.ExitStack() as running:
+        with phases("load", "starting the parties (each reads its shard)"):
+            operator = running.enter_context(parties(scenario, layout))
+        session_id, queried, training = train_session(scenario, operator, phases)
+        return query_session(scenario, layout, operator, session_id, queried, store_path, training, phases)
 
 
 def recording_spec(scenario: AttackScenario, store_path: Path) -> FederationSpec:
@@ -131,15 +141,16 @@ def recording_spec(scenario: AttackScenario, store_path: Path) -> FederationSpec
 
 
 def session_plan(scenario: AttackScenario) -> tuple[FederationSpec, list[str], list[str], list[str], str]:
-    """The session as the dealer plans it: the spec (the queries held out, the default batch following the number
-    of training rows), the training, validation (early stopping) and queried IDs of the dealt set, and one line
-    on the batch size. With the MSE scope ``all`` the training rows are queried too."""
+    """The session as the dealer plans it: the spec (the queries held out, the default batch and epochs following
+    the number of training rows), the training, validation (early stopping) and queried IDs of the dealt set, and
+    one line on the batch size. With the MSE scope ``all`` the training rows are queried too."""
     spec = replace(scenario.spec, queries=scenario.predictions)
     train_ids, validation_ids, queried = spec.dealt_sets()
     if scenario.mse_scope == "all":
         queried = [*train_ids, *queried]
     batch_size, note = spec.batch_size_for(spec.widths, len(train_ids))
-    return replace(spec, batch_size=batch_size), train_ids, validation_ids, queried, note
+    epochs, _ = spec.epochs_for(len(train_ids))
+    return replace(spec, batch_size=batch_size, epochs=epochs), train_ids, validation_ids, queried, note
 
 
 @contextlib.contextmanager
@@ -150,23 +161,29 @@ def parties(scenario: AttackScenario, layout: FederationLayout) -> Iterator[Oper
         yield Operator(channel)
 
 
-def train_session(scenario: AttackScenario, operator: Operator) -> tuple[str, list[str], TrainingRecord]:
+def train_session(
+    scenario: AttackScenario, operator: Operator, phases: Phases | None = None
+) -> tuple[str, list[str], TrainingRecord]:
     """Open a session, align, train on the dealer's training split (stopping early on its validation rows if
     asked); returns the session, the queried IDs and what training did."""
+    phases = phases or Phases()
     spec, train_ids, validation_ids, queried, _ = session_plan(scenario)
     info = operator.create_session(spec.backend, **spec.session_options())
-    if set(operator.align(info.session_id)) != set(spec.dealt_common()):
+    with phases("align", "aligning"):
+        aligned = operator.align(info.session_id)
+    if set(aligned) != set(spec.dealt_common()):
         raise RuntimeError("alignment found other IDs than the dealer dealt to every party")
     ds = spec.data
-    record = train(
-        operator,
-        info.session_id,
-        train_ids,
-        spec.epochs,
-        validation_ids=validation_ids,
-        validation_labels=ds.y[datasets.select_ids(ds.ids, validation_ids)],
-        patience=spec.early_stopping_patience,
-    )
+    with phases("train", f"training {spec.epochs} epochs"):
+        record = train(
+            operator,
+            info.session_id,
+            train_ids,
+            spec.epochs,
+            validation_ids=validation_ids,
+            validation_labels=ds.y[datasets.select_ids(ds.ids, validation_ids)],
+            patience=spec.early_stopping_patience,
+        )
     return info.session_id, queried, record
 
 
@@ -178,12 +195,15 @@ def query_session(
     queried: list[str],
     store_path: Path,
     training: TrainingRecord | None = None,
+    phases: Phases | None = None,
 ) -> ScenarioRun:
     """The curious active party's moves after training: fetch the model, query, ask for risk forecasts."""
+    phases = phases or Phases()
     spec, train_ids, _, _, batch_note = session_plan(scenario)
-    if scenario.release_model:
-        operator.fetch_model(session_id)
-    released = operator.predict(session_id, queried)
+    with phases("predict", f"querying {len(queried)} rows"):
+        if scenario.release_model:
+            operator.fetch_model(session_id)
+        released = operator.predict(session_id, queried)
     forecasts = (
         {
             p: forecast_risk(layout.addresses[p], p, layout.tls(f"operator-{p}"), session_id, spec.param_release)
@@ -210,6 +230,7 @@ def query_session(
         spec.batch_size,
         batch_note,
         training,
+        phases,
     )
 
 
@@ -411,6 +432,7 @@ def average_over_windows(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
         report["majority_rate"] = float(np.mean([r["majority_rate"] for r in reports]))
         report["accuracy_warning"] = accuracy_warning(report["accuracy"], report["majority_rate"])
     report["baselines"] = {b: float(np.mean([r["baselines"][b] for r in reports])) for b in report["baselines"]}
+    report |= {f"{p}_seconds": sum(r[f"{p}_seconds"] for r in reports) for p in PHASES if f"{p}_seconds" in report}
     for name, first in reports[0]["attacks"].items():
         ran = [r["attacks"][name] for r in reports if "mse" in r["attacks"].get(name, {})]
         if len(ran) == len(reports):
@@ -439,6 +461,7 @@ def _run_once(scenario: AttackScenario, log: Callable[[str], None] | None) -> di
 
 def score_run(scenario: AttackScenario, run: ScenarioRun, log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """The attacks and blind baselines on a finished run's recordings, scored against the true features."""
+    start = time.perf_counter()
     store = curious.ObservationStore(run.store_path)
     try:
         obs, sample_ids = last_query(*curious.observations(store, run.session_id), run.queried)
@@ -455,6 +478,7 @@ def score_run(scenario: AttackScenario, run: ScenarioRun, log: Callable[[str], N
         for name in set(names) & {"am", "ram"}:
             options[name] = {"held_out": False, **options.get(name, {})}
     results = evaluate_attacks(obs, truth, names, options, log, family=spec.model)
+    attack_seconds = time.perf_counter() - start
     report: dict[str, Any] = {
         "dataset": spec.name,
         "n_classes": run.n_classes,
@@ -478,6 +502,7 @@ def score_run(scenario: AttackScenario, run: ScenarioRun, log: Callable[[str], N
         report["forecast"] = run.forecasts
     report["w_passive"] = None if obs.w_passive is None else obs.w_passive.tolist()
     report["batch_size"], report["batch_size_note"] = run.batch_size, run.batch_size_note
+    report["epochs"], report["epochs_note"] = spec.epochs_for(run.n_train)
     report["majority_rate"] = run.majority_rate
     report["accuracy_warning"] = accuracy_warning(run.accuracy, run.majority_rate)
     report["n_train"] = run.n_train
@@ -492,6 +517,11 @@ def score_run(scenario: AttackScenario, run: ScenarioRun, log: Callable[[str], N
     if obs.embedding_chain:  # the passive parties' own defenses, as announced to (and recorded by) the active party
         report["embedding_release"] = [[name, dict(params)] for name, params in obs.embedding_chain]
         report["embedding_width"] = None if obs.embeddings is None else int(obs.embeddings.shape[1])
+    # Where the run's wall time went: load (the dataset, then the parties starting and reading their shards),
+    # deal (shards and configs), align (PSI), train, predict (model release and the query), attack (the
+    # recordings read back, the truth, every attack and baseline).
+    report |= {f"{name}_seconds": run.phases.seconds.get(name, 0.0) for name in PHASES[:-1]}
+    report["attack_seconds"] = attack_seconds
     return report
 
 

@@ -82,7 +82,9 @@ def embedding_steps(values: list[str] | None) -> list[str]:
 Dataset = Annotated[
     str, typer.Option("--dataset", help="breast_cancer | wine | digits | iris | a UCI name | a CSV path.")
 ]
-Label = Annotated[str | None, typer.Option("--label", help="Label column of a CSV dataset.")]
+Label = Annotated[
+    str | None, typer.Option("--label", help="Label column of a CSV dataset.", show_default="the last column")
+]
 Passive = Annotated[int, typer.Option("--passive", min=1, max=8, help="Number of passive parties.")]
 PassiveFeatures = Annotated[
     Any,  # int | float | list[str] | None, parsed by passive_features
@@ -92,6 +94,7 @@ PassiveFeatures = Annotated[
         metavar="SPEC",
         help="Passive columns: a count (the last N), a fraction (of the last), random:COUNT|FRACTION[:SEED], "
         "or comma-separated names.",
+        show_default="all columns, split evenly, active party first",
     ),
 ]
 Encoding = Annotated[
@@ -114,11 +117,19 @@ Seed = Annotated[
 # --- the release chains at the coordinator
 Release = Annotated[
     list[str] | None,
-    typer.Option("--release", help="Score-release step STEP[:key=value,...] at the coordinator; repeatable, in order."),
+    typer.Option(
+        "--release",
+        help="Score-release step STEP[:key=value,...] at the coordinator; repeatable, in order.",
+        show_default="none",
+    ),
 ]
 ParamRelease = Annotated[
     list[str] | None,
-    typer.Option("--param-release", help="Parameter-release step STEP[:key=value,...]; repeatable, in order."),
+    typer.Option(
+        "--param-release",
+        help="Parameter-release step STEP[:key=value,...]; repeatable, in order.",
+        show_default="none",
+    ),
 ]
 
 # --- the passive parties' own defenses (their [defenses] embedding)
@@ -150,6 +161,17 @@ Hidden = Annotated[
     str, typer.Option("--hidden", help="split-NN: the top model's hidden widths, comma-separated (e.g. 32,16).")
 ]
 Epochs = Annotated[int, typer.Option("--epochs", min=1, help="Training epochs.")]
+# The commands that train through the spec (attack, demo, run, curve): 0 follows the training rows
+# (FederationSpec.epochs_for). The benches time a fixed number of epochs (Epochs).
+AutoEpochs = Annotated[
+    int,
+    typer.Option(
+        "--epochs",
+        min=0,
+        help="Training epochs. 0: for LR min(30, max(3, ceil(200,000 / training rows))), so 30 up to 6,667 rows; "
+        "30 for split-NN or with early stopping.",
+    ),
+]
 BatchSize = Annotated[
     int,
     typer.Option(
@@ -163,7 +185,12 @@ Optimizer = Annotated[str, typer.Option("--optimizer", help="adam | sgd")]
 L2 = Annotated[float, typer.Option("--l2", min=0.0, help="L2 penalty on the weights (not the bias).")]
 TrainRows = Annotated[
     int | None,
-    typer.Option("--train-rows", min=1, help="Train on a seeded subsample of at most N of the training rows."),
+    typer.Option(
+        "--train-rows",
+        min=1,
+        help="Train on a seeded subsample of at most N of the training rows.",
+        show_default="every training row",
+    ),
 ]
 EarlyStoppingPatience = Annotated[
     int,
@@ -188,10 +215,13 @@ ComparePlain = Annotated[
 ]
 
 # --- output and identity
-Json = Annotated[bool, typer.Option("--json", help="Print one JSON object as the last line.")]
+Json = Annotated[bool, typer.Option("--json", help="Print one JSON object as the last line.", show_default="off")]
 # Optional in type so that `health` can take a party's --config instead; the other commands require it.
 TlsDir = Annotated[
-    Path | None, typer.Option("--tls-dir", help="The caller's tls/ folder (ca.pem, cert.pem, key.pem).")
+    Path | None,
+    typer.Option(
+        "--tls-dir", help="The caller's tls/ folder (ca.pem, cert.pem, key.pem).", show_default="none"
+    ),
 ]
 Rows = Annotated[
     int, typer.Option("--rows", help="Rows of the synthetic data (bench he/plugin: when Credit default is absent).")
