@@ -141,6 +141,7 @@ EmbeddingRelease = Annotated[
         help="split-NN active-top: every passive party's own defense of its z_p before it leaves ([defenses] "
         "embedding), in order: masquerade[:m=M,rank=R] (ye Alg. 3; m default ⌈log₂ n⌉), embedding_noise:sigma=S. "
         "Comma-separated or repeatable.",
+        show_default="none",
     ),
 ]
 

@@ -69,7 +69,7 @@ def test_every_federation_option_of_the_cli_through_its_own_parser(tmp_path: Pat
     assert (spec.early_stopping_patience, spec.validation_fraction, spec.batch_size) == (3, 0.25, 32)
     # The CLI's bounds and types, with the file's line and key.
     assert ":3: training.epochs: Invalid value for '--epochs'" in refused(
-        tmp_path, "dataset: wine\ntraining:\n  epochs: 0\n"
+        tmp_path, "dataset: wine\ntraining:\n  epochs: -1\n"
     )
     assert ":2: early_stopping_patience: Invalid value" in refused(
         tmp_path, "dataset: wine\nearly_stopping_patience: 1.5\n"
