@@ -612,7 +612,11 @@ def attack(
     )
     if mse_scope not in MSE_SCOPES:
         _fail(f"--mse-scope must be one of {', '.join(MSE_SCOPES)}, got {mse_scope!r}")
-    chosen = names if names is not None else default_attacks(spec.score_release, spec.param_release, spec.model)
+    chosen = (
+        names
+        if names is not None
+        else default_attacks(spec.score_release, spec.param_release, spec.model, spec.embedding_release)
+    )
     try:
         attack_options = check_attack_options(opt.attack_options(attack_option), chosen, spec.model)
     except ValueError as exc:

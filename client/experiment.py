@@ -404,7 +404,7 @@ def attack_scenario(scenario: Scenario, cell: Cell) -> harness.AttackScenario:
     spec = cell_spec(scenario, cell)
     attacks = scenario.attacks
     if attacks is None and scenario.exclude_attacks:
-        defaults = harness.default_attacks(spec.score_release, spec.param_release, spec.model)
+        defaults = harness.default_attacks(spec.score_release, spec.param_release, spec.model, spec.embedding_release)
         attacks = tuple(a for a in defaults if a not in scenario.exclude_attacks)
     return harness.AttackScenario(
         spec,

@@ -47,11 +47,15 @@ MSE_SCOPES = ("queried", "all")
 PHASES = ("load", "deal", "align", "train", "predict", "attack")
 
 
-def default_attacks(score_release: Sequence[str], param_release: Sequence[str], model: str = "lr") -> list[str]:
+def default_attacks(
+    score_release: Sequence[str], param_release: Sequence[str], model: str = "lr", embedding_release: Sequence[str] = ()
+) -> list[str]:
     """Every attack of the ``model`` family for these chains (for LR: the naive ones and the aware ones that target
-    a step of the chains); an attack the observations do not support reports why it did not run."""
+    a step of the chains; for split-NN under an announced masquerade also ye's adaptive attack, the Kerckhoffs
+    attacker of that defense); an attack the observations do not support reports why it did not run."""
     if model == "splitnn":
-        return list(SPLITNN_ATTACKS)
+        masquerade = any(spec.split(":", 1)[0].strip() == "masquerade" for spec in embedding_release)
+        return [*SPLITNN_ATTACKS, *(["ye_adaptive"] if masquerade else [])]
     if model in TREE_ATTACKS:
         return [TREE_ATTACKS[model]]
     from vflsec.services.attacks.aware import aware_attacks_for
@@ -472,7 +476,7 @@ def score_run(scenario: AttackScenario, run: ScenarioRun, log: Callable[[str], N
     baselines = evaluate_attacks(obs, truth, BASELINES, {"rg": {"seed": spec.seed}}, family=spec.model)
     names = scenario.attacks
     if names is None:
-        names = default_attacks(spec.score_release, spec.param_release, spec.model)
+        names = default_attacks(spec.score_release, spec.param_release, spec.model, spec.embedding_release)
     options = dict(scenario.attack_options)
     if scenario.mse_scope == "all":  # the training rows are attacked too: AM/RAM fit them in-sample (varasteh)
         for name in set(names) & {"am", "ram"}:

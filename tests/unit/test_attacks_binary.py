@@ -145,3 +145,13 @@ def test_raw_residual_ranking_picks_e_under_noise_where_unexplained_fraction_pic
     assert literal.vectors[:, 0].sum() == 1  # e (or its complement): a near-constant vector
     ranked = regression_search(z, 8, restarts=5, rng=np.random.default_rng(4))
     assert attack_accuracy(bits, ranked.vectors[:, :1], complements=True) >= 0.99
+
+
+def test_the_default_attacks_include_the_adaptive_one_when_masquerade_is_announced() -> None:
+    from vflsec.client.harness import default_attacks
+
+    assert "ye_adaptive" not in default_attacks((), (), "splitnn")
+    assert "ye_adaptive" not in default_attacks((), (), "splitnn", ["embedding_noise:sigma=0.1"])
+    # Kerckhoffs: the announced masquerade calls for its attacker (ye §5), or the headline overstates the defense
+    assert "ye_adaptive" in default_attacks((), (), "splitnn", ["masquerade:m=1"])
+    assert "ye_adaptive" in default_attacks((), (), "splitnn", ["masquerade", "embedding_noise:sigma=0.1"])
