@@ -187,7 +187,11 @@ class TreeActive:
                 f"a {self.name} is grown once, in one pass over its training rows: train with epochs=1 and the "
                 "default batch (every row)"
             )
-        index = np.sort(index)  # the rows' order is the session's, not a batch shuffle's
+        # Rows in sample-ID order (common-index order without IDs): the forest's bootstrap draws, by position,
+        # then follow the seed and the training rows alone, not PSI's random common order.
+        index = np.sort(index)
+        if ids := ctx.sample_ids(index):
+            index = index[np.argsort(np.asarray(ids, dtype=str), kind="stable")]
         key_holder: KeyHolderLink = _tree_link(ctx.key_holder)
         passives: dict[str, PassiveLink] = {party: _tree_link(link) for party, link in ctx.passives.items()}
         position = {party: p for p, party in enumerate(passives, start=1)}
