@@ -24,6 +24,7 @@ parameter-release chain lets through (``withhold`` keeps them at their owners); 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -326,6 +327,8 @@ class TreeKeyHolder:
     answered: set[tuple[int, int, int]] = field(default_factory=set)  # (party, tree, node): KeyHolder.answered
     counts: dict[int, np.ndarray] = field(default_factory=dict)  # the current node's opened per-bin counts
     pending: Split | None = None  # the current node's split, until its owner's partition arrives
+    # The current node's products sent in parts, per party: (parts received, products so far).
+    arriving: dict[int, tuple[int, list[bytes]]] = field(default_factory=dict)
 
     @property
     def share_width(self) -> int:
@@ -364,7 +367,7 @@ class TreeKeyHolder:
         task = self._task(key)
         if self._builder()._nodes.get(task.key) is not None:
             raise FailedPrecondition(f"node {task.key} is open already")
-        self.counts, self.pending = {}, None
+        self.counts, self.pending, self.arriving = {}, None, {}
         return self._builder().open(task, totals)
 
     def _searched(self, key: NodeKey) -> Task:
@@ -373,20 +376,42 @@ class TreeKeyHolder:
             raise FailedPrecondition(f"node {task.key} is not open (OpenNode first)")
         return task
 
+    def receive_part(
+        self, keys: he.Backend, party: int, key: NodeKey, products: list[bytes], part: int, parts: int
+    ) -> list[bytes] | None:
+        """Part ``part`` of ``parts`` (in order) of a party's products for the current node: every product once the
+        last part is in, else None. Never more buffered than the node's own ciphertext count."""
+        task = self._searched(key)
+        width, layout = self._block(keys, party, task)
+        done, received = self.arriving.pop(party, (0, []))
+        if part != done or parts <= part:
+            raise InvalidArgument(f"part {part} of {parts} of node {task.key}'s products: part {done} is due")
+        received = received + products
+        if len(received) > math.ceil(width / layout.replicas) * layout.n_chunks:
+            raise InvalidArgument(f"more products than node {task.key}'s block of {width} columns has ciphertexts")
+        if part + 1 < parts:
+            self.arriving[party] = (part + 1, received)
+            return None
+        return received
+
+    def _block(self, keys: he.Backend, party: int, task: Task) -> tuple[int, he.MatrixLayout]:
+        """A party's block width at a node and the indicators' layout, as the coordinator derives them itself."""
+        if party not in task.features:
+            raise FailedPrecondition(f"party {party} has no candidate feature at node {task.key}")
+        builder = self._builder()
+        widest = max(builder.width(task, p) for p in task.features if p != ACTIVE)
+        return builder.width(task, party), indicator_layout(task, self.n_classes, widest, keys.slots)
+
     def submit_counts(
         self, keys: he.Backend, party: int, key: NodeKey, products: Sequence[bytes], mask_sums: np.ndarray
     ) -> None:
         """Open a passive party's masked products for the current node: once per (party, node), at the width and
         indicator layout the coordinator derives itself."""
         task = self._searched(key)
-        if party not in task.features:
-            raise FailedPrecondition(f"party {party} has no candidate feature at node {task.key}")
-        builder = self._builder()
-        widest = max(builder.width(task, p) for p in task.features if p != ACTIVE)
-        layout = indicator_layout(task, self.n_classes, widest, keys.slots)
+        width, layout = self._block(keys, party, task)
         opener = KeyHolder(keys)
         opener.answered = self.answered
-        self.counts[party] = opener.open_counts(party, task, builder.width(task, party), layout, products, mask_sums)
+        self.counts[party] = opener.open_counts(party, task, width, layout, products, mask_sums)
 
     def decide(self, key: NodeKey, own: np.ndarray | None) -> Split | None:
         task = self._searched(key)
