@@ -246,8 +246,8 @@ class TreePassive:
     settings: TreeSettings
     n_classes: int
     owner: FeatureOwner | None = None
-    # Nodes this party sent products for, with their rows: the coordinator's ApplySplit is answered once for each
-    # and only for those rows, so that no one can have it compare other rows or features at will.
+    # The node this party last sent products for, with its rows: the coordinator's ApplySplit is answered once for
+    # it and only for those rows, so that no one can have it compare other rows or features at will.
     searched: dict[NodeKey, list[int]] = field(default_factory=dict)
     output_in_the_clear = False
 
@@ -272,7 +272,9 @@ class TreePassive:
         if indicators.shape[1] != self.n_classes:
             raise InvalidArgument(f"indicators have {indicators.shape[1]} columns, the session {self.n_classes}")
         products, mask_sums = owner.masked_products(ctx.backend, indicators, task, entropy.os_entropy())
-        self.searched[task.key] = task.rows.tolist()
+        # Nodes grow one at a time: an earlier node is closed once this one is asked for, so only the latest is kept
+        # (a forest's checkpoint, written after every family message, would otherwise hold every node's rows).
+        self.searched = {task.key: task.rows.tolist()}
         return [ctx.backend.serialize(ct) for ct in products], mask_sums
 
     def apply_split(self, node: Mapping[str, Any], feature: int, bin_index: int) -> np.ndarray:
