@@ -17,7 +17,13 @@ from typing import Any
 import grpc
 import numpy as np
 
-from vflsec.client.federation import FederationLayout, FederationSpec, run_processes, write_federation
+from vflsec.client.federation import (
+    TREE_MODELS,
+    FederationLayout,
+    FederationSpec,
+    run_processes,
+    write_federation,
+)
 from vflsec.client.operator import Operator
 from vflsec.client.training import TrainingRecord, train
 from vflsec.services.data import datasets
@@ -127,8 +133,10 @@ def evaluate(
     compare_plain: bool = False,
     progress: ProgressCallback | None = None,
     phases: Phases | None = None,
+    on_split: Callable[[list[str], list[str]], None] | None = None,
 ) -> dict[str, Any]:
     """Align, split the common IDs (stratified, seeded), train and evaluate; optionally on plain too.
+    ``on_split`` sees the training and held-out IDs (the demo's central reference on the same rows).
 
     Each training session is aligned again (the session's batch size follows from the split of the first), so
     ``align_seconds`` counts both exchanges of the main run."""
@@ -145,6 +153,8 @@ def evaluate(
     batch_size, batch_note = spec.batch_size_for(widths, len(train_ids))
     spec = replace(spec, batch_size=batch_size, epochs=spec.epochs_for(len(train_ids))[0])
     split = (list(train_ids), list(test_ids), np.array([labels[i] for i in test_ids]))
+    if on_split is not None:
+        on_split(split[0], split[1])
     runs = [train_and_evaluate(operator, spec, spec.backend, split, progress, validation, phases)]
     align_seconds = phases.seconds["align"]  # the comparison run's alignment is not the main run's
     if compare_plain:
@@ -209,9 +219,32 @@ def run_demo(
                 federation = running.enter_context(run_processes(layout))
             channel = running.enter_context(layout.operator_channel())
             labels = operator_labels(layout.configs["active"].parent / "data.csv")
-            result = evaluate(channel, labels, spec, compare_plain=compare_plain, progress=progress, phases=phases)
+            reference: dict[str, Any] = {}
+            on_split = None
+            if spec.model in TREE_MODELS:  # the dealer holds every column: scikit-learn on the same rows and bins
+
+                def on_split(train_ids: list[str], test_ids: list[str]) -> None:
+                    reference["reference_accuracy"] = tree_reference(spec, train_ids, test_ids)
+
+            result = evaluate(
+                channel, labels, spec, compare_plain=compare_plain, progress=progress, phases=phases, on_split=on_split
+            )
             # Each party's own process; parties run in this process (tests) have no peak of their own to report.
             processes = getattr(federation, "processes", {})
             peaks = peak_rss_mb({party: process.pid for party, process in processes.items()})
     timings = {f"{name}_seconds": phases.seconds[name] for name in ("load", "deal")}
-    return {"dataset": spec.name, "n_samples": n_samples, **result, **timings, "peak_rss_mb": peaks}
+    return {"dataset": spec.name, "n_samples": n_samples, **result, **timings, "peak_rss_mb": peaks, **reference}
+
+
+def tree_reference(spec: FederationSpec, train_ids: list[str], test_ids: list[str]) -> float:
+    """The accuracy of scikit-learn trained centrally on the same training rows and the same per-party quantile
+    bins as the session (tree / forest, its settings and seed), on the same held-out rows."""
+    from vflsec.services.models import family as families
+    from vflsec.services.models.tree.reference import reference_accuracy
+
+    values = {k: v for k, v in spec.session_options()["settings"].items() if v}
+    config = families.get(spec.model).settings({**values, "seed": spec.seed}).config
+    ds = spec.dealt_data()
+    blocks = [ds.X[:, ds.column_indices(columns)] for columns in spec.split.parties]
+    rows = datasets.select_ids(ds.ids, train_ids), datasets.select_ids(ds.ids, test_ids)
+    return reference_accuracy(config, blocks, ds.y, *rows, ds.n_classes)

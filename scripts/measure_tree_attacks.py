@@ -3,6 +3,7 @@
     .venv/bin/python scripts/measure_tree_attacks.py pra
     .venv/bin/python scripts/measure_tree_attacks.py rf FRACTION DATASET[,DATASET...] SEEDS
     .venv/bin/python scripts/measure_tree_attacks.py els
+    .venv/bin/python scripts/measure_tree_attacks.py services-rf [TRIALS]
 
 Random draws (PRA's path choice, the baselines) come from fresh OS entropy; mean ± standard deviation are over
 the splits (seed s: rows, columns and model), NaN-free splits only (a tree may test no passive feature).
@@ -82,6 +83,18 @@ def els() -> None:
         print(f"els {dataset}: mean {np.mean(errors):.3g} per split {per_split}, Half {np.mean(halves):.4f}")
 
 
+def services_rf(trials: int) -> None:
+    """GRN on RF through the services (docs/trees.md): RF 100 trees of depth 3, 10 % random passive columns."""
+    import json
+
+    from vflsec.client.reproduce import _tree_trials
+    from vflsec.services.data.datasets import RandomColumns
+
+    for dataset in ("wine", "breast_cancer"):
+        result = _tree_trials(dataset, "forest", ["grn_rf", "grn_rf_own"], trials, passive_features=RandomColumns(0.1))
+        print(json.dumps({"dataset": dataset, **result}), flush=True)
+
+
 if __name__ == "__main__":
     part = sys.argv[1]
     if part == "pra":
@@ -90,5 +103,7 @@ if __name__ == "__main__":
         rf(float(sys.argv[2]), sys.argv[3].split(","), int(sys.argv[4]))
     elif part == "els":
         els()
+    elif part == "services-rf":
+        services_rf(int(sys.argv[2]) if len(sys.argv) > 2 else 10)
     else:
-        raise SystemExit(f"unknown part {part!r}: pra, rf or els")
+        raise SystemExit(f"unknown part {part!r}: pra, rf, els or services-rf")

@@ -74,7 +74,6 @@ class TreeCoordinatorServicer(tree_pb2_grpc.TreeCoordinatorServicer):
     @rpc
     def SubmitCounts(self, request: tree_pb2.NodeCounts, context: grpc.ServicerContext):
         caller = current_caller().party_id
-        mask_sums = from_tensor(request.mask_sums, "mask sums", ndim=2)
         with self._turn(request.session_id, owner=False) as s:
             if caller not in s.passive_parties:
                 raise PermissionDenied(f"{caller} is not a passive party of session {request.session_id!r}")
@@ -82,7 +81,11 @@ class TreeCoordinatorServicer(tree_pb2_grpc.TreeCoordinatorServicer):
             if keys is None:
                 raise FailedPrecondition("the session's first training keys are gone: it is not a tree session")
             party = s.passive_parties.index(caller) + 1
-            _trainer(s).submit_counts(keys, party, key_of(request.node), list(request.products), mask_sums)
+            products = _trainer(s).receive_part(keys, party, key_of(request.node), list(request.products),
+                                                request.part, max(request.parts, 1))
+            if products is not None:  # the last part: it carries the mask sums
+                mask_sums = from_tensor(request.mask_sums, "mask sums", ndim=2)
+                _trainer(s).submit_counts(keys, party, key_of(request.node), products, mask_sums)
         return common_pb2.Empty()
 
     @rpc

@@ -21,6 +21,22 @@ from vflsec.v1 import common_pb2, tree_pb2, tree_pb2_grpc
 Node = dict[str, Any]  # a Task's JSON form: tree, node_id, depth, rows, weights, features {party: [features]}
 
 
+PART_BYTES = 64 * 1024 * 1024  # products per SubmitCounts message: well inside the 256 MB gRPC message default
+
+
+def product_parts(products: list[bytes], limit: int = PART_BYTES) -> list[list[bytes]]:
+    """Consecutive groups of ciphertexts of at most ``limit`` bytes each (one ciphertext at least)."""
+    groups: list[list[bytes]] = [[]]
+    size = 0
+    for ct in products:
+        if groups[-1] and size + len(ct) > limit:
+            groups.append([])
+            size = 0
+        groups[-1].append(ct)
+        size += len(ct)
+    return groups
+
+
 def task_message(node: Mapping[str, Any]) -> tree_pb2.NodeTask:
     return tree_pb2.NodeTask(
         tree=node["tree"],
@@ -81,10 +97,18 @@ class TreeCoordinatorClient:
         return call(self.peer, self.stub.OpenNode, request, self.policy).search
 
     def submit_counts(self, session_id: str, key: Sequence[int], products: list[bytes], mask_sums: np.ndarray) -> None:
-        request = tree_pb2.NodeCounts(
-            session_id=session_id, node=key_message(key), products=products, mask_sums=to_tensor(mask_sums)
-        )
-        call(self.peer, self.stub.SubmitCounts, request, self.policy)
+        groups = product_parts(products, PART_BYTES)
+        for part, group in enumerate(groups):
+            last = part == len(groups) - 1
+            request = tree_pb2.NodeCounts(
+                session_id=session_id,
+                node=key_message(key),
+                products=group,
+                mask_sums=to_tensor(mask_sums) if last else None,
+                part=part,
+                parts=len(groups),
+            )
+            call(self.peer, self.stub.SubmitCounts, request, self.policy)
 
     def decide(self, session_id: str, key: Sequence[int], counts: np.ndarray | None) -> tuple[int, int] | None:
         request = tree_pb2.NodeDecide(

@@ -92,6 +92,22 @@ def test_tree_rpcs_refuse_bad_input_and_keep_serving(fed) -> None:
     width = 2 * d_passive
     layout = trainers.indicator_layout(Task.from_json(task_of(root)), 3, width, keys.slots)
     blocks = -(-width // layout.replicas)
+
+    def part(products, index, parts) -> tuple[grpc.StatusCode, str]:
+        request = tree_pb2.NodeCounts(session_id=sid, node=key, products=products, part=index, parts=parts)
+        try:
+            as_passive.SubmitCounts(request, timeout=30)
+        except grpc.RpcError as exc:
+            return exc.code(), exc.details()
+        return CODE.OK, ""
+
+    # Products in parts: in order, never more than the node's ciphertexts; a part before the last spends nothing.
+    for refused, phrase in ((part([b"garbage"], 1, 2), "part 0 is due"), (part([b"garbage"], 2, 2), "part 0 is due"),
+                            (part([b"garbage"] * (blocks * layout.n_chunks + 1), 0, 3), "more products than")):
+        assert refused[0] == CODE.INVALID_ARGUMENT and phrase in refused[1], refused
+    assert part([b"garbage"], 0, 3) == (CODE.OK, "")
+    refused = part([b"garbage"], 2, 3)
+    assert refused[0] == CODE.INVALID_ARGUMENT and "part 1 is due" in refused[1], refused
     assert submit([b"garbage"] * (blocks * layout.n_chunks + 1), blocks * layout.replicas) == CODE.INVALID_ARGUMENT
     assert submit([b"garbage"] * blocks * layout.n_chunks, blocks * layout.replicas) == CODE.INVALID_ARGUMENT
     # That request was parsed, so the party's one answer for the node is spent: no second try.

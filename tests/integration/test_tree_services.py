@@ -22,6 +22,7 @@ from tests.integration.conftest import federation
 from vflsec.services.data import datasets
 from vflsec.services.models.tree import LocalFederation, TreeConfig, TreeData, accuracy, fit_bins, full_tree
 from vflsec.services.models.tree import trainers as tree_trainers
+from vflsec.services.transport import tree_links
 
 PARTIES = ("active", "passive-1", "passive-2")
 
@@ -97,8 +98,7 @@ def _session(fed, family: str, settings: dict) -> tuple[str, list[str], list[str
     train_ids, test_ids = (list(a) for a in datasets.train_test_split_ids(np.asarray(common), labels, 0.2, seed=0))
     progress = list(fed.operator.train(info.session_id, train_ids, 1))
     assert progress[-1].done
-    order = fed.parties["active"].engine.session(info.session_id).index_of
-    train_ids = sorted(train_ids, key=order.__getitem__)  # the trainers grow on rows in common-index order
+    train_ids = sorted(train_ids)  # the trainers grow on rows in sample-ID order
     data = TreeData(
         _blocks(fed, train_ids),
         _blocks(fed, test_ids),
@@ -125,6 +125,7 @@ def _assert_released(model, local: LocalFederation, *, withheld: bool) -> None:
 
 
 def test_decision_tree_trains_and_predicts_as_in_process_and_shows_only_aggregates(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(tree_links, "PART_BYTES", 1)  # every product its own SubmitCounts part: the same tree
     with federation(tmp_path / "fed", dataset="wine", n_passive=2) as fed:
         received = _record_active(fed, monkeypatch)
         opened = _record_opened(monkeypatch)

@@ -77,3 +77,13 @@ def central_votes(config: TreeConfig, data: TreeData) -> np.ndarray:
 
 def accuracy(votes: np.ndarray, y: np.ndarray) -> float:
     return float(np.mean(np.argmax(votes, axis=1) == y))
+
+
+def reference_accuracy(
+    config: TreeConfig, blocks: list[np.ndarray], y: np.ndarray, train: np.ndarray, test: np.ndarray, n_classes: int
+) -> float:
+    """scikit-learn on the same bins of the given training rows, scored on the given test rows: the parity check of
+    a federated run that chose its own rows (the demo's split of the aligned IDs). ``blocks``: party columns, in
+    party order, of every row."""
+    data = TreeData([b[train] for b in blocks], [b[test] for b in blocks], y[train], y[test], n_classes)
+    return accuracy(central_votes(config, data), data.y_test)

@@ -150,7 +150,10 @@ class Builder:
         self._global = [(p, f) for p, sizes in enumerate(self.bin_sizes) for f in range(len(sizes))]
         self.roots: list[Node | None] = [None] * config.n_trees
         self._nodes: dict[NodeKey, Node] = {}
-        self.queue: list[Task] = [self._root_task(t) for t in range(config.n_trees)]
+        # One tree at a time: a tree's root is queued when the one before it is closed, so the queue (and every
+        # checkpoint of it) holds one tree's open nodes, not the rows of every tree not yet begun.
+        self.started = 1
+        self.queue: list[Task] = [self._root_task(0)]
 
     # Model randomness: seeded per tree / node, so a restored Builder draws the same without saving a generator.
     def _root_task(self, tree: int) -> Task:
@@ -177,6 +180,13 @@ class Builder:
 
     def next_task(self) -> Task | None:
         return self.queue[0] if self.queue else None
+
+    def _close(self) -> None:
+        """The current node is done; the next tree's root follows its tree's last node."""
+        self.queue.pop(0)
+        if not self.queue and self.started < self.config.n_trees:
+            self.queue.append(self._root_task(self.started))
+            self.started += 1
 
     def width(self, task: Task, party: int) -> int:
         """Columns of party's per-bin block for this node (0 if it has no candidate feature here)."""
@@ -208,7 +218,7 @@ class Builder:
             or task.rows.size < max(2, 2 * self.config.min_samples_leaf)
         )
         if terminal:
-            self.queue.pop(0)
+            self._close()
         return not terminal
 
     def decide(self, task: Task, counts: Mapping[int, np.ndarray]) -> Split | None:
@@ -222,7 +232,7 @@ class Builder:
                 raise InvalidArgument(f"party {party}'s counts must be finite and non-negative")
         split = best_split(task, counts, self.bin_sizes, self.config.min_samples_leaf)
         if split is None:
-            self.queue.pop(0)
+            self._close()
         return split
 
     def apply(self, task: Task, split: Split, goes_left: np.ndarray) -> None:
@@ -237,9 +247,9 @@ class Builder:
             raise InvalidArgument("the owner's partition leaves one side empty; the per-bin counts promised both")
         node = self._nodes[task.key]
         node.owner, node.feature, node.bin = split.owner, split.feature, split.bin
-        self.queue.pop(0)
         for child, side in ((2 * task.node_id + 1, goes_left), (2 * task.node_id + 2, ~goes_left)):
             self.queue.append(self._task(task.tree, child, task.depth + 1, task.rows[side], task.weights[side]))
+        self._close()
 
     @property
     def done(self) -> bool:
@@ -258,6 +268,7 @@ class Builder:
                     f"{t}:{i}": [n.counts.tolist(), n.owner, n.feature, n.bin] for (t, i), n in self._nodes.items()
                 },
                 "queue": [task.to_json() for task in self.queue],
+                "started": self.started,
             }
         ).encode()
 
@@ -282,6 +293,7 @@ class Builder:
                 else:
                     parent.right = node
         builder.queue = [Task.from_json(d) for d in state["queue"]]
+        builder.started = state.get("started", config.n_trees)  # older checkpoints queued every root at once
         return builder
 
 

@@ -24,6 +24,7 @@ parameter-release chain lets through (``withhold`` keeps them at their owners); 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -187,7 +188,11 @@ class TreeActive:
                 f"a {self.name} is grown once, in one pass over its training rows: train with epochs=1 and the "
                 "default batch (every row)"
             )
-        index = np.sort(index)  # the rows' order is the session's, not a batch shuffle's
+        # Rows in sample-ID order (common-index order without IDs): the forest's bootstrap draws, by position,
+        # then follow the seed and the training rows alone, not PSI's random common order.
+        index = np.sort(index)
+        if ids := ctx.sample_ids(index):
+            index = index[np.argsort(np.asarray(ids, dtype=str), kind="stable")]
         key_holder: KeyHolderLink = _tree_link(ctx.key_holder)
         passives: dict[str, PassiveLink] = {party: _tree_link(link) for party, link in ctx.passives.items()}
         position = {party: p for p, party in enumerate(passives, start=1)}
@@ -241,8 +246,8 @@ class TreePassive:
     settings: TreeSettings
     n_classes: int
     owner: FeatureOwner | None = None
-    # Nodes this party sent products for, with their rows: the coordinator's ApplySplit is answered once for each
-    # and only for those rows, so that no one can have it compare other rows or features at will.
+    # The node this party last sent products for, with its rows: the coordinator's ApplySplit is answered once for
+    # it and only for those rows, so that no one can have it compare other rows or features at will.
     searched: dict[NodeKey, list[int]] = field(default_factory=dict)
     output_in_the_clear = False
 
@@ -267,7 +272,9 @@ class TreePassive:
         if indicators.shape[1] != self.n_classes:
             raise InvalidArgument(f"indicators have {indicators.shape[1]} columns, the session {self.n_classes}")
         products, mask_sums = owner.masked_products(ctx.backend, indicators, task, entropy.os_entropy())
-        self.searched[task.key] = task.rows.tolist()
+        # Nodes grow one at a time: an earlier node is closed once this one is asked for, so only the latest is kept
+        # (a forest's checkpoint, written after every family message, would otherwise hold every node's rows).
+        self.searched = {task.key: task.rows.tolist()}
         return [ctx.backend.serialize(ct) for ct in products], mask_sums
 
     def apply_split(self, node: Mapping[str, Any], feature: int, bin_index: int) -> np.ndarray:
@@ -322,6 +329,8 @@ class TreeKeyHolder:
     answered: set[tuple[int, int, int]] = field(default_factory=set)  # (party, tree, node): KeyHolder.answered
     counts: dict[int, np.ndarray] = field(default_factory=dict)  # the current node's opened per-bin counts
     pending: Split | None = None  # the current node's split, until its owner's partition arrives
+    # The current node's products sent in parts, per party: (parts received, products so far).
+    arriving: dict[int, tuple[int, list[bytes]]] = field(default_factory=dict)
 
     @property
     def share_width(self) -> int:
@@ -360,7 +369,7 @@ class TreeKeyHolder:
         task = self._task(key)
         if self._builder()._nodes.get(task.key) is not None:
             raise FailedPrecondition(f"node {task.key} is open already")
-        self.counts, self.pending = {}, None
+        self.counts, self.pending, self.arriving = {}, None, {}
         return self._builder().open(task, totals)
 
     def _searched(self, key: NodeKey) -> Task:
@@ -369,20 +378,42 @@ class TreeKeyHolder:
             raise FailedPrecondition(f"node {task.key} is not open (OpenNode first)")
         return task
 
+    def receive_part(
+        self, keys: he.Backend, party: int, key: NodeKey, products: list[bytes], part: int, parts: int
+    ) -> list[bytes] | None:
+        """Part ``part`` of ``parts`` (in order) of a party's products for the current node: every product once the
+        last part is in, else None. Never more buffered than the node's own ciphertext count."""
+        task = self._searched(key)
+        width, layout = self._block(keys, party, task)
+        done, received = self.arriving.pop(party, (0, []))
+        if part != done or parts <= part:
+            raise InvalidArgument(f"part {part} of {parts} of node {task.key}'s products: part {done} is due")
+        received = received + products
+        if len(received) > math.ceil(width / layout.replicas) * layout.n_chunks:
+            raise InvalidArgument(f"more products than node {task.key}'s block of {width} columns has ciphertexts")
+        if part + 1 < parts:
+            self.arriving[party] = (part + 1, received)
+            return None
+        return received
+
+    def _block(self, keys: he.Backend, party: int, task: Task) -> tuple[int, he.MatrixLayout]:
+        """A party's block width at a node and the indicators' layout, as the coordinator derives them itself."""
+        if party not in task.features:
+            raise FailedPrecondition(f"party {party} has no candidate feature at node {task.key}")
+        builder = self._builder()
+        widest = max(builder.width(task, p) for p in task.features if p != ACTIVE)
+        return builder.width(task, party), indicator_layout(task, self.n_classes, widest, keys.slots)
+
     def submit_counts(
         self, keys: he.Backend, party: int, key: NodeKey, products: Sequence[bytes], mask_sums: np.ndarray
     ) -> None:
         """Open a passive party's masked products for the current node: once per (party, node), at the width and
         indicator layout the coordinator derives itself."""
         task = self._searched(key)
-        if party not in task.features:
-            raise FailedPrecondition(f"party {party} has no candidate feature at node {task.key}")
-        builder = self._builder()
-        widest = max(builder.width(task, p) for p in task.features if p != ACTIVE)
-        layout = indicator_layout(task, self.n_classes, widest, keys.slots)
+        width, layout = self._block(keys, party, task)
         opener = KeyHolder(keys)
         opener.answered = self.answered
-        self.counts[party] = opener.open_counts(party, task, builder.width(task, party), layout, products, mask_sums)
+        self.counts[party] = opener.open_counts(party, task, width, layout, products, mask_sums)
 
     def decide(self, key: NodeKey, own: np.ndarray | None) -> Split | None:
         task = self._searched(key)
