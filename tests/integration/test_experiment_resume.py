@@ -21,7 +21,7 @@ training: {epochs: 2}
 predictions: 100
 attacks: [esa, ls_clamped]
 sweep:
-  rounding.decimals: [1, 2]
+  rounding.decimals: [1, 2, 3, 4, 5, 6, 7]
 """
 
 
@@ -30,7 +30,7 @@ def test_a_killed_run_resumes_with_the_missing_cells_only(tmp_path: Path) -> Non
     path.write_text(SCENARIO)
     scenario = exp.load_scenario(path)
     cells = exp.expand(scenario)
-    assert len(cells) == 3
+    assert len(cells) == 8  # one training, 8 cells: a run killed at its first cell cannot have finished them all
     command = [sys.executable, "-m", "vflsec.client.cli", "experiment", str(path), "--out", str(out), "--workers", "1"]
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
@@ -38,7 +38,7 @@ def test_a_killed_run_resumes_with_the_missing_cells_only(tmp_path: Path) -> Non
         while not list((out / "cells").glob("*.json")):
             assert proc.poll() is None, "the run ended before its first cell was written"
             assert time.monotonic() < deadline, "no cell finished in 300 s"
-            time.sleep(0.2)
+            time.sleep(0.05)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # no clean shutdown: exactly an interruption
         proc.wait()
@@ -53,4 +53,4 @@ def test_a_killed_run_resumes_with_the_missing_cells_only(tmp_path: Path) -> Non
     assert ran.count("kept") == len(finished) and ran.count("run") == len(cells) - len(finished)
     for name, content in finished.items():  # the finished cells were read back, not rewritten
         assert (out / "cells" / name).read_bytes() == content
-    assert len(summary["rows"]) == 3 and len(json.loads((out / "results.json").read_text())["cells"]) == 3
+    assert len(summary["rows"]) == 8 and len(json.loads((out / "results.json").read_text())["cells"]) == 8

@@ -16,7 +16,7 @@ import pytest
 import tenseal as ts
 
 from tests.security.conftest import federation
-from vflsec.client.federation import FederationSpec, write_federation
+from vflsec.client.federation import FederationSpec, SpecError, write_federation
 from vflsec.services import app
 from vflsec.services.config import load_config
 from vflsec.services.crypto import he
@@ -130,12 +130,17 @@ def test_block_sums_are_no_decryption_oracle(tmp_path) -> None:
 
 def test_features_beyond_the_mask_hiding_bound_are_refused(tmp_path) -> None:
     # breast_cancer's raw "area" columns reach ~4000: with scaling = "none" they would show through the masks.
-    layout = write_federation(
-        FederationSpec(datasets.load_dataset("breast_cancer"), n_passive=1, scaling="none"), tmp_path
-    )
+    # The dealer refuses such a federation before writing it; each party refuses on its own too (an operator may
+    # edit its config after the dealer).
+    data = datasets.load_dataset("breast_cancer")
+    with pytest.raises(SpecError, match=r"reach \|x\| = .*refuse \|x\| > 64"):
+        write_federation(FederationSpec(data, n_passive=1, scaling="none"), tmp_path / "refused")
+    layout = write_federation(FederationSpec(data, n_passive=1, scaling="minmax"), tmp_path)
     for party in ("active", "passive-1"):
+        config = layout.configs[party]
+        config.write_text(config.read_text().replace('"scaling" = "minmax"', '"scaling" = "none"'))
         with pytest.raises(ValueError, match="the masks hide"):
-            app.load_party_data(load_config(layout.configs[party]))
+            app.load_party_data(load_config(config))
     with pytest.raises(ValueError, match=r"\|x\| <= 64"):
         backend = he.make_keyholder("plain")
         he.masked_feature_products(backend, he.encrypt_matrix(backend, np.ones((4, 1))), np.full((4, 1), 65.0),
