@@ -7,6 +7,8 @@ wine by test_tree_services.py, and CKKS changes no count, only the time).
   tie-breaking orders: its result moves with its random feature order where two splits tie).
 * A forest's bootstrap draws follow the seed and the training rows alone: two sessions, each with its own random
   PSI common order, grow the same forest, the in-process protocol's on the rows in sample-ID order.
+* On wine the services' forest releases exactly the votes of scikit-learn grown on the same rows and bins, the same
+  bootstrap rows and per-node candidate features (reference.central_votes).
 * ``vflsec demo --model tree`` reports scikit-learn's accuracy on its own training and held-out rows beside its own.
 """
 
@@ -23,7 +25,7 @@ from vflsec.client import demo
 from vflsec.client.cli import app
 from vflsec.client.federation import run_in_process
 from vflsec.services.data import datasets
-from vflsec.services.models.tree import LocalFederation, TreeConfig, TreeData, accuracy, fit_bins
+from vflsec.services.models.tree import LocalFederation, TreeConfig, TreeData, accuracy, central_votes, fit_bins
 
 PARTIES = ("active", "passive-1")
 
@@ -33,12 +35,12 @@ def _rows(fed, party: str, ids: list[str]) -> np.ndarray:
     return data.X[datasets.select_ids([str(i) for i in data.ids], ids)]
 
 
-def _session(fed, family: str, settings: dict) -> tuple[np.ndarray, TreeData]:
+def _session(fed, family: str, settings: dict, name: str = "digits") -> tuple[np.ndarray, TreeData]:
     """Train through the services on the demo's split of the aligned IDs; the released votes on the held-out rows
     and the same rows as the in-process protocol sees them (sample-ID order)."""
     info = fed.operator.create_session("plain", family=family, settings=settings, seed=0)
     common = sorted(fed.operator.align(info.session_id))  # the split as the demo's: not PSI's order
-    ds = datasets.load_dataset("digits")
+    ds = datasets.load_dataset(name)
     labels = ds.y[datasets.select_ids(ds.ids, common)]
     train_ids, test_ids = (sorted(a) for a in datasets.train_test_split_ids(np.asarray(common), labels, 0.2, 0))
     assert list(fed.operator.train(info.session_id, train_ids, 1))[-1].done
@@ -49,7 +51,7 @@ def _session(fed, family: str, settings: dict) -> tuple[np.ndarray, TreeData]:
         ds.y[datasets.select_ids(ds.ids, train_ids)],
         ds.y[datasets.select_ids(ds.ids, test_ids)],
         ds.n_classes,
-        "digits",
+        name,
     )
     return released.scores, data
 
@@ -84,6 +86,13 @@ def test_forest_does_not_follow_the_psi_order(tmp_path) -> None:
     assert all(np.array_equal(a, b) for a, b in zip(data.train, again.train, strict=True))
     assert np.array_equal(first, second)
     assert np.array_equal(first, _in_process(TreeConfig.forest(**settings), data))
+
+
+def test_wine_forest_equals_scikit_learn_on_the_same_bootstraps(tmp_path) -> None:
+    settings = {"n_trees": 10, "max_depth": 3}
+    with federation(tmp_path / "fed", dataset="wine", n_passive=1, allow_plain=True) as fed:
+        votes, data = _session(fed, "forest", settings, "wine")
+    assert np.array_equal(votes, central_votes(TreeConfig.forest(**settings), data))
 
 
 def test_demo_reports_scikit_learn_on_its_own_rows(monkeypatch) -> None:

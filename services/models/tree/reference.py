@@ -3,7 +3,11 @@
 The parity acceptance compares the federation with scikit-learn on the *bin indices* every party derives from its
 own quantile bins (:mod:`.binning`), concatenated in party order: the same candidate thresholds on both sides, so
 any gap is the training algorithm's. A forest's output is luo's hard vote (fraction of trees per class), also for
-the reference, whose ``predict_proba`` would average leaf distributions instead.
+the reference. The forest reference uses the protocol's own bootstrap rows and per-node candidate features
+(:func:`.steps.bootstrap_weights`, :func:`.steps.candidate_features`), so the only thing left to compare is how each
+node's split is found: scikit-learn's (a depth-1 ``DecisionTreeClassifier`` on the node's rows, multiplicities and
+candidate columns) against the protocol's encrypted per-bin counts. A scikit-learn ``RandomForestClassifier`` draws
+its own bootstraps, and a single seed then differs by several pp (docs/trees.md).
 """
 
 from __future__ import annotations
@@ -11,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from sklearn.ensemble import RandomForestClassifier
 from sklearn.model_selection import train_test_split
 from sklearn.tree import DecisionTreeClassifier
 
@@ -19,6 +22,7 @@ from vflsec.services.data.datasets import load_dataset, split_columns
 
 from .binning import QuantileBins
 from .config import TreeConfig
+from .steps import bootstrap_weights, candidate_features
 
 
 @dataclass
@@ -58,21 +62,64 @@ def central_votes(config: TreeConfig, data: TreeData) -> np.ndarray:
     bins = fit_bins(config, data)
     X_train = np.hstack([b.transform(x) for b, x in zip(bins, data.train, strict=True)])
     X_test = np.hstack([b.transform(x) for b, x in zip(bins, data.test, strict=True)])
-    common = {"max_depth": config.max_depth, "min_samples_leaf": config.min_samples_leaf, "random_state": config.seed}
     if config.kind == "tree":
-        model = DecisionTreeClassifier(**common).fit(X_train, data.y_train)
-        labels = model.predict(X_test)[:, None]
+        model = DecisionTreeClassifier(
+            max_depth=config.max_depth, min_samples_leaf=config.min_samples_leaf, random_state=config.seed
+        )
+        labels = model.fit(X_train, data.y_train).predict(X_test)[:, None]
     else:
-        fraction = config.feature_fraction
-        model = RandomForestClassifier(
-            n_estimators=config.n_trees, bootstrap=config.bootstrap, max_features=fraction or "sqrt", **common
-        ).fit(X_train, data.y_train)
-        # Sub-estimators predict indices into model.classes_; hard votes as luo's RF output.
-        labels = np.stack([model.classes_[est.predict(X_test).astype(int)] for est in model.estimators_], axis=1)
+        labels = np.stack(
+            [_tree_labels(config, t, X_train, data.y_train, X_test, data.n_classes) for t in range(config.n_trees)],
+            axis=1,
+        )
     votes = np.zeros((X_test.shape[0], data.n_classes))
     for column in labels.T:
         votes[np.arange(len(column)), column.astype(int)] += 1.0
     return votes / labels.shape[1]
+
+
+def _tree_labels(
+    config: TreeConfig, tree: int, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, n_classes: int
+) -> np.ndarray:
+    """(n_test,) leaf labels of one forest tree grown by scikit-learn on the protocol's bootstrap rows, node by node
+    on the protocol's candidate features of that node (heap node ids, as the Builder numbers them)."""
+    labels = np.zeros(X_test.shape[0], dtype=np.int64)
+    weights = bootstrap_weights(config, tree, X.shape[0])
+    stack = [(0, 0, np.flatnonzero(weights), np.arange(X_test.shape[0]))]
+    while stack:
+        node_id, depth, rows, test = stack.pop()
+        w = weights[rows]
+        split = None
+        if depth < config.max_depth:
+            split = _best_stump(config, X[rows], y[rows], w, candidate_features(config, tree, node_id, X.shape[1]))
+        if split is not None:
+            column, threshold = split
+            left, test_left = X[rows, column] <= threshold, X_test[test, column] <= threshold
+            stack.append((2 * node_id + 1, depth + 1, rows[left], test[test_left]))
+            stack.append((2 * node_id + 2, depth + 1, rows[~left], test[~test_left]))
+            continue
+        # The leaf's class: the weighted majority, the lowest class on ties (scikit-learn's and the protocol's rule).
+        labels[test] = int(np.argmax(np.bincount(y[rows], weights=w, minlength=n_classes)))
+    return labels
+
+
+def _best_stump(
+    config: TreeConfig, X: np.ndarray, y: np.ndarray, weights: np.ndarray, columns: list[int]
+) -> tuple[int, float] | None:
+    """The Gini-best (column, threshold) over the candidate columns, each column's best cut scikit-learn's (a
+    depth-1 tree on that column alone); None if no column splits. Between columns the first of equally good ones wins:
+    the protocol's tie rule. One stump over all columns would keep the first in a random column order instead, and on
+    pure or tied nodes that picks another column (about one tree in seven on wine), not a better one."""
+    best: tuple[float, int, float] | None = None
+    for column in columns:
+        stump = DecisionTreeClassifier(max_depth=1, min_samples_leaf=config.min_samples_leaf)
+        t = stump.fit(X[:, [column]], y, sample_weight=weights).tree_
+        if t.node_count < 3:
+            continue
+        impurity = t.impurity[1] * t.weighted_n_node_samples[1] + t.impurity[2] * t.weighted_n_node_samples[2]
+        if best is None or impurity < best[0] - 1e-9 * weights.sum():  # equal up to float rounding: keep the first
+            best = (impurity, column, float(t.threshold[0]))
+    return None if best is None else best[1:]
 
 
 def accuracy(votes: np.ndarray, y: np.ndarray) -> float:

@@ -137,6 +137,24 @@ def best_split(
     return best
 
 
+# Model randomness: seeded per tree / node, so a restored Builder draws the same without saving a generator, and the
+# central reference (reference.forest_reference_votes) draws exactly the same rows and features.
+def bootstrap_weights(config: TreeConfig, tree: int, n_rows: int) -> np.ndarray:
+    """(n_rows,) multiplicity of each training row in tree's bootstrap sample (all ones without bootstrap)."""
+    if not config.bootstrap:
+        return np.ones(n_rows)
+    draws = np.random.default_rng([config.seed, tree]).integers(0, n_rows, n_rows)
+    return np.bincount(draws, minlength=n_rows).astype(np.float64)
+
+
+def candidate_features(config: TreeConfig, tree: int, node_id: int, d: int) -> list[int]:
+    """Sorted global indices (party order, then owner-local order) of the features node (tree, node_id) searches."""
+    m = config.features_per_node(d)
+    if m >= d:
+        return list(range(d))
+    return sorted(int(i) for i in np.random.default_rng([config.seed, tree, node_id, 1]).choice(d, m, replace=False))
+
+
 class Builder:
     """The coordinator's side of training: which node next, whether to split it, and the skeleton."""
 
@@ -155,25 +173,14 @@ class Builder:
         self.started = 1
         self.queue: list[Task] = [self._root_task(0)]
 
-    # Model randomness: seeded per tree / node, so a restored Builder draws the same without saving a generator.
     def _root_task(self, tree: int) -> Task:
-        if self.config.bootstrap:
-            draws = np.random.default_rng([self.config.seed, tree]).integers(0, self.n_rows, self.n_rows)
-            weights = np.bincount(draws, minlength=self.n_rows).astype(np.float64)
-        else:
-            weights = np.ones(self.n_rows)
+        weights = bootstrap_weights(self.config, tree, self.n_rows)
         rows = np.flatnonzero(weights)
         return self._task(tree, 0, 0, rows, weights[rows])
 
     def _task(self, tree: int, node_id: int, depth: int, rows: np.ndarray, weights: np.ndarray) -> Task:
-        m = self.config.features_per_node(len(self._global))
-        chosen = range(len(self._global))
-        if m < len(self._global):
-            chosen = sorted(
-                np.random.default_rng([self.config.seed, tree, node_id, 1]).choice(len(self._global), m, replace=False)
-            )
         features: dict[int, list[int]] = {}
-        for index in chosen:
+        for index in candidate_features(self.config, tree, node_id, len(self._global)):
             party, feature = self._global[index]
             features.setdefault(party, []).append(feature)
         return Task(tree, node_id, depth, rows, weights, {p: tuple(f) for p, f in features.items()})
