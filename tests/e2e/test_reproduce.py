@@ -53,8 +53,20 @@ def test_fast_claim(name: str, fast_document: dict[str, Any]) -> None:
     _check(name, fast_document["claims"][name])
 
 
+# Claims too long for CI's 20 minutes (luo Table III: three Bank splits of 4,000 queries, ~90-170 s) are marked
+# `long`: deselected by default (pyproject addopts), run with `pytest -m long` or `vflsec reproduce NAME`.
+LONG_CLAIMS = frozenset({"luo_table3_grn_ablation"})
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [n for n, c in rep.CLAIMS.items() if not c.fast])
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.long) if n in LONG_CLAIMS else n
+        for n, c in rep.CLAIMS.items()
+        if not c.fast
+    ],
+)
 def test_slow_claim(name: str) -> None:
     _check(name, rep.run_claim(rep.CLAIMS[name]))
 
