@@ -717,7 +717,8 @@ class Coordinator:
 
     def _pulled_tensors(self, session_id: str, s: CoordinatorSession) -> dict[str, np.ndarray]:
         """Each passive party's named tensors (split-NN: its bottom), each under its own position's prefix only, so
-        no party can stand in for another's tensors or for the top model."""
+        no party can stand in for another's tensors or for the top model. A party may send none (it keeps its bottom
+        under an embedding defense)."""
         if not getattr(s.model, "releases_passive_tensors", False):
             return {}
         pulled: dict[str, np.ndarray] = {}
@@ -725,8 +726,8 @@ class Coordinator:
             tensors = self._peer(party).bottom(session_id)
             prefix = f"bottom/{position}/"
             foreign = sorted(name for name in tensors if not name.startswith(prefix))
-            if foreign or not tensors:
-                raise FailedPrecondition(f"{party} released {foreign or 'no tensors'}; expected names under {prefix}")
+            if foreign:
+                raise FailedPrecondition(f"{party} released {foreign}; expected names under {prefix}")
             pulled |= tensors
         return pulled
 

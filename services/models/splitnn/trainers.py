@@ -278,6 +278,8 @@ class SplitNNPassive:
     n_classes: int
     bottom: Bottom
     can_replay: bool = False  # dropout and the pending graph are not replayable: an interrupted step is redone anew
+    # False under an embedding defense: the released layers would undo it (masquerade's P shows its fabricated bits)
+    releases_bottom: bool = True
 
     @property
     def share_width(self) -> int:
@@ -319,11 +321,12 @@ class SplitNNPassive:
             plain.module, plain.in_width, plain.out_width, bias=settings.passive_bias, seed=settings.seed,
             role=settings.party,
         )  # fmt: skip
-        return SplitNNPassive(settings, self.n_classes, Bottom(module, settings.optim, plain.in_width, plain.out_width))
+        bottom = Bottom(module, settings.optim, plain.in_width, plain.out_width)
+        return SplitNNPassive(settings, self.n_classes, bottom, releases_bottom=False)
 
     def releasable(self) -> dict[str, np.ndarray]:
         # As LR's W_p: the coordinator pulls the bottom and releases it unless its parameter chain withholds it.
-        return _module_tensors(f"bottom/{self.settings.party}", self.bottom)
+        return _module_tensors(f"bottom/{self.settings.party}", self.bottom) if self.releases_bottom else {}
 
     def to_state(self) -> State:
         return _role_state(self.bottom, self.settings, n_classes=self.n_classes, width=self.bottom.in_width)
