@@ -474,6 +474,8 @@ class PassiveParty:
     def releasable(self, session_id: str) -> dict[str, np.ndarray]:
         """The named tensors the family lets the coordinator pull after training (split-NN: the bottom)."""
         s = self.session(session_id)
+        if not getattr(families.get(s.family), "releases_passive_tensors", False):
+            raise FailedPrecondition(f"a {s.family} session releases no named tensors of this party")
         with s.lock:
             return s.trainer.releasable()
 
