@@ -72,6 +72,57 @@ class LinearScoreModel(nn.Module):
         return torch.softmax(logits, dim=1)
 
 
+class ReleasedSplitNN(nn.Module):
+    """A released split NN (every bottom and the top, rebuilt with the family's own modules: :func:`released_splitnn`)
+    as a ``score_model``: scores of (x_active, x_passive), the passive columns in party order."""
+
+    def __init__(self, network: nn.Module) -> None:
+        super().__init__()
+        self.network = network
+
+    def forward(self, x_active: torch.Tensor, x_passive: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(self.network(torch.cat([x_active, x_passive], dim=1)), dim=1)
+
+
+class PassiveBottoms(nn.Module):
+    """The released passive bottoms of a split NN as one ``passive_bottom``: x_passive -> [z_1, ..., z_P]."""
+
+    def __init__(self, network: nn.Module) -> None:
+        super().__init__()
+        self.network = network
+
+    def forward(self, x_passive: torch.Tensor) -> torch.Tensor:
+        blocks = torch.split(x_passive, list(self.network.config.features[1:]), dim=1)
+        return torch.cat([bottom(x) for bottom, x in zip(self.network.bottoms[1:], blocks, strict=True)], dim=1)
+
+
+def released_splitnn(
+    tensors: dict[str, np.ndarray], settings: dict[str, Any], features: Sequence[int], n_classes: int
+) -> nn.Module | None:
+    """The whole split NN (the family's CentralModel) from a ReleasedModel's named tensors and the session's
+    settings; None unless every bottom and the top were released (a withheld bottom, or a defended one)."""
+    from vflsec.services.models.splitnn.modules import CentralModel
+    from vflsec.services.models.splitnn.trainers import SplitNNSettings
+
+    own = SplitNNSettings.from_dict(settings)
+    network = CentralModel(own.network(tuple(features), n_classes), own.seed)
+    renamed = {}
+    for name, value in tensors.items():  # the released names -> CentralModel's (bottoms.<p>.*, top.*)
+        role, _, rest = name.partition("/")
+        if role == "bottom":
+            party, _, rest = rest.partition("/")
+            renamed[f"bottoms.{party}.{rest}"] = value
+        elif role == "top":
+            renamed[f"top.{rest}"] = value
+        elif role == "head":  # active-top: the active party's own bottom and top
+            renamed[rest.replace("bottom.", "bottoms.0.", 1) if rest.startswith("bottom.") else rest] = value
+    try:
+        network.load_state_dict({k: torch.tensor(np.asarray(v)) for k, v in renamed.items()}, strict=True)
+    except RuntimeError:
+        return None
+    return network.float().eval()
+
+
 class ReleasedScoreModel(nn.Module):
     """A released ``score_model(x_active, x_passive)`` bound to the queried rows' own active features."""
 

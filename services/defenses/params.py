@@ -269,9 +269,10 @@ def make_distortion(spec: str) -> Distortion:
 @PARAM_STEPS.register("withhold")
 class Withhold(Distortion):
     """Disclose nothing: the active party gets no block for this party (every white-box attack is inapplicable).
-    For trees (and forests) it keeps every passive party's thresholds and bins with their owner."""
+    For trees (and forests) it keeps every passive party's thresholds and bins with their owner, for split-NN
+    every passive bottom."""
 
-    families = frozenset({"lr", "tree", "forest"})
+    families = frozenset({"lr", "splitnn", "tree", "forest"})
 
     @property
     def needs_stats(self) -> bool:

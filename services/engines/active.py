@@ -320,6 +320,8 @@ class ActiveParty:
             "coordinator",
             meta={
                 "n_classes": s.n_classes,
+                "family": s.family,
+                "settings": settings.to_dict() if isinstance(settings, families.DictForm) else {},
                 "class_names": self.class_names,
                 "active_features": list(self.data.columns),
                 "passive_features": s.passive_features,

@@ -137,6 +137,8 @@ class CoordinatorSession:
     current: TrainingStep | None = None
     last_step: int = 0
     passive_weights: dict[str, np.ndarray] | None = None
+    # Named passive tensors pulled at FinishTraining (split-NN: bottom/<p>/...), released unless the chain withholds
+    passive_tensors: dict[str, np.ndarray] = field(default_factory=dict)
     trained_index: set[int] = field(default_factory=set)  # common indices seen in training batches
     scored: int = 0  # samples released so far in this session (the budget is per owner: Coordinator.scored)
     finished_step: int | None = None  # last_step at FinishTraining: scores are released only at this step
@@ -183,6 +185,7 @@ class CoordinatorSession:
             "trained_index": np.fromiter(sorted(self.trained_index), dtype=np.int64),
             "passive_trained": np.fromiter(sorted(self.passive_trained), dtype=np.int64),
             **{f"passive/{p}": w for p, w in (self.passive_weights or {}).items()},
+            **{f"pulled/{name}": t for name, t in self.passive_tensors.items()},
         }
         current = self.current
         if current is not None:
@@ -256,6 +259,7 @@ class CoordinatorSession:
             trained_index=set(arrays["trained_index"].tolist()),
             finished_step=meta.get("finished_step"),
             passive_trained=set(arrays.get("passive_trained", np.zeros(0, np.int64)).tolist()),
+            passive_tensors={k[len("pulled/") :]: np.array(v) for k, v in arrays.items() if k.startswith("pulled/")},
             inference=None if inference_keys is None else he.restore_keyholder(meta["backend"], inference_keys),
         )
         current = meta["current"]
@@ -695,6 +699,7 @@ class Coordinator:
                 raise FailedPrecondition(
                     f"{party}'s weight block has shape {block.shape}; training used ({k}, {width})"
                 )
+        tensors = self._pulled_tensors(session_id, s)
         trained = {int(i) for party in s.passive_parties for i in self._peer(party).trained_rows(session_id)}
         with s.lock:
             if s.inference is None:
@@ -702,12 +707,29 @@ class Coordinator:
                 self.inference_keys.save_bytes(session_id, inference.export_keyholder())  # before the checkpoint
                 s.inference = inference
             s.passive_weights = weights
+            s.passive_tensors = tensors
             s.release.passive_weights = weights
             s.release.cache.clear()  # model-dependent precomputation is stale now
             s.passive_trained = trained
             s.finished_step = s.last_step
             s.queries.clear()  # admitted for an earlier model: void (their budget stays spent)
             self._save(session_id, s)
+
+    def _pulled_tensors(self, session_id: str, s: CoordinatorSession) -> dict[str, np.ndarray]:
+        """Each passive party's named tensors (split-NN: its bottom), each under its own position's prefix only, so
+        no party can stand in for another's tensors or for the top model. A party may send none (it keeps its bottom
+        under an embedding defense)."""
+        if not getattr(s.model, "releases_passive_tensors", False):
+            return {}
+        pulled: dict[str, np.ndarray] = {}
+        for position, party in enumerate(s.passive_parties, start=1):
+            tensors = self._peer(party).bottom(session_id)
+            prefix = f"bottom/{position}/"
+            foreign = sorted(name for name in tensors if not name.startswith(prefix))
+            if foreign:
+                raise FailedPrecondition(f"{party} released {foreign}; expected names under {prefix}")
+            pulled |= tensors
+        return pulled
 
     def admit_query(self, session_id: str, sample_index: np.ndarray) -> tuple[str, int, bytes]:
         """Check the query policy for every row of a query before any of it is released; spend its budget.
@@ -826,7 +848,8 @@ class Coordinator:
         self, session_id: str
     ) -> tuple[dict[str, np.ndarray | None], np.ndarray | None, dict[str, np.ndarray]]:
         """Each passive block through the parameter-release chain, the bias offset the chain adds, and the
-        parameters the key holder's trainer releases (split-NN: the top model).
+        parameters the key holder's trainer releases (split-NN: the top model, with the passive bottoms pulled at
+        FinishTraining unless the chain withholds them).
 
         The steps run at each passive party (its data statistics never leave it); the coordinator checks
         every step's output against the true block it holds (e.g. the achieved interpretability level g).
@@ -839,7 +862,9 @@ class Coordinator:
             parties = enumerate(s.passive_parties, start=1)
             shown = {p: self._peer(party).tree.thresholds(session_id, self.param_chain.specs) for p, party in parties}
             return disclosed, offset, s.trainer.released_with(shown)
-        return disclosed, offset, s.trainer.released()
+        # Pulled passive tensors go out as LR's blocks do under an empty chain; any step (withhold) keeps them home.
+        pulled = {} if self.param_chain.steps else s.passive_tensors
+        return disclosed, offset, {**s.trainer.released(), **pulled}
 
     def _disclosed_blocks(
         self, session_id: str, s: CoordinatorSession

@@ -471,6 +471,14 @@ class PassiveParty:
     def weights(self, session_id: str) -> np.ndarray:
         return self._block(self.session(session_id))
 
+    def releasable(self, session_id: str) -> dict[str, np.ndarray]:
+        """The named tensors the family lets the coordinator pull after training (split-NN: the bottom)."""
+        s = self.session(session_id)
+        if not getattr(families.get(s.family), "releases_passive_tensors", False):
+            raise FailedPrecondition(f"a {s.family} session releases no named tensors of this party")
+        with s.lock:
+            return s.trainer.releasable()
+
     @staticmethod
     def _block(s: PassiveSession) -> np.ndarray:
         """The weight block the coordinator pulls and the parameter chain distorts."""

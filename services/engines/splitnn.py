@@ -1,5 +1,6 @@
 """Thin servicers of the split-NN family's own services (proto/vflsec/v1/splitnn.proto): the coordinator-top
-key holder's TopStep and an active-top passive party's PlainForward, each handing plain values to its engine."""
+key holder's TopStep, a passive party's PlainForward (active-top) and GetBottom, each handing plain values to its
+engine."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from vflsec.services.transport import wire
 from vflsec.services.transport.server import rpc
 from vflsec.services.transport.tensors import from_tensor, to_tensor
 from vflsec.services.transport.tls import current_caller
-from vflsec.v1 import passive_pb2, splitnn_pb2, splitnn_pb2_grpc
+from vflsec.v1 import common_pb2, passive_pb2, splitnn_pb2, splitnn_pb2_grpc
 
 
 class SplitNnCoordinatorServicer(splitnn_pb2_grpc.SplitNnCoordinatorServicer):
@@ -48,5 +49,14 @@ class SplitNnPassiveServicer(splitnn_pb2_grpc.SplitNnPassiveServicer):
         index = np.asarray(request.sample_index, dtype=np.int64)
         return to_tensor(self.party.plain_forward(request.session_id, request.step, index))
 
+    @rpc
+    def GetBottom(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
+        self.party.check_coordinator(current_caller().party_id)
+        tensors = self.party.releasable(request.session_id)
+        return splitnn_pb2.NamedTensors(tensors={name: to_tensor(t) for name, t in tensors.items()})
 
-PASSIVE_POLICY: dict[str, frozenset[str]] = {"PlainForward": frozenset({"active"})}
+
+PASSIVE_POLICY: dict[str, frozenset[str]] = {
+    "PlainForward": frozenset({"active"}),
+    "GetBottom": frozenset({"coordinator"}),
+}

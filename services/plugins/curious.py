@@ -24,6 +24,7 @@ import numpy as np
 
 from vflsec.services import plugins
 from vflsec.services.attacks import Observations
+from vflsec.services.attacks.gradient import PassiveBottoms, ReleasedSplitNN, released_splitnn
 from vflsec.services.attacks.trees import released_trees_of
 
 SCHEMA = """
@@ -247,6 +248,15 @@ def observations(store: ObservationStore, session_id: str) -> tuple[Observations
         elif "tree/nodes" in last.arrays:  # a tree or forest: passive thresholds are None where withheld
             widths = [int(schema["passive_features"][party]) for party in passive_parties]
             model["released_trees"] = released_trees_of(last.arrays, widths)
+        elif schema.get("family") == "splitnn":  # every bottom and the top, unless a bottom was withheld
+            features = [len(schema["active_features"]), *(int(schema["passive_features"][p]) for p in passive_parties)]
+            network = released_splitnn(last.arrays, schema["settings"], features, int(schema["n_classes"]))
+            if network is not None:
+                model["score_model"] = ReleasedSplitNN(network)
+                if network.config.topology == "active-top":
+                    # one passive party: its bottom itself, so that embedding_ls can read a single linear layer
+                    single = len(passive_parties) == 1
+                    model["passive_bottom"] = network.bottoms[1] if single else PassiveBottoms(network)
     embeddings = _embeddings(store, session_id, passive_parties, sample_ids)
     if embeddings is not None:
         model["embeddings"] = embeddings

@@ -228,6 +228,11 @@ class PassiveClient:
         reply = call(self.peer, self.splitnn.PlainForward, request, self.policy)
         return from_tensor(reply, f"output of {self.peer}", shape=(len(sample_index), cols)).copy()
 
+    def bottom(self, session_id: str) -> dict[str, np.ndarray]:
+        """split-NN: the party's bottom as named tensors, pulled by the coordinator after training."""
+        reply = call(self.peer, self.splitnn.GetBottom, common_pb2.SessionRef(session_id=session_id), self.policy)
+        return {name: from_tensor(t, f"{name} of {self.peer}").copy() for name, t in reply.tensors.items()}
+
     def backward_gradient(self, session_id: str, step: int, sample_index: np.ndarray, gradient: np.ndarray) -> None:
         """split-NN: the step's ∂L/∂h, in the clear."""
         request = passive_pb2.BackwardRequest(

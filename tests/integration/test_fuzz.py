@@ -374,6 +374,7 @@ def _splitnn_passive_messages() -> dict[str, st.SearchStrategy]:
         "PlainForward": st.builds(
             passive_pb2.ForwardRequest, session_id=sessions(PLAIN), step=INT64, sample_index=INDICES
         ),
+        "GetBottom": st.builds(common_pb2.SessionRef, session_id=sessions(PLAIN, CKKS)),  # LR sessions: refused
     }
 
 

@@ -92,9 +92,11 @@ def test_active_top_matches_central_and_records_the_passive_output(tmp_path) -> 
         passive = fed.parties["passive-1"].engine
         sid = next(iter(passive.sessions))
         z_true = passive.sessions[sid].trainer.inference_share(_blocks(fed, queried)[1])
+        bottom = passive.sessions[sid].trainer.releasable()
     assert central >= 0.85  # a trained model: 0.915 on the sorted split
     assert abs(federated - central) <= 0.01, (federated, central)
     assert model["family"] == "splitnn" and any(name.startswith("head/") for name in model["tensors"])
+    _assert_released(model["tensors"], bottom)  # pulled by the coordinator as in coordinator-top
     entries = [json.loads(line) for line in (record / "transcript.jsonl").read_text().splitlines()]
     inference = [i for i, e in enumerate(entries) if e["kind"] == plugins.EMBEDDINGS and e["meta"]["step"] == 0]
     assert inference
@@ -107,14 +109,34 @@ def test_coordinator_top_matches_central(tmp_path, backend: str) -> None:
     ds = datasets.load_dataset("breast_cancer")
     with federation(tmp_path, dataset="breast_cancer", n_passive=1, allow_plain=backend == "plain") as fed:
         federated, central, model = _run(fed, backend, ds)
+        passive = fed.parties["passive-1"].engine
+        bottom = passive.sessions[next(iter(passive.sessions))].trainer.releasable()
     assert central >= 0.85  # 0.938 on the sorted split (PSI-ordered splits: 0.83-0.97, 1 in 12 < 0.85)
     assert abs(federated - central) <= 0.01, (federated, central)
     assert model["family"] == "splitnn"
-    # The active party holds its own bottom and the released top model; no passive bottom leaves its owner.
+    # The active party holds its own bottom, the released top model and (empty parameter chain) the passive bottom.
     assert any(name.startswith("top/") for name in model["tensors"])
     assert any(name.startswith("bottom/0/") for name in model["tensors"])
-    assert not any(name.startswith("bottom/1/") for name in model["tensors"])
+    _assert_released(model["tensors"], bottom)
     np.testing.assert_allclose(model["released"].scores.sum(axis=1), 1.0, atol=1e-9)
+
+
+def _assert_released(tensors: dict, bottom: dict) -> None:
+    """The passive party's bottom arrived whole and exact, under its own position's prefix."""
+    assert bottom and all(name.startswith("bottom/1/") for name in bottom)
+    assert {name for name in tensors if name.startswith("bottom/1/")} == set(bottom)
+    for name, t in bottom.items():
+        np.testing.assert_array_equal(tensors[name], t)
+
+
+@pytest.mark.parametrize("topology", ["coordinator-top", "active-top"])
+def test_withhold_keeps_the_passive_bottom_with_its_owner(tmp_path, topology: str) -> None:
+    ds = datasets.load_dataset("breast_cancer")
+    spec = {"n_passive": 1, "backend": "plain", "param_release": ["withhold"]}
+    with federation(tmp_path, dataset="breast_cancer", **spec) as fed:
+        _, _, model = _run(fed, "plain", ds, topology, epochs=1)
+    assert any(name.startswith("top/" if topology == "coordinator-top" else "head/") for name in model["tensors"])
+    assert not any(name.startswith("bottom/1/") for name in model["tensors"])
 
 
 def _rows_of(found: np.ndarray, rows: np.ndarray, atol: float = 1e-6) -> np.ndarray:
@@ -222,6 +244,7 @@ def test_each_family_rpc_refuses_a_session_of_another_family(tmp_path) -> None:
                 ),
                 "DecryptBlockSums": ("splitnn", lambda: key_holder.block_sums(nn, 2, [b""], widths[nn]["active"])),
                 "GetWeights": ("splitnn", lambda: passive.weights(nn)),
+                "GetBottom": ("lr", lambda: passive.bottom(lr)),  # LR's W_p goes through GetWeights only
                 "TopStep": ("lr", lambda: key_holder.top_step(backend, lr, 3, rows, zeros, np.zeros(64), widths[lr])),
             }
             for what, (family, call) in calls.items():

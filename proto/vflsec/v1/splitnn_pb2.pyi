@@ -38,3 +38,16 @@ class TopStepReply(_message.Message):
     gradient: _common_pb2.Tensor
     loss: float
     def __init__(self, gradient: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., loss: _Optional[float] = ...) -> None: ...
+
+class NamedTensors(_message.Message):
+    __slots__ = ("tensors",)
+    class TensorsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: _common_pb2.Tensor
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ...) -> None: ...
+    TENSORS_FIELD_NUMBER: _ClassVar[int]
+    tensors: _containers.MessageMap[str, _common_pb2.Tensor]
+    def __init__(self, tensors: _Optional[_Mapping[str, _common_pb2.Tensor]] = ...) -> None: ...

@@ -135,6 +135,11 @@ class SplitNnPassiveStub:
                 request_serializer=vflsec_dot_v1_dot_passive__pb2.ForwardRequest.SerializeToString,
                 response_deserializer=vflsec_dot_v1_dot_common__pb2.Tensor.FromString,
                 _registered_method=True)
+        self.GetBottom = channel.unary_unary(
+                '/vflsec.v1.SplitNnPassive/GetBottom',
+                request_serializer=vflsec_dot_v1_dot_common__pb2.SessionRef.SerializeToString,
+                response_deserializer=vflsec_dot_v1_dot_splitnn__pb2.NamedTensors.FromString,
+                _registered_method=True)
 
 
 class SplitNnPassiveServicer:
@@ -149,6 +154,14 @@ class SplitNnPassiveServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetBottom(self, request, context):
+        """Coordinator, after training: this party's bottom as named tensors (bottom/<position>/...), which the
+        coordinator releases to the active party in the ReleasedModel unless its parameter chain withholds them.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SplitNnPassiveServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -156,6 +169,11 @@ def add_SplitNnPassiveServicer_to_server(servicer, server):
                     servicer.PlainForward,
                     request_deserializer=vflsec_dot_v1_dot_passive__pb2.ForwardRequest.FromString,
                     response_serializer=vflsec_dot_v1_dot_common__pb2.Tensor.SerializeToString,
+            ),
+            'GetBottom': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetBottom,
+                    request_deserializer=vflsec_dot_v1_dot_common__pb2.SessionRef.FromString,
+                    response_serializer=vflsec_dot_v1_dot_splitnn__pb2.NamedTensors.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -186,6 +204,33 @@ class SplitNnPassive:
             '/vflsec.v1.SplitNnPassive/PlainForward',
             vflsec_dot_v1_dot_passive__pb2.ForwardRequest.SerializeToString,
             vflsec_dot_v1_dot_common__pb2.Tensor.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetBottom(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/vflsec.v1.SplitNnPassive/GetBottom',
+            vflsec_dot_v1_dot_common__pb2.SessionRef.SerializeToString,
+            vflsec_dot_v1_dot_splitnn__pb2.NamedTensors.FromString,
             options,
             channel_credentials,
             insecure,

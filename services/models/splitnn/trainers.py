@@ -214,7 +214,7 @@ class SplitNNActive:
         return self.bottom.forward(x, train=False)
 
     def released(self, key_holder_tensors: Mapping[str, np.ndarray]) -> ReleasedModel:
-        """Its own bottom and what the key holder released (the top model); passive bottoms stay with their owners."""
+        """Its own bottom and what the key holder released: the top model, and the passive bottoms unless withheld."""
         return ReleasedModel(NAME, {**_module_tensors("bottom/0", self.bottom), **key_holder_tensors})
 
     def to_state(self) -> State:
@@ -261,9 +261,10 @@ class ActiveTopActive:
         raise FailedPrecondition("active-top scores at the active party: there is no share to sum")
 
     def released(self, key_holder_tensors: Mapping[str, np.ndarray]) -> ReleasedModel:
-        """Everything but the passive bottoms: the active party trained (and holds) its bottom and the top."""
+        """The top model with the active party's bottom it trained, and the passive bottoms the coordinator
+        released (none when withheld)."""
         tensors = {f"head/{name}": t.detach().numpy().copy() for name, t in self.head.module.state_dict().items()}
-        return ReleasedModel(NAME, tensors)
+        return ReleasedModel(NAME, {**tensors, **key_holder_tensors})
 
     def to_state(self) -> State:
         return _role_state(self.head, self.settings, n_classes=self.n_classes, features=list(self.features))
@@ -277,6 +278,8 @@ class SplitNNPassive:
     n_classes: int
     bottom: Bottom
     can_replay: bool = False  # dropout and the pending graph are not replayable: an interrupted step is redone anew
+    # False under an embedding defense: the released layers would undo it (masquerade's P shows its fabricated bits)
+    releases_bottom: bool = True
 
     @property
     def share_width(self) -> int:
@@ -318,10 +321,12 @@ class SplitNNPassive:
             plain.module, plain.in_width, plain.out_width, bias=settings.passive_bias, seed=settings.seed,
             role=settings.party,
         )  # fmt: skip
-        return SplitNNPassive(settings, self.n_classes, Bottom(module, settings.optim, plain.in_width, plain.out_width))
+        bottom = Bottom(module, settings.optim, plain.in_width, plain.out_width)
+        return SplitNNPassive(settings, self.n_classes, bottom, releases_bottom=False)
 
     def releasable(self) -> dict[str, np.ndarray]:
-        return {}  # the bottom stays here: split-NN releases no passive parameters
+        # As LR's W_p: the coordinator pulls the bottom and releases it unless its parameter chain withholds it.
+        return _module_tensors(f"bottom/{self.settings.party}", self.bottom) if self.releases_bottom else {}
 
     def to_state(self) -> State:
         return _role_state(self.bottom, self.settings, n_classes=self.n_classes, width=self.bottom.in_width)
@@ -372,7 +377,8 @@ def _restore(state: State) -> tuple[SplitNNSettings, bytes, dict[str, Any]]:
 
 class SplitNNFamily:
     name = NAME
-    releases_passive_blocks = False
+    releases_passive_blocks = False  # no W_p block: the bottoms are pulled as named tensors instead
+    releases_passive_tensors = True
 
     @staticmethod
     def block_width(n_features: int, *, active: bool) -> int:
