@@ -40,8 +40,11 @@ def test_tree_attacks_are_scored_by_cbr_against_a_random_path() -> None:
         (TreeNode("active", 0, 0.5, 1, 4), TreeNode("passive", 0, 0.3, 2, 3), TreeNode(value=(1.0, 0.0)),
          TreeNode(value=(0.0, 1.0)), TreeNode(value=(0.0, 1.0)))
     )  # fmt: skip
-    x_active, truth = np.array([[0.2], [0.8], [0.2]]), np.array([[0.9], [0.7], [0.1]])
-    obs = Observations(x_active, np.eye(2)[[1, 1, 0]], n_classes=2, d_passive=1, released_trees=(tree,))
+    # 20 copies of 3 rows: the random path (OS entropy) of every row could otherwise miss the passive node (leaf 4
+    # has none), leaving the baseline undefined (nan) once in 27 runs with 3 rows
+    x_active, truth = np.tile([[0.2], [0.8], [0.2]], (20, 1)), np.tile([[0.9], [0.7], [0.1]], (20, 1))
+    scores = np.tile(np.eye(2)[[1, 1, 0]], (20, 1))
+    obs = Observations(x_active, scores, n_classes=2, d_passive=1, released_trees=(tree,))
     metric = harness.evaluate_attacks(obs, truth, ["pra"], family="tree")["pra"]["metric"]
     assert (metric["name"], metric["value"], metric["baseline"]["name"]) == ("cbr", 1.0, "random_path")
     assert 0.0 <= metric["baseline"]["value"] <= 1.0
