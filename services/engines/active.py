@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
 import grpc
 import numpy as np
@@ -60,6 +60,8 @@ class TrainingRun:
 
 @dataclass
 class ActiveSession:
+    FIXED_STATE: ClassVar[tuple[str, ...]] = ("context", "rows", "run_order")  # set once (checkpoint.py)
+
     session_id: str
     backend: he.Backend
     public_context: bytes

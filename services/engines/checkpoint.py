@@ -3,6 +3,12 @@ from its last completed step.
 
 A checkpoint is a ``.npz`` of named arrays plus a JSON document (stored as the ``__meta__`` byte array).
 It is written to a temporary file in the same folder, flushed to disk, then renamed over the old one.
+
+Arrays a session sets once and never changes in place (the aligned rows, an epoch's batch order, the public
+context) go to a companion ``<name>.<tag>.fixed`` file that the checkpoint names, rewritten only when one of
+them is a new object: a training step then writes O(model) bytes, not O(rows) — at a million rows rewriting
+them at every step made an epoch quadratic in the rows. The companion is durable before the checkpoint
+that names it, and the one it replaces is deleted only after.
 """
 
 from __future__ import annotations
@@ -10,14 +16,16 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+_FIXED = re.compile(r"^(?P<name>.+)\.[0-9a-f]{16}\.fixed$")  # a companion file: <session>.<random tag>.fixed
 
 
 def valid_session_id(session_id: str) -> bool:
@@ -36,15 +44,43 @@ class StateDir:
             # nothing reads it, so it goes at start-up. Only this class writes ".<name>.<random>.tmp" here.
             for leftover in path.glob(".*.tmp"):
                 leftover.unlink(missing_ok=True)
+        # Per checkpoint: its companion file and the objects last written there (held, so no id is reused).
+        self._fixed: dict[str, tuple[str | None, dict[str, tuple]]] = {}
 
     @property
     def enabled(self) -> bool:
         return self.path is not None
 
-    def save(self, name: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
-        payload = {k: np.asarray(v) for k, v in arrays.items()}
+    def save(
+        self, name: str, arrays: dict[str, np.ndarray], meta: dict[str, Any], *, fixed: Collection[str] = ()
+    ) -> None:
+        """Replace ``name``'s checkpoint. Arrays keyed in ``fixed`` are never changed in place once saved: they
+        are rewritten (to a new companion file) only when one of them is another object than last time."""
+        if self.path is None:
+            return
+        if not valid_session_id(name):
+            raise ValueError(f"invalid checkpoint name {name!r}")
+        held = {k: v for k, v in arrays.items() if k in fixed}
+        identities = {k: _identity(v) for k, v in held.items()}
+        previous, written = self._fixed.get(name, (None, {}))
+        companion = previous
+        if identities.keys() != written.keys() or any(not _same(written[k], i) for k, i in identities.items()):
+            companion = f"{name}.{secrets.token_hex(8)}.fixed" if held else None
+            if companion is not None:
+                self._write(companion, lambda fh: np.savez(fh, **{k: np.asarray(v) for k, v in held.items()}))
+        payload = {k: np.asarray(v) for k, v in arrays.items() if k not in held}
         payload["__meta__"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
-        self._write(f"{name}.npz", lambda fh: np.savez(fh, **payload))
+        if companion is not None:
+            payload["__fixed__"] = np.frombuffer(companion.encode(), dtype=np.uint8)
+        try:
+            self._write(f"{name}.npz", lambda fh: np.savez(fh, **payload))
+        except BaseException:
+            if companion is not None and companion != previous:
+                (self.path / companion).unlink(missing_ok=True)
+            raise
+        self._fixed[name] = (companion, identities)
+        if previous is not None and previous != companion:
+            (self.path / previous).unlink(missing_ok=True)  # only now that no checkpoint names it
 
     def save_bytes(self, name: str, data: bytes) -> None:
         """A write-once companion file (e.g. the coordinator's keys), kept out of the per-step checkpoint."""
@@ -57,7 +93,7 @@ class StateDir:
     def _write(self, filename: str, write: Callable[[BinaryIO], object]) -> None:
         if self.path is None:
             return
-        if not valid_session_id(filename):
+        if not valid_session_id(filename) and not _FIXED.match(filename):
             raise ValueError(f"invalid checkpoint name {filename!r}")
         fd, tmp = tempfile.mkstemp(dir=self.path, prefix=f".{filename}.", suffix=".tmp")
         try:
@@ -82,15 +118,44 @@ class StateDir:
         states = {}
         for file in sorted(self.path.glob("*.npz")):
             with np.load(file) as data:
-                arrays = {k: data[k] for k in data.files if k != "__meta__"}
+                arrays = {k: data[k] for k in data.files if k not in ("__meta__", "__fixed__")}
                 meta = json.loads(bytes(data["__meta__"]).decode())
+                companion = bytes(data["__fixed__"]).decode() if "__fixed__" in data.files else None
+            if companion is not None:
+                with np.load(self.path / companion) as data:
+                    arrays.update({k: data[k] for k in data.files})
+            self._fixed[file.stem] = (companion, {})  # the next save writes a fresh companion
             states[file.stem] = (arrays, meta)
+        # A kill between a companion's write and its checkpoint's (or the old companion's removal) leaves one
+        # no checkpoint names: drop it.
+        named = {companion for companion, _ in self._fixed.values()}
+        for file in self.path.glob("*.fixed"):
+            if file.name not in named:
+                file.unlink(missing_ok=True)
         return states
 
     def remove(self, name: str) -> None:
         if self.path is not None and valid_session_id(name):
             for suffix in (".npz", ".bin"):
                 (self.path / f"{name}{suffix}").unlink(missing_ok=True)
+            companion, _ = self._fixed.pop(name, (None, {}))
+            if companion is not None:
+                (self.path / companion).unlink(missing_ok=True)
+
+
+def _identity(value: Any) -> tuple:
+    """(owner of the memory, address, shape, dtype): an array rebuilt at every save from the same unchanged
+    attribute (a view of a bytes object) is recognised as written already. The owner is held, so its id is
+    never reused while compared."""
+    array = np.asarray(value)
+    owner: Any = array
+    while isinstance(owner, np.ndarray) and owner.base is not None:
+        owner = owner.base
+    return owner, array.__array_interface__["data"][0], array.shape, array.dtype.str
+
+
+def _same(a: tuple, b: tuple) -> bool:
+    return a[0] is b[0] and a[1:] == b[1:]
 
 
 def as_bytes(array: np.ndarray) -> bytes:

@@ -22,7 +22,7 @@ from vflsec.services.defenses.params import Distorted
 from vflsec.services.defenses.release import ParamReleaseChain, ReleaseConfigError, ReleaseContext, ScoreReleaseChain
 from vflsec.services.engines import checkpoint
 from vflsec.services.engines.policy import BackendPolicy
-from vflsec.services.engines.sessions import SessionTable
+from vflsec.services.engines.sessions import RowSet, SessionTable
 from vflsec.services.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -139,10 +139,10 @@ class CoordinatorSession:
     passive_weights: dict[str, np.ndarray] | None = None
     # Named passive tensors pulled at FinishTraining (split-NN: bottom/<p>/...), released unless the chain withholds
     passive_tensors: dict[str, np.ndarray] = field(default_factory=dict)
-    trained_index: set[int] = field(default_factory=set)  # common indices seen in training batches
+    trained_index: RowSet = field(default_factory=RowSet)  # common indices seen in training batches
     scored: int = 0  # samples released so far in this session (the budget is per owner: Coordinator.scored)
     finished_step: int | None = None  # last_step at FinishTraining: scores are released only at this step
-    passive_trained: set[int] = field(default_factory=set)  # rows the passive parties say they trained on
+    passive_trained: RowSet = field(default_factory=RowSet)  # rows the passive parties say they trained on
     queries: dict[str, Query] = field(default_factory=dict)  # in flight; lost on restart (budget stays spent)
     # Inference runs under its own keys, made at FinishTraining: no ciphertext of training (which the active
     # party holds: [[z_p]], [[p]], [[delta]]) can stand in for the owner's share of a released sum.
@@ -182,8 +182,8 @@ class CoordinatorSession:
         trainer_arrays, trainer_meta = self.trainer.to_state()
         arrays = {
             **trainer_arrays,
-            "trained_index": np.fromiter(sorted(self.trained_index), dtype=np.int64),
-            "passive_trained": np.fromiter(sorted(self.passive_trained), dtype=np.int64),
+            "trained_index_bits": self.trained_index.packed(),
+            "passive_trained_bits": self.passive_trained.packed(),
             **{f"passive/{p}": w for p, w in (self.passive_weights or {}).items()},
             **{f"pulled/{name}": t for name, t in self.passive_tensors.items()},
         }
@@ -256,9 +256,9 @@ class CoordinatorSession:
             last_step=meta["last_step"],
             passive_weights=weights,
             scored=meta["scored"],
-            trained_index=set(arrays["trained_index"].tolist()),
+            trained_index=RowSet.restore(arrays, "trained_index"),
             finished_step=meta.get("finished_step"),
-            passive_trained=set(arrays.get("passive_trained", np.zeros(0, np.int64)).tolist()),
+            passive_trained=RowSet.restore(arrays, "passive_trained"),
             passive_tensors={k[len("pulled/") :]: np.array(v) for k, v in arrays.items() if k.startswith("pulled/")},
             inference=None if inference_keys is None else he.restore_keyholder(meta["backend"], inference_keys),
         )
@@ -543,7 +543,7 @@ class Coordinator:
         """Record step ``step`` as the last one (caller holds s.lock) and drop the keys no later step can need."""
         s.widths = dict(widths)
         s.last_step = step
-        s.trained_index.update(sample_index.tolist())
+        s.trained_index.update(sample_index)
         dropped = [e for e in s.epochs if e < s.epoch(step)]
         for epoch in dropped:
             del s.epochs[epoch]
@@ -700,7 +700,9 @@ class Coordinator:
                     f"{party}'s weight block has shape {block.shape}; training used ({k}, {width})"
                 )
         tensors = self._pulled_tensors(session_id, s)
-        trained = {int(i) for party in s.passive_parties for i in self._peer(party).trained_rows(session_id)}
+        trained = RowSet()
+        for party in s.passive_parties:
+            trained.update(self._peer(party).trained_rows(session_id))
         with s.lock:
             if s.inference is None:
                 inference = he.make_keyholder(s.backend.name)
@@ -747,10 +749,10 @@ class Coordinator:
         with s.lock:
             s.check_releasable()
             if self.policy.refuse_training_ids:
-                used = (s.trained_index | s.passive_trained).intersection(sample_index.tolist())
-                if used:
+                used = sample_index[s.trained_index.members(sample_index) | s.passive_trained.members(sample_index)]
+                if used.size:
                     raise PermissionDenied(
-                        f"refused: {len(used)} requested sample(s) were used in training (e.g. index {min(used)})"
+                        f"refused: {used.size} requested sample(s) were used in training (e.g. index {used.min()})"
                     )
             if len(s.queries) >= MAX_OPEN_QUERIES:
                 raise ResourceExhausted(f"{MAX_OPEN_QUERIES} queries of session {session_id!r} are still open")

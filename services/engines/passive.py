@@ -6,7 +6,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import grpc
 import numpy as np
@@ -17,7 +17,7 @@ from vflsec.services.defenses import params as param_defenses
 from vflsec.services.defenses.embeddings import EmbeddingChain
 from vflsec.services.engines import checkpoint
 from vflsec.services.engines.policy import BackendPolicy
-from vflsec.services.engines.sessions import EpochKeys, SessionTable, epoch_keys
+from vflsec.services.engines.sessions import EpochKeys, RowSet, SessionTable, epoch_keys
 from vflsec.services.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -51,6 +51,8 @@ class CoordinatorLink(Protocol):
 
 @dataclass
 class PassiveSession:
+    FIXED_STATE: ClassVar[tuple[str, ...]] = ("context", "rows", "psi_permutation")  # set once (checkpoint.py)
+
     backend: he.Backend
     public_context: bytes
     n_classes: int
@@ -63,7 +65,7 @@ class PassiveSession:
     # Key of this session's inference-share masks, from the owner (services/crypto/share_mask.py); None in a
     # checkpoint written before share masks existed: such a session cannot share.
     share_mask_key: bytes | None
-    trained_rows: set[int] = field(default_factory=set)  # common indices our block was updated on
+    trained_rows: RowSet = field(default_factory=RowSet)  # common indices our block was updated on
     psi_permutation: np.ndarray | None = None  # order in which our blinded IDs were sent; set once per session
     rows: np.ndarray | None = None  # common index -> our row, after PSI
     completed_step: int = 0  # last training step whose update is applied (and checkpointed)
@@ -81,7 +83,7 @@ class PassiveSession:
             **trainer_arrays,
             "context": checkpoint.from_bytes(self.public_context),
             "mask_key": checkpoint.from_bytes(self.mask_key),
-            "trained_rows": np.fromiter(sorted(self.trained_rows), dtype=np.int64),
+            "trained_rows_bits": self.trained_rows.packed(),
         }
         if self.share_mask_key is not None:
             arrays["share_mask_key"] = checkpoint.from_bytes(self.share_mask_key)
@@ -122,7 +124,7 @@ class PassiveSession:
             mask_key=checkpoint.as_bytes(arrays["mask_key"]),
             owner=meta["owner"],
             share_mask_key=checkpoint.as_bytes(arrays["share_mask_key"]) if "share_mask_key" in arrays else None,
-            trained_rows=set(arrays["trained_rows"].tolist()),
+            trained_rows=RowSet.restore(arrays, "trained_rows"),
             psi_permutation=arrays.get("psi_permutation"),
             rows=arrays.get("rows"),
             completed_step=meta["completed_step"],
@@ -438,7 +440,7 @@ class PassiveParty:
             )
             s.trainer.backward(ctx, x, delta, delta_digest)
             s.completed_step = step
-            s.trained_rows.update(sample_index.tolist())
+            s.trained_rows.update(sample_index)
             s.forward_index = None
             self._save(session_id, s)  # acknowledged only once durable
 
@@ -490,7 +492,7 @@ class PassiveParty:
     def trained(self, session_id: str) -> np.ndarray:
         s = self.session(session_id)
         with s.lock:
-            return np.fromiter(sorted(s.trained_rows), dtype=np.int64)
+            return s.trained_rows.array()
 
     def _stats(self, s: PassiveSession) -> param_defenses.DataStats:
         """Statistics of this party's own aligned rows; they are used here and never leave."""

@@ -4,7 +4,7 @@ the parties' cache of the coordinator's rotating training keys."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
@@ -16,6 +16,64 @@ from vflsec.services.errors import AlreadyExists, FailedPrecondition, InvalidArg
 
 class Session(Protocol):
     def to_state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]: ...
+
+
+class RowSet:
+    """Row indices (of the aligned rows) a session has seen, e.g. in training batches: a bitmap that grows to
+    the largest index. Adding a batch costs O(batch) and its checkpoint n/8 bytes; the Python set it replaces
+    was sorted at every step's checkpoint, which made an epoch quadratic in the rows."""
+
+    def __init__(self, rows: np.ndarray | Sequence[int] = ()) -> None:
+        self._bits = np.zeros(0, dtype=bool)
+        self.update(rows)
+
+    def update(self, rows: np.ndarray | Sequence[int]) -> None:
+        index = np.asarray(rows, dtype=np.int64).ravel()
+        if index.size == 0:
+            return
+        if int(index.min()) < 0:
+            raise ValueError(f"row index {int(index.min())} is negative")
+        top = int(index.max()) + 1
+        if top > self._bits.size:
+            grown = np.zeros(max(top, 2 * self._bits.size), dtype=bool)
+            grown[: self._bits.size] = self._bits
+            self._bits = grown
+        self._bits[index] = True
+
+    def clear(self) -> None:
+        self._bits = np.zeros(0, dtype=bool)
+
+    def __len__(self) -> int:
+        return int(np.count_nonzero(self._bits))
+
+    def __contains__(self, row: int) -> bool:
+        return 0 <= row < self._bits.size and bool(self._bits[row])
+
+    def members(self, rows: np.ndarray | Sequence[int]) -> np.ndarray:
+        """Which of ``rows`` are in the set (a boolean mask over them)."""
+        index = np.asarray(rows, dtype=np.int64).ravel()
+        inside = (index >= 0) & (index < self._bits.size)
+        hit = np.zeros(index.size, dtype=bool)
+        hit[inside] = self._bits[index[inside]]
+        return hit
+
+    def array(self) -> np.ndarray:
+        """The rows, ascending."""
+        return np.flatnonzero(self._bits).astype(np.int64)
+
+    def packed(self) -> np.ndarray:
+        return np.packbits(self._bits)
+
+    @classmethod
+    def restore(cls, arrays: dict[str, np.ndarray], name: str) -> RowSet:
+        """From ``arrays[name + "_bits"]`` (:meth:`packed`), or ``arrays[name]`` (the indices, as checkpoints
+        before the bitmap held them); empty if neither."""
+        rows = cls()
+        if f"{name}_bits" in arrays:
+            rows._bits = np.unpackbits(np.asarray(arrays[f"{name}_bits"], dtype=np.uint8)).astype(bool)
+        elif name in arrays:
+            rows.update(arrays[name])
+        return rows
 
 
 S = TypeVar("S", bound=Session)
@@ -109,7 +167,10 @@ class SessionTable(Generic[S]):
         self._sessions[session_id] = s
 
     def save(self, session_id: str, s: S) -> None:
-        self.state.save(session_id, *s.to_state())
+        """Checkpoint ``s`` (nothing to do, not even :meth:`to_state`, when sessions live in memory only). A
+        session's ``FIXED_STATE`` names the arrays it sets once and never changes in place (StateDir.save)."""
+        if self.state.enabled:
+            self.state.save(session_id, *s.to_state(), fixed=getattr(s, "FIXED_STATE", ()))
 
     def close(self, session_id: str) -> S | None:
         s = self._sessions.pop(session_id, None)

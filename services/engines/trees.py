@@ -56,7 +56,7 @@ class TreeCoordinatorServicer(tree_pb2_grpc.TreeCoordinatorServicer):
         index = _index(request.sample_index)
         with self._turn(request.session_id) as s:
             _trainer(s).begin(len(index), [list(b.sizes) for b in request.bins])
-            s.trained_index.update(index.tolist())
+            s.trained_index.update(index)
         return common_pb2.Empty()
 
     @rpc
@@ -124,7 +124,7 @@ class TreePassiveServicer(tree_pb2_grpc.TreePassiveServicer):
         index = _index(request.sample_index)
         with self._turn(request.session_id) as (s, ctx):
             sizes = _trainer(s).begin(ctx.features(index))
-            s.trained_rows.update(index.tolist())
+            s.trained_rows.update(index)
             s.completed_step = 1  # the trees grow in the session's one training step (inference shares name it)
         return tree_pb2.BinSizes(sizes=sizes)
 

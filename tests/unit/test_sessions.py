@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from vflsec.services.engines.checkpoint import StateDir
-from vflsec.services.engines.sessions import SessionTable
+from vflsec.services.engines.sessions import RowSet, SessionTable
 from vflsec.services.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from vflsec.services.models import family
 
@@ -79,3 +79,69 @@ def test_families_are_found_by_name() -> None:
     assert family.get("tree").name == "tree" and family.get("forest").name == "forest"
     with pytest.raises(ValueError, match="unknown model family 'gbdt'"):
         family.get("gbdt")
+
+
+@dataclass
+class Aligned:
+    """A session with an O(rows) array set once (``rows``) beside per-step state (``step``)."""
+
+    FIXED_STATE = ("rows",)
+    owner: str
+    rows: np.ndarray
+    step: int = 0
+
+    def to_state(self) -> tuple[dict[str, np.ndarray], dict]:
+        return {"rows": self.rows, "step": np.array([self.step])}, {"owner": self.owner}
+
+
+def aligned_table(path: Path) -> SessionTable[Aligned]:
+    def restore(sid: str, arrays: dict[str, np.ndarray], meta: dict) -> Aligned:
+        return Aligned(meta["owner"], np.array(arrays["rows"]), int(arrays["step"][0]))
+
+    return SessionTable(StateDir(path), restore)
+
+
+def test_arrays_set_once_are_written_once_and_restored_with_every_step(tmp_path: Path) -> None:
+    t = aligned_table(tmp_path)
+    s = Aligned("active", np.arange(100_000))
+    with t.lock:
+        t.add("s1", s)
+    (companion,) = tmp_path.glob("*.fixed")
+    stamp = companion.stat().st_mtime_ns
+    for step in range(1, 4):
+        s.step = step
+        t.save("s1", s)
+    assert list(tmp_path.glob("*.fixed")) == [companion] and companion.stat().st_mtime_ns == stamp
+    assert (tmp_path / "s1.npz").stat().st_size < 10_000  # the step's checkpoint no longer carries the rows
+
+    restored = aligned_table(tmp_path).get("s1")
+    assert restored.step == 3 and np.array_equal(restored.rows, np.arange(100_000))
+
+    s.rows = np.arange(5)  # a new object (e.g. a re-alignment after a failed one): a new companion, the old gone
+    t.save("s1", s)
+    (replaced,) = tmp_path.glob("*.fixed")
+    assert replaced != companion and np.array_equal(aligned_table(tmp_path).get("s1").rows, np.arange(5))
+    t.close("s1")
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_companion_no_checkpoint_names_is_dropped_at_start(tmp_path: Path) -> None:
+    t = aligned_table(tmp_path)
+    with t.lock:
+        t.add("s1", Aligned("active", np.arange(10)))
+    orphan = tmp_path / "s1.0123456789abcdef.fixed"  # a kill between a companion's write and its checkpoint's
+    orphan.write_bytes(b"partial")
+    assert aligned_table(tmp_path).get("s1").rows.size == 10 and not orphan.exists()
+
+
+def test_row_set_is_a_bitmap_of_seen_rows_and_reads_old_checkpoints() -> None:
+    rows = RowSet([5, 1])
+    rows.update(np.array([1, 70]))
+    assert len(rows) == 3 and 70 in rows and 2 not in rows and 10**9 not in rows
+    assert rows.array().tolist() == [1, 5, 70]
+    assert rows.members(np.array([0, 1, 70, 71, 10**9])).tolist() == [False, True, True, False, False]
+    assert RowSet.restore({"seen_bits": rows.packed()}, "seen").array().tolist() == [1, 5, 70]
+    assert RowSet.restore({"seen": np.array([3, 4])}, "seen").array().tolist() == [3, 4]  # before the bitmap
+    assert len(RowSet.restore({}, "seen")) == 0
+    with pytest.raises(ValueError, match="negative"):
+        rows.update([-1])
