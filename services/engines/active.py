@@ -1,7 +1,7 @@
 """Active party: labels + its own features; drives PSI, training and inference for its operator.
 
-Plain-Python engine (:class:`ActiveParty`) + thin gRPC servicer (:class:`ActiveServicer`). Everything the
-party receives is offered to its plugins (``services/plugins/__init__.py``).
+Plain-Python engine (:class:`ActiveParty`); its gRPC servicer is services/rpc/active.py. Everything the party
+receives is offered to its plugins (``services/plugins/__init__.py``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-import grpc
 import numpy as np
 
 from vflsec.services import plugins
@@ -27,9 +26,8 @@ from vflsec.services.errors import FailedPrecondition, InvalidArgument, NotFound
 from vflsec.services.models import family as families
 from vflsec.services.transport import wire
 from vflsec.services.transport.links import CoordinatorClient, PassiveClient
-from vflsec.services.transport.server import rpc
-from vflsec.services.transport.tensors import from_tensor, to_tensor
-from vflsec.v1 import active_pb2, active_pb2_grpc, common_pb2, coordinator_pb2
+from vflsec.services.transport.tensors import from_tensor
+from vflsec.v1 import common_pb2, coordinator_pb2
 
 T = TypeVar("T")
 
@@ -599,66 +597,3 @@ class ActiveParty:
         self._each_passive(lambda party, client: client.close(session_id))
         self.coordinator.close(session_id)
         self.sessions.close(session_id)
-
-
-class ActiveServicer(active_pb2_grpc.ActiveServicer):
-    def __init__(self, party: ActiveParty) -> None:
-        self.party = party
-
-    @rpc
-    def CreateSession(self, request: active_pb2.CreateSessionRequest, context: grpc.ServicerContext):
-        family, values = wire.model_settings(request.model, request.training)
-        s = self.party.create_session(
-            request.session_id, wire.backend_name(request.backend), request.training, family, values
-        )
-        return active_pb2.SessionInfo(
-            session_id=s.session_id,
-            n_classes=s.n_classes,
-            class_names=self.party.class_names,
-            n_active_features=self.party.data.X.shape[1],
-            passive_features=s.passive_features,
-            score_release=s.score_release,
-            param_release=s.param_release,
-        )
-
-    @rpc
-    def Align(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
-        common = self.party.align(request.session_id)
-        return active_pb2.AlignReply(common_ids=common, n_active=len(self.party.data.ids))
-
-    @rpc
-    def Train(self, request: active_pb2.TrainRequest, context: grpc.ServicerContext):
-        for p in self.party.train(request.session_id, list(request.sample_ids), request.epochs):
-            yield active_pb2.TrainProgress(
-                epoch=p.epoch, batch=p.batch, n_batches=p.n_batches, step=p.step, seconds=p.seconds, done=p.done
-            )
-
-    @rpc
-    def Predict(self, request: active_pb2.PredictRequest, context: grpc.ServicerContext):
-        scores, chain, changed = self.party.predict(request.session_id, list(request.sample_ids))
-        return active_pb2.PredictReply(
-            sample_ids=request.sample_ids, scores=to_tensor(scores), chain=chain, argmax_changed=changed
-        )
-
-    @rpc
-    def FetchModel(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
-        model, released = self.party.fetch_model(request.session_id)
-        lr_fields = {  # LR's reply as vflsec.v1 clients read it
-            field: to_tensor(model.tensors[name])
-            for field, name in (("active_weights", "w_active"), ("bias", "bias"))
-            if name in model.tensors
-        }
-        tensors = {name: to_tensor(value) for name, value in model.tensors.items()}
-        return active_pb2.ModelReply(released=released, family=model.family, tensors=tensors, **lr_fields)
-
-    @rpc
-    def CloseSession(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
-        self.party.close(request.session_id)
-        return common_pb2.Empty()
-
-
-ROLE_POLICY: dict[str, frozenset[str]] = {
-    method: frozenset({"operator"})
-    for method in ("CreateSession", "Align", "Train", "Predict", "FetchModel", "CloseSession")
-}
-

@@ -1,4 +1,5 @@
-"""The rooms of services/ import one way: engines may use every other room, the rest never reach back.
+"""The rooms of services/ import one way: rpc (the servicers) uses the engines, the engines every other room, and the
+rest never reach back.
 
 An import of a forbidden room anywhere in a module (top level or inside a function) fails the test, so a newcomer
 who adds a shortcut learns it here rather than from an import loop.
@@ -14,13 +15,16 @@ import pytest
 SERVICES = Path(__file__).resolve().parents[2] / "services"
 
 # room -> rooms it must never import (directly or through a function-local import)
+# (rpc -> engines -> models, defenses, plugins, crypto, transport, data; only services/app.py imports rpc)
 FORBIDDEN: dict[str, set[str]] = {
-    "crypto": {"engines", "transport", "models", "defenses", "attacks", "plugins", "data"},
-    "data": {"engines", "transport", "crypto", "models", "defenses", "attacks", "plugins"},
-    "models": {"engines", "transport", "defenses", "attacks", "plugins"},
-    "defenses": {"engines", "transport", "plugins"},
-    "attacks": {"engines", "transport", "plugins"},
-    "plugins": {"engines", "transport"},
+    "engines": {"rpc"},
+    "transport": {"rpc", "engines"},
+    "crypto": {"rpc", "engines", "transport", "models", "defenses", "attacks", "plugins", "data"},
+    "data": {"rpc", "engines", "transport", "crypto", "models", "defenses", "attacks", "plugins"},
+    "models": {"rpc", "engines", "transport", "defenses", "attacks", "plugins"},
+    "defenses": {"rpc", "engines", "transport", "plugins"},
+    "attacks": {"rpc", "engines", "transport", "plugins"},
+    "plugins": {"rpc", "engines", "transport"},
 }
 
 
