@@ -19,7 +19,14 @@ import numpy as np
 
 from vflsec.services.crypto import entropy, he
 from vflsec.services.defenses.params import Distorted
-from vflsec.services.defenses.release import ParamReleaseChain, ReleaseConfigError, ReleaseContext, ScoreReleaseChain
+from vflsec.services.defenses.release import (
+    ParamReleaseChain,
+    ReleaseConfigError,
+    ReleaseContext,
+    ReleasedParams,
+    ReleasedScores,
+    ScoreReleaseChain,
+)
 from vflsec.services.engines import checkpoint
 from vflsec.services.engines.policy import BackendPolicy
 from vflsec.services.engines.sessions import SessionTable
@@ -790,7 +797,7 @@ class Coordinator:
 
     def release_scores(
         self, session_id: str, query_id: str, own_logits: he.EncryptedMatrix, sample_index: np.ndarray
-    ) -> tuple[np.ndarray, int]:
+    ) -> ReleasedScores:
         """Scores of admitted rows: the sum of every passive party's share for exactly these rows and the
         owner's own share, decrypted here. A sum without some passive party's share is never decrypted, and
         no share is ever decrypted alone (each is masked anyway: services/crypto/share_mask.py)."""
@@ -832,7 +839,7 @@ class Coordinator:
             s.scored += n
             self._save(session_id, s)
         changed = int(np.count_nonzero(released.argmax(axis=1) != raw.argmax(axis=1)))
-        return released, changed
+        return ReleasedScores(released, self.score_chain.describe(), changed)
 
     def _peer(self, party: str) -> PassivePeer:
         try:
@@ -840,9 +847,7 @@ class Coordinator:
         except KeyError:
             raise FailedPrecondition(f"the coordinator has no address for passive party {party!r}") from None
 
-    def release_model(
-        self, session_id: str
-    ) -> tuple[dict[str, np.ndarray | None], np.ndarray | None, dict[str, np.ndarray]]:
+    def release_model(self, session_id: str) -> ReleasedParams:
         """Each passive block through the parameter-release chain, the bias offset the chain adds, and the
         parameters the key holder's trainer releases (split-NN: the top model, with the passive bottoms pulled at
         FinishTraining unless the chain withholds them).
@@ -857,10 +862,11 @@ class Coordinator:
         if hasattr(s.trainer, "released_with"):  # trees: each passive party runs the chain on its own thresholds
             parties = enumerate(s.passive_parties, start=1)
             shown = {p: self._peer(party).tree.thresholds(session_id, self.param_chain.specs) for p, party in parties}
-            return disclosed, offset, s.trainer.released_with(shown)
-        # Pulled passive tensors go out as LR's blocks do under an empty chain; any step (withhold) keeps them home.
-        pulled = {} if self.param_chain.steps else s.passive_tensors
-        return disclosed, offset, {**s.trainer.released(), **pulled}
+            tensors = s.trainer.released_with(shown)
+        else:
+            # Pulled passive tensors go out as LR's blocks do under an empty chain; any step (withhold) keeps them home.
+            tensors = {**s.trainer.released(), **({} if self.param_chain.steps else s.passive_tensors)}
+        return ReleasedParams(disclosed, offset, tensors, self.param_chain.describe())
 
     def _disclosed_blocks(
         self, session_id: str, s: CoordinatorSession

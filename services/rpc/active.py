@@ -18,17 +18,16 @@ class ActiveServicer(active_pb2_grpc.ActiveServicer):
     @rpc
     def CreateSession(self, request: active_pb2.CreateSessionRequest, context: grpc.ServicerContext):
         family, values = wire.model_settings(request.model, request.training)
-        s = self.party.create_session(
-            request.session_id, wire.backend_name(request.backend), request.training, family, values
-        )
+        training = wire.training_config(request.training)
+        s = self.party.create_session(request.session_id, wire.backend_name(request.backend), training, family, values)
         return active_pb2.SessionInfo(
             session_id=s.session_id,
             n_classes=s.n_classes,
             class_names=self.party.class_names,
             n_active_features=self.party.data.X.shape[1],
             passive_features=s.passive_features,
-            score_release=s.score_release,
-            param_release=s.param_release,
+            score_release=wire.steps_message(s.score_release),
+            param_release=wire.steps_message(s.param_release),
         )
 
     @rpc
@@ -47,7 +46,10 @@ class ActiveServicer(active_pb2_grpc.ActiveServicer):
     def Predict(self, request: active_pb2.PredictRequest, context: grpc.ServicerContext):
         scores, chain, changed = self.party.predict(request.session_id, list(request.sample_ids))
         return active_pb2.PredictReply(
-            sample_ids=request.sample_ids, scores=to_tensor(scores), chain=chain, argmax_changed=changed
+            sample_ids=request.sample_ids,
+            scores=to_tensor(scores),
+            chain=wire.steps_message(chain),
+            argmax_changed=changed,
         )
 
     @rpc
@@ -59,7 +61,9 @@ class ActiveServicer(active_pb2_grpc.ActiveServicer):
             if name in model.tensors
         }
         tensors = {name: to_tensor(value) for name, value in model.tensors.items()}
-        return active_pb2.ModelReply(released=released, family=model.family, tensors=tensors, **lr_fields)
+        return active_pb2.ModelReply(
+            released=wire.released_model_message(released), family=model.family, tensors=tensors, **lr_fields
+        )
 
     @rpc
     def CloseSession(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):

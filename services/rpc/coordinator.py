@@ -5,17 +5,12 @@ from __future__ import annotations
 import grpc
 import numpy as np
 
-from vflsec.services.defenses.release import ParamReleaseChain, ScoreReleaseChain
 from vflsec.services.engines.coordinator import Coordinator, CoordinatorSession
 from vflsec.services.transport import wire
 from vflsec.services.transport.server import rpc
 from vflsec.services.transport.tensors import to_tensor
 from vflsec.services.transport.tls import current_caller
 from vflsec.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
-
-
-def release_steps(chain: ScoreReleaseChain | ParamReleaseChain) -> list[common_pb2.ReleaseStep]:
-    return [common_pb2.ReleaseStep(name=name, params=params) for name, params in chain.describe()]
 
 
 class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
@@ -37,8 +32,8 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         )
         return coordinator_pb2.OpenSessionReply(
             public_context=public,
-            score_release=release_steps(c.score_chain),
-            param_release=release_steps(c.param_chain),
+            score_release=wire.steps_message(c.score_chain.describe()),
+            param_release=wire.steps_message(c.param_chain.describe()),
         )
 
     def _owner(self, session_id: str) -> CoordinatorSession:
@@ -114,29 +109,19 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
     def ReleaseScores(self, request: coordinator_pb2.ReleaseScoresRequest, context: grpc.ServicerContext):
         s = self._owner(request.session_id)
         logits = wire.from_message(s.inference_keys(), request.logits, "logits")
-        scores, changed = self.coordinator.release_scores(
+        released = self.coordinator.release_scores(
             request.session_id, request.query_id, logits, np.asarray(request.sample_index, np.int64)
         )
         return coordinator_pb2.ReleasedScores(
-            scores=to_tensor(scores), chain=release_steps(self.coordinator.score_chain), argmax_changed=changed
+            scores=to_tensor(released.scores),
+            chain=wire.steps_message(released.chain),
+            argmax_changed=released.argmax_changed,
         )
 
     @rpc
     def ReleaseModel(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
         self._owner(request.session_id)
-        disclosed, offset, tensors = self.coordinator.release_model(request.session_id)
-        blocks = [
-            coordinator_pb2.PassiveBlock(party_id=party, withheld=True)
-            if w is None
-            else coordinator_pb2.PassiveBlock(party_id=party, weights=to_tensor(w))
-            for party, w in disclosed.items()
-        ]
-        return coordinator_pb2.ReleasedModel(
-            passive=blocks,
-            chain=release_steps(self.coordinator.param_chain),
-            bias_offset=None if offset is None else to_tensor(offset),
-            tensors={name: to_tensor(value) for name, value in tensors.items()},
-        )
+        return wire.released_model_message(self.coordinator.release_model(request.session_id))
 
     @rpc
     def CloseSession(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):

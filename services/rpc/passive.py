@@ -39,7 +39,7 @@ class PassiveServicer(passive_pb2_grpc.PassiveServicer):
         return passive_pb2.JoinSessionReply(
             n_features=n,
             n_rows=len(self.party.data.ids),
-            embedding_release=[common_pb2.ReleaseStep(name=k, params=p) for k, p in s.embedding.announced()],
+            embedding_release=wire.steps_message(s.embedding.announced()),
             output_width=s.trainer.share_width if s.trainer.output_in_the_clear else 0,
         )
 
