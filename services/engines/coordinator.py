@@ -10,7 +10,7 @@ import math
 import secrets
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -29,7 +29,7 @@ from vflsec.services.defenses.release import (
 )
 from vflsec.services.engines import checkpoint
 from vflsec.services.engines.policy import BackendPolicy
-from vflsec.services.engines.sessions import SessionTable
+from vflsec.services.engines.sessions import SessionTable, family_step
 from vflsec.services.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -485,7 +485,7 @@ class Coordinator:
         A replay of the last step (after a crash) must name the same batch and gets the same [[p]] back.
         """
         s = self.session(session_id)
-        training_scores = _family_step(session_id, s, "training_scores")
+        training_scores = family_step(session_id, s, "training_scores")
         k = s.trainer.share_width
         n = logits.shape[0]
         if replicas < 1 or replicas * k > s.backend.slots:
@@ -571,7 +571,7 @@ class Coordinator:
         n = embedding.shape[0]
         if len(sample_index) != n or labels.shape != (n,):
             raise InvalidArgument(f"{len(sample_index)} sample indices and {labels.shape} labels for {n} rows")
-        top_step = _family_step(session_id, s, "top_step")
+        top_step = family_step(session_id, s, "top_step")
         with s.lock:
             replay = self._admit_step(s, step, sample_index, widths)
             if replay is not None:
@@ -626,7 +626,7 @@ class Coordinator:
         sums leave flooded with fresh OS-entropy noise and rounded (he.BLOCK_SUM_FLOODING, he.BLOCK_SUM_GRID).
         """
         s = self.member(session_id, caller)
-        block_sums = _family_step(session_id, s, "block_sums")
+        block_sums = family_step(session_id, s, "block_sums")
         digest = wire.digest(ciphertexts).hex()
         with s.lock:
             current = s.current
@@ -677,16 +677,76 @@ class Coordinator:
         return answer.sums.copy()
 
     @contextmanager
-    def family_turn(self, session_id: str, caller: str, *, owner: bool = True) -> Iterator[CoordinatorSession]:
-        """A model family's own message (its own service: tree.proto) on the session's key-holder trainer: from the
-        session's owner (``owner=False``: any of its parties), under the session lock, checkpointed afterwards even
-        when it fails (a decryption answer spent on a refused request stays spent)."""
+    def _family_turn(self, session_id: str, caller: str, *, owner: bool = True) -> Iterator[CoordinatorSession]:
+        """A model family's own message on the session's key-holder trainer: from the session's owner
+        (``owner=False``: any of its parties), under the session lock, checkpointed afterwards even when it fails
+        (a decryption answer spent on a refused request stays spent)."""
         s = self.owned(session_id, caller) if owner else self.member(session_id, caller)
         with s.lock:
             try:
                 yield s
             finally:
                 self._save(session_id, s)
+
+    # --- the tree family's own messages (tree.proto): the key holder grows the trees node by node ---
+    def tree_begin(self, session_id: str, caller: str, sample_index: np.ndarray, bins: list[list[int]]) -> None:
+        """Growing starts on the training rows, with every party's bin count per feature (the active party's first)."""
+        with self._family_turn(session_id, caller) as s:
+            family_step(session_id, s, "begin")(len(sample_index), bins)
+            s.trained_index.update(sample_index.tolist())
+
+    def tree_next_node(self, session_id: str, caller: str) -> dict[str, Any] | None:
+        """The next node to grow (a task, JSON form), None once every tree is grown."""
+        with self._family_turn(session_id, caller) as s:
+            return family_step(session_id, s, "next_node")()
+
+    def tree_open_node(self, session_id: str, caller: str, key: tuple[int, int], totals: np.ndarray) -> bool:
+        """The node's class totals from the active party; True if a split is searched (else it is a leaf)."""
+        with self._family_turn(session_id, caller) as s:
+            return family_step(session_id, s, "open_node")(key, totals)
+
+    def tree_submit_counts(
+        self,
+        session_id: str,
+        caller: str,
+        key: tuple[int, int],
+        products: list[bytes],
+        part: int,
+        parts: int,
+        mask_sums: np.ndarray | None,
+    ) -> None:
+        """A passive party's masked per-bin products for the node, in ``parts`` parts (the last carries its mask
+        sums), under the session's first keys (the indicators' keys); opened once per party and node."""
+        with self._family_turn(session_id, caller, owner=False) as s:
+            receive = family_step(session_id, s, "receive_part")
+            if caller not in s.passive_parties:
+                raise PermissionDenied(f"{caller} is not a passive party of session {session_id!r}")
+            keys = s.epochs.get(0)
+            if keys is None:
+                raise FailedPrecondition("the session's first training keys are gone: it is not a tree session")
+            party = s.passive_parties.index(caller) + 1
+            products = receive(keys, party, key, products, part, max(parts, 1))
+            if products is not None:  # the last part
+                if mask_sums is None:
+                    raise InvalidArgument("mask sums: the last part of a node's products carries them")
+                s.trainer.submit_counts(keys, party, key, products, mask_sums)
+
+    def tree_decide(self, session_id: str, caller: str, key: tuple[int, int], own: np.ndarray | None) -> Any:
+        """The node's best split over every party's counts (``own``: the active party's), None for a leaf. A passive
+        party's split is applied here: asked by the coordinator, its owner partitions the node's rows and keeps the
+        threshold. The split's ``owner`` is a position (0: the active party, 1..P: the passive parties)."""
+        with self._family_turn(session_id, caller) as s:
+            split = family_step(session_id, s, "decide")(key, own)
+            if split is not None and split.owner:
+                peer = self._peer(s.passive_parties[split.owner - 1]).tree
+                left = peer.apply_split(session_id, s.trainer.current(key), split.feature, split.bin)
+                s.trainer.apply(key, left, split.owner)
+            return split
+
+    def tree_partition(self, session_id: str, caller: str, key: tuple[int, int], goes_left: np.ndarray) -> None:
+        """The active party's partition of the node's rows under its own split (it keeps the threshold)."""
+        with self._family_turn(session_id, caller) as s:
+            family_step(session_id, s, "apply")(key, goes_left, 0)
 
     def finish_training(self, session_id: str) -> None:
         """Pull every passive block over TLS and keep it here (PPS-B and the parameter chain need it), with
@@ -918,11 +978,3 @@ def _flood(sums: np.ndarray, sigma: float, rng: entropy.CryptoRandom) -> np.ndar
     noisy = sums + rng.normal(0.0, sigma, sums.shape)
     return np.round(noisy / he.BLOCK_SUM_GRID) * he.BLOCK_SUM_GRID
 
-
-def _family_step(session_id: str, s: CoordinatorSession, name: str) -> Callable[..., Any]:
-    """The key holder's training operation ``name`` of the session's family (LR: training_scores, block_sums;
-    split-NN: top_step). A session whose family has none is refused before anything is admitted or decrypted."""
-    step = getattr(s.trainer, name, None)
-    if step is None:
-        raise FailedPrecondition(f"session {session_id!r} trains {s.family}, which has no {name.replace('_', ' ')}")
-    return step

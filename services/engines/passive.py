@@ -17,7 +17,7 @@ from vflsec.services.defenses import params as param_defenses
 from vflsec.services.defenses.embeddings import EmbeddingChain
 from vflsec.services.engines import checkpoint
 from vflsec.services.engines.policy import BackendPolicy
-from vflsec.services.engines.sessions import EpochKeys, SessionTable, epoch_keys
+from vflsec.services.engines.sessions import EpochKeys, SessionTable, epoch_keys, family_step
 from vflsec.services.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -26,6 +26,7 @@ from vflsec.services.errors import (
     ResourceExhausted,
 )
 from vflsec.services.models import family as families
+from vflsec.services.registry import parse_spec
 from vflsec.services.transport import wire
 from vflsec.services.transport.tls import COORDINATOR
 
@@ -440,11 +441,11 @@ class PassiveParty:
             self._save(session_id, s)  # acknowledged only once durable
 
     @contextmanager
-    def family_turn(
+    def _family_turn(
         self, session_id: str, caller: str, *, coordinator: bool = False
     ) -> Iterator[tuple[PassiveSession, families.PassiveContext]]:
-        """A model family's own message (its own service: tree.proto) on the session's trainer: from the session's
-        owner (``coordinator=True``: this party's coordinator), under the session lock, checkpointed afterwards."""
+        """A model family's own message on the session's trainer: from the session's owner (``coordinator=True``:
+        this party's coordinator), under the session lock, checkpointed afterwards."""
         if coordinator:
             self.check_coordinator(caller)
             s = self.session(session_id)
@@ -464,6 +465,41 @@ class PassiveParty:
                 yield s, ctx
             finally:
                 self._save(session_id, s)
+
+    # --- the tree family's own messages (tree.proto): this party's bins, counts and splits ---
+    def tree_begin(self, session_id: str, caller: str, sample_index: np.ndarray) -> list[int]:
+        """Fit this party's bins on its training rows; the bin count per feature (the bin edges stay here)."""
+        with self._family_turn(session_id, caller) as (s, ctx):
+            sizes = family_step(session_id, s, "begin")(ctx.features(sample_index))
+            s.trained_rows.update(sample_index.tolist())
+            s.completed_step = 1  # the trees grow in the session's one training step (inference shares name it)
+        return sizes
+
+    def tree_node_counts(self, session_id: str, caller: str, node: dict, indicators: he.EncryptedMatrix) -> None:
+        """Masked per-bin products of the node's encrypted class indicators, sent to the coordinator."""
+        with self._family_turn(session_id, caller) as (s, ctx):
+            products, mask_sums = family_step(session_id, s, "node_products")(ctx, node, indicators)
+        # Outside the session lock: the coordinator may be waiting on this party (ApplySplit) meanwhile.
+        self.coordinator.tree.submit_counts(session_id, (node["tree"], node["node_id"]), products, mask_sums)
+
+    def tree_apply_split(self, session_id: str, caller: str, node: dict, feature: int, bin_index: int) -> np.ndarray:
+        """The coordinator's choice of this party's split: which of the node's rows go left (the threshold stays)."""
+        with self._family_turn(session_id, caller, coordinator=True) as (s, _):
+            return np.asarray(family_step(session_id, s, "apply_split")(node, feature, bin_index), dtype=np.int64)
+
+    def tree_thresholds(self, session_id: str, caller: str, specs: list[str]) -> dict[tuple[int, int], float] | None:
+        """This party's thresholds per split node it owns, through the parameter-release chain ``specs``: a tree's
+        thresholds are released whole or withheld (None)."""
+        try:
+            names = [parse_spec(spec)[0] for spec in specs]
+        except ValueError as exc:
+            raise InvalidArgument(f"parameter-release steps: {exc}") from exc
+        unknown = sorted(set(names) - {"withhold"})
+        if unknown:
+            raise InvalidArgument(f"a tree's thresholds are released whole or withheld; no step {unknown[0]!r}")
+        with self._family_turn(session_id, caller, coordinator=True) as (s, _):
+            thresholds = family_step(session_id, s, "thresholds")
+            return None if names else thresholds()
 
     def weights(self, session_id: str) -> np.ndarray:
         return self._block(self.session(session_id))
