@@ -26,14 +26,15 @@ class PassiveServicer(passive_pb2_grpc.PassiveServicer):
 
     @rpc
     def JoinSession(self, request: passive_pb2.JoinSessionRequest, context: grpc.ServicerContext):
+        family, values = wire.model_settings(request.model, request.training)
         n = self.party.join(
             request.session_id,
             wire.backend_name(request.backend),
             request.n_classes,
-            wire.model_settings(request.model, request.training)[1],
+            values,
             caller=current_caller().party_id,
             share_mask_key=request.share_mask_key,
-            family_name=wire.model_settings(request.model, request.training)[0],
+            family_name=family,
         )
         s = self.party.session(request.session_id)
         return passive_pb2.JoinSessionReply(
