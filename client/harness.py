@@ -266,10 +266,14 @@ def evaluate_attacks(
     options: dict[str, dict[str, Any]] | None = None,
     log: Callable[[str], None] | None = None,
     family: str = "lr",
+    random_path: float | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Run each attack on the recorded observations of a ``family`` model; MSE against the truth (luo Eq. 10)
-    and time taken. An attack that does not support the family, or lacks an observation, says why."""
+    and time taken. An attack that does not support the family, or lacks an observation, says why. On released
+    trees the CBR attacks are held against luo's ``random_path`` baseline (drawn here from OS entropy if not given)."""
     results: dict[str, dict[str, Any]] = {}
+    trees = obs.released_trees
+    scored_paths = bool(trees) and not any(t.withholds_passive for t in trees)  # CBR needs every threshold
     for name in names:
         start = time.perf_counter()
         try:
@@ -288,10 +292,12 @@ def evaluate_attacks(
                 "aware": name.startswith("aware_"),
                 "options": _jsonable(attack.get_params()),  # the effective options, defaults included
             }
-            trees = obs.released_trees
-            if trees and not any(t.withholds_passive for t in trees):  # luo's CBR: x̂'s paths vs the true features
+            if scored_paths:  # luo's CBR: x̂'s paths vs the true features
                 results[name]["cbr"] = correct_branching_rate(trees, obs.x_active, truth, reconstruction.x_passive)
-            results[name]["metric"] = own_metric(attack.metric, obs, truth, reconstruction)
+                if random_path is None:
+                    random_path = random_path_baseline(trees, truth, np.random.default_rng())
+            cbr = (results[name].get("cbr"), random_path)
+            results[name]["metric"] = own_metric(attack.metric, obs, truth, reconstruction, cbr)
             if "case" in reconstruction.meta:  # sign_only: which of rassouli's cases ran
                 results[name]["case"] = reconstruction.meta["case"]
             if "binary_features" in reconstruction.meta:  # ye: its columns come in no claimed order, so the MSE
@@ -309,12 +315,22 @@ METRICS = {
 }
 
 
+def random_path_baseline(trees: Sequence[Any], truth: np.ndarray, rng: np.random.Generator) -> float:
+    """luo's random-path CBR (a path drawn uniformly per row), averaged over the trees that test a passive feature."""
+    return float(np.nanmean([random_path_cbr(t, truth, rng) for t in trees]))
+
+
 def own_metric(
-    kind: str, obs: attacks.Observations, truth: np.ndarray, found: attacks.Reconstruction
+    kind: str,
+    obs: attacks.Observations,
+    truth: np.ndarray,
+    found: attacks.Reconstruction,
+    cbr: tuple[float | None, float | None] = (None, None),
 ) -> dict[str, Any]:
     """The attack's own figure on this run and its blind baseline: MSE against Half (x̂ = ½); ye's accuracy (per
     binary passive column the best found vector's share of matching rows, complements counted, mean over those
-    columns) against always answering the column's majority bit; CBR against luo's random path per tree."""
+    columns) against always answering the column's majority bit; CBR against luo's random path, both given in
+    ``cbr`` as (the attack's CBR, the baseline's), computed once per run by :func:`evaluate_attacks`."""
     label, higher, baseline = METRICS[kind]
     truth = np.asarray(truth, dtype=float)
     value: float | None
@@ -335,12 +351,7 @@ def own_metric(
             share = truth[:, binary].mean(axis=0)
             reference = float(np.mean(np.maximum(share, 1.0 - share)))
     else:
-        from vflsec.services.attacks.trees import correct_branching_rate, random_path_cbr
-
-        trees = obs.released_trees or ()
-        value = correct_branching_rate(trees, obs.x_active, truth, found.x_passive)
-        rng = np.random.default_rng()  # OS entropy: luo's random path is a fresh draw
-        reference = float(np.mean([random_path_cbr(t, truth, rng) for t in trees]))
+        value, reference = cbr
     metric: dict[str, Any] = {"name": kind, "label": label, "higher_is_better": higher, "value": value,
                               "baseline": {"name": baseline, "value": reference}}  # fmt: skip
     if value is None:
@@ -474,6 +485,10 @@ def score_run(scenario: AttackScenario, run: ScenarioRun, log: Callable[[str], N
     truth = true_passive_features(run.layout, sample_ids)
     spec = scenario.spec
     baselines = evaluate_attacks(obs, truth, BASELINES, {"rg": {"seed": spec.seed}}, family=spec.model)
+    trees = obs.released_trees
+    random_path = None
+    if trees and not any(t.withholds_passive for t in trees):  # luo's random-path baseline, seeded as RG's
+        random_path = random_path_baseline(trees, truth, np.random.default_rng(spec.seed))
     names = scenario.attacks
     if names is None:
         names = default_attacks(spec.score_release, spec.param_release, spec.model, spec.embedding_release)
@@ -481,7 +496,7 @@ def score_run(scenario: AttackScenario, run: ScenarioRun, log: Callable[[str], N
     if scenario.mse_scope == "all":  # the training rows are attacked too: AM/RAM fit them in-sample (varasteh)
         for name in set(names) & {"am", "ram"}:
             options[name] = {"held_out": False, **options.get(name, {})}
-    results = evaluate_attacks(obs, truth, names, options, log, family=spec.model)
+    results = evaluate_attacks(obs, truth, names, options, log, family=spec.model, random_path=random_path)
     attack_seconds = time.perf_counter() - start
     report: dict[str, Any] = {
         "dataset": spec.name,
@@ -497,9 +512,8 @@ def score_run(scenario: AttackScenario, run: ScenarioRun, log: Callable[[str], N
         "attacks": {name: {k: v for k, v in r.items() if k != "mse_per_feature"} for name, r in results.items()},
         "mse_per_feature": {name: r["mse_per_feature"] for name, r in {**baselines, **results}.items() if "mse" in r},
     }
-    if obs.released_trees and not any(t.withholds_passive for t in obs.released_trees):
-        rng = np.random.default_rng(spec.seed)  # luo's random-path baseline, averaged over the trees
-        report["cbr_random_path"] = float(np.nanmean([random_path_cbr(t, truth, rng) for t in obs.released_trees]))
+    if random_path is not None:  # the same draw every CBR attack's metric is held against
+        report["cbr_random_path"] = random_path
     if spec.score_release or spec.param_release or spec.model != "lr":  # split NN: the headline says what runs
         report["strongest"] = strongest(report["attacks"])
     if run.forecasts:

@@ -13,7 +13,11 @@ from vflsec.services.config import ServiceConfig
 from vflsec.services.crypto import he
 from vflsec.services.data import datasets
 from vflsec.services.defenses.release import ParamReleaseChain, ScoreReleaseChain
-from vflsec.services.engines import active, checkpoint, coordinator, passive, splitnn, trees
+from vflsec.services.engines import active, checkpoint, coordinator, passive
+from vflsec.services.rpc import active as active_rpc
+from vflsec.services.rpc import coordinator as coordinator_rpc
+from vflsec.services.rpc import passive as passive_rpc
+from vflsec.services.rpc import splitnn, trees
 from vflsec.services.transport.links import CoordinatorClient, PassiveClient
 from vflsec.services.transport.server import (
     CallPolicy,
@@ -97,7 +101,7 @@ def start_party(config: ServiceConfig) -> Party:
         )
 
         def add_coordinator(s: grpc.Server) -> None:
-            coordinator_pb2_grpc.add_CoordinatorServicer_to_server(coordinator.CoordinatorServicer(engine), s)
+            coordinator_pb2_grpc.add_CoordinatorServicer_to_server(coordinator_rpc.CoordinatorServicer(engine), s)
             splitnn_pb2_grpc.add_SplitNnCoordinatorServicer_to_server(splitnn.SplitNnCoordinatorServicer(engine), s)
             tree_pb2_grpc.add_TreeCoordinatorServicer_to_server(trees.TreeCoordinatorServicer(engine), s)
 
@@ -105,7 +109,7 @@ def start_party(config: ServiceConfig) -> Party:
             config,
             add_coordinator,
             {
-                "vflsec.v1.Coordinator": coordinator.ROLE_POLICY,
+                "vflsec.v1.Coordinator": coordinator_rpc.ROLE_POLICY,
                 "vflsec.v1.SplitNnCoordinator": splitnn.COORDINATOR_POLICY,
                 "vflsec.v1.TreeCoordinator": trees.COORDINATOR_POLICY,
             },
@@ -127,7 +131,7 @@ def start_party(config: ServiceConfig) -> Party:
         )
 
         def add_passive(s: grpc.Server) -> None:
-            passive_pb2_grpc.add_PassiveServicer_to_server(passive.PassiveServicer(engine), s)
+            passive_pb2_grpc.add_PassiveServicer_to_server(passive_rpc.PassiveServicer(engine), s)
             splitnn_pb2_grpc.add_SplitNnPassiveServicer_to_server(splitnn.SplitNnPassiveServicer(engine), s)
             tree_pb2_grpc.add_TreePassiveServicer_to_server(trees.TreePassiveServicer(engine), s)
 
@@ -135,7 +139,7 @@ def start_party(config: ServiceConfig) -> Party:
             config,
             add_passive,
             {
-                "vflsec.v1.Passive": passive.ROLE_POLICY,
+                "vflsec.v1.Passive": passive_rpc.ROLE_POLICY,
                 "vflsec.v1.SplitNnPassive": splitnn.PASSIVE_POLICY,
                 "vflsec.v1.TreePassive": trees.PASSIVE_POLICY,
             },
@@ -158,8 +162,8 @@ def start_party(config: ServiceConfig) -> Party:
     )
     server = start_server(
         config,
-        lambda s: active_pb2_grpc.add_ActiveServicer_to_server(active.ActiveServicer(engine), s),
-        {"vflsec.v1.Active": active.ROLE_POLICY},
+        lambda s: active_pb2_grpc.add_ActiveServicer_to_server(active_rpc.ActiveServicer(engine), s),
+        {"vflsec.v1.Active": active_rpc.ROLE_POLICY},
     )
     return Party(config, engine, server, [coordinator_channel, *passive_channels.values()], hub)
 

@@ -37,8 +37,11 @@ __all__ = [
     "ReleaseConfigError",
     "ReleaseContext",
     "ReleaseStep",
+    "ReleasedParams",
+    "ReleasedScores",
     "ScoreReleaseChain",
     "ScoreStep",
+    "StepDescription",
     "parse_spec",
 ]
 
@@ -59,6 +62,31 @@ class ReleaseContext:
     passive_weights: Mapping[str, np.ndarray] = field(default_factory=dict)
     # Per-session cache a step may use for work that depends only on the model (e.g. an SVD).
     cache: dict[str, Any] = field(default_factory=dict)
+
+
+StepDescription = tuple[str, dict[str, str]]  # a step's name and its public parameters, as the parties see them
+
+
+@dataclass(frozen=True)
+class ReleasedScores:
+    """Scores as the release point lets them out, with the steps that made them (public: Kerckhoffs) and how
+    many rows' argmax they changed."""
+
+    scores: np.ndarray
+    chain: list[StepDescription]
+    argmax_changed: int
+
+
+@dataclass(frozen=True)
+class ReleasedParams:
+    """A trained model as the release point lets it out: each passive party's block after the parameter chain
+    (None: withheld), the bias offset the chain adds, the named tensors of the key holder's trainer (and any pulled
+    passive tensors), and the chain's steps."""
+
+    passive: dict[str, np.ndarray | None]
+    bias_offset: np.ndarray | None
+    tensors: dict[str, np.ndarray]
+    chain: list[StepDescription]
 
 
 class ReleaseStep(Plugin):
@@ -116,7 +144,7 @@ class ScoreReleaseChain:
                 raise RuntimeError(f"release step {step.name!r} changed the batch shape")
         return released
 
-    def describe(self) -> list[tuple[str, dict[str, str]]]:
+    def describe(self) -> list[StepDescription]:
         return [(step.name, step.public_params()) for step in self.steps]
 
 
@@ -141,5 +169,5 @@ class ParamReleaseChain:
         for step in self.steps:
             PARAM_STEPS.check_family(step.name, family)
 
-    def describe(self) -> list[tuple[str, dict[str, str]]]:
+    def describe(self) -> list[StepDescription]:
         return [(step.name, step.public_params()) for step in self.steps]

@@ -25,7 +25,7 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from vflsec.services.defenses.release import SCORE_STEPS, ReleaseContext, ScoreStep
-from vflsec.services.models.lr import softmax
+from vflsec.services.models.activations import softmax
 from vflsec.services.registry import ANY_SCORES, parse_value
 
 __all__ = [

@@ -1,7 +1,7 @@
 """Active party: labels + its own features; drives PSI, training and inference for its operator.
 
-Plain-Python engine (:class:`ActiveParty`) + thin gRPC servicer (:class:`ActiveServicer`). Everything the
-party receives is offered to its plugins (``services/plugins/__init__.py``).
+Plain-Python engine (:class:`ActiveParty`); its gRPC servicer is services/rpc/active.py. Everything the party
+receives is offered to its plugins (``services/plugins/__init__.py``).
 """
 
 from __future__ import annotations
@@ -12,24 +12,20 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar, TypeVar
 
-import grpc
 import numpy as np
 
 from vflsec.services import plugins
 from vflsec.services.crypto import entropy, he, psi, share_mask
 from vflsec.services.data.datasets import PartyData
+from vflsec.services.defenses.release import ReleasedParams, StepDescription
 from vflsec.services.engines import checkpoint
 from vflsec.services.engines.sessions import EpochKeys, SessionTable, epoch_keys
 from vflsec.services.errors import FailedPrecondition, InvalidArgument, NotFound
 from vflsec.services.models import family as families
-from vflsec.services.transport import wire
 from vflsec.services.transport.links import CoordinatorClient, PassiveClient
-from vflsec.services.transport.server import rpc
-from vflsec.services.transport.tensors import from_tensor, to_tensor
-from vflsec.v1 import active_pb2, active_pb2_grpc, common_pb2, coordinator_pb2
 
 T = TypeVar("T")
 
@@ -66,12 +62,12 @@ class ActiveSession:
     backend: he.Backend
     public_context: bytes
     n_classes: int
-    training: common_pb2.TrainingConfig
+    training: families.TrainingConfig
     family: str  # the model family (services/models/family.py), chosen at creation
     trainer: families.ActiveTrainer  # the family's state and maths at this party
     passive_features: dict[str, int]
-    score_release: list[common_pb2.ReleaseStep]
-    param_release: list[common_pb2.ReleaseStep]
+    score_release: list[StepDescription]  # the coordinator's chains, as it announced them (public)
+    param_release: list[StepDescription]
     rng: np.random.Generator  # batch order (seeded: runs are reproducible)
     mask_key: bytes  # this session's mask stream (AES-CTR keyed from os.urandom, see services/crypto/entropy.py)
     # Per passive party, the key of its inference-share masks (services/crypto/share_mask.py), sent at JoinSession;
@@ -120,7 +116,7 @@ class ActiveSession:
             "passive_features": self.passive_features,
             "rng": self.rng.bit_generator.state,
             "release": [
-                [[r.name, dict(r.params)] for r in chain] for chain in (self.score_release, self.param_release)
+                [[name, dict(params)] for name, params in chain] for chain in (self.score_release, self.param_release)
             ],
             "run": run,
             "psi_started": self.psi_started,
@@ -130,16 +126,11 @@ class ActiveSession:
     @classmethod
     def from_state(cls, session_id: str, arrays: dict[str, np.ndarray], meta: dict, ids: list[str]) -> ActiveSession:
         context = checkpoint.as_bytes(arrays["context"])
-        optimizer, learning_rate, l2, batch_size, seed = meta["training"]
-        training = common_pb2.TrainingConfig(
-            optimizer=optimizer, learning_rate=learning_rate, l2=l2, batch_size=batch_size, seed=seed
-        )
+        training = families.TrainingConfig(*meta["training"])
         family = meta.get("family", families.DEFAULT)  # a checkpoint from before the family layer is LR's
         rng = np.random.default_rng()
         rng.bit_generator.state = meta["rng"]
-        score_release, param_release = (
-            [common_pb2.ReleaseStep(name=name, params=params) for name, params in chain] for chain in meta["release"]
-        )
+        score_release, param_release = ([(name, params) for name, params in chain] for chain in meta["release"])
         s = cls(
             session_id=session_id,
             backend=he.open_public(meta["backend"], context),
@@ -225,7 +216,7 @@ class ActiveParty:
         self,
         session_id: str,
         backend_name: str,
-        training: common_pb2.TrainingConfig,
+        training: families.TrainingConfig,
         family_name: str = families.DEFAULT,
         values: Mapping[str, object] | None = None,
     ) -> ActiveSession:
@@ -234,7 +225,7 @@ class ActiveParty:
         with its position in the session (1..P), the coordinator with position 0."""
         session_id = session_id or uuid.uuid4().hex
         SessionTable.check_new(session_id)
-        values = dict(wire.training_settings(training) if values is None else values)
+        values = dict(training.optimizer_values() if values is None else values)
         try:
             family = families.get(family_name)
             settings = family.settings(values)
@@ -286,13 +277,7 @@ class ActiveParty:
                     f"parties (2 x the widest block, {max(widths)} columns); the smallest accepted value is "
                     f"{smallest}"
                 )
-            training = common_pb2.TrainingConfig(
-                optimizer=training.optimizer,
-                learning_rate=training.learning_rate,
-                l2=training.l2,
-                batch_size=batch_size,
-                seed=training.seed,
-            )
+            training = replace(training, batch_size=batch_size)
             s = ActiveSession(
                 session_id=session_id,
                 backend=backend,
@@ -302,8 +287,8 @@ class ActiveParty:
                 family=family.name,
                 trainer=trainer,
                 passive_features={party: r.n_features for party, r in zip(self.passives, joined, strict=True)},
-                score_release=list(reply.score_release),
-                param_release=list(reply.param_release),
+                score_release=reply.score_release,
+                param_release=reply.param_release,
                 rng=np.random.default_rng(training.seed),  # batch order only: the seed steers no secret draw
                 mask_key=entropy.new_key(),
                 share_mask_keys=share_mask_keys,
@@ -327,11 +312,11 @@ class ActiveParty:
                 "class_names": self.class_names,
                 "active_features": list(self.data.columns),
                 "passive_features": s.passive_features,
-                "score_release": [step.name for step in s.score_release],
-                "param_release": [step.name for step in s.param_release],
+                "score_release": [name for name, _ in s.score_release],
+                "param_release": [name for name, _ in s.param_release],
                 # Each passive party's announced embedding defenses (split-NN active-top; empty elsewhere).
                 "embedding_release": {
-                    party: [[step.name, dict(step.params)] for step in r.embedding_release]
+                    party: [[name, dict(params)] for name, params in r.embedding_release]
                     for party, r in zip(self.passives, joined, strict=True)
                 },
             },
@@ -495,7 +480,7 @@ class ActiveParty:
     def _predict_chunk_rows(self, s: ActiveSession) -> int:
         return PREDICT_CHUNK_CIPHERTEXTS * (s.backend.slots // s.trainer.share_width)
 
-    def predict(self, session_id: str, sample_ids: list[str]) -> tuple[np.ndarray, list[common_pb2.ReleaseStep], int]:
+    def predict(self, session_id: str, sample_ids: list[str]) -> tuple[np.ndarray, list[StepDescription], int]:
         """Scores through the coordinator: the whole query is admitted (or refused) before any chunk is
         released; each passive party sends its masked share of a chunk to the coordinator, which adds ours
         (from which we subtract every passive party's mask: services/crypto/share_mask.py)."""
@@ -520,10 +505,8 @@ class ActiveParty:
             share = s.trainer.inference_share(self.data.X[s.rows[part]]) - masks
             own = self._pool.submit(he.encrypt_matrix, keys, share)
             self._each_passive(lambda party, client, part=part: client.share_logits(session_id, query_id, part))
-            reply: coordinator_pb2.ReleasedScores = self.coordinator.release_scores(
-                keys, session_id, query_id, own.result(), part
-            )
-            released = from_tensor(reply.scores, "released scores", shape=(len(part), s.n_classes), finite=False)
+            reply = self.coordinator.release_scores(keys, session_id, query_id, own.result(), part, s.n_classes)
+            released = reply.scores
             ids = sample_ids[start : start + chunk]
             self._emit(
                 plugins.RELEASED_SCORES,
@@ -532,8 +515,8 @@ class ActiveParty:
                 sample_ids=tuple(ids),
                 arrays={"scores": released, "own_features": self.data.X[s.rows[part]]},
                 meta={
-                    "chain": [step.name for step in reply.chain],
-                    "steps": [[step.name, dict(step.params)] for step in reply.chain],  # public params: Kerckhoffs
+                    "chain": [name for name, _ in reply.chain],
+                    "steps": [[name, dict(params)] for name, params in reply.chain],  # public params: Kerckhoffs
                     "argmax_changed": reply.argmax_changed,
                 },
             )
@@ -569,19 +552,19 @@ class ActiveParty:
             )
         return np.vstack(scores)
 
-    def fetch_model(self, session_id: str) -> tuple[families.ReleasedModel, coordinator_pb2.ReleasedModel]:
+    def fetch_model(self, session_id: str) -> tuple[families.ReleasedModel, ReleasedParams]:
         s = self.session(session_id)
         if not s.trained:
             raise FailedPrecondition("the model is released after training")
         released = self.coordinator.release_model(session_id)
-        disclosed = {
-            f"w_passive/{b.party_id}": from_tensor(b.weights, f"weights of {b.party_id}", ndim=2)
-            for b in released.passive
-            if not b.withheld
-        }
-        if released.HasField("bias_offset"):
-            disclosed["bias_offset"] = from_tensor(released.bias_offset, "bias offset", shape=(s.trainer.share_width,))
-        disclosed |= {name: from_tensor(t, f"released {name}").copy() for name, t in released.tensors.items()}
+        disclosed = {f"w_passive/{party}": w for party, w in released.passive.items() if w is not None}
+        if released.bias_offset is not None:
+            if released.bias_offset.shape != (s.trainer.share_width,):
+                raise InvalidArgument(
+                    f"bias offset: expected shape [{s.trainer.share_width}], got {list(released.bias_offset.shape)}"
+                )
+            disclosed["bias_offset"] = released.bias_offset
+        disclosed |= released.tensors
         model = s.trainer.released(disclosed)
         self._emit(
             plugins.RELEASED_MODEL,
@@ -589,9 +572,9 @@ class ActiveParty:
             "coordinator",
             arrays=dict(model.tensors),
             meta={
-                "chain": [step.name for step in released.chain],
-                "steps": [[step.name, dict(step.params)] for step in released.chain],
-                "withheld": [b.party_id for b in released.passive if b.withheld],
+                "chain": [name for name, _ in released.chain],
+                "steps": [[name, dict(params)] for name, params in released.chain],
+                "withheld": [party for party, w in released.passive.items() if w is None],
             },
         )
         return model, released
@@ -601,66 +584,3 @@ class ActiveParty:
         self._each_passive(lambda party, client: client.close(session_id))
         self.coordinator.close(session_id)
         self.sessions.close(session_id)
-
-
-class ActiveServicer(active_pb2_grpc.ActiveServicer):
-    def __init__(self, party: ActiveParty) -> None:
-        self.party = party
-
-    @rpc
-    def CreateSession(self, request: active_pb2.CreateSessionRequest, context: grpc.ServicerContext):
-        family, values = wire.model_settings(request.model, request.training)
-        s = self.party.create_session(
-            request.session_id, wire.backend_name(request.backend), request.training, family, values
-        )
-        return active_pb2.SessionInfo(
-            session_id=s.session_id,
-            n_classes=s.n_classes,
-            class_names=self.party.class_names,
-            n_active_features=self.party.data.X.shape[1],
-            passive_features=s.passive_features,
-            score_release=s.score_release,
-            param_release=s.param_release,
-        )
-
-    @rpc
-    def Align(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
-        common = self.party.align(request.session_id)
-        return active_pb2.AlignReply(common_ids=common, n_active=len(self.party.data.ids))
-
-    @rpc
-    def Train(self, request: active_pb2.TrainRequest, context: grpc.ServicerContext):
-        for p in self.party.train(request.session_id, list(request.sample_ids), request.epochs):
-            yield active_pb2.TrainProgress(
-                epoch=p.epoch, batch=p.batch, n_batches=p.n_batches, step=p.step, seconds=p.seconds, done=p.done
-            )
-
-    @rpc
-    def Predict(self, request: active_pb2.PredictRequest, context: grpc.ServicerContext):
-        scores, chain, changed = self.party.predict(request.session_id, list(request.sample_ids))
-        return active_pb2.PredictReply(
-            sample_ids=request.sample_ids, scores=to_tensor(scores), chain=chain, argmax_changed=changed
-        )
-
-    @rpc
-    def FetchModel(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
-        model, released = self.party.fetch_model(request.session_id)
-        lr_fields = {  # LR's reply as vflsec.v1 clients read it
-            field: to_tensor(model.tensors[name])
-            for field, name in (("active_weights", "w_active"), ("bias", "bias"))
-            if name in model.tensors
-        }
-        tensors = {name: to_tensor(value) for name, value in model.tensors.items()}
-        return active_pb2.ModelReply(released=released, family=model.family, tensors=tensors, **lr_fields)
-
-    @rpc
-    def CloseSession(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
-        self.party.close(request.session_id)
-        return common_pb2.Empty()
-
-
-ROLE_POLICY: dict[str, frozenset[str]] = {
-    method: frozenset({"operator"})
-    for method in ("CreateSession", "Align", "Train", "Predict", "FetchModel", "CloseSession")
-}
-

@@ -1,6 +1,7 @@
 """Coordinator: holds the CKKS secret key, decrypts only aggregates, and is the single release point.
 
-Plain-Python engine (:class:`Coordinator`) + thin gRPC servicer (:class:`CoordinatorServicer`).
+Plain-Python engine (:class:`Coordinator`); its gRPC servicers are in services/rpc/ (coordinator.py, splitnn.py,
+trees.py).
 """
 
 from __future__ import annotations
@@ -9,20 +10,26 @@ import math
 import secrets
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import grpc
 import numpy as np
 
 from vflsec.services.crypto import entropy, he
 from vflsec.services.defenses.params import Distorted
-from vflsec.services.defenses.release import ParamReleaseChain, ReleaseConfigError, ReleaseContext, ScoreReleaseChain
+from vflsec.services.defenses.release import (
+    ParamReleaseChain,
+    ReleaseConfigError,
+    ReleaseContext,
+    ReleasedParams,
+    ReleasedScores,
+    ScoreReleaseChain,
+)
 from vflsec.services.engines import checkpoint
 from vflsec.services.engines.policy import BackendPolicy
-from vflsec.services.engines.sessions import RowSet, SessionTable
+from vflsec.services.engines.sessions import RowSet, SessionTable, family_step
 from vflsec.services.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -31,10 +38,6 @@ from vflsec.services.errors import (
 )
 from vflsec.services.models import family as families
 from vflsec.services.transport import wire
-from vflsec.services.transport.server import rpc
-from vflsec.services.transport.tensors import to_tensor
-from vflsec.services.transport.tls import current_caller
-from vflsec.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 
 
 class PassivePeer(Protocol):
@@ -482,7 +485,7 @@ class Coordinator:
         A replay of the last step (after a crash) must name the same batch and gets the same [[p]] back.
         """
         s = self.session(session_id)
-        training_scores = _family_step(session_id, s, "training_scores")
+        training_scores = family_step(session_id, s, "training_scores")
         k = s.trainer.share_width
         n = logits.shape[0]
         if replicas < 1 or replicas * k > s.backend.slots:
@@ -568,7 +571,7 @@ class Coordinator:
         n = embedding.shape[0]
         if len(sample_index) != n or labels.shape != (n,):
             raise InvalidArgument(f"{len(sample_index)} sample indices and {labels.shape} labels for {n} rows")
-        top_step = _family_step(session_id, s, "top_step")
+        top_step = family_step(session_id, s, "top_step")
         with s.lock:
             replay = self._admit_step(s, step, sample_index, widths)
             if replay is not None:
@@ -623,7 +626,7 @@ class Coordinator:
         sums leave flooded with fresh OS-entropy noise and rounded (he.BLOCK_SUM_FLOODING, he.BLOCK_SUM_GRID).
         """
         s = self.member(session_id, caller)
-        block_sums = _family_step(session_id, s, "block_sums")
+        block_sums = family_step(session_id, s, "block_sums")
         digest = wire.digest(ciphertexts).hex()
         with s.lock:
             current = s.current
@@ -674,16 +677,76 @@ class Coordinator:
         return answer.sums.copy()
 
     @contextmanager
-    def family_turn(self, session_id: str, caller: str, *, owner: bool = True) -> Iterator[CoordinatorSession]:
-        """A model family's own message (its own service: tree.proto) on the session's key-holder trainer: from the
-        session's owner (``owner=False``: any of its parties), under the session lock, checkpointed afterwards even
-        when it fails (a decryption answer spent on a refused request stays spent)."""
+    def _family_turn(self, session_id: str, caller: str, *, owner: bool = True) -> Iterator[CoordinatorSession]:
+        """A model family's own message on the session's key-holder trainer: from the session's owner
+        (``owner=False``: any of its parties), under the session lock, checkpointed afterwards even when it fails
+        (a decryption answer spent on a refused request stays spent)."""
         s = self.owned(session_id, caller) if owner else self.member(session_id, caller)
         with s.lock:
             try:
                 yield s
             finally:
                 self._save(session_id, s)
+
+    # --- the tree family's own messages (tree.proto): the key holder grows the trees node by node ---
+    def tree_begin(self, session_id: str, caller: str, sample_index: np.ndarray, bins: list[list[int]]) -> None:
+        """Growing starts on the training rows, with every party's bin count per feature (the active party's first)."""
+        with self._family_turn(session_id, caller) as s:
+            family_step(session_id, s, "begin")(len(sample_index), bins)
+            s.trained_index.update(sample_index)
+
+    def tree_next_node(self, session_id: str, caller: str) -> dict[str, Any] | None:
+        """The next node to grow (a task, JSON form), None once every tree is grown."""
+        with self._family_turn(session_id, caller) as s:
+            return family_step(session_id, s, "next_node")()
+
+    def tree_open_node(self, session_id: str, caller: str, key: tuple[int, int], totals: np.ndarray) -> bool:
+        """The node's class totals from the active party; True if a split is searched (else it is a leaf)."""
+        with self._family_turn(session_id, caller) as s:
+            return family_step(session_id, s, "open_node")(key, totals)
+
+    def tree_submit_counts(
+        self,
+        session_id: str,
+        caller: str,
+        key: tuple[int, int],
+        products: list[bytes],
+        part: int,
+        parts: int,
+        mask_sums: np.ndarray | None,
+    ) -> None:
+        """A passive party's masked per-bin products for the node, in ``parts`` parts (the last carries its mask
+        sums), under the session's first keys (the indicators' keys); opened once per party and node."""
+        with self._family_turn(session_id, caller, owner=False) as s:
+            receive = family_step(session_id, s, "receive_part")
+            if caller not in s.passive_parties:
+                raise PermissionDenied(f"{caller} is not a passive party of session {session_id!r}")
+            keys = s.epochs.get(0)
+            if keys is None:
+                raise FailedPrecondition("the session's first training keys are gone: it is not a tree session")
+            party = s.passive_parties.index(caller) + 1
+            products = receive(keys, party, key, products, part, max(parts, 1))
+            if products is not None:  # the last part
+                if mask_sums is None:
+                    raise InvalidArgument("mask sums: the last part of a node's products carries them")
+                s.trainer.submit_counts(keys, party, key, products, mask_sums)
+
+    def tree_decide(self, session_id: str, caller: str, key: tuple[int, int], own: np.ndarray | None) -> Any:
+        """The node's best split over every party's counts (``own``: the active party's), None for a leaf. A passive
+        party's split is applied here: asked by the coordinator, its owner partitions the node's rows and keeps the
+        threshold. The split's ``owner`` is a position (0: the active party, 1..P: the passive parties)."""
+        with self._family_turn(session_id, caller) as s:
+            split = family_step(session_id, s, "decide")(key, own)
+            if split is not None and split.owner:
+                peer = self._peer(s.passive_parties[split.owner - 1]).tree
+                left = peer.apply_split(session_id, s.trainer.current(key), split.feature, split.bin)
+                s.trainer.apply(key, left, split.owner)
+            return split
+
+    def tree_partition(self, session_id: str, caller: str, key: tuple[int, int], goes_left: np.ndarray) -> None:
+        """The active party's partition of the node's rows under its own split (it keeps the threshold)."""
+        with self._family_turn(session_id, caller) as s:
+            family_step(session_id, s, "apply")(key, goes_left, 0)
 
     def finish_training(self, session_id: str) -> None:
         """Pull every passive block over TLS and keep it here (PPS-B and the parameter chain need it), with
@@ -796,7 +859,7 @@ class Coordinator:
 
     def release_scores(
         self, session_id: str, query_id: str, own_logits: he.EncryptedMatrix, sample_index: np.ndarray
-    ) -> tuple[np.ndarray, int]:
+    ) -> ReleasedScores:
         """Scores of admitted rows: the sum of every passive party's share for exactly these rows and the
         owner's own share, decrypted here. A sum without some passive party's share is never decrypted, and
         no share is ever decrypted alone (each is masked anyway: services/crypto/share_mask.py)."""
@@ -838,7 +901,7 @@ class Coordinator:
             s.scored += n
             self._save(session_id, s)
         changed = int(np.count_nonzero(released.argmax(axis=1) != raw.argmax(axis=1)))
-        return released, changed
+        return ReleasedScores(released, self.score_chain.describe(), changed)
 
     def _peer(self, party: str) -> PassivePeer:
         try:
@@ -846,9 +909,7 @@ class Coordinator:
         except KeyError:
             raise FailedPrecondition(f"the coordinator has no address for passive party {party!r}") from None
 
-    def release_model(
-        self, session_id: str
-    ) -> tuple[dict[str, np.ndarray | None], np.ndarray | None, dict[str, np.ndarray]]:
+    def release_model(self, session_id: str) -> ReleasedParams:
         """Each passive block through the parameter-release chain, the bias offset the chain adds, and the
         parameters the key holder's trainer releases (split-NN: the top model, with the passive bottoms pulled at
         FinishTraining unless the chain withholds them).
@@ -863,10 +924,11 @@ class Coordinator:
         if hasattr(s.trainer, "released_with"):  # trees: each passive party runs the chain on its own thresholds
             parties = enumerate(s.passive_parties, start=1)
             shown = {p: self._peer(party).tree.thresholds(session_id, self.param_chain.specs) for p, party in parties}
-            return disclosed, offset, s.trainer.released_with(shown)
-        # Pulled passive tensors go out as LR's blocks do under an empty chain; any step (withhold) keeps them home.
-        pulled = {} if self.param_chain.steps else s.passive_tensors
-        return disclosed, offset, {**s.trainer.released(), **pulled}
+            tensors = s.trainer.released_with(shown)
+        else:
+            # Pulled passive tensors go out as LR's blocks do under an empty chain; any step (withhold) keeps them home.
+            tensors = {**s.trainer.released(), **({} if self.param_chain.steps else s.passive_tensors)}
+        return ReleasedParams(disclosed, offset, tensors, self.param_chain.describe())
 
     def _disclosed_blocks(
         self, session_id: str, s: CoordinatorSession
@@ -918,157 +980,3 @@ def _flood(sums: np.ndarray, sigma: float, rng: entropy.CryptoRandom) -> np.ndar
     noisy = sums + rng.normal(0.0, sigma, sums.shape)
     return np.round(noisy / he.BLOCK_SUM_GRID) * he.BLOCK_SUM_GRID
 
-
-def _family_step(session_id: str, s: CoordinatorSession, name: str) -> Callable[..., Any]:
-    """The key holder's training operation ``name`` of the session's family (LR: training_scores, block_sums;
-    split-NN: top_step). A session whose family has none is refused before anything is admitted or decrypted."""
-    step = getattr(s.trainer, name, None)
-    if step is None:
-        raise FailedPrecondition(f"session {session_id!r} trains {s.family}, which has no {name.replace('_', ' ')}")
-    return step
-
-
-def release_steps(chain: ScoreReleaseChain | ParamReleaseChain) -> list[common_pb2.ReleaseStep]:
-    return [common_pb2.ReleaseStep(name=name, params=params) for name, params in chain.describe()]
-
-
-class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
-    def __init__(self, coordinator: Coordinator) -> None:
-        self.coordinator = coordinator
-
-    @rpc
-    def OpenSession(self, request: coordinator_pb2.OpenSessionRequest, context: grpc.ServicerContext):
-        c = self.coordinator
-        family, values = wire.model_settings(request.model, request.training)
-        public = c.open_session(
-            request.session_id,
-            wire.backend_name(request.backend),
-            request.n_classes,
-            list(request.passive_parties),
-            owner=current_caller().party_id,
-            family_name=family,
-            values=values,
-        )
-        return coordinator_pb2.OpenSessionReply(
-            public_context=public,
-            score_release=release_steps(c.score_chain),
-            param_release=release_steps(c.param_chain),
-        )
-
-    def _owner(self, session_id: str) -> CoordinatorSession:
-        """Active-only RPCs: the caller must be the active party that opened the session."""
-        return self.coordinator.owned(session_id, current_caller().party_id)
-
-    @rpc
-    def GetPublicContext(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
-        s = self.coordinator.member(request.session_id, current_caller().party_id)
-        return coordinator_pb2.PublicContext(
-            backend=wire.BACKEND_ENUM[s.backend.name],
-            data=s.public_context,
-            n_classes=s.n_classes,
-            owner=s.owner,
-            inference_context=b"" if s.inference is None else s.inference.public_context(),
-        )
-
-    @rpc
-    def GetTrainingContext(self, request: coordinator_pb2.TrainingContextRequest, context: grpc.ServicerContext):
-        epoch, rotation, data = self.coordinator.training_context(
-            request.session_id, current_caller().party_id, request.step
-        )
-        return coordinator_pb2.TrainingContext(epoch=epoch, rotation=rotation, data=data)
-
-    @rpc
-    def ComputeTrainingScores(self, request: coordinator_pb2.TrainingScoresRequest, context: grpc.ServicerContext):
-        s = self._owner(request.session_id)
-        logits = wire.from_message(s.backend, request.logits, "logits")
-        probs = self.coordinator.training_scores(
-            request.session_id,
-            request.step,
-            logits,
-            request.replicas,
-            np.asarray(request.sample_index, np.int64),
-            dict(request.widths),
-        )
-        return wire.to_message(s.backend, probs)
-
-    @rpc
-    def DecryptBlockSums(self, request: coordinator_pb2.BlockSumsRequest, context: grpc.ServicerContext):
-        sums = self.coordinator.block_sums(
-            request.session_id, request.step, current_caller().party_id, list(request.ciphertexts), request.width
-        )
-        return to_tensor(sums)
-
-    @rpc
-    def FinishTraining(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
-        self._owner(request.session_id)
-        self.coordinator.finish_training(request.session_id)
-        return common_pb2.Empty()
-
-    @rpc
-    def AdmitQuery(self, request: coordinator_pb2.AdmitQueryRequest, context: grpc.ServicerContext):
-        self._owner(request.session_id)
-        query_id, scored, context = self.coordinator.admit_query(
-            request.session_id, np.asarray(request.sample_index, np.int64)
-        )
-        return coordinator_pb2.AdmitQueryReply(
-            query_id=query_id, scored=scored, budget=self.coordinator.policy.budget, inference_context=context
-        )
-
-    @rpc
-    def SubmitShare(self, request: coordinator_pb2.ShareRequest, context: grpc.ServicerContext):
-        caller = current_caller().party_id
-        s = self.coordinator.member(request.session_id, caller)
-        logits = wire.from_message(s.inference_keys(), request.logits, "logits")
-        self.coordinator.submit_share(
-            request.session_id, request.query_id, caller, np.asarray(request.sample_index, np.int64), logits
-        )
-        return common_pb2.Empty()
-
-    @rpc
-    def ReleaseScores(self, request: coordinator_pb2.ReleaseScoresRequest, context: grpc.ServicerContext):
-        s = self._owner(request.session_id)
-        logits = wire.from_message(s.inference_keys(), request.logits, "logits")
-        scores, changed = self.coordinator.release_scores(
-            request.session_id, request.query_id, logits, np.asarray(request.sample_index, np.int64)
-        )
-        return coordinator_pb2.ReleasedScores(
-            scores=to_tensor(scores), chain=release_steps(self.coordinator.score_chain), argmax_changed=changed
-        )
-
-    @rpc
-    def ReleaseModel(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
-        self._owner(request.session_id)
-        disclosed, offset, tensors = self.coordinator.release_model(request.session_id)
-        blocks = [
-            coordinator_pb2.PassiveBlock(party_id=party, withheld=True)
-            if w is None
-            else coordinator_pb2.PassiveBlock(party_id=party, weights=to_tensor(w))
-            for party, w in disclosed.items()
-        ]
-        return coordinator_pb2.ReleasedModel(
-            passive=blocks,
-            chain=release_steps(self.coordinator.param_chain),
-            bias_offset=None if offset is None else to_tensor(offset),
-            tensors={name: to_tensor(value) for name, value in tensors.items()},
-        )
-
-    @rpc
-    def CloseSession(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
-        self.coordinator.owned(request.session_id, current_caller().party_id, closing=True)
-        self.coordinator.close(request.session_id)
-        return common_pb2.Empty()
-
-
-ROLE_POLICY: dict[str, frozenset[str]] = {
-    "OpenSession": frozenset({"active"}),
-    "GetPublicContext": frozenset({"active", "passive"}),
-    "GetTrainingContext": frozenset({"active", "passive"}),
-    "ComputeTrainingScores": frozenset({"active"}),
-    "DecryptBlockSums": frozenset({"active", "passive"}),
-    "FinishTraining": frozenset({"active"}),
-    "AdmitQuery": frozenset({"active"}),
-    "SubmitShare": frozenset({"passive"}),
-    "ReleaseScores": frozenset({"active"}),
-    "ReleaseModel": frozenset({"active"}),
-    "CloseSession": frozenset({"active"}),
-}

@@ -1,4 +1,5 @@
-"""Passive party: feature columns only. Plain-Python engine + thin gRPC servicer."""
+"""Passive party: feature columns only. Plain-Python engine; its gRPC servicers are in services/rpc/ (passive.py,
+splitnn.py, trees.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
-import grpc
 import numpy as np
 
 from vflsec.services.crypto import entropy, he, psi, share_mask
@@ -17,7 +17,7 @@ from vflsec.services.defenses import params as param_defenses
 from vflsec.services.defenses.embeddings import EmbeddingChain
 from vflsec.services.engines import checkpoint
 from vflsec.services.engines.policy import BackendPolicy
-from vflsec.services.engines.sessions import EpochKeys, RowSet, SessionTable, epoch_keys
+from vflsec.services.engines.sessions import EpochKeys, RowSet, SessionTable, epoch_keys, family_step
 from vflsec.services.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -26,11 +26,9 @@ from vflsec.services.errors import (
     ResourceExhausted,
 )
 from vflsec.services.models import family as families
+from vflsec.services.registry import parse_spec
 from vflsec.services.transport import wire
-from vflsec.services.transport.server import rpc
-from vflsec.services.transport.tensors import from_tensor, to_tensor
-from vflsec.services.transport.tls import COORDINATOR, current_caller
-from vflsec.v1 import common_pb2, passive_pb2, passive_pb2_grpc
+from vflsec.services.transport.tls import COORDINATOR
 
 
 class CoordinatorLink(Protocol):
@@ -445,11 +443,11 @@ class PassiveParty:
             self._save(session_id, s)  # acknowledged only once durable
 
     @contextmanager
-    def family_turn(
+    def _family_turn(
         self, session_id: str, caller: str, *, coordinator: bool = False
     ) -> Iterator[tuple[PassiveSession, families.PassiveContext]]:
-        """A model family's own message (its own service: tree.proto) on the session's trainer: from the session's
-        owner (``coordinator=True``: this party's coordinator), under the session lock, checkpointed afterwards."""
+        """A model family's own message on the session's trainer: from the session's owner (``coordinator=True``:
+        this party's coordinator), under the session lock, checkpointed afterwards."""
         if coordinator:
             self.check_coordinator(caller)
             s = self.session(session_id)
@@ -469,6 +467,41 @@ class PassiveParty:
                 yield s, ctx
             finally:
                 self._save(session_id, s)
+
+    # --- the tree family's own messages (tree.proto): this party's bins, counts and splits ---
+    def tree_begin(self, session_id: str, caller: str, sample_index: np.ndarray) -> list[int]:
+        """Fit this party's bins on its training rows; the bin count per feature (the bin edges stay here)."""
+        with self._family_turn(session_id, caller) as (s, ctx):
+            sizes = family_step(session_id, s, "begin")(ctx.features(sample_index))
+            s.trained_rows.update(sample_index)
+            s.completed_step = 1  # the trees grow in the session's one training step (inference shares name it)
+        return sizes
+
+    def tree_node_counts(self, session_id: str, caller: str, node: dict, indicators: he.EncryptedMatrix) -> None:
+        """Masked per-bin products of the node's encrypted class indicators, sent to the coordinator."""
+        with self._family_turn(session_id, caller) as (s, ctx):
+            products, mask_sums = family_step(session_id, s, "node_products")(ctx, node, indicators)
+        # Outside the session lock: the coordinator may be waiting on this party (ApplySplit) meanwhile.
+        self.coordinator.tree.submit_counts(session_id, (node["tree"], node["node_id"]), products, mask_sums)
+
+    def tree_apply_split(self, session_id: str, caller: str, node: dict, feature: int, bin_index: int) -> np.ndarray:
+        """The coordinator's choice of this party's split: which of the node's rows go left (the threshold stays)."""
+        with self._family_turn(session_id, caller, coordinator=True) as (s, _):
+            return np.asarray(family_step(session_id, s, "apply_split")(node, feature, bin_index), dtype=np.int64)
+
+    def tree_thresholds(self, session_id: str, caller: str, specs: list[str]) -> dict[tuple[int, int], float] | None:
+        """This party's thresholds per split node it owns, through the parameter-release chain ``specs``: a tree's
+        thresholds are released whole or withheld (None)."""
+        try:
+            names = [parse_spec(spec)[0] for spec in specs]
+        except ValueError as exc:
+            raise InvalidArgument(f"parameter-release steps: {exc}") from exc
+        unknown = sorted(set(names) - {"withhold"})
+        if unknown:
+            raise InvalidArgument(f"a tree's thresholds are released whole or withheld; no step {unknown[0]!r}")
+        with self._family_turn(session_id, caller, coordinator=True) as (s, _):
+            thresholds = family_step(session_id, s, "thresholds")
+            return None if names else thresholds()
 
     def weights(self, session_id: str) -> np.ndarray:
         return self._block(self.session(session_id))
@@ -550,135 +583,3 @@ class PassiveParty:
 
     def close(self, session_id: str) -> None:
         self.sessions.close(session_id)
-
-
-class PassiveServicer(passive_pb2_grpc.PassiveServicer):
-    def __init__(self, party: PassiveParty) -> None:
-        self.party = party
-
-    def _owner(self, session_id: str) -> PassiveSession:
-        """Active-only RPCs: the caller must be the active party that owns the session."""
-        return self.party.owned(session_id, current_caller().party_id)
-
-    @rpc
-    def JoinSession(self, request: passive_pb2.JoinSessionRequest, context: grpc.ServicerContext):
-        n = self.party.join(
-            request.session_id,
-            wire.backend_name(request.backend),
-            request.n_classes,
-            wire.model_settings(request.model, request.training)[1],
-            caller=current_caller().party_id,
-            share_mask_key=request.share_mask_key,
-            family_name=wire.model_settings(request.model, request.training)[0],
-        )
-        s = self.party.session(request.session_id)
-        return passive_pb2.JoinSessionReply(
-            n_features=n,
-            n_rows=len(self.party.data.ids),
-            embedding_release=[common_pb2.ReleaseStep(name=k, params=p) for k, p in s.embedding.announced()],
-            output_width=s.trainer.share_width if s.trainer.output_in_the_clear else 0,
-        )
-
-    @rpc
-    def PsiExchange(self, request: passive_pb2.PsiExchangeRequest, context: grpc.ServicerContext):
-        self._owner(request.session_id)
-        double, own = self.party.psi_exchange(request.session_id, request.salt, list(request.blinded))
-        return passive_pb2.PsiExchangeReply(double_blinded=double, own_blinded=own)
-
-    @rpc
-    def PsiFinish(self, request: passive_pb2.PsiFinishRequest, context: grpc.ServicerContext):
-        self._owner(request.session_id)
-        n = self.party.psi_finish(request.session_id, np.asarray(request.positions, dtype=np.int64))
-        return passive_pb2.PsiFinishReply(n_common=n)
-
-    @rpc
-    def Forward(self, request: passive_pb2.ForwardRequest, context: grpc.ServicerContext):
-        s = self._owner(request.session_id)
-        z = self.party.forward(request.session_id, request.step, np.asarray(request.sample_index, dtype=np.int64))
-        return wire.to_message(s.backend, z)
-
-    @rpc
-    def ShareLogits(self, request: passive_pb2.ShareLogitsRequest, context: grpc.ServicerContext):
-        self._owner(request.session_id)
-        index = np.asarray(request.sample_index, dtype=np.int64)
-        self.party.share_logits(request.session_id, request.query_id, index)
-        return common_pb2.Empty()
-
-    @rpc
-    def Backward(self, request: passive_pb2.BackwardRequest, context: grpc.ServicerContext):
-        s = self._owner(request.session_id)
-        index = np.asarray(request.sample_index, dtype=np.int64)
-        feedback: he.EncryptedMatrix | np.ndarray
-        if request.HasField("gradient"):  # split-NN's ∂L/∂h, in the clear
-            feedback = from_tensor(request.gradient, "gradient", ndim=2).copy()
-        else:
-            feedback = wire.from_message(s.backend, request.delta, "delta")
-        self.party.backward(request.session_id, request.step, index, feedback, wire.digest(request.delta.ciphertexts))
-        return common_pb2.Empty()
-
-    @rpc
-    def GetWeights(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
-        self.party.check_coordinator(current_caller().party_id)
-        return to_tensor(self.party.weights(request.session_id))
-
-    @rpc
-    def TrainedRows(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
-        self.party.check_coordinator(current_caller().party_id)
-        return to_tensor(self.party.trained(request.session_id))
-
-    @rpc
-    def DiscloseWeights(self, request: passive_pb2.DiscloseRequest, context: grpc.ServicerContext):
-        self.party.check_coordinator(current_caller().party_id)
-        steps = self.party.disclose(request.session_id, list(request.steps))
-        return passive_pb2.Disclosure(steps=[disclosed_step(name, result) for name, result in steps])
-
-    @rpc
-    def ForecastRisk(self, request: passive_pb2.DiscloseRequest, context: grpc.ServicerContext):
-        self.party.check_forecaster(current_caller().party_id)
-        f = self.party.forecast(request.session_id, list(request.steps), request.warn_fraction)
-        return passive_pb2.RiskForecast(
-            d=f["d"],
-            n_classes=f["n_classes"],
-            rank=f["rank"],
-            half=f["half"],
-            withheld=f["withheld"],
-            ls=float("nan") if f["ls"] is None else f["ls"],
-            half_star=float("nan") if f["half_star"] is None else f["half_star"],
-            rank_condition=f["rank_condition"],
-            zero_error=f["zero_error"],
-            warnings=f["warnings"],
-        )
-
-    @rpc
-    def CloseSession(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
-        self.party.owned(request.session_id, current_caller().party_id, closing=True)
-        self.party.close(request.session_id)
-        return common_pb2.Empty()
-
-
-def disclosed_step(name: str, result: param_defenses.Distorted) -> passive_pb2.DisclosedStep:
-    # Only scalar private facts travel (the coordinator checks e.g. the achieved g); transforms stay here.
-    private = {k: str(v) for k, v in result.private.items() if isinstance(v, int | float | str | bool)}
-    return passive_pb2.DisclosedStep(
-        name=name,
-        withheld=result.disclosed is None,
-        weights=None if result.disclosed is None else to_tensor(result.disclosed),
-        bias_offset=None if result.bias_offset is None else to_tensor(result.bias_offset),
-        public=result.public,
-        private=private,
-    )
-
-
-ROLE_POLICY: dict[str, frozenset[str]] = {
-    "JoinSession": frozenset({"active"}),
-    "PsiExchange": frozenset({"active"}),
-    "PsiFinish": frozenset({"active"}),
-    "Forward": frozenset({"active"}),
-    "ShareLogits": frozenset({"active"}),
-    "Backward": frozenset({"active"}),
-    "GetWeights": frozenset({"coordinator"}),
-    "TrainedRows": frozenset({"coordinator"}),
-    "DiscloseWeights": frozenset({"coordinator"}),
-    "ForecastRisk": frozenset({"coordinator", "operator"}),
-    "CloseSession": frozenset({"active"}),
-}

@@ -176,3 +176,18 @@ class SessionTable(Generic[S]):
         s = self._sessions.pop(session_id, None)
         self.state.remove(session_id)
         return s
+
+
+class FamilySession(Protocol):
+    family: str
+    trainer: Any
+
+
+def family_step(session_id: str, s: FamilySession, name: str) -> Callable[..., Any]:
+    """The operation ``name`` of the session's trainer: a family's own message (LR's training_scores, split-NN's
+    top_step, a tree's next_node, ...). A session whose family has none is refused before anything is admitted,
+    decrypted or changed."""
+    step = getattr(s.trainer, name, None)
+    if step is None:
+        raise FailedPrecondition(f"session {session_id!r} trains {s.family}, which has no {name.replace('_', ' ')}")
+    return step

@@ -12,10 +12,10 @@ each training and inference step, at each role:
 * :class:`KeyHolderTrainer` — the coordinator's side (LR: [[z]] -> [[p]] and block sums; split-NN
   coordinator-top: the top model on Dec(Σ [[h_p]]) -> ∂L/∂h), and ``scores`` of a decrypted inference sum.
 
-Family-specific messages travel through family links: plain-Python objects (protobuf stays inside
-services/transport/) that the engine hands over as ``ActiveContext.key_holder`` / ``passives`` and
-``PassiveContext.key_holder``. A family's trainer state is ``to_state() -> (arrays, meta)``, restored by its
-family's ``restore_*``; the engines checkpoint it beside their own fields.
+Family-specific messages travel through family links: plain-Python objects (protobuf stays in the links,
+services/transport/, and the servicers, services/rpc/) that the engine hands over as ``ActiveContext.key_holder`` /
+``passives`` and ``PassiveContext.key_holder``. A family's trainer state is ``to_state() -> (arrays, meta)``,
+restored by its family's ``restore_*``; the engines checkpoint it beside their own fields.
 
 Inference is family-agnostic: every party's additive share (``share_width`` columns: LR's logits, split-NN
 coordinator-top's embedding) is masked and summed at the key holder, whose trainer turns the sum into scores;
@@ -54,6 +54,21 @@ PACKAGES: dict[str, str] = {
     "tree": "vflsec.services.models.tree.trainers",  # one module registers both: a tree and a forest
     "forest": "vflsec.services.models.tree.trainers",
 }
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """A session's training settings as its operator asked for them; unset ("" or 0): the family's default."""
+
+    optimizer: str = ""
+    learning_rate: float = 0.0
+    l2: float = 0.0
+    batch_size: int = 0  # 0: the family's default for the parties' widths
+    seed: int = 0  # batch order and initial weights; never a secret draw
+
+    def optimizer_values(self) -> dict[str, object]:
+        """The optimiser's settings as plain values, for a family whose settings are only these."""
+        return {"optimizer": self.optimizer, "learning_rate": self.learning_rate, "l2": self.l2}
 
 
 @dataclass(frozen=True)

@@ -1,1 +1,2 @@
-"""gRPC transport: servers, peer links, wire checks, mutual TLS and authorisation."""
+"""gRPC transport: the server, the links to peers (plain values in, protobuf on the wire), message conversions and
+checks, mutual TLS. The servicers are services/rpc/."""

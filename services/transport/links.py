@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import grpc
@@ -11,8 +11,9 @@ import numpy as np
 
 from vflsec.services.crypto import he
 from vflsec.services.defenses.params import Distorted
+from vflsec.services.defenses.release import ReleasedParams, ReleasedScores, StepDescription
 from vflsec.services.errors import InvalidArgument
-from vflsec.services.models.family import Received
+from vflsec.services.models.family import Received, TrainingConfig
 from vflsec.services.transport import wire
 from vflsec.services.transport.server import DEFAULT_CALL_POLICY, CallPolicy, call
 from vflsec.services.transport.tensors import from_tensor, to_tensor
@@ -32,6 +33,35 @@ from vflsec.v1 import (
 PSI_SECONDS_PER_ID = 1e-3
 
 
+@dataclass(frozen=True)
+class Opened:
+    """The coordinator's answer to OpenSession: epoch 0's public context and its release chains (public)."""
+
+    public_context: bytes
+    score_release: list[StepDescription]
+    param_release: list[StepDescription]
+
+
+@dataclass(frozen=True)
+class Joined:
+    """A passive party's answer to JoinSession."""
+
+    n_features: int
+    n_rows: int
+    output_width: int  # its output's width when it sends it in the clear (split-NN active-top), else 0
+    embedding_release: list[StepDescription]  # its own embedding defenses, announced (Kerckhoffs)
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """An admitted query: its id, the owner's total admitted so far (and its budget, 0: none), the inference keys."""
+
+    query_id: str
+    scored: int
+    budget: int
+    inference_context: bytes
+
+
 class CoordinatorClient:
     peer = "coordinator"
 
@@ -48,9 +78,9 @@ class CoordinatorClient:
         n_classes: int,
         passive_parties: Sequence[str],
         family: str = "lr",
-        training: common_pb2.TrainingConfig | None = None,
+        training: TrainingConfig | None = None,
         values: Mapping[str, Any] | None = None,
-    ) -> coordinator_pb2.OpenSessionReply:
+    ) -> Opened:
         """Open a session of model ``family`` (its settings: ``training`` and the family's ``values``)."""
         request = coordinator_pb2.OpenSessionRequest(
             session_id=session_id,
@@ -58,9 +88,10 @@ class CoordinatorClient:
             n_classes=n_classes,
             passive_parties=list(passive_parties),
             model=wire.model_choice(family, values or {}),
-            training=training,
+            training=None if training is None else wire.training_message(training),
         )
-        return call(self.peer, self.stub.OpenSession, request, self.policy)
+        reply = call(self.peer, self.stub.OpenSession, request, self.policy)
+        return Opened(reply.public_context, wire.steps_of(reply.score_release), wire.steps_of(reply.param_release))
 
     def public_context(self, session_id: str) -> tuple[str, bytes, str]:
         """The session's backend, public context and owner (the active party that opened it)."""
@@ -132,9 +163,10 @@ class CoordinatorClient:
         reply = call(self.peer, self.stub.GetPublicContext, common_pb2.SessionRef(session_id=session_id), self.policy)
         return reply.inference_context
 
-    def admit_query(self, session_id: str, sample_index: np.ndarray) -> coordinator_pb2.AdmitQueryReply:
+    def admit_query(self, session_id: str, sample_index: np.ndarray) -> Admitted:
         request = coordinator_pb2.AdmitQueryRequest(session_id=session_id, sample_index=sample_index.tolist())
-        return call(self.peer, self.stub.AdmitQuery, request, self.policy)
+        reply = call(self.peer, self.stub.AdmitQuery, request, self.policy)
+        return Admitted(reply.query_id, reply.scored, reply.budget, reply.inference_context)
 
     def submit_share(
         self, backend: he.Backend, session_id: str, query_id: str, sample_index: np.ndarray, logits: he.EncryptedMatrix
@@ -154,17 +186,23 @@ class CoordinatorClient:
         query_id: str,
         own_logits: he.EncryptedMatrix,
         sample_index: np.ndarray,
-    ) -> coordinator_pb2.ReleasedScores:
+        n_classes: int,
+    ) -> ReleasedScores:
+        """The released scores of the rows, ``n_classes`` columns each (taken as the release chain made them:
+        not checked for finiteness)."""
         request = coordinator_pb2.ReleaseScoresRequest(
             session_id=session_id,
             query_id=query_id,
             logits=wire.to_message(backend, own_logits),
             sample_index=sample_index.tolist(),
         )
-        return call(self.peer, self.stub.ReleaseScores, request, self.policy)
+        reply = call(self.peer, self.stub.ReleaseScores, request, self.policy)
+        scores = from_tensor(reply.scores, "released scores", shape=(len(sample_index), n_classes), finite=False)
+        return ReleasedScores(scores, wire.steps_of(reply.chain), reply.argmax_changed)
 
-    def release_model(self, session_id: str) -> coordinator_pb2.ReleasedModel:
-        return call(self.peer, self.stub.ReleaseModel, common_pb2.SessionRef(session_id=session_id), self.policy)
+    def release_model(self, session_id: str) -> ReleasedParams:
+        reply = call(self.peer, self.stub.ReleaseModel, common_pb2.SessionRef(session_id=session_id), self.policy)
+        return wire.released_model_of(reply)
 
     def close(self, session_id: str) -> None:
         call(self.peer, self.stub.CloseSession, common_pb2.SessionRef(session_id=session_id), self.policy)
@@ -183,20 +221,21 @@ class PassiveClient:
         session_id: str,
         backend: str,
         n_classes: int,
-        training: common_pb2.TrainingConfig,
+        training: TrainingConfig,
         share_mask_key: bytes,
         family: str = "lr",
         values: Mapping[str, Any] | None = None,
-    ) -> passive_pb2.JoinSessionReply:
+    ) -> Joined:
         request = passive_pb2.JoinSessionRequest(
             session_id=session_id,
             backend=wire.BACKEND_ENUM[backend],
             n_classes=n_classes,
-            training=training,
+            training=wire.training_message(training),
             share_mask_key=share_mask_key,
             model=wire.model_choice(family, values or {}),
         )
-        return call(self.peer, self.stub.JoinSession, request, self.policy)
+        reply = call(self.peer, self.stub.JoinSession, request, self.policy)
+        return Joined(reply.n_features, reply.n_rows, reply.output_width, wire.steps_of(reply.embedding_release))
 
     def psi_exchange(self, session_id: str, salt: bytes, blinded: list[bytes]) -> tuple[list[bytes], list[bytes]]:
         request = passive_pb2.PsiExchangeRequest(session_id=session_id, salt=salt, blinded=blinded)

@@ -25,12 +25,18 @@ from vflsec.services.transport import tls
 log = logging.getLogger("vflsec")
 
 
+def peer_failed(peer: str, error: grpc.RpcError) -> PeerFailed:
+    code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNAVAILABLE
+    details = error.details() if hasattr(error, "details") else str(error)
+    return PeerFailed(peer, code.name, details)
+
+
 def _status_of(exc: Exception) -> tuple[grpc.StatusCode, str]:
     if isinstance(exc, ServiceError):
-        return exc.code, str(exc)
+        return grpc.StatusCode[exc.code], str(exc)
     if isinstance(exc, grpc.RpcError):  # a peer call that nobody wrapped: keep its status
-        failed = PeerFailed("peer", exc)
-        return failed.code, str(failed)
+        failed = peer_failed("peer", exc)
+        return grpc.StatusCode[failed.code], str(failed)
     log.exception("internal error")
     return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
 
@@ -101,7 +107,7 @@ def call(peer: str, fn: Callable[..., Any], request: Any, policy: CallPolicy = D
             return fn(request, timeout=policy.timeout)
         except grpc.RpcError as exc:
             if exc.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() + backoff > give_up:
-                raise PeerFailed(peer, exc) from exc
+                raise peer_failed(peer, exc) from exc
             log.warning("%s unavailable (%s); retrying in %.1f s", peer, exc.details(), backoff)
             time.sleep(backoff)
             backoff = min(2 * backoff, policy.max_backoff)

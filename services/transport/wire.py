@@ -9,9 +9,11 @@ from typing import Any
 import numpy as np
 
 from vflsec.services.crypto import he
+from vflsec.services.defenses.release import ReleasedParams, StepDescription
 from vflsec.services.errors import InvalidArgument
-from vflsec.services.models.family import Received
-from vflsec.v1 import common_pb2
+from vflsec.services.models.family import Received, TrainingConfig
+from vflsec.services.transport.tensors import from_tensor, to_tensor
+from vflsec.v1 import common_pb2, coordinator_pb2
 
 BACKENDS = {common_pb2.BACKEND_CKKS: "ckks", common_pb2.BACKEND_PLAIN: "plain"}
 BACKEND_ENUM = {name: value for value, name in BACKENDS.items()}
@@ -74,9 +76,65 @@ def digest(blobs: Iterable[bytes]) -> bytes:
     return h.digest()
 
 
+def training_config(message: common_pb2.TrainingConfig) -> TrainingConfig:
+    """A TrainingConfig message as the plain settings the engines read (unset fields: "" or 0)."""
+    return TrainingConfig(message.optimizer, message.learning_rate, message.l2, message.batch_size, message.seed)
+
+
+def training_message(config: TrainingConfig) -> common_pb2.TrainingConfig:
+    return common_pb2.TrainingConfig(
+        optimizer=config.optimizer,
+        learning_rate=config.learning_rate,
+        l2=config.l2,
+        batch_size=config.batch_size,
+        seed=config.seed,
+    )
+
+
 def training_settings(training: common_pb2.TrainingConfig) -> dict[str, object]:
     """A TrainingConfig's model settings as plain values (unset: empty or 0); the family fills in its defaults."""
-    return {"optimizer": training.optimizer, "learning_rate": training.learning_rate, "l2": training.l2}
+    return training_config(training).optimizer_values()
+
+
+def steps_message(steps: Iterable[StepDescription]) -> list[common_pb2.ReleaseStep]:
+    """Release steps (name, public parameters) as their messages."""
+    return [common_pb2.ReleaseStep(name=name, params=params) for name, params in steps]
+
+
+def steps_of(messages: Iterable[common_pb2.ReleaseStep]) -> list[StepDescription]:
+    return [(m.name, dict(m.params)) for m in messages]
+
+
+def released_model_message(released: ReleasedParams) -> coordinator_pb2.ReleasedModel:
+    """The release point's model as ReleaseModel sends it (and ModelReply.released forwards it)."""
+    blocks = [
+        coordinator_pb2.PassiveBlock(party_id=party, withheld=True)
+        if w is None
+        else coordinator_pb2.PassiveBlock(party_id=party, weights=to_tensor(w))
+        for party, w in released.passive.items()
+    ]
+    return coordinator_pb2.ReleasedModel(
+        passive=blocks,
+        chain=steps_message(released.chain),
+        bias_offset=None if released.bias_offset is None else to_tensor(released.bias_offset),
+        tensors={name: to_tensor(value) for name, value in released.tensors.items()},
+    )
+
+
+def released_model_of(message: coordinator_pb2.ReleasedModel) -> ReleasedParams:
+    """The inverse of :func:`released_model_message`, every tensor validated (each block a matrix, the offset a
+    vector)."""
+    return ReleasedParams(
+        passive={
+            b.party_id: None if b.withheld else from_tensor(b.weights, f"weights of {b.party_id}", ndim=2).copy()
+            for b in message.passive
+        },
+        bias_offset=(
+            from_tensor(message.bias_offset, "bias offset", ndim=1).copy() if message.HasField("bias_offset") else None
+        ),
+        tensors={name: from_tensor(t, f"released {name}").copy() for name, t in message.tensors.items()},
+        chain=steps_of(message.chain),
+    )
 
 
 def model_settings(model: common_pb2.ModelChoice, training: common_pb2.TrainingConfig) -> tuple[str, dict[str, Any]]:

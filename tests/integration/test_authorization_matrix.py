@@ -1,5 +1,5 @@
 """Every RPC of every service, called from every role over real mutual TLS, is allowed or denied exactly as
-the authorization matrix (services/transport/authz.py, from the ROLE_POLICY dicts) says; callers without a valid client
+the authorization matrix (services/rpc/authz.py, from the ROLE_POLICY dicts) says; callers without a valid client
 certificate are refused before any RPC runs."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import pytest
 from google.protobuf import message_factory
 from google.protobuf.message import Message
 
-from vflsec.services.transport import authz, tls
+from vflsec.services.rpc import authz
+from vflsec.services.transport import tls
 from vflsec.services.transport.server import peer_channel
 
 # A certificate per role, as issued by write_federation (the operator's is always issued).

@@ -35,7 +35,7 @@ from vflsec.client.operator import Operator
 from vflsec.services.config import dump_toml
 from vflsec.services.crypto import he
 from vflsec.services.data import datasets
-from vflsec.services.transport import authz
+from vflsec.services.rpc import authz
 from vflsec.v1 import active_pb2, common_pb2, coordinator_pb2, passive_pb2, splitnn_pb2
 
 LIMIT_MB = 8  # the fuzz federation's message limit: oversized payloads stay cheap to build

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vflsec.services.engines import active, coordinator, passive, splitnn, trees
-from vflsec.services.transport import authz
+from vflsec.services.rpc import active, authz, coordinator, passive, splitnn, trees
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "authorization.md"
 
 
 def test_doc_is_in_sync_with_the_policies() -> None:
-    regenerate = "regenerate: python -m vflsec.services.transport.authz > " + str(DOC)
+    regenerate = "regenerate: python -m vflsec.services.rpc.authz > " + str(DOC)
     assert DOC.read_text() == authz.render_markdown(), regenerate
 
 

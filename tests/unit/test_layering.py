@@ -1,4 +1,5 @@
-"""The rooms of services/ import one way: engines may use every other room, the rest never reach back.
+"""The rooms of services/ import one way: rpc (the servicers) uses the engines, the engines every other room, and the
+rest never reach back.
 
 An import of a forbidden room anywhere in a module (top level or inside a function) fails the test, so a newcomer
 who adds a shortcut learns it here rather than from an import loop.
@@ -14,21 +15,33 @@ import pytest
 SERVICES = Path(__file__).resolve().parents[2] / "services"
 
 # room -> rooms it must never import (directly or through a function-local import)
+# (rpc -> engines -> models, defenses, plugins, crypto, transport, data; only services/app.py imports rpc)
 FORBIDDEN: dict[str, set[str]] = {
-    "crypto": {"engines", "transport", "models", "defenses", "attacks", "plugins", "data"},
-    "data": {"engines", "transport", "crypto", "models", "defenses", "attacks", "plugins"},
-    "models": {"engines", "transport", "defenses", "attacks", "plugins"},
-    "defenses": {"engines", "transport", "plugins"},
-    "attacks": {"engines", "transport", "plugins"},
-    "plugins": {"engines", "transport"},
+    "engines": {"rpc"},
+    "transport": {"rpc", "engines"},
+    "crypto": {"rpc", "engines", "transport", "models", "defenses", "attacks", "plugins", "data"},
+    "data": {"rpc", "engines", "transport", "crypto", "models", "defenses", "attacks", "plugins"},
+    "models": {"rpc", "engines", "transport", "defenses", "attacks", "plugins"},
+    "defenses": {"rpc", "engines", "transport", "plugins"},
+    "attacks": {"rpc", "engines", "transport", "plugins"},
+    "plugins": {"rpc", "engines", "transport"},
 }
 
 
-# Model families: the packages under services/models/. Only a family's own package imports it, but for the rooms
-# that analyse one family's released model (attacks, parameter and score defenses): they share its algebra (LR's
-# linear system) and each plug-in declares the families it supports (services/registry.py).
+# Model families: the packages under services/models/. Only a family's own package imports it, but for the modules
+# that analyse or defend one family's released model; each of their plug-ins declares the families it supports
+# (services/registry.py). Shared maths that is no family's (services/models/activations.py) ties nobody to one.
 FAMILIES = sorted(p.name for p in (SERVICES / "models").iterdir() if (p / "__init__.py").exists())
-FAMILY_AWARE = {"attacks", "defenses"}
+FAMILY_READERS: dict[str, set[str]] = {
+    "attacks": set(FAMILIES),  # an attack reads the released model of the family it attacks
+    "defenses/params.py": {"lr"},  # parameter steps distort LR's weight blocks, checked on its linear system
+    "defenses/embeddings.py": {"splitnn"},  # embedding defenses put a layer of split-NN's bottom model
+}
+
+# Protobuf and gRPC stay in the link layer: the servicers (rpc/), the links and the server (transport/), and app.py,
+# which assembles them; every other module sees numpy, he objects and plain dataclasses.
+LINK_LAYER = {"rpc", "transport", "app.py"}
+WIRE_PACKAGES = ("grpc", "grpc_health", "grpc_reflection", "google.protobuf", "vflsec.v1")
 
 
 def imported_modules(path: Path, package: str | None = None) -> set[str]:
@@ -86,11 +99,15 @@ def test_the_scanner_sees_function_local_imports(tmp_path: Path) -> None:
 def test_only_a_family_imports_itself(family: str) -> None:
     """Engines, transport, crypto, plugins, the family layer and the other families reach a family by name only
     (services/models/family.py ``get``), never by import."""
+    def reader(path: Path) -> bool:
+        relative = path.relative_to(SERVICES)
+        return family in FAMILY_READERS.get(relative.parts[0], FAMILY_READERS.get(relative.as_posix(), set()))
+
     offenders = sorted(
         str(path.relative_to(SERVICES))
         for path in SERVICES.rglob("*.py")
         if path.relative_to(SERVICES).parts[:2] != ("models", family)
-        and path.relative_to(SERVICES).parts[0] not in FAMILY_AWARE
+        and not reader(path)
         and family in imported_families(path)
     )
     assert not offenders, f"only services/models/{family}/ may import the {family} family: {offenders}"
@@ -114,3 +131,33 @@ def test_the_family_scanner_resolves_relative_imports(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("from ..models import lr\nfrom ..models.splitnn.steps import Bottom\nfrom . import sessions\n")
     assert imported_families(module, package="vflsec.services.engines") == {"lr", "splitnn"}
+
+
+def test_only_the_link_layer_imports_grpc_or_protobuf() -> None:
+    """Engines, models, defenses, crypto, ... take and return plain values; the servicers and links convert."""
+    offenders = {
+        str(relative): sorted(n for n in imported_modules(path) if n.startswith(WIRE_PACKAGES))
+        for path in sorted(SERVICES.rglob("*.py"))
+        if (relative := path.relative_to(SERVICES)).parts[0] not in LINK_LAYER
+        and any(n.startswith(WIRE_PACKAGES) for n in imported_modules(path))
+    }
+    assert not offenders, f"only services/{{rpc,transport}}/ and app.py import gRPC or protobuf: {offenders}"
+
+
+def test_only_app_imports_the_servicers() -> None:
+    offenders = sorted(
+        str(relative)
+        for path in SERVICES.rglob("*.py")
+        if (relative := path.relative_to(SERVICES)).parts[0] not in ("rpc", "app.py") and "rpc" in imported_rooms(path)
+    )
+    assert not offenders, f"only services/app.py imports services/rpc/: {offenders}"
+
+
+def test_the_wire_scanner_sees_protobuf(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("from vflsec.v1 import common_pb2\nimport grpc\n")
+    assert {n for n in imported_modules(module, package="vflsec.services.engines") if n.startswith(WIRE_PACKAGES)} == {
+        "vflsec.v1",
+        "vflsec.v1.common_pb2",
+        "grpc",
+    }

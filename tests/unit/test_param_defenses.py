@@ -146,7 +146,7 @@ def test_secret_distortions_are_not_forecast_as_undone(tasks: dict[str, VflTask]
 
 
 def test_only_public_facts_of_a_disclosure_can_reach_the_active_party(tasks: dict[str, VflTask]) -> None:
-    from vflsec.services.engines.passive import disclosed_step
+    from vflsec.services.rpc.passive import disclosed_step
 
     task = tasks["wine"]
     for spec in ("ppsa:H=orthonormal", "ppsa:H=theorem3", "ppsa:H=flip"):

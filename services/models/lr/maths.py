@@ -12,7 +12,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-# Re-exported: the engines' batching, which LR's reference trainers (tests, attacks' curves) share.
+# Re-exported: the activations score defenses share, and the engines' batching, which LR's reference trainers
+# (tests, attacks' curves) share.
+from vflsec.services.models.activations import sigmoid as sigmoid
+from vflsec.services.models.activations import softmax as softmax
 from vflsec.services.models.family import batches as batches
 
 
@@ -20,15 +23,6 @@ def n_logits(n_classes: int) -> int:
     if n_classes < 2:
         raise ValueError(f"a classifier needs at least 2 classes, got {n_classes}")
     return 1 if n_classes == 2 else n_classes
-
-
-def sigmoid(z: np.ndarray) -> np.ndarray:
-    return 0.5 * (1.0 + np.tanh(0.5 * z))  # overflow-free form of 1/(1+e^-z)
-
-
-def softmax(z: np.ndarray) -> np.ndarray:
-    e = np.exp(z - z.max(axis=1, keepdims=True))
-    return e / e.sum(axis=1, keepdims=True)
 
 
 def link(z: np.ndarray) -> np.ndarray:

@@ -1,0 +1,145 @@
+"""The coordinator's service (proto/vflsec/v1/coordinator.proto): the parties' calls on :class:`Coordinator`."""
+
+from __future__ import annotations
+
+import grpc
+import numpy as np
+
+from vflsec.services.engines.coordinator import Coordinator, CoordinatorSession
+from vflsec.services.transport import wire
+from vflsec.services.transport.server import rpc
+from vflsec.services.transport.tensors import to_tensor
+from vflsec.services.transport.tls import current_caller
+from vflsec.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
+
+
+class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
+    def __init__(self, coordinator: Coordinator) -> None:
+        self.coordinator = coordinator
+
+    @rpc
+    def OpenSession(self, request: coordinator_pb2.OpenSessionRequest, context: grpc.ServicerContext):
+        c = self.coordinator
+        family, values = wire.model_settings(request.model, request.training)
+        public = c.open_session(
+            request.session_id,
+            wire.backend_name(request.backend),
+            request.n_classes,
+            list(request.passive_parties),
+            owner=current_caller().party_id,
+            family_name=family,
+            values=values,
+        )
+        return coordinator_pb2.OpenSessionReply(
+            public_context=public,
+            score_release=wire.steps_message(c.score_chain.describe()),
+            param_release=wire.steps_message(c.param_chain.describe()),
+        )
+
+    def _owner(self, session_id: str) -> CoordinatorSession:
+        """Active-only RPCs: the caller must be the active party that opened the session."""
+        return self.coordinator.owned(session_id, current_caller().party_id)
+
+    @rpc
+    def GetPublicContext(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
+        s = self.coordinator.member(request.session_id, current_caller().party_id)
+        return coordinator_pb2.PublicContext(
+            backend=wire.BACKEND_ENUM[s.backend.name],
+            data=s.public_context,
+            n_classes=s.n_classes,
+            owner=s.owner,
+            inference_context=b"" if s.inference is None else s.inference.public_context(),
+        )
+
+    @rpc
+    def GetTrainingContext(self, request: coordinator_pb2.TrainingContextRequest, context: grpc.ServicerContext):
+        epoch, rotation, data = self.coordinator.training_context(
+            request.session_id, current_caller().party_id, request.step
+        )
+        return coordinator_pb2.TrainingContext(epoch=epoch, rotation=rotation, data=data)
+
+    @rpc
+    def ComputeTrainingScores(self, request: coordinator_pb2.TrainingScoresRequest, context: grpc.ServicerContext):
+        s = self._owner(request.session_id)
+        logits = wire.from_message(s.backend, request.logits, "logits")
+        probs = self.coordinator.training_scores(
+            request.session_id,
+            request.step,
+            logits,
+            request.replicas,
+            np.asarray(request.sample_index, np.int64),
+            dict(request.widths),
+        )
+        return wire.to_message(s.backend, probs)
+
+    @rpc
+    def DecryptBlockSums(self, request: coordinator_pb2.BlockSumsRequest, context: grpc.ServicerContext):
+        sums = self.coordinator.block_sums(
+            request.session_id, request.step, current_caller().party_id, list(request.ciphertexts), request.width
+        )
+        return to_tensor(sums)
+
+    @rpc
+    def FinishTraining(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
+        self._owner(request.session_id)
+        self.coordinator.finish_training(request.session_id)
+        return common_pb2.Empty()
+
+    @rpc
+    def AdmitQuery(self, request: coordinator_pb2.AdmitQueryRequest, context: grpc.ServicerContext):
+        self._owner(request.session_id)
+        query_id, scored, context = self.coordinator.admit_query(
+            request.session_id, np.asarray(request.sample_index, np.int64)
+        )
+        return coordinator_pb2.AdmitQueryReply(
+            query_id=query_id, scored=scored, budget=self.coordinator.policy.budget, inference_context=context
+        )
+
+    @rpc
+    def SubmitShare(self, request: coordinator_pb2.ShareRequest, context: grpc.ServicerContext):
+        caller = current_caller().party_id
+        s = self.coordinator.member(request.session_id, caller)
+        logits = wire.from_message(s.inference_keys(), request.logits, "logits")
+        self.coordinator.submit_share(
+            request.session_id, request.query_id, caller, np.asarray(request.sample_index, np.int64), logits
+        )
+        return common_pb2.Empty()
+
+    @rpc
+    def ReleaseScores(self, request: coordinator_pb2.ReleaseScoresRequest, context: grpc.ServicerContext):
+        s = self._owner(request.session_id)
+        logits = wire.from_message(s.inference_keys(), request.logits, "logits")
+        released = self.coordinator.release_scores(
+            request.session_id, request.query_id, logits, np.asarray(request.sample_index, np.int64)
+        )
+        return coordinator_pb2.ReleasedScores(
+            scores=to_tensor(released.scores),
+            chain=wire.steps_message(released.chain),
+            argmax_changed=released.argmax_changed,
+        )
+
+    @rpc
+    def ReleaseModel(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
+        self._owner(request.session_id)
+        return wire.released_model_message(self.coordinator.release_model(request.session_id))
+
+    @rpc
+    def CloseSession(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
+        self.coordinator.owned(request.session_id, current_caller().party_id, closing=True)
+        self.coordinator.close(request.session_id)
+        return common_pb2.Empty()
+
+
+ROLE_POLICY: dict[str, frozenset[str]] = {
+    "OpenSession": frozenset({"active"}),
+    "GetPublicContext": frozenset({"active", "passive"}),
+    "GetTrainingContext": frozenset({"active", "passive"}),
+    "ComputeTrainingScores": frozenset({"active"}),
+    "DecryptBlockSums": frozenset({"active", "passive"}),
+    "FinishTraining": frozenset({"active"}),
+    "AdmitQuery": frozenset({"active"}),
+    "SubmitShare": frozenset({"passive"}),
+    "ReleaseScores": frozenset({"active"}),
+    "ReleaseModel": frozenset({"active"}),
+    "CloseSession": frozenset({"active"}),
+}

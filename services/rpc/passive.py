@@ -1,0 +1,149 @@
+"""A passive party's service (proto/vflsec/v1/passive.proto): the active party's and the coordinator's calls on
+:class:`PassiveParty`."""
+
+from __future__ import annotations
+
+import grpc
+import numpy as np
+
+from vflsec.services.crypto import he
+from vflsec.services.defenses import params as param_defenses
+from vflsec.services.engines.passive import PassiveParty, PassiveSession
+from vflsec.services.transport import wire
+from vflsec.services.transport.server import rpc
+from vflsec.services.transport.tensors import from_tensor, to_tensor
+from vflsec.services.transport.tls import current_caller
+from vflsec.v1 import common_pb2, passive_pb2, passive_pb2_grpc
+
+
+class PassiveServicer(passive_pb2_grpc.PassiveServicer):
+    def __init__(self, party: PassiveParty) -> None:
+        self.party = party
+
+    def _owner(self, session_id: str) -> PassiveSession:
+        """Active-only RPCs: the caller must be the active party that owns the session."""
+        return self.party.owned(session_id, current_caller().party_id)
+
+    @rpc
+    def JoinSession(self, request: passive_pb2.JoinSessionRequest, context: grpc.ServicerContext):
+        family, values = wire.model_settings(request.model, request.training)
+        n = self.party.join(
+            request.session_id,
+            wire.backend_name(request.backend),
+            request.n_classes,
+            values,
+            caller=current_caller().party_id,
+            share_mask_key=request.share_mask_key,
+            family_name=family,
+        )
+        s = self.party.session(request.session_id)
+        return passive_pb2.JoinSessionReply(
+            n_features=n,
+            n_rows=len(self.party.data.ids),
+            embedding_release=wire.steps_message(s.embedding.announced()),
+            output_width=s.trainer.share_width if s.trainer.output_in_the_clear else 0,
+        )
+
+    @rpc
+    def PsiExchange(self, request: passive_pb2.PsiExchangeRequest, context: grpc.ServicerContext):
+        self._owner(request.session_id)
+        double, own = self.party.psi_exchange(request.session_id, request.salt, list(request.blinded))
+        return passive_pb2.PsiExchangeReply(double_blinded=double, own_blinded=own)
+
+    @rpc
+    def PsiFinish(self, request: passive_pb2.PsiFinishRequest, context: grpc.ServicerContext):
+        self._owner(request.session_id)
+        n = self.party.psi_finish(request.session_id, np.asarray(request.positions, dtype=np.int64))
+        return passive_pb2.PsiFinishReply(n_common=n)
+
+    @rpc
+    def Forward(self, request: passive_pb2.ForwardRequest, context: grpc.ServicerContext):
+        s = self._owner(request.session_id)
+        z = self.party.forward(request.session_id, request.step, np.asarray(request.sample_index, dtype=np.int64))
+        return wire.to_message(s.backend, z)
+
+    @rpc
+    def ShareLogits(self, request: passive_pb2.ShareLogitsRequest, context: grpc.ServicerContext):
+        self._owner(request.session_id)
+        index = np.asarray(request.sample_index, dtype=np.int64)
+        self.party.share_logits(request.session_id, request.query_id, index)
+        return common_pb2.Empty()
+
+    @rpc
+    def Backward(self, request: passive_pb2.BackwardRequest, context: grpc.ServicerContext):
+        s = self._owner(request.session_id)
+        index = np.asarray(request.sample_index, dtype=np.int64)
+        feedback: he.EncryptedMatrix | np.ndarray
+        if request.HasField("gradient"):  # split-NN's ∂L/∂h, in the clear
+            feedback = from_tensor(request.gradient, "gradient", ndim=2).copy()
+        else:
+            feedback = wire.from_message(s.backend, request.delta, "delta")
+        self.party.backward(request.session_id, request.step, index, feedback, wire.digest(request.delta.ciphertexts))
+        return common_pb2.Empty()
+
+    @rpc
+    def GetWeights(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
+        self.party.check_coordinator(current_caller().party_id)
+        return to_tensor(self.party.weights(request.session_id))
+
+    @rpc
+    def TrainedRows(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
+        self.party.check_coordinator(current_caller().party_id)
+        return to_tensor(self.party.trained(request.session_id))
+
+    @rpc
+    def DiscloseWeights(self, request: passive_pb2.DiscloseRequest, context: grpc.ServicerContext):
+        self.party.check_coordinator(current_caller().party_id)
+        steps = self.party.disclose(request.session_id, list(request.steps))
+        return passive_pb2.Disclosure(steps=[disclosed_step(name, result) for name, result in steps])
+
+    @rpc
+    def ForecastRisk(self, request: passive_pb2.DiscloseRequest, context: grpc.ServicerContext):
+        self.party.check_forecaster(current_caller().party_id)
+        f = self.party.forecast(request.session_id, list(request.steps), request.warn_fraction)
+        return passive_pb2.RiskForecast(
+            d=f["d"],
+            n_classes=f["n_classes"],
+            rank=f["rank"],
+            half=f["half"],
+            withheld=f["withheld"],
+            ls=float("nan") if f["ls"] is None else f["ls"],
+            half_star=float("nan") if f["half_star"] is None else f["half_star"],
+            rank_condition=f["rank_condition"],
+            zero_error=f["zero_error"],
+            warnings=f["warnings"],
+        )
+
+    @rpc
+    def CloseSession(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
+        self.party.owned(request.session_id, current_caller().party_id, closing=True)
+        self.party.close(request.session_id)
+        return common_pb2.Empty()
+
+
+def disclosed_step(name: str, result: param_defenses.Distorted) -> passive_pb2.DisclosedStep:
+    # Only scalar private facts travel (the coordinator checks e.g. the achieved g); transforms stay here.
+    private = {k: str(v) for k, v in result.private.items() if isinstance(v, int | float | str | bool)}
+    return passive_pb2.DisclosedStep(
+        name=name,
+        withheld=result.disclosed is None,
+        weights=None if result.disclosed is None else to_tensor(result.disclosed),
+        bias_offset=None if result.bias_offset is None else to_tensor(result.bias_offset),
+        public=result.public,
+        private=private,
+    )
+
+
+ROLE_POLICY: dict[str, frozenset[str]] = {
+    "JoinSession": frozenset({"active"}),
+    "PsiExchange": frozenset({"active"}),
+    "PsiFinish": frozenset({"active"}),
+    "Forward": frozenset({"active"}),
+    "ShareLogits": frozenset({"active"}),
+    "Backward": frozenset({"active"}),
+    "GetWeights": frozenset({"coordinator"}),
+    "TrainedRows": frozenset({"coordinator"}),
+    "DiscloseWeights": frozenset({"coordinator"}),
+    "ForecastRisk": frozenset({"coordinator", "operator"}),
+    "CloseSession": frozenset({"active"}),
+}

@@ -1,0 +1,135 @@
+"""Thin servicers of the tree family's own services (proto/vflsec/v1/tree.proto): request -> plain call on the
+engine (which checks the caller, takes the session lock, runs the session trainer's operation and checkpoints) ->
+reply. The same convention as every other servicer, split-NN's included."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+import numpy as np
+
+from vflsec.services.engines.coordinator import Coordinator
+from vflsec.services.engines.passive import PassiveParty
+from vflsec.services.errors import InvalidArgument
+from vflsec.services.transport import wire
+from vflsec.services.transport.server import rpc
+from vflsec.services.transport.tensors import from_tensor, to_tensor
+from vflsec.services.transport.tls import current_caller
+from vflsec.services.transport.tree_links import key_message, key_of, task_message, task_of
+from vflsec.v1 import common_pb2, tree_pb2, tree_pb2_grpc
+
+ACTIVE = 0  # the active party's position in a tree session (passive parties are 1..P, in session order)
+
+
+def _index(values: Any) -> np.ndarray:
+    index = np.asarray(values, dtype=np.int64)
+    if index.size == 0:
+        raise InvalidArgument("sample_index is empty")
+    wire.require_distinct_rows(index)
+    return index
+
+
+def _bits(tensor: common_pb2.Tensor, name: str) -> np.ndarray:
+    bits = from_tensor(tensor, name, ndim=1)
+    if not np.isin(bits, (0, 1)).all():
+        raise InvalidArgument(f"{name} must be 0/1 per row")
+    return bits.astype(bool)
+
+
+class TreeCoordinatorServicer(tree_pb2_grpc.TreeCoordinatorServicer):
+    def __init__(self, coordinator: Coordinator) -> None:
+        self.coordinator = coordinator
+
+    @rpc
+    def Begin(self, request: tree_pb2.TreeBegin, context: grpc.ServicerContext):
+        index, bins = _index(request.sample_index), [list(b.sizes) for b in request.bins]
+        self.coordinator.tree_begin(request.session_id, current_caller().party_id, index, bins)
+        return common_pb2.Empty()
+
+    @rpc
+    def NextNode(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
+        node = self.coordinator.tree_next_node(request.session_id, current_caller().party_id)
+        return tree_pb2.NodeTask(done=True) if node is None else task_message(node)
+
+    @rpc
+    def OpenNode(self, request: tree_pb2.NodeTotals, context: grpc.ServicerContext):
+        totals = from_tensor(request.totals, "class totals", ndim=1)
+        search = self.coordinator.tree_open_node(
+            request.session_id, current_caller().party_id, key_of(request.node), totals
+        )
+        return tree_pb2.NodeOpened(search=search)
+
+    @rpc
+    def SubmitCounts(self, request: tree_pb2.NodeCounts, context: grpc.ServicerContext):
+        mask_sums = from_tensor(request.mask_sums, "mask sums", ndim=2) if request.HasField("mask_sums") else None
+        self.coordinator.tree_submit_counts(
+            request.session_id,
+            current_caller().party_id,
+            key_of(request.node),
+            list(request.products),
+            request.part,
+            request.parts,
+            mask_sums,
+        )
+        return common_pb2.Empty()
+
+    @rpc
+    def Decide(self, request: tree_pb2.NodeDecide, context: grpc.ServicerContext):
+        own = from_tensor(request.counts, "per-bin counts", ndim=2) if request.HasField("counts") else None
+        split = self.coordinator.tree_decide(request.session_id, current_caller().party_id, key_of(request.node), own)
+        if split is None:
+            return tree_pb2.Decision(split=False)
+        if split.owner == ACTIVE:
+            return tree_pb2.Decision(split=True, own=True, feature=split.feature, bin=split.bin)
+        return tree_pb2.Decision(split=True)  # the split's owner keeps its threshold
+
+    @rpc
+    def Partition(self, request: tree_pb2.NodePartition, context: grpc.ServicerContext):
+        left = _bits(request.goes_left, "partition")
+        self.coordinator.tree_partition(request.session_id, current_caller().party_id, key_of(request.node), left)
+        return common_pb2.Empty()
+
+
+class TreePassiveServicer(tree_pb2_grpc.TreePassiveServicer):
+    def __init__(self, party: PassiveParty) -> None:
+        self.party = party
+
+    @rpc
+    def Begin(self, request: tree_pb2.TreeRows, context: grpc.ServicerContext):
+        sizes = self.party.tree_begin(request.session_id, current_caller().party_id, _index(request.sample_index))
+        return tree_pb2.BinSizes(sizes=sizes)
+
+    @rpc
+    def NodeCounts(self, request: tree_pb2.NodeIndicators, context: grpc.ServicerContext):
+        caller, node = current_caller().party_id, task_of(request.task)
+        s = self.party.owned(request.session_id, caller)
+        indicators = wire.from_message(s.backend, request.indicators, "indicators", rows=len(node["rows"]))
+        self.party.tree_node_counts(request.session_id, caller, node, indicators)
+        return common_pb2.Empty()
+
+    @rpc
+    def ApplySplit(self, request: tree_pb2.SplitChoice, context: grpc.ServicerContext):
+        left = self.party.tree_apply_split(
+            request.session_id, current_caller().party_id, task_of(request.task), request.feature, request.bin
+        )
+        return to_tensor(left)
+
+    @rpc
+    def DiscloseThresholds(self, request: tree_pb2.ThresholdRequest, context: grpc.ServicerContext):
+        thresholds = self.party.tree_thresholds(request.session_id, current_caller().party_id, list(request.steps))
+        if thresholds is None:  # withheld: the thresholds stay at the party
+            return tree_pb2.Thresholds(withheld=True)
+        return tree_pb2.Thresholds(nodes=[key_message(k) for k in thresholds], thresholds=list(thresholds.values()))
+
+
+COORDINATOR_POLICY: dict[str, frozenset[str]] = {
+    **{method: frozenset({"active"}) for method in ("Begin", "NextNode", "OpenNode", "Decide", "Partition")},
+    "SubmitCounts": frozenset({"passive"}),
+}
+PASSIVE_POLICY: dict[str, frozenset[str]] = {
+    "Begin": frozenset({"active"}),
+    "NodeCounts": frozenset({"active"}),
+    "ApplySplit": frozenset({"coordinator"}),
+    "DiscloseThresholds": frozenset({"coordinator"}),
+}
