@@ -148,7 +148,7 @@ def test_chunked_predict_is_admitted_whole_or_refused_whole(fed, monkeypatch) ->
 
     def counting_release(*args, **kwargs):
         with lock:
-            releases.append(len(args[-1]))
+            releases.append(len(args[4]))  # (backend, session, query, own logits, sample_index, ...)
         return real_release(*args, **kwargs)
 
     monkeypatch.setattr(active.coordinator, "release_scores", counting_release)
