@@ -80,11 +80,13 @@ def observe(data: sn.SplitData, z: np.ndarray, chain: tuple = ()) -> Observation
 def attack(name: str, obs: Observations, truth: np.ndarray, **options: object) -> dict[str, object]:
     start = time.perf_counter()
     try:
-        found = run_attack(make_attack(name, **options), obs).meta["binary_features"]
+        meta = run_attack(make_attack(name, **options), obs).meta
     except NotApplicable as exc:
         return {"not_applicable": exc.reason}
+    found = meta["binary_features"]
     best = found[:, :1]
     return {
+        **{key: meta[key] for key in ("sampled", "groups", "largest_group") if key in meta},
         "seconds": round(time.perf_counter() - start, 2),
         "n_found": int(found.shape[1]),
         "accuracy": round(attack_accuracy(truth, best), 4),
