@@ -181,3 +181,18 @@ def test_the_default_attacks_include_the_adaptive_one_when_masquerade_is_announc
     # Kerckhoffs: the announced masquerade calls for its attacker (ye §5), or the headline overstates the defense
     assert "ye_adaptive" in default_attacks((), (), "splitnn", ["masquerade:m=1"])
     assert "ye_adaptive" in default_attacks((), (), "splitnn", ["masquerade", "embedding_noise:sigma=0.1"])
+
+
+def test_the_harness_scores_ye_accuracy_against_one_hot_combinations_of_the_dataset() -> None:
+    from vflsec.client.harness import binary_recovery, one_hot_groups
+
+    names = ["age", "job=admin", "job=blue", "job=retired", "contact=telephone"]
+    assert one_hot_groups(names) == ((1, 2, 3),)  # a two-category column is one indicator: no group
+    rng = np.random.default_rng(0)
+    job = np.eye(3)[rng.integers(0, 3, 400)]
+    truth = np.column_stack([rng.random(400), job, rng.integers(0, 2, 400)])
+    found = (job[:, 0] + job[:, 2])[:, None]  # admin or retired: a sum of the group's indicators
+    plain = binary_recovery(truth, found)
+    scored = binary_recovery(truth, found, one_hot_groups(names))
+    assert plain["ye_accuracy"] < 0.9 and scored["ye_accuracy"] == 1.0
+    assert scored["one_hot_groups"] == [[1, 2, 3]] and "one_hot_groups" not in plain
