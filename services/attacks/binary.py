@@ -198,6 +198,21 @@ def _candidate_chunks(r: int, sample: int | None, rng: np.random.Generator, chun
         yield bits[bits.any(axis=1)]
 
 
+_PRESCREEN = 128  # probe rows of the first cut: a wrong labeling leaves non-binary predictions on most rows
+
+
+def _screen(probe_solve: np.ndarray, bits: np.ndarray, bias: bool) -> np.ndarray:
+    """Per candidate x' (rows of ``bits``): the distance of the probe rows' predictions from their rounding,
+    over their spread (an upper bound of the unexplained fraction, float32: a ranking, not a result)."""
+    probe = probe_solve @ bits.T.astype(np.float32)
+    ones = np.count_nonzero(probe >= 0.5, axis=0).astype(np.float64)
+    spread = ones - ones**2 / len(probe) if bias else ones
+    gap = np.minimum(probe, 1 - probe)  # signed distance from the nearest of 0 and 1
+    distance = np.einsum("ij,ij->j", gap, gap, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(spread > 0, distance / spread, np.inf)
+
+
 def regression_search(
     z: np.ndarray,
     max_dim: int,
@@ -222,7 +237,8 @@ def regression_search(
     thresholding Zw' at 0.5 off the sample (x' on it). Line 8's exact residual costs n·k per candidate, so
     with ``screen_rows`` the 2^r candidates are first ranked on that many other random rows by the
     distance of Zw' from its rounding (an upper bound of the residual) and the ``keep`` best are scored
-    exactly; ``screen_rows=None`` scores every candidate exactly.
+    exactly; ``screen_rows=None`` scores every candidate exactly. Candidates come in chunks; a large chunk is
+    first cut to its 4 · ``keep`` best on 128 of those rows.
 
     Beyond ``max_candidates`` (2^r − 1 > it) each restart tries that many x' drawn uniformly instead of all
     of them: a best effort that finds a given target with probability about max_candidates / 2^r per restart
@@ -264,20 +280,16 @@ def regression_search(
             others = np.ones(n, dtype=bool)
             others[rows] = False
             probe_rows = u[rng.choice(np.flatnonzero(others), size=screen_rows, replace=False)]
-            probe_solve = (probe_rows @ solve).astype(np.float32)  # float32: a ranking, not a result
+            probe_solve = (probe_rows @ solve).astype(np.float32)
         best_bits, best_screen = np.zeros((0, r)), np.zeros(0)
         for bits in _candidate_chunks(r, sample, rng):
             if not screening:
                 fit(rows, solve, bits)
                 continue
-            probe = probe_solve @ bits.T.astype(np.float32)
-            ones = np.count_nonzero(probe >= 0.5, axis=0).astype(np.float64)
-            spread = ones - ones**2 / screen_rows if bias else ones
-            gap = np.minimum(probe, 1 - probe)  # signed distance from the nearest of 0 and 1
-            distance = np.einsum("ij,ij->j", gap, gap, dtype=np.float64)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                screen = np.where(spread > 0, distance / spread, np.inf)
-            best_bits, best_screen = np.vstack([best_bits, bits]), np.concatenate([best_screen, screen])
+            if len(bits) > 8 * keep:  # a large chunk: a first cut on a few probe rows, the full screen on the rest
+                bits = bits[np.argsort(_screen(probe_solve[:_PRESCREEN], bits, bias), kind="stable")[: 4 * keep]]
+            best_bits = np.vstack([best_bits, bits])
+            best_screen = np.concatenate([best_screen, _screen(probe_solve, bits, bias)])
             order = np.argsort(best_screen, kind="stable")[:keep]
             best_bits, best_screen = best_bits[order], best_screen[order]
         if screening:
