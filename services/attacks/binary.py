@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -186,7 +187,9 @@ def _is_binary(values: np.ndarray, tol: float) -> np.ndarray:
 # --------------------------------------------------------------------------- Algorithm 2
 
 
-def _candidate_chunks(r: int, sample: int | None, rng: np.random.Generator, chunk: int = 1 << 14):
+def _candidate_chunks(
+    r: int, sample: int | None, rng: np.random.Generator, chunk: int = 1 << 14
+) -> Iterator[np.ndarray]:
     """x' ∈ {0,1}^r as (c, r) chunks: every nonzero one, or ``sample`` uniform draws (the bound's best effort)."""
     if sample is None:
         for begin in range(1, 2**r, chunk):
