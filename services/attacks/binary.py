@@ -278,11 +278,13 @@ def regression_search(
         rows = rng.choice(n, size=r, replace=False, p=leverage)
         scale = 1 / np.sqrt(r * leverage[rows])
         solve = np.linalg.pinv(scale[:, None] * u[rows]) * scale[None, :]  # k × r: w' = solve @ x'
-        screening = screen_rows is not None and n - r > screen_rows
+        # A sampled search always screens (on every other row when fewer than screen_rows): scoring 2^20
+        # candidates exactly per restart would cost minutes.
+        screening = screen_rows is not None and (n - r > screen_rows or (sample is not None and n - r > 2 * _PRESCREEN))
         if screening:
             others = np.ones(n, dtype=bool)
             others[rows] = False
-            probe_rows = u[rng.choice(np.flatnonzero(others), size=screen_rows, replace=False)]
+            probe_rows = u[rng.choice(np.flatnonzero(others), size=min(screen_rows, n - r), replace=False)]
             probe_solve = (probe_rows @ solve).astype(np.float32)
         best_bits, best_screen = np.zeros((0, r)), np.zeros(0)
         for bits in _candidate_chunks(r, sample, rng):
