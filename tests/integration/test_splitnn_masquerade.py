@@ -133,6 +133,11 @@ def test_the_defended_session_survives_its_checkpoint_with_the_same_bits_and_noi
     assert np.array_equal(restored.trainer.inference_share(x), noisy)  # same layer, bits and noise key
     noise = run.session.embedding.steps[1]
     assert np.array_equal(restored.embedding.steps[1].draw(x, 8), noise.draw(x, 8))
+    # a checkpoint from before the noise was keyed holds masquerade's key only: its bits survive, the noise is new
+    arrays["masquerade_key"] = arrays.pop("embedding_keys")[:32]
+    older = PassiveSession.from_state(arrays, meta)
+    assert np.array_equal(older.embedding.steps[0].bits(x), masquerade.bits(x))
+    assert not np.array_equal(older.embedding.steps[1].draw(x, 8), noise.draw(x, 8))
 
 
 def test_masquerade_wider_than_an_explicit_session_width_is_refused_naming_the_bound(tmp_path) -> None:
