@@ -6,8 +6,9 @@ or, when ../shared/datasets is absent, a synthetic set of the same shape. One fe
 none, ``masquerade:m=1``, ``masquerade`` at its default m = ⌈log₂ n⌉ (the party widens z_B to d_B − 1 + m and
 announces it), ``embedding_noise`` — all started once; the same split, seed and training in each; the runs
 interleaved (one session per defense in turn) so that load drifts on the shared machine hit every defense
-alike. Each run is a new session, so a new masquerade PRF key and new noise draws (OS entropy): the accuracy is
-reported as mean and spread over the runs. Times: wall and CPU seconds per epoch (CPU of this whole process,
+alike. Each run is a new session, so new masquerade and noise PRF keys (OS entropy): the accuracy is
+reported as mean and spread over the runs, beside the majority-class rate of the held-out rows (what a model
+that learned nothing scores). Times: wall and CPU seconds per epoch (CPU of this whole process,
 every party included), medians over the runs, and their ratio to none; an untimed warm-up session first.
 """
 
@@ -88,7 +89,9 @@ def _session(
         operator.close(info.session_id)
     truth = ds.y[datasets.select_ids(ds.ids, released.sample_ids)]
     accuracy = float(np.mean(released.scores.argmax(axis=1) == truth))
-    return {"epoch_seconds": wall / epochs, "epoch_cpu_seconds": cpu / epochs, "accuracy": accuracy}
+    majority = float(np.bincount(truth).max() / len(truth))  # what always answering the majority class scores
+    return {"epoch_seconds": wall / epochs, "epoch_cpu_seconds": cpu / epochs, "accuracy": accuracy,
+            "majority_rate": majority}  # fmt: skip
 
 
 def run(
@@ -117,7 +120,8 @@ def run(
                 out["per_run"][name].append(result)
                 log(
                     f"run {r + 1}/{runs} {name:<28} epoch {result['epoch_seconds']:6.2f} s wall "
-                    f"{result['epoch_cpu_seconds']:6.2f} s CPU   accuracy {result['accuracy']:.4f}"
+                    f"{result['epoch_cpu_seconds']:6.2f} s CPU   accuracy {result['accuracy']:.4f} "
+                    f"(majority class {result['majority_rate']:.4f})"
                 )
     out["summary"] = summary(out["per_run"])
     for line in table(out["summary"]):
@@ -142,17 +146,21 @@ def summary(per_run: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, f
             "accuracy_max": float(np.max(acc)),
             "accuracy_change_pp": 100 * (float(np.mean(acc)) - float(np.mean([r["accuracy"] for r in base]))),
         }
+        if all("majority_rate" in r for r in rows):  # the same held-out rows every run
+            out[name]["majority_rate"] = float(np.mean([r["majority_rate"] for r in rows]))
     return out
 
 
 def table(summary: dict[str, dict[str, float]]) -> list[str]:
     lines = [
         f"{'defense':<28} {'epoch s':>8} {'ratio':>6} {'CPU s':>8} {'ratio':>6}   accuracy mean [min, max]   Δ pp"
+        "   majority class"
     ]
     for name, s in summary.items():
+        majority = f"   {s['majority_rate']:.4f}" if "majority_rate" in s else ""
         lines.append(
             f"{name:<28} {s['epoch_seconds']:8.2f} {s['wall_ratio']:6.2f} {s['epoch_cpu_seconds']:8.2f} "
             f"{s['cpu_ratio']:6.2f}   {s['accuracy_mean']:.4f} [{s['accuracy_min']:.4f}, {s['accuracy_max']:.4f}]"
-            f"   {s['accuracy_change_pp']:+.2f}"
+            f"   {s['accuracy_change_pp']:+.2f}{majority}"
         )
     return lines

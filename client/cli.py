@@ -383,10 +383,17 @@ def prepare(
     allow_plain: Annotated[
         bool, typer.Option(help="Let the coordinator run plain sessions (no encryption; for `run --compare-plain`).")
     ] = False,
+    embedding_release: opt.EmbeddingRelease = None,
 ) -> None:
     """Write certificates, per-party data files and configs for a federation (the demo's dealer step)."""
     from vflsec.client.federation import compose_ports, write_federation
 
+    embedding = opt.embedding_steps(embedding_release)
+    if embedding and not allow_plain:  # the defense acts in active-top sessions, which run on the plain backend
+        _fail("--embedding-release acts in split-NN active-top sessions only, which run on the plain backend: "
+              "add --allow-plain")  # fmt: skip
+    # The passive parties' TOMLs get the chain, checked as the split-NN active-top sessions it acts in will use it.
+    active_top = {"model": "splitnn", "topology": "active-top", "backend": "plain"} if embedding else {}
     spec = _spec(
         dataset,
         release,
@@ -398,6 +405,8 @@ def prepare(
         seed=seed,
         compose_ports=compose_ports(passive) if compose else None,
         allow_plain=allow_plain,
+        embedding_release=embedding,
+        **active_top,
     )
     with _refused():
         layout = write_federation(spec, out)

@@ -238,13 +238,25 @@ def query_session(
     )
 
 
-def true_passive_features(layout: FederationLayout, sample_ids: Sequence[str]) -> np.ndarray:
-    """Ground truth: each passive party's features as its service sees them (scaled locally), in party order."""
-    blocks = []
+def true_passive_features(layout: FederationLayout, sample_ids: Sequence[str]) -> tuple[np.ndarray, list[str]]:
+    """Ground truth: each passive party's features as its service sees them (scaled locally), in party order,
+    and their column names."""
+    blocks, names = [], []
     for party in layout.passive_parties:
         data = load_party_data(load_config(layout.configs[party]))
         blocks.append(data.X[datasets.select_ids(data.ids, list(sample_ids))])
-    return np.hstack(blocks)
+        names += data.columns
+    return np.hstack(blocks), names
+
+
+def one_hot_groups(names: Sequence[str]) -> tuple[tuple[int, ...], ...]:
+    """Positions of the one-hot columns (``column=category``) of each categorical column with two or more of
+    them: ye §6.3 scores a found vector against every sum of a group's indicators too."""
+    groups: dict[str, list[int]] = {}
+    for j, name in enumerate(names):
+        if "=" in name:
+            groups.setdefault(name.split("=", 1)[0], []).append(j)
+    return tuple(tuple(g) for g in groups.values() if len(g) > 1)
 
 
 def cyclic_windows(names: Sequence[str], width: int, count: int) -> list[list[str]]:
@@ -267,10 +279,12 @@ def evaluate_attacks(
     log: Callable[[str], None] | None = None,
     family: str = "lr",
     random_path: float | None = None,
+    one_hot: tuple[tuple[int, ...], ...] = (),
 ) -> dict[str, dict[str, Any]]:
     """Run each attack on the recorded observations of a ``family`` model; MSE against the truth (luo Eq. 10)
     and time taken. An attack that does not support the family, or lacks an observation, says why. On released
-    trees the CBR attacks are held against luo's ``random_path`` baseline (drawn here from OS entropy if not given)."""
+    trees the CBR attacks are held against luo's ``random_path`` baseline (drawn here from OS entropy if not given).
+    ``one_hot``: the truth's one-hot groups (column positions), for ye's accuracy."""
     results: dict[str, dict[str, Any]] = {}
     trees = obs.released_trees
     scored_paths = bool(trees) and not any(t.withholds_passive for t in trees)  # CBR needs every threshold
@@ -301,7 +315,7 @@ def evaluate_attacks(
             if "case" in reconstruction.meta:  # sign_only: which of rassouli's cases ran
                 results[name]["case"] = reconstruction.meta["case"]
             if "binary_features" in reconstruction.meta:  # ye: its columns come in no claimed order, so the MSE
-                results[name] |= binary_recovery(truth, reconstruction.meta["binary_features"])  # undersells it
+                results[name] |= binary_recovery(truth, reconstruction.meta["binary_features"], one_hot)
         if log is not None:
             log(f"{name}: {results[name]}")
     return results
@@ -359,11 +373,12 @@ def own_metric(
     return metric
 
 
-def binary_recovery(truth: np.ndarray, found: np.ndarray) -> dict[str, Any]:
+def binary_recovery(truth: np.ndarray, found: np.ndarray, one_hot: tuple[tuple[int, ...], ...] = ()) -> dict[str, Any]:
     """ye §6.3 scored with the ground truth: how many binary vectors were found, which true passive columns
     (binary ones only) one of them equals on every row, up to complement (x and 1 − x are listed once), and ye's
     attack accuracy: the best match of the attack's answer x* (its first, least-residual vector) with any binary
-    passive column, without and with complements; ``..._any_listed``: of the best of every vector it listed."""
+    passive column or sum of a ``one_hot`` group's columns, without and with complements; ``..._any_listed``: of
+    the best of every vector it listed."""
     from vflsec.services.attacks.binary import attack_accuracy, binary_match
 
     truth = np.asarray(truth, dtype=float)
@@ -371,14 +386,19 @@ def binary_recovery(truth: np.ndarray, found: np.ndarray) -> dict[str, Any]:
     found = np.asarray(found, dtype=float).reshape(len(truth), -1)
     exact: list[int] = []
     report: dict[str, Any] = {"n_found": int(found.shape[1]), "binary_columns": binary, "recovered_columns": exact}
+    # the groups among the binary columns, as positions in truth[:, binary]
+    groups = tuple(g for g in (tuple(binary.index(j) for j in g if j in binary) for g in one_hot) if len(g) > 1)
     if binary and found.shape[1]:
         match = binary_match(truth[:, binary], found, complements=True)
         exact += [binary[i] for i in np.flatnonzero(match.max(axis=1) == 1.0)]
+        x = truth[:, binary]
         report |= {
-            "ye_accuracy": attack_accuracy(truth[:, binary], found[:, :1]),
-            "ye_accuracy_complements": attack_accuracy(truth[:, binary], found[:, :1], complements=True),
-            "ye_accuracy_any_listed": attack_accuracy(truth[:, binary], found, complements=True),
+            "ye_accuracy": attack_accuracy(x, found[:, :1], one_hot=groups),
+            "ye_accuracy_complements": attack_accuracy(x, found[:, :1], complements=True, one_hot=groups),
+            "ye_accuracy_any_listed": attack_accuracy(x, found, complements=True, one_hot=groups),
         }
+        if groups:
+            report["one_hot_groups"] = [[binary[i] for i in g] for g in groups]
     return report
 
 
@@ -482,7 +502,7 @@ def score_run(scenario: AttackScenario, run: ScenarioRun, log: Callable[[str], N
         obs, sample_ids = last_query(*curious.observations(store, run.session_id), run.queried)
     finally:
         store.close()
-    truth = true_passive_features(run.layout, sample_ids)
+    truth, columns = true_passive_features(run.layout, sample_ids)
     spec = scenario.spec
     baselines = evaluate_attacks(obs, truth, BASELINES, {"rg": {"seed": spec.seed}}, family=spec.model)
     trees = obs.released_trees
@@ -496,7 +516,9 @@ def score_run(scenario: AttackScenario, run: ScenarioRun, log: Callable[[str], N
     if scenario.mse_scope == "all":  # the training rows are attacked too: AM/RAM fit them in-sample (varasteh)
         for name in set(names) & {"am", "ram"}:
             options[name] = {"held_out": False, **options.get(name, {})}
-    results = evaluate_attacks(obs, truth, names, options, log, family=spec.model, random_path=random_path)
+    results = evaluate_attacks(
+        obs, truth, names, options, log, family=spec.model, random_path=random_path, one_hot=one_hot_groups(columns)
+    )
     attack_seconds = time.perf_counter() - start
     report: dict[str, Any] = {
         "dataset": spec.name,

@@ -6,7 +6,8 @@ truth is used only here). Model accuracy is on the held-out 20 %.
 
 Run: ``python -m vflsec.client.ye_measure [EXPERIMENT ...]`` (or ``python scripts/measure_ye.py ...``; default: all
 of ``EXPERIMENTS``), datasets from ``../shared/datasets``. Training: Adam 0.01, batch 256, ``--epochs`` epochs
-(default 5), seed 0.
+(default 5), seed 0; ``small`` is the live masquerade test's synthetic set instead (see :func:`small_drop`), over
+``--seeds`` training seeds.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from vflsec.services.defenses.embeddings import EmbeddingNoise, Masquerade, defa
 from vflsec.services.models import splitnn as sn
 from vflsec.services.models.splitnn.reference import accuracy, run_epochs
 
-EXPERIMENTS = ("covid", "bank", "masquerade", "noise", "secretflow", "overhead")
+EXPERIMENTS = ("covid", "bank", "masquerade", "noise", "secretflow", "overhead", "small")
 COVID_PASSIVE = tuple(range(6, 18))  # 12 symptom/exposure columns (the last two columns are constant)
 
 
@@ -80,11 +81,13 @@ def observe(data: sn.SplitData, z: np.ndarray, chain: tuple = ()) -> Observation
 def attack(name: str, obs: Observations, truth: np.ndarray, **options: object) -> dict[str, object]:
     start = time.perf_counter()
     try:
-        found = run_attack(make_attack(name, **options), obs).meta["binary_features"]
+        meta = run_attack(make_attack(name, **options), obs).meta
     except NotApplicable as exc:
         return {"not_applicable": exc.reason}
+    found = meta["binary_features"]
     best = found[:, :1]
     return {
+        **{key: meta[key] for key in ("sampled", "groups", "largest_group") if key in meta},
         "seconds": round(time.perf_counter() - start, 2),
         "n_found": int(found.shape[1]),
         "accuracy": round(attack_accuracy(truth, best), 4),
@@ -172,6 +175,49 @@ def bank(epochs: int, experiments: set[str], seeds: int) -> list[dict[str, objec
     return out
 
 
+def small_drop(seeds: int, epochs: int = 30) -> dict[str, object]:
+    """Masquerade's accuracy cost on the live test's synthetic set (tests/integration/test_splitnn_masquerade.py:
+    2,000 rows, 3 active and 5 passive columns, one binary; min-max scaled, 1,400 training rows, Adam 0.05, batch
+    128), in process: per training seed the undefended model and masquerade m = 1 and m = ⌈log₂ n⌉ (a fresh key),
+    test and training accuracy, and the paired change in pp."""
+    n, train_rows = 2000, 1400
+    rng = np.random.default_rng(0)
+    x_active = rng.normal(size=(n, 3))
+    x_passive = np.hstack([rng.integers(0, 2, size=(n, 1)), rng.normal(size=(n, 4))])
+    y = (x_active[:, 0] + 2 * x_passive[:, 0] + x_passive[:, 1] + rng.normal(0, 0.5, n) > 1.0).astype(np.int64)
+    xa, xp = (datasets.Scaler.fit(x, "minmax").transform(x) for x in (x_active, x_passive))
+    order = np.random.default_rng(1).permutation(n)
+    tr, te = order[:train_rows], order[train_rows:]
+    data = sn.SplitData((xa[tr], xp[tr]), y[tr], (xa[te], xp[te]), y[te])
+    runs: dict[str, list[dict[str, float]]] = {"none": [], "m1": [], f"m{default_fabricated(n)}": []}
+    for seed in range(seeds):
+        for label in runs:
+            m = None if label == "none" else int(label[1:])
+            width = max(4 + (m or 0), 8)  # as the live party widens z_B: rank d_B − 1 plus m bits
+            config = sn.SplitNNConfig("active-top", data.features, 2, passive_width=width)
+            optim = sn.OptimizerConfig("adam", learning_rate=0.05)
+            federation = sn.LocalFederation.create(config, optim, seed=seed)
+            if m is not None:  # a fresh OS-entropy PRF key per run
+                layer = Masquerade(m).build(5, width, bias=False, seed=seed)
+                federation.bottoms[1] = sn.Bottom(layer, optim, 5, width)
+
+            def step(rows: np.ndarray, fed: sn.LocalFederation = federation) -> float:
+                return fed.train_step(tuple(b[rows] for b in data.train), data.y_train[rows])
+
+            run_epochs(step, federation.end_epoch, train_rows, epochs, 128, seed)
+            runs[label].append({"test": accuracy(federation.scores(data.test), data.y_test),
+                                "train": accuracy(federation.scores(data.train), data.y_train)})  # fmt: skip
+    out: dict[str, object] = {"experiment": "small_masquerade_accuracy", "seeds": seeds, "epochs": epochs}
+    for label, rows in runs.items():
+        change = [100 * (r["test"] - b["test"]) for r, b in zip(rows, runs["none"], strict=True)]
+        out[label] = {
+            "test": [round(r["test"], 4) for r in rows], "train": [round(r["train"], 4) for r in rows],
+            "change_pp_mean": round(float(np.mean(change)), 2), "change_pp_sd": round(float(np.std(change)), 2),
+            "change_pp_range": [round(min(change), 2), round(max(change), 2)],
+        }  # fmt: skip
+    return out
+
+
 def accuracies(truth: np.ndarray, found: np.ndarray) -> dict[str, float]:
     return {
         "accuracy": round(attack_accuracy(truth, found), 4),
@@ -225,7 +271,9 @@ def main() -> None:
     chosen = set(args.experiments)
     if "covid" in chosen:
         print(json.dumps(covid(args.epochs)), flush=True)
-    if chosen - {"covid"}:
+    if "small" in chosen:
+        print(json.dumps(small_drop(args.seeds)), flush=True)
+    if chosen - {"covid", "small"}:
         for row in bank(args.epochs, chosen, args.seeds):
             print(json.dumps(row), flush=True)
 

@@ -22,14 +22,17 @@ candidates are ranked by the *unexplained fraction* residual / ||x − mean(x)||
 
 The dimension k of the searched span is the numerical rank of Z, capped by what the public schema allows
 (d_B, plus m fabricated bits under masquerade, plus the ones vector): under noise the top-k singular directions
-are the denoised span. Enumeration is 2^k (Algorithm 1) or 2^(k+1) per restart (Algorithm 2): ``max_rank``
-bounds it and refuses with NotApplicable beyond.
+are the denoised span. Enumeration is 2^k (Algorithm 1) or 2^(k+1) per restart (Algorithm 2). Algorithm 1's
+``max_rank`` bounds it and refuses with NotApplicable beyond; Algorithm 2's ``max_candidates`` (a public attack
+option: a Kerckhoffs attacker may spend more compute) bounds the candidates tried per restart and, beyond it,
+tries that many drawn at random — a best effort whose result says it was sampled.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,7 +54,8 @@ __all__ = [
     "span_basis",
 ]
 
-MAX_RANK = 20  # 2^20 candidates per enumeration: seconds; every extra dimension doubles it
+MAX_RANK = 20  # Algorithm 1: 2^20 candidates per enumeration, seconds; every extra dimension doubles it
+MAX_CANDIDATES = 2**20  # Algorithm 2: all 2^r candidates per restart up to this many, a random sample beyond
 _RANK_RTOL = 1e-8  # singular values below this fraction of the largest are numerical zeros
 
 
@@ -111,6 +115,7 @@ class BinarySearchResult:
     vectors: np.ndarray
     scores: np.ndarray
     rank: int  # dimension of the searched span (ones vector included)
+    sampled: str | None = None  # why the search was not exhaustive (Algorithm 2 beyond its candidate bound)
 
     def reconstruction(self, d_passive: int, **meta: object) -> Reconstruction:
         """x_passive: the found vectors in the first columns (at most d_p), 0.5 (no information) elsewhere;
@@ -126,6 +131,7 @@ class BinarySearchResult:
                 "unexplained": self.scores,
                 "n_found": k,
                 "span_rank": self.rank,
+                **({"sampled": self.sampled} if self.sampled else {}),
                 **structure,
                 **meta,
             },
@@ -181,6 +187,35 @@ def _is_binary(values: np.ndarray, tol: float) -> np.ndarray:
 # --------------------------------------------------------------------------- Algorithm 2
 
 
+def _candidate_chunks(
+    r: int, sample: int | None, rng: np.random.Generator, chunk: int = 1 << 14
+) -> Iterator[np.ndarray]:
+    """x' ∈ {0,1}^r as (c, r) chunks: every nonzero one, or ``sample`` uniform draws (the bound's best effort)."""
+    if sample is None:
+        for begin in range(1, 2**r, chunk):
+            labels = np.arange(begin, min(begin + chunk, 2**r))
+            yield ((labels[:, None] >> np.arange(r)) & 1).astype(np.float64)
+        return
+    for begin in range(0, sample, chunk):
+        bits = rng.integers(0, 2, size=(min(chunk, sample - begin), r)).astype(np.float64)
+        yield bits[bits.any(axis=1)]
+
+
+_PRESCREEN = 128  # probe rows of the first cut: a wrong labeling leaves non-binary predictions on most rows
+
+
+def _screen(probe_solve: np.ndarray, bits: np.ndarray, bias: bool) -> np.ndarray:
+    """Per candidate x' (rows of ``bits``): the distance of the probe rows' predictions from their rounding,
+    over their spread (an upper bound of the unexplained fraction, float32: a ranking, not a result)."""
+    probe = probe_solve @ bits.T.astype(np.float32)
+    ones = np.count_nonzero(probe >= 0.5, axis=0).astype(np.float64)
+    spread = ones - ones**2 / len(probe) if bias else ones
+    gap = np.minimum(probe, 1 - probe)  # signed distance from the nearest of 0 and 1
+    distance = np.einsum("ij,ij->j", gap, gap, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(spread > 0, distance / spread, np.inf)
+
+
 def regression_search(
     z: np.ndarray,
     max_dim: int,
@@ -191,7 +226,7 @@ def regression_search(
     screen_rows: int | None = 1024,
     keep: int = 32,
     rng: np.random.Generator | None = None,
-    max_rank: int = MAX_RANK,
+    max_candidates: int = MAX_CANDIDATES,
     max_list: int = 64,
     literal: bool = False,
 ) -> BinarySearchResult:
@@ -205,52 +240,65 @@ def regression_search(
     thresholding Zw' at 0.5 off the sample (x' on it). Line 8's exact residual costs n·k per candidate, so
     with ``screen_rows`` the 2^r candidates are first ranked on that many other random rows by the
     distance of Zw' from its rounding (an upper bound of the residual) and the ``keep`` best are scored
-    exactly; ``screen_rows=None`` scores every candidate exactly.
+    exactly; ``screen_rows=None`` scores every candidate exactly. Candidates come in chunks; a large chunk is
+    first cut to its 4 · ``keep`` best on 128 of those rows.
+
+    Beyond ``max_candidates`` (2^r − 1 > it) each restart tries that many x' drawn uniformly instead of all
+    of them: a best effort that finds a given target with probability about max_candidates / 2^r per restart
+    (``BinarySearchResult.sampled`` says so). An attacker with more compute raises the bound.
     """
     rng = rng if rng is not None else np.random.default_rng()
     u = span_basis(z, max_dim, bias=bias)
     n, k = u.shape
     r = k + 1
-    if r > max_rank:
-        raise NotApplicable(f"the embedding span has dimension {k}: 2^{r} candidates per restart > 2^{max_rank}")
     if n <= r:
         raise NotApplicable(f"{n} rows cannot determine a {k}-dimensional span (need more than {r})")
+    sample = max_candidates if 2**r - 1 > max_candidates else None
     leverage = np.sum(u * u, axis=1) / k
     leverage /= leverage.sum()
-    bits = _bits(r)
     score_of = _residual if literal else _unexplained
     vectors, scores = [], []
     if literal:
         e = np.zeros((n, 1))
         e[0] = 1
         vectors, scores = [e.astype(np.uint8)], [score_of(u, e, bias)]
+
+    def fit(rows: np.ndarray, solve: np.ndarray, bits: np.ndarray) -> None:
+        """Score the candidates ``bits`` (c, r) exactly; keep what can be listed (memory O(n · max_list))."""
+        for begin in range(0, len(bits), 2048):
+            chosen = bits[begin : begin + 2048]
+            x = (u @ (solve @ chosen.T) >= 0.5).astype(np.float64)
+            x[rows] = chosen.T
+            score = score_of(u, x, bias)
+            kept = np.argsort(score, kind="stable")[: max(1, min(max_list, int(np.sum(score <= threshold))))]
+            vectors.append(x[:, kept].astype(np.uint8))
+            scores.append(score[kept])
+
     for _ in range(restarts):
         rows = rng.choice(n, size=r, replace=False, p=leverage)
         scale = 1 / np.sqrt(r * leverage[rows])
-        coefficients = np.linalg.pinv(scale[:, None] * u[rows]) @ (scale[:, None] * bits.T)  # k × (2^r − 1)
-        if screen_rows is not None and n - r > screen_rows:
+        solve = np.linalg.pinv(scale[:, None] * u[rows]) * scale[None, :]  # k × r: w' = solve @ x'
+        # A sampled search always screens (on every other row when fewer than screen_rows): scoring 2^20
+        # candidates exactly per restart would cost minutes.
+        screening = screen_rows is not None and (n - r > screen_rows or (sample is not None and n - r > 2 * _PRESCREEN))
+        if screening:
             others = np.ones(n, dtype=bool)
             others[rows] = False
-            others = np.flatnonzero(others)
-            probe_rows = u[rng.choice(others, size=screen_rows, replace=False)].astype(np.float32)
-            probe = probe_rows @ coefficients.astype(np.float32)  # float32: a ranking, not a result
-            ones = np.count_nonzero(probe >= 0.5, axis=0).astype(np.float64)
-            spread = ones - ones**2 / screen_rows if bias else ones
-            gap = np.minimum(probe, 1 - probe)  # signed distance from the nearest of 0 and 1
-            distance = np.einsum("ij,ij->j", gap, gap, dtype=np.float64)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                screen = np.where(spread > 0, distance / spread, np.inf)
-            best = np.argsort(screen, kind="stable")[:keep]
-            coefficients, chosen_bits = coefficients[:, best], bits[best]
-        else:
-            chosen_bits = bits
-        for start in range(0, coefficients.shape[1], 2048):
-            x = (u @ coefficients[:, start : start + 2048] >= 0.5).astype(np.float64)
-            x[rows] = chosen_bits[start : start + 2048].T
-            score = score_of(u, x, bias)
-            kept = np.argsort(score, kind="stable")[: max(1, min(max_list, int(np.sum(score <= threshold))))]
-            vectors.append(x[:, kept].astype(np.uint8))  # only what can be listed: memory stays O(n · max_list)
-            scores.append(score[kept])
+            probe_rows = u[rng.choice(np.flatnonzero(others), size=min(screen_rows, n - r), replace=False)]
+            probe_solve = (probe_rows @ solve).astype(np.float32)
+        best_bits, best_screen = np.zeros((0, r)), np.zeros(0)
+        for bits in _candidate_chunks(r, sample, rng):
+            if not screening:
+                fit(rows, solve, bits)
+                continue
+            if len(bits) > 8 * keep:  # a large chunk: a first cut on a few probe rows, the full screen on the rest
+                bits = bits[np.argsort(_screen(probe_solve[:_PRESCREEN], bits, bias), kind="stable")[: 4 * keep]]
+            best_bits = np.vstack([best_bits, bits])
+            best_screen = np.concatenate([best_screen, _screen(probe_solve, bits, bias)])
+            order = np.argsort(best_screen, kind="stable")[:keep]
+            best_bits, best_screen = best_bits[order], best_screen[order]
+        if screening:
+            fit(rows, solve, best_bits)
     x, s = _distinct(np.hstack(vectors).astype(np.float64), np.concatenate(scores), bias)
     listed = 1 if literal else max(1, int(np.sum(s <= threshold)))
     x, s = x[:, : 4 * max_list][:, :listed], s[: 4 * max_list][:listed]
@@ -261,7 +309,8 @@ def regression_search(
             break
         if not chosen or binary_match(x[:, j : j + 1], x[:, chosen], complements=bias).max() < 0.99:
             chosen.append(j)
-    return BinarySearchResult(x[:, chosen], s[chosen], k)
+    sampled = None if sample is None else f"{sample} of the 2^{r} candidates per restart, drawn at random"
+    return BinarySearchResult(x[:, chosen], s[chosen], k, sampled)
 
 
 # --------------------------------------------------------------------------- one-hot groups
@@ -437,9 +486,11 @@ class YeAlg2(Attack):
         bias: bool = True,
         screen_rows: int | None = 1024,
         seed: int | None = None,
+        max_candidates: int = MAX_CANDIDATES,
     ) -> None:
         self.restarts, self.threshold, self.bias, self.screen_rows = restarts, threshold, bias, screen_rows
         self.seed = seed  # the attacker's own sampling; None draws fresh
+        self.max_candidates = _positive("max_candidates", max_candidates)
 
     def reconstruct(self, obs: Observations) -> Reconstruction:
         z = _embeddings(obs, self.name)
@@ -451,6 +502,7 @@ class YeAlg2(Attack):
             threshold=self.threshold,
             screen_rows=self.screen_rows,
             rng=np.random.default_rng(self.seed),
+            max_candidates=self.max_candidates,
         )
         return found.reconstruction(obs.d_passive)
 
@@ -459,24 +511,51 @@ class YeAlg2(Attack):
 class YeAdaptive(Attack):
     """ye §5 against masquerade with m fabricated bits (m from the announced chain unless given): Algorithm 2
     over a span of dimension d_B + m finds the fabricated bits first (they fit exactly), the rows are split by
-    them, and the true feature is attacked inside the groups (:func:`attack_in_groups`)."""
+    them, and the true feature is attacked inside the groups (:func:`attack_in_groups`).
+
+    At large m the span exceeds ``max_candidates`` (2^(d_B + m + 1) labelings per restart): the bits are then
+    searched among that many random labelings per restart (best effort, ``sampled`` in the result), and the
+    groups they define hold about n / 2^m rows — ``largest_group`` says how many the attack had to work with."""
 
     families = frozenset({"splitnn"})
     metric = "accuracy"
 
     def __init__(
-        self, fabricated: int | None = None, restarts: int = 20, bias: bool = True, seed: int | None = None
+        self,
+        fabricated: int | None = None,
+        restarts: int = 20,
+        bias: bool = True,
+        seed: int | None = None,
+        max_candidates: int = MAX_CANDIDATES,
     ) -> None:
         self.fabricated, self.restarts, self.bias, self.seed = fabricated, restarts, bias, seed
+        self.max_candidates = _positive("max_candidates", max_candidates)
 
     def reconstruct(self, obs: Observations) -> Reconstruction:
         z = _embeddings(obs, self.name)
         m = self.fabricated if self.fabricated is not None else _fabricated_from_chain(obs)
         rng = np.random.default_rng(self.seed)
         everything = regression_search(
-            z, obs.d_passive + m, bias=self.bias, restarts=self.restarts, threshold=1e-3, rng=rng
+            z, obs.d_passive + m, bias=self.bias, restarts=self.restarts, threshold=1e-3, rng=rng,
+            max_candidates=self.max_candidates,
+        )  # fmt: skip
+        # The exact fits (zero residual) include the fabricated columns; they are PRF fair coins (public), so among
+        # exact fits the most balanced are taken for them (a binary feature that is exact too may come first else).
+        exact = everything.vectors
+        balance = np.abs(exact.mean(axis=0) - 0.5)
+        bits = exact[:, np.argsort(balance, kind="stable")[:m]]
+        x = attack_in_groups(
+            z, bits, obs.d_passive, bias=self.bias, rng=rng, restarts=self.restarts, max_candidates=self.max_candidates
         )
-        bits = everything.vectors[:, :m]  # the exact fits: fabricated columns fit with zero residual
-        x = attack_in_groups(z, bits, obs.d_passive, bias=self.bias, rng=rng, restarts=self.restarts)
-        result = BinarySearchResult(x, np.full(x.shape[1], np.nan), everything.rank)  # in the group's order
-        return result.reconstruction(obs.d_passive, fabricated_bits=bits.astype(np.uint8), fabricated_m=m)
+        sizes = np.unique(bits, axis=0, return_counts=True)[1]
+        result = BinarySearchResult(x, np.full(x.shape[1], np.nan), everything.rank, everything.sampled)
+        return result.reconstruction(
+            obs.d_passive, fabricated_bits=bits.astype(np.uint8), fabricated_m=m, groups=len(sizes),
+            largest_group=int(sizes.max()),
+        )  # fmt: skip
+
+
+def _positive(name: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return value

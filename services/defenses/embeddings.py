@@ -9,15 +9,19 @@
   sample always gets the same pattern — repeating a query cannot average or difference it away — while
   without the key the patterns are independent fair coins. One ECB pass per 16 bytes of row serves every row
   of a batch at once, which keeps the first layer's overhead small.
-* :class:`EmbeddingNoise` — i.i.d. N(0, σ²) on every z_B entry sent (fresh OS entropy per draw), σ stated.
+* :class:`EmbeddingNoise` — N(0, σ²) on every z_B entry sent, σ stated, a keyed function of the row like
+  masquerade's bits (its own 32-byte OS-entropy key): one sample always gets the same noise, so asking for the
+  same rows k times and averaging cannot shrink σ by √k, while different rows get independent noise.
 
-Both are public mechanisms (Kerckhoffs): ``public_params`` is what an attacker may know; the key and the draws
-are not in it. They are plug-ins of :data:`EMBEDDING_STEPS` (services/registry.py: specs such as
-``masquerade:m=4`` are parsed there, by the one shared value parser).
+Both are public mechanisms (Kerckhoffs): ``public_params`` is what an attacker may know; the keys are not in it.
+Each keeps its key for the session (checkpointed with it, :attr:`EmbeddingChain.keys`). They are plug-ins of
+:data:`EMBEDDING_STEPS` (services/registry.py: specs such as ``masquerade:m=4`` are parsed there, by the one
+shared value parser).
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,7 +31,7 @@ import torch
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from torch import nn
 
-from vflsec.services.crypto.entropy import new_key, os_entropy
+from vflsec.services.crypto.entropy import KEY_BYTES, new_key
 from vflsec.services.models.splitnn.modules import DTYPE, module_seed
 from vflsec.services.registry import Plugin, Registry
 
@@ -44,6 +48,24 @@ __all__ = [
 EMBEDDING_STEPS: Registry[Plugin] = Registry("embedding release step")
 
 MAX_FABRICATED = 128  # bits of one AES block (m = ⌈log₂ n⌉ is 64 at most)
+
+
+def row_prf(key: bytes, x: np.ndarray) -> np.ndarray:
+    """(n, 16) bytes: AES-256 CBC-MAC of each row's float64 bytes under ``key`` (fixed-length messages, the
+    length in a first block), every row of the batch in one ECB pass per 16 bytes of row."""
+    rows = np.ascontiguousarray(np.asarray(x, dtype=np.float64))
+    if rows.ndim != 2:
+        raise ValueError(f"embedding defense input must be an (n, d) matrix, got shape {rows.shape}")
+    n, width = rows.shape[0], rows.shape[1] * 8
+    data = np.zeros((n, -(-width // 16) * 16), dtype=np.uint8)
+    data[:, :width] = rows.view(np.uint8).reshape(n, width)
+    encryptor = Cipher(algorithms.AES(key), modes.ECB()).encryptor()
+    state = np.zeros((n, 16), dtype=np.uint8)
+    state[:, :8] = np.frombuffer(width.to_bytes(8, "little"), dtype=np.uint8)  # the message length first
+    for start in range(-16, data.shape[1], 16):
+        block = state if start < 0 else state ^ data[:, start : start + 16]
+        state = np.frombuffer(encryptor.update(block.tobytes()), dtype=np.uint8).reshape(n, 16)
+    return state
 
 
 def default_fabricated(n_samples: int) -> int:
@@ -86,19 +108,7 @@ class Masquerade(Plugin):
         """(n, m) fabricated bits of the rows of ``x``: a keyed PRF of each row's float64 bytes."""
         if self.m is None:
             raise ValueError("masquerade m is not fixed yet: call resolve(n_samples) first")
-        rows = np.ascontiguousarray(np.asarray(x, dtype=np.float64))
-        if rows.ndim != 2:
-            raise ValueError(f"masquerade input must be an (n, d) matrix, got shape {rows.shape}")
-        n, width = rows.shape[0], rows.shape[1] * 8
-        data = np.zeros((n, -(-width // 16) * 16), dtype=np.uint8)
-        data[:, :width] = rows.view(np.uint8).reshape(n, width)
-        encryptor = Cipher(algorithms.AES(self._key), modes.ECB()).encryptor()
-        state = np.zeros((n, 16), dtype=np.uint8)
-        state[:, :8] = np.frombuffer(width.to_bytes(8, "little"), dtype=np.uint8)  # the message length first
-        for start in range(-16, data.shape[1], 16):
-            block = state if start < 0 else state ^ data[:, start : start + 16]
-            state = np.frombuffer(encryptor.update(block.tobytes()), dtype=np.uint8).reshape(n, 16)
-        return np.unpackbits(state, axis=1)[:, : self.m].astype(np.float64)
+        return np.unpackbits(row_prf(self._key, x), axis=1)[:, : self.m].astype(np.float64)
 
     def _rank(self, d_in: int) -> int:
         if self.m is None:
@@ -141,7 +151,13 @@ class MasqueradeLinear(nn.Module):
 
 @EMBEDDING_STEPS.register("embedding_noise")
 class EmbeddingNoise(Plugin):
-    """z_B + N(0, σ²) on every entry sent, σ stated; fresh OS entropy per draw (no seed can replay it)."""
+    """z_B + N(0, σ²) on every entry sent, σ stated; the noise of a row is a keyed PRF of the row's bytes.
+
+    The row's CBC-MAC tag (:func:`row_prf`, under a MAC subkey) seeds an AES-256-CTR-like expansion (under a
+    second subkey) of 16 bytes per pair of entries, turned into normals by Box-Muller: the same row gets the
+    same noise in every answer (training and inference alike), distinct rows independent noise, and without
+    the key (32 bytes of OS entropy, never configured) the noise is indistinguishable from i.i.d. draws.
+    """
 
     families = frozenset({"splitnn"})
 
@@ -149,17 +165,33 @@ class EmbeddingNoise(Plugin):
         if isinstance(sigma, bool) or not (math.isfinite(sigma) and sigma > 0):
             raise ValueError(f"sigma must be a finite number > 0, got {sigma!r}")
         self.sigma = float(sigma)
-        self._rng = os_entropy()
+        self._key = new_key()
 
     def public_params(self) -> dict[str, str]:
         return {"sigma": str(self.sigma)}
 
-    def draw(self, shape: tuple[int, ...]) -> np.ndarray:
-        return np.asarray(self._rng.normal(0.0, self.sigma, size=shape), dtype=np.float64)
+    def _subkey(self, purpose: bytes) -> bytes:
+        return hashlib.sha256(b"vflsec embedding_noise " + purpose + self._key).digest()
 
-    def __call__(self, z: np.ndarray) -> np.ndarray:
+    def draw(self, x: np.ndarray, width: int) -> np.ndarray:
+        """(n, width) noise for the rows of ``x``: N(0, σ²) per entry, a fixed function of the row."""
+        tags = row_prf(self._subkey(b"mac"), x)
+        pairs = -(-width // 2)
+        counters = np.zeros((pairs, 16), dtype=np.uint8)
+        counters[:, :8] = np.arange(pairs, dtype="<u8")[:, None].view(np.uint8)
+        blocks = (tags[:, None, :] ^ counters[None, :, :]).tobytes()
+        encryptor = Cipher(algorithms.AES(self._subkey(b"stream")), modes.ECB()).encryptor()
+        words = np.frombuffer(encryptor.update(blocks), dtype="<u8").reshape(len(tags), pairs, 2)
+        u = (words >> np.uint64(11)).astype(np.float64) / float(2**53)  # uniform on [0, 1)
+        radius = np.sqrt(-2.0 * np.log1p(-u[..., 0]))  # 1 − u in (0, 1]: the log is finite
+        angle = 2.0 * np.pi * u[..., 1]
+        normals = np.stack([radius * np.cos(angle), radius * np.sin(angle)], axis=2).reshape(len(tags), 2 * pairs)
+        return self.sigma * normals[:, :width]
+
+    def __call__(self, x: np.ndarray, z: np.ndarray) -> np.ndarray:
+        """The released z for inputs ``x`` and clean embeddings ``z``."""
         z = np.asarray(z, dtype=np.float64)
-        return z + self.draw(z.shape)
+        return z + self.draw(x, z.shape[1])
 
     def wrap(self, module: nn.Module) -> NoisyEmbedding:
         """``module`` whose output carries this noise (training and inference); gradients pass unchanged."""
@@ -173,15 +205,15 @@ class NoisyEmbedding(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         z = self.inner(x)
-        return z + torch.from_numpy(self.noise.draw(tuple(z.shape))).to(z.dtype)
+        return z + torch.from_numpy(self.noise.draw(x.detach().cpu().numpy(), z.shape[1])).to(z.dtype)
 
 
 @dataclass(frozen=True)
 class EmbeddingChain:
     """A passive party's embedding defenses, from its operator's ``[defenses] embedding`` specs, in order.
 
-    The configured chain is a template: each session gets its own instances (:meth:`for_session`: a fresh
-    masquerade key and m resolved for the party's rows). Masquerade replaces the linear layer, so it comes first
+    The configured chain is a template: each session gets its own instances (:meth:`for_session`: fresh PRF
+    keys and m resolved for the party's rows). Masquerade replaces the linear layer, so it comes first
     and at most once; noise steps wrap whatever precedes them.
     """
 
@@ -201,23 +233,25 @@ class EmbeddingChain:
     def __bool__(self) -> bool:
         return bool(self.steps)
 
-    def for_session(self, n_rows: int, masquerade_key: bytes | None = None) -> EmbeddingChain:
-        """Fresh instances for one session (new OS-entropy draws); ``masquerade_key`` restores a checkpointed one."""
+    def for_session(self, n_rows: int, keys: Sequence[bytes] = ()) -> EmbeddingChain:
+        """Fresh instances for one session (new OS-entropy keys); ``keys`` restores checkpointed ones, in order."""
+        if len(keys) > len(self.steps) or any(len(key) != KEY_BYTES for key in keys):
+            raise ValueError(f"expected at most {len(self.steps)} keys of {KEY_BYTES} bytes, got {len(keys)}")
         fresh: list[Plugin] = []
-        for step in self.steps:
+        for i, step in enumerate(self.steps):
             if isinstance(step, Masquerade):
                 step = Masquerade(step.m, step.rank).resolve(n_rows)
-                if masquerade_key is not None:
-                    step._key = masquerade_key
             else:
                 step = type(step)(**step.get_params())
+            if i < len(keys):
+                step._key = keys[i]  # type: ignore[attr-defined]
             fresh.append(step)
         return EmbeddingChain(tuple(fresh))
 
     @property
-    def masquerade_key(self) -> bytes | None:
-        """The session's PRF key, for the party's own checkpoint only (never announced)."""
-        return next((step._key for step in self.steps if isinstance(step, Masquerade)), None)
+    def keys(self) -> tuple[bytes, ...]:
+        """Every step's PRF key, in order, for the party's own checkpoint only (never announced)."""
+        return tuple(step._key for step in self.steps)  # type: ignore[attr-defined]
 
     def announced(self) -> list[tuple[str, dict[str, str]]]:
         """(name, public parameters) per step: what the active party is told (Kerckhoffs)."""

@@ -85,8 +85,8 @@ class PassiveSession:
         }
         if self.share_mask_key is not None:
             arrays["share_mask_key"] = checkpoint.from_bytes(self.share_mask_key)
-        if self.embedding.masquerade_key is not None:
-            arrays["masquerade_key"] = checkpoint.from_bytes(self.embedding.masquerade_key)
+        if self.embedding:  # the PRF keys of the defense steps: the same bits and noise after a restart
+            arrays["embedding_keys"] = checkpoint.from_bytes(b"".join(self.embedding.keys))
         for name in ("rows", "psi_permutation"):
             if getattr(self, name) is not None:
                 arrays[name] = getattr(self, name)
@@ -107,9 +107,11 @@ class PassiveSession:
         context = checkpoint.as_bytes(arrays["context"])
         family = meta.get("family", families.DEFAULT)  # a checkpoint from before the family layer is LR's
         embedding = EmbeddingChain.from_specs(meta.get("embedding_release", ()))
-        if embedding:  # the same defended layer and PRF key as before the restart
-            key = checkpoint.as_bytes(arrays["masquerade_key"]) if "masquerade_key" in arrays else None
-            embedding = embedding.for_session(1, key)  # m was resolved when the session joined
+        if embedding:  # the same defended layer and PRF keys as before the restart
+            # (older checkpoints kept only masquerade's key, which is always the first step)
+            blob = checkpoint.as_bytes(arrays.get("embedding_keys", arrays.get("masquerade_key", np.zeros(0))))
+            keys = [blob[i : i + entropy.KEY_BYTES] for i in range(0, len(blob), entropy.KEY_BYTES)]
+            embedding = embedding.for_session(1, keys)  # m was resolved when the session joined
             trainer = families.get(family).restore_passive((arrays, meta), embedding.module)
         else:
             trainer = families.get(family).restore_passive((arrays, meta))

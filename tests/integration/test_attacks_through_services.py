@@ -23,7 +23,7 @@ def record(tmp_path, **options):
     obs, ids = curious.observations(store, run.session_id)
     store.close()
     assert ids == run.queried
-    return obs, true_passive_features(run.layout, ids), run
+    return obs, true_passive_features(run.layout, ids)[0], run
 
 
 def mse_of(obs, truth, *names: str, **options) -> dict[str, float]:

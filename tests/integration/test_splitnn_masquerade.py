@@ -120,7 +120,7 @@ def test_masquerade_fools_the_plain_attack_the_adaptive_one_recovers_at_m1_and_f
         assert run.accuracy >= plain.accuracy - 0.10
 
 
-def test_the_defended_session_survives_its_checkpoint_with_the_same_bits(tmp_path) -> None:
+def test_the_defended_session_survives_its_checkpoint_with_the_same_bits_and_noise(tmp_path) -> None:
     run = _run(tmp_path, ["masquerade:m=1", "embedding_noise:sigma=0.01"], epochs=1)
     assert run.obs.embedding_chain == (("masquerade", {"m": "1"}), ("embedding_noise", {"sigma": "0.01"}))
     arrays, meta = run.session.to_state()
@@ -129,8 +129,15 @@ def test_the_defended_session_survives_its_checkpoint_with_the_same_bits(tmp_pat
     masquerade = run.session.embedding.steps[0]
     assert np.array_equal(restored.embedding.steps[0].bits(x), masquerade.bits(x))  # the same PRF key
     noisy = run.session.trainer.inference_share(x)
-    again = restored.trainer.inference_share(x)
-    assert 0 < np.abs(noisy - again).max() < 0.2  # same layer and bits, fresh noise draws
+    assert np.array_equal(run.session.trainer.inference_share(x), noisy)  # asked again: the same z_B
+    assert np.array_equal(restored.trainer.inference_share(x), noisy)  # same layer, bits and noise key
+    noise = run.session.embedding.steps[1]
+    assert np.array_equal(restored.embedding.steps[1].draw(x, 8), noise.draw(x, 8))
+    # a checkpoint from before the noise was keyed holds masquerade's key only: its bits survive, the noise is new
+    arrays["masquerade_key"] = arrays.pop("embedding_keys")[:32]
+    older = PassiveSession.from_state(arrays, meta)
+    assert np.array_equal(older.embedding.steps[0].bits(x), masquerade.bits(x))
+    assert not np.array_equal(older.embedding.steps[1].draw(x, 8), noise.draw(x, 8))
 
 
 def test_masquerade_wider_than_an_explicit_session_width_is_refused_naming_the_bound(tmp_path) -> None:

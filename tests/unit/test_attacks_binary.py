@@ -137,6 +137,32 @@ def test_span_beyond_max_rank_is_refused() -> None:
         enumerate_binary(z, 12, max_rank=10)
 
 
+def test_algorithm_2_beyond_its_candidate_bound_samples_instead_of_refusing() -> None:
+    z, bits = planted(5000, 1, 10, 12, seed=9)  # span 11 + ones: 2^13 candidates per restart
+    exhaustive = regression_search(z, 11, restarts=4, rng=np.random.default_rng(0))
+    assert exhaustive.sampled is None
+    sampled = regression_search(z, 11, restarts=20, max_candidates=2**10, rng=np.random.default_rng(0))
+    assert sampled.sampled == "1024 of the 2^13 candidates per restart, drawn at random"
+    # each restart hits the feature's labeling (or its complement) with probability ≈ 2 · 2^10 / 2^13
+    assert attack_accuracy(bits, sampled.vectors[:, :1], complements=True) >= 0.99
+    obs = Observations(np.zeros((5000, 1)), None, 2, 11, embeddings=z)
+    found = run_attack(make_attack("ye_alg2", seed=0, max_candidates=2**10), obs)
+    assert found.meta["sampled"].startswith("1024 of the 2^13")
+    with pytest.raises(ValueError, match="max_candidates must be an integer >= 1"):
+        make_attack("ye_adaptive", max_candidates=0)
+
+
+def test_adaptive_attack_at_log2_n_bits_returns_its_best_effort_with_the_reason() -> None:
+    n, m = 2048, 11
+    z, truth, _ = masqueraded(n, m, seed=8, rank_reduce=False)  # span 5 + 11 + ones: 2^18 per restart
+    obs = Observations(np.zeros((n, 1)), None, 2, 5, embeddings=z, param_chain=(("masquerade", {"m": "log2n"}),))
+    result = run_attack(make_attack("ye_adaptive", seed=0, restarts=4, max_candidates=2**12), obs)
+    assert result.meta["fabricated_m"] == m and result.meta["sampled"].startswith("4096 of the 2^18")
+    assert result.meta["largest_group"] <= n  # the groups the bits it found define
+    majority = max(truth.mean(), 1 - truth.mean())
+    assert attack_accuracy(truth[:, None], result.meta["binary_features"], complements=True) <= majority + 0.05
+
+
 def test_raw_residual_ranking_picks_e_under_noise_where_unexplained_fraction_picks_the_feature() -> None:
     """Why line 8 is ranked by 1 − R² here: e = [1, 0, …, 0] has raw residual ≤ 1, a noisy true feature n·σ²-ish."""
     z, bits = planted(8000, 1, 7, 8, seed=2)
@@ -155,3 +181,18 @@ def test_the_default_attacks_include_the_adaptive_one_when_masquerade_is_announc
     # Kerckhoffs: the announced masquerade calls for its attacker (ye §5), or the headline overstates the defense
     assert "ye_adaptive" in default_attacks((), (), "splitnn", ["masquerade:m=1"])
     assert "ye_adaptive" in default_attacks((), (), "splitnn", ["masquerade", "embedding_noise:sigma=0.1"])
+
+
+def test_the_harness_scores_ye_accuracy_against_one_hot_combinations_of_the_dataset() -> None:
+    from vflsec.client.harness import binary_recovery, one_hot_groups
+
+    names = ["age", "job=admin", "job=blue", "job=retired", "contact=telephone"]
+    assert one_hot_groups(names) == ((1, 2, 3),)  # a two-category column is one indicator: no group
+    rng = np.random.default_rng(0)
+    job = np.eye(3)[rng.integers(0, 3, 400)]
+    truth = np.column_stack([rng.random(400), job, rng.integers(0, 2, 400)])
+    found = (job[:, 0] + job[:, 2])[:, None]  # admin or retired: a sum of the group's indicators
+    plain = binary_recovery(truth, found)
+    scored = binary_recovery(truth, found, one_hot_groups(names))
+    assert plain["ye_accuracy"] < 0.9 and scored["ye_accuracy"] == 1.0
+    assert scored["one_hot_groups"] == [[1, 2, 3]] and "one_hot_groups" not in plain

@@ -25,4 +25,9 @@ def test_summary_is_medians_over_runs_and_the_accuracy_spread() -> None:
     assert s["masquerade m=1"]["cpu_ratio"] == pytest.approx(1.1)
     assert s["masquerade m=1"]["accuracy_change_pp"] == pytest.approx(-1.0)
     assert (s["masquerade m=1"]["accuracy_min"], s["masquerade m=1"]["accuracy_max"]) == (0.89, 0.91)
-    assert len(table(s)) == 3
+    assert len(table(s)) == 3 and "majority_rate" not in s["none"]
+    for rows in per_run.values():
+        for r in rows:
+            r["majority_rate"] = 0.886
+    lines = table(summary(per_run))
+    assert "majority class" in lines[0] and lines[1].endswith("0.8860")

@@ -54,7 +54,7 @@ DEFAULTS = {
              "--scaling": "standard", "--release": None, "--param-release": None, "--embedding-release": None,
              "--json": False},
     "prepare": {"--dataset": "breast_cancer", "--passive": 2, "--passive-features": None, "--seed": 0,
-                "--compose": False, "--release": None, "--param-release": None},
+                "--compose": False, "--release": None, "--param-release": None, "--embedding-release": None},
     "run": {"--backend": "ckks", "--epochs": 30, "--batch-size": 0, "--learning-rate": 0.1, "--seed": 0,
             "--compare-plain": False, "--wait": 120.0, "--json": False},
     "attack": {"--dataset": "digits", "--passive": 1, "--passive-features": None, "--predictions": 1000,
@@ -172,6 +172,8 @@ def test_default_batch_follows_the_minimum_and_an_explicit_one_below_it_is_refus
         ["attack", "--model", "splitnn", "--topology", "active-top", "--embedding-release", "masquerade:m=0"],
         ["demo", "--embedding-release", "masquerade:m=1"],  # LR: the passive output leaves encrypted only
         ["prepare", "--out", "unused", "--passive-features", "99"],
+        ["prepare", "--out", "unused", "--embedding-release", "masquerade:m=1"],  # active-top runs plain only
+        ["prepare", "--out", "unused", "--allow-plain", "--embedding-release", "masquerade:n=1"],
         ["curve", "--dataset", "no_such_dataset"],
     ],
 )
@@ -180,3 +182,18 @@ def test_cli_refuses_a_bad_spec_before_anything_starts(args, tmp_path, monkeypat
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2 and result.stderr.startswith("error: "), result.output
     assert not (tmp_path / "unused").exists()
+
+
+def test_prepare_writes_the_embedding_release_into_every_passive_toml(tmp_path) -> None:
+    import tomllib
+
+    args = ["prepare", "--out", str(tmp_path / "fed"), "--allow-plain",
+            "--embedding-release", "masquerade:m=1,embedding_noise:sigma=0.01"]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    for party in ("passive-1", "passive-2"):
+        config = tomllib.loads((tmp_path / "fed" / party / "config.toml").read_text())
+        assert config["defenses"]["embedding"] == ["masquerade:m=1", "embedding_noise:sigma=0.01"]
+        assert config["policy"]["allowed_backends"] == ["ckks", "plain"]
+    refused = CliRunner().invoke(app, ["prepare", "--out", str(tmp_path / "x"), "--embedding-release", "masquerade"])
+    assert "add --allow-plain" in refused.stderr

@@ -73,16 +73,31 @@ def test_layer_trains_through_its_parameters() -> None:
     assert all(p.grad is not None and torch.any(p.grad != 0) for p in layer.parameters())
 
 
-def test_gaussian_noise_has_the_stated_sigma_and_fresh_draws() -> None:
+def test_gaussian_noise_has_the_stated_sigma_and_is_fixed_per_row() -> None:
     noise = EmbeddingNoise(0.5)
-    z = np.zeros((200, 50))
-    first, second = noise(z), noise(z)
-    assert abs(np.std(first) - 0.5) < 0.03
-    assert not np.array_equal(first, second)
-    assert noise.public_params() == {"sigma": "0.5"}
+    x = rows(400)
+    first = noise.draw(x, 51)
+    assert first.shape == (400, 51)
+    assert abs(np.std(first) - 0.5) < 0.02 and abs(np.mean(first)) < 0.02
+    assert abs(np.mean(first**4) / np.mean(first**2) ** 2 - 3) < 0.3  # Gaussian kurtosis
+    assert np.array_equal(noise.draw(x, 51), first)  # the same rows asked again: the same noise
+    order = np.random.default_rng(1).permutation(400)
+    assert np.array_equal(noise.draw(x[order][:9], 51), first[order][:9])  # whatever the batch and its order
+    # averaging k answers of the same rows does not shrink the error (fresh draws would leave σ/√k)
+    averaged = np.mean([noise(x, np.zeros((400, 51))) for _ in range(16)], axis=0)
+    assert abs(np.std(averaged) - 0.5) < 0.02
+    # different rows, entries and keys: independent noise
+    assert abs(np.corrcoef(first[:-1].ravel(), first[1:].ravel())[0, 1]) < 0.03
+    assert abs(np.corrcoef(first[:, :-1].ravel(), first[:, 1:].ravel())[0, 1]) < 0.03
+    other = EmbeddingNoise(0.5).draw(x, 51)
+    assert abs(np.corrcoef(first.ravel(), other.ravel())[0, 1]) < 0.03
+    assert noise.public_params() == {"sigma": "0.5"} and noise.get_params() == {"sigma": 0.5}  # no key
     wrapped = noise.wrap(torch.nn.Identity())
-    out = wrapped(torch.zeros(10, 3, dtype=torch.float64, requires_grad=True))
-    assert out.shape == (10, 3) and torch.any(out != 0)
+    inputs = torch.from_numpy(x[:10]).requires_grad_(True)
+    out = wrapped(inputs)
+    assert torch.equal(out, inputs + torch.from_numpy(first[:10, :5]))
+    out.sum().backward()
+    assert torch.equal(inputs.grad, torch.ones_like(inputs))  # gradients pass unchanged
     for bad in ("0", "-1", "nan", "x", "true"):  # as specs: the shared parser, then the range check
         with pytest.raises(PluginError, match="sigma"):
             EMBEDDING_STEPS.parse(f"embedding_noise:sigma={bad}")

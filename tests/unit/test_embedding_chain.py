@@ -47,12 +47,17 @@ def test_each_session_draws_its_own_key_and_announces_no_secret() -> None:
     first, second = template.for_session(1000), template.for_session(1000)
     assert first.announced() == [("masquerade", {"m": "10"}), ("embedding_noise", {"sigma": "0.5"})]
     assert first.specs() == ["masquerade:m=10", "embedding_noise:sigma=0.5"]
-    assert first.masquerade_key != second.masquerade_key  # OS entropy per session
+    assert len(set(first.keys + second.keys)) == 4  # OS entropy per step and session
     x = np.random.default_rng(0).normal(size=(64, 5))
     assert not np.array_equal(first.steps[0].bits(x), second.steps[0].bits(x))
-    restored = EmbeddingChain.from_specs(first.specs()).for_session(1, first.masquerade_key)
+    restored = EmbeddingChain.from_specs(first.specs()).for_session(1, first.keys)
     assert np.array_equal(restored.steps[0].bits(x), first.steps[0].bits(x))
-    assert all(first.masquerade_key.hex() not in str(v) for _, params in first.announced() for v in params.values())
+    assert np.array_equal(restored.steps[1].draw(x, 6), first.steps[1].draw(x, 6))
+    assert not np.array_equal(second.steps[1].draw(x, 6), first.steps[1].draw(x, 6))
+    announced = str(first.announced())
+    assert all(key.hex() not in announced and str(key) not in announced for key in first.keys)
+    with pytest.raises(ValueError, match="keys of 32 bytes"):
+        template.for_session(1, [b"short"])
     module = first.module(torch.nn.Linear(5, 14), 5, 14, bias=False, seed=1, role=1)  # rank 4 + 10 bits
     assert isinstance(module, NoisyEmbedding) and isinstance(module.inner, MasqueradeLinear)
     assert isinstance(module.inner.masquerade, Masquerade) and module.inner.masquerade.m == 10
