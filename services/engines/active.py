@@ -505,7 +505,9 @@ class ActiveParty:
             share = s.trainer.inference_share(self.data.X[s.rows[part]]) - masks
             own = self._pool.submit(he.encrypt_matrix, keys, share)
             self._each_passive(lambda party, client, part=part: client.share_logits(session_id, query_id, part))
-            reply = self.coordinator.release_scores(keys, session_id, query_id, own.result(), part, s.n_classes)
+            reply = self.coordinator.release_scores(
+                keys, session_id, query_id, own.result(), part, n_classes=s.n_classes
+            )
             released = reply.scores
             ids = sample_ids[start : start + chunk]
             self._emit(

@@ -186,6 +186,7 @@ class CoordinatorClient:
         query_id: str,
         own_logits: he.EncryptedMatrix,
         sample_index: np.ndarray,
+        *,
         n_classes: int,
     ) -> ReleasedScores:
         """The released scores of the rows, ``n_classes`` columns each (taken as the release chain made them:
