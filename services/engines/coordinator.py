@@ -476,10 +476,11 @@ class Coordinator:
         replicas: int,
         sample_index: np.ndarray,
         widths: Mapping[str, int],
-    ) -> he.EncryptedMatrix:
-        """[[z]] -> [[p]]: the active party never sees a training score in plaintext.
+    ) -> he.WireMatrix:
+        """[[z]] -> [[p]], serialised once (kept for a replay and sent as is): the active party never sees a
+        training score in plaintext.
 
-        A replay of the last step (after a crash) must name the same batch and gets the same [[p]] back.
+        A replay of the last step (after a crash) must name the same batch and gets the same [[p]] bytes back.
         """
         s = self.session(session_id)
         training_scores = _family_step(session_id, s, "training_scores")
@@ -491,16 +492,14 @@ class Coordinator:
             raise InvalidArgument(f"{len(sample_index)} sample indices for {n} logit rows")
         with s.lock:
             replay = self._admit_step(s, step, sample_index, widths)
-            if replay is not None:
-                return he.EncryptedMatrix(
-                    replay.layout, he.deserialize_all(s.backend, replay.scores, replay.layout.ct_size)
-                )
-            keys = self._epoch_keys(session_id, s, step)
-            probs = training_scores(keys, self._logits(s, logits, keys), replicas)
-            scores = [keys.serialize(ct) for ct in probs.ciphertexts]
-            s.current = TrainingStep(step, probs.layout, np.array(sample_index), scores)
-            self._advance(session_id, s, step, sample_index, widths)
-        return probs
+            if replay is None:
+                keys = self._epoch_keys(session_id, s, step)
+                probs = training_scores(keys, self._logits(s, logits, keys), replicas)
+                scores = [keys.serialize(ct) for ct in probs.ciphertexts]
+                replay = s.current = TrainingStep(step, probs.layout, np.array(sample_index), scores)
+                self._advance(session_id, s, step, sample_index, widths)
+        layout = replay.layout
+        return he.WireMatrix(layout.shape, layout.replicas, layout.rows_per_ct, list(replay.scores))
 
     def _admit_step(
         self, s: CoordinatorSession, step: int, sample_index: np.ndarray, widths: Mapping[str, int]
@@ -987,7 +986,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
             np.asarray(request.sample_index, np.int64),
             dict(request.widths),
         )
-        return wire.to_message(s.backend, probs)
+        return wire.message_of(probs)
 
     @rpc
     def DecryptBlockSums(self, request: coordinator_pb2.BlockSumsRequest, context: grpc.ServicerContext):

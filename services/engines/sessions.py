@@ -109,7 +109,8 @@ class SessionTable(Generic[S]):
         self._sessions[session_id] = s
 
     def save(self, session_id: str, s: S) -> None:
-        self.state.save(session_id, *s.to_state())
+        if self.state.enabled:  # the state is built only to be written (a training step saves several times)
+            self.state.save(session_id, *s.to_state())
 
     def close(self, session_id: str) -> S | None:
         s = self._sessions.pop(session_id, None)
