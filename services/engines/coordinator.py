@@ -660,17 +660,23 @@ class Coordinator:
                 # is parsed: only this request (its digest) may ever be decrypted for the party at this step.
                 answer = current.answers[caller] = Answer(digest, entropy.new_key())
                 self._save(session_id, s)
-            try:
-                cts = he.deserialize_all(keys, ciphertexts, layout.ct_size)
-                keys.check_form(cts, product=True)
-                sums = block_sums(keys, cts, layout, width)
-            except ValueError as exc:
+        # Parsed and decrypted outside the session lock, so the parties' requests of a step are answered side by
+        # side. Only these bytes can get here (the digest is recorded), and a concurrent repeat of them decrypts to
+        # the very same sums: the flooding is keyed by the answer's seed.
+        try:
+            cts = he.deserialize_all(keys, ciphertexts, layout.ct_size)
+            keys.check_form(cts, product=True)
+            sums = block_sums(keys, cts, layout, width)
+        except ValueError as exc:
+            with s.lock:
                 answer.refused = f"ciphertexts: {exc}"
                 self._save(session_id, s)
-                raise InvalidArgument(answer.refused) from exc
-            answer.sums = _flood(sums, keys.block_sum_flooding, entropy.keyed_stream(answer.seed, "block-sums"))
+            raise InvalidArgument(answer.refused) from exc
+        sums = _flood(sums, keys.block_sum_flooding, entropy.keyed_stream(answer.seed, "block-sums"))
+        with s.lock:
+            answer.sums = sums
             self._save(session_id, s)
-        return answer.sums.copy()
+        return sums.copy()
 
     @contextmanager
     def family_turn(self, session_id: str, caller: str, *, owner: bool = True) -> Iterator[CoordinatorSession]:
