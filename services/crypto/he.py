@@ -185,8 +185,14 @@ class Backend(ABC):
     @abstractmethod
     def _mul_plain(self, a: Ct, v: np.ndarray) -> Ct: ...
 
-    def encrypt(self, values: np.ndarray | Sequence[float]) -> Ct:
-        return self._encrypt(_as_vector(values, self.slots, "plaintext"))
+    def encrypt(self, values: np.ndarray | Sequence[float], *, ahead: bool = False) -> Ct:
+        """``ahead``: from a fresh Enc(0) made in the background (CKKS: ZeroPool), for an encryption that recurs
+        on a critical path with waits in between (a training step's [[z_p]] and [[p]]), not for bursts."""
+        arr = _as_vector(values, self.slots, "plaintext")
+        return self._encrypt_ahead(arr) if ahead else self._encrypt(arr)
+
+    def _encrypt_ahead(self, values: np.ndarray) -> Ct:
+        return self._encrypt(values)
 
     def decrypt(self, ct: Ct) -> np.ndarray:
         if not self.can_decrypt:
@@ -397,6 +403,9 @@ class CkksBackend(Backend):
                 )
 
     def _encrypt(self, values: np.ndarray) -> ts.CKKSVector:
+        return ts.ckks_vector(self._ctx, values)
+
+    def _encrypt_ahead(self, values: np.ndarray) -> ts.CKKSVector:
         zero = self._zeros.take(values.size)
         return ts.ckks_vector(self._ctx, values) if zero is None else zero.add_(values)
 
@@ -697,12 +706,12 @@ def choose_replicas(n: int, k: int, d: int, slots: int) -> int:
     return min(range(1, min(d, slots // k) + 1), key=cost)
 
 
-def encrypt_matrix(backend: Backend, M: np.ndarray, replicas: int = 1) -> EncryptedMatrix:
+def encrypt_matrix(backend: Backend, M: np.ndarray, replicas: int = 1, *, ahead: bool = False) -> EncryptedMatrix:
     M = np.asarray(M, dtype=np.float64)
     if M.ndim != 2:
         raise ValueError(f"matrix must be 2-D, got shape {M.shape}")
     layout = MatrixLayout.for_matrix(M.shape, replicas, backend.slots)
-    return EncryptedMatrix(layout, [backend.encrypt(v) for v in layout.pack(M)])
+    return EncryptedMatrix(layout, [backend.encrypt(v, ahead=ahead) for v in layout.pack(M)])
 
 
 def decrypt_matrix(backend: Backend, em: EncryptedMatrix) -> np.ndarray:

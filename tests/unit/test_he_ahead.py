@@ -37,7 +37,7 @@ def test_an_encryption_through_the_pool_is_a_fresh_encryption() -> None:
     blobs = []
     for _ in range(4):
         _drain()  # the next encryption takes an Enc(0) made ahead
-        ct = public.encrypt(values)
+        ct = public.encrypt(values, ahead=True)
         keys.check_form([ct], product=False)
         assert np.abs(keys.decrypt(ct) - values).max() < 1e-6
         blobs.append(public.serialize(ct))
