@@ -13,6 +13,7 @@ import contextlib
 import cProfile
 import os
 import pstats
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,8 @@ ENV = "VFLSEC_PROFILE_DIR"
 # The HE operations: the cumulative time of services/crypto/he.py's backend primitives (TenSEAL underneath).
 HE_OPS = {
     "_encrypt": "he_encrypt",
+    "_encrypt_ahead": "he_encrypt",  # Enc(0) + Δm on the critical path (or a direct encryption when none is ready)
+    "_encrypt_zero": "he_encrypt_ahead",  # ZeroPool's Enc(0), made on a background thread off the critical path
     "_decrypt": "he_decrypt",
     "_serialize": "he_serialisation",
     "_deserialize": "he_serialisation",
@@ -51,6 +54,9 @@ def profile_threads(out: Path) -> Iterator[None]:
     profiles: list[cProfile.Profile] = []
 
     def start(*_: object) -> None:  # runs once in each new thread, then cProfile's own hook replaces it
+        if _plumbing(threading.current_thread()):
+            sys.setprofile(None)
+            return
         profile = cProfile.Profile()
         profiles.append(profile)
         profile.enable()
@@ -72,6 +78,12 @@ def profile_threads(out: Path) -> Iterator[None]:
         if stats is not None:
             out.parent.mkdir(parents=True, exist_ok=True)
             stats.dump_stats(str(out))
+
+
+def _plumbing(thread: threading.Thread) -> bool:
+    """A process pool's own threads (the PSI workers' feeder and manager): they only wait for and pipe the
+    workers' data during alignment, and would count their poll and pipe writes as the epoch's Python time."""
+    return thread.name.startswith("QueueFeederThread") or type(thread).__name__ == "_ExecutorManagerThread"
 
 
 def maybe_profile(party: str) -> contextlib.AbstractContextManager[None]:

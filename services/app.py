@@ -13,11 +13,7 @@ from vflsec.services.config import ServiceConfig
 from vflsec.services.crypto import he
 from vflsec.services.data import datasets
 from vflsec.services.defenses.release import ParamReleaseChain, ScoreReleaseChain
-from vflsec.services.engines import active, checkpoint, coordinator, passive
-from vflsec.services.rpc import active as active_rpc
-from vflsec.services.rpc import coordinator as coordinator_rpc
-from vflsec.services.rpc import passive as passive_rpc
-from vflsec.services.rpc import splitnn, trees
+from vflsec.services.engines import checkpoint
 from vflsec.services.transport.links import CoordinatorClient, PassiveClient
 from vflsec.services.transport.server import (
     CallPolicy,
@@ -84,7 +80,13 @@ def _channel(config: ServiceConfig, peer: str) -> grpc.Channel:
 def start_party(config: ServiceConfig) -> Party:
     policy = CallPolicy(timeout=config.call_timeout, retry_seconds=config.retry_seconds)
     state = checkpoint.StateDir(config.state_dir)
+    # Each role imports only its own engine: a coordinator or active process never loads the passive engine's
+    # split-NN defenses (torch, ~3 CPU-s of start-up).
     if config.role == "coordinator":
+        from vflsec.services.engines import coordinator
+        from vflsec.services.rpc import coordinator as coordinator_rpc
+        from vflsec.services.rpc import splitnn, trees
+
         channels = {party: _channel(config, party) for party in config.passive_peers}
         clients = {party: PassiveClient(party, ch, policy) for party, ch in channels.items()}
 
@@ -117,6 +119,10 @@ def start_party(config: ServiceConfig) -> Party:
         return Party(config, engine, server, list(channels.values()))
 
     if config.role == "passive":
+        from vflsec.services.engines import passive
+        from vflsec.services.rpc import passive as passive_rpc
+        from vflsec.services.rpc import splitnn, trees
+
         channel = _channel(config, "coordinator")
         engine = passive.PassiveParty(
             config.party_id,
@@ -145,6 +151,9 @@ def start_party(config: ServiceConfig) -> Party:
             },
         )
         return Party(config, engine, server, [channel])
+
+    from vflsec.services.engines import active
+    from vflsec.services.rpc import active as active_rpc
 
     data = load_party_data(config)
     coordinator_channel = _channel(config, "coordinator")

@@ -41,8 +41,11 @@ from __future__ import annotations
 import math
 import struct
 import tempfile
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import ClassVar, Protocol, TypeAlias
 
@@ -182,8 +185,14 @@ class Backend(ABC):
     @abstractmethod
     def _mul_plain(self, a: Ct, v: np.ndarray) -> Ct: ...
 
-    def encrypt(self, values: np.ndarray | Sequence[float]) -> Ct:
-        return self._encrypt(_as_vector(values, self.slots, "plaintext"))
+    def encrypt(self, values: np.ndarray | Sequence[float], *, ahead: bool = False) -> Ct:
+        """``ahead``: from a fresh Enc(0) made in the background (CKKS: ZeroPool), for an encryption that recurs
+        on a critical path with waits in between (a training step's [[z_p]] and [[p]]), not for bursts."""
+        arr = _as_vector(values, self.slots, "plaintext")
+        return self._encrypt_ahead(arr) if ahead else self._encrypt(arr)
+
+    def _encrypt_ahead(self, values: np.ndarray) -> Ct:
+        return self._encrypt(values)
 
     def decrypt(self, ct: Ct) -> np.ndarray:
         if not self.can_decrypt:
@@ -236,6 +245,54 @@ class Backend(ABC):
         return arr
 
 
+# One background thread makes encryptions of zero ahead for every CKKS backend of the process (ZeroPool).
+_AHEAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="he-ahead")
+
+
+class ZeroPool:
+    """Fresh encryptions of zero, made ahead on a background thread while the party waits for its peers.
+
+    A CKKS public-key encryption *is* ``Enc(0) + Δm``: SEAL encrypts zero (sampling u, e0, e1: the NTT-heavy
+    part) and adds the encoded plaintext. Adding the plaintext to an Enc(0) made earlier is therefore the same
+    encryption, same distribution, same randomness source (SEAL's PRNG, seeded from OS entropy), with only
+    the encoding left on the critical path. Each Enc(0) is handed out exactly once: two ciphertexts sharing
+    one would differ by Δ(m1 - m2) in the clear. ``depth`` per slot count, for the ``sizes`` most recently used.
+    """
+
+    def __init__(self, make: Callable[[int], ts.CKKSVector], depth: int = 2, sizes: int = 4) -> None:
+        self._make = make
+        self._depth, self._sizes = depth, sizes
+        self._ready: dict[int, deque[ts.CKKSVector]] = {}
+        self._pending: dict[int, int] = {}
+        self._lock = threading.Lock()
+
+    def take(self, size: int) -> ts.CKKSVector | None:
+        """A fresh Enc(0) of ``size`` slots if one is ready (None: encrypt directly); schedules the refill."""
+        with self._lock:
+            ready = self._ready.pop(size, None)
+            if ready is None and len(self._ready) >= self._sizes:
+                oldest = next(iter(self._ready))  # the least recently used size makes room
+                del self._ready[oldest]
+            ready = self._ready[size] = ready if ready is not None else deque()  # now the most recent
+            zero = ready.popleft() if ready else None
+            missing = self._depth - len(ready) - self._pending.get(size, 0)
+            self._pending[size] = self._pending.get(size, 0) + max(missing, 0)
+        for _ in range(missing):
+            _AHEAD.submit(self._refill, size)
+        return zero
+
+    def _refill(self, size: int) -> None:
+        zero = None
+        try:
+            zero = self._make(size)
+        finally:
+            with self._lock:
+                self._pending[size] -= 1
+                ready = self._ready.get(size)
+                if zero is not None and ready is not None and len(ready) < self._depth:
+                    ready.append(zero)
+
+
 class CkksBackend(Backend):
     """TenSEAL CKKS. The key holder keeps the secret key; public instances can only encrypt and compute."""
 
@@ -249,6 +306,7 @@ class CkksBackend(Backend):
         self._secret_key = context.secret_key() if context.has_secret_key() else None
         self._public_bytes: bytes | None = None
         self._fresh_level: int | None = None
+        self._zeros = ZeroPool(self._encrypt_zero)
 
     @classmethod
     def keyholder(cls) -> CkksBackend:
@@ -346,6 +404,13 @@ class CkksBackend(Backend):
 
     def _encrypt(self, values: np.ndarray) -> ts.CKKSVector:
         return ts.ckks_vector(self._ctx, values)
+
+    def _encrypt_ahead(self, values: np.ndarray) -> ts.CKKSVector:
+        zero = self._zeros.take(values.size)
+        return ts.ckks_vector(self._ctx, values) if zero is None else zero.add_(values)
+
+    def _encrypt_zero(self, size: int) -> ts.CKKSVector:
+        return ts.ckks_vector(self._ctx, np.zeros(size))
 
     def _decrypt(self, ct: Ct) -> np.ndarray:
         # Passing the key explicitly also decrypts vectors linked to a public context in the same process.
@@ -641,12 +706,12 @@ def choose_replicas(n: int, k: int, d: int, slots: int) -> int:
     return min(range(1, min(d, slots // k) + 1), key=cost)
 
 
-def encrypt_matrix(backend: Backend, M: np.ndarray, replicas: int = 1) -> EncryptedMatrix:
+def encrypt_matrix(backend: Backend, M: np.ndarray, replicas: int = 1, *, ahead: bool = False) -> EncryptedMatrix:
     M = np.asarray(M, dtype=np.float64)
     if M.ndim != 2:
         raise ValueError(f"matrix must be 2-D, got shape {M.shape}")
     layout = MatrixLayout.for_matrix(M.shape, replicas, backend.slots)
-    return EncryptedMatrix(layout, [backend.encrypt(v) for v in layout.pack(M)])
+    return EncryptedMatrix(layout, [backend.encrypt(v, ahead=ahead) for v in layout.pack(M)])
 
 
 def decrypt_matrix(backend: Backend, em: EncryptedMatrix) -> np.ndarray:

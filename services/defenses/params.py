@@ -26,19 +26,37 @@ whose estimate is affine in the true features, x̂ = M x + m, has MSE (1/d)[Tr((
 
 from __future__ import annotations
 
+import importlib
 import math
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-import torch
-from scipy.optimize import BFGS, NonlinearConstraint, minimize
 
 from vflsec.services.defenses.release import PARAM_STEPS, ReleaseStep
 from vflsec.services.models.lr import PassiveSystem, difference_operator
+
+
+class _OnFirstUse:
+    """A module imported when first used: only the optimising defenses need torch and scipy, which cost a party
+    ~3 CPU-s at start-up (every party imports this module through the release chains)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(importlib.import_module(self._name), attr)
+
+
+if TYPE_CHECKING:
+    import torch
+    from scipy import optimize
+else:
+    torch = _OnFirstUse("torch")
+    optimize = _OnFirstUse("scipy.optimize")
 
 __all__ = [
     "DEFAULT_WARN_FRACTION",
@@ -667,7 +685,7 @@ class Varasteh(Distortion):
             )
             return value, grad.numpy()
 
-        constraint = NonlinearConstraint(
+        constraint = optimize.NonlinearConstraint(
             lambda flat: float(flat @ flat) / size,
             target,
             target,
@@ -683,8 +701,8 @@ class Varasteh(Distortion):
             with warnings.catch_warnings():
                 # BFGS reports a zero gradient change once the iterate sits on the optimum; nothing to act on.
                 warnings.filterwarnings("ignore", message="delta_grad == 0.0")
-                solution = minimize(
-                    objective, x0, jac=True, hess=BFGS(), method="trust-constr", constraints=[constraint],
+                solution = optimize.minimize(
+                    objective, x0, jac=True, hess=optimize.BFGS(), method="trust-constr", constraints=[constraint],
                     options={"maxiter": self.max_iter, "gtol": 1e-10, "xtol": 1e-12},
                 )  # fmt: skip
             delta = solution.x * (radius / np.linalg.norm(solution.x))  # land exactly on the sphere

@@ -479,10 +479,11 @@ class Coordinator:
         replicas: int,
         sample_index: np.ndarray,
         widths: Mapping[str, int],
-    ) -> he.EncryptedMatrix:
-        """[[z]] -> [[p]]: the active party never sees a training score in plaintext.
+    ) -> he.WireMatrix:
+        """[[z]] -> [[p]], serialised once (kept for a replay and sent as is): the active party never sees a
+        training score in plaintext.
 
-        A replay of the last step (after a crash) must name the same batch and gets the same [[p]] back.
+        A replay of the last step (after a crash) must name the same batch and gets the same [[p]] bytes back.
         """
         s = self.session(session_id)
         training_scores = family_step(session_id, s, "training_scores")
@@ -494,16 +495,14 @@ class Coordinator:
             raise InvalidArgument(f"{len(sample_index)} sample indices for {n} logit rows")
         with s.lock:
             replay = self._admit_step(s, step, sample_index, widths)
-            if replay is not None:
-                return he.EncryptedMatrix(
-                    replay.layout, he.deserialize_all(s.backend, replay.scores, replay.layout.ct_size)
-                )
-            keys = self._epoch_keys(session_id, s, step)
-            probs = training_scores(keys, self._logits(s, logits, keys), replicas)
-            scores = [keys.serialize(ct) for ct in probs.ciphertexts]
-            s.current = TrainingStep(step, probs.layout, np.array(sample_index), scores)
-            self._advance(session_id, s, step, sample_index, widths)
-        return probs
+            if replay is None:
+                keys = self._epoch_keys(session_id, s, step)
+                probs = training_scores(keys, self._logits(s, logits, keys), replicas)
+                scores = [keys.serialize(ct) for ct in probs.ciphertexts]
+                replay = s.current = TrainingStep(step, probs.layout, np.array(sample_index), scores)
+                self._advance(session_id, s, step, sample_index, widths)
+        layout = replay.layout
+        return he.WireMatrix(layout.shape, layout.replicas, layout.rows_per_ct, list(replay.scores))
 
     def _admit_step(
         self, s: CoordinatorSession, step: int, sample_index: np.ndarray, widths: Mapping[str, int]
@@ -664,17 +663,23 @@ class Coordinator:
                 # is parsed: only this request (its digest) may ever be decrypted for the party at this step.
                 answer = current.answers[caller] = Answer(digest, entropy.new_key())
                 self._save(session_id, s)
-            try:
-                cts = he.deserialize_all(keys, ciphertexts, layout.ct_size)
-                keys.check_form(cts, product=True)
-                sums = block_sums(keys, cts, layout, width)
-            except ValueError as exc:
+        # Parsed and decrypted outside the session lock, so the parties' requests of a step are answered side by
+        # side. Only these bytes can get here (the digest is recorded), and a concurrent repeat of them decrypts to
+        # the very same sums: the flooding is keyed by the answer's seed.
+        try:
+            cts = he.deserialize_all(keys, ciphertexts, layout.ct_size)
+            keys.check_form(cts, product=True)
+            sums = block_sums(keys, cts, layout, width)
+        except ValueError as exc:
+            with s.lock:
                 answer.refused = f"ciphertexts: {exc}"
                 self._save(session_id, s)
-                raise InvalidArgument(answer.refused) from exc
-            answer.sums = _flood(sums, keys.block_sum_flooding, entropy.keyed_stream(answer.seed, "block-sums"))
+            raise InvalidArgument(answer.refused) from exc
+        sums = _flood(sums, keys.block_sum_flooding, entropy.keyed_stream(answer.seed, "block-sums"))
+        with s.lock:
+            answer.sums = sums
             self._save(session_id, s)
-        return answer.sums.copy()
+        return sums.copy()
 
     @contextmanager
     def _family_turn(self, session_id: str, caller: str, *, owner: bool = True) -> Iterator[CoordinatorSession]:

@@ -335,7 +335,7 @@ class PassiveParty:
         if step < 1:
             raise InvalidArgument(f"Forward is for training steps (>= 1), got {step}: inference uses ShareLogits")
         z = self._training_output(s, step, sample_index, "Forward")
-        return he.encrypt_matrix(self._training_keys(session_id, s, step), z)
+        return he.encrypt_matrix(self._training_keys(session_id, s, step), z, ahead=True)
 
     def _training_output(self, s: PassiveSession, step: int, sample_index: np.ndarray, rpc: str) -> np.ndarray:
         """The trainer's output for training step ``step``, taken in order: the next step, or a replay of the last

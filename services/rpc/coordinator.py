@@ -70,7 +70,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
             np.asarray(request.sample_index, np.int64),
             dict(request.widths),
         )
-        return wire.to_message(s.backend, probs)
+        return wire.message_of(probs)
 
     @rpc
     def DecryptBlockSums(self, request: coordinator_pb2.BlockSumsRequest, context: grpc.ServicerContext):

@@ -4,16 +4,20 @@ engine."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import grpc
 import numpy as np
 
 from vflsec.services.engines.coordinator import Coordinator
-from vflsec.services.engines.passive import PassiveParty
 from vflsec.services.transport import wire
 from vflsec.services.transport.server import rpc
 from vflsec.services.transport.tensors import from_tensor, to_tensor
 from vflsec.services.transport.tls import current_caller
 from vflsec.v1 import common_pb2, passive_pb2, splitnn_pb2, splitnn_pb2_grpc
+
+if TYPE_CHECKING:  # a coordinator process never imports the passive engine (nor torch through its defenses)
+    from vflsec.services.engines.passive import PassiveParty
 
 
 class SplitNnCoordinatorServicer(splitnn_pb2_grpc.SplitNnCoordinatorServicer):

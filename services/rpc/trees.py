@@ -4,13 +4,12 @@ reply. The same convention as every other servicer, split-NN's included."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import numpy as np
 
 from vflsec.services.engines.coordinator import Coordinator
-from vflsec.services.engines.passive import PassiveParty
 from vflsec.services.errors import InvalidArgument
 from vflsec.services.transport import wire
 from vflsec.services.transport.server import rpc
@@ -18,6 +17,9 @@ from vflsec.services.transport.tensors import from_tensor, to_tensor
 from vflsec.services.transport.tls import current_caller
 from vflsec.services.transport.tree_links import key_message, key_of, task_message, task_of
 from vflsec.v1 import common_pb2, tree_pb2, tree_pb2_grpc
+
+if TYPE_CHECKING:  # a coordinator process never imports the passive engine (nor torch through its defenses)
+    from vflsec.services.engines.passive import PassiveParty
 
 ACTIVE = 0  # the active party's position in a tree session (passive parties are 1..P, in session order)
 

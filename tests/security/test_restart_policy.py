@@ -45,7 +45,7 @@ def _open(c: Coordinator, backend: str = "ckks") -> str:
 def _scores(c: Coordinator, step: int = 1) -> he.EncryptedMatrix:
     keys = c.sessions["s"].backend
     logits = he.encrypt_matrix(keys, np.zeros((N, 1)))  # every p is 0.5
-    return c.training_scores("s", step, logits, 1, np.arange(N), WIDTHS)
+    return he.matrix_from_wire(keys, c.training_scores("s", step, logits, 1, np.arange(N), WIDTHS))
 
 
 def test_a_wider_schema_or_tighter_limit_after_a_restart_refuses_the_session(tmp_path) -> None:

@@ -281,7 +281,7 @@ class LrKeyHolder:
 
     def training_scores(self, keys: he.Backend, z: np.ndarray, replicas: int) -> he.EncryptedMatrix:
         """[[p]] = [[link(z)]], replicated for the parties' gradient products."""
-        return he.encrypt_matrix(keys, link(z), replicas=replicas)
+        return he.encrypt_matrix(keys, link(z), replicas=replicas, ahead=True)
 
     @staticmethod
     def block_sums(keys: he.Backend, cts: Sequence[Any], layout: he.MatrixLayout, width: int) -> np.ndarray:

@@ -1,0 +1,27 @@
+"""Block sums are decrypted outside the session lock (parties' requests of a step side by side): concurrent
+requests still get one answer per party and step, byte-identical repeats the very same flooded sums."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from tests.security.test_restart_policy import _coordinator, _open, _products, _scores
+from vflsec.services.errors import FailedPrecondition
+
+
+def test_concurrent_repeats_get_the_same_sums_and_another_request_nothing(tmp_path) -> None:
+    c = _coordinator(tmp_path)
+    _open(c)
+    probs = _scores(c)
+    blobs, other = _products(c, probs), _products(c, probs, mask_bound=1.0)
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(lambda _: c.block_sums("s", 1, "passive-1", blobs, 2), range(4)))
+    for sums in answers[1:]:
+        np.testing.assert_array_equal(sums, answers[0])
+    with pytest.raises(FailedPrecondition, match="only a byte-identical repeat"):
+        c.block_sums("s", 1, "passive-1", other, 2)
+    # The recorded answer survives a restart unchanged.
+    np.testing.assert_array_equal(_coordinator(tmp_path).block_sums("s", 1, "passive-1", blobs, 2), answers[0])

@@ -1,0 +1,39 @@
+"""Party start-up: a coordinator or active process never imports torch or scipy (~3 CPU-s per party); only the
+optimising parameter defenses (on first use) and split-NN need them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+# What services/app.py imports per role: its engine and its servicers.
+MODULES = {
+    "coordinator": ["engines.coordinator", "rpc.coordinator", "rpc.splitnn", "rpc.trees"],
+    "active": ["engines.active", "rpc.active"],
+}
+
+
+@pytest.mark.parametrize("role", sorted(MODULES))
+def test_a_coordinator_or_active_process_starts_without_torch_or_scipy(role: str) -> None:
+    code = (
+        "import sys\n"
+        "import vflsec.services.app\n"
+        + "".join(f"import vflsec.services.{module}\n" for module in MODULES[role])
+        + "print(sorted(m for m in ('torch', 'scipy') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_the_parameter_defenses_still_reach_torch_and_scipy_when_used() -> None:
+    code = (
+        "import sys\n"
+        "from vflsec.services.defenses import params\n"
+        "assert 'torch' not in sys.modules\n"
+        "params.torch.zeros(1); params.optimize.BFGS\n"
+        "print(sorted(m for m in ('torch', 'scipy') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['scipy', 'torch']"
