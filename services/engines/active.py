@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import ClassVar, TypeVar
+from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 import numpy as np
 
@@ -25,7 +25,9 @@ from vflsec.services.engines import checkpoint
 from vflsec.services.engines.sessions import EpochKeys, SessionTable, epoch_keys
 from vflsec.services.errors import FailedPrecondition, InvalidArgument, NotFound
 from vflsec.services.models import family as families
-from vflsec.services.transport.links import CoordinatorClient, PassiveClient
+
+if TYPE_CHECKING:  # services/app.py hands the links in: importing the engine loads no gRPC or protobuf
+    from vflsec.services.transport.links import CoordinatorClient, PassiveClient
 
 T = TypeVar("T")
 

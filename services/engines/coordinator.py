@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from vflsec.services import common
 from vflsec.services.crypto import entropy, he
 from vflsec.services.defenses.params import Distorted
 from vflsec.services.defenses.release import (
@@ -37,7 +38,6 @@ from vflsec.services.errors import (
     ResourceExhausted,
 )
 from vflsec.services.models import family as families
-from vflsec.services.transport import wire
 
 
 class PassivePeer(Protocol):
@@ -511,7 +511,7 @@ class Coordinator:
         party declared (fixed at the first step, checked against the schema), the minimum batch, and the step
         order. A repeat of the last step (after a crash) must name the same batch: its recorded answer is returned,
         to be given again; None for a new step."""
-        wire.require_distinct_rows(sample_index)
+        common.require_distinct_rows(sample_index)
         n = len(sample_index)
         parties = {s.owner, *s.passive_parties}
         if set(widths) != parties or min(widths.values(), default=0) < 1:
@@ -626,7 +626,7 @@ class Coordinator:
         """
         s = self.member(session_id, caller)
         block_sums = family_step(session_id, s, "block_sums")
-        digest = wire.digest(ciphertexts).hex()
+        digest = common.digest(ciphertexts).hex()
         with s.lock:
             current = s.current
             if current is None or current.step != step:
@@ -811,7 +811,7 @@ class Coordinator:
         n = len(sample_index)
         if n == 0:
             raise InvalidArgument("sample_index is empty")
-        wire.require_distinct_rows(sample_index)  # the passive parties refuse them too: refused whole, nothing spent
+        common.require_distinct_rows(sample_index)  # the passive parties refuse them too: refused whole, nothing spent
         if n > self.policy.max_rows:
             raise InvalidArgument(f"{n} rows in one query; the limit is {self.policy.max_rows}")
         with s.lock:

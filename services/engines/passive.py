@@ -11,6 +11,7 @@ from typing import ClassVar, Protocol
 
 import numpy as np
 
+from vflsec.services.common import COORDINATOR, require_distinct_rows
 from vflsec.services.crypto import entropy, he, psi, share_mask
 from vflsec.services.data.datasets import PartyData
 from vflsec.services.defenses import params as param_defenses
@@ -27,8 +28,6 @@ from vflsec.services.errors import (
 )
 from vflsec.services.models import family as families
 from vflsec.services.registry import parse_spec
-from vflsec.services.transport import wire
-from vflsec.services.transport.tls import COORDINATOR
 
 
 class CoordinatorLink(Protocol):
@@ -321,7 +320,7 @@ class PassiveParty:
         bad = (sample_index < 0) | (sample_index >= len(s.rows))
         if bad.any():
             raise NotFound(f"unknown sample index {int(sample_index[bad][0])} (aligned samples: {len(s.rows)})")
-        wire.require_distinct_rows(sample_index)  # Forward, Backward and ShareLogits take every row once
+        require_distinct_rows(sample_index)  # Forward, Backward and ShareLogits take every row once
         return self.data.X[s.rows[sample_index]]
 
     # --- training and inference ---

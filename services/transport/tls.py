@@ -29,11 +29,12 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-COORDINATOR = "coordinator"
-ACTIVE = "active"
-PASSIVE = "passive"
-OPERATOR = "operator"
-ROLES: frozenset[str] = frozenset({COORDINATOR, ACTIVE, PASSIVE, OPERATOR})
+# The roles are plain values (services/common.py), so the engines name them without importing gRPC.
+from vflsec.services.common import ACTIVE as ACTIVE
+from vflsec.services.common import COORDINATOR as COORDINATOR
+from vflsec.services.common import OPERATOR as OPERATOR
+from vflsec.services.common import PASSIVE as PASSIVE
+from vflsec.services.common import ROLES as ROLES
 
 DEFAULT_OPEN_PREFIXES: tuple[str, ...] = (
     "/grpc.health.v1.Health/",

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import numpy as np
-
+from vflsec.services.common import digest as digest
+from vflsec.services.common import require_distinct_rows as require_distinct_rows
 from vflsec.services.crypto import he
 from vflsec.services.defenses.release import ReleasedParams, StepDescription
 from vflsec.services.errors import InvalidArgument
@@ -66,14 +65,6 @@ def received(
     """A received matrix for a model family: validated and parsed, with its bytes and their fingerprint."""
     blobs = list(message.ciphertexts)
     return Received(from_message(backend, message, name, rows=rows, cols=cols), blobs, digest(blobs))
-
-
-def digest(blobs: Iterable[bytes]) -> bytes:
-    """SHA-256 over length-prefixed blobs: one fingerprint of a list of serialized ciphertexts."""
-    h = hashlib.sha256()
-    for blob in blobs:
-        h.update(len(blob).to_bytes(8, "little") + blob)
-    return h.digest()
 
 
 def training_config(message: common_pb2.TrainingConfig) -> TrainingConfig:
@@ -221,12 +212,3 @@ def model_choice(family: str, values: Mapping[str, Any]) -> common_pb2.ModelChoi
         )
     )
 
-
-def require_distinct_rows(sample_index: np.ndarray) -> None:
-    """Every row once: a repeated row weighs a batch's sums (the batch bound counts distinct rows, and a bias
-    sum over n copies of one row is n·δ_i) and repeats an inference share."""
-    distinct = np.unique(sample_index).size
-    if distinct != len(sample_index):
-        raise InvalidArgument(
-            f"sample_index repeats rows ({len(sample_index)} entries, {distinct} distinct): every row once"
-        )

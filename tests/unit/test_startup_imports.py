@@ -37,3 +37,15 @@ def test_the_parameter_defenses_still_reach_torch_and_scipy_when_used() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "['scipy', 'torch']"
+
+
+def test_the_engines_load_neither_grpc_nor_protobuf() -> None:
+    """The engines are plain Python: services/app.py hands them the links; the plain helpers they share with the
+    link layer live in services/common.py."""
+    code = (
+        "import sys\n"
+        "from vflsec.services.engines import active, coordinator, passive\n"
+        "print(sorted(m for m in ('grpc', 'google.protobuf', 'vflsec.v1') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
