@@ -100,6 +100,7 @@ def start_party(config: ServiceConfig) -> Party:
             schema=config.schema,
             allowed_backends=config.allowed_backends,
             key_rotation_steps=config.key_rotation_steps or None,
+            max_rows=config.psi_max_ids,
         )
 
         def add_coordinator(s: grpc.Server) -> None:

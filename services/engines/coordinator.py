@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from vflsec.services import common
-from vflsec.services.crypto import entropy, he
+from vflsec.services.crypto import entropy, he, psi
 from vflsec.services.defenses.params import Distorted
 from vflsec.services.defenses.release import (
     ParamReleaseChain,
@@ -30,7 +30,7 @@ from vflsec.services.defenses.release import (
 )
 from vflsec.services.engines import checkpoint
 from vflsec.services.engines.policy import BackendPolicy
-from vflsec.services.engines.sessions import RowSet, SessionTable, family_step
+from vflsec.services.engines.sessions import RowSet, SessionTable, checked_rows, family_step
 from vflsec.services.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -306,8 +306,12 @@ class Coordinator:
         schema: Mapping[str, int] | None = None,
         allowed_backends: Sequence[str] = ("ckks",),
         key_rotation_steps: int | None = None,
+        max_rows: int = psi.MAX_IDS,
     ) -> None:
         self.score_chain = score_chain
+        # A bound on the aligned rows ([limits] psi_max_ids: no party aligns more IDs than one PSI exchange carries),
+        # so a row index from a peer cannot make the sessions' row bitmaps grow without bound.
+        self.max_rows = max_rows
         # Operator-approved feature columns per party ([schema] in the config, required there); None only for
         # engines built directly in tests, whose widths are then self-declared.
         self.schema = None if schema is None else dict(schema)
@@ -512,6 +516,7 @@ class Coordinator:
         order. A repeat of the last step (after a crash) must name the same batch: its recorded answer is returned,
         to be given again; None for a new step."""
         common.require_distinct_rows(sample_index)
+        checked_rows(sample_index, self.max_rows, "sample_index")
         n = len(sample_index)
         parties = {s.owner, *s.passive_parties}
         if set(widths) != parties or min(widths.values(), default=0) < 1:
@@ -545,7 +550,7 @@ class Coordinator:
         """Record step ``step`` as the last one (caller holds s.lock) and drop the keys no later step can need."""
         s.widths = dict(widths)
         s.last_step = step
-        s.trained_index.update(sample_index)
+        s.trained_index.update(sample_index, limit=self.max_rows)
         dropped = [e for e in s.epochs if e < s.epoch(step)]
         for epoch in dropped:
             del s.epochs[epoch]
@@ -696,9 +701,10 @@ class Coordinator:
     # --- the tree family's own messages (tree.proto): the key holder grows the trees node by node ---
     def tree_begin(self, session_id: str, caller: str, sample_index: np.ndarray, bins: list[list[int]]) -> None:
         """Growing starts on the training rows, with every party's bin count per feature (the active party's first)."""
+        checked_rows(sample_index, self.max_rows, "sample_index")
         with self._family_turn(session_id, caller) as s:
             family_step(session_id, s, "begin")(len(sample_index), bins)
-            s.trained_index.update(sample_index)
+            s.trained_index.update(sample_index, limit=self.max_rows)
 
     def tree_next_node(self, session_id: str, caller: str) -> dict[str, Any] | None:
         """The next node to grow (a task, JSON form), None once every tree is grown."""
@@ -770,7 +776,8 @@ class Coordinator:
         tensors = self._pulled_tensors(session_id, s)
         trained = RowSet()
         for party in s.passive_parties:
-            trained.update(self._peer(party).trained_rows(session_id))
+            rows = checked_rows(self._peer(party).trained_rows(session_id), self.max_rows, f"{party}'s trained rows")
+            trained.update(rows, limit=self.max_rows)
         with s.lock:
             if s.inference is None:
                 inference = he.make_keyholder(s.backend.name)

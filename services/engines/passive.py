@@ -439,7 +439,7 @@ class PassiveParty:
             )
             s.trainer.backward(ctx, x, delta, delta_digest)
             s.completed_step = step
-            s.trained_rows.update(sample_index)
+            s.trained_rows.update(sample_index, limit=len(s.rows))
             s.forward_index = None
             self._save(session_id, s)  # acknowledged only once durable
 
@@ -474,7 +474,7 @@ class PassiveParty:
         """Fit this party's bins on its training rows; the bin count per feature (the bin edges stay here)."""
         with self._family_turn(session_id, caller) as (s, ctx):
             sizes = family_step(session_id, s, "begin")(ctx.features(sample_index))
-            s.trained_rows.update(sample_index)
+            s.trained_rows.update(sample_index, limit=len(s.rows))
             s.completed_step = 1  # the trees grow in the session's one training step (inference shares name it)
         return sizes
 

@@ -21,21 +21,34 @@ class Session(Protocol):
 class RowSet:
     """Row indices (of the aligned rows) a session has seen, e.g. in training batches: a bitmap that grows to
     the largest index. Adding a batch costs O(batch) and its checkpoint n/8 bytes; the Python set it replaces
-    was sorted at every step's checkpoint, which made an epoch quadratic in the rows."""
+    was sorted at every step's checkpoint, which made an epoch quadratic in the rows.
 
-    def __init__(self, rows: np.ndarray | Sequence[int] = ()) -> None:
+    Every update names its ``limit`` (the aligned row count where the engine knows it, else the PSI cap on
+    them): the bitmap takes a byte per row up to the largest index, so one index of 2^33 from a peer would
+    otherwise take 8 GB."""
+
+    def __init__(self, rows: np.ndarray | Sequence[int] = (), *, limit: int = 0) -> None:
         self._bits = np.zeros(0, dtype=bool)
-        self.update(rows)
+        if len(rows):
+            self.update(rows, limit=limit)
 
-    def update(self, rows: np.ndarray | Sequence[int]) -> None:
+    @staticmethod
+    def check(rows: np.ndarray | Sequence[int], *, limit: int) -> np.ndarray:
+        """``rows`` as int64 indices, each in [0, limit) (else ValueError, nothing changed)."""
         index = np.asarray(rows, dtype=np.int64).ravel()
+        if index.size and int(index.min()) < 0:
+            raise ValueError(f"row index {int(index.min())} is negative")
+        if index.size and int(index.max()) >= limit:
+            raise ValueError(f"row index {int(index.max())} is beyond the {limit} rows a session can align")
+        return index
+
+    def update(self, rows: np.ndarray | Sequence[int], *, limit: int) -> None:
+        index = self.check(rows, limit=limit)
         if index.size == 0:
             return
-        if int(index.min()) < 0:
-            raise ValueError(f"row index {int(index.min())} is negative")
         top = int(index.max()) + 1
         if top > self._bits.size:
-            grown = np.zeros(max(top, 2 * self._bits.size), dtype=bool)
+            grown = np.zeros(min(max(top, 2 * self._bits.size), limit), dtype=bool)
             grown[: self._bits.size] = self._bits
             self._bits = grown
         self._bits[index] = True
@@ -71,8 +84,8 @@ class RowSet:
         rows = cls()
         if f"{name}_bits" in arrays:
             rows._bits = np.unpackbits(np.asarray(arrays[f"{name}_bits"], dtype=np.uint8)).astype(bool)
-        elif name in arrays:
-            rows.update(arrays[name])
+        elif name in arrays:  # our own checkpoint: its rows were bounded when recorded
+            rows.update(arrays[name], limit=int(np.max(arrays[name], initial=-1)) + 1)
         return rows
 
 
@@ -80,6 +93,14 @@ S = TypeVar("S", bound=Session)
 
 # (epoch, rotation, public keys) of the training-key epoch a party used last.
 EpochKeys = tuple[int, int, he.Backend]
+
+
+def checked_rows(rows: np.ndarray | Sequence[int], limit: int, what: str) -> np.ndarray:
+    """:meth:`RowSet.check` for a peer's indices: out of range is INVALID_ARGUMENT naming the bound."""
+    try:
+        return RowSet.check(rows, limit=limit)
+    except ValueError as exc:
+        raise InvalidArgument(f"{what}: {exc}") from None
 
 
 def epoch_keys(

@@ -135,8 +135,8 @@ def test_a_companion_no_checkpoint_names_is_dropped_at_start(tmp_path: Path) -> 
 
 
 def test_row_set_is_a_bitmap_of_seen_rows_and_reads_old_checkpoints() -> None:
-    rows = RowSet([5, 1])
-    rows.update(np.array([1, 70]))
+    rows = RowSet([5, 1], limit=100)
+    rows.update(np.array([1, 70]), limit=100)
     assert len(rows) == 3 and 70 in rows and 2 not in rows and 10**9 not in rows
     assert rows.array().tolist() == [1, 5, 70]
     assert rows.members(np.array([0, 1, 70, 71, 10**9])).tolist() == [False, True, True, False, False]
@@ -144,4 +144,4 @@ def test_row_set_is_a_bitmap_of_seen_rows_and_reads_old_checkpoints() -> None:
     assert RowSet.restore({"seen": np.array([3, 4])}, "seen").array().tolist() == [3, 4]  # before the bitmap
     assert len(RowSet.restore({}, "seen")) == 0
     with pytest.raises(ValueError, match="negative"):
-        rows.update([-1])
+        rows.update([-1], limit=100)
