@@ -14,23 +14,34 @@ that names it, and the one it replaces is deleted only after.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import secrets
 import tempfile
+import zipfile
 from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+log = logging.getLogger(__name__)
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")  # a file name here (a session's, with its suffix)
 _FIXED = re.compile(r"^(?P<name>.+)\.[0-9a-f]{16}\.fixed$")  # a companion file: <session>.<random tag>.fixed
+# A session ID leaves room under _NAME's 128 characters for the longest suffix a file adds to it: a companion's
+# ".<16 hex>.fixed" (23) or a training-key epoch's ".e<epoch>.bin".
+MAX_SESSION_ID = 100
+
+
+def _valid_name(name: str) -> bool:
+    return bool(_NAME.match(name)) and ".." not in name
 
 
 def valid_session_id(session_id: str) -> bool:
-    """Session IDs name checkpoint files, so they are restricted to a safe alphabet."""
-    return bool(_NAME.match(session_id)) and ".." not in session_id
+    """Session IDs name checkpoint files, so they are restricted to a safe alphabet and leave room for suffixes."""
+    return len(session_id) <= MAX_SESSION_ID and _valid_name(session_id)
 
 
 class StateDir:
@@ -46,6 +57,8 @@ class StateDir:
                 leftover.unlink(missing_ok=True)
         # Per checkpoint: its companion file and the objects last written there (held, so no id is reused).
         self._fixed: dict[str, tuple[str | None, dict[str, tuple]]] = {}
+        # Checkpoints load_all could not read (name -> why): left on disk, untouched, for the operator.
+        self.unreadable: dict[str, str] = {}
 
     @property
     def enabled(self) -> bool:
@@ -58,7 +71,7 @@ class StateDir:
         are rewritten (to a new companion file) only when one of them is another object than last time."""
         if self.path is None:
             return
-        if not valid_session_id(name):
+        if not _valid_name(name):  # new sessions' IDs are shorter (valid_session_id); restored ones may not be
             raise ValueError(f"invalid checkpoint name {name!r}")
         held = {k: v for k, v in arrays.items() if k in fixed}
         identities = {k: _identity(v) for k, v in held.items()}
@@ -93,7 +106,7 @@ class StateDir:
     def _write(self, filename: str, write: Callable[[BinaryIO], object]) -> None:
         if self.path is None:
             return
-        if not valid_session_id(filename) and not _FIXED.match(filename):
+        if not _valid_name(filename) and not _FIXED.match(filename):
             raise ValueError(f"invalid checkpoint name {filename!r}")
         fd, tmp = tempfile.mkstemp(dir=self.path, prefix=f".{filename}.", suffix=".tmp")
         try:
@@ -112,35 +125,59 @@ class StateDir:
             Path(tmp).unlink(missing_ok=True)
             raise
 
-    def load_all(self) -> dict[str, tuple[dict[str, np.ndarray], dict[str, Any]]]:
+    def load_all(self, *, skip_unreadable: bool = False) -> dict[str, tuple[dict[str, np.ndarray], dict[str, Any]]]:
+        """Every checkpoint. One that cannot be read (e.g. its companion is missing or not its own) is a ValueError
+        naming it, or with ``skip_unreadable`` (sessions) logged and skipped, its files kept: the party starts with
+        every other session. A ledger skips nothing: a budget must not restart from zero."""
         if self.path is None:
             return {}
         states = {}
+        kept: set[str] = set()  # companions of unreadable checkpoints: not orphans
         for file in sorted(self.path.glob("*.npz")):
-            with np.load(file) as data:
-                arrays = {k: data[k] for k in data.files if k not in ("__meta__", "__fixed__")}
-                meta = json.loads(bytes(data["__meta__"]).decode())
-                companion = bytes(data["__fixed__"]).decode() if "__fixed__" in data.files else None
-            if companion is not None:
-                with np.load(self.path / companion) as data:
-                    arrays.update({k: data[k] for k in data.files})
+            companion = None
+            try:
+                with np.load(file) as data:
+                    arrays = {k: data[k] for k in data.files if k not in ("__meta__", "__fixed__")}
+                    meta = json.loads(bytes(data["__meta__"]).decode())
+                    companion = bytes(data["__fixed__"]).decode() if "__fixed__" in data.files else None
+                if companion is not None:
+                    if not _own_companion(companion, file.stem):
+                        raise ValueError(f"it names {companion!r}, not a companion of its own")
+                    with np.load(self.path / companion) as data:
+                        arrays.update({k: data[k] for k in data.files})
+            except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+                if not skip_unreadable:
+                    raise ValueError(f"checkpoint {file.stem!r} cannot be read: {file.name}: {exc}") from exc
+                if companion is not None and _own_companion(companion, file.stem):
+                    kept.add(companion)
+                if file.stem not in self.unreadable:
+                    log.error("session %r not restored: %s: %s (its files stay in %s)", file.stem, file.name, exc,
+                              self.path)
+                self.unreadable[file.stem] = f"{file.name}: {exc}"
+                continue
             self._fixed[file.stem] = (companion, {})  # the next save writes a fresh companion
             states[file.stem] = (arrays, meta)
         # A kill between a companion's write and its checkpoint's (or the old companion's removal) leaves one
         # no checkpoint names: drop it.
-        named = {companion for companion, _ in self._fixed.values()}
+        named = {companion for companion, _ in self._fixed.values()} | kept
         for file in self.path.glob("*.fixed"):
             if file.name not in named:
                 file.unlink(missing_ok=True)
         return states
 
     def remove(self, name: str) -> None:
-        if self.path is not None and valid_session_id(name):
+        if self.path is not None and _valid_name(name):
             for suffix in (".npz", ".bin"):
                 (self.path / f"{name}{suffix}").unlink(missing_ok=True)
             companion, _ = self._fixed.pop(name, (None, {}))
             if companion is not None:
                 (self.path / companion).unlink(missing_ok=True)
+
+
+def _own_companion(companion: str, name: str) -> bool:
+    """``companion`` is a companion file name of checkpoint ``name`` (so it lies in the folder, and is its own)."""
+    match = _FIXED.fullmatch(companion)
+    return match is not None and match["name"] == name
 
 
 def _identity(value: Any) -> tuple:

@@ -329,7 +329,7 @@ class Coordinator:
             checkpoint.StateDir(None if self.state.path is None else self.state.path / sub)
             for sub in ("epochs", "inference", "owners")
         )
-        states = self.state.load_all()
+        states = self.state.load_all(skip_unreadable=True)
         for sid, (_, meta) in states.items():
             if "epochs" not in meta:
                 raise ValueError(f"session {sid!r}'s checkpoint predates training-key epochs: close or remove it")
@@ -349,7 +349,9 @@ class Coordinator:
         # A crash between a checkpoint and a key file's removal (or creation) leaves keys no session names: drop.
         live = {_epoch_file(sid, e) + ".bin" for sid, s in self.sessions.items() for e in s.epochs}
         if self.epoch_keys.path is not None:
-            for orphan in {f.name for f in self.epoch_keys.path.glob("*.bin")} - live:
+            keys = {f.name for f in self.epoch_keys.path.glob("*.bin")}
+            live |= {f for f in keys if f.rpartition(".e")[0] in self.state.unreadable}  # kept with their checkpoint
+            for orphan in keys - live:
                 (self.epoch_keys.path / orphan).unlink()
         self.scored: dict[str, int] = {owner: meta["scored"] for owner, (_, meta) in self.ledger.load_all().items()}
         self._lock = threading.Lock()

@@ -136,7 +136,7 @@ class SessionTable(Generic[S]):
         self.duplicate = duplicate
         self.lock = threading.Lock()  # guards creation (the table itself); each session has its own lock
         self._sessions: dict[str, S] = {
-            sid: restore(sid, arrays, meta) for sid, (arrays, meta) in state.load_all().items()
+            sid: restore(sid, arrays, meta) for sid, (arrays, meta) in state.load_all(skip_unreadable=True).items()
         }
 
     def __contains__(self, session_id: str) -> bool:
@@ -181,6 +181,11 @@ class SessionTable(Generic[S]):
         """Caller holds :attr:`lock` until :meth:`add`."""
         if session_id in self._sessions:
             raise AlreadyExists(f"session {session_id!r} {self.duplicate}")
+        if session_id in self.state.unreadable:  # its files wait for the operator: not overwritten
+            raise FailedPrecondition(
+                f"session {session_id!r} has a checkpoint this party could not restore "
+                f"({self.state.unreadable[session_id]}): the operator repairs or removes it first"
+            )
 
     def add(self, session_id: str, s: S) -> None:
         """Save, then publish (caller holds :attr:`lock`, after :meth:`check_absent`)."""

@@ -145,3 +145,51 @@ def test_row_set_is_a_bitmap_of_seen_rows_and_reads_old_checkpoints() -> None:
     assert len(RowSet.restore({}, "seen")) == 0
     with pytest.raises(ValueError, match="negative"):
         rows.update([-1], limit=100)
+
+
+def _two_aligned_sessions(path: Path) -> dict[str, Path]:
+    t = aligned_table(path)
+    with t.lock:
+        t.add("s1", Aligned("active", np.arange(10)))
+        t.add("s2", Aligned("active", np.arange(20)))
+    return {p.name.split(".")[0]: p for p in path.glob("*.fixed")}
+
+
+def test_a_missing_companion_skips_its_session_only_and_keeps_its_files(tmp_path: Path, caplog) -> None:
+    companions = _two_aligned_sessions(tmp_path)
+    companions["s1"].unlink()
+    with caplog.at_level("ERROR"):
+        t = aligned_table(tmp_path)
+    assert "s1" not in t and t.get("s2").rows.size == 20  # every other session is restored
+    assert "session 's1' not restored: s1.npz" in caplog.text and companions["s1"].name in caplog.text
+    assert (tmp_path / "s1.npz").exists() and companions["s2"].exists()
+    with t.lock, pytest.raises(FailedPrecondition, match="'s1' has a checkpoint this party could not restore"):
+        t.check_absent("s1")  # not overwritten by a new session of the same ID
+
+
+def test_a_companion_name_that_is_not_the_sessions_own_is_refused(tmp_path: Path) -> None:
+    companions = _two_aligned_sessions(tmp_path)
+    for named in (companions["s2"].name, f"../{companions['s1'].name}", "/etc/passwd"):
+        np.savez(
+            tmp_path / "s1.npz",
+            step=np.array([0]),
+            __meta__=np.frombuffer(b'{"owner": "active"}', dtype=np.uint8),
+            __fixed__=np.frombuffer(named.encode(), dtype=np.uint8),
+        )
+        t = aligned_table(tmp_path)
+        assert "s1" not in t and "not a companion of its own" in t.state.unreadable["s1"]
+        assert t.get("s2").rows.size == 20 and companions["s2"].exists()
+        with pytest.raises(ValueError, match=r"checkpoint 's1' cannot be read: s1\.npz: it names"):
+            StateDir(tmp_path).load_all()  # a ledger skips nothing
+
+
+def test_a_session_id_leaves_room_for_its_files_suffixes(tmp_path: Path) -> None:
+    longest = "s" * 100
+    SessionTable.check_new(longest)
+    t = aligned_table(tmp_path)
+    with t.lock:
+        t.add(longest, Aligned("active", np.arange(4)))  # with its companion ".<16 hex>.fixed"
+    t.state.save_bytes(f"{longest}.e123456", b"keys")  # a training-key epoch's file
+    assert aligned_table(tmp_path).get(longest).rows.size == 4
+    with pytest.raises(InvalidArgument, match="invalid session_id"):
+        SessionTable.check_new("s" * 101)
