@@ -6,6 +6,7 @@ party receives is offered to its plugins (``services/plugins/__init__.py``).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 import time
@@ -180,6 +181,7 @@ class ActiveParty:
         state: checkpoint.StateDir | None = None,
         *,
         psi_max_ids: int = psi.MAX_IDS,
+        psi_max_ratio: float = psi.MAX_RATIO,
     ) -> None:
         if data.y is None:
             raise ValueError("the active party's data file needs a label column")
@@ -193,6 +195,7 @@ class ActiveParty:
         self.hub = hub or plugins.PluginHub()
         self.state = state or checkpoint.StateDir(None)
         self.psi_max_ids = psi_max_ids
+        self.psi_max_ratio = psi_max_ratio
         ids = [str(i) for i in data.ids]
         self.sessions = SessionTable(
             self.state, lambda sid, arrays, meta: ActiveSession.from_state(sid, arrays, meta, ids)
@@ -364,23 +367,25 @@ class ActiveParty:
             s.psi_started = True
             self._save(s)
         key, salt = psi.PsiKey(), psi.new_salt()
-        blinded = key.blind_ids(own_ids, salt)
+        # The caps on each passive list ([limits] psi_max_ids, absolute; psi_max_ratio, relative to our own list).
+        check = functools.partial(
+            psi.check_size, own=len(own_ids), max_ids=self.psi_max_ids, max_ratio=self.psi_max_ratio
+        )
         try:
-            replies = self._each_passive(lambda party, client: client.psi_exchange(session_id, salt, blinded))
+            try:
+                blinded = key.blind(own_ids, salt)
+            except ValueError as exc:  # e.g. duplicate ids: nothing was sent
+                raise FailedPrecondition(f"PSI: {self.party_id}'s own IDs: {exc}") from exc
+            replies = self._each_passive(lambda party, client: client.psi_exchange(session_id, salt, blinded, check))
         except Exception:
-            # Nothing is aligned yet, so the session may try again: a passive party that did answer has marked its
-            # own session and refuses a second exchange itself, one that refused kept nothing.
+            # Nothing is aligned yet, so the session may try again: a passive party that sent its own list has
+            # marked its session and refuses a second exchange itself; one that refused or was cut kept nothing.
             with s.lock:
                 s.psi_started = False
                 self._save(s)
             raise
         for party, (_, own) in zip(self.passives, replies, strict=True):
-            if len(own) > self.psi_max_ids:  # it could test that many candidates against our list
-                raise InvalidArgument(
-                    f"PSI: {party} sent {len(own)} IDs, over this party's cap of {self.psi_max_ids} "
-                    "([limits] psi_max_ids)"
-                )
-            if not own:
+            if not len(own):
                 raise FailedPrecondition(f"PSI: {party} holds no sample IDs")
         try:
             names = list(self.passives)
@@ -393,6 +398,7 @@ class ActiveParty:
                 + ", ".join(f"{party} ({len(own)} IDs)" for party, (_, own) in zip(self.passives, replies, strict=True))
                 + ": check each party's ID column and its spelling (e.g. '7' vs '007')"
             )
+        del replies
         positions = dict(zip(self.passives, alignment.passive_positions, strict=True))
         self._each_passive(lambda party, client: client.psi_finish(session_id, positions[party]))
         with s.lock:
