@@ -10,9 +10,9 @@ small-order component (and no twist) can carry a bit of the id through blinding.
 Protocol between the active party A and each passive party P (one A key, one key per P, one exchange per
 session, enforced by the parties' engines):
 
-1. A sends ``key_a.blind_ids(ids_a, salt)`` to every P.
-2. P answers with :func:`passive_reply`: A's list blinded again (same order) and its own blinded ids in a
-   secret random order (P keeps the permutation).
+1. A sends ``key_a.blind(ids_a, salt)`` to every P.
+2. P answers with :func:`passive_stream` (:func:`passive_reply` collects it): A's list blinded again (same
+   order) and its own blinded ids in a secret random order (P keeps the permutation).
 3. A calls :func:`active_align`, which blinds P's lists a second time and intersects across all passive
    parties. The common samples are put in a uniformly random order, so positions reveal nothing about either
    party's row order; A sends each P its ``Alignment.passive_positions[p]``.
@@ -22,9 +22,10 @@ Hashing runs in Python integers with batched inversions, taking each Elligator 2
 point decompression (PyNaCl exposes no ristretto255 and no RFC 9380 hash); scalar multiplication and point
 validation are libsodium's. All of it holds the GIL, so the work is cut into chunks of up to :data:`CHUNK` ids or
 points (the unit of work: pure functions of the scalar, salt and chunk, so they could go to other machines too)
-run in a process pool of :func:`default_workers` processes. The intersection is a sort and a binary search over
-32-byte-wide numpy arrays, not a per-row dict; only the lists the engines exchange over gRPC stay lists of bytes
-(docs/performance.md, "Alignment").
+run in a process pool of :func:`default_workers` processes. Lists are S32 numpy arrays (32 bytes per value, no
+per-row Python object); they travel between the parties as :class:`Chunk` s of the same size, streamed as the
+pool finishes them and checked on arrival by :class:`ChunkReader`. The intersection is a sort and a binary search
+over those arrays, not a per-row dict (docs/performance.md, "Alignment").
 """
 
 from __future__ import annotations
@@ -414,7 +415,7 @@ class ChunkReader:
                 f"chunk {chunk.index} announces {chunk.chunks} chunks of {chunk.points} points, the first "
                 f"{self._chunks} chunks of {len(self._points)} points"
             )
-        if chunk.index != self._next:
+        if chunk.index != self._next or chunk.index >= self._chunks:
             if chunk.index >= self._chunks:
                 problem = f"beyond the {self._chunks} announced"
             elif chunk.index < self._next:

@@ -373,8 +373,8 @@ class ActiveParty:
         )
         try:
             try:
-                blinded = key.blind(own_ids, salt)
-            except ValueError as exc:  # e.g. duplicate ids: nothing was sent
+                blinded = key.blind(self.data.ids, salt)
+            except ValueError as exc:  # duplicate or non-string ids: nothing was sent
                 raise FailedPrecondition(f"PSI: {self.party_id}'s own IDs: {exc}") from exc
             replies = self._each_passive(lambda party, client: client.psi_exchange(session_id, salt, blinded, check))
         except Exception:

@@ -286,9 +286,14 @@ class PassiveParty:
             raise InvalidArgument(f"PSI: the active party's list: {exc}") from exc
         if not len(received):
             raise InvalidArgument("PSI: the active party sent no IDs")
+        if not salt:
+            raise InvalidArgument("PSI: the active party sent no salt")
+        try:
+            reply = psi.passive_stream(psi.PsiKey(), own_ids, received, salt)  # checks our ids before any work
+        except ValueError as exc:
+            raise FailedPrecondition(f"PSI: {self.party_id}'s own IDs: {exc}") from exc
         self._spend_psi_budget(s.owner, len(received))
         try:
-            reply = psi.passive_stream(psi.PsiKey(), own_ids, received, salt)
             for name, chunk in reply.chunks:
                 if name == psi.OWN and s.psi_permutation is not reply.permutation:
                     with s.lock:
