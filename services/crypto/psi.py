@@ -327,9 +327,14 @@ def _spans(n: int, workers: int) -> list[tuple[int, int]]:
     return [(start, min(start + step, n)) for start in range(0, n, step)]
 
 
-def _blind_tasks(scalar: bytes, ids: Sequence[str], salt: bytes, spans: list[tuple[int, int]]) -> Iterator[Task]:
-    # Each chunk's ids become Python strings only when its task is made.
-    return ((_blind_task, (scalar, salt, [str(i) for i in ids[a:b]], a)) for a, b in spans)
+def _blind_tasks(
+    scalar: bytes, ids: Sequence[str], salt: bytes, spans: list[tuple[int, int]], order: np.ndarray | None = None
+) -> Iterator[Task]:
+    """Blinding tasks over ``ids`` (in the given ``order``, if any); a chunk's ids become Python strings only
+    when its task is made."""
+    if order is None:
+        return ((_blind_task, (scalar, salt, [str(i) for i in ids[a:b]], a)) for a, b in spans)
+    return ((_blind_task, (scalar, salt, [str(ids[row]) for row in order[a:b]], a)) for a, b in spans)
 
 
 def _multiply_tasks(scalar: bytes, points: np.ndarray, spans: list[tuple[int, int]]) -> Iterator[Task]:
@@ -539,15 +544,14 @@ def passive_stream(
     received = _points(received)
     _sort_unique(np.asarray(own_ids, dtype=str), "ids")  # equal ids would give equal points: refuse them first
     permutation = entropy.os_entropy().permutation(len(own_ids))  # hides our row order from A
-    shuffled = np.asarray(own_ids, dtype=str)[permutation] if len(own_ids) else np.empty(0, dtype=str)
     workers = _workers(workers) if len(received) + len(own_ids) > MIN_CHUNK else 1  # small: no pool
-    double, own = _spans(len(received), workers), _spans(len(shuffled), workers)
+    double, own = _spans(len(received), workers), _spans(len(own_ids), workers)
     tasks = itertools.chain(
-        _multiply_tasks(key._scalar, received, double), _blind_tasks(key._scalar, shuffled, salt, own)
+        _multiply_tasks(key._scalar, received, double), _blind_tasks(key._scalar, own_ids, salt, own, permutation)
     )
     results = _stream(tasks, len(double) + len(own), workers)
     labels = [(DOUBLE, i, len(double), len(received)) for i in range(len(double))]
-    labels += [(OWN, i, len(own), len(shuffled)) for i in range(len(own))]
+    labels += [(OWN, i, len(own), len(own_ids)) for i in range(len(own))]
     chunks = ((name, Chunk(i, n, total, data)) for (name, i, n, total), data in zip(labels, results, strict=True))
     return PassiveStream(permutation=permutation, chunks=chunks)
 

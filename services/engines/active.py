@@ -59,6 +59,11 @@ class TrainingRun:
     done: bool = False
 
 
+def index_of(ids: np.ndarray, rows: np.ndarray) -> dict[str, int]:
+    """Own sample ID -> common index, for the aligned ``rows``."""
+    return dict(zip((str(i) for i in ids[rows]), range(len(rows)), strict=True))
+
+
 @dataclass
 class ActiveSession:
     session_id: str
@@ -127,7 +132,7 @@ class ActiveSession:
         return arrays, meta
 
     @classmethod
-    def from_state(cls, session_id: str, arrays: dict[str, np.ndarray], meta: dict, ids: list[str]) -> ActiveSession:
+    def from_state(cls, session_id: str, arrays: dict[str, np.ndarray], meta: dict, ids: np.ndarray) -> ActiveSession:
         context = checkpoint.as_bytes(arrays["context"])
         optimizer, learning_rate, l2, batch_size, seed = meta["training"]
         training = common_pb2.TrainingConfig(
@@ -163,7 +168,7 @@ class ActiveSession:
         )
         if "rows" in arrays:
             s.rows = np.array(arrays["rows"])
-            s.index_of = {ids[row]: i for i, row in enumerate(s.rows)}
+            s.index_of = index_of(ids, s.rows)
         if meta["run"] is not None:
             s.run = TrainingRun(order=arrays.get("run_order"), **meta["run"])
         return s
@@ -196,9 +201,8 @@ class ActiveParty:
         self.state = state or checkpoint.StateDir(None)
         self.psi_max_ids = psi_max_ids
         self.psi_max_ratio = psi_max_ratio
-        ids = [str(i) for i in data.ids]
         self.sessions = SessionTable(
-            self.state, lambda sid, arrays, meta: ActiveSession.from_state(sid, arrays, meta, ids)
+            self.state, lambda sid, arrays, meta: ActiveSession.from_state(sid, arrays, meta, self.data.ids)
         )
         self._pool = ThreadPoolExecutor(max_workers=max(2, len(self.passives) + 1), thread_name_prefix="peer")
 
@@ -350,8 +354,8 @@ class ActiveParty:
         a restarted party does not run a second one; an exchange that failed before any reply is unmarked and may
         be retried (docs/protocol.md, "Alignment")."""
         s = self.session(session_id)
-        own_ids = [str(i) for i in self.data.ids]
-        if not own_ids:
+        own_ids = self.data.ids  # an array: no Python object per row during the exchange
+        if not len(own_ids):
             raise FailedPrecondition(f"PSI: {self.party_id} holds no sample IDs")
         if len(own_ids) > self.psi_max_ids:
             raise FailedPrecondition(
@@ -373,7 +377,7 @@ class ActiveParty:
         )
         try:
             try:
-                blinded = key.blind(self.data.ids, salt)
+                blinded = key.blind(own_ids, salt)
             except ValueError as exc:  # duplicate or non-string ids: nothing was sent
                 raise FailedPrecondition(f"PSI: {self.party_id}'s own IDs: {exc}") from exc
             replies = self._each_passive(lambda party, client: client.psi_exchange(session_id, salt, blinded, check))
@@ -403,9 +407,9 @@ class ActiveParty:
         self._each_passive(lambda party, client: client.psi_finish(session_id, positions[party]))
         with s.lock:
             s.rows = alignment.active_rows
-            s.index_of = {own_ids[row]: i for i, row in enumerate(s.rows)}
+            s.index_of = index_of(own_ids, s.rows)
             self._save(s)
-        return [own_ids[row] for row in s.rows]
+        return own_ids[s.rows].tolist()
 
     def _indices(self, s: ActiveSession, sample_ids: list[str]) -> np.ndarray:
         if s.rows is None:
