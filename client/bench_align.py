@@ -250,6 +250,7 @@ def _grpc(rows: int, parties: int, log: Callable[[str], None], workers: int) -> 
             log(f"aligning {rows:,} active ids with {parties} passive part{'y' if parties == 1 else 'ies'} "
                 f"of {rows:,} ids ({workers} workers each, gRPC over loopback mTLS, one vflsec serve per party) ...")
             cpu = sum(_tree_cpu_seconds(pid) for pid in pids.values())
+            before = {name: _tree_rss_mb(pid) for name, pid in pids.items()}
             sampler = _PeakSampler(pids)
             start = time.perf_counter()
             try:
@@ -271,6 +272,7 @@ def _grpc(rows: int, parties: int, log: Callable[[str], None], workers: int) -> 
         "cpu": cpu,
         "peaks": sampler.peaks,
         "main": main,
+        "before": before,
     }
 
 
@@ -318,6 +320,9 @@ def run(rows: int, parties: int = 1, log: Callable[[str], None] = print, transpo
         "peak_rss_mb": {name: round(mb, 1) for name, mb in measured["peaks"].items()},
         # The party process's own exact peak (VmHWM); with grpc it includes loading its shard.
         "peak_rss_mb_main_process": {name: round(mb, 1) for name, mb in measured["main"].items()},
+        # grpc: each party's process tree just before Align (a started vflsec serve with its shard loaded), so
+        # the alignment's own share of peak_rss_mb is the difference; empty with pipes.
+        "rss_before_align_mb": {name: round(mb, 1) for name, mb in measured.get("before", {}).items()},
     }
 
 
