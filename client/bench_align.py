@@ -156,6 +156,20 @@ def _tree_rss_mb(root: int) -> float:
     return sum(int(stats[pid][21]) for pid in _tree(stats, root) if pid in stats) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
+def _tree_pss_mb(root: int) -> float:
+    """Proportional set size of ``root`` and its descendants, in MB: a page shared by k processes counts 1/k in
+    each, so the sum is what the tree occupies (the pool workers share most of their pages with their
+    forkserver)."""
+    total = 0
+    for pid in _tree(_proc_stats(), root):
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as rollup:
+                total += next(int(line.split()[1]) for line in rollup if line.startswith("Pss:"))
+        except (OSError, StopIteration):
+            continue
+    return total / 1024
+
+
 def _pipes(rows: int, parties: int, log: Callable[[str], None], workers: int) -> dict:
     context = multiprocessing.get_context("spawn")
     names = [f"passive-{p + 1}" for p in range(parties)]
@@ -190,21 +204,24 @@ def _pipes(rows: int, parties: int, log: Callable[[str], None], workers: int) ->
         "correct": correct,
         "cpu": active_cpu + sum(passive_cpu),
         "peaks": sampler.peaks,
+        "pss_peaks": sampler.pss_peaks,
         "main": {ACTIVE: active_main, **dict(zip(names, passive_main, strict=True))},
     }
 
 
 class _PeakSampler:
-    """Every 0.2 s, the resident memory of each party's process tree; the peak per party."""
+    """Every 0.2 s, the resident memory (RSS and PSS) of each party's process tree; the peaks per party."""
 
     def __init__(self, pids: dict[str, int]) -> None:
         self.peaks = dict.fromkeys(pids, 0.0)
+        self.pss_peaks = dict.fromkeys(pids, 0.0)
         self._stop = threading.Event()
 
         def sample() -> None:
             while not self._stop.wait(0.2):
                 for name, pid in pids.items():
                     self.peaks[name] = max(self.peaks[name], _tree_rss_mb(pid))
+                    self.pss_peaks[name] = max(self.pss_peaks[name], _tree_pss_mb(pid))
 
         self._thread = threading.Thread(target=sample, daemon=True)
         self._thread.start()
@@ -271,6 +288,7 @@ def _grpc(rows: int, parties: int, log: Callable[[str], None], workers: int) -> 
         "correct": correct,
         "cpu": cpu,
         "peaks": sampler.peaks,
+        "pss_peaks": sampler.pss_peaks,
         "main": main,
         "before": before,
     }
@@ -323,6 +341,8 @@ def run(rows: int, parties: int = 1, log: Callable[[str], None] = print, transpo
         # grpc: each party's process tree just before Align (a started vflsec serve with its shard loaded), so
         # the alignment's own share of peak_rss_mb is the difference; empty with pipes.
         "rss_before_align_mb": {name: round(mb, 1) for name, mb in measured.get("before", {}).items()},
+        # The same trees' peak proportional set size: shared pages split between the processes sharing them.
+        "peak_pss_mb": {name: round(mb, 1) for name, mb in measured["pss_peaks"].items()},
     }
 
 

@@ -33,7 +33,7 @@ def test_bench_align_json_reports_the_figures_for_two_passive_parties(transport:
     assert set(result["per_op_us"]) == set(result["per_op_cpu_us"]) == {"hash_to_group", "scalar_mult"}
     assert result["cpu_seconds"] > 0 and result["cpu_ratio"] == result["cpu_seconds"] / result["cpu_floor_seconds"]
     assert result["ratio_to_floor"] == result["align_seconds"] / result["floor_seconds"]
-    assert set(result["peak_rss_mb"]) == {"active", "passive-1", "passive-2"}
+    assert set(result["peak_rss_mb"]) == set(result["peak_pss_mb"]) == {"active", "passive-1", "passive-2"}
     assert all(mb > 0 for mb in result["peak_rss_mb"].values())
 
 
