@@ -380,7 +380,10 @@ class ActiveParty:
                 blinded = key.blind(own_ids, salt)
             except ValueError as exc:  # duplicate or non-string ids: nothing was sent
                 raise FailedPrecondition(f"PSI: {self.party_id}'s own IDs: {exc}") from exc
-            replies = self._each_passive(lambda party, client: client.psi_exchange(session_id, salt, blinded, check))
+            replies = self._each_passive(
+                lambda party, client, sent=blinded: client.psi_exchange(session_id, salt, sent, check)
+            )
+            del blinded  # every passive party has it: 32 MB at 1M IDs, not held through the intersection
         except Exception:
             # Nothing is aligned yet, so the session may try again: a passive party that sent its own list has
             # marked its session and refuses a second exchange itself; one that refused or was cut kept nothing.
