@@ -793,16 +793,24 @@ def bench_plugin(
 def bench_align(
     rows: opt.Rows = 100_000,
     parties: Annotated[int, typer.Option(min=1, help="Passive parties.")] = 1,
+    transport: Annotated[
+        str,
+        typer.Option(
+            help="grpc: every party a `vflsec serve` process, the shipped streamed exchange over loopback mTLS; "
+            "pipes: the PSI computation alone, messages through pipes."
+        ),
+    ] = "grpc",
     as_json: opt.Json = False,
 ) -> None:
     """PSI alignment seconds against the floor (curve operations x per-op cost / workers) and each party's peak
-    memory; --rows ids per party (90 % common), one process per party, messages through pipes
-    ($VFLSEC_PSI_WORKERS sets the workers)."""
-    from vflsec.client.bench_align import run
+    memory; --rows ids per party (90 % common), one process per party ($VFLSEC_PSI_WORKERS sets the workers)."""
+    from vflsec.client.bench_align import TRANSPORTS, run
 
     if rows < 10:
         _fail(f"--rows must be at least 10, got {rows}")
-    result = run(rows, parties, log=lambda line: typer.echo(line, err=as_json))
+    if transport not in TRANSPORTS:
+        _fail(f"--transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
+    result = run(rows, parties, log=lambda line: typer.echo(line, err=as_json), transport=transport)
     if not result["correct"]:
         _fail("the alignment did not return exactly the known common ids")
     if as_json:

@@ -132,6 +132,7 @@ def start_party(config: ServiceConfig) -> Party:
             state,
             config.operator,
             psi_max_ids=config.psi_max_ids,
+            psi_max_ratio=config.psi_max_ratio,
             psi_owner_budget=config.psi_owner_budget,
             allowed_backends=config.allowed_backends,
             embedding_release=config.embedding_release,
@@ -169,6 +170,7 @@ def start_party(config: ServiceConfig) -> Party:
         hub,
         state,
         psi_max_ids=config.psi_max_ids,
+        psi_max_ratio=config.psi_max_ratio,
     )
     server = start_server(
         config,

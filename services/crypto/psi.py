@@ -10,9 +10,9 @@ small-order component (and no twist) can carry a bit of the id through blinding.
 Protocol between the active party A and each passive party P (one A key, one key per P, one exchange per
 session, enforced by the parties' engines):
 
-1. A sends ``key_a.blind_ids(ids_a, salt)`` to every P.
-2. P answers with :func:`passive_reply`: A's list blinded again (same order) and its own blinded ids in a
-   secret random order (P keeps the permutation).
+1. A sends ``key_a.blind(ids_a, salt)`` to every P.
+2. P answers with :func:`passive_stream` (:func:`passive_reply` collects it): A's list blinded again (same
+   order) and its own blinded ids in a secret random order (P keeps the permutation).
 3. A calls :func:`active_align`, which blinds P's lists a second time and intersects across all passive
    parties. The common samples are put in a uniformly random order, so positions reveal nothing about either
    party's row order; A sends each P its ``Alignment.passive_positions[p]``.
@@ -22,18 +22,22 @@ Hashing runs in Python integers with batched inversions, taking each Elligator 2
 point decompression (PyNaCl exposes no ristretto255 and no RFC 9380 hash); scalar multiplication and point
 validation are libsodium's. All of it holds the GIL, so the work is cut into chunks of up to :data:`CHUNK` ids or
 points (the unit of work: pure functions of the scalar, salt and chunk, so they could go to other machines too)
-run in a process pool of :func:`default_workers` processes. The intersection is a sort and a binary search over
-32-byte-wide numpy arrays, not a per-row dict; only the lists the engines exchange over gRPC stay lists of bytes
-(docs/performance.md, "Alignment").
+run in a process pool of :func:`default_workers` processes. Lists are S32 numpy arrays (32 bytes per value, no
+per-row Python object); they travel between the parties as :class:`Chunk` s of the same size, streamed as the
+pool finishes them and checked on arrival by :class:`ChunkReader`. The intersection is a sort and a binary search
+over those arrays, not a per-row dict (docs/performance.md, "Alignment").
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
+import math
 import multiprocessing
 import os
 import secrets
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
@@ -51,6 +55,10 @@ POINT_BYTES = 32
 # Default cap on the IDs a party accepts in one exchange ([limits] psi_max_ids): it bounds how many candidate
 # IDs the active party can test per session, and sits above the million-row deployments the system targets.
 MAX_IDS = 2_000_000
+# Default cap relative to the receiving party's own set ([limits] psi_max_ratio): a partner's list may hold up to
+# this many times our own IDs. Equal sets, 90 % overlaps and a partner twice our size pass; a list of a million
+# candidates against a few thousand rows does not (each extra candidate is one more membership test).
+MAX_RATIO = 2.0
 # RFC 9380 §3.1 tag: application, version, suite. Bump the version if the encoding changes.
 SUITE = "edwards25519_XMD:SHA-512_ELL2_RO_"
 DST = f"vflsec-psi-v2-with-{SUITE}".encode()
@@ -231,7 +239,9 @@ def hash_ids(ids: Sequence[str], salt: bytes) -> list[bytes]:
     return hash_to_group([_message(sample_id, salt) for sample_id in ids])
 
 
-def _require_strings(ids: Sequence[str]) -> None:
+def _require_strings(ids: Sequence[str] | np.ndarray) -> None:
+    if isinstance(ids, np.ndarray) and ids.dtype.kind == "U":  # a string array holds nothing else
+        return
     for row, sample_id in enumerate(ids):
         if not isinstance(sample_id, str):
             raise ValueError(f"sample id at row {row} is a {type(sample_id).__name__}, not a string")
@@ -283,33 +293,54 @@ def _chunk(n: int, workers: int) -> int:
     return min(CHUNK, max(MIN_CHUNK, -(-n // (4 * workers))))
 
 
-def _run(tasks: list[Task], workers: int) -> bytes:
-    """The tasks' results concatenated in order: in this process for one task or one worker, else in a process
-    pool that lives for this call only (no worker, nor the scalar it was sent, outlives it; a failed task
-    cancels the rest). forkserver, not fork: the parties are multi-threaded gRPC servers, and a fork copies
-    whatever lock another thread holds. (Like any forkserver user, a script calling this needs the
-    ``if __name__ == "__main__":`` guard.)"""
-    n = min(workers, len(tasks))
+def _stream(tasks: Iterable[Task], n_tasks: int, workers: int) -> Iterator[bytes]:
+    """The tasks' results in order, each as soon as it and those before it are done: in this process for one task
+    or one worker, else in a process pool that lives for this generator only (no worker, nor the scalar it was
+    sent, outlives it; a failed task, or a consumer that stops early, cancels the rest). At most 2 tasks per
+    worker are in flight or waiting to be consumed, so memory stays bounded however long the list.
+    forkserver, not fork: the parties are multi-threaded gRPC servers, and a fork copies whatever lock another
+    thread holds. (Like any forkserver user, a script calling this needs the ``if __name__ == "__main__":``
+    guard.)"""
+    n = min(workers, n_tasks)
     if n <= 1:
-        return b"".join(fn(*args) for fn, args in tasks)
+        yield from (fn(*args) for fn, args in tasks)
+        return
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload([__name__])
     pool = ProcessPoolExecutor(max_workers=n, mp_context=context)
     try:
-        futures = [pool.submit(fn, *args) for fn, args in tasks]
-        return b"".join(future.result() for future in futures)
+        pending: deque = deque()
+        for fn, args in tasks:
+            pending.append(pool.submit(fn, *args))
+            if len(pending) >= 2 * n:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _blind_tasks(scalar: bytes, ids: Sequence[str], salt: bytes, workers: int) -> list[Task]:
-    step = _chunk(len(ids), workers)
-    return [(_blind_task, (scalar, salt, list(ids[i : i + step]), i)) for i in range(0, len(ids), step)]
+def _run(tasks: list[Task], workers: int) -> bytes:
+    return b"".join(_stream(tasks, len(tasks), workers))
 
 
-def _multiply_tasks(scalar: bytes, points: np.ndarray, workers: int) -> list[Task]:
-    step = _chunk(len(points), workers)
-    return [(_multiply_task, (scalar, points[i : i + step].tobytes(), i)) for i in range(0, len(points), step)]
+def _spans(n: int, workers: int) -> list[tuple[int, int]]:
+    step = _chunk(n, workers)
+    return [(start, min(start + step, n)) for start in range(0, n, step)]
+
+
+def _blind_tasks(
+    scalar: bytes, ids: Sequence[str], salt: bytes, spans: list[tuple[int, int]], order: np.ndarray | None = None
+) -> Iterator[Task]:
+    """Blinding tasks over ``ids`` (in the given ``order``, if any); a chunk's ids become Python strings only
+    when its task is made."""
+    if order is None:
+        return ((_blind_task, (scalar, salt, [str(i) for i in ids[a:b]], a)) for a, b in spans)
+    return ((_blind_task, (scalar, salt, [str(ids[row]) for row in order[a:b]], a)) for a, b in spans)
+
+
+def _multiply_tasks(scalar: bytes, points: np.ndarray, spans: list[tuple[int, int]]) -> Iterator[Task]:
+    return ((_multiply_task, (scalar, points[a:b].tobytes(), a)) for a, b in spans)
 
 
 def _points(values: Sequence[bytes] | np.ndarray) -> np.ndarray:
@@ -347,6 +378,111 @@ def _sort_unique(points: np.ndarray, what: str, rows: np.ndarray | None = None) 
     return order, ordered
 
 
+# --- lists on the wire: chunks of at most CHUNK points, each with its index and the totals ---
+@dataclass(frozen=True)
+class Chunk:
+    """Chunk ``index`` (0-based) of the ``chunks`` that carry a list of ``points`` values; ``data`` is its
+    values' 32-byte encodings, concatenated."""
+
+    index: int
+    chunks: int
+    points: int
+    data: bytes
+
+
+def chunks_of(points: np.ndarray, workers: int = 1) -> Iterator[Chunk]:
+    """An S32 array as chunks, cut as the pool would cut it; an empty list is no chunk at all."""
+    spans = _spans(len(points), workers)
+    for index, (a, b) in enumerate(spans):
+        yield Chunk(index, len(spans), len(points), points[a:b].tobytes())
+
+
+class ChunkReader:
+    """Assembles a list received in chunks, checking each on arrival; a breach is a ValueError naming it (the
+    caller names the sender). ``check_size(points)`` may refuse the announced size before any memory is taken
+    for it. No chunk at all is the empty list."""
+
+    def __init__(self, check_size: Callable[[int], None] | None = None) -> None:
+        self._check_size = check_size
+        self._points: np.ndarray | None = None
+        self._chunks = self._next = self._filled = 0
+
+    def add(self, chunk: Chunk) -> None:
+        if self._points is None:
+            if chunk.points < 1 or not -(-chunk.points // CHUNK) <= chunk.chunks <= chunk.points:
+                raise ValueError(
+                    f"chunk {chunk.index} announces {chunk.chunks} chunks for {chunk.points} points: each chunk "
+                    f"carries 1 to {CHUNK} points"
+                )
+            if self._check_size is not None:
+                self._check_size(chunk.points)
+            self._points, self._chunks = np.empty(chunk.points, dtype=_DTYPE), chunk.chunks
+        elif (chunk.chunks, chunk.points) != (self._chunks, len(self._points)):
+            raise ValueError(
+                f"chunk {chunk.index} announces {chunk.chunks} chunks of {chunk.points} points, the first "
+                f"{self._chunks} chunks of {len(self._points)} points"
+            )
+        if chunk.index != self._next or chunk.index >= self._chunks:
+            if chunk.index >= self._chunks:
+                problem = f"beyond the {self._chunks} announced"
+            elif chunk.index < self._next:
+                problem = f"repeated (chunk {self._next} expected)"
+            else:
+                problem = f"out of order: chunk {self._next} missing"
+            raise ValueError(f"chunk {chunk.index} {problem}")
+        n, rest = divmod(len(chunk.data), POINT_BYTES)
+        if rest or not 1 <= n <= CHUNK:
+            raise ValueError(
+                f"chunk {chunk.index} holds {len(chunk.data)} bytes, not 1 to {CHUNK} values of {POINT_BYTES} bytes"
+            )
+        if self._filled + n > len(self._points) or (self._next == self._chunks - 1) != (
+            self._filled + n == len(self._points)
+        ):
+            raise ValueError(
+                f"chunk {chunk.index} of {self._chunks} brings the list to {self._filled + n} points, "
+                f"{len(self._points)} announced"
+            )
+        self._points[self._filled : self._filled + n] = _from_blob(chunk.data)
+        self._filled += n
+        self._next += 1
+
+    def result(self) -> np.ndarray:
+        """The whole list; a ValueError if it ended before the announced last chunk."""
+        if self._points is None:
+            return np.empty(0, dtype=_DTYPE)
+        if self._next != self._chunks:
+            raise ValueError(f"the list ends after {self._next} of {self._chunks} chunks")
+        return self._points
+
+
+def check_size(n: int, own: int, *, max_ids: int = MAX_IDS, max_ratio: float = MAX_RATIO) -> None:
+    """Refuse a partner's list of ``n`` ids against our ``own``: a ValueError naming the bound it breaks and the
+    smallest setting that would accept it."""
+    if n > max_ids:
+        raise ValueError(
+            f"{n} IDs announced, over this party's cap of {max_ids} ([limits] psi_max_ids; the smallest that "
+            f"accepts them is {n})"
+        )
+    if n > max_ratio * own:
+        smallest = math.ceil(n * 100 / max(own, 1)) / 100
+        raise ValueError(
+            f"{n} IDs announced, over {max_ratio:g} x this party's own {own} IDs ([limits] psi_max_ratio; the "
+            f"smallest that accepts them is {smallest:g})"
+        )
+
+
+def _require_unique(values: np.ndarray, what: str) -> None:
+    """:func:`_sort_unique`'s check without its sorted copy: the sorted order is compared block by block (a
+    million 22-character ids are 88 MB as a numpy string array)."""
+    order, block = np.argsort(values, kind="stable"), 65_536
+    for start in range(0, max(len(order) - 1, 0), block):
+        run = values[order[start : start + block + 1]]
+        repeats = np.flatnonzero(run[1:] == run[:-1])
+        if repeats.size:
+            first, second = sorted(int(row) for row in order[start + repeats[0] : start + repeats[0] + 2])
+            raise ValueError(f"duplicate {what} at rows {first} and {second}")
+
+
 class PsiKey:
     """A party's secret blinding scalar, uniform in [1, L) and fresh for each session."""
 
@@ -360,13 +496,15 @@ class PsiKey:
 
     def blind_ids(self, ids: Sequence[str], salt: bytes, *, workers: int | None = None) -> list[bytes]:
         """``k·H(id)`` for each id, in order. Duplicate ids are rejected: rows must be addressable by id."""
-        return _as_list(self._blind(ids, salt, workers))
+        return _as_list(self.blind(ids, salt, workers=workers))
 
-    def _blind(self, ids: Sequence[str], salt: bytes, workers: int | None) -> np.ndarray:
+    def blind(self, ids: Sequence[str] | np.ndarray, salt: bytes, *, workers: int | None = None) -> np.ndarray:
+        """:meth:`blind_ids` as an S32 array (what the engines send, chunk by chunk)."""
         _require_salt(salt)
         _require_strings(ids)
         workers = _workers(workers)
-        points = _from_blob(_run(_blind_tasks(self._scalar, ids, salt, workers), workers))
+        spans = _spans(len(ids), workers)
+        points = _from_blob(_run(list(_blind_tasks(self._scalar, ids, salt, spans)), workers))
         # Equal ids give equal points (distinct ids collide with negligible probability): one sort finds repeats.
         _sort_unique(points, "ids")
         return points
@@ -382,7 +520,7 @@ class PsiKey:
 
     def _reblind(self, points: np.ndarray, workers: int | None) -> np.ndarray:
         workers = _workers(workers)
-        return _from_blob(_run(_multiply_tasks(self._scalar, points, workers), workers))
+        return _from_blob(_run(list(_multiply_tasks(self._scalar, points, _spans(len(points), workers))), workers))
 
 
 @dataclass(frozen=True)
@@ -394,24 +532,56 @@ class PassiveReply:
     permutation: np.ndarray  # secret: blinded_own[j] is P's row permutation[j]
 
 
+# The passive party's two reply lists, named as the PsiExchangeReply fields that carry them.
+DOUBLE, OWN = "double_blinded", "own_blinded"
+
+
+@dataclass(frozen=True)
+class PassiveStream:
+    """The passive reply as it is computed: ``chunks`` yields ``(DOUBLE, chunk)`` for the whole of A's list
+    re-blinded (same order) and then ``(OWN, chunk)`` for our own ids blinded in the order of ``permutation``
+    (secret: the j-th own value is our row ``permutation[j]``). A bad point in A's list is a ValueError raised
+    before any ``OWN`` chunk."""
+
+    permutation: np.ndarray
+    chunks: Iterator[tuple[str, Chunk]]
+
+
+def passive_stream(
+    key: PsiKey, own_ids: Sequence[str] | np.ndarray, received: Sequence[bytes] | np.ndarray, salt: bytes, *,
+    workers: int | None = None,
+) -> PassiveStream:
+    """Passive side of step 2, one pool for both lists. Salt, id types and duplicate ids are checked before any
+    curve work; each chunk is yielded as soon as the pool has it."""
+    _require_salt(salt)
+    _require_strings(own_ids)
+    received = _points(received)
+    _require_unique(np.asarray(own_ids, dtype=str), "ids")  # equal ids would give equal points: refuse them first
+    permutation = entropy.os_entropy().permutation(len(own_ids))  # hides our row order from A
+    workers = _workers(workers) if len(received) + len(own_ids) > MIN_CHUNK else 1  # small: no pool
+    double, own = _spans(len(received), workers), _spans(len(own_ids), workers)
+    tasks = itertools.chain(
+        _multiply_tasks(key._scalar, received, double), _blind_tasks(key._scalar, own_ids, salt, own, permutation)
+    )
+    results = _stream(tasks, len(double) + len(own), workers)
+    labels = [(DOUBLE, i, len(double), len(received)) for i in range(len(double))]
+    labels += [(OWN, i, len(own), len(own_ids)) for i in range(len(own))]
+    chunks = ((name, Chunk(i, n, total, data)) for (name, i, n, total), data in zip(labels, results, strict=True))
+    return PassiveStream(permutation=permutation, chunks=chunks)
+
+
 def passive_reply(
     key: PsiKey, own_ids: Sequence[str], active_blinded: Sequence[bytes], salt: bytes, *, workers: int | None = None
 ) -> PassiveReply:
-    """Passive side of step 2: reblind A's list and blind own ids in a secret random order (one pool for both)."""
-    _require_salt(salt)
-    _require_strings(own_ids)
-    received = _points(active_blinded)
-    permutation = entropy.os_entropy().permutation(len(own_ids))  # hides our row order from A
-    workers = _workers(workers) if len(received) + len(own_ids) > MIN_CHUNK else 1  # small: no pool
-    reblind = _multiply_tasks(key._scalar, received, workers)
-    blind = _blind_tasks(key._scalar, [own_ids[row] for row in permutation], salt, workers)
-    blob = _run(reblind + blind, workers)
-    own = _from_blob(blob[len(received) * POINT_BYTES :])
-    _sort_unique(own, "ids", permutation)
+    """:func:`passive_stream` collected into lists."""
+    stream = passive_stream(key, own_ids, active_blinded, salt, workers=workers)
+    lists: dict[str, list[bytes]] = {DOUBLE: [], OWN: []}
+    for name, chunk in stream.chunks:
+        lists[name].append(chunk.data)
     return PassiveReply(
-        reblinded_active=_as_list(_from_blob(blob[: len(received) * POINT_BYTES])),
-        blinded_own=_as_list(own),
-        permutation=permutation,
+        reblinded_active=_as_list(_from_blob(b"".join(lists[DOUBLE]))),
+        blinded_own=_as_list(_from_blob(b"".join(lists[OWN]))),
+        permutation=stream.permutation,
     )
 
 

@@ -6,6 +6,7 @@ receives is offered to its plugins (``services/plugins/__init__.py``).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 import time
@@ -54,6 +55,11 @@ class TrainingRun:
     batch: int = 0  # batches of this epoch already applied
     order: np.ndarray | None = None  # this epoch's shuffled order
     done: bool = False
+
+
+def index_of(ids: np.ndarray, rows: np.ndarray) -> dict[str, int]:
+    """Own sample ID -> common index, for the aligned ``rows``."""
+    return dict(zip((str(i) for i in ids[rows]), range(len(rows)), strict=True))
 
 
 @dataclass
@@ -126,7 +132,7 @@ class ActiveSession:
         return arrays, meta
 
     @classmethod
-    def from_state(cls, session_id: str, arrays: dict[str, np.ndarray], meta: dict, ids: list[str]) -> ActiveSession:
+    def from_state(cls, session_id: str, arrays: dict[str, np.ndarray], meta: dict, ids: np.ndarray) -> ActiveSession:
         context = checkpoint.as_bytes(arrays["context"])
         training = families.TrainingConfig(*meta["training"])
         family = meta.get("family", families.DEFAULT)  # a checkpoint from before the family layer is LR's
@@ -157,7 +163,7 @@ class ActiveSession:
         )
         if "rows" in arrays:
             s.rows = np.array(arrays["rows"])
-            s.index_of = {ids[row]: i for i, row in enumerate(s.rows)}
+            s.index_of = index_of(ids, s.rows)
         if meta["run"] is not None:
             s.run = TrainingRun(order=arrays.get("run_order"), **meta["run"])
         return s
@@ -175,6 +181,7 @@ class ActiveParty:
         state: checkpoint.StateDir | None = None,
         *,
         psi_max_ids: int = psi.MAX_IDS,
+        psi_max_ratio: float = psi.MAX_RATIO,
     ) -> None:
         if data.y is None:
             raise ValueError("the active party's data file needs a label column")
@@ -188,9 +195,9 @@ class ActiveParty:
         self.hub = hub or plugins.PluginHub()
         self.state = state or checkpoint.StateDir(None)
         self.psi_max_ids = psi_max_ids
-        ids = [str(i) for i in data.ids]
+        self.psi_max_ratio = psi_max_ratio
         self.sessions = SessionTable(
-            self.state, lambda sid, arrays, meta: ActiveSession.from_state(sid, arrays, meta, ids)
+            self.state, lambda sid, arrays, meta: ActiveSession.from_state(sid, arrays, meta, self.data.ids)
         )
         self._pool = ThreadPoolExecutor(max_workers=max(2, len(self.passives) + 1), thread_name_prefix="peer")
 
@@ -336,8 +343,8 @@ class ActiveParty:
         a restarted party does not run a second one; an exchange that failed before any reply is unmarked and may
         be retried (docs/protocol.md, "Alignment")."""
         s = self.session(session_id)
-        own_ids = [str(i) for i in self.data.ids]
-        if not own_ids:
+        own_ids = self.data.ids  # an array: no Python object per row during the exchange
+        if not len(own_ids):
             raise FailedPrecondition(f"PSI: {self.party_id} holds no sample IDs")
         if len(own_ids) > self.psi_max_ids:
             raise FailedPrecondition(
@@ -353,23 +360,28 @@ class ActiveParty:
             s.psi_started = True
             self._save(s)
         key, salt = psi.PsiKey(), psi.new_salt()
-        blinded = key.blind_ids(own_ids, salt)
+        # The caps on each passive list ([limits] psi_max_ids, absolute; psi_max_ratio, relative to our own list).
+        check = functools.partial(
+            psi.check_size, own=len(own_ids), max_ids=self.psi_max_ids, max_ratio=self.psi_max_ratio
+        )
         try:
-            replies = self._each_passive(lambda party, client: client.psi_exchange(session_id, salt, blinded))
+            try:
+                blinded = key.blind(own_ids, salt)
+            except ValueError as exc:  # duplicate or non-string ids: nothing was sent
+                raise FailedPrecondition(f"PSI: {self.party_id}'s own IDs: {exc}") from exc
+            replies = self._each_passive(
+                lambda party, client, sent=blinded: client.psi_exchange(session_id, salt, sent, check)
+            )
+            del blinded  # every passive party has it: 32 MB at 1M IDs, not held through the intersection
         except Exception:
-            # Nothing is aligned yet, so the session may try again: a passive party that did answer has marked its
-            # own session and refuses a second exchange itself, one that refused kept nothing.
+            # Nothing is aligned yet, so the session may try again: a passive party that sent its own list has
+            # marked its session and refuses a second exchange itself; one that refused or was cut kept nothing.
             with s.lock:
                 s.psi_started = False
                 self._save(s)
             raise
         for party, (_, own) in zip(self.passives, replies, strict=True):
-            if len(own) > self.psi_max_ids:  # it could test that many candidates against our list
-                raise InvalidArgument(
-                    f"PSI: {party} sent {len(own)} IDs, over this party's cap of {self.psi_max_ids} "
-                    "([limits] psi_max_ids)"
-                )
-            if not own:
+            if not len(own):
                 raise FailedPrecondition(f"PSI: {party} holds no sample IDs")
         try:
             names = list(self.passives)
@@ -382,13 +394,14 @@ class ActiveParty:
                 + ", ".join(f"{party} ({len(own)} IDs)" for party, (_, own) in zip(self.passives, replies, strict=True))
                 + ": check each party's ID column and its spelling (e.g. '7' vs '007')"
             )
+        del replies
         positions = dict(zip(self.passives, alignment.passive_positions, strict=True))
         self._each_passive(lambda party, client: client.psi_finish(session_id, positions[party]))
         with s.lock:
             s.rows = alignment.active_rows
-            s.index_of = {own_ids[row]: i for i, row in enumerate(s.rows)}
+            s.index_of = index_of(own_ids, s.rows)
             self._save(s)
-        return [own_ids[row] for row in s.rows]
+        return own_ids[s.rows].tolist()
 
     def _indices(self, s: ActiveSession, sample_ids: list[str]) -> np.ndarray:
         if s.rows is None:

@@ -3,8 +3,9 @@ splitnn.py, trees.py)."""
 
 from __future__ import annotations
 
+import functools
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
@@ -149,6 +150,7 @@ class PassiveParty:
         coordinator_id: str = COORDINATOR,
         *,
         psi_max_ids: int = psi.MAX_IDS,
+        psi_max_ratio: float = psi.MAX_RATIO,
         psi_owner_budget: int | None = None,
         allowed_backends: Sequence[str] = ("ckks",),
         embedding_release: Sequence[str] = (),
@@ -161,6 +163,7 @@ class PassiveParty:
         # when its own operator says so, whatever the coordinator allows.
         self.backend_policy = BackendPolicy.of(f"{party_id}'s", allowed_backends)
         self.psi_max_ids = psi_max_ids
+        self.psi_max_ratio = psi_max_ratio
         # IDs of the active list this party blinds per owner, over all sessions and restarts ([limits]
         # psi_owner_budget; None: unlimited): one exchange per session does not stop testing a dictionary over
         # many sessions, this does.
@@ -259,30 +262,52 @@ class PassiveParty:
         return self.n_features
 
     # --- PSI (see services/crypto/psi.py) ---
-    def psi_exchange(self, session_id: str, salt: bytes, blinded: list[bytes]) -> tuple[list[bytes], list[bytes]]:
+    def psi_exchange(
+        self, session_id: str, salt: bytes, chunks: Iterable[psi.Chunk]
+    ) -> Iterator[tuple[str, psi.Chunk]]:
         """One exchange per session, capped in size: each reply lets the active party test its list against ours.
 
-        The permutation is checkpointed before the reply leaves, so a restarted party refuses a second one too.
+        The active list is received whole and checked (its announced size against the caps before any point;
+        chunk order and count as they come), then the reply streams out as the pool computes it: A's list
+        re-blinded, then our own blinded ids. The permutation is checkpointed before the first of our own values
+        leaves (a restarted party refuses a second exchange too); a stream cut or refused before then leaves
+        nothing, and the session may exchange again.
         """
         s = self.session(session_id)
-        if len(blinded) > self.psi_max_ids:  # before any point is processed
-            raise InvalidArgument(
-                f"PSI: the active party sent {len(blinded)} IDs, over this party's cap of {self.psi_max_ids} "
-                "([limits] psi_max_ids)"
-            )
-        if not blinded:
-            raise InvalidArgument("PSI: the active party sent no IDs")
         _refuse_second_exchange(session_id, s)
-        self._spend_psi_budget(s.owner, len(blinded))
+        own_ids = self.data.ids
+        if not len(own_ids):
+            raise FailedPrecondition(f"PSI: {self.party_id} holds no sample IDs")
+        reader = psi.ChunkReader(self._psi_size_check(len(own_ids)))
         try:
-            reply = psi.passive_reply(psi.PsiKey(), [str(i) for i in self.data.ids], blinded, salt)
+            for chunk in chunks:
+                reader.add(chunk)
+            received = reader.result()
         except ValueError as exc:
-            raise InvalidArgument(f"PSI: {exc}") from exc
-        with s.lock:
-            _refuse_second_exchange(session_id, s)  # a concurrent exchange may have finished meanwhile
-            s.psi_permutation = reply.permutation
-            self._save(session_id, s)
-        return reply.reblinded_active, reply.blinded_own
+            raise InvalidArgument(f"PSI: the active party's list: {exc}") from exc
+        if not len(received):
+            raise InvalidArgument("PSI: the active party sent no IDs")
+        if not salt:
+            raise InvalidArgument("PSI: the active party sent no salt")
+        try:
+            reply = psi.passive_stream(psi.PsiKey(), own_ids, received, salt)  # checks our ids before any work
+        except ValueError as exc:
+            raise FailedPrecondition(f"PSI: {self.party_id}'s own IDs: {exc}") from exc
+        self._spend_psi_budget(s.owner, len(received))
+        try:
+            for name, chunk in reply.chunks:
+                if name == psi.OWN and s.psi_permutation is not reply.permutation:
+                    with s.lock:
+                        _refuse_second_exchange(session_id, s)  # a concurrent exchange may have finished meanwhile
+                        s.psi_permutation = reply.permutation
+                        self._save(session_id, s)
+                yield name, chunk
+        except ValueError as exc:
+            raise InvalidArgument(f"PSI: the active party's list: {exc}") from exc
+
+    def _psi_size_check(self, own: int) -> Callable[[int], None]:
+        """The caps on a partner's list ([limits] psi_max_ids, absolute; psi_max_ratio, relative to ``own``)."""
+        return functools.partial(psi.check_size, own=own, max_ids=self.psi_max_ids, max_ratio=self.psi_max_ratio)
 
     def _spend_psi_budget(self, owner: str, n: int) -> None:
         """Count ``n`` more IDs blinded for ``owner``, durably, before any point is computed; refuse over budget."""

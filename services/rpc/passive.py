@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import grpc
 import numpy as np
 
 from vflsec.services.crypto import he
 from vflsec.services.defenses import params as param_defenses
 from vflsec.services.engines.passive import PassiveParty, PassiveSession
-from vflsec.services.transport import wire
+from vflsec.services.errors import InvalidArgument
+from vflsec.services.transport import psi_stream, wire
 from vflsec.services.transport.server import rpc
 from vflsec.services.transport.tensors import from_tensor, to_tensor
 from vflsec.services.transport.tls import current_caller
@@ -45,10 +48,14 @@ class PassiveServicer(passive_pb2_grpc.PassiveServicer):
         )
 
     @rpc
-    def PsiExchange(self, request: passive_pb2.PsiExchangeRequest, context: grpc.ServicerContext):
-        self._owner(request.session_id)
-        double, own = self.party.psi_exchange(request.session_id, request.salt, list(request.blinded))
-        return passive_pb2.PsiExchangeReply(double_blinded=double, own_blinded=own)
+    def PsiExchange(self, requests: Iterator[passive_pb2.PsiExchangeRequest], context: grpc.ServicerContext):
+        opened = psi_stream.opened(requests)
+        if opened is None:
+            raise InvalidArgument("PSI: the active party's stream carries no message")
+        session_id, salt, chunks = opened
+        self._owner(session_id)
+        for name, chunk in self.party.psi_exchange(session_id, salt, chunks):
+            yield psi_stream.reply(name, chunk)
 
     @rpc
     def PsiFinish(self, request: passive_pb2.PsiFinishRequest, context: grpc.ServicerContext):

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import grpc
 import numpy as np
 
-from vflsec.services.crypto import he
+from vflsec.services.crypto import he, psi
 from vflsec.services.defenses.params import Distorted
 from vflsec.services.defenses.release import ReleasedParams, ReleasedScores, StepDescription
-from vflsec.services.errors import InvalidArgument
+from vflsec.services.errors import InvalidArgument, ServiceError
 from vflsec.services.models.family import Received, TrainingConfig
-from vflsec.services.transport import wire
+from vflsec.services.transport import psi_stream, wire
 from vflsec.services.transport.server import DEFAULT_CALL_POLICY, CallPolicy, call
 from vflsec.services.transport.tensors import from_tensor, to_tensor
 from vflsec.services.transport.tree_links import TreeCoordinatorClient, TreePassiveClient
@@ -28,8 +28,8 @@ from vflsec.v1 import (
     splitnn_pb2_grpc,
 )
 
-# The passive party validates and re-blinds our list and hashes and blinds its own (together about 0.5 ms per
-# ID on one core, docs/protocol.md): the exchange's deadline grows by twice that per ID we send.
+# The passive party validates and re-blinds our list and hashes and blinds its own (together about 0.15 ms per
+# ID on one core, docs/performance.md): the exchange's deadline grows by 1 ms per ID we send, ample on a busy host.
 PSI_SECONDS_PER_ID = 1e-3
 
 
@@ -238,13 +238,34 @@ class PassiveClient:
         reply = call(self.peer, self.stub.JoinSession, request, self.policy)
         return Joined(reply.n_features, reply.n_rows, reply.output_width, wire.steps_of(reply.embedding_release))
 
-    def psi_exchange(self, session_id: str, salt: bytes, blinded: list[bytes]) -> tuple[list[bytes], list[bytes]]:
-        request = passive_pb2.PsiExchangeRequest(session_id=session_id, salt=salt, blinded=blinded)
+    def psi_exchange(
+        self, session_id: str, salt: bytes, blinded: np.ndarray, check_size: Callable[[int], None] | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Stream our blinded list (an S32 array) to the party in chunks and read its reply chunk by chunk:
+        (our list re-blinded, its own blinded list). ``check_size`` may refuse the size the party announces for
+        its own list before it arrives. A reply that breaks the chunk rules cancels the call."""
         policy = replace(self.policy, timeout=self.policy.timeout + PSI_SECONDS_PER_ID * len(blinded))
-        reply = call(self.peer, self.stub.PsiExchange, request, policy)
-        if len(reply.double_blinded) != len(blinded):
-            raise InvalidArgument(f"{self.peer} returned {len(reply.double_blinded)} values for {len(blinded)} IDs")
-        return list(reply.double_blinded), list(reply.own_blinded)
+
+        def exchange(_: None, timeout: float) -> tuple[np.ndarray, np.ndarray]:
+            responses = self.stub.PsiExchange(
+                psi_stream.requests(session_id, salt, psi.chunks_of(blinded)), timeout=timeout
+            )
+            readers = {psi.DOUBLE: psi.ChunkReader(), psi.OWN: psi.ChunkReader(check_size)}
+            try:
+                for reply in responses:
+                    name = reply.WhichOneof("list")
+                    if name is None:
+                        raise ValueError("a reply message carries no chunk")
+                    readers[name].add(psi_stream.from_message(getattr(reply, name)))
+                return readers[psi.DOUBLE].result(), readers[psi.OWN].result()
+            except (ValueError, ServiceError) as exc:
+                responses.cancel()
+                raise InvalidArgument(f"PSI: {self.peer}'s reply: {exc}") from None
+
+        double, own = call(self.peer, exchange, None, policy)
+        if len(double) != len(blinded):
+            raise InvalidArgument(f"PSI: {self.peer} returned {len(double)} values for {len(blinded)} IDs")
+        return double, own
 
     def psi_finish(self, session_id: str, positions: np.ndarray) -> int:
         request = passive_pb2.PsiFinishRequest(session_id=session_id, positions=positions.tolist())

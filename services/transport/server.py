@@ -19,7 +19,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from vflsec.services.config import ServiceConfig, TlsConfig
-from vflsec.services.errors import PeerFailed, ServiceError
+from vflsec.services.errors import InvalidArgument, PeerFailed, ServiceError
 from vflsec.services.transport import tls
 
 log = logging.getLogger("vflsec")
@@ -118,7 +118,8 @@ class DecodeRequests(grpc.ServerInterceptor):
 
     grpc reports a request its deserializer rejects (garbage, truncated protobuf, invalid UTF-8 in a string
     field) as INTERNAL, which would blame the server for the caller's bytes. The handler is rebuilt to receive
-    raw bytes and decode them itself. Only unary requests are decoded here; streaming requests pass through.
+    raw bytes and decode them itself; in a request stream (PsiExchange) each message is decoded as the servicer
+    reads it, and a bad one is InvalidArgument raised there (the servicer's ``rpc`` wrapper reports it).
     """
 
     def intercept_service(
@@ -127,9 +128,20 @@ class DecodeRequests(grpc.ServerInterceptor):
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler | None:
         handler = continuation(handler_call_details)
-        if handler is None or handler.request_streaming or handler.request_deserializer is None:
+        if handler is None or handler.request_deserializer is None:
             return handler
         decode = handler.request_deserializer
+        if handler.request_streaming:
+            if handler.stream_stream is None:
+                return handler
+            stream_behavior = handler.stream_stream
+
+            def decoded_stream(raws: Iterator[bytes], context: grpc.ServicerContext) -> Any:
+                return stream_behavior((_decode_or_refuse(decode, raw) for raw in raws), context)
+
+            return grpc.stream_stream_rpc_method_handler(
+                decoded_stream, request_deserializer=None, response_serializer=handler.response_serializer
+            )
         if handler.unary_unary is not None:
             behavior, rebuild = handler.unary_unary, grpc.unary_unary_rpc_method_handler
         else:
@@ -143,6 +155,13 @@ class DecodeRequests(grpc.ServerInterceptor):
             return behavior(request, context)
 
         return rebuild(decoded, request_deserializer=None, response_serializer=handler.response_serializer)
+
+
+def _decode_or_refuse(decode: Callable[[bytes], Any], raw: bytes) -> Any:
+    try:
+        return decode(raw)
+    except Exception as exc:
+        raise InvalidArgument(f"malformed request: {type(exc).__name__}: {exc}") from None
 
 
 @dataclass

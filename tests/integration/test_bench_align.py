@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from vflsec.client.bench_align import op_counts, party_ids
@@ -19,18 +20,25 @@ def test_ids_overlap_ninety_percent_and_ops_count_the_protocol() -> None:
     assert op_counts(1000, 2) == {"hash_to_group": 3000, "scalar_mult": 7000}
 
 
-def test_bench_align_json_reports_the_figures_for_two_passive_parties() -> None:
-    out = CliRunner().invoke(app, ["bench", "align", "--rows", "2000", "--parties", "2", "--json"])
+@pytest.mark.parametrize("transport", ["grpc", "pipes"])
+def test_bench_align_json_reports_the_figures_for_two_passive_parties(transport: str) -> None:
+    # grpc: every party a `vflsec serve` process, the shipped streamed exchange; 3,000 ids make 2 chunks a list.
+    rows = 3000
+    args = ["bench", "align", "--rows", str(rows), "--parties", "2", "--transport", transport, "--json"]
+    out = CliRunner().invoke(app, args)
     assert out.exit_code == 0, out.output
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert result["correct"] is True and result["common"] == 1800
+    assert result["transport"].startswith(transport)
+    assert result["correct"] is True and result["common"] == 2700
     assert set(result["per_op_us"]) == set(result["per_op_cpu_us"]) == {"hash_to_group", "scalar_mult"}
     assert result["cpu_seconds"] > 0 and result["cpu_ratio"] == result["cpu_seconds"] / result["cpu_floor_seconds"]
     assert result["ratio_to_floor"] == result["align_seconds"] / result["floor_seconds"]
-    assert set(result["peak_rss_mb"]) == {"active", "passive-1", "passive-2"}
+    assert set(result["peak_rss_mb"]) == set(result["peak_pss_mb"]) == {"active", "passive-1", "passive-2"}
     assert all(mb > 0 for mb in result["peak_rss_mb"].values())
 
 
-def test_bench_align_refuses_too_few_rows() -> None:
+def test_bench_align_refuses_too_few_rows_and_unknown_transports() -> None:
     out = CliRunner().invoke(app, ["bench", "align", "--rows", "5"])
     assert out.exit_code != 0 and "--rows" in out.output and "10" in out.output
+    out = CliRunner().invoke(app, ["bench", "align", "--rows", "100", "--transport", "carrier-pigeon"])
+    assert out.exit_code != 0 and "--transport must be one of grpc, pipes" in out.output

@@ -118,6 +118,8 @@ class FuzzEnv:
         try:
             if case.method.endswith("/Train"):
                 list(channel.unary_stream(case.method)(case.payload, timeout=TIMEOUT))
+            elif case.method.endswith("/PsiExchange"):  # a stream of one message
+                list(channel.stream_stream(case.method)(iter([case.payload]), timeout=TIMEOUT))
             else:
                 channel.unary_unary(case.method)(case.payload, timeout=TIMEOUT)
             code = grpc.StatusCode.OK
@@ -338,7 +340,13 @@ def _passive_messages() -> dict[str, st.SearchStrategy]:
             p.PsiExchangeRequest,
             session_id=st.sampled_from([PSI, "no-such-session"]),  # never realigns the live sessions
             salt=st.binary(max_size=16),
-            blinded=st.lists(st.one_of(st.binary(min_size=32, max_size=32), st.binary(max_size=40)), max_size=4),
+            blinded=st.builds(
+                p.PointChunk,
+                index=st.integers(-1, 2),
+                chunks=st.integers(-1, 3),
+                points=st.integers(-1, 5),
+                data=st.one_of(st.binary(min_size=32, max_size=32), st.binary(max_size=70)),
+            ),
         ),
         "PsiFinish": st.builds(
             p.PsiFinishRequest, session_id=st.sampled_from([PSI, "no-such-session"]), positions=INDICES

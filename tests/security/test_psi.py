@@ -18,6 +18,7 @@ from vflsec.client.federation import FederationLayout
 from vflsec.services.app import start_party
 from vflsec.services.config import load_config
 from vflsec.services.crypto import psi
+from vflsec.services.transport import psi_stream
 from vflsec.v1 import passive_pb2, passive_pb2_grpc
 
 CAP = 600  # the federation's [limits] psi_max_ids: above every party's 569 rows, so honest alignment passes
@@ -44,8 +45,14 @@ def passive(fed: Federation) -> Iterator[passive_pb2_grpc.PassiveStub]:
         yield passive_pb2_grpc.PassiveStub(channel)
 
 
-def _exchange(stub: passive_pb2_grpc.PassiveStub, session_id: str, points: list[bytes]) -> passive_pb2.PsiExchangeReply:
-    return stub.PsiExchange(passive_pb2.PsiExchangeRequest(session_id=session_id, salt=b"probe", blinded=points))
+def _exchange(stub: passive_pb2_grpc.PassiveStub, session_id: str, points: list[bytes]) -> tuple[list, list]:
+    """A PsiExchange as a deviating active party could make it: the list in chunks; the two reply lists."""
+    blob = np.frombuffer(b"".join(points), dtype=f"S{psi.POINT_BYTES}")
+    lists: dict[str, list[bytes]] = {psi.DOUBLE: [], psi.OWN: []}
+    for reply in stub.PsiExchange(psi_stream.requests(session_id, b"probe", psi.chunks_of(blob))):
+        data = getattr(reply, reply.WhichOneof("list")).data
+        lists[reply.WhichOneof("list")] += [data[i : i + 32] for i in range(0, len(data), 32)]
+    return lists[psi.DOUBLE], lists[psi.OWN]
 
 
 def _refused(call, *args) -> tuple[grpc.StatusCode, str]:
@@ -71,10 +78,9 @@ def test_twist_probe_has_nothing_to_distinguish(fed: Federation, passive) -> Non
     group, so the bit is the same for every ID, and the raw bytes' bit no longer survives blinding."""
     session_id = fed.operator.create_session("plain", seed=7).session_id
     sent = psi.PsiKey().blind_ids([f"candidate-{i}" for i in range(400)], psi.new_salt())
-    reply = _exchange(passive, session_id, sent)
-    returned = list(reply.double_blinded)
+    returned, own = _exchange(passive, session_id, sent)
     assert len(returned) == 400
-    for value in (*sent, *returned, *reply.own_blinded):
+    for value in (*sent, *returned, *own):
         assert crypto_core_ed25519_is_valid_point(value)
     # As curve points, all on the curve (never the twist): a constant, independent of the ID.
     assert not any(_twist_bit(v, as_edwards=True) for v in (*sent, *returned))
@@ -171,10 +177,10 @@ def test_psi_budget_per_owner_across_sessions_and_restarts(tmp_path) -> None:
         ledger = fed.layout.workdir / "passive-1" / "state" / "psi_owners"
 
         first = fed.operator.create_session("ckks").session_id
-        assert len(_exchange(stub, first, candidates[:60]).double_blinded) == 60
+        assert len(_exchange(stub, first, candidates[:60])[0]) == 60
         _restart(fed, "passive-1")  # the count survives a restart
         second = fed.operator.create_session("ckks").session_id
-        assert len(_exchange(stub, second, candidates[:40]).double_blinded) == 40  # 100 of 100
+        assert len(_exchange(stub, second, candidates[:40])[0]) == 40  # 100 of 100
         third = fed.operator.create_session("ckks").session_id
         code, details = _refused(_exchange, stub, third, candidates[:1])
         assert code == grpc.StatusCode.RESOURCE_EXHAUSTED

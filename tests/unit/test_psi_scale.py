@@ -121,3 +121,17 @@ def test_worker_count_comes_from_the_environment_or_the_cpus(monkeypatch) -> Non
             psi.default_workers()
     with pytest.raises(ValueError, match="workers must be at least 1, got 0"):
         psi.PsiKey().reblind([], workers=0)
+
+
+def test_reply_stream_yields_chunks_in_order_and_one_stopped_early_leaves_no_worker() -> None:
+    ids = [f"x{i}" for i in range(3 * psi.MIN_CHUNK)]
+    key, salt = psi.PsiKey(), psi.new_salt()
+    sent = key.blind(ids, salt, workers=2)
+    stream = psi.passive_stream(psi.PsiKey(), ids, sent, salt, workers=2)
+    first, second = next(stream.chunks), next(stream.chunks)
+    assert [(name, chunk.index, chunk.chunks, chunk.points) for name, chunk in (first, second)] == [
+        (psi.DOUBLE, 0, 3, len(ids)),
+        (psi.DOUBLE, 1, 3, len(ids)),
+    ]
+    stream.chunks.close()  # a cut call: the pool is shut down at once, nothing computed later is sent
+    assert not _workers_left()

@@ -35,6 +35,18 @@ class JoinSessionReply(_message.Message):
     output_width: int
     def __init__(self, n_features: _Optional[int] = ..., n_rows: _Optional[int] = ..., embedding_release: _Optional[_Iterable[_Union[_common_pb2.ReleaseStep, _Mapping]]] = ..., output_width: _Optional[int] = ...) -> None: ...
 
+class PointChunk(_message.Message):
+    __slots__ = ("index", "chunks", "points", "data")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    POINTS_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    chunks: int
+    points: int
+    data: bytes
+    def __init__(self, index: _Optional[int] = ..., chunks: _Optional[int] = ..., points: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+
 class PsiExchangeRequest(_message.Message):
     __slots__ = ("session_id", "salt", "blinded")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -42,16 +54,16 @@ class PsiExchangeRequest(_message.Message):
     BLINDED_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     salt: bytes
-    blinded: _containers.RepeatedScalarFieldContainer[bytes]
-    def __init__(self, session_id: _Optional[str] = ..., salt: _Optional[bytes] = ..., blinded: _Optional[_Iterable[bytes]] = ...) -> None: ...
+    blinded: PointChunk
+    def __init__(self, session_id: _Optional[str] = ..., salt: _Optional[bytes] = ..., blinded: _Optional[_Union[PointChunk, _Mapping]] = ...) -> None: ...
 
 class PsiExchangeReply(_message.Message):
     __slots__ = ("double_blinded", "own_blinded")
     DOUBLE_BLINDED_FIELD_NUMBER: _ClassVar[int]
     OWN_BLINDED_FIELD_NUMBER: _ClassVar[int]
-    double_blinded: _containers.RepeatedScalarFieldContainer[bytes]
-    own_blinded: _containers.RepeatedScalarFieldContainer[bytes]
-    def __init__(self, double_blinded: _Optional[_Iterable[bytes]] = ..., own_blinded: _Optional[_Iterable[bytes]] = ...) -> None: ...
+    double_blinded: PointChunk
+    own_blinded: PointChunk
+    def __init__(self, double_blinded: _Optional[_Union[PointChunk, _Mapping]] = ..., own_blinded: _Optional[_Union[PointChunk, _Mapping]] = ...) -> None: ...
 
 class PsiFinishRequest(_message.Message):
     __slots__ = ("session_id", "positions")

@@ -43,7 +43,7 @@ class PassiveStub:
                 request_serializer=vflsec_dot_v1_dot_passive__pb2.JoinSessionRequest.SerializeToString,
                 response_deserializer=vflsec_dot_v1_dot_passive__pb2.JoinSessionReply.FromString,
                 _registered_method=True)
-        self.PsiExchange = channel.unary_unary(
+        self.PsiExchange = channel.stream_stream(
                 '/vflsec.v1.Passive/PsiExchange',
                 request_serializer=vflsec_dot_v1_dot_passive__pb2.PsiExchangeRequest.SerializeToString,
                 response_deserializer=vflsec_dot_v1_dot_passive__pb2.PsiExchangeReply.FromString,
@@ -108,8 +108,10 @@ class PassiveServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def PsiExchange(self, request, context):
-        """Active party, PSI round 1: re-blind the active party's blinded IDs; send own blinded IDs (shuffled).
+    def PsiExchange(self, request_iterator, context):
+        """Active party, PSI round 1, streamed both ways in chunks: the active party sends its blinded IDs; once the
+        whole list has arrived this party answers with it re-blinded (same order), then its own blinded IDs
+        (shuffled), each chunk sent as soon as its curve work is done. One exchange per session.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -191,7 +193,7 @@ def add_PassiveServicer_to_server(servicer, server):
                     request_deserializer=vflsec_dot_v1_dot_passive__pb2.JoinSessionRequest.FromString,
                     response_serializer=vflsec_dot_v1_dot_passive__pb2.JoinSessionReply.SerializeToString,
             ),
-            'PsiExchange': grpc.unary_unary_rpc_method_handler(
+            'PsiExchange': grpc.stream_stream_rpc_method_handler(
                     servicer.PsiExchange,
                     request_deserializer=vflsec_dot_v1_dot_passive__pb2.PsiExchangeRequest.FromString,
                     response_serializer=vflsec_dot_v1_dot_passive__pb2.PsiExchangeReply.SerializeToString,
@@ -283,7 +285,7 @@ class Passive:
             _registered_method=True)
 
     @staticmethod
-    def PsiExchange(request,
+    def PsiExchange(request_iterator,
             target,
             options=(),
             channel_credentials=None,
@@ -293,8 +295,8 @@ class Passive:
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
+        return grpc.experimental.stream_stream(
+            request_iterator,
             target,
             '/vflsec.v1.Passive/PsiExchange',
             vflsec_dot_v1_dot_passive__pb2.PsiExchangeRequest.SerializeToString,

@@ -1,0 +1,50 @@
+"""The PSI size caps: [limits] psi_max_ratio (relative to the receiving party's own set) and psi_max_ids
+(absolute); a refusal names the bound and the smallest value that accepts the list; the chunk reader takes no
+memory for a list its caps refuse."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vflsec.services.config import ConfigError, parse_config
+from vflsec.services.crypto import psi
+
+_RAW = {
+    "role": "passive",
+    "party_id": "passive-1",
+    "listen": "127.0.0.1:0",
+    "tls": {"ca": "ca.pem", "cert": "cert.pem", "key": "key.pem"},
+    "data": {"path": "data.csv"},
+}
+
+
+def test_defaults_pass_a_million_row_partner_of_equal_size_and_a_ninety_percent_overlap() -> None:
+    psi.check_size(1_000_000, 1_000_000)
+    psi.check_size(1_000_000, 900_000)
+    psi.check_size(2 * 540, 540)
+
+
+def test_refusals_name_the_bound_and_the_smallest_accepted_value() -> None:
+    with pytest.raises(ValueError, match=r"1081 IDs announced, over 2 x this party's own 540 IDs "
+                       r"\(\[limits\] psi_max_ratio; the smallest that accepts them is 2.01\)"):
+        psi.check_size(1081, 540)
+    with pytest.raises(ValueError, match=r"over this party's cap of 100 \(\[limits\] psi_max_ids; the smallest "
+                       r"that accepts them is 101\)"):
+        psi.check_size(101, 1000, max_ids=100)
+    psi.check_size(1081, 540, max_ratio=2.01)  # the value the message names does accept it
+
+
+def test_reader_refuses_the_announced_size_before_taking_memory_for_it() -> None:
+    reader = psi.ChunkReader(lambda n: psi.check_size(n, 10))
+    with pytest.raises(ValueError, match="psi_max_ratio"):
+        reader.add(psi.Chunk(0, 200, 1_500_000, bytes(32)))  # 48 MB, were it taken
+    assert reader.result().size == 0
+
+
+def test_config_reads_psi_max_ratio_and_refuses_a_non_positive_one(tmp_path: Path) -> None:
+    assert parse_config(_RAW, base=tmp_path).psi_max_ratio == psi.MAX_RATIO
+    assert parse_config({**_RAW, "limits": {"psi_max_ratio": 1.25}}, base=tmp_path).psi_max_ratio == 1.25
+    with pytest.raises(ConfigError, match=r"\[limits\] psi_max_ratio must be > 0, got 0.0"):
+        parse_config({**_RAW, "limits": {"psi_max_ratio": 0}}, base=tmp_path)
