@@ -133,6 +133,7 @@ def start_party(config: ServiceConfig) -> Party:
             config.operator,
             psi_max_ids=config.psi_max_ids,
             psi_max_ratio=config.psi_max_ratio,
+            psi_ratio_floor=config.psi_ratio_floor,
             psi_owner_budget=config.psi_owner_budget,
             allowed_backends=config.allowed_backends,
             embedding_release=config.embedding_release,
@@ -171,6 +172,7 @@ def start_party(config: ServiceConfig) -> Party:
         state,
         psi_max_ids=config.psi_max_ids,
         psi_max_ratio=config.psi_max_ratio,
+        psi_ratio_floor=config.psi_ratio_floor,
     )
     server = start_server(
         config,

@@ -13,6 +13,7 @@ from typing import Any
 
 from vflsec.services.crypto.psi import MAX_IDS as PSI_MAX_IDS
 from vflsec.services.crypto.psi import MAX_RATIO as PSI_MAX_RATIO
+from vflsec.services.crypto.psi import RATIO_FLOOR as PSI_RATIO_FLOOR
 
 # Default per-owner PSI budget: ten exchanges of the largest size, far above any demo, test or bench run.
 PSI_OWNER_BUDGET = 10 * PSI_MAX_IDS
@@ -69,6 +70,7 @@ class ServiceConfig:
     max_query_rows: int = 100_000
     psi_max_ids: int = PSI_MAX_IDS  # IDs one PSI exchange may carry (the other side's list, and our own)
     psi_max_ratio: float = PSI_MAX_RATIO  # the other side's list may hold up to this many times our own IDs
+    psi_ratio_floor: int = PSI_RATIO_FLOOR  # ... or up to this many IDs, whatever our own size
     # Passive party: IDs it blinds for one owner over all sessions and restarts ([limits] psi_owner_budget).
     psi_owner_budget: int = PSI_OWNER_BUDGET
     # Passive party: the operator identity allowed to ask it for a risk forecast (None: operator-<party_id>).
@@ -145,6 +147,9 @@ def parse_config(raw: dict[str, Any], *, base: Path, role: str | None = None, so
     psi_max_ratio = float(limits.get("psi_max_ratio", PSI_MAX_RATIO))
     if not psi_max_ratio > 0:
         raise ConfigError(f"{source}: [limits] psi_max_ratio must be > 0, got {psi_max_ratio}")
+    psi_ratio_floor = int(limits.get("psi_ratio_floor", PSI_RATIO_FLOOR))
+    if psi_ratio_floor < 0:
+        raise ConfigError(f"{source}: [limits] psi_ratio_floor must be >= 0, got {psi_ratio_floor}")
     key_rotation_steps = int(limits.get("key_rotation_steps", 0))
     if key_rotation_steps < 0:
         raise ConfigError(f"{source}: [limits] key_rotation_steps must be >= 0, got {key_rotation_steps}")
@@ -190,6 +195,7 @@ def parse_config(raw: dict[str, Any], *, base: Path, role: str | None = None, so
         max_query_rows=int(policy.get("max_query_rows", 100_000)),
         psi_max_ids=psi_max_ids,
         psi_max_ratio=psi_max_ratio,
+        psi_ratio_floor=psi_ratio_floor,
         psi_owner_budget=psi_owner_budget,
         key_rotation_steps=key_rotation_steps,
         operator=raw.get("operator"),

@@ -59,6 +59,9 @@ MAX_IDS = 2_000_000
 # this many times our own IDs. Equal sets, 90 % overlaps and a partner twice our size pass; a list of a million
 # candidates against a few thousand rows does not (each extra candidate is one more membership test).
 MAX_RATIO = 2.0
+# ... above a floor ([limits] psi_ratio_floor): a list of up to a million IDs is never refused by default, whatever
+# our own size (a million-row partner is the deployment the system targets); psi_max_ids still bounds it.
+RATIO_FLOOR = 1_000_000
 # RFC 9380 §3.1 tag: application, version, suite. Bump the version if the encoding changes.
 SUITE = "edwards25519_XMD:SHA-512_ELL2_RO_"
 DST = f"vflsec-psi-v2-with-{SUITE}".encode()
@@ -455,7 +458,9 @@ class ChunkReader:
         return self._points
 
 
-def check_size(n: int, own: int, *, max_ids: int = MAX_IDS, max_ratio: float = MAX_RATIO) -> None:
+def check_size(
+    n: int, own: int, *, max_ids: int = MAX_IDS, max_ratio: float = MAX_RATIO, ratio_floor: int = RATIO_FLOOR
+) -> None:
     """Refuse a partner's list of ``n`` ids against our ``own``: a ValueError naming the bound it breaks and the
     smallest setting that would accept it."""
     if n > max_ids:
@@ -463,11 +468,12 @@ def check_size(n: int, own: int, *, max_ids: int = MAX_IDS, max_ratio: float = M
             f"{n} IDs announced, over this party's cap of {max_ids} ([limits] psi_max_ids; the smallest that "
             f"accepts them is {n})"
         )
-    if n > max_ratio * own:
+    if n > max(max_ratio * own, ratio_floor):
         smallest = math.ceil(n * 100 / max(own, 1)) / 100
         raise ValueError(
             f"{n} IDs announced, over {max_ratio:g} x this party's own {own} IDs ([limits] psi_max_ratio; the "
-            f"smallest that accepts them is {smallest:g})"
+            f"smallest that accepts them is {smallest:g}; lists up to [limits] psi_ratio_floor = {ratio_floor} "
+            "always pass)"
         )
 
 

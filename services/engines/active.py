@@ -182,6 +182,7 @@ class ActiveParty:
         *,
         psi_max_ids: int = psi.MAX_IDS,
         psi_max_ratio: float = psi.MAX_RATIO,
+        psi_ratio_floor: int = psi.RATIO_FLOOR,
     ) -> None:
         if data.y is None:
             raise ValueError("the active party's data file needs a label column")
@@ -196,6 +197,7 @@ class ActiveParty:
         self.state = state or checkpoint.StateDir(None)
         self.psi_max_ids = psi_max_ids
         self.psi_max_ratio = psi_max_ratio
+        self.psi_ratio_floor = psi_ratio_floor
         self.sessions = SessionTable(
             self.state, lambda sid, arrays, meta: ActiveSession.from_state(sid, arrays, meta, self.data.ids)
         )
@@ -362,7 +364,11 @@ class ActiveParty:
         key, salt = psi.PsiKey(), psi.new_salt()
         # The caps on each passive list ([limits] psi_max_ids, absolute; psi_max_ratio, relative to our own list).
         check = functools.partial(
-            psi.check_size, own=len(own_ids), max_ids=self.psi_max_ids, max_ratio=self.psi_max_ratio
+            psi.check_size,
+            own=len(own_ids),
+            max_ids=self.psi_max_ids,
+            max_ratio=self.psi_max_ratio,
+            ratio_floor=self.psi_ratio_floor,
         )
         try:
             try:

@@ -151,6 +151,7 @@ class PassiveParty:
         *,
         psi_max_ids: int = psi.MAX_IDS,
         psi_max_ratio: float = psi.MAX_RATIO,
+        psi_ratio_floor: int = psi.RATIO_FLOOR,
         psi_owner_budget: int | None = None,
         allowed_backends: Sequence[str] = ("ckks",),
         embedding_release: Sequence[str] = (),
@@ -164,6 +165,7 @@ class PassiveParty:
         self.backend_policy = BackendPolicy.of(f"{party_id}'s", allowed_backends)
         self.psi_max_ids = psi_max_ids
         self.psi_max_ratio = psi_max_ratio
+        self.psi_ratio_floor = psi_ratio_floor
         # IDs of the active list this party blinds per owner, over all sessions and restarts ([limits]
         # psi_owner_budget; None: unlimited): one exchange per session does not stop testing a dictionary over
         # many sessions, this does.
@@ -307,7 +309,13 @@ class PassiveParty:
 
     def _psi_size_check(self, own: int) -> Callable[[int], None]:
         """The caps on a partner's list ([limits] psi_max_ids, absolute; psi_max_ratio, relative to ``own``)."""
-        return functools.partial(psi.check_size, own=own, max_ids=self.psi_max_ids, max_ratio=self.psi_max_ratio)
+        return functools.partial(
+            psi.check_size,
+            own=own,
+            max_ids=self.psi_max_ids,
+            max_ratio=self.psi_max_ratio,
+            ratio_floor=self.psi_ratio_floor,
+        )
 
     def _spend_psi_budget(self, owner: str, n: int) -> None:
         """Count ``n`` more IDs blinded for ``owner``, durably, before any point is computed; refuse over budget."""

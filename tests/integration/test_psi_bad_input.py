@@ -302,16 +302,17 @@ def test_passive_party_caps_the_active_list_relative_to_its_own_set(fed) -> None
     engine = _engine(fed, "passive-1")
     n_own, n_active = len(engine.data.ids), len(_engine(fed, "active").data.ids)
     session_id = _session(fed, 29)
-    ratio, engine.psi_max_ratio = engine.psi_max_ratio, 0.5
+    ratio, floor = engine.psi_max_ratio, engine.psi_ratio_floor
+    engine.psi_max_ratio, engine.psi_ratio_floor = 0.5, 0  # a test's lists sit under the default floor
     try:
         code, details = _refused(fed, session_id)
     finally:
-        engine.psi_max_ratio = ratio
+        engine.psi_max_ratio, engine.psi_ratio_floor = ratio, floor
     smallest = math.ceil(n_active * 100 / n_own) / 100
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "call to passive-1 failed" in details
     assert (
         f"PSI: the active party's list: {n_active} IDs announced, over 0.5 x this party's own {n_own} IDs "
-        f"([limits] psi_max_ratio; the smallest that accepts them is {smallest:g})"
+        f"([limits] psi_max_ratio; the smallest that accepts them is {smallest:g};"
     ) in details
     assert engine.session(session_id).psi_permutation is None  # refused before any point
     assert len(fed.operator.align(_session(fed, 30))) > 0  # the default (2) accepts equal-size sets
@@ -321,11 +322,12 @@ def test_active_party_caps_each_passive_list_relative_to_its_own_set(fed) -> Non
     engine = _engine(fed, "active")
     n_own, n_passive = len(engine.data.ids), len(_engine(fed, "passive-1").data.ids)
     session_id = _session(fed, 31)
-    ratio, engine.psi_max_ratio = engine.psi_max_ratio, 0.5
+    ratio, floor = engine.psi_max_ratio, engine.psi_ratio_floor
+    engine.psi_max_ratio, engine.psi_ratio_floor = 0.5, 0  # a test's lists sit under the default floor
     try:
         code, details = _refused(fed, session_id)
     finally:
-        engine.psi_max_ratio = ratio
+        engine.psi_max_ratio, engine.psi_ratio_floor = ratio, floor
     assert code == grpc.StatusCode.INVALID_ARGUMENT
     assert f"{n_passive} IDs announced, over 0.5 x this party's own {n_own} IDs ([limits] psi_max_ratio" in details
     assert engine.session(session_id).rows is None
