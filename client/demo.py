@@ -83,16 +83,19 @@ def train_and_evaluate(
     progress: ProgressCallback | None = None,
     validation: tuple[list[str], np.ndarray] = ([], np.zeros(0, dtype=int)),
     phases: Phases | None = None,
+    session_id: str | None = None,
 ) -> Run:
+    """Train and evaluate in ``session_id`` (already aligned), or in a new session of ``spec`` aligned here."""
     phases = phases or Phases()
     train_ids, test_ids, test_labels = split
-    info = operator.create_session(backend, **spec.session_options())
-    with phases("align", f"aligning the {backend} session"):
-        operator.align(info.session_id)
+    if session_id is None:
+        session_id = operator.create_session(backend, **spec.session_options()).session_id
+        with phases("align", f"aligning the {backend} session"):
+            operator.align(session_id)
     start = time.perf_counter()
     record = train(
         operator,
-        info.session_id,
+        session_id,
         train_ids,
         spec.epochs,
         validation_ids=validation[0],
@@ -102,12 +105,12 @@ def train_and_evaluate(
     )
     train_seconds = time.perf_counter() - start
     start = time.perf_counter()
-    released = operator.predict(info.session_id, test_ids)
+    released = operator.predict(session_id, test_ids)
     predict_seconds = time.perf_counter() - start
     accuracy = float(np.mean(released.scores.argmax(axis=1) == test_labels))
     return Run(
         backend,
-        info.session_id,
+        session_id,
         accuracy,
         train_seconds,
         predict_seconds,
@@ -134,28 +137,36 @@ def evaluate(
     progress: ProgressCallback | None = None,
     phases: Phases | None = None,
     on_split: Callable[[list[str], list[str]], None] | None = None,
+    dealt_train_rows: int | None = None,
 ) -> dict[str, Any]:
     """Align, split the common IDs (stratified, seeded), train and evaluate; optionally on plain too.
     ``on_split`` sees the training and held-out IDs (the demo's central reference on the same rows).
 
-    Each training session is aligned again (the session's batch size follows from the split of the first), so
-    ``align_seconds`` counts both exchanges of the main run."""
+    The session's batch size follows from its training rows. A dealer who knows them ahead (the demo:
+    ``dealt_train_rows``) lets the training session align once; otherwise a first session aligns to count them
+    and the training session aligns again, and ``align_seconds`` counts both exchanges."""
     operator = Operator(channel)
     phases = phases or Phases()
-    info = operator.create_session(spec.backend, seed=spec.seed)
+    planned = None if dealt_train_rows is None else spec.batch_size_for(spec.widths, dealt_train_rows)[0]
+    options = {"seed": spec.seed} if planned is None else replace(spec, batch_size=planned).session_options()
+    info = operator.create_session(spec.backend, **options)
     passives = f"{len(info.passive_features)} passive part{'y' if len(info.passive_features) == 1 else 'ies'}"
     with phases("align", f"aligning {len(labels):,} active IDs with {passives}"):
         common = operator.align(info.session_id)
-    operator.close(info.session_id)
     train_ids, validation_ids, test_ids = spec.session_sets(common, np.array([labels[i] for i in common]))
     validation = (validation_ids, np.array([labels[i] for i in validation_ids], dtype=int))
     widths = [info.n_active_features + 1, *info.passive_features.values()]
     batch_size, batch_note = spec.batch_size_for(widths, len(train_ids))
+    if planned is None:
+        operator.close(info.session_id)
+    elif batch_size != planned:
+        raise RuntimeError(f"alignment found {len(train_ids)} training rows, the dealer dealt {dealt_train_rows}")
     spec = replace(spec, batch_size=batch_size, epochs=spec.epochs_for(len(train_ids))[0])
     split = (list(train_ids), list(test_ids), np.array([labels[i] for i in test_ids]))
     if on_split is not None:
         on_split(split[0], split[1])
-    runs = [train_and_evaluate(operator, spec, spec.backend, split, progress, validation, phases)]
+    session_id = None if planned is None else info.session_id
+    runs = [train_and_evaluate(operator, spec, spec.backend, split, progress, validation, phases, session_id)]
     align_seconds = phases.seconds["align"]  # the comparison run's alignment is not the main run's
     if compare_plain:
         runs.append(train_and_evaluate(operator, spec, "plain", split, progress, validation))
@@ -227,7 +238,14 @@ def run_demo(
                     reference["reference_accuracy"] = tree_reference(spec, train_ids, test_ids)
 
             result = evaluate(
-                channel, labels, spec, compare_plain=compare_plain, progress=progress, phases=phases, on_split=on_split
+                channel,
+                labels,
+                spec,
+                compare_plain=compare_plain,
+                progress=progress,
+                phases=phases,
+                on_split=on_split,
+                dealt_train_rows=len(spec.dealt_sets()[0]),  # what alignment will find: the demo aligns once
             )
             # Each party's own process; parties run in this process (tests) have no peak of their own to report.
             processes = getattr(federation, "processes", {})

@@ -46,6 +46,7 @@ ROW_VISITS = 200_000
 MIN_EPOCHS, MAX_EPOCHS = 3, 30
 OPTIMIZERS = ("adam", "sgd")
 MODELS = ("lr", "splitnn", "tree", "forest")
+SHARD_CHUNK_ROWS = 100_000  # rows the dealer copies out of the table at a time
 TREE_MODELS = ("tree", "forest")  # grown once, in one pass over the training rows
 
 
@@ -233,9 +234,14 @@ class FederationSpec:
         except (ValueError, TypeError) as exc:
             raise SpecError(f"passive features {self.passive_features!r} on {self.name}: {exc}") from exc
 
+    @cached_property
+    def party_rows(self) -> list[np.ndarray]:
+        """The rows of the dataset the dealer gives each data party (active first): each misses a seeded share."""
+        return datasets.overlapping_rows(self.data.n_samples, 1 + self.n_passive, self.drop_fraction, self.seed)
+
     def id_sets(self) -> list[np.ndarray]:
-        """The IDs the dealer gives each data party (active first): each misses a seeded share."""
-        return datasets.overlapping_id_sets(self.data.ids, 1 + self.n_passive, self.drop_fraction, self.seed)
+        """The IDs of :attr:`party_rows`."""
+        return [self.data.ids[rows] for rows in self.party_rows]
 
     def session_sets(self, common: Sequence[str], labels: np.ndarray) -> tuple[list[str], list[str], list[str]]:
         """The session's training, validation and held-out IDs of the aligned set: the one choice that the
@@ -351,16 +357,16 @@ class FederationSpec:
             }
         return options
 
-    def scaled_peak(self, id_sets: Sequence[np.ndarray] | None = None) -> float:
-        """The largest |x| a data party's columns reach after its own ``scaling`` of its shard, as the parties
-        will compute it at start-up; each refuses one beyond ``he.FEATURE_BOUND`` (the masks hide no more)."""
-        id_sets = self.id_sets() if id_sets is None else id_sets
-        ds = self.dealt_data(id_sets)
+    def scaled_peak(self, ds: datasets.Dataset | None = None) -> float:
+        """The largest |x| a data party's columns reach after its own ``scaling`` of its shard (of ``ds``, default
+        :meth:`dealt_data`), as the parties will compute it at start-up; each refuses one beyond
+        ``he.FEATURE_BOUND`` (the masks hide no more). Column by column: the scaling is, and no shard is copied."""
+        ds = self.dealt_data() if ds is None else ds
         peak = 0.0
-        for ids, columns in zip(id_sets, self.split.parties, strict=True):
-            shard = ds.X[np.ix_(np.flatnonzero(np.isin(ds.ids, ids)), ds.column_indices(columns))]
-            if shard.size:
-                peak = max(peak, float(np.abs(datasets.Scaler.fit(shard, self.scaling).transform(shard)).max()))
+        for rows, columns in zip(self.party_rows, self.split.parties, strict=True):
+            for j in ds.column_indices(columns) if len(rows) else ():
+                column = ds.X[rows, j][:, None]
+                peak = max(peak, float(np.abs(datasets.Scaler.fit(column, self.scaling).transform(column)).max()))
         return peak
 
     @property
@@ -429,9 +435,8 @@ def write_federation(spec: FederationSpec, workdir: Path) -> FederationLayout:
     spec.batch_size_for(spec.widths)  # an explicit batch below the bound fails here, before anything is written
     from vflsec.services.crypto import he
 
-    id_sets = spec.id_sets()
-    ds = spec.dealt_data(id_sets)
-    if (peak := spec.scaled_peak(id_sets)) > he.FEATURE_BOUND:  # the parties would refuse to start on it
+    ds = spec.dealt_data()
+    if (peak := spec.scaled_peak(ds)) > he.FEATURE_BOUND:  # the parties would refuse to start on it
         raise SpecError(
             f"features after {spec.scaling} scaling reach |x| = {peak:.4g}; parties refuse |x| > "
             f"{he.FEATURE_BOUND:g} (the gradient masks hide no more): scale min-max (--scaling minmax)"
@@ -477,16 +482,16 @@ def write_federation(spec: FederationSpec, workdir: Path) -> FederationLayout:
             # The widths the parties agreed on (the split dealt here): the coordinator refuses any other.
             raw["schema"] = {p: len(columns[p]) for p in parties[1:]}
         else:
-            rows = np.flatnonzero(np.isin(ds.ids, id_sets[parties.index(party) - 1]))
+            rows = spec.party_rows[parties.index(party) - 1]
             is_active = party == "active"
-            datasets.write_party_csv(
-                folder / "data.csv",
-                ds.ids[rows],
-                ds.X[np.ix_(rows, ds.column_indices(columns[party]))],
-                columns[party],
-                labels=ds.y[rows] if is_active else None,
-                class_names=ds.class_names if is_active else None,
+            at = ds.column_indices(columns[party])
+            # Chunk by chunk: the dealer never holds a whole shard beside the table.
+            chunks = (
+                (ds.ids[part], ds.X[np.ix_(part, at)], ds.y[part] if is_active else None)
+                for part in np.array_split(rows, max(1, math.ceil(len(rows) / SHARD_CHUNK_ROWS)))
             )
+            class_names = ds.class_names if is_active else None
+            datasets.write_party_csv_chunks(folder / "data.csv", columns[party], chunks, class_names)
             raw["data"] = {"path": "data.csv", "scaling": spec.scaling}
             if not is_active:
                 raw["operator"] = f"operator-{party}"

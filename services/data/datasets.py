@@ -290,7 +290,7 @@ def _encode_column(
     missing_values: Sequence[str],
 ) -> tuple[list[str], np.ndarray]:
     if floats is not None:
-        numeric = floats[keep]
+        numeric = floats if keep.all() else floats[keep]
         absent = np.isnan(numeric)
         if absent.any():
             numeric[absent] = numeric[~absent].mean() if (~absent).any() else 0.0
@@ -382,7 +382,7 @@ def _encode_table(
     blocks: list[np.ndarray] = []
     coded: list[str] = []
     for j in feature_at:
-        floats = parsed[j][0]
+        floats = parsed.pop(j)[0]  # each column's floats live until its block does
         col_names, block = _encode_column(columns[j], table.data[j], floats, keep, categorical, missing_values)
         names += col_names
         blocks.append(block)
@@ -466,7 +466,9 @@ def _arrow_cells(path: Path, delimiter: str, skip_rows: int, n_columns: int) -> 
     quoted = [c for c in cells if pc.any(pc.match_substring(c, '"')).as_py()]
     if any(pc.any(pc.match_substring_regex(c, r'^\s+"')).as_py() for c in quoted):
         return None  # the csv module's skipinitialspace opens a quote after spaces; Arrow keeps it as text
-    cells = [pc.utf8_trim_whitespace(c) for c in cells]
+    # Stripped as the csv-module reader strips; a column without padding is kept as read (no second copy).
+    cells = [pc.utf8_trim_whitespace(c) if pc.any(pc.match_substring_regex(c, r"^\s|\s$")).as_py() else c
+             for c in cells]  # fmt: skip
     blank = functools.reduce(pc.and_, [pc.equal(c, "") for c in cells])
     return [c.filter(pc.invert(blank)) for c in cells] if pc.any(blank).as_py() else cells
 
@@ -563,7 +565,7 @@ def load_csv(
         table = _read_parquet(path)
     else:
         table = _read_table([path], delimiter=delimiter, header=header, column_names=column_names)
-    return _encode_table(
+    ds = _encode_table(
         name or path.stem,
         table,
         label,
@@ -573,6 +575,9 @@ def load_csv(
         missing=missing,
         missing_values=missing_values,
     )
+    del table
+    _arrow()[0].default_memory_pool().release_unused()  # Arrow's pool keeps freed cells (300 MB at 1M x 20)
+    return ds
 
 
 # ------------------------------------------------------------------------------- built-in datasets
@@ -1248,16 +1253,24 @@ def overlapping_id_sets(
     """
     ids = np.asarray(ids).astype(str)
     _require_unique(ids, "ids")
+    return [ids[rows] for rows in overlapping_rows(len(ids), n_parties, drop_fraction, seed, shuffle=shuffle)]
+
+
+def overlapping_rows(
+    n: int, n_parties: int, drop_fraction: float, seed: int, *, shuffle: bool = False
+) -> list[np.ndarray]:
+    """The row positions behind :func:`overlapping_id_sets` (the same draw): a dealer slices its table with them
+    instead of looking the IDs up again."""
     if n_parties < 1:
         raise ValueError(f"n_parties must be at least 1, got {n_parties}")
     if not 0.0 <= drop_fraction < 1.0:
         raise ValueError(f"drop_fraction must lie in [0, 1), got {drop_fraction}")
     rng = np.random.default_rng(seed)
-    n_keep = len(ids) - int(np.floor(drop_fraction * len(ids) + 0.5))
+    n_keep = n - int(np.floor(drop_fraction * n + 0.5))
     subsets = []
     for _ in range(n_parties):
-        keep = rng.permutation(len(ids))[:n_keep]
-        subsets.append(ids[keep if shuffle else np.sort(keep)])
+        keep = rng.permutation(n)[:n_keep]
+        subsets.append(keep if shuffle else np.sort(keep))
     return subsets
 
 
