@@ -7,6 +7,7 @@ already run elsewhere (docker compose, separate hosts).
 from __future__ import annotations
 
 import contextlib
+import os
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -44,21 +45,35 @@ class Run:
 
 
 ProgressCallback = Callable[[str, int, int, int, int], None]  # backend, epoch, epochs, batch, n_batches
+# A progress bar for one phase: (what, total count or None) -> a context yielding "advance by n".
+PhaseBar = Callable[[str, int | None], contextlib.AbstractContextManager[Callable[[int], None]]]
+
+
+@contextlib.contextmanager
+def _no_bar(what: str, total: int | None) -> Iterator[Callable[[int], None]]:
+    yield lambda n: None
 
 
 class Phases:
     """Wall seconds per phase of a run (a phase entered twice adds up), each announced on ``log`` when it starts
-    and ends, so a long load or alignment is never silent."""
+    and ends and shown on ``bar`` while it runs (counts where the phase has them), so a long load or alignment is
+    never silent."""
 
-    def __init__(self, log: Callable[[str], None] | None = None) -> None:
+    def __init__(self, log: Callable[[str], None] | None = None, bar: PhaseBar | None = None) -> None:
         self.seconds: dict[str, float] = {}
         self._log = log or (lambda line: None)
+        self._bar = bar or _no_bar
 
     @contextlib.contextmanager
-    def __call__(self, name: str, what: str) -> Iterator[None]:
+    def __call__(
+        self, name: str, what: str, total: int | None = None, *, bar: bool = True
+    ) -> Iterator[Callable[[int], None]]:
+        """Time the phase; the caller advances its bar by the items done (``total`` of them; None: no counts
+        until the end). ``bar=False``: the phase draws its own (training's epochs and batches)."""
         self._log(f"{name}: {what} ...")
         start = time.perf_counter()
-        yield
+        with self._bar(what, total) if bar else _no_bar(what, total) as advance:
+            yield advance
         took = time.perf_counter() - start
         self.seconds[name] = self.seconds.get(name, 0.0) + took
         self._log(f"{name}: {what}: {took:.1f} s")
@@ -93,19 +108,22 @@ def train_and_evaluate(
         with phases("align", f"aligning the {backend} session"):
             operator.align(session_id)
     start = time.perf_counter()
-    record = train(
-        operator,
-        session_id,
-        train_ids,
-        spec.epochs,
-        validation_ids=validation[0],
-        validation_labels=validation[1],
-        patience=spec.early_stopping_patience,
-        on_step=None if progress is None else lambda e, b, n: progress(backend, e, spec.epochs, b, n),
-    )
+    with phases("train", f"training {len(train_ids):,} rows ({backend})", bar=False):
+        record = train(
+            operator,
+            session_id,
+            train_ids,
+            spec.epochs,
+            validation_ids=validation[0],
+            validation_labels=validation[1],
+            patience=spec.early_stopping_patience,
+            on_step=None if progress is None else lambda e, b, n: progress(backend, e, spec.epochs, b, n),
+        )
     train_seconds = time.perf_counter() - start
     start = time.perf_counter()
-    released = operator.predict(session_id, test_ids)
+    with phases("predict", f"predicting {len(test_ids):,} held-out rows ({backend})", len(test_ids)) as advance:
+        released = operator.predict(session_id, test_ids)
+        advance(len(test_ids))
     predict_seconds = time.perf_counter() - start
     accuracy = float(np.mean(released.scores.argmax(axis=1) == test_labels))
     return Run(
@@ -151,8 +169,9 @@ def evaluate(
     options = {"seed": spec.seed} if planned is None else replace(spec, batch_size=planned).session_options()
     info = operator.create_session(spec.backend, **options)
     passives = f"{len(info.passive_features)} passive part{'y' if len(info.passive_features) == 1 else 'ies'}"
-    with phases("align", f"aligning {len(labels):,} active IDs with {passives}"):
+    with phases("align", f"aligning {len(labels):,} active IDs with {passives}", len(labels)) as advance:
         common = operator.align(info.session_id)
+        advance(len(labels))
     train_ids, validation_ids, test_ids = spec.session_sets(common, np.array([labels[i] for i in common]))
     validation = (validation_ids, np.array([labels[i] for i in validation_ids], dtype=int))
     widths = [info.n_active_features + 1, *info.passive_features.values()]
@@ -211,23 +230,29 @@ def run_demo(
     progress: ProgressCallback | None = None,
     on_layout: Callable[[FederationLayout], None] | None = None,
     log: Callable[[str], None] | None = None,
+    phases: Phases | None = None,
 ) -> dict[str, Any]:
     """Deal the federation (into ``workdir``, or a temporary folder), run every party as a process, evaluate.
 
     Adds the phase timings: ``load_seconds`` (reading the dataset, then starting the parties until each has read
     its shard and answers), ``deal_seconds`` (writing the shards and configs) and each party's ``peak_rss_mb``
-    (its process's VmHWM; the PSI pool's short-lived workers are not in it)."""
-    phases = Phases(log)
+    (its process's VmHWM; the PSI pool's short-lived workers are not in it); ``operator_peak_rss_mb`` is this
+    process's (the dealer's table and the operator). ``phases`` may come in with the load already timed (the CLI)."""
+    phases = phases or Phases(log)
     with tempfile.TemporaryDirectory(prefix="vflsec-demo-") as tmp:
-        with phases("load", f"reading {spec.name}"):
-            n_samples = spec.data.n_samples
-        with phases("deal", f"dealing {n_samples:,} rows to {spec.n_passive + 1} parties"):
-            layout = write_federation(spec, workdir or Path(tmp))
+        if "load" not in phases.seconds:
+            with phases("load", f"reading {spec.name}"):
+                spec.data  # noqa: B018 (parsed once per process)
+        n_samples = spec.data.n_samples
+        dealt = sum(len(rows) for rows in spec.party_rows)
+        with phases("deal", f"dealing {n_samples:,} rows to {spec.n_passive + 1} parties", dealt) as advance:
+            layout = write_federation(spec, workdir or Path(tmp), on_rows=advance)
         if on_layout is not None:
             on_layout(layout)
         with contextlib.ExitStack() as running:
-            with phases("load", "starting the parties (each reads its shard)"):
-                federation = running.enter_context(run_processes(layout))
+            what = "starting the parties (each reads its shard)"
+            with phases("load", what, len(layout.configs)) as advance:
+                federation = running.enter_context(run_processes(layout, on_ready=lambda party: advance(1)))
             channel = running.enter_context(layout.operator_channel())
             labels = operator_labels(layout.configs["active"].parent / "data.csv")
             reference: dict[str, Any] = {}
@@ -250,8 +275,10 @@ def run_demo(
             # Each party's own process; parties run in this process (tests) have no peak of their own to report.
             processes = getattr(federation, "processes", {})
             peaks = peak_rss_mb({party: process.pid for party, process in processes.items()})
+            own = peak_rss_mb({"operator": os.getpid()})  # the dealer's table and the operator
     timings = {f"{name}_seconds": phases.seconds[name] for name in ("load", "deal")}
-    return {"dataset": spec.name, "n_samples": n_samples, **result, **timings, "peak_rss_mb": peaks, **reference}
+    result = {"dataset": spec.name, "n_samples": n_samples, **result, **timings, "peak_rss_mb": peaks, **reference}
+    return result | {"operator_peak_rss_mb": own.get("operator")}
 
 
 def tree_reference(spec: FederationSpec, train_ids: list[str], test_ids: list[str]) -> float:

@@ -429,8 +429,11 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
             s.close()
 
 
-def write_federation(spec: FederationSpec, workdir: Path) -> FederationLayout:
-    """Certificates, one data file and one config per party, ready for ``vflsec serve``."""
+def write_federation(
+    spec: FederationSpec, workdir: Path, on_rows: Callable[[int], None] | None = None
+) -> FederationLayout:
+    """Certificates, one data file and one config per party, ready for ``vflsec serve``; ``on_rows`` hears of
+    each chunk of shard rows written."""
     split = spec.split
     spec.batch_size_for(spec.widths)  # an explicit batch below the bound fails here, before anything is written
     from vflsec.services.crypto import he
@@ -486,12 +489,14 @@ def write_federation(spec: FederationSpec, workdir: Path) -> FederationLayout:
             is_active = party == "active"
             at = ds.column_indices(columns[party])
             # Chunk by chunk: the dealer never holds a whole shard beside the table.
-            chunks = (
-                (ds.ids[part], ds.X[np.ix_(part, at)], ds.y[part] if is_active else None)
-                for part in np.array_split(rows, max(1, math.ceil(len(rows) / SHARD_CHUNK_ROWS)))
-            )
+            def chunks(rows: np.ndarray = rows, at: np.ndarray = at, is_active: bool = is_active) -> Iterator[tuple]:
+                for part in np.array_split(rows, max(1, math.ceil(len(rows) / SHARD_CHUNK_ROWS))):
+                    yield ds.ids[part], ds.X[np.ix_(part, at)], ds.y[part] if is_active else None
+                    if on_rows is not None:
+                        on_rows(len(part))
+
             class_names = ds.class_names if is_active else None
-            datasets.write_party_csv_chunks(folder / "data.csv", columns[party], chunks, class_names)
+            datasets.write_party_csv_chunks(folder / "data.csv", columns[party], chunks(), class_names)
             raw["data"] = {"path": "data.csv", "scaling": spec.scaling}
             if not is_active:
                 raw["operator"] = f"operator-{party}"
@@ -531,13 +536,18 @@ def wait_for(channel: grpc.Channel, party: str, timeout: float, alive: Callable[
 
 
 def wait_healthy(
-    layout: FederationLayout, timeout: float = 60.0, processes: dict[str, subprocess.Popen] | None = None
+    layout: FederationLayout,
+    timeout: float = 60.0,
+    processes: dict[str, subprocess.Popen] | None = None,
+    on_ready: Callable[[str], None] | None = None,
 ) -> None:
     """Every party SERVING, checked over mTLS as the operator; a party process that dies fails fast."""
     for party, address in layout.addresses.items():
         alive = (lambda p=processes[party]: p.poll() is None) if processes else None
         with peer_channel(address, party, layout.tls("operator"), 4 * 1024 * 1024) as channel:
             wait_for(channel, party, timeout, alive)
+        if on_ready is not None:
+            on_ready(party)
 
 
 @dataclass
@@ -590,10 +600,13 @@ _START_ORDER = ("passive", "coordinator", "active")
 
 @contextlib.contextmanager
 def run_processes(
-    layout: FederationLayout, log_dir: Path | None = None, timeout: float = 60.0
+    layout: FederationLayout,
+    log_dir: Path | None = None,
+    timeout: float = 60.0,
+    on_ready: Callable[[str], None] | None = None,
 ) -> Iterator[ProcessFederation]:
     """Each party as its own ``vflsec serve`` process; all are stopped on exit, error or Ctrl-C. ``timeout``:
-    how long a party may take to load its data and report SERVING."""
+    how long a party may take to load its data and report SERVING; ``on_ready`` hears of each that does."""
     fed = ProcessFederation(layout, log_dir or layout.workdir / "logs")
     fed.log_dir.mkdir(parents=True, exist_ok=True)
     try:
@@ -601,7 +614,7 @@ def run_processes(
             for party in layout.configs:
                 if tls.role_of(party) == role:
                     fed.start(party)
-        wait_healthy(layout, timeout, processes=fed.processes)
+        wait_healthy(layout, timeout, processes=fed.processes, on_ready=on_ready)
         yield fed
     finally:
         fed.stop()
