@@ -621,7 +621,7 @@ def run_processes(
 
 
 @contextlib.contextmanager
-def run_in_process(layout: FederationLayout) -> Iterator[dict]:
+def run_in_process(layout: FederationLayout, on_ready: Callable[[str], None] | None = None) -> Iterator[dict]:
     """Each party as a real gRPC server on loopback inside this process (tests); yields party -> Party."""
     from vflsec.services.app import start_party
 
@@ -631,6 +631,8 @@ def run_in_process(layout: FederationLayout) -> Iterator[dict]:
             for party, config in layout.configs.items():
                 if tls.role_of(party) == role:
                     started[party] = start_party(load_config(config, role))
+                    if on_ready is not None:
+                        on_ready(party)
         yield started
     finally:
         for party in reversed(list(started)):
