@@ -1,0 +1,46 @@
+"""The demo deals shards chunk by chunk (each party's file holds exactly its dealt rows of the table) and aligns
+once: the dealer knows the training rows, so the training session itself runs the only PSI exchange."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from typer.testing import CliRunner
+
+from vflsec.client import demo, federation, harness
+from vflsec.client.cli import app
+from vflsec.client.operator import Operator
+from vflsec.services.data import datasets
+
+
+def test_shards_dealt_in_chunks_hold_exactly_each_partys_rows(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(federation, "SHARD_CHUNK_ROWS", 50)  # breast_cancer's ~540 rows per party: 11 chunks
+    spec = federation.FederationSpec("breast_cancer", n_passive=2, seed=3)
+    written: list[int] = []
+    layout = federation.write_federation(spec, tmp_path, on_rows=written.append)
+    ds = spec.data
+    assert sum(written) == sum(len(rows) for rows in spec.party_rows) and max(written) == 50
+    parties = ["active", "passive-1", "passive-2"]
+    for party, rows, ids, columns in zip(parties, spec.party_rows, spec.id_sets(), spec.split.parties, strict=True):
+        shard = datasets.read_party_csv(layout.configs[party].parent / "data.csv")
+        assert shard.ids.tolist() == ds.ids[rows].tolist() == ids.tolist()
+        np.testing.assert_array_equal(shard.X, ds.X[np.ix_(rows, ds.column_indices(columns))])
+        assert (shard.y is None) == (party != "active")
+
+
+def test_the_demo_aligns_once(monkeypatch) -> None:
+    monkeypatch.setattr(demo, "run_processes", harness.run_in_process)
+    aligned: list[str] = []
+    real_align = Operator.align
+
+    def counting_align(self: Operator, session_id: str) -> list[str]:
+        aligned.append(session_id)
+        return real_align(self, session_id)
+
+    monkeypatch.setattr(Operator, "align", counting_align)
+    result = CliRunner().invoke(app, ["demo", "--dataset", "wine", "--backend", "plain", "--epochs", "2", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output.strip().splitlines()[-1])
+    assert len(aligned) == 1 and report["n_train"] > 0 and report["accuracy"] > 0.5
