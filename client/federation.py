@@ -275,27 +275,31 @@ class FederationSpec:
         train, _, held = self.session_sets(common, labels)
         return train, held
 
-    def dealt_common(self, id_sets: Sequence[np.ndarray] | None = None) -> np.ndarray:
-        """The IDs every data party was dealt: what alignment will find."""
-        return functools.reduce(np.intersect1d, id_sets if id_sets is not None else self.id_sets())
+    @cached_property
+    def dealt_rows(self) -> np.ndarray:
+        """The rows every data party was dealt (positions, so no ID is looked up): what alignment will find."""
+        return functools.reduce(np.intersect1d, self.party_rows)
 
-    def dealt_sets(self, id_sets: Sequence[np.ndarray] | None = None) -> tuple[list[str], list[str], list[str]]:
+    def dealt_common(self) -> np.ndarray:
+        """The IDs of :attr:`dealt_rows`."""
+        return self.data.ids[self.dealt_rows]
+
+    def dealt_sets(self) -> tuple[list[str], list[str], list[str]]:
         """:meth:`session_sets` of :meth:`dealt_common`."""
-        common = self.dealt_common(id_sets)
-        return self.session_sets(common, self.data.y[datasets.select_ids(self.data.ids, common)])
+        return self.session_sets(self.dealt_common(), self.data.y[self.dealt_rows])
 
-    def dealt_split(self, id_sets: Sequence[np.ndarray] | None = None) -> tuple[list[str], list[str]]:
+    def dealt_split(self) -> tuple[list[str], list[str]]:
         """:meth:`session_split` of :meth:`dealt_common`."""
-        train, _, held = self.dealt_sets(id_sets)
+        train, _, held = self.dealt_sets()
         return train, held
 
-    def dealt_data(self, id_sets: Sequence[np.ndarray] | None = None) -> datasets.Dataset:
+    def dealt_data(self) -> datasets.Dataset:
         """The dataset as the dealer deals it. With target encoding the dealer, who sees the labels (the papers'
         setting), fits each category's mean label on the session's training rows among the aligned IDs."""
         ds = self.data
         if self.encoding != "target":
             return ds
-        train, _ = self.dealt_split(id_sets)
+        train, _ = self.dealt_split()
         return datasets.target_encode(ds, datasets.select_ids(ds.ids, train))
 
     def batch_size_for(self, widths: Sequence[int], n_rows: int | None = None) -> tuple[int, str]:

@@ -44,3 +44,23 @@ def test_the_demo_aligns_once(monkeypatch) -> None:
     assert result.exit_code == 0, result.output
     report = json.loads(result.output.strip().splitlines()[-1])
     assert len(aligned) == 1 and report["n_train"] > 0 and report["accuracy"] > 0.5
+
+
+def test_a_held_out_split_beyond_the_query_cap_is_predicted_in_queries_under_it() -> None:
+    from vflsec.client.operator import Released
+    from vflsec.services.config import ServiceConfig
+
+    cap = ServiceConfig.__dataclass_fields__["max_query_rows"].default
+    asked: list[int] = []
+
+    class Coordinator:  # the coordinator's bound as it enforces it, and one score row per asked row
+        def predict(self, session_id: str, ids: list[str]) -> Released:
+            assert len(ids) <= cap, f"{len(ids)} rows in one query; the limit is {cap}"
+            asked.append(len(ids))
+            return Released(list(ids), np.zeros((len(ids), 2)), [("none", {})], 1)
+
+    ids = [f"s{i}" for i in range(2 * cap + 7)]
+    done: list[int] = []
+    released = demo.predict_all(Coordinator(), "s", ids, done.append)  # type: ignore[arg-type]
+    assert asked == [cap, cap, 7] and done == asked and released.sample_ids == ids
+    assert released.scores.shape == (len(ids), 2) and released.argmax_changed == 3
