@@ -178,12 +178,14 @@ def evaluate(
     """Align, split the common IDs (stratified, seeded), train and evaluate; optionally on plain too.
     ``on_split`` sees the training and held-out IDs (the demo's central reference on the same rows).
 
-    The session's batch size follows from its training rows. A dealer who knows them ahead (the demo:
-    ``dealt_train_rows``) lets the training session align once; otherwise a first session aligns to count them
-    and the training session aligns again, and ``align_seconds`` counts both exchanges."""
+    The session's default batch size follows from its training rows. An explicit batch, or a dealer who knows
+    the rows ahead (the demo: ``dealt_train_rows``), lets the training session align once; otherwise a first
+    session aligns to count them and the training session aligns again, and ``align_seconds`` counts both."""
     operator = Operator(channel)
     phases = phases or Phases()
-    planned = None if dealt_train_rows is None else spec.batch_size_for(spec.widths, dealt_train_rows)[0]
+    planned = spec.batch_size if spec.batch_size and spec.model not in TREE_MODELS else None
+    if dealt_train_rows is not None:
+        planned = spec.batch_size_for(spec.widths, dealt_train_rows)[0]
     options = {"seed": spec.seed} if planned is None else replace(spec, batch_size=planned).session_options()
     info = operator.create_session(spec.backend, **options)
     passives = f"{len(info.passive_features)} passive part{'y' if len(info.passive_features) == 1 else 'ies'}"

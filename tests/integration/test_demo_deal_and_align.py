@@ -64,3 +64,17 @@ def test_a_held_out_split_beyond_the_query_cap_is_predicted_in_queries_under_it(
     released = demo.predict_all(Coordinator(), "s", ids, done.append)  # type: ignore[arg-type]
     assert asked == [cap, cap, 7] and done == asked and released.sample_ids == ids
     assert released.scores.shape == (len(ids), 2) and released.argmax_changed == 3
+
+
+def test_run_aligns_once_with_an_explicit_batch_and_counts_the_rows_first_without(tmp_path: Path, monkeypatch) -> None:
+    layout = federation.write_federation(federation.FederationSpec("wine", backend="plain"), tmp_path)
+    labels_file = layout.configs["active"].parent / "data.csv"
+    aligned: list[str] = []
+    real_align = Operator.align
+    monkeypatch.setattr(Operator, "align", lambda self, sid: aligned.append(sid) or real_align(self, sid))
+    with harness.run_in_process(layout), layout.operator_channel() as channel:
+        for batch, exchanges in ((0, 2), (64, 1)):  # `vflsec run`: the spec names the labels file, nothing dealt
+            aligned.clear()
+            spec = federation.FederationSpec(str(labels_file), backend="plain", epochs=1, batch_size=batch)
+            report = demo.evaluate(channel, demo.operator_labels(labels_file), spec)
+            assert len(aligned) == exchanges and report["batch_size"] == (batch or 64)
