@@ -7,7 +7,7 @@ import dataclasses
 import json
 import logging
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -278,7 +278,7 @@ def demo(
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from vflsec.client.demo import run_demo
+    from vflsec.client.demo import Phases, run_demo
 
     console = Console(stderr=as_json)
     backend = _backend_for(ctx, backend, model, topology, console)
@@ -310,10 +310,6 @@ def demo(
         allow_plain=compare_plain,  # the comparison run is a plain session
         embedding_release=opt.embedding_steps(embedding_release),
     )
-    spec = _scaling_within_bound(ctx, spec, console)
-    if backend == "plain" or compare_plain:
-        note = "note: the coordinator allows the plain backend for this demo ([policy] allowed_backends)"
-        console.print(note, markup=False)
     with (
         _refused(),
         Progress(
@@ -322,20 +318,37 @@ def demo(
             MofNCompleteColumn(),
             TimeElapsedColumn(),
             console=console,
-            transient=as_json,
+            disable=as_json or not console.is_terminal,  # bars in a terminal; the phase lines everywhere
         ) as bar,
     ):
         tasks: dict[str, int] = {}
+
+        def log(line: str) -> None:  # phase lines print above the bars
+            bar.console.print(line, markup=False)
+
+        @contextlib.contextmanager
+        def phase_bar(what: str, total: int | None) -> Iterator[Callable[[int], None]]:
+            task = bar.add_task(what, total=total)  # None: a pulse and the elapsed time until it ends
+            yield lambda n: bar.advance(task, n)
+            if total is None:  # no counts to keep: its phase line says how long it took
+                bar.remove_task(task)
+            else:
+                bar.update(task, completed=total)
+
+        phases = Phases(log, phase_bar)
+        with phases("load", f"reading {dataset}"):
+            spec.data  # noqa: B018 (parsed once per process; the bound check and the dealer share it)
+        spec = _scaling_within_bound(ctx, spec, console)
+        if backend == "plain" or compare_plain:
+            note = "note: the coordinator allows the plain backend for this demo ([policy] allowed_backends)"
+            console.print(note, markup=False)
 
         def progress(run_backend: str, epoch: int, n_epochs: int, batch: int, n_batches: int) -> None:
             if run_backend not in tasks:
                 tasks[run_backend] = bar.add_task(f"training ({run_backend})", total=n_epochs * n_batches)
             bar.update(tasks[run_backend], completed=(epoch - 1) * n_batches + batch)
 
-        def log(line: str) -> None:  # phase lines print above the bar
-            bar.console.print(line, markup=False)
-
-        result = run_demo(spec, compare_plain=compare_plain, workdir=workdir, progress=progress, log=log)
+        result = run_demo(spec, compare_plain=compare_plain, workdir=workdir, progress=progress, phases=phases)
     _report(result, as_json, console)
 
 

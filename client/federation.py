@@ -46,6 +46,7 @@ ROW_VISITS = 200_000
 MIN_EPOCHS, MAX_EPOCHS = 3, 30
 OPTIMIZERS = ("adam", "sgd")
 MODELS = ("lr", "splitnn", "tree", "forest")
+SHARD_CHUNK_ROWS = 100_000  # rows the dealer copies out of the table at a time
 TREE_MODELS = ("tree", "forest")  # grown once, in one pass over the training rows
 
 
@@ -233,9 +234,14 @@ class FederationSpec:
         except (ValueError, TypeError) as exc:
             raise SpecError(f"passive features {self.passive_features!r} on {self.name}: {exc}") from exc
 
+    @cached_property
+    def party_rows(self) -> list[np.ndarray]:
+        """The rows of the dataset the dealer gives each data party (active first): each misses a seeded share."""
+        return datasets.overlapping_rows(self.data.n_samples, 1 + self.n_passive, self.drop_fraction, self.seed)
+
     def id_sets(self) -> list[np.ndarray]:
-        """The IDs the dealer gives each data party (active first): each misses a seeded share."""
-        return datasets.overlapping_id_sets(self.data.ids, 1 + self.n_passive, self.drop_fraction, self.seed)
+        """The IDs of :attr:`party_rows`."""
+        return [self.data.ids[rows] for rows in self.party_rows]
 
     def session_sets(self, common: Sequence[str], labels: np.ndarray) -> tuple[list[str], list[str], list[str]]:
         """The session's training, validation and held-out IDs of the aligned set: the one choice that the
@@ -269,27 +275,31 @@ class FederationSpec:
         train, _, held = self.session_sets(common, labels)
         return train, held
 
-    def dealt_common(self, id_sets: Sequence[np.ndarray] | None = None) -> np.ndarray:
-        """The IDs every data party was dealt: what alignment will find."""
-        return functools.reduce(np.intersect1d, id_sets if id_sets is not None else self.id_sets())
+    @cached_property
+    def dealt_rows(self) -> np.ndarray:
+        """The rows every data party was dealt (positions, so no ID is looked up): what alignment will find."""
+        return functools.reduce(np.intersect1d, self.party_rows)
 
-    def dealt_sets(self, id_sets: Sequence[np.ndarray] | None = None) -> tuple[list[str], list[str], list[str]]:
+    def dealt_common(self) -> np.ndarray:
+        """The IDs of :attr:`dealt_rows`."""
+        return self.data.ids[self.dealt_rows]
+
+    def dealt_sets(self) -> tuple[list[str], list[str], list[str]]:
         """:meth:`session_sets` of :meth:`dealt_common`."""
-        common = self.dealt_common(id_sets)
-        return self.session_sets(common, self.data.y[datasets.select_ids(self.data.ids, common)])
+        return self.session_sets(self.dealt_common(), self.data.y[self.dealt_rows])
 
-    def dealt_split(self, id_sets: Sequence[np.ndarray] | None = None) -> tuple[list[str], list[str]]:
+    def dealt_split(self) -> tuple[list[str], list[str]]:
         """:meth:`session_split` of :meth:`dealt_common`."""
-        train, _, held = self.dealt_sets(id_sets)
+        train, _, held = self.dealt_sets()
         return train, held
 
-    def dealt_data(self, id_sets: Sequence[np.ndarray] | None = None) -> datasets.Dataset:
+    def dealt_data(self) -> datasets.Dataset:
         """The dataset as the dealer deals it. With target encoding the dealer, who sees the labels (the papers'
         setting), fits each category's mean label on the session's training rows among the aligned IDs."""
         ds = self.data
         if self.encoding != "target":
             return ds
-        train, _ = self.dealt_split(id_sets)
+        train, _ = self.dealt_split()
         return datasets.target_encode(ds, datasets.select_ids(ds.ids, train))
 
     def batch_size_for(self, widths: Sequence[int], n_rows: int | None = None) -> tuple[int, str]:
@@ -351,16 +361,16 @@ class FederationSpec:
             }
         return options
 
-    def scaled_peak(self, id_sets: Sequence[np.ndarray] | None = None) -> float:
-        """The largest |x| a data party's columns reach after its own ``scaling`` of its shard, as the parties
-        will compute it at start-up; each refuses one beyond ``he.FEATURE_BOUND`` (the masks hide no more)."""
-        id_sets = self.id_sets() if id_sets is None else id_sets
-        ds = self.dealt_data(id_sets)
+    def scaled_peak(self, ds: datasets.Dataset | None = None) -> float:
+        """The largest |x| a data party's columns reach after its own ``scaling`` of its shard (of ``ds``, default
+        :meth:`dealt_data`), as the parties will compute it at start-up; each refuses one beyond
+        ``he.FEATURE_BOUND`` (the masks hide no more). Column by column: the scaling is, and no shard is copied."""
+        ds = self.dealt_data() if ds is None else ds
         peak = 0.0
-        for ids, columns in zip(id_sets, self.split.parties, strict=True):
-            shard = ds.X[np.ix_(np.flatnonzero(np.isin(ds.ids, ids)), ds.column_indices(columns))]
-            if shard.size:
-                peak = max(peak, float(np.abs(datasets.Scaler.fit(shard, self.scaling).transform(shard)).max()))
+        for rows, columns in zip(self.party_rows, self.split.parties, strict=True):
+            for j in ds.column_indices(columns) if len(rows) else ():
+                column = ds.X[rows, j][:, None]
+                peak = max(peak, float(np.abs(datasets.Scaler.fit(column, self.scaling).transform(column)).max()))
         return peak
 
     @property
@@ -423,15 +433,17 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
             s.close()
 
 
-def write_federation(spec: FederationSpec, workdir: Path) -> FederationLayout:
-    """Certificates, one data file and one config per party, ready for ``vflsec serve``."""
+def write_federation(
+    spec: FederationSpec, workdir: Path, on_rows: Callable[[int], None] | None = None
+) -> FederationLayout:
+    """Certificates, one data file and one config per party, ready for ``vflsec serve``; ``on_rows`` hears of
+    each chunk of shard rows written."""
     split = spec.split
     spec.batch_size_for(spec.widths)  # an explicit batch below the bound fails here, before anything is written
     from vflsec.services.crypto import he
 
-    id_sets = spec.id_sets()
-    ds = spec.dealt_data(id_sets)
-    if (peak := spec.scaled_peak(id_sets)) > he.FEATURE_BOUND:  # the parties would refuse to start on it
+    ds = spec.dealt_data()
+    if (peak := spec.scaled_peak(ds)) > he.FEATURE_BOUND:  # the parties would refuse to start on it
         raise SpecError(
             f"features after {spec.scaling} scaling reach |x| = {peak:.4g}; parties refuse |x| > "
             f"{he.FEATURE_BOUND:g} (the gradient masks hide no more): scale min-max (--scaling minmax)"
@@ -477,16 +489,18 @@ def write_federation(spec: FederationSpec, workdir: Path) -> FederationLayout:
             # The widths the parties agreed on (the split dealt here): the coordinator refuses any other.
             raw["schema"] = {p: len(columns[p]) for p in parties[1:]}
         else:
-            rows = np.flatnonzero(np.isin(ds.ids, id_sets[parties.index(party) - 1]))
+            rows = spec.party_rows[parties.index(party) - 1]
             is_active = party == "active"
-            datasets.write_party_csv(
-                folder / "data.csv",
-                ds.ids[rows],
-                ds.X[np.ix_(rows, ds.column_indices(columns[party]))],
-                columns[party],
-                labels=ds.y[rows] if is_active else None,
-                class_names=ds.class_names if is_active else None,
-            )
+            at = ds.column_indices(columns[party])
+            # Chunk by chunk: the dealer never holds a whole shard beside the table.
+            def chunks(rows: np.ndarray = rows, at: np.ndarray = at, is_active: bool = is_active) -> Iterator[tuple]:
+                for part in np.array_split(rows, max(1, math.ceil(len(rows) / SHARD_CHUNK_ROWS))):
+                    yield ds.ids[part], ds.X[np.ix_(part, at)], ds.y[part] if is_active else None
+                    if on_rows is not None:
+                        on_rows(len(part))
+
+            class_names = ds.class_names if is_active else None
+            datasets.write_party_csv_chunks(folder / "data.csv", columns[party], chunks(), class_names)
             raw["data"] = {"path": "data.csv", "scaling": spec.scaling}
             if not is_active:
                 raw["operator"] = f"operator-{party}"
@@ -526,13 +540,18 @@ def wait_for(channel: grpc.Channel, party: str, timeout: float, alive: Callable[
 
 
 def wait_healthy(
-    layout: FederationLayout, timeout: float = 60.0, processes: dict[str, subprocess.Popen] | None = None
+    layout: FederationLayout,
+    timeout: float = 60.0,
+    processes: dict[str, subprocess.Popen] | None = None,
+    on_ready: Callable[[str], None] | None = None,
 ) -> None:
     """Every party SERVING, checked over mTLS as the operator; a party process that dies fails fast."""
     for party, address in layout.addresses.items():
         alive = (lambda p=processes[party]: p.poll() is None) if processes else None
         with peer_channel(address, party, layout.tls("operator"), 4 * 1024 * 1024) as channel:
             wait_for(channel, party, timeout, alive)
+        if on_ready is not None:
+            on_ready(party)
 
 
 @dataclass
@@ -585,10 +604,13 @@ _START_ORDER = ("passive", "coordinator", "active")
 
 @contextlib.contextmanager
 def run_processes(
-    layout: FederationLayout, log_dir: Path | None = None, timeout: float = 60.0
+    layout: FederationLayout,
+    log_dir: Path | None = None,
+    timeout: float = 60.0,
+    on_ready: Callable[[str], None] | None = None,
 ) -> Iterator[ProcessFederation]:
     """Each party as its own ``vflsec serve`` process; all are stopped on exit, error or Ctrl-C. ``timeout``:
-    how long a party may take to load its data and report SERVING."""
+    how long a party may take to load its data and report SERVING; ``on_ready`` hears of each that does."""
     fed = ProcessFederation(layout, log_dir or layout.workdir / "logs")
     fed.log_dir.mkdir(parents=True, exist_ok=True)
     try:
@@ -596,14 +618,14 @@ def run_processes(
             for party in layout.configs:
                 if tls.role_of(party) == role:
                     fed.start(party)
-        wait_healthy(layout, timeout, processes=fed.processes)
+        wait_healthy(layout, timeout, processes=fed.processes, on_ready=on_ready)
         yield fed
     finally:
         fed.stop()
 
 
 @contextlib.contextmanager
-def run_in_process(layout: FederationLayout) -> Iterator[dict]:
+def run_in_process(layout: FederationLayout, on_ready: Callable[[str], None] | None = None) -> Iterator[dict]:
     """Each party as a real gRPC server on loopback inside this process (tests); yields party -> Party."""
     from vflsec.services.app import start_party
 
@@ -613,6 +635,8 @@ def run_in_process(layout: FederationLayout) -> Iterator[dict]:
             for party, config in layout.configs.items():
                 if tls.role_of(party) == role:
                     started[party] = start_party(load_config(config, role))
+                    if on_ready is not None:
+                        on_ready(party)
         yield started
     finally:
         for party in reversed(list(started)):

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from vflsec.client.demo import Phases
+from vflsec.client.demo import Phases, peak_rss_mb
 from vflsec.client.federation import FederationLayout, FederationSpec, run_in_process, run_processes, write_federation
 from vflsec.client.operator import Operator, forecast_risk
 from vflsec.client.training import TrainingRecord, train
@@ -120,6 +120,7 @@ class ScenarioRun:
     batch_size_note: str = ""
     training: TrainingRecord | None = None
     phases: Phases = field(default_factory=Phases)  # wall seconds of load, deal, align, train, predict
+    peak_rss_mb: dict[str, float] = field(default_factory=dict)  # each party process's VmHWM (none in-process)
 
 
 def run_scenario(scenario: AttackScenario, workdir: Path, phases: Phases | None = None) -> ScenarioRun:
@@ -132,9 +133,11 @@ def run_scenario(scenario: AttackScenario, workdir: Path, phases: Phases | None 
         layout = write_federation(recording_spec(scenario, store_path), workdir / "federation")
     with contextlib.ExitStack() as running:
         with phases("load", "starting the parties (each reads its shard)"):
-            operator = running.enter_context(parties(scenario, layout))
+            operator, pids = running.enter_context(parties(scenario, layout))
         session_id, queried, training = train_session(scenario, operator, phases)
-        return query_session(scenario, layout, operator, session_id, queried, store_path, training, phases)
+        run = query_session(scenario, layout, operator, session_id, queried, store_path, training, phases)
+        run.peak_rss_mb = peak_rss_mb(pids)
+        return run
 
 
 def recording_spec(scenario: AttackScenario, store_path: Path) -> FederationSpec:
@@ -158,11 +161,13 @@ def session_plan(scenario: AttackScenario) -> tuple[FederationSpec, list[str], l
 
 
 @contextlib.contextmanager
-def parties(scenario: AttackScenario, layout: FederationLayout) -> Iterator[Operator]:
-    """The federation's parties running (processes, or in-process servers), and the operator's client."""
+def parties(scenario: AttackScenario, layout: FederationLayout) -> Iterator[tuple[Operator, dict[str, int]]]:
+    """The federation's parties running (processes, or in-process servers), the operator's client and each party
+    process's pid (none in-process)."""
     launch = run_in_process if scenario.in_process else run_processes
-    with launch(layout), layout.operator_channel() as channel:
-        yield Operator(channel)
+    with launch(layout) as federation, layout.operator_channel() as channel:
+        processes = getattr(federation, "processes", {})
+        yield Operator(channel), {party: process.pid for party, process in processes.items()}
 
 
 def train_session(
@@ -468,6 +473,8 @@ def average_over_windows(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
         report["accuracy_warning"] = accuracy_warning(report["accuracy"], report["majority_rate"])
     report["baselines"] = {b: float(np.mean([r["baselines"][b] for r in reports])) for b in report["baselines"]}
     report |= {f"{p}_seconds": sum(r[f"{p}_seconds"] for r in reports) for p in PHASES if f"{p}_seconds" in report}
+    if "peak_rss_mb" in report:  # each window's federation is its own processes: the largest per party
+        report["peak_rss_mb"] = {p: max(r["peak_rss_mb"].get(p, 0.0) for r in reports) for p in report["peak_rss_mb"]}
     for name, first in reports[0]["attacks"].items():
         ran = [r["attacks"][name] for r in reports if "mse" in r["attacks"].get(name, {})]
         if len(ran) == len(reports):
@@ -562,6 +569,7 @@ def score_run(scenario: AttackScenario, run: ScenarioRun, log: Callable[[str], N
     # recordings read back, the truth, every attack and baseline).
     report |= {f"{name}_seconds": run.phases.seconds.get(name, 0.0) for name in PHASES[:-1]}
     report["attack_seconds"] = attack_seconds
+    report["peak_rss_mb"] = run.peak_rss_mb
     return report
 
 

@@ -80,7 +80,7 @@ def embedding_steps(values: list[str] | None) -> list[str]:
 
 # --- the federation: dataset and split
 Dataset = Annotated[
-    str, typer.Option("--dataset", help="breast_cancer | wine | digits | iris | a UCI name | a CSV path.")
+    str, typer.Option("--dataset", help="breast_cancer | wine | digits | iris | a UCI name | a CSV or .parquet path.")
 ]
 Label = Annotated[
     str | None, typer.Option("--label", help="Label column of a CSV dataset.", show_default="the last column")

@@ -7,7 +7,10 @@ Sources
     * scikit-learn's bundled datasets (``breast_cancer``, ``wine``, ``digits``, ``iris``), always present;
     * the raw UCI / Kaggle files in ``shared/datasets`` (see :func:`shared_datasets_dir`), read in their
       published formats (CRLF, ``;`` or whitespace separators, junk banner lines, ``.``-suffixed test labels);
-    * any CSV file through :func:`load_csv`.
+    * any CSV or Parquet file through :func:`load_csv`: pyarrow's multi-threaded reader, column by column
+      (no Python object per row); the csv module reads only whitespace-separated files, each file's first
+      record (names, header detection) and a file Arrow's dialect would read differently (see
+      :func:`_arrow_cells`).
 
 Encoding rules (:func:`load_csv` and the UCI loaders)
     * A column is *numeric* when every non-missing cell parses as a float; otherwise it is *categorical*.
@@ -38,19 +41,23 @@ Dataset-specific choices (from the PROVENANCE files and the papers in ``shared/p
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import functools
+import io
 import itertools
 import json
 import os
-import warnings
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 CategoricalEncoding = Literal["onehot", "ordinal"]
 # What a dealer may deal: a loader's encoding, or "target" (ordinal codes replaced by :func:`target_encode`).
@@ -69,6 +76,16 @@ _ID_WIDTH = 6
 _PARTY_ID_COLUMN = "id"
 _PARTY_LABEL_COLUMN = "label"
 _CLASSES_COMMENT = "# classes: "
+
+
+@functools.cache
+def _arrow() -> tuple[Any, Any, Any]:
+    """pyarrow, its compute functions and its CSV module, imported on first use (0.4 s: not at CLI start-up)."""
+    import pyarrow
+    import pyarrow.compute
+    import pyarrow.csv
+
+    return pyarrow, pyarrow.compute, pyarrow.csv
 
 
 # --------------------------------------------------------------------------------------------- Dataset
@@ -141,6 +158,12 @@ class Dataset:
 
 
 def _require_unique(values: Iterable[Any], what: str) -> None:
+    if isinstance(values, np.ndarray):  # sorted in C: a million IDs make no Python objects
+        ordered = np.sort(values, kind="stable")
+        repeated = ordered[1:][ordered[1:] == ordered[:-1]]
+        if repeated.size:
+            raise ValueError(f"{what} are not unique, e.g. {sorted(str(v) for v in np.unique(repeated))[:5]}")
+        return
     counts = Counter(values)
     if len(counts) != sum(counts.values()):
         dupes = sorted(str(v) for v, c in counts.items() if c > 1)
@@ -169,7 +192,9 @@ def _positions(names: Sequence[str], wanted: Sequence[str], *, what: str) -> np.
 
 def _row_ids(n: int, start: int = 0) -> np.ndarray:
     width = max(_ID_WIDTH, len(str(max(start + n - 1, 0))))
-    return np.array([f"s{i:0{width}d}" for i in range(start, start + n)])
+    if n == 0:
+        return np.array([], dtype=str)
+    return np.strings.add("s", np.strings.zfill(np.arange(start, start + n).astype(str), width))
 
 
 # ------------------------------------------------------------------------------------ encoding tables
@@ -205,16 +230,74 @@ def _parse_numeric(values: np.ndarray, missing: np.ndarray) -> np.ndarray | None
     return out
 
 
+def _str_array(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """An Arrow string column as a fixed-width numpy str array, cut from its buffers (no Python str per row).
+    A null becomes the empty string."""
+    pa, pc, _ = _arrow()
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    arr = pc.fill_null(pc.cast(arr, pa.large_string()), "")
+    n = len(arr)
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset : arr.offset + n + 1]
+    start, end = (int(offsets[0]), int(offsets[-1])) if n else (0, 0)
+    data = np.frombuffer(arr.buffers()[2], dtype=np.uint8)[start:end] if end > start else np.zeros(0, np.uint8)
+    if data.size and data.max() >= 0x80:  # not ASCII: numpy's bytes-to-str cast would refuse it
+        return np.array(arr.to_pylist(), dtype=str).reshape(n)
+    lengths = np.diff(offsets)
+    width = max(int(lengths.max(initial=0)), 1)
+    out = np.zeros((n, width), dtype=np.uint8)
+    rows = np.repeat(np.arange(n), lengths)
+    out[rows, np.arange(data.size) - (np.repeat(offsets[:-1], lengths) - start)] = data
+    return out.view(f"S{width}").reshape(n).astype(f"U{width}")
+
+
+def _strings(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """A column's distinct cells (str; a number in Arrow's spelling, a null as ``""``) and each row's index
+    among them."""
+    pa, pc, _ = _arrow()
+    encoded = pc.dictionary_encode(pc.cast(column.combine_chunks(), pa.string()))
+    return _str_array(encoded.dictionary), encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def _numbers(column: pa.ChunkedArray, missing_values: Sequence[str]) -> tuple[np.ndarray | None, np.ndarray]:
+    """A column's floats (NaN where missing or non-finite), or None when some present cell is not a number; and
+    which rows are missing (a cell in ``missing_values``, or a null of a typed Parquet column)."""
+    pa, pc, _ = _arrow()
+    if pa.types.is_integer(column.type) or pa.types.is_floating(column.type):
+        floats = np.array(pc.cast(column, pa.float64()).to_numpy(), dtype=np.float64)
+        missing = np.asarray(column.is_null().to_numpy(), dtype=bool)
+    else:
+        column = pc.fill_null(pc.cast(column, pa.string()), "")
+        is_missing = pc.is_in(column, value_set=pa.array(list(missing_values), pa.string()))
+        missing = np.asarray(is_missing.to_numpy(), dtype=bool)
+        try:  # Arrow parses a subset of Python's float syntax (no "_"), correctly rounded as numpy is
+            present = pc.if_else(is_missing, pa.scalar(None, pa.string()), column)
+            floats = np.array(pc.cast(present, pa.float64()).to_numpy(), dtype=np.float64)
+        except pa.ArrowInvalid:  # a category, or a number only Python spells (1_000): numpy on the distinct cells
+            values, index = _strings(column)
+            parsed = _parse_numeric(values, np.isin(values, list(missing_values)))
+            floats = None if parsed is None else parsed[index]
+    if floats is not None:
+        floats[~np.isfinite(floats)] = np.nan
+    return floats, missing
+
+
 def _encode_column(
-    name: str, values: np.ndarray, missing: np.ndarray, categorical: CategoricalEncoding
+    name: str,
+    column: pa.ChunkedArray,
+    floats: np.ndarray | None,
+    keep: np.ndarray,
+    categorical: CategoricalEncoding,
+    missing_values: Sequence[str],
 ) -> tuple[list[str], np.ndarray]:
-    numeric = _parse_numeric(values, missing)
-    if numeric is not None:
+    if floats is not None:
+        numeric = floats if keep.all() else floats[keep]
         absent = np.isnan(numeric)
         if absent.any():
             numeric[absent] = numeric[~absent].mean() if (~absent).any() else 0.0
         return [name], numeric[:, None]
-    levels, codes = _codes(np.where(missing, MISSING_CATEGORY, values))
+    values, index = _strings(column)
+    values = np.where(np.isin(values, list(missing_values)), MISSING_CATEGORY, values)
+    levels, codes = _codes(values[index[keep]])
     if categorical == "ordinal":
         return [name], codes[:, None].astype(np.float64)
     if len(levels) == 2:
@@ -236,10 +319,15 @@ def _resolve_column(columns: Sequence[str], ref: ColumnRef, role: str) -> int:
 
 @dataclass
 class _Table:
-    """Raw cells (stripped strings) of one or more files with the same layout."""
+    """One or more files with the same layout, one Arrow column per name: the cells as written (stripped
+    strings), or typed numbers (a Parquet file's)."""
 
     columns: list[str]
-    cells: np.ndarray  # (n_rows, n_columns) of str
+    data: list[pa.ChunkedArray]
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.data[0]) if self.data else 0
 
 
 def _encode_table(
@@ -258,7 +346,7 @@ def _encode_table(
         raise ValueError(f"categorical must be 'onehot' or 'ordinal', got {categorical!r}")
     if missing not in ("impute", "drop"):
         raise ValueError(f"missing must be 'impute' or 'drop', got {missing!r}")
-    columns, cells = table.columns, table.cells
+    columns = table.columns
     label_at = _resolve_column(columns, label, "label")
     id_at = None if id_column is None else _resolve_column(columns, id_column, "id")
     skip = {label_at, *(() if id_at is None else (id_at,))}
@@ -267,29 +355,38 @@ def _encode_table(
     if not feature_at:
         raise ValueError(f"dataset {name!r}: no feature columns left")
 
-    is_missing = np.isin(cells, list(missing_values))
-    label_values = cells[:, label_at]
-    if label_suffix:
-        label_values = np.array([v.removesuffix(label_suffix) for v in label_values], dtype=str)
-    if is_missing[:, label_at].any():
-        rows = np.flatnonzero(is_missing[:, label_at])
+    values, index = _strings(table.data[label_at])
+    label_missing = np.isin(values, list(missing_values))[index]
+    if label_missing.any():
+        rows = np.flatnonzero(label_missing)
         raise ValueError(f"dataset {name!r}: label {columns[label_at]!r} missing in rows {rows[:5].tolist()}")
+    if label_suffix:
+        values = np.array([v.removesuffix(label_suffix) for v in values], dtype=str)
+    label_values = values[index]
     # IDs are fixed before rows are dropped, so a generated ID always names the same file row.
-    ids = _row_ids(cells.shape[0]) if id_at is None else cells[:, id_at]
+    if id_at is None:
+        ids = _row_ids(table.n_rows)
+    else:
+        values, index = _strings(table.data[id_at])
+        ids = values[index]
+    parsed = {j: _numbers(table.data[j], missing_values) for j in feature_at}
+    keep = np.ones(table.n_rows, dtype=bool)
     if missing == "drop":
-        keep = ~is_missing[:, feature_at].any(axis=1)
-        cells, is_missing, label_values, ids = cells[keep], is_missing[keep], label_values[keep], ids[keep]
-    if cells.shape[0] == 0:
+        for _, is_missing in parsed.values():
+            keep &= ~is_missing
+    label_values, ids = label_values[keep], ids[keep]
+    if not keep.any():
         raise ValueError(f"dataset {name!r}: no rows")
 
     names: list[str] = []
     blocks: list[np.ndarray] = []
     coded: list[str] = []
     for j in feature_at:
-        col_names, block = _encode_column(columns[j], cells[:, j], is_missing[:, j], categorical)
+        floats = parsed.pop(j)[0]  # each column's floats live until its block does
+        col_names, block = _encode_column(columns[j], table.data[j], floats, keep, categorical, missing_values)
         names += col_names
         blocks.append(block)
-        if categorical == "ordinal" and _parse_numeric(cells[:, j], is_missing[:, j]) is None:
+        if categorical == "ordinal" and floats is None:
             coded.append(columns[j])
     class_names, y = _codes(label_values)
     return Dataset(name, ids, np.hstack(blocks), y, names, class_names, coded)
@@ -348,6 +445,34 @@ def _looks_like_header(cells: Sequence[str]) -> bool:
     return _category_key(cells[0])[0] != 0
 
 
+def _arrow_cells(path: Path, delimiter: str, skip_rows: int, n_columns: int) -> list[pa.ChunkedArray] | None:
+    """The file's records after its first ``skip_rows`` lines, as stripped Arrow strings (pyarrow's
+    multi-threaded reader), blank records left out; None where Arrow's dialect parts from the csv module's (a
+    ragged or unparsable row, a quote after spaces): the caller reads that file with the csv module, which
+    also names the offending line."""
+    pa, pc, pcsv = _arrow()
+    names = [f"c{j}" for j in range(n_columns)]
+    try:
+        cells = pcsv.read_csv(
+            path,
+            read_options=pcsv.ReadOptions(column_names=names, skip_rows=skip_rows),
+            parse_options=pcsv.ParseOptions(delimiter=delimiter),
+            convert_options=pcsv.ConvertOptions(
+                column_types=dict.fromkeys(names, pa.string()), strings_can_be_null=False
+            ),
+        ).columns
+    except (pa.ArrowInvalid, UnicodeDecodeError):
+        return None
+    quoted = [c for c in cells if pc.any(pc.match_substring(c, '"')).as_py()]
+    if any(pc.any(pc.match_substring_regex(c, r'^\s+"')).as_py() for c in quoted):
+        return None  # the csv module's skipinitialspace opens a quote after spaces; Arrow keeps it as text
+    # Stripped as the csv-module reader strips; a column without padding is kept as read (no second copy).
+    cells = [pc.utf8_trim_whitespace(c) if pc.any(pc.match_substring_regex(c, r"^\s|\s$")).as_py() else c
+             for c in cells]  # fmt: skip
+    blank = functools.reduce(pc.and_, [pc.equal(c, "") for c in cells])
+    return [c.filter(pc.invert(blank)) for c in cells] if pc.any(blank).as_py() else cells
+
+
 def _read_table(
     paths: Sequence[Path],
     *,
@@ -358,12 +483,15 @@ def _read_table(
 ) -> _Table:
     """Read files of one layout into a table. ``header=None`` detects it (see :func:`_looks_like_header`).
 
-    With ``column_names`` given, a header line (if any) is skipped and the names are used instead.
+    With ``column_names`` given, a header line (if any) is skipped and the names are used instead. The csv module
+    reads each file's first record (names, header detection); Arrow the rest, except in whitespace-separated
+    files and where :func:`_arrow_cells` declines, which the csv module reads whole.
     """
+    pa = _arrow()[0]
     if not paths:
         raise ValueError("no files to read")
     columns: list[str] | None = list(column_names) if column_names is not None else None
-    rows: list[list[str]] = []
+    parts: list[list[pa.ChunkedArray]] = []
     for i, path in enumerate(paths):
         sep = delimiter if delimiter is not None else _sniff_delimiter(path)
         records = _iter_records(path, sep)
@@ -377,16 +505,37 @@ def _read_table(
             columns = first[1] if has_header else [f"c{j}" for j in range(len(first[1]))]
         elif has_header and column_names is None and first[1] != columns:
             raise ValueError(f"{path}: header {first[1]} differs from {columns}")
-        if not has_header:
-            records = itertools.chain([first], records)
-        for number, cells in records:
-            if len(cells) != len(columns):
-                raise ValueError(f"{path}:{number}: {len(cells)} fields, expected {len(columns)}")
-            rows.append(cells)
+        cells = None if sep == WHITESPACE else _arrow_cells(path, sep, first[0] - (not has_header), len(columns))
+        if cells is None:
+            if not has_header:
+                records = itertools.chain([first], records)
+            rows: list[list[str]] = []
+            for number, record in records:
+                if len(record) != len(columns):
+                    raise ValueError(f"{path}:{number}: {len(record)} fields, expected {len(columns)}")
+                rows.append(record)
+            matrix = np.array(rows, dtype=str).reshape(len(rows), len(columns))
+            cells = [pa.chunked_array([pa.array(matrix[:, j], pa.string())]) for j in range(len(columns))]
+        parts.append(cells)
     assert columns is not None  # set while reading the first path
     _require_unique(columns, "column names")
-    cells_array = np.array(rows, dtype=str) if rows else np.empty((0, len(columns)), dtype=str)
-    return _Table(columns, cells_array.reshape(len(rows), len(columns)))
+    return _Table(columns, [pa.chunked_array([c for part in parts for c in part[j].chunks], pa.string())
+                            for j in range(len(columns))])  # fmt: skip
+
+
+def _read_parquet(path: Path) -> _Table:
+    """A Parquet file's columns: numbers stay typed (a null is missing), anything else becomes stripped text."""
+    pa, pc, _ = _arrow()
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    _require_unique(table.column_names, "column names")
+    data = [
+        c if pa.types.is_integer(c.type) or pa.types.is_floating(c.type)
+        else pc.utf8_trim_whitespace(pc.fill_null(pc.cast(c, pa.string()), ""))
+        for c in table.columns
+    ]  # fmt: skip
+    return _Table(list(table.column_names), data)
 
 
 def load_csv(
@@ -403,7 +552,8 @@ def load_csv(
     missing: MissingPolicy = "impute",
     missing_values: Sequence[str] = DEFAULT_MISSING_VALUES,
 ) -> Dataset:
-    """Load a delimited text file; encoding and missing-value rules are in the module docstring.
+    """Load a delimited text file, or a Parquet file (``.parquet``; its own column names and types, the reading
+    options do not apply); encoding and missing-value rules are in the module docstring.
 
     ``label``, ``id_column`` and ``drop`` take column names or 0-based indices (negative ones count from
     the end). ``delimiter=None`` picks ``;``, ``,`` or tab from the first line, else whitespace; pass
@@ -411,8 +561,11 @@ def load_csv(
     unless ``column_names`` is given.
     """
     path = Path(path)
-    table = _read_table([path], delimiter=delimiter, header=header, column_names=column_names)
-    return _encode_table(
+    if path.suffix == ".parquet":
+        table = _read_parquet(path)
+    else:
+        table = _read_table([path], delimiter=delimiter, header=header, column_names=column_names)
+    ds = _encode_table(
         name or path.stem,
         table,
         label,
@@ -422,6 +575,9 @@ def load_csv(
         missing=missing,
         missing_values=missing_values,
     )
+    del table
+    _arrow()[0].default_memory_pool().release_unused()  # Arrow's pool keeps freed cells (300 MB at 1M x 20)
+    return ds
 
 
 # ------------------------------------------------------------------------------- built-in datasets
@@ -942,18 +1098,20 @@ def write_party_csv_chunks(
     class_names: Sequence[str] | None = None,
 ) -> None:
     """:func:`write_party_csv` with the rows arriving as ``(ids, X, labels)`` chunks, so a file larger than
-    memory can be written (``bench scale``'s synthetic million rows). Each chunk is checked as a whole file
-    would be (ID uniqueness within the chunk); every chunk has labels or none does."""
+    memory can be written (``bench scale``'s synthetic million rows, the dealer's shards) one chunk at a time.
+    Each chunk is checked as a whole file would be (ID uniqueness within the chunk); every chunk has labels or
+    none does. A path ending in ``.parquet`` gets a Parquet file (the class names in its metadata)."""
+    pa, pc, pcsv = _arrow()
     reserved = {_PARTY_ID_COLUMN, _PARTY_LABEL_COLUMN} & {str(c) for c in columns}
     if reserved:
         raise ValueError(f"column names {sorted(reserved)} are reserved in party data files")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8", newline="") as fh:
-        if class_names is not None:
-            fh.write(_CLASSES_COMMENT + json.dumps([str(c) for c in class_names]) + "\n")
-        writer = csv.writer(fh, lineterminator="\n")
+    parquet = path.suffix == ".parquet"
+    with tmp.open("wb") as fh, contextlib.ExitStack() as stack:
+        if class_names is not None and not parquet:
+            fh.write((_CLASSES_COMMENT + json.dumps([str(c) for c in class_names]) + "\n").encode())
         labelled: bool | None = None
         for ids, X, labels in chunks:
             data = PartyData(
@@ -965,23 +1123,50 @@ def write_party_csv_chunks(
             )
             if labelled is None:
                 labelled = data.y is not None
-                writer.writerow([_PARTY_ID_COLUMN, *data.columns, *([_PARTY_LABEL_COLUMN] if labelled else [])])
+                names = [_PARTY_ID_COLUMN, *data.columns, *([_PARTY_LABEL_COLUMN] if labelled else [])]
+                if parquet:
+                    import pyarrow.parquet as pq
+
+                    meta = None if class_names is None else {"vflsec.classes": json.dumps(data.class_names)}
+                    schema = pa.schema(
+                        [(_PARTY_ID_COLUMN, pa.string()), *((c, pa.float64()) for c in data.columns)]
+                        + ([(_PARTY_LABEL_COLUMN, pa.int64())] if labelled else []),
+                        metadata=meta,
+                    )
+                    parquet_writer = stack.enter_context(pq.ParquetWriter(fh, schema))
+                else:
+                    header = io.StringIO()
+                    csv.writer(header, lineterminator="\n").writerow(names)
+                    fh.write(header.getvalue().encode())
             elif labelled != (data.y is not None):
                 raise ValueError("every chunk of a party file has labels, or none does")
-            for i, row in enumerate(data.X):
-                label_cell = [] if data.y is None else [int(data.y[i])]
-                writer.writerow([data.ids[i], *map(repr, row.tolist()), *label_cell])
+            table = pa.table(
+                [pa.array(data.ids, pa.string()), *data.X.T, *([data.y] if labelled else [])],
+                names=[_PARTY_ID_COLUMN, *(f"x{j}" for j in range(len(data.columns))), _PARTY_LABEL_COLUMN][
+                    : 1 + len(data.columns) + bool(labelled)
+                ],
+            )
+            if parquet:
+                parquet_writer.write_table(table.rename_columns(parquet_writer.schema.names))
+                continue
+            # Arrow writes the shortest decimal that reads back to the same double; IDs are quoted only if they
+            # must be (Arrow's "needed" quotes every string).
+            special = pc.any(pc.match_substring_regex(table.column(0), '[",\\r\\n]')).as_py()
+            options = pcsv.WriteOptions(include_header=False, quoting_style="needed" if special else "none")
+            pcsv.write_csv(table, fh, options)
     os.replace(tmp, path)
 
 
 def read_party_csv(path: str | os.PathLike[str]) -> PartyData:
-    """Read a file written by :func:`write_party_csv`.
+    """Read a file written by :func:`write_party_csv` (or a ``.parquet`` one of :func:`write_party_csv_chunks`).
 
-    numpy's C reader parses the rows straight into arrays (no Python list per row, which took gigabytes at a
-    million rows): a first pass reads the ID column to learn its width, a second the whole row as one record
-    (ID, floats, label), which also checks every row has the header's number of fields.
+    pyarrow's multi-threaded reader parses the columns straight into typed arrays (IDs as exact strings,
+    features as doubles, labels as integers): no Python object per row, which took gigabytes at a million rows.
     """
+    pa, _, pcsv = _arrow()
     path = Path(path)
+    if path.suffix == ".parquet":
+        return _read_party_parquet(path)
     with path.open(encoding="utf-8", newline="") as fh:
         first = fh.readline()
         class_names: list[str] | None = None
@@ -994,21 +1179,51 @@ def read_party_csv(path: str | os.PathLike[str]) -> PartyData:
         raise ValueError(f"{path}: not a party data file (header must start with {_PARTY_ID_COLUMN!r})")
     has_label = header[-1] == _PARTY_LABEL_COLUMN
     columns = header[1:-1] if has_label else header[1:]
-    read = functools.partial(
-        np.loadtxt, path, delimiter=",", quotechar='"', skiprows=skip, comments=None, encoding="utf-8", ndmin=1
-    )
+    types = {"id": pa.string(), **{f"x{j}": pa.float64() for j in range(len(columns))}}
+    if has_label:
+        types["label"] = pa.int64()
     try:
-        with warnings.catch_warnings():  # numpy notes blank lines and header-only files; both are fine here
-            warnings.simplefilter("ignore", UserWarning)
-            ids = read(dtype=str, usecols=0)
-            fields = [("id", ids.dtype), *((f"x{j}", np.float64) for j in range(len(columns)))]
-            record = read(dtype=fields + ([("label", np.int64)] if has_label else []))
-    except ValueError as exc:
+        table = pcsv.read_csv(
+            path,
+            read_options=pcsv.ReadOptions(column_names=list(types), skip_rows=skip),
+            convert_options=pcsv.ConvertOptions(column_types=types, null_values=[], strings_can_be_null=False),
+        )
+    except pa.ArrowInvalid as exc:
         raise ValueError(f"{path}: {exc}") from exc
-    X = np.empty((len(record), len(columns)))
+    return _party_data(table, columns, has_label, class_names)
+
+
+def _read_party_parquet(path: Path) -> PartyData:
+    import pyarrow.parquet as pq
+
+    pa = _arrow()[0]
+
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise ValueError(f"{path}: {exc}") from exc
+    names = table.column_names
+    if not names or names[0] != _PARTY_ID_COLUMN:
+        raise ValueError(f"{path}: not a party data file (first column must be {_PARTY_ID_COLUMN!r})")
+    meta = table.schema.metadata or {}
+    classes = meta.get(b"vflsec.classes")
+    has_label = names[-1] == _PARTY_LABEL_COLUMN
+    try:
+        table = table.cast(pa.schema([(n, pa.string() if n == _PARTY_ID_COLUMN else f.type) for n, f in
+                                      zip(names, table.schema, strict=True)]))  # fmt: skip
+    except pa.ArrowInvalid as exc:
+        raise ValueError(f"{path}: {exc}") from exc
+    columns = names[1:-1] if has_label else names[1:]
+    return _party_data(table, columns, has_label, None if classes is None else json.loads(classes))
+
+
+def _party_data(table: pa.Table, columns: list[str], has_label: bool, class_names: list[str] | None) -> PartyData:
+    n = table.num_rows
+    X = np.empty((n, len(columns)))
     for j in range(len(columns)):
-        X[:, j] = record[f"x{j}"]
-    return PartyData(ids, X, columns, record["label"] if has_label else None, class_names)
+        X[:, j] = table.column(1 + j).to_numpy()
+    labels = table.column(table.num_columns - 1).to_numpy() if has_label else None
+    return PartyData(_str_array(table.column(0)), X, columns, labels, class_names)
 
 
 # ------------------------------------------------------------------------------------- sample IDs
@@ -1038,16 +1253,24 @@ def overlapping_id_sets(
     """
     ids = np.asarray(ids).astype(str)
     _require_unique(ids, "ids")
+    return [ids[rows] for rows in overlapping_rows(len(ids), n_parties, drop_fraction, seed, shuffle=shuffle)]
+
+
+def overlapping_rows(
+    n: int, n_parties: int, drop_fraction: float, seed: int, *, shuffle: bool = False
+) -> list[np.ndarray]:
+    """The row positions behind :func:`overlapping_id_sets` (the same draw): a dealer slices its table with them
+    instead of looking the IDs up again."""
     if n_parties < 1:
         raise ValueError(f"n_parties must be at least 1, got {n_parties}")
     if not 0.0 <= drop_fraction < 1.0:
         raise ValueError(f"drop_fraction must lie in [0, 1), got {drop_fraction}")
     rng = np.random.default_rng(seed)
-    n_keep = len(ids) - int(np.floor(drop_fraction * len(ids) + 0.5))
+    n_keep = n - int(np.floor(drop_fraction * n + 0.5))
     subsets = []
     for _ in range(n_parties):
-        keep = rng.permutation(len(ids))[:n_keep]
-        subsets.append(ids[keep if shuffle else np.sort(keep)])
+        keep = rng.permutation(n)[:n_keep]
+        subsets.append(keep if shuffle else np.sort(keep))
     return subsets
 
 

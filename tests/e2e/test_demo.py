@@ -112,11 +112,21 @@ def test_demo_reports_phase_timings_and_peak_memory_as_new_keys() -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     # JSON outputs grow, they do not move: the new keys come after the existing ones.
-    new = ["align_seconds", "load_seconds", "deal_seconds", "peak_rss_mb"]
+    new = ["align_seconds", "load_seconds", "deal_seconds", "peak_rss_mb", "operator_peak_rss_mb"]
     assert list(result)[-len(new) :] == new and list(result)[:2] == ["dataset", "n_samples"]
     for key in ("load_seconds", "deal_seconds", "align_seconds", "train_seconds", "predict_seconds"):
         assert result[key] > 0
     assert set(result["peak_rss_mb"]) == {"coordinator", "active", "passive-1"}
-    assert all(mb > 0 for mb in result["peak_rss_mb"].values())
-    for phase in ("load: reading breast_cancer", "deal: dealing", "align: aligning"):
+    assert all(mb > 0 for mb in result["peak_rss_mb"].values()) and result["operator_peak_rss_mb"] > 0
+    for phase in ("load: reading breast_cancer", "deal: dealing", "align: aligning", "train: training", "predict:"):
         assert done.stderr.count(phase) >= 2  # announced, then timed
+
+
+def test_attack_reports_each_party_process_peak_memory_last() -> None:
+    args = ("attack", "--dataset", "breast_cancer", "--backend", "plain", "--predictions", "60", "--attacks", "esa")
+    done = vflsec(*args, "--epochs", "1", "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert list(report)[-2:] == ["attack_seconds", "peak_rss_mb"]  # grown at the end
+    assert set(report["peak_rss_mb"]) == {"coordinator", "active", "passive-1"}
+    assert all(mb > 10 for mb in report["peak_rss_mb"].values())  # a real process's high-water mark

@@ -23,6 +23,7 @@ def test_default_epochs_are_stated_and_the_phases_timed(monkeypatch) -> None:
     assert report["epochs_note"] == rule and f"epochs 30: {rule}" in " ".join(result.output.split())
     phases = ("load", "deal", "align", "train", "predict", "attack")
     assert all(report[f"{p}_seconds"] > 0 for p in phases), {p: report[f"{p}_seconds"] for p in phases}
+    assert list(report)[-1] == "peak_rss_mb" and report["peak_rss_mb"] == {}  # in-process parties: no own peak
     explicit = CliRunner().invoke(app, [*args, "--epochs", "2", "--json"])
     assert explicit.exit_code == 0, explicit.output
     report = json.loads(explicit.output.strip().splitlines()[-1])

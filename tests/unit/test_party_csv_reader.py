@@ -1,4 +1,4 @@
-"""The party data reader (numpy's C parser, no Python list per row) keeps the csv module's meaning: IDs stay
+"""The party data reader (pyarrow's typed columns, no Python object per row) keeps the csv module's meaning: IDs stay
 exact strings, blank lines are skipped, a header-only file is an empty party, and a ragged row or a non-integer
 label is an error naming the file."""
 
@@ -29,10 +29,10 @@ def test_header_only_file_is_an_empty_party(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("body", "problem"),
     [
-        ("id,f\na,1\nb,1,3\n", "requires 2 columns but 3 were found"),
-        ("id,f\na,1\nb\n", "requires 2 columns but 1 were found"),
-        ("id,f,label\na,1,1.5\n", "could not convert string '1.5' to int64"),
-        ("id,f\na,abc\n", "could not convert string 'abc'"),
+        ("id,f\na,1\nb,1,3\n", "Expected 2 columns, got 3: b,1,3"),
+        ("id,f\na,1\nb\n", "Expected 2 columns, got 1: b"),
+        ("id,f,label\na,1,1.5\n", "column #2: CSV conversion error to int64: invalid value '1.5'"),
+        ("id,f\na,abc\n", "column #1: CSV conversion error to double: invalid value 'abc'"),
     ],
 )
 def test_bad_rows_name_the_file_and_the_problem(tmp_path: Path, body: str, problem: str) -> None:
