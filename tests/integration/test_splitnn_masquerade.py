@@ -128,10 +128,11 @@ def test_masquerade_fools_the_plain_attack_the_adaptive_one_recovers_at_m1_and_f
     assert adaptive >= 0.9  # ye §5: split by the fabricated bit, attack inside the groups
     assert adaptive_many is None or adaptive_many <= majority + 0.05  # groups of about one row: nothing to solve
     for run in (one, many):
-        # The fresh PRF key moves the defended model: 0 to -3 pp in 13 runs, one run -8.6 pp (docs/defenses.md).
-        # The check guards against a defense that breaks training (a broken model falls to the majority class), not
+        # The fresh key and (since Q is fixed, review 6) the fresh projection move the defended model: in process,
+        # 16 seeds, m = 1 -3.2 ± 2.8 pp, m = 11 -4.5 ± 3.9 pp, one of 24 runs -11.5 pp (docs/defenses.md). The check
+        # guards against a defense that breaks training (a broken model falls to the majority class, 0.517), not
         # ye's <= 1 pp, which the docs report as missed here.
-        assert run.accuracy >= plain.accuracy - 0.10
+        assert run.accuracy >= plain.accuracy - 0.15
 
 
 def test_the_defended_session_survives_its_checkpoint_with_the_same_bits_and_noise(tmp_path) -> None:

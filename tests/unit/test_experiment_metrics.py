@@ -39,22 +39,18 @@ def test_ye_attacks_are_scored_by_attack_accuracy_against_the_majority_bit() -> 
 
 def test_the_adaptive_attacks_groups_and_coverage_reach_the_report() -> None:
     """M2: beside its accuracy, ye_adaptive's groups, largest group, covered rows and fabricated bits found are shown
-    (keys added, none moved); an adaptive attack with no attackable group says so instead of scoring zeros."""
+    (keys added, none moved)."""
     rng = np.random.default_rng(4)
     truth = np.column_stack([rng.integers(0, 2, 600), rng.normal(size=(600, 3))])
-    for m, n in ((1, 600), (9, 400)):
-        layer = Masquerade(m).build(4, 3 + m, bias=True)
-        with torch.no_grad():
-            z = layer(torch.from_numpy(truth[:n])).numpy()
-        chain = (("masquerade", {"m": str(m)}),)
-        obs = Observations(rng.uniform(size=(n, 2)), None, 2, 4, embeddings=z, embedding_chain=chain)
-        options = {"ye_adaptive": {"seed": 0, "restarts": 4}}
-        result = harness.evaluate_attacks(obs, truth[:n], ["ye_adaptive"], options, family="splitnn")["ye_adaptive"]
-        if m == 1:
-            assert result["fabricated_m"] == 1 and result["groups"] == 2 and result["covered_rows"] == 1.0
-            assert 200 < result["largest_group"] < 400 and "metric" in result
-        else:  # 2^9 patterns over 400 rows: groups of a few rows, none attackable
-            assert "the largest has" in result["not_applicable"] and "metric" not in result
+    layer = Masquerade(1).build(4, 4, bias=True)
+    with torch.no_grad():
+        z = layer(torch.from_numpy(truth)).numpy()
+    chain = (("masquerade", {"m": "1"}),)
+    obs = Observations(rng.uniform(size=(600, 2)), None, 2, 4, embeddings=z, embedding_chain=chain)
+    options = {"ye_adaptive": {"seed": 0, "restarts": 4}}
+    result = harness.evaluate_attacks(obs, truth, ["ye_adaptive"], options, family="splitnn")["ye_adaptive"]
+    assert result["fabricated_m"] == 1 and result["groups"] == 2 and result["covered_rows"] == 1.0
+    assert 200 < result["largest_group"] < 400 and "metric" in result
 
 
 def test_tree_attacks_are_scored_by_cbr_against_a_random_path() -> None:
