@@ -317,8 +317,11 @@ def evaluate_attacks(
                     random_path = random_path_baseline(trees, truth, np.random.default_rng())
             cbr = (results[name].get("cbr"), random_path)
             results[name]["metric"] = own_metric(attack.metric, obs, truth, reconstruction, cbr)
-            if "case" in reconstruction.meta:  # sign_only: which of rassouli's cases ran
-                results[name]["case"] = reconstruction.meta["case"]
+            # sign_only: which of rassouli's cases ran; ye: whether the search was sampled, and the adaptive attack's
+            # groups (how many, the largest, the share of rows its answer covers, the fabricated bits it found)
+            for key in ("case", "sampled", "groups", "largest_group", "covered_rows", "fabricated_m"):
+                if key in reconstruction.meta:
+                    results[name][key] = reconstruction.meta[key]
             if "binary_features" in reconstruction.meta:  # ye: its columns come in no claimed order, so the MSE
                 results[name] |= binary_recovery(truth, reconstruction.meta["binary_features"], one_hot)
         if log is not None:

@@ -361,12 +361,16 @@ def attack_in_groups(
     rng: np.random.Generator | None = None,
     max_features: int = 8,
     **search: object,
-) -> np.ndarray:
-    """ye §5's adaptive step, (n, K) vectors: inside the rows that share a fabricated pattern the fabricated
-    columns are constant (absorbed by the ones vector), so Algorithm 2 on the largest group lists the true
-    features there (at most ``max_features``); each one's regression weights w carry to every other group,
-    whose rows differ only by a constant offset (uᵀa), fitted per group as the shift that puts Zw closest to
-    {0, 1}. Groups of one row get 0 (one row says nothing about its offset)."""
+) -> tuple[np.ndarray, np.ndarray]:
+    """ye §5's adaptive step: (n, K) vectors and the (n,) mask of the rows they answer. Inside the rows that share
+    a fabricated pattern the fabricated columns are constant (absorbed by the ones vector), so Algorithm 2 on the
+    largest group lists the true features there (at most ``max_features``); each one's regression weights w carry
+    to every other group, whose rows differ only by a constant offset (uᵀa), fitted per group as the shift that
+    puts Zw closest to {0, 1}. Groups of one row are not covered (one row says nothing about its offset): their
+    entries are 0, and the mask says so. No vector found in the largest group gives (n, 0).
+
+    Raises NotApplicable when even the largest group is too small for Algorithm 2 (at most r rows): a give-up is
+    never an answer to be scored."""
     rng = rng if rng is not None else np.random.default_rng()
     z = np.asarray(z, dtype=np.float64)
     labels, index = np.unique(groups, axis=0, return_inverse=True)
@@ -375,11 +379,15 @@ def attack_in_groups(
     rows = np.flatnonzero(index == int(np.argmax(sizes)))
     try:
         found = regression_search(z[rows], max_dim, bias=bias, rng=rng, **search)  # type: ignore[arg-type]
-    except NotApplicable:
-        return np.zeros((z.shape[0], 1))
+    except NotApplicable as exc:
+        raise NotApplicable(
+            f"no group of rows sharing a fabricated pattern is attackable: {len(labels)} groups, the largest has "
+            f"{len(rows)} rows ({exc})"
+        ) from exc
+    covered = sizes[index] >= 2
     targets = found.vectors[:, :max_features]
     if targets.shape[1] == 0:
-        return np.zeros((z.shape[0], 1))
+        return np.zeros((z.shape[0], 0)), covered
     design = np.hstack([z[rows], np.ones((len(rows), 1))]) if bias else z[rows]
     prediction = z @ np.linalg.lstsq(design, targets, rcond=None)[0][: z.shape[1]]
     x = np.zeros(prediction.shape)
@@ -392,7 +400,7 @@ def attack_in_groups(
             shifted = values[None, :] + shifts[:, None]
             cost = np.minimum(shifted**2, (shifted - 1) ** 2).sum(axis=1)
             x[members, j] = shifted[int(np.argmin(cost))] >= 0.5
-    return x
+    return x, covered
 
 
 # --------------------------------------------------------------------------- metric
@@ -544,14 +552,18 @@ class YeAdaptive(Attack):
         exact = everything.vectors
         balance = np.abs(exact.mean(axis=0) - 0.5)
         bits = exact[:, np.argsort(balance, kind="stable")[:m]]
-        x = attack_in_groups(
+        if bits.shape[1] == 0:
+            raise NotApplicable(f"{self.name} found none of the m = {m} fabricated bits to split the rows by")
+        x, covered = attack_in_groups(
             z, bits, obs.d_passive, bias=self.bias, rng=rng, restarts=self.restarts, max_candidates=self.max_candidates
         )
         sizes = np.unique(bits, axis=0, return_counts=True)[1]
         result = BinarySearchResult(x, np.full(x.shape[1], np.nan), everything.rank, everything.sampled)
+        # fabricated_m: the bits actually found (at most m); covered_rows: the share of rows in groups of >= 2 rows,
+        # the only ones the answer speaks for (a row alone in its group gets 0).
         return result.reconstruction(
-            obs.d_passive, fabricated_bits=bits.astype(np.uint8), fabricated_m=m, groups=len(sizes),
-            largest_group=int(sizes.max()),
+            obs.d_passive, fabricated_bits=bits.astype(np.uint8), fabricated_m=int(bits.shape[1]), groups=len(sizes),
+            largest_group=int(sizes.max()), covered_rows=float(covered.mean()),
         )  # fmt: skip
 
 

@@ -4,14 +4,17 @@
   with Q of rank ``rank`` (default d_B − 1, ye §5's rank reduction, so that the true binary columns leave the
   exact span) and m fabricated bits a(x_B) that enter the span exactly: Algorithms 1–2 then find the fabricated
   bits. With m bits the rows split into 2^m patterns; m = ⌈log₂ n⌉ leaves the adaptive attack groups of about
-  one row (ye §5). The bits are a keyed PRF of the row's bytes (AES-256 CBC-MAC over fixed-length
+  one row (ye §5). Q is fixed (a buffer, never trained) and, like P's start, drawn from OS entropy rather than the
+  session seed the active party chose. The bits are a keyed PRF of the row's bytes (AES-256 CBC-MAC over fixed-length
   messages, the length bound in a first block; the key is 32 bytes of OS entropy, never a config seed), so one
   sample always gets the same pattern — repeating a query cannot average or difference it away — while
   without the key the patterns are independent fair coins. One ECB pass per 16 bytes of row serves every row
   of a batch at once, which keeps the first layer's overhead small.
-* :class:`EmbeddingNoise` — N(0, σ²) on every z_B entry sent, σ stated, a keyed function of the row like
-  masquerade's bits (its own 32-byte OS-entropy key): one sample always gets the same noise, so asking for the
-  same rows k times and averaging cannot shrink σ by √k, while different rows get independent noise.
+* :class:`EmbeddingNoise` — N(0, σ²) on every z_B entry sent, σ stated, a keyed function of the row and of the
+  model version (a digest of the bottom's weights; its own 32-byte OS-entropy key): the same sample at the same
+  weights always gets the same noise, so asking k times and averaging cannot shrink σ by √k, while another row or
+  another model version gets independent noise (σ protects each version's answer; over k versions it composes as
+  any per-release noise does).
 
 Both are public mechanisms (Kerckhoffs): ``public_params`` is what an attacker may know; the keys are not in it.
 Each keeps its key for the session (checkpointed with it, :attr:`EmbeddingChain.keys`). They are plug-ins of
@@ -31,8 +34,8 @@ import torch
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from torch import nn
 
-from vflsec.services.crypto.entropy import KEY_BYTES, new_key
-from vflsec.services.models.splitnn.modules import DTYPE, module_seed
+from vflsec.services.crypto.entropy import KEY_BYTES, new_key, os_entropy
+from vflsec.services.models.splitnn.modules import DTYPE
 from vflsec.services.registry import Plugin, Registry
 
 __all__ = [
@@ -43,6 +46,8 @@ __all__ = [
     "MasqueradeLinear",
     "NoisyEmbedding",
     "default_fabricated",
+    "model_version",
+    "os_initialised",
 ]
 
 EMBEDDING_STEPS: Registry[Plugin] = Registry("embedding release step")
@@ -122,41 +127,72 @@ class Masquerade(Plugin):
         """The narrowest passive bottom (d_in inputs) that carries the rank-reduced part and every fabricated bit."""
         return self._rank(d_in) + (self.m or 0)
 
-    def build(self, d_in: int, width: int, *, bias: bool, seed: int, role: int = 1) -> MasqueradeLinear:
-        """The passive bottom (d_in -> width) under this masquerade, seeded like the split-NN bottoms."""
+    def build(self, d_in: int, width: int, *, bias: bool) -> MasqueradeLinear:
+        """The passive bottom (d_in -> width) under this masquerade, its initial weights from OS entropy."""
         rank = self._rank(d_in)
         if width < self.min_width(d_in):
             raise ValueError(
                 f"masquerade needs the passive width >= rank + m = {rank + self.m} to carry every fabricated bit; "
                 f"got {width} (raise passive_width to at least {rank + self.m}, or lower m)"
             )
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(module_seed(seed, role))
-            return MasqueradeLinear(self, d_in, width, rank, bias).to(DTYPE)
+        return MasqueradeLinear(self, d_in, width, rank, bias)
+
+
+def os_initialised(module: nn.Module) -> nn.Module:
+    """``module`` with every linear layer redrawn from OS entropy (torch's default U(±1/√fan_in)).
+
+    A defended bottom never starts from the session seed: the active party chose it, and with the initial weights
+    it would read [Q x; a(x)] (or x, under noise alone) off the first batch's z_B."""
+    draw = os_entropy()
+    with torch.no_grad():
+        for layer in module.modules():
+            if isinstance(layer, nn.Linear):
+                bound = 1.0 / math.sqrt(layer.in_features)
+                for tensor in (layer.weight, layer.bias):
+                    if tensor is not None:
+                        tensor.copy_(torch.from_numpy(draw.uniform(-bound, bound, tuple(tensor.shape))))
+    return module
 
 
 class MasqueradeLinear(nn.Module):
-    """z_B = P [Q x; a(x)] (+ b): Q (rank × d_B) and P ((rank + m) × width, its last m columns the u_i)."""
+    """z_B = P [Q x; a(x)] (+ b): Q (rank × d_B) and P ((rank + m) × width, its last m columns the u_i).
+
+    Q is a fixed buffer, never trained: were it trained, z_B of two model versions stacked side by side would span
+    [Q_1 x, Q_2 x], which holds the true binary columns again (rank reduction undone). P and b train."""
+
+    q: torch.Tensor
 
     def __init__(self, masquerade: Masquerade, d_in: int, width: int, rank: int, bias: bool) -> None:
         super().__init__()
         self.masquerade = masquerade
-        self.q = nn.Linear(d_in, rank, bias=False)
-        self.p = nn.Linear(rank + (masquerade.m or 0), width, bias=bias)
+        bound = 1.0 / math.sqrt(d_in)
+        self.register_buffer("q", torch.from_numpy(os_entropy().uniform(-bound, bound, (rank, d_in))).to(DTYPE))
+        self.p = os_initialised(nn.Linear(rank + (masquerade.m or 0), width, bias=bias).to(DTYPE))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         a = torch.from_numpy(self.masquerade.bits(x.detach().cpu().numpy())).to(x.dtype)
-        return self.p(torch.cat([self.q(x), a], dim=1))
+        return self.p(torch.cat([x @ self.q.T, a], dim=1))
+
+
+def model_version(module: nn.Module) -> bytes:
+    """SHA-256 of ``module``'s weights and buffers: the same weights give the same digest, any update a new one."""
+    digest = hashlib.sha256()
+    for name, tensor in module.state_dict().items():
+        data = tensor.detach().cpu().numpy().tobytes()
+        digest.update(len(name).to_bytes(8, "little") + name.encode() + len(data).to_bytes(8, "little") + data)
+    return digest.digest()
 
 
 @EMBEDDING_STEPS.register("embedding_noise")
 class EmbeddingNoise(Plugin):
-    """z_B + N(0, σ²) on every entry sent, σ stated; the noise of a row is a keyed PRF of the row's bytes.
+    """z_B + N(0, σ²) on every entry sent, σ stated; the noise is a keyed PRF of the row's bytes and the model version.
 
-    The row's CBC-MAC tag (:func:`row_prf`, under a MAC subkey) seeds an AES-256-CTR-like expansion (under a
-    second subkey) of 16 bytes per pair of entries, turned into normals by Box-Muller: the same row gets the
-    same noise in every answer (training and inference alike), distinct rows independent noise, and without
-    the key (32 bytes of OS entropy, never configured) the noise is indistinguishable from i.i.d. draws.
+    The row's CBC-MAC tag (:func:`row_prf`, under a MAC subkey bound to the version) seeds an AES-256-CTR-like
+    expansion (under a second subkey) of 16 bytes per pair of entries, turned into normals by Box-Muller. The
+    version is a digest of the wrapped bottom's weights (:func:`model_version`): asked again at the same weights, a
+    row gets the same noise (no averaging of repeats); at other weights (a later training step, the final model)
+    independent noise, so the difference of one row's answers at two versions does not cancel it. Distinct rows get
+    independent noise, and without the key (32 bytes of OS entropy, never configured) it looks like i.i.d. draws.
     """
 
     families = frozenset({"splitnn"})
@@ -173,9 +209,12 @@ class EmbeddingNoise(Plugin):
     def _subkey(self, purpose: bytes) -> bytes:
         return hashlib.sha256(b"vflsec embedding_noise " + purpose + self._key).digest()
 
-    def draw(self, x: np.ndarray, width: int) -> np.ndarray:
-        """(n, width) noise for the rows of ``x``: N(0, σ²) per entry, a fixed function of the row."""
-        tags = row_prf(self._subkey(b"mac"), x)
+    def draw(self, x: np.ndarray, width: int, version: bytes = b"") -> np.ndarray:
+        """(n, width) noise for the rows of ``x``: N(0, σ²) per entry, a fixed function of the row and ``version``
+        (a 32-byte :func:`model_version`; empty for a fixed model)."""
+        if len(version) not in (0, 32):
+            raise ValueError(f"version must be a 32-byte digest or empty, got {len(version)} bytes")
+        tags = row_prf(self._subkey(b"mac" + version), x)
         pairs = -(-width // 2)
         counters = np.zeros((pairs, 16), dtype=np.uint8)
         counters[:, :8] = np.arange(pairs, dtype="<u8")[:, None].view(np.uint8)
@@ -188,10 +227,10 @@ class EmbeddingNoise(Plugin):
         normals = np.stack([radius * np.cos(angle), radius * np.sin(angle)], axis=2).reshape(len(tags), 2 * pairs)
         return self.sigma * normals[:, :width]
 
-    def __call__(self, x: np.ndarray, z: np.ndarray) -> np.ndarray:
-        """The released z for inputs ``x`` and clean embeddings ``z``."""
+    def __call__(self, x: np.ndarray, z: np.ndarray, version: bytes = b"") -> np.ndarray:
+        """The released z for inputs ``x`` and clean embeddings ``z`` of the model at ``version``."""
         z = np.asarray(z, dtype=np.float64)
-        return z + self.draw(x, z.shape[1])
+        return z + self.draw(x, z.shape[1], version)
 
     def wrap(self, module: nn.Module) -> NoisyEmbedding:
         """``module`` whose output carries this noise (training and inference); gradients pass unchanged."""
@@ -205,7 +244,8 @@ class NoisyEmbedding(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         z = self.inner(x)
-        return z + torch.from_numpy(self.noise.draw(x.detach().cpu().numpy(), z.shape[1])).to(z.dtype)
+        noise = self.noise.draw(x.detach().cpu().numpy(), z.shape[1], model_version(self.inner))
+        return z + torch.from_numpy(noise).to(z.dtype)
 
 
 @dataclass(frozen=True)
@@ -265,12 +305,13 @@ class EmbeddingChain:
         """The narrowest z_B this chain can be carried by (None: any width does)."""
         return next((step.min_width(d_in) for step in self.steps if isinstance(step, Masquerade)), None)
 
-    def module(self, plain: nn.Module, d_in: int, width: int, *, bias: bool, seed: int, role: int) -> nn.Module:
-        """The defended bottom replacing ``plain`` (d_in -> width), seeded like the plain one."""
-        module = plain
+    def module(self, plain: nn.Module, d_in: int, width: int, *, bias: bool) -> nn.Module:
+        """The defended bottom replacing ``plain`` (d_in -> width), its initial weights from OS entropy, never the
+        session seed (:func:`os_initialised`)."""
+        module = os_initialised(plain) if self.steps else plain
         for step in self.steps:
             if isinstance(step, Masquerade):
-                module = step.build(d_in, width, bias=bias, seed=seed, role=role)
+                module = step.build(d_in, width, bias=bias)
             elif isinstance(step, EmbeddingNoise):
                 module = step.wrap(module)
         return module

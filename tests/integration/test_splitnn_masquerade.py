@@ -14,7 +14,7 @@ import pytest
 
 from vflsec.client.federation import FederationSpec, run_in_process, write_federation
 from vflsec.client.operator import Operator
-from vflsec.services.attacks import Observations, make_attack, run_attack
+from vflsec.services.attacks import NotApplicable, Observations, make_attack, run_attack
 from vflsec.services.attacks.binary import attack_accuracy
 from vflsec.services.data import datasets
 from vflsec.services.engines.passive import PassiveSession
@@ -102,22 +102,37 @@ def test_masquerade_fools_the_plain_attack_the_adaptive_one_recovers_at_m1_and_f
     assert many.obs.embedding_chain == (("masquerade", {"m": str(m)}),)
     assert many.obs.embeddings.shape[1] == D_B - 1 + m
     majority = float(max(many.truth.mean(), 1 - many.truth.mean()))
-    _, adaptive_many = _accuracy("ye_adaptive", many)
+    # Groups of about one row: the attack either says no group is attackable, or it ran inside one (covered_rows > 0)
+    # and is scored; a give-up is never scored (its zeros would match the majority bit).
+    try:
+        result = run_attack(make_attack("ye_adaptive"), many.obs).meta
+    except NotApplicable as exc:
+        assert "no group of rows sharing a fabricated pattern is attackable" in exc.reason
+        assert "the largest has" in exc.reason
+        adaptive_many, many_cell = None, f"not applicable ({exc.reason})"
+    else:
+        assert result["covered_rows"] > 0 and result["fabricated_m"] <= m
+        adaptive_many = attack_accuracy(many.truth, result["binary_features"], complements=True)
+        many_cell = (
+            f"adaptive any listed {adaptive_many:.3f} on {result['covered_rows']:.2f} of the rows covered, "
+            f"{result['fabricated_m']} bits found, largest group {result['largest_group']}"
+        )
 
     print(
         f"\nye, live active-top, {len(plain.truth)} queried rows, d_B = {D_B}: undefended alg2 {undefended:.3f}; "
         f"m=1: alg2 {fooled:.3f} (any listed {fooled_any:.3f}), adaptive {adaptive:.3f} (any {adaptive_any:.3f}); "
-        f"m={m}: adaptive any listed {adaptive_many:.3f} (majority {majority:.3f}); "
+        f"m={m}: {many_cell} (majority {majority:.3f}); "
         f"model accuracy none {plain.accuracy:.3f}, m=1 {one.accuracy:.3f}, m={m} {many.accuracy:.3f}"
     )
     assert fooled <= 0.6  # the plain attack's best fit is the fabricated bit (ye §5)
     assert adaptive >= 0.9  # ye §5: split by the fabricated bit, attack inside the groups
-    assert adaptive_many <= majority + 0.05  # groups of about one row: nothing left to solve
+    assert adaptive_many is None or adaptive_many <= majority + 0.05  # groups of about one row: nothing to solve
     for run in (one, many):
-        # The fresh PRF key moves the defended model: 0 to -3 pp in 13 runs, one run -8.6 pp (docs/defenses.md).
-        # The check guards against a defense that breaks training (a broken model falls to the majority class), not
+        # The fresh key and (since Q is fixed, review 6) the fresh projection move the defended model: in process,
+        # 16 seeds, m = 1 -3.2 ± 2.8 pp, m = 11 -4.5 ± 3.9 pp, one of 24 runs -11.5 pp (docs/defenses.md). The check
+        # guards against a defense that breaks training (a broken model falls to the majority class, 0.517), not
         # ye's <= 1 pp, which the docs report as missed here.
-        assert run.accuracy >= plain.accuracy - 0.10
+        assert run.accuracy >= plain.accuracy - 0.15
 
 
 def test_the_defended_session_survives_its_checkpoint_with_the_same_bits_and_noise(tmp_path) -> None:

@@ -58,7 +58,7 @@ def test_each_session_draws_its_own_key_and_announces_no_secret() -> None:
     assert all(key.hex() not in announced and str(key) not in announced for key in first.keys)
     with pytest.raises(ValueError, match="keys of 32 bytes"):
         template.for_session(1, [b"short"])
-    module = first.module(torch.nn.Linear(5, 14), 5, 14, bias=False, seed=1, role=1)  # rank 4 + 10 bits
+    module = first.module(torch.nn.Linear(5, 14), 5, 14, bias=False)  # rank 4 + 10 bits
     assert isinstance(module, NoisyEmbedding) and isinstance(module.inner, MasqueradeLinear)
     assert isinstance(module.inner.masquerade, Masquerade) and module.inner.masquerade.m == 10
 

@@ -8,11 +8,13 @@ import json
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from vflsec.client import experiment as exp
 from vflsec.client import harness
 from vflsec.services.attacks import Observations
 from vflsec.services.attacks.trees import ReleasedTree, TreeNode
+from vflsec.services.defenses.embeddings import Masquerade
 
 
 def _ye_observation() -> tuple[Observations, np.ndarray]:
@@ -33,6 +35,22 @@ def test_ye_attacks_are_scored_by_attack_accuracy_against_the_majority_bit() -> 
     share = truth[:, :2].mean(axis=0)
     assert metric["baseline"] == {"name": "majority", "value": float(np.mean(np.maximum(share, 1 - share)))}
     assert "mse_clipped" in result["ye_alg1"]  # the MSE stays beside it
+
+
+def test_the_adaptive_attacks_groups_and_coverage_reach_the_report() -> None:
+    """M2: beside its accuracy, ye_adaptive's groups, largest group, covered rows and fabricated bits found are shown
+    (keys added, none moved)."""
+    rng = np.random.default_rng(4)
+    truth = np.column_stack([rng.integers(0, 2, 600), rng.normal(size=(600, 3))])
+    layer = Masquerade(1).build(4, 4, bias=True)
+    with torch.no_grad():
+        z = layer(torch.from_numpy(truth)).numpy()
+    chain = (("masquerade", {"m": "1"}),)
+    obs = Observations(rng.uniform(size=(600, 2)), None, 2, 4, embeddings=z, embedding_chain=chain)
+    options = {"ye_adaptive": {"seed": 0, "restarts": 4}}
+    result = harness.evaluate_attacks(obs, truth, ["ye_adaptive"], options, family="splitnn")["ye_adaptive"]
+    assert result["fabricated_m"] == 1 and result["groups"] == 2 and result["covered_rows"] == 1.0
+    assert 200 < result["largest_group"] < 400 and "metric" in result
 
 
 def test_tree_attacks_are_scored_by_cbr_against_a_random_path() -> None:

@@ -133,9 +133,10 @@ class SplitNNSettings(DictForm):
 
 
 class EmbeddingDefense(Protocol):
-    """A passive party's module in place of its plain bottom (d_in -> width), seeded like it."""
+    """A passive party's module in place of its plain bottom (d_in -> width), its initial weights from the party's own
+    OS entropy: never the session seed, which the active party chose."""
 
-    def __call__(self, plain: nn.Module, d_in: int, width: int, *, bias: bool, seed: int, role: int) -> nn.Module: ...
+    def __call__(self, plain: nn.Module, d_in: int, width: int, *, bias: bool) -> nn.Module: ...
 
 
 class KeyHolderLink(Protocol):
@@ -307,7 +308,7 @@ class SplitNNPassive:
 
     def defended(self, defense: EmbeddingDefense, min_width: int | None = None) -> SplitNNPassive:
         """This party with its own embedding defense (services/defenses/embeddings.py) in place of the plain
-        bottom: ``defense(plain, d_in, width, bias=, seed=, role=)`` returns the module that replaces or wraps it.
+        bottom: ``defense(plain, d_in, width, bias=)`` returns the module that replaces or wraps it.
 
         ``min_width``: the narrowest z_B that carries the defense. When the session left passive_width to the
         parties, this party widens its layer to it (and announces the width at JoinSession); a width the session
@@ -317,10 +318,7 @@ class SplitNNPassive:
         if min_width is not None and settings.passive_width is None and min_width > plain.out_width:
             settings = replace(settings, passive_width=min_width)
             plain = settings.bottom(plain.in_width, self.n_classes)
-        module = defense(
-            plain.module, plain.in_width, plain.out_width, bias=settings.passive_bias, seed=settings.seed,
-            role=settings.party,
-        )  # fmt: skip
+        module = defense(plain.module, plain.in_width, plain.out_width, bias=settings.passive_bias)
         bottom = Bottom(module, settings.optim, plain.in_width, plain.out_width)
         return SplitNNPassive(settings, self.n_classes, bottom, releases_bottom=False)
 
