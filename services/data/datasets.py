@@ -466,9 +466,8 @@ def _arrow_cells(path: Path, delimiter: str, skip_rows: int, n_columns: int) -> 
     quoted = [c for c in cells if pc.any(pc.match_substring(c, '"')).as_py()]
     if any(pc.any(pc.match_substring_regex(c, r'^\s+"')).as_py() for c in quoted):
         return None  # the csv module's skipinitialspace opens a quote after spaces; Arrow keeps it as text
-    # Stripped as the csv-module reader strips; a column without padding is kept as read (no second copy).
-    cells = [pc.utf8_trim_whitespace(c) if pc.any(pc.match_substring_regex(c, r"^\s|\s$")).as_py() else c
-             for c in cells]  # fmt: skip
+    # Stripped as the csv-module reader strips (str.strip: Unicode whitespace too, e.g. a no-break space).
+    cells = [pc.utf8_trim_whitespace(c) for c in cells]
     blank = functools.reduce(pc.and_, [pc.equal(c, "") for c in cells])
     return [c.filter(pc.invert(blank)) for c in cells] if pc.any(blank).as_py() else cells
 

@@ -250,7 +250,11 @@ class PassiveClient:
             responses = self.stub.PsiExchange(
                 psi_stream.requests(session_id, salt, psi.chunks_of(blinded)), timeout=timeout
             )
-            readers = {psi.DOUBLE: psi.ChunkReader(), psi.OWN: psi.ChunkReader(check_size)}
+            def our_size(n: int) -> None:  # refused before any memory is taken for it
+                if n != len(blinded):
+                    raise ValueError(f"{n} re-blinded values announced for our {len(blinded)} IDs")
+
+            readers = {psi.DOUBLE: psi.ChunkReader(our_size), psi.OWN: psi.ChunkReader(check_size)}
             try:
                 for reply in responses:
                     name = reply.WhichOneof("list")

@@ -119,3 +119,13 @@ def test_ids_beyond_ascii_come_back_exact(tmp_path: Path) -> None:
     ids = np.array(["client-é", "b", "ключ"])
     D.write_party_csv(tmp_path / "p.csv", ids, np.ones((3, 1)), ["f"])
     assert D.read_party_csv(tmp_path / "p.csv").ids.tolist() == ids.tolist()
+
+
+def test_cells_padded_with_unicode_whitespace_are_stripped_as_the_csv_module_strips(
+    tmp_path: Path, csv_module_only
+) -> None:
+    path = tmp_path / "nbsp.csv"
+    path.write_text("id,c,y\n1,\xa0b,0\n2,b,1\n3,c\u2003,0\n4,b,1\n", encoding="utf-8")  # no ASCII padding
+    arrow = D.load_csv(path, "y", id_column="id")
+    _same(arrow, csv_module_only(D.load_csv, path, "y", id_column="id"))
+    assert arrow.feature_names == ["c=c"] and arrow.X[:, 0].tolist() == [0.0, 0.0, 1.0, 0.0]  # one category b
