@@ -497,7 +497,7 @@ def trained_base(scenario: harness.AttackScenario, folder: Path) -> dict[str, An
         shutil.rmtree(folder, ignore_errors=True)
         base = replace(scenario, spec=replace(scenario.spec, score_release=(), param_release=(), checkpoints=True))
         layout = write_federation(harness.recording_spec(base, folder / "curious.sqlite"), folder / "federation")
-        with harness.parties(base, layout) as operator:
+        with harness.parties(base, layout) as (operator, _):
             session_id, queried, _ = harness.train_session(base, operator)
         trained = {"session_id": session_id, "queried": queried}
         write_atomic(marker, json.dumps(trained))
@@ -516,7 +516,7 @@ def run_cell(scenario: harness.AttackScenario, base: Path, trained: dict[str, An
             shutil.copytree(base / "federation" / party / "state", workdir / "federation" / party / "state")
         for recorded in base.glob("curious.sqlite*"):  # the training-time recordings (with WAL files if any)
             shutil.copy2(recorded, workdir / recorded.name)
-        with harness.parties(scenario, layout) as operator:
+        with harness.parties(scenario, layout) as (operator, _):
             run = harness.query_session(scenario, layout, operator, trained["session_id"], trained["queried"], store)
         return harness.score_run(scenario, run)
 

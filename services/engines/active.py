@@ -59,7 +59,7 @@ class TrainingRun:
 
 def index_of(ids: np.ndarray, rows: np.ndarray) -> dict[str, int]:
     """Own sample ID -> common index, for the aligned ``rows``."""
-    return dict(zip((str(i) for i in ids[rows]), range(len(rows)), strict=True))
+    return dict(zip((str(i) for i in np.asarray(ids)[rows]), range(len(rows)), strict=True))
 
 
 @dataclass
