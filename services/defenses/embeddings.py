@@ -14,7 +14,9 @@
   model version (a digest of the bottom's weights; its own 32-byte OS-entropy key): the same sample at the same
   weights always gets the same noise, so asking k times and averaging cannot shrink σ by √k, while another row or
   another model version gets independent noise (σ protects each version's answer; over k versions it composes as
-  any per-release noise does).
+  any per-release noise does). Since the active party picks the steps (a tiny learning rate makes many near-identical
+  versions), each row is answered at most ``max_answers`` times a session (counted by the passive engine): an
+  attacker averaging every answer it gets for a row still faces noise of σ/√max_answers at least.
 
 Both are public mechanisms (Kerckhoffs): ``public_params`` is what an attacker may know; the keys are not in it.
 Each keeps its key for the session (checkpointed with it, :attr:`EmbeddingChain.keys`). They are plug-ins of
@@ -53,6 +55,10 @@ __all__ = [
 EMBEDDING_STEPS: Registry[Plugin] = Registry("embedding release step")
 
 MAX_FABRICATED = 128  # bits of one AES block (m = ⌈log₂ n⌉ is 64 at most)
+# Answers per row and session under embedding_noise: a default split-NN run asks each row at most 30 times in
+# training (30 epochs) plus a few evaluation queries, well inside; counted in uint16, hence the ceiling.
+DEFAULT_MAX_ANSWERS = 128
+MAX_ANSWERS_CEILING = 2**16 - 1
 
 
 def row_prf(key: bytes, x: np.ndarray) -> np.ndarray:
@@ -197,14 +203,17 @@ class EmbeddingNoise(Plugin):
 
     families = frozenset({"splitnn"})
 
-    def __init__(self, sigma: float) -> None:
+    def __init__(self, sigma: float, max_answers: int = DEFAULT_MAX_ANSWERS) -> None:
         if isinstance(sigma, bool) or not (math.isfinite(sigma) and sigma > 0):
             raise ValueError(f"sigma must be a finite number > 0, got {sigma!r}")
+        if isinstance(max_answers, bool) or not 1 <= max_answers <= MAX_ANSWERS_CEILING:
+            raise ValueError(f"max_answers must lie in [1, {MAX_ANSWERS_CEILING}], got {max_answers!r}")
         self.sigma = float(sigma)
+        self.max_answers = int(max_answers)  # answers per row and session: averaging them leaves σ/√max_answers
         self._key = new_key()
 
     def public_params(self) -> dict[str, str]:
-        return {"sigma": str(self.sigma)}
+        return {"sigma": str(self.sigma), "max_answers": str(self.max_answers)}
 
     def _subkey(self, purpose: bytes) -> bytes:
         return hashlib.sha256(b"vflsec embedding_noise " + purpose + self._key).digest()
@@ -300,6 +309,12 @@ class EmbeddingChain:
     def specs(self) -> list[str]:
         """Specs that rebuild this (resolved) chain: m is a number once the session fixed it."""
         return [f"{name}:" + ",".join(f"{k}={v}" for k, v in params.items()) for name, params in self.announced()]
+
+    @property
+    def max_answers(self) -> int | None:
+        """Answers per row and session the chain's noise allows (the tightest step's); None without noise."""
+        bounds = [step.max_answers for step in self.steps if isinstance(step, EmbeddingNoise)]
+        return min(bounds) if bounds else None
 
     def min_width(self, d_in: int) -> int | None:
         """The narrowest z_B this chain can be carried by (None: any width does)."""

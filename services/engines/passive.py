@@ -73,6 +73,10 @@ class PassiveSession:
     training_keys: EpochKeys | None = None
     # This party's embedding defenses on its output sent in the clear (split-NN active-top), this session's draws.
     embedding: EmbeddingChain = field(default_factory=EmbeddingChain)
+    # Under embedding noise: answers sent in the clear per aligned row (against the chain's max_answers), and the
+    # last training request counted, (step, sample_index), so that the same request asked again is not counted twice.
+    answers: np.ndarray | None = None
+    answered: tuple[int, np.ndarray] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def to_state(self) -> tuple[dict[str, np.ndarray], dict]:
@@ -87,9 +91,11 @@ class PassiveSession:
             arrays["share_mask_key"] = checkpoint.from_bytes(self.share_mask_key)
         if self.embedding:  # the PRF keys of the defense steps: the same bits and noise after a restart
             arrays["embedding_keys"] = checkpoint.from_bytes(b"".join(self.embedding.keys))
-        for name in ("rows", "psi_permutation"):
+        for name in ("rows", "psi_permutation", "answers"):
             if getattr(self, name) is not None:
                 arrays[name] = getattr(self, name)
+        if self.answered is not None:
+            arrays["answered_index"] = self.answered[1]
         meta = {
             **trainer_meta,
             "family": self.family,
@@ -100,6 +106,8 @@ class PassiveSession:
         }
         if self.embedding:
             meta["embedding_release"] = self.embedding.specs()
+        if self.answered is not None:
+            meta["answered_step"] = self.answered[0]
         return arrays, meta
 
     @classmethod
@@ -129,6 +137,8 @@ class PassiveSession:
             rows=arrays.get("rows"),
             completed_step=meta["completed_step"],
             embedding=embedding,
+            answers=np.array(arrays["answers"], dtype=np.uint16) if "answers" in arrays else None,
+            answered=(meta["answered_step"], arrays["answered_index"]) if "answered_step" in meta else None,
         )
 
 
@@ -369,21 +379,51 @@ class PassiveParty:
         z = self._training_output(s, step, sample_index, "Forward")
         return he.encrypt_matrix(self._training_keys(session_id, s, step), z, ahead=True)
 
-    def _training_output(self, s: PassiveSession, step: int, sample_index: np.ndarray, rpc: str) -> np.ndarray:
+    def _training_output(
+        self, s: PassiveSession, step: int, sample_index: np.ndarray, rpc: str, in_the_clear_of: str | None = None
+    ) -> np.ndarray:
         """The trainer's output for training step ``step``, taken in order: the next step, or a replay of the last
-        completed one where the family can replay it (with the block as it was before that step)."""
+        completed one where the family can replay it (with the block as it was before that step). An output sent
+        in the clear (``in_the_clear_of``: its session id) spends the rows' answers first."""
         x = self._features(s, sample_index)
         with s.lock:
             if step == s.completed_step + 1:
                 replay = False
-                s.forward_index = (step, sample_index.copy())
             elif step == s.completed_step and s.trainer.can_replay:
                 replay = True
             else:
                 raise FailedPrecondition(
                     f"{rpc} for step {step} is out of order: the last completed step is {s.completed_step}"
                 )
+            if in_the_clear_of is not None:
+                self._spend_answers(in_the_clear_of, s, step, sample_index)
+            if not replay:
+                s.forward_index = (step, sample_index.copy())
             return s.trainer.forward(x, replay=replay)
+
+    def _spend_answers(self, session_id: str, s: PassiveSession, step: int, sample_index: np.ndarray) -> None:
+        """Count one answer for each of ``sample_index``'s (valid, distinct) rows, durably, before anything is
+        computed; refuse the whole request, counting nothing, if a row has had embedding_noise's max_answers. The
+        noise is fresh per model version, and the active party picks the versions (a tiny learning rate makes many
+        nearly equal ones): the bound caps what averaging a row's answers can gain (σ/√max_answers). The same
+        training request asked again (a replay, or the step redone at the same weights) was counted already."""
+        bound = s.embedding.max_answers
+        if bound is None or s.rows is None:
+            return
+        if step and s.answered is not None and s.answered[0] == step and np.array_equal(s.answered[1], sample_index):
+            return
+        if s.answers is None:
+            s.answers = np.zeros(len(s.rows), dtype=np.uint16)
+        spent = s.answers[sample_index] >= bound
+        if spent.any():
+            raise ResourceExhausted(
+                f"sample index {int(sample_index[spent][0])} has had every answer this session allows "
+                f"(embedding_noise max_answers = {bound}): its output is not sent in the clear again"
+            )
+        s.answers[sample_index] += 1
+        if step:
+            s.answered = (step, sample_index.copy())
+        self._save(session_id, s)
 
     def plain_forward(self, session_id: str, step: int, sample_index: np.ndarray) -> np.ndarray:
         """This party's output in the clear, for a family that sends it so by design (split-NN active-top), on a
@@ -399,8 +439,9 @@ class PassiveParty:
         if step == 0:
             x = self._features(s, sample_index)
             with s.lock:
+                self._spend_answers(session_id, s, 0, sample_index)
                 return s.trainer.inference_share(x)
-        return self._training_output(s, step, sample_index, "PlainForward")
+        return self._training_output(s, step, sample_index, "PlainForward", in_the_clear_of=session_id)
 
     def _training_keys(self, session_id: str, s: PassiveSession, step: int) -> he.Backend:
         """The public key of step ``step``'s epoch: the coordinator rotates training keys every few steps."""

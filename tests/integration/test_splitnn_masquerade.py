@@ -137,7 +137,8 @@ def test_masquerade_fools_the_plain_attack_the_adaptive_one_recovers_at_m1_and_f
 
 def test_the_defended_session_survives_its_checkpoint_with_the_same_bits_and_noise(tmp_path) -> None:
     run = _run(tmp_path, ["masquerade:m=1", "embedding_noise:sigma=0.01"], epochs=1)
-    assert run.obs.embedding_chain == (("masquerade", {"m": "1"}), ("embedding_noise", {"sigma": "0.01"}))
+    noise = ("embedding_noise", {"sigma": "0.01", "max_answers": "128"})  # the default budget, announced
+    assert run.obs.embedding_chain == (("masquerade", {"m": "1"}), noise)
     arrays, meta = run.session.to_state()
     restored = PassiveSession.from_state(arrays, meta)
     x = run.x_passive[:50]

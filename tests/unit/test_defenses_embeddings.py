@@ -53,6 +53,10 @@ def test_bits_are_unpredictable_across_keys() -> None:
 def test_embedding_steps_are_plug_ins_parsed_by_the_shared_parser() -> None:
     assert EMBEDDING_STEPS.parse("masquerade:m=4", family="splitnn").m == 4
     assert EMBEDDING_STEPS.parse("embedding_noise:sigma=0.5").sigma == 0.5
+    assert EMBEDDING_STEPS.parse("embedding_noise:sigma=0.5,max_answers=40").max_answers == 40
+    for bad in ("0", "65536", "1.5", "x"):  # the shared parser, then the range (counted in uint16)
+        with pytest.raises(PluginError, match="max_answers"):
+            EMBEDDING_STEPS.parse(f"embedding_noise:sigma=0.5,max_answers={bad}")
     with pytest.raises(PluginError, match="lr"):
         EMBEDDING_STEPS.parse("masquerade", family="lr")
     with pytest.raises(PluginError, match="sigma"):
@@ -100,7 +104,8 @@ def test_gaussian_noise_has_the_stated_sigma_and_is_fixed_per_row() -> None:
     assert abs(np.corrcoef(first[:, :-1].ravel(), first[:, 1:].ravel())[0, 1]) < 0.03
     other = EmbeddingNoise(0.5).draw(x, 51)
     assert abs(np.corrcoef(first.ravel(), other.ravel())[0, 1]) < 0.03
-    assert noise.public_params() == {"sigma": "0.5"} and noise.get_params() == {"sigma": 0.5}  # no key
+    assert noise.public_params() == {"sigma": "0.5", "max_answers": "128"}
+    assert noise.get_params() == {"sigma": 0.5, "max_answers": 128}  # no key
     wrapped = noise.wrap(torch.nn.Identity())
     inputs = torch.from_numpy(x[:10]).requires_grad_(True)
     out = wrapped(inputs)

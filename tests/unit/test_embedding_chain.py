@@ -45,8 +45,10 @@ def test_a_bad_spec_names_the_step_and_its_parameters() -> None:
 def test_each_session_draws_its_own_key_and_announces_no_secret() -> None:
     template = EmbeddingChain.from_specs(["masquerade", "embedding_noise:sigma=0.5"])
     first, second = template.for_session(1000), template.for_session(1000)
-    assert first.announced() == [("masquerade", {"m": "10"}), ("embedding_noise", {"sigma": "0.5"})]
-    assert first.specs() == ["masquerade:m=10", "embedding_noise:sigma=0.5"]
+    noise = ("embedding_noise", {"sigma": "0.5", "max_answers": "128"})  # the default budget, announced
+    assert first.announced() == [("masquerade", {"m": "10"}), noise]
+    assert first.specs() == ["masquerade:m=10", "embedding_noise:sigma=0.5,max_answers=128"]
+    assert first.max_answers == 128 and EmbeddingChain.from_specs(["masquerade"]).max_answers is None
     assert len(set(first.keys + second.keys)) == 4  # OS entropy per step and session
     x = np.random.default_rng(0).normal(size=(64, 5))
     assert not np.array_equal(first.steps[0].bits(x), second.steps[0].bits(x))
