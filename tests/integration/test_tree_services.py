@@ -92,7 +92,7 @@ def _leaves(values, out: list) -> list:
 def _session(fed, family: str, settings: dict) -> tuple[str, list[str], list[str], TreeData]:
     """Open, align and train a tree session; the data as the in-process protocol sees it (rows in common order)."""
     info = fed.operator.create_session("ckks", family=family, settings=settings, seed=0)
-    common = fed.operator.align(info.session_id)
+    common = sorted(fed.operator.align(info.session_id))  # PSI's common order is a fresh permutation
     ds = datasets.load_dataset("wine")
     labels = ds.y[datasets.select_ids(ds.ids, common)]
     train_ids, test_ids = (list(a) for a in datasets.train_test_split_ids(np.asarray(common), labels, 0.2, seed=0))
