@@ -94,6 +94,8 @@ def test_masquerade_fools_the_plain_attack_the_adaptive_one_recovers_at_m1_and_f
     assert one.obs.embeddings.shape[1] == 8  # max(d_B, 8) carries rank d_B − 1 plus the bit
     fooled, fooled_any = _accuracy("ye_alg2", one)
     adaptive, adaptive_any = _accuracy("ye_adaptive", one)
+    # Step 1 of ye §5's adaptive attack: the fabricated bit lies exactly in the span and is found.
+    assert run_attack(make_attack("ye_adaptive"), one.obs).meta["fabricated_m"] == 1
 
     # The defaults: m = ⌈log₂ n⌉ of the party's rows (groups of about one row), and no passive_width: the party
     # widens z_B to rank d_B − 1 plus m bits and announces it, and the active party's top model takes that width.
@@ -125,7 +127,10 @@ def test_masquerade_fools_the_plain_attack_the_adaptive_one_recovers_at_m1_and_f
         f"model accuracy none {plain.accuracy:.3f}, m=1 {one.accuracy:.3f}, m={m} {many.accuracy:.3f}"
     )
     assert fooled <= 0.6  # the plain attack's best fit is the fabricated bit (ye §5)
-    assert adaptive >= 0.9  # ye §5: split by the fabricated bit, attack inside the groups
+    # ye §5 (split by the fabricated bit, attack inside the groups: m = 1 is no protection) held at 1.000 with a
+    # trained Q. With review 6's fixed OS-entropy Q, which removes a random direction of x for the session, the
+    # attack inside the groups recovers the feature in some runs only (1.000 twice, 0.507 once on 2026-11-24), so
+    # the m = 1 figure is printed and reported (docs/defenses.md), not asserted.
     assert adaptive_many is None or adaptive_many <= majority + 0.05  # groups of about one row: nothing to solve
     for run in (one, many):
         # The fresh key and (since Q is fixed, review 6) the fresh projection move the defended model: in process,
