@@ -298,16 +298,20 @@ def test_broken_reply_stream_is_refused_by_the_active_party(fed, monkeypatch, fa
     assert len(fed.operator.align(_session(fed, 28))) > 0
 
 
+def _refused_under_ratio(fed, engine, session_id: str) -> tuple[grpc.StatusCode, str]:
+    """Align ``session_id`` with ``engine``'s cap lowered to 0.5 x its own set (and no floor: a test's lists sit
+    under the default one); the engine's caps are restored afterwards."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(engine, "psi_max_ratio", 0.5)
+        patch.setattr(engine, "psi_ratio_floor", 0)
+        return _refused(fed, session_id)
+
+
 def test_passive_party_caps_the_active_list_relative_to_its_own_set(fed) -> None:
     engine = _engine(fed, "passive-1")
     n_own, n_active = len(engine.data.ids), len(_engine(fed, "active").data.ids)
     session_id = _session(fed, 29)
-    ratio, floor = engine.psi_max_ratio, engine.psi_ratio_floor
-    engine.psi_max_ratio, engine.psi_ratio_floor = 0.5, 0  # a test's lists sit under the default floor
-    try:
-        code, details = _refused(fed, session_id)
-    finally:
-        engine.psi_max_ratio, engine.psi_ratio_floor = ratio, floor
+    code, details = _refused_under_ratio(fed, engine, session_id)
     smallest = math.ceil(n_active * 100 / n_own) / 100
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "call to passive-1 failed" in details
     assert (
@@ -322,12 +326,7 @@ def test_active_party_caps_each_passive_list_relative_to_its_own_set(fed) -> Non
     engine = _engine(fed, "active")
     n_own, n_passive = len(engine.data.ids), len(_engine(fed, "passive-1").data.ids)
     session_id = _session(fed, 31)
-    ratio, floor = engine.psi_max_ratio, engine.psi_ratio_floor
-    engine.psi_max_ratio, engine.psi_ratio_floor = 0.5, 0  # a test's lists sit under the default floor
-    try:
-        code, details = _refused(fed, session_id)
-    finally:
-        engine.psi_max_ratio, engine.psi_ratio_floor = ratio, floor
+    code, details = _refused_under_ratio(fed, engine, session_id)
     assert code == grpc.StatusCode.INVALID_ARGUMENT
     assert f"{n_passive} IDs announced, over 0.5 x this party's own {n_own} IDs ([limits] psi_max_ratio" in details
     assert engine.session(session_id).rows is None
