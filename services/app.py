@@ -140,7 +140,9 @@ def start_party(config: ServiceConfig) -> Party:
         )
 
         def add_passive(s: grpc.Server) -> None:
-            passive_pb2_grpc.add_PassiveServicer_to_server(passive_rpc.PassiveServicer(engine), s)
+            passive_pb2_grpc.add_PassiveServicer_to_server(
+                passive_rpc.PassiveServicer(engine, config.max_message_bytes), s
+            )
             splitnn_pb2_grpc.add_SplitNnPassiveServicer_to_server(splitnn.SplitNnPassiveServicer(engine), s)
             tree_pb2_grpc.add_TreePassiveServicer_to_server(trees.TreePassiveServicer(engine), s)
 

@@ -20,8 +20,9 @@ from vflsec.v1 import common_pb2, passive_pb2, passive_pb2_grpc
 
 
 class PassiveServicer(passive_pb2_grpc.PassiveServicer):
-    def __init__(self, party: PassiveParty) -> None:
+    def __init__(self, party: PassiveParty, max_message_bytes: int) -> None:
         self.party = party
+        self.max_message_bytes = max_message_bytes  # the server's; bounds the one-message PsiExchange's reply
 
     def _owner(self, session_id: str) -> PassiveSession:
         """Active-only RPCs: the caller must be the active party that owns the session."""
@@ -48,7 +49,15 @@ class PassiveServicer(passive_pb2_grpc.PassiveServicer):
         )
 
     @rpc
-    def PsiExchange(self, requests: Iterator[passive_pb2.PsiExchangeRequest], context: grpc.ServicerContext):
+    def PsiExchange(self, request: passive_pb2.PsiExchangeRequest, context: grpc.ServicerContext):
+        """vflsec.v1's one-message form: the stream's exchange, its list cut into the stream's chunks."""
+        self._owner(request.session_id)
+        psi_stream.check_reply_size(len(request.blinded), len(self.party.data.ids), self.max_message_bytes)
+        chunks = psi_stream.listed(request.blinded)
+        return psi_stream.gathered(self.party.psi_exchange(request.session_id, request.salt, chunks))
+
+    @rpc
+    def PsiExchangeStream(self, requests: Iterator[passive_pb2.PsiExchangeChunk], context: grpc.ServicerContext):
         opened = psi_stream.opened(requests)
         if opened is None:
             raise InvalidArgument("PSI: the active party's stream carries no message")
@@ -144,6 +153,7 @@ def disclosed_step(name: str, result: param_defenses.Distorted) -> passive_pb2.D
 ROLE_POLICY: dict[str, frozenset[str]] = {
     "JoinSession": frozenset({"active"}),
     "PsiExchange": frozenset({"active"}),
+    "PsiExchangeStream": frozenset({"active"}),
     "PsiFinish": frozenset({"active"}),
     "Forward": frozenset({"active"}),
     "ShareLogits": frozenset({"active"}),

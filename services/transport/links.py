@@ -247,7 +247,7 @@ class PassiveClient:
         policy = replace(self.policy, timeout=self.policy.timeout + PSI_SECONDS_PER_ID * len(blinded))
 
         def exchange(_: None, timeout: float) -> tuple[np.ndarray, np.ndarray]:
-            responses = self.stub.PsiExchange(
+            responses = self.stub.PsiExchangeStream(
                 psi_stream.requests(session_id, salt, psi.chunks_of(blinded)), timeout=timeout
             )
             def our_size(n: int) -> None:  # refused before any memory is taken for it

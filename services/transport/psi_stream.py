@@ -1,11 +1,15 @@
-"""PSI lists on the wire: psi.Chunk <-> PointChunk, for the client (links.py) and the passive servicer."""
+"""PSI lists on the wire: psi.Chunk <-> PointChunk, for the client (links.py) and the passive servicer; and
+vflsec.v1's one-message PsiExchange adapted to the same chunks, so both forms run one engine exchange."""
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
+
+import numpy as np
 
 from vflsec.services.crypto import psi
+from vflsec.services.errors import ResourceExhausted
 from vflsec.v1 import passive_pb2
 
 
@@ -17,21 +21,21 @@ def from_message(message: passive_pb2.PointChunk) -> psi.Chunk:
     return psi.Chunk(index=message.index, chunks=message.chunks, points=message.points, data=message.data)
 
 
-def requests(session_id: str, salt: bytes, blinded: Iterable[psi.Chunk]) -> Iterator[passive_pb2.PsiExchangeRequest]:
+def requests(session_id: str, salt: bytes, blinded: Iterable[psi.Chunk]) -> Iterator[passive_pb2.PsiExchangeChunk]:
     """The active party's request stream; session and salt travel on the first message (alone if the list is
     empty, so the passive party can name the problem)."""
     first = True
     for chunk in blinded:
-        yield passive_pb2.PsiExchangeRequest(
+        yield passive_pb2.PsiExchangeChunk(
             session_id=session_id if first else "", salt=salt if first else b"", blinded=to_message(chunk)
         )
         first = False
     if first:
-        yield passive_pb2.PsiExchangeRequest(session_id=session_id, salt=salt)
+        yield passive_pb2.PsiExchangeChunk(session_id=session_id, salt=salt)
 
 
 def opened(
-    stream: Iterator[passive_pb2.PsiExchangeRequest],
+    stream: Iterator[passive_pb2.PsiExchangeChunk],
 ) -> tuple[str, bytes, Iterator[psi.Chunk]] | None:
     """(session, salt, the list's chunks) of a request stream, reading only its first message; None if the stream
     is empty."""
@@ -47,6 +51,40 @@ def opened(
     return first.session_id, first.salt, chunks()
 
 
-def reply(name: str, chunk: psi.Chunk) -> passive_pb2.PsiExchangeReply:
+def reply(name: str, chunk: psi.Chunk) -> passive_pb2.PsiExchangeChunkReply:
     """``name`` is psi.DOUBLE or psi.OWN, the reply's field."""
-    return passive_pb2.PsiExchangeReply(**{name: to_message(chunk)})
+    return passive_pb2.PsiExchangeChunkReply(**{name: to_message(chunk)})
+
+
+# --- vflsec.v1's one-message form (unary PsiExchange) ---
+# A value in a `repeated bytes` field: tag, length, 32 bytes.
+VALUE_BYTES = 2 + psi.POINT_BYTES
+
+
+def check_reply_size(n_blinded: int, n_own: int, max_message_bytes: int) -> None:
+    """Refuse, before any work, an exchange whose one-message reply would pass the gRPC max message size: it
+    could not be sent, yet the exchange would be final."""
+    size = VALUE_BYTES * (n_blinded + n_own)
+    if size > max_message_bytes:
+        raise ResourceExhausted(
+            f"PSI: the one-message reply would hold {n_blinded} + {n_own} values ({size} bytes), over this party's "
+            f"max message size of {max_message_bytes} bytes ([limits] max_message_mb); use PsiExchangeStream"
+        )
+
+
+def listed(values: Sequence[bytes]) -> Iterator[psi.Chunk]:
+    """A one-message list as the chunks the stream would carry, read lazily by the engine's checks; a value that
+    is not 32 bytes is a ValueError naming it (the engine names the sender)."""
+    for row, value in enumerate(values):
+        if len(value) != psi.POINT_BYTES:
+            raise ValueError(f"value {row} holds {len(value)} bytes, not {psi.POINT_BYTES}")
+    yield from psi.chunks_of(np.frombuffer(b"".join(values), dtype=f"S{psi.POINT_BYTES}"))
+
+
+def gathered(chunks: Iterable[tuple[str, psi.Chunk]]) -> passive_pb2.PsiExchangeReply:
+    """The engine's reply chunks as the one-message reply: each list's values in order."""
+    reply = passive_pb2.PsiExchangeReply()
+    for name, chunk in chunks:
+        data = chunk.data
+        getattr(reply, name).extend(data[i : i + psi.POINT_BYTES] for i in range(0, len(data), psi.POINT_BYTES))
+    return reply

@@ -97,8 +97,8 @@ DEFAULT_CALL_POLICY = CallPolicy()
 
 def call(peer: str, fn: Callable[..., Any], request: Any, policy: CallPolicy = DEFAULT_CALL_POLICY) -> Any:
     """Call a peer RPC with a deadline; retry with exponential backoff while the peer is UNAVAILABLE (every
-    party RPC is safe to repeat: steps are idempotent, see docs/protocol.md; only PsiExchange is answered once
-    per session, so its retry after a peer crash is FAILED_PRECONDITION). A failure becomes PeerFailed
+    party RPC is safe to repeat: steps are idempotent, see docs/protocol.md; only the PSI exchange is answered
+    once per session, so its retry after a peer crash is FAILED_PRECONDITION). A failure becomes PeerFailed
     carrying the peer's status."""
     give_up = time.monotonic() + policy.retry_seconds
     backoff = policy.first_backoff
@@ -118,8 +118,8 @@ class DecodeRequests(grpc.ServerInterceptor):
 
     grpc reports a request its deserializer rejects (garbage, truncated protobuf, invalid UTF-8 in a string
     field) as INTERNAL, which would blame the server for the caller's bytes. The handler is rebuilt to receive
-    raw bytes and decode them itself; in a request stream (PsiExchange) each message is decoded as the servicer
-    reads it, and a bad one is InvalidArgument raised there (the servicer's ``rpc`` wrapper reports it).
+    raw bytes and decode them itself; in a request stream (PsiExchangeStream) each message is decoded as the
+    servicer reads it, and a bad one is InvalidArgument raised there (the servicer's ``rpc`` wrapper reports it).
     """
 
     def intercept_service(

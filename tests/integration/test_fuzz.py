@@ -118,7 +118,7 @@ class FuzzEnv:
         try:
             if case.method.endswith("/Train"):
                 list(channel.unary_stream(case.method)(case.payload, timeout=TIMEOUT))
-            elif case.method.endswith("/PsiExchange"):  # a stream of one message
+            elif case.method.endswith("/PsiExchangeStream"):  # a stream of one message
                 list(channel.stream_stream(case.method)(iter([case.payload]), timeout=TIMEOUT))
             else:
                 channel.unary_unary(case.method)(case.payload, timeout=TIMEOUT)
@@ -338,6 +338,12 @@ def _passive_messages() -> dict[str, st.SearchStrategy]:
         ),
         "PsiExchange": st.builds(
             p.PsiExchangeRequest,
+            session_id=st.sampled_from([PSI, "no-such-session"]),
+            salt=st.binary(max_size=16),
+            blinded=st.lists(st.one_of(st.binary(min_size=32, max_size=32), st.binary(max_size=40)), max_size=4),
+        ),
+        "PsiExchangeStream": st.builds(
+            p.PsiExchangeChunk,
             session_id=st.sampled_from([PSI, "no-such-session"]),  # never realigns the live sessions
             salt=st.binary(max_size=16),
             blinded=st.builds(

@@ -127,10 +127,10 @@ def _points(n: int) -> np.ndarray:
 
 
 def _raw_exchange(fed: Federation, session_id: str, chunks: Iterable[psi.Chunk], salt: bytes = b"salt") -> list:
-    """A PsiExchange to passive-1 with the active party's certificate, chunks as given; the reply messages."""
+    """A PsiExchangeStream to passive-1 with the active party's certificate, chunks as given; the reply messages."""
     with fed.channel("active", "passive-1") as channel:
         stub = passive_pb2_grpc.PassiveStub(channel)
-        return list(stub.PsiExchange(psi_stream.requests(session_id, salt, chunks), timeout=60))
+        return list(stub.PsiExchangeStream(psi_stream.requests(session_id, salt, chunks), timeout=60))
 
 
 def _cut(points: np.ndarray, per_chunk: int) -> list[psi.Chunk]:
@@ -195,7 +195,7 @@ def test_stream_cut_by_the_active_party_mid_way_keeps_nothing(fed) -> None:
     chunks = _cut(_points(20), 5)
     sent, hold = threading.Event(), threading.Event()
 
-    def two_then_wait() -> Iterator[passive_pb2.PsiExchangeRequest]:
+    def two_then_wait() -> Iterator[passive_pb2.PsiExchangeChunk]:
         requests = psi_stream.requests(session_id, b"salt", chunks)
         yield next(requests)
         yield next(requests)
@@ -203,7 +203,7 @@ def test_stream_cut_by_the_active_party_mid_way_keeps_nothing(fed) -> None:
         hold.wait(30)  # the call is cancelled meanwhile
 
     with fed.channel("active", "passive-1") as channel:
-        call = passive_pb2_grpc.PassiveStub(channel).PsiExchange(two_then_wait(), timeout=60)
+        call = passive_pb2_grpc.PassiveStub(channel).PsiExchangeStream(two_then_wait(), timeout=60)
         assert sent.wait(30)
         call.cancel()
         with pytest.raises(grpc.RpcError) as err:

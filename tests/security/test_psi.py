@@ -46,10 +46,10 @@ def passive(fed: Federation) -> Iterator[passive_pb2_grpc.PassiveStub]:
 
 
 def _exchange(stub: passive_pb2_grpc.PassiveStub, session_id: str, points: list[bytes]) -> tuple[list, list]:
-    """A PsiExchange as a deviating active party could make it: the list in chunks; the two reply lists."""
+    """A PsiExchangeStream as a deviating active party could make it: the list in chunks; the two reply lists."""
     blob = np.frombuffer(b"".join(points), dtype=f"S{psi.POINT_BYTES}")
     lists: dict[str, list[bytes]] = {psi.DOUBLE: [], psi.OWN: []}
-    for reply in stub.PsiExchange(psi_stream.requests(session_id, b"probe", psi.chunks_of(blob))):
+    for reply in stub.PsiExchangeStream(psi_stream.requests(session_id, b"probe", psi.chunks_of(blob))):
         data = getattr(reply, reply.WhichOneof("list")).data
         lists[reply.WhichOneof("list")] += [data[i : i + 32] for i in range(0, len(data), 32)]
     return lists[psi.DOUBLE], lists[psi.OWN]

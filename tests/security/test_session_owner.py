@@ -78,8 +78,12 @@ def test_foreign_active_identity_is_refused_everywhere(tmp_path) -> None:
                 passive_pb2.JoinSessionRequest(session_id=SID, backend=common_pb2.BACKEND_CKKS, n_classes=2),
             ),
             "Passive/PsiExchange": (
-                lambda request, timeout: list(p.PsiExchange(iter([request]), timeout=timeout)),
-                passive_pb2.PsiExchangeRequest(session_id=SID, salt=b"s" * 16),
+                p.PsiExchange,
+                passive_pb2.PsiExchangeRequest(session_id=SID, salt=b"s" * 16, blinded=[b"p" * 32]),
+            ),
+            "Passive/PsiExchangeStream": (
+                lambda request, timeout: list(p.PsiExchangeStream(iter([request]), timeout=timeout)),
+                passive_pb2.PsiExchangeChunk(session_id=SID, salt=b"s" * 16),
             ),
             "Passive/PsiFinish": (p.PsiFinish, passive_pb2.PsiFinishRequest(session_id=SID, positions=[0])),
             "Passive/Forward": (p.Forward, passive_pb2.ForwardRequest(session_id=SID, step=1, sample_index=index)),

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from vflsec.v1 import common_pb2 as vflsec_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17vflsec/v1/passive.proto\x12\tvflsec.v1\x1a\x16vflsec/v1/common.proto\"\xcc\x01\n\x12JoinSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12#\n\x07\x62\x61\x63kend\x18\x02 \x01(\x0e\x32\x12.vflsec.v1.Backend\x12\x11\n\tn_classes\x18\x03 \x01(\x05\x12+\n\x08training\x18\x04 \x01(\x0b\x32\x19.vflsec.v1.TrainingConfig\x12\x16\n\x0eshare_mask_key\x18\x05 \x01(\x0c\x12%\n\x05model\x18\x06 \x01(\x0b\x32\x16.vflsec.v1.ModelChoice\"\x7f\n\x10JoinSessionReply\x12\x12\n\nn_features\x18\x01 \x01(\x05\x12\x0e\n\x06n_rows\x18\x02 \x01(\x03\x12\x31\n\x11\x65mbedding_release\x18\x03 \x03(\x0b\x32\x16.vflsec.v1.ReleaseStep\x12\x14\n\x0coutput_width\x18\x04 \x01(\x05\"I\n\nPointChunk\x12\r\n\x05index\x18\x01 \x01(\x03\x12\x0e\n\x06\x63hunks\x18\x02 \x01(\x03\x12\x0e\n\x06points\x18\x03 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"^\n\x12PsiExchangeRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04salt\x18\x02 \x01(\x0c\x12&\n\x07\x62linded\x18\x03 \x01(\x0b\x32\x15.vflsec.v1.PointChunk\"y\n\x10PsiExchangeReply\x12/\n\x0e\x64ouble_blinded\x18\x01 \x01(\x0b\x32\x15.vflsec.v1.PointChunkH\x00\x12,\n\x0bown_blinded\x18\x02 \x01(\x0b\x32\x15.vflsec.v1.PointChunkH\x00\x42\x06\n\x04list\"9\n\x10PsiFinishRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\tpositions\x18\x02 \x03(\x03\"\"\n\x0ePsiFinishReply\x12\x10\n\x08n_common\x18\x01 \x01(\x03\"H\n\x0e\x46orwardRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12\x14\n\x0csample_index\x18\x03 \x03(\x03\"P\n\x12ShareLogitsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08query_id\x18\x02 \x01(\t\x12\x14\n\x0csample_index\x18\x03 \x03(\x03\"\x99\x01\n\x0f\x42\x61\x63kwardRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12\x14\n\x0csample_index\x18\x03 \x03(\x03\x12)\n\x05\x64\x65lta\x18\x04 \x01(\x0b\x32\x1a.vflsec.v1.EncryptedMatrix\x12#\n\x08gradient\x18\x05 \x01(\x0b\x32\x11.vflsec.v1.Tensor\"K\n\x0f\x44iscloseRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05steps\x18\x02 \x03(\t\x12\x15\n\rwarn_fraction\x18\x03 \x01(\x01\"\xc8\x02\n\rDisclosedStep\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08withheld\x18\x02 \x01(\x08\x12\"\n\x07weights\x18\x03 \x01(\x0b\x32\x11.vflsec.v1.Tensor\x12&\n\x0b\x62ias_offset\x18\x04 \x01(\x0b\x32\x11.vflsec.v1.Tensor\x12\x34\n\x06public\x18\x05 \x03(\x0b\x32$.vflsec.v1.DisclosedStep.PublicEntry\x12\x36\n\x07private\x18\x06 \x03(\x0b\x32%.vflsec.v1.DisclosedStep.PrivateEntry\x1a-\n\x0bPublicEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a.\n\x0cPrivateEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"5\n\nDisclosure\x12\'\n\x05steps\x18\x01 \x03(\x0b\x32\x18.vflsec.v1.DisclosedStep\"\xb7\x01\n\x0cRiskForecast\x12\t\n\x01\x64\x18\x01 \x01(\x05\x12\x11\n\tn_classes\x18\x02 \x01(\x05\x12\x0c\n\x04rank\x18\x03 \x01(\x05\x12\x0c\n\x04half\x18\x04 \x01(\x01\x12\x10\n\x08withheld\x18\x05 \x01(\x08\x12\n\n\x02ls\x18\x06 \x01(\x01\x12\x11\n\thalf_star\x18\x07 \x01(\x01\x12\x16\n\x0erank_condition\x18\x08 \x01(\x08\x12\x12\n\nzero_error\x18\t \x01(\x08\x12\x10\n\x08warnings\x18\n \x03(\t2\xd9\x05\n\x07Passive\x12I\n\x0bJoinSession\x12\x1d.vflsec.v1.JoinSessionRequest\x1a\x1b.vflsec.v1.JoinSessionReply\x12M\n\x0bPsiExchange\x12\x1d.vflsec.v1.PsiExchangeRequest\x1a\x1b.vflsec.v1.PsiExchangeReply(\x01\x30\x01\x12\x43\n\tPsiFinish\x12\x1b.vflsec.v1.PsiFinishRequest\x1a\x19.vflsec.v1.PsiFinishReply\x12@\n\x07\x46orward\x12\x19.vflsec.v1.ForwardRequest\x1a\x1a.vflsec.v1.EncryptedMatrix\x12>\n\x0bShareLogits\x12\x1d.vflsec.v1.ShareLogitsRequest\x1a\x10.vflsec.v1.Empty\x12\x38\n\x08\x42\x61\x63kward\x12\x1a.vflsec.v1.BackwardRequest\x1a\x10.vflsec.v1.Empty\x12\x36\n\nGetWeights\x12\x15.vflsec.v1.SessionRef\x1a\x11.vflsec.v1.Tensor\x12\x37\n\x0bTrainedRows\x12\x15.vflsec.v1.SessionRef\x1a\x11.vflsec.v1.Tensor\x12\x44\n\x0f\x44iscloseWeights\x12\x1a.vflsec.v1.DiscloseRequest\x1a\x15.vflsec.v1.Disclosure\x12\x43\n\x0c\x46orecastRisk\x12\x1a.vflsec.v1.DiscloseRequest\x1a\x17.vflsec.v1.RiskForecast\x12\x37\n\x0c\x43loseSession\x12\x15.vflsec.v1.SessionRef\x1a\x10.vflsec.v1.Emptyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17vflsec/v1/passive.proto\x12\tvflsec.v1\x1a\x16vflsec/v1/common.proto\"\xcc\x01\n\x12JoinSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12#\n\x07\x62\x61\x63kend\x18\x02 \x01(\x0e\x32\x12.vflsec.v1.Backend\x12\x11\n\tn_classes\x18\x03 \x01(\x05\x12+\n\x08training\x18\x04 \x01(\x0b\x32\x19.vflsec.v1.TrainingConfig\x12\x16\n\x0eshare_mask_key\x18\x05 \x01(\x0c\x12%\n\x05model\x18\x06 \x01(\x0b\x32\x16.vflsec.v1.ModelChoice\"\x7f\n\x10JoinSessionReply\x12\x12\n\nn_features\x18\x01 \x01(\x05\x12\x0e\n\x06n_rows\x18\x02 \x01(\x03\x12\x31\n\x11\x65mbedding_release\x18\x03 \x03(\x0b\x32\x16.vflsec.v1.ReleaseStep\x12\x14\n\x0coutput_width\x18\x04 \x01(\x05\"I\n\nPointChunk\x12\r\n\x05index\x18\x01 \x01(\x03\x12\x0e\n\x06\x63hunks\x18\x02 \x01(\x03\x12\x0e\n\x06points\x18\x03 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"G\n\x12PsiExchangeRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04salt\x18\x02 \x01(\x0c\x12\x0f\n\x07\x62linded\x18\x03 \x03(\x0c\"?\n\x10PsiExchangeReply\x12\x16\n\x0e\x64ouble_blinded\x18\x01 \x03(\x0c\x12\x13\n\x0bown_blinded\x18\x02 \x03(\x0c\"\\\n\x10PsiExchangeChunk\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04salt\x18\x02 \x01(\x0c\x12&\n\x07\x62linded\x18\x03 \x01(\x0b\x32\x15.vflsec.v1.PointChunk\"~\n\x15PsiExchangeChunkReply\x12/\n\x0e\x64ouble_blinded\x18\x01 \x01(\x0b\x32\x15.vflsec.v1.PointChunkH\x00\x12,\n\x0bown_blinded\x18\x02 \x01(\x0b\x32\x15.vflsec.v1.PointChunkH\x00\x42\x06\n\x04list\"9\n\x10PsiFinishRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\tpositions\x18\x02 \x03(\x03\"\"\n\x0ePsiFinishReply\x12\x10\n\x08n_common\x18\x01 \x01(\x03\"H\n\x0e\x46orwardRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12\x14\n\x0csample_index\x18\x03 \x03(\x03\"P\n\x12ShareLogitsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08query_id\x18\x02 \x01(\t\x12\x14\n\x0csample_index\x18\x03 \x03(\x03\"\x99\x01\n\x0f\x42\x61\x63kwardRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12\x14\n\x0csample_index\x18\x03 \x03(\x03\x12)\n\x05\x64\x65lta\x18\x04 \x01(\x0b\x32\x1a.vflsec.v1.EncryptedMatrix\x12#\n\x08gradient\x18\x05 \x01(\x0b\x32\x11.vflsec.v1.Tensor\"K\n\x0f\x44iscloseRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05steps\x18\x02 \x03(\t\x12\x15\n\rwarn_fraction\x18\x03 \x01(\x01\"\xc8\x02\n\rDisclosedStep\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08withheld\x18\x02 \x01(\x08\x12\"\n\x07weights\x18\x03 \x01(\x0b\x32\x11.vflsec.v1.Tensor\x12&\n\x0b\x62ias_offset\x18\x04 \x01(\x0b\x32\x11.vflsec.v1.Tensor\x12\x34\n\x06public\x18\x05 \x03(\x0b\x32$.vflsec.v1.DisclosedStep.PublicEntry\x12\x36\n\x07private\x18\x06 \x03(\x0b\x32%.vflsec.v1.DisclosedStep.PrivateEntry\x1a-\n\x0bPublicEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a.\n\x0cPrivateEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"5\n\nDisclosure\x12\'\n\x05steps\x18\x01 \x03(\x0b\x32\x18.vflsec.v1.DisclosedStep\"\xb7\x01\n\x0cRiskForecast\x12\t\n\x01\x64\x18\x01 \x01(\x05\x12\x11\n\tn_classes\x18\x02 \x01(\x05\x12\x0c\n\x04rank\x18\x03 \x01(\x05\x12\x0c\n\x04half\x18\x04 \x01(\x01\x12\x10\n\x08withheld\x18\x05 \x01(\x08\x12\n\n\x02ls\x18\x06 \x01(\x01\x12\x11\n\thalf_star\x18\x07 \x01(\x01\x12\x16\n\x0erank_condition\x18\x08 \x01(\x08\x12\x12\n\nzero_error\x18\t \x01(\x08\x12\x10\n\x08warnings\x18\n \x03(\t2\xad\x06\n\x07Passive\x12I\n\x0bJoinSession\x12\x1d.vflsec.v1.JoinSessionRequest\x1a\x1b.vflsec.v1.JoinSessionReply\x12I\n\x0bPsiExchange\x12\x1d.vflsec.v1.PsiExchangeRequest\x1a\x1b.vflsec.v1.PsiExchangeReply\x12V\n\x11PsiExchangeStream\x12\x1b.vflsec.v1.PsiExchangeChunk\x1a .vflsec.v1.PsiExchangeChunkReply(\x01\x30\x01\x12\x43\n\tPsiFinish\x12\x1b.vflsec.v1.PsiFinishRequest\x1a\x19.vflsec.v1.PsiFinishReply\x12@\n\x07\x46orward\x12\x19.vflsec.v1.ForwardRequest\x1a\x1a.vflsec.v1.EncryptedMatrix\x12>\n\x0bShareLogits\x12\x1d.vflsec.v1.ShareLogitsRequest\x1a\x10.vflsec.v1.Empty\x12\x38\n\x08\x42\x61\x63kward\x12\x1a.vflsec.v1.BackwardRequest\x1a\x10.vflsec.v1.Empty\x12\x36\n\nGetWeights\x12\x15.vflsec.v1.SessionRef\x1a\x11.vflsec.v1.Tensor\x12\x37\n\x0bTrainedRows\x12\x15.vflsec.v1.SessionRef\x1a\x11.vflsec.v1.Tensor\x12\x44\n\x0f\x44iscloseWeights\x12\x1a.vflsec.v1.DiscloseRequest\x1a\x15.vflsec.v1.Disclosure\x12\x43\n\x0c\x46orecastRisk\x12\x1a.vflsec.v1.DiscloseRequest\x1a\x17.vflsec.v1.RiskForecast\x12\x37\n\x0c\x43loseSession\x12\x15.vflsec.v1.SessionRef\x1a\x10.vflsec.v1.Emptyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -43,31 +43,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_POINTCHUNK']._serialized_start=398
   _globals['_POINTCHUNK']._serialized_end=471
   _globals['_PSIEXCHANGEREQUEST']._serialized_start=473
-  _globals['_PSIEXCHANGEREQUEST']._serialized_end=567
-  _globals['_PSIEXCHANGEREPLY']._serialized_start=569
-  _globals['_PSIEXCHANGEREPLY']._serialized_end=690
-  _globals['_PSIFINISHREQUEST']._serialized_start=692
-  _globals['_PSIFINISHREQUEST']._serialized_end=749
-  _globals['_PSIFINISHREPLY']._serialized_start=751
-  _globals['_PSIFINISHREPLY']._serialized_end=785
-  _globals['_FORWARDREQUEST']._serialized_start=787
-  _globals['_FORWARDREQUEST']._serialized_end=859
-  _globals['_SHARELOGITSREQUEST']._serialized_start=861
-  _globals['_SHARELOGITSREQUEST']._serialized_end=941
-  _globals['_BACKWARDREQUEST']._serialized_start=944
-  _globals['_BACKWARDREQUEST']._serialized_end=1097
-  _globals['_DISCLOSEREQUEST']._serialized_start=1099
-  _globals['_DISCLOSEREQUEST']._serialized_end=1174
-  _globals['_DISCLOSEDSTEP']._serialized_start=1177
-  _globals['_DISCLOSEDSTEP']._serialized_end=1505
-  _globals['_DISCLOSEDSTEP_PUBLICENTRY']._serialized_start=1412
-  _globals['_DISCLOSEDSTEP_PUBLICENTRY']._serialized_end=1457
-  _globals['_DISCLOSEDSTEP_PRIVATEENTRY']._serialized_start=1459
-  _globals['_DISCLOSEDSTEP_PRIVATEENTRY']._serialized_end=1505
-  _globals['_DISCLOSURE']._serialized_start=1507
-  _globals['_DISCLOSURE']._serialized_end=1560
-  _globals['_RISKFORECAST']._serialized_start=1563
-  _globals['_RISKFORECAST']._serialized_end=1746
-  _globals['_PASSIVE']._serialized_start=1749
-  _globals['_PASSIVE']._serialized_end=2478
+  _globals['_PSIEXCHANGEREQUEST']._serialized_end=544
+  _globals['_PSIEXCHANGEREPLY']._serialized_start=546
+  _globals['_PSIEXCHANGEREPLY']._serialized_end=609
+  _globals['_PSIEXCHANGECHUNK']._serialized_start=611
+  _globals['_PSIEXCHANGECHUNK']._serialized_end=703
+  _globals['_PSIEXCHANGECHUNKREPLY']._serialized_start=705
+  _globals['_PSIEXCHANGECHUNKREPLY']._serialized_end=831
+  _globals['_PSIFINISHREQUEST']._serialized_start=833
+  _globals['_PSIFINISHREQUEST']._serialized_end=890
+  _globals['_PSIFINISHREPLY']._serialized_start=892
+  _globals['_PSIFINISHREPLY']._serialized_end=926
+  _globals['_FORWARDREQUEST']._serialized_start=928
+  _globals['_FORWARDREQUEST']._serialized_end=1000
+  _globals['_SHARELOGITSREQUEST']._serialized_start=1002
+  _globals['_SHARELOGITSREQUEST']._serialized_end=1082
+  _globals['_BACKWARDREQUEST']._serialized_start=1085
+  _globals['_BACKWARDREQUEST']._serialized_end=1238
+  _globals['_DISCLOSEREQUEST']._serialized_start=1240
+  _globals['_DISCLOSEREQUEST']._serialized_end=1315
+  _globals['_DISCLOSEDSTEP']._serialized_start=1318
+  _globals['_DISCLOSEDSTEP']._serialized_end=1646
+  _globals['_DISCLOSEDSTEP_PUBLICENTRY']._serialized_start=1553
+  _globals['_DISCLOSEDSTEP_PUBLICENTRY']._serialized_end=1598
+  _globals['_DISCLOSEDSTEP_PRIVATEENTRY']._serialized_start=1600
+  _globals['_DISCLOSEDSTEP_PRIVATEENTRY']._serialized_end=1646
+  _globals['_DISCLOSURE']._serialized_start=1648
+  _globals['_DISCLOSURE']._serialized_end=1701
+  _globals['_RISKFORECAST']._serialized_start=1704
+  _globals['_RISKFORECAST']._serialized_end=1887
+  _globals['_PASSIVE']._serialized_start=1890
+  _globals['_PASSIVE']._serialized_end=2703
 # @@protoc_insertion_point(module_scope)

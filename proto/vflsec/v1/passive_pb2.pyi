@@ -54,10 +54,28 @@ class PsiExchangeRequest(_message.Message):
     BLINDED_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     salt: bytes
+    blinded: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, session_id: _Optional[str] = ..., salt: _Optional[bytes] = ..., blinded: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class PsiExchangeReply(_message.Message):
+    __slots__ = ("double_blinded", "own_blinded")
+    DOUBLE_BLINDED_FIELD_NUMBER: _ClassVar[int]
+    OWN_BLINDED_FIELD_NUMBER: _ClassVar[int]
+    double_blinded: _containers.RepeatedScalarFieldContainer[bytes]
+    own_blinded: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, double_blinded: _Optional[_Iterable[bytes]] = ..., own_blinded: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class PsiExchangeChunk(_message.Message):
+    __slots__ = ("session_id", "salt", "blinded")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    SALT_FIELD_NUMBER: _ClassVar[int]
+    BLINDED_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    salt: bytes
     blinded: PointChunk
     def __init__(self, session_id: _Optional[str] = ..., salt: _Optional[bytes] = ..., blinded: _Optional[_Union[PointChunk, _Mapping]] = ...) -> None: ...
 
-class PsiExchangeReply(_message.Message):
+class PsiExchangeChunkReply(_message.Message):
     __slots__ = ("double_blinded", "own_blinded")
     DOUBLE_BLINDED_FIELD_NUMBER: _ClassVar[int]
     OWN_BLINDED_FIELD_NUMBER: _ClassVar[int]

@@ -43,10 +43,15 @@ class PassiveStub:
                 request_serializer=vflsec_dot_v1_dot_passive__pb2.JoinSessionRequest.SerializeToString,
                 response_deserializer=vflsec_dot_v1_dot_passive__pb2.JoinSessionReply.FromString,
                 _registered_method=True)
-        self.PsiExchange = channel.stream_stream(
+        self.PsiExchange = channel.unary_unary(
                 '/vflsec.v1.Passive/PsiExchange',
                 request_serializer=vflsec_dot_v1_dot_passive__pb2.PsiExchangeRequest.SerializeToString,
                 response_deserializer=vflsec_dot_v1_dot_passive__pb2.PsiExchangeReply.FromString,
+                _registered_method=True)
+        self.PsiExchangeStream = channel.stream_stream(
+                '/vflsec.v1.Passive/PsiExchangeStream',
+                request_serializer=vflsec_dot_v1_dot_passive__pb2.PsiExchangeChunk.SerializeToString,
+                response_deserializer=vflsec_dot_v1_dot_passive__pb2.PsiExchangeChunkReply.FromString,
                 _registered_method=True)
         self.PsiFinish = channel.unary_unary(
                 '/vflsec.v1.Passive/PsiFinish',
@@ -108,10 +113,21 @@ class PassiveServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def PsiExchange(self, request_iterator, context):
-        """Active party, PSI round 1, streamed both ways in chunks: the active party sends its blinded IDs; once the
-        whole list has arrived this party answers with it re-blinded (same order), then its own blinded IDs
-        (shuffled), each chunk sent as soon as its curve work is done. One exchange per session.
+    def PsiExchange(self, request, context):
+        """Active party, PSI round 1, vflsec.v1's one-message form (as first released): re-blind the active party's
+        blinded IDs (same order); send own blinded IDs (shuffled). Each message is bounded by the gRPC max message
+        size (34 bytes a value; [limits] max_message_mb at a vflsec party): a longer list cannot be sent, and a reply
+        that would pass it is refused (RESOURCE_EXHAUSTED) before any work. Large sets use PsiExchangeStream. Both
+        forms run the same exchange: the same checks and caps, one exchange per session between them.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PsiExchangeStream(self, request_iterator, context):
+        """Active party, PSI round 1, streamed both ways in chunks (what a vflsec active party calls): the active party
+        sends its blinded IDs; once the whole list has arrived this party answers with it re-blinded (same order),
+        then its own blinded IDs (shuffled), each chunk sent as soon as its curve work is done.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -193,10 +209,15 @@ def add_PassiveServicer_to_server(servicer, server):
                     request_deserializer=vflsec_dot_v1_dot_passive__pb2.JoinSessionRequest.FromString,
                     response_serializer=vflsec_dot_v1_dot_passive__pb2.JoinSessionReply.SerializeToString,
             ),
-            'PsiExchange': grpc.stream_stream_rpc_method_handler(
+            'PsiExchange': grpc.unary_unary_rpc_method_handler(
                     servicer.PsiExchange,
                     request_deserializer=vflsec_dot_v1_dot_passive__pb2.PsiExchangeRequest.FromString,
                     response_serializer=vflsec_dot_v1_dot_passive__pb2.PsiExchangeReply.SerializeToString,
+            ),
+            'PsiExchangeStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.PsiExchangeStream,
+                    request_deserializer=vflsec_dot_v1_dot_passive__pb2.PsiExchangeChunk.FromString,
+                    response_serializer=vflsec_dot_v1_dot_passive__pb2.PsiExchangeChunkReply.SerializeToString,
             ),
             'PsiFinish': grpc.unary_unary_rpc_method_handler(
                     servicer.PsiFinish,
@@ -285,7 +306,34 @@ class Passive:
             _registered_method=True)
 
     @staticmethod
-    def PsiExchange(request_iterator,
+    def PsiExchange(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/vflsec.v1.Passive/PsiExchange',
+            vflsec_dot_v1_dot_passive__pb2.PsiExchangeRequest.SerializeToString,
+            vflsec_dot_v1_dot_passive__pb2.PsiExchangeReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PsiExchangeStream(request_iterator,
             target,
             options=(),
             channel_credentials=None,
@@ -298,9 +346,9 @@ class Passive:
         return grpc.experimental.stream_stream(
             request_iterator,
             target,
-            '/vflsec.v1.Passive/PsiExchange',
-            vflsec_dot_v1_dot_passive__pb2.PsiExchangeRequest.SerializeToString,
-            vflsec_dot_v1_dot_passive__pb2.PsiExchangeReply.FromString,
+            '/vflsec.v1.Passive/PsiExchangeStream',
+            vflsec_dot_v1_dot_passive__pb2.PsiExchangeChunk.SerializeToString,
+            vflsec_dot_v1_dot_passive__pb2.PsiExchangeChunkReply.FromString,
             options,
             channel_credentials,
             insecure,
