@@ -1,8 +1,8 @@
-"""vflsec.v1's one-message `Passive.PsiExchange`, kept beside `PsiExchangeStream` (docs/protocol.md, "Compatibility"):
-its contract is the one first released, and through the live services (real gRPC, mTLS) it runs the stream's
-exchange: the same answer, the same one exchange per session shared by both forms, the same refusals with the same
-status and message, the same "nothing kept" after a refusal, and a reply that would pass the max message size is
-refused before any work."""
+"""vflsec.v1's one-message `Passive.PsiExchange`, kept beside `PsiExchangeStream` (docs/protocol.md, "Services,
+model families and wire compatibility"): its contract is the one first released, and through the live services
+(real gRPC, mTLS) it runs the stream's exchange: the same answer, the same one exchange per session shared by both
+forms, the same refusals with the same status and message, the same "nothing kept" after a refusal, and a reply
+that would pass the max message size is refused before any work."""
 
 from __future__ import annotations
 
@@ -176,6 +176,22 @@ def test_a_value_that_is_not_32_bytes_is_named_and_nothing_kept(fed) -> None:
         code, details = _status(passive_pb2_grpc.PassiveStub(channel).PsiExchange, request, timeout=60)
     assert code == grpc.StatusCode.INVALID_ARGUMENT
     assert "PSI: the active party's list: value 1 holds 31 bytes, not 32" in details
+    _nothing_kept(fed, session_id)
+
+
+def test_the_interim_in_place_stream_is_refused_and_nothing_kept(fed) -> None:
+    # Issue 18's unreleased PsiExchange streamed PsiExchangeChunk messages on the unary method's path.
+    session_id = _session(fed, 7)
+    requests = list(psi_stream.requests(session_id, SALT, psi.chunks_of(psi.PsiKey().blind(["a"], SALT, workers=1))))
+    with fed.channel("active", "passive-1") as channel:
+        call = channel.stream_stream(
+            "/vflsec.v1.Passive/PsiExchange",
+            request_serializer=passive_pb2.PsiExchangeChunk.SerializeToString,
+            response_deserializer=passive_pb2.PsiExchangeChunkReply.FromString,
+        )
+        code, details = _status(lambda: list(call(iter(requests), timeout=60)))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert f"PSI: the active party's list: value 0 holds {requests[0].blinded.ByteSize()} bytes, not 32" in details
     _nothing_kept(fed, session_id)
 
 
