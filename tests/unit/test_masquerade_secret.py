@@ -1,0 +1,157 @@
+"""Masquerade's long-term secret (issue 12): every session of a passive party derives the same Q and the same bits,
+so the z_B of several sessions over the same rows, stacked side by side, span no more than one session's — with a Q
+per session, two sessions stacked spanned x again and Algorithm 1 read the binary feature off at 1.000."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import numpy as np
+import pytest
+import torch
+
+from vflsec.services.attacks.binary import binary_match, enumerate_binary, regression_search, span_basis
+from vflsec.services.crypto import he
+from vflsec.services.crypto.entropy import new_key
+from vflsec.services.defenses.embeddings import EmbeddingChain, EmbeddingNoise, Masquerade
+from vflsec.services.engines.checkpoint import StateDir
+from vflsec.services.engines.passive import PassiveSession
+from vflsec.services.models.splitnn.trainers import FAMILY
+
+N, D, M, WIDTH = 600, 5, 1, 8
+
+
+def _data() -> np.ndarray:
+    """ye's Bank shape: one binary feature among continuous ones."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(N, D))
+    x[:, 0] = rng.random(N) < 0.3
+    return x
+
+
+def _session_layer(secret: bytes | None, specs: tuple[str, ...] = (f"masquerade:m={M}",)) -> torch.nn.Module:
+    """The defended bottom one session of a party builds at JoinSession (None: a secret of the session's own, as
+    every session had before the long-term secret)."""
+    chain = EmbeddingChain.from_specs(specs).for_session(N, secret=secret)
+    return chain.module(torch.nn.Linear(D, WIDTH).double(), D, WIDTH, bias=True)
+
+
+def _versions(layer: torch.nn.Module, x: np.ndarray, steps: int = 2) -> np.ndarray:
+    """z_B at ``steps`` + 1 model versions (SGD on P and b towards a random target), side by side."""
+    optimizer = torch.optim.SGD(layer.parameters(), lr=0.5)
+    inputs, out = torch.from_numpy(x), []
+    target = torch.from_numpy(np.random.default_rng(5).normal(size=(N, WIDTH)))
+    for _ in range(steps + 1):
+        with torch.no_grad():
+            out.append(layer(inputs).numpy())
+        optimizer.zero_grad()
+        (layer(inputs) - target).pow(2).mean().backward()
+        optimizer.step()
+    return np.hstack(out)
+
+
+def test_sessions_of_one_party_share_q_and_bits_those_of_two_parties_do_not() -> None:
+    x = _data()
+    party, other = new_key(), new_key()
+    first, second, foreign = (_session_layer(s) for s in (party, party, other))
+    assert torch.equal(first.q, second.q) and not torch.equal(first.q, foreign.q)
+    assert not torch.equal(first.p.weight, second.p.weight)  # P's start: each session's own OS entropy
+    bits = [layer.masquerade.bits(x) for layer in (first, second, foreign)]
+    assert np.array_equal(bits[0], bits[1]) and not np.array_equal(bits[0], bits[2])
+    assert first.masquerade._key == second.masquerade._key != foreign.masquerade._key
+    # Q's rows are a prefix of one stream per d_B: another rank (the operator's choice) gives nested row spaces
+    low = Masquerade(M, rank=2).with_secret(party).resolve(N).projection(D)
+    assert np.array_equal(low, first.q.numpy()[:2])
+    # under noise too (its key stays per session: two sessions never share a model version)
+    noisy = [_session_layer(party, (f"masquerade:m={M}", "embedding_noise:sigma=0.1")) for _ in range(2)]
+    assert torch.equal(noisy[0].inner.q, first.q)
+    assert isinstance(noisy[0].noise, EmbeddingNoise) and noisy[0].noise._key != noisy[1].noise._key
+    announced = str(EmbeddingChain.from_specs(["masquerade"]).for_session(N, secret=party).announced())
+    assert party.hex() not in announced and str(party) not in announced
+
+
+def _stacked_attack(z: np.ndarray, truth: np.ndarray) -> tuple[int, float, float, float]:
+    """(span dimension, Algorithm 1's best match of the binary feature, Algorithm 2's best fit and best listed), the
+    attacks searching the stack's whole span (its numerical rank, ones vector aside)."""
+    rank = span_basis(z, z.shape[1]).shape[1]
+    exact = enumerate_binary(z, rank - 1).vectors
+    alg1 = float(binary_match(truth, exact, complements=True).max()) if exact.size else 0.0
+    listed = regression_search(z, rank - 1, rng=np.random.default_rng(1)).vectors
+    match = binary_match(truth, listed, complements=True)[0]
+    return rank, alg1, float(match[0]), float(match.max())
+
+
+def test_stacking_two_sessions_of_one_party_gives_the_attack_nothing_one_session_does_not() -> None:
+    """masq_stack.py's attack (review 7) on z_B of two sessions over the same rows, each at several model versions."""
+    x = _data()
+    truth = x[:, :1]
+    party = new_key()
+    one = _versions(_session_layer(party), x)
+    same_party = np.hstack([one, _versions(_session_layer(party), x)])
+    per_session = np.hstack([one, _versions(_session_layer(None), x)])  # before: a Q and a bit key per session
+
+    rank_one, alg1_one, best_one, listed_one = _stacked_attack(one, truth)
+    rank, alg1, best, listed = _stacked_attack(same_party, truth)
+    rank_old, alg1_old, best_old, listed_old = _stacked_attack(per_session, truth)
+    print(
+        f"\nstacked sessions, n = {N}, d_B = {D}, m = {M} (Algorithm 1 / Algorithm 2 best fit / best listed): "
+        f"one session {alg1_one:.3f} / {best_one:.3f} / {listed_one:.3f} (span {rank_one}); "
+        f"two sessions of one party {alg1:.3f} / {best:.3f} / {listed:.3f} (span {rank}); "
+        f"two sessions with a Q each {alg1_old:.3f} / {best_old:.3f} / {listed_old:.3f} (span {rank_old})"
+    )
+    # Before: the per-session Q's together span x, and both attacks read the binary feature off exactly.
+    assert rank_old == 1 + D + 2 * M and alg1_old == 1.0 and listed_old == 1.0
+    # Now: the stack spans [1, Q x, a(x)] like one session; Algorithm 1 finds the fabricated bit, not the feature.
+    assert rank == rank_one == 1 + (D - 1) + M
+    assert alg1 <= 0.6 and best <= 0.6
+    exact = enumerate_binary(same_party, rank - 1).vectors
+    bit = _session_layer(party).masquerade.bits(x)
+    assert binary_match(bit, exact, complements=True).max() == 1.0
+    # Algorithm 2's other listed vectors depend on the party's Q draw (an input axis nearly in Q's row space lets a
+    # near fit through), and one session shows whatever they show: stacking adds nothing to them.
+    assert listed <= listed_one + 0.01
+
+
+def test_the_secret_is_made_once_kept_0600_and_survives_what_a_session_can_do(tmp_path) -> None:
+    state = StateDir(tmp_path / "state")
+    secret = state.secret("masquerade")
+    assert secret is not None and len(secret) == 32
+    file = tmp_path / "state" / "secrets" / "masquerade.bin"
+    assert stat.S_IMODE(file.stat().st_mode) == 0o600
+    assert StateDir(tmp_path / "state").secret("masquerade") == secret  # loaded at the next start
+    state.remove("masquerade")  # closing a session whose id is the secret's name
+    state.save_bytes("masquerade", b"a session's companion file")
+    state.remove("masquerade")
+    assert StateDir(tmp_path / "state").secret("masquerade") == secret
+    assert StateDir(None).secret("masquerade") is None  # no folder: the party keeps one for its process
+    file.write_bytes(b"short")
+    with pytest.raises(ValueError, match="holds 5 bytes, not a 32-byte secret: restore it from a backup"):
+        state.secret("masquerade")
+    assert not [p for p in os.listdir(tmp_path / "state" / "secrets") if p.endswith(".tmp")]
+
+
+def _passive_session(embedding: EmbeddingChain) -> PassiveSession:
+    context = he.make_keyholder("plain").public_context()
+    settings = FAMILY.settings({"topology": "active-top", "party": 1})
+    trainer = FAMILY.new_passive(2, D, settings).defended(embedding.module, embedding.min_width(D))
+    return PassiveSession(
+        backend=he.open_public("plain", context), public_context=context, n_classes=2, family="splitnn",
+        trainer=trainer, mask_key=new_key(), owner="active", share_mask_key=new_key(), embedding=embedding,
+    )  # fmt: skip
+
+
+def test_checkpoints_restore_their_own_q_and_key_also_those_from_per_session_keys() -> None:
+    """A session joined when Q and the bit key were per session restores with them (its z_B already spans its own
+    Q x: switching it to the party's Q mid-session would span x); a new one restores the party's."""
+    x = _data()[:50]
+    party = new_key()
+    chain = EmbeddingChain.from_specs([f"masquerade:m={M}", "embedding_noise:sigma=0.1"])
+    for secret in (None, party):  # None: a checkpoint as the code before the long-term secret wrote it
+        s = _passive_session(chain.for_session(N, secret=secret))
+        restored = PassiveSession.from_state(*s.to_state())
+        layer, again = s.trainer.bottom.module.inner, restored.trainer.bottom.module.inner
+        assert torch.equal(again.q, layer.q) and torch.equal(again.p.weight, layer.p.weight)
+        assert np.array_equal(again.masquerade.bits(x), layer.masquerade.bits(x))
+        assert np.array_equal(restored.trainer.inference_share(x), s.trainer.inference_share(x))
+        assert torch.equal(layer.q, _session_layer(party).q) == (secret is party)
