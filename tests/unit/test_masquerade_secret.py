@@ -4,8 +4,10 @@ per session, two sessions stacked spanned x again and Algorithm 1 read the binar
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,9 +16,10 @@ import torch
 from vflsec.services.attacks.binary import binary_match, enumerate_binary, regression_search, span_basis
 from vflsec.services.crypto import he
 from vflsec.services.crypto.entropy import new_key
+from vflsec.services.data.datasets import PartyData
 from vflsec.services.defenses.embeddings import EmbeddingChain, EmbeddingNoise, Masquerade
 from vflsec.services.engines.checkpoint import StateDir
-from vflsec.services.engines.passive import PassiveSession
+from vflsec.services.engines.passive import PassiveParty, PassiveSession
 from vflsec.services.models.splitnn.trainers import FAMILY
 
 N, D, M, WIDTH, DRAWS = 600, 5, 1, 8, 10
@@ -162,3 +165,38 @@ def test_checkpoints_restore_their_own_q_and_key_also_those_from_per_session_key
         assert np.array_equal(again.masquerade.bits(x), layer.masquerade.bits(x))
         assert np.array_equal(restored.trainer.inference_share(x), s.trainer.inference_share(x))
         assert torch.equal(layer.q, _session_layer(party).q) == (secret is party)
+
+
+class _Coordinator:
+    """The one call JoinSession makes to the coordinator: a plain session opened by "active"."""
+
+    def public_context(self, session_id: str) -> tuple[str, bytes, str]:
+        return "plain", he.make_keyholder("plain").public_context(), "active"
+
+
+def test_a_passive_party_keys_every_session_with_its_secret_and_says_when_it_lasts_one_process(
+    tmp_path, caplog: pytest.LogCaptureFixture
+) -> None:
+    data = PartyData(np.array([f"r{i}" for i in range(N)]), _data(), [f"b{j}" for j in range(D)])
+
+    def party(state: Path | None) -> PassiveParty:
+        return PassiveParty("passive-1", data, _Coordinator(), StateDir(state), allowed_backends=("plain",),
+                            embedding_release=[f"masquerade:m={M}"])  # fmt: skip
+
+    def q(p: PassiveParty, sid: str) -> torch.Tensor:
+        p.join(sid, "plain", 2, {"topology": "active-top", "party": 1}, "active", bytes(32), "splitnn")
+        return p.sessions[sid].trainer.bottom.module.q
+
+    kept = party(tmp_path / "state")
+    first = q(kept, "s1")
+    assert torch.equal(q(kept, "s2"), first)
+    assert torch.equal(q(party(tmp_path / "state"), "s3"), first)  # restarted on the same folder
+    assert "without a state folder" not in caplog.text
+    with caplog.at_level(logging.WARNING):
+        memory = party(None)
+    assert "masquerade without a state folder" in caplog.text and "set state_dir" in caplog.text
+    in_memory = q(memory, "s1")
+    assert torch.equal(q(memory, "s2"), in_memory) and not torch.equal(in_memory, first)
+    assert party(tmp_path / "plain").masquerade_secret is not None
+    assert PassiveParty("passive-1", data, _Coordinator(), StateDir(tmp_path / "none")).masquerade_secret is None
+    assert not (tmp_path / "none" / "secrets").exists()  # no masquerade configured: no secret made
