@@ -15,7 +15,7 @@ import torch
 
 from vflsec.services.attacks.binary import binary_match, enumerate_binary, regression_search, span_basis
 from vflsec.services.crypto import he
-from vflsec.services.crypto.entropy import new_key
+from vflsec.services.crypto.entropy import derive_key, new_key
 from vflsec.services.data.datasets import PartyData
 from vflsec.services.defenses.embeddings import EmbeddingChain, EmbeddingNoise, Masquerade
 from vflsec.services.engines.checkpoint import StateDir
@@ -200,3 +200,11 @@ def test_a_passive_party_keys_every_session_with_its_secret_and_says_when_it_las
     assert party(tmp_path / "plain").masquerade_secret is not None
     assert PassiveParty("passive-1", data, _Coordinator(), StateDir(tmp_path / "none")).masquerade_secret is None
     assert not (tmp_path / "none" / "secrets").exists()  # no masquerade configured: no secret made
+
+
+def test_derived_keys_are_fixed_per_purpose_and_independent_across_purposes() -> None:
+    secret = new_key()
+    assert derive_key(secret, "a") == derive_key(secret, "a") != derive_key(secret, "b") != secret
+    assert derive_key(new_key(), "a") != derive_key(secret, "a")
+    with pytest.raises(ValueError, match="must be 32 bytes, got 16"):
+        derive_key(bytes(16), "a")
