@@ -7,7 +7,7 @@ truth is used only here). Model accuracy is on the held-out 20 %.
 Run: ``python -m vflsec.client.ye_measure [EXPERIMENT ...]`` (or ``python scripts/measure_ye.py ...``; default: all
 of ``EXPERIMENTS``), datasets from ``../shared/datasets``. Training: Adam 0.01, batch 256, ``--epochs`` epochs
 (default 5), seed 0; ``small`` is the live masquerade test's synthetic set instead (see :func:`small_drop`), over
-``--seeds`` training seeds.
+``--seeds`` training seeds; ``stack`` stacks the z_B of several masquerade sessions (:func:`stacked_sessions`).
 """
 
 from __future__ import annotations
@@ -21,13 +21,21 @@ import torch
 
 from vflsec.client.bench_embedding import BANK_PASSIVE  # ye's split: one binary (contact) among 8
 from vflsec.services.attacks import NotApplicable, Observations, make_attack, run_attack
-from vflsec.services.attacks.binary import attack_accuracy, attack_in_groups, binary_match, regression_search
+from vflsec.services.attacks.binary import (
+    attack_accuracy,
+    attack_in_groups,
+    binary_match,
+    enumerate_binary,
+    regression_search,
+    span_basis,
+)
+from vflsec.services.crypto.entropy import new_key
 from vflsec.services.data import datasets
 from vflsec.services.defenses.embeddings import EmbeddingNoise, Masquerade, default_fabricated
 from vflsec.services.models import splitnn as sn
 from vflsec.services.models.splitnn.reference import accuracy, run_epochs
 
-EXPERIMENTS = ("covid", "bank", "masquerade", "noise", "secretflow", "overhead", "small")
+EXPERIMENTS = ("covid", "bank", "masquerade", "noise", "secretflow", "overhead", "small", "stack")
 COVID_PASSIVE = tuple(range(6, 18))  # 12 symptom/exposure columns (the last two columns are constant)
 
 
@@ -151,6 +159,8 @@ def bank(epochs: int, experiments: set[str], seeds: int) -> list[dict[str, objec
                     "best_of_all_listed": round(attack_accuracy(truth, x, complements=True), 4),
                 }
             out.append(row)
+    for seed in range(seeds) if "stack" in experiments else ():
+        out.append(stacked_sessions(data, dataset.n_classes, truth, epochs=epochs, width=width, seed=seed))
     if "overhead" in experiments:  # training CPU time, runs interleaved so that load drifts hit all alike
         times: dict[str, list[float]] = {"none": [], "m1": [], f"m{default_fabricated(n)}": []}
         for seed in range(seeds):
@@ -178,6 +188,35 @@ def bank(epochs: int, experiments: set[str], seeds: int) -> list[dict[str, objec
                         "test_accuracy": round(acc, 4), "accuracy_drop_pp": round(100 * (base_acc - acc), 2),
                         "ye_alg2": attack("ye_alg2", observe(data, zn), truth)})  # fmt: skip
     return out
+
+
+def stacked_sessions(
+    data: sn.SplitData, n_classes: int, truth: np.ndarray, *, epochs: int, width: int, seed: int
+) -> dict[str, object]:
+    """Issue 12: two masquerade m = 1 sessions of one passive party (its long-term secret: the same Q and bits) and
+    one with a secret of its own (as every session had before), each trained from its own start; Algorithm 1 and
+    Algorithm 2 (best fit, best of all listed) over the whole span of their z_B side by side, whose dimension an
+    attacker that stacks reads off the stack."""
+    party = new_key()
+    z = []
+    for i, masquerade in enumerate((Masquerade(1).with_secret(party), Masquerade(1).with_secret(party), Masquerade(1))):
+        build = lambda d_b, w, masq=masquerade: masq.build(d_b, w, bias=False)  # noqa: E731
+        fed, _, _ = train(data, n_classes, epochs=epochs, width=width, bottom=build, seed=3 * seed + i)
+        z.append(embeddings(fed, data))
+    row: dict[str, object] = {"experiment": "bank_masquerade_m1_stacked_sessions", "seed": seed, "n": len(truth),
+                              "d_B": data.features[1], "m": 1, "width": width}  # fmt: skip
+    stacks = {"one_session": z[0], "two_sessions_one_party": np.hstack(z[:2]), "two_sessions_a_q_each": np.hstack(
+        [z[0], z[2]])}  # fmt: skip
+    for label, stack in stacks.items():
+        span = span_basis(stack, stack.shape[1]).shape[1] - 1  # the ones vector aside
+        listed = regression_search(stack, span, rng=np.random.default_rng(seed)).vectors
+        row[label] = {
+            "span": span,
+            "ye_alg1": accuracies(truth, enumerate_binary(stack, span).vectors),
+            "ye_alg2_best_fit": accuracies(truth, listed[:, :1]),
+            "ye_alg2_best_of_listed": accuracies(truth, listed),
+        }
+    return row
 
 
 def small_drop(seeds: int, epochs: int = 30) -> dict[str, object]:

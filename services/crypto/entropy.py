@@ -9,6 +9,8 @@ Two sources, one small numpy-style interface (the methods release steps and mask
   a per-use nonce. Gradient masks come from here: a party that repeats the same training step after a crash
   rebuilds byte-identical masked products (the coordinator then answers from its cache instead of
   decrypting new products), while without the key the stream is indistinguishable from random.
+* :func:`derive_key` — HKDF-SHA256 (RFC 5869) of a party's long-term secret for one named purpose: keys of
+  distinct purposes are independent, and none reveals the secret or another (masquerade's Q and bit key).
 
 Floats take the top 53 bits of a 64-bit word (uniform on [0, 1)); normals use Box-Muller. Both are exact in
 distribution and vectorised, so a step's masks cost about as much as numpy's PCG64 (see ``bench he``).
@@ -22,9 +24,11 @@ import os
 from collections.abc import Callable
 
 import numpy as np
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-__all__ = ["KEY_BYTES", "CryptoRandom", "keyed_stream", "new_key", "os_entropy"]
+__all__ = ["KEY_BYTES", "CryptoRandom", "derive_key", "keyed_stream", "new_key", "os_entropy"]
 
 KEY_BYTES = 32
 _TWO_POW_53 = float(2**53)
@@ -32,6 +36,13 @@ _TWO_POW_53 = float(2**53)
 
 def new_key() -> bytes:
     return os.urandom(KEY_BYTES)
+
+
+def derive_key(secret: bytes, purpose: str) -> bytes:
+    """A 32-byte key for ``purpose`` (HKDF's info: name the use and any shape it depends on) from ``secret``."""
+    if len(secret) != KEY_BYTES:
+        raise ValueError(f"a long-term secret must be {KEY_BYTES} bytes, got {len(secret)}")
+    return HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None, info=purpose.encode()).derive(secret)
 
 
 class CryptoRandom:

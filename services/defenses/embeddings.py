@@ -4,24 +4,30 @@
   with Q of rank ``rank`` (default d_B − 1, ye §5's rank reduction, so that the true binary columns leave the
   exact span) and m fabricated bits a(x_B) that enter the span exactly: Algorithms 1–2 then find the fabricated
   bits. With m bits the rows split into 2^m patterns; m = ⌈log₂ n⌉ leaves the adaptive attack groups of about
-  one row (ye §5). Q is fixed (a buffer, never trained) and, like P's start, drawn from OS entropy rather than the
-  session seed the active party chose. The bits are a keyed PRF of the row's bytes (AES-256 CBC-MAC over fixed-length
-  messages, the length bound in a first block; the key is 32 bytes of OS entropy, never a config seed), so one
-  sample always gets the same pattern — repeating a query cannot average or difference it away — while
-  without the key the patterns are independent fair coins. One ECB pass per 16 bytes of row serves every row
-  of a batch at once, which keeps the first layer's overhead small.
+  one row (ye §5). The bits are a keyed PRF of the row's bytes (AES-256 CBC-MAC over fixed-length messages, the
+  length bound in a first block), so one sample always gets the same pattern — repeating a query cannot average or
+  difference it away — while without the key the patterns are independent fair coins. One ECB pass per 16 bytes of
+  row serves every row of a batch at once, which keeps the first layer's overhead small.
+  Q is fixed (a buffer, never trained) and, with the bits' key, derived from the party's **long-term masquerade
+  secret** (32 bytes of OS entropy kept in its state folder, never a config value or the session seed; HKDF-SHA256
+  per purpose, Q's entries an AES-CTR stream): every session of the party has the same Q and the same bits, so the
+  z_B of any number of sessions and model versions over the same rows, stacked side by side, span [Q x, a(x), 1]
+  and nothing more. With a Q per session two sessions stacked spanned [Q_1 x, Q_2 x] ∋ x: the binary feature again.
+  P's start is this session's own OS entropy (it trains anyway).
 * :class:`EmbeddingNoise` — N(0, σ²) on every z_B entry sent, σ stated, a keyed function of the row and of the
   model version (a digest of the bottom's weights; its own 32-byte OS-entropy key): the same sample at the same
   weights always gets the same noise, so asking k times and averaging cannot shrink σ by √k, while another row or
   another model version gets independent noise (σ protects each version's answer; over k versions it composes as
   any per-release noise does). Since the active party picks the steps (a tiny learning rate makes many near-identical
   versions), each row is answered at most ``max_answers`` times a session (counted by the passive engine): an
-  attacker averaging every answer it gets for a row still faces noise of σ/√max_answers at least.
+  attacker averaging every answer it gets for a row still faces noise of σ/√max_answers at least. Its key stays
+  per session: two sessions never share a model version (each bottom starts from its own OS entropy), so their
+  noise for one row is independent whatever the key, and a long-term key would protect nothing more.
 
 Both are public mechanisms (Kerckhoffs): ``public_params`` is what an attacker may know; the keys are not in it.
-Each keeps its key for the session (checkpointed with it, :attr:`EmbeddingChain.keys`). They are plug-ins of
-:data:`EMBEDDING_STEPS` (services/registry.py: specs such as ``masquerade:m=4`` are parsed there, by the one
-shared value parser).
+A session's keys are checkpointed with it (:attr:`EmbeddingChain.keys`; Q is in the layer's buffers). They are
+plug-ins of :data:`EMBEDDING_STEPS` (services/registry.py: specs such as ``masquerade:m=4`` are parsed there, by the
+one shared value parser).
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ import torch
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from torch import nn
 
-from vflsec.services.crypto.entropy import KEY_BYTES, new_key, os_entropy
+from vflsec.services.crypto.entropy import KEY_BYTES, derive_key, keyed_stream, new_key, os_entropy
 from vflsec.services.models.splitnn.modules import DTYPE
 from vflsec.services.registry import Plugin, Registry
 
@@ -59,6 +65,10 @@ MAX_FABRICATED = 128  # bits of one AES block (m = ⌈log₂ n⌉ is 64 at most)
 # training (30 epochs) plus a few evaluation queries, well inside; counted in uint16, hence the ceiling.
 DEFAULT_MAX_ANSWERS = 128
 MAX_ANSWERS_CEILING = 2**16 - 1
+# HKDF purposes of masquerade's keys. Fixed for good: another string gives a party's later sessions another Q and
+# other bits, and those stacked with its earlier sessions would span x again.
+_BITS_PURPOSE = "vflsec masquerade: row PRF key (AES-256 CBC-MAC of a row's float64 bytes)"
+_Q_PURPOSE = "vflsec masquerade: Q stream key (AES-256-CTR, U(±1/√d_B) entries row by row), d_B = {d_in}"
 
 
 def row_prf(key: bytes, x: np.ndarray) -> np.ndarray:
@@ -90,7 +100,8 @@ def default_fabricated(n_samples: int) -> int:
 class Masquerade(Plugin):
     """ye Algorithm 3: m fabricated binary features per sample and a rank-reduced true part.
 
-    ``m=None`` sizes m from the party's row count when :meth:`resolve` is called (m = ⌈log₂ n⌉).
+    ``m=None`` sizes m from the party's row count when :meth:`resolve` is called (m = ⌈log₂ n⌉). Q and the bits'
+    key come from a 32-byte secret: the party's long-term one (:meth:`with_secret`), else one this instance drew.
     """
 
     families = frozenset({"splitnn"})
@@ -101,12 +112,22 @@ class Masquerade(Plugin):
         if rank is not None and rank < 1:
             raise ValueError(f"rank must be >= 1, got {rank}")
         self.m, self.rank = m, rank
-        self._key = new_key()  # the PRF key: OS entropy, never a parameter (so never announced or configured)
+        self._keyed(new_key())  # OS entropy, never a parameter (so never announced or configured)
+
+    def _keyed(self, secret: bytes) -> Masquerade:
+        self._secret = secret
+        self._key = derive_key(secret, _BITS_PURPOSE)  # the bits' PRF key (a restored session sets its own)
+        return self
+
+    def with_secret(self, secret: bytes) -> Masquerade:
+        """This masquerade keyed by ``secret``, the party's long-term masquerade secret: the same Q (for a given
+        d_B) and the same bits in every session."""
+        return Masquerade(self.m, self.rank)._keyed(secret)
 
     def resolve(self, n_samples: int) -> Masquerade:
-        """This masquerade with m fixed (the default ⌈log₂ n⌉ when m was not given); same key."""
+        """This masquerade with m fixed (the default ⌈log₂ n⌉ when m was not given); same secret and key."""
         resolved = Masquerade(self.m if self.m is not None else default_fabricated(n_samples), self.rank)
-        resolved._key = self._key
+        resolved._secret, resolved._key = self._secret, self._key
         return resolved
 
     def public_params(self) -> dict[str, str]:
@@ -129,12 +150,19 @@ class Masquerade(Plugin):
             raise ValueError(f"masquerade rank must be <= d_B = {d_in}, got {rank}")
         return rank
 
+    def projection(self, d_in: int) -> np.ndarray:
+        """Q (rank × d_in), a function of the secret and d_in alone: the first ``rank`` rows of one keyed stream, so
+        sessions at different ranks still share nested row spaces (stacked, the larger rank, never x)."""
+        bound = 1.0 / math.sqrt(d_in)  # torch's default for a layer of d_in inputs
+        stream = keyed_stream(derive_key(self._secret, _Q_PURPOSE.format(d_in=d_in)), "rows of Q")
+        return stream.uniform(-bound, bound, (self._rank(d_in), d_in))
+
     def min_width(self, d_in: int) -> int:
         """The narrowest passive bottom (d_in inputs) that carries the rank-reduced part and every fabricated bit."""
         return self._rank(d_in) + (self.m or 0)
 
     def build(self, d_in: int, width: int, *, bias: bool) -> MasqueradeLinear:
-        """The passive bottom (d_in -> width) under this masquerade, its initial weights from OS entropy."""
+        """The passive bottom (d_in -> width) under this masquerade: Q from the secret, P's start from OS entropy."""
         rank = self._rank(d_in)
         if width < self.min_width(d_in):
             raise ValueError(
@@ -163,7 +191,8 @@ def os_initialised(module: nn.Module) -> nn.Module:
 class MasqueradeLinear(nn.Module):
     """z_B = P [Q x; a(x)] (+ b): Q (rank × d_B) and P ((rank + m) × width, its last m columns the u_i).
 
-    Q is a fixed buffer, never trained: were it trained, z_B of two model versions stacked side by side would span
+    Q is a fixed buffer, never trained, the same in every session of the party (:meth:`Masquerade.projection`): were
+    it trained or drawn per session, z_B of two model versions or two sessions stacked side by side would span
     [Q_1 x, Q_2 x], which holds the true binary columns again (rank reduction undone). P and b train."""
 
     q: torch.Tensor
@@ -171,8 +200,7 @@ class MasqueradeLinear(nn.Module):
     def __init__(self, masquerade: Masquerade, d_in: int, width: int, rank: int, bias: bool) -> None:
         super().__init__()
         self.masquerade = masquerade
-        bound = 1.0 / math.sqrt(d_in)
-        self.register_buffer("q", torch.from_numpy(os_entropy().uniform(-bound, bound, (rank, d_in))).to(DTYPE))
+        self.register_buffer("q", torch.from_numpy(masquerade.projection(d_in)).to(DTYPE))
         self.p = os_initialised(nn.Linear(rank + (masquerade.m or 0), width, bias=bias).to(DTYPE))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -261,9 +289,9 @@ class NoisyEmbedding(nn.Module):
 class EmbeddingChain:
     """A passive party's embedding defenses, from its operator's ``[defenses] embedding`` specs, in order.
 
-    The configured chain is a template: each session gets its own instances (:meth:`for_session`: fresh PRF
-    keys and m resolved for the party's rows). Masquerade replaces the linear layer, so it comes first
-    and at most once; noise steps wrap whatever precedes them.
+    The configured chain is a template: each session gets its own instances (:meth:`for_session`: masquerade keyed
+    by the party's long-term secret, fresh noise keys, m resolved for the party's rows). Masquerade replaces the
+    linear layer, so it comes first and at most once; noise steps wrap whatever precedes them.
     """
 
     steps: tuple[Plugin, ...] = ()
@@ -282,14 +310,17 @@ class EmbeddingChain:
     def __bool__(self) -> bool:
         return bool(self.steps)
 
-    def for_session(self, n_rows: int, keys: Sequence[bytes] = ()) -> EmbeddingChain:
-        """Fresh instances for one session (new OS-entropy keys); ``keys`` restores checkpointed ones, in order."""
+    def for_session(self, n_rows: int, keys: Sequence[bytes] = (), *, secret: bytes | None = None) -> EmbeddingChain:
+        """Instances for one session: masquerade keyed by ``secret`` (the party's long-term masquerade secret; None:
+        one of its own, this session's alone), new OS-entropy noise keys. ``keys`` restores checkpointed ones, in
+        order (a restored masquerade's Q is in the checkpointed layer)."""
         if len(keys) > len(self.steps) or any(len(key) != KEY_BYTES for key in keys):
             raise ValueError(f"expected at most {len(self.steps)} keys of {KEY_BYTES} bytes, got {len(keys)}")
         fresh: list[Plugin] = []
         for i, step in enumerate(self.steps):
             if isinstance(step, Masquerade):
-                step = Masquerade(step.m, step.rank).resolve(n_rows)
+                keyed = step.with_secret(secret) if secret is not None else Masquerade(step.m, step.rank)
+                step = keyed.resolve(n_rows)
             else:
                 step = type(step)(**step.get_params())
             if i < len(keys):
@@ -298,8 +329,13 @@ class EmbeddingChain:
         return EmbeddingChain(tuple(fresh))
 
     @property
+    def masquerade(self) -> Masquerade | None:
+        return next((step for step in self.steps if isinstance(step, Masquerade)), None)
+
+    @property
     def keys(self) -> tuple[bytes, ...]:
-        """Every step's PRF key, in order, for the party's own checkpoint only (never announced)."""
+        """Every step's PRF key, in order, for the party's own checkpoint only (never announced): masquerade's bit
+        key (derived from the long-term secret, which itself stays out of session checkpoints), the noise's own."""
         return tuple(step._key for step in self.steps)  # type: ignore[attr-defined]
 
     def announced(self) -> list[tuple[str, dict[str, str]]]:

@@ -26,6 +26,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from vflsec.services.crypto.entropy import KEY_BYTES, new_key
+
 log = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")  # a file name here (a session's, with its suffix)
@@ -102,6 +104,24 @@ class StateDir:
     def load_bytes(self, name: str) -> bytes:
         assert self.path is not None
         return (self.path / f"{name}.bin").read_bytes()
+
+    def secret(self, name: str) -> bytes | None:
+        """This party's long-term secret ``name``: 32 bytes of OS entropy made on first use, kept in
+        ``secrets/<name>.bin`` here (mode 0600, written atomically) and the same after every restart; None without a
+        folder. Its own subfolder: closing a session removes that session's ``<id>.bin``, and an id may be ``name``."""
+        if self.path is None:
+            return None
+        folder = StateDir(self.path / "secrets")
+        file = self.path / "secrets" / f"{name}.bin"
+        if not file.exists():
+            folder.save_bytes(name, new_key())
+        secret = file.read_bytes()
+        if len(secret) != KEY_BYTES:
+            raise ValueError(
+                f"{file} holds {len(secret)} bytes, not a {KEY_BYTES}-byte secret: restore it from a backup (removing "
+                "it makes a new secret, and the party's later sessions no longer share what the old one gave them)"
+            )
+        return secret
 
     def _write(self, filename: str, write: Callable[[BinaryIO], object]) -> None:
         if self.path is None:

@@ -4,6 +4,7 @@ splitnn.py, trees.py)."""
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -29,6 +30,8 @@ from vflsec.services.errors import (
 )
 from vflsec.services.models import family as families
 from vflsec.services.registry import parse_spec
+
+log = logging.getLogger(__name__)
 
 
 class CoordinatorLink(Protocol):
@@ -115,8 +118,8 @@ class PassiveSession:
         context = checkpoint.as_bytes(arrays["context"])
         family = meta.get("family", families.DEFAULT)  # a checkpoint from before the family layer is LR's
         embedding = EmbeddingChain.from_specs(meta.get("embedding_release", ()))
-        if embedding:  # the same defended layer and PRF keys as before the restart
-            # (older checkpoints kept only masquerade's key, which is always the first step)
+        if embedding:  # the same defended layer (Q in its buffers) and PRF keys as before the restart, also for a
+            # session joined when Q and the bit key were per session; older checkpoints kept only masquerade's key
             blob = checkpoint.as_bytes(arrays.get("embedding_keys", arrays.get("masquerade_key", np.zeros(0))))
             keys = [blob[i : i + entropy.KEY_BYTES] for i in range(0, len(blob), entropy.KEY_BYTES)]
             embedding = embedding.for_session(1, keys)  # m was resolved when the session joined
@@ -168,8 +171,21 @@ class PassiveParty:
     ) -> None:
         self.party_id = party_id
         # [defenses] embedding: this party's own defenses of its output sent in the clear (split-NN active-top);
-        # parsed here, so that a bad spec stops the service at start. Each session draws its own keys.
+        # parsed here, so that a bad spec stops the service at start. Each session draws its own noise keys.
         self.embedding_release = EmbeddingChain.from_specs(embedding_release)
+        self.state = state or checkpoint.StateDir(None)
+        # Masquerade's long-term secret: every session derives the same Q and bit key from it, so the z_B of several
+        # sessions over the same rows, stacked, span no more than one session's (services/defenses/embeddings.py).
+        self.masquerade_secret: bytes | None = None
+        if self.embedding_release.masquerade is not None:
+            self.masquerade_secret = self.state.secret("masquerade")
+            if self.masquerade_secret is None:
+                self.masquerade_secret = entropy.new_key()
+                log.warning(
+                    "%s: masquerade without a state folder: its Q and bit key last for this process only (sessions "
+                    "after a restart get new ones: stacked with earlier ones they span x again); set state_dir",
+                    party_id,
+                )
         # [policy] allowed_backends: a plain session sends this party's logits in the clear, so it joins one only
         # when its own operator says so, whatever the coordinator allows.
         self.backend_policy = BackendPolicy.of(f"{party_id}'s", allowed_backends)
@@ -184,7 +200,6 @@ class PassiveParty:
         self.coordinator = coordinator
         self.coordinator_id = coordinator_id  # the coordinator identity this party answers
         self.operator = operator or f"operator-{party_id}"  # this party's own operator (ForecastRisk)
-        self.state = state or checkpoint.StateDir(None)
         # A session the policy no longer allows (it changed since the session joined) is refused but for closing.
         self.sessions = SessionTable(
             self.state,
@@ -252,7 +267,7 @@ class PassiveParty:
         trainer = family.new_passive(n_classes, self.n_features, config)
         embedding = EmbeddingChain()
         if self.embedding_release and trainer.output_in_the_clear:  # elsewhere our output leaves encrypted only
-            embedding = self.embedding_release.for_session(len(self.data.ids))
+            embedding = self.embedding_release.for_session(len(self.data.ids), secret=self.masquerade_secret)
             try:
                 trainer = trainer.defended(embedding.module, embedding.min_width(self.n_features))
             except ValueError as exc:

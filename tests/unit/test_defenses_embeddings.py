@@ -140,8 +140,8 @@ def test_defended_bottoms_start_from_os_entropy_never_the_session_seed() -> None
 
     settings = FAMILY.settings({"topology": "active-top", "party": 1})
     for specs in (["masquerade:m=3"], ["embedding_noise:sigma=0.1"]):
-        chain = EmbeddingChain.from_specs(specs).for_session(1000)
-        first, second = (FAMILY.new_passive(2, 5, settings).defended(chain.module, 8) for _ in range(2))
+        chains = [EmbeddingChain.from_specs(specs).for_session(1000) for _ in range(2)]  # two parties' own secrets
+        first, second = (FAMILY.new_passive(2, 5, settings).defended(chain.module, 8) for chain in chains)
         a, b = first.bottom.module.state_dict(), second.bottom.module.state_dict()
         assert a.keys() == b.keys() and not any(torch.equal(a[k], b[k]) for k in a), specs
     plain = [FAMILY.new_passive(2, 5, settings).bottom.module.state_dict() for _ in range(2)]
