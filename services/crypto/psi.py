@@ -255,8 +255,8 @@ _DTYPE = np.dtype(f"S{POINT_BYTES}")  # one encoding per row; S32 compares all 3
 Task = tuple[Callable[..., bytes], tuple]
 
 
-def _blind_task(scalar: bytes, salt: bytes, ids: list[str], start: int) -> bytes:
-    return _multiply_task(scalar, b"".join(hash_to_group([_message(i, salt) for i in ids])), start)
+def _blind_task(scalar: bytes, salt: bytes, ids: Sequence[str] | np.ndarray, start: int) -> bytes:
+    return _multiply_task(scalar, b"".join(hash_to_group([_message(str(i), salt) for i in ids])), start)
 
 
 def _multiply_task(scalar: bytes, blob: bytes, start: int) -> bytes:
@@ -323,8 +323,20 @@ def _stream(tasks: Iterable[Task], n_tasks: int, workers: int) -> Iterator[bytes
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _run(tasks: list[Task], workers: int) -> bytes:
-    return b"".join(_stream(tasks, len(tasks), workers))
+Progress = Callable[[int], None]  # told the number of values of each chunk as it is done
+
+
+def _collect(results: Iterable[bytes], n: int, progress: Progress | None = None) -> np.ndarray:
+    """The chunks' values in one S32 array of ``n``, filled as they come (no list of chunks, no joined copy)."""
+    out, filled = np.empty(n, dtype=_DTYPE), 0
+    for blob in results:
+        values = _from_blob(blob)
+        out[filled : filled + len(values)] = values
+        filled += len(values)
+        if progress is not None:
+            progress(len(values))
+    assert filled == n
+    return out
 
 
 def _spans(n: int, workers: int) -> list[tuple[int, int]]:
@@ -335,11 +347,13 @@ def _spans(n: int, workers: int) -> list[tuple[int, int]]:
 def _blind_tasks(
     scalar: bytes, ids: Sequence[str], salt: bytes, spans: list[tuple[int, int]], order: np.ndarray | None = None
 ) -> Iterator[Task]:
-    """Blinding tasks over ``ids`` (in the given ``order``, if any); a chunk's ids become Python strings only
-    when its task is made."""
+    """Blinding tasks over ``ids`` (in the given ``order``, if any), made one at a time as the pool takes them: a
+    chunk's ids become Python strings only in the worker (an array's slice travels as one buffer)."""
     if order is None:
-        return ((_blind_task, (scalar, salt, [str(i) for i in ids[a:b]], a)) for a, b in spans)
-    return ((_blind_task, (scalar, salt, [str(ids[row]) for row in order[a:b]], a)) for a, b in spans)
+        return ((_blind_task, (scalar, salt, ids[a:b], a)) for a, b in spans)
+    if isinstance(ids, np.ndarray):
+        return ((_blind_task, (scalar, salt, ids[order[a:b]], a)) for a, b in spans)
+    return ((_blind_task, (scalar, salt, [ids[row] for row in order[a:b]], a)) for a, b in spans)
 
 
 def _multiply_tasks(scalar: bytes, points: np.ndarray, spans: list[tuple[int, int]]) -> Iterator[Task]:
@@ -365,20 +379,6 @@ def _as_list(points: np.ndarray) -> list[bytes]:
     # Through the raw buffer: an S32 element drops its trailing zero bytes.
     blob = points.tobytes()
     return [blob[i : i + POINT_BYTES] for i in range(0, len(blob), POINT_BYTES)]
-
-
-def _sort_unique(points: np.ndarray, what: str, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """``(order, points[order])``; a ValueError naming two rows (``rows[position]`` if given) if a value repeats.
-
-    Rows only, never the value: the message may travel in an RPC error."""
-    order = np.argsort(points, kind="stable")
-    ordered = points[order]
-    repeats = np.flatnonzero(ordered[1:] == ordered[:-1])
-    if repeats.size:
-        pair = order[repeats[0] : repeats[0] + 2]
-        first, second = sorted(int(row) for row in (pair if rows is None else rows[pair]))
-        raise ValueError(f"duplicate {what} at rows {first} and {second}")
-    return order, ordered
 
 
 # --- lists on the wire: chunks of at most CHUNK points, each with its index and the totals ---
@@ -477,16 +477,20 @@ def check_size(
         )
 
 
-def _require_unique(values: np.ndarray, what: str) -> None:
-    """:func:`_sort_unique`'s check without its sorted copy: the sorted order is compared block by block (a
-    million 22-character ids are 88 MB as a numpy string array)."""
-    order, block = np.argsort(values, kind="stable"), 65_536
-    for start in range(0, max(len(order) - 1, 0), block):
-        run = values[order[start : start + block + 1]]
+_BLOCK = 65_536  # values compared at once: temporaries stay a few MB (a million S32 values are 32 MB)
+
+
+def _require_unique(values: np.ndarray, what: str) -> np.ndarray:
+    """The sorting order of ``values``; a ValueError naming two rows if a value repeats (rows only, never the value:
+    the message may travel in an RPC error). The sorted values are compared block by block, never copied whole."""
+    order = np.argsort(values, kind="stable")
+    for start in range(0, max(len(order) - 1, 0), _BLOCK):
+        run = values[order[start : start + _BLOCK + 1]]
         repeats = np.flatnonzero(run[1:] == run[:-1])
         if repeats.size:
             first, second = sorted(int(row) for row in order[start + repeats[0] : start + repeats[0] + 2])
             raise ValueError(f"duplicate {what} at rows {first} and {second}")
+    return order
 
 
 class PsiKey:
@@ -504,15 +508,24 @@ class PsiKey:
         """``k·H(id)`` for each id, in order. Duplicate ids are rejected: rows must be addressable by id."""
         return _as_list(self.blind(ids, salt, workers=workers))
 
-    def blind(self, ids: Sequence[str] | np.ndarray, salt: bytes, *, workers: int | None = None) -> np.ndarray:
-        """:meth:`blind_ids` as an S32 array (what the engines send, chunk by chunk)."""
+    def blind(
+        self,
+        ids: Sequence[str] | np.ndarray,
+        salt: bytes,
+        *,
+        workers: int | None = None,
+        progress: Progress | None = None,
+    ) -> np.ndarray:
+        """:meth:`blind_ids` as an S32 array (what the engines send, chunk by chunk); ``progress`` hears of each
+        chunk done."""
         _require_salt(salt)
         _require_strings(ids)
         workers = _workers(workers)
         spans = _spans(len(ids), workers)
-        points = _from_blob(_run(list(_blind_tasks(self._scalar, ids, salt, spans)), workers))
+        tasks = _blind_tasks(self._scalar, ids, salt, spans)
+        points = _collect(_stream(tasks, len(spans), workers), len(ids), progress)
         # Equal ids give equal points (distinct ids collide with negligible probability): one sort finds repeats.
-        _sort_unique(points, "ids")
+        _require_unique(points, "ids")
         return points
 
     def reblind(self, points: Sequence[bytes] | np.ndarray, *, workers: int | None = None) -> list[bytes]:
@@ -524,9 +537,11 @@ class PsiKey:
         """
         return _as_list(self._reblind(_points(points), workers))
 
-    def _reblind(self, points: np.ndarray, workers: int | None) -> np.ndarray:
+    def _reblind(self, points: np.ndarray, workers: int | None, progress: Progress | None = None) -> np.ndarray:
         workers = _workers(workers)
-        return _from_blob(_run(list(_multiply_tasks(self._scalar, points, _spans(len(points), workers))), workers))
+        spans = _spans(len(points), workers)
+        results = _stream(_multiply_tasks(self._scalar, points, spans), len(spans), workers)
+        return _collect(results, len(points), progress)
 
 
 @dataclass(frozen=True)
@@ -610,21 +625,28 @@ class Alignment:
 def active_align(
     key: PsiKey,
     reblinded_active: Sequence[Sequence[bytes]],
-    blinded_passive: Sequence[Sequence[bytes]],
+    blinded_passive: Iterable[Sequence[bytes]],
     *,
     names: Sequence[str] | None = None,
     workers: int | None = None,
+    progress: Progress | None = None,
 ) -> Alignment:
     """Active side of step 3: per passive party p, ``reblinded_active[p]`` and ``blinded_passive[p]`` are
-    the two lists of its :class:`PassiveReply`; ``names[p]`` names p in errors."""
-    names = _names(names, len(blinded_passive))
-    doubles = []
-    for name, points in zip(names, blinded_passive, strict=True):
-        try:
-            doubles.append(key._reblind(_points(points), workers))
-        except ValueError as exc:
-            raise ValueError(f"list sent by {name}: {exc}") from None
-    return intersect(reblinded_active, doubles, names=names)
+    the two lists of its :class:`PassiveReply`; ``names[p]`` names p in errors; ``progress`` hears of each
+    re-blinded chunk. The passive lists are re-blinded one at a time, each as its turn comes: a caller that passes
+    an iterator holding no other reference frees each received list once it is re-blinded."""
+    names = _names(names, len(reblinded_active))
+
+    def doubles() -> Iterator[np.ndarray]:
+        for name, points in zip(names, blinded_passive, strict=True):
+            try:
+                double = key._reblind(_points(points), workers, progress)
+            except ValueError as exc:
+                raise ValueError(f"list sent by {name}: {exc}") from None
+            del points
+            yield double
+
+    return intersect(reblinded_active, doubles(), names=names)
 
 
 def _names(names: Sequence[str] | None, n: int) -> list[str]:
@@ -633,7 +655,7 @@ def _names(names: Sequence[str] | None, n: int) -> list[str]:
 
 def intersect(
     active_double: Sequence[Sequence[bytes]],
-    passive_double: Sequence[Sequence[bytes]],
+    passive_double: Iterable[Sequence[bytes]],
     *,
     names: Sequence[str] | None = None,
 ) -> Alignment:
@@ -641,15 +663,16 @@ def intersect(
 
     ``active_double[p][i]`` is A's row i blinded by A and passive party p; ``passive_double[p][j]`` is the
     j-th value p sent, blinded by p and A. A sample is common when its value matches for every party. Each
-    passive list is sorted once and A's values are found in it by binary search; the common samples get a fresh
-    uniform order from OS entropy (sorting by a value would leak row order to a party that can compute it).
+    passive list's sorting order is found once (no sorted copy) and A's values are looked up in it by binary search,
+    block by block; the common samples get a fresh uniform order from OS entropy (sorting by a value would leak row
+    order to a party that can compute it).
     """
-    if not active_double or len(active_double) != len(passive_double):
+    if not active_double or (isinstance(passive_double, Sequence) and len(active_double) != len(passive_double)):
         raise ValueError(
             f"need one active and one passive list per passive party, got {len(active_double)} and "
-            f"{len(passive_double)}"
+            f"{len(passive_double) if isinstance(passive_double, Sequence) else 'more'}"
         )
-    names = _names(names, len(passive_double))
+    names = _names(names, len(active_double))
     n_active = len(active_double[0])
     if any(len(values) != n_active for values in active_double):
         raise ValueError(f"every active list must have {n_active} values, one per active row")
@@ -657,15 +680,19 @@ def intersect(
     found: list[np.ndarray] = []
     for name, active_values, passive_values in zip(names, active_double, passive_double, strict=True):
         mine, theirs = _points(active_values), _points(passive_values)
-        _sort_unique(mine, f"active values for {name}")
-        order, ordered = _sort_unique(theirs, f"values sent by {name}")
-        if not len(ordered):
+        del passive_values
+        _require_unique(mine, f"active values for {name}")
+        order = _require_unique(theirs, f"values sent by {name}")
+        positions = np.zeros(n_active, dtype=np.int64)
+        if not len(theirs):
             common[:] = False
-            found.append(np.zeros(n_active, dtype=np.int64))
-            continue
-        at = np.minimum(np.searchsorted(ordered, mine), len(ordered) - 1)
-        common &= ordered[at] == mine
-        found.append(order[at].astype(np.int64))
+        for start in range(0, n_active if len(theirs) else 0, _BLOCK):
+            block = mine[start : start + _BLOCK]
+            at = order[np.minimum(np.searchsorted(theirs, block, sorter=order), len(theirs) - 1)]
+            common[start : start + _BLOCK] &= theirs[at] == block
+            positions[start : start + _BLOCK] = at
+        found.append(positions)
+        del theirs, order
     rows = np.flatnonzero(common)
     rows = rows[entropy.os_entropy().permutation(len(rows))].astype(np.int64)
     return Alignment(active_rows=rows, passive_positions=tuple(positions[rows] for positions in found))
