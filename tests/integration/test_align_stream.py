@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from tests.integration.conftest import Federation, federation
+from vflsec.services.engines.active import ActiveSession
 from vflsec.services.rpc import active as active_rpc
 from vflsec.v1 import active_pb2_grpc, common_pb2
 
@@ -91,6 +92,11 @@ def test_a_psi_finish_failing_at_the_second_passive_party_is_finished_by_the_nex
     with pytest.raises(grpc.RpcError) as err:
         list(fed.operator.train(session_id, ["0"], 1))
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "not aligned" in err.value.details()
+    restored = ActiveSession.from_state(session_id, *active.to_state(), _engine(fed, "active").data.ids)
+    assert restored.rows is None  # a restarted active party resumes the finish with the same positions
+    np.testing.assert_array_equal(restored.pending.active_rows, active.pending.active_rows)
+    for got, want in zip(restored.pending.passive_positions, active.pending.passive_positions, strict=True):
+        np.testing.assert_array_equal(got, want)
     first_rows = _engine(fed, "passive-1").session(session_id).rows.copy()
     assert second.session(session_id).rows is None
 
