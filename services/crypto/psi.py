@@ -156,9 +156,12 @@ def _stream(tasks: Iterable[Task], n_tasks: int, workers: int) -> Iterator[bytes
 Progress = Callable[[int], None]  # told the number of values of each chunk as it is done
 
 
-def _collect(results: Iterable[bytes], n: int, progress: Progress | None = None) -> np.ndarray:
-    """The chunks' values in one S32 array of ``n``, filled as they come (no list of chunks, no joined copy)."""
-    out, filled = np.empty(n, dtype=_DTYPE), 0
+def _collect(
+    results: Iterable[bytes], n: int, progress: Progress | None = None, out: np.ndarray | None = None
+) -> np.ndarray:
+    """The chunks' values in one S32 array of ``n`` (``out``, else a new one), filled as they come (no list of
+    chunks, no joined copy)."""
+    out, filled = np.empty(n, dtype=_DTYPE) if out is None else out, 0
     for blob in results:
         values = _from_blob(blob)
         out[filled : filled + len(values)] = values
@@ -375,11 +378,15 @@ class PsiKey:
         """
         return _as_list(self._reblind(_points(points), workers))
 
-    def _reblind(self, points: np.ndarray, workers: int | None, progress: Progress | None = None) -> np.ndarray:
+    def _reblind(
+        self, points: np.ndarray, workers: int | None, progress: Progress | None = None, *, in_place: bool = False
+    ) -> np.ndarray:
+        """``in_place``: the results overwrite ``points`` (each chunk's task holds a copy of its input before its
+        result arrives), so a list received whole is not held twice."""
         workers = _workers(workers)
         spans = _spans(len(points), workers)
         results = _stream(_multiply_tasks(self._scalar, points, spans), len(spans), workers)
-        return _collect(results, len(points), progress)
+        return _collect(results, len(points), progress, points if in_place else None)
 
 
 @dataclass(frozen=True)
@@ -471,17 +478,21 @@ def active_align(
 ) -> Alignment:
     """Active side of step 3: per passive party p, ``reblinded_active[p]`` and ``blinded_passive[p]`` are
     the two lists of its :class:`PassiveReply`; ``names[p]`` names p in errors; ``progress`` hears of each
-    re-blinded chunk. The passive lists are re-blinded one at a time, each as its turn comes: a caller that passes
-    an iterator holding no other reference frees each received list once it is re-blinded."""
+    re-blinded chunk. The passive lists are re-blinded one at a time, each as its turn comes; lists passed as an
+    iterator (not a sequence) are consumed: a writable S32 array is re-blinded in place, so each received list is
+    held once."""
     names = _names(names, len(reblinded_active))
+    consumed = not isinstance(blinded_passive, Sequence)
 
     def doubles() -> Iterator[np.ndarray]:
         for name, points in zip(names, blinded_passive, strict=True):
+            values = _points(points)
+            in_place = consumed and values.flags.writeable
             try:
-                double = key._reblind(_points(points), workers, progress)
+                double = key._reblind(values, workers, progress, in_place=in_place)
             except ValueError as exc:
                 raise ValueError(f"list sent by {name}: {exc}") from None
-            del points
+            del points, values
             yield double
 
     return intersect(reblinded_active, doubles(), names=names)
