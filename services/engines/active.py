@@ -422,10 +422,13 @@ class ActiveParty:
                 s.psi_started = True
                 self._save(s)
         passive_rows = [s.passive_rows.get(party, len(own_ids)) for party in self.passives]
-        tracker = _Tracker(len(own_ids) + sum(len(own_ids) + 2 * n for n in passive_rows), progress)
+        total = len(own_ids) + sum(len(own_ids) + 2 * n for n in passive_rows)
+        tracker = _Tracker(total, progress)
         if pending is None:
             pending = self._intersect(s, own_ids, tracker)
-        tracker.add("finishing")(0)
+            tracker.add("finishing")(0)
+        else:  # an earlier Align did the curve work
+            tracker.add("finishing")(total)
         self._finish(s, pending)
         return s.rows
 

@@ -100,8 +100,9 @@ def test_a_psi_finish_failing_at_the_second_passive_party_is_finished_by_the_nex
     first_rows = _engine(fed, "passive-1").session(session_id).rows.copy()
     assert second.session(session_id).rows is None
 
-    common = fed.operator.align(session_id)  # no second exchange: the same positions again
-    assert len(calls) == 2
+    seen: list[tuple[int, int, str]] = []
+    common = fed.operator.align(session_id, lambda *p: seen.append(p))  # no second exchange: the same positions
+    assert len(calls) == 2 and seen[-1][0] == seen[-1][1] and {stage for *_, stage in seen} == {"finishing"}
     rows = active.rows
     assert active.pending is None and common == _ids_of(fed, "active", rows).tolist()
     np.testing.assert_array_equal(_engine(fed, "passive-1").session(session_id).rows, first_rows)
