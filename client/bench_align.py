@@ -4,8 +4,9 @@ The active party holds ``rows`` ids; each passive party holds the first 90 % of 
 its own, so the common set is known and checked. Two transports:
 
 - ``grpc`` (default), the shipped path: each party's shard is written (ids plus one feature column, streamed to
-  disk), every party runs as its own ``vflsec serve`` process over loopback mTLS, and the operator's ``Align``
-  call is timed: the streamed exchange (PsiExchangeStream), the intersection, PsiFinish and the active party's id index.
+  disk), every party runs as its own ``vflsec serve`` process over loopback mTLS, and the operator's ``AlignStream``
+  call is timed: the streamed exchange (PsiExchangeStream), the intersection, PsiFinish, the active party's ID index
+  and the common IDs streamed back in chunks.
 - ``pipes``: every party in its own spawned process generating its ids itself, the protocol messages on pipes,
   so the figure is the PSI computation alone (the functions the engines call, with their process pools).
 

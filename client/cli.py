@@ -327,13 +327,21 @@ def demo(
             bar.console.print(line, markup=False)
 
         @contextlib.contextmanager
-        def phase_bar(what: str, total: int | None) -> Iterator[Callable[[int], None]]:
+        def phase_bar(what: str, total: int | None) -> Iterator[Callable[..., None]]:
             task = bar.add_task(what, total=total)  # None: a pulse and the elapsed time until it ends
-            yield lambda n: bar.advance(task, n)
-            if total is None:  # no counts to keep: its phase line says how long it took
+            counted = [total]
+
+            def advance(n: int, new_total: int | None = None) -> None:
+                if new_total is not None and new_total != counted[0]:
+                    counted[0] = new_total
+                    bar.update(task, total=new_total)
+                bar.advance(task, n)
+
+            yield advance
+            if counted[0] is None:  # no counts to keep: its phase line says how long it took
                 bar.remove_task(task)
             else:
-                bar.update(task, completed=total)
+                bar.update(task, completed=counted[0])
 
         phases = Phases(log, phase_bar)
         with phases("load", f"reading {dataset}"):

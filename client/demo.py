@@ -46,13 +46,15 @@ class Run:
 
 
 ProgressCallback = Callable[[str, int, int, int, int], None]  # backend, epoch, epochs, batch, n_batches
-# A progress bar for one phase: (what, total count or None) -> a context yielding "advance by n".
-PhaseBar = Callable[[str, int | None], contextlib.AbstractContextManager[Callable[[int], None]]]
+# A progress bar for one phase: (what, total count or None) -> a context yielding "advance by n" (and, if given, set
+# the total to a new count: an alignment learns its total from the active party).
+Advance = Callable[..., None]  # (n: int, total: int | None = None)
+PhaseBar = Callable[[str, int | None], contextlib.AbstractContextManager[Advance]]
 
 
 @contextlib.contextmanager
-def _no_bar(what: str, total: int | None) -> Iterator[Callable[[int], None]]:
-    yield lambda n: None
+def _no_bar(what: str, total: int | None) -> Iterator[Advance]:
+    yield lambda n, total=None: None
 
 
 class Phases:
@@ -68,7 +70,7 @@ class Phases:
     @contextlib.contextmanager
     def __call__(
         self, name: str, what: str, total: int | None = None, *, bar: bool = True
-    ) -> Iterator[Callable[[int], None]]:
+    ) -> Iterator[Advance]:
         """Time the phase; the caller advances its bar by the items done (``total`` of them; None: no counts
         until the end). ``bar=False``: the phase draws its own (training's epochs and batches)."""
         self._log(f"{name}: {what} ...")
@@ -78,6 +80,20 @@ class Phases:
         took = time.perf_counter() - start
         self.seconds[name] = self.seconds.get(name, 0.0) + took
         self._log(f"{name}: {what}: {took:.1f} s")
+
+
+def align(operator: Operator, session_id: str, phases: Phases, what: str) -> list[str]:
+    """``operator.align`` as the "align" phase, its bar counting the curve operations the active party reports
+    (our IDs blinded, each passive party's lists blinded, theirs re-blinded) of all it will take."""
+    with phases("align", what) as advance:
+        done = 0
+
+        def progress(now: int, total: int, stage: str) -> None:
+            nonlocal done
+            advance(now - done, total)
+            done = now
+
+        return operator.align(session_id, progress)
 
 
 def peak_rss_mb(pids: Mapping[str, int]) -> dict[str, float]:
@@ -106,8 +122,7 @@ def train_and_evaluate(
     train_ids, test_ids, test_labels = split
     if session_id is None:
         session_id = operator.create_session(backend, **spec.session_options()).session_id
-        with phases("align", f"aligning the {backend} session"):
-            operator.align(session_id)
+        align(operator, session_id, phases, f"aligning the {backend} session")
     start = time.perf_counter()
     with phases("train", f"training {len(train_ids):,} rows ({backend})", bar=False):
         record = train(
@@ -189,9 +204,7 @@ def evaluate(
     options = {"seed": spec.seed} if planned is None else replace(spec, batch_size=planned).session_options()
     info = operator.create_session(spec.backend, **options)
     passives = f"{len(info.passive_features)} passive part{'y' if len(info.passive_features) == 1 else 'ies'}"
-    with phases("align", f"aligning {len(labels):,} active IDs with {passives}", len(labels)) as advance:
-        common = operator.align(info.session_id)
-        advance(len(labels))
+    common = align(operator, info.session_id, phases, f"aligning {len(labels):,} active IDs with {passives}")
     train_ids, validation_ids, test_ids = spec.session_sets(common, np.array([labels[i] for i in common]))
     validation = (validation_ids, np.array([labels[i] for i in validation_ids], dtype=int))
     widths = [info.n_active_features + 1, *info.passive_features.values()]

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from vflsec.client.demo import Phases, peak_rss_mb
+from vflsec.client.demo import Phases, align, peak_rss_mb
 from vflsec.client.federation import FederationLayout, FederationSpec, run_in_process, run_processes, write_federation
 from vflsec.client.operator import Operator, forecast_risk
 from vflsec.client.training import TrainingRecord, train
@@ -178,8 +178,7 @@ def train_session(
     phases = phases or Phases()
     spec, train_ids, validation_ids, queried, _ = session_plan(scenario)
     info = operator.create_session(spec.backend, **spec.session_options())
-    with phases("align", "aligning"):
-        aligned = operator.align(info.session_id)
+    aligned = align(operator, info.session_id, phases, "aligning")
     if set(aligned) != set(spec.dealt_common()):
         raise RuntimeError("alignment found other IDs than the dealer dealt to every party")
     ds = spec.data

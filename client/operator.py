@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,8 +68,17 @@ class Operator:
         )
         return self.stub.CreateSession(request)
 
-    def align(self, session_id: str) -> list[str]:
-        return list(self.stub.Align(common_pb2.SessionRef(session_id=session_id)).common_ids)
+    def align(self, session_id: str, progress: Callable[[int, int, str], None] | None = None) -> list[str]:
+        """The common IDs, in the common order (``AlignStream``: chunk by chunk); ``progress(done, total, stage)``
+        hears the active party's counts of curve operations while the alignment runs."""
+        common: list[str] = []
+        for update in self.stub.AlignStream(common_pb2.SessionRef(session_id=session_id)):
+            if update.HasField("progress"):
+                if progress is not None:
+                    progress(update.progress.done, update.progress.total, update.progress.stage)
+            else:
+                common += update.common.common_ids
+        return common
 
     def train(self, session_id: str, sample_ids: Sequence[str], epochs: int) -> Iterator[active_pb2.TrainProgress]:
         yield from self.stub.Train(

@@ -18,19 +18,18 @@ session, enforced by the parties' engines):
    party's row order; A sends each P its ``Alignment.passive_positions[p]``.
 4. P maps common index -> own row with :func:`rows_from_positions`.
 
-Hashing runs in Python integers with batched inversions, taking each Elligator 2 square root from libsodium's
-point decompression (PyNaCl exposes no ristretto255 and no RFC 9380 hash); scalar multiplication and point
-validation are libsodium's. All of it holds the GIL, so the work is cut into chunks of up to :data:`CHUNK` ids or
-points (the unit of work: pure functions of the scalar, salt and chunk, so they could go to other machines too)
-run in a process pool of :func:`default_workers` processes. Lists are S32 numpy arrays (32 bytes per value, no
-per-row Python object); they travel between the parties as :class:`Chunk` s of the same size, streamed as the
-pool finishes them and checked on arrival by :class:`ChunkReader`. The intersection is a sort and a binary search
-over those arrays, not a per-row dict (docs/performance.md, "Alignment").
+Hashing (services/crypto/curve.py) runs in Python integers with batched inversions, taking each Elligator 2 square
+root from libsodium's point decompression (PyNaCl exposes no ristretto255 and no RFC 9380 hash); scalar
+multiplication and point validation are libsodium's. All of it holds the GIL, so the work is cut into chunks of up
+to :data:`CHUNK` ids or points (the unit of work: pure functions of the scalar, salt and chunk, so they could go to
+other machines too) run in a process pool of :func:`default_workers` processes. Lists are S32 numpy arrays (32 bytes
+per value, no per-row Python object); they travel between the parties as :class:`Chunk` s of the same size, streamed
+as the pool finishes them and checked on arrival by :class:`ChunkReader`. The intersection is a sort and a binary
+search over those arrays, not a per-row dict (docs/performance.md, "Alignment").
 """
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import math
 import multiprocessing
@@ -42,16 +41,22 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
-from nacl.bindings import (
-    crypto_core_ed25519_add,
-    crypto_core_ed25519_scalar_reduce,
-    crypto_scalarmult_ed25519_noclamp,
-)
-from nacl.exceptions import CryptoError
+from nacl.bindings import crypto_core_ed25519_scalar_reduce
 
 from vflsec.services.crypto import entropy
+from vflsec.services.crypto.curve import (  # the curve work; also this module's API
+    DST,
+    POINT_BYTES,
+    SUITE,
+    _message,
+    blind_task,
+    expand_message_xmd,
+    hash_to_group,
+    multiply_task,
+)
 
-POINT_BYTES = 32
+__all__ = ["DST", "POINT_BYTES", "SUITE", "expand_message_xmd", "hash_to_group"]  # and every public name below
+
 # Default cap on the IDs a party accepts in one exchange ([limits] psi_max_ids): it bounds how many candidate
 # IDs the active party can test per session, and sits above the million-row deployments the system targets.
 MAX_IDS = 2_000_000
@@ -62,168 +67,12 @@ MAX_RATIO = 2.0
 # ... above a floor ([limits] psi_ratio_floor): a list of up to a million IDs is never refused by default, whatever
 # our own size (a million-row partner is the deployment the system targets); psi_max_ids still bounds it.
 RATIO_FLOOR = 1_000_000
-# RFC 9380 §3.1 tag: application, version, suite. Bump the version if the encoding changes.
-SUITE = "edwards25519_XMD:SHA-512_ELL2_RO_"
-DST = f"vflsec-psi-v2-with-{SUITE}".encode()
 # Ids or points per unit of work: at most CHUNK (a task's pickling is noise next to its ~1 s of curve arithmetic;
 # 1M ids make ~120 tasks), and about 4 per worker for shorter lists so no worker waits on a long last one; a list of
 # up to MIN_CHUNK is one task, done in the calling process (a pool's start-up would cost more than it saves).
 CHUNK = 8192
 MIN_CHUNK = 2048
 WORKERS_ENV = "VFLSEC_PSI_WORKERS"
-
-# --- RFC 9380 hash_to_curve for edwards25519 (§6.7.1 Elligator 2, §6.8.2 rational map, h_eff = 8) ---
-_P = 2**255 - 19
-_A = 486662  # curve25519: v² = u³ + A·u² + u; Elligator 2 with Z = 2
-_D2 = 2 * (-121665 * pow(121666, -1, _P)) % _P  # 2d of edwards25519: -x² + y² = 1 + d·x²·y²
-_LOW_255 = (1 << 255) - 1
-
-
-def _even_sqrt(a: int) -> int:
-    """The even square root of a square ``a`` (p ≡ 5 mod 8); for the module's constants only."""
-    root = pow(a, (_P + 3) // 8, _P)
-    if root * root % _P != a:
-        root = root * pow(2, (_P - 1) // 4, _P) % _P
-    assert root * root % _P == a
-    return root if root % 2 == 0 else _P - root
-
-
-_C1 = _even_sqrt(_P - 486664)  # RFC 9380 §6.8.2: x = c1·s/t, sgn0(c1) = 0
-_ORDER_4 = bytes(32)  # the point (i, 0), i = √-1 even: (x, y) + (i, 0) = (i·y, i·x)
-_MINUS_I = _P - _even_sqrt(_P - 1)  # 1/i
-
-
-def _edwards_x(y: int) -> int | None:
-    """The even x with (x, y) on edwards25519, or None if there is none.
-
-    The square root is libsodium's (decompression, in C; a Python 255-bit ``pow`` made hashing 2x slower). Adding the
-    order-4 point (i, 0) to the decompressed point yields (i·y, i·x), so x comes back as the sum's y. libsodium's
-    addition requires both points on the curve, not in the subgroup; the RFC 9380 vector test guards this.
-    """
-    try:
-        total = crypto_core_ed25519_add(y.to_bytes(32, "little"), _ORDER_4)
-    except CryptoError:  # (y² − 1)/(d·y² + 1) is not a square
-        return None
-    return _MINUS_I * (int.from_bytes(total, "little") & _LOW_255) % _P
-
-
-def expand_message_xmd(msg: bytes, dst: bytes, length: int) -> bytes:
-    """RFC 9380 §5.3.1 with SHA-512 (b = 64, s = 128 bytes)."""
-    if len(dst) > 255 or length > 255 * 64:
-        raise ValueError("DST longer than 255 bytes or output too long")
-    dst_prime = dst + bytes([len(dst)])
-    b0 = hashlib.sha512(bytes(128) + msg + length.to_bytes(2, "big") + b"\x00" + dst_prime).digest()
-    blocks = [hashlib.sha512(b0 + b"\x01" + dst_prime).digest()]
-    while len(blocks) * 64 < length:
-        mixed = (int.from_bytes(b0, "big") ^ int.from_bytes(blocks[-1], "big")).to_bytes(64, "big")
-        blocks.append(hashlib.sha512(mixed + bytes([len(blocks) + 1]) + dst_prime).digest())
-    return b"".join(blocks)[:length]
-
-
-def _batch_invert(values: list[int]) -> list[int]:
-    """Montgomery's trick: every inverse for one exponentiation. Zero maps to zero (RFC 9380's inv0)."""
-    prefix, acc = [], 1
-    for v in values:
-        prefix.append(acc)
-        if v:
-            acc = acc * v % _P
-    inv = pow(acc, _P - 2, _P)
-    out = [0] * len(values)
-    for i in range(len(values) - 1, -1, -1):
-        if values[i]:
-            out[i] = prefix[i] * inv % _P
-            inv = inv * values[i] % _P
-    return out
-
-
-Point = tuple[int, int, int, int]  # extended coordinates (X, Y, Z, T), x = X/Z, y = Y/Z, x·y = T/Z
-_IDENTITY: Point = (0, 1, 1, 0)
-
-
-def _map_to_curve(us: list[int]) -> list[Point]:
-    """Elligator 2 onto curve25519 (Z = 2), then the rational map onto edwards25519, for many u at once.
-
-    Montgomery s is x1 = -A/(1 + 2u²) if g(x1) = x1³ + A·x1² + x1 is a square, else x2 = -x1 - A; Edwards
-    y = (s − 1)/(s + 1), which has an x exactly when g(s) is a square (here -(d+1) is a square), so libsodium's
-    decompression decides the branch and gives x up to sign. The sign follows RFC 9380: the Montgomery
-    t = c1·s/x has sgn0(t) = 1 in the x1 branch, 0 in the x2 branch. s = -1 or t = 0 maps to the identity.
-    """
-    x1s = [-_A * inv % _P or _P - _A for inv in _batch_invert([(1 + 2 * u * u) % _P for u in us])]
-    candidates = [*x1s, *((-x1 - _A) % _P for x1 in x1s)]
-    inv_plus_one = _batch_invert([(s + 1) % _P for s in candidates])
-    n, found = len(us), []
-    for k in range(n):
-        for branch, index in ((1, k), (0, n + k)):
-            s = candidates[index]
-            y = (s - 1) * inv_plus_one[index] % _P
-            x = _edwards_x(y)
-            if x is not None:
-                found.append((s, x, y, branch, inv_plus_one[index] == 0))
-                break
-        else:  # unreachable: g(x2) = 2u²·g(x1) is a square when g(x1) is not
-            raise AssertionError("Elligator 2 found no point")
-    inv_x = _batch_invert([x for _, x, _, _, _ in found])
-    points = []
-    for (s, x, y, branch, at_infinity), ix in zip(found, inv_x, strict=True):
-        if at_infinity or x == 0:
-            points.append(_IDENTITY)
-            continue
-        if (_C1 * s % _P * ix % _P) & 1 != branch:
-            x = _P - x
-        points.append((x, y, 1, x * y % _P))
-    return points
-
-
-def _add(p: Point, q: Point) -> Point:
-    """Complete addition on edwards25519 (a = -1), extended coordinates (Hisil et al. 2008, add-2008-hwcd-3)."""
-    x1, y1, z1, t1 = p
-    x2, y2, z2, t2 = q
-    a = (y1 - x1) * (y2 - x2) % _P
-    b = (y1 + x1) * (y2 + x2) % _P
-    c = t1 * _D2 % _P * t2 % _P
-    d = 2 * z1 * z2 % _P
-    e, f, g, h = b - a, d - c, d + c, b + a
-    return e * f % _P, g * h % _P, f * g % _P, e * h % _P
-
-
-def _double(p: Point) -> Point:
-    """Doubling on edwards25519 (a = -1), extended coordinates (dbl-2008-hwcd)."""
-    x1, y1, z1, _ = p
-    a, b, c = x1 * x1 % _P, y1 * y1 % _P, 2 * z1 * z1 % _P
-    e = ((x1 + y1) * (x1 + y1) - a - b) % _P
-    g = b - a
-    f, h = g - c, -a - b
-    return e * f % _P, g * h % _P, f * g % _P, e * h % _P
-
-
-def hash_to_group(messages: Sequence[bytes], dst: bytes = DST) -> list[bytes]:
-    """RFC 9380 ``hash_to_curve`` (suite :data:`SUITE`) of each message, as 32-byte edwards25519 encodings."""
-    # Chunks keep the intermediate integers of a million-ID list out of memory; inversions stay batched.
-    chunk = 4096
-    return [point for i in range(0, len(messages), chunk) for point in _hash_chunk(messages[i : i + chunk], dst)]
-
-
-def _hash_chunk(messages: Sequence[bytes], dst: bytes) -> list[bytes]:
-    us: list[int] = []
-    for msg in messages:
-        uniform = expand_message_xmd(msg, dst, 96)
-        us += (int.from_bytes(uniform[:48], "big") % _P, int.from_bytes(uniform[48:], "big") % _P)
-    mapped = _map_to_curve(us)
-    points = []
-    for i in range(0, len(mapped), 2):
-        q = _add(mapped[i], mapped[i + 1])
-        points.append(_double(_double(_double(q))))  # clear_cofactor, h_eff = 8
-    inv_z = _batch_invert([z for _, _, z, _ in points])
-    return [
-        ((y * iz % _P) | ((x * iz % _P) & 1) << 255).to_bytes(32, "little")
-        for (x, y, _, _), iz in zip(points, inv_z, strict=True)
-    ]
-
-
-def _message(sample_id: str, salt: bytes) -> bytes:
-    # The salt is length-prefixed so (salt, id) splits are unambiguous.
-    return len(salt).to_bytes(4, "big") + salt + sample_id.encode("utf-8")
-
 
 def new_salt() -> bytes:
     """A fresh per-session salt; it is public to both sides and only separates sessions."""
@@ -239,7 +88,7 @@ def hash_ids(ids: Sequence[str], salt: bytes) -> list[bytes]:
     """Hash ids into the prime-order group, salted per session."""
     _require_salt(salt)
     _require_strings(ids)
-    return hash_to_group([_message(sample_id, salt) for sample_id in ids])
+    return hash_to_group([_message(sample_id.encode("utf-8"), salt) for sample_id in ids])
 
 
 def _require_strings(ids: Sequence[str] | np.ndarray) -> None:
@@ -253,25 +102,6 @@ def _require_strings(ids: Sequence[str] | np.ndarray) -> None:
 # --- parallel units of work: pure functions of (scalar, salt, chunk), so any process or machine can run one ---
 _DTYPE = np.dtype(f"S{POINT_BYTES}")  # one encoding per row; S32 compares all 32 bytes, trailing zeros included
 Task = tuple[Callable[..., bytes], tuple]
-
-
-def _blind_task(scalar: bytes, salt: bytes, ids: list[str], start: int) -> bytes:
-    return _multiply_task(scalar, b"".join(hash_to_group([_message(i, salt) for i in ids])), start)
-
-
-def _multiply_task(scalar: bytes, blob: bytes, start: int) -> bytes:
-    """``scalar·P`` for each 32-byte point of ``blob``; libsodium refuses any point that is not the canonical
-    encoding of a non-identity point of the prime-order subgroup (``crypto_scalarmult_ed25519``'s contract)."""
-    out = bytearray(len(blob))
-    for i in range(0, len(blob), POINT_BYTES):
-        try:
-            out[i : i + POINT_BYTES] = crypto_scalarmult_ed25519_noclamp(scalar, blob[i : i + POINT_BYTES])
-        except CryptoError:
-            raise ValueError(
-                f"point at index {start + i // POINT_BYTES} is not a canonical point of the prime-order subgroup "
-                "of edwards25519"
-            ) from None
-    return bytes(out)
 
 
 def default_workers() -> int:
@@ -299,17 +129,17 @@ def _chunk(n: int, workers: int) -> int:
 def _stream(tasks: Iterable[Task], n_tasks: int, workers: int) -> Iterator[bytes]:
     """The tasks' results in order, each as soon as it and those before it are done: in this process for one task
     or one worker, else in a process pool that lives for this generator only (no worker, nor the scalar it was
-    sent, outlives it; a failed task, or a consumer that stops early, cancels the rest). At most 2 tasks per
-    worker are in flight or waiting to be consumed, so memory stays bounded however long the list.
-    forkserver, not fork: the parties are multi-threaded gRPC servers, and a fork copies whatever lock another
-    thread holds. (Like any forkserver user, a script calling this needs the ``if __name__ == "__main__":``
-    guard.)"""
+    sent, outlives it; a failed task, or a consumer that stops early, cancels the rest). Tasks are made as the pool
+    takes them and at most 2 per worker are in flight or waiting to be consumed, so memory stays bounded however
+    long the list. (forkserver, not fork: the parties are multi-threaded gRPC servers, and a fork copies whatever
+    lock another thread holds. The forkserver preloads only the curve code (services/crypto/psi_pool.py): a worker
+    is about 20 MB, and does not re-import the caller's main module.)"""
     n = min(workers, n_tasks)
     if n <= 1:
         yield from (fn(*args) for fn, args in tasks)
         return
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([__name__])
+    context.set_forkserver_preload(["vflsec.services.crypto.psi_pool"])
     pool = ProcessPoolExecutor(max_workers=n, mp_context=context)
     try:
         pending: deque = deque()
@@ -323,8 +153,23 @@ def _stream(tasks: Iterable[Task], n_tasks: int, workers: int) -> Iterator[bytes
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _run(tasks: list[Task], workers: int) -> bytes:
-    return b"".join(_stream(tasks, len(tasks), workers))
+Progress = Callable[[int], None]  # told the number of values of each chunk as it is done
+
+
+def _collect(
+    results: Iterable[bytes], n: int, progress: Progress | None = None, out: np.ndarray | None = None
+) -> np.ndarray:
+    """The chunks' values in one S32 array of ``n`` (``out``, else a new one), filled as they come (no list of
+    chunks, no joined copy)."""
+    out, filled = np.empty(n, dtype=_DTYPE) if out is None else out, 0
+    for blob in results:
+        values = _from_blob(blob)
+        out[filled : filled + len(values)] = values
+        filled += len(values)
+        if progress is not None:
+            progress(len(values))
+    assert filled == n
+    return out
 
 
 def _spans(n: int, workers: int) -> list[tuple[int, int]]:
@@ -335,15 +180,25 @@ def _spans(n: int, workers: int) -> list[tuple[int, int]]:
 def _blind_tasks(
     scalar: bytes, ids: Sequence[str], salt: bytes, spans: list[tuple[int, int]], order: np.ndarray | None = None
 ) -> Iterator[Task]:
-    """Blinding tasks over ``ids`` (in the given ``order``, if any); a chunk's ids become Python strings only
-    when its task is made."""
-    if order is None:
-        return ((_blind_task, (scalar, salt, [str(i) for i in ids[a:b]], a)) for a, b in spans)
-    return ((_blind_task, (scalar, salt, [str(ids[row]) for row in order[a:b]], a)) for a, b in spans)
+    """Blinding tasks over ``ids`` (in the given ``order``, if any), made one at a time as the pool takes them; a
+    chunk travels as one buffer of fixed-width UTF-8 encodings, never one Python object per id."""
+
+    def chunk(a: int, b: int) -> np.ndarray:
+        if order is None:
+            return np.asarray(ids[a:b], dtype=str)
+        if isinstance(ids, np.ndarray):
+            return ids[order[a:b]]
+        return np.asarray([ids[row] for row in order[a:b]], dtype=str)
+
+    def task(a: int, b: int) -> Task:
+        encoded = np.char.encode(chunk(a, b), "utf-8")  # S dtype: zero-padded to the longest id of the chunk
+        return blind_task, (scalar, salt, encoded.itemsize, encoded.tobytes(), a)
+
+    return (task(a, b) for a, b in spans)
 
 
 def _multiply_tasks(scalar: bytes, points: np.ndarray, spans: list[tuple[int, int]]) -> Iterator[Task]:
-    return ((_multiply_task, (scalar, points[a:b].tobytes(), a)) for a, b in spans)
+    return ((multiply_task, (scalar, points[a:b].tobytes(), a)) for a, b in spans)
 
 
 def _points(values: Sequence[bytes] | np.ndarray) -> np.ndarray:
@@ -365,20 +220,6 @@ def _as_list(points: np.ndarray) -> list[bytes]:
     # Through the raw buffer: an S32 element drops its trailing zero bytes.
     blob = points.tobytes()
     return [blob[i : i + POINT_BYTES] for i in range(0, len(blob), POINT_BYTES)]
-
-
-def _sort_unique(points: np.ndarray, what: str, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """``(order, points[order])``; a ValueError naming two rows (``rows[position]`` if given) if a value repeats.
-
-    Rows only, never the value: the message may travel in an RPC error."""
-    order = np.argsort(points, kind="stable")
-    ordered = points[order]
-    repeats = np.flatnonzero(ordered[1:] == ordered[:-1])
-    if repeats.size:
-        pair = order[repeats[0] : repeats[0] + 2]
-        first, second = sorted(int(row) for row in (pair if rows is None else rows[pair]))
-        raise ValueError(f"duplicate {what} at rows {first} and {second}")
-    return order, ordered
 
 
 # --- lists on the wire: chunks of at most CHUNK points, each with its index and the totals ---
@@ -477,16 +318,20 @@ def check_size(
         )
 
 
-def _require_unique(values: np.ndarray, what: str) -> None:
-    """:func:`_sort_unique`'s check without its sorted copy: the sorted order is compared block by block (a
-    million 22-character ids are 88 MB as a numpy string array)."""
-    order, block = np.argsort(values, kind="stable"), 65_536
-    for start in range(0, max(len(order) - 1, 0), block):
-        run = values[order[start : start + block + 1]]
+_BLOCK = 65_536  # values compared at once: temporaries stay a few MB (a million S32 values are 32 MB)
+
+
+def _require_unique(values: np.ndarray, what: str) -> np.ndarray:
+    """The sorting order of ``values``; a ValueError naming two rows if a value repeats (rows only, never the value:
+    the message may travel in an RPC error). The sorted values are compared block by block, never copied whole."""
+    order = np.argsort(values, kind="stable")
+    for start in range(0, max(len(order) - 1, 0), _BLOCK):
+        run = values[order[start : start + _BLOCK + 1]]
         repeats = np.flatnonzero(run[1:] == run[:-1])
         if repeats.size:
             first, second = sorted(int(row) for row in order[start + repeats[0] : start + repeats[0] + 2])
             raise ValueError(f"duplicate {what} at rows {first} and {second}")
+    return order
 
 
 class PsiKey:
@@ -504,15 +349,24 @@ class PsiKey:
         """``k·H(id)`` for each id, in order. Duplicate ids are rejected: rows must be addressable by id."""
         return _as_list(self.blind(ids, salt, workers=workers))
 
-    def blind(self, ids: Sequence[str] | np.ndarray, salt: bytes, *, workers: int | None = None) -> np.ndarray:
-        """:meth:`blind_ids` as an S32 array (what the engines send, chunk by chunk)."""
+    def blind(
+        self,
+        ids: Sequence[str] | np.ndarray,
+        salt: bytes,
+        *,
+        workers: int | None = None,
+        progress: Progress | None = None,
+    ) -> np.ndarray:
+        """:meth:`blind_ids` as an S32 array (what the engines send, chunk by chunk); ``progress`` hears of each
+        chunk done."""
         _require_salt(salt)
         _require_strings(ids)
         workers = _workers(workers)
         spans = _spans(len(ids), workers)
-        points = _from_blob(_run(list(_blind_tasks(self._scalar, ids, salt, spans)), workers))
+        tasks = _blind_tasks(self._scalar, ids, salt, spans)
+        points = _collect(_stream(tasks, len(spans), workers), len(ids), progress)
         # Equal ids give equal points (distinct ids collide with negligible probability): one sort finds repeats.
-        _sort_unique(points, "ids")
+        _require_unique(points, "ids")
         return points
 
     def reblind(self, points: Sequence[bytes] | np.ndarray, *, workers: int | None = None) -> list[bytes]:
@@ -524,9 +378,15 @@ class PsiKey:
         """
         return _as_list(self._reblind(_points(points), workers))
 
-    def _reblind(self, points: np.ndarray, workers: int | None) -> np.ndarray:
+    def _reblind(
+        self, points: np.ndarray, workers: int | None, progress: Progress | None = None, *, in_place: bool = False
+    ) -> np.ndarray:
+        """``in_place``: the results overwrite ``points`` (each chunk's task holds a copy of its input before its
+        result arrives), so a list received whole is not held twice."""
         workers = _workers(workers)
-        return _from_blob(_run(list(_multiply_tasks(self._scalar, points, _spans(len(points), workers))), workers))
+        spans = _spans(len(points), workers)
+        results = _stream(_multiply_tasks(self._scalar, points, spans), len(spans), workers)
+        return _collect(results, len(points), progress, points if in_place else None)
 
 
 @dataclass(frozen=True)
@@ -610,21 +470,32 @@ class Alignment:
 def active_align(
     key: PsiKey,
     reblinded_active: Sequence[Sequence[bytes]],
-    blinded_passive: Sequence[Sequence[bytes]],
+    blinded_passive: Iterable[Sequence[bytes]],
     *,
     names: Sequence[str] | None = None,
     workers: int | None = None,
+    progress: Progress | None = None,
 ) -> Alignment:
     """Active side of step 3: per passive party p, ``reblinded_active[p]`` and ``blinded_passive[p]`` are
-    the two lists of its :class:`PassiveReply`; ``names[p]`` names p in errors."""
-    names = _names(names, len(blinded_passive))
-    doubles = []
-    for name, points in zip(names, blinded_passive, strict=True):
-        try:
-            doubles.append(key._reblind(_points(points), workers))
-        except ValueError as exc:
-            raise ValueError(f"list sent by {name}: {exc}") from None
-    return intersect(reblinded_active, doubles, names=names)
+    the two lists of its :class:`PassiveReply`; ``names[p]`` names p in errors; ``progress`` hears of each
+    re-blinded chunk. The passive lists are re-blinded one at a time, each as its turn comes; lists passed as an
+    iterator (not a sequence) are consumed: a writable S32 array is re-blinded in place, so each received list is
+    held once."""
+    names = _names(names, len(reblinded_active))
+    consumed = not isinstance(blinded_passive, Sequence)
+
+    def doubles() -> Iterator[np.ndarray]:
+        for name, points in zip(names, blinded_passive, strict=True):
+            values = _points(points)
+            in_place = consumed and values.flags.writeable
+            try:
+                double = key._reblind(values, workers, progress, in_place=in_place)
+            except ValueError as exc:
+                raise ValueError(f"list sent by {name}: {exc}") from None
+            del points, values
+            yield double
+
+    return intersect(reblinded_active, doubles(), names=names)
 
 
 def _names(names: Sequence[str] | None, n: int) -> list[str]:
@@ -633,7 +504,7 @@ def _names(names: Sequence[str] | None, n: int) -> list[str]:
 
 def intersect(
     active_double: Sequence[Sequence[bytes]],
-    passive_double: Sequence[Sequence[bytes]],
+    passive_double: Iterable[Sequence[bytes]],
     *,
     names: Sequence[str] | None = None,
 ) -> Alignment:
@@ -641,15 +512,16 @@ def intersect(
 
     ``active_double[p][i]`` is A's row i blinded by A and passive party p; ``passive_double[p][j]`` is the
     j-th value p sent, blinded by p and A. A sample is common when its value matches for every party. Each
-    passive list is sorted once and A's values are found in it by binary search; the common samples get a fresh
-    uniform order from OS entropy (sorting by a value would leak row order to a party that can compute it).
+    passive list's sorting order is found once (no sorted copy) and A's values are looked up in it by binary search,
+    block by block; the common samples get a fresh uniform order from OS entropy (sorting by a value would leak row
+    order to a party that can compute it).
     """
-    if not active_double or len(active_double) != len(passive_double):
+    if not active_double or (isinstance(passive_double, Sequence) and len(active_double) != len(passive_double)):
         raise ValueError(
             f"need one active and one passive list per passive party, got {len(active_double)} and "
-            f"{len(passive_double)}"
+            f"{len(passive_double) if isinstance(passive_double, Sequence) else 'more'}"
         )
-    names = _names(names, len(passive_double))
+    names = _names(names, len(active_double))
     n_active = len(active_double[0])
     if any(len(values) != n_active for values in active_double):
         raise ValueError(f"every active list must have {n_active} values, one per active row")
@@ -657,15 +529,19 @@ def intersect(
     found: list[np.ndarray] = []
     for name, active_values, passive_values in zip(names, active_double, passive_double, strict=True):
         mine, theirs = _points(active_values), _points(passive_values)
-        _sort_unique(mine, f"active values for {name}")
-        order, ordered = _sort_unique(theirs, f"values sent by {name}")
-        if not len(ordered):
+        del passive_values
+        _require_unique(mine, f"active values for {name}")
+        order = _require_unique(theirs, f"values sent by {name}")
+        positions = np.zeros(n_active, dtype=np.int64)
+        if not len(theirs):
             common[:] = False
-            found.append(np.zeros(n_active, dtype=np.int64))
-            continue
-        at = np.minimum(np.searchsorted(ordered, mine), len(ordered) - 1)
-        common &= ordered[at] == mine
-        found.append(order[at].astype(np.int64))
+        for start in range(0, n_active if len(theirs) else 0, _BLOCK):
+            block = mine[start : start + _BLOCK]
+            at = order[np.minimum(np.searchsorted(theirs, block, sorter=order), len(theirs) - 1)]
+            common[start : start + _BLOCK] &= theirs[at] == block
+            positions[start : start + _BLOCK] = at
+        found.append(positions)
+        del theirs, order
     rows = np.flatnonzero(common)
     rows = rows[entropy.os_entropy().permutation(len(rows))].astype(np.int64)
     return Alignment(active_rows=rows, passive_positions=tuple(positions[rows] for positions in found))

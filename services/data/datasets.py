@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import ctypes
 import functools
 import io
 import itertools
@@ -254,7 +255,7 @@ def _strings(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     """A column's distinct cells (str; a number in Arrow's spelling, a null as ``""``) and each row's index
     among them."""
     pa, pc, _ = _arrow()
-    encoded = pc.dictionary_encode(pc.cast(column.combine_chunks(), pa.string()))
+    encoded = pc.dictionary_encode(pc.fill_null(pc.cast(column.combine_chunks(), pa.string()), ""))
     return _str_array(encoded.dictionary), encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
 
 
@@ -356,10 +357,9 @@ def _encode_table(
         raise ValueError(f"dataset {name!r}: no feature columns left")
 
     values, index = _strings(table.data[label_at])
-    label_missing = np.isin(values, list(missing_values))[index]
+    label_missing = np.isin(values, list(missing_values))[index] | _nulls(table.data[label_at])
     if label_missing.any():
-        rows = np.flatnonzero(label_missing)
-        raise ValueError(f"dataset {name!r}: label {columns[label_at]!r} missing in rows {rows[:5].tolist()}")
+        raise ValueError(f"dataset {name!r}: label {columns[label_at]!r} missing in {_first_rows(label_missing)}")
     if label_suffix:
         values = np.array([v.removesuffix(label_suffix) for v in values], dtype=str)
     label_values = values[index]
@@ -369,6 +369,8 @@ def _encode_table(
     else:
         values, index = _strings(table.data[id_at])
         ids = values[index]
+        if (blank := ids == "").any():
+            raise ValueError(f"dataset {name!r}: ID column {columns[id_at]!r} is empty in {_first_rows(blank)}")
     parsed = {j: _numbers(table.data[j], missing_values) for j in feature_at}
     keep = np.ones(table.n_rows, dtype=bool)
     if missing == "drop":
@@ -523,7 +525,8 @@ def _read_table(
 
 
 def _read_parquet(path: Path) -> _Table:
-    """A Parquet file's columns: numbers stay typed (a null is missing), anything else becomes stripped text."""
+    """A Parquet file's columns: numbers stay typed (a null is missing), anything else becomes stripped text (a null
+    feature cell reads as ``""``)."""
     pa, pc, _ = _arrow()
     import pyarrow.parquet as pq
 
@@ -531,7 +534,7 @@ def _read_parquet(path: Path) -> _Table:
     _require_unique(table.column_names, "column names")
     data = [
         c if pa.types.is_integer(c.type) or pa.types.is_floating(c.type)
-        else pc.utf8_trim_whitespace(pc.fill_null(pc.cast(c, pa.string()), ""))
+        else pc.utf8_trim_whitespace(pc.cast(c, pa.string()))  # a null stays null: a label or ID may not be one
         for c in table.columns
     ]  # fmt: skip
     return _Table(list(table.column_names), data)
@@ -575,8 +578,16 @@ def load_csv(
         missing_values=missing_values,
     )
     del table
-    _arrow()[0].default_memory_pool().release_unused()  # Arrow's pool keeps freed cells (300 MB at 1M x 20)
+    release_freed_memory()
     return ds
+
+
+def release_freed_memory() -> None:
+    """Hand the memory freed after loading back to the OS: Arrow's pool keeps freed cells (300 MB at 1M x 20), and
+    glibc's heap keeps the holes numpy's large temporaries left (a passive party's 1M-row shard left ~170 MB)."""
+    _arrow()[0].default_memory_pool().release_unused()
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 # ------------------------------------------------------------------------------- built-in datasets
@@ -1189,7 +1200,13 @@ def read_party_csv(path: str | os.PathLike[str]) -> PartyData:
         )
     except pa.ArrowInvalid as exc:
         raise ValueError(f"{path}: {exc}") from exc
-    return _party_data(table, columns, has_label, class_names)
+    try:
+        return _party_data(table, columns, has_label, class_names)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    finally:
+        del table
+        release_freed_memory()
 
 
 def _read_party_parquet(path: Path) -> PartyData:
@@ -1213,16 +1230,41 @@ def _read_party_parquet(path: Path) -> PartyData:
     except pa.ArrowInvalid as exc:
         raise ValueError(f"{path}: {exc}") from exc
     columns = names[1:-1] if has_label else names[1:]
-    return _party_data(table, columns, has_label, None if classes is None else json.loads(classes))
+    try:
+        return _party_data(table, columns, has_label, None if classes is None else json.loads(classes))
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    finally:
+        del table
+        release_freed_memory()
+
+
+def _nulls(column: pa.ChunkedArray) -> np.ndarray:
+    """Which rows of a column are null (a Parquet file's missing cell)."""
+    return np.asarray(column.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _first_rows(rows: np.ndarray) -> str:
+    """'rows [2, 7] (0-based)', the first five of the rows marked, and how many there are in all."""
+    marked = np.flatnonzero(rows)
+    more = f" ({len(marked)} in all)" if len(marked) > 5 else ""
+    return f"rows {marked[:5].tolist()}{more} (0-based data rows)"
 
 
 def _party_data(table: pa.Table, columns: list[str], has_label: bool, class_names: list[str] | None) -> PartyData:
+    """A party file's table as PartyData; a null or empty ID, or a null label, is a ValueError naming the column
+    and the first rows that hold one."""
     n = table.num_rows
+    ids = _str_array(table.column(0))
+    if (blank := _nulls(table.column(0)) | (ids == "")).any():
+        raise ValueError(f"ID column {_PARTY_ID_COLUMN!r} is empty in {_first_rows(blank)}")
+    if has_label and (missing := _nulls(table.column(table.num_columns - 1))).any():
+        raise ValueError(f"label column {_PARTY_LABEL_COLUMN!r} is empty in {_first_rows(missing)}")
     X = np.empty((n, len(columns)))
     for j in range(len(columns)):
         X[:, j] = table.column(1 + j).to_numpy()
     labels = table.column(table.num_columns - 1).to_numpy() if has_label else None
-    return PartyData(_str_array(table.column(0)), X, columns, labels, class_names)
+    return PartyData(ids, X, columns, labels, class_names)
 
 
 # ------------------------------------------------------------------------------------- sample IDs

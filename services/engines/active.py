@@ -57,9 +57,56 @@ class TrainingRun:
     done: bool = False
 
 
-def index_of(ids: np.ndarray, rows: np.ndarray) -> dict[str, int]:
-    """Own sample ID -> common index, for the aligned ``rows``."""
-    return dict(zip((str(i) for i in np.asarray(ids)[rows]), range(len(rows)), strict=True))
+@dataclass
+class AlignProgress:
+    """Curve operations of an alignment done so far, of all it takes (a display: the passive parties' sizes are
+    the ones they announced when they joined), and the stage it is in."""
+
+    done: int
+    total: int
+    stage: str  # "blinding" (ours), "exchanging" (each passive party's), "re-blinding" (theirs), "finishing"
+
+
+class _Tracker:
+    """Adds up the chunks done by several threads (one per passive party) and reports each new total."""
+
+    def __init__(self, total: int, report: Callable[[AlignProgress], None] | None) -> None:
+        self._done, self._total, self._report, self._lock = 0, total, report, threading.Lock()
+
+    def add(self, stage: str) -> Callable[[int], None]:
+        def count(n: int) -> None:
+            if self._report is not None:
+                with self._lock:
+                    self._done += n
+                    self._report(AlignProgress(min(self._done, self._total), self._total, stage))
+
+        return count
+
+
+class CommonIndex:
+    """Own sample ID -> common index, for the aligned ``rows``: sorted arrays and a binary search, no Python object
+    per row (a dict of a million IDs took about 150 MB)."""
+
+    def __init__(self, ids: np.ndarray, rows: np.ndarray) -> None:
+        self._ids = ids
+        self._order = np.argsort(ids, kind="stable")  # the party's IDs are unique (PartyData checks)
+        self._common = np.full(len(ids), -1, dtype=np.int64)  # active row -> common index, -1: not aligned
+        self._common[rows] = np.arange(len(rows))
+
+    def lookup(self, sample_ids: list[str] | np.ndarray) -> np.ndarray:
+        """The common index of each ID; a KeyError with the first ID that is not among the aligned samples."""
+        wanted = np.asarray(sample_ids, dtype=str)
+        if not len(self._ids):
+            raise KeyError(str(wanted[0]))
+        at = self._order[np.minimum(np.searchsorted(self._ids, wanted, sorter=self._order), len(self._ids) - 1)]
+        index = np.where(self._ids[at] == wanted, self._common[at], -1)
+        missing = np.flatnonzero(index < 0)
+        if missing.size:
+            raise KeyError(str(wanted[missing[0]]))
+        return index
+
+    def __getitem__(self, sample_id: str) -> int:
+        return int(self.lookup([sample_id])[0])
 
 
 @dataclass
@@ -81,9 +128,13 @@ class ActiveSession:
     # Per passive party, the key of its inference-share masks (services/crypto/share_mask.py), sent at JoinSession;
     # empty in a checkpoint written before share masks existed (such a session cannot predict).
     share_mask_keys: dict[str, bytes]
-    rows: np.ndarray | None = None  # common index -> active row (after PSI)
+    rows: np.ndarray | None = None  # common index -> active row (after PSI, once every passive party took it)
     psi_started: bool = False  # one PSI exchange per session, checkpointed before it starts
-    index_of: dict[str, int] = field(default_factory=dict)  # own sample ID -> common index
+    # The intersection, checkpointed before any passive party is told its positions and kept until every one
+    # took them: a PsiFinish that failed at one party is sent again by the next Align (same positions).
+    pending: psi.Alignment | None = None
+    index_of: CommonIndex | None = None  # own sample ID -> common index
+    passive_rows: dict[str, int] = field(default_factory=dict)  # the sizes announced at JoinSession (progress)
     step: int = 0
     trained: bool = False
     run: TrainingRun | None = None
@@ -101,6 +152,10 @@ class ActiveSession:
         }
         if self.rows is not None:
             arrays["rows"] = self.rows
+        if self.pending is not None:
+            arrays["pending_rows"] = self.pending.active_rows
+            for party, positions in zip(self.passive_features, self.pending.passive_positions, strict=True):
+                arrays[f"pending_positions/{party}"] = positions
         run = None
         if self.run is not None:
             run = {
@@ -163,7 +218,12 @@ class ActiveSession:
         )
         if "rows" in arrays:
             s.rows = np.array(arrays["rows"])
-            s.index_of = index_of(ids, s.rows)
+            s.index_of = CommonIndex(ids, s.rows)
+        if "pending_rows" in arrays:
+            s.pending = psi.Alignment(
+                np.array(arrays["pending_rows"]),
+                tuple(np.array(arrays[f"pending_positions/{party}"]) for party in s.passive_features),
+            )
         if meta["run"] is not None:
             s.run = TrainingRun(order=arrays.get("run_order"), **meta["run"])
         return s
@@ -298,6 +358,7 @@ class ActiveParty:
                 family=family.name,
                 trainer=trainer,
                 passive_features={party: r.n_features for party, r in zip(self.passives, joined, strict=True)},
+                passive_rows={party: r.n_rows for party, r in zip(self.passives, joined, strict=True)},
                 score_release=reply.score_release,
                 param_release=reply.param_release,
                 rng=np.random.default_rng(training.seed),  # batch order only: the seed steers no secret draw
@@ -340,12 +401,38 @@ class ActiveParty:
         self.coordinator.close(session_id)
 
     # --- alignment ---
-    def align(self, session_id: str) -> list[str]:
-        """PSI with every passive party: one exchange per session, marked in the checkpoint before it starts, so
-        a restarted party does not run a second one; an exchange that failed before any reply is unmarked and may
-        be retried (docs/protocol.md, "Alignment")."""
+    def align(self, session_id: str, progress: Callable[[AlignProgress], None] | None = None) -> np.ndarray:
+        """PSI with every passive party; returns the aligned rows (common index -> own row). One exchange per
+        session, marked in the checkpoint before it starts, so a restarted party does not run a second one; an
+        exchange that failed before any reply is unmarked and may be retried. The intersection is checkpointed
+        before any passive party hears of it, and the session is aligned only once every passive party has taken
+        its positions: a PsiFinish that failed anywhere is sent again, with the same positions, by the next Align
+        (docs/protocol.md, "Alignment"). ``progress`` hears of each chunk of curve work done."""
         s = self.session(session_id)
         own_ids = self.data.ids  # an array: no Python object per row during the exchange
+        with s.lock:
+            if s.rows is not None or (s.pending is None and s.psi_started):
+                raise FailedPrecondition(
+                    f"session {session_id!r} has had its PSI exchange (one per session): open a new session to "
+                    "align again"
+                )
+            pending = s.pending
+            if pending is None:
+                self._check_own_ids(own_ids)
+                s.psi_started = True
+                self._save(s)
+        passive_rows = [s.passive_rows.get(party, len(own_ids)) for party in self.passives]
+        total = len(own_ids) + sum(len(own_ids) + 2 * n for n in passive_rows)
+        tracker = _Tracker(total, progress)
+        if pending is None:
+            pending = self._intersect(s, own_ids, tracker)
+            tracker.add("finishing")(0)
+        else:  # an earlier Align did the curve work
+            tracker.add("finishing")(total)
+        self._finish(s, pending)
+        return s.rows
+
+    def _check_own_ids(self, own_ids: np.ndarray) -> None:
         if not len(own_ids):
             raise FailedPrecondition(f"PSI: {self.party_id} holds no sample IDs")
         if len(own_ids) > self.psi_max_ids:
@@ -353,14 +440,10 @@ class ActiveParty:
                 f"PSI: this party holds {len(own_ids)} sample IDs, over the cap of {self.psi_max_ids} "
                 "([limits] psi_max_ids; every passive party must accept as many)"
             )
-        with s.lock:
-            if s.psi_started:
-                raise FailedPrecondition(
-                    f"session {session_id!r} has had its PSI exchange (one per session): open a new session to "
-                    "align again"
-                )
-            s.psi_started = True
-            self._save(s)
+
+    def _intersect(self, s: ActiveSession, own_ids: np.ndarray, tracker: _Tracker) -> psi.Alignment:
+        """The exchange with every passive party and the intersection, checkpointed as the session's pending
+        alignment."""
         key, salt = psi.PsiKey(), psi.new_salt()
         # The caps on each passive list ([limits] psi_max_ids, absolute; psi_max_ratio, relative to our own list).
         check = functools.partial(
@@ -372,11 +455,12 @@ class ActiveParty:
         )
         try:
             try:
-                blinded = key.blind(own_ids, salt)
+                blinded = key.blind(own_ids, salt, progress=tracker.add("blinding"))
             except ValueError as exc:  # duplicate or non-string ids: nothing was sent
                 raise FailedPrecondition(f"PSI: {self.party_id}'s own IDs: {exc}") from exc
+            exchanging = tracker.add("exchanging")
             replies = self._each_passive(
-                lambda party, client, sent=blinded: client.psi_exchange(session_id, salt, sent, check)
+                lambda party, client, sent=blinded: client.psi_exchange(s.session_id, salt, sent, check, exchanging)
             )
             del blinded  # every passive party has it: 32 MB at 1M IDs, not held through the intersection
         except Exception:
@@ -386,28 +470,58 @@ class ActiveParty:
                 s.psi_started = False
                 self._save(s)
             raise
-        for party, (_, own) in zip(self.passives, replies, strict=True):
-            if not len(own):
+        sizes = [len(own) for _, own in replies]
+        for party, size in zip(self.passives, sizes, strict=True):
+            if not size:
                 raise FailedPrecondition(f"PSI: {party} holds no sample IDs")
+        doubles, owns = [double for double, _ in replies], [own for _, own in replies]
+        del replies
         try:
-            names = list(self.passives)
-            alignment = psi.active_align(key, [r[0] for r in replies], [r[1] for r in replies], names=names)
+            alignment = psi.active_align(
+                key,
+                doubles,
+                (owns.pop(0) for _ in range(len(owns))),  # each received list is freed once re-blinded
+                names=list(self.passives),
+                progress=tracker.add("re-blinding"),
+            )
         except ValueError as exc:
             raise InvalidArgument(f"PSI: {exc}") from exc
+        del doubles
         if alignment.size == 0:
             raise FailedPrecondition(
                 f"PSI: no sample ID is common to all of {self.party_id} ({len(own_ids)} IDs), "
-                + ", ".join(f"{party} ({len(own)} IDs)" for party, (_, own) in zip(self.passives, replies, strict=True))
+                + ", ".join(f"{party} ({size} IDs)" for party, size in zip(self.passives, sizes, strict=True))
                 + ": check each party's ID column and its spelling (e.g. '7' vs '007')"
             )
-        del replies
-        positions = dict(zip(self.passives, alignment.passive_positions, strict=True))
-        self._each_passive(lambda party, client: client.psi_finish(session_id, positions[party]))
         with s.lock:
-            s.rows = alignment.active_rows
-            s.index_of = index_of(own_ids, s.rows)
+            s.pending = alignment
             self._save(s)
-        return own_ids[s.rows].tolist()
+        return alignment
+
+    def _finish(self, s: ActiveSession, alignment: psi.Alignment) -> None:
+        """Every passive party's positions, concurrently; the session is aligned only if every one took them."""
+        positions = dict(zip(self.passives, alignment.passive_positions, strict=True))
+        futures = {
+            party: self._pool.submit(client.psi_finish, s.session_id, positions[party])
+            for party, client in self.passives.items()
+        }
+        failed = {}
+        for party, future in futures.items():
+            try:
+                future.result()
+            except Exception as exc:  # every party answers before the failures are reported
+                failed[party] = exc
+        if failed:
+            raise FailedPrecondition(
+                "PSI: PsiFinish failed at "
+                + "; ".join(f"{party}: {exc}" for party, exc in failed.items())
+                + f". No party is aligned for use: {s.session_id!r} keeps its intersection, and Align sends the "
+                "same positions again to finish it"
+            )
+        with s.lock:
+            s.rows, s.pending = alignment.active_rows, None
+            s.index_of = CommonIndex(self.data.ids, s.rows)
+            self._save(s)
 
     def _indices(self, s: ActiveSession, sample_ids: list[str]) -> np.ndarray:
         if s.rows is None:
@@ -415,7 +529,7 @@ class ActiveParty:
         if not sample_ids:
             raise InvalidArgument("sample_ids is empty")
         try:
-            return np.fromiter((s.index_of[i] for i in sample_ids), dtype=np.int64, count=len(sample_ids))
+            return s.index_of.lookup(sample_ids)
         except KeyError as exc:
             raise NotFound(f"sample ID {exc.args[0]!r} is not among the aligned samples") from None
 

@@ -320,7 +320,9 @@ class PassiveParty:
             reply = psi.passive_stream(psi.PsiKey(), own_ids, received, salt)  # checks our ids before any work
         except ValueError as exc:
             raise FailedPrecondition(f"PSI: {self.party_id}'s own IDs: {exc}") from exc
-        self._spend_psi_budget(s.owner, len(received))
+        n_received = len(received)
+        del reader, received  # the reply's tasks hold the list until the last is made (32 MB at 1M IDs), not longer
+        self._spend_psi_budget(s.owner, n_received)
         try:
             for name, chunk in reply.chunks:
                 if name == psi.OWN and s.psi_permutation is not reply.permutation:

@@ -239,11 +239,17 @@ class PassiveClient:
         return Joined(reply.n_features, reply.n_rows, reply.output_width, wire.steps_of(reply.embedding_release))
 
     def psi_exchange(
-        self, session_id: str, salt: bytes, blinded: np.ndarray, check_size: Callable[[int], None] | None = None
+        self,
+        session_id: str,
+        salt: bytes,
+        blinded: np.ndarray,
+        check_size: Callable[[int], None] | None = None,
+        progress: Callable[[int], None] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Stream our blinded list (an S32 array) to the party in chunks and read its reply chunk by chunk:
         (our list re-blinded, its own blinded list). ``check_size`` may refuse the size the party announces for
-        its own list before it arrives. A reply that breaks the chunk rules cancels the call."""
+        its own list before it arrives; ``progress`` hears of each chunk's values as they arrive. A reply that
+        breaks the chunk rules cancels the call."""
         policy = replace(self.policy, timeout=self.policy.timeout + PSI_SECONDS_PER_ID * len(blinded))
 
         def exchange(_: None, timeout: float) -> tuple[np.ndarray, np.ndarray]:
@@ -260,7 +266,10 @@ class PassiveClient:
                     name = reply.WhichOneof("list")
                     if name is None:
                         raise ValueError("a reply message carries no chunk")
-                    readers[name].add(psi_stream.from_message(getattr(reply, name)))
+                    chunk = psi_stream.from_message(getattr(reply, name))
+                    readers[name].add(chunk)
+                    if progress is not None:
+                        progress(len(chunk.data) // psi.POINT_BYTES)
                 return readers[psi.DOUBLE].result(), readers[psi.OWN].result()
             except (ValueError, ServiceError) as exc:
                 responses.cancel()

@@ -116,7 +116,7 @@ class FuzzEnv:
         channel = self.channels[case.caller, service]
         start = time.monotonic()
         try:
-            if case.method.endswith("/Train"):
+            if case.method.endswith(("/Train", "/AlignStream")):
                 list(channel.unary_stream(case.method)(case.payload, timeout=TIMEOUT))
             elif case.method.endswith("/PsiExchangeStream"):  # a stream of one message
                 list(channel.stream_stream(case.method)(iter([case.payload]), timeout=TIMEOUT))
@@ -403,6 +403,7 @@ def _active_messages(common_ids: list[str]) -> dict[str, st.SearchStrategy]:
             st.builds(a.CreateSessionRequest, session_id=sessions(), backend=st.integers(3, 2**31 - 1)),
         ),
         "Align": st.builds(common_pb2.SessionRef, session_id=sessions()),  # a live session would realign
+        "AlignStream": st.builds(common_pb2.SessionRef, session_id=sessions()),
         "Train": st.builds(
             a.TrainRequest,
             session_id=sessions(PLAIN),

@@ -26,7 +26,7 @@ from vflsec.v1 import common_pb2 as vflsec_dot_v1_dot_common__pb2
 from vflsec.v1 import coordinator_pb2 as vflsec_dot_v1_dot_coordinator__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16vflsec/v1/active.proto\x12\tvflsec.v1\x1a\x16vflsec/v1/common.proto\x1a\x1bvflsec/v1/coordinator.proto\"\xa3\x01\n\x14\x43reateSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12#\n\x07\x62\x61\x63kend\x18\x02 \x01(\x0e\x32\x12.vflsec.v1.Backend\x12+\n\x08training\x18\x03 \x01(\x0b\x32\x19.vflsec.v1.TrainingConfig\x12%\n\x05model\x18\x04 \x01(\x0b\x32\x16.vflsec.v1.ModelChoice\"\xc1\x02\n\x0bSessionInfo\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\tn_classes\x18\x02 \x01(\x05\x12\x13\n\x0b\x63lass_names\x18\x03 \x03(\t\x12\x19\n\x11n_active_features\x18\x04 \x01(\x05\x12\x45\n\x10passive_features\x18\x05 \x03(\x0b\x32+.vflsec.v1.SessionInfo.PassiveFeaturesEntry\x12-\n\rscore_release\x18\x06 \x03(\x0b\x32\x16.vflsec.v1.ReleaseStep\x12-\n\rparam_release\x18\x07 \x03(\x0b\x32\x16.vflsec.v1.ReleaseStep\x1a\x36\n\x14PassiveFeaturesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\"2\n\nAlignReply\x12\x12\n\ncommon_ids\x18\x01 \x03(\t\x12\x10\n\x08n_active\x18\x02 \x01(\x03\"F\n\x0cTrainRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x12\n\nsample_ids\x18\x02 \x03(\t\x12\x0e\n\x06\x65pochs\x18\x03 \x01(\x05\"m\n\rTrainProgress\x12\r\n\x05\x65poch\x18\x01 \x01(\x05\x12\r\n\x05\x62\x61tch\x18\x02 \x01(\x05\x12\x11\n\tn_batches\x18\x03 \x01(\x05\x12\x0c\n\x04step\x18\x04 \x01(\x03\x12\x0f\n\x07seconds\x18\x05 \x01(\x01\x12\x0c\n\x04\x64one\x18\x06 \x01(\x08\"8\n\x0ePredictRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x12\n\nsample_ids\x18\x02 \x03(\t\"\x84\x01\n\x0cPredictReply\x12\x12\n\nsample_ids\x18\x01 \x03(\t\x12!\n\x06scores\x18\x02 \x01(\x0b\x32\x11.vflsec.v1.Tensor\x12%\n\x05\x63hain\x18\x03 \x03(\x0b\x32\x16.vflsec.v1.ReleaseStep\x12\x16\n\x0e\x61rgmax_changed\x18\x04 \x01(\x03\"\x8c\x02\n\nModelReply\x12)\n\x0e\x61\x63tive_weights\x18\x01 \x01(\x0b\x32\x11.vflsec.v1.Tensor\x12\x1f\n\x04\x62ias\x18\x02 \x01(\x0b\x32\x11.vflsec.v1.Tensor\x12*\n\x08released\x18\x03 \x01(\x0b\x32\x18.vflsec.v1.ReleasedModel\x12\x0e\n\x06\x66\x61mily\x18\x04 \x01(\t\x12\x33\n\x07tensors\x18\x05 \x03(\x0b\x32\".vflsec.v1.ModelReply.TensorsEntry\x1a\x41\n\x0cTensorsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12 \n\x05value\x18\x02 \x01(\x0b\x32\x11.vflsec.v1.Tensor:\x02\x38\x01\x32\xfb\x02\n\x06\x41\x63tive\x12H\n\rCreateSession\x12\x1f.vflsec.v1.CreateSessionRequest\x1a\x16.vflsec.v1.SessionInfo\x12\x35\n\x05\x41lign\x12\x15.vflsec.v1.SessionRef\x1a\x15.vflsec.v1.AlignReply\x12<\n\x05Train\x12\x17.vflsec.v1.TrainRequest\x1a\x18.vflsec.v1.TrainProgress0\x01\x12=\n\x07Predict\x12\x19.vflsec.v1.PredictRequest\x1a\x17.vflsec.v1.PredictReply\x12:\n\nFetchModel\x12\x15.vflsec.v1.SessionRef\x1a\x15.vflsec.v1.ModelReply\x12\x37\n\x0c\x43loseSession\x12\x15.vflsec.v1.SessionRef\x1a\x10.vflsec.v1.Emptyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16vflsec/v1/active.proto\x12\tvflsec.v1\x1a\x16vflsec/v1/common.proto\x1a\x1bvflsec/v1/coordinator.proto\"\xa3\x01\n\x14\x43reateSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12#\n\x07\x62\x61\x63kend\x18\x02 \x01(\x0e\x32\x12.vflsec.v1.Backend\x12+\n\x08training\x18\x03 \x01(\x0b\x32\x19.vflsec.v1.TrainingConfig\x12%\n\x05model\x18\x04 \x01(\x0b\x32\x16.vflsec.v1.ModelChoice\"\xc1\x02\n\x0bSessionInfo\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\tn_classes\x18\x02 \x01(\x05\x12\x13\n\x0b\x63lass_names\x18\x03 \x03(\t\x12\x19\n\x11n_active_features\x18\x04 \x01(\x05\x12\x45\n\x10passive_features\x18\x05 \x03(\x0b\x32+.vflsec.v1.SessionInfo.PassiveFeaturesEntry\x12-\n\rscore_release\x18\x06 \x03(\x0b\x32\x16.vflsec.v1.ReleaseStep\x12-\n\rparam_release\x18\x07 \x03(\x0b\x32\x16.vflsec.v1.ReleaseStep\x1a\x36\n\x14PassiveFeaturesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\"D\n\nAlignReply\x12\x12\n\ncommon_ids\x18\x01 \x03(\t\x12\x10\n\x08n_active\x18\x02 \x01(\x03\x12\x10\n\x08n_common\x18\x03 \x01(\x03\";\n\rAlignProgress\x12\x0c\n\x04\x64one\x18\x01 \x01(\x03\x12\r\n\x05total\x18\x02 \x01(\x03\x12\r\n\x05stage\x18\x03 \x01(\t\"n\n\x0b\x41lignUpdate\x12,\n\x08progress\x18\x01 \x01(\x0b\x32\x18.vflsec.v1.AlignProgressH\x00\x12\'\n\x06\x63ommon\x18\x02 \x01(\x0b\x32\x15.vflsec.v1.AlignReplyH\x00\x42\x08\n\x06update\"F\n\x0cTrainRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x12\n\nsample_ids\x18\x02 \x03(\t\x12\x0e\n\x06\x65pochs\x18\x03 \x01(\x05\"m\n\rTrainProgress\x12\r\n\x05\x65poch\x18\x01 \x01(\x05\x12\r\n\x05\x62\x61tch\x18\x02 \x01(\x05\x12\x11\n\tn_batches\x18\x03 \x01(\x05\x12\x0c\n\x04step\x18\x04 \x01(\x03\x12\x0f\n\x07seconds\x18\x05 \x01(\x01\x12\x0c\n\x04\x64one\x18\x06 \x01(\x08\"8\n\x0ePredictRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x12\n\nsample_ids\x18\x02 \x03(\t\"\x84\x01\n\x0cPredictReply\x12\x12\n\nsample_ids\x18\x01 \x03(\t\x12!\n\x06scores\x18\x02 \x01(\x0b\x32\x11.vflsec.v1.Tensor\x12%\n\x05\x63hain\x18\x03 \x03(\x0b\x32\x16.vflsec.v1.ReleaseStep\x12\x16\n\x0e\x61rgmax_changed\x18\x04 \x01(\x03\"\x8c\x02\n\nModelReply\x12)\n\x0e\x61\x63tive_weights\x18\x01 \x01(\x0b\x32\x11.vflsec.v1.Tensor\x12\x1f\n\x04\x62ias\x18\x02 \x01(\x0b\x32\x11.vflsec.v1.Tensor\x12*\n\x08released\x18\x03 \x01(\x0b\x32\x18.vflsec.v1.ReleasedModel\x12\x0e\n\x06\x66\x61mily\x18\x04 \x01(\t\x12\x33\n\x07tensors\x18\x05 \x03(\x0b\x32\".vflsec.v1.ModelReply.TensorsEntry\x1a\x41\n\x0cTensorsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12 \n\x05value\x18\x02 \x01(\x0b\x32\x11.vflsec.v1.Tensor:\x02\x38\x01\x32\xbb\x03\n\x06\x41\x63tive\x12H\n\rCreateSession\x12\x1f.vflsec.v1.CreateSessionRequest\x1a\x16.vflsec.v1.SessionInfo\x12\x35\n\x05\x41lign\x12\x15.vflsec.v1.SessionRef\x1a\x15.vflsec.v1.AlignReply\x12>\n\x0b\x41lignStream\x12\x15.vflsec.v1.SessionRef\x1a\x16.vflsec.v1.AlignUpdate0\x01\x12<\n\x05Train\x12\x17.vflsec.v1.TrainRequest\x1a\x18.vflsec.v1.TrainProgress0\x01\x12=\n\x07Predict\x12\x19.vflsec.v1.PredictRequest\x1a\x17.vflsec.v1.PredictReply\x12:\n\nFetchModel\x12\x15.vflsec.v1.SessionRef\x1a\x15.vflsec.v1.ModelReply\x12\x37\n\x0c\x43loseSession\x12\x15.vflsec.v1.SessionRef\x1a\x10.vflsec.v1.Emptyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -44,19 +44,23 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SESSIONINFO_PASSIVEFEATURESENTRY']._serialized_start=524
   _globals['_SESSIONINFO_PASSIVEFEATURESENTRY']._serialized_end=578
   _globals['_ALIGNREPLY']._serialized_start=580
-  _globals['_ALIGNREPLY']._serialized_end=630
-  _globals['_TRAINREQUEST']._serialized_start=632
-  _globals['_TRAINREQUEST']._serialized_end=702
-  _globals['_TRAINPROGRESS']._serialized_start=704
-  _globals['_TRAINPROGRESS']._serialized_end=813
-  _globals['_PREDICTREQUEST']._serialized_start=815
-  _globals['_PREDICTREQUEST']._serialized_end=871
-  _globals['_PREDICTREPLY']._serialized_start=874
-  _globals['_PREDICTREPLY']._serialized_end=1006
-  _globals['_MODELREPLY']._serialized_start=1009
-  _globals['_MODELREPLY']._serialized_end=1277
-  _globals['_MODELREPLY_TENSORSENTRY']._serialized_start=1212
-  _globals['_MODELREPLY_TENSORSENTRY']._serialized_end=1277
-  _globals['_ACTIVE']._serialized_start=1280
-  _globals['_ACTIVE']._serialized_end=1659
+  _globals['_ALIGNREPLY']._serialized_end=648
+  _globals['_ALIGNPROGRESS']._serialized_start=650
+  _globals['_ALIGNPROGRESS']._serialized_end=709
+  _globals['_ALIGNUPDATE']._serialized_start=711
+  _globals['_ALIGNUPDATE']._serialized_end=821
+  _globals['_TRAINREQUEST']._serialized_start=823
+  _globals['_TRAINREQUEST']._serialized_end=893
+  _globals['_TRAINPROGRESS']._serialized_start=895
+  _globals['_TRAINPROGRESS']._serialized_end=1004
+  _globals['_PREDICTREQUEST']._serialized_start=1006
+  _globals['_PREDICTREQUEST']._serialized_end=1062
+  _globals['_PREDICTREPLY']._serialized_start=1065
+  _globals['_PREDICTREPLY']._serialized_end=1197
+  _globals['_MODELREPLY']._serialized_start=1200
+  _globals['_MODELREPLY']._serialized_end=1468
+  _globals['_MODELREPLY_TENSORSENTRY']._serialized_start=1403
+  _globals['_MODELREPLY_TENSORSENTRY']._serialized_end=1468
+  _globals['_ACTIVE']._serialized_start=1471
+  _globals['_ACTIVE']._serialized_end=1914
 # @@protoc_insertion_point(module_scope)

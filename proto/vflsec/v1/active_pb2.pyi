@@ -46,12 +46,32 @@ class SessionInfo(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., n_classes: _Optional[int] = ..., class_names: _Optional[_Iterable[str]] = ..., n_active_features: _Optional[int] = ..., passive_features: _Optional[_Mapping[str, int]] = ..., score_release: _Optional[_Iterable[_Union[_common_pb2.ReleaseStep, _Mapping]]] = ..., param_release: _Optional[_Iterable[_Union[_common_pb2.ReleaseStep, _Mapping]]] = ...) -> None: ...
 
 class AlignReply(_message.Message):
-    __slots__ = ("common_ids", "n_active")
+    __slots__ = ("common_ids", "n_active", "n_common")
     COMMON_IDS_FIELD_NUMBER: _ClassVar[int]
     N_ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    N_COMMON_FIELD_NUMBER: _ClassVar[int]
     common_ids: _containers.RepeatedScalarFieldContainer[str]
     n_active: int
-    def __init__(self, common_ids: _Optional[_Iterable[str]] = ..., n_active: _Optional[int] = ...) -> None: ...
+    n_common: int
+    def __init__(self, common_ids: _Optional[_Iterable[str]] = ..., n_active: _Optional[int] = ..., n_common: _Optional[int] = ...) -> None: ...
+
+class AlignProgress(_message.Message):
+    __slots__ = ("done", "total", "stage")
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    done: int
+    total: int
+    stage: str
+    def __init__(self, done: _Optional[int] = ..., total: _Optional[int] = ..., stage: _Optional[str] = ...) -> None: ...
+
+class AlignUpdate(_message.Message):
+    __slots__ = ("progress", "common")
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    COMMON_FIELD_NUMBER: _ClassVar[int]
+    progress: AlignProgress
+    common: AlignReply
+    def __init__(self, progress: _Optional[_Union[AlignProgress, _Mapping]] = ..., common: _Optional[_Union[AlignReply, _Mapping]] = ...) -> None: ...
 
 class TrainRequest(_message.Message):
     __slots__ = ("session_id", "sample_ids", "epochs")

@@ -46,6 +46,11 @@ class ActiveStub:
                 request_serializer=vflsec_dot_v1_dot_common__pb2.SessionRef.SerializeToString,
                 response_deserializer=vflsec_dot_v1_dot_active__pb2.AlignReply.FromString,
                 _registered_method=True)
+        self.AlignStream = channel.unary_stream(
+                '/vflsec.v1.Active/AlignStream',
+                request_serializer=vflsec_dot_v1_dot_common__pb2.SessionRef.SerializeToString,
+                response_deserializer=vflsec_dot_v1_dot_active__pb2.AlignUpdate.FromString,
+                _registered_method=True)
         self.Train = channel.unary_stream(
                 '/vflsec.v1.Active/Train',
                 request_serializer=vflsec_dot_v1_dot_active__pb2.TrainRequest.SerializeToString,
@@ -81,6 +86,14 @@ class ActiveServicer:
     def Align(self, request, context):
         """Private set intersection with every passive party; returns the common sample IDs (the active
         party's own IDs).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AlignStream(self, request, context):
+        """Align with live progress and a bounded reply: AlignProgress messages while the curve work runs, then the
+        common IDs in AlignReply chunks of at most 65,536 IDs each (in the common order), every chunk with the totals.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -122,6 +135,11 @@ def add_ActiveServicer_to_server(servicer, server):
                     servicer.Align,
                     request_deserializer=vflsec_dot_v1_dot_common__pb2.SessionRef.FromString,
                     response_serializer=vflsec_dot_v1_dot_active__pb2.AlignReply.SerializeToString,
+            ),
+            'AlignStream': grpc.unary_stream_rpc_method_handler(
+                    servicer.AlignStream,
+                    request_deserializer=vflsec_dot_v1_dot_common__pb2.SessionRef.FromString,
+                    response_serializer=vflsec_dot_v1_dot_active__pb2.AlignUpdate.SerializeToString,
             ),
             'Train': grpc.unary_stream_rpc_method_handler(
                     servicer.Train,
@@ -199,6 +217,33 @@ class Active:
             '/vflsec.v1.Active/Align',
             vflsec_dot_v1_dot_common__pb2.SessionRef.SerializeToString,
             vflsec_dot_v1_dot_active__pb2.AlignReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlignStream(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/vflsec.v1.Active/AlignStream',
+            vflsec_dot_v1_dot_common__pb2.SessionRef.SerializeToString,
+            vflsec_dot_v1_dot_active__pb2.AlignUpdate.FromString,
             options,
             channel_credentials,
             insecure,

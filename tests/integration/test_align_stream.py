@@ -1,0 +1,113 @@
+"""Alignment through the live services (real gRPC, mTLS, two passive parties): AlignStream reports the curve work
+as it goes and returns the common IDs in bounded chunks, in the common order; a PsiFinish that fails at one
+passive party leaves the session unaligned at the active party, and the next Align finishes it with the same
+positions, so every party ends on the same common rows."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import grpc
+import numpy as np
+import pytest
+
+from tests.integration.conftest import Federation, federation
+from vflsec.services.engines.active import ActiveSession
+from vflsec.services.rpc import active as active_rpc
+from vflsec.v1 import active_pb2_grpc, common_pb2
+
+STAGES = ("blinding", "exchanging", "re-blinding", "finishing")
+
+
+@pytest.fixture(scope="module")
+def fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
+    with federation(tmp_path_factory.mktemp("align-stream"), n_passive=2, allow_plain=True) as running:
+        yield running
+
+
+def _session(fed: Federation, seed: int) -> str:
+    return fed.operator.create_session("plain", seed=seed).session_id
+
+
+def _engine(fed: Federation, party: str):
+    return fed.parties[party].engine
+
+
+def _ids_of(fed: Federation, party: str, rows: np.ndarray) -> np.ndarray:
+    return _engine(fed, party).data.ids[rows]
+
+
+def test_align_stream_reports_counts_and_returns_the_common_ids_in_chunks(fed, monkeypatch) -> None:
+    monkeypatch.setattr(active_rpc, "ALIGN_CHUNK_IDS", 64)
+    session_id = _session(fed, 1)
+    stub = active_pb2_grpc.ActiveStub(fed.channel("operator", "active"))
+    updates = list(stub.AlignStream(common_pb2.SessionRef(session_id=session_id)))
+    progress = [u.progress for u in updates if u.HasField("progress")]
+    chunks = [u.common for u in updates if u.HasField("common")]
+    assert progress and all(u.HasField("progress") for u in updates[: len(progress)])  # progress comes first
+    assert [p.done for p in progress] == sorted(p.done for p in progress)
+    assert {p.stage for p in progress} <= set(STAGES) and progress[-1].stage == "finishing"
+    # Every party's size was announced at JoinSession: the counts end at the whole curve work, n_a + sum(n_a + 2 n_p).
+    n_active = len(_engine(fed, "active").data.ids)
+    total = n_active + sum(n_active + 2 * len(_engine(fed, p).data.ids) for p in ("passive-1", "passive-2"))
+    assert progress[-1].done == progress[-1].total == total
+    rows = _engine(fed, "active").session(session_id).rows
+    assert len(chunks) == -(-len(rows) // 64) > 1 and all(len(c.common_ids) <= 64 for c in chunks)
+    assert {(c.n_active, c.n_common) for c in chunks} == {(n_active, len(rows))}
+    common = [i for c in chunks for i in c.common_ids]
+    assert common == _ids_of(fed, "active", rows).tolist()  # the common order, as the passive parties hold it
+    for party in ("passive-1", "passive-2"):
+        assert common == _ids_of(fed, party, _engine(fed, party).session(session_id).rows).tolist()
+
+
+def test_the_operator_sees_the_counts_and_the_unary_align_still_answers(fed) -> None:
+    seen: list[tuple[int, int, str]] = []
+    common = fed.operator.align(_session(fed, 2), lambda done, total, stage: seen.append((done, total, stage)))
+    assert seen and seen[-1][0] == seen[-1][1] and len(common) > 0
+    session_id = _session(fed, 3)
+    reply = active_pb2_grpc.ActiveStub(fed.channel("operator", "active")).Align(
+        common_pb2.SessionRef(session_id=session_id)
+    )
+    assert sorted(reply.common_ids) == sorted(common) and reply.n_common == len(common)
+
+
+def test_a_psi_finish_failing_at_the_second_passive_party_is_finished_by_the_next_align(fed, monkeypatch) -> None:
+    session_id = _session(fed, 4)
+    second = _engine(fed, "passive-2")
+    original, calls = second.psi_finish, []
+
+    def fails_once(sid: str, positions: np.ndarray) -> int:
+        calls.append(sid)
+        if len(calls) == 1:
+            raise RuntimeError("disk full (injected)")
+        return original(sid, positions)
+
+    monkeypatch.setattr(second, "psi_finish", fails_once)
+    with pytest.raises(grpc.RpcError) as err:
+        fed.operator.align(session_id)
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "PsiFinish failed at passive-2" in err.value.details() and "disk full (injected)" in err.value.details()
+    active = _engine(fed, "active").session(session_id)
+    assert active.rows is None and active.pending is not None  # not aligned: nothing may train on it
+    with pytest.raises(grpc.RpcError) as err:
+        list(fed.operator.train(session_id, ["0"], 1))
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "not aligned" in err.value.details()
+    restored = ActiveSession.from_state(session_id, *active.to_state(), _engine(fed, "active").data.ids)
+    assert restored.rows is None  # a restarted active party resumes the finish with the same positions
+    np.testing.assert_array_equal(restored.pending.active_rows, active.pending.active_rows)
+    for got, want in zip(restored.pending.passive_positions, active.pending.passive_positions, strict=True):
+        np.testing.assert_array_equal(got, want)
+    first_rows = _engine(fed, "passive-1").session(session_id).rows.copy()
+    assert second.session(session_id).rows is None
+
+    seen: list[tuple[int, int, str]] = []
+    common = fed.operator.align(session_id, lambda *p: seen.append(p))  # no second exchange: the same positions
+    assert len(calls) == 2 and seen[-1][0] == seen[-1][1] and {stage for *_, stage in seen} == {"finishing"}
+    rows = active.rows
+    assert active.pending is None and common == _ids_of(fed, "active", rows).tolist()
+    np.testing.assert_array_equal(_engine(fed, "passive-1").session(session_id).rows, first_rows)
+    for party in ("passive-1", "passive-2"):
+        assert common == _ids_of(fed, party, _engine(fed, party).session(session_id).rows).tolist()
+    with pytest.raises(grpc.RpcError) as err:
+        fed.operator.align(session_id)
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "one per session" in err.value.details()
