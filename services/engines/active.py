@@ -12,7 +12,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, ClassVar, TypeVar
 
@@ -278,8 +278,11 @@ class ActiveParty:
             self.hub.emit(plugins.Observation(kind=kind, session_id=s.session_id, source=source, **fields))
 
     def _each_passive(self, fn: Callable[[str, PassiveClient], T]) -> list[T]:
-        """Run ``fn(party, client)`` for every passive party concurrently; results in party order."""
+        """Run ``fn(party, client)`` for every passive party concurrently; results in party order. Every call has
+        ended before this returns or raises (the first failure in party order), so no call to a peer is still in
+        flight when the caller reports the error: a retry cannot race the call that failed beside it."""
         futures = [self._pool.submit(fn, party, client) for party, client in self.passives.items()]
+        wait(futures)
         return [f.result() for f in futures]
 
     # --- session ---
