@@ -36,26 +36,25 @@ import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
-from torch import nn
 
-from vflsec.services.crypto.entropy import KEY_BYTES, derive_key, keyed_stream, new_key, os_entropy
-from vflsec.services.models.splitnn.modules import DTYPE
+from vflsec.services.crypto.entropy import KEY_BYTES, derive_key, keyed_stream, new_key
 from vflsec.services.registry import Plugin, Registry
+
+if TYPE_CHECKING:  # the layers need torch, imported only when a defended bottom is built
+    from torch import nn
+
+    from vflsec.services.defenses.embedding_layers import MasqueradeLinear, NoisyEmbedding
 
 __all__ = [
     "EMBEDDING_STEPS",
     "EmbeddingChain",
     "EmbeddingNoise",
     "Masquerade",
-    "MasqueradeLinear",
-    "NoisyEmbedding",
     "default_fabricated",
-    "model_version",
-    "os_initialised",
 ]
 
 EMBEDDING_STEPS: Registry[Plugin] = Registry("embedding release step")
@@ -169,52 +168,9 @@ class Masquerade(Plugin):
                 f"masquerade needs the passive width >= rank + m = {rank + self.m} to carry every fabricated bit; "
                 f"got {width} (raise passive_width to at least {rank + self.m}, or lower m)"
             )
+        from vflsec.services.defenses.embedding_layers import MasqueradeLinear
+
         return MasqueradeLinear(self, d_in, width, rank, bias)
-
-
-def os_initialised(module: nn.Module) -> nn.Module:
-    """``module`` with every linear layer redrawn from OS entropy (torch's default U(±1/√fan_in)).
-
-    A defended bottom never starts from the session seed: the active party chose it, and with the initial weights
-    it would read [Q x; a(x)] (or x, under noise alone) off the first batch's z_B."""
-    draw = os_entropy()
-    with torch.no_grad():
-        for layer in module.modules():
-            if isinstance(layer, nn.Linear):
-                bound = 1.0 / math.sqrt(layer.in_features)
-                for tensor in (layer.weight, layer.bias):
-                    if tensor is not None:
-                        tensor.copy_(torch.from_numpy(draw.uniform(-bound, bound, tuple(tensor.shape))))
-    return module
-
-
-class MasqueradeLinear(nn.Module):
-    """z_B = P [Q x; a(x)] (+ b): Q (rank × d_B) and P ((rank + m) × width, its last m columns the u_i).
-
-    Q is a fixed buffer, never trained, the same in every session of the party (:meth:`Masquerade.projection`): were
-    it trained or drawn per session, z_B of two model versions or two sessions stacked side by side would span
-    [Q_1 x, Q_2 x], which holds the true binary columns again (rank reduction undone). P and b train."""
-
-    q: torch.Tensor
-
-    def __init__(self, masquerade: Masquerade, d_in: int, width: int, rank: int, bias: bool) -> None:
-        super().__init__()
-        self.masquerade = masquerade
-        self.register_buffer("q", torch.from_numpy(masquerade.projection(d_in)).to(DTYPE))
-        self.p = os_initialised(nn.Linear(rank + (masquerade.m or 0), width, bias=bias).to(DTYPE))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        a = torch.from_numpy(self.masquerade.bits(x.detach().cpu().numpy())).to(x.dtype)
-        return self.p(torch.cat([x @ self.q.T, a], dim=1))
-
-
-def model_version(module: nn.Module) -> bytes:
-    """SHA-256 of ``module``'s weights and buffers: the same weights give the same digest, any update a new one."""
-    digest = hashlib.sha256()
-    for name, tensor in module.state_dict().items():
-        data = tensor.detach().cpu().numpy().tobytes()
-        digest.update(len(name).to_bytes(8, "little") + name.encode() + len(data).to_bytes(8, "little") + data)
-    return digest.digest()
 
 
 @EMBEDDING_STEPS.register("embedding_noise")
@@ -223,10 +179,11 @@ class EmbeddingNoise(Plugin):
 
     The row's CBC-MAC tag (:func:`row_prf`, under a MAC subkey bound to the version) seeds an AES-256-CTR-like
     expansion (under a second subkey) of 16 bytes per pair of entries, turned into normals by Box-Muller. The
-    version is a digest of the wrapped bottom's weights (:func:`model_version`): asked again at the same weights, a
-    row gets the same noise (no averaging of repeats); at other weights (a later training step, the final model)
-    independent noise, so the difference of one row's answers at two versions does not cancel it. Distinct rows get
-    independent noise, and without the key (32 bytes of OS entropy, never configured) it looks like i.i.d. draws.
+    version is a digest of the wrapped bottom's weights (``embedding_layers.model_version``): asked again at the
+    same weights, a row gets the same noise (no averaging of repeats); at other weights (a later training step, the
+    final model) independent noise, so the difference of one row's answers at two versions does not cancel it.
+    Distinct rows get independent noise, and without the key (32 bytes of OS entropy, never configured) it looks
+    like i.i.d. draws.
     """
 
     families = frozenset({"splitnn"})
@@ -271,18 +228,9 @@ class EmbeddingNoise(Plugin):
 
     def wrap(self, module: nn.Module) -> NoisyEmbedding:
         """``module`` whose output carries this noise (training and inference); gradients pass unchanged."""
+        from vflsec.services.defenses.embedding_layers import NoisyEmbedding
+
         return NoisyEmbedding(module, self)
-
-
-class NoisyEmbedding(nn.Module):
-    def __init__(self, module: nn.Module, noise: EmbeddingNoise) -> None:
-        super().__init__()
-        self.inner, self.noise = module, noise
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        z = self.inner(x)
-        noise = self.noise.draw(x.detach().cpu().numpy(), z.shape[1], model_version(self.inner))
-        return z + torch.from_numpy(noise).to(z.dtype)
 
 
 @dataclass(frozen=True)
@@ -358,7 +306,9 @@ class EmbeddingChain:
 
     def module(self, plain: nn.Module, d_in: int, width: int, *, bias: bool) -> nn.Module:
         """The defended bottom replacing ``plain`` (d_in -> width), its initial weights from OS entropy, never the
-        session seed (:func:`os_initialised`)."""
+        session seed (:func:`~vflsec.services.defenses.embedding_layers.os_initialised`)."""
+        from vflsec.services.defenses.embedding_layers import os_initialised
+
         module = os_initialised(plain) if self.steps else plain
         for step in self.steps:
             if isinstance(step, Masquerade):

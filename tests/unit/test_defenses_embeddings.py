@@ -7,13 +7,13 @@ import pytest
 import torch
 
 from vflsec.services.attacks.binary import binary_match, enumerate_binary
+from vflsec.services.defenses.embedding_layers import model_version
 from vflsec.services.defenses.embeddings import (
     EMBEDDING_STEPS,
     EmbeddingChain,
     EmbeddingNoise,
     Masquerade,
     default_fabricated,
-    model_version,
 )
 from vflsec.services.registry import PluginError
 

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from vflsec.services.config import ConfigError, parse_config
-from vflsec.services.defenses.embeddings import EmbeddingChain, Masquerade, MasqueradeLinear, NoisyEmbedding
+from vflsec.services.defenses.embedding_layers import MasqueradeLinear, NoisyEmbedding
+from vflsec.services.defenses.embeddings import EmbeddingChain, Masquerade
 from vflsec.services.registry import PluginError
 
 

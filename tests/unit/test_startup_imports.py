@@ -1,5 +1,6 @@
-"""Party start-up: a coordinator or active process never imports torch or scipy (~3 CPU-s per party); only the
-optimising parameter defenses (on first use) and split-NN need them."""
+"""Party start-up: a coordinator, active or passive process never imports torch or scipy (~3 CPU-s and ~190 MB per
+party); only the optimising parameter defenses (on first use), split-NN and a configured embedding defense need
+them."""
 
 from __future__ import annotations
 
@@ -12,11 +13,12 @@ import pytest
 MODULES = {
     "coordinator": ["engines.coordinator", "rpc.coordinator", "rpc.splitnn", "rpc.trees"],
     "active": ["engines.active", "rpc.active"],
+    "passive": ["engines.passive", "rpc.passive", "rpc.splitnn", "rpc.trees", "defenses.embeddings"],
 }
 
 
 @pytest.mark.parametrize("role", sorted(MODULES))
-def test_a_coordinator_or_active_process_starts_without_torch_or_scipy(role: str) -> None:
+def test_a_party_process_starts_without_torch_or_scipy(role: str) -> None:
     code = (
         "import sys\n"
         "import vflsec.services.app\n"
@@ -49,3 +51,17 @@ def test_the_engines_load_neither_grpc_nor_protobuf() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_an_embedding_defense_reaches_torch_when_it_builds_a_layer() -> None:
+    code = (
+        "import sys\n"
+        "from vflsec.services.defenses.embeddings import EmbeddingChain\n"
+        "chain = EmbeddingChain.from_specs(['masquerade:m=1']).for_session(8)\n"
+        "assert 'torch' not in sys.modules\n"
+        "from torch import nn\n"
+        "layer = chain.module(nn.Linear(3, 4), 3, 4, bias=True)\n"
+        "print(type(layer).__name__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "MasqueradeLinear"
