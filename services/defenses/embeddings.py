@@ -43,7 +43,6 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from torch import nn
 
 from vflsec.services.crypto.entropy import KEY_BYTES, derive_key, keyed_stream, new_key, os_entropy
-from vflsec.services.models.splitnn.modules import DTYPE
 from vflsec.services.registry import Plugin, Registry
 
 __all__ = [
@@ -161,15 +160,16 @@ class Masquerade(Plugin):
         """The narrowest passive bottom (d_in inputs) that carries the rank-reduced part and every fabricated bit."""
         return self._rank(d_in) + (self.m or 0)
 
-    def build(self, d_in: int, width: int, *, bias: bool) -> MasqueradeLinear:
-        """The passive bottom (d_in -> width) under this masquerade: Q from the secret, P's start from OS entropy."""
+    def build(self, d_in: int, width: int, *, bias: bool, dtype: torch.dtype = torch.float64) -> MasqueradeLinear:
+        """The passive bottom (d_in -> width) under this masquerade: Q from the secret, P's start from OS entropy;
+        ``dtype``: the bottom's it replaces (:meth:`EmbeddingChain.module` passes it; split-NN runs in float64)."""
         rank = self._rank(d_in)
         if width < self.min_width(d_in):
             raise ValueError(
                 f"masquerade needs the passive width >= rank + m = {rank + self.m} to carry every fabricated bit; "
                 f"got {width} (raise passive_width to at least {rank + self.m}, or lower m)"
             )
-        return MasqueradeLinear(self, d_in, width, rank, bias)
+        return MasqueradeLinear(self, d_in, width, rank, bias, dtype)
 
 
 def os_initialised(module: nn.Module) -> nn.Module:
@@ -197,11 +197,13 @@ class MasqueradeLinear(nn.Module):
 
     q: torch.Tensor
 
-    def __init__(self, masquerade: Masquerade, d_in: int, width: int, rank: int, bias: bool) -> None:
+    def __init__(
+        self, masquerade: Masquerade, d_in: int, width: int, rank: int, bias: bool, dtype: torch.dtype
+    ) -> None:
         super().__init__()
         self.masquerade = masquerade
-        self.register_buffer("q", torch.from_numpy(masquerade.projection(d_in)).to(DTYPE))
-        self.p = os_initialised(nn.Linear(rank + (masquerade.m or 0), width, bias=bias).to(DTYPE))
+        self.register_buffer("q", torch.from_numpy(masquerade.projection(d_in)).to(dtype))
+        self.p = os_initialised(nn.Linear(rank + (masquerade.m or 0), width, bias=bias).to(dtype))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         a = torch.from_numpy(self.masquerade.bits(x.detach().cpu().numpy())).to(x.dtype)
@@ -358,11 +360,13 @@ class EmbeddingChain:
 
     def module(self, plain: nn.Module, d_in: int, width: int, *, bias: bool) -> nn.Module:
         """The defended bottom replacing ``plain`` (d_in -> width), its initial weights from OS entropy, never the
-        session seed (:func:`os_initialised`)."""
+        session seed (:func:`os_initialised`). A masquerade layer takes ``plain``'s dtype (the family's, which this
+        room does not import)."""
         module = os_initialised(plain) if self.steps else plain
+        dtype = next(plain.parameters()).dtype
         for step in self.steps:
             if isinstance(step, Masquerade):
-                module = step.build(d_in, width, bias=bias)
+                module = step.build(d_in, width, bias=bias, dtype=dtype)
             elif isinstance(step, EmbeddingNoise):
                 module = step.wrap(module)
         return module
