@@ -170,7 +170,7 @@ def test_active_party_records_no_passive_embedding(tmp_path, monkeypatch) -> Non
     assert kinds.count(plugins.ENCRYPTED_EMBEDDINGS) == 2  # 2 batches of 64, one passive party
     received = [e for e in entries if e["source"] != "active"]
     # The only plaintext arrays from others during training: ∂L/∂h, batch x E.
-    assert {name for e in received for name in e["arrays"]} == {"embedding"}
+    assert {name for e in received for name in e["arrays"]} == {"gradient"}
     h_p = np.vstack(produced)
     assert h_p.shape == (128, SETTINGS["embedding"])
     assert _rows_of(h_p[::-1], h_p).all()  # the check finds a leaked h_p in any order

@@ -30,6 +30,7 @@ FORBIDDEN: dict[str, set[str]] = {
     "common.py": {"rpc", "engines", "transport"},
     "config.py": {"rpc", "engines", "transport"},
     "errors.py": {"rpc", "engines", "transport"},
+    "kinds.py": {"rpc", "engines", "transport"},
     "registry.py": {"rpc", "engines", "transport"},
 }
 

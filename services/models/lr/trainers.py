@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from vflsec.services import kinds
 from vflsec.services.crypto import entropy, he
 from vflsec.services.errors import FailedPrecondition, InvalidArgument
 from vflsec.services.models.family import ActiveContext, PassiveContext, Received, ReleasedModel, State, register
@@ -122,7 +123,7 @@ class LrActive:
             lambda party, link: link.forward(ctx.backend, ctx.session_id, ctx.step, index, self.k)
         )
         for party, r in zip(passives, received, strict=True):
-            ctx.emit("encrypted_logits", party, blobs={"ciphertexts": r.blobs}, meta={"step": ctx.step})
+            ctx.emit(kinds.ENCRYPTED_LOGITS, party, blobs={"ciphertexts": r.blobs}, meta={"step": ctx.step})
         # [[z]] = Σ_p [[z_p]] + (X_a W_aᵀ + b): ciphertexts only, the active party cannot decrypt.
         total = received[0].matrix
         for r in received[1:]:
@@ -134,7 +135,7 @@ class LrActive:
         scores = key_holder.training_scores(
             ctx.backend, ctx.session_id, ctx.step, logits, replicas, index, ctx.widths
         )
-        ctx.emit("encrypted_scores", "coordinator", blobs={"ciphertexts": scores.blobs}, meta={"step": ctx.step})
+        ctx.emit(kinds.ENCRYPTED_SCORES, "coordinator", blobs={"ciphertexts": scores.blobs}, meta={"step": ctx.step})
         delta = he.add_plain_matrix(ctx.backend, scores.matrix, -_targets(ctx.labels(index), self.n_classes))
         delta_wire = he.matrix_to_wire(ctx.backend, delta)  # serialised once, sent to every passive party
         own = ctx.spawn(self._own_gradient, ctx, delta, x, scores.digest)
@@ -156,9 +157,8 @@ class LrActive:
             digest,
             lambda cts, width: ctx.key_holder.block_sums(ctx.session_id, ctx.step, cts, width),
         )
-        ctx.emit(
-            "gradient", "coordinator", arrays={"weights": grad[:, :-1], "bias": grad[:, -1]}, meta={"step": ctx.step}
-        )
+        arrays = {"weights": grad[:, :-1], "bias": grad[:, -1]}
+        ctx.emit(kinds.GRADIENT, "coordinator", arrays=arrays, meta={"step": ctx.step})
         return grad
 
     def released(self, key_holder_tensors: Mapping[str, np.ndarray]) -> ReleasedModel:

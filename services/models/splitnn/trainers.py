@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import numpy as np
 from torch import nn
 
+from vflsec.services import kinds
 from vflsec.services.crypto import he
 from vflsec.services.errors import FailedPrecondition, InvalidArgument
 from vflsec.services.models.family import (
@@ -197,7 +198,7 @@ class SplitNNActive:
             lambda party, link: link.forward(ctx.backend, ctx.session_id, ctx.step, index, width)
         )
         for party, r in zip(passives, received, strict=True):
-            ctx.emit("encrypted_embeddings", party, blobs={"ciphertexts": r.blobs}, meta={"step": ctx.step})
+            ctx.emit(kinds.ENCRYPTED_EMBEDDINGS, party, blobs={"ciphertexts": r.blobs}, meta={"step": ctx.step})
         own = self.bottom.forward(ctx.features(index), train=True)
         # [[Σ h_p]] + h_a under the step's key epoch, as the passive parties encrypted: never opened here
         summed = aggregate(ctx.training_keys(), own, [r.matrix for r in received])
@@ -206,7 +207,7 @@ class SplitNNActive:
         )
         if gradient.shape != own.shape:
             raise FailedPrecondition(f"the key holder returned ∂L/∂h of shape {gradient.shape}, expected {own.shape}")
-        ctx.emit("gradient", "coordinator", arrays={"embedding": gradient}, meta={"step": ctx.step, "loss": loss})
+        ctx.emit(kinds.GRADIENT, "coordinator", arrays={"gradient": gradient}, meta={"step": ctx.step, "loss": loss})
         ctx.each_passive(lambda party, link: link.backward_gradient(ctx.session_id, ctx.step, index, gradient))
         # Applied once every passive party applied the step, as LR's update is.
         self.bottom.backward(gradient)
@@ -249,7 +250,7 @@ class ActiveTopActive:
         )
         ids = ctx.sample_ids(index)
         for party, z_p in zip(passives, z, strict=True):
-            ctx.emit("embeddings", party, sample_ids=tuple(ids), arrays={"z": z_p}, meta={"step": ctx.step})
+            ctx.emit(kinds.EMBEDDINGS, party, sample_ids=tuple(ids), arrays={"z": z_p}, meta={"step": ctx.step})
         step = self.head.train_step(z, ctx.labels(index), local=ctx.features(index))
         grads = dict(zip(passives, step.grads, strict=True))
         ctx.each_passive(lambda party, link: link.backward_gradient(ctx.session_id, ctx.step, index, grads[party]))
