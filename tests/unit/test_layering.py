@@ -42,6 +42,7 @@ FAMILIES = sorted(p.name for p in (SERVICES / "models").iterdir() if (p / "__ini
 FAMILY_READERS: dict[str, set[str]] = {
     "attacks": set(FAMILIES),  # an attack reads the released model of the family it attacks
     "defenses/params.py": {"lr"},  # parameter steps distort LR's weight blocks, checked on its linear system
+    "defenses/scores.py": {"lr"},  # PPS-B perturbs LR's logits along its weights, in LR's released-score layout
 }
 
 # Protobuf and gRPC stay in the link layer: the servicers (rpc/), the links and the server (transport/), and app.py,
