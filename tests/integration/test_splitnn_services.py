@@ -243,8 +243,11 @@ def test_each_family_rpc_refuses_a_session_of_another_family(tmp_path) -> None:
                 ),
                 "DecryptBlockSums": ("splitnn", lambda: key_holder.block_sums(nn, 2, [b""], widths[nn]["active"])),
                 "GetWeights": ("splitnn", lambda: passive.weights(nn)),
-                "GetBottom": ("lr", lambda: passive.bottom(lr)),  # LR's W_p goes through GetWeights only
-                "TopStep": ("lr", lambda: key_holder.top_step(backend, lr, 3, rows, zeros, np.zeros(64), widths[lr])),
+                "GetBottom": ("lr", lambda: passive.splitnn.bottom(lr)),  # LR's W_p goes through GetWeights only
+                "TopStep": (
+                    "lr",
+                    lambda: key_holder.splitnn.top_step(backend, lr, 3, rows, zeros, np.zeros(64), widths[lr]),
+                ),
             }
             for what, (family, call) in calls.items():
                 with pytest.raises(PeerFailed) as failed:

@@ -17,7 +17,17 @@ import numpy as np
 from vflsec.services import kinds
 from vflsec.services.crypto import entropy, he
 from vflsec.services.errors import FailedPrecondition, InvalidArgument
-from vflsec.services.models.family import ActiveContext, PassiveContext, Received, ReleasedModel, State, register
+from vflsec.services.models.family import (
+    ActiveContext,
+    FamilyStep,
+    PassiveContext,
+    Received,
+    Release,
+    ReleaseCall,
+    ReleasedModel,
+    State,
+    register,
+)
 
 from .maths import BlockOptimizer, OptimizerConfig, confidence_scores, default_batch_size, link, min_batch_size
 from .maths import n_logits as _n_logits
@@ -161,12 +171,14 @@ class LrActive:
         ctx.emit(kinds.GRADIENT, "coordinator", arrays=arrays, meta={"step": ctx.step})
         return grad
 
-    def released(self, key_holder_tensors: Mapping[str, np.ndarray]) -> ReleasedModel:
+    def released(self, release: Release) -> ReleasedModel:
         """The model as the active party holds it after release: its own block, the released bias (its own plus
         the parameter chain's offset, e.g. PPS-A's flip) and every disclosed passive block (``w_passive/<party>``)."""
-        offset = key_holder_tensors.get("bias_offset")
+        offset = release.bias_offset
+        if offset is not None and offset.shape != (self.k,):
+            raise InvalidArgument(f"bias offset: expected shape [{self.k}], got {list(offset.shape)}")
         bias = self.bias.copy() if offset is None else self.bias + offset
-        disclosed = {name: t for name, t in key_holder_tensors.items() if name.startswith("w_passive/")}
+        disclosed = {f"w_passive/{party}": w for party, w in release.passive.items() if w is not None}
         return ReleasedModel(
             NAME, {"w_active": self.weights.copy(), "bias": bias, "trained_bias": self.bias.copy(), **disclosed}
         )
@@ -292,7 +304,7 @@ class LrKeyHolder:
     def scores(self, aggregate: np.ndarray) -> np.ndarray:
         return confidence_scores(aggregate)
 
-    def released(self) -> dict[str, np.ndarray]:
+    def released(self, call: ReleaseCall | None = None) -> dict[str, np.ndarray]:
         return {}  # LR's passive blocks are released through the parameter chain, not by the key holder
 
     def to_state(self) -> State:
@@ -302,6 +314,7 @@ class LrKeyHolder:
 class LrFamily:
     name = NAME
     releases_passive_blocks = True
+    steps: Mapping[str, Mapping[str, FamilyStep]] = {}  # LR's messages are vflsec.v1's (Forward, Backward, ...)
 
     @staticmethod
     def block_width(n_features: int, *, active: bool) -> int:
