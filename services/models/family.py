@@ -205,7 +205,8 @@ class FamilyStep:
 
 class ActiveTrainer(Protocol):
     # True when this party computes its own scores (split-NN active-top: the top model is here) instead of the
-    # key holder releasing them: predictions then ask each passive party for its output in the clear.
+    # key holder releasing them: the trainer then has ``output_widths()`` (each passive party's output, sizing the
+    # engine's chunks) and ``local_scores(ctx, index)``, which asks each passive party for its output in the clear.
     scores_locally: bool
 
     @property
