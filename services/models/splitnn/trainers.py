@@ -26,24 +26,21 @@ import numpy as np
 from torch import nn
 
 from vflsec.services import kinds
-from vflsec.services.common import ACTIVE, COORDINATOR, PASSIVE
 from vflsec.services.crypto import he
 from vflsec.services.errors import FailedPrecondition, InvalidArgument
 from vflsec.services.models.family import (
     ActiveContext,
     DictForm,
-    FamilyStep,
-    KeyHolderContext,
     PassiveContext,
     Release,
     ReleaseCall,
     ReleasedModel,
     State,
-    StepAnswer,
     register,
 )
 
 from .config import TOPOLOGIES, SplitNNConfig
+from .messages import STEPS
 from .optim import OptimizerConfig
 from .steps import Bottom, Head, aggregate, open_sum
 
@@ -389,45 +386,11 @@ def _restore(state: State) -> tuple[SplitNNSettings, bytes, dict[str, Any]]:
     return SplitNNSettings.from_dict(meta["splitnn"]), arrays["splitnn"].tobytes(), meta
 
 
-def _top_step(
-    trainer: SplitNNKeyHolder,
-    ctx: KeyHolderContext,
-    step: int,
-    embedding: he.EncryptedMatrix,
-    labels: np.ndarray,
-    sample_index: np.ndarray,
-    widths: Mapping[str, int],
-) -> StepAnswer:
-    """coordinator-top (TopStep): the top model's step on the decrypted sum h of the step; ∂L/∂h and the loss."""
-    n = embedding.shape[0]
-    if len(sample_index) != n or labels.shape != (n,):
-        raise InvalidArgument(f"{len(sample_index)} sample indices and {labels.shape} labels for {n} rows")
-
-    def compute(keys: he.Backend) -> StepAnswer:
-        try:
-            keys.check_form(embedding.ciphertexts, product=False)
-        except ValueError as exc:
-            raise InvalidArgument(f"logits: {exc}") from exc
-        return trainer.top_step(keys, embedding, labels)
-
-    return ctx.train(step, sample_index, widths, embedding.layout, compute)
-
-
-def _plain_forward(trainer: SplitNNPassive, ctx: PassiveContext, step: int, sample_index: np.ndarray) -> np.ndarray:
-    """active-top (PlainForward): z_p in the clear, step >= 1 training (in order), 0 inference."""
-    return ctx.output_in_the_clear(step, sample_index)
-
-
 class SplitNNFamily:
     name = NAME
     releases_passive_blocks = False  # no W_p block: the bottoms are pulled as named tensors instead
     releases_passive_tensors = True
-    # Its own messages (proto/vflsec/v1/splitnn.proto): the engines' training-step admission and answer budget
-    # checkpoint what these change, so the steps themselves need no checkpoint.
-    steps: Mapping[str, Mapping[str, FamilyStep]] = {
-        COORDINATOR: {"top_step": FamilyStep(_top_step, frozenset({ACTIVE}), checkpoint=False)},
-        PASSIVE: {"plain_forward": FamilyStep(_plain_forward, frozenset({ACTIVE}), checkpoint=False)},
-    }
+    steps = STEPS  # its own messages (proto/vflsec/v1/splitnn.proto): .messages
 
     @staticmethod
     def tensor_prefix(position: int) -> str:
