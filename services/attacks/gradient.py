@@ -29,6 +29,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from vflsec.services.models.lr import softmax_layout
+
 from .base import Attack, NotApplicable, Observations, Reconstruction, register
 
 Divergence = Literal["kl", "mse", "sse", "log_mse"]
@@ -59,17 +61,14 @@ class LinearScoreModel(nn.Module):
     def __init__(self, obs: Observations) -> None:
         super().__init__()
         assert obs.w_active is not None and obs.w_passive is not None and obs.bias is not None
-        z_active = np.asarray(obs.x_active, float) @ np.asarray(obs.w_active, float).T + obs.bias
-        self.register_buffer("w_passive", _float_tensor(obs.w_passive))
+        # In the released layout (softmax logits): z L = (z_a + x_p W_pᵀ) L = z_a L + x_p (Lᵀ W_p)ᵀ
+        layout = softmax_layout(obs.k_logits)
+        z_active = (np.asarray(obs.x_active, float) @ np.asarray(obs.w_active, float).T + obs.bias) @ layout
+        self.register_buffer("w_passive", _float_tensor(layout.T @ np.asarray(obs.w_passive, float)))
         self.register_buffer("z_active", _float_tensor(z_active))
-        self.sigmoid = obs.k_logits == 1
 
     def forward(self, x_passive: torch.Tensor, rows: torch.Tensor | slice = slice(None)) -> torch.Tensor:
-        logits = self.z_active[rows] + x_passive @ self.w_passive.T
-        if self.sigmoid:
-            p = torch.sigmoid(logits)
-            return torch.cat([1.0 - p, p], dim=1)
-        return torch.softmax(logits, dim=1)
+        return torch.softmax(self.z_active[rows] + x_passive @ self.w_passive.T, dim=1)
 
 
 class ReleasedSplitNN(nn.Module):

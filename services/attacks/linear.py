@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from vflsec.services.models.lr import PassiveSystem, difference_operator
+from vflsec.services.models.lr import PassiveSystem, difference_operator, softmax_layout
 
 from .base import NotApplicable, Observations
 
@@ -62,9 +62,8 @@ def class_rows(obs: Observations) -> tuple[np.ndarray, np.ndarray]:
     w_pas = np.asarray(obs.w_passive, dtype=float)
     known = np.asarray(obs.x_active, dtype=float) @ np.asarray(obs.w_active, dtype=float).T + obs.bias
     difference_operator(obs.k_logits, obs.n_classes)  # validates the layout
-    if obs.k_logits == 1:
-        return np.vstack([np.zeros_like(w_pas), w_pas]), np.hstack([np.zeros_like(known), known])
-    return w_pas, known
+    layout = softmax_layout(obs.k_logits)
+    return layout.T @ w_pas, known @ layout
 
 
 @dataclass(frozen=True)

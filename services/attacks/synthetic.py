@@ -16,8 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from scipy.special import expit, ndtr, softmax
+from scipy.special import ndtr, softmax
 from torch import nn
+
+from vflsec.services.models.lr import softmax_layout
 
 from .base import Observations
 from .gradient import torch_threads
@@ -45,12 +47,8 @@ def correlated_uniform_features(n: int, d: int, rho: float, rng: np.random.Gener
 
 
 def model_scores(x: np.ndarray, weights: np.ndarray, bias: np.ndarray) -> np.ndarray:
-    """Released-score layout: ``[1 − p, p]`` for one sigmoid logit, softmax otherwise."""
-    logits = x @ weights.T + bias
-    if weights.shape[0] == 1:
-        p = expit(logits[:, 0])
-        return np.stack([1.0 - p, p], axis=1)
-    return softmax(logits, axis=1)
+    """LR's released scores of ``x`` (:func:`~vflsec.services.models.lr.softmax_layout`)."""
+    return softmax((x @ weights.T + bias) @ softmax_layout(len(weights)), axis=1)
 
 
 def lr_task(

@@ -12,7 +12,6 @@ import torch
 from torch import nn
 
 from vflsec.services.crypto.entropy import os_entropy
-from vflsec.services.models.splitnn.modules import DTYPE
 
 if TYPE_CHECKING:
     from vflsec.services.defenses.embeddings import EmbeddingNoise, Masquerade
@@ -45,11 +44,14 @@ class MasqueradeLinear(nn.Module):
 
     q: torch.Tensor
 
-    def __init__(self, masquerade: Masquerade, d_in: int, width: int, rank: int, bias: bool) -> None:
+    def __init__(
+        self, masquerade: Masquerade, d_in: int, width: int, rank: int, bias: bool, dtype: torch.dtype | None = None
+    ) -> None:
         super().__init__()
+        dtype = dtype or torch.float64  # split-NN's; a defended bottom takes the dtype of the one it replaces
         self.masquerade = masquerade
-        self.register_buffer("q", torch.from_numpy(masquerade.projection(d_in)).to(DTYPE))
-        self.p = os_initialised(nn.Linear(rank + (masquerade.m or 0), width, bias=bias).to(DTYPE))
+        self.register_buffer("q", torch.from_numpy(masquerade.projection(d_in)).to(dtype))
+        self.p = os_initialised(nn.Linear(rank + (masquerade.m or 0), width, bias=bias).to(dtype))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         a = torch.from_numpy(self.masquerade.bits(x.detach().cpu().numpy())).to(x.dtype)

@@ -45,6 +45,7 @@ from vflsec.services.crypto.entropy import KEY_BYTES, derive_key, keyed_stream, 
 from vflsec.services.registry import Plugin, Registry
 
 if TYPE_CHECKING:  # the layers need torch, imported only when a defended bottom is built
+    import torch
     from torch import nn
 
     from vflsec.services.defenses.embedding_layers import MasqueradeLinear, NoisyEmbedding
@@ -160,8 +161,9 @@ class Masquerade(Plugin):
         """The narrowest passive bottom (d_in inputs) that carries the rank-reduced part and every fabricated bit."""
         return self._rank(d_in) + (self.m or 0)
 
-    def build(self, d_in: int, width: int, *, bias: bool) -> MasqueradeLinear:
-        """The passive bottom (d_in -> width) under this masquerade: Q from the secret, P's start from OS entropy."""
+    def build(self, d_in: int, width: int, *, bias: bool, dtype: torch.dtype | None = None) -> MasqueradeLinear:
+        """The passive bottom (d_in -> width) under this masquerade: Q from the secret, P's start from OS entropy;
+        ``dtype``: the bottom's it replaces (:meth:`EmbeddingChain.module` passes it; split-NN runs in float64)."""
         rank = self._rank(d_in)
         if width < self.min_width(d_in):
             raise ValueError(
@@ -170,7 +172,7 @@ class Masquerade(Plugin):
             )
         from vflsec.services.defenses.embedding_layers import MasqueradeLinear
 
-        return MasqueradeLinear(self, d_in, width, rank, bias)
+        return MasqueradeLinear(self, d_in, width, rank, bias, dtype)
 
 
 @EMBEDDING_STEPS.register("embedding_noise")
@@ -306,13 +308,15 @@ class EmbeddingChain:
 
     def module(self, plain: nn.Module, d_in: int, width: int, *, bias: bool) -> nn.Module:
         """The defended bottom replacing ``plain`` (d_in -> width), its initial weights from OS entropy, never the
-        session seed (:func:`~vflsec.services.defenses.embedding_layers.os_initialised`)."""
+        session seed (``embedding_layers.os_initialised``). A masquerade layer takes ``plain``'s dtype (the family's,
+        which this room does not import)."""
         from vflsec.services.defenses.embedding_layers import os_initialised
 
         module = os_initialised(plain) if self.steps else plain
+        dtype = next(plain.parameters()).dtype
         for step in self.steps:
             if isinstance(step, Masquerade):
-                module = step.build(d_in, width, bias=bias)
+                module = step.build(d_in, width, bias=bias, dtype=dtype)
             elif isinstance(step, EmbeddingNoise):
                 module = step.wrap(module)
         return module

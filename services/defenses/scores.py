@@ -26,6 +26,7 @@ import numpy as np
 
 from vflsec.services.defenses.release import SCORE_STEPS, ReleaseContext, ScoreStep
 from vflsec.services.models.activations import softmax
+from vflsec.services.models.lr import softmax_layout
 from vflsec.services.registry import ANY_SCORES, parse_value
 
 __all__ = [
@@ -434,13 +435,6 @@ class PriveePlusPlus(_PriveeMechanism):
 _PPS_B_CACHE_KEY = "pps_b.v1"
 
 
-def _softmax_layout(weights_or_logits: np.ndarray) -> np.ndarray:
-    """A sigmoid model's single row z becomes the equivalent softmax pair [0, z] (rows = logits)."""
-    if weights_or_logits.shape[0] == 1:
-        return np.vstack([np.zeros_like(weights_or_logits), weights_or_logits])
-    return weights_or_logits
-
-
 def pps_b_direction(passive_weights: Mapping[str, np.ndarray]) -> np.ndarray:
     """v_1: the top right singular vector of A⁺J with A = J·W_pas (Rassouli Theorem 4).
 
@@ -454,7 +448,8 @@ def pps_b_direction(passive_weights: Mapping[str, np.ndarray]) -> np.ndarray:
     blocks = [np.atleast_2d(np.asarray(passive_weights[p], dtype=np.float64)) for p in sorted(passive_weights)]
     if len({block.shape[0] for block in blocks}) != 1:
         raise ValueError(f"passive weight blocks disagree on K_logits: {[b.shape for b in blocks]}")
-    w = _softmax_layout(np.hstack(blocks))
+    stacked = np.hstack(blocks)
+    w = softmax_layout(len(stacked)).T @ stacked
     a_pinv = np.linalg.pinv(np.diff(w, axis=0))  # (JW)⁺, d x (K−1)
     a_pinv_j = -np.diff(np.pad(a_pinv, ((0, 0), (1, 1))), axis=1)  # column k: a⁺_{k−1} − a⁺_k
     v1 = np.linalg.svd(a_pinv_j, full_matrices=False)[2][0]
@@ -514,7 +509,8 @@ class PpsB(ScoreStep):
 
     def __call__(self, scores: np.ndarray, logits: np.ndarray, context: ReleaseContext) -> np.ndarray:
         c = _as_batch(scores)
-        z = _softmax_layout(np.asarray(logits, dtype=np.float64).T).T
+        z = np.asarray(logits, dtype=np.float64)
+        z = z @ softmax_layout(z.shape[1])
         if z.shape != c.shape:
             raise ValueError(f"pps_b: logits {np.shape(logits)} do not match scores {c.shape}")
         top = c == c.max(axis=1, keepdims=True)

@@ -587,24 +587,25 @@ class ActiveParty:
         }
 
     def _train_step(self, s: ActiveSession, step: int, index: np.ndarray) -> None:
-        s.trainer.train_step(
-            families.ActiveContext(
-                session_id=s.session_id,
-                step=step,
-                backend=s.backend,
-                n_classes=s.n_classes,
-                mask_key=s.mask_key,
-                key_holder=self.coordinator,
-                passives=self.passives,
-                emit=lambda kind, source, **fields: self._emit(kind, s, source, **fields),
-                features=lambda index: self.data.X[s.rows[index]],
-                labels=lambda index: self.data.y[s.rows[index]],
-                widths=self._widths(s),
-                spawn=self._pool.submit,
-                training_keys=lambda: self._training_keys(s, step),
-                sample_ids=lambda index: [str(self.data.ids[row]) for row in s.rows[index]],
-            ),
-            index,
+        s.trainer.train_step(self._context(s, step), index)
+
+    def _context(self, s: ActiveSession, step: int) -> families.ActiveContext:
+        """What the trainer gets for training step ``step`` (0: inference it runs itself)."""
+        return families.ActiveContext(
+            session_id=s.session_id,
+            step=step,
+            backend=s.backend,
+            n_classes=s.n_classes,
+            mask_key=s.mask_key,
+            key_holder=self.coordinator,
+            passives=self.passives,
+            emit=lambda kind, source, **fields: self._emit(kind, s, source, **fields),
+            features=lambda index: self.data.X[s.rows[index]],
+            labels=lambda index: self.data.y[s.rows[index]],
+            widths=self._widths(s),
+            spawn=self._pool.submit,
+            training_keys=lambda: self._training_keys(s, step),
+            sample_ids=lambda index: [str(self.data.ids[row]) for row in s.rows[index]],
         )
 
     def _training_keys(self, s: ActiveSession, step: int) -> he.Backend:
@@ -670,18 +671,12 @@ class ActiveParty:
         the top model is here, so there is no release point; the docs say so)."""
         if not s.trained:
             raise FailedPrecondition("predictions come from a trained model: call Train first")
-        widths = dict(zip(self.passives, s.trainer.output_widths(), strict=True))
-        chunk = PREDICT_CHUNK_CIPHERTEXTS * s.backend.slots // max(widths.values())
-        scores = []
+        chunk = PREDICT_CHUNK_CIPHERTEXTS * s.backend.slots // max(s.trainer.output_widths())
+        ctx, scores = self._context(s, 0), []
         for start in range(0, len(index), chunk):
             part, ids = index[start : start + chunk], tuple(sample_ids[start : start + chunk])
-            z = self._each_passive(
-                lambda party, client, part=part: client.plain_forward(s.session_id, 0, part, widths[party])
-            )
-            for party, z_p in zip(self.passives, z, strict=True):
-                self._emit(plugins.EMBEDDINGS, s, party, sample_ids=ids, arrays={"z": z_p}, meta={"step": 0})
             x = self.data.X[s.rows[part]]
-            scores.append(s.trainer.scores(x, z))
+            scores.append(s.trainer.local_scores(ctx, part))
             self._emit(
                 plugins.RELEASED_SCORES,
                 s,
@@ -697,15 +692,7 @@ class ActiveParty:
         if not s.trained:
             raise FailedPrecondition("the model is released after training")
         released = self.coordinator.release_model(session_id)
-        disclosed = {f"w_passive/{party}": w for party, w in released.passive.items() if w is not None}
-        if released.bias_offset is not None:
-            if released.bias_offset.shape != (s.trainer.share_width,):
-                raise InvalidArgument(
-                    f"bias offset: expected shape [{s.trainer.share_width}], got {list(released.bias_offset.shape)}"
-                )
-            disclosed["bias_offset"] = released.bias_offset
-        disclosed |= released.tensors
-        model = s.trainer.released(disclosed)
+        model = s.trainer.released(released)
         self._emit(
             plugins.RELEASED_MODEL,
             s,

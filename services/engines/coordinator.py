@@ -10,8 +10,7 @@ import math
 import secrets
 import threading
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -30,7 +29,7 @@ from vflsec.services.defenses.release import (
 )
 from vflsec.services.engines import checkpoint
 from vflsec.services.engines.policy import BackendPolicy
-from vflsec.services.engines.sessions import RowSet, SessionTable, checked_rows, family_step
+from vflsec.services.engines.sessions import RowSet, SessionTable, checked_rows, declared_step, family_step
 from vflsec.services.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -48,6 +47,8 @@ class PassivePeer(Protocol):
     def disclose(self, session_id: str, specs: list[str]) -> list[tuple[str, Distorted]]: ...
 
     def trained_rows(self, session_id: str) -> np.ndarray: ...
+
+    def tensors(self, session_id: str) -> dict[str, np.ndarray]: ...
 
 
 # Admitted queries whose rows are not all released yet, per session (each holds the passive shares in flight).
@@ -98,7 +99,7 @@ class TrainingStep:
     sample_index: np.ndarray
     scores: list[bytes]  # serialized [[p]] ciphertexts (LR)
     answers: dict[str, Answer] = field(default_factory=dict)  # per party (LR)
-    gradient: np.ndarray | None = None  # ∂L/∂h answered for the step (split-NN)
+    gradient: np.ndarray | None = None  # a family step's answer (split-NN: ∂L/∂h), checkpointed as current/gradient
     loss: float = 0.0
 
 
@@ -560,37 +561,29 @@ class Coordinator:
         for epoch in dropped:  # after the checkpoint that no longer names them
             self.epoch_keys.remove(_epoch_file(session_id, epoch))
 
-    def top_step(
+    def _train(
         self,
         session_id: str,
+        s: CoordinatorSession,
         step: int,
-        embedding: he.EncryptedMatrix,
-        labels: np.ndarray,
         sample_index: np.ndarray,
         widths: Mapping[str, int],
-    ) -> tuple[np.ndarray, float]:
-        """split-NN coordinator-top: the top model's step on the decrypted sum h of the step; ∂L/∂h and the loss.
-
-        Each step is applied once: a repeat of the last step's request (same rows) gets its answer again.
-        """
-        s = self.session(session_id)
-        n = embedding.shape[0]
-        if len(sample_index) != n or labels.shape != (n,):
-            raise InvalidArgument(f"{len(sample_index)} sample indices and {labels.shape} labels for {n} rows")
-        top_step = family_step(session_id, s, "top_step")
-        with s.lock:
-            replay = self._admit_step(s, step, sample_index, widths)
-            if replay is not None:
-                if replay.gradient is None:
-                    raise FailedPrecondition(f"step {step} was another family's step; it can only be replayed")
-                return replay.gradient.copy(), replay.loss
-            if step != s.last_step + 1:
-                raise FailedPrecondition(f"step {step} does not follow the last step {s.last_step}")
-            keys = self._epoch_keys(session_id, s, step)
-            _check_form(keys, embedding, product=False)
-            gradient, loss = top_step(keys, embedding, labels)
-            s.current = TrainingStep(step, embedding.layout, np.array(sample_index), [], gradient=gradient, loss=loss)
-            self._advance(session_id, s, step, sample_index, widths)
+        layout: he.MatrixLayout,
+        compute: Callable[[he.Backend], families.StepAnswer],
+    ) -> families.StepAnswer:
+        """A family's training step at the key holder (caller holds s.lock): admitted as every step is, its answer
+        ``compute(keys)`` under the step's keys, recorded; each step is applied once, and a repeat of the last
+        step's request (same rows) gets its recorded answer again."""
+        replay = self._admit_step(s, step, sample_index, widths)
+        if replay is not None:
+            if replay.gradient is None:
+                raise FailedPrecondition(f"step {step} was another family's step; it can only be replayed")
+            return replay.gradient.copy(), replay.loss
+        if step != s.last_step + 1:
+            raise FailedPrecondition(f"step {step} does not follow the last step {s.last_step}")
+        gradient, loss = compute(self._epoch_keys(session_id, s, step))
+        s.current = TrainingStep(step, layout, np.array(sample_index), [], gradient=gradient, loss=loss)
+        self._advance(session_id, s, step, sample_index, widths)
         return gradient.copy(), loss
 
     def _epoch_keys(self, session_id: str, s: CoordinatorSession, step: int) -> he.Backend:
@@ -688,78 +681,29 @@ class Coordinator:
             self._save(session_id, s)
         return sums.copy()
 
-    @contextmanager
-    def _family_turn(self, session_id: str, caller: str, *, owner: bool = True) -> Iterator[CoordinatorSession]:
-        """A model family's own message on the session's key-holder trainer: from the session's owner
-        (``owner=False``: any of its parties), under the session lock, checkpointed afterwards even when it fails
-        (a decryption answer spent on a refused request stays spent)."""
-        s = self.owned(session_id, caller) if owner else self.member(session_id, caller)
+    def family_call(self, session_id: str, caller: str, name: str, **payload: Any) -> Any:
+        """A model family's own message ``name`` (its ModelFamily.steps["coordinator"]), from a party of the session
+        the step names (the owner: role "active"), run on the session's key-holder trainer under the session lock,
+        checkpointed afterwards even when it fails (a decryption answer spent on a refused request stays spent)."""
+        s = self.member(session_id, caller)
+        position = 0 if caller == s.owner else s.passive_parties.index(caller) + 1
+        role = common.ACTIVE if position == 0 else common.PASSIVE
+        step = declared_step(session_id, s, common.COORDINATOR, name, role)
+        ctx = families.KeyHolderContext(
+            session_id=session_id,
+            caller=position,
+            epochs=s.epochs,
+            peer=lambda p: self._peer(s.passive_parties[p - 1]),
+            check_rows=lambda rows: checked_rows(rows, self.max_rows, "sample_index"),
+            trained=lambda rows: s.trained_index.update(rows, limit=self.max_rows),
+            train=lambda *args: self._train(session_id, s, *args),
+        )
         with s.lock:
             try:
-                yield s
+                return step.run(s.trainer, ctx, **payload)
             finally:
-                self._save(session_id, s)
-
-    # --- the tree family's own messages (tree.proto): the key holder grows the trees node by node ---
-    def tree_begin(self, session_id: str, caller: str, sample_index: np.ndarray, bins: list[list[int]]) -> None:
-        """Growing starts on the training rows, with every party's bin count per feature (the active party's first)."""
-        checked_rows(sample_index, self.max_rows, "sample_index")
-        with self._family_turn(session_id, caller) as s:
-            family_step(session_id, s, "begin")(len(sample_index), bins)
-            s.trained_index.update(sample_index, limit=self.max_rows)
-
-    def tree_next_node(self, session_id: str, caller: str) -> dict[str, Any] | None:
-        """The next node to grow (a task, JSON form), None once every tree is grown."""
-        with self._family_turn(session_id, caller) as s:
-            return family_step(session_id, s, "next_node")()
-
-    def tree_open_node(self, session_id: str, caller: str, key: tuple[int, int], totals: np.ndarray) -> bool:
-        """The node's class totals from the active party; True if a split is searched (else it is a leaf)."""
-        with self._family_turn(session_id, caller) as s:
-            return family_step(session_id, s, "open_node")(key, totals)
-
-    def tree_submit_counts(
-        self,
-        session_id: str,
-        caller: str,
-        key: tuple[int, int],
-        products: list[bytes],
-        part: int,
-        parts: int,
-        mask_sums: np.ndarray | None,
-    ) -> None:
-        """A passive party's masked per-bin products for the node, in ``parts`` parts (the last carries its mask
-        sums), under the session's first keys (the indicators' keys); opened once per party and node."""
-        with self._family_turn(session_id, caller, owner=False) as s:
-            receive = family_step(session_id, s, "receive_part")
-            if caller not in s.passive_parties:
-                raise PermissionDenied(f"{caller} is not a passive party of session {session_id!r}")
-            keys = s.epochs.get(0)
-            if keys is None:
-                raise FailedPrecondition("the session's first training keys are gone: it is not a tree session")
-            party = s.passive_parties.index(caller) + 1
-            products = receive(keys, party, key, products, part, max(parts, 1))
-            if products is not None:  # the last part
-                if mask_sums is None:
-                    raise InvalidArgument("mask sums: the last part of a node's products carries them")
-                s.trainer.submit_counts(keys, party, key, products, mask_sums)
-
-    def tree_decide(self, session_id: str, caller: str, key: tuple[int, int], own: np.ndarray | None) -> Any:
-        """The node's best split over every party's counts (``own``: the active party's), None for a leaf. A passive
-        party's split is applied here: asked by the coordinator, its owner partitions the node's rows and keeps the
-        threshold. The split's ``owner`` is a position (0: the active party, 1..P: the passive parties)."""
-        with self._family_turn(session_id, caller) as s:
-            split = family_step(session_id, s, "decide")(key, own)
-            if split is not None and split.owner:
-                peer = self._peer(s.passive_parties[split.owner - 1]).tree
-                left = peer.apply_split(session_id, s.trainer.current(key), split.feature, split.bin)
-                s.trainer.apply(key, left, split.owner)
-            return split
-
-    def tree_partition(self, session_id: str, caller: str, key: tuple[int, int], goes_left: np.ndarray) -> None:
-        """The active party's partition of the node's rows under its own split (it keeps the threshold)."""
-        with self._family_turn(session_id, caller) as s:
-            family_step(session_id, s, "apply")(key, goes_left, 0)
+                if step.checkpoint:
+                    self._save(session_id, s)
 
     def finish_training(self, session_id: str) -> None:
         """Pull every passive block over TLS and keep it here (PPS-B and the parameter chain need it), with
@@ -802,8 +746,8 @@ class Coordinator:
             return {}
         pulled: dict[str, np.ndarray] = {}
         for position, party in enumerate(s.passive_parties, start=1):
-            tensors = self._peer(party).bottom(session_id)
-            prefix = f"bottom/{position}/"
+            tensors = self._peer(party).tensors(session_id)
+            prefix = s.model.tensor_prefix(position)  # type: ignore[attr-defined]  # releases_passive_tensors
             foreign = sorted(name for name in tensors if not name.startswith(prefix))
             if foreign:
                 raise FailedPrecondition(f"{party} released {foreign}; expected names under {prefix}")
@@ -935,13 +879,11 @@ class Coordinator:
         if s.passive_weights is None:
             raise FailedPrecondition("the model is released after training: call FinishTraining first")
         disclosed, offset = self._disclosed_blocks(session_id, s)
-        if hasattr(s.trainer, "released_with"):  # trees: each passive party runs the chain on its own thresholds
-            parties = enumerate(s.passive_parties, start=1)
-            shown = {p: self._peer(party).tree.thresholds(session_id, self.param_chain.specs) for p, party in parties}
-            tensors = s.trainer.released_with(shown)
-        else:
-            # Pulled passive tensors go out as LR's blocks do under an empty chain; any step (withhold) keeps them home.
-            tensors = {**s.trainer.released(), **({} if self.param_chain.steps else s.passive_tensors)}
+        call = families.ReleaseCall(
+            session_id, self.param_chain.specs, lambda p: self._peer(s.passive_parties[p - 1])
+        )
+        # Pulled passive tensors go out as LR's blocks do under an empty chain; any step (withhold) keeps them home.
+        tensors = {**s.trainer.released(call), **({} if self.param_chain.steps else s.passive_tensors)}
         return ReleasedParams(disclosed, offset, tensors, self.param_chain.describe())
 
     def _disclosed_blocks(

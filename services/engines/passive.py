@@ -7,20 +7,19 @@ import functools
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from vflsec.services.common import COORDINATOR, require_distinct_rows
+from vflsec.services.common import ACTIVE, COORDINATOR, PASSIVE, require_distinct_rows
 from vflsec.services.crypto import entropy, he, psi, share_mask
 from vflsec.services.data.datasets import PartyData
 from vflsec.services.defenses import params as param_defenses
 from vflsec.services.defenses.embeddings import EmbeddingChain
 from vflsec.services.engines import checkpoint
 from vflsec.services.engines.policy import BackendPolicy
-from vflsec.services.engines.sessions import EpochKeys, RowSet, SessionTable, epoch_keys, family_step
+from vflsec.services.engines.sessions import EpochKeys, RowSet, SessionTable, declared_step, epoch_keys
 from vflsec.services.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -29,7 +28,6 @@ from vflsec.services.errors import (
     ResourceExhausted,
 )
 from vflsec.services.models import family as families
-from vflsec.services.registry import parse_spec
 
 log = logging.getLogger(__name__)
 
@@ -404,19 +402,31 @@ class PassiveParty:
         in the clear (``in_the_clear_of``: its session id) spends the rows' answers first."""
         x = self._features(s, sample_index)
         with s.lock:
-            if step == s.completed_step + 1:
-                replay = False
-            elif step == s.completed_step and s.trainer.can_replay:
-                replay = True
-            else:
-                raise FailedPrecondition(
-                    f"{rpc} for step {step} is out of order: the last completed step is {s.completed_step}"
-                )
-            if in_the_clear_of is not None:
-                self._spend_answers(in_the_clear_of, s, step, sample_index)
-            if not replay:
-                s.forward_index = (step, sample_index.copy())
-            return s.trainer.forward(x, replay=replay)
+            return self._output(s, step, sample_index, x, rpc, in_the_clear_of)
+
+    def _output(
+        self,
+        s: PassiveSession,
+        step: int,
+        sample_index: np.ndarray,
+        x: np.ndarray,
+        rpc: str,
+        in_the_clear_of: str | None = None,
+    ) -> np.ndarray:
+        """:meth:`_training_output` on feature rows ``x`` (caller holds s.lock)."""
+        if step == s.completed_step + 1:
+            replay = False
+        elif step == s.completed_step and s.trainer.can_replay:
+            replay = True
+        else:
+            raise FailedPrecondition(
+                f"{rpc} for step {step} is out of order: the last completed step is {s.completed_step}"
+            )
+        if in_the_clear_of is not None:
+            self._spend_answers(in_the_clear_of, s, step, sample_index)
+        if not replay:
+            s.forward_index = (step, sample_index.copy())
+        return s.trainer.forward(x, replay=replay)
 
     def _spend_answers(self, session_id: str, s: PassiveSession, step: int, sample_index: np.ndarray) -> None:
         """Count one answer for each of ``sample_index``'s (valid, distinct) rows, durably, before anything is
@@ -442,10 +452,11 @@ class PassiveParty:
             s.answered = (step, sample_index.copy())
         self._save(session_id, s)
 
-    def plain_forward(self, session_id: str, step: int, sample_index: np.ndarray) -> np.ndarray:
+    def _output_in_the_clear(
+        self, session_id: str, s: PassiveSession, step: int, sample_index: np.ndarray
+    ) -> np.ndarray:
         """This party's output in the clear, for a family that sends it so by design (split-NN active-top), on a
-        plain session only: step >= 1 trains (in order, as Forward), step 0 is inference."""
-        s = self.session(session_id)
+        plain session only: step >= 1 trains (in order, as Forward), step 0 is inference (caller holds s.lock)."""
         if not s.trainer.output_in_the_clear:
             raise FailedPrecondition(f"a {s.family} session sends no output in the clear: use Forward")
         if s.backend.name != "plain":
@@ -453,12 +464,11 @@ class PassiveParty:
                 f"session {session_id!r} runs on {s.backend.name}: an output sent in the clear belongs to a plain "
                 "session (split-NN active-top has nothing for HE to protect)"
             )
+        x = self._features(s, sample_index)
         if step == 0:
-            x = self._features(s, sample_index)
-            with s.lock:
-                self._spend_answers(session_id, s, 0, sample_index)
-                return s.trainer.inference_share(x)
-        return self._training_output(s, step, sample_index, "PlainForward", in_the_clear_of=session_id)
+            self._spend_answers(session_id, s, 0, sample_index)
+            return s.trainer.inference_share(x)
+        return self._output(s, step, sample_index, x, "PlainForward", in_the_clear_of=session_id)
 
     def _training_keys(self, session_id: str, s: PassiveSession, step: int) -> he.Backend:
         """The public key of step ``step``'s epoch: the coordinator rotates training keys every few steps."""
@@ -534,66 +544,43 @@ class PassiveParty:
             s.forward_index = None
             self._save(session_id, s)  # acknowledged only once durable
 
-    @contextmanager
-    def _family_turn(
-        self, session_id: str, caller: str, *, coordinator: bool = False
-    ) -> Iterator[tuple[PassiveSession, families.PassiveContext]]:
-        """A model family's own message on the session's trainer: from the session's owner (``coordinator=True``:
-        this party's coordinator), under the session lock, checkpointed afterwards."""
-        if coordinator:
-            self.check_coordinator(caller)
-            s = self.session(session_id)
+    def family_call(self, session_id: str, caller: str, name: str, **payload: Any) -> Any:
+        """A model family's own message ``name`` (its ModelFamily.steps["passive"]), from the session's owner (role
+        "active") or this party's coordinator, as the step names them, run on the session's trainer under the
+        session lock and checkpointed afterwards; what the step defers (a message to a peer, which may be waiting on
+        this party meanwhile) runs once the lock is released."""
+        if caller == self.coordinator_id:
+            s, role = self.session(session_id), COORDINATOR
         else:
-            s = self.owned(session_id, caller)
+            s, role = self.owned(session_id, caller), ACTIVE
+        step = declared_step(session_id, s, PASSIVE, name, role)
+        deferred: list[Callable[[], Any]] = []
+
+        def completed(rows: np.ndarray, at: int) -> None:
+            s.trained_rows.update(rows, limit=len(s.rows))
+            s.completed_step = at
+
+        ctx = families.PassiveContext(
+            session_id=session_id,
+            step=s.completed_step,
+            backend=s.backend,
+            mask_key=s.mask_key,
+            key_holder=self.coordinator,
+            training_keys=lambda: self._training_keys(session_id, s, s.completed_step + 1),
+            features=lambda index: self._features(s, index),
+            completed=completed,
+            output_in_the_clear=lambda at, rows: self._output_in_the_clear(session_id, s, at, rows),
+            defer=deferred.append,
+        )
         with s.lock:
-            ctx = families.PassiveContext(
-                session_id=session_id,
-                step=s.completed_step,
-                backend=s.backend,
-                mask_key=s.mask_key,
-                key_holder=self.coordinator,
-                training_keys=lambda: self._training_keys(session_id, s, s.completed_step + 1),
-                features=lambda index: self._features(s, index),
-            )
             try:
-                yield s, ctx
+                answer = step.run(s.trainer, ctx, **payload)
             finally:
-                self._save(session_id, s)
-
-    # --- the tree family's own messages (tree.proto): this party's bins, counts and splits ---
-    def tree_begin(self, session_id: str, caller: str, sample_index: np.ndarray) -> list[int]:
-        """Fit this party's bins on its training rows; the bin count per feature (the bin edges stay here)."""
-        with self._family_turn(session_id, caller) as (s, ctx):
-            sizes = family_step(session_id, s, "begin")(ctx.features(sample_index))
-            s.trained_rows.update(sample_index, limit=len(s.rows))
-            s.completed_step = 1  # the trees grow in the session's one training step (inference shares name it)
-        return sizes
-
-    def tree_node_counts(self, session_id: str, caller: str, node: dict, indicators: he.EncryptedMatrix) -> None:
-        """Masked per-bin products of the node's encrypted class indicators, sent to the coordinator."""
-        with self._family_turn(session_id, caller) as (s, ctx):
-            products, mask_sums = family_step(session_id, s, "node_products")(ctx, node, indicators)
-        # Outside the session lock: the coordinator may be waiting on this party (ApplySplit) meanwhile.
-        self.coordinator.tree.submit_counts(session_id, (node["tree"], node["node_id"]), products, mask_sums)
-
-    def tree_apply_split(self, session_id: str, caller: str, node: dict, feature: int, bin_index: int) -> np.ndarray:
-        """The coordinator's choice of this party's split: which of the node's rows go left (the threshold stays)."""
-        with self._family_turn(session_id, caller, coordinator=True) as (s, _):
-            return np.asarray(family_step(session_id, s, "apply_split")(node, feature, bin_index), dtype=np.int64)
-
-    def tree_thresholds(self, session_id: str, caller: str, specs: list[str]) -> dict[tuple[int, int], float] | None:
-        """This party's thresholds per split node it owns, through the parameter-release chain ``specs``: a tree's
-        thresholds are released whole or withheld (None)."""
-        try:
-            names = [parse_spec(spec)[0] for spec in specs]
-        except ValueError as exc:
-            raise InvalidArgument(f"parameter-release steps: {exc}") from exc
-        unknown = sorted(set(names) - {"withhold"})
-        if unknown:
-            raise InvalidArgument(f"a tree's thresholds are released whole or withheld; no step {unknown[0]!r}")
-        with self._family_turn(session_id, caller, coordinator=True) as (s, _):
-            thresholds = family_step(session_id, s, "thresholds")
-            return None if names else thresholds()
+                if step.checkpoint:
+                    self._save(session_id, s)
+        for later in deferred:
+            later()
+        return answer
 
     def weights(self, session_id: str) -> np.ndarray:
         return self._block(self.session(session_id))

@@ -12,6 +12,7 @@ import numpy as np
 from vflsec.services.crypto import he
 from vflsec.services.engines import checkpoint
 from vflsec.services.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from vflsec.services.models import family as families
 
 
 class Session(Protocol):
@@ -210,10 +211,25 @@ class FamilySession(Protocol):
 
 
 def family_step(session_id: str, s: FamilySession, name: str) -> Callable[..., Any]:
-    """The operation ``name`` of the session's trainer: a family's own message (LR's training_scores, split-NN's
-    top_step, a tree's next_node, ...). A session whose family has none is refused before anything is admitted,
-    decrypted or changed."""
+    """The operation ``name`` of the session's trainer behind a vflsec.v1 message (LR's training_scores and
+    block_sums). A session whose family has none is refused before anything is admitted, decrypted or changed."""
     step = getattr(s.trainer, name, None)
     if step is None:
-        raise FailedPrecondition(f"session {session_id!r} trains {s.family}, which has no {name.replace('_', ' ')}")
+        raise _no_step(session_id, s, name)
     return step
+
+
+def declared_step(session_id: str, s: FamilySession, host: str, name: str, role: str) -> families.FamilyStep:
+    """The family's own step ``name`` hosted by role ``host`` (ModelFamily.steps), if a caller of certificate role
+    ``role`` may call it: a session whose family declares none is refused (FAILED_PRECONDITION) before anything is
+    admitted, decrypted or changed, a caller the step does not name gets PERMISSION_DENIED."""
+    step = families.get(s.family).steps.get(host, {}).get(name)
+    if step is None:
+        raise _no_step(session_id, s, name)
+    if role not in step.callers:
+        raise PermissionDenied(f"the {role} party may not call {name.replace('_', ' ')} of session {session_id!r}")
+    return step
+
+
+def _no_step(session_id: str, s: FamilySession, name: str) -> FailedPrecondition:
+    return FailedPrecondition(f"session {session_id!r} trains {s.family}, which has no {name.replace('_', ' ')}")

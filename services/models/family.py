@@ -25,6 +25,14 @@ The vflsec.v1 services still carry LR's training messages (passive Forward/Backw
 ComputeTrainingScores/DecryptBlockSums): the engines keep their policy checks (step order, replay, answers) and
 hand the maths to the trainer's family-specific methods; a family's own service is the vflsec.v2 step.
 
+A family's own messages (its proto service: split-NN's TopStep, a tree's NextNode, ...) are the
+:class:`FamilyStep` objects it declares in :attr:`ModelFamily.steps`, per hosting role, each naming the roles
+that may call it. An engine runs them through one method, ``family_call(session_id, caller, name, **payload)``:
+it checks the caller against the declaration, takes the session lock, runs the step on the session's trainer
+with a context of the engine's own services (:class:`KeyHolderContext`, :class:`PassiveContext`: admission of a
+training step, training rows, a peer's link, ...) and checkpoints. The servicers derive their authorization
+policy from the same declaration: a new family adds its package, proto service and servicer, never an engine edit.
+
 Families are loaded by name (:func:`get`): the engines never import a family's package, a family registers
 itself (:func:`register`) when its module in :data:`PACKAGES` is imported.
 """
@@ -38,6 +46,8 @@ from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
+
+from vflsec.services.errors import FailedPrecondition
 
 if TYPE_CHECKING:  # annotations only: a family's plain maths (and its users) need not load the HE backend
     from vflsec.services.crypto import he
@@ -120,22 +130,83 @@ class ActiveContext:
         return [f.result() for f in futures]
 
 
+def _unavailable(*args: Any, **kwargs: Any) -> Any:
+    raise FailedPrecondition("this engine service is not offered to a training message")
+
+
 @dataclass
 class PassiveContext:
-    """What the passive engine hands its trainer for one training message of step ``step``."""
+    """What the passive engine hands its trainer for one training message of step ``step``, or a family step."""
 
     session_id: str
     step: int
     backend: he.Backend  # the session's public keys (epoch 0): parsing and plaintext arithmetic only
     mask_key: bytes
-    key_holder: Any  # the family's link to the coordinator
+    key_holder: Any  # the coordinator's link (a family's service on it: the attribute its family names)
     training_keys: Callable[[], he.Backend]  # the public keys of this step's key epoch (fetched when needed)
     features: Callable[[np.ndarray], np.ndarray] | None = None  # own feature rows of common indices (family messages)
+    # Family steps only (the engine's services, under the session lock):
+    # rows trained at step ``step``, now the session's last completed step
+    completed: Callable[[np.ndarray, int], None] = _unavailable
+    # this party's output for rows at training step ``step`` (0: inference), sent in the clear: only on a plain
+    # session of a family that does so by design (PassiveTrainer.output_in_the_clear), under the answer budget
+    output_in_the_clear: Callable[[int, np.ndarray], np.ndarray] = _unavailable
+    defer: Callable[[Callable[[], Any]], None] = _unavailable  # run after the lock is released and the checkpoint
+
+
+# The answer a key holder's training step gives (split-NN: ∂L/∂h and the batch loss), kept for a replay.
+StepAnswer = tuple[np.ndarray, float]
+
+
+@dataclass
+class KeyHolderContext:
+    """What the coordinator engine hands a family step it hosts (under the session lock)."""
+
+    session_id: str
+    caller: int  # the caller's position: 0 the active party (the session's owner), 1..P its passive parties
+    epochs: Mapping[int, he.Backend]  # the session's training keys still held, by key epoch
+    peer: Callable[[int], Any]  # the link to the passive party at a position (its family's service: an attribute)
+    check_rows: Callable[[np.ndarray], np.ndarray]  # rows in range, else INVALID_ARGUMENT (nothing changed)
+    trained: Callable[[np.ndarray], None]  # rows used in training (the training-ID refusal reads them)
+    # One training step, admitted as every family's is (rows, widths, minimum batch, order; a repeat of the last
+    # step gets its recorded answer): train(step, rows, widths, layout, compute) runs compute(the step's keys) once.
+    train: Callable[
+        [int, np.ndarray, Mapping[str, int], he.MatrixLayout, Callable[[he.Backend], StepAnswer]], StepAnswer
+    ]
+
+
+@dataclass(frozen=True)
+class ReleaseCall:
+    """What the coordinator hands its trainer at ReleaseModel: the parameter-release chain's steps (a passive party
+    runs them on what it releases itself) and each passive party's link by position (1..P)."""
+
+    session_id: str
+    specs: Sequence[str]
+    peer: Callable[[int], Any]
+
+
+class Release(Protocol):
+    """What the coordinator released (services/defenses/release.py ReleasedParams), as the active trainer reads it."""
+
+    passive: Mapping[str, np.ndarray | None]  # each passive party's disclosed block (LR), None if withheld
+    bias_offset: np.ndarray | None  # the parameter chain's offset to the bias (LR: PPS-A's flip)
+    tensors: Mapping[str, np.ndarray]  # the key holder's named tensors (split-NN: the top model, pulled bottoms)
+
+
+@dataclass(frozen=True)
+class FamilyStep:
+    """One of a family's own messages, hosted by an engine: ``run(trainer, ctx, **payload)`` -> the answer."""
+
+    run: Callable[..., Any]
+    callers: frozenset[str]  # certificate roles (services/common.py) that may call it: the owner is "active"
+    # False: the step changes the session only through the engine's services, which checkpoint themselves
+    checkpoint: bool = True
 
 
 class ActiveTrainer(Protocol):
     # True when this party computes its own scores (split-NN active-top: the top model is here) instead of the
-    # key holder releasing them: predictions then ask each passive party for its output in the clear.
+    # key holder releasing them: the trainer then has ``output_widths()`` (each passive party's output, sizing the
+    # engine's chunks) and ``local_scores(ctx, index)``, which asks each passive party for its output in the clear.
     scores_locally: bool
 
     @property
@@ -151,7 +222,9 @@ class ActiveTrainer(Protocol):
         """The active party's plaintext part of the inference aggregate for its feature rows ``x``."""
         ...
 
-    def released(self, key_holder_tensors: Mapping[str, np.ndarray]) -> ReleasedModel: ...
+    def released(self, release: Release) -> ReleasedModel:
+        """The model as this party holds it after the coordinator's release (its own part filled in)."""
+        ...
 
     def to_state(self) -> State: ...
 
@@ -187,8 +260,9 @@ class KeyHolderTrainer(Protocol):
         """Confidence scores (n, n_classes) of a decrypted inference aggregate: what the release chain gets."""
         ...
 
-    def released(self) -> dict[str, np.ndarray]:
-        """The named tensors this role releases to the active party at ReleaseModel (split-NN: the top model)."""
+    def released(self, call: ReleaseCall) -> dict[str, np.ndarray]:
+        """The named tensors this role releases to the active party at ReleaseModel (split-NN: the top model; a
+        tree: its skeleton with the thresholds each passive party discloses through ``call``)."""
         ...
 
     def to_state(self) -> State: ...
@@ -202,6 +276,9 @@ class ModelFamily(Protocol):
     # Whether the coordinator pulls each passive party's block at FinishTraining for the parameter-release chain
     # (LR); a family that releases no passive parameters keeps them with their owners.
     releases_passive_blocks: bool
+
+    # The family's own messages: hosting role ("coordinator", "passive") -> step name -> its declaration.
+    steps: Mapping[str, Mapping[str, FamilyStep]]
 
     def block_width(self, n_features: int, *, active: bool) -> int:
         """Columns of a party's block in the batch bound and the key-epoch count (LR: + the active bias column)."""

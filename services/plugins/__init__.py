@@ -20,17 +20,19 @@ from typing import Any, Protocol
 
 import numpy as np
 
-# Observation kinds, one per kind of message the active party receives.
-PUBLIC_CONTEXT = "public_context"  # blobs: context (the coordinator's public context)
-ENCRYPTED_LOGITS = "encrypted_logits"  # blobs: ciphertexts of a passive party's [[z_p]]
-ENCRYPTED_SCORES = "encrypted_scores"  # blobs: ciphertexts of [[p]] during training
-EMBEDDINGS = "embeddings"  # arrays: z, a passive party's output in the clear (split-NN active-top); sample_ids
-ENCRYPTED_EMBEDDINGS = "encrypted_embeddings"  # blobs: ciphertexts of a passive party's [[h_p]] (split-NN)
-GRADIENT = "gradient"  # arrays: the active party's own (unmasked) gradient blocks (LR), ∂L/∂h (split-NN: embedding)
-RELEASED_SCORES = "released_scores"  # arrays: scores, own_features; sample_ids
-RELEASED_MODEL = "released_model"  # arrays: w_active, bias, w_passive/<party> (disclosed blocks)
-SESSION = "session"  # meta: schema and release chains announced for a session
-TRAINING_DATA = "training_data"  # arrays: features, labels of its own rows that a training run uses
+# Observation kinds, one per kind of message the active party receives (defined in services/kinds.py).
+from vflsec.services.kinds import (  # noqa: F401  (re-exported: plugins.GRADIENT, ...)
+    EMBEDDINGS,
+    ENCRYPTED_EMBEDDINGS,
+    ENCRYPTED_LOGITS,
+    ENCRYPTED_SCORES,
+    GRADIENT,
+    PUBLIC_CONTEXT,
+    RELEASED_MODEL,
+    RELEASED_SCORES,
+    SESSION,
+    TRAINING_DATA,
+)
 
 
 @dataclass(frozen=True)

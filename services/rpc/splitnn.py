@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import grpc
 import numpy as np
 
+from vflsec.services.common import ACTIVE, COORDINATOR
 from vflsec.services.engines.coordinator import Coordinator
 from vflsec.services.transport import wire
 from vflsec.services.transport.server import rpc
@@ -18,6 +19,8 @@ from vflsec.v1 import common_pb2, passive_pb2, splitnn_pb2, splitnn_pb2_grpc
 
 if TYPE_CHECKING:  # a coordinator process never imports the passive engine (nor torch through its defenses)
     from vflsec.services.engines.passive import PassiveParty
+
+FAMILY = "splitnn"
 
 
 class SplitNnCoordinatorServicer(splitnn_pb2_grpc.SplitNnCoordinatorServicer):
@@ -32,13 +35,23 @@ class SplitNnCoordinatorServicer(splitnn_pb2_grpc.SplitNnCoordinatorServicer):
         index = np.asarray(request.sample_index, np.int64)
         embedding = wire.from_message(s.backend, request.embedding, "embedding", rows=len(index))
         labels = from_tensor(request.labels, "labels", shape=(len(index),)).astype(np.int64)
-        gradient, loss = self.coordinator.top_step(
-            request.session_id, request.step, embedding, labels, index, dict(request.widths)
+        gradient, loss = self.coordinator.family_call(
+            request.session_id,
+            current_caller().party_id,
+            "top_step",
+            step=request.step,
+            embedding=embedding,
+            labels=labels,
+            sample_index=index,
+            widths=dict(request.widths),
         )
         return splitnn_pb2.TopStepReply(gradient=to_tensor(gradient), loss=loss)
 
 
-COORDINATOR_POLICY: dict[str, frozenset[str]] = {"TopStep": frozenset({"active"})}
+# RPC -> the family step it runs. The policy is the family's declaration of its callers (ModelFamily.steps), written
+# out so that a party starts without loading the family (torch); tests/unit/test_authz.py keeps the two equal.
+COORDINATOR_STEPS = {"TopStep": "top_step"}
+COORDINATOR_POLICY: dict[str, frozenset[str]] = {"TopStep": frozenset({ACTIVE})}
 
 
 class SplitNnPassiveServicer(splitnn_pb2_grpc.SplitNnPassiveServicer):
@@ -49,9 +62,11 @@ class SplitNnPassiveServicer(splitnn_pb2_grpc.SplitNnPassiveServicer):
 
     @rpc
     def PlainForward(self, request: passive_pb2.ForwardRequest, context: grpc.ServicerContext):
-        self.party.owned(request.session_id, current_caller().party_id)
         index = np.asarray(request.sample_index, dtype=np.int64)
-        return to_tensor(self.party.plain_forward(request.session_id, request.step, index))
+        z = self.party.family_call(
+            request.session_id, current_caller().party_id, "plain_forward", step=request.step, sample_index=index
+        )
+        return to_tensor(z)
 
     @rpc
     def GetBottom(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
@@ -60,7 +75,8 @@ class SplitNnPassiveServicer(splitnn_pb2_grpc.SplitNnPassiveServicer):
         return splitnn_pb2.NamedTensors(tensors={name: to_tensor(t) for name, t in tensors.items()})
 
 
+PASSIVE_STEPS = {"PlainForward": "plain_forward"}
 PASSIVE_POLICY: dict[str, frozenset[str]] = {
-    "PlainForward": frozenset({"active"}),
-    "GetBottom": frozenset({"coordinator"}),
+    "PlainForward": frozenset({ACTIVE}),
+    "GetBottom": frozenset({COORDINATOR}),  # the engine's pull of named tensors after training, no family step
 }

@@ -1,6 +1,6 @@
-"""Thin servicers of the tree family's own services (proto/vflsec/v1/tree.proto): request -> plain call on the
-engine (which checks the caller, takes the session lock, runs the session trainer's operation and checkpoints) ->
-reply. The same convention as every other servicer, split-NN's included."""
+"""Thin servicers of the tree family's own services (proto/vflsec/v1/tree.proto): request -> the engine's
+``family_call`` of the family step the RPC names (the engine checks the caller against the family's declaration,
+takes the session lock, runs the step and checkpoints) -> reply. The same convention as split-NN's servicers."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import numpy as np
 
+from vflsec.services.common import ACTIVE, COORDINATOR, PASSIVE
 from vflsec.services.engines.coordinator import Coordinator
 from vflsec.services.errors import InvalidArgument
 from vflsec.services.transport import wire
@@ -21,7 +22,7 @@ from vflsec.v1 import common_pb2, tree_pb2, tree_pb2_grpc
 if TYPE_CHECKING:  # a coordinator process never imports the passive engine (nor torch through its defenses)
     from vflsec.services.engines.passive import PassiveParty
 
-ACTIVE = 0  # the active party's position in a tree session (passive parties are 1..P, in session order)
+OWN = 0  # the active party's position in a tree session (passive parties are 1..P, in session order)
 
 
 def _index(values: Any) -> np.ndarray:
@@ -43,53 +44,54 @@ class TreeCoordinatorServicer(tree_pb2_grpc.TreeCoordinatorServicer):
     def __init__(self, coordinator: Coordinator) -> None:
         self.coordinator = coordinator
 
+    def _call(self, session_id: str, step: str, **payload: Any) -> Any:
+        return self.coordinator.family_call(session_id, current_caller().party_id, step, **payload)
+
     @rpc
     def Begin(self, request: tree_pb2.TreeBegin, context: grpc.ServicerContext):
         index, bins = _index(request.sample_index), [list(b.sizes) for b in request.bins]
-        self.coordinator.tree_begin(request.session_id, current_caller().party_id, index, bins)
+        self._call(request.session_id, "begin", sample_index=index, bins=bins)
         return common_pb2.Empty()
 
     @rpc
     def NextNode(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
-        node = self.coordinator.tree_next_node(request.session_id, current_caller().party_id)
+        node = self._call(request.session_id, "next_node")
         return tree_pb2.NodeTask(done=True) if node is None else task_message(node)
 
     @rpc
     def OpenNode(self, request: tree_pb2.NodeTotals, context: grpc.ServicerContext):
         totals = from_tensor(request.totals, "class totals", ndim=1)
-        search = self.coordinator.tree_open_node(
-            request.session_id, current_caller().party_id, key_of(request.node), totals
-        )
+        search = self._call(request.session_id, "open_node", key=key_of(request.node), totals=totals)
         return tree_pb2.NodeOpened(search=search)
 
     @rpc
     def SubmitCounts(self, request: tree_pb2.NodeCounts, context: grpc.ServicerContext):
         mask_sums = from_tensor(request.mask_sums, "mask sums", ndim=2) if request.HasField("mask_sums") else None
-        self.coordinator.tree_submit_counts(
+        self._call(
             request.session_id,
-            current_caller().party_id,
-            key_of(request.node),
-            list(request.products),
-            request.part,
-            request.parts,
-            mask_sums,
+            "submit_counts",
+            key=key_of(request.node),
+            products=list(request.products),
+            part=request.part,
+            parts=request.parts,
+            mask_sums=mask_sums,
         )
         return common_pb2.Empty()
 
     @rpc
     def Decide(self, request: tree_pb2.NodeDecide, context: grpc.ServicerContext):
         own = from_tensor(request.counts, "per-bin counts", ndim=2) if request.HasField("counts") else None
-        split = self.coordinator.tree_decide(request.session_id, current_caller().party_id, key_of(request.node), own)
+        split = self._call(request.session_id, "decide", key=key_of(request.node), own=own)
         if split is None:
             return tree_pb2.Decision(split=False)
-        if split.owner == ACTIVE:
+        if split.owner == OWN:
             return tree_pb2.Decision(split=True, own=True, feature=split.feature, bin=split.bin)
         return tree_pb2.Decision(split=True)  # the split's owner keeps its threshold
 
     @rpc
     def Partition(self, request: tree_pb2.NodePartition, context: grpc.ServicerContext):
         left = _bits(request.goes_left, "partition")
-        self.coordinator.tree_partition(request.session_id, current_caller().party_id, key_of(request.node), left)
+        self._call(request.session_id, "partition", key=key_of(request.node), goes_left=left)
         return common_pb2.Empty()
 
 
@@ -97,9 +99,12 @@ class TreePassiveServicer(tree_pb2_grpc.TreePassiveServicer):
     def __init__(self, party: PassiveParty) -> None:
         self.party = party
 
+    def _call(self, session_id: str, step: str, **payload: Any) -> Any:
+        return self.party.family_call(session_id, current_caller().party_id, step, **payload)
+
     @rpc
     def Begin(self, request: tree_pb2.TreeRows, context: grpc.ServicerContext):
-        sizes = self.party.tree_begin(request.session_id, current_caller().party_id, _index(request.sample_index))
+        sizes = self._call(request.session_id, "begin", sample_index=_index(request.sample_index))
         return tree_pb2.BinSizes(sizes=sizes)
 
     @rpc
@@ -107,31 +112,46 @@ class TreePassiveServicer(tree_pb2_grpc.TreePassiveServicer):
         caller, node = current_caller().party_id, task_of(request.task)
         s = self.party.owned(request.session_id, caller)
         indicators = wire.from_message(s.backend, request.indicators, "indicators", rows=len(node["rows"]))
-        self.party.tree_node_counts(request.session_id, caller, node, indicators)
+        self._call(request.session_id, "node_counts", node=node, indicators=indicators)
         return common_pb2.Empty()
 
     @rpc
     def ApplySplit(self, request: tree_pb2.SplitChoice, context: grpc.ServicerContext):
-        left = self.party.tree_apply_split(
-            request.session_id, current_caller().party_id, task_of(request.task), request.feature, request.bin
-        )
+        node = task_of(request.task)
+        left = self._call(request.session_id, "apply_split", node=node, feature=request.feature, bin_index=request.bin)
         return to_tensor(left)
 
     @rpc
     def DiscloseThresholds(self, request: tree_pb2.ThresholdRequest, context: grpc.ServicerContext):
-        thresholds = self.party.tree_thresholds(request.session_id, current_caller().party_id, list(request.steps))
+        thresholds = self._call(request.session_id, "thresholds", specs=list(request.steps))
         if thresholds is None:  # withheld: the thresholds stay at the party
             return tree_pb2.Thresholds(withheld=True)
         return tree_pb2.Thresholds(nodes=[key_message(k) for k in thresholds], thresholds=list(thresholds.values()))
 
 
+# RPC -> the family step it runs. The policies are the family's declaration of its callers (ModelFamily.steps),
+# written out so that a party starts without loading the family; tests/unit/test_authz.py keeps them equal.
+COORDINATOR_STEPS = {
+    "Begin": "begin",
+    "NextNode": "next_node",
+    "OpenNode": "open_node",
+    "SubmitCounts": "submit_counts",
+    "Decide": "decide",
+    "Partition": "partition",
+}
+PASSIVE_STEPS = {
+    "Begin": "begin",
+    "NodeCounts": "node_counts",
+    "ApplySplit": "apply_split",
+    "DiscloseThresholds": "thresholds",
+}
 COORDINATOR_POLICY: dict[str, frozenset[str]] = {
-    **{method: frozenset({"active"}) for method in ("Begin", "NextNode", "OpenNode", "Decide", "Partition")},
-    "SubmitCounts": frozenset({"passive"}),
+    **{method: frozenset({ACTIVE}) for method in ("Begin", "NextNode", "OpenNode", "Decide", "Partition")},
+    "SubmitCounts": frozenset({PASSIVE}),
 }
 PASSIVE_POLICY: dict[str, frozenset[str]] = {
-    "Begin": frozenset({"active"}),
-    "NodeCounts": frozenset({"active"}),
-    "ApplySplit": frozenset({"coordinator"}),
-    "DiscloseThresholds": frozenset({"coordinator"}),
+    "Begin": frozenset({ACTIVE}),
+    "NodeCounts": frozenset({ACTIVE}),
+    "ApplySplit": frozenset({COORDINATOR}),
+    "DiscloseThresholds": frozenset({COORDINATOR}),
 }

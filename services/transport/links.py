@@ -16,7 +16,8 @@ from vflsec.services.errors import InvalidArgument, ServiceError
 from vflsec.services.models.family import Received, TrainingConfig
 from vflsec.services.transport import psi_stream, wire
 from vflsec.services.transport.server import DEFAULT_CALL_POLICY, CallPolicy, call
-from vflsec.services.transport.tensors import from_tensor, to_tensor
+from vflsec.services.transport.splitnn_links import SplitNnCoordinatorClient, SplitNnPassiveClient
+from vflsec.services.transport.tensors import from_tensor
 from vflsec.services.transport.tree_links import TreeCoordinatorClient, TreePassiveClient
 from vflsec.v1 import (
     common_pb2,
@@ -24,8 +25,6 @@ from vflsec.v1 import (
     coordinator_pb2_grpc,
     passive_pb2,
     passive_pb2_grpc,
-    splitnn_pb2,
-    splitnn_pb2_grpc,
 )
 
 # The passive party validates and re-blinds our list and hashes and blinds its own (together about 0.15 ms per
@@ -67,9 +66,10 @@ class CoordinatorClient:
 
     def __init__(self, channel: grpc.Channel, policy: CallPolicy = DEFAULT_CALL_POLICY) -> None:
         self.stub = coordinator_pb2_grpc.CoordinatorStub(channel)
-        self.splitnn = splitnn_pb2_grpc.SplitNnCoordinatorStub(channel)
         self.policy = policy
-        self.tree = TreeCoordinatorClient(channel, policy)  # the tree family's service on the same channel
+        # The families' services on the same channel (a family's trainer picks its own link by this name)
+        self.splitnn = SplitNnCoordinatorClient(channel, policy)
+        self.tree = TreeCoordinatorClient(channel, policy)
 
     def open_session(
         self,
@@ -132,29 +132,6 @@ class CoordinatorClient:
         )
         return from_tensor(call(self.peer, self.stub.DecryptBlockSums, request, self.policy), "block sums", ndim=2)
 
-    def top_step(
-        self,
-        backend: he.Backend,
-        session_id: str,
-        step: int,
-        sample_index: np.ndarray,
-        embedding: he.EncryptedMatrix,
-        labels: np.ndarray,
-        widths: Mapping[str, int],
-    ) -> tuple[np.ndarray, float]:
-        """split-NN: ∂L/∂h for the step's [[h]] and labels, and the batch loss."""
-        request = splitnn_pb2.TopStepRequest(
-            session_id=session_id,
-            step=step,
-            sample_index=sample_index.tolist(),
-            embedding=wire.to_message(backend, embedding),
-            labels=to_tensor(np.asarray(labels, dtype=np.int64)),
-            widths=dict(widths),
-        )
-        reply = call(self.peer, self.splitnn.TopStep, request, self.policy)
-        gradient = from_tensor(reply.gradient, "∂L/∂h", shape=embedding.shape).copy()
-        return gradient, reply.loss
-
     def finish_training(self, session_id: str) -> None:
         call(self.peer, self.stub.FinishTraining, common_pb2.SessionRef(session_id=session_id), self.policy)
 
@@ -213,9 +190,10 @@ class PassiveClient:
     def __init__(self, party_id: str, channel: grpc.Channel, policy: CallPolicy = DEFAULT_CALL_POLICY) -> None:
         self.peer = party_id
         self.stub = passive_pb2_grpc.PassiveStub(channel)
-        self.splitnn = splitnn_pb2_grpc.SplitNnPassiveStub(channel)
         self.policy = policy
-        self.tree = TreePassiveClient(party_id, channel, policy)  # the tree family's service on the same channel
+        # The families' services on the same channel (a family's trainer picks its own link by this name)
+        self.splitnn = SplitNnPassiveClient(party_id, channel, policy)
+        self.tree = TreePassiveClient(party_id, channel, policy)
 
     def join(
         self,
@@ -296,23 +274,10 @@ class PassiveClient:
         )
         call(self.peer, self.stub.Backward, request, self.policy)
 
-    def plain_forward(self, session_id: str, step: int, sample_index: np.ndarray, cols: int) -> np.ndarray:
-        """split-NN active-top: the party's output z for the rows, in the clear (step 0: inference)."""
-        request = passive_pb2.ForwardRequest(session_id=session_id, step=step, sample_index=sample_index.tolist())
-        reply = call(self.peer, self.splitnn.PlainForward, request, self.policy)
-        return from_tensor(reply, f"output of {self.peer}", shape=(len(sample_index), cols)).copy()
-
-    def bottom(self, session_id: str) -> dict[str, np.ndarray]:
-        """split-NN: the party's bottom as named tensors, pulled by the coordinator after training."""
-        reply = call(self.peer, self.splitnn.GetBottom, common_pb2.SessionRef(session_id=session_id), self.policy)
-        return {name: from_tensor(t, f"{name} of {self.peer}").copy() for name, t in reply.tensors.items()}
-
-    def backward_gradient(self, session_id: str, step: int, sample_index: np.ndarray, gradient: np.ndarray) -> None:
-        """split-NN: the step's ∂L/∂h, in the clear."""
-        request = passive_pb2.BackwardRequest(
-            session_id=session_id, step=step, sample_index=sample_index.tolist(), gradient=to_tensor(gradient)
-        )
-        call(self.peer, self.stub.Backward, request, self.policy)
+    def tensors(self, session_id: str) -> dict[str, np.ndarray]:
+        """The named tensors the party's family lets the coordinator pull after training (split-NN's GetBottom, the
+        one family that releases such tensors)."""
+        return self.splitnn.bottom(session_id)
 
     def share_logits(self, session_id: str, query_id: str, sample_index: np.ndarray) -> None:
         request = passive_pb2.ShareLogitsRequest(

@@ -50,7 +50,7 @@ def test_each_row_is_answered_at_most_max_answers_times_and_a_restart_keeps_the_
         assert np.array_equal(s.answers, np.ones(len(common), dtype=np.uint16))
 
         with peer_channel(layout.addresses[PASSIVE], PASSIVE, layout.tls(active), 64 << 20) as peer:
-            link = PassiveClient(PASSIVE, peer)
+            link = PassiveClient(PASSIVE, peer).splitnn
             # the next training step, asked twice (a redo at the same weights): counted once
             step = s.completed_step + 1
             rows = np.array([0, 1])
@@ -72,7 +72,7 @@ def test_each_row_is_answered_at_most_max_answers_times_and_a_restart_keeps_the_
         restored = parties[PASSIVE].engine.sessions[sid]
         assert restored.answers is not None and restored.answers[:3].tolist() == [3, 2, 2]
         with peer_channel(layout.addresses[PASSIVE], PASSIVE, layout.tls(active), 64 << 20) as peer:
-            link = PassiveClient(PASSIVE, peer)
+            link = PassiveClient(PASSIVE, peer).splitnn
             assert link.plain_forward(sid, step, rows, WIDTH).shape == (2, WIDTH)  # the same request: not counted
             with pytest.raises(PeerFailed) as err:
                 link.plain_forward(sid, 0, np.array([0]), WIDTH)

@@ -170,7 +170,7 @@ def test_active_party_records_no_passive_embedding(tmp_path, monkeypatch) -> Non
     assert kinds.count(plugins.ENCRYPTED_EMBEDDINGS) == 2  # 2 batches of 64, one passive party
     received = [e for e in entries if e["source"] != "active"]
     # The only plaintext arrays from others during training: ∂L/∂h, batch x E.
-    assert {name for e in received for name in e["arrays"]} == {"embedding"}
+    assert {name for e in received for name in e["arrays"]} == {"gradient"}
     h_p = np.vstack(produced)
     assert h_p.shape == (128, SETTINGS["embedding"])
     assert _rows_of(h_p[::-1], h_p).all()  # the check finds a leaked h_p in any order
@@ -243,8 +243,11 @@ def test_each_family_rpc_refuses_a_session_of_another_family(tmp_path) -> None:
                 ),
                 "DecryptBlockSums": ("splitnn", lambda: key_holder.block_sums(nn, 2, [b""], widths[nn]["active"])),
                 "GetWeights": ("splitnn", lambda: passive.weights(nn)),
-                "GetBottom": ("lr", lambda: passive.bottom(lr)),  # LR's W_p goes through GetWeights only
-                "TopStep": ("lr", lambda: key_holder.top_step(backend, lr, 3, rows, zeros, np.zeros(64), widths[lr])),
+                "GetBottom": ("lr", lambda: passive.splitnn.bottom(lr)),  # LR's W_p goes through GetWeights only
+                "TopStep": (
+                    "lr",
+                    lambda: key_holder.splitnn.top_step(backend, lr, 3, rows, zeros, np.zeros(64), widths[lr]),
+                ),
             }
             for what, (family, call) in calls.items():
                 with pytest.raises(PeerFailed) as failed:

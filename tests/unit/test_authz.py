@@ -43,3 +43,25 @@ def test_rendered_cells_follow_the_rules() -> None:
         cells = [c.strip() for c in line.strip("|").split("|")]
         assert cells[:2] == [rule.service.name, rule.method.name]
         assert cells[2:] == ["allowed" if role in rule.allowed else "denied" for role in authz.ROLES]
+
+
+def test_family_policies_are_the_families_declarations() -> None:
+    """A family servicer's policy is written out (a party starts without loading the family) and must equal what the
+    family declares of its steps (ModelFamily.steps), which the engines enforce again at every call: every declared
+    step is served by exactly one RPC, every family RPC runs a declared step."""
+    from vflsec.services.common import COORDINATOR, PASSIVE
+    from vflsec.services.models import family as families
+
+    served = [
+        ("splitnn", COORDINATOR, splitnn.COORDINATOR_STEPS, splitnn.COORDINATOR_POLICY),
+        ("splitnn", PASSIVE, splitnn.PASSIVE_STEPS, splitnn.PASSIVE_POLICY),
+        ("tree", COORDINATOR, trees.COORDINATOR_STEPS, trees.COORDINATOR_POLICY),
+        ("tree", PASSIVE, trees.PASSIVE_STEPS, trees.PASSIVE_POLICY),
+    ]
+    for family, host, methods, policy in served:
+        declared = families.get(family).steps[host]
+        assert sorted(methods.values()) == sorted(declared), (family, host)
+        for rpc, step in methods.items():
+            assert policy[rpc] == declared[step].callers, (family, host, rpc)
+    assert families.get("forest").steps == families.get("tree").steps  # one service serves both
+    assert families.get("lr").steps == {}  # LR's messages are vflsec.v1's own RPCs

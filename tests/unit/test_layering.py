@@ -8,6 +8,7 @@ who adds a shortcut learns it here rather than from an import loop.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,7 @@ FORBIDDEN: dict[str, set[str]] = {
     "common.py": {"rpc", "engines", "transport"},
     "config.py": {"rpc", "engines", "transport"},
     "errors.py": {"rpc", "engines", "transport"},
+    "kinds.py": {"rpc", "engines", "transport"},
     "registry.py": {"rpc", "engines", "transport"},
 }
 
@@ -41,7 +43,7 @@ FAMILIES = sorted(p.name for p in (SERVICES / "models").iterdir() if (p / "__ini
 FAMILY_READERS: dict[str, set[str]] = {
     "attacks": set(FAMILIES),  # an attack reads the released model of the family it attacks
     "defenses/params.py": {"lr"},  # parameter steps distort LR's weight blocks, checked on its linear system
-    "defenses/embedding_layers.py": {"splitnn"},  # embedding defenses put a layer of split-NN's bottom model
+    "defenses/scores.py": {"lr"},  # PPS-B perturbs LR's logits along its weights, in LR's released-score layout
 }
 
 # Protobuf and gRPC stay in the link layer: the servicers (rpc/), the links and the server (transport/), and app.py,
@@ -185,6 +187,22 @@ def test_engines_name_no_lr() -> None:
         if "lr" in names or "models.lr" in path.read_text():
             offenders[path.name] = sorted(n for n in names if n == "lr")
     assert not offenders, f"engines must not name the lr family: {offenders}"
+
+
+# A family's own steps and tensor names (split-NN's top_step, plain_forward; a tree's tree_* calls; LR's w_passive)
+FAMILY_WORDS = re.compile(r"\btree_|\btop_step\b|\bplain_forward\b|\bbackward_gradient\b|\breleased_with\b|"
+                          r"\bw_passive\b|\.tree\.|\bbias_offset/")
+
+
+def test_engines_name_no_family_step() -> None:
+    """The engines run a family's own messages through family_call, by the name the servicer passes: no engine names
+    one, nor a family's tensors (what an engine needs of a family it asks through the family layer)."""
+    offenders = {
+        path.name: sorted(set(FAMILY_WORDS.findall(path.read_text())))
+        for path in sorted((SERVICES / "engines").rglob("*.py"))
+        if FAMILY_WORDS.search(path.read_text())
+    }
+    assert not offenders, f"engines must not name a family's steps or tensors: {offenders}"
 
 
 def test_the_family_scanner_resolves_relative_imports(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from vflsec.services.models.lr.maths import (
     n_logits,
     sigmoid,
     softmax,
+    softmax_layout,
     targets,
 )
 from vflsec.services.models.lr.system import RANK_RTOL, PassiveSystem, difference_operator
@@ -33,5 +34,6 @@ __all__ = [
     "n_logits",
     "sigmoid",
     "softmax",
+    "softmax_layout",
     "targets",
 ]

@@ -30,10 +30,19 @@ def link(z: np.ndarray) -> np.ndarray:
     return sigmoid(z) if z.shape[1] == 1 else softmax(z)
 
 
+def softmax_layout(k_logits: int) -> np.ndarray:
+    """LR's released-score layout as a (k, C) matrix L: the released scores of logits z are softmax(z L). A sigmoid
+    model's one logit z is the softmax pair [0, z], so it releases [1 − σ(z), σ(z)], as in the papers; K logits are
+    softmax logits already. Weights (rows = logits) take the same layout as Lᵀ W. The one place this is written:
+    the release (:func:`confidence_scores`), the score defenses and the attacks all use it."""
+    if k_logits == 1:
+        return np.array([[0.0, 1.0]])
+    return np.eye(k_logits)
+
+
 def confidence_scores(z: np.ndarray) -> np.ndarray:
-    """The released form (n, C): a binary model releases [1 − p, p], as in the papers."""
-    p = link(z)
-    return np.hstack([1.0 - p, p]) if z.shape[1] == 1 else p
+    """The released form (n, C) of logits z (n, k): softmax(z L) (:func:`softmax_layout`)."""
+    return softmax(z @ softmax_layout(z.shape[1]))
 
 
 def targets(y: np.ndarray, n_classes: int) -> np.ndarray:

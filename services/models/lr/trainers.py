@@ -14,9 +14,20 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from vflsec.services import kinds
 from vflsec.services.crypto import entropy, he
 from vflsec.services.errors import FailedPrecondition, InvalidArgument
-from vflsec.services.models.family import ActiveContext, PassiveContext, Received, ReleasedModel, State, register
+from vflsec.services.models.family import (
+    ActiveContext,
+    FamilyStep,
+    PassiveContext,
+    Received,
+    Release,
+    ReleaseCall,
+    ReleasedModel,
+    State,
+    register,
+)
 
 from .maths import BlockOptimizer, OptimizerConfig, confidence_scores, default_batch_size, link, min_batch_size
 from .maths import n_logits as _n_logits
@@ -122,7 +133,7 @@ class LrActive:
             lambda party, link: link.forward(ctx.backend, ctx.session_id, ctx.step, index, self.k)
         )
         for party, r in zip(passives, received, strict=True):
-            ctx.emit("encrypted_logits", party, blobs={"ciphertexts": r.blobs}, meta={"step": ctx.step})
+            ctx.emit(kinds.ENCRYPTED_LOGITS, party, blobs={"ciphertexts": r.blobs}, meta={"step": ctx.step})
         # [[z]] = Σ_p [[z_p]] + (X_a W_aᵀ + b): ciphertexts only, the active party cannot decrypt.
         total = received[0].matrix
         for r in received[1:]:
@@ -134,7 +145,7 @@ class LrActive:
         scores = key_holder.training_scores(
             ctx.backend, ctx.session_id, ctx.step, logits, replicas, index, ctx.widths
         )
-        ctx.emit("encrypted_scores", "coordinator", blobs={"ciphertexts": scores.blobs}, meta={"step": ctx.step})
+        ctx.emit(kinds.ENCRYPTED_SCORES, "coordinator", blobs={"ciphertexts": scores.blobs}, meta={"step": ctx.step})
         delta = he.add_plain_matrix(ctx.backend, scores.matrix, -_targets(ctx.labels(index), self.n_classes))
         delta_wire = he.matrix_to_wire(ctx.backend, delta)  # serialised once, sent to every passive party
         own = ctx.spawn(self._own_gradient, ctx, delta, x, scores.digest)
@@ -156,17 +167,18 @@ class LrActive:
             digest,
             lambda cts, width: ctx.key_holder.block_sums(ctx.session_id, ctx.step, cts, width),
         )
-        ctx.emit(
-            "gradient", "coordinator", arrays={"weights": grad[:, :-1], "bias": grad[:, -1]}, meta={"step": ctx.step}
-        )
+        arrays = {"weights": grad[:, :-1], "bias": grad[:, -1]}
+        ctx.emit(kinds.GRADIENT, "coordinator", arrays=arrays, meta={"step": ctx.step})
         return grad
 
-    def released(self, key_holder_tensors: Mapping[str, np.ndarray]) -> ReleasedModel:
+    def released(self, release: Release) -> ReleasedModel:
         """The model as the active party holds it after release: its own block, the released bias (its own plus
         the parameter chain's offset, e.g. PPS-A's flip) and every disclosed passive block (``w_passive/<party>``)."""
-        offset = key_holder_tensors.get("bias_offset")
+        offset = release.bias_offset
+        if offset is not None and offset.shape != (self.k,):
+            raise InvalidArgument(f"bias offset: expected shape [{self.k}], got {list(offset.shape)}")
         bias = self.bias.copy() if offset is None else self.bias + offset
-        disclosed = {name: t for name, t in key_holder_tensors.items() if name.startswith("w_passive/")}
+        disclosed = {f"w_passive/{party}": w for party, w in release.passive.items() if w is not None}
         return ReleasedModel(
             NAME, {"w_active": self.weights.copy(), "bias": bias, "trained_bias": self.bias.copy(), **disclosed}
         )
@@ -292,7 +304,7 @@ class LrKeyHolder:
     def scores(self, aggregate: np.ndarray) -> np.ndarray:
         return confidence_scores(aggregate)
 
-    def released(self) -> dict[str, np.ndarray]:
+    def released(self, call: ReleaseCall | None = None) -> dict[str, np.ndarray]:
         return {}  # LR's passive blocks are released through the parameter chain, not by the key holder
 
     def to_state(self) -> State:
@@ -302,6 +314,7 @@ class LrKeyHolder:
 class LrFamily:
     name = NAME
     releases_passive_blocks = True
+    steps: Mapping[str, Mapping[str, FamilyStep]] = {}  # LR's messages are vflsec.v1's (Forward, Backward, ...)
 
     @staticmethod
     def block_width(n_features: int, *, active: bool) -> int:

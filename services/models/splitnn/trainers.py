@@ -25,19 +25,22 @@ from typing import Any, Protocol
 import numpy as np
 from torch import nn
 
+from vflsec.services import kinds
 from vflsec.services.crypto import he
 from vflsec.services.errors import FailedPrecondition, InvalidArgument
 from vflsec.services.models.family import (
     ActiveContext,
     DictForm,
     PassiveContext,
-    Received,
+    Release,
+    ReleaseCall,
     ReleasedModel,
     State,
     register,
 )
 
 from .config import TOPOLOGIES, SplitNNConfig
+from .messages import STEPS
 from .optim import OptimizerConfig
 from .steps import Bottom, Head, aggregate, open_sum
 
@@ -139,8 +142,12 @@ class EmbeddingDefense(Protocol):
     def __call__(self, plain: nn.Module, d_in: int, width: int, *, bias: bool) -> nn.Module: ...
 
 
+def _link(link: Any) -> Any:
+    return link.splitnn  # the family's link beside the engine's (services/transport/splitnn_links.py)
+
+
 class KeyHolderLink(Protocol):
-    """split-NN's message to the key holder (services/transport/links.py CoordinatorClient.top_step)."""
+    """split-NN's message to the key holder (services/transport/splitnn_links.py)."""
 
     def top_step(
         self,
@@ -155,11 +162,8 @@ class KeyHolderLink(Protocol):
 
 
 class PassiveLink(Protocol):
-    """split-NN's messages to a passive party (services/transport/links.py PassiveClient)."""
-
-    def forward(
-        self, backend: he.Backend, session_id: str, step: int, sample_index: np.ndarray, cols: int
-    ) -> Received: ...
+    """split-NN's messages to a passive party (services/transport/splitnn_links.py) beside the engine's Forward
+    (services/transport/links.py PassiveClient.forward)."""
 
     def backward_gradient(self, session_id: str, step: int, sample_index: np.ndarray, gradient: np.ndarray) -> None: ...
 
@@ -190,14 +194,13 @@ class SplitNNActive:
         return self.settings.embedding
 
     def train_step(self, ctx: ActiveContext, index: np.ndarray) -> None:
-        passives: Mapping[str, PassiveLink] = ctx.passives
-        key_holder: KeyHolderLink = ctx.key_holder
+        key_holder: KeyHolderLink = _link(ctx.key_holder)
         width = self.settings.embedding
         received = ctx.each_passive(
             lambda party, link: link.forward(ctx.backend, ctx.session_id, ctx.step, index, width)
         )
-        for party, r in zip(passives, received, strict=True):
-            ctx.emit("encrypted_embeddings", party, blobs={"ciphertexts": r.blobs}, meta={"step": ctx.step})
+        for party, r in zip(ctx.passives, received, strict=True):
+            ctx.emit(kinds.ENCRYPTED_EMBEDDINGS, party, blobs={"ciphertexts": r.blobs}, meta={"step": ctx.step})
         own = self.bottom.forward(ctx.features(index), train=True)
         # [[Σ h_p]] + h_a under the step's key epoch, as the passive parties encrypted: never opened here
         summed = aggregate(ctx.training_keys(), own, [r.matrix for r in received])
@@ -206,17 +209,17 @@ class SplitNNActive:
         )
         if gradient.shape != own.shape:
             raise FailedPrecondition(f"the key holder returned ∂L/∂h of shape {gradient.shape}, expected {own.shape}")
-        ctx.emit("gradient", "coordinator", arrays={"embedding": gradient}, meta={"step": ctx.step, "loss": loss})
-        ctx.each_passive(lambda party, link: link.backward_gradient(ctx.session_id, ctx.step, index, gradient))
+        ctx.emit(kinds.GRADIENT, "coordinator", arrays={"gradient": gradient}, meta={"step": ctx.step, "loss": loss})
+        ctx.each_passive(lambda party, link: _link(link).backward_gradient(ctx.session_id, ctx.step, index, gradient))
         # Applied once every passive party applied the step, as LR's update is.
         self.bottom.backward(gradient)
 
     def inference_share(self, x: np.ndarray) -> np.ndarray:
         return self.bottom.forward(x, train=False)
 
-    def released(self, key_holder_tensors: Mapping[str, np.ndarray]) -> ReleasedModel:
+    def released(self, release: Release) -> ReleasedModel:
         """Its own bottom and what the key holder released: the top model, and the passive bottoms unless withheld."""
-        return ReleasedModel(NAME, {**_module_tensors("bottom/0", self.bottom), **key_holder_tensors})
+        return ReleasedModel(NAME, {**_module_tensors("bottom/0", self.bottom), **release.tensors})
 
     def to_state(self) -> State:
         return _role_state(self.bottom, self.settings, n_classes=self.n_classes, width=self.bottom.in_width)
@@ -241,18 +244,28 @@ class ActiveTopActive:
         config = self.settings.network(self.features, self.n_classes)
         return [config.output_width(p) for p in range(1, len(self.features))]
 
-    def train_step(self, ctx: ActiveContext, index: np.ndarray) -> None:
-        passives: Mapping[str, PassiveLink] = ctx.passives
-        widths = dict(zip(passives, self.output_widths(), strict=True))
+    def _outputs(self, ctx: ActiveContext, index: np.ndarray) -> list[np.ndarray]:
+        """Every passive party's z_p for rows ``index`` at step ``ctx.step`` (0: inference), in the clear, recorded."""
+        widths = dict(zip(ctx.passives, self.output_widths(), strict=True))
         z = ctx.each_passive(
-            lambda party, link: link.plain_forward(ctx.session_id, ctx.step, index, widths[party])
+            lambda party, link: _link(link).plain_forward(ctx.session_id, ctx.step, index, widths[party])
         )
         ids = ctx.sample_ids(index)
-        for party, z_p in zip(passives, z, strict=True):
-            ctx.emit("embeddings", party, sample_ids=tuple(ids), arrays={"z": z_p}, meta={"step": ctx.step})
+        for party, z_p in zip(ctx.passives, z, strict=True):
+            ctx.emit(kinds.EMBEDDINGS, party, sample_ids=tuple(ids), arrays={"z": z_p}, meta={"step": ctx.step})
+        return z
+
+    def train_step(self, ctx: ActiveContext, index: np.ndarray) -> None:
+        z = self._outputs(ctx, index)
         step = self.head.train_step(z, ctx.labels(index), local=ctx.features(index))
-        grads = dict(zip(passives, step.grads, strict=True))
-        ctx.each_passive(lambda party, link: link.backward_gradient(ctx.session_id, ctx.step, index, grads[party]))
+        grads = dict(zip(ctx.passives, step.grads, strict=True))
+        ctx.each_passive(
+            lambda party, link: _link(link).backward_gradient(ctx.session_id, ctx.step, index, grads[party])
+        )
+
+    def local_scores(self, ctx: ActiveContext, index: np.ndarray) -> np.ndarray:
+        """Its own scores of rows ``index`` (the engine's inference when ``scores_locally``; ctx.step is 0)."""
+        return self.scores(ctx.features(index), self._outputs(ctx, index))
 
     def scores(self, x: np.ndarray, received: Sequence[np.ndarray]) -> np.ndarray:
         """This party's own confidence scores softmax(top([h_a, z_1, ..., z_P])) (no release chain here)."""
@@ -261,11 +274,11 @@ class ActiveTopActive:
     def inference_share(self, x: np.ndarray) -> np.ndarray:
         raise FailedPrecondition("active-top scores at the active party: there is no share to sum")
 
-    def released(self, key_holder_tensors: Mapping[str, np.ndarray]) -> ReleasedModel:
+    def released(self, release: Release) -> ReleasedModel:
         """The top model with the active party's bottom it trained, and the passive bottoms the coordinator
         released (none when withheld)."""
         tensors = {f"head/{name}": t.detach().numpy().copy() for name, t in self.head.module.state_dict().items()}
-        return ReleasedModel(NAME, {**tensors, **key_holder_tensors})
+        return ReleasedModel(NAME, {**tensors, **release.tensors})
 
     def to_state(self) -> State:
         return _role_state(self.head, self.settings, n_classes=self.n_classes, features=list(self.features))
@@ -359,7 +372,7 @@ class SplitNNKeyHolder:
             raise FailedPrecondition("an active-top session releases no scores at the coordinator")
         return self.head.scores([aggregate])
 
-    def released(self) -> dict[str, np.ndarray]:
+    def released(self, call: ReleaseCall | None = None) -> dict[str, np.ndarray]:
         return {} if self.head is None else _module_tensors("top", self.head)
 
     def to_state(self) -> State:
@@ -377,6 +390,12 @@ class SplitNNFamily:
     name = NAME
     releases_passive_blocks = False  # no W_p block: the bottoms are pulled as named tensors instead
     releases_passive_tensors = True
+    steps = STEPS  # its own messages (proto/vflsec/v1/splitnn.proto): .messages
+
+    @staticmethod
+    def tensor_prefix(position: int) -> str:
+        """The names the passive party at ``position`` may release (its bottom): no stand-in for another's."""
+        return f"bottom/{position}/"
 
     @staticmethod
     def block_width(n_features: int, *, active: bool) -> int:

@@ -31,9 +31,22 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from vflsec.services.common import ACTIVE as ACTIVE_ROLE
+from vflsec.services.common import COORDINATOR, PASSIVE
 from vflsec.services.crypto import entropy, he
 from vflsec.services.errors import FailedPrecondition, InvalidArgument
-from vflsec.services.models.family import ActiveContext, PassiveContext, ReleasedModel, State, register
+from vflsec.services.models.family import (
+    ActiveContext,
+    FamilyStep,
+    KeyHolderContext,
+    PassiveContext,
+    Release,
+    ReleaseCall,
+    ReleasedModel,
+    State,
+    register,
+)
+from vflsec.services.registry import parse_spec
 
 from .binning import QuantileBins
 from .config import TreeConfig
@@ -221,10 +234,10 @@ class TreeActive:
     def inference_share(self, x: np.ndarray) -> np.ndarray:
         return _shares(self.settings, self.owner, x)
 
-    def released(self, key_holder_tensors: Mapping[str, np.ndarray]) -> ReleasedModel:
+    def released(self, release: Release) -> ReleasedModel:
         """The coordinator's release with this party's own thresholds filled in."""
         try:
-            forest = from_tensors(key_holder_tensors, self.settings.config.kind)
+            forest = from_tensors(release.tensors, self.settings.config.kind)
         except (KeyError, ValueError) as exc:
             raise FailedPrecondition(f"the coordinator released no readable {self.name}: {exc}") from exc
         own = {} if self.owner is None else self.owner.thresholds()
@@ -453,10 +466,13 @@ class TreeKeyHolder:
                 directions.setdefault(node.owner, {})[key] = bits[:, self.settings.column(key)] == 1  # type: ignore[arg-type]
         return combine(forest, directions, bits.shape[0])
 
-    def released(self) -> dict[str, np.ndarray]:
-        """The skeleton alone (owners, features, bins, counts): passive thresholds come through
-        :meth:`released_with`, under the parameter-release chain."""
-        return self.released_with({})
+    def released(self, call: ReleaseCall | None = None) -> dict[str, np.ndarray]:
+        """The skeleton (owners, features, bins, counts) with the thresholds each passive party discloses through
+        ``call`` (it runs the parameter-release chain on its own thresholds); without a call, the skeleton alone."""
+        if call is None:
+            return self.released_with({})
+        links = {p: _tree_link(call.peer(p)) for p in range(1, self.n_passive + 1)}
+        return self.released_with({p: link.thresholds(call.session_id, call.specs) for p, link in links.items()})
 
     def released_with(self, thresholds: Mapping[int, Mapping[NodeKey, float] | None]) -> dict[str, np.ndarray]:
         """The skeleton with the passive thresholds their owners disclosed (None: withheld, and their bins too)."""
@@ -505,10 +521,124 @@ def _restore_owner(meta: Mapping[str, Any]) -> tuple[TreeSettings, int, FeatureO
     return settings, meta["n_classes"], owner
 
 
+# --- the tree family's own messages (proto/vflsec/v1/tree.proto), run by the engines' family_call ---
+# At the key holder: the active party grows the trees node by node; each passive party submits its node's counts.
+def _begin(trainer: TreeKeyHolder, ctx: KeyHolderContext, sample_index: np.ndarray, bins: list[list[int]]) -> None:
+    """Growing starts on the training rows, with every party's bin count per feature (the active party's first)."""
+    index = ctx.check_rows(sample_index)
+    trainer.begin(len(index), bins)
+    ctx.trained(index)
+
+
+def _next_node(trainer: TreeKeyHolder, ctx: KeyHolderContext) -> dict[str, Any] | None:
+    """The next node to grow (a task, JSON form), None once every tree is grown."""
+    return trainer.next_node()
+
+
+def _open_node(trainer: TreeKeyHolder, ctx: KeyHolderContext, key: NodeKey, totals: np.ndarray) -> bool:
+    """The node's class totals from the active party; True if a split is searched (else it is a leaf)."""
+    return trainer.open_node(key, totals)
+
+
+def _submit_counts(
+    trainer: TreeKeyHolder,
+    ctx: KeyHolderContext,
+    key: NodeKey,
+    products: list[bytes],
+    part: int,
+    parts: int,
+    mask_sums: np.ndarray | None,
+) -> None:
+    """A passive party's masked per-bin products for the node, in ``parts`` parts (the last carries its mask sums),
+    under the session's first keys (the indicators' keys); opened once per party and node."""
+    keys = ctx.epochs.get(0)
+    if keys is None:
+        raise FailedPrecondition("the session's first training keys are gone: it is not a tree session")
+    received = trainer.receive_part(keys, ctx.caller, key, products, part, max(parts, 1))
+    if received is not None:  # the last part
+        if mask_sums is None:
+            raise InvalidArgument("mask sums: the last part of a node's products carries them")
+        trainer.submit_counts(keys, ctx.caller, key, received, mask_sums)
+
+
+def _decide(trainer: TreeKeyHolder, ctx: KeyHolderContext, key: NodeKey, own: np.ndarray | None) -> Split | None:
+    """The node's best split over every party's counts (``own``: the active party's), None for a leaf. A passive
+    party's split is applied here: asked by the coordinator, its owner partitions the node's rows and keeps the
+    threshold. The split's ``owner`` is a position (0: the active party, 1..P: the passive parties)."""
+    split = trainer.decide(key, own)
+    if split is not None and split.owner:
+        peer = _tree_link(ctx.peer(split.owner))
+        left = peer.apply_split(ctx.session_id, trainer.current(key), split.feature, split.bin)
+        trainer.apply(key, left, split.owner)
+    return split
+
+
+def _partition(trainer: TreeKeyHolder, ctx: KeyHolderContext, key: NodeKey, goes_left: np.ndarray) -> None:
+    """The active party's partition of the node's rows under its own split (it keeps the threshold)."""
+    trainer.apply(key, goes_left, ACTIVE)
+
+
+# At a passive party: its bins and counts for the active party, its splits and thresholds for the coordinator.
+def _fit_bins(trainer: TreePassive, ctx: PassiveContext, sample_index: np.ndarray) -> list[int]:
+    """Fit this party's bins on its training rows; the bin count per feature (the bin edges stay here)."""
+    sizes = trainer.begin(ctx.features(sample_index))  # type: ignore[misc]  # a family step has features
+    ctx.completed(sample_index, 1)  # the trees grow in the session's one training step (inference shares name it)
+    return sizes
+
+
+def _node_counts(
+    trainer: TreePassive, ctx: PassiveContext, node: Mapping[str, Any], indicators: he.EncryptedMatrix
+) -> None:
+    """Masked per-bin products of the node's encrypted class indicators, sent to the coordinator outside the
+    session lock (the coordinator may be waiting on this party meanwhile: ApplySplit)."""
+    products, mask_sums = trainer.node_products(ctx, node, indicators)
+    key = (node["tree"], node["node_id"])
+    ctx.defer(lambda: _tree_link(ctx.key_holder).submit_counts(ctx.session_id, key, products, mask_sums))
+
+
+def _apply_split(
+    trainer: TreePassive, ctx: PassiveContext, node: Mapping[str, Any], feature: int, bin_index: int
+) -> np.ndarray:
+    """The coordinator's choice of this party's split: which of the node's rows go left (the threshold stays)."""
+    return np.asarray(trainer.apply_split(node, feature, bin_index), dtype=np.int64)
+
+
+def _thresholds(trainer: TreePassive, ctx: PassiveContext, specs: list[str]) -> dict[NodeKey, float] | None:
+    """This party's thresholds per split node it owns, through the parameter-release chain ``specs``: a tree's
+    thresholds are released whole or withheld (None)."""
+    try:
+        names = [parse_spec(spec)[0] for spec in specs]
+    except ValueError as exc:
+        raise InvalidArgument(f"parameter-release steps: {exc}") from exc
+    unknown = sorted(set(names) - {"withhold"})
+    if unknown:
+        raise InvalidArgument(f"a tree's thresholds are released whole or withheld; no step {unknown[0]!r}")
+    return None if names else trainer.thresholds()
+
+
+STEPS: Mapping[str, Mapping[str, FamilyStep]] = {
+    COORDINATOR: {
+        "begin": FamilyStep(_begin, frozenset({ACTIVE_ROLE})),
+        "next_node": FamilyStep(_next_node, frozenset({ACTIVE_ROLE})),
+        "open_node": FamilyStep(_open_node, frozenset({ACTIVE_ROLE})),
+        "submit_counts": FamilyStep(_submit_counts, frozenset({PASSIVE})),
+        "decide": FamilyStep(_decide, frozenset({ACTIVE_ROLE})),
+        "partition": FamilyStep(_partition, frozenset({ACTIVE_ROLE})),
+    },
+    PASSIVE: {
+        "begin": FamilyStep(_fit_bins, frozenset({ACTIVE_ROLE})),
+        "node_counts": FamilyStep(_node_counts, frozenset({ACTIVE_ROLE})),
+        "apply_split": FamilyStep(_apply_split, frozenset({COORDINATOR})),
+        "thresholds": FamilyStep(_thresholds, frozenset({COORDINATOR})),
+    },
+}
+
+
 class TreeFamily:
     """``tree`` (one CART tree) and ``forest`` (a random forest): one family, registered under both names."""
 
     releases_passive_blocks = False
+    steps = STEPS
 
     def __init__(self, name: str) -> None:
         self.name = name

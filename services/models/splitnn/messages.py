@@ -1,0 +1,55 @@
+"""split-NN's own messages (proto/vflsec/v1/splitnn.proto) as the steps the engines run through ``family_call``
+(services/models/family.py FamilyStep): TopStep at the coordinator (coordinator-top), PlainForward at a passive
+party (active-top). The engines' training-step admission and answer budget checkpoint what these change, so the
+steps declare no checkpoint of their own."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from vflsec.services.common import ACTIVE, COORDINATOR, PASSIVE
+from vflsec.services.errors import InvalidArgument
+from vflsec.services.models.family import FamilyStep, KeyHolderContext, PassiveContext, StepAnswer
+
+if TYPE_CHECKING:
+    from vflsec.services.crypto import he
+
+    from .trainers import SplitNNKeyHolder, SplitNNPassive
+
+
+def _top_step(
+    trainer: SplitNNKeyHolder,
+    ctx: KeyHolderContext,
+    step: int,
+    embedding: he.EncryptedMatrix,
+    labels: np.ndarray,
+    sample_index: np.ndarray,
+    widths: Mapping[str, int],
+) -> StepAnswer:
+    """coordinator-top (TopStep): the top model's step on the decrypted sum h of the step; ∂L/∂h and the loss."""
+    n = embedding.shape[0]
+    if len(sample_index) != n or labels.shape != (n,):
+        raise InvalidArgument(f"{len(sample_index)} sample indices and {labels.shape} labels for {n} rows")
+
+    def compute(keys: he.Backend) -> StepAnswer:
+        try:
+            keys.check_form(embedding.ciphertexts, product=False)
+        except ValueError as exc:
+            raise InvalidArgument(f"logits: {exc}") from exc
+        return trainer.top_step(keys, embedding, labels)
+
+    return ctx.train(step, sample_index, widths, embedding.layout, compute)
+
+
+def _plain_forward(trainer: SplitNNPassive, ctx: PassiveContext, step: int, sample_index: np.ndarray) -> np.ndarray:
+    """active-top (PlainForward): z_p in the clear, step >= 1 training (in order), 0 inference."""
+    return ctx.output_in_the_clear(step, sample_index)
+
+
+STEPS: Mapping[str, Mapping[str, FamilyStep]] = {
+    COORDINATOR: {"top_step": FamilyStep(_top_step, frozenset({ACTIVE}), checkpoint=False)},
+    PASSIVE: {"plain_forward": FamilyStep(_plain_forward, frozenset({ACTIVE}), checkpoint=False)},
+}

@@ -1,0 +1,78 @@
+"""The split-NN family's links (proto/vflsec/v1/splitnn.proto, and the gradient form of Passive.Backward): protobuf in
+and out here, plain values to the family. Reached as ``CoordinatorClient.splitnn`` / ``PassiveClient.splitnn``,
+beside the engine's own calls, as the tree family's links are (tree_links.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import grpc
+import numpy as np
+
+from vflsec.services.crypto import he
+from vflsec.services.transport import wire
+from vflsec.services.transport.server import DEFAULT_CALL_POLICY, CallPolicy, call
+from vflsec.services.transport.tensors import from_tensor, to_tensor
+from vflsec.v1 import common_pb2, passive_pb2, passive_pb2_grpc, splitnn_pb2, splitnn_pb2_grpc
+
+
+class SplitNnCoordinatorClient:
+    """The active party's call to the coordinator's SplitNnCoordinator service (coordinator-top)."""
+
+    peer = "coordinator"
+
+    def __init__(self, channel: grpc.Channel, policy: CallPolicy = DEFAULT_CALL_POLICY) -> None:
+        self.stub = splitnn_pb2_grpc.SplitNnCoordinatorStub(channel)
+        self.policy = policy
+
+    def top_step(
+        self,
+        backend: he.Backend,
+        session_id: str,
+        step: int,
+        sample_index: np.ndarray,
+        embedding: he.EncryptedMatrix,
+        labels: np.ndarray,
+        widths: Mapping[str, int],
+    ) -> tuple[np.ndarray, float]:
+        """∂L/∂h for the step's [[h]] and labels, and the batch loss."""
+        request = splitnn_pb2.TopStepRequest(
+            session_id=session_id,
+            step=step,
+            sample_index=sample_index.tolist(),
+            embedding=wire.to_message(backend, embedding),
+            labels=to_tensor(np.asarray(labels, dtype=np.int64)),
+            widths=dict(widths),
+        )
+        reply = call(self.peer, self.stub.TopStep, request, self.policy)
+        gradient = from_tensor(reply.gradient, "∂L/∂h", shape=embedding.shape).copy()
+        return gradient, reply.loss
+
+
+class SplitNnPassiveClient:
+    """Calls to a passive party's SplitNnPassive service (the active party's PlainForward, the coordinator's
+    GetBottom) and the active party's ∂L/∂h through Passive.Backward."""
+
+    def __init__(self, party_id: str, channel: grpc.Channel, policy: CallPolicy = DEFAULT_CALL_POLICY) -> None:
+        self.peer = party_id
+        self.stub = splitnn_pb2_grpc.SplitNnPassiveStub(channel)
+        self.passive = passive_pb2_grpc.PassiveStub(channel)
+        self.policy = policy
+
+    def plain_forward(self, session_id: str, step: int, sample_index: np.ndarray, cols: int) -> np.ndarray:
+        """active-top: the party's output z for the rows, in the clear (step 0: inference)."""
+        request = passive_pb2.ForwardRequest(session_id=session_id, step=step, sample_index=sample_index.tolist())
+        reply = call(self.peer, self.stub.PlainForward, request, self.policy)
+        return from_tensor(reply, f"output of {self.peer}", shape=(len(sample_index), cols)).copy()
+
+    def bottom(self, session_id: str) -> dict[str, np.ndarray]:
+        """The party's bottom as named tensors, pulled by the coordinator after training."""
+        reply = call(self.peer, self.stub.GetBottom, common_pb2.SessionRef(session_id=session_id), self.policy)
+        return {name: from_tensor(t, f"{name} of {self.peer}").copy() for name, t in reply.tensors.items()}
+
+    def backward_gradient(self, session_id: str, step: int, sample_index: np.ndarray, gradient: np.ndarray) -> None:
+        """The step's ∂L/∂h (coordinator-top) or ∂L/∂z_p (active-top), in the clear."""
+        request = passive_pb2.BackwardRequest(
+            session_id=session_id, step=step, sample_index=sample_index.tolist(), gradient=to_tensor(gradient)
+        )
+        call(self.peer, self.passive.Backward, request, self.policy)
