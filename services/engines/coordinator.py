@@ -568,8 +568,10 @@ class Coordinator:
         labels: np.ndarray,
         sample_index: np.ndarray,
         widths: Mapping[str, int],
+        epoch: int = 0,
     ) -> tuple[np.ndarray, float]:
-        """split-NN coordinator-top: the top model's step on the decrypted sum h of the step; ∂L/∂h and the loss.
+        """split-NN coordinator-top: the top model's step on the decrypted sum h of the step (in its Train call's
+        ``epoch``); ∂L/∂h and the loss.
 
         Each step is applied once: a repeat of the last step's request (same rows) gets its answer again.
         """
@@ -577,6 +579,8 @@ class Coordinator:
         n = embedding.shape[0]
         if len(sample_index) != n or labels.shape != (n,):
             raise InvalidArgument(f"{len(sample_index)} sample indices and {labels.shape} labels for {n} rows")
+        if epoch < 0:
+            raise InvalidArgument(f"epoch must be >= 0, got {epoch}")
         top_step = family_step(session_id, s, "top_step")
         with s.lock:
             replay = self._admit_step(s, step, sample_index, widths)
@@ -588,7 +592,7 @@ class Coordinator:
                 raise FailedPrecondition(f"step {step} does not follow the last step {s.last_step}")
             keys = self._epoch_keys(session_id, s, step)
             _check_form(keys, embedding, product=False)
-            gradient, loss = top_step(keys, embedding, labels)
+            gradient, loss = top_step(keys, embedding, labels, epoch)
             s.current = TrainingStep(step, embedding.layout, np.array(sample_index), [], gradient=gradient, loss=loss)
             self._advance(session_id, s, step, sample_index, widths)
         return gradient.copy(), loss

@@ -382,8 +382,9 @@ class PassiveParty:
         return self.data.X[s.rows[sample_index]]
 
     # --- training and inference ---
-    def forward(self, session_id: str, step: int, sample_index: np.ndarray) -> he.EncryptedMatrix:
-        """[[z_p]] for a training step (step >= 1); inference shares go to the coordinator (share_logits).
+    def forward(self, session_id: str, step: int, sample_index: np.ndarray, epoch: int = 0) -> he.EncryptedMatrix:
+        """[[z_p]] for a training step (step >= 1, in its Train call's ``epoch``); inference shares go to the
+        coordinator (share_logits).
 
         Forward of the last completed step is a replay after a crash elsewhere: it uses the block as it was
         before that step, so the replayed step computes exactly what the interrupted one did.
@@ -391,15 +392,23 @@ class PassiveParty:
         s = self.session(session_id)
         if step < 1:
             raise InvalidArgument(f"Forward is for training steps (>= 1), got {step}: inference uses ShareLogits")
-        z = self._training_output(s, step, sample_index, "Forward")
+        z = self._training_output(s, step, sample_index, "Forward", epoch)
         return he.encrypt_matrix(self._training_keys(session_id, s, step), z, ahead=True)
 
     def _training_output(
-        self, s: PassiveSession, step: int, sample_index: np.ndarray, rpc: str, in_the_clear_of: str | None = None
+        self,
+        s: PassiveSession,
+        step: int,
+        sample_index: np.ndarray,
+        rpc: str,
+        epoch: int,
+        in_the_clear_of: str | None = None,
     ) -> np.ndarray:
         """The trainer's output for training step ``step``, taken in order: the next step, or a replay of the last
         completed one where the family can replay it (with the block as it was before that step). An output sent
         in the clear (``in_the_clear_of``: its session id) spends the rows' answers first."""
+        if epoch < 0:
+            raise InvalidArgument(f"epoch must be >= 0, got {epoch}")
         x = self._features(s, sample_index)
         with s.lock:
             if step == s.completed_step + 1:
@@ -414,7 +423,7 @@ class PassiveParty:
                 self._spend_answers(in_the_clear_of, s, step, sample_index)
             if not replay:
                 s.forward_index = (step, sample_index.copy())
-            return s.trainer.forward(x, replay=replay)
+            return s.trainer.forward(x, replay=replay, epoch=epoch)
 
     def _spend_answers(self, session_id: str, s: PassiveSession, step: int, sample_index: np.ndarray) -> None:
         """Count one answer for each of ``sample_index``'s (valid, distinct) rows, durably, before anything is
@@ -440,7 +449,7 @@ class PassiveParty:
             s.answered = (step, sample_index.copy())
         self._save(session_id, s)
 
-    def plain_forward(self, session_id: str, step: int, sample_index: np.ndarray) -> np.ndarray:
+    def plain_forward(self, session_id: str, step: int, sample_index: np.ndarray, epoch: int = 0) -> np.ndarray:
         """This party's output in the clear, for a family that sends it so by design (split-NN active-top), on a
         plain session only: step >= 1 trains (in order, as Forward), step 0 is inference."""
         s = self.session(session_id)
@@ -456,7 +465,7 @@ class PassiveParty:
             with s.lock:
                 self._spend_answers(session_id, s, 0, sample_index)
                 return s.trainer.inference_share(x)
-        return self._training_output(s, step, sample_index, "PlainForward", in_the_clear_of=session_id)
+        return self._training_output(s, step, sample_index, "PlainForward", epoch, in_the_clear_of=session_id)
 
     def _training_keys(self, session_id: str, s: PassiveSession, step: int) -> he.Backend:
         """The public key of step ``step``'s epoch: the coordinator rotates training keys every few steps."""

@@ -101,6 +101,7 @@ class ActiveContext:
 
     session_id: str
     step: int
+    epoch: int  # the step's epoch in its Train call, from 0 (split-NN's learning-rate schedule)
     backend: he.Backend  # the session's public keys (epoch 0): parsing and plaintext arithmetic only
     n_classes: int
     mask_key: bytes  # the session's mask-stream key (services/crypto/entropy.py keyed_stream)

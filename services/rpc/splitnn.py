@@ -33,7 +33,7 @@ class SplitNnCoordinatorServicer(splitnn_pb2_grpc.SplitNnCoordinatorServicer):
         embedding = wire.from_message(s.backend, request.embedding, "embedding", rows=len(index))
         labels = from_tensor(request.labels, "labels", shape=(len(index),)).astype(np.int64)
         gradient, loss = self.coordinator.top_step(
-            request.session_id, request.step, embedding, labels, index, dict(request.widths)
+            request.session_id, request.step, embedding, labels, index, dict(request.widths), request.epoch
         )
         return splitnn_pb2.TopStepReply(gradient=to_tensor(gradient), loss=loss)
 
@@ -51,7 +51,7 @@ class SplitNnPassiveServicer(splitnn_pb2_grpc.SplitNnPassiveServicer):
     def PlainForward(self, request: passive_pb2.ForwardRequest, context: grpc.ServicerContext):
         self.party.owned(request.session_id, current_caller().party_id)
         index = np.asarray(request.sample_index, dtype=np.int64)
-        return to_tensor(self.party.plain_forward(request.session_id, request.step, index))
+        return to_tensor(self.party.plain_forward(request.session_id, request.step, index, request.epoch))
 
     @rpc
     def GetBottom(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):

@@ -141,6 +141,7 @@ class CoordinatorClient:
         embedding: he.EncryptedMatrix,
         labels: np.ndarray,
         widths: Mapping[str, int],
+        epoch: int = 0,
     ) -> tuple[np.ndarray, float]:
         """split-NN: ∂L/∂h for the step's [[h]] and labels, and the batch loss."""
         request = splitnn_pb2.TopStepRequest(
@@ -150,6 +151,7 @@ class CoordinatorClient:
             embedding=wire.to_message(backend, embedding),
             labels=to_tensor(np.asarray(labels, dtype=np.int64)),
             widths=dict(widths),
+            epoch=epoch,
         )
         reply = call(self.peer, self.splitnn.TopStep, request, self.policy)
         gradient = from_tensor(reply.gradient, "∂L/∂h", shape=embedding.shape).copy()
@@ -275,9 +277,13 @@ class PassiveClient:
         request = passive_pb2.PsiFinishRequest(session_id=session_id, positions=positions.tolist())
         return call(self.peer, self.stub.PsiFinish, request, self.policy).n_common
 
-    def forward(self, backend: he.Backend, session_id: str, step: int, sample_index: np.ndarray, cols: int) -> Received:
+    def forward(
+        self, backend: he.Backend, session_id: str, step: int, sample_index: np.ndarray, cols: int, epoch: int = 0
+    ) -> Received:
         """[[z_p]] for the samples, validated against the requested shape (``cols`` logits)."""
-        request = passive_pb2.ForwardRequest(session_id=session_id, step=step, sample_index=sample_index.tolist())
+        request = passive_pb2.ForwardRequest(
+            session_id=session_id, step=step, sample_index=sample_index.tolist(), epoch=epoch
+        )
         reply = call(self.peer, self.stub.Forward, request, self.policy)
         return wire.received(backend, reply, f"logits from {self.peer}", rows=len(sample_index), cols=cols)
 
@@ -287,9 +293,13 @@ class PassiveClient:
         )
         call(self.peer, self.stub.Backward, request, self.policy)
 
-    def plain_forward(self, session_id: str, step: int, sample_index: np.ndarray, cols: int) -> np.ndarray:
+    def plain_forward(
+        self, session_id: str, step: int, sample_index: np.ndarray, cols: int, epoch: int = 0
+    ) -> np.ndarray:
         """split-NN active-top: the party's output z for the rows, in the clear (step 0: inference)."""
-        request = passive_pb2.ForwardRequest(session_id=session_id, step=step, sample_index=sample_index.tolist())
+        request = passive_pb2.ForwardRequest(
+            session_id=session_id, step=step, sample_index=sample_index.tolist(), epoch=epoch
+        )
         reply = call(self.peer, self.splitnn.PlainForward, request, self.policy)
         return from_tensor(reply, f"output of {self.peer}", shape=(len(sample_index), cols)).copy()
 
