@@ -4,6 +4,7 @@ reach every party's modules."""
 
 from __future__ import annotations
 
+import grpc
 import pytest
 import torch
 from torch import nn
@@ -11,6 +12,8 @@ from torch import nn
 from tests.integration.conftest import federation
 from tests.integration.test_splitnn_services import TRAINING, _run
 from vflsec.services.data import datasets
+from vflsec.services.transport import wire
+from vflsec.v1 import active_pb2, common_pb2
 
 EPOCHS = 4
 
@@ -88,3 +91,19 @@ def test_architecture_and_optimiser_options_reach_every_party(tmp_path, topology
             if party != "passive-1" or topology == "coordinator-top":
                 dropouts = [m.p for m in role.module.modules() if isinstance(m, nn.Dropout)]
                 assert dropouts and set(dropouts) == {0.3}, party
+
+
+def test_a_misplaced_setting_is_refused_at_session_creation_and_the_party_keeps_serving(tmp_path) -> None:
+    """SplitNnModel.momentum on an adam session (a raw request, past the client's checks): INVALID_ARGUMENT naming
+    the field, where the settings arrive; the active party then opens a correct session."""
+    model = common_pb2.ModelChoice(splitnn=common_pb2.SplitNnModel(momentum=0.3))
+    request = active_pb2.CreateSessionRequest(
+        backend=wire.BACKEND_ENUM["plain"], training=common_pb2.TrainingConfig(optimizer="adam"), model=model
+    )
+    with federation(tmp_path, dataset="breast_cancer", n_passive=1, backend="plain") as fed:
+        with pytest.raises(grpc.RpcError) as refused:
+            fed.operator.stub.CreateSession(request)
+        info = fed.operator.create_session("plain", family="splitnn", settings={"embedding": 4})
+        assert fed.operator.align(info.session_id)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "SplitNnModel.momentum applies to the sgd optimizer only" in refused.value.details()
