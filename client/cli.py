@@ -634,6 +634,11 @@ def attack(
     )
     if mse_scope not in MSE_SCOPES:
         _fail(f"--mse-scope must be one of {', '.join(MSE_SCOPES)}, got {mse_scope!r}")
+    for name in names or ():  # before any party starts: an attack that cannot read this family's model
+        try:
+            ATTACKS.check_family(name, spec.model)
+        except ValueError as exc:
+            _fail(f"{exc}; the attacks of --model {spec.model}: {', '.join(ATTACKS.names(spec.model))}")
     chosen = (
         names
         if names is not None
@@ -923,7 +928,7 @@ def risk(
     from vflsec.services.transport.tls import TlsFiles
 
     with _refused():
-        check_release_chains(param_release=param_release or ())
+        check_release_chains(param_release=param_release or (), family="lr")  # disclosure is of LR's W_p
     try:
         result = forecast_risk(address, party, TlsFiles.from_dir(tls_dir), session, param_release or [], warn_fraction)
     except grpc.RpcError as exc:
