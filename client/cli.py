@@ -717,7 +717,8 @@ def bench_he(
     ] = False,
     as_json: opt.Json = False,
 ) -> None:
-    """HE-LR training epoch time and inference throughput, ckks vs plain, through the real services."""
+    """Training epoch time and inference throughput, ckks vs plain, through the real services: LR, and a split-NN
+    coordinator-top epoch and a decision tree beside it."""
     from vflsec.client.bench_he import run
 
     result = run(
@@ -810,7 +811,9 @@ def bench_plugin(
 @bench_app.command("align")
 def bench_align(
     rows: opt.Rows = 100_000,
-    parties: Annotated[int, typer.Option(min=1, help="Passive parties.")] = 1,
+    passive: opt.Passive = 1,
+    # The option's first name, kept hidden so that scripts written for it keep working.
+    parties: Annotated[int | None, typer.Option("--parties", min=1, hidden=True)] = None,
     transport: Annotated[
         str,
         typer.Option(
@@ -828,7 +831,9 @@ def bench_align(
         _fail(f"--rows must be at least 10, got {rows}")
     if transport not in TRANSPORTS:
         _fail(f"--transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
-    result = run(rows, parties, log=lambda line: typer.echo(line, err=as_json), transport=transport)
+    if parties is not None and passive not in (1, parties):
+        _fail(f"--parties is the old name of --passive: give one of them, not --passive {passive} --parties {parties}")
+    result = run(rows, parties or passive, log=lambda line: typer.echo(line, err=as_json), transport=transport)
     if not result["correct"]:
         _fail("the alignment did not return exactly the known common ids")
     if as_json:

@@ -28,7 +28,7 @@ EMBEDDINGS = "embeddings"  # arrays: z, a passive party's output in the clear (s
 ENCRYPTED_EMBEDDINGS = "encrypted_embeddings"  # blobs: ciphertexts of a passive party's [[h_p]] (split-NN)
 GRADIENT = "gradient"  # arrays: the active party's own (unmasked) gradient blocks (LR), ∂L/∂h (split-NN: embedding)
 RELEASED_SCORES = "released_scores"  # arrays: scores, own_features; sample_ids
-RELEASED_MODEL = "released_model"  # arrays: w_active, bias, w_passive/<party> (disclosed blocks)
+RELEASED_MODEL = "released_model"  # arrays: the released model by name (LR: w_active, bias, w_passive/<party>)
 SESSION = "session"  # meta: schema and release chains announced for a session
 TRAINING_DATA = "training_data"  # arrays: features, labels of its own rows that a training run uses
 
