@@ -5,14 +5,18 @@ reach every party's modules."""
 from __future__ import annotations
 
 import grpc
+import numpy as np
 import pytest
 import torch
 from torch import nn
 
 from tests.integration.conftest import federation
 from tests.integration.test_splitnn_services import TRAINING, _run
+from vflsec.services.crypto import he
 from vflsec.services.data import datasets
+from vflsec.services.errors import PeerFailed
 from vflsec.services.transport import wire
+from vflsec.services.transport.links import CoordinatorClient, PassiveClient
 from vflsec.v1 import active_pb2, common_pb2
 
 EPOCHS = 4
@@ -107,3 +111,27 @@ def test_a_misplaced_setting_is_refused_at_session_creation_and_the_party_keeps_
         assert fed.operator.align(info.session_id)
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "SplitNnModel.momentum applies to the sgd optimizer only" in refused.value.details()
+
+
+def test_a_negative_epoch_is_refused_and_the_session_trains_on(tmp_path) -> None:
+    """Forward and TopStep with epoch -1: INVALID_ARGUMENT naming the epoch, nothing admitted (the session's
+    next step still trains)."""
+    with federation(tmp_path, dataset="breast_cancer", n_passive=1, backend="plain") as fed:
+        op = fed.operator
+        sid = op.create_session("plain", family="splitnn", settings={"embedding": 4}, **TRAINING).session_id
+        common = op.align(sid)
+        backend = fed.parties["coordinator"].engine.session(sid).backend
+        rows = np.arange(8, dtype=np.int64)
+        with fed.channel("active", "coordinator") as owner, fed.channel("active", "passive-1") as active:
+            key_holder, passive = CoordinatorClient(owner), PassiveClient("passive-1", active)
+            zeros = he.encrypt_matrix(backend, np.zeros((8, 4)))
+            calls = {
+                "Forward": lambda: passive.forward(backend, sid, 1, rows, 4, epoch=-1),
+                "TopStep": lambda: key_holder.top_step(backend, sid, 1, rows, zeros, np.zeros(8), {}, epoch=-1),
+            }
+            for what, call in calls.items():
+                with pytest.raises(PeerFailed) as refused:
+                    call()
+                assert refused.value.code == "INVALID_ARGUMENT", (what, str(refused.value))
+                assert "epoch must be >= 0, got -1" in str(refused.value), what
+        assert list(op.train(sid, common[:128], 1))[-1].done
