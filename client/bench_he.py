@@ -1,4 +1,4 @@
-"""``vflsec bench he``: HE-LR (and a split-NN epoch) through the real services, ckks vs plain, side by side in one run.
+"""``vflsec bench he``: HE-LR, a split-NN epoch and a tree through the real services, ckks vs plain, side by side.
 
 Two parties (active + one passive) on a 30,000 x 23 binary set: Credit default from ../shared/datasets when
 present, else a synthetic set of the same shape; the decision tree (under "tree") also on digits. Every party is a

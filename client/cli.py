@@ -642,6 +642,11 @@ def attack(
     )
     if mse_scope not in MSE_SCOPES:
         _fail(f"--mse-scope must be one of {', '.join(MSE_SCOPES)}, got {mse_scope!r}")
+    for name in names or ():  # before any party starts: an attack that cannot read this family's model
+        try:
+            ATTACKS.check_family(name, spec.model)
+        except ValueError as exc:
+            _fail(f"{exc}; the attacks of --model {spec.model}: {', '.join(ATTACKS.names(spec.model))}")
     chosen = (
         names
         if names is not None
@@ -720,7 +725,8 @@ def bench_he(
     ] = False,
     as_json: opt.Json = False,
 ) -> None:
-    """HE-LR training epoch time and inference throughput, ckks vs plain, through the real services."""
+    """Training epoch time and inference throughput, ckks vs plain, through the real services: LR, and a split-NN
+    coordinator-top epoch and a decision tree beside it."""
     from vflsec.client.bench_he import run
 
     result = run(
@@ -813,7 +819,9 @@ def bench_plugin(
 @bench_app.command("align")
 def bench_align(
     rows: opt.Rows = 100_000,
-    parties: Annotated[int, typer.Option(min=1, help="Passive parties.")] = 1,
+    passive: opt.Passive = 1,
+    # The option's first name, kept hidden so that scripts written for it keep working.
+    parties: Annotated[int | None, typer.Option("--parties", min=1, hidden=True)] = None,
     transport: Annotated[
         str,
         typer.Option(
@@ -831,7 +839,9 @@ def bench_align(
         _fail(f"--rows must be at least 10, got {rows}")
     if transport not in TRANSPORTS:
         _fail(f"--transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
-    result = run(rows, parties, log=lambda line: typer.echo(line, err=as_json), transport=transport)
+    if parties is not None and passive not in (1, parties):
+        _fail(f"--parties is the old name of --passive: give one of them, not --passive {passive} --parties {parties}")
+    result = run(rows, parties or passive, log=lambda line: typer.echo(line, err=as_json), transport=transport)
     if not result["correct"]:
         _fail("the alignment did not return exactly the known common ids")
     if as_json:
@@ -931,7 +941,7 @@ def risk(
     from vflsec.services.transport.tls import TlsFiles
 
     with _refused():
-        check_release_chains(param_release=param_release or ())
+        check_release_chains(param_release=param_release or (), family="lr")  # disclosure is of LR's W_p
     try:
         result = forecast_risk(address, party, TlsFiles.from_dir(tls_dir), session, param_release or [], warn_fraction)
     except grpc.RpcError as exc:

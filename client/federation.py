@@ -54,13 +54,16 @@ class SpecError(ValueError):
     """A federation spec the system would refuse; raised before anything is written or started."""
 
 
-def check_release_chains(score_release: Sequence[str] = (), param_release: Sequence[str] = ()) -> None:
-    """Build both chains as the coordinator will: an unknown step or a bad parameter fails now."""
+def check_release_chains(
+    score_release: Sequence[str] = (), param_release: Sequence[str] = (), *, family: str
+) -> None:
+    """Build both chains as the coordinator will and check them against the session's model ``family`` as its
+    OpenSession will: an unknown step, a bad parameter or a step the family does not support fails now."""
     from vflsec.services.defenses.release import ParamReleaseChain, ReleaseConfigError, ScoreReleaseChain
 
     try:
-        ScoreReleaseChain.from_specs(score_release, family="lr")  # the services train LR today
-        ParamReleaseChain.from_specs(param_release, family="lr")
+        ScoreReleaseChain.from_specs(score_release, family=family)
+        ParamReleaseChain.from_specs(param_release, family=family)
     except ReleaseConfigError as exc:
         raise SpecError(str(exc)) from exc
 
@@ -126,7 +129,7 @@ class FederationSpec:
     compose_ports: dict[str, int] | None = None
     label: str | None = None  # label column of a CSV dataset
     # The operator's session: what it asks the active party for in CreateSession and Train.
-    model: str = "lr"  # the model family: lr | splitnn
+    model: str = "lr"  # the model family: one of MODELS (lr, splitnn, tree, forest)
     topology: str = "coordinator-top"  # split-NN only
     embedding: int = 16  # split-NN: width of every bottom's output
     hidden: tuple[int, ...] = (32,)  # split-NN: the top model's hidden widths
@@ -204,7 +207,7 @@ class FederationSpec:
             raise SpecError(f"learning rate must be >= 0, got {self.learning_rate}")
         if not 0.0 <= self.drop_fraction < 1.0:
             raise SpecError(f"drop fraction must lie in [0, 1), got {self.drop_fraction}")
-        check_release_chains(self.score_release, self.param_release)
+        check_release_chains(self.score_release, self.param_release, family=self.model)
         if self.embedding_release:
             check_embedding_release(self.embedding_release, self.model, self.topology)
 

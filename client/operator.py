@@ -10,6 +10,7 @@ import grpc
 import numpy as np
 from google.protobuf.json_format import MessageToDict
 
+from vflsec.services.errors import InvalidArgument
 from vflsec.services.transport import wire
 from vflsec.services.transport.server import peer_channel
 from vflsec.services.transport.tensors import from_tensor
@@ -35,6 +36,20 @@ class Model:
     tensors: dict[str, np.ndarray] = field(default_factory=dict)  # the model as the active party holds it, by name
 
 
+# Settings given as create_session's own arguments (they travel in the TrainingConfig), by their settings name.
+_OWN_ARGUMENTS = {"seed": "seed", "name": "optimizer", "learning_rate": "learning_rate", "weight_decay": "l2"}
+
+
+def _check_own_arguments(family: str, settings: Mapping[str, Any]) -> None:
+    if family == "lr" and settings:
+        wire.check_keys("LR settings (LR's are create_session's optimizer, learning_rate, l2, seed)", settings, ())
+    optimizer = settings.get("optimizer") or {}
+    given = [k for k in ("seed",) if k in settings] + [k for k in _OWN_ARGUMENTS if k != "seed" and k in optimizer]
+    if given:
+        names = ", ".join(f"{k} (create_session's {_OWN_ARGUMENTS[k]}=)" for k in given)
+        raise InvalidArgument(f"{family} settings: {names} are this call's own arguments, not settings")
+
+
 def _chain(steps: Sequence[common_pb2.ReleaseStep]) -> list[tuple[str, dict[str, str]]]:
     return [(s.name, dict(s.params)) for s in steps]
 
@@ -56,7 +71,10 @@ class Operator:
         family: str = "lr",
         settings: Mapping[str, Any] | None = None,
     ) -> active_pb2.SessionInfo:
-        """``family`` and its ``settings`` choose the model (e.g. "splitnn" with {"embedding": 16}); LR by default."""
+        """``family`` and its ``settings`` choose the model (e.g. "splitnn" with {"embedding": 16}); LR by default.
+        A setting the request would not carry, or one that belongs to this call's own arguments, is INVALID_ARGUMENT
+        (services.errors.InvalidArgument) before anything is sent."""
+        _check_own_arguments(family, settings or {})
         training = common_pb2.TrainingConfig(
             optimizer=optimizer, learning_rate=learning_rate, l2=l2, batch_size=batch_size, seed=seed
         )

@@ -12,8 +12,14 @@ from vflsec.services import plugins
 from vflsec.services.config import ServiceConfig
 from vflsec.services.crypto import he
 from vflsec.services.data import datasets
-from vflsec.services.defenses.release import ParamReleaseChain, ScoreReleaseChain
+from vflsec.services.defenses.release import (
+    ParamReleaseChain,
+    ReleaseConfigError,
+    ScoreReleaseChain,
+    served_families,
+)
 from vflsec.services.engines import checkpoint
+from vflsec.services.models import family as families
 from vflsec.services.transport.links import CoordinatorClient, PassiveClient
 from vflsec.services.transport.server import (
     CallPolicy,
@@ -90,10 +96,18 @@ def start_party(config: ServiceConfig) -> Party:
         channels = {party: _channel(config, party) for party in config.passive_peers}
         clients = {party: PassiveClient(party, ch, policy) for party, ch in channels.items()}
 
+        # One coordinator serves every family: OpenSession checks the chains against the session's family (a step
+        # that does not support it refuses the session, naming it); a chain that serves no family refuses to start.
+        score_chain = ScoreReleaseChain.from_specs(config.score_release)
+        param_chain = ParamReleaseChain.from_specs(config.param_release)
+        if not served_families(score_chain, param_chain, list(families.PACKAGES)):
+            raise ReleaseConfigError(
+                "no model family supports every step of the release chains "
+                f"({', '.join([*config.score_release, *config.param_release])})"
+            )
         engine = coordinator.Coordinator(
-            # Every step must support the model family the coordinator serves: "lr", the only one today.
-            ScoreReleaseChain.from_specs(config.score_release, family="lr"),
-            ParamReleaseChain.from_specs(config.param_release, family="lr"),
+            score_chain,
+            param_chain,
             clients,
             policy=coordinator.QueryPolicy(config.query_budget, config.refuse_training_ids, config.max_query_rows),
             state=state,

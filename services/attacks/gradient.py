@@ -11,8 +11,8 @@ features to something the active party observed, chosen by :func:`fit_target` fr
   the scores are a function of z_B and x_act, so z_B carries everything they carry and more.
 
 Active-top without the passive bottom gives no such map: z_B = W_B x_B + b fixes x_B only up to the unknown
-W_B, so GIA and GRN are not applicable there. Nor in coordinator-top through the services, which release the top
-and the active party's own bottom but never a passive bottom f_p: the scores fix h_p = f_p(x_p), not x_p. A
+W_B, so GIA and GRN are not applicable there. Nor in coordinator-top when the passive bottoms are withheld
+(``withhold``; an empty parameter chain releases them): the scores fix h_p = f_p(x_p), not x_p. A
 surrogate f̂_p trained jointly with the generator would fit the scores with any x̂ (only the composition
 f̂_p ∘ G is constrained), so nothing ties x̂ to x_p: the attacks say NotApplicable rather than guess.
 """
@@ -200,8 +200,8 @@ def fit_target(obs: Observations, name: str, kind: TargetKind = "auto") -> Targe
         )
     raise NotApplicable(
         f"{name} needs a released model: score_model (split NN with every bottom) or w_active, bias, w_passive "
-        "(LR); split-NN coordinator-top releases only the top and the active party's own bottom, and the scores "
-        "depend on x_p only through h_p = f_p(x_p) with the passive bottom f_p unknown"
+        "(LR); split-NN coordinator-top under withhold releases only the top and the active party's own bottom, "
+        "and the scores depend on x_p only through h_p = f_p(x_p) with the passive bottom f_p unknown"
     )
 
 

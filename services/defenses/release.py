@@ -171,3 +171,17 @@ class ParamReleaseChain:
 
     def describe(self) -> list[StepDescription]:
         return [(step.name, step.public_params()) for step in self.steps]
+
+
+def served_families(score: ScoreReleaseChain, param: ParamReleaseChain, candidates: Sequence[str]) -> list[str]:
+    """The model families among ``candidates`` that every step of both chains supports: the sessions a coordinator
+    with these chains can open (OpenSession refuses the others with FAILED_PRECONDITION)."""
+    served = []
+    for family in candidates:
+        try:
+            score.require(family)
+            param.require(family)
+        except ReleaseConfigError:
+            continue
+        served.append(family)
+    return served

@@ -566,7 +566,7 @@ class ActiveParty:
                 batches = families.batches(run.order, s.training.batch_size, smallest)
                 while run.batch < len(batches):
                     step = s.step + 1
-                    self._train_step(s, step, index[batches[run.batch]])
+                    self._train_step(s, step, index[batches[run.batch]], run.epoch - 1)
                     s.step, run.batch = step, run.batch + 1
                     self._save(s)  # the step is complete at every party: the resume point moves past it
                     yield Progress(run.epoch, run.batch, len(batches), step, time.perf_counter() - start)
@@ -586,14 +586,15 @@ class ActiveParty:
             **{party: family.block_width(n, active=False) for party, n in s.passive_features.items()},
         }
 
-    def _train_step(self, s: ActiveSession, step: int, index: np.ndarray) -> None:
-        s.trainer.train_step(self._context(s, step), index)
+    def _train_step(self, s: ActiveSession, step: int, index: np.ndarray, epoch: int) -> None:
+        s.trainer.train_step(self._context(s, step, epoch), index)
 
-    def _context(self, s: ActiveSession, step: int) -> families.ActiveContext:
-        """What the trainer gets for training step ``step`` (0: inference it runs itself)."""
+    def _context(self, s: ActiveSession, step: int, epoch: int = 0) -> families.ActiveContext:
+        """What the trainer gets for training step ``step`` of ``epoch`` (0: inference it runs itself)."""
         return families.ActiveContext(
             session_id=s.session_id,
             step=step,
+            epoch=epoch,
             backend=s.backend,
             n_classes=s.n_classes,
             mask_key=s.mask_key,

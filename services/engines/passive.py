@@ -382,8 +382,9 @@ class PassiveParty:
         return self.data.X[s.rows[sample_index]]
 
     # --- training and inference ---
-    def forward(self, session_id: str, step: int, sample_index: np.ndarray) -> he.EncryptedMatrix:
-        """[[z_p]] for a training step (step >= 1); inference shares go to the coordinator (share_logits).
+    def forward(self, session_id: str, step: int, sample_index: np.ndarray, epoch: int = 0) -> he.EncryptedMatrix:
+        """[[z_p]] for a training step (step >= 1, in its Train call's ``epoch``); inference shares go to the
+        coordinator (share_logits).
 
         Forward of the last completed step is a replay after a crash elsewhere: it uses the block as it was
         before that step, so the replayed step computes exactly what the interrupted one did.
@@ -391,18 +392,26 @@ class PassiveParty:
         s = self.session(session_id)
         if step < 1:
             raise InvalidArgument(f"Forward is for training steps (>= 1), got {step}: inference uses ShareLogits")
-        z = self._training_output(s, step, sample_index, "Forward")
+        z = self._training_output(s, step, sample_index, "Forward", epoch)
         return he.encrypt_matrix(self._training_keys(session_id, s, step), z, ahead=True)
 
     def _training_output(
-        self, s: PassiveSession, step: int, sample_index: np.ndarray, rpc: str, in_the_clear_of: str | None = None
+        self,
+        s: PassiveSession,
+        step: int,
+        sample_index: np.ndarray,
+        rpc: str,
+        epoch: int,
+        in_the_clear_of: str | None = None,
     ) -> np.ndarray:
         """The trainer's output for training step ``step``, taken in order: the next step, or a replay of the last
         completed one where the family can replay it (with the block as it was before that step). An output sent
         in the clear (``in_the_clear_of``: its session id) spends the rows' answers first."""
+        if epoch < 0:
+            raise InvalidArgument(f"epoch must be >= 0, got {epoch}")
         x = self._features(s, sample_index)
         with s.lock:
-            return self._output(s, step, sample_index, x, rpc, in_the_clear_of)
+            return self._output(s, step, sample_index, x, rpc, epoch, in_the_clear_of)
 
     def _output(
         self,
@@ -411,6 +420,7 @@ class PassiveParty:
         sample_index: np.ndarray,
         x: np.ndarray,
         rpc: str,
+        epoch: int,
         in_the_clear_of: str | None = None,
     ) -> np.ndarray:
         """:meth:`_training_output` on feature rows ``x`` (caller holds s.lock)."""
@@ -426,7 +436,7 @@ class PassiveParty:
             self._spend_answers(in_the_clear_of, s, step, sample_index)
         if not replay:
             s.forward_index = (step, sample_index.copy())
-        return s.trainer.forward(x, replay=replay)
+        return s.trainer.forward(x, replay=replay, epoch=epoch)
 
     def _spend_answers(self, session_id: str, s: PassiveSession, step: int, sample_index: np.ndarray) -> None:
         """Count one answer for each of ``sample_index``'s (valid, distinct) rows, durably, before anything is
@@ -453,7 +463,7 @@ class PassiveParty:
         self._save(session_id, s)
 
     def _output_in_the_clear(
-        self, session_id: str, s: PassiveSession, step: int, sample_index: np.ndarray
+        self, session_id: str, s: PassiveSession, step: int, sample_index: np.ndarray, epoch: int = 0
     ) -> np.ndarray:
         """This party's output in the clear, for a family that sends it so by design (split-NN active-top), on a
         plain session only: step >= 1 trains (in order, as Forward), step 0 is inference (caller holds s.lock)."""
@@ -468,7 +478,9 @@ class PassiveParty:
         if step == 0:
             self._spend_answers(session_id, s, 0, sample_index)
             return s.trainer.inference_share(x)
-        return self._output(s, step, sample_index, x, "PlainForward", in_the_clear_of=session_id)
+        if epoch < 0:
+            raise InvalidArgument(f"epoch must be >= 0, got {epoch}")
+        return self._output(s, step, sample_index, x, "PlainForward", epoch, in_the_clear_of=session_id)
 
     def _training_keys(self, session_id: str, s: PassiveSession, step: int) -> he.Backend:
         """The public key of step ``step``'s epoch: the coordinator rotates training keys every few steps."""
@@ -569,7 +581,7 @@ class PassiveParty:
             training_keys=lambda: self._training_keys(session_id, s, s.completed_step + 1),
             features=lambda index: self._features(s, index),
             completed=completed,
-            output_in_the_clear=lambda at, rows: self._output_in_the_clear(session_id, s, at, rows),
+            output_in_the_clear=lambda at, rows, epoch: self._output_in_the_clear(session_id, s, at, rows, epoch),
             defer=deferred.append,
         )
         with s.lock:

@@ -111,6 +111,7 @@ class ActiveContext:
 
     session_id: str
     step: int
+    epoch: int  # the step's epoch in its Train call, from 0 (split-NN's learning-rate schedule)
     backend: he.Backend  # the session's public keys (epoch 0): parsing and plaintext arithmetic only
     n_classes: int
     mask_key: bytes  # the session's mask-stream key (services/crypto/entropy.py keyed_stream)
@@ -148,9 +149,10 @@ class PassiveContext:
     # Family steps only (the engine's services, under the session lock):
     # rows trained at step ``step``, now the session's last completed step
     completed: Callable[[np.ndarray, int], None] = _unavailable
-    # this party's output for rows at training step ``step`` (0: inference), sent in the clear: only on a plain
-    # session of a family that does so by design (PassiveTrainer.output_in_the_clear), under the answer budget
-    output_in_the_clear: Callable[[int, np.ndarray], np.ndarray] = _unavailable
+    # this party's output for rows at training step ``step`` (0: inference) of a Train call's epoch, sent in the
+    # clear: only on a plain session of a family that does so by design (PassiveTrainer.output_in_the_clear), under
+    # the answer budget
+    output_in_the_clear: Callable[[int, np.ndarray, int], np.ndarray] = _unavailable
     defer: Callable[[Callable[[], Any]], None] = _unavailable  # run after the lock is released and the checkpoint
 
 

@@ -75,7 +75,8 @@ class PassiveServicer(passive_pb2_grpc.PassiveServicer):
     @rpc
     def Forward(self, request: passive_pb2.ForwardRequest, context: grpc.ServicerContext):
         s = self._owner(request.session_id)
-        z = self.party.forward(request.session_id, request.step, np.asarray(request.sample_index, dtype=np.int64))
+        index = np.asarray(request.sample_index, dtype=np.int64)
+        z = self.party.forward(request.session_id, request.step, index, request.epoch)
         return wire.to_message(s.backend, z)
 
     @rpc

@@ -44,6 +44,7 @@ class SplitNnCoordinatorServicer(splitnn_pb2_grpc.SplitNnCoordinatorServicer):
             labels=labels,
             sample_index=index,
             widths=dict(request.widths),
+            epoch=request.epoch,
         )
         return splitnn_pb2.TopStepReply(gradient=to_tensor(gradient), loss=loss)
 
@@ -64,7 +65,10 @@ class SplitNnPassiveServicer(splitnn_pb2_grpc.SplitNnPassiveServicer):
     def PlainForward(self, request: passive_pb2.ForwardRequest, context: grpc.ServicerContext):
         index = np.asarray(request.sample_index, dtype=np.int64)
         z = self.party.family_call(
-            request.session_id, current_caller().party_id, "plain_forward", step=request.step, sample_index=index
+            request.session_id, current_caller().party_id, "plain_forward",
+            step=request.step,
+            sample_index=index,
+            epoch=request.epoch,
         )
         return to_tensor(z)
 

@@ -262,9 +262,13 @@ class PassiveClient:
         request = passive_pb2.PsiFinishRequest(session_id=session_id, positions=positions.tolist())
         return call(self.peer, self.stub.PsiFinish, request, self.policy).n_common
 
-    def forward(self, backend: he.Backend, session_id: str, step: int, sample_index: np.ndarray, cols: int) -> Received:
+    def forward(
+        self, backend: he.Backend, session_id: str, step: int, sample_index: np.ndarray, cols: int, epoch: int = 0
+    ) -> Received:
         """[[z_p]] for the samples, validated against the requested shape (``cols`` logits)."""
-        request = passive_pb2.ForwardRequest(session_id=session_id, step=step, sample_index=sample_index.tolist())
+        request = passive_pb2.ForwardRequest(
+            session_id=session_id, step=step, sample_index=sample_index.tolist(), epoch=epoch
+        )
         reply = call(self.peer, self.stub.Forward, request, self.policy)
         return wire.received(backend, reply, f"logits from {self.peer}", rows=len(sample_index), cols=cols)
 

@@ -34,8 +34,9 @@ class SplitNnCoordinatorClient:
         embedding: he.EncryptedMatrix,
         labels: np.ndarray,
         widths: Mapping[str, int],
+        epoch: int = 0,
     ) -> tuple[np.ndarray, float]:
-        """∂L/∂h for the step's [[h]] and labels, and the batch loss."""
+        """∂L/∂h for the step's [[h]] and labels (a step of its Train call's ``epoch``), and the batch loss."""
         request = splitnn_pb2.TopStepRequest(
             session_id=session_id,
             step=step,
@@ -43,6 +44,7 @@ class SplitNnCoordinatorClient:
             embedding=wire.to_message(backend, embedding),
             labels=to_tensor(np.asarray(labels, dtype=np.int64)),
             widths=dict(widths),
+            epoch=epoch,
         )
         reply = call(self.peer, self.stub.TopStep, request, self.policy)
         gradient = from_tensor(reply.gradient, "∂L/∂h", shape=embedding.shape).copy()
@@ -59,9 +61,13 @@ class SplitNnPassiveClient:
         self.passive = passive_pb2_grpc.PassiveStub(channel)
         self.policy = policy
 
-    def plain_forward(self, session_id: str, step: int, sample_index: np.ndarray, cols: int) -> np.ndarray:
+    def plain_forward(
+        self, session_id: str, step: int, sample_index: np.ndarray, cols: int, epoch: int = 0
+    ) -> np.ndarray:
         """active-top: the party's output z for the rows, in the clear (step 0: inference)."""
-        request = passive_pb2.ForwardRequest(session_id=session_id, step=step, sample_index=sample_index.tolist())
+        request = passive_pb2.ForwardRequest(
+            session_id=session_id, step=step, sample_index=sample_index.tolist(), epoch=epoch
+        )
         reply = call(self.peer, self.stub.PlainForward, request, self.policy)
         return from_tensor(reply, f"output of {self.peer}", shape=(len(sample_index), cols)).copy()
 

@@ -136,6 +136,7 @@ def model_settings(model: common_pb2.ModelChoice, training: common_pb2.TrainingC
     if family != "splitnn":
         return family, training_settings(training)
     m = model.splitnn
+    _check_splitnn_fields(m, training)
     optimizer: dict[str, Any] = {
         "name": training.optimizer or "adam",
         "weight_decay": training.l2,
@@ -171,8 +172,55 @@ def model_settings(model: common_pb2.ModelChoice, training: common_pb2.TrainingC
     return family, values
 
 
+def _check_splitnn_fields(m: common_pb2.SplitNnModel, training: common_pb2.TrainingConfig) -> None:
+    """Refuse a SplitNnModel field set where the session would not use it (rather than drop it silently)."""
+    schedule, optimizer = m.schedule or "constant", training.optimizer or "adam"
+    topology = m.topology or "coordinator-top"
+    misplaced = [  # (field, set where it is not used, where it applies, what the session has)
+        ("momentum", m.momentum and optimizer != "sgd", "the sgd optimizer", optimizer),
+        ("step_epochs", m.step_epochs and schedule != "step", "the step schedule", schedule),
+        ("gamma", m.gamma and schedule != "step", "the step schedule", schedule),
+        ("schedule_epochs", m.schedule_epochs and schedule != "cosine", "the cosine schedule", schedule),
+        ("passive_width", m.passive_width and topology != "active-top", "the active-top topology", topology),
+    ]
+    for name, failed, applies, has in misplaced:
+        if failed:
+            raise InvalidArgument(f"SplitNnModel.{name} applies to {applies} only; this session has {has}")
+
+
 TREE_FAMILIES = ("tree", "forest")
 _TREE_FIELDS = ("max_depth", "min_samples_leaf", "n_bins", "n_trees", "feature_fraction", "party")
+# What model_choice carries for split-NN: the model's keys and, under "optimizer", the schedule's. The optimiser's
+# name, rate and L2 and the seed travel in the TrainingConfig (an operator gives them to create_session).
+_SPLITNN_KEYS = (
+    "topology", "embedding", "bottom_hidden", "top_hidden", "activation", "dropout", "bottom_bias", "top_bias",
+    "passive_width", "optimizer", "party", "seed",
+)  # fmt: skip
+_SPLITNN_OPTIMIZER_KEYS = (
+    "momentum", "schedule", "step_epochs", "gamma", "epochs", "name", "learning_rate", "weight_decay",
+)  # fmt: skip
+
+
+def check_keys(what: str, values: Mapping[str, Any], accepted: Iterable[str], hint: str = "") -> None:
+    """INVALID_ARGUMENT naming every key of ``values`` outside ``accepted``, and the accepted ones."""
+    unknown = sorted(set(values) - set(accepted))
+    if unknown:
+        raise InvalidArgument(
+            f"{what}: unknown or misplaced key(s) {', '.join(unknown)}; accepted: {', '.join(accepted)}{hint}"
+        )
+
+
+def check_settings(family: str, values: Mapping[str, Any]) -> None:
+    """A family's settings as :func:`model_choice` takes them: every key must be one it carries."""
+    if family in TREE_FAMILIES:
+        check_keys(f"{family} settings", values, (*_TREE_FIELDS, "bootstrap", "seed"))
+    elif family == "splitnn":
+        hint = f" (the optimiser's {', '.join(_SPLITNN_OPTIMIZER_KEYS[:5])} go under 'optimizer')"
+        check_keys("split-NN settings", values, _SPLITNN_KEYS, hint)
+        optimizer = values.get("optimizer") or {}
+        if not isinstance(optimizer, Mapping):
+            raise InvalidArgument(f"split-NN settings: 'optimizer' must be a mapping, got {optimizer!r}")
+        check_keys("split-NN settings['optimizer']", optimizer, _SPLITNN_OPTIMIZER_KEYS)
 
 
 def tree_settings(m: common_pb2.TreeModel, training: common_pb2.TrainingConfig) -> dict[str, Any]:
@@ -185,7 +233,8 @@ def tree_settings(m: common_pb2.TreeModel, training: common_pb2.TrainingConfig) 
 
 def model_choice(family: str, values: Mapping[str, Any]) -> common_pb2.ModelChoice:
     """The inverse of :func:`model_settings` for the model part (the optimiser's name, rate, L2 and the seed travel
-    in the TrainingConfig)."""
+    in the TrainingConfig). A key it does not carry is INVALID_ARGUMENT (:func:`check_settings`)."""
+    check_settings(family, values)
     if family in TREE_FAMILIES:
         fields = {name: values[name] for name in (*_TREE_FIELDS, "bootstrap") if values.get(name) is not None}
         return common_pb2.ModelChoice(**{family: common_pb2.TreeModel(**fields)})

@@ -37,7 +37,9 @@ def test_coordinator_top_runs_the_gradient_attacks_on_the_released_model(monkeyp
     assert report["model"] == "splitnn" and report["topology"] == "coordinator-top" and report["backend"] == "ckks"
     assert set(report["baselines"]) == {"half", "rg", "zero"} and report["n_samples"] == 60
     assert set(report["attacks"]) == set(harness.SPLITNN_ATTACKS)
-    for name in ("gia", "grn"):  # they ran: an MSE over the queried rows (measured 0.09 / 0.17 vs Half 0.10)
+    # They ran: an MSE over the queried rows. Not compared with Half: on 60 rows after 3 epochs neither beats it
+    # reliably (--seed 0..5: GIA 0.080-0.125, GRN 0.063-0.195, Half 0.095-0.108; GIA below Half in 4 of 6).
+    for name in ("gia", "grn"):
         metric = report["attacks"][name]["metric"]
         assert metric["baseline"]["name"] == "half" and 0.0 <= metric["value"] <= 1.0
     for name in ("ye_alg1", "ye_alg2"):
@@ -85,8 +87,14 @@ def test_active_top_recordings_give_ye_every_binary_passive_feature(monkeypatch,
     assert report["topology"] == "active-top" and report["backend"] == "plain" and report["d_passive"] == 5
     assert "half" in report["baselines"]
     attacks = report["attacks"]
-    for name in ("gia", "grn", "embedding_ls"):  # the passive bottom was released (empty parameter chain)
-        assert 0.0 <= attacks[name]["metric"]["value"] <= 1.0
+    # The passive bottom W_B was released (empty parameter chain) and z_B = W_B x_B + b is noise-free with W_B of
+    # full column rank: least squares recovers x_B exactly and GIA on z_B nearly so (--seed 0..3: embedding_ls
+    # <= 6e-15, GIA <= 1e-3, Half 0.25). GRN learns x_B from x_act, which the label links only loosely: 0.250-0.261,
+    # no better than Half, so only its range is checked.
+    half = report["baselines"]["half"]
+    assert attacks["embedding_ls"]["metric"]["value"] < 1e-9
+    assert attacks["gia"]["metric"]["value"] < 0.02 * half
+    assert 0.0 <= attacks["grn"]["metric"]["value"] <= 1.0
     # ye §4: noise-free z_B = W_B x_B spans every binary passive column; each one is found exactly on every queried
     # row (up to complement). The found vectors come in no claimed column order, so their MSE is reported, not
     # compared with Half.

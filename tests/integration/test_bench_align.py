@@ -24,7 +24,7 @@ def test_ids_overlap_ninety_percent_and_ops_count_the_protocol() -> None:
 def test_bench_align_json_reports_the_figures_for_two_passive_parties(transport: str) -> None:
     # grpc: every party a `vflsec serve` process, the shipped streamed exchange; 3,000 ids make 2 chunks a list.
     rows = 3000
-    args = ["bench", "align", "--rows", str(rows), "--parties", "2", "--transport", transport, "--json"]
+    args = ["bench", "align", "--rows", str(rows), "--passive", "2", "--transport", transport, "--json"]
     out = CliRunner().invoke(app, args)
     assert out.exit_code == 0, out.output
     result = json.loads(out.stdout.strip().splitlines()[-1])
@@ -42,3 +42,15 @@ def test_bench_align_refuses_too_few_rows_and_unknown_transports() -> None:
     assert out.exit_code != 0 and "--rows" in out.output and "10" in out.output
     out = CliRunner().invoke(app, ["bench", "align", "--rows", "100", "--transport", "carrier-pigeon"])
     assert out.exit_code != 0 and "--transport must be one of grpc, pipes" in out.output
+
+
+def test_bench_align_keeps_parties_as_a_hidden_alias_of_passive() -> None:
+    """--passive as the other commands name it; --parties, its first name, still works for scripts, unlisted."""
+    help_text = CliRunner().invoke(app, ["bench", "align", "--help"]).output
+    assert "--passive" in help_text and "--parties" not in help_text
+    args = ["bench", "align", "--rows", "100", "--transport", "pipes", "--json"]
+    out = CliRunner().invoke(app, [*args, "--parties", "2"])
+    assert out.exit_code == 0, out.output
+    assert set(json.loads(out.stdout.strip().splitlines()[-1])["peak_rss_mb"]) == {"active", "passive-1", "passive-2"}
+    out = CliRunner().invoke(app, [*args, "--passive", "3", "--parties", "2"])
+    assert out.exit_code == 2 and "--parties is the old name of --passive" in out.output

@@ -180,7 +180,8 @@ def test_a_value_that_is_not_32_bytes_is_named_and_nothing_kept(fed) -> None:
 
 
 def test_the_interim_in_place_stream_is_refused_and_nothing_kept(fed) -> None:
-    # Issue 18's unreleased PsiExchange streamed PsiExchangeChunk messages on the unary method's path.
+    # Issue 18 landed (ebcaf6d) a PsiExchange that streamed PsiExchangeChunk messages on the unary method's path;
+    # 22cff47 restored the unary form, and that interim stream is refused.
     session_id = _session(fed, 7)
     requests = list(psi_stream.requests(session_id, SALT, psi.chunks_of(psi.PsiKey().blind(["a"], SALT, workers=1))))
     with fed.channel("active", "passive-1") as channel:

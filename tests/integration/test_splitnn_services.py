@@ -16,6 +16,7 @@ from vflsec.services.data import datasets
 from vflsec.services.errors import PeerFailed
 from vflsec.services.models import family as families
 from vflsec.services.models import splitnn as sn
+from vflsec.services.models.splitnn.trainers import SplitNNSettings
 from vflsec.services.transport.links import CoordinatorClient, PassiveClient
 
 SETTINGS = {"embedding": 8, "top_hidden": [16]}
@@ -61,10 +62,11 @@ def _run(
     orders = [rng.permutation(len(train_ids)) for _ in range(epochs)]
     train, test = _blocks(fed, train_ids), _blocks(fed, test_ids)
     data = sn.SplitData(train, ds.y[datasets.select_ids(ds.ids, train_ids)], test, y_test)
-    config = sn.SplitNNConfig(
-        topology, data.features, ds.n_classes, embedding=model["embedding"], top_hidden=tuple(model["top_hidden"])
-    )
-    optim = sn.OptimizerConfig(training["optimizer"], learning_rate=training["learning_rate"])
+    # The same architecture and optimiser (the session's settings; the TrainingConfig's name, rate and L2).
+    optimizer = {"name": training["optimizer"], "learning_rate": training["learning_rate"]}
+    optimizer["weight_decay"] = training["l2"]
+    net = SplitNNSettings.from_dict({**settings, "optimizer": {**optimizer, **settings.get("optimizer", {})}})
+    config, optim = net.network(data.features, ds.n_classes), net.optim
     batch = training["batch_size"]
     central, _ = sn.central_run(
         config,
@@ -152,8 +154,8 @@ def test_active_party_records_no_passive_embedding(tmp_path, monkeypatch) -> Non
     produced: list[np.ndarray] = []  # every h_p the passive party computed, at the weights of its own step
     forward = SplitNNPassive.forward
 
-    def recording_forward(self, x: np.ndarray, *, replay: bool) -> np.ndarray:
-        h = forward(self, x, replay=replay)
+    def recording_forward(self, x: np.ndarray, *, replay: bool, epoch: int) -> np.ndarray:
+        h = forward(self, x, replay=replay, epoch=epoch)
         produced.append(np.array(h, dtype=np.float64))
         return h
 

@@ -156,3 +156,25 @@ def test_seeded_construction_is_per_role() -> None:
         assert torch.equal(mine, theirs)
     other = sn.Bottom.create(config, 2, sn.OptimizerConfig(), SEED + 1).module
     assert not torch.equal(next(other.parameters()), next(alone.parameters()))
+
+
+@pytest.mark.parametrize(
+    "optim",
+    [
+        sn.OptimizerConfig("sgd", learning_rate=0.1, schedule="step", step_epochs=2, gamma=0.5),
+        sn.OptimizerConfig("adam", learning_rate=0.1, schedule="cosine", epochs=5),
+    ],
+)
+@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)` before")  # no training step here
+def test_at_epoch_takes_the_rate_that_as_many_end_epochs_reach(optim: sn.OptimizerConfig) -> None:
+    """The services name each step's epoch (docs/protocol.md): a role jumps to it, forwards or back (a new Train
+    call starts at epoch 0), at the rate the in-process run reaches by stepping the schedule."""
+    config = _config("coordinator-top")
+    stepped, jumped = (sn.Head.create(config, optim, SEED) for _ in range(2))
+    for epoch in [0, 1, 2, 3, 4, 5, 6]:
+        jumped.at_epoch(epoch)
+        assert jumped.optimizer.param_groups[0]["lr"] == pytest.approx(stepped.optimizer.param_groups[0]["lr"])
+        assert jumped.optimizer.param_groups[0]["lr"] == pytest.approx(0.1 * optim.rate_factor(epoch))
+        stepped.end_epoch()
+    jumped.at_epoch(0)
+    assert jumped.optimizer.param_groups[0]["lr"] == pytest.approx(0.1)

@@ -98,14 +98,16 @@ class PsiFinishReply(_message.Message):
     def __init__(self, n_common: _Optional[int] = ...) -> None: ...
 
 class ForwardRequest(_message.Message):
-    __slots__ = ("session_id", "step", "sample_index")
+    __slots__ = ("session_id", "step", "sample_index", "epoch")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     step: int
     sample_index: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, session_id: _Optional[str] = ..., step: _Optional[int] = ..., sample_index: _Optional[_Iterable[int]] = ...) -> None: ...
+    epoch: int
+    def __init__(self, session_id: _Optional[str] = ..., step: _Optional[int] = ..., sample_index: _Optional[_Iterable[int]] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class ShareLogitsRequest(_message.Message):
     __slots__ = ("session_id", "query_id", "sample_index")

@@ -9,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class TopStepRequest(_message.Message):
-    __slots__ = ("session_id", "step", "sample_index", "embedding", "labels", "widths")
+    __slots__ = ("session_id", "step", "sample_index", "embedding", "labels", "widths", "epoch")
     class WidthsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -23,13 +23,15 @@ class TopStepRequest(_message.Message):
     EMBEDDING_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     WIDTHS_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     step: int
     sample_index: _containers.RepeatedScalarFieldContainer[int]
     embedding: _common_pb2.EncryptedMatrix
     labels: _common_pb2.Tensor
     widths: _containers.ScalarMap[str, int]
-    def __init__(self, session_id: _Optional[str] = ..., step: _Optional[int] = ..., sample_index: _Optional[_Iterable[int]] = ..., embedding: _Optional[_Union[_common_pb2.EncryptedMatrix, _Mapping]] = ..., labels: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., widths: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    epoch: int
+    def __init__(self, session_id: _Optional[str] = ..., step: _Optional[int] = ..., sample_index: _Optional[_Iterable[int]] = ..., embedding: _Optional[_Union[_common_pb2.EncryptedMatrix, _Mapping]] = ..., labels: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., widths: _Optional[_Mapping[str, int]] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class TopStepReply(_message.Message):
     __slots__ = ("gradient", "loss")

@@ -148,7 +148,7 @@ class SplitNnPassiveServicer:
 
     def PlainForward(self, request, context):
         """Owner, active-top only (plain sessions): this party's output z_B for the rows, in the clear, as the topology
-        sends it; step >= 1 is a training step (Backward follows), step 0 inference.
+        sends it; step >= 1 is a training step (Backward follows), step 0 inference. The epoch sets the schedule's rate.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -233,8 +233,9 @@ class LrPassive:
     def can_replay(self) -> bool:
         return self.previous_weights is not None
 
-    def forward(self, x: np.ndarray, *, replay: bool) -> np.ndarray:
-        """z_p = X_p W_pᵀ; a replay of the last applied step uses the block as it was before that step."""
+    def forward(self, x: np.ndarray, *, replay: bool, epoch: int = 0) -> np.ndarray:
+        """z_p = X_p W_pᵀ; a replay of the last applied step uses the block as it was before that step (LR's rate
+        is constant: ``epoch`` is not used)."""
         weights = self.previous_weights if replay else self.weights
         assert weights is not None  # the engine asks for a replay only if can_replay
         return x @ weights.T

@@ -28,25 +28,32 @@ def _top_step(
     labels: np.ndarray,
     sample_index: np.ndarray,
     widths: Mapping[str, int],
+    epoch: int = 0,
 ) -> StepAnswer:
-    """coordinator-top (TopStep): the top model's step on the decrypted sum h of the step; ∂L/∂h and the loss."""
+    """coordinator-top (TopStep): the top model's step on the decrypted sum h of the step (in its Train call's
+    ``epoch``, which sets the learning-rate schedule's rate); ∂L/∂h and the loss."""
     n = embedding.shape[0]
     if len(sample_index) != n or labels.shape != (n,):
         raise InvalidArgument(f"{len(sample_index)} sample indices and {labels.shape} labels for {n} rows")
+    if epoch < 0:
+        raise InvalidArgument(f"epoch must be >= 0, got {epoch}")
 
     def compute(keys: he.Backend) -> StepAnswer:
         try:
             keys.check_form(embedding.ciphertexts, product=False)
         except ValueError as exc:
             raise InvalidArgument(f"logits: {exc}") from exc
-        return trainer.top_step(keys, embedding, labels)
+        return trainer.top_step(keys, embedding, labels, epoch)
 
     return ctx.train(step, sample_index, widths, embedding.layout, compute)
 
 
-def _plain_forward(trainer: SplitNNPassive, ctx: PassiveContext, step: int, sample_index: np.ndarray) -> np.ndarray:
-    """active-top (PlainForward): z_p in the clear, step >= 1 training (in order), 0 inference."""
-    return ctx.output_in_the_clear(step, sample_index)
+def _plain_forward(
+    trainer: SplitNNPassive, ctx: PassiveContext, step: int, sample_index: np.ndarray, epoch: int = 0
+) -> np.ndarray:
+    """active-top (PlainForward): z_p in the clear, step >= 1 training (in order, in its Train call's ``epoch``),
+    0 inference."""
+    return ctx.output_in_the_clear(step, sample_index, epoch)
 
 
 STEPS: Mapping[str, Mapping[str, FamilyStep]] = {

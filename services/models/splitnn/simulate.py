@@ -3,7 +3,8 @@
 No gRPC, but every message that would cross a party boundary does so here as the engines will send it: in
 coordinator-top each [[h_p]] and the aggregate go through the wire form (serialised ciphertexts) and the key
 holder decrypts with the secret key while the parties hold only the public context, exactly as the services
-open them (``he.make_keyholder`` / ``he.open_public``). Used by the parity tests and by ``bench he``.
+open them (``he.make_keyholder`` / ``he.open_public``). Used by the in-process parity tests
+(tests/unit/test_splitnn_parity.py, test_splitnn_bank.py); ``bench he`` runs split-NN through the services.
 """
 
 from __future__ import annotations

@@ -47,6 +47,15 @@ class _Trainable:
     def end_epoch(self) -> None:
         self.scheduler.step()
 
+    def at_epoch(self, epoch: int) -> None:
+        """Take the schedule's rate of ``epoch`` (from 0), as ``epoch`` calls of :meth:`end_epoch` would: the services
+        name each step's epoch in its messages, so every party's rate follows the active party's epochs."""
+        if epoch != self.scheduler.last_epoch:
+            self.scheduler.last_epoch = epoch
+            factor = self.scheduler.lr_lambdas[0](epoch)
+            for group, base in zip(self.optimizer.param_groups, self.scheduler.base_lrs, strict=True):
+                group["lr"] = base * factor
+
     def to_state(self) -> bytes:
         buffer = io.BytesIO()
         torch.save(

@@ -83,11 +83,7 @@ class SplitNNSettings(DictForm):
             raise ValueError(f"topology must be one of {', '.join(TOPOLOGIES)}, got {self.topology!r}")
         if not isinstance(self.party, int) or self.party < 0:
             raise ValueError(f"party must be a position >= 0, got {self.party!r}")
-        if OptimizerConfig(**self.optimizer).schedule != "constant":  # also validates the optimiser
-            raise ValueError(
-                "learning-rate schedules step per epoch, which the services do not signal to every party yet: "
-                "use the constant schedule (schedules run in-process, services/models/splitnn/simulate.py)"
-            )
+        OptimizerConfig(**self.optimizer)  # validates the optimiser and its schedule
         self.view(1, 2)  # validates the architecture
         if self.passive_widths:  # their own checks (the bounds against each d_p run where the widths are known)
             self.network((1, *self.passive_widths), 2)
@@ -158,6 +154,7 @@ class KeyHolderLink(Protocol):
         embedding: he.EncryptedMatrix,
         labels: np.ndarray,
         widths: Mapping[str, int],
+        epoch: int,
     ) -> tuple[np.ndarray, float]: ...
 
 
@@ -167,7 +164,9 @@ class PassiveLink(Protocol):
 
     def backward_gradient(self, session_id: str, step: int, sample_index: np.ndarray, gradient: np.ndarray) -> None: ...
 
-    def plain_forward(self, session_id: str, step: int, sample_index: np.ndarray, cols: int) -> np.ndarray: ...
+    def plain_forward(
+        self, session_id: str, step: int, sample_index: np.ndarray, cols: int, epoch: int
+    ) -> np.ndarray: ...
 
 
 def _module_tensors(prefix: str, role: Bottom | Head) -> dict[str, np.ndarray]:
@@ -197,15 +196,16 @@ class SplitNNActive:
         key_holder: KeyHolderLink = _link(ctx.key_holder)
         width = self.settings.embedding
         received = ctx.each_passive(
-            lambda party, link: link.forward(ctx.backend, ctx.session_id, ctx.step, index, width)
+            lambda party, link: link.forward(ctx.backend, ctx.session_id, ctx.step, index, width, ctx.epoch)
         )
         for party, r in zip(ctx.passives, received, strict=True):
             ctx.emit(kinds.ENCRYPTED_EMBEDDINGS, party, blobs={"ciphertexts": r.blobs}, meta={"step": ctx.step})
+        self.bottom.at_epoch(ctx.epoch)
         own = self.bottom.forward(ctx.features(index), train=True)
         # [[Σ h_p]] + h_a under the step's key epoch, as the passive parties encrypted: never opened here
         summed = aggregate(ctx.training_keys(), own, [r.matrix for r in received])
         gradient, loss = key_holder.top_step(
-            ctx.backend, ctx.session_id, ctx.step, index, summed, ctx.labels(index), ctx.widths
+            ctx.backend, ctx.session_id, ctx.step, index, summed, ctx.labels(index), ctx.widths, ctx.epoch
         )
         if gradient.shape != own.shape:
             raise FailedPrecondition(f"the key holder returned ∂L/∂h of shape {gradient.shape}, expected {own.shape}")
@@ -248,7 +248,7 @@ class ActiveTopActive:
         """Every passive party's z_p for rows ``index`` at step ``ctx.step`` (0: inference), in the clear, recorded."""
         widths = dict(zip(ctx.passives, self.output_widths(), strict=True))
         z = ctx.each_passive(
-            lambda party, link: _link(link).plain_forward(ctx.session_id, ctx.step, index, widths[party])
+            lambda party, link: _link(link).plain_forward(ctx.session_id, ctx.step, index, widths[party], ctx.epoch)
         )
         ids = ctx.sample_ids(index)
         for party, z_p in zip(ctx.passives, z, strict=True):
@@ -257,6 +257,7 @@ class ActiveTopActive:
 
     def train_step(self, ctx: ActiveContext, index: np.ndarray) -> None:
         z = self._outputs(ctx, index)
+        self.head.at_epoch(ctx.epoch)
         step = self.head.train_step(z, ctx.labels(index), local=ctx.features(index))
         grads = dict(zip(ctx.passives, step.grads, strict=True))
         ctx.each_passive(
@@ -303,7 +304,8 @@ class SplitNNPassive:
     def output_in_the_clear(self) -> bool:
         return self.settings.topology == "active-top"
 
-    def forward(self, x: np.ndarray, *, replay: bool) -> np.ndarray:
+    def forward(self, x: np.ndarray, *, replay: bool, epoch: int = 0) -> np.ndarray:
+        self.bottom.at_epoch(epoch)  # the rate of this step's backward
         return self.bottom.forward(x, train=True)
 
     def backward(self, ctx: PassiveContext, x: np.ndarray, feedback: object, digest: bytes) -> None:
@@ -355,9 +357,12 @@ class SplitNNKeyHolder:
     def share_width(self) -> int:
         return self.settings.embedding if self.head is not None else 0
 
-    def top_step(self, keys: he.Backend, summed: he.EncryptedMatrix, labels: np.ndarray) -> tuple[np.ndarray, float]:
+    def top_step(
+        self, keys: he.Backend, summed: he.EncryptedMatrix, labels: np.ndarray, epoch: int = 0
+    ) -> tuple[np.ndarray, float]:
         if self.head is None:
             raise FailedPrecondition("an active-top session has no top model at the coordinator")
+        self.head.at_epoch(epoch)
         try:
             h = np.round(open_sum(keys, summed, self.settings.embedding) / EMBEDDING_GRID) * EMBEDDING_GRID
             if not np.isfinite(h).all():
