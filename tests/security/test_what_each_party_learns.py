@@ -39,10 +39,10 @@ def test_coordinator_decrypts_only_aggregates_and_passives_receive_only_cipherte
 
     forward, backward = passive.PassiveParty.forward, passive.PassiveParty.backward
 
-    def watched_forward(self, session_id, step, sample_index):  # type: ignore[no-untyped-def]
+    def watched_forward(self, session_id, step, sample_index, epoch=0):  # type: ignore[no-untyped-def]
         s = self.session(session_id)
         shares.append(self.data.X[s.rows[sample_index]] @ s.trainer.weights.T)
-        return forward(self, session_id, step, sample_index)
+        return forward(self, session_id, step, sample_index, epoch)
 
     def watched_backward(self, session_id, step, sample_index, delta, digest):  # type: ignore[no-untyped-def]
         deltas.append(delta)
