@@ -35,9 +35,9 @@ def test_the_demo_aligns_once(monkeypatch) -> None:
     aligned: list[str] = []
     real_align = Operator.align
 
-    def counting_align(self: Operator, session_id: str) -> list[str]:
+    def counting_align(self: Operator, session_id: str, progress=None) -> list[str]:  # type: ignore[no-untyped-def]
         aligned.append(session_id)
-        return real_align(self, session_id)
+        return real_align(self, session_id, progress)
 
     monkeypatch.setattr(Operator, "align", counting_align)
     result = CliRunner().invoke(app, ["demo", "--dataset", "wine", "--backend", "plain", "--epochs", "2", "--json"])
@@ -71,7 +71,9 @@ def test_run_aligns_once_with_an_explicit_batch_and_counts_the_rows_first_withou
     labels_file = layout.configs["active"].parent / "data.csv"
     aligned: list[str] = []
     real_align = Operator.align
-    monkeypatch.setattr(Operator, "align", lambda self, sid: aligned.append(sid) or real_align(self, sid))
+    monkeypatch.setattr(
+        Operator, "align", lambda self, sid, progress=None: aligned.append(sid) or real_align(self, sid, progress)
+    )
     with harness.run_in_process(layout), layout.operator_channel() as channel:
         for batch, exchanges in ((0, 2), (64, 1)):  # `vflsec run`: the spec names the labels file, nothing dealt
             aligned.clear()
