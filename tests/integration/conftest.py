@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+import numpy as np
 import pytest
 
 from vflsec.client.federation import FederationLayout, FederationSpec, run_in_process, write_federation
@@ -39,3 +40,15 @@ def federation(workdir: Path, **spec: object) -> Iterator[Federation]:
 def binary_federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
     with federation(tmp_path_factory.mktemp("binary"), dataset="breast_cancer", n_passive=1, allow_plain=True) as fed:
         yield fed
+
+
+def binary_passive_dataset(n: int, d_active: int = 3, d_passive: int = 5) -> datasets.Dataset:
+    """ye's Bank shape: the passive party holds one binary feature among continuous ones, and the label needs it."""
+    rng = np.random.default_rng(0)
+    x_active = rng.normal(size=(n, d_active))
+    x_passive = np.hstack([rng.integers(0, 2, size=(n, 1)), rng.normal(size=(n, d_passive - 1))])
+    y = x_active[:, 0] + 2 * x_passive[:, 0] + x_passive[:, 1] + rng.normal(0, 0.5, n) > 1.0
+    ids = np.array([f"s{i:05d}" for i in range(n)])
+    names = [f"a{j}" for j in range(d_active)] + [f"b{j}" for j in range(d_passive)]
+    X = np.hstack([x_active, x_passive])
+    return datasets.Dataset("binary-passive", ids, X, y.astype(np.int64), names, ["0", "1"])

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tests.integration.conftest import binary_passive_dataset
 from vflsec.client.federation import FederationSpec, run_in_process, write_federation
 from vflsec.client.operator import Operator
 from vflsec.services.app import start_party
@@ -21,18 +22,6 @@ from vflsec.services.plugins import curious
 
 N, D_A, D_B, TRAIN, M = 600, 3, 5, 300, 1
 PASSIVE = "passive-1"
-
-
-def _dataset() -> datasets.Dataset:
-    """ye's Bank shape: the passive party holds one binary feature among continuous ones, and the label needs it."""
-    rng = np.random.default_rng(0)
-    x_active = rng.normal(size=(N, D_A))
-    x_passive = np.hstack([rng.integers(0, 2, size=(N, 1)), rng.normal(size=(N, D_B - 1))])
-    y = x_active[:, 0] + 2 * x_passive[:, 0] + x_passive[:, 1] + rng.normal(0, 0.5, N) > 1.0
-    ids = np.array([f"s{i:05d}" for i in range(N)])
-    names = [f"a{j}" for j in range(D_A)] + [f"b{j}" for j in range(D_B)]
-    return datasets.Dataset("binary-passive", ids, np.hstack([x_active, x_passive]), y.astype(np.int64), names,
-                            ["0", "1"])  # fmt: skip
 
 
 def _session(operator: Operator, parties: dict, store: Path, queried: list[str] | None) -> tuple[str, np.ndarray, list]:
@@ -64,7 +53,7 @@ def test_sessions_before_and_after_a_restart_share_one_span_and_stacking_them_fi
     store = tmp_path / "curious.sqlite"
     plugin = {"path": "vflsec.services.plugins.curious:CuriousPlugin", "options": {"store": str(store)}}
     spec = FederationSpec(
-        _dataset(), n_passive=1, passive_features=D_B, backend="plain", plugins=[plugin],
+        binary_passive_dataset(N, D_A, D_B), n_passive=1, passive_features=D_B, backend="plain", plugins=[plugin],
         embedding_release=[f"masquerade:m={M}"], model="splitnn", topology="active-top", checkpoints=True,
     )  # fmt: skip
     layout = write_federation(spec, tmp_path / "fed")

@@ -12,6 +12,7 @@ import grpc
 import numpy as np
 import pytest
 
+from tests.integration.conftest import binary_passive_dataset
 from vflsec.client.federation import FederationSpec, run_in_process, write_federation
 from vflsec.client.operator import Operator
 from vflsec.services.attacks import NotApplicable, Observations, make_attack, run_attack
@@ -22,18 +23,6 @@ from vflsec.services.plugins import curious
 
 N, D_A, D_B, TRAIN, EPOCHS = 2000, 3, 5, 1400, 30
 ACTIVE_TOP = {"model": "splitnn", "topology": "active-top"}  # the only sessions embedding defenses act on
-
-
-def _dataset() -> datasets.Dataset:
-    """ye's Bank shape: the passive party holds one binary feature among continuous ones, and the label needs it."""
-    rng = np.random.default_rng(0)
-    x_active = rng.normal(size=(N, D_A))
-    x_passive = np.hstack([rng.integers(0, 2, size=(N, 1)), rng.normal(size=(N, D_B - 1))])
-    y = x_active[:, 0] + 2 * x_passive[:, 0] + x_passive[:, 1] + rng.normal(0, 0.5, N) > 1.0
-    ids = np.array([f"s{i:05d}" for i in range(N)])
-    names = [f"a{j}" for j in range(D_A)] + [f"b{j}" for j in range(D_B)]
-    X = np.hstack([x_active, x_passive])
-    return datasets.Dataset("binary-passive", ids, X, y.astype(np.int64), names, ["0", "1"])
 
 
 @dataclass
@@ -48,7 +37,7 @@ class Run:
 def _run(tmp_path: Path, embedding_release: list[str], settings: dict | None = None, epochs: int = EPOCHS) -> Run:
     """Train an active-top session on TRAIN rows, score the rest; the curious plugin records what the active party
     received. Returns its observations and the ground truth to grade them."""
-    ds = _dataset()
+    ds = binary_passive_dataset(N, D_A, D_B)
     store = tmp_path / "curious.sqlite"
     plugin = {"path": "vflsec.services.plugins.curious:CuriousPlugin", "options": {"store": str(store)}}
     spec = FederationSpec(
@@ -162,7 +151,7 @@ def test_the_defended_session_survives_its_checkpoint_with_the_same_bits_and_noi
 
 
 def test_masquerade_wider_than_an_explicit_session_width_is_refused_naming_the_bound(tmp_path) -> None:
-    ds = _dataset()
+    ds = binary_passive_dataset(N, D_A, D_B)
     spec = FederationSpec(
         ds, n_passive=1, passive_features=D_B, backend="plain", embedding_release=["masquerade"], **ACTIVE_TOP
     )
