@@ -410,11 +410,14 @@ class ActiveParty:
         exchange that failed before any reply is unmarked and may be retried. The intersection is checkpointed
         before any passive party hears of it, and the session is aligned only once every passive party has taken
         its positions: a PsiFinish that failed anywhere is sent again, with the same positions, by the next Align
-        (docs/protocol.md, "Alignment"). ``progress`` hears of each chunk of curve work done."""
+        (docs/protocol.md, "Alignment"). Align on an aligned session returns its rows again without an exchange, so
+        an operator whose reply was cut or too large asks again. ``progress`` hears of each chunk of curve work done."""
         s = self.session(session_id)
         own_ids = self.data.ids  # an array: no Python object per row during the exchange
         with s.lock:
-            if s.rows is not None or (s.pending is None and s.psi_started):
+            if s.rows is not None:  # aligned: the recorded rows again, no second exchange (a lost reply loses nothing)
+                return s.rows
+            if s.pending is None and s.psi_started:
                 raise FailedPrecondition(
                     f"session {session_id!r} has had its PSI exchange (one per session): open a new session to "
                     "align again"

@@ -14,6 +14,7 @@ import pytest
 from tests.integration.conftest import Federation, federation
 from vflsec.services.engines.active import ActiveSession
 from vflsec.services.rpc import active as active_rpc
+from vflsec.services.transport.server import peer_channel
 from vflsec.v1 import active_pb2_grpc, common_pb2
 
 STAGES = ("blinding", "exchanging", "re-blinding", "finishing")
@@ -108,6 +109,24 @@ def test_a_psi_finish_failing_at_the_second_passive_party_is_finished_by_the_nex
     np.testing.assert_array_equal(_engine(fed, "passive-1").session(session_id).rows, first_rows)
     for party in ("passive-1", "passive-2"):
         assert common == _ids_of(fed, party, _engine(fed, party).session(session_id).rows).tolist()
+    # Aligned: Align again runs no exchange and answers the same common IDs (a reply lost on the way loses nothing).
+    assert fed.operator.align(session_id) == common and len(calls) == 2
+    np.testing.assert_array_equal(_engine(fed, "passive-1").session(session_id).rows, first_rows)
+
+
+def test_a_reply_the_operator_could_not_receive_is_answered_again_without_a_second_exchange(fed) -> None:
+    """The unary Align to a client whose receive limit is below the reply: the exchange ran and the session is
+    aligned, but the IDs never arrived (RESOURCE_EXHAUSTED at the client). Asking again answers them, and no passive
+    party runs a second exchange (its rows stay the ones it took)."""
+    session_id = _session(fed, 5)
+    small = peer_channel(fed.layout.addresses["active"], "active", fed.layout.tls("operator"), 256)
     with pytest.raises(grpc.RpcError) as err:
-        fed.operator.align(session_id)
-    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "one per session" in err.value.details()
+        active_pb2_grpc.ActiveStub(small).Align(common_pb2.SessionRef(session_id=session_id))
+    small.close()
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    taken = {p: _engine(fed, p).session(session_id).rows.copy() for p in ("passive-1", "passive-2")}
+    common = fed.operator.align(session_id)
+    assert common == _ids_of(fed, "active", _engine(fed, "active").session(session_id).rows).tolist()
+    for party, rows in taken.items():
+        np.testing.assert_array_equal(_engine(fed, party).session(session_id).rows, rows)
+        assert common == _ids_of(fed, party, rows).tolist()
