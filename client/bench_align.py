@@ -299,7 +299,7 @@ def run(rows: int, parties: int = 1, log: Callable[[str], None] = print, transpo
     if rows < 10:
         raise ValueError(f"--rows must be at least 10, got {rows}")
     if parties < 1:
-        raise ValueError(f"--parties must be at least 1, got {parties}")
+        raise ValueError(f"--passive must be at least 1, got {parties}")
     if transport not in TRANSPORTS:
         raise ValueError(f"--transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
     load = os.getloadavg()[0]
