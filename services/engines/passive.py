@@ -474,12 +474,12 @@ class PassiveParty:
                 f"session {session_id!r} runs on {s.backend.name}: an output sent in the clear belongs to a plain "
                 "session (split-NN active-top has nothing for HE to protect)"
             )
+        if epoch < 0:
+            raise InvalidArgument(f"epoch must be >= 0, got {epoch}")
         x = self._features(s, sample_index)
         if step == 0:
             self._spend_answers(session_id, s, 0, sample_index)
             return s.trainer.inference_share(x)
-        if epoch < 0:
-            raise InvalidArgument(f"epoch must be >= 0, got {epoch}")
         return self._output(s, step, sample_index, x, "PlainForward", epoch, in_the_clear_of=session_id)
 
     def _training_keys(self, session_id: str, s: PassiveSession, step: int) -> he.Backend:
