@@ -129,7 +129,7 @@ class ActiveSession:
     # empty in a checkpoint written before share masks existed (such a session cannot predict).
     share_mask_keys: dict[str, bytes]
     rows: np.ndarray | None = None  # common index -> active row (after PSI, once every passive party took it)
-    psi_started: bool = False  # one PSI exchange per session, checkpointed before it starts
+    psi_started: bool = False  # an Align of this session is running its exchange (in this process)
     # The intersection, checkpointed before any passive party is told its positions and kept until every one
     # took them: a PsiFinish that failed at one party is sent again by the next Align (same positions).
     pending: psi.Alignment | None = None
@@ -214,7 +214,7 @@ class ActiveSession:
             },
             step=meta["step"],
             trained=meta["trained"],
-            psi_started=meta.get("psi_started", "rows" in arrays),
+            psi_started=False,  # no exchange survives a restart: a failed or interrupted one is retried by Align
         )
         if "rows" in arrays:
             s.rows = np.array(arrays["rows"])
@@ -405,12 +405,12 @@ class ActiveParty:
 
     # --- alignment ---
     def align(self, session_id: str, progress: Callable[[AlignProgress], None] | None = None) -> np.ndarray:
-        """PSI with every passive party; returns the aligned rows (common index -> own row). One exchange per
-        session, marked in the checkpoint before it starts, so a restarted party does not run a second one; an
-        exchange that failed before any reply is unmarked and may be retried. The intersection is checkpointed
-        before any passive party hears of it, and the session is aligned only once every passive party has taken
-        its positions: a PsiFinish that failed anywhere is sent again, with the same positions, by the next Align
-        (docs/protocol.md, "Alignment"). Align on an aligned session returns its rows again without an exchange, so
+        """PSI with every passive party; returns the aligned rows (common index -> own row). One Align runs at a
+        time; one that failed anywhere before the intersection was fixed (an empty intersection, a refusal or a
+        cut at any passive party, a restart) leaves nothing and the next Align exchanges again, with fresh keys on
+        both sides. The intersection is checkpointed before any passive party hears of it, and the session is
+        aligned only once every passive party has taken its positions: a PsiFinish that failed anywhere is sent
+        again, with the same positions, by the next Align (docs/protocol.md, "Alignment"). Align on an aligned session returns its rows again without an exchange, so
         an operator whose reply was cut or too large asks again. ``progress`` hears of each chunk of curve work done."""
         s = self.session(session_id)
         own_ids = self.data.ids  # an array: no Python object per row during the exchange
@@ -418,10 +418,7 @@ class ActiveParty:
             if s.rows is not None:  # aligned: the recorded rows again, no second exchange (a lost reply loses nothing)
                 return s.rows
             if s.pending is None and s.psi_started:
-                raise FailedPrecondition(
-                    f"session {session_id!r} has had its PSI exchange (one per session): open a new session to "
-                    "align again"
-                )
+                raise FailedPrecondition(f"session {session_id!r} is being aligned by another Align call")
             pending = s.pending
             if pending is None:
                 self._check_own_ids(own_ids)
@@ -431,7 +428,15 @@ class ActiveParty:
         total = len(own_ids) + sum(len(own_ids) + 2 * n for n in passive_rows)
         tracker = _Tracker(total, progress)
         if pending is None:
-            pending = self._intersect(s, own_ids, tracker)
+            try:
+                pending = self._intersect(s, own_ids, tracker)
+            except BaseException:
+                # Nothing is aligned, so the session may try again (a passive party that answered takes a new
+                # exchange until PsiFinish fixed its rows; one that refused or was cut kept nothing).
+                with s.lock:
+                    s.psi_started = False
+                    self._save(s)
+                raise
             tracker.add("finishing")(0)
         else:  # an earlier Align did the curve work
             tracker.add("finishing")(total)
@@ -460,22 +465,14 @@ class ActiveParty:
             ratio_floor=self.psi_ratio_floor,
         )
         try:
-            try:
-                blinded = key.blind(own_ids, salt, progress=tracker.add("blinding"))
-            except ValueError as exc:  # duplicate or non-string ids: nothing was sent
-                raise FailedPrecondition(f"PSI: {self.party_id}'s own IDs: {exc}") from exc
-            exchanging = tracker.add("exchanging")
-            replies = self._each_passive(
-                lambda party, client, sent=blinded: client.psi_exchange(s.session_id, salt, sent, check, exchanging)
-            )
-            del blinded  # every passive party has it: 32 MB at 1M IDs, not held through the intersection
-        except Exception:
-            # Nothing is aligned yet, so the session may try again: a passive party that sent its own list has
-            # marked its session and refuses a second exchange itself; one that refused or was cut kept nothing.
-            with s.lock:
-                s.psi_started = False
-                self._save(s)
-            raise
+            blinded = key.blind(own_ids, salt, progress=tracker.add("blinding"))
+        except ValueError as exc:  # duplicate or non-string ids: nothing was sent
+            raise FailedPrecondition(f"PSI: {self.party_id}'s own IDs: {exc}") from exc
+        exchanging = tracker.add("exchanging")
+        replies = self._each_passive(
+            lambda party, client, sent=blinded: client.psi_exchange(s.session_id, salt, sent, check, exchanging)
+        )
+        del blinded  # every passive party has it: 32 MB at 1M IDs, not held through the intersection
         sizes = [len(own) for _, own in replies]
         for party, size in zip(self.passives, sizes, strict=True):
             if not size:

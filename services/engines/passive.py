@@ -144,7 +144,11 @@ class PassiveSession:
 
 
 def _refuse_second_exchange(session_id: str, s: PassiveSession) -> None:
-    if s.psi_permutation is not None:
+    # An exchange is final once PsiFinish fixed the rows. Before that another one may run (a failed Align's retry:
+    # an empty intersection, a failure at another passive party): it draws a fresh key and is charged to the
+    # owner's psi_owner_budget like one in a new session, so it lets the active party test nothing that opening
+    # a new session would not.
+    if s.rows is not None:
         raise FailedPrecondition(
             f"session {session_id!r} has had its PSI exchange (one per session): open a new session to align again"
         )
@@ -295,8 +299,8 @@ class PassiveParty:
         The active list is received whole and checked (its announced size against the caps before any point;
         chunk order and count as they come), then the reply streams out as the pool computes it: A's list
         re-blinded, then our own blinded ids. The permutation is checkpointed before the first of our own values
-        leaves (a restarted party refuses a second exchange too); a stream cut or refused before then leaves
-        nothing, and the session may exchange again.
+        leaves; PsiFinish then fixes the rows, after which no other exchange runs on the session (also after a
+        restart). Until then a failed alignment may exchange again, under a fresh key and the owner's budget.
         """
         s = self.session(session_id)
         _refuse_second_exchange(session_id, s)
