@@ -410,8 +410,9 @@ class ActiveParty:
         cut at any passive party, a restart) leaves nothing and the next Align exchanges again, with fresh keys on
         both sides. The intersection is checkpointed before any passive party hears of it, and the session is
         aligned only once every passive party has taken its positions: a PsiFinish that failed anywhere is sent
-        again, with the same positions, by the next Align (docs/protocol.md, "Alignment"). Align on an aligned session returns its rows again without an exchange, so
-        an operator whose reply was cut or too large asks again. ``progress`` hears of each chunk of curve work done."""
+        again, with the same positions, by the next Align (docs/protocol.md, "Alignment"). Align on an aligned
+        session returns its rows again without an exchange, so an operator whose reply was cut or too large asks
+        again. ``progress`` hears of each chunk of curve work done."""
         s = self.session(session_id)
         own_ids = self.data.ids  # an array: no Python object per row during the exchange
         with s.lock:
