@@ -1270,18 +1270,31 @@ def _party_data(table: pa.Table, columns: list[str], has_label: bool, class_name
 # ------------------------------------------------------------------------------------- sample IDs
 
 
+class IdIndex:
+    """Row positions of IDs within ``ids`` by a binary search over their sort order, which is computed once (no
+    Python object per row): for lookups repeated against one large ID column."""
+
+    def __init__(self, ids: Sequence[str] | np.ndarray) -> None:
+        ids = np.asarray(ids)
+        self.ids = ids if ids.dtype.kind == "U" else ids.astype(str)  # a str array is kept, not copied
+        self._order = np.argsort(self.ids, kind="stable")
+
+    def find(self, wanted: Sequence[str] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, found) for each of ``wanted``, in its order; a row is meaningful only where ``found``."""
+        wanted = np.asarray(wanted).astype(str).reshape(-1)
+        if not len(self.ids):
+            return np.zeros(len(wanted), dtype=np.int64), np.zeros(len(wanted), dtype=bool)
+        rows = self._order[np.minimum(np.searchsorted(self.ids, wanted, sorter=self._order), len(self.ids) - 1)]
+        return rows.astype(np.int64), self.ids[rows] == wanted
+
+
 def select_ids(ids: Sequence[str] | np.ndarray, wanted: Sequence[str] | np.ndarray) -> np.ndarray:
     """Row positions of ``wanted`` within ``ids`` (in the order of ``wanted``); KeyError if any is absent."""
-    ids = np.asarray(ids).astype(str)
     wanted = np.asarray(wanted).astype(str).reshape(-1)
-    order = np.argsort(ids, kind="stable")
-    pos = np.searchsorted(ids, wanted, sorter=order)
-    pos = np.minimum(pos, max(len(ids) - 1, 0))
-    rows = order[pos] if len(ids) else np.zeros(len(wanted), dtype=np.int64)
-    found = ids[rows] == wanted if len(ids) else np.zeros(len(wanted), dtype=bool)
+    rows, found = IdIndex(ids).find(wanted)
     if not found.all():
         raise KeyError(f"{int((~found).sum())} id(s) not present, e.g. {wanted[~found][:5].tolist()}")
-    return rows.astype(np.int64)
+    return rows
 
 
 def overlapping_id_sets(

@@ -20,7 +20,7 @@ import numpy as np
 
 from vflsec.services import plugins
 from vflsec.services.crypto import entropy, he, psi, share_mask
-from vflsec.services.data.datasets import PartyData
+from vflsec.services.data.datasets import IdIndex, PartyData
 from vflsec.services.defenses.release import ReleasedParams, StepDescription
 from vflsec.services.engines import checkpoint
 from vflsec.services.engines.sessions import EpochKeys, SessionTable, epoch_keys
@@ -84,22 +84,19 @@ class _Tracker:
 
 
 class CommonIndex:
-    """Own sample ID -> common index, for the aligned ``rows``: sorted arrays and a binary search, no Python object
-    per row (a dict of a million IDs took about 150 MB)."""
+    """Own sample ID -> common index, for the aligned ``rows``: the party's :class:`datasets.IdIndex` and a row ->
+    common index array, no Python object per row (a dict of a million IDs took about 150 MB)."""
 
     def __init__(self, ids: np.ndarray, rows: np.ndarray) -> None:
-        self._ids = ids
-        self._order = np.argsort(ids, kind="stable")  # the party's IDs are unique (PartyData checks)
+        self._index = IdIndex(ids)  # the party's IDs are unique (PartyData checks)
         self._common = np.full(len(ids), -1, dtype=np.int64)  # active row -> common index, -1: not aligned
         self._common[rows] = np.arange(len(rows))
 
     def lookup(self, sample_ids: list[str] | np.ndarray) -> np.ndarray:
         """The common index of each ID; a KeyError with the first ID that is not among the aligned samples."""
-        wanted = np.asarray(sample_ids, dtype=str)
-        if not len(self._ids):
-            raise KeyError(str(wanted[0]))
-        at = self._order[np.minimum(np.searchsorted(self._ids, wanted, sorter=self._order), len(self._ids) - 1)]
-        index = np.where(self._ids[at] == wanted, self._common[at], -1)
+        wanted = np.asarray(sample_ids, dtype=str).reshape(-1)
+        at, found = self._index.find(wanted)
+        index = np.where(found, self._common[at], -1)
         missing = np.flatnonzero(index < 0)
         if missing.size:
             raise KeyError(str(wanted[missing[0]]))
@@ -129,7 +126,7 @@ class ActiveSession:
     # empty in a checkpoint written before share masks existed (such a session cannot predict).
     share_mask_keys: dict[str, bytes]
     rows: np.ndarray | None = None  # common index -> active row (after PSI, once every passive party took it)
-    psi_started: bool = False  # an Align of this session is running its exchange (in this process)
+    aligning: bool = False  # an Align of this session is running its exchange (in this process; not checkpointed)
     # The intersection, checkpointed before any passive party is told its positions and kept until every one
     # took them: a PsiFinish that failed at one party is sent again by the next Align (same positions).
     pending: psi.Alignment | None = None
@@ -182,7 +179,6 @@ class ActiveSession:
                 [[name, dict(params)] for name, params in chain] for chain in (self.score_release, self.param_release)
             ],
             "run": run,
-            "psi_started": self.psi_started,
         }
         return arrays, meta
 
@@ -214,8 +210,7 @@ class ActiveSession:
             },
             step=meta["step"],
             trained=meta["trained"],
-            psi_started=False,  # no exchange survives a restart: a failed or interrupted one is retried by Align
-        )
+        )  # no exchange survives a restart: one interrupted before the intersection is run again by Align
         if "rows" in arrays:
             s.rows = np.array(arrays["rows"])
             s.index_of = CommonIndex(ids, s.rows)
@@ -418,13 +413,12 @@ class ActiveParty:
         with s.lock:
             if s.rows is not None:  # aligned: the recorded rows again, no second exchange (a lost reply loses nothing)
                 return s.rows
-            if s.pending is None and s.psi_started:
+            if s.pending is None and s.aligning:
                 raise FailedPrecondition(f"session {session_id!r} is being aligned by another Align call")
             pending = s.pending
             if pending is None:
                 self._check_own_ids(own_ids)
-                s.psi_started = True
-                self._save(s)
+                s.aligning = True
         passive_rows = [s.passive_rows.get(party, len(own_ids)) for party in self.passives]
         total = len(own_ids) + sum(len(own_ids) + 2 * n for n in passive_rows)
         tracker = _Tracker(total, progress)
@@ -435,8 +429,7 @@ class ActiveParty:
                 # Nothing is aligned, so the session may try again (a passive party that answered takes a new
                 # exchange until PsiFinish fixed its rows; one that refused or was cut kept nothing).
                 with s.lock:
-                    s.psi_started = False
-                    self._save(s)
+                    s.aligning = False
                 raise
             tracker.add("finishing")(0)
         else:  # an earlier Align did the curve work
