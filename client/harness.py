@@ -51,11 +51,12 @@ def default_attacks(
     score_release: Sequence[str], param_release: Sequence[str], model: str = "lr", embedding_release: Sequence[str] = ()
 ) -> list[str]:
     """Every attack of the ``model`` family for these chains (for LR: the naive ones and the aware ones that target
-    a step of the chains; for split-NN under an announced masquerade also ye's adaptive attack, the Kerckhoffs
-    attacker of that defense); an attack the observations do not support reports why it did not run."""
+    a step of the chains; for split-NN under an announced masquerade also its Kerckhoffs attackers: ye's adaptive
+    attack and the peeling one, which needs no groups and so also runs at m = ⌈log₂ n⌉); an attack the observations
+    do not support reports why it did not run."""
     if model == "splitnn":
         masquerade = any(spec.split(":", 1)[0].strip() == "masquerade" for spec in embedding_release)
-        return [*SPLITNN_ATTACKS, *(["ye_adaptive"] if masquerade else [])]
+        return [*SPLITNN_ATTACKS, *(["ye_adaptive", "ye_peel"] if masquerade else [])]
     if model in TREE_ATTACKS:
         return [TREE_ATTACKS[model]]
     from vflsec.services.attacks.aware import aware_attacks_for

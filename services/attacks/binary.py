@@ -10,6 +10,10 @@ attacks search that space for binary vectors:
   distinct vector under a residual threshold is listed (several binary features, one-hot combinations).
 * ``ye_adaptive`` (ye §5, against masquerade): recover the m fabricated bits first, split the rows into the
   2^m groups they define, attack inside the largest group and carry its regression weights to the others.
+* ``ye_peel`` (against masquerade at any m): recover the fabricated bits round by round, each round projecting the
+  ones found so far out of Z (a smaller span, so the next round's search is cheaper or exhaustive), then run
+  Algorithm 2 on what is left. It needs no groups, so m = ⌈log₂ n⌉ (groups of one row) does not stop it: what
+  protects the true feature is only its distance from the span, i.e. which directions Q drops.
 
 Bias and recoding (ye §7): z_B = W_B x_B + b, or a binary feature stored as two other values (a standardised
 column), only add the all-ones vector to the span. Ye subtracts one row of Z from the others; the attacks here
@@ -45,11 +49,13 @@ __all__ = [
     "YeAdaptive",
     "YeAlg1",
     "YeAlg2",
+    "YePeel",
     "attack_accuracy",
     "attack_in_groups",
     "binary_match",
     "enumerate_binary",
     "one_hot_structure",
+    "peel_search",
     "regression_search",
     "span_basis",
 ]
@@ -403,6 +409,71 @@ def attack_in_groups(
     return x, covered
 
 
+def _strip(z: np.ndarray, bits: np.ndarray) -> np.ndarray:
+    """Z with the centred ``bits`` projected out of its centred columns: the span less the bits' directions."""
+    if bits.shape[1] == 0:
+        return z
+    centred = bits - bits.mean(axis=0)
+    return z - centred @ np.linalg.lstsq(centred, z - z.mean(axis=0), rcond=None)[0]
+
+
+@dataclass
+class PeelResult:
+    """The fabricated bits peeled off (n, s) and the search over what was left (its vectors: the answer)."""
+
+    bits: np.ndarray
+    remaining: BinarySearchResult
+    rounds: int
+
+
+def peel_search(
+    z: np.ndarray,
+    d_passive: int,
+    m: int,
+    *,
+    bias: bool = True,
+    exact: float = 1e-6,
+    max_rounds: int = 8,
+    rng: np.random.Generator | None = None,
+    **search: object,
+) -> PeelResult:
+    """Peel the fabricated bits off span(Z) round by round, then Algorithm 2 on the rest.
+
+    Each round runs Algorithm 2 on Z with the bits found so far projected out (a span of dimension d_B + m − s,
+    searched exhaustively once 2^r fits ``max_candidates``) and keeps every listed vector that is *exactly* in the
+    original span (unexplained fraction ≤ ``exact`` there): projecting out the other bits left them near-binary,
+    rounding restores them. Rounds stop when all m are found or a round finds none. The exact fits are PRF fair
+    coins, so when more than m are exact the most balanced m count as fabricated and the rest join the answer
+    (a true feature exactly in the span is a find). The answer: those, then Algorithm 2's list over the stripped
+    span, best fit first, less anything matching a peeled bit."""
+    rng = rng if rng is not None else np.random.default_rng()
+    z = np.asarray(z, dtype=np.float64)
+    original = span_basis(z, d_passive + m, bias=bias)
+    peeled = np.zeros((z.shape[0], 0))
+    rounds = 0
+    while peeled.shape[1] < m and rounds < max_rounds:
+        rounds += 1
+        found = regression_search(_strip(z, peeled), d_passive + m - peeled.shape[1], bias=bias, rng=rng, **search)
+        candidates = found.vectors[:, _unexplained(original, found.vectors, bias) <= exact]
+        new = [
+            j for j in range(candidates.shape[1])
+            if not peeled.shape[1] or binary_match(candidates[:, j : j + 1], peeled, complements=bias).max() < 0.99
+        ]  # fmt: skip
+        if not new:
+            break
+        peeled = np.hstack([peeled, candidates[:, new]])
+    by_balance = np.argsort(np.abs(peeled.mean(axis=0) - 0.5), kind="stable")
+    bits, exact_extra = peeled[:, by_balance[:m]], peeled[:, by_balance[m:]]
+    rest = regression_search(_strip(z, bits), d_passive + m - bits.shape[1], bias=bias, rng=rng, **search)
+    keep = [
+        j for j in range(rest.vectors.shape[1])
+        if not bits.shape[1] or binary_match(rest.vectors[:, j : j + 1], bits, complements=bias).max() < 0.99
+    ]  # fmt: skip
+    vectors = np.hstack([exact_extra, rest.vectors[:, keep]])
+    scores = np.concatenate([np.zeros(exact_extra.shape[1]), rest.scores[keep]])
+    return PeelResult(bits, BinarySearchResult(vectors, scores, rest.rank, rest.sampled), rounds)
+
+
 # --------------------------------------------------------------------------- metric
 
 
@@ -564,6 +635,40 @@ class YeAdaptive(Attack):
         return result.reconstruction(
             obs.d_passive, fabricated_bits=bits.astype(np.uint8), fabricated_m=int(bits.shape[1]), groups=len(sizes),
             largest_group=int(sizes.max()), covered_rows=float(covered.mean()),
+        )  # fmt: skip
+
+
+@register("ye_peel")
+class YePeel(Attack):
+    """Against masquerade at any m: peel the fabricated bits off the span (:func:`peel_search`), then Algorithm 2
+    on the rest. m from the announced chain unless given (Kerckhoffs)."""
+
+    families = frozenset({"splitnn"})
+    metric = "accuracy"
+
+    def __init__(
+        self,
+        fabricated: int | None = None,
+        restarts: int = 20,
+        threshold: float = 0.05,
+        bias: bool = True,
+        seed: int | None = None,
+        max_candidates: int = MAX_CANDIDATES,
+    ) -> None:
+        self.fabricated, self.restarts, self.threshold, self.bias = fabricated, restarts, threshold, bias
+        self.seed = seed
+        self.max_candidates = _positive("max_candidates", max_candidates)
+
+    def reconstruct(self, obs: Observations) -> Reconstruction:
+        z = _embeddings(obs, self.name)
+        m = self.fabricated if self.fabricated is not None else _fabricated_from_chain(obs)
+        peeled = peel_search(
+            z, obs.d_passive, m, bias=self.bias, rng=np.random.default_rng(self.seed), restarts=self.restarts,
+            threshold=self.threshold, max_candidates=self.max_candidates,
+        )  # fmt: skip
+        return peeled.remaining.reconstruction(
+            obs.d_passive, fabricated_bits=peeled.bits.astype(np.uint8), fabricated_m=int(peeled.bits.shape[1]),
+            peel_rounds=peeled.rounds,
         )  # fmt: skip
 
 

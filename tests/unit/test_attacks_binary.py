@@ -115,6 +115,43 @@ def test_log2_n_fabricated_bits_leave_groups_too_small_to_attack() -> None:
         attack_in_groups(z, a, 5, rng=np.random.default_rng(0))
 
 
+def collinear_masqueraded(n: int, m: int, seed: int, decorrelated: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """z = P [Q x; a] as under masquerade, Q of rank d_B − 1, where x's continuous columns track the binary one (as
+    Bank's economic indicators track ``contact``). ``decorrelated``: Q keeps only directions uncorrelated with it."""
+    rng = np.random.default_rng(seed)
+    truth = (rng.random(n) < 0.4).astype(float)
+    x = np.column_stack([truth, truth[:, None] + 0.3 * rng.normal(size=(n, 4))])
+    # decorrelated: Q's rows span {v : vᵀ Σ e_0 = 0}
+    q = np.linalg.svd(np.cov(x, rowvar=False)[:, :1].T)[2][1:] if decorrelated else rng.normal(size=(4, 5))
+    a = (rng.random((n, m)) < 0.5).astype(float)
+    p = rng.normal(size=(q.shape[0] + m, q.shape[0] + m))
+    return np.hstack([x @ q.T, a]) @ p.T, truth, a
+
+
+@pytest.mark.parametrize("m", [1, 11])
+def test_peeling_the_fabricated_bits_finds_a_feature_a_random_q_left_near_the_span(m: int) -> None:
+    n = 2000  # m = 11 = ⌈log₂ n⌉: groups of about one row, so the adaptive attack has nothing to work with
+    z, truth, a = collinear_masqueraded(n, m, seed=3, decorrelated=False)
+    obs = Observations(np.zeros((n, 1)), None, 2, 5, embeddings=z, param_chain=(("masquerade", {"m": str(m)}),))
+    plain = regression_search(z, 5 + m, rng=np.random.default_rng(0))
+    assert attack_accuracy(truth[:, None], plain.vectors[:, :1], complements=True) <= 0.6  # fooled: a fabricated bit
+    peeled = run_attack(make_attack("ye_peel", seed=0), obs)
+    assert peeled.meta["fabricated_m"] == m
+    assert attack_accuracy(a, peeled.meta["fabricated_bits"], complements=True) == 1.0
+    # near the span, not in it: rows where the dropped direction matters round wrong (majority about 0.6)
+    assert attack_accuracy(truth[:, None], peeled.meta["binary_features"][:, :1], complements=True) >= 0.95
+
+
+def test_peeling_finds_nothing_when_q_keeps_only_directions_uncorrelated_with_the_binary_column() -> None:
+    n, m = 2000, 11
+    z, truth, _ = collinear_masqueraded(n, m, seed=3, decorrelated=True)
+    obs = Observations(np.zeros((n, 1)), None, 2, 5, embeddings=z, param_chain=(("masquerade", {"m": str(m)}),))
+    peeled = run_attack(make_attack("ye_peel", seed=0), obs)
+    majority = max(truth.mean(), 1 - truth.mean())
+    assert peeled.meta["fabricated_m"] == m  # the bits are still found: the span still holds them exactly
+    assert attack_accuracy(truth[:, None], peeled.meta["binary_features"], complements=True) <= majority + 0.05
+
+
 def test_metric_counts_matches_complements_and_one_hot_sums() -> None:
     truth = np.array([[1, 0], [1, 0], [0, 1], [0, 0]], dtype=float)
     found = np.array([[0], [0], [1], [0]], dtype=float)
@@ -125,7 +162,7 @@ def test_metric_counts_matches_complements_and_one_hot_sums() -> None:
     assert attack_accuracy(truth, np.zeros((4, 0))) == 0.0
 
 
-@pytest.mark.parametrize("name", ["ye_alg1", "ye_alg2", "ye_adaptive"])
+@pytest.mark.parametrize("name", ["ye_alg1", "ye_alg2", "ye_adaptive", "ye_peel"])
 def test_no_embeddings_is_not_applicable_with_the_reason(name: str) -> None:
     obs = Observations(np.zeros((10, 2)), np.full((10, 2), 0.5), 2, 3)
     with pytest.raises(NotApplicable, match="coordinator-top"):
@@ -184,6 +221,7 @@ def test_the_default_attacks_include_the_adaptive_one_when_masquerade_is_announc
     # Kerckhoffs: the announced masquerade calls for its attacker (ye §5), or the headline overstates the defense
     assert "ye_adaptive" in default_attacks((), (), "splitnn", ["masquerade:m=1"])
     assert "ye_adaptive" in default_attacks((), (), "splitnn", ["masquerade", "embedding_noise:sigma=0.1"])
+    assert "ye_peel" in default_attacks((), (), "splitnn", ["masquerade:m=1"])  # the stronger one at large m
 
 
 def test_the_harness_scores_ye_accuracy_against_one_hot_combinations_of_the_dataset() -> None:
