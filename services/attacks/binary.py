@@ -442,18 +442,23 @@ def peel_search(
     Each round runs Algorithm 2 on Z with the bits found so far projected out (a span of dimension d_B + m − s,
     searched exhaustively once 2^r fits ``max_candidates``) and keeps every listed vector that is *exactly* in the
     original span (unexplained fraction ≤ ``exact`` there): projecting out the other bits left them near-binary,
-    rounding restores them. Rounds stop when all m are found or a round finds none. The exact fits are PRF fair
-    coins, so when more than m are exact the most balanced m count as fabricated and the rest join the answer
-    (a true feature exactly in the span is a find). The answer: those, then Algorithm 2's list over the stripped
-    span, best fit first, less anything matching a peeled bit."""
+    rounding restores them. Rounds stop when all m are found or a round finds none. The bits are PRF fair coins,
+    so the most balanced m exact fits are taken for them and projected out; which exact fit is a bit and which a
+    true feature exactly in the span (as without rank reduction) cannot be told apart, so every exact fit is also
+    listed: the answer is the exact fits not taken for bits, then Algorithm 2's list over the stripped span (best
+    fit first, less anything matching a peeled bit), then the m taken for bits.
+
+    ``exact`` is the attack's own tolerance (an option: under announced noise no fit is exact, and the peel then
+    finds no bit and says so through ``fabricated_m``)."""
     rng = rng if rng is not None else np.random.default_rng()
     z = np.asarray(z, dtype=np.float64)
     original = span_basis(z, d_passive + m, bias=bias)
     peeled = np.zeros((z.shape[0], 0))
-    rounds = 0
+    rounds, sampled = 0, None
     while peeled.shape[1] < m and rounds < max_rounds:
         rounds += 1
         found = regression_search(_strip(z, peeled), d_passive + m - peeled.shape[1], bias=bias, rng=rng, **search)
+        sampled = sampled or (found.sampled and f"round {rounds}: {found.sampled}")
         candidates = found.vectors[:, _unexplained(original, found.vectors, bias) <= exact]
         new = [
             j for j in range(candidates.shape[1])
@@ -469,9 +474,10 @@ def peel_search(
         j for j in range(rest.vectors.shape[1])
         if not bits.shape[1] or binary_match(rest.vectors[:, j : j + 1], bits, complements=bias).max() < 0.99
     ]  # fmt: skip
-    vectors = np.hstack([exact_extra, rest.vectors[:, keep]])
-    scores = np.concatenate([np.zeros(exact_extra.shape[1]), rest.scores[keep]])
-    return PeelResult(bits, BinarySearchResult(vectors, scores, rest.rank, rest.sampled), rounds)
+    vectors = np.hstack([exact_extra, rest.vectors[:, keep], bits])
+    scores = np.concatenate([np.zeros(exact_extra.shape[1]), rest.scores[keep], np.zeros(bits.shape[1])])
+    sampled = sampled or (rest.sampled and f"the search after peeling: {rest.sampled}")
+    return PeelResult(bits, BinarySearchResult(vectors, scores, rest.rank, sampled), rounds)
 
 
 # --------------------------------------------------------------------------- metric
@@ -629,6 +635,9 @@ class YeAdaptive(Attack):
             z, bits, obs.d_passive, bias=self.bias, rng=rng, restarts=self.restarts, max_candidates=self.max_candidates
         )
         sizes = np.unique(bits, axis=0, return_counts=True)[1]
+        # A true feature exactly in the span may be more balanced than a bit and taken for one: every exact fit is
+        # listed after the answer from the groups (the bits cannot be told from such a feature).
+        x = np.hstack([x, exact])
         result = BinarySearchResult(x, np.full(x.shape[1], np.nan), everything.rank, everything.sampled)
         # fabricated_m: the bits actually found (at most m); covered_rows: the share of rows in groups of >= 2 rows,
         # the only ones the answer speaks for (a row alone in its group gets 0).
@@ -654,17 +663,18 @@ class YePeel(Attack):
         bias: bool = True,
         seed: int | None = None,
         max_candidates: int = MAX_CANDIDATES,
+        exact: float = 1e-6,
     ) -> None:
         self.fabricated, self.restarts, self.threshold, self.bias = fabricated, restarts, threshold, bias
-        self.seed = seed
+        self.seed, self.exact = seed, exact
         self.max_candidates = _positive("max_candidates", max_candidates)
 
     def reconstruct(self, obs: Observations) -> Reconstruction:
         z = _embeddings(obs, self.name)
         m = self.fabricated if self.fabricated is not None else _fabricated_from_chain(obs)
         peeled = peel_search(
-            z, obs.d_passive, m, bias=self.bias, rng=np.random.default_rng(self.seed), restarts=self.restarts,
-            threshold=self.threshold, max_candidates=self.max_candidates,
+            z, obs.d_passive, m, bias=self.bias, exact=self.exact, rng=np.random.default_rng(self.seed),
+            restarts=self.restarts, threshold=self.threshold, max_candidates=self.max_candidates,
         )  # fmt: skip
         return peeled.remaining.reconstruction(
             obs.d_passive, fabricated_bits=peeled.bits.astype(np.uint8), fabricated_m=int(peeled.bits.shape[1]),

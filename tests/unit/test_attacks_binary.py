@@ -13,6 +13,7 @@ from vflsec.services.attacks.binary import (
     binary_match,
     enumerate_binary,
     one_hot_structure,
+    peel_search,
     regression_search,
 )
 
@@ -150,6 +151,36 @@ def test_peeling_finds_nothing_when_q_keeps_only_directions_uncorrelated_with_th
     majority = max(truth.mean(), 1 - truth.mean())
     assert peeled.meta["fabricated_m"] == m  # the bits are still found: the span still holds them exactly
     assert attack_accuracy(truth[:, None], peeled.meta["binary_features"], complements=True) <= majority + 0.05
+
+
+def test_peeling_takes_more_rounds_when_the_first_search_is_sampled() -> None:
+    # span 4 + 16 + ones: 2^22 labelings per restart, 2^16 tried, so one round finds only some of the bits; each
+    # later round searches a smaller span (exhaustive once 2^r ≤ 2^16) and finds the rest
+    n, m = 3000, 16
+    z, truth, a = collinear_masqueraded(n, m, seed=4, decorrelated=False)
+    obs = Observations(np.zeros((n, 1)), None, 2, 5, embeddings=z, param_chain=(("masquerade", {"m": str(m)}),))
+    peeled = run_attack(make_attack("ye_peel", seed=0, restarts=4, max_candidates=2**16), obs)
+    assert peeled.meta["sampled"] is not None and peeled.meta["peel_rounds"] >= 2
+    assert peeled.meta["fabricated_m"] == m
+    assert attack_accuracy(a, peeled.meta["fabricated_bits"], complements=True) == 1.0
+    assert attack_accuracy(truth[:, None], peeled.meta["binary_features"][:, :1], complements=True) >= 0.95
+    # the later rounds are what finds the rest: stopped after one, the same search has not found them all
+    one = peel_search(z, 5, m, max_rounds=1, rng=np.random.default_rng(0), restarts=4, max_candidates=2**16)
+    assert one.bits.shape[1] < m
+
+
+@pytest.mark.parametrize("name", ["ye_peel", "ye_adaptive"])
+def test_a_true_feature_exactly_in_the_span_is_listed_even_when_it_is_more_balanced_than_the_bits(name: str) -> None:
+    n, m = 2000, 1
+    rng = np.random.default_rng(11)
+    truth = np.zeros(n)
+    truth[rng.permutation(n)[: n // 2]] = 1  # exactly balanced: the most balanced exact fit, ahead of the bit
+    x = np.column_stack([truth, rng.normal(size=(n, 4))])
+    a = (rng.random((n, m)) < 0.5).astype(float)
+    z = np.hstack([x, a]) @ rng.normal(size=(5 + m, 5 + m)).T  # no rank reduction: the feature is in the span
+    obs = Observations(np.zeros((n, 1)), None, 2, 5, embeddings=z, param_chain=(("masquerade", {"m": str(m)}),))
+    result = run_attack(make_attack(name, seed=0), obs)
+    assert attack_accuracy(truth[:, None], result.meta["binary_features"], complements=True) == 1.0
 
 
 def test_metric_counts_matches_complements_and_one_hot_sums() -> None:
