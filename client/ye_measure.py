@@ -133,7 +133,7 @@ def bank(epochs: int, experiments: set[str], seeds: int) -> list[dict[str, objec
         if seed:  # a fresh baseline per seed: the accuracy drop and time overhead compare like with like
             _, base_acc, base_seconds = train(data, dataset.n_classes, epochs=epochs, width=width, seed=seed)
         for m in (1, 2, default_fabricated(n)):
-            masquerade = Masquerade(m)
+            masquerade = Masquerade(m, drop="random")  # ye's Algorithm 3 as published (one random direction)
             build = lambda d_b, w, masq=masquerade: masq.build(d_b, w, bias=False)  # noqa: E731
             fed, acc, seconds = train(data, dataset.n_classes, epochs=epochs, width=width, bottom=build, seed=seed)
             zm = embeddings(fed, data)
@@ -167,7 +167,7 @@ def bank(epochs: int, experiments: set[str], seeds: int) -> list[dict[str, objec
             for label in times:
                 build = None
                 if label != "none":
-                    masquerade = Masquerade(int(label[1:]))
+                    masquerade = Masquerade(int(label[1:]), drop="random")  # ye's, as its rows above
                     build = lambda d_b, w, masq=masquerade: masq.build(d_b, w, bias=False)  # noqa: E731
                 run = train(data, dataset.n_classes, epochs=epochs, width=width, bottom=build, seed=seed)
                 times[label].append(round(run[2], 2))
@@ -199,7 +199,9 @@ def stacked_sessions(
     attacker that stacks reads off the stack."""
     party = new_key()
     z = []
-    for i, masquerade in enumerate((Masquerade(1).with_secret(party), Masquerade(1).with_secret(party), Masquerade(1))):
+    # ye's random drop, as review 7 measured it (drop=binary's Q = R K comes from the same secret)
+    ye = Masquerade(1, drop="random")
+    for i, masquerade in enumerate((ye.with_secret(party), ye.with_secret(party), ye.with_secret(new_key()))):
         build = lambda d_b, w, masq=masquerade: masq.build(d_b, w, bias=False)  # noqa: E731
         fed, _, _ = train(data, n_classes, epochs=epochs, width=width, bottom=build, seed=3 * seed + i)
         z.append(embeddings(fed, data))
@@ -242,7 +244,8 @@ def small_drop(seeds: int, epochs: int = 30) -> dict[str, object]:
             optim = sn.OptimizerConfig("adam", learning_rate=0.05)
             federation = sn.LocalFederation.create(config, optim, seed=seed)
             if m is not None:  # a fresh OS-entropy PRF key per run
-                layer = Masquerade(m).build(5, width, bias=False)  # its initial weights from OS entropy
+                # ye's random drop: the documented cost; drop=binary hides the binary column the label needs
+                layer = Masquerade(m, drop="random").build(5, width, bias=False)  # initial weights: OS entropy
                 federation.bottoms[1] = sn.Bottom(layer, optim, 5, width)
 
             def step(rows: np.ndarray, fed: sn.LocalFederation = federation) -> float:
