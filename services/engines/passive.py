@@ -180,9 +180,9 @@ class PassiveParty:
         # Masquerade's long-term secret: every session derives the same Q and bit key from it, so the z_B of several
         # sessions over the same rows, stacked, span no more than one session's (services/defenses/embeddings.py).
         # Under drop=binary Q also needs K, the directions uncorrelated with the binary columns of the whole shard:
-        # computed once and kept beside the secret, so that rows added later do not move Q either.
+        # computed once and kept beside the secret, so that rows added later do not move Q either. Under another
+        # chain a stored K is still loaded: a drop=binary session checkpointed before the change restores with it.
         self.masquerade_secret: bytes | None = None
-        self.masquerade_basis: np.ndarray | None = None
         masquerade = self.embedding_release.masquerade
         if masquerade is not None:
             self.masquerade_secret = self.state.secret("masquerade")
@@ -193,16 +193,15 @@ class PassiveParty:
                     "after a restart get new ones: stacked with earlier ones they span x again); set state_dir",
                     party_id,
                 )
-            if masquerade.drop == "binary":
-                d_b = data.X.shape[1]
-                self.masquerade_basis = self.state.long_term_array(
-                    "masquerade_basis",
-                    lambda: binary_free_basis(data.X, data.columns),
-                    lambda k: None if k.ndim == 2 and k.shape[1] == d_b else (
-                        f"masquerade's K was made for {k.shape[-1]} columns, this party's shard has {d_b}: restore "
-                        "the shard's columns, or (for a new column set, whose sessions start anew) remove the file"
-                    ),
-                )  # fmt: skip
+        binary, d_b = masquerade is not None and masquerade.drop == "binary", data.X.shape[1]
+        self.masquerade_basis = self.state.long_term_array(
+            "masquerade_basis",
+            (lambda: binary_free_basis(data.X, data.columns)) if binary else None,
+            lambda k: None if not binary or (k.ndim == 2 and k.shape[1] == d_b) else (
+                f"masquerade's K was made for {k.shape[-1]} columns, this party's shard has {d_b}: restore the "
+                "shard's columns, or (for a new column set, whose sessions start anew) remove the file"
+            ),
+        )  # fmt: skip
         # [policy] allowed_backends: a plain session sends this party's logits in the clear, so it joins one only
         # when its own operator says so, whatever the coordinator allows.
         self.backend_policy = BackendPolicy.of(f"{party_id}'s", allowed_backends)
