@@ -9,6 +9,7 @@ import stat
 import numpy as np
 import pytest
 
+from vflsec.client.ye_measure import ls_ceiling  # the least-squares ceiling of a binary column from the span
 from vflsec.services.crypto import he
 from vflsec.services.crypto.entropy import new_key
 from vflsec.services.data.datasets import PartyData
@@ -34,22 +35,14 @@ def _collinear(n: int = N, seed: int = 0) -> np.ndarray:
     return np.column_stack([b, c1, c2, c1 + 0.5 * c2 + b + 0.02 * rng.normal(size=n), c4])
 
 
-def _ls_recovery(masquerade: Masquerade, x: np.ndarray) -> float:
-    """The share of rows on which the least-squares fit of x's binary column 0 from span([1, x Qᵀ, a(x)]), rounded,
-    equals it: what a linear attacker who knows the mechanism reads off z_B's span at best."""
-    span = np.column_stack([np.ones(len(x)), x @ masquerade.projection(x.shape[1]).T, masquerade.bits(x)])
-    coef, *_ = np.linalg.lstsq(span, x[:, 0], rcond=None)
-    return float(np.mean((span @ coef > 0.5) == (x[:, 0] > 0.5)))
-
-
 def test_drop_binary_leaves_the_majority_rate_where_a_random_drop_leaves_the_column() -> None:
     x = _collinear()
     kept = binary_free_basis(x)
     assert kept.shape == (D - 1, D) and np.allclose(kept @ kept.T, np.eye(D - 1))
     assert np.abs(np.cov(x, rowvar=False)[:, 0] @ kept.T).max() < 1e-12  # every kept direction: uncorrelated
     majority = float(max(x[:, 0].mean(), 1 - x[:, 0].mean()))
-    binary = [_ls_recovery(Masquerade(M).with_secret(new_key(), kept), x) for _ in range(DRAWS)]
-    random = [_ls_recovery(Masquerade(M, drop="random").with_secret(new_key()), x) for _ in range(DRAWS)]
+    binary = [ls_ceiling(Masquerade(M).with_secret(new_key(), kept), x, x[:, 0]) for _ in range(DRAWS)]
+    random = [ls_ceiling(Masquerade(M, drop="random").with_secret(new_key()), x, x[:, 0]) for _ in range(DRAWS)]
     print(f"\nLS recovery, n = {N}, d_B = {D}, m = {M}, {DRAWS} secrets: drop=binary {min(binary):.4f}-"
           f"{max(binary):.4f}, drop=random {min(random):.4f}-{max(random):.4f} (majority {majority:.4f})")  # fmt: skip
     assert all(abs(r - majority) <= 0.02 for r in binary)
