@@ -3,13 +3,14 @@
 Split-NN active-top through the real services (every party a gRPC server on loopback with mTLS, in this
 process) on Bank marketing with ye's split, the passive party holding the binary ``contact`` among 8 columns,
 or, when ../shared/datasets is absent, a synthetic set of the same shape. One federation per passive defense —
-none, ``masquerade:m=1``, ``masquerade`` at its default m = ⌈log₂ n⌉ (the party widens z_B to d_B − 1 + m and
-announces it), ``embedding_noise`` — all started once; the same split, seed and training in each; the runs
-interleaved (one session per defense in turn) so that load drifts on the shared machine hit every defense
-alike. Each run is a new session, so new masquerade and noise PRF keys (OS entropy): the accuracy is
-reported as mean and spread over the runs, beside the majority-class rate of the held-out rows (what a model
-that learned nothing scores). Times: wall and CPU seconds per epoch (CPU of this whole process,
-every party included), medians over the runs, and their ratio to none; an untimed warm-up session first.
+none, ``masquerade:m=1``, ``masquerade`` at its default m = ⌈log₂ n⌉ (both at the default drop=binary: the party
+widens z_B to d_B − k + m, k its binary columns, and announces it), ``embedding_noise`` — all started once; the
+same split, seed and training in each; the runs interleaved (one session per defense in turn) so that load drifts
+on the shared machine hit every defense alike. Each run is a new session, so new masquerade and noise PRF keys
+(OS entropy): the accuracy is reported as mean and spread over the runs, beside the majority-class rate of the
+held-out rows (what a model that learned nothing scores). Times: wall and CPU seconds per epoch (CPU of this
+whole process, every party included), medians over the runs, and their ratio to none; an untimed warm-up session
+first.
 """
 
 from __future__ import annotations

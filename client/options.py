@@ -139,7 +139,8 @@ EmbeddingRelease = Annotated[
         "--embedding-release",
         metavar="STEP[:key=value,...][,STEP...]",
         help="split-NN active-top: every passive party's own defense of its z_p before it leaves ([defenses] "
-        "embedding), in order: masquerade[:m=M,rank=R] (ye Alg. 3; m default ⌈log₂ n⌉), embedding_noise:sigma=S"
+        "embedding), in order: masquerade[:m=M,rank=R,drop=binary|random] (ye Alg. 3; m default ⌈log₂ n⌉; drop "
+        "default binary: Q leaves out the binary columns' directions, random: ye's), embedding_noise:sigma=S"
         "[,max_answers=K] (each row answered at most K times a session, default 128). Comma-separated or repeatable.",
         show_default="none",
     ),

@@ -499,7 +499,8 @@ def privee_grn_ratio() -> Measurement:
 
 @functools.cache
 def _ye_bank() -> dict[str, dict[str, Any]]:
-    """Bank, 8 passive features incl. the binary contact: plain and masquerade (m = 1, 2, ⌈log₂ n⌉) runs."""
+    """Bank, 8 passive features incl. the binary contact: plain and masquerade (m = 1, 2, ⌈log₂ n⌉) runs, the
+    latter with ye's drop=random (the claims are ye's; the default drop=binary is docs/defenses.md's)."""
     from vflsec.client import ye_measure
     from vflsec.services.attacks.gradient import torch_threads
 

@@ -7,7 +7,8 @@ truth is used only here). Model accuracy is on the held-out 20 %.
 Run: ``python -m vflsec.client.ye_measure [EXPERIMENT ...]`` (or ``python scripts/measure_ye.py ...``; default: all
 of ``EXPERIMENTS``), datasets from ``../shared/datasets``. Training: Adam 0.01, batch 256, ``--epochs`` epochs
 (default 5), seed 0; ``small`` is the live masquerade test's synthetic set instead (see :func:`small_drop`), over
-``--seeds`` training seeds; ``stack`` stacks the z_B of several masquerade sessions (:func:`stacked_sessions`).
+``--seeds`` training seeds; ``stack`` stacks the z_B of several masquerade sessions (:func:`stacked_sessions`);
+``drop`` compares masquerade's drop=random and drop=binary on Bank (:func:`drop_rows`).
 """
 
 from __future__ import annotations
@@ -31,11 +32,11 @@ from vflsec.services.attacks.binary import (
 )
 from vflsec.services.crypto.entropy import new_key
 from vflsec.services.data import datasets
-from vflsec.services.defenses.embeddings import EmbeddingNoise, Masquerade, default_fabricated
+from vflsec.services.defenses.embeddings import EmbeddingNoise, Masquerade, binary_free_basis, default_fabricated
 from vflsec.services.models import splitnn as sn
 from vflsec.services.models.splitnn.reference import accuracy, run_epochs
 
-EXPERIMENTS = ("covid", "bank", "masquerade", "noise", "secretflow", "overhead", "small", "stack")
+EXPERIMENTS = ("covid", "bank", "masquerade", "noise", "secretflow", "overhead", "small", "stack", "drop")
 COVID_PASSIVE = tuple(range(6, 18))  # 12 symptom/exposure columns (the last two columns are constant)
 
 
@@ -133,7 +134,7 @@ def bank(epochs: int, experiments: set[str], seeds: int) -> list[dict[str, objec
         if seed:  # a fresh baseline per seed: the accuracy drop and time overhead compare like with like
             _, base_acc, base_seconds = train(data, dataset.n_classes, epochs=epochs, width=width, seed=seed)
         for m in (1, 2, default_fabricated(n)):
-            masquerade = Masquerade(m)
+            masquerade = Masquerade(m, drop="random")  # ye's Algorithm 3 as published (one random direction)
             build = lambda d_b, w, masq=masquerade: masq.build(d_b, w, bias=False)  # noqa: E731
             fed, acc, seconds = train(data, dataset.n_classes, epochs=epochs, width=width, bottom=build, seed=seed)
             zm = embeddings(fed, data)
@@ -159,6 +160,8 @@ def bank(epochs: int, experiments: set[str], seeds: int) -> list[dict[str, objec
                     "best_of_all_listed": round(attack_accuracy(truth, x, complements=True), 4),
                 }
             out.append(row)
+    for seed in range(seeds) if "drop" in experiments else ():
+        out.extend(drop_rows(data, dataset.n_classes, truth, epochs=epochs, width=width, seed=seed))
     for seed in range(seeds) if "stack" in experiments else ():
         out.append(stacked_sessions(data, dataset.n_classes, truth, epochs=epochs, width=width, seed=seed))
     if "overhead" in experiments:  # training CPU time, runs interleaved so that load drifts hit all alike
@@ -167,7 +170,7 @@ def bank(epochs: int, experiments: set[str], seeds: int) -> list[dict[str, objec
             for label in times:
                 build = None
                 if label != "none":
-                    masquerade = Masquerade(int(label[1:]))
+                    masquerade = Masquerade(int(label[1:]), drop="random")  # ye's, as its rows above
                     build = lambda d_b, w, masq=masquerade: masq.build(d_b, w, bias=False)  # noqa: E731
                 run = train(data, dataset.n_classes, epochs=epochs, width=width, bottom=build, seed=seed)
                 times[label].append(round(run[2], 2))
@@ -190,6 +193,43 @@ def bank(epochs: int, experiments: set[str], seeds: int) -> list[dict[str, objec
     return out
 
 
+def ls_ceiling(masquerade: Masquerade, x: np.ndarray, truth: np.ndarray) -> float:
+    """The share of rows on which the least-squares fit of the binary ``truth`` (n,) from span([1, x Qᵀ, a(x)]),
+    rounded, equals it: the best a linear reading of z_B's span can do (a trained z_B = P [Q x; a] + b spans no
+    more), known to an attacker who knows the mechanism."""
+    span = np.column_stack([np.ones(len(x)), x @ masquerade.projection(x.shape[1]).T, masquerade.bits(x)])
+    coef, *_ = np.linalg.lstsq(span, truth, rcond=None)
+    return float(np.mean((span @ coef > 0.5) == (truth > 0.5)))
+
+
+def drop_rows(
+    data: sn.SplitData, n_classes: int, truth: np.ndarray, *, epochs: int, width: int, seed: int
+) -> list[dict[str, object]]:
+    """Issue 12: masquerade's drop=random (ye's) and drop=binary under one fresh party secret, m = 1 and ⌈log₂ n⌉:
+    the least-squares ceiling of ``contact`` from the span (:func:`ls_ceiling`), then for drop=binary a trained
+    model (K from the passive block of every row, the party's whole shard) and Algorithm 2 and the adaptive attack
+    on its z_B (drop=random's are the ``masquerade`` rows)."""
+    x = np.vstack([data.train[1], data.test[1]])  # as the bottom receives it
+    kept, secret, out = binary_free_basis(x), new_key(), []
+    _, base_acc, _ = train(data, n_classes, epochs=epochs, width=width, seed=seed)
+    for m in (1, default_fabricated(len(x))):
+        ceilings = {
+            drop: round(ls_ceiling(Masquerade(m, drop=drop).with_secret(secret, kept), x, truth[:, 0]), 4)
+            for drop in ("random", "binary")
+        }
+        masquerade = Masquerade(m).with_secret(secret, kept)
+        build = lambda d_b, w, masq=masquerade: masq.build(d_b, w, bias=False)  # noqa: E731
+        fed, acc, seconds = train(data, n_classes, epochs=epochs, width=width, bottom=build, seed=seed)
+        obs = observe(data, embeddings(fed, data), (("masquerade", masquerade.public_params()),))
+        out.append({
+            "experiment": f"bank_masquerade_drop_m{m}", "seed": seed, "n": len(x), "kept": len(kept),
+            "ls_ceiling": ceilings, "binary_test_accuracy": round(acc, 4), "baseline_test_accuracy": round(base_acc, 4),
+            "train_seconds": round(seconds, 1), "ye_alg2": attack("ye_alg2", obs, truth),
+            "ye_adaptive": attack("ye_adaptive", obs, truth),
+        })  # fmt: skip
+    return out
+
+
 def stacked_sessions(
     data: sn.SplitData, n_classes: int, truth: np.ndarray, *, epochs: int, width: int, seed: int
 ) -> dict[str, object]:
@@ -199,7 +239,9 @@ def stacked_sessions(
     attacker that stacks reads off the stack."""
     party = new_key()
     z = []
-    for i, masquerade in enumerate((Masquerade(1).with_secret(party), Masquerade(1).with_secret(party), Masquerade(1))):
+    # ye's random drop, as review 7 measured it (drop=binary's Q = R K comes from the same secret)
+    ye = Masquerade(1, drop="random")
+    for i, masquerade in enumerate((ye.with_secret(party), ye.with_secret(party), ye.with_secret(new_key()))):
         build = lambda d_b, w, masq=masquerade: masq.build(d_b, w, bias=False)  # noqa: E731
         fed, _, _ = train(data, n_classes, epochs=epochs, width=width, bottom=build, seed=3 * seed + i)
         z.append(embeddings(fed, data))
@@ -242,7 +284,8 @@ def small_drop(seeds: int, epochs: int = 30) -> dict[str, object]:
             optim = sn.OptimizerConfig("adam", learning_rate=0.05)
             federation = sn.LocalFederation.create(config, optim, seed=seed)
             if m is not None:  # a fresh OS-entropy PRF key per run
-                layer = Masquerade(m).build(5, width, bias=False)  # its initial weights from OS entropy
+                # ye's random drop: the documented cost; drop=binary hides the binary column the label needs
+                layer = Masquerade(m, drop="random").build(5, width, bias=False)  # initial weights: OS entropy
                 federation.bottoms[1] = sn.Bottom(layer, optim, 5, width)
 
             def step(rows: np.ndarray, fed: sn.LocalFederation = federation) -> float:

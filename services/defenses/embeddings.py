@@ -1,9 +1,15 @@
 """Passive-side embedding defenses for active-top split-NN: what a passive party may do to z_B before it leaves.
 
 * :class:`Masquerade` — ye Algorithm 3. The passive bottom becomes z_B = [P | u_1 … u_m] [Q x_B; a_1 … a_m] (+ b)
-  with Q of rank ``rank`` (default d_B − 1, ye §5's rank reduction, so that the true binary columns leave the
-  exact span) and m fabricated bits a(x_B) that enter the span exactly: Algorithms 1–2 then find the fabricated
-  bits. With m bits the rows split into 2^m patterns; m = ⌈log₂ n⌉ leaves the adaptive attack groups of about
+  with Q of reduced rank and m fabricated bits a(x_B) that enter the span exactly: Algorithms 1–2 then find the
+  fabricated bits. ``drop`` says which directions of x_B Q leaves out. ``random`` is ye §5's: one keyed random
+  direction (rank d_B − 1), which takes a binary column out of the exact span only when the other columns do not
+  nearly rebuild it (on UCI Bank they do: the least-squares fit of ``contact`` from the span rounds to it on
+  96.5–100 % of rows). ``binary`` (the default) keeps only directions v with vᵀ Σ e_j = 0 for every binary column j
+  (Σ: the covariance of the party's shard, :func:`binary_free_basis`): every x v in the span is uncorrelated with
+  every binary column, so its best linear predictor from the span is the constant (the majority rate); K, the basis
+  of those directions, is computed once from the party's shard and kept beside the secret (the same in every
+  session). With m bits the rows split into 2^m patterns; m = ⌈log₂ n⌉ leaves the adaptive attack groups of about
   one row (ye §5). The bits are a keyed PRF of the row's bytes (AES-256 CBC-MAC over fixed-length messages, the
   length bound in a first block), so one sample always gets the same pattern — repeating a query cannot average or
   difference it away — while without the key the patterns are independent fair coins. One ECB pass per 16 bytes of
@@ -36,13 +42,13 @@ import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from vflsec.services.crypto.entropy import KEY_BYTES, derive_key, keyed_stream, new_key
-from vflsec.services.registry import Plugin, Registry
+from vflsec.services.registry import Plugin, Registry, parse_spec
 
 if TYPE_CHECKING:  # the layers need torch, imported only when a defended bottom is built
     import torch
@@ -55,6 +61,8 @@ __all__ = [
     "EmbeddingChain",
     "EmbeddingNoise",
     "Masquerade",
+    "binary_columns",
+    "binary_free_basis",
     "default_fabricated",
 ]
 
@@ -69,6 +77,9 @@ MAX_ANSWERS_CEILING = 2**16 - 1
 # other bits, and those stacked with its earlier sessions would span x again.
 _BITS_PURPOSE = "vflsec masquerade: row PRF key (AES-256 CBC-MAC of a row's float64 bytes)"
 _Q_PURPOSE = "vflsec masquerade: Q stream key (AES-256-CTR, U(±1/√d_B) entries row by row), d_B = {d_in}"
+# drop=binary's R (Q = R K): its own stream, so that it never repeats a row of the random mode's Q.
+_R_PURPOSE = "vflsec masquerade drop=binary: R stream key (AES-256-CTR, U(±1/√(d_B − r)) entries), d_B = {d_in}"
+DROPS = ("binary", "random")
 
 
 def row_prf(key: bytes, x: np.ndarray) -> np.ndarray:
@@ -96,44 +107,89 @@ def default_fabricated(n_samples: int) -> int:
     return math.ceil(math.log2(n_samples))
 
 
+def binary_columns(x: np.ndarray) -> np.ndarray:
+    """Indices of the columns of ``x`` that take exactly two distinct values (a constant column is not binary)."""
+    x = np.asarray(x, dtype=np.float64)
+    return np.array([j for j in range(x.shape[1]) if len(np.unique(x[:, j])) == 2], dtype=np.int64)
+
+
+def binary_free_basis(x: np.ndarray, columns: Sequence[str] | None = None) -> np.ndarray:
+    """K ((d − r) × d, orthonormal rows): a basis of {v : vᵀ Σ e_j = 0 for every binary column j of ``x``}, Σ the
+    covariance of the rows of ``x`` and r the rank of Σ's binary columns (r = k, their count, unless they are
+    collinear). Every x v, v in K's row space, is uncorrelated with every binary column on these rows. No binary
+    column: the identity (drop=binary then drops one keyed random direction, as drop=random does).
+
+    ValueError when every column is binary (``columns`` names them): nothing uncorrelated with them is left."""
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim != 2 or x.shape[0] < 2:
+        raise ValueError(f"masquerade drop=binary needs the party's rows, an (n >= 2, d) matrix; got {x.shape}")
+    d, binary = x.shape[1], binary_columns(x)
+    if len(binary) == 0:
+        return np.eye(d)
+    if len(binary) == d:
+        names = [columns[j] for j in binary] if columns is not None else [f"column {j}" for j in binary]
+        raise ValueError(
+            f"masquerade drop=binary: every column of this party is binary ({', '.join(names)}), so no direction "
+            "uncorrelated with them is left; use masquerade:drop=random (ye's, which leaves combinations of the "
+            "binary columns in the span) or do not share these columns"
+        )
+    cross = np.cov(x, rowvar=False)[:, binary].T  # (k, d): row j is (Σ e_j)ᵀ
+    _, singular, vt = np.linalg.svd(cross)
+    rank = int(np.sum(singular > singular[0] * max(cross.shape) * np.finfo(np.float64).eps))
+    return vt[rank:]
+
+
 @EMBEDDING_STEPS.register("masquerade")
 class Masquerade(Plugin):
     """ye Algorithm 3: m fabricated binary features per sample and a rank-reduced true part.
 
     ``m=None`` sizes m from the party's row count when :meth:`resolve` is called (m = ⌈log₂ n⌉). Q and the bits'
     key come from a 32-byte secret: the party's long-term one (:meth:`with_secret`), else one this instance drew.
+
+    ``drop``: which directions of x Q leaves out (public). ``random``: ye's, one keyed random direction, ``rank``
+    default d_B − 1. ``binary``: Q = R K, K the party's :func:`binary_free_basis` (given to :meth:`with_secret`,
+    computed once from its whole shard and kept) and R a keyed random (rank × (d_B − r)) matrix, ``rank`` default
+    and ceiling d_B − r. A block with no binary column (K the identity) is treated exactly as under ``random``.
+    The price: a model cannot use a binary column through this linear bottom (only through the active party's).
     """
 
     families = frozenset({"splitnn"})
 
-    def __init__(self, m: int | None = None, rank: int | None = None) -> None:
+    def __init__(
+        self, m: int | None = None, rank: int | None = None, drop: Literal["binary", "random"] = "binary"
+    ) -> None:
         if m is not None and not 1 <= m <= MAX_FABRICATED:
             raise ValueError(f"m must lie in [1, {MAX_FABRICATED}], got {m}")
         if rank is not None and rank < 1:
             raise ValueError(f"rank must be >= 1, got {rank}")
-        self.m, self.rank = m, rank
+        if drop not in DROPS:
+            raise ValueError(f"drop must be one of {', '.join(DROPS)}; got {drop!r}")
+        self.m, self.rank, self.drop = m, rank, drop
+        self._basis: np.ndarray | None = None  # K, drop=binary's
         self._keyed(new_key())  # OS entropy, never a parameter (so never announced or configured)
 
-    def _keyed(self, secret: bytes) -> Masquerade:
-        self._secret = secret
+    def _keyed(self, secret: bytes, basis: np.ndarray | None = None) -> Masquerade:
+        self._secret, self._basis = secret, basis
         self._key = derive_key(secret, _BITS_PURPOSE)  # the bits' PRF key (a restored session sets its own)
         return self
 
-    def with_secret(self, secret: bytes) -> Masquerade:
+    def with_secret(self, secret: bytes, basis: np.ndarray | None = None) -> Masquerade:
         """This masquerade keyed by ``secret``, the party's long-term masquerade secret: the same Q (for a given
-        d_B) and the same bits in every session."""
-        return Masquerade(self.m, self.rank)._keyed(secret)
+        d_B and ``basis``, drop=binary's K) and the same bits in every session."""
+        return Masquerade(self.m, self.rank, self.drop)._keyed(secret, basis)
 
     def resolve(self, n_samples: int) -> Masquerade:
-        """This masquerade with m fixed (the default ⌈log₂ n⌉ when m was not given); same secret and key."""
-        resolved = Masquerade(self.m if self.m is not None else default_fabricated(n_samples), self.rank)
-        resolved._secret, resolved._key = self._secret, self._key
+        """This masquerade with m fixed (the default ⌈log₂ n⌉ when m was not given); same secret, key and K."""
+        m = self.m if self.m is not None else default_fabricated(n_samples)
+        resolved = Masquerade(m, self.rank, self.drop)._keyed(self._secret, self._basis)
+        resolved._key = self._key
         return resolved
 
     def public_params(self) -> dict[str, str]:
         params = {"m": "log2n" if self.m is None else str(self.m)}
         if self.rank is not None:
             params["rank"] = str(self.rank)
+        params["drop"] = self.drop
         return params
 
     def bits(self, x: np.ndarray) -> np.ndarray:
@@ -142,20 +198,49 @@ class Masquerade(Plugin):
             raise ValueError("masquerade m is not fixed yet: call resolve(n_samples) first")
         return np.unpackbits(row_prf(self._key, x), axis=1)[:, : self.m].astype(np.float64)
 
+    def _kept(self, d_in: int) -> np.ndarray | None:
+        """K under drop=binary with a binary column among the d_in; None where Q is ye's random one."""
+        if self.drop == "random":
+            return None
+        if self._basis is None:
+            raise ValueError(
+                "masquerade drop=binary needs K, the directions uncorrelated with the party's binary columns: "
+                "with_secret(secret, binary_free_basis(x)) (drop=random needs none)"
+            )
+        if self._basis.ndim != 2 or self._basis.shape[1] != d_in:
+            raise ValueError(f"masquerade K has shape {self._basis.shape}, expected (kept, d_B = {d_in})")
+        return None if self._basis.shape[0] == d_in else self._basis
+
     def _rank(self, d_in: int) -> int:
         if self.m is None:
             raise ValueError("masquerade m is not fixed yet: call resolve(n_samples) first")
-        rank = self.rank if self.rank is not None else max(d_in - 1, 1)
-        if rank > d_in:
-            raise ValueError(f"masquerade rank must be <= d_B = {d_in}, got {rank}")
+        kept = self._kept(d_in)
+        if kept is None:
+            rank = self.rank if self.rank is not None else max(d_in - 1, 1)
+            if rank > d_in:
+                raise ValueError(f"masquerade rank must be <= d_B = {d_in}, got {rank}")
+            return rank
+        rank = self.rank if self.rank is not None else len(kept)
+        if rank > len(kept):
+            raise ValueError(
+                f"masquerade drop=binary: rank must be <= {len(kept)}, the directions of the d_B = {d_in} columns "
+                f"uncorrelated with the binary ones; got {rank}"
+            )
         return rank
 
     def projection(self, d_in: int) -> np.ndarray:
-        """Q (rank × d_in), a function of the secret and d_in alone: the first ``rank`` rows of one keyed stream, so
-        sessions at different ranks still share nested row spaces (stacked, the larger rank, never x)."""
-        bound = 1.0 / math.sqrt(d_in)  # torch's default for a layer of d_in inputs
-        stream = keyed_stream(derive_key(self._secret, _Q_PURPOSE.format(d_in=d_in)), "rows of Q")
-        return stream.uniform(-bound, bound, (self._rank(d_in), d_in))
+        """Q (rank × d_in), a function of the secret, d_in (and K) alone: the first ``rank`` rows of one keyed
+        stream, so sessions at different ranks still share nested row spaces (stacked, the larger rank, never x).
+        Under drop=binary Q = R K, R's entries U(±1/√(d_B − r)): K's rows are orthonormal, so Q's rows have the
+        norms of the random mode's."""
+        rank, kept = self._rank(d_in), self._kept(d_in)
+        if kept is None:
+            bound = 1.0 / math.sqrt(d_in)  # torch's default for a layer of d_in inputs
+            stream = keyed_stream(derive_key(self._secret, _Q_PURPOSE.format(d_in=d_in)), "rows of Q")
+            return stream.uniform(-bound, bound, (rank, d_in))
+        stream = keyed_stream(derive_key(self._secret, _R_PURPOSE.format(d_in=d_in)), "rows of R")
+        bound = 1.0 / math.sqrt(len(kept))
+        return stream.uniform(-bound, bound, (rank, len(kept))) @ kept
 
     def min_width(self, d_in: int) -> int:
         """The narrowest passive bottom (d_in inputs) that carries the rank-reduced part and every fabricated bit."""
@@ -260,17 +345,37 @@ class EmbeddingChain:
     def __bool__(self) -> bool:
         return bool(self.steps)
 
-    def for_session(self, n_rows: int, keys: Sequence[bytes] = (), *, secret: bytes | None = None) -> EmbeddingChain:
+    @classmethod
+    def from_checkpoint(cls, specs: Sequence[str]) -> EmbeddingChain:
+        """The chain a session checkpoint names: a masquerade spec written before ``drop`` existed ran ye's
+        drop=random, and its Q (in the checkpointed layer) has that shape."""
+
+        def dated(spec: str) -> str:
+            name, params = parse_spec(spec)
+            if name != "masquerade" or "drop" in params:
+                return spec
+            return spec + ("," if ":" in spec else ":") + "drop=random"
+
+        return cls.from_specs([dated(spec) for spec in specs])
+
+    def for_session(
+        self,
+        n_rows: int,
+        keys: Sequence[bytes] = (),
+        *,
+        secret: bytes | None = None,
+        basis: np.ndarray | None = None,
+    ) -> EmbeddingChain:
         """Instances for one session: masquerade keyed by ``secret`` (the party's long-term masquerade secret; None:
-        one of its own, this session's alone), new OS-entropy noise keys. ``keys`` restores checkpointed ones, in
-        order (a restored masquerade's Q is in the checkpointed layer)."""
+        one of its own, this session's alone) with ``basis``, the party's kept K (drop=binary's), new OS-entropy
+        noise keys. ``keys`` restores checkpointed ones, in order (a restored masquerade's Q is in the checkpointed
+        layer; ``basis`` gives it its shape)."""
         if len(keys) > len(self.steps) or any(len(key) != KEY_BYTES for key in keys):
             raise ValueError(f"expected at most {len(self.steps)} keys of {KEY_BYTES} bytes, got {len(keys)}")
         fresh: list[Plugin] = []
         for i, step in enumerate(self.steps):
             if isinstance(step, Masquerade):
-                keyed = step.with_secret(secret) if secret is not None else Masquerade(step.m, step.rank)
-                step = keyed.resolve(n_rows)
+                step = step.with_secret(secret if secret is not None else new_key(), basis).resolve(n_rows)
             else:
                 step = type(step)(**step.get_params())
             if i < len(keys):

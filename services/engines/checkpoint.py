@@ -123,6 +123,34 @@ class StateDir:
             )
         return secret
 
+    def long_term_array(
+        self,
+        name: str,
+        make: Callable[[], np.ndarray] | None,
+        check: Callable[[np.ndarray], str | None] = lambda a: None,
+    ) -> np.ndarray | None:
+        """This party's long-term array ``name`` (e.g. masquerade's K): ``make()`` on first use, kept beside the
+        secrets in ``secrets/<name>.npy`` (mode 0600, written atomically) and loaded as stored after every restart,
+        also when what ``make`` reads changed since; without a folder ``make()``, for the process. ``make=None``:
+        the stored array, if any. ``check`` returns why a stored array no longer fits (a ValueError naming the
+        file), or None."""
+        if self.path is None:
+            return make() if make is not None else None
+        file = self.path / "secrets" / f"{name}.npy"
+        if not file.exists():
+            if make is None:
+                return None
+            array = np.asarray(make())
+            StateDir(file.parent)._write(file.name, lambda fh: np.save(fh, array, allow_pickle=False))
+        try:
+            array = np.load(file, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{file} cannot be read ({exc}): restore it from a backup") from exc
+        problem = check(array)
+        if problem is not None:
+            raise ValueError(f"{file}: {problem}")
+        return array
+
     def _write(self, filename: str, write: Callable[[BinaryIO], object]) -> None:
         if self.path is None:
             return

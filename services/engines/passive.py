@@ -16,7 +16,7 @@ from vflsec.services.common import ACTIVE, COORDINATOR, PASSIVE, require_distinc
 from vflsec.services.crypto import entropy, he, psi, share_mask
 from vflsec.services.data.datasets import PartyData
 from vflsec.services.defenses import params as param_defenses
-from vflsec.services.defenses.embeddings import EmbeddingChain
+from vflsec.services.defenses.embeddings import EmbeddingChain, binary_free_basis
 from vflsec.services.engines import checkpoint
 from vflsec.services.engines.policy import BackendPolicy
 from vflsec.services.engines.sessions import EpochKeys, RowSet, SessionTable, declared_step, epoch_keys
@@ -112,15 +112,16 @@ class PassiveSession:
         return arrays, meta
 
     @classmethod
-    def from_state(cls, arrays: dict[str, np.ndarray], meta: dict) -> PassiveSession:
+    def from_state(cls, arrays: dict[str, np.ndarray], meta: dict, basis: np.ndarray | None = None) -> PassiveSession:
+        """``basis``: the party's kept masquerade K (drop=binary's), which sizes the restored layer's Q."""
         context = checkpoint.as_bytes(arrays["context"])
         family = meta.get("family", families.DEFAULT)  # a checkpoint from before the family layer is LR's
-        embedding = EmbeddingChain.from_specs(meta.get("embedding_release", ()))
+        embedding = EmbeddingChain.from_checkpoint(meta.get("embedding_release", ()))
         if embedding:  # the same defended layer (Q in its buffers) and PRF keys as before the restart, also for a
             # session joined when Q and the bit key were per session; older checkpoints kept only masquerade's key
             blob = checkpoint.as_bytes(arrays.get("embedding_keys", arrays.get("masquerade_key", np.zeros(0))))
             keys = [blob[i : i + entropy.KEY_BYTES] for i in range(0, len(blob), entropy.KEY_BYTES)]
-            embedding = embedding.for_session(1, keys)  # m was resolved when the session joined
+            embedding = embedding.for_session(1, keys, basis=basis)  # m was resolved when the session joined
             trainer = families.get(family).restore_passive((arrays, meta), embedding.module)
         else:
             trainer = families.get(family).restore_passive((arrays, meta))
@@ -178,16 +179,29 @@ class PassiveParty:
         self.state = state or checkpoint.StateDir(None)
         # Masquerade's long-term secret: every session derives the same Q and bit key from it, so the z_B of several
         # sessions over the same rows, stacked, span no more than one session's (services/defenses/embeddings.py).
+        # Under drop=binary Q also needs K, the directions uncorrelated with the binary columns of the whole shard:
+        # computed once and kept beside the secret, so that rows added later do not move Q either. Under another
+        # chain a stored K is still loaded: a drop=binary session checkpointed before the change restores with it.
         self.masquerade_secret: bytes | None = None
-        if self.embedding_release.masquerade is not None:
+        masquerade = self.embedding_release.masquerade
+        if masquerade is not None:
             self.masquerade_secret = self.state.secret("masquerade")
             if self.masquerade_secret is None:
                 self.masquerade_secret = entropy.new_key()
                 log.warning(
-                    "%s: masquerade without a state folder: its Q and bit key last for this process only (sessions "
+                    "%s: masquerade without a state folder: its Q, K and bit key last for this process only (sessions "
                     "after a restart get new ones: stacked with earlier ones they span x again); set state_dir",
                     party_id,
                 )
+        binary, d_b = masquerade is not None and masquerade.drop == "binary", data.X.shape[1]
+        self.masquerade_basis = self.state.long_term_array(
+            "masquerade_basis",
+            (lambda: binary_free_basis(data.X, data.columns)) if binary else None,
+            lambda k: None if not binary or (k.ndim == 2 and k.shape[1] == d_b) else (
+                f"masquerade's K was made for {k.shape[-1]} columns, this party's shard has {d_b}: restore the "
+                "shard's columns, or (for a new column set, whose sessions start anew) remove the file"
+            ),
+        )  # fmt: skip
         # [policy] allowed_backends: a plain session sends this party's logits in the clear, so it joins one only
         # when its own operator says so, whatever the coordinator allows.
         self.backend_policy = BackendPolicy.of(f"{party_id}'s", allowed_backends)
@@ -205,7 +219,7 @@ class PassiveParty:
         # A session the policy no longer allows (it changed since the session joined) is refused but for closing.
         self.sessions = SessionTable(
             self.state,
-            lambda sid, arrays, meta: PassiveSession.from_state(arrays, meta),
+            lambda sid, arrays, meta: PassiveSession.from_state(arrays, meta, self.masquerade_basis),
             refusal=lambda sid, s: self.backend_policy.refusal(sid, s.backend.name),
             duplicate="already joined",
         )
@@ -269,7 +283,9 @@ class PassiveParty:
         trainer = family.new_passive(n_classes, self.n_features, config)
         embedding = EmbeddingChain()
         if self.embedding_release and trainer.output_in_the_clear:  # elsewhere our output leaves encrypted only
-            embedding = self.embedding_release.for_session(len(self.data.ids), secret=self.masquerade_secret)
+            embedding = self.embedding_release.for_session(
+                len(self.data.ids), secret=self.masquerade_secret, basis=self.masquerade_basis
+            )
             try:
                 trainer = trainer.defended(embedding.module, embedding.min_width(self.n_features))
             except ValueError as exc:

@@ -115,13 +115,17 @@ def test_a_passive_masquerade_from_the_cli_is_announced_and_ye_accuracy_is_table
     path, _ = binary_table
     code, out = attack(
         monkeypatch, "--dataset", path, "--topology", "active-top", "--passive-features", "5", "--epochs", "2",
-        "--predictions", "150", "--attacks", "ye_alg2,ye_adaptive,gia", "--embedding-release", "masquerade:m=1",
+        "--predictions", "150", "--attacks", "ye_alg2,ye_adaptive,gia", "--embedding-release",
+        "masquerade:m=1,drop=random",  # every passive column is binary: the default drop=binary refuses the block
     )  # fmt: skip
     assert code == 0, out
     report = report_of(out)
-    assert report["embedding_release"] == [["masquerade", {"m": "1"}]]  # what the active party was told
+    # what the active party was told
+    assert report["embedding_release"] == [["masquerade", {"m": "1", "drop": "random"}]]
     assert report["embedding_width"] == 8  # rank d_B − 1 = 4 plus 1 bit fits the default max(d_B, 8)
-    assert "passive embedding defense masquerade:m=1: z_p 8 wide" in out
+    line = " ".join(out.split())  # the console wraps it; the parameters cross as a proto map, in either order
+    orders = ("m=1,drop=random", "drop=random,m=1")
+    assert any(f"passive embedding defense masquerade:{p}: z_p 8 wide" in line for p in orders)
     assert "ye accuracy" in out  # the table's column, beside the MSE
     # A defended passive party keeps its bottom (its layers would show the fabricated bits): GIA has no W_B.
     assert "unknown W_B" in report["attacks"]["gia"]["not_applicable"]

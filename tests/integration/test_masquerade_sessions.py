@@ -38,7 +38,7 @@ def _session(operator: Operator, parties: dict, store: Path, queried: list[str] 
     plugin.flush()  # its writer thread has committed every observation
     obs, recorded = curious.observations(curious.ObservationStore(store), info.session_id)
     assert recorded == queried and obs.embeddings is not None
-    assert obs.embedding_chain == (("masquerade", {"m": str(M)}),)
+    assert obs.embedding_chain == (("masquerade", {"m": str(M), "drop": "binary"}),)  # the default drop
     return info.session_id, np.asarray(obs.embeddings, dtype=np.float64), queried
 
 
@@ -74,7 +74,8 @@ def test_sessions_before_and_after_a_restart_share_one_span_and_stacking_them_fi
         assert stacked_match <= 0.6
 
         secret = passive.state.path / "secrets" / "masquerade.bin"
-        assert stat.S_IMODE(secret.stat().st_mode) == 0o600
+        kept = passive.state.path / "secrets" / "masquerade_basis.npy"  # drop=binary's K, beside the secret
+        assert stat.S_IMODE(secret.stat().st_mode) == stat.S_IMODE(kept.stat().st_mode) == 0o600
         layers = [passive.sessions[sid].trainer.bottom.module for sid in (first, second)]
         q = layers[0].q.clone()
         assert all(np.array_equal(layer.q, q) for layer in layers)
@@ -84,6 +85,7 @@ def test_sessions_before_and_after_a_restart_share_one_span_and_stacking_them_fi
         parties[PASSIVE] = start_party(load_config(layout.configs[PASSIVE], "passive"))
         restarted = parties[PASSIVE].engine
         assert restarted.masquerade_secret == secret.read_bytes()
+        assert np.array_equal(restarted.masquerade_basis, np.load(kept))
         assert all(np.array_equal(restarted.sessions[sid].trainer.bottom.module.q, q) for sid in (first, second))
         third, z3, _ = _session(operator, parties, store, queried)
         assert np.array_equal(restarted.sessions[third].trainer.bottom.module.q, q)

@@ -25,7 +25,7 @@ def rows(n: int, d: int = 5, seed: int = 0) -> np.ndarray:
 def test_default_m_is_ceil_log2_n() -> None:
     assert [default_fabricated(n) for n in (2, 3, 1024, 1025, 41188)] == [1, 2, 10, 11, 16]
     assert Masquerade().resolve(41188).m == 16
-    assert Masquerade().public_params() == {"m": "log2n"}
+    assert Masquerade().public_params() == {"m": "log2n", "drop": "binary"}  # drop: public, announced
     with pytest.raises(ValueError, match="resolve"):
         Masquerade().bits(rows(3))
 
@@ -47,7 +47,8 @@ def test_bits_are_unpredictable_across_keys() -> None:
     assert 0.47 < np.mean(first == second) < 0.53  # one key's pattern says nothing about another's
     same_key = Masquerade(8)
     assert np.array_equal(same_key.bits(x), same_key.resolve(len(x)).bits(x))  # a sample keeps its pattern
-    assert Masquerade().get_params() == {"m": None, "rank": None}  # the key is no parameter: never announced
+    # the key is no parameter: never announced
+    assert Masquerade().get_params() == {"m": None, "rank": None, "drop": "binary"}
 
 
 def test_embedding_steps_are_plug_ins_parsed_by_the_shared_parser() -> None:
@@ -64,7 +65,7 @@ def test_embedding_steps_are_plug_ins_parsed_by_the_shared_parser() -> None:
 
 
 def test_layer_puts_the_fabricated_bits_in_the_span_and_checks_its_width() -> None:
-    masquerade = Masquerade(3)
+    masquerade = Masquerade(3, drop="random")  # ye's rank d_B − 1 (drop=binary: tests/unit/test_masquerade_drop.py)
     layer = masquerade.build(5, 10, bias=False)
     x = rows(800)
     with torch.no_grad():
@@ -78,7 +79,7 @@ def test_layer_puts_the_fabricated_bits_in_the_span_and_checks_its_width() -> No
 
 
 def test_layer_trains_through_its_parameters() -> None:
-    layer = Masquerade(2).build(4, 8, bias=True)
+    layer = Masquerade(2, drop="random").build(4, 8, bias=True)
     x = torch.from_numpy(rows(64, 4))
     layer(x).pow(2).sum().backward()
     assert all(p.grad is not None and torch.any(p.grad != 0) for p in layer.parameters())
@@ -139,7 +140,7 @@ def test_defended_bottoms_start_from_os_entropy_never_the_session_seed() -> None
     from vflsec.services.models.splitnn.trainers import FAMILY
 
     settings = FAMILY.settings({"topology": "active-top", "party": 1})
-    for specs in (["masquerade:m=3"], ["embedding_noise:sigma=0.1"]):
+    for specs in (["masquerade:m=3,drop=random"], ["embedding_noise:sigma=0.1"]):
         chains = [EmbeddingChain.from_specs(specs).for_session(1000) for _ in range(2)]  # two parties' own secrets
         first, second = (FAMILY.new_passive(2, 5, settings).defended(chain.module, 8) for chain in chains)
         a, b = first.bottom.module.state_dict(), second.bottom.module.state_dict()
@@ -153,7 +154,7 @@ def test_two_model_versions_stacked_do_not_bring_the_binary_column_back() -> Non
     rng = np.random.default_rng(0)
     x = rng.normal(size=(600, 5))
     x[:, 0] = rng.random(600) < 0.3
-    masquerade = Masquerade(1).resolve(600)
+    masquerade = Masquerade(1, drop="random").resolve(600)  # Q fixed in either mode; ye's here
     before, after = _answers(masquerade.build(5, 8, bias=True), x, steps=3)[::3]
     assert not np.allclose(before, after)  # P trained
     found = enumerate_binary(np.hstack([before, after]), 6)

@@ -35,7 +35,7 @@ def test_a_passive_party_configures_its_embedding_chain_in_its_toml() -> None:
 
 
 def test_a_bad_spec_names_the_step_and_its_parameters() -> None:
-    with pytest.raises(PluginError, match=r"'masquerade' has no parameter.*accepted: m, rank"):
+    with pytest.raises(PluginError, match=r"'masquerade' has no parameter.*accepted: m, rank, drop"):
         EmbeddingChain.from_specs(["masquerade:n=3"])
     with pytest.raises(ValueError, match="m must lie in"):
         EmbeddingChain.from_specs(["masquerade:m=0"])
@@ -45,10 +45,11 @@ def test_a_bad_spec_names_the_step_and_its_parameters() -> None:
 
 def test_each_session_draws_its_own_key_and_announces_no_secret() -> None:
     template = EmbeddingChain.from_specs(["masquerade", "embedding_noise:sigma=0.5"])
-    first, second = template.for_session(1000), template.for_session(1000)
+    kept = np.eye(5)  # K of a party without binary columns: drop=binary drops one keyed random direction
+    first, second = template.for_session(1000, basis=kept), template.for_session(1000, basis=kept)
     noise = ("embedding_noise", {"sigma": "0.5", "max_answers": "128"})  # the default budget, announced
-    assert first.announced() == [("masquerade", {"m": "10"}), noise]
-    assert first.specs() == ["masquerade:m=10", "embedding_noise:sigma=0.5,max_answers=128"]
+    assert first.announced() == [("masquerade", {"m": "10", "drop": "binary"}), noise]
+    assert first.specs() == ["masquerade:m=10,drop=binary", "embedding_noise:sigma=0.5,max_answers=128"]
     assert first.max_answers == 128 and EmbeddingChain.from_specs(["masquerade"]).max_answers is None
     assert len(set(first.keys + second.keys)) == 4  # OS entropy per step and session
     x = np.random.default_rng(0).normal(size=(64, 5))
@@ -69,7 +70,7 @@ def test_each_session_draws_its_own_key_and_announces_no_secret() -> None:
 def test_a_defense_wider_than_the_default_widens_the_layer_unless_the_session_fixed_the_width() -> None:
     from vflsec.services.models.splitnn.trainers import FAMILY
 
-    chain = EmbeddingChain.from_specs(["masquerade"]).for_session(1000)  # m = ⌈log₂ 1000⌉ = 10
+    chain = EmbeddingChain.from_specs(["masquerade"]).for_session(1000, basis=np.eye(5))  # m = ⌈log₂ 1000⌉ = 10
     assert chain.min_width(5) == 4 + 10 and EmbeddingChain().min_width(5) is None
     free = FAMILY.new_passive(2, 5, FAMILY.settings({"topology": "active-top", "party": 1}))
     assert free.share_width == 8  # max(d_B, 8)

@@ -42,10 +42,10 @@ def test_the_adaptive_attacks_groups_and_coverage_reach_the_report() -> None:
     (keys added, none moved)."""
     rng = np.random.default_rng(4)
     truth = np.column_stack([rng.integers(0, 2, 600), rng.normal(size=(600, 3))])
-    layer = Masquerade(1).build(4, 4, bias=True)
+    layer = Masquerade(1, drop="random").build(4, 4, bias=True)  # ye's setting
     with torch.no_grad():
         z = layer(torch.from_numpy(truth)).numpy()
-    chain = (("masquerade", {"m": "1"}),)
+    chain = (("masquerade", {"m": "1", "drop": "random"}),)
     obs = Observations(rng.uniform(size=(600, 2)), None, 2, 4, embeddings=z, embedding_chain=chain)
     options = {"ye_adaptive": {"seed": 0, "restarts": 4}}
     result = harness.evaluate_attacks(obs, truth, ["ye_adaptive"], options, family="splitnn")["ye_adaptive"]

@@ -33,7 +33,12 @@ def _data() -> np.ndarray:
     return x
 
 
-def _session_layer(secret: bytes | None, specs: tuple[str, ...] = (f"masquerade:m={M}",)) -> torch.nn.Module:
+# The secret's mechanics under ye's random drop; drop=binary's Q = R K comes from the same secret and K is kept
+# beside it (tests/unit/test_masquerade_drop.py).
+RANDOM = f"masquerade:m={M},drop=random"
+
+
+def _session_layer(secret: bytes | None, specs: tuple[str, ...] = (RANDOM,)) -> torch.nn.Module:
     """The defended bottom one session of a party builds at JoinSession (None: a secret of the session's own, as
     every session had before the long-term secret)."""
     chain = EmbeddingChain.from_specs(specs).for_session(N, secret=secret)
@@ -64,10 +69,10 @@ def test_sessions_of_one_party_share_q_and_bits_those_of_two_parties_do_not() ->
     assert np.array_equal(bits[0], bits[1]) and not np.array_equal(bits[0], bits[2])
     assert first.masquerade._key == second.masquerade._key != foreign.masquerade._key
     # Q's rows are a prefix of one stream per d_B: another rank (the operator's choice) gives nested row spaces
-    low = Masquerade(M, rank=2).with_secret(party).resolve(N).projection(D)
+    low = Masquerade(M, rank=2, drop="random").with_secret(party).resolve(N).projection(D)
     assert np.array_equal(low, first.q.numpy()[:2])
     # under noise too (its key stays per session: two sessions never share a model version)
-    noisy = [_session_layer(party, (f"masquerade:m={M}", "embedding_noise:sigma=0.1")) for _ in range(2)]
+    noisy = [_session_layer(party, (RANDOM, "embedding_noise:sigma=0.1")) for _ in range(2)]
     assert torch.equal(noisy[0].inner.q, first.q)
     assert isinstance(noisy[0].noise, EmbeddingNoise) and noisy[0].noise._key != noisy[1].noise._key
     announced = str(EmbeddingChain.from_specs(["masquerade"]).for_session(N, secret=party).announced())
@@ -156,7 +161,7 @@ def test_checkpoints_restore_their_own_q_and_key_also_those_from_per_session_key
     Q x: switching it to the party's Q mid-session would span x); a new one restores the party's."""
     x = _data()[:50]
     party = new_key()
-    chain = EmbeddingChain.from_specs([f"masquerade:m={M}", "embedding_noise:sigma=0.1"])
+    chain = EmbeddingChain.from_specs([RANDOM, "embedding_noise:sigma=0.1"])
     for secret in (None, party):  # None: a checkpoint as the code before the long-term secret wrote it
         s = _passive_session(chain.for_session(N, secret=secret))
         restored = PassiveSession.from_state(*s.to_state())

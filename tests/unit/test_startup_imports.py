@@ -57,7 +57,7 @@ def test_an_embedding_defense_reaches_torch_when_it_builds_a_layer() -> None:
     code = (
         "import sys\n"
         "from vflsec.services.defenses.embeddings import EmbeddingChain\n"
-        "chain = EmbeddingChain.from_specs(['masquerade:m=1']).for_session(8)\n"
+        "chain = EmbeddingChain.from_specs(['masquerade:m=1']).for_session(8, basis=__import__('numpy').eye(3))\n"
         "assert 'torch' not in sys.modules\n"
         "from torch import nn\n"
         "layer = chain.module(nn.Linear(3, 4), 3, 4, bias=True)\n"
