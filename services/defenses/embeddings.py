@@ -139,6 +139,42 @@ def binary_free_basis(x: np.ndarray, columns: Sequence[str] | None = None) -> np
     return vt[rank:]
 
 
+# drop=binary's K is kept from the shard it was made on; on the shard a party starts with, the best linear fit of a
+# binary column from x Kᵀ may explain at most this share of its variance (R²). Made and checked on the same rows it
+# is 0 (to rounding); rows from the same population add about (d − r) / n; a shard that drifted exceeds it.
+MAX_BINARY_R2 = 0.01
+
+
+def binary_exposure(x: np.ndarray, basis: np.ndarray) -> dict[int, float]:
+    """Per binary column j of ``x``: R² of its least-squares fit from [1, x Kᵀ], the share of its variance the span
+    of drop=binary's kept directions explains on these rows (0 where K was made)."""
+    x = np.asarray(x, dtype=np.float64)
+    kept = x @ np.asarray(basis, dtype=np.float64).T
+    design = np.hstack([np.ones((len(x), 1)), kept - kept.mean(axis=0)])
+    exposure = {}
+    for j in binary_columns(x):
+        target = x[:, j] - x[:, j].mean()
+        fitted = design @ np.linalg.lstsq(design, target, rcond=None)[0]
+        exposure[int(j)] = float(fitted @ fitted / (target @ target))
+    return exposure
+
+
+def basis_problem(x: np.ndarray, basis: np.ndarray, columns: Sequence[str] | None = None) -> str | None:
+    """Why a kept K no longer hides the binary columns of the shard ``x`` (rows added or changed since it was made,
+    or the scaling moved), or None. Not silently remade: a new K gives a new Q, and the z_B of sessions before and
+    after, stacked, would span more than either."""
+    worst = max(binary_exposure(x, basis).items(), key=lambda item: item[1], default=None)
+    if worst is None or worst[1] <= MAX_BINARY_R2:
+        return None
+    name = columns[worst[0]] if columns is not None else f"column {worst[0]}"
+    return (
+        f"masquerade's K no longer hides the binary column {name} on this shard: its best linear fit from the kept "
+        f"directions explains R² = {worst[1]:.3f} of it (at most {MAX_BINARY_R2}); the shard or its scaling changed "
+        "since K was made. Restore the shard K was made on, or remove the file to make a new K (the sessions made "
+        "with the old one must then not be stacked with new ones: together they span the binary columns again)"
+    )
+
+
 @EMBEDDING_STEPS.register("masquerade")
 class Masquerade(Plugin):
     """ye Algorithm 3: m fabricated binary features per sample and a rank-reduced true part.

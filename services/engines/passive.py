@@ -16,7 +16,7 @@ from vflsec.services.common import ACTIVE, COORDINATOR, PASSIVE, require_distinc
 from vflsec.services.crypto import entropy, he, psi, share_mask
 from vflsec.services.data.datasets import PartyData
 from vflsec.services.defenses import params as param_defenses
-from vflsec.services.defenses.embeddings import EmbeddingChain, binary_free_basis
+from vflsec.services.defenses.embeddings import EmbeddingChain, basis_problem, binary_free_basis
 from vflsec.services.engines import checkpoint
 from vflsec.services.engines.policy import BackendPolicy
 from vflsec.services.engines.sessions import EpochKeys, RowSet, SessionTable, declared_step, epoch_keys
@@ -197,10 +197,10 @@ class PassiveParty:
         self.masquerade_basis = self.state.long_term_array(
             "masquerade_basis",
             (lambda: binary_free_basis(data.X, data.columns)) if binary else None,
-            lambda k: None if not binary or (k.ndim == 2 and k.shape[1] == d_b) else (
+            lambda k: None if not binary else (
                 f"masquerade's K was made for {k.shape[-1]} columns, this party's shard has {d_b}: restore the "
                 "shard's columns, or (for a new column set, whose sessions start anew) remove the file"
-            ),
+            ) if k.ndim != 2 or k.shape[1] != d_b else basis_problem(data.X, k, data.columns),
         )  # fmt: skip
         # [policy] allowed_backends: a plain session sends this party's logits in the clear, so it joins one only
         # when its own operator says so, whatever the coordinator allows.

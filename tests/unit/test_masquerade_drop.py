@@ -15,9 +15,11 @@ from vflsec.services.crypto.entropy import new_key
 from vflsec.services.data.datasets import PartyData
 from vflsec.services.defenses.embeddings import (
     EMBEDDING_STEPS,
+    MAX_BINARY_R2,
     EmbeddingChain,
     Masquerade,
     binary_columns,
+    binary_exposure,
     binary_free_basis,
 )
 from vflsec.services.engines.checkpoint import StateDir
@@ -135,10 +137,9 @@ def test_k_is_kept_beside_the_secret_the_same_after_restarts_and_added_rows(tmp_
     file = tmp_path / "state" / "secrets" / "masquerade_basis.npy"
     assert stat.S_IMODE(file.stat().st_mode) == 0o600 and np.array_equal(np.load(file), first.masquerade_basis)
     assert np.abs(np.cov(x, rowvar=False)[:, 0] @ q.T).max() < 1e-12  # Q = R K: uncorrelated with the binary column
-    added = _collinear(300, seed=9)
-    added[:, 4] += added[:, 0]  # the operator adds rows on which c4 follows b: another covariance
-    grown = np.vstack([x, added])
+    grown = np.vstack([x, _collinear(300, seed=9)])  # the operator adds rows (same population: another sample)
     assert not np.allclose(binary_free_basis(grown), first.masquerade_basis)
+    assert max(binary_exposure(grown, first.masquerade_basis).values()) < MAX_BINARY_R2
     restarted = _party(_shard(grown), StateDir(tmp_path / "state"))
     assert np.array_equal(restarted.masquerade_basis, first.masquerade_basis)
     assert _q(restarted, "s2").tobytes() == q.tobytes()  # same secret, same K: the same Q in every session
@@ -153,6 +154,10 @@ def test_k_is_kept_beside_the_secret_the_same_after_restarts_and_added_rows(tmp_
     assert _q(switched, "s3").shape == (D - 1, D) and not np.array_equal(_q(switched, "s4"), q)
     with pytest.raises(ValueError, match=r"masquerade_basis.npy: masquerade's K was made for 5 columns.* has 4"):
         _party(_shard(x[:, :4]), StateDir(tmp_path / "state"))
+    drifted = _collinear(300, seed=10)
+    drifted[:, 4] += drifted[:, 0]  # rows on which c4 follows b: the kept K would now carry b
+    with pytest.raises(ValueError, match=r"masquerade_basis.npy: masquerade's K no longer hides the binary column b0"):
+        _party(_shard(np.vstack([x, drifted])), StateDir(tmp_path / "state"))
     memory = _party(_shard(x), StateDir(None))  # no folder: K from the shard, for the process
     assert np.array_equal(memory.masquerade_basis, binary_free_basis(x))
 
