@@ -522,13 +522,20 @@ def write_federation(
     return FederationLayout(workdir, configs, local, split)
 
 
-def wait_for(channel: grpc.Channel, party: str, timeout: float, alive: Callable[[], bool] | None = None) -> None:
-    """Poll a party's gRPC health service until it is SERVING."""
+def wait_for(
+    channel: grpc.Channel,
+    party: str,
+    timeout: float,
+    alive: Callable[[], bool] | None = None,
+    log_file: Path | None = None,
+) -> None:
+    """Poll a party's gRPC health service until it is SERVING. A party that exits first fails with the last lines
+    of its ``log_file`` (a bad config or shard stops a party at start with a message meant for its operator)."""
     stub = health_pb2_grpc.HealthStub(channel)
     deadline = time.monotonic() + timeout
     while True:
         if alive is not None and not alive():
-            raise RuntimeError(f"{party} exited during start-up")
+            raise RuntimeError(f"{party} exited during start-up{_last_lines(log_file)}")
         try:
             if (
                 stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0).status
@@ -542,17 +549,28 @@ def wait_for(channel: grpc.Channel, party: str, timeout: float, alive: Callable[
         time.sleep(0.1)
 
 
+def _last_lines(log_file: Path | None, count: int = 3) -> str:
+    try:
+        lines = [line for line in log_file.read_text(errors="replace").splitlines() if line.strip()] if log_file else []
+    except OSError:
+        return ""
+    return (f"; the end of {log_file}:\n" + "\n".join(lines[-count:])) if lines else ""
+
+
 def wait_healthy(
     layout: FederationLayout,
     timeout: float = 60.0,
     processes: dict[str, subprocess.Popen] | None = None,
     on_ready: Callable[[str], None] | None = None,
+    log_dir: Path | None = None,
 ) -> None:
-    """Every party SERVING, checked over mTLS as the operator; a party process that dies fails fast."""
+    """Every party SERVING, checked over mTLS as the operator; a party process that dies fails fast, with the end of
+    its log (``log_dir/<party>.log``)."""
     for party, address in layout.addresses.items():
         alive = (lambda p=processes[party]: p.poll() is None) if processes else None
+        log_file = log_dir / f"{party}.log" if log_dir is not None else None
         with peer_channel(address, party, layout.tls("operator"), 4 * 1024 * 1024) as channel:
-            wait_for(channel, party, timeout, alive)
+            wait_for(channel, party, timeout, alive, log_file)
         if on_ready is not None:
             on_ready(party)
 
@@ -586,7 +604,8 @@ class ProcessFederation:
     def restart(self, party: str, timeout: float = 60.0) -> None:
         self.start(party)
         with peer_channel(self.layout.addresses[party], party, self.layout.tls("operator"), 4 << 20) as channel:
-            wait_for(channel, party, timeout, lambda: self.processes[party].poll() is None)
+            alive = lambda: self.processes[party].poll() is None  # noqa: E731
+            wait_for(channel, party, timeout, alive, self.log_dir / f"{party}.log")
 
     def stop(self, timeout: float = 10.0) -> None:
         for proc in self.processes.values():
@@ -621,7 +640,7 @@ def run_processes(
             for party in layout.configs:
                 if tls.role_of(party) == role:
                     fed.start(party)
-        wait_healthy(layout, timeout, processes=fed.processes, on_ready=on_ready)
+        wait_healthy(layout, timeout, processes=fed.processes, on_ready=on_ready, log_dir=fed.log_dir)
         yield fed
     finally:
         fed.stop()
