@@ -592,15 +592,9 @@ class YeAlg2(Attack):
         return found.reconstruction(obs.d_passive)
 
 
-@register("ye_adaptive")
-class YeAdaptive(Attack):
-    """ye §5 against masquerade with m fabricated bits (m from the announced chain unless given): Algorithm 2
-    over a span of dimension d_B + m finds the fabricated bits first (they fit exactly), the rows are split by
-    them, and the true feature is attacked inside the groups (:func:`attack_in_groups`).
-
-    At large m the span exceeds ``max_candidates`` (2^(d_B + m + 1) labelings per restart): the bits are then
-    searched among that many random labelings per restart (best effort, ``sampled`` in the result), and the
-    groups they define hold about n / 2^m rows — ``largest_group`` says how many the attack had to work with."""
+class _AgainstMasquerade(Attack):
+    """What the attacks on a masqueraded z_B share: m (the announced chain's unless given, Kerckhoffs) and the
+    search's budget."""
 
     families = frozenset({"splitnn"})
     metric = "accuracy"
@@ -616,9 +610,23 @@ class YeAdaptive(Attack):
         self.fabricated, self.restarts, self.bias, self.seed = fabricated, restarts, bias, seed
         self.max_candidates = _positive("max_candidates", max_candidates)
 
+    def _m(self, obs: Observations) -> int:
+        return self.fabricated if self.fabricated is not None else _fabricated_from_chain(obs)
+
+
+@register("ye_adaptive")
+class YeAdaptive(_AgainstMasquerade):
+    """ye §5 against masquerade with m fabricated bits (m from the announced chain unless given): Algorithm 2
+    over a span of dimension d_B + m finds the fabricated bits first (they fit exactly), the rows are split by
+    them, and the true feature is attacked inside the groups (:func:`attack_in_groups`).
+
+    At large m the span exceeds ``max_candidates`` (2^(d_B + m + 1) labelings per restart): the bits are then
+    searched among that many random labelings per restart (best effort, ``sampled`` in the result), and the
+    groups they define hold about n / 2^m rows — ``largest_group`` says how many the attack had to work with."""
+
     def reconstruct(self, obs: Observations) -> Reconstruction:
         z = _embeddings(obs, self.name)
-        m = self.fabricated if self.fabricated is not None else _fabricated_from_chain(obs)
+        m = self._m(obs)
         rng = np.random.default_rng(self.seed)
         everything = regression_search(
             z, obs.d_passive + m, bias=self.bias, restarts=self.restarts, threshold=1e-3, rng=rng,
@@ -648,12 +656,9 @@ class YeAdaptive(Attack):
 
 
 @register("ye_peel")
-class YePeel(Attack):
+class YePeel(_AgainstMasquerade):
     """Against masquerade at any m: peel the fabricated bits off the span (:func:`peel_search`), then Algorithm 2
-    on the rest. m from the announced chain unless given (Kerckhoffs)."""
-
-    families = frozenset({"splitnn"})
-    metric = "accuracy"
+    on the rest; ``threshold`` lists its fits as Algorithm 2's does, ``exact`` is what counts as a bit."""
 
     def __init__(
         self,
@@ -665,13 +670,12 @@ class YePeel(Attack):
         max_candidates: int = MAX_CANDIDATES,
         exact: float = 1e-6,
     ) -> None:
-        self.fabricated, self.restarts, self.threshold, self.bias = fabricated, restarts, threshold, bias
-        self.seed, self.exact = seed, exact
-        self.max_candidates = _positive("max_candidates", max_candidates)
+        super().__init__(fabricated, restarts, bias, seed, max_candidates)
+        self.threshold, self.exact = threshold, exact
 
     def reconstruct(self, obs: Observations) -> Reconstruction:
         z = _embeddings(obs, self.name)
-        m = self.fabricated if self.fabricated is not None else _fabricated_from_chain(obs)
+        m = self._m(obs)
         peeled = peel_search(
             z, obs.d_passive, m, bias=self.bias, exact=self.exact, rng=np.random.default_rng(self.seed),
             restarts=self.restarts, threshold=self.threshold, max_candidates=self.max_candidates,
