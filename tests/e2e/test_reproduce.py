@@ -59,7 +59,9 @@ def test_fast_claim(name: str, fast_document: dict[str, Any]) -> None:
 # drawn from the passive party's OS entropy at every run, so its verdict varies from run to run (6 runs on
 # 2026-11-24: reproduced 4 times; twice one of its three figures crossed its threshold) —
 # a property of the defense to study, not a test CI can hold to one verdict.
-LONG_CLAIMS = frozenset({"luo_table3_grn_ablation", "ye_masquerade_bank"})
+# ye_masquerade_log2n trains eight Bank and Credit models and runs the sampled searches (~4 min), and its verdict
+# depends on the draw of ye's random Q (a draw that leaves the column far from the span hides it).
+LONG_CLAIMS = frozenset({"luo_table3_grn_ablation", "ye_masquerade_bank", "ye_masquerade_log2n"})
 
 
 @pytest.mark.slow
