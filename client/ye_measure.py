@@ -27,6 +27,7 @@ from vflsec.services.attacks.binary import (
     attack_in_groups,
     binary_match,
     enumerate_binary,
+    peel_search,
     regression_search,
     span_basis,
 )
@@ -36,7 +37,9 @@ from vflsec.services.defenses.embeddings import EmbeddingNoise, Masquerade, bina
 from vflsec.services.models import splitnn as sn
 from vflsec.services.models.splitnn.reference import accuracy, run_epochs
 
-EXPERIMENTS = ("covid", "bank", "masquerade", "noise", "secretflow", "overhead", "small", "stack", "drop", "credit")
+EXPERIMENTS = (
+    "covid", "bank", "masquerade", "noise", "secretflow", "overhead", "small", "stack", "drop", "credit", "draws",
+)  # fmt: skip
 COVID_PASSIVE = tuple(range(6, 18))  # 12 symptom/exposure columns (the last two columns are constant)
 
 
@@ -160,6 +163,8 @@ def bank(epochs: int, experiments: set[str], seeds: int) -> list[dict[str, objec
                     "best_of_all_listed": round(attack_accuracy(truth, x, complements=True), 4),
                 }
             out.append(row)
+    if "draws" in experiments:
+        out.extend(secret_draws("bank", np.vstack([data.train[1], data.test[1]]), truth, 10))
     for seed in range(seeds) if "drop" in experiments else ():
         out.extend(drop_rows(data, dataset.n_classes, truth, epochs=epochs, width=width, seed=seed))
     for seed in range(seeds) if "stack" in experiments else ():
@@ -237,16 +242,41 @@ def drop_rows(
     return out
 
 
+def secret_draws(label: str, x: np.ndarray, truth: np.ndarray, draws: int, rows: int = 2000) -> list[dict[str, object]]:
+    """``ye_peel`` over ``draws`` fresh party secrets (each a new Q and new bits) per drop, m = 1 and 16, without
+    training: z_B = [Q x; a] times a random invertible P spans what a trained P gives."""
+    rng = np.random.default_rng(1)
+    chosen = rng.choice(len(x), size=min(rows, len(x)), replace=False)
+    x, truth, kept, out = x[chosen], truth[chosen], binary_free_basis(x), []
+    for m in (1, 16):
+        for drop in ("random", "binary"):
+            best = []
+            for _ in range(draws if m == 1 else max(1, draws // 2)):
+                masquerade = Masquerade(m, drop=drop).with_secret(new_key(), kept)
+                q = masquerade.projection(x.shape[1])
+                width = q.shape[0] + m
+                z = np.hstack([x @ q.T, masquerade.bits(x)]) @ rng.normal(size=(width, width)).T
+                found = peel_search(z, x.shape[1], m, rng=rng).remaining.vectors
+                best.append(round(attack_accuracy(truth, found, complements=True), 4) if found.size else 0.0)
+            out.append({"experiment": f"{label}_peel_over_secrets", "m": m, "drop": drop, "rows": len(chosen),
+                        "best_listed_per_draw": best,
+                        "majority": round(float(max(truth.mean(), 1 - truth.mean())), 4)})  # fmt: skip
+    return out
+
+
 CREDIT_PASSIVE = ("SEX", "LIMIT_BAL", "AGE", *(f"BILL_AMT{i}" for i in range(1, 7)), "PAY_AMT1")  # ye: 10, gender
 
 
-def credit(epochs: int, seeds: int) -> list[dict[str, object]]:
+def credit(epochs: int, seeds: int, draws: int = 0) -> list[dict[str, object]]:
     """ye's Credit: the passive party holds 10 columns among which the binary ``SEX`` (its bill amounts are nearly
-    collinear); masquerade drop=random vs drop=binary as for Bank (:func:`drop_rows`)."""
+    collinear); masquerade drop=random vs drop=binary as for Bank (:func:`drop_rows`), or with ``draws`` over
+    secrets without training (:func:`secret_draws`)."""
     dataset = datasets.load_dataset("credit")
     passive = [dataset.feature_names.index(name) for name in CREDIT_PASSIVE]
     data, raw = split(dataset, passive)
     truth = (raw[:, :1] == raw[:, 0].max()).astype(np.float64)  # SEX coded 1 / 2
+    if draws:
+        return secret_draws("credit", np.vstack([data.train[1], data.test[1]]), truth, draws)
     width = len(passive) - 1 + default_fabricated(len(truth))
     return [row for seed in range(seeds) for row in drop_rows(
         data, dataset.n_classes, truth, epochs=epochs, width=width, seed=seed, label="credit")]  # fmt: skip
@@ -384,6 +414,9 @@ def main() -> None:
         print(json.dumps(small_drop(args.seeds)), flush=True)
     if "credit" in chosen:
         for row in credit(args.epochs, args.seeds):
+            print(json.dumps(row), flush=True)
+    if "draws" in chosen and "credit" in chosen:
+        for row in credit(args.epochs, args.seeds, draws=10):
             print(json.dumps(row), flush=True)
     if chosen - {"covid", "small", "credit"}:
         for row in bank(args.epochs, chosen, args.seeds):
