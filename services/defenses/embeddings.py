@@ -114,34 +114,41 @@ def binary_columns(x: np.ndarray) -> np.ndarray:
 
 
 def binary_free_basis(x: np.ndarray, columns: Sequence[str] | None = None) -> np.ndarray:
-    """K ((d − r) × d, orthonormal rows): a basis of {v : vᵀ Σ e_j = 0 for every binary column j of ``x``}, Σ the
-    covariance of the rows of ``x`` and r the rank of Σ's binary columns (r = k, their count, unless they are
-    collinear). Every x v, v in K's row space, is uncorrelated with every binary column on these rows. No binary
+    """K ((d − r) × d, orthonormal rows): a basis of {v : v_j = 0 and vᵀ Σ e_j = 0 for every binary column j of
+    ``x``}, Σ the covariance of the rows of ``x`` and r the rank of those constraints (2 per binary column, fewer when
+    a column is uncorrelated with the others or binary columns are collinear). Every x v, v in K's row space, leaves
+    the binary columns out and is uncorrelated with each of them on these rows. Uncorrelated alone (v_j free) is not
+    enough: on Bank the kept directions then carry `contact` plus the month-level indicators that cancel its
+    correlation, and inside one month (rows the active party can pick by its own columns) `contact` reappears exactly
+    (review 8b); with v_j = 0 what a group of rows shows is only what the other columns say about it there. No binary
     column: the identity (drop=binary then drops one keyed random direction, as drop=random does).
 
-    ValueError when every column is binary (``columns`` names them): nothing uncorrelated with them is left."""
+    ValueError when no direction is left (``columns`` names the binary columns)."""
     x = np.asarray(x, dtype=np.float64)
     if x.ndim != 2 or x.shape[0] < 2:
         raise ValueError(f"masquerade drop=binary needs the party's rows, an (n >= 2, d) matrix; got {x.shape}")
     d, binary = x.shape[1], binary_columns(x)
     if len(binary) == 0:
         return np.eye(d)
-    if len(binary) == d:
+    constraints = np.vstack([np.cov(x, rowvar=False)[:, binary].T, np.eye(d)[binary]])  # (Σ e_j)ᵀ and e_jᵀ
+    constraints /= np.linalg.norm(constraints, axis=1, keepdims=True)
+    _, singular, vt = np.linalg.svd(constraints)
+    rank = int(np.sum(singular > singular[0] * max(constraints.shape) * np.finfo(np.float64).eps))
+    if rank >= d:
         names = [columns[j] for j in binary] if columns is not None else [f"column {j}" for j in binary]
         raise ValueError(
-            f"masquerade drop=binary: every column of this party is binary ({', '.join(names)}), so no direction "
-            "uncorrelated with them is left; use masquerade:drop=random (ye's, which leaves combinations of the "
-            "binary columns in the span) or do not share these columns"
+            f"masquerade drop=binary: no direction of this party's {d} columns leaves out its binary columns "
+            f"({', '.join(names)}) and is uncorrelated with them; use masquerade:drop=random (ye's, which leaves "
+            "combinations of the binary columns in the span) or do not share these columns"
         )
-    cross = np.cov(x, rowvar=False)[:, binary].T  # (k, d): row j is (Σ e_j)ᵀ
-    _, singular, vt = np.linalg.svd(cross)
-    rank = int(np.sum(singular > singular[0] * max(cross.shape) * np.finfo(np.float64).eps))
     return vt[rank:]
 
 
 # drop=binary's K is kept from the shard it was made on; on the shard a party starts with, the best linear fit of a
-# binary column from x Kᵀ may explain at most this share of its variance (R²). Made and checked on the same rows it
-# is 0 (to rounding); rows from the same population add about (d − r) / n; a shard that drifted exceeds it.
+# binary column from x Kᵀ may explain at most this share of its variance (R²) beyond chance. Made and checked on the
+# same rows it is 0 (to rounding); on n rows of the same population a fit on k kept directions explains about k / n
+# by chance (sd ≈ √(2k) / n): the bound is MAX_BINARY_R2 + 6 k / n, several sd above chance. A drifted shard
+# exceeds it (Bank in date order, K from the first 30,000 rows: R² = 0.41 over all rows).
 MAX_BINARY_R2 = 0.01
 
 
@@ -161,17 +168,19 @@ def binary_exposure(x: np.ndarray, basis: np.ndarray) -> dict[int, float]:
 
 def basis_problem(x: np.ndarray, basis: np.ndarray, columns: Sequence[str] | None = None) -> str | None:
     """Why a kept K no longer hides the binary columns of the shard ``x`` (rows added or changed since it was made,
-    or the scaling moved), or None. Not silently remade: a new K gives a new Q, and the z_B of sessions before and
-    after, stacked, would span more than either."""
+    or the scaling moved), or None. Not silently remade: a new K gives a new Q, and the z_B the active party recorded
+    in earlier sessions, stacked with the new ones on shared rows, would span the binary columns again."""
+    bound = MAX_BINARY_R2 + 6 * len(basis) / len(x)
     worst = max(binary_exposure(x, basis).items(), key=lambda item: item[1], default=None)
-    if worst is None or worst[1] <= MAX_BINARY_R2:
+    if worst is None or worst[1] <= bound:
         return None
     name = columns[worst[0]] if columns is not None else f"column {worst[0]}"
     return (
         f"masquerade's K no longer hides the binary column {name} on this shard: its best linear fit from the kept "
-        f"directions explains R² = {worst[1]:.3f} of it (at most {MAX_BINARY_R2}); the shard or its scaling changed "
-        "since K was made. Restore the shard K was made on, or remove the file to make a new K (the sessions made "
-        "with the old one must then not be stacked with new ones: together they span the binary columns again)"
+        f"directions explains R² = {worst[1]:.3f} of it (at most {bound:.3f} for {len(x)} rows); the shard or its "
+        "scaling changed since K was made. Restore the shard K was made on, or leave the binary columns out of "
+        "[data] columns. Removing the file makes a new K, and the z_B the active party recorded with the old one, "
+        "stacked with new ones on shared rows, would expose the binary columns there"
     )
 
 
