@@ -16,6 +16,7 @@ from vflsec.services.attacks.binary import (
     peel_search,
     regression_search,
 )
+from vflsec.services.defenses.embeddings import binary_free_basis
 
 
 def exact_cover_matrix(n: int, subsets: list[set[int]]) -> np.ndarray:
@@ -122,8 +123,8 @@ def collinear_masqueraded(n: int, m: int, seed: int, decorrelated: bool) -> tupl
     rng = np.random.default_rng(seed)
     truth = (rng.random(n) < 0.4).astype(float)
     x = np.column_stack([truth, truth[:, None] + 0.3 * rng.normal(size=(n, 4))])
-    # decorrelated: Q's rows span {v : vᵀ Σ e_0 = 0}
-    q = np.linalg.svd(np.cov(x, rowvar=False)[:, :1].T)[2][1:] if decorrelated else rng.normal(size=(4, 5))
+    # decorrelated: masquerade drop=binary's kept directions (free of column 0 and uncorrelated with it)
+    q = binary_free_basis(x) if decorrelated else rng.normal(size=(4, 5))
     a = (rng.random((n, m)) < 0.5).astype(float)
     p = rng.normal(size=(q.shape[0] + m, q.shape[0] + m))
     return np.hstack([x @ q.T, a]) @ p.T, truth, a
