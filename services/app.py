@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -67,28 +68,42 @@ def load_party_data(config: ServiceConfig, state: checkpoint.StateDir | None = N
         data = replace(data, X=data.X[:, keep], columns=list(config.data.columns))
     # Each party scales only its own columns, locally; min-max to [0, 1] is what the attacks assume.
     masquerade = any(registry.parse_spec(spec)[0] == "masquerade" for spec in config.embedding_release)
-    kept = masquerade and state is not None and state.path is not None
-    scaled = party_scaler(data.X, data.columns, config.data.scaling, state, keep=masquerade).transform(data.X)
-    if not np.all(np.abs(scaled) <= he.FEATURE_BOUND):
-        # Gradient masks hide |δ·x| <= FEATURE_BOUND only; a larger raw feature would show through them.
-        raise ValueError(
-            f"{config.data.path}: features after scaling = {config.data.scaling!r}"
-            f"{' (kept from the first start in secrets/masquerade_scaling.npy)' if kept else ''} reach |x| = "
-            f"{np.abs(scaled).max():.4g}; the masks hide |x| <= {he.FEATURE_BOUND:g}: use minmax or standard scaling"
-        )
-    return replace(data, X=scaled)
+    scaler = party_scaler(data.X, data.columns, config.data.scaling, state, keep=masquerade, source=config.data.path)
+    return replace(data, X=scaler.transform(data.X))
 
 
 def party_scaler(
-    X: np.ndarray, columns: list[str], kind: datasets.ScalerKind, state: checkpoint.StateDir | None, *, keep: bool
+    X: np.ndarray,
+    columns: list[str],
+    kind: datasets.ScalerKind,
+    state: checkpoint.StateDir | None,
+    *,
+    keep: bool,
+    source: Path | str = "the shard",
 ) -> datasets.Scaler:
     """The scaler of a party's shard: fitted on it, or with ``keep`` and a state folder fitted at the first start and
     kept beside the secrets (``masquerade_columns`` = [kind, *columns], ``masquerade_scaling`` = [offset; scale]).
 
     Masquerade's Q is fixed in scaled units: a refit (rows added) or another column order would make it another
-    projection of the raw rows, and sessions before and after, stacked, span more than either (review 8b)."""
-    if not keep or state is None or not state.enabled:
-        return datasets.Scaler.fit(X, kind)
+    projection of the raw rows, and sessions before and after, stacked, span more than either (review 8b). A scaling
+    that takes a feature past FEATURE_BOUND is refused (ValueError naming ``source``), before it is kept."""
+    kept_here = keep and state is not None and state.path is not None
+
+    def bounded(scaler: datasets.Scaler, kept: bool = False) -> datasets.Scaler:
+        scaled = scaler.transform(X)
+        if not np.all(np.abs(scaled) <= he.FEATURE_BOUND):
+            # Gradient masks hide |δ·x| <= FEATURE_BOUND only; a larger raw feature would show through them.
+            raise ValueError(
+                f"{source}: features after scaling = {kind!r}"
+                f"{' (kept from the first start in secrets/masquerade_scaling.npy)' if kept else ''} reach |x| "
+                f"= {np.abs(scaled).max():.4g}; the masks hide |x| <= {he.FEATURE_BOUND:g}: use minmax or standard "
+                "scaling"
+            )
+        return scaler
+
+    if not kept_here:
+        return bounded(datasets.Scaler.fit(X, kind))
+    assert state is not None
     configured = [kind, *columns]
 
     def same_columns(kept: np.ndarray) -> str | None:
@@ -102,17 +117,20 @@ def party_scaler(
         )
 
     def first_fit() -> np.ndarray:
-        scaler = datasets.Scaler.fit(X, kind)
+        scaler = bounded(datasets.Scaler.fit(X, kind))
         return np.stack([scaler.offset, scaler.scale])
 
     def unusable(kept: np.ndarray) -> str | None:
         fits = kept.shape == (2, len(columns)) and kept.dtype.kind == "f" and np.isfinite(kept).all()
         return None if fits and (kept[1] >= 0).all() else f"not a finite [offset; scale] of {len(columns)} columns"
 
-    state.long_term_array("masquerade_columns", lambda: np.array(configured, dtype=str), same_columns)
+    # The kept columns are checked first, and both arrays written only once the first fit passed the bound: a start
+    # refused there (e.g. scaling = "none") keeps nothing, and the operator's corrected scaling is the one kept.
+    state.long_term_array("masquerade_columns", None, same_columns)
     kept = state.long_term_array("masquerade_scaling", first_fit, unusable)
+    state.long_term_array("masquerade_columns", lambda: np.array(configured, dtype=str), same_columns)
     assert kept is not None
-    return datasets.Scaler(kind, kept[0], kept[1])
+    return bounded(datasets.Scaler(kind, kept[0], kept[1]), kept=True)
 
 
 def _channel(config: ServiceConfig, peer: str) -> grpc.Channel:

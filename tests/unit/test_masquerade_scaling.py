@@ -110,6 +110,10 @@ def test_another_column_order_or_scaling_kind_refuses_naming_the_file_and_both(t
     with pytest.raises(ValueError, match=kept + r".*over \['flag', 'c1', 'c2', 'c3'\]: restore"):  # a column less
         load_party_data(_config(tmp_path, raw, columns=tuple(COLUMNS[:4])), StateDir(config.state_dir))
     again = load_party_data(config, StateDir(config.state_dir))  # as kept: starts
+    kept_scaling = tmp_path / "state" / "secrets" / "masquerade_scaling.npy"
+    np.save(kept_scaling, np.load(kept_scaling)[:, :4])  # a damaged file is refused, not refit
+    with pytest.raises(ValueError, match=r"masquerade_scaling\.npy: not a finite \[offset; scale\] of 5 columns"):
+        load_party_data(config, StateDir(config.state_dir))
     assert np.array_equal(again.X, datasets.Scaler.fit(raw, "minmax").transform(raw))
 
 
@@ -123,6 +127,15 @@ def test_the_feature_bound_applies_to_the_kept_scaling(tmp_path: Path) -> None:
                        r"scaling\.npy\) reach \|x\| = 100; the masks hide \|x\| <= 64"):  # fmt: skip
         load_party_data(_config(tmp_path, grown), StateDir(config.state_dir))
     assert load_party_data(_config(tmp_path, grown, embedding=()), StateDir(config.state_dir)).X.max() == 1.0
+    # a first start refused on the bound keeps nothing: the scaling the operator then configures is the one kept
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    unscaled = _config(fresh, raw, scaling="none")
+    with pytest.raises(ValueError, match=r"shard\.csv: features after scaling = 'none' reach \|x\| = \d+; the masks"):
+        load_party_data(unscaled, StateDir(unscaled.state_dir))
+    assert not list((fresh / "state" / "secrets").glob("masquerade_*"))
+    load_party_data(_config(fresh, raw, scaling="standard"), StateDir(unscaled.state_dir))
+    assert np.load(fresh / "state" / "secrets" / "masquerade_columns.npy")[0] == "standard"
 
 
 def test_without_masquerade_or_a_state_folder_the_scaler_is_refit_at_every_start(tmp_path: Path) -> None:
