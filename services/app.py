@@ -93,11 +93,16 @@ def party_scaler(
         scaled = scaler.transform(X)
         if not np.all(np.abs(scaled) <= he.FEATURE_BOUND):
             # Gradient masks hide |δ·x| <= FEATURE_BOUND only; a larger raw feature would show through them.
+            way_out = (
+                "rows added since the first start lie that far outside the scaling kept then "
+                "(secrets/masquerade_scaling.npy): leave them out, or remove the kept masquerade files (a refit: "
+                "sessions after it, stacked with earlier ones, span x again)"
+                if kept
+                else "use minmax or standard scaling"
+            )
             raise ValueError(
-                f"{source}: features after scaling = {kind!r}"
-                f"{' (kept from the first start in secrets/masquerade_scaling.npy)' if kept else ''} reach |x| "
-                f"= {np.abs(scaled).max():.4g}; the masks hide |x| <= {he.FEATURE_BOUND:g}: use minmax or standard "
-                "scaling"
+                f"{source}: features after scaling = {kind!r} reach |x| = {np.abs(scaled).max():.4g}; the masks hide "
+                f"|x| <= {he.FEATURE_BOUND:g}: {way_out}"
             )
         return scaler
 
