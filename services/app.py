@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import grpc
 import numpy as np
 
-from vflsec.services import plugins
+from vflsec.services import plugins, registry
 from vflsec.services.config import ServiceConfig
 from vflsec.services.crypto import he
 from vflsec.services.data import datasets
@@ -55,7 +56,8 @@ class Party:
             self.hub.close()
 
 
-def load_party_data(config: ServiceConfig) -> datasets.PartyData:
+def load_party_data(config: ServiceConfig, state: checkpoint.StateDir | None = None) -> datasets.PartyData:
+    """The party's shard, its columns scaled; ``state`` (a passive party's) keeps the scaling under masquerade."""
     assert config.data is not None
     data = datasets.read_party_csv(config.data.path)
     if config.data.columns:
@@ -65,14 +67,75 @@ def load_party_data(config: ServiceConfig) -> datasets.PartyData:
         keep = [data.columns.index(c) for c in config.data.columns]
         data = replace(data, X=data.X[:, keep], columns=list(config.data.columns))
     # Each party scales only its own columns, locally; min-max to [0, 1] is what the attacks assume.
-    scaled = datasets.Scaler.fit(data.X, config.data.scaling).transform(data.X)
-    if not np.all(np.abs(scaled) <= he.FEATURE_BOUND):
-        # Gradient masks hide |δ·x| <= FEATURE_BOUND only; a larger raw feature would show through them.
-        raise ValueError(
-            f"{config.data.path}: features after scaling = {config.data.scaling!r} reach |x| = "
-            f"{np.abs(scaled).max():.4g}; the masks hide |x| <= {he.FEATURE_BOUND:g}: use minmax or standard scaling"
+    masquerade = any(registry.parse_spec(spec)[0] == "masquerade" for spec in config.embedding_release)
+    scaler = party_scaler(data.X, data.columns, config.data.scaling, state, keep=masquerade, source=config.data.path)
+    return replace(data, X=scaler.transform(data.X))
+
+
+def party_scaler(
+    X: np.ndarray,
+    columns: list[str],
+    kind: datasets.ScalerKind,
+    state: checkpoint.StateDir | None,
+    *,
+    keep: bool,
+    source: Path | str = "the shard",
+) -> datasets.Scaler:
+    """The scaler of a party's shard: fitted on it, or with ``keep`` and a state folder fitted at the first start and
+    kept beside the secrets (``masquerade_columns`` = [kind, *columns], ``masquerade_scaling`` = [offset; scale]).
+
+    Masquerade's Q is fixed in scaled units: a refit (rows added) or another column order would make it another
+    projection of the raw rows, and sessions before and after, stacked, span more than either (review 8b). A scaling
+    that takes a feature past FEATURE_BOUND is refused (ValueError naming ``source``), before it is kept."""
+    kept_here = keep and state is not None and state.path is not None
+
+    def bounded(scaler: datasets.Scaler, kept: bool = False) -> datasets.Scaler:
+        scaled = scaler.transform(X)
+        if not np.all(np.abs(scaled) <= he.FEATURE_BOUND):
+            # Gradient masks hide |δ·x| <= FEATURE_BOUND only; a larger raw feature would show through them.
+            way_out = (
+                "rows added since the first start lie that far outside the scaling kept then "
+                "(secrets/masquerade_scaling.npy): leave them out, or remove the kept masquerade files (a refit: "
+                "sessions after it, stacked with earlier ones, span x again)"
+                if kept
+                else "use minmax or standard scaling"
+            )
+            raise ValueError(
+                f"{source}: features after scaling = {kind!r} reach |x| = {np.abs(scaled).max():.4g}; the masks hide "
+                f"|x| <= {he.FEATURE_BOUND:g}: {way_out}"
+            )
+        return scaler
+
+    if not kept_here:
+        return bounded(datasets.Scaler.fit(X, kind))
+    assert state is not None
+    configured = [kind, *columns]
+
+    def same_columns(kept: np.ndarray) -> str | None:
+        if kept.ndim == 1 and kept.tolist() == configured:
+            return None
+        was = kept.tolist() if kept.ndim == 1 and kept.size else ["?"]
+        return (
+            f"masquerade's Q was drawn for scaling = {was[0]!r} over the columns {was[1:]}, the config gives scaling "
+            f"= {kind!r} over {columns}: restore [data] scaling and columns (removing the kept masquerade files "
+            "refits: sessions after that, stacked with earlier ones, span x again)"
         )
-    return replace(data, X=scaled)
+
+    def first_fit() -> np.ndarray:
+        scaler = bounded(datasets.Scaler.fit(X, kind))
+        return np.stack([scaler.offset, scaler.scale])
+
+    def unusable(kept: np.ndarray) -> str | None:
+        fits = kept.shape == (2, len(columns)) and kept.dtype.kind == "f" and np.isfinite(kept).all()
+        return None if fits and (kept[1] >= 0).all() else f"not a finite [offset; scale] of {len(columns)} columns"
+
+    # The kept columns are checked first, and both arrays written only once the first fit passed the bound: a start
+    # refused there (e.g. scaling = "none") keeps nothing, and the operator's corrected scaling is the one kept.
+    state.long_term_array("masquerade_columns", None, same_columns)
+    kept = state.long_term_array("masquerade_scaling", first_fit, unusable)
+    state.long_term_array("masquerade_columns", lambda: np.array(configured, dtype=str), same_columns)
+    assert kept is not None
+    return bounded(datasets.Scaler(kind, kept[0], kept[1]), kept=True)
 
 
 def _channel(config: ServiceConfig, peer: str) -> grpc.Channel:
@@ -141,7 +204,7 @@ def start_party(config: ServiceConfig) -> Party:
         channel = _channel(config, "coordinator")
         engine = passive.PassiveParty(
             config.party_id,
-            load_party_data(config),
+            load_party_data(config, state),
             CoordinatorClient(channel, policy),
             state,
             config.operator,
