@@ -80,7 +80,8 @@ def test_a_grown_shard_scales_as_at_the_first_start_and_sessions_before_and_afte
           f"{rank(stacked)}, stacked after a refit {rank(moved)}; flag by least squares: one "
           f"{_ls_match(one, truth):.3f}, stacked {_ls_match(stacked, truth):.3f}, after a refit "
           f"{_ls_match(moved, truth):.3f} (majority {majority:.3f})")  # fmt: skip
-    assert rank(stacked) == rank(one) == 1 + (len(COLUMNS) - 1) + 4  # [1, Q x (d_B − 1 kept directions), 4 bits]
+    kept = len(before.masquerade_basis)  # drop=binary: the kept directions (d_B − 2 here: flag out, uncorrelated)
+    assert rank(stacked) == rank(one) == 1 + kept + 4  # [1, Q x, 4 bits]
     assert _ls_match(stacked, truth) == _ls_match(one, truth) <= majority + 0.02
     assert rank(moved) > rank(one) and _ls_match(moved, truth) >= 0.99  # what the kept scaling prevents
 
