@@ -36,13 +36,18 @@ def _fail(message: str) -> NoReturn:
 @contextlib.contextmanager
 def _refused() -> Iterator[None]:
     """A spec the system would refuse (FederationSpec's validation, the minimum batch): the validator's message
-    and exit 2, before any process starts."""
-    from vflsec.client.federation import SpecError
+    and exit 2, before any process starts. A party process that stops at start (its shard or defense refused): the
+    end of its log, which says why, and exit 2; the log's path only if it is still there (a temporary folder is
+    gone by now)."""
+    from vflsec.client.federation import PartyExited, SpecError
 
     try:
         yield
     except SpecError as exc:
         _fail(str(exc))
+    except PartyExited as exc:
+        log = exc.log_file if exc.log_file is not None and exc.log_file.exists() else "its log"
+        _fail(f"{exc.party} exited during start-up" + (f"; the end of {log}:\n{exc.tail}" if exc.tail else ""))
 
 
 def _spec(
@@ -115,7 +120,10 @@ def serve(
     from vflsec.client.profiling import maybe_profile
 
     with maybe_profile(cfg.party_id):  # VFLSEC_PROFILE_DIR set: where this party's time goes (bench he --profile)
-        serve_party(cfg)
+        try:
+            serve_party(cfg)
+        except (ValueError, OSError) as exc:  # its data, a file it names or a defense refused at start: no traceback
+            _fail(f"{role} {cfg.party_id} cannot start: {exc}")
 
 
 certs_app = typer.Typer(

@@ -54,6 +54,14 @@ class SpecError(ValueError):
     """A federation spec the system would refuse; raised before anything is written or started."""
 
 
+class PartyExited(RuntimeError):
+    """A party process that ended before it served (a config or shard it refuses): its log's last lines say why."""
+
+    def __init__(self, party: str, log_file: Path | None, tail: str) -> None:
+        self.party, self.log_file, self.tail = party, log_file, tail
+        super().__init__(f"{party} exited during start-up" + (f"; the end of {log_file}:\n{tail}" if tail else ""))
+
+
 def check_release_chains(
     score_release: Sequence[str] = (), param_release: Sequence[str] = (), *, family: str
 ) -> None:
@@ -234,8 +242,9 @@ class FederationSpec:
             return datasets.split_columns(
                 self.data.feature_names, self.n_passive, passive_features=self.passive_features, seed=self.seed
             )
-        except (ValueError, TypeError) as exc:
-            raise SpecError(f"passive features {self.passive_features!r} on {self.name}: {exc}") from exc
+        except (ValueError, TypeError, KeyError) as exc:
+            why = exc.args[0] if isinstance(exc, KeyError) else exc  # an unknown column: its message, unquoted
+            raise SpecError(f"passive features {self.passive_features!r} on {self.name}: {why}") from exc
 
     @cached_property
     def party_rows(self) -> list[np.ndarray]:
@@ -535,7 +544,7 @@ def wait_for(
     deadline = time.monotonic() + timeout
     while True:
         if alive is not None and not alive():
-            raise RuntimeError(f"{party} exited during start-up{_last_lines(log_file)}")
+            raise PartyExited(party, log_file, _last_lines(log_file))
         try:
             if (
                 stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0).status
@@ -554,7 +563,7 @@ def _last_lines(log_file: Path | None, count: int = 3) -> str:
         lines = [line for line in log_file.read_text(errors="replace").splitlines() if line.strip()] if log_file else []
     except OSError:
         return ""
-    return (f"; the end of {log_file}:\n" + "\n".join(lines[-count:])) if lines else ""
+    return "\n".join(lines[-count:])
 
 
 def wait_healthy(

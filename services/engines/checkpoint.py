@@ -198,10 +198,7 @@ class StateDir:
                     raise ValueError(f"checkpoint {file.stem!r} cannot be read: {file.name}: {exc}") from exc
                 if companion is not None and _own_companion(companion, file.stem):
                     kept.add(companion)
-                if file.stem not in self.unreadable:
-                    log.error("session %r not restored: %s: %s (its files stay in %s)", file.stem, file.name, exc,
-                              self.path)
-                self.unreadable[file.stem] = f"{file.name}: {exc}"
+                self.set_aside(file.stem, f"{file.name}: {exc}")
                 continue
             self._fixed[file.stem] = (companion, {})  # the next save writes a fresh companion
             states[file.stem] = (arrays, meta)
@@ -212,6 +209,13 @@ class StateDir:
             if file.name not in named:
                 file.unlink(missing_ok=True)
         return states
+
+    def set_aside(self, name: str, why: str) -> None:
+        """Checkpoint ``name`` is not restored (``why`` names its file and the reason): logged once and listed in
+        :attr:`unreadable`, its files left on disk, untouched, for the operator."""
+        if name not in self.unreadable:
+            log.error("session %r not restored: %s (its files stay in %s)", name, why, self.path)
+        self.unreadable[name] = why
 
     def remove(self, name: str) -> None:
         if self.path is not None and _valid_name(name):

@@ -330,21 +330,7 @@ class Coordinator:
             checkpoint.StateDir(None if self.state.path is None else self.state.path / sub)
             for sub in ("epochs", "inference", "owners")
         )
-        states = self.state.load_all(skip_unreadable=True)
-        for sid, (_, meta) in states.items():
-            if "epochs" not in meta:
-                raise ValueError(f"session {sid!r}'s checkpoint predates training-key epochs: close or remove it")
-        self.sessions = SessionTable(
-            self.state,
-            lambda sid, arrays, meta: CoordinatorSession.from_state(
-                arrays,
-                meta,
-                {e: self.epoch_keys.load_bytes(_epoch_file(sid, e)) for e in meta["epochs"]},
-                self.state.load_bytes(sid),
-                self.inference_keys.load_bytes(sid) if meta.get("finished_step") is not None else None,
-            ),
-            refusal=lambda sid, s: s.refused,
-        )
+        self.sessions = SessionTable(self.state, self._restore, refusal=lambda sid, s: s.refused)
         for sid, s in self.sessions.items():
             s.refused = self._refusal(sid, s)
         # A crash between a checkpoint and a key file's removal (or creation) leaves keys no session names: drop.
@@ -356,6 +342,18 @@ class Coordinator:
                 (self.epoch_keys.path / orphan).unlink()
         self.scored: dict[str, int] = {owner: meta["scored"] for owner, (_, meta) in self.ledger.load_all().items()}
         self._lock = threading.Lock()
+
+    def _restore(self, session_id: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> CoordinatorSession:
+        """A checkpointed session with its key files (one that raises is set aside: SessionTable)."""
+        if "epochs" not in meta:
+            raise ValueError("its checkpoint predates training-key epochs: the operator removes it")
+        return CoordinatorSession.from_state(
+            arrays,
+            meta,
+            {e: self.epoch_keys.load_bytes(_epoch_file(session_id, e)) for e in meta["epochs"]},
+            self.state.load_bytes(session_id),
+            self.inference_keys.load_bytes(session_id) if meta.get("finished_step") is not None else None,
+        )
 
     def session(self, session_id: str, *, closing: bool = False) -> CoordinatorSession:
         return self.sessions.get(session_id, closing=closing)

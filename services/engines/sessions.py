@@ -122,6 +122,8 @@ class SessionTable(Generic[S]):
 
     ``refusal(session_id, s)`` says why a restored session may not go on under the current configuration (then
     every call but closing gets FAILED_PRECONDITION); ``duplicate`` is the AlreadyExists wording of a second create.
+    A checkpoint that cannot be read, or whose ``restore`` raises, is set aside (StateDir.set_aside): the party starts
+    with every other session, and every call on that one, closing too, gets FAILED_PRECONDITION saying why.
     """
 
     def __init__(
@@ -136,9 +138,12 @@ class SessionTable(Generic[S]):
         self.refusal = refusal
         self.duplicate = duplicate
         self.lock = threading.Lock()  # guards creation (the table itself); each session has its own lock
-        self._sessions: dict[str, S] = {
-            sid: restore(sid, arrays, meta) for sid, (arrays, meta) in state.load_all(skip_unreadable=True).items()
-        }
+        self._sessions: dict[str, S] = {}
+        for sid, (arrays, meta) in state.load_all(skip_unreadable=True).items():
+            try:
+                self._sessions[sid] = restore(sid, arrays, meta)
+            except Exception as exc:  # e.g. a secret its defense needs was removed since: it stops no other session
+                state.set_aside(sid, f"{sid}.npz: restoring it failed: {type(exc).__name__}: {exc}")
 
     def __contains__(self, session_id: str) -> bool:
         return session_id in self._sessions
@@ -160,6 +165,7 @@ class SessionTable(Generic[S]):
         try:
             s = self._sessions[session_id]
         except KeyError:
+            self._check_restored(session_id)
             raise NotFound(f"unknown session {session_id!r}") from None
         refusal = None if closing else self.refusal(session_id, s)
         if refusal is not None:
@@ -182,7 +188,11 @@ class SessionTable(Generic[S]):
         """Caller holds :attr:`lock` until :meth:`add`."""
         if session_id in self._sessions:
             raise AlreadyExists(f"session {session_id!r} {self.duplicate}")
-        if session_id in self.state.unreadable:  # its files wait for the operator: not overwritten
+        self._check_restored(session_id)  # its files wait for the operator: not overwritten
+
+    def _check_restored(self, session_id: str) -> None:
+        """A session whose checkpoint could not be read or restored at start-up: FAILED_PRECONDITION with why."""
+        if session_id in self.state.unreadable:
             raise FailedPrecondition(
                 f"session {session_id!r} has a checkpoint this party could not restore "
                 f"({self.state.unreadable[session_id]}): the operator repairs or removes it first"

@@ -200,7 +200,10 @@ def start_server(
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection((*policies, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
-    port = server.add_secure_port(config.listen, tls.server_credentials(tls_files(config.tls)))
+    try:
+        port = server.add_secure_port(config.listen, tls.server_credentials(tls_files(config.tls)))
+    except RuntimeError as exc:  # grpcio's "Failed to bind" (older ones returned 0): e.g. the port is taken
+        raise OSError(f"cannot listen on {config.listen}: {exc}") from None
     if port == 0:
         raise OSError(f"cannot listen on {config.listen}")
     server.start()

@@ -165,6 +165,34 @@ def test_a_missing_companion_skips_its_session_only_and_keeps_its_files(tmp_path
     assert (tmp_path / "s1.npz").exists() and companions["s2"].exists()
     with t.lock, pytest.raises(FailedPrecondition, match="'s1' has a checkpoint this party could not restore"):
         t.check_absent("s1")  # not overwritten by a new session of the same ID
+    with pytest.raises(FailedPrecondition, match=r"'s1' has a checkpoint this party could not restore \(s1\.npz: "):
+        t.owned("s1", "active", closing=True)  # a call on it says why, not "unknown session"
+
+
+def test_a_session_whose_restore_raises_is_set_aside_and_every_other_restored(tmp_path: Path, caplog) -> None:
+    t = table(tmp_path)
+    with t.lock:
+        t.add("s1", Toy("active", 1))
+        t.add("s2", Toy("active", 2))
+
+    def restore(sid: str, arrays: dict, meta: dict) -> Toy:
+        if sid == "s1":  # e.g. a secret its defense needs was removed since it was checkpointed
+            raise ValueError("masquerade drop=binary needs K")
+        return Toy(meta["owner"], int(arrays["value"][0]))
+
+    with caplog.at_level("ERROR"):
+        restarted = SessionTable(StateDir(tmp_path), restore)
+    assert "s1" not in restarted and restarted.get("s2") == Toy("active", 2) and len(restarted) == 1
+    why = "s1.npz: restoring it failed: ValueError: masquerade drop=binary needs K"
+    assert restarted.state.unreadable == {"s1": why}
+    assert f"session 's1' not restored: {why} (its files stay in {tmp_path})" in caplog.text
+    assert (tmp_path / "s1.npz").exists()  # nothing recorded is lost
+    for call in (lambda: restarted.get("s1"), lambda: restarted.owned("s1", "active", closing=True)):
+        with pytest.raises(FailedPrecondition, match=f"'s1' has a checkpoint this party could not restore \\({why}\\)"):
+            call()
+    with restarted.lock, pytest.raises(FailedPrecondition, match="the operator repairs or removes it first"):
+        restarted.check_absent("s1")
+    assert table(tmp_path).get("s1") == Toy("active", 1)  # once repaired, it restores as it was
 
 
 def test_a_companion_name_that_is_not_the_sessions_own_is_refused(tmp_path: Path) -> None:
