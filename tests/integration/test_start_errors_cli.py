@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from vflsec.client.cli import app
 
 ALL_BINARY = (
-    "every column of this party is binary (b1, b2), so no direction uncorrelated with them is left; use "
+    "no direction of this party's 2 columns leaves out its binary columns (b1, b2) and is uncorrelated with them; use "
     "masquerade:drop=random"
 )
 
