@@ -249,8 +249,9 @@ class Masquerade(Plugin):
             return None
         if self._basis is None:
             raise ValueError(
-                "masquerade drop=binary needs K, the directions uncorrelated with the party's binary columns: "
-                "with_secret(secret, binary_free_basis(x)) (drop=random needs none)"
+                "masquerade drop=binary needs K, the directions kept free of the party's binary columns (a party "
+                "keeps it in <state>/secrets/masquerade_basis.npy: restore that file from a backup; in code: "
+                "with_secret(secret, binary_free_basis(x)); drop=random needs none)"
             )
         if self._basis.ndim != 2 or self._basis.shape[1] != d_in:
             raise ValueError(f"masquerade K has shape {self._basis.shape}, expected (kept, d_B = {d_in})")

@@ -92,7 +92,7 @@ def test_drop_is_a_validated_public_parameter_and_rank_is_bounded_by_the_kept_di
         Masquerade(drop="all")  # type: ignore[arg-type]
     x = _collinear(400)
     kept = binary_free_basis(x)
-    with pytest.raises(ValueError, match=r"needs K.*drop=random needs none"):
+    with pytest.raises(ValueError, match=r"needs K.*masquerade_basis.npy: restore.*drop=random needs none"):
         Masquerade(M).resolve(400).projection(D)
     with pytest.raises(ValueError, match=r"K has shape \(3, 5\), expected \(kept, d_B = 6\)"):
         Masquerade(M).with_secret(new_key(), kept).resolve(400).min_width(6)
