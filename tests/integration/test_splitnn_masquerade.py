@@ -89,12 +89,12 @@ def test_masquerade_fools_the_plain_attack_the_adaptive_one_recovers_at_m1_and_f
     assert run_attack(make_attack("ye_adaptive"), one.obs).meta["fabricated_m"] == 1
 
     # The defaults: m = ⌈log₂ n⌉ of the party's rows (groups of about one row), drop=binary, and no passive_width:
-    # the party widens z_B to rank d_B − 1 (one binary column) plus m bits and announces it, and the active party's
-    # top model takes that width.
+    # the party widens z_B to rank d_B − 2 (the binary column left out, and the direction of its sample correlation
+    # with the others) plus m bits and announces it, and the active party's top model takes that width.
     many = _run(tmp_path / "default", ["masquerade"])
     m = math.ceil(math.log2(N))
     assert many.obs.embedding_chain == (("masquerade", {"m": str(m), "drop": "binary"}),)
-    assert many.obs.embeddings.shape[1] == D_B - 1 + m
+    assert many.obs.embeddings.shape[1] == D_B - 2 + m
     majority = float(max(many.truth.mean(), 1 - many.truth.mean()))
     # Groups of about one row: the attack either says no group is attackable, or it ran inside one (covered_rows > 0)
     # and is scored; a give-up is never scored (its zeros would match the majority bit).
@@ -184,7 +184,7 @@ def test_masquerade_wider_than_an_explicit_session_width_is_refused_naming_the_b
     with run_in_process(layout), layout.operator_channel() as channel, pytest.raises(grpc.RpcError) as err:
         Operator(channel).create_session("plain", family="splitnn", settings=settings, seed=1)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    # m = ⌈log₂ n⌉ of the party's rows, rank d_B − 1 (drop=binary, one binary column): the width must carry both
-    smallest = D_B - 1 + math.ceil(math.log2(N))
+    # m = ⌈log₂ n⌉ of the party's rows, rank d_B − 2 (drop=binary, one binary column): the width must carry both
+    smallest = D_B - 2 + math.ceil(math.log2(N))
     assert "[defenses] embedding" in err.value.details()
     assert f"raise passive_width to at least {smallest}" in err.value.details()
