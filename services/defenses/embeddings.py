@@ -5,9 +5,10 @@
   fabricated bits. ``drop`` says which directions of x_B Q leaves out. ``random`` is ye §5's: one keyed random
   direction (rank d_B − 1), which takes a binary column out of the exact span only when the other columns do not
   nearly rebuild it (on UCI Bank they do: the least-squares fit of ``contact`` from the span rounds to it on
-  96.5–100 % of rows). ``binary`` (the default) keeps only directions v with vᵀ Σ e_j = 0 for every binary column j
-  (Σ: the covariance of the party's shard, :func:`binary_free_basis`): every x v in the span is uncorrelated with
-  every binary column, so its best linear predictor from the span is the constant (the majority rate); K, the basis
+  96.5–100 % of rows). ``binary`` (the default) keeps only directions v with v_j = 0 and vᵀ Σ e_j = 0 for every binary
+  column j (Σ: the covariance of the party's shard, :func:`binary_free_basis`): every x v in the span leaves the
+  binary columns out and is uncorrelated with each, so its best linear predictor from the span is the constant (the
+  majority rate); K, the basis
   of those directions, is computed once from the party's shard and kept beside the secret (the same in every
   session). With m bits the rows split into 2^m patterns; m = ⌈log₂ n⌉ leaves the adaptive attack groups of about
   one row (ye §5). The bits are a keyed PRF of the row's bytes (AES-256 CBC-MAC over fixed-length messages, the
