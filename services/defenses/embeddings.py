@@ -168,9 +168,15 @@ def binary_exposure(x: np.ndarray, basis: np.ndarray) -> dict[int, float]:
 
 
 def basis_problem(x: np.ndarray, basis: np.ndarray, columns: Sequence[str] | None = None) -> str | None:
-    """Why a kept K no longer hides the binary columns of the shard ``x`` (rows added or changed since it was made,
-    or the scaling moved), or None. Not silently remade: a new K gives a new Q, and the z_B the active party recorded
-    in earlier sessions, stacked with the new ones on shared rows, would span the binary columns again."""
+    """Why a kept K does not fit the shard ``x`` (made for other columns) or no longer hides its binary columns (rows
+    added or changed since it was made, or the scaling moved), or None. Not silently remade: a new K gives a new Q,
+    and the z_B the active party recorded in earlier sessions, stacked with the new ones on shared rows, would span
+    the binary columns again."""
+    if basis.ndim != 2 or basis.shape[1] != x.shape[1]:
+        return (
+            f"masquerade's K was made for {basis.shape[-1]} columns, this party's shard has {x.shape[1]}: restore "
+            "the shard's columns, or (for a new column set, whose sessions start anew) remove the file"
+        )
     bound = MAX_BINARY_R2 + 6 * len(basis) / len(x)
     worst = max(binary_exposure(x, basis).items(), key=lambda item: item[1], default=None)
     if worst is None or worst[1] <= bound:

@@ -193,15 +193,12 @@ class PassiveParty:
                     "after a restart get new ones: stacked with earlier ones they span x again); set state_dir",
                     party_id,
                 )
-        binary, d_b = masquerade is not None and masquerade.drop == "binary", data.X.shape[1]
+        binary = masquerade is not None and masquerade.drop == "binary"
         self.masquerade_basis = self.state.long_term_array(
             "masquerade_basis",
             (lambda: binary_free_basis(data.X, data.columns)) if binary else None,
-            lambda k: None if not binary else (
-                f"masquerade's K was made for {k.shape[-1]} columns, this party's shard has {d_b}: restore the "
-                "shard's columns, or (for a new column set, whose sessions start anew) remove the file"
-            ) if k.ndim != 2 or k.shape[1] != d_b else basis_problem(data.X, k, data.columns),
-        )  # fmt: skip
+            lambda k: basis_problem(data.X, k, data.columns) if binary else None,
+        )
         # [policy] allowed_backends: a plain session sends this party's logits in the clear, so it joins one only
         # when its own operator says so, whatever the coordinator allows.
         self.backend_policy = BackendPolicy.of(f"{party_id}'s", allowed_backends)
