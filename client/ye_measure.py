@@ -128,6 +128,7 @@ def bank(epochs: int, experiments: set[str], seeds: int) -> list[dict[str, objec
     width = 7 + default_fabricated(n)  # rank d_B − 1 plus m = ⌈log₂ n⌉ bits: one width for every run
     out: list[dict[str, object]] = []
     federation, base_acc, base_seconds = train(data, dataset.n_classes, epochs=epochs, width=width)
+    seed0_acc = base_acc  # the undefended model of seed 0 (base_acc follows the seed in the loops below)
     z = embeddings(federation, data)
     if "bank" in experiments:
         out.append({"experiment": "bank_alg2", "n": n, "width": width, "test_accuracy": round(base_acc, 4),
@@ -166,7 +167,8 @@ def bank(epochs: int, experiments: set[str], seeds: int) -> list[dict[str, objec
     if "draws" in experiments:
         out.extend(secret_draws("bank", np.vstack([data.train[1], data.test[1]]), truth, 10))
     for seed in range(seeds) if "drop" in experiments else ():
-        out.extend(drop_rows(data, dataset.n_classes, truth, epochs=epochs, width=width, seed=seed))
+        out.extend(drop_rows(data, dataset.n_classes, truth, epochs=epochs, width=width, seed=seed,
+                             baseline=None if seed else seed0_acc))  # fmt: skip
     for seed in range(seeds) if "stack" in experiments else ():
         out.append(stacked_sessions(data, dataset.n_classes, truth, epochs=epochs, width=width, seed=seed))
     if "overhead" in experiments:  # training CPU time, runs interleaved so that load drifts hit all alike
@@ -209,16 +211,17 @@ def ls_ceiling(masquerade: Masquerade, x: np.ndarray, truth: np.ndarray) -> floa
 
 def drop_rows(
     data: sn.SplitData, n_classes: int, truth: np.ndarray, *, epochs: int, width: int, seed: int, label: str = "bank",
-    attack_rows: int = 2000,
+    attack_rows: int = 2000, baseline: float | None = None,
 ) -> list[dict[str, object]]:
     """Issue 12: masquerade's drop=random (ye's) and drop=binary under one fresh party secret, m = 1 and ⌈log₂ n⌉:
     the least-squares ceiling of the binary column from the span (:func:`ls_ceiling`), then per drop a trained model
     (K from the passive block of every row, the party's whole shard) and Algorithm 2, the adaptive attack and the
     peeling attack on its z_B — on ``attack_rows`` seeded rows (the live attack records 1,000 queries; ye_peel's
-    first round is sampled at m = ⌈log₂ n⌉)."""
+    first round is sampled at m = ⌈log₂ n⌉). ``baseline``: the undefended model's accuracy at this seed and width,
+    when the caller trained it already."""
     x = np.vstack([data.train[1], data.test[1]])  # as the bottom receives it
     kept, secret, out = binary_free_basis(x), new_key(), []
-    _, base_acc, _ = train(data, n_classes, epochs=epochs, width=width, seed=seed)
+    base_acc = baseline if baseline is not None else train(data, n_classes, epochs=epochs, width=width, seed=seed)[1]
     rows = np.sort(np.random.default_rng(seed).choice(len(x), size=min(attack_rows, len(x)), replace=False))
     for m in (1, default_fabricated(len(x))):
         ceilings = {
