@@ -127,7 +127,9 @@ ParamRelease = Annotated[
     list[str] | None,
     typer.Option(
         "--param-release",
-        help="Parameter-release step STEP[:key=value,...]; repeatable, in order.",
+        help="Parameter-release step STEP[:key=value,...]; repeatable, in order. Trees keep the passive thresholds "
+        "with their owners unless given `thresholds` (luo's PRA / GRN-RF setting: `attack --model tree --attacks pra "
+        "--param-release thresholds`).",
         show_default="none",
     ),
 ]

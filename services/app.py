@@ -10,7 +10,7 @@ import grpc
 import numpy as np
 
 from vflsec.services import plugins, registry
-from vflsec.services.config import ServiceConfig
+from vflsec.services.config import ServiceConfig, StatisticsPolicy
 from vflsec.services.crypto import he
 from vflsec.services.data import datasets
 from vflsec.services.defenses.release import (
@@ -178,6 +178,7 @@ def start_party(config: ServiceConfig) -> Party:
             allowed_backends=config.allowed_backends,
             key_rotation_steps=config.key_rotation_steps or None,
             max_rows=config.psi_max_ids,
+            statistics=StatisticsPolicy(config.min_training_rows, config.min_node_rows),
         )
 
         def add_coordinator(s: grpc.Server) -> None:
@@ -214,6 +215,7 @@ def start_party(config: ServiceConfig) -> Party:
             psi_owner_budget=config.psi_owner_budget,
             allowed_backends=config.allowed_backends,
             embedding_release=config.embedding_release,
+            min_training_rows=config.min_training_rows,
         )
 
         def add_passive(s: grpc.Server) -> None:

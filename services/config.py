@@ -15,10 +15,38 @@ from vflsec.services.crypto.psi import MAX_IDS as PSI_MAX_IDS
 from vflsec.services.crypto.psi import MAX_RATIO as PSI_MAX_RATIO
 from vflsec.services.crypto.psi import RATIO_FLOOR as PSI_RATIO_FLOOR
 
+# Default query budget (scored samples per owner, over all its sessions): finite, and far above what a demo,
+# `vflsec attack` or an experiment scores (the largest, bench he's inference on 30,000 rows, scores 30,000 per run).
+QUERY_BUDGET = 10_000_000
+
 # Default per-owner PSI budget: ten exchanges of the largest size, far above any demo, test or bench run.
 PSI_OWNER_BUDGET = 10 * PSI_MAX_IDS
 
 ROLES = ("coordinator", "active", "passive")
+
+# Rule 3 (docs/protocol.md, "Statistics come from enough rows"): defaults every shipped dataset meets (wine's 142
+# training rows; a 4-row leaf moves depth-5 trees by < 1 pp on wine and digits, docs/trees.md).
+MIN_TRAINING_ROWS = 32
+MIN_NODE_ROWS = 4
+
+
+@dataclass(frozen=True)
+class StatisticsPolicy:
+    """``[policy] min_training_rows`` / ``min_node_rows``: the rows a disclosed statistic is computed over, at least.
+
+    A party fits what it discloses (a tree's bins) on at least ``min_training_rows`` rows of its own shard and a
+    session trains on at least that many; no node of fewer than ``min_node_rows`` (weighted) rows is split off, so
+    no count or threshold anyone sees comes from fewer rows."""
+
+    min_training_rows: int = MIN_TRAINING_ROWS
+    min_node_rows: int = MIN_NODE_ROWS
+
+    def __post_init__(self) -> None:
+        if self.min_training_rows < 2 or self.min_node_rows < 1:
+            raise ValueError(
+                f"[policy] min_training_rows must be >= 2 and min_node_rows >= 1, got {self.min_training_rows} "
+                f"and {self.min_node_rows}"
+            )
 
 
 class ConfigError(ValueError):
@@ -64,10 +92,14 @@ class ServiceConfig:
     state_dir: Path | None = None  # session checkpoints; None keeps sessions in memory only
     retry_seconds: float = 60.0  # how long calls to a peer are retried while it is UNAVAILABLE
     call_timeout: float = 600.0  # deadline of one call to a peer
-    # Coordinator query policy: scored samples per session (0 = unlimited), training-ID refusal, rows/request.
-    query_budget: int = 0
+    # Coordinator query policy: scored samples per owner (0 = unlimited, only when set so), training-ID refusal,
+    # rows/request.
+    query_budget: int = QUERY_BUDGET
     refuse_training_ids: bool = False
     max_query_rows: int = 100_000
+    # Coordinator and passive parties: rows a disclosed statistic is computed over, at least ([policy]; rule 3).
+    min_training_rows: int = MIN_TRAINING_ROWS
+    min_node_rows: int = MIN_NODE_ROWS
     psi_max_ids: int = PSI_MAX_IDS  # IDs one PSI exchange may carry (the other side's list, and our own)
     psi_max_ratio: float = PSI_MAX_RATIO  # the other side's list may hold up to this many times our own IDs
     psi_ratio_floor: int = PSI_RATIO_FLOOR  # ... or up to this many IDs, whatever our own size
@@ -173,6 +205,15 @@ def parse_config(raw: dict[str, Any], *, base: Path, role: str | None = None, so
         raise ConfigError(
             f"{source}: [policy] allowed_backends is a list of 'ckks' and 'plain', got {allowed_backends!r}"
         )
+    query_budget = int(policy.get("query_budget", QUERY_BUDGET))
+    if query_budget < 0:
+        raise ConfigError(f"{source}: [policy] query_budget must be >= 0 (0: unlimited), got {query_budget}")
+    try:
+        statistics = StatisticsPolicy(
+            int(policy.get("min_training_rows", MIN_TRAINING_ROWS)), int(policy.get("min_node_rows", MIN_NODE_ROWS))
+        )
+    except ValueError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
     return ServiceConfig(
         role=cfg_role,
         party_id=need(raw, "party_id", "the file"),
@@ -190,7 +231,9 @@ def parse_config(raw: dict[str, Any], *, base: Path, role: str | None = None, so
         state_dir=resolve(state["dir"]) if "dir" in state else None,
         retry_seconds=float(limits.get("retry_seconds", 60.0)),
         call_timeout=float(limits.get("call_timeout", 600.0)),
-        query_budget=int(policy.get("query_budget", 0)),
+        query_budget=query_budget,
+        min_training_rows=statistics.min_training_rows,
+        min_node_rows=statistics.min_node_rows,
         refuse_training_ids=bool(policy.get("refuse_training_ids", False)),
         max_query_rows=int(policy.get("max_query_rows", 100_000)),
         psi_max_ids=psi_max_ids,

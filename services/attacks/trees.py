@@ -219,8 +219,9 @@ def _released_trees(obs: Observations, name: str) -> tuple[ReleasedTree, ...]:
         raise NotApplicable(f"{name} needs a released tree model")
     if any(t.withholds_passive for t in trees):
         raise NotApplicable(
-            f"{name}: the passive parties' thresholds were withheld by the parameter-release chain; without them "
-            "no passive branching can be evaluated, so no path constrains a passive feature"
+            f"{name}: the passive parties' thresholds were withheld (a tree's default; luo's setting releases them "
+            "with --param-release thresholds); without them no passive branching can be evaluated, so no path "
+            "constrains a passive feature"
         )
     return trees
 

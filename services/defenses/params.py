@@ -17,6 +17,7 @@ result against the true block it holds with :meth:`Distortion.check`.
   SciPy trust-constr for k > 2; iv (k = 2, d > 1, opt-in) any W_n against Half* (52). Remarks 10 and 13's secrecy
   options: a secret ε′ ~ U[0, ε] and hiding whether the scheme was applied at all.
 * ``withhold`` — the block is not disclosed (black box for that party).
+* ``thresholds`` — trees only: the passive thresholds are disclosed (luo's setting); without it they stay home.
 
 The risk forecast (:func:`forecast`; rassouli Theorem 2 and Remark 3, varasteh eqs. 13, 21, 38, 45, 47, 51) is the
 closed-form MSE of the unclipped LS and Half* attacks on exact scores, computed from the passive party's data
@@ -301,6 +302,25 @@ class Withhold(Distortion):
     ) -> Distorted:
         _check_block(w_passive, stats)
         return Distorted(None, public={"step": self.name}, private={"withheld": True})
+
+
+@PARAM_STEPS.register("thresholds")
+class Thresholds(Distortion):
+    """Trees: disclose every passive party's split thresholds and bins (luo's PRA / GRN-RF setting). A tree keeps
+    them with their owners by default (docs/trees.md); this step is the one explicit option that releases them,
+    so that the attacks of that setting can be measured. Each passive party discloses its own
+    (services/models/tree/trainers.py ``_thresholds``)."""
+
+    families = frozenset({"tree", "forest"})
+
+    @property
+    def needs_stats(self) -> bool:
+        return False
+
+    def distort(
+        self, w_passive: np.ndarray, stats: DataStats | None, n_classes: int, rng: np.random.Generator
+    ) -> Distorted:
+        return Distorted(w_passive, public={"step": self.name})
 
 
 def _haar_orthonormal(d: int, rng: np.random.Generator) -> np.ndarray:

@@ -632,8 +632,9 @@ class ActiveParty:
         scores, changed, chain = [], 0, []
         for start in range(0, len(index), chunk):
             part = index[start : start + chunk]
+            bound = families.share_mask_bound(s.family, keys.default_mask_bound)
             masks = sum(
-                share_mask.share_mask(key, keys.default_mask_bound, session_id, s.step, query_id, part, width)
+                share_mask.share_mask(key, bound, session_id, s.step, query_id, part, width)
                 for key in s.share_mask_keys.values()
             )
             share = s.trainer.inference_share(self.data.X[s.rows[part]]) - masks

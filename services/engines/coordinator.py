@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from vflsec.services import common
+from vflsec.services.config import QUERY_BUDGET, StatisticsPolicy
 from vflsec.services.crypto import entropy, he, psi
 from vflsec.services.defenses.params import Distorted
 from vflsec.services.defenses.release import (
@@ -61,7 +62,7 @@ MAX_PENDING_CHUNKS = 4
 class QueryPolicy:
     """Limits on what the active party may have scored, enforced at the single release point."""
 
-    budget: int = 0  # scored samples per owner, over all its sessions and coordinator restarts; 0 = unlimited
+    budget: int = QUERY_BUDGET  # scored samples per owner, over all its sessions and restarts; 0 = unlimited
     refuse_training_ids: bool = False  # refuse scores for samples that were used in training
     max_rows: int = 100_000  # rows per query
 
@@ -308,8 +309,10 @@ class Coordinator:
         allowed_backends: Sequence[str] = ("ckks",),
         key_rotation_steps: int | None = None,
         max_rows: int = psi.MAX_IDS,
+        statistics: StatisticsPolicy | None = None,
     ) -> None:
         self.score_chain = score_chain
+        self.statistics = statistics or StatisticsPolicy()  # [policy] min_training_rows, min_node_rows (rule 3)
         # A bound on the aligned rows ([limits] psi_max_ids: no party aligns more IDs than one PSI exchange carries),
         # so a row index from a peer cannot make the sessions' row bitmaps grow without bound.
         self.max_rows = max_rows
@@ -695,6 +698,8 @@ class Coordinator:
             check_rows=lambda rows: checked_rows(rows, self.max_rows, "sample_index"),
             trained=lambda rows: s.trained_index.update(rows, limit=self.max_rows),
             train=lambda *args: self._train(session_id, s, *args),
+            min_training_rows=self.statistics.min_training_rows,
+            min_node_rows=self.statistics.min_node_rows,
         )
         with s.lock:
             try:
@@ -840,17 +845,20 @@ class Coordinator:
             if not query.remaining:
                 del s.queries[query_id]
         keys = s.inference_keys()
-        total = own_logits
-        for party in s.passive_parties:
-            try:
-                total = he.add_matrices(keys, total, shares[party])
-            except ValueError as exc:
-                raise InvalidArgument(f"own logits do not match {party}'s share: {exc}") from exc
-        z = self._logits(s, total, keys)  # decrypted outside the lock: other queries go on meanwhile
-        # Each share carries a mask uniform in ±B that only the owner's share cancels (services/crypto/share_mask.py):
-        # a sum this far out means the owner's share left some mask in, and its scores would be noise.
-        if keys.default_mask_bound and np.abs(z).max() > keys.default_mask_bound / 2:
-            raise InvalidArgument("own logits do not cancel the passive parties' share masks for these rows")
+        if getattr(s.model, "selects_share_columns", False):
+            z = self._selected(s, keys, [own_logits, *(shares[party] for party in s.passive_parties)])
+        else:
+            total = own_logits
+            for party in s.passive_parties:
+                try:
+                    total = he.add_matrices(keys, total, shares[party])
+                except ValueError as exc:
+                    raise InvalidArgument(f"own logits do not match {party}'s share: {exc}") from exc
+            z = self._logits(s, total, keys)  # decrypted outside the lock: other queries go on meanwhile
+            # Each share carries a mask uniform in ±B that only the owner's share cancels (share_mask.py): a sum
+            # this far out means the owner's share left some mask in, and its scores would be noise.
+            if keys.default_mask_bound and np.abs(z).max() > keys.default_mask_bound / 2:
+                raise InvalidArgument("own logits do not cancel the passive parties' share masks for these rows")
         raw = s.trainer.scores(z)
         with s.lock:
             released = self.score_chain(raw, z, s.release)  # the release RNG and cache are per session
@@ -858,6 +866,17 @@ class Coordinator:
             self._save(session_id, s)
         changed = int(np.count_nonzero(released.argmax(axis=1) != raw.argmax(axis=1)))
         return ReleasedScores(released, self.score_chain.describe(), changed)
+
+    def _selected(self, s: CoordinatorSession, keys: he.Backend, shares: Sequence[he.EncryptedMatrix]) -> np.ndarray:
+        """A family that selects share columns (a tree): each party's share (by position, the owner's first)
+        decrypted apart, each column taken from its owner's share alone and every other party's value in it never
+        used, so that what a share says (or a refusal of it) depends on its own party's values only."""
+        owners = np.asarray(s.trainer.column_owners())  # type: ignore[attr-defined]  # selects_share_columns
+        z = np.zeros((shares[0].shape[0], owners.size))
+        for position, share in enumerate(shares):
+            own = owners == position
+            z[:, own] = self._logits(s, share, keys)[:, own]
+        return z
 
     def _peer(self, party: str) -> PassivePeer:
         try:

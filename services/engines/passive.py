@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 
 from vflsec.services.common import ACTIVE, COORDINATOR, PASSIVE, require_distinct_rows
+from vflsec.services.config import MIN_TRAINING_ROWS
 from vflsec.services.crypto import entropy, he, psi, share_mask
 from vflsec.services.data.datasets import PartyData
 from vflsec.services.defenses import params as param_defenses
@@ -171,8 +172,10 @@ class PassiveParty:
         psi_owner_budget: int | None = None,
         allowed_backends: Sequence[str] = ("ckks",),
         embedding_release: Sequence[str] = (),
+        min_training_rows: int = MIN_TRAINING_ROWS,
     ) -> None:
         self.party_id = party_id
+        self.min_training_rows = min_training_rows  # [policy]: what this party discloses covers at least these rows
         # [defenses] embedding: this party's own defenses of its output sent in the clear (split-NN active-top);
         # parsed here, so that a bad spec stops the service at start. Each session draws its own noise keys.
         self.embedding_release = EmbeddingChain.from_specs(embedding_release)
@@ -523,9 +526,8 @@ class PassiveParty:
         with s.lock:
             z = s.trainer.inference_share(x)
             step = s.completed_step
-        mask = share_mask.share_mask(
-            s.share_mask_key, s.inference.default_mask_bound, session_id, step, query_id, sample_index, z.shape[1]
-        )
+        bound = families.share_mask_bound(s.family, s.inference.default_mask_bound)
+        mask = share_mask.share_mask(s.share_mask_key, bound, session_id, step, query_id, sample_index, z.shape[1])
         self.coordinator.submit_share(
             s.inference, session_id, query_id, sample_index, he.encrypt_matrix(s.inference, z + mask)
         )
@@ -600,6 +602,8 @@ class PassiveParty:
             completed=completed,
             output_in_the_clear=lambda at, rows, epoch: self._output_in_the_clear(session_id, s, at, rows, epoch),
             defer=deferred.append,
+            aligned_rows=0 if s.rows is None else len(s.rows),
+            min_training_rows=self.min_training_rows,
         )
         with s.lock:
             try:

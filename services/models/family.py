@@ -154,6 +154,8 @@ class PassiveContext:
     # the answer budget
     output_in_the_clear: Callable[[int, np.ndarray, int], np.ndarray] = _unavailable
     defer: Callable[[Callable[[], Any]], None] = _unavailable  # run after the lock is released and the checkpoint
+    aligned_rows: int = 0  # this party's aligned rows (common indices 0..aligned_rows-1; 0 before PSI)
+    min_training_rows: int = 2  # [policy] min_training_rows: a statistic this party discloses covers at least these
 
 
 # The answer a key holder's training step gives (split-NN: ∂L/∂h and the batch loss), kept for a replay.
@@ -175,6 +177,8 @@ class KeyHolderContext:
     train: Callable[
         [int, np.ndarray, Mapping[str, int], he.MatrixLayout, Callable[[he.Backend], StepAnswer]], StepAnswer
     ]
+    min_training_rows: int = 2  # [policy] min_training_rows: a session trains on at least these rows
+    min_node_rows: int = 1  # [policy] min_node_rows: no node of fewer (weighted) rows is split off
 
 
 @dataclass(frozen=True)
@@ -279,6 +283,11 @@ class ModelFamily(Protocol):
     # (LR); a family that releases no passive parameters keeps them with their owners.
     releases_passive_blocks: bool
 
+    # Optional ``selects_share_columns`` (default False): the key holder decrypts every party's inference share
+    # apart and takes each column from the party its trainer's ``column_owners()`` names (a tree: a split node's
+    # bit from its owner only, so no party's share can move, or have refused, another party's answer); the
+    # shares then carry no zero-sum masks (:func:`share_mask_bound`).
+
     # The family's own messages: hosting role ("coordinator", "passive") -> step name -> its declaration.
     steps: Mapping[str, Mapping[str, FamilyStep]]
 
@@ -325,6 +334,13 @@ class DictForm:
         if unknown:
             raise ValueError(f"{cls.__name__}: unknown field(s) {', '.join(sorted(unknown))}")
         return cls(**data)  # sequences come back as lists; __post_init__ makes them tuples again
+
+
+def share_mask_bound(family_name: str, bound: float) -> float:
+    """The zero-sum share masks' bound for a family's inference shares: 0 (no masks) for a family whose key holder
+    takes each share column from its owner's share alone (``ModelFamily.selects_share_columns``: a tree's node
+    bits), where masks would not cancel and the owner's column is what the key holder learns anyway."""
+    return 0.0 if getattr(get(family_name), "selects_share_columns", False) else bound
 
 
 def positive_int(value: object) -> bool:

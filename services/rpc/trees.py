@@ -108,6 +108,11 @@ class TreePassiveServicer(tree_pb2_grpc.TreePassiveServicer):
         return tree_pb2.BinSizes(sizes=sizes)
 
     @rpc
+    def Shard(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
+        sizes, aligned, training = self._call(request.session_id, "shard")
+        return tree_pb2.ShardInfo(bins=tree_pb2.BinSizes(sizes=sizes), aligned_rows=aligned, training_rows=training)
+
+    @rpc
     def NodeCounts(self, request: tree_pb2.NodeIndicators, context: grpc.ServicerContext):
         caller, node = current_caller().party_id, task_of(request.task)
         s = self.party.owned(request.session_id, caller)
@@ -141,6 +146,7 @@ COORDINATOR_STEPS = {
 }
 PASSIVE_STEPS = {
     "Begin": "begin",
+    "Shard": "shard",
     "NodeCounts": "node_counts",
     "ApplySplit": "apply_split",
     "DiscloseThresholds": "thresholds",
@@ -151,6 +157,7 @@ COORDINATOR_POLICY: dict[str, frozenset[str]] = {
 }
 PASSIVE_POLICY: dict[str, frozenset[str]] = {
     "Begin": frozenset({ACTIVE}),
+    "Shard": frozenset({COORDINATOR}),
     "NodeCounts": frozenset({ACTIVE}),
     "ApplySplit": frozenset({COORDINATOR}),
     "DiscloseThresholds": frozenset({COORDINATOR}),

@@ -137,6 +137,11 @@ class TreePassiveClient:
         request = tree_pb2.TreeRows(session_id=session_id, sample_index=np.asarray(sample_index).tolist())
         return list(call(self.peer, self.stub.Begin, request, self.policy).sizes)
 
+    def shard(self, session_id: str) -> tuple[list[int], int, int]:
+        """The party's own bins per feature, aligned rows and training rows."""
+        reply = call(self.peer, self.stub.Shard, common_pb2.SessionRef(session_id=session_id), self.policy)
+        return list(reply.bins.sizes), reply.aligned_rows, reply.training_rows
+
     def node_counts(self, session_id: str, node: Mapping[str, Any], indicators: he.WireMatrix) -> None:
         request = tree_pb2.NodeIndicators(
             session_id=session_id, task=task_message(node), indicators=wire.message_of(indicators)

@@ -1,6 +1,7 @@
 """`vflsec attack --model tree|forest` through the real services (parties in-process, mTLS, CKKS): the curious
 active party's recordings of a released tree feed luo's PRA, scored by MSE and luo's correct branching rate next
-to the random-path baseline; with `withhold` the passive thresholds never arrive and the attacks say why."""
+to the random-path baseline when the run asks for luo's setting (`--param-release thresholds`); by default (as under
+`withhold`) the passive thresholds never arrive and the attacks say why."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def attack(monkeypatch, *args: str) -> dict:
 
 
 def test_pra_on_a_released_tree_beats_the_random_path(monkeypatch) -> None:
-    report = attack(monkeypatch, "--model", "tree", "--predictions", "100")
+    report = attack(monkeypatch, "--model", "tree", "--predictions", "100", "--param-release", "thresholds")
     assert report["model"] == "tree" and report["backend"] == "ckks" and report["n_samples"] == 100
     pra = report["attacks"]["pra"]
     assert 0 <= report["cbr_random_path"] <= 1 and 0 <= pra["cbr"] <= 1
@@ -30,6 +31,6 @@ def test_pra_on_a_released_tree_beats_the_random_path(monkeypatch) -> None:
 
 
 def test_withheld_thresholds_leave_pra_nothing_to_restrict(monkeypatch) -> None:
-    report = attack(monkeypatch, "--model", "tree", "--predictions", "40", "--param-release", "withhold")
+    report = attack(monkeypatch, "--model", "tree", "--predictions", "40")  # the default chain: thresholds stay home
     assert "thresholds were withheld" in report["attacks"]["pra"]["not_applicable"]
     assert "cbr_random_path" not in report

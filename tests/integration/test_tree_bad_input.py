@@ -60,14 +60,30 @@ def test_tree_rpcs_refuse_bad_input_and_keep_serving(fed) -> None:
         bins = [tree_pb2.BinSizes(sizes=s) for s in sizes]
         return tree_pb2.TreeBegin(session_id=session, sample_index=index, bins=bins)
 
-    sizes = [[2] * d_active, [2] * d_passive]
+    public = he.open_public("plain", fed.parties["passive-1"].engine.session(sid).public_context)
+
+    def indicators(task):
+        matrix = wire.to_message(public, he.encrypt_matrix(public, np.ones((len(task.rows), 3))))
+        return tree_pb2.NodeIndicators(session_id=sid, task=task, indicators=matrix)
+
+    early = tree_pb2.NodeTask(rows=[0, 1], weights=[1, 1], features=[tree_pb2.PartyFeatures(party=1, features=[0])])
+    assert _refusal(passive.NodeCounts, indicators(early)) == (CODE.FAILED_PRECONDITION, "bins are not fitted")
+
+    rows = list(range(40))  # >= [policy] min_training_rows (32)
+    sizes = [[2] * d_active]  # the active party's own; the passive party's come from itself
     assert _code(coordinator.NextNode, ref) == CODE.FAILED_PRECONDITION  # growing has not begun
+    assert _code(coordinator.Begin, begin(rows, sizes)) == CODE.FAILED_PRECONDITION  # passive-1 has not begun
+    assert _code(passive.Begin, tree_pb2.TreeRows(session_id=sid, sample_index=rows[:20])) == CODE.INVALID_ARGUMENT
+    sizes_p = list(passive.Begin(tree_pb2.TreeRows(session_id=sid, sample_index=rows)).sizes)
     assert _code(coordinator.Begin, begin([], sizes)) == CODE.INVALID_ARGUMENT
     assert _code(coordinator.Begin, begin([1, 1, 2], sizes)) == CODE.INVALID_ARGUMENT
-    assert _code(coordinator.Begin, begin(list(range(20)), sizes[:1])) == CODE.INVALID_ARGUMENT
-    assert _code(coordinator.Begin, begin(list(range(20)), sizes, session=lr)) == CODE.FAILED_PRECONDITION
-    assert _code(coordinator.Begin, begin(list(range(20)), sizes)) == CODE.OK
-    assert _code(coordinator.Begin, begin(list(range(20)), sizes)) == CODE.FAILED_PRECONDITION  # once per session
+    assert _code(coordinator.Begin, begin(rows, [])) == CODE.INVALID_ARGUMENT
+    assert _code(coordinator.Begin, begin(rows[:20], sizes)) == CODE.INVALID_ARGUMENT  # below min_training_rows
+    assert _code(coordinator.Begin, begin(rows, sizes, session=lr)) == CODE.FAILED_PRECONDITION
+    assert _code(coordinator.Begin, begin(rows, [*sizes, [2**31 - 1] * d_passive])) == CODE.FAILED_PRECONDITION
+    assert _code(coordinator.Begin, begin(rows, [[65] * d_active])) == CODE.INVALID_ARGUMENT  # above n_bins
+    assert _code(coordinator.Begin, begin(rows, [*sizes, sizes_p])) == CODE.OK
+    assert _code(coordinator.Begin, begin(rows, sizes)) == CODE.FAILED_PRECONDITION  # once per session
 
     root = coordinator.NextNode(ref)
     key = tree_pb2.NodeKey(tree=root.tree, node_id=root.node_id)
@@ -77,10 +93,11 @@ def test_tree_rpcs_refuse_bad_input_and_keep_serving(fed) -> None:
         return tree_pb2.NodeTotals(session_id=sid, node=node, totals=to_tensor(np.asarray(values, float)))
 
     assert _code(coordinator.Decide, tree_pb2.NodeDecide(session_id=sid, node=key)) == CODE.FAILED_PRECONDITION
-    assert _code(coordinator.OpenNode, totals([10, 10, 0], other)) == CODE.FAILED_PRECONDITION
-    assert _code(coordinator.OpenNode, totals([10, 10])) == CODE.INVALID_ARGUMENT
-    assert _code(coordinator.OpenNode, totals([10, 9, 0])) == CODE.INVALID_ARGUMENT  # 20 rows of weight 1
-    assert coordinator.OpenNode(totals([10, 10, 0])).search
+    assert _code(coordinator.OpenNode, totals([20, 20, 0], other)) == CODE.FAILED_PRECONDITION
+    assert _code(coordinator.OpenNode, totals([20, 20])) == CODE.INVALID_ARGUMENT
+    assert _code(coordinator.OpenNode, totals([20, 19, 0])) == CODE.INVALID_ARGUMENT  # 40 rows of weight 1
+    assert _code(coordinator.OpenNode, totals([50, -10, 0])) == CODE.INVALID_ARGUMENT  # negative counts
+    assert coordinator.OpenNode(totals([20, 20, 0])).search
 
     def submit(products, mask_rows):
         mask_sums = to_tensor(np.zeros((mask_rows, 3)))
@@ -89,7 +106,7 @@ def test_tree_rpcs_refuse_bad_input_and_keep_serving(fed) -> None:
 
     # The coordinator's own layout of the node's indicators fixes how many products it takes.
     keys = fed.parties["coordinator"].engine.session(sid).epochs[0]
-    width = 2 * d_passive
+    width = sum(sizes_p)
     layout = trainers.indicator_layout(Task.from_json(task_of(root)), 3, width, keys.slots)
     blocks = -(-width // layout.replicas)
 
@@ -114,18 +131,10 @@ def test_tree_rpcs_refuse_bad_input_and_keep_serving(fed) -> None:
     assert submit([b"garbage"] * blocks * layout.n_chunks, blocks * layout.replicas) == CODE.FAILED_PRECONDITION
     no_counts = tree_pb2.NodeDecide(session_id=sid, node=key, counts=to_tensor(np.zeros((3, 2 * d_active))))
     assert _code(coordinator.Decide, no_counts) == CODE.FAILED_PRECONDITION
-    bits = tree_pb2.NodePartition(session_id=sid, node=key, goes_left=to_tensor(np.ones(20, np.int64)))
+    bits = tree_pb2.NodePartition(session_id=sid, node=key, goes_left=to_tensor(np.ones(40, np.int64)))
     assert _code(coordinator.Partition, bits) == CODE.FAILED_PRECONDITION  # no split of the active party is due
 
-    public = he.open_public("plain", fed.parties["passive-1"].engine.session(sid).public_context)
-
-    def indicators(task):
-        matrix = wire.to_message(public, he.encrypt_matrix(public, np.ones((len(task.rows), 3))))
-        return tree_pb2.NodeIndicators(session_id=sid, task=task, indicators=matrix)
-
-    assert _refusal(passive.NodeCounts, indicators(root)) == (CODE.FAILED_PRECONDITION, "bins are not fitted")
-    assert passive.Begin(tree_pb2.TreeRows(session_id=sid, sample_index=list(range(20)))).sizes
-    for rows in ([0, 25], [-1, 3], [2, 2]):
+    for rows in ([0, 45], [-1, 3], [2, 2]):
         bad = tree_pb2.NodeTask()
         bad.CopyFrom(root)
         del bad.rows[:], bad.weights[:]

@@ -7,8 +7,8 @@ the active party and two passive parties.
   forest's parity with scikit-learn at 100 trees is tests/unit/test_tree_parity.py's.
 * Transcript: every value the coordinator decrypts is a per-bin class count of a node (an aggregate over the
   node's rows), and nothing the active party receives while growing carries a passive feature value.
-* Release: with an empty parameter-release chain the active party gets the passive thresholds (luo's PRA setting);
-  ``withhold`` keeps them, and their bins, with their owners.
+* Release: with the explicit ``thresholds`` parameter-release step the active party gets the passive thresholds
+  (luo's PRA setting); by default, as under ``withhold``, they stay, and their bins, with their owners.
 """
 
 from __future__ import annotations
@@ -126,7 +126,8 @@ def _assert_released(model, local: LocalFederation, *, withheld: bool) -> None:
 
 def test_decision_tree_trains_and_predicts_as_in_process_and_shows_only_aggregates(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(tree_links, "PART_BYTES", 1)  # every product its own SubmitCounts part: the same tree
-    with federation(tmp_path / "fed", dataset="wine", n_passive=2) as fed:
+    with federation(tmp_path / "fed", dataset="wine", n_passive=2, model="tree", epochs=1,
+                    param_release=["thresholds"]) as fed:  # fmt: skip
         received = _record_active(fed, monkeypatch)
         opened = _record_opened(monkeypatch)
         sid, _, test_ids, data = _session(fed, "tree", {"max_depth": 5})

@@ -20,6 +20,7 @@ from vflsec.services.models.tree import (
     accuracy,
     central_votes,
     fit_bins,
+    reference,
 )
 
 
@@ -50,7 +51,7 @@ def assert_gini_optimal(config, data, fed, searched, X, offsets):
     assert searched
     for task, split in searched:
         columns = [offsets[p] + f for p in sorted(task.features) for f in task.features[p]]
-        stump = DecisionTreeClassifier(max_depth=1, min_samples_leaf=config.min_samples_leaf).fit(
+        stump = reference.stump(config, task.weights).fit(
             X[np.ix_(task.rows, columns)], data.y_train[task.rows], sample_weight=task.weights
         )
         t = stump.tree_

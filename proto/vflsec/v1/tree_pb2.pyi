@@ -17,6 +17,16 @@ class TreeBegin(_message.Message):
     bins: _containers.RepeatedCompositeFieldContainer[BinSizes]
     def __init__(self, session_id: _Optional[str] = ..., sample_index: _Optional[_Iterable[int]] = ..., bins: _Optional[_Iterable[_Union[BinSizes, _Mapping]]] = ...) -> None: ...
 
+class ShardInfo(_message.Message):
+    __slots__ = ("bins", "aligned_rows", "training_rows")
+    BINS_FIELD_NUMBER: _ClassVar[int]
+    ALIGNED_ROWS_FIELD_NUMBER: _ClassVar[int]
+    TRAINING_ROWS_FIELD_NUMBER: _ClassVar[int]
+    bins: BinSizes
+    aligned_rows: int
+    training_rows: int
+    def __init__(self, bins: _Optional[_Union[BinSizes, _Mapping]] = ..., aligned_rows: _Optional[int] = ..., training_rows: _Optional[int] = ...) -> None: ...
+
 class TreeRows(_message.Message):
     __slots__ = ("session_id", "sample_index")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]

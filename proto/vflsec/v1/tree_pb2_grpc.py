@@ -77,8 +77,9 @@ class TreeCoordinatorServicer:
     """
 
     def Begin(self, request, context):
-        """Owner: start growing on the training rows (common indices; node rows are positions in this list), with every
-        party's bins per feature (active first; public: they size the per-bin aggregates).
+        """Owner: start growing on the training rows (common indices; node rows are positions in this list), with its own
+        bins per feature. The coordinator takes each passive party's bins and aligned row count from that party itself
+        (TreePassive.Shard): the rows must be aligned ones, at least [policy] min_training_rows of them.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -346,6 +347,11 @@ class TreePassiveStub:
                 request_serializer=vflsec_dot_v1_dot_tree__pb2.TreeRows.SerializeToString,
                 response_deserializer=vflsec_dot_v1_dot_tree__pb2.BinSizes.FromString,
                 _registered_method=True)
+        self.Shard = channel.unary_unary(
+                '/vflsec.v1.TreePassive/Shard',
+                request_serializer=vflsec_dot_v1_dot_common__pb2.SessionRef.SerializeToString,
+                response_deserializer=vflsec_dot_v1_dot_tree__pb2.ShardInfo.FromString,
+                _registered_method=True)
         self.NodeCounts = channel.unary_unary(
                 '/vflsec.v1.TreePassive/NodeCounts',
                 request_serializer=vflsec_dot_v1_dot_tree__pb2.NodeIndicators.SerializeToString,
@@ -368,7 +374,15 @@ class TreePassiveServicer:
     """
 
     def Begin(self, request, context):
-        """Owner: fit this party's quantile bins on the training rows (common indices); reply: bins per feature.
+        """Owner: fit this party's quantile bins on all its aligned rows (never on rows another party names) and keep the
+        training rows (common indices); reply: bins per feature.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Shard(self, request, context):
+        """Coordinator: this party's own word on its bins per feature, aligned rows and training rows (after Begin).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -390,8 +404,8 @@ class TreePassiveServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DiscloseThresholds(self, request, context):
-        """Coordinator, at ReleaseModel: this party's split thresholds through the parameter-release steps (`withhold`
-        keeps them here).
+        """Coordinator, at ReleaseModel: this party's split thresholds through the parameter-release steps: kept here
+        unless the chain has the explicit `thresholds` step (luo's PRA / GRN-RF setting).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -404,6 +418,11 @@ def add_TreePassiveServicer_to_server(servicer, server):
                     servicer.Begin,
                     request_deserializer=vflsec_dot_v1_dot_tree__pb2.TreeRows.FromString,
                     response_serializer=vflsec_dot_v1_dot_tree__pb2.BinSizes.SerializeToString,
+            ),
+            'Shard': grpc.unary_unary_rpc_method_handler(
+                    servicer.Shard,
+                    request_deserializer=vflsec_dot_v1_dot_common__pb2.SessionRef.FromString,
+                    response_serializer=vflsec_dot_v1_dot_tree__pb2.ShardInfo.SerializeToString,
             ),
             'NodeCounts': grpc.unary_unary_rpc_method_handler(
                     servicer.NodeCounts,
@@ -449,6 +468,33 @@ class TreePassive:
             '/vflsec.v1.TreePassive/Begin',
             vflsec_dot_v1_dot_tree__pb2.TreeRows.SerializeToString,
             vflsec_dot_v1_dot_tree__pb2.BinSizes.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Shard(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/vflsec.v1.TreePassive/Shard',
+            vflsec_dot_v1_dot_common__pb2.SessionRef.SerializeToString,
+            vflsec_dot_v1_dot_tree__pb2.ShardInfo.FromString,
             options,
             channel_credentials,
             insecure,

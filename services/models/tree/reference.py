@@ -53,8 +53,12 @@ class TreeData:
 
 
 def fit_bins(config: TreeConfig, data: TreeData) -> list[QuantileBins]:
-    """Each party's bins on its own training rows."""
-    return [QuantileBins.fit(x, config.n_bins) for x in data.train]
+    """Each party's bins as the services fit them: the active party's on its training rows, a passive party's on
+    its whole aligned shard (here its training and test rows), never on rows another party names."""
+    return [
+        QuantileBins.fit(x if p == 0 else np.vstack([x, data.test[p]]), config.n_bins)
+        for p, x in enumerate(data.train)
+    ]
 
 
 def central_votes(config: TreeConfig, data: TreeData) -> np.ndarray:
@@ -103,6 +107,14 @@ def _tree_labels(
     return labels
 
 
+def stump(config: TreeConfig, weights: np.ndarray) -> DecisionTreeClassifier:
+    """A depth-1 scikit-learn tree with the protocol's leaf rule: min_samples_leaf counts bootstrap multiplicity
+    (the Builder sees weighted counts only), i.e. a minimum leaf weight; integer weights, so m − ½ is exact."""
+    if config.min_samples_leaf == 1:
+        return DecisionTreeClassifier(max_depth=1)
+    return DecisionTreeClassifier(max_depth=1, min_weight_fraction_leaf=(config.min_samples_leaf - 0.5) / weights.sum())
+
+
 def _best_stump(
     config: TreeConfig, X: np.ndarray, y: np.ndarray, weights: np.ndarray, columns: list[int]
 ) -> tuple[int, float] | None:
@@ -111,9 +123,10 @@ def _best_stump(
     the protocol's tie rule. One stump over all columns would keep the first in a random column order instead, and on
     pure or tied nodes that picks another column (about one tree in seven on wine), not a better one."""
     best: tuple[float, int, float] | None = None
+    if weights.sum() < 2 * config.min_samples_leaf:
+        return None
     for column in columns:
-        stump = DecisionTreeClassifier(max_depth=1, min_samples_leaf=config.min_samples_leaf)
-        t = stump.fit(X[:, [column]], y, sample_weight=weights).tree_
+        t = stump(config, weights).fit(X[:, [column]], y, sample_weight=weights).tree_
         if t.node_count < 3:
             continue
         impurity = t.impurity[1] * t.weighted_n_node_samples[1] + t.impurity[2] * t.weighted_n_node_samples[2]

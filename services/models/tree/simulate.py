@@ -16,7 +16,7 @@ import numpy as np
 from vflsec.services.crypto import entropy, he
 
 from .config import TreeConfig
-from .reference import TreeData, accuracy
+from .reference import TreeData, accuracy, fit_bins
 from .steps import ACTIVE, Builder, FeatureOwner, KeyHolder, LabelHolder, combine, full_tree
 from .structure import Forest, ReleaseSetting, release_forest
 
@@ -33,7 +33,8 @@ class LocalFederation:
 
     @classmethod
     def create(cls, config: TreeConfig, data: TreeData, backend: str = "plain") -> LocalFederation:
-        owners = [FeatureOwner.fit(p, x, config) for p, x in enumerate(data.train)]
+        bins = fit_bins(config, data)  # a passive party's on its whole shard, as the services fit them
+        owners = [FeatureOwner(p, b, x) for p, (b, x) in enumerate(zip(bins, data.train, strict=True))]
         builder = Builder(config, data.n_classes, len(data.y_train), [o.bins.sizes for o in owners])
         keys = he.make_keyholder(backend)
         public = he.open_public(backend, keys.public_context())

@@ -207,7 +207,9 @@ class Builder:
         """Record the node with the active party's class totals; True if its split must be searched."""
         self._current(task)
         totals = np.asarray(totals, dtype=np.float64)
-        if totals.shape != (self.n_classes,) or not np.isclose(totals.sum(), task.weights.sum()):
+        if totals.shape != (self.n_classes,) or not (np.isfinite(totals).all() and totals.min() >= 0):
+            raise InvalidArgument(f"class totals must be {self.n_classes} finite non-negative counts")
+        if not np.isclose(totals.sum(), task.weights.sum()):
             raise InvalidArgument(f"class totals {totals.shape} do not sum to the node's weight {task.weights.sum()}")
         node = Node(task.node_id, totals)
         self._nodes[task.key] = node
@@ -222,7 +224,8 @@ class Builder:
         terminal = (
             task.depth >= self.config.max_depth
             or np.count_nonzero(totals) <= 1
-            or task.rows.size < max(2, 2 * self.config.min_samples_leaf)
+            or task.rows.size < 2
+            or task.weights.sum() < 2 * self.config.min_samples_leaf  # leaves weigh min_samples_leaf at least
         )
         if terminal:
             self._close()

@@ -3,8 +3,9 @@
 Growing (docs/trees.md; the roles of :mod:`.steps`, played as :mod:`.simulate` plays them in one process): the
 active party (label holder) drives node by node over its family links (services/transport/tree_links.py).
 
-1. Begin: every passive party fits its quantile bins on its own training columns and returns its bins per
-   feature (public); the coordinator's :class:`.steps.Builder` starts from every party's sizes.
+1. Begin: every passive party fits its quantile bins on all its aligned rows (its own shard, at least [policy]
+   min_training_rows) and returns its bins per feature (public); the coordinator's :class:`.steps.Builder` starts
+   from every party's sizes, each passive party's as that party reports them (TreePassive.Shard).
 2. Per node: the coordinator names the node (rows, bootstrap weights, candidate features); the active party sends
    its class totals; if the node is searched it encrypts the rows' class indicators for the passive parties, each
    of which sends the coordinator its masked per-bin products ct×pt and their mask sums (one answer per
@@ -12,13 +13,16 @@ active party (label holder) drives node by node over its family links (services/
    clear. The coordinator picks the Gini-best split and tells its owner, who keeps the threshold and returns the
    partition of the node's rows (the children's rows, which everyone learns).
 
-Inference is the engines' family-agnostic path: a party's share has one column per possible split node
-(n_trees × (2^max_depth − 1)), 1 where a row goes left at a split it owns, 0 elsewhere; the coordinator decrypts
-only the masked sum of every party's share, routes each row (:func:`.steps.combine`) and gives the class (DT) or
-the vote fractions (RF) to the score-release chain. The coordinator thus learns each query's path, never a value.
+Inference is the engines' path: a party's share has one column per possible split node (n_trees ×
+(2^max_depth − 1)), 1 where a row goes left at a split it owns, 0 elsewhere; the coordinator decrypts each party's
+share apart and takes each node's bit from its owner's share alone (``selects_share_columns``; no share masks,
+which would not cancel), routes each row (:func:`.steps.combine`) and gives the class (DT) or the vote fractions
+(RF) to the score-release chain. The coordinator thus learns each query's path (as it did from the sum), never a
+value, and no party's share can move or have refused another party's answer.
 
-Release: the coordinator's skeleton (owners, features, bins, per-node class counts) and the passive thresholds the
-parameter-release chain lets through (``withhold`` keeps them at their owners); the active party adds its own.
+Release: the coordinator's skeleton (owners, features, bins, per-node class counts); passive thresholds stay with
+their owners unless the parameter-release chain names ``thresholds`` (luo's PRA / GRN-RF setting, one explicit
+option away); the active party adds its own.
 """
 
 from __future__ import annotations
@@ -53,6 +57,8 @@ from .config import TreeConfig
 from .steps import ACTIVE, Builder, FeatureOwner, KeyHolder, LabelHolder, NodeKey, Split, Task, combine
 from .structure import Forest, Node, Tree, copy_tree
 
+# The parameter-release step that discloses the passive thresholds (services/defenses/params.py): explicit only.
+RELEASE_THRESHOLDS = "thresholds"
 ONE_STEP = 2**31 - 1  # the default batch: trees grow in one pass over every training row (TrainingConfig int32)
 MAX_SPLIT_COLUMNS = 4096  # inference shares have a column per possible split node: one ciphertext row's slots
 
@@ -174,6 +180,10 @@ class KeyHolderLink(Protocol):
 class PassiveLink(Protocol):
     def begin(self, session_id: str, sample_index: np.ndarray) -> list[int]: ...
 
+    def shard(self, session_id: str) -> tuple[list[int], int, int]:
+        """The party's bins per feature, aligned rows and training rows, in its own word."""
+        ...
+
     def node_counts(self, session_id: str, task: Mapping[str, Any], indicators: he.WireMatrix) -> None: ...
 
 
@@ -262,16 +272,21 @@ class TreePassive:
     # The node this party last sent products for, with its rows: the coordinator's ApplySplit is answered once for
     # it and only for those rows, so that no one can have it compare other rows or features at will.
     searched: dict[NodeKey, list[int]] = field(default_factory=dict)
+    shard: tuple[int, int] = (0, 0)  # (aligned rows the bins are fitted on, training rows), for the coordinator
     output_in_the_clear = False
 
     @property
     def share_width(self) -> int:
         return self.settings.split_columns
 
-    def begin(self, x_train: np.ndarray) -> list[int]:
+    def begin(self, x_aligned: np.ndarray, x_train: np.ndarray) -> list[int]:
+        """Fit the bins on every aligned row of this party's shard (rows it holds, not rows another party names: a
+        bin edge fitted on two named rows interpolates their values) and keep the training rows' bins."""
         if self.owner is not None:
             raise FailedPrecondition(f"this party's bins are fitted already: a {self.name} is grown once")
-        self.owner = FeatureOwner(self.settings.party, QuantileBins.fit(x_train, self.settings.config.n_bins), x_train)
+        bins = QuantileBins.fit(x_aligned, self.settings.config.n_bins)
+        self.owner = FeatureOwner(self.settings.party, bins, x_train)
+        self.shard = (x_aligned.shape[0], x_train.shape[0])
         return self.owner.bins.sizes
 
     def node_products(
@@ -327,7 +342,8 @@ class TreePassive:
 
     def to_state(self) -> State:
         searched = [[*key, rows] for key, rows in self.searched.items()]
-        return {}, {"tree": {**_meta(self.settings, self.n_classes, self.owner), "searched": searched}}
+        meta = {**_meta(self.settings, self.n_classes, self.owner), "searched": searched, "shard": list(self.shard)}
+        return {}, {"tree": meta}
 
 
 @dataclass
@@ -349,13 +365,24 @@ class TreeKeyHolder:
     def share_width(self) -> int:
         return self.settings.split_columns
 
-    def begin(self, n_rows: int, sizes: Sequence[Sequence[int]]) -> None:
+    def begin(self, n_rows: int, sizes: Sequence[Sequence[int]], min_node_rows: int = 1) -> None:
+        """Start growing on ``n_rows`` training rows with every party's bins per feature (each party's own word);
+        a config whose leaves may hold fewer rows than ``[policy] min_node_rows`` is refused."""
         if self.builder is not None:
             raise FailedPrecondition(f"this session's {self.name} is grown already (once per session)")
-        if len(sizes) != 1 + self.n_passive or any(not s or min(s) < 1 for s in sizes):
-            raise InvalidArgument(f"bins per feature must be given for all {1 + self.n_passive} parties, each >= 1")
+        config = self.settings.config
+        if config.min_samples_leaf < min_node_rows:
+            raise FailedPrecondition(
+                f"min_samples_leaf {config.min_samples_leaf} is below this coordinator's [policy] min_node_rows "
+                f"{min_node_rows}: the smallest accepted value is {min_node_rows}"
+            )
+        if len(sizes) != 1 + self.n_passive or any(not s or not 1 <= min(s) <= max(s) <= config.n_bins for s in sizes):
+            raise InvalidArgument(
+                f"bins per feature must be given for all {1 + self.n_passive} parties, each in [1, n_bins = "
+                f"{config.n_bins}]"
+            )
         try:
-            self.builder = Builder(self.settings.config, self.n_classes, n_rows, sizes)
+            self.builder = Builder(config, self.n_classes, n_rows, sizes)
         except ValueError as exc:
             raise InvalidArgument(str(exc)) from exc
 
@@ -453,11 +480,21 @@ class TreeKeyHolder:
     def forest(self) -> Forest:
         return self._builder().forest()
 
+    def column_owners(self) -> np.ndarray:
+        """Per inference-share column, the position of the party whose split node it is (−1: no split there): the
+        engine takes each column from that party's share alone (TreeFamily.selects_share_columns)."""
+        owners = np.full(self.settings.split_columns, -1)
+        for t, tree in enumerate(self.forest().trees):
+            for node in tree.splits():
+                owners[self.settings.column((t, node.node_id))] = node.owner
+        return owners
+
     def scores(self, aggregate: np.ndarray) -> np.ndarray:
-        """Route every row by the decrypted sum of the parties' direction bits: (n, K) class / vote fractions."""
+        """Route every row by the parties' direction bits, each split node's from its owner's share alone (the
+        engine's selection): (n, K) class / vote fractions. A refusal here depends only on the owner's share."""
         bits = np.rint(aggregate)
         if not np.isin(bits, (0.0, 1.0)).all() or np.abs(aggregate - bits).max(initial=0) > 0.25:
-            raise InvalidArgument("the parties' inference shares do not sum to one direction bit per split node")
+            raise InvalidArgument("a party's inference share is not one direction bit per split node it owns")
         forest = self.forest()
         directions: dict[int, dict[NodeKey, np.ndarray]] = {}
         for t, tree in enumerate(forest.trees):
@@ -524,9 +561,31 @@ def _restore_owner(meta: Mapping[str, Any]) -> tuple[TreeSettings, int, FeatureO
 # --- the tree family's own messages (proto/vflsec/v1/tree.proto), run by the engines' family_call ---
 # At the key holder: the active party grows the trees node by node; each passive party submits its node's counts.
 def _begin(trainer: TreeKeyHolder, ctx: KeyHolderContext, sample_index: np.ndarray, bins: list[list[int]]) -> None:
-    """Growing starts on the training rows, with every party's bin count per feature (the active party's first)."""
+    """Growing starts on the training rows with the active party's bins per feature; each passive party's bins
+    and aligned row count come from that party itself (the coordinator runs no PSI: the passive parties' alignment
+    is authoritative), so rows never aligned, another party's invented bin counts and a training set below
+    ``[policy] min_training_rows`` are refused before anything is grown."""
     index = ctx.check_rows(sample_index)
-    trainer.begin(len(index), bins)
+    if len(index) < ctx.min_training_rows:
+        raise InvalidArgument(
+            f"{len(index)} training rows; this coordinator's [policy] min_training_rows is {ctx.min_training_rows}"
+        )
+    if not bins:
+        raise InvalidArgument("bins: the active party's bins per feature are due")
+    sizes = [list(bins[0])]
+    for p in range(1, trainer.n_passive + 1):
+        own, aligned, training = _tree_link(ctx.peer(p)).shard(ctx.session_id)
+        if int(index.max()) >= aligned or training != len(index):
+            raise FailedPrecondition(
+                f"party {p} aligned {aligned} rows and trains on {training}; the training rows named here are "
+                f"{len(index)}, up to index {int(index.max())}"
+            )
+        if len(bins) > p and list(bins[p]) != list(own):
+            raise FailedPrecondition(f"party {p}'s bins per feature are not the ones it reports itself")
+        sizes.append(list(own))
+    if len(bins) > len(sizes):
+        raise InvalidArgument(f"bins for {len(bins)} parties; the session has {len(sizes)}")
+    trainer.begin(len(index), sizes, ctx.min_node_rows)
     ctx.trained(index)
 
 
@@ -580,10 +639,27 @@ def _partition(trainer: TreeKeyHolder, ctx: KeyHolderContext, key: NodeKey, goes
 
 # At a passive party: its bins and counts for the active party, its splits and thresholds for the coordinator.
 def _fit_bins(trainer: TreePassive, ctx: PassiveContext, sample_index: np.ndarray) -> list[int]:
-    """Fit this party's bins on its training rows; the bin count per feature (the bin edges stay here)."""
-    sizes = trainer.begin(ctx.features(sample_index))  # type: ignore[misc]  # a family step has features
+    """Fit this party's bins on all its aligned rows, at least ``[policy] min_training_rows`` of them, and keep the
+    training rows; the bin count per feature (the bin edges stay here)."""
+    if ctx.aligned_rows < ctx.min_training_rows:
+        raise FailedPrecondition(
+            f"{ctx.aligned_rows} aligned rows; this party's [policy] min_training_rows is {ctx.min_training_rows}"
+        )
+    if len(sample_index) < ctx.min_training_rows:
+        raise InvalidArgument(
+            f"{len(sample_index)} training rows; this party's [policy] min_training_rows is {ctx.min_training_rows}"
+        )
+    features = ctx.features  # a family step has them
+    assert features is not None
+    sizes = trainer.begin(features(np.arange(ctx.aligned_rows)), features(sample_index))
     ctx.completed(sample_index, 1)  # the trees grow in the session's one training step (inference shares name it)
     return sizes
+
+
+def _shard(trainer: TreePassive, ctx: PassiveContext) -> tuple[list[int], int, int]:
+    """This party's own word for the coordinator: bins per feature, aligned rows, training rows."""
+    owner = trainer._owner()
+    return owner.bins.sizes, *trainer.shard
 
 
 def _node_counts(
@@ -604,22 +680,24 @@ def _apply_split(
 
 
 def _thresholds(trainer: TreePassive, ctx: PassiveContext, specs: list[str]) -> dict[NodeKey, float] | None:
-    """This party's thresholds per split node it owns, through the parameter-release chain ``specs``: a tree's
-    thresholds are released whole or withheld (None)."""
+    """This party's thresholds per split node it owns, through the parameter-release chain ``specs``: withheld
+    (None) unless the chain asks for them explicitly with ``thresholds`` (luo's PRA / GRN-RF setting) and has no
+    ``withhold``."""
     try:
         names = [parse_spec(spec)[0] for spec in specs]
     except ValueError as exc:
         raise InvalidArgument(f"parameter-release steps: {exc}") from exc
-    unknown = sorted(set(names) - {"withhold"})
+    unknown = sorted(set(names) - {"withhold", RELEASE_THRESHOLDS})
     if unknown:
         raise InvalidArgument(f"a tree's thresholds are released whole or withheld; no step {unknown[0]!r}")
-    return None if names else trainer.thresholds()
+    return trainer.thresholds() if RELEASE_THRESHOLDS in names and "withhold" not in names else None
 
 
 STEPS: Mapping[str, Mapping[str, FamilyStep]] = {
     COORDINATOR: {
         "begin": FamilyStep(_begin, frozenset({ACTIVE_ROLE})),
-        "next_node": FamilyStep(_next_node, frozenset({ACTIVE_ROLE})),
+        # Idempotent: it changes nothing, so it writes no checkpoint (a repeat must cost no rewrite).
+        "next_node": FamilyStep(_next_node, frozenset({ACTIVE_ROLE}), checkpoint=False),
         "open_node": FamilyStep(_open_node, frozenset({ACTIVE_ROLE})),
         "submit_counts": FamilyStep(_submit_counts, frozenset({PASSIVE})),
         "decide": FamilyStep(_decide, frozenset({ACTIVE_ROLE})),
@@ -627,6 +705,7 @@ STEPS: Mapping[str, Mapping[str, FamilyStep]] = {
     },
     PASSIVE: {
         "begin": FamilyStep(_fit_bins, frozenset({ACTIVE_ROLE})),
+        "shard": FamilyStep(_shard, frozenset({COORDINATOR}), checkpoint=False),
         "node_counts": FamilyStep(_node_counts, frozenset({ACTIVE_ROLE})),
         "apply_split": FamilyStep(_apply_split, frozenset({COORDINATOR})),
         "thresholds": FamilyStep(_thresholds, frozenset({COORDINATOR})),
@@ -638,6 +717,9 @@ class TreeFamily:
     """``tree`` (one CART tree) and ``forest`` (a random forest): one family, registered under both names."""
 
     releases_passive_blocks = False
+    # Inference: each split node's bit from its owner's share alone (Coordinator._selected); an additive sum let the
+    # active party add 1 in a passive node's column and learn the passive bit from the refusal (issue 27, finding 4).
+    selects_share_columns = True
     steps = STEPS
 
     def __init__(self, name: str) -> None:
@@ -679,7 +761,8 @@ class TreeFamily:
     def restore_passive(self, state: State) -> TreePassive:
         meta = state[1]["tree"]
         searched = {(t, i): rows for t, i, rows in meta.get("searched", [])}
-        return TreePassive(self.name, *_restore_owner(meta), searched=searched)
+        shard = tuple(meta.get("shard", (0, 0)))
+        return TreePassive(self.name, *_restore_owner(meta), searched=searched, shard=shard)  # type: ignore[arg-type]
 
     def new_key_holder(self, n_classes: int, passive_parties: Sequence[str], settings: TreeSettings) -> TreeKeyHolder:
         return TreeKeyHolder(self.name, TreeSettings(settings.config, ACTIVE), n_classes, len(passive_parties))

@@ -1,0 +1,171 @@
+"""Issue 27's tree findings, replayed by a deviating active party against live federations (real gRPC over loopback,
+mTLS; CKKS where the finding is about what the coordinator decrypts): each probe is now refused or learns nothing.
+
+* Finding 3: a passive party fitted its bins on rows the active party named at Begin and an empty parameter chain
+  released every passive threshold, so two named rows gave their exact values. Now the passive party fits on all its
+  aligned rows, at least ``[policy] min_training_rows``, and its thresholds stay home unless the chain says
+  ``thresholds`` (luo's setting).
+* Finding 4: the coordinator refused a query whose summed inference shares were not bits, so +1 in a passive node's
+  column of the active share read the passive answer from the refusal. Now each node's bit comes from its owner's
+  share alone.
+* Finding 5 / 6: Begin took 2,000,000 rows never aligned and the active party's word for the passive bin counts, and
+  every idempotent NextNode rewrote the checkpoint. Now the passive parties' own word bounds both, and NextNode writes
+  nothing.
+"""
+
+from __future__ import annotations
+
+import grpc
+import numpy as np
+import pytest
+
+from tests.security.conftest import federation
+from vflsec.services.config import MIN_NODE_ROWS, MIN_TRAINING_ROWS, parse_config
+from vflsec.services.engines.coordinator import QueryPolicy
+from vflsec.services.models.tree import trainers
+from vflsec.services.models.tree.binning import QuantileBins
+from vflsec.services.transport.tensors import to_tensor
+from vflsec.v1 import common_pb2, tree_pb2, tree_pb2_grpc
+
+CODE = grpc.StatusCode
+
+
+def _refused(call, request) -> tuple[grpc.StatusCode, str]:
+    try:
+        call(request, timeout=60)
+    except grpc.RpcError as exc:
+        return exc.code(), exc.details()
+    return CODE.OK, ""
+
+
+def _train(fed, family: str, settings: dict, backend: str = "plain") -> tuple[str, list[str]]:
+    """A session of ``family`` grown on the first 120 aligned IDs (sorted); the rest are left for queries."""
+    sid = fed.operator.create_session(backend, family=family, settings=settings).session_id
+    common = sorted(fed.operator.align(sid))
+    assert list(fed.operator.train(sid, common[:120], 1))[-1].done
+    return sid, common[120:]
+
+
+@pytest.fixture(scope="module")
+def fed(tmp_path_factory):
+    # passive-1 holds 10 of wine's 13 columns, so that it wins splits (a passive node to probe).
+    with federation(tmp_path_factory.mktemp("tree-sec"), dataset="wine", n_passive=1, passive_features=10,
+                    backend="plain") as fed:  # fmt: skip
+        yield fed
+
+
+def test_named_rows_cannot_shape_a_passive_threshold_and_thresholds_stay_home(fed) -> None:
+    # The review's forest: depth 1, two bins, one candidate feature per node, no bootstrap, trained on two rows.
+    settings = {"n_trees": 2, "max_depth": 1, "n_bins": 2, "bootstrap": False, "feature_fraction": 0.05}
+    sid = fed.operator.create_session("plain", family="forest", settings=settings).session_id
+    fed.operator.align(sid)
+    to_passive = tree_pb2_grpc.TreePassiveStub(fed.channel("active", "passive-1"))
+    to_coordinator = tree_pb2_grpc.TreeCoordinatorStub(fed.channel("active", "coordinator"))
+    two = tree_pb2.TreeRows(session_id=sid, sample_index=[3, 7])
+    code, message = _refused(to_passive.Begin, two)
+    assert code == CODE.INVALID_ARGUMENT and "min_training_rows" in message
+    d_active = fed.parties["active"].engine.data.X.shape[1]
+    begin = tree_pb2.TreeBegin(session_id=sid, sample_index=[3, 7], bins=[tree_pb2.BinSizes(sizes=[2] * d_active)])
+    code, message = _refused(to_coordinator.Begin, begin)
+    assert code == CODE.INVALID_ARGUMENT and "min_training_rows" in message
+
+    # The fewest rows it may name: the bins are still the passive party's whole aligned shard's, not theirs.
+    named = list(range(0, 2 * MIN_TRAINING_ROWS, 2))
+    to_passive.Begin(tree_pb2.TreeRows(session_id=sid, sample_index=named))
+    passive = fed.parties["passive-1"].engine
+    s = passive.session(sid)
+    shard = passive.data.X[s.rows]
+    assert s.trainer.owner.bins == QuantileBins.fit(shard, 2)
+    assert s.trainer.owner.bins != QuantileBins.fit(shard[named], 2)
+
+    # The default chain (empty) releases no passive threshold or bin, though passive-1 owns splits.
+    sid, _ = _train(fed, "tree", {"max_depth": 2})
+    forest = trainers.from_tensors(fed.operator.fetch_model(sid).tensors, "tree")
+    passive_splits = [n for t in forest.trees for n in t.splits() if n.owner != 0]
+    assert passive_splits and all(n.threshold is None and n.bin is None for n in passive_splits)
+
+
+def test_a_crafted_active_share_neither_reads_nor_moves_a_passive_split(tmp_path, monkeypatch) -> None:
+    with federation(tmp_path / "fed", dataset="wine", n_passive=1, passive_features=10) as fed:  # CKKS
+        sid, queried = _train(fed, "tree", {"max_depth": 2}, "ckks")
+        queried = queried[:20]
+        honest = fed.operator.predict(sid, queried).scores
+        owners = fed.parties["coordinator"].engine.session(sid).trainer.column_owners()
+        column = int(np.flatnonzero(owners == 1)[0])  # a passive node (the released skeleton names owners)
+        passive = fed.parties["passive-1"].engine
+        s_p, s_a = passive.session(sid), fed.parties["active"].engine.session(sid)
+        index = np.array([s_a.index_of[i] for i in queried])
+        bits = trainers._shares(s_p.trainer.settings, s_p.trainer.owner, passive.data.X[s_p.rows[index]])[:, column]
+        assert 0 < bits.sum() < bits.size  # the old coordinator refused exactly the rows whose bit is 1
+
+        share = s_a.trainer.inference_share
+        for offset in (1.0, -1.0, 0.4, 2.0**20):
+
+            def crafted(x, offset=offset):  # type: ignore[no-untyped-def]
+                out = share(x)
+                out[:, column] += offset
+                return out
+
+            monkeypatch.setattr(s_a.trainer, "inference_share", crafted)
+            for row in queried[:4]:  # one row per query: the review's probe
+                released = fed.operator.predict(sid, [row]).scores  # never refused
+                assert np.array_equal(released, honest[queried.index(row) : queried.index(row) + 1])
+        monkeypatch.undo()
+
+
+def test_begin_is_bounded_by_the_passive_parties_own_word_and_next_node_writes_nothing(fed) -> None:
+    sid = fed.operator.create_session("plain", family="tree", settings={"max_depth": 1}).session_id
+    fed.operator.align(sid)
+    to_passive = tree_pb2_grpc.TreePassiveStub(fed.channel("active", "passive-1"))
+    to_coordinator = tree_pb2_grpc.TreeCoordinatorStub(fed.channel("active", "coordinator"))
+    d_active = fed.parties["active"].engine.data.X.shape[1]
+    own = tree_pb2.BinSizes(sizes=[2] * d_active)
+
+    def begin(rows, *bins):
+        return tree_pb2.TreeBegin(session_id=sid, sample_index=rows, bins=[own, *bins])
+
+    rows = list(range(40))
+    sizes = list(to_passive.Begin(tree_pb2.TreeRows(session_id=sid, sample_index=rows)).sizes)
+    # Finding 5: two million rows no one aligned; and rows of the right count, one of them never aligned.
+    code, message = _refused(to_coordinator.Begin, begin(list(range(2_000_000))))
+    assert code == CODE.FAILED_PRECONDITION and "aligned" in message
+    code, message = _refused(to_coordinator.Begin, begin([*rows[:-1], 10_000]))
+    assert code == CODE.FAILED_PRECONDITION and "aligned" in message
+    # Finding 6: the passive bin counts are the passive party's word, not the active party's.
+    code, message = _refused(to_coordinator.Begin, begin(rows, tree_pb2.BinSizes(sizes=[2**31 - 1] * len(sizes))))
+    assert code == CODE.FAILED_PRECONDITION and "reports itself" in message
+    assert _refused(to_coordinator.Begin, begin(rows))[0] == CODE.OK
+
+    # Finding 5: an idempotent NextNode rewrites no checkpoint.
+    checkpoint = fed.parties["coordinator"].engine.state.path / f"{sid}.npz"
+    before = checkpoint.stat().st_mtime_ns, checkpoint.read_bytes()
+    ref = common_pb2.SessionRef(session_id=sid)
+    first = to_coordinator.NextNode(ref)
+    for _ in range(3):
+        assert to_coordinator.NextNode(ref) == first
+    assert (checkpoint.stat().st_mtime_ns, checkpoint.read_bytes()) == before
+
+    # Finding 6: negative class totals never reach the skeleton.
+    key = tree_pb2.NodeKey(tree=first.tree, node_id=first.node_id)
+    totals = np.array([50.0, -10.0, 0.0])
+    request = tree_pb2.NodeTotals(session_id=sid, node=key, totals=to_tensor(totals))
+    code, message = _refused(to_coordinator.OpenNode, request)
+    assert code == CODE.INVALID_ARGUMENT and "non-negative" in message
+
+
+def test_rule_3_minimum_node_size_is_policy(fed) -> None:
+    """A session asking for leaves below [policy] min_node_rows is refused, naming the bound and its smallest value."""
+    sid = fed.operator.create_session("plain", family="tree", settings={"min_samples_leaf": 1}).session_id
+    common = sorted(fed.operator.align(sid))
+    with pytest.raises(grpc.RpcError) as refused:
+        list(fed.operator.train(sid, common[:120], 1))
+    assert refused.value.code() == CODE.FAILED_PRECONDITION
+    assert f"min_node_rows {MIN_NODE_ROWS}" in refused.value.details()
+
+
+def test_default_query_budget_is_finite(tmp_path) -> None:
+    raw = {"role": "coordinator", "party_id": "coordinator", "listen": "127.0.0.1:0", "schema": {"active": 1},
+           "tls": {"ca": "ca.pem", "cert": "c.pem", "key": "k.pem"}}  # fmt: skip
+    config = parse_config(raw, base=tmp_path)
+    assert 0 < config.query_budget == QueryPolicy().budget
+    assert (config.min_training_rows, config.min_node_rows) == (MIN_TRAINING_ROWS, MIN_NODE_ROWS)
