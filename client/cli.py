@@ -599,7 +599,9 @@ def attack(
     as_json: opt.Json = False,
 ) -> None:
     """Train through the real services with the curious plugin on the active party, attack its recordings,
-    and compare the reconstructions with the passive parties' true features (MSE vs blind baselines)."""
+    and compare the reconstructions with the passive parties' true features (MSE vs blind baselines). Trees keep
+    the passive thresholds with their owners by default: luo's PRA / GRN-RF setting is one explicit option away,
+    `--model tree --attacks pra --param-release thresholds`."""
     from rich.console import Console
     from rich.table import Table
 

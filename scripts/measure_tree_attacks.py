@@ -91,7 +91,10 @@ def services_rf(trials: int) -> None:
     from vflsec.services.data.datasets import RandomColumns
 
     for dataset in ("wine", "breast_cancer"):
-        result = _tree_trials(dataset, "forest", ["grn_rf", "grn_rf_own"], trials, passive_features=RandomColumns(0.1))
+        result = _tree_trials(
+            dataset, "forest", ["grn_rf", "grn_rf_own"], trials, passive_features=RandomColumns(0.1),
+            param_release=["thresholds"],  # luo's setting: a tree keeps them home unless asked
+        )
         print(json.dumps({"dataset": dataset, **result}), flush=True)
 
 
