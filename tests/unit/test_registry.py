@@ -35,7 +35,12 @@ SCORE_SPECS = [
     "label_only",
     "rank_only",
 ]
-PARAM_SPECS = ["ppsa:H=orthonormal", "varasteh:epsilon=0.05,case=ii,secret_epsilon=yes,starts=2", "withhold"]
+PARAM_SPECS = [
+    "ppsa:H=orthonormal",
+    "varasteh:epsilon=0.05,case=ii,secret_epsilon=yes,starts=2",
+    "withhold",
+    "thresholds",
+]
 REGISTRIES = {"score": SCORE_STEPS, "param": PARAM_STEPS, "attack": ATTACKS, "embedding": EMBEDDING_STEPS}
 
 
@@ -170,7 +175,11 @@ def test_a_chain_refuses_a_step_of_another_family_at_configuration_time() -> Non
     scores_only = [s for s in SCORE_SPECS if not s.startswith("pps_b")]
     assert len(ScoreReleaseChain.from_specs(scores_only, family="splitnn").steps) == len(scores_only)
     assert len(ScoreReleaseChain.from_specs(SCORE_SPECS, family="lr").steps) == len(SCORE_SPECS)
-    assert len(ParamReleaseChain.from_specs(PARAM_SPECS, family="lr").steps) == len(PARAM_SPECS)
+    lr_params = [s for s in PARAM_SPECS if s != "thresholds"]  # a tree's explicit threshold release
+    assert len(ParamReleaseChain.from_specs(lr_params, family="lr").steps) == len(lr_params)
+    assert len(ParamReleaseChain.from_specs(["thresholds"], family="tree").steps) == 1
+    with pytest.raises(ReleaseConfigError, match="'thresholds' does not support the 'lr' model family"):
+        ParamReleaseChain.from_specs(["thresholds"], family="lr")
     chain = ScoreReleaseChain.from_specs(["pps_b:alpha=1"])  # built for no family: checked when one is known
     with pytest.raises(ReleaseConfigError, match="splitnn"):
         chain.require("splitnn")
