@@ -174,3 +174,14 @@ def test_no_party_can_compute_another_partys_initial_weights_from_the_seed(fed: 
     assert not np.allclose(next(top.parameters()).detach().numpy(), next(again.parameters()).detach().numpy())
     bottoms = [fed.parties["passive-1"].engine.sessions[i].trainer.bottom.module for i in (sid, other)]
     assert not np.allclose(*(next(b.parameters()).detach().numpy() for b in bottoms))
+
+
+def test_the_batch_follows_the_key_budget(fed: Federation) -> None:
+    """batch x E <= N/4: an explicit larger batch is refused at creation naming the largest accepted value, and the
+    default follows the bound (it never trips the engine's refusal mid-training)."""
+    with pytest.raises(grpc.RpcError) as refused:
+        fed.operator.create_session("ckks", family="splitnn", settings={"embedding": 16}, batch_size=256)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "the largest accepted value is 128" in refused.value.details()
+    info = fed.operator.create_session("ckks", family="splitnn", settings={"embedding": 32, "top_hidden": [4]})
+    assert fed.parties["active"].engine.sessions[info.session_id].training.batch_size == he.KEY_BUDGET // 32

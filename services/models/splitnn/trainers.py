@@ -426,6 +426,12 @@ class SplitNNFamily:
         return DEFAULT_BATCH
 
     @staticmethod
+    def max_batch_size(settings: SplitNNSettings) -> int | None:
+        """coordinator-top: batch x E <= N/4, the slots one key may open (the engine refuses more); active-top
+        decrypts nothing."""
+        return he.KEY_BUDGET // settings.embedding if settings.topology == "coordinator-top" else None
+
+    @staticmethod
     def answers_per_step(widths: Iterable[int], n_classes: int) -> int:
         """A TopStep decrypts batch x E slots of [[h]], each one functional of the key for a crafted ciphertext
         (the grid rounding hides an honest sum's decryption noise, not a crafted ciphertext's functional); the
