@@ -211,8 +211,10 @@ class SplitNNActive:
             ctx.emit(kinds.ENCRYPTED_EMBEDDINGS, party, blobs={"ciphertexts": r.blobs}, meta={"step": ctx.step})
         self.bottom.at_epoch(ctx.epoch)
         own = self.bottom.forward(ctx.features(index), train=True)
-        # [[Σ h_p]] + h_a under the step's key epoch, as the passive parties encrypted: never opened here
-        summed = aggregate(ctx.training_keys(), own, [r.matrix for r in received])
+        # [[Σ h_p]] + h_a under the step's key epoch, as the passive parties encrypted: never opened here. Adding
+        # ciphertexts and a plaintext needs the parameters only (the same in every epoch), not the epoch's public key:
+        # with one key per step, fetching and parsing it here would cost every step a 465 KB context.
+        summed = aggregate(ctx.backend, own, [r.matrix for r in received])
         gradient, loss = key_holder.top_step(
             ctx.backend, ctx.session_id, ctx.step, index, summed, ctx.labels(index), ctx.widths, ctx.epoch
         )
