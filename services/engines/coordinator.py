@@ -644,7 +644,8 @@ class Coordinator:
             if step < s.last_step:
                 raise FailedPrecondition(f"the keys of step {step} (epoch {epoch}) are dropped")
             keys = self._fresh_keys(s.backend.name)
-            self.epoch_keys.save_bytes(_epoch_file(session_id, epoch), keys.export_keyholder())
+            if self.epoch_keys.path is not None:  # without a state folder there is nothing to export (once a step)
+                self.epoch_keys.save_bytes(_epoch_file(session_id, epoch), keys.export_keyholder())
             s.epochs[epoch] = keys
             self._save(session_id, s)
         return keys
