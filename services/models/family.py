@@ -182,7 +182,7 @@ class KeyHolderContext:
     session_id: str
     caller: int  # the caller's position: 0 the active party (the session's owner), 1..P its passive parties
     # The session's training keys still held, by key epoch, unmetered: kept for the tree family's node counts until
-    # they decrypt through ``train``'s metered keys (a new family never reads these: tests/security/test_key_budget.py)
+    # they decrypt through ``train``'s metered keys; a new family decrypts only through those (rule 2)
     epochs: Mapping[int, he.Backend]
     peer: Callable[[int], Any]  # the link to the passive party at a position (its family's service: an attribute)
     check_rows: Callable[[np.ndarray], np.ndarray]  # rows in range, else INVALID_ARGUMENT (nothing changed)
