@@ -83,7 +83,7 @@ def _processes(ds: datasets.Dataset, tmp: Path, epochs: int, batch_size: int, lo
 
 
 SPLITNN = {"family": "splitnn", "settings": {"embedding": 16, "top_hidden": [32]}}
-SPLITNN_BATCH = 256  # slots // E: each party's [[h_p]] of a step is one ciphertext
+SPLITNN_BATCH = 128  # N/4 // E: a TopStep decrypts at most he.KEY_BUDGET slots (rule 2), one key per step
 
 
 def _splitnn(ds: datasets.Dataset, tmp: Path, epochs: int, log: Callable[[str], None]) -> dict[str, Any]:

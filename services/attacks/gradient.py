@@ -104,7 +104,7 @@ def released_splitnn(
     from vflsec.services.models.splitnn.trainers import SplitNNSettings
 
     own = SplitNNSettings.from_dict(settings)
-    network = CentralModel(own.network(tuple(features), n_classes), own.seed)
+    network = CentralModel(own.network(tuple(features), n_classes), seed=0)  # every parameter is loaded below
     renamed = {}
     for name, value in tensors.items():  # the released names -> CentralModel's (bottoms.<p>.*, top.*)
         role, _, rest = name.partition("/")

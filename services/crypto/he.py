@@ -88,6 +88,9 @@ BLOCK_SUM_FLOODING = 2.0**-6  # std of the noise on each released CKKS block sum
 BLOCK_SUM_GRID = 2.0**-10  # released block sums are multiples of this
 # A training key answers at most N / KEY_ROTATION_MARGIN linear functionals of itself (key_rotation_steps).
 KEY_ROTATION_MARGIN = 4
+# Rule 2 (docs/protocol.md, "The four rules"): the slots the key holder may decrypt under one key, over every RPC
+# of every family: each decrypted slot of a ciphertext of honest form is at most one linear functional of the key.
+KEY_BUDGET = CKKS_POLY_MODULUS_DEGREE // KEY_ROTATION_MARGIN
 
 
 def key_rotation_steps(functionals_per_step: int) -> int:

@@ -339,6 +339,17 @@ class ActiveParty:
                     raise FailedPrecondition(f"the passive parties' announced output widths: {exc}") from exc
             else:
                 trainer = family.new_active(self.n_classes, d, settings, passive_features)
+            # A family whose key holder decrypts batch-sized aggregates bounds the batch by the key budget (rule 2).
+            largest = getattr(family, "max_batch_size", lambda _: None)(settings)
+            if largest is not None and batch_size > largest:
+                if training.batch_size:
+                    self._close_joined(session_id)
+                    raise InvalidArgument(
+                        f"batch_size {batch_size} is above the maximum batch {largest} for these settings (a step "
+                        f"decrypts batch x embedding slots, at most N/4 = {he.KEY_BUDGET} per key); the largest "
+                        f"accepted value is {largest}"
+                    )
+                batch_size = largest  # the default follows the bound
             if batch_size < smallest:
                 self._close_joined(session_id)
                 raise InvalidArgument(

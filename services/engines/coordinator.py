@@ -11,6 +11,7 @@ import secrets
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -123,6 +124,35 @@ class Query:
         return rows
 
 
+class MeteredKeys:
+    """A key epoch's keys as a family step gets them (family.MeteredKeys): every decryption is charged, slot by slot,
+    to the key's budget before it happens; past he.KEY_BUDGET it is refused and nothing is decrypted."""
+
+    def __init__(self, keys: he.Backend, charge: Callable[[int], None]) -> None:
+        self._keys, self._charge = keys, charge
+
+    @property
+    def slots(self) -> int:
+        return self._keys.slots
+
+    @property
+    def name(self) -> str:
+        return self._keys.name
+
+    def check_form(self, cts: Sequence[Any], *, product: bool) -> None:
+        self._keys.check_form(cts, product=product)
+
+    def deserialize(self, data: bytes) -> Any:
+        return self._keys.deserialize(data)
+
+    def size(self, ct: Any) -> int:
+        return self._keys.size(ct)
+
+    def decrypt(self, ct: Any) -> np.ndarray:
+        self._charge(self._keys.size(ct))
+        return self._keys.decrypt(ct)
+
+
 @dataclass
 class CoordinatorSession:
     # Training keys per epoch: step s runs under epoch s // rotation (docs/protocol.md, "Key epochs"). Only the
@@ -141,6 +171,8 @@ class CoordinatorSession:
     widths: dict[str, int] = field(default_factory=dict)
     current: TrainingStep | None = None
     last_step: int = 0
+    # Slots decrypted for family steps under each training key epoch still held (rule 2): charged before decryption
+    spent: dict[int, int] = field(default_factory=dict)
     passive_weights: dict[str, np.ndarray] | None = None
     # Named passive tensors pulled at FinishTraining (split-NN: bottom/<p>/...), released unless the chain withholds
     passive_tensors: dict[str, np.ndarray] = field(default_factory=dict)
@@ -213,6 +245,7 @@ class CoordinatorSession:
             "widths": self.widths,
             "rotation": self.rotation,
             "epochs": sorted(self.epochs),
+            "spent": {str(e): n for e, n in self.spent.items()},
             # No RNG state: release noise is drawn from OS entropy afresh, never replayed after a restart.
             "current": None
             if current is None
@@ -259,6 +292,7 @@ class CoordinatorSession:
             trainer=families.get(family).restore_key_holder((arrays, meta)),
             widths=meta["widths"],
             last_step=meta["last_step"],
+            spent={int(e): n for e, n in meta.get("spent", {}).items()},
             passive_weights=weights,
             scored=meta["scored"],
             trained_index=RowSet.restore(arrays, "trained_index"),
@@ -345,6 +379,8 @@ class Coordinator:
                 (self.epoch_keys.path / orphan).unlink()
         self.scored: dict[str, int] = {owner: meta["scored"] for owner, (_, meta) in self.ledger.load_all().items()}
         self._lock = threading.Lock()
+        self._keygen = ThreadPoolExecutor(1, thread_name_prefix="keygen")
+        self._spares: dict[str, Future[he.Backend]] = {}
 
     def _restore(self, session_id: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> CoordinatorSession:
         """A checkpointed session with its key files (one that raises is set aside: SessionTable)."""
@@ -558,6 +594,7 @@ class Coordinator:
         dropped = [e for e in s.epochs if e < s.epoch(step)]
         for epoch in dropped:
             del s.epochs[epoch]
+            s.spent.pop(epoch, None)
         self._save(session_id, s)
         for epoch in dropped:  # after the checkpoint that no longer names them
             self.epoch_keys.remove(_epoch_file(session_id, epoch))
@@ -582,10 +619,24 @@ class Coordinator:
             return replay.gradient.copy(), replay.loss
         if step != s.last_step + 1:
             raise FailedPrecondition(f"step {step} does not follow the last step {s.last_step}")
-        gradient, loss = compute(self._epoch_keys(session_id, s, step))
+        epoch = s.epoch(step)
+        keys = MeteredKeys(self._epoch_keys(session_id, s, step), lambda n: self._charge(session_id, s, epoch, n))
+        gradient, loss = compute(keys)
         s.current = TrainingStep(step, layout, np.array(sample_index), [], gradient=gradient, loss=loss)
         self._advance(session_id, s, step, sample_index, widths)
         return gradient.copy(), loss
+
+    def _charge(self, session_id: str, s: CoordinatorSession, epoch: int, slots: int) -> None:
+        """Rule 2: ``slots`` more decrypted under key epoch ``epoch`` (caller holds s.lock), checkpointed before the
+        decryption; refused, with nothing decrypted, past the key's budget of he.KEY_BUDGET slots."""
+        spent = s.spent.get(epoch, 0)
+        if spent + slots > he.KEY_BUDGET:
+            raise ResourceExhausted(
+                f"decryption budget of training key epoch {epoch}: {spent} of {he.KEY_BUDGET} slots (N/4) spent, "
+                f"{slots} more asked; a step decrypts at most {he.KEY_BUDGET} slots (split-NN: batch x embedding)"
+            )
+        s.spent[epoch] = spent + slots
+        self._save(session_id, s)
 
     def _epoch_keys(self, session_id: str, s: CoordinatorSession, step: int) -> he.Backend:
         """Step ``step``'s training keys (caller holds s.lock); a step opening a new epoch makes its keys, stored
@@ -595,11 +646,21 @@ class Coordinator:
         if keys is None:
             if step < s.last_step:
                 raise FailedPrecondition(f"the keys of step {step} (epoch {epoch}) are dropped")
-            keys = he.make_keyholder(s.backend.name)
-            self.epoch_keys.save_bytes(_epoch_file(session_id, epoch), keys.export_keyholder())
+            keys = self._fresh_keys(s.backend.name)
+            if self.epoch_keys.path is not None:  # without a state folder there is nothing to export (once a step)
+                self.epoch_keys.save_bytes(_epoch_file(session_id, epoch), keys.export_keyholder())
             s.epochs[epoch] = keys
             self._save(session_id, s)
         return keys
+
+    def _fresh_keys(self, backend: str) -> he.Backend:
+        """New key-holder keys from OS entropy; the next ones are made meanwhile in the background, so that a session
+        rotating every step (split-NN: one key per step, rule 2) does not wait for key generation. A spare is never
+        exported or used before it is handed out, and serves one epoch of one session only."""
+        with self._lock:
+            spare = self._spares.pop(backend, None)
+            self._spares[backend] = self._keygen.submit(he.make_keyholder, backend)
+        return he.make_keyholder(backend) if spare is None else spare.result()
 
     def training_context(self, session_id: str, caller: str, step: int) -> tuple[int, int, bytes]:
         """(epoch, rotation, public context) of the keys a party encrypts step ``step`` under: the last step

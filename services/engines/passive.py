@@ -69,6 +69,9 @@ class PassiveSession:
     psi_permutation: np.ndarray | None = None  # order in which our blinded IDs were sent; set once per session
     rows: np.ndarray | None = None  # common index -> our row, after PSI
     completed_step: int = 0  # last training step whose update is applied (and checkpointed)
+    # completed_step when the coordinator pulled our trained rows at FinishTraining: an inference output sent in the
+    # clear comes from a finished model only (before training it would be X_p under weights the caller can guess)
+    finished_step: int | None = None
     forward_index: tuple[int, np.ndarray] | None = None  # the batch of the step in flight
     inference: he.Backend | None = None  # public inference keys, fetched from the coordinator when first needed
     # (epoch, rotation, public keys) of the training-key epoch last used: fetched again when a step leaves it.
@@ -104,6 +107,7 @@ class PassiveSession:
             "backend": self.backend.name,
             "n_classes": self.n_classes,
             "completed_step": self.completed_step,
+            "finished_step": self.finished_step,
             "owner": self.owner,
         }
         if self.embedding:
@@ -139,6 +143,7 @@ class PassiveSession:
             psi_permutation=arrays.get("psi_permutation"),
             rows=arrays.get("rows"),
             completed_step=meta["completed_step"],
+            finished_step=meta.get("finished_step"),
             embedding=embedding,
             answers=np.array(arrays["answers"], dtype=np.uint16) if "answers" in arrays else None,
             answered=(meta["answered_step"], arrays["answered_index"]) if "answered_step" in meta else None,
@@ -496,6 +501,10 @@ class PassiveParty:
             )
         if epoch < 0:
             raise InvalidArgument(f"epoch must be >= 0, got {epoch}")
+        if step == 0 and s.finished_step != s.completed_step:
+            raise FailedPrecondition(
+                "no output for inference before training is finished (FinishTraining) or while training again"
+            )
         x = self._features(s, sample_index)
         if step == 0:
             self._spend_answers(session_id, s, 0, sample_index)
@@ -635,8 +644,12 @@ class PassiveParty:
         return released["weights"]
 
     def trained(self, session_id: str) -> np.ndarray:
+        """The rows our block was trained on, for the coordinator's FinishTraining: the model is finished now."""
         s = self.session(session_id)
         with s.lock:
+            if s.finished_step != s.completed_step:
+                s.finished_step = s.completed_step
+                self._save(session_id, s)
             return s.trained_rows.array()
 
     def _stats(self, s: PassiveSession) -> param_defenses.DataStats:

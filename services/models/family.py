@@ -162,20 +162,38 @@ class PassiveContext:
 StepAnswer = tuple[np.ndarray, float]
 
 
+class MeteredKeys(Protocol):
+    """One key epoch's keys as the coordinator engine lends them to a family (rule 2, docs/protocol.md): a family
+    parses, checks and decrypts through them (``he.decrypt_matrix(keys, ...)``), and the engine charges every
+    decrypted slot to the key's budget (he.KEY_BUDGET) before the slot is decrypted, durably, refusing
+    (RESOURCE_EXHAUSTED) a decryption past it. No family counts for itself."""
+
+    slots: int
+
+    def check_form(self, cts: Sequence[Any], *, product: bool) -> None: ...
+
+    def decrypt(self, ct: Any) -> np.ndarray: ...
+
+    def deserialize(self, data: bytes) -> Any: ...
+
+
 @dataclass
 class KeyHolderContext:
     """What the coordinator engine hands a family step it hosts (under the session lock)."""
 
     session_id: str
     caller: int  # the caller's position: 0 the active party (the session's owner), 1..P its passive parties
-    epochs: Mapping[int, he.Backend]  # the session's training keys still held, by key epoch
+    # The session's training keys still held, by key epoch, unmetered: kept for the tree family's node counts until
+    # they decrypt through ``train``'s metered keys; a new family decrypts only through those (rule 2)
+    epochs: Mapping[int, he.Backend]
     peer: Callable[[int], Any]  # the link to the passive party at a position (its family's service: an attribute)
     check_rows: Callable[[np.ndarray], np.ndarray]  # rows in range, else INVALID_ARGUMENT (nothing changed)
     trained: Callable[[np.ndarray], None]  # rows used in training (the training-ID refusal reads them)
     # One training step, admitted as every family's is (rows, widths, minimum batch, order; a repeat of the last
-    # step gets its recorded answer): train(step, rows, widths, layout, compute) runs compute(the step's keys) once.
+    # step gets its recorded answer): train(step, rows, widths, layout, compute) runs compute(the step's keys,
+    # metered) once.
     train: Callable[
-        [int, np.ndarray, Mapping[str, int], he.MatrixLayout, Callable[[he.Backend], StepAnswer]], StepAnswer
+        [int, np.ndarray, Mapping[str, int], he.MatrixLayout, Callable[[MeteredKeys], StepAnswer]], StepAnswer
     ]
     min_training_rows: int = 2  # [policy] min_training_rows: a session trains on at least these rows
     min_node_rows: int = 1  # [policy] min_node_rows: no node of fewer (weighted) rows is split off

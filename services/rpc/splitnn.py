@@ -34,7 +34,7 @@ class SplitNnCoordinatorServicer(splitnn_pb2_grpc.SplitNnCoordinatorServicer):
         s = self.coordinator.owned(request.session_id, current_caller().party_id)
         index = np.asarray(request.sample_index, np.int64)
         embedding = wire.from_message(s.backend, request.embedding, "embedding", rows=len(index))
-        labels = from_tensor(request.labels, "labels", shape=(len(index),)).astype(np.int64)
+        labels = from_tensor(request.labels, "labels", shape=(len(index),))  # the family checks they are classes
         gradient, loss = self.coordinator.family_call(
             request.session_id,
             current_caller().party_id,

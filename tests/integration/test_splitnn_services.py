@@ -9,6 +9,7 @@ import re
 import numpy as np
 import pytest
 
+from tests.conftest import pinned_initial_weights
 from tests.integration.conftest import federation
 from vflsec.services import plugins
 from vflsec.services.crypto import he
@@ -45,7 +46,10 @@ def _run(
 ) -> tuple[float, float, dict]:
     """Federated and central test accuracy on the same split and batches; and the session's released model."""
     settings = {**model, "topology": topology}
-    info = fed.operator.create_session(backend, family="splitnn", settings=settings, **training)
+    # The central model's initial weights: each party's modules start from its own OS entropy in a deployment,
+    # so the parity run pins them in-process (test-only hook), as the clarifications allow.
+    with pinned_initial_weights(training["seed"]):
+        info = fed.operator.create_session(backend, family="splitnn", settings=settings, **training)
     common = sorted(fed.operator.align(info.session_id))  # one split in every run (PSI's order is random)
     labels = ds.y[datasets.select_ids(ds.ids, common)]
     split = datasets.train_test_split_ids(np.asarray(common), labels, test_fraction, seed=0)

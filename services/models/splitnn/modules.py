@@ -1,12 +1,15 @@
 """Torch modules of a split-NN: one bottom per party, the top, and their seeded construction.
 
 Every module is built from its own seed derived from (seed, role), so a party that builds only its own bottom
-gets exactly the parameters the central reference builds for that party.
+gets exactly the parameters the central reference builds for that party given the same seed. In a deployment the
+seed is :func:`own_seed`, a fresh draw from the OS entropy of the party that holds the module (rule 1,
+docs/protocol.md): never the session's seed, which the active party chose and every party received.
 """
 
 from __future__ import annotations
 
 import itertools
+import secrets
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -18,6 +21,13 @@ from .config import SplitNNConfig
 DTYPE = torch.float64  # CKKS decodes to float64; keeping torch in float64 too makes parity a pure HE question
 _ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid}
 _TOP_ROLE = -1  # the top model's role index in the seed derivation (parties are 0..P)
+
+
+def own_seed() -> int:
+    """The seed of a module a service builds: 63 bits of this process's OS entropy, drawn per module. Parity tests
+    (which need a central model's initial weights) replace this function in-process (tests/conftest.py
+    ``pinned_initial_weights``); no RPC, configuration or CLI flag reaches it."""
+    return secrets.randbits(63)
 
 
 def module_seed(seed: int, role: int) -> int:

@@ -31,6 +31,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from vflsec.services.crypto import he
+from vflsec.services.models.family import MeteredKeys
 
 from .config import SplitNNConfig
 from .modules import DTYPE, ActiveTopHead, build_bottom, build_top
@@ -214,13 +215,13 @@ def aggregate(backend: he.Backend, own: np.ndarray, received: Sequence[he.Encryp
     return he.add_plain_matrix(backend, total, _finite(own, "embedding"))
 
 
-def open_sum(backend: he.Backend, summed: he.EncryptedMatrix, width: int) -> np.ndarray:
+def open_sum(backend: he.Backend | MeteredKeys, summed: he.EncryptedMatrix, width: int) -> np.ndarray:
     """Key holder: decrypt the aggregate h (batch × width), after checking each ciphertext has an honest sum's form
     (a product or a crafted scale would decode with a magnified error, he.CkksBackend.check_form)."""
     if summed.shape[1] != width or summed.replicas != 1:
         raise ValueError(f"aggregate must be (batch, {width}) with 1 replica, got {summed.shape} x {summed.replicas}")
     backend.check_form(summed.ciphertexts, product=False)
-    return he.decrypt_matrix(backend, summed)
+    return he.decrypt_matrix(backend, summed)  # type: ignore[arg-type]  # metered keys decrypt like a backend
 
 
 def _tensor(values: np.ndarray, what: str, width: int) -> torch.Tensor:

@@ -31,6 +31,7 @@ from vflsec.services.errors import FailedPrecondition, InvalidArgument
 from vflsec.services.models.family import (
     ActiveContext,
     DictForm,
+    MeteredKeys,
     PassiveContext,
     Release,
     ReleaseCall,
@@ -39,6 +40,7 @@ from vflsec.services.models.family import (
     register,
 )
 
+from . import modules
 from .config import TOPOLOGIES, SplitNNConfig
 from .messages import STEPS
 from .optim import OptimizerConfig
@@ -50,13 +52,18 @@ DEFAULT_BATCH = 128  # rows per step: 16-wide embeddings of 128 rows fill half a
 # computes and returns from h then carries no decryption noise, which would otherwise leak the secret key
 # (IND-CPA^D), except in the rare event that the noise carries a value across a grid boundary.
 EMBEDDING_GRID = 2.0**-12
+# The range of an opened h the key holder accepts, as block sums have their masked range: an honest sum of bottom
+# outputs of scaled features lies far inside it; a ciphertext under a foreign key or crafted values of 1e9 do not.
+EMBEDDING_BOUND = 2.0**12
 
 
 @dataclass(frozen=True)
 class SplitNNSettings(DictForm):
     """What the active party chooses at session creation: the architecture (a :class:`.config.SplitNNConfig`
-    without the parties' widths), the optimiser and the seed of the models' initialisation. ``party`` is the
-    receiving party's position (0: the active party; 1..P the passive parties, in the session's order)."""
+    without the parties' widths) and the optimiser. ``party`` is the receiving party's position (0: the active
+    party; 1..P the passive parties, in the session's order). ``seed`` is the session's (batch order, data splits):
+    no module is initialised from it; each party draws its modules' weights from its own OS entropy
+    (:func:`.modules.own_seed`)."""
 
     topology: str = "coordinator-top"
     embedding: int = 16
@@ -122,10 +129,12 @@ class SplitNNSettings(DictForm):
         )
 
     def bottom(self, width: int, n_classes: int) -> Bottom:
-        return Bottom.create(self.view(width, n_classes), self.party, self.optim, self.seed)
+        """This party's bottom, initialised from its own OS entropy (a restore overwrites every parameter)."""
+        return Bottom.create(self.view(width, n_classes), self.party, self.optim, modules.own_seed())
 
     def head(self, n_classes: int) -> Head:
-        return Head.create(self.view(1, n_classes), self.optim, self.seed)
+        """The coordinator's top model, initialised from its own OS entropy."""
+        return Head.create(self.view(1, n_classes), self.optim, modules.own_seed())
 
     def with_party(self, party: int) -> SplitNNSettings:
         return SplitNNSettings.from_dict({**self.to_dict(), "party": party})
@@ -202,8 +211,10 @@ class SplitNNActive:
             ctx.emit(kinds.ENCRYPTED_EMBEDDINGS, party, blobs={"ciphertexts": r.blobs}, meta={"step": ctx.step})
         self.bottom.at_epoch(ctx.epoch)
         own = self.bottom.forward(ctx.features(index), train=True)
-        # [[Σ h_p]] + h_a under the step's key epoch, as the passive parties encrypted: never opened here
-        summed = aggregate(ctx.training_keys(), own, [r.matrix for r in received])
+        # [[Σ h_p]] + h_a under the step's key epoch, as the passive parties encrypted: never opened here. Adding
+        # ciphertexts and a plaintext needs the parameters only (the same in every epoch), not the epoch's public key:
+        # with one key per step, fetching and parsing it here would cost every step a 465 KB context.
+        summed = aggregate(ctx.backend, own, [r.matrix for r in received])
         gradient, loss = key_holder.top_step(
             ctx.backend, ctx.session_id, ctx.step, index, summed, ctx.labels(index), ctx.widths, ctx.epoch
         )
@@ -358,15 +369,16 @@ class SplitNNKeyHolder:
         return self.settings.embedding if self.head is not None else 0
 
     def top_step(
-        self, keys: he.Backend, summed: he.EncryptedMatrix, labels: np.ndarray, epoch: int = 0
+        self, keys: MeteredKeys, summed: he.EncryptedMatrix, labels: np.ndarray, epoch: int = 0
     ) -> tuple[np.ndarray, float]:
+        """One step of the top model on the opened h; ``keys`` are the engine's, which counts what is decrypted."""
         if self.head is None:
             raise FailedPrecondition("an active-top session has no top model at the coordinator")
         self.head.at_epoch(epoch)
         try:
             h = np.round(open_sum(keys, summed, self.settings.embedding) / EMBEDDING_GRID) * EMBEDDING_GRID
-            if not np.isfinite(h).all():
-                raise ValueError("the aggregate decrypts to non-finite values")
+            if not (np.abs(h) <= EMBEDDING_BOUND).all():  # NaN fails too
+                raise ValueError(f"the aggregate decrypts outside ±{EMBEDDING_BOUND:g} (not an honest sum)")
             step = self.head.train_step([h], labels)
         except ValueError as exc:
             raise InvalidArgument(f"top step: {exc}") from exc
@@ -416,9 +428,18 @@ class SplitNNFamily:
         return DEFAULT_BATCH
 
     @staticmethod
+    def max_batch_size(settings: SplitNNSettings) -> int | None:
+        """coordinator-top: batch x E <= N/4, the slots one key may open (the engine refuses more); active-top
+        decrypts nothing."""
+        return he.KEY_BUDGET // settings.embedding if settings.topology == "coordinator-top" else None
+
+    @staticmethod
     def answers_per_step(widths: Iterable[int], n_classes: int) -> int:
-        """As an LR step of the same widths: a conservative stand-in, the rounded h carries no decryption noise."""
-        return sum(widths) * max(n_classes - 1, 1)
+        """A TopStep decrypts batch x E slots of [[h]], each one functional of the key for a crafted ciphertext
+        (the grid rounding hides an honest sum's decryption noise, not a crafted ciphertext's functional); the
+        engine charges every slot, so a step may use a whole key's budget: one key per step (T = 1), and a step
+        above he.KEY_BUDGET slots (batch x E > N/4) is refused by the engine."""
+        return he.KEY_BUDGET
 
     @staticmethod
     def settings(values: Mapping[str, Any]) -> SplitNNSettings:
@@ -431,7 +452,7 @@ class SplitNNFamily:
         own = settings.with_party(0)
         if own.topology == "active-top":
             features = (n_features, *passive_features)
-            head = Head.create(own.network(features, n_classes), own.optim, own.seed)
+            head = Head.create(own.network(features, n_classes), own.optim, modules.own_seed())
             return ActiveTopActive(own, n_classes, features, head)
         return SplitNNActive(own, n_classes, own.bottom(n_features, n_classes))
 
@@ -440,7 +461,7 @@ class SplitNNFamily:
         settings, blob, meta = _restore(state)
         if settings.topology == "active-top":
             features = tuple(meta["features"])
-            head = Head.create(settings.network(features, meta["n_classes"]), settings.optim, settings.seed)
+            head = Head.create(settings.network(features, meta["n_classes"]), settings.optim, seed=0)  # overwritten
             return ActiveTopActive(settings, meta["n_classes"], features, _loaded(head, blob))
         bottom = _loaded(settings.bottom(meta["width"], meta["n_classes"]), blob)
         return SplitNNActive(settings, meta["n_classes"], bottom)
