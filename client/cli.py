@@ -551,7 +551,8 @@ def attack(
     attacks: Annotated[
         str | None,
         typer.Option(
-            help="Comma-separated attack names (see docs/attacks.md). Default: every attack of the model family "
+            help="Comma-separated attack names (`vflsec attacks list`); a leading + adds them to the defaults "
+            "(e.g. +rcc1). Default: every attack of the model family but the slow opt-in ones the report names "
             "(for LR the defense-aware ones for the release chains included)."
         ),
     ] = None,
@@ -616,7 +617,8 @@ def attack(
     )
     from vflsec.services.attacks import ATTACKS
 
-    names = None if attacks is None else [a.strip() for a in attacks.split(",") if a.strip()]
+    extra = attacks is not None and attacks.strip().startswith("+")  # +NAME,...: the defaults and these
+    names = None if attacks is None else [a.strip() for a in attacks.strip().lstrip("+").split(",") if a.strip()]
     unknown = sorted(set(names or ()) - set(ATTACKS))
     if unknown:
         _fail(f"unknown attack(s) {unknown}; known: {', '.join(sorted(ATTACKS))}")
@@ -655,10 +657,12 @@ def attack(
             ATTACKS.check_family(name, spec.model)
         except ValueError as exc:
             _fail(f"{exc}; the attacks of --model {spec.model}: {', '.join(ATTACKS.names(spec.model))}")
+    extra_names, names = (names or [], None) if extra else ([], names)
     chosen = (
         names
         if names is not None
-        else default_attacks(spec.score_release, spec.param_release, spec.model, spec.embedding_release)
+        else [*default_attacks(spec.score_release, spec.param_release, spec.model, spec.embedding_release),
+              *extra_names]
     )
     try:
         attack_options = check_attack_options(opt.attack_options(attack_option), chosen, spec.model)
@@ -667,6 +671,7 @@ def attack(
     scenario = AttackScenario(
         spec,
         attacks=names,
+        extra_attacks=extra_names,
         attack_options=attack_options,
         predictions=predictions,
         release_model=not withhold_model,
@@ -695,6 +700,12 @@ def attack(
     console.print(table)
     if "strongest" in report:
         console.print(headline(report))
+    if report.get("left_out"):
+        names_out = ", ".join(f"{n} ({why})" for n, why in report["left_out"].items())
+        console.print(f"left out of the defaults: {names_out}; add with --attacks +{','.join(report['left_out'])}",
+                      markup=False)
+    console.print(f"queries: {report['queries_note']}; {report['n_train']} rows trained the model, "
+                  f"{report['query_rows_in_training']} of them queried", markup=False)
     console.print(f"batch size {report['batch_size']}: {report['batch_size_note']}")
     if report.get("embedding_release"):  # the width follows the defense when the session leaves it free
         steps = ", ".join(f"{n}:" + ",".join(f"{k}={v}" for k, v in p.items()) for n, p in report["embedding_release"])

@@ -266,10 +266,9 @@ class FederationSpec:
             train, held = (list(s) for s in datasets.train_test_split_ids(ids, labels, TEST_FRACTION, self.seed))
         else:
             shuffled = list(ids[np.random.default_rng(self.seed).permutation(len(ids))])
-            n_query = min(self.queries, len(shuffled))
-            held = shuffled[:n_query]
-            # Too few left to train on: train on every aligned ID (the queries included).
-            train = shuffled[n_query:] if len(shuffled) - n_query >= len(shuffled) // 2 else shuffled
+            n_query, _ = self.queries_for(len(shuffled))
+            # The queried rows never train the model (scored and attacked in-sample they would flatter both).
+            held, train = shuffled[:n_query], shuffled[n_query:]
         validation: list[str] = []
         if self.early_stopping_patience:
             label_of = dict(zip(ids.tolist(), labels.tolist(), strict=True))
@@ -281,6 +280,18 @@ class FederationSpec:
             keep = np.random.default_rng(self.seed).permutation(len(train))[: self.train_rows]
             train = [train[i] for i in sorted(keep)]
         return train, validation, held
+
+    def queries_for(self, n_aligned: int) -> tuple[int, str]:
+        """How many of ``n_aligned`` rows are queried (held out of training) and one line saying why: the requested
+        ``queries``, shrunk to half the rows when more would leave fewer training rows than queried ones."""
+        wanted = self.queries if self.queries is not None else n_aligned
+        most = n_aligned // 2
+        if wanted <= most:
+            return wanted, f"{wanted} queried, held out of the {n_aligned} aligned rows"
+        return most, (
+            f"{most} queried, not the {wanted} asked: the {n_aligned} aligned rows give half to training "
+            "(queried rows are held out of training; at most half are queried)"
+        )
 
     def session_split(self, common: Sequence[str], labels: np.ndarray) -> tuple[list[str], list[str]]:
         """The training and held-out IDs of :meth:`session_sets`."""
