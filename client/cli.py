@@ -1125,7 +1125,21 @@ def datasets_show(
 
 
 def main() -> None:
-    app()
+    from vflsec.client.federation import Stopped, stop_on_signals
+
+    try:
+        with stop_on_signals():
+            app()
+    except Stopped as stop:  # the parties are stopped and the temporary folders gone by now: say so, exit 128 + n
+        done = "; ".join(stop.cleaned) or "nothing was running"
+        sys.stderr.write(f"stopped by {signal_name(stop.signum)}: {done}\n")
+        raise SystemExit(128 + stop.signum) from None
+
+
+def signal_name(signum: int) -> str:
+    import signal
+
+    return signal.Signals(signum).name
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ import numpy as np
 
 from vflsec.client import harness
 from vflsec.client import options as opt
-from vflsec.client.federation import FederationSpec, SpecError, write_federation
+from vflsec.client.federation import FederationSpec, SpecError, temporary_folder, write_federation
 
 # --- the scenario file --------------------------------------------------------------------------------------
 
@@ -508,8 +508,7 @@ def run_cell(scenario: harness.AttackScenario, base: Path, trained: dict[str, An
     """One cell through the services: a federation dealt from the cell's spec, started from the base's trained
     checkpoints, releasing through the cell's chains; the harness's report on its recordings."""
     scenario = replace(scenario, spec=replace(scenario.spec, checkpoints=True))
-    with tempfile.TemporaryDirectory(prefix="vflsec-cell-") as tmp:
-        workdir = Path(tmp)
+    with temporary_folder("vflsec-cell-") as workdir:
         store = workdir / "curious.sqlite"
         layout = write_federation(harness.recording_spec(scenario, store), workdir / "federation")
         for party in layout.configs:

@@ -8,7 +8,6 @@ them); the attacks see the plugin's store and nothing else.
 from __future__ import annotations
 
 import contextlib
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -18,7 +17,14 @@ from typing import Any
 import numpy as np
 
 from vflsec.client.demo import Phases, align, peak_rss_mb
-from vflsec.client.federation import FederationLayout, FederationSpec, run_in_process, run_processes, write_federation
+from vflsec.client.federation import (
+    FederationLayout,
+    FederationSpec,
+    run_in_process,
+    run_processes,
+    temporary_folder,
+    write_federation,
+)
 from vflsec.client.operator import Operator, forecast_risk
 from vflsec.client.training import TrainingRecord, train
 from vflsec.services import attacks
@@ -650,8 +656,8 @@ def privacy_curve(base: AttackScenario, epsilons: Sequence[float]) -> list[dict[
 
 @contextlib.contextmanager
 def _workdir() -> Iterator[Path]:
-    with tempfile.TemporaryDirectory(prefix="vflsec-attack-") as tmp:
-        yield Path(tmp)
+    with temporary_folder("vflsec-attack-") as tmp:
+        yield tmp
 
 
 YE_COLUMN = "ye accuracy (plain / with complements)"
