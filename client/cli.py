@@ -700,6 +700,13 @@ def attack(
     console.print(table)
     if "strongest" in report:
         console.print(headline(report))
+    if "undefended" in report:  # the same model and query rows without the chains: what the defense costs
+        u = report["undefended"]
+        before = "none ran" if u["strongest"] is None else f"{u['strongest']['attack']} {u['mse']:.6g}"
+        console.print(f"undefended (same model, same rows): accuracy {u['accuracy']:.4f}, strongest {before}",
+                      markup=False)  # fmt: skip
+        console.print(f"verdict: {report['verdict']}", markup=False)
+        console.print(report["scaling_note"], markup=False)
     if report.get("left_out"):
         names_out = ", ".join(f"{n} ({why})" for n, why in report["left_out"].items())
         console.print(f"left out of the defaults: {names_out}; add with --attacks +{','.join(report['left_out'])}",

@@ -33,7 +33,7 @@ import numpy as np
 
 from vflsec.client import harness
 from vflsec.client import options as opt
-from vflsec.client.federation import FederationSpec, SpecError, temporary_folder, write_federation
+from vflsec.client.federation import FederationSpec, SpecError, temporary_folder
 
 # --- the scenario file --------------------------------------------------------------------------------------
 
@@ -495,11 +495,7 @@ def trained_base(scenario: harness.AttackScenario, folder: Path) -> dict[str, An
         if marker.exists():
             return json.loads(marker.read_text())
         shutil.rmtree(folder, ignore_errors=True)
-        base = replace(scenario, spec=replace(scenario.spec, score_release=(), param_release=(), checkpoints=True))
-        layout = write_federation(harness.recording_spec(base, folder / "curious.sqlite"), folder / "federation")
-        with harness.parties(base, layout) as (operator, _):
-            session_id, queried, _ = harness.train_session(base, operator)
-        trained = {"session_id": session_id, "queried": queried}
+        trained, _ = harness.train_base(scenario, folder)
         write_atomic(marker, json.dumps(trained))
         return trained
 
@@ -507,17 +503,8 @@ def trained_base(scenario: harness.AttackScenario, folder: Path) -> dict[str, An
 def run_cell(scenario: harness.AttackScenario, base: Path, trained: dict[str, Any]) -> dict[str, Any]:
     """One cell through the services: a federation dealt from the cell's spec, started from the base's trained
     checkpoints, releasing through the cell's chains; the harness's report on its recordings."""
-    scenario = replace(scenario, spec=replace(scenario.spec, checkpoints=True))
     with temporary_folder("vflsec-cell-") as workdir:
-        store = workdir / "curious.sqlite"
-        layout = write_federation(harness.recording_spec(scenario, store), workdir / "federation")
-        for party in layout.configs:
-            shutil.copytree(base / "federation" / party / "state", workdir / "federation" / party / "state")
-        for recorded in base.glob("curious.sqlite*"):  # the training-time recordings (with WAL files if any)
-            shutil.copy2(recorded, workdir / recorded.name)
-        with harness.parties(scenario, layout) as (operator, _):
-            run = harness.query_session(scenario, layout, operator, trained["session_id"], trained["queried"], store)
-        return harness.score_run(scenario, run)
+        return harness.score_run(scenario, harness.run_from_base(scenario, base, trained, workdir))
 
 
 def cell_task(scenario: Scenario, cell: Cell, out: Path) -> dict[str, Any]:

@@ -8,6 +8,7 @@ them); the attacks see the plugin's store and nothing else.
 from __future__ import annotations
 
 import contextlib
+import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -151,6 +152,46 @@ def run_scenario(scenario: AttackScenario, workdir: Path, phases: Phases | None 
         run = query_session(scenario, layout, operator, session_id, queried, store_path, training, phases)
         run.peak_rss_mb = peak_rss_mb(pids)
         return run
+
+
+def train_base(
+    scenario: AttackScenario, folder: Path, phases: Phases | None = None
+) -> tuple[dict[str, Any], TrainingRecord]:
+    """Train the scenario's model once, without release chains, into ``folder`` with session checkpoints: runs
+    started from it (:func:`run_from_base`) release the same trained model through their own chains, queried on
+    the same rows. Returns the session and its queried IDs (JSON), and what training did."""
+    phases = phases or Phases()
+    base = replace(scenario, spec=replace(scenario.spec, score_release=(), param_release=(), checkpoints=True))
+    with phases("deal", "dealing the shards"):
+        layout = write_federation(recording_spec(base, folder / "curious.sqlite"), folder / "federation")
+    with parties(base, layout) as (operator, _):
+        session_id, queried, training = train_session(base, operator, phases)
+    return {"session_id": session_id, "queried": queried}, training
+
+
+def run_from_base(
+    scenario: AttackScenario,
+    base: Path,
+    trained: dict[str, Any],
+    workdir: Path,
+    training: TrainingRecord | None = None,
+    phases: Phases | None = None,
+) -> ScenarioRun:
+    """A federation dealt from the scenario's spec into ``workdir``, started from the base's trained checkpoints
+    (:func:`train_base`), releasing through the scenario's chains; the curious party's query on the base's rows."""
+    scenario = replace(scenario, spec=replace(scenario.spec, checkpoints=True))
+    store = workdir / "curious.sqlite"
+    layout = write_federation(recording_spec(scenario, store), workdir / "federation")
+    for party in layout.configs:
+        shutil.copytree(base / "federation" / party / "state", workdir / "federation" / party / "state")
+    for recorded in base.glob("curious.sqlite*"):  # the training-time recordings (with WAL files if any)
+        shutil.copy2(recorded, workdir / recorded.name)
+    with parties(scenario, layout) as (operator, pids):
+        run = query_session(
+            scenario, layout, operator, trained["session_id"], trained["queried"], store, training, phases
+        )
+        run.peak_rss_mb = peak_rss_mb(pids)
+    return run
 
 
 def recording_spec(scenario: AttackScenario, store_path: Path) -> FederationSpec:
@@ -515,8 +556,71 @@ def _run_once(scenario: AttackScenario, log: Callable[[str], None] | None) -> di
     # The federation lives in a temporary folder deleted after the run: nothing can resume it, so its parties
     # keep no session checkpoints (their fsync'd writes were 80 % of a plain training step on Bank).
     scenario = scenario.with_spec(checkpoints=False)
+    if not (scenario.spec.score_release or scenario.spec.param_release):
+        with _workdir() as workdir:
+            return score_run(scenario, run_scenario(scenario, workdir), log)
+    # A defended run answers "what does the defense cost": the same trained model, queried on the same rows, released
+    # once without the chains and once through them; both attacked, both against Half.
+    phases = Phases()
     with _workdir() as workdir:
-        return score_run(scenario, run_scenario(scenario, workdir), log)
+        with phases("load", f"reading {scenario.spec.name}"):
+            scenario.spec.data  # noqa: B018 (parsed once per process)
+        trained, training = train_base(scenario, workdir / "base", phases)
+        plain = replace(scenario.with_spec(score_release=(), param_release=()), extra_attacks=())
+        if scenario.attacks is not None:  # the aware attacks target the chains: undefended, the naive ones
+            plain = replace(plain, attacks=[n for n in scenario.attacks if not n.startswith("aware_")])
+        undefended_run = run_from_base(plain, workdir / "base", trained, workdir / "undefended", training, Phases())
+        undefended = score_run(plain, undefended_run, log)
+        report = score_run(scenario, run_from_base(scenario, workdir / "base", trained, workdir / "defended",
+                                                   training, phases), log)  # fmt: skip
+    return with_undefended(report, undefended)
+
+
+# An attacker whose strongest MSE is below (1 - LEAK_MARGIN) x Half's learns something Half's blind guess does not.
+LEAK_MARGIN = 0.05
+SCALE_NOTE = "features min-max scaled to [0, 1] per party: MSE is per feature; Half (guess ½ everywhere) is blind"
+
+
+def advantage(mse: float | None, half: float) -> float | None:
+    """The attacker's advantage over blind Half, max(0, 1 − MSE / MSE_Half): 0 is blind guessing, 1 exact."""
+    return None if mse is None else max(0.0, 1.0 - mse / half)
+
+
+def with_undefended(report: dict[str, Any], undefended: dict[str, Any]) -> dict[str, Any]:
+    """The defended report with the undefended figures of the same model and query rows beside it (accuracy, the
+    strongest attack and its MSE, the advantage over Half), the defended advantage and a one-line verdict."""
+    half = report["baselines"]["half"]
+    best = strongest(undefended["attacks"])
+    mse = None if best is None else best["mse"]
+    report["undefended"] = {
+        "accuracy": undefended["accuracy"],
+        "mse": mse,
+        "strongest": best,
+        "half": undefended["baselines"]["half"],
+        "advantage": advantage(mse, half),
+        "attacks": {n: r.get("mse_clipped", r.get("not_applicable")) for n, r in undefended["attacks"].items()},
+        "attack_seconds": undefended["attack_seconds"],
+    }
+    defended = report.get("strongest")
+    report["advantage"] = advantage(None if defended is None else defended["mse"], half)
+    report["verdict"] = verdict(report)
+    report["scaling_note"] = SCALE_NOTE
+    return report
+
+
+def verdict(report: dict[str, Any]) -> str:
+    """One line: does the strongest attacker still beat blind Half under the defense, and at what accuracy cost."""
+    half, undefended = report["baselines"]["half"], report["undefended"]
+    best = report.get("strongest")
+    cost = f"accuracy {undefended['accuracy']:.4f} undefended, {report['accuracy']:.4f} defended"
+    before = "n/a" if undefended["mse"] is None else f"{undefended['mse']:.4g}"
+    if best is None:
+        return f"protects: no attack runs on what is released (undefended strongest {before}, Half {half:.4g}); {cost}"
+    word = "leaks" if best["mse"] < (1.0 - LEAK_MARGIN) * half else "protects"
+    return (
+        f"{word}: strongest {best['attack']} {best['mse']:.4g} vs blind Half {half:.4g} "
+        f"(undefended strongest {before}); {cost}"
+    )
 
 
 def score_run(scenario: AttackScenario, run: ScenarioRun, log: Callable[[str], None] | None = None) -> dict[str, Any]:
