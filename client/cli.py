@@ -284,9 +284,8 @@ def demo(
 ) -> None:
     """Start coordinator, active and passive parties as processes, align, train, predict, report."""
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from vflsec.client.demo import Phases, run_demo
+    from vflsec.client.demo import run_demo
 
     console = Console(stderr=as_json)
     backend = _backend_for(ctx, backend, model, topology, console)
@@ -318,18 +317,40 @@ def demo(
         allow_plain=compare_plain,  # the comparison run is a plain session
         embedding_release=opt.embedding_steps(embedding_release),
     )
-    with (
-        _refused(),
-        Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            disable=as_json or not console.is_terminal,  # bars in a terminal; the phase lines everywhere
-        ) as bar,
-    ):
+    with _refused(), _progress(console, as_json) as (bar, _, phases):
         tasks: dict[str, int] = {}
+        with phases("load", f"reading {dataset}"):
+            spec.data  # noqa: B018 (parsed once per process; the bound check and the dealer share it)
+        spec = _scaling_within_bound(ctx, spec, console)
+        if backend == "plain" or compare_plain:
+            note = "note: the coordinator allows the plain backend for this demo ([policy] allowed_backends)"
+            console.print(note, markup=False)
+
+        def progress(run_backend: str, epoch: int, n_epochs: int, batch: int, n_batches: int) -> None:
+            if run_backend not in tasks:
+                tasks[run_backend] = bar.add_task(f"training ({run_backend})", total=n_epochs * n_batches)
+            bar.update(tasks[run_backend], completed=(epoch - 1) * n_batches + batch)
+
+        result = run_demo(spec, compare_plain=compare_plain, workdir=workdir, progress=progress, phases=phases)
+    _report(result, as_json, console)
+
+
+@contextlib.contextmanager
+def _progress(console, as_json: bool) -> Iterator[tuple[Any, Callable[[str], None], Any]]:  # type: ignore[no-untyped-def]
+    """The long commands' progress: one line per phase (and per attack) everywhere, piped output included (on
+    stderr with --json), and bars in a terminal. Yields the bars, the line printer and the timed phases."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from vflsec.client.demo import Phases
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=as_json or not console.is_terminal,  # bars in a terminal; the phase lines everywhere
+    ) as bar:
 
         def log(line: str) -> None:  # phase lines print above the bars
             bar.console.print(line, markup=False)
@@ -351,21 +372,7 @@ def demo(
             else:
                 bar.update(task, completed=counted[0])
 
-        phases = Phases(log, phase_bar)
-        with phases("load", f"reading {dataset}"):
-            spec.data  # noqa: B018 (parsed once per process; the bound check and the dealer share it)
-        spec = _scaling_within_bound(ctx, spec, console)
-        if backend == "plain" or compare_plain:
-            note = "note: the coordinator allows the plain backend for this demo ([policy] allowed_backends)"
-            console.print(note, markup=False)
-
-        def progress(run_backend: str, epoch: int, n_epochs: int, batch: int, n_batches: int) -> None:
-            if run_backend not in tasks:
-                tasks[run_backend] = bar.add_task(f"training ({run_backend})", total=n_epochs * n_batches)
-            bar.update(tasks[run_backend], completed=(epoch - 1) * n_batches + batch)
-
-        result = run_demo(spec, compare_plain=compare_plain, workdir=workdir, progress=progress, phases=phases)
-    _report(result, as_json, console)
+        yield bar, log, Phases(log, phase_bar)
 
 
 def _print_early_stopping(result: dict, console) -> None:  # type: ignore[no-untyped-def]
@@ -678,8 +685,15 @@ def attack(
         windows=windows,
         mse_scope=mse_scope,
     )
-    with console.status("training, querying and attacking…"), _refused():
-        report = run_attack_scenario(scenario)
+    with _refused(), _progress(console, as_json) as (bar, log, phases):
+        training: list[int] = []  # the training bar's task, made at the first step (its total is known then)
+
+        def on_step(epoch: int, epochs: int, batch: int, n_batches: int) -> None:
+            if not training:
+                training.append(bar.add_task("training", total=epochs * n_batches))
+            bar.update(training[0], completed=(epoch - 1) * n_batches + batch)
+
+        report = run_attack_scenario(scenario, log, phases, on_step)
     table = Table(
         title=f"feature inference on {report['dataset']} (d_passive = {report['d_passive']}, "
         f"n = {report['n_samples']}, accuracy = {report['accuracy']:.4f}, "

@@ -67,6 +67,10 @@ class Phases:
         self._log = log or (lambda line: None)
         self._bar = bar or _no_bar
 
+    def fresh(self) -> Phases:
+        """New counts announced on the same log and bars (one run's seconds apart from another's)."""
+        return Phases(self._log, self._bar)
+
     @contextlib.contextmanager
     def __call__(
         self, name: str, what: str, total: int | None = None, *, bar: bool = True

@@ -137,7 +137,12 @@ class ScenarioRun:
     queries_note: str = ""  # how many rows were queried and why (shrunk when the data cannot give both)
 
 
-def run_scenario(scenario: AttackScenario, workdir: Path, phases: Phases | None = None) -> ScenarioRun:
+StepCallback = Callable[[int, int, int, int], None]  # epoch, epochs, batch, batches per epoch (the training bar)
+
+
+def run_scenario(
+    scenario: AttackScenario, workdir: Path, phases: Phases | None = None, on_step: StepCallback | None = None
+) -> ScenarioRun:
     """Train, release the model, then query ``predictions`` samples; the curious plugin records it all."""
     phases = phases or Phases()
     store_path = workdir / "curious.sqlite"
@@ -148,14 +153,14 @@ def run_scenario(scenario: AttackScenario, workdir: Path, phases: Phases | None 
     with contextlib.ExitStack() as running:
         with phases("load", "starting the parties (each reads its shard)"):
             operator, pids = running.enter_context(parties(scenario, layout))
-        session_id, queried, training = train_session(scenario, operator, phases)
+        session_id, queried, training = train_session(scenario, operator, phases, on_step)
         run = query_session(scenario, layout, operator, session_id, queried, store_path, training, phases)
         run.peak_rss_mb = peak_rss_mb(pids)
         return run
 
 
 def train_base(
-    scenario: AttackScenario, folder: Path, phases: Phases | None = None
+    scenario: AttackScenario, folder: Path, phases: Phases | None = None, on_step: StepCallback | None = None
 ) -> tuple[dict[str, Any], TrainingRecord]:
     """Train the scenario's model once, without release chains, into ``folder`` with session checkpoints: runs
     started from it (:func:`run_from_base`) release the same trained model through their own chains, queried on
@@ -165,7 +170,7 @@ def train_base(
     with phases("deal", "dealing the shards"):
         layout = write_federation(recording_spec(base, folder / "curious.sqlite"), folder / "federation")
     with parties(base, layout) as (operator, _):
-        session_id, queried, training = train_session(base, operator, phases)
+        session_id, queried, training = train_session(base, operator, phases, on_step)
     return {"session_id": session_id, "queried": queried}, training
 
 
@@ -225,7 +230,7 @@ def parties(scenario: AttackScenario, layout: FederationLayout) -> Iterator[tupl
 
 
 def train_session(
-    scenario: AttackScenario, operator: Operator, phases: Phases | None = None
+    scenario: AttackScenario, operator: Operator, phases: Phases | None = None, on_step: StepCallback | None = None
 ) -> tuple[str, list[str], TrainingRecord]:
     """Open a session, align, train on the dealer's training split (stopping early on its validation rows if
     asked); returns the session, the queried IDs and what training did."""
@@ -236,7 +241,7 @@ def train_session(
     if set(aligned) != set(spec.dealt_common()):
         raise RuntimeError("alignment found other IDs than the dealer dealt to every party")
     ds = spec.data
-    with phases("train", f"training {spec.epochs} epochs"):
+    with phases("train", f"training {len(train_ids):,} rows, {spec.epochs} epochs", bar=on_step is None):
         record = train(
             operator,
             info.session_id,
@@ -245,6 +250,7 @@ def train_session(
             validation_ids=validation_ids,
             validation_labels=ds.y[datasets.select_ids(ds.ids, validation_ids)],
             patience=spec.early_stopping_patience,
+            on_step=None if on_step is None else lambda e, b, n: on_step(e, spec.epochs, b, n),
         )
     return info.session_id, queried, record
 
@@ -381,8 +387,15 @@ def evaluate_attacks(
             if "binary_features" in reconstruction.meta:  # ye: its columns come in no claimed order, so the MSE
                 results[name] |= binary_recovery(truth, reconstruction.meta["binary_features"], one_hot)
         if log is not None:
-            log(f"{name}: {results[name]}")
+            log(attack_line(name, results[name]))
     return results
+
+
+def attack_line(name: str, result: dict[str, Any]) -> str:
+    """One progress line per attack: its figure and its time (or why it did not run)."""
+    if "not_applicable" in result:
+        return f"attack {name}: not applicable: {result['not_applicable']}"
+    return f"attack {name}: MSE {result['mse_clipped']:.4g} ({result['seconds']:.1f} s)"
 
 
 # Each attack's own figure (Attack.metric): its label, whether higher is better, and the blind baseline it must beat.
@@ -507,14 +520,21 @@ def accuracy_warning(accuracy: float, majority_rate: float) -> str | None:
     return None
 
 
-def run_attack_scenario(scenario: AttackScenario, log: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """One scenario, or with ``windows > 1`` the average of the MSEs over cyclic windows of passive columns."""
+def run_attack_scenario(
+    scenario: AttackScenario,
+    log: Callable[[str], None] | None = None,
+    phases: Phases | None = None,
+    on_step: StepCallback | None = None,
+) -> dict[str, Any]:
+    """One scenario, or with ``windows > 1`` the average of the MSEs over cyclic windows of passive columns.
+    Progress: ``phases`` announces and times each phase, ``on_step`` hears of each training batch, ``log`` gets
+    one line per attack with its time."""
     if scenario.windows <= 1:
-        return _run_once(scenario, log)
+        return _run_once(scenario, log, phases, on_step)
     spec = scenario.spec
     d_passive = sum(len(p) for p in spec.split.passive)
     reports = [
-        _run_once(replace(scenario.with_spec(passive_features=window), windows=1), log)
+        _run_once(replace(scenario.with_spec(passive_features=window), windows=1), log, phases, on_step)
         for window in cyclic_windows(spec.data.feature_names, d_passive, scenario.windows)
     ]
     return average_over_windows(reports)
@@ -552,25 +572,36 @@ def average_over_windows(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return report
 
 
-def _run_once(scenario: AttackScenario, log: Callable[[str], None] | None) -> dict[str, Any]:
+def _run_once(
+    scenario: AttackScenario,
+    log: Callable[[str], None] | None,
+    phases: Phases | None = None,
+    on_step: StepCallback | None = None,
+) -> dict[str, Any]:
     # The federation lives in a temporary folder deleted after the run: nothing can resume it, so its parties
     # keep no session checkpoints (their fsync'd writes were 80 % of a plain training step on Bank).
     scenario = scenario.with_spec(checkpoints=False)
     if not (scenario.spec.score_release or scenario.spec.param_release):
         with _workdir() as workdir:
-            return score_run(scenario, run_scenario(scenario, workdir), log)
+            run = run_scenario(scenario, workdir, Phases() if phases is None else phases.fresh(), on_step)
+            return score_run(scenario, run, log)
     # A defended run answers "what does the defense cost": the same trained model, queried on the same rows, released
     # once without the chains and once through them; both attacked, both against Half.
-    phases = Phases()
+    phases = Phases() if phases is None else phases.fresh()
     with _workdir() as workdir:
         with phases("load", f"reading {scenario.spec.name}"):
             scenario.spec.data  # noqa: B018 (parsed once per process)
-        trained, training = train_base(scenario, workdir / "base", phases)
+        trained, training = train_base(scenario, workdir / "base", phases, on_step)
         plain = replace(scenario.with_spec(score_release=(), param_release=()), extra_attacks=())
         if scenario.attacks is not None:  # the aware attacks target the chains: undefended, the naive ones
             plain = replace(plain, attacks=[n for n in scenario.attacks if not n.startswith("aware_")])
-        undefended_run = run_from_base(plain, workdir / "base", trained, workdir / "undefended", training, Phases())
+        if log is not None:
+            log("undefended: the same model and query rows, released without the chains")
+        base = workdir / "base"
+        undefended_run = run_from_base(plain, base, trained, workdir / "undefended", training, phases.fresh())
         undefended = score_run(plain, undefended_run, log)
+        if log is not None:
+            log("defended: released through the chains")
         report = score_run(scenario, run_from_base(scenario, workdir / "base", trained, workdir / "defended",
                                                    training, phases), log)  # fmt: skip
     return with_undefended(report, undefended)
@@ -642,6 +673,8 @@ def score_run(scenario: AttackScenario, run: ScenarioRun, log: Callable[[str], N
     if names is None:
         names = default_attacks(spec.score_release, spec.param_release, spec.model, spec.embedding_release)
         names = [*names, *(n for n in scenario.extra_attacks if n not in names)]
+    if log is not None:
+        log(f"attack: {len(names)} attacks on {obs.n_samples:,} queried rows ...")
     options = dict(scenario.attack_options)
     if scenario.mse_scope == "all":  # the training rows are attacked too: AM/RAM fit them in-sample (varasteh)
         for name in set(names) & {"am", "ram"}:

@@ -39,5 +39,8 @@ def test_default_attacks_on_wine_name_what_they_leave_out(monkeypatch) -> None:
     assert set(report["attacks"]) == set(harness.DEFAULT_ATTACKS) and "rcc1" in report["left_out"]
     assert all("mse" in r for r in report["attacks"].values()), report["attacks"]
     assert "add with --attacks +rcc1" in output
+    # Progress when piped (item 4): every phase announced and timed, one line per attack with its time.
+    assert all(f"{phase}: " in output for phase in ("load", "deal", "align", "train", "predict", "attack"))
+    assert all(f"attack {name}: MSE " in output for name in harness.DEFAULT_ATTACKS)
     added, _ = _run("--dataset", "wine", "--attacks", "+rcc1", "--epochs", "3")
     assert set(added["attacks"]) == {*harness.DEFAULT_ATTACKS, "rcc1"} and added["left_out"] == {}
