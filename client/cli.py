@@ -60,6 +60,14 @@ def _spec(
         return FederationSpec(dataset, score_release=release or (), param_release=param_release or (), **fields)
 
 
+def _data_notes(spec: FederationSpec, console) -> None:  # type: ignore[no-untyped-def]
+    """Load the dataset (a one-line error, exit 2, if it cannot be used) and warn of what loading decided."""
+    with _refused():
+        notes = spec.data.notes
+    for note in notes:
+        console.print(f"warning: {spec.name}: {note}", markup=False, soft_wrap=True)
+
+
 def _backend_for(ctx: typer.Context, backend: str, model: str, topology: str, console) -> str:  # type: ignore[no-untyped-def]
     """The default backend follows the topology: active-top sends z_B in the clear, so it has only the plain one
     (an explicit --backend ckks is refused by the spec with the reason)."""
@@ -320,7 +328,7 @@ def demo(
     with _refused(), _progress(console, as_json) as (bar, _, phases):
         tasks: dict[str, int] = {}
         with phases("load", f"reading {dataset}"):
-            spec.data  # noqa: B018 (parsed once per process; the bound check and the dealer share it)
+            _data_notes(spec, console)  # parsed once per process; the bound check and the dealer share it
         spec = _scaling_within_bound(ctx, spec, console)
         if backend == "plain" or compare_plain:
             note = "note: the coordinator allows the plain backend for this demo ([policy] allowed_backends)"
@@ -657,6 +665,7 @@ def attack(
         seed=seed,
         embedding_release=opt.embedding_steps(embedding_release),
     )
+    _data_notes(spec, console)
     if mse_scope not in MSE_SCOPES:
         _fail(f"--mse-scope must be one of {', '.join(MSE_SCOPES)}, got {mse_scope!r}")
     for name in names or ():  # before any party starts: an attack that cannot read this family's model
@@ -1134,9 +1143,12 @@ def datasets_show(
     as_json: opt.Json = False,
 ) -> None:
     """Rows, classes, columns before and after encoding, and which would be passive for a selection."""
+    from rich.console import Console
+
     from vflsec.client.catalog import describe, lines
 
     spec = _spec(name, label=label, encoding=encoding, n_passive=passive, passive_features=passive_features, seed=seed)
+    _data_notes(spec, Console(stderr=True))
     with _refused():
         info = describe(spec)
     for line in lines(info):
