@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
+import typer.core
 
 from vflsec.client import options as opt
 
@@ -1083,7 +1084,18 @@ def experiment(
         sys.stdout.write(json.dumps({k: v for k, v in summary.items() if k != "cells"}) + "\n")
 
 
-@app.command()
+class _ClaimsHelp(typer.core.TyperCommand):
+    """reproduce --help lists the registered claim names (the registry is imported for the help only)."""
+
+    def format_epilog(self, ctx, formatter) -> None:  # type: ignore[no-untyped-def]
+        from vflsec.client.reproduce import CLAIMS
+
+        formatter.write_paragraph()
+        formatter.write_text("Claims: " + ", ".join(CLAIMS))
+        super().format_epilog(ctx, formatter)
+
+
+@app.command(cls=_ClaimsHelp)
 def reproduce(
     claim: Annotated[str, typer.Argument(metavar="CLAIM|all", help="A claim's name, or all.")] = "all",
     fast: Annotated[bool, typer.Option("--fast", help="With all: only the fast subset (CI's, ≤ 5 min).")] = False,
@@ -1112,6 +1124,36 @@ def reproduce(
     typer.echo(json.dumps(document) if as_json else rep.markdown(document))
     if document["summary"]["error"]:
         raise typer.Exit(1)
+
+
+attacks_app = typer.Typer(help="The attack suite's registered attacks.", no_args_is_help=True)
+app.add_typer(attacks_app, name="attacks")
+defenses_app = typer.Typer(help="The registered defense steps (score, parameter and embedding release).",
+                           no_args_is_help=True)  # fmt: skip
+app.add_typer(defenses_app, name="defenses")
+
+
+def _plugins_list(kind: str, as_json: bool) -> None:
+    from vflsec.client.catalog import plugin_line, plugins
+
+    rows = plugins(kind)
+    for row in rows:
+        typer.echo(plugin_line(row), err=as_json)
+    if as_json:
+        typer.echo(json.dumps(rows))
+
+
+@attacks_app.command("list")
+def attacks_list(as_json: opt.Json = False) -> None:
+    """Every attack: name (for --attacks), model families, parameters (--attack-option) with defaults, one line."""
+    _plugins_list("attacks", as_json)
+
+
+@defenses_app.command("list")
+def defenses_list(as_json: opt.Json = False) -> None:
+    """Every defense step: name, where it goes (--release, --param-release, --embedding-release), families,
+    parameters (STEP:key=value) with defaults, one line."""
+    _plugins_list("defenses", as_json)
 
 
 datasets_app = typer.Typer(help="The datasets a command accepts, and how one would be dealt.", no_args_is_help=True)
