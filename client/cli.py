@@ -296,7 +296,7 @@ def demo(
 
     from vflsec.client.demo import run_demo
 
-    console = Console(stderr=as_json)
+    console = Console(stderr=as_json, soft_wrap=True)  # a line stays whole when piped
     backend = _backend_for(ctx, backend, model, topology, console)
     spec = _spec(
         dataset,
@@ -342,6 +342,11 @@ def demo(
 
         result = run_demo(spec, compare_plain=compare_plain, workdir=workdir, progress=progress, phases=phases)
     _report(result, as_json, console)
+    console.print(  # the demo trains; the attack answers what the active party could learn of the passive columns
+        f"next: does this split leak? vflsec attack --dataset {dataset} (README.md, Quickstart)",
+        markup=False,
+        soft_wrap=True,
+    )
 
 
 @contextlib.contextmanager
@@ -638,7 +643,7 @@ def attack(
     unknown = sorted(set(names or ()) - set(ATTACKS))
     if unknown:
         _fail(f"unknown attack(s) {unknown}; known: {', '.join(sorted(ATTACKS))}")
-    console = Console(stderr=as_json)
+    console = Console(stderr=as_json, soft_wrap=True)  # a line stays whole when piped
     backend = _backend_for(ctx, backend, model, topology, console)
     spec = _spec(
         dataset,
