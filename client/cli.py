@@ -1083,7 +1083,9 @@ def experiment(
                 bar.console.print(f"finished: {cell.label} (accuracy {result['report']['accuracy']:.4f})")
 
         summary = exp.run_experiment(scenario, out, workers=workers, ray_address=ray, on_cell=on_cell)
-    console.print((out / "results.md").read_text())
+    console.print(exp.summary_table(summary))
+    console.print(f"verdict: {summary['verdict']}", markup=False, soft_wrap=True)
+    console.print(f"{summary['dcs_formula']}; every attack per row: {out / 'results.md'}", markup=False)
     console.print(f"wrote {out / 'results.json'}, {out / 'results.md'} and {', '.join(summary['plots'])}")
     if as_json:
         sys.stdout.write(json.dumps({k: v for k, v in summary.items() if k != "cells"}) + "\n")
