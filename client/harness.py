@@ -581,7 +581,8 @@ def _run_once(
     # The federation lives in a temporary folder deleted after the run: nothing can resume it, so its parties
     # keep no session checkpoints (their fsync'd writes were 80 % of a plain training step on Bank).
     scenario = scenario.with_spec(checkpoints=False)
-    if not (scenario.spec.score_release or scenario.spec.param_release):
+    # Trees are left out: a passive party's fitted bins are not in its checkpoints, so no run can resume the model.
+    if not (scenario.spec.score_release or scenario.spec.param_release) or scenario.spec.model in TREE_ATTACKS:
         with _workdir() as workdir:
             run = run_scenario(scenario, workdir, Phases() if phases is None else phases.fresh(), on_step)
             return score_run(scenario, run, log)
