@@ -694,6 +694,7 @@ def attack(
         spec,
         attacks=names,
         extra_attacks=extra_names,
+        compare_undefended=True,  # "what does my defense cost": the same model and rows without the chains
         attack_options=attack_options,
         predictions=predictions,
         release_model=not withhold_model,

@@ -101,6 +101,9 @@ class AttackScenario:
     spec: FederationSpec
     attacks: Sequence[str] | None = None  # None: default_attacks(score_release, param_release)
     extra_attacks: Sequence[str] = ()  # added to the defaults (``--attacks +rcc1``) when ``attacks`` is None
+    # Under a release chain, also release the same trained model without it and report ``undefended`` (the CLI's
+    # attack does; it costs a second query and attack pass, so reproduction and experiment cells leave it off).
+    compare_undefended: bool = False
     attack_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     predictions: int = 1000
     release_model: bool = True
@@ -582,7 +585,8 @@ def _run_once(
     # keep no session checkpoints (their fsync'd writes were 80 % of a plain training step on Bank).
     scenario = scenario.with_spec(checkpoints=False)
     # Trees are left out: a passive party's fitted bins are not in its checkpoints, so no run can resume the model.
-    if not (scenario.spec.score_release or scenario.spec.param_release) or scenario.spec.model in TREE_ATTACKS:
+    chained = scenario.spec.score_release or scenario.spec.param_release
+    if not (chained and scenario.compare_undefended) or scenario.spec.model in TREE_ATTACKS:
         with _workdir() as workdir:
             run = run_scenario(scenario, workdir, Phases() if phases is None else phases.fresh(), on_step)
             return score_run(scenario, run, log)
