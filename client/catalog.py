@@ -49,3 +49,49 @@ def lines(info: dict[str, Any]) -> list[str]:
 def catalog() -> dict[str, str]:
     """Every dataset name a command accepts here, with its one-line description."""
     return datasets.available_datasets()
+
+
+def plugins(kind: str) -> list[dict[str, Any]]:
+    """Every registered attack (``kind="attacks"``) or defense step (``"defenses"``: score, parameter and embedding
+    release steps): name, where it plugs in, model families, parameters with their defaults, and the first line of
+    its docstring."""
+    import inspect
+
+    from vflsec.services.registry import ANY_SCORES
+
+    if kind == "attacks":
+        from vflsec.services.attacks import ATTACKS
+
+        registries = [("attack", ATTACKS)]
+    else:
+        from vflsec.services.defenses.embeddings import EMBEDDING_STEPS
+        from vflsec.services.defenses.release import PARAM_STEPS, SCORE_STEPS
+
+        registries = [("--release", SCORE_STEPS), ("--param-release", PARAM_STEPS),
+                      ("--embedding-release", EMBEDDING_STEPS)]  # fmt: skip
+    rows = []
+    for where, registry in registries:
+        for name in registry:
+            entry = registry.entry(name)
+            families = entry.cls.families
+            params = {
+                k: None if p.default is inspect.Parameter.empty else p.default for k, p in entry.parameters().items()
+            }
+            doc = (inspect.getdoc(entry.cls) or "").strip().split("\n")[0]  # its first line
+            rows.append({
+                "name": name,
+                "kind": where,
+                "families": "any that releases scores" if families >= ANY_SCORES else sorted(families),
+                "parameters": {k: v if isinstance(v, str | int | float | bool | type(None)) else str(v)
+                               for k, v in params.items()},
+                "summary": doc.rstrip(".,:;"),
+            })  # fmt: skip
+    return rows
+
+
+def plugin_line(row: dict[str, Any]) -> str:
+    """One plug-in as one line: name, families, parameters (defaults), what it is."""
+    families = row["families"] if isinstance(row["families"], str) else ",".join(row["families"])
+    params = ", ".join(f"{k}={v}" if v is not None else k for k, v in row["parameters"].items()) or "-"
+    where = "" if row["kind"] == "attack" else f" [{row['kind']}]"
+    return f"{row['name']}{where} ({families}; {params}): {row['summary']}"

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
+import typer.core
 
 from vflsec.client import options as opt
 
@@ -58,6 +59,14 @@ def _spec(
 
     with _refused():
         return FederationSpec(dataset, score_release=release or (), param_release=param_release or (), **fields)
+
+
+def _data_notes(spec: FederationSpec, console) -> None:  # type: ignore[no-untyped-def]
+    """Load the dataset (a one-line error, exit 2, if it cannot be used) and warn of what loading decided."""
+    with _refused():
+        notes = spec.data.notes
+    for note in notes:
+        console.print(f"warning: {spec.name}: {note}", markup=False, soft_wrap=True)
 
 
 def _backend_for(ctx: typer.Context, backend: str, model: str, topology: str, console) -> str:  # type: ignore[no-untyped-def]
@@ -284,11 +293,10 @@ def demo(
 ) -> None:
     """Start coordinator, active and passive parties as processes, align, train, predict, report."""
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from vflsec.client.demo import Phases, run_demo
+    from vflsec.client.demo import run_demo
 
-    console = Console(stderr=as_json)
+    console = Console(stderr=as_json, soft_wrap=True)  # a line stays whole when piped
     backend = _backend_for(ctx, backend, model, topology, console)
     spec = _spec(
         dataset,
@@ -318,18 +326,45 @@ def demo(
         allow_plain=compare_plain,  # the comparison run is a plain session
         embedding_release=opt.embedding_steps(embedding_release),
     )
-    with (
-        _refused(),
-        Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            disable=as_json or not console.is_terminal,  # bars in a terminal; the phase lines everywhere
-        ) as bar,
-    ):
+    with _refused(), _progress(console, as_json) as (bar, _, phases):
         tasks: dict[str, int] = {}
+        with phases("load", f"reading {dataset}"):
+            _data_notes(spec, console)  # parsed once per process; the bound check and the dealer share it
+        spec = _scaling_within_bound(ctx, spec, console)
+        if backend == "plain" or compare_plain:
+            note = "note: the coordinator allows the plain backend for this demo ([policy] allowed_backends)"
+            console.print(note, markup=False)
+
+        def progress(run_backend: str, epoch: int, n_epochs: int, batch: int, n_batches: int) -> None:
+            if run_backend not in tasks:
+                tasks[run_backend] = bar.add_task(f"training ({run_backend})", total=n_epochs * n_batches)
+            bar.update(tasks[run_backend], completed=(epoch - 1) * n_batches + batch)
+
+        result = run_demo(spec, compare_plain=compare_plain, workdir=workdir, progress=progress, phases=phases)
+    _report(result, as_json, console)
+    console.print(  # the demo trains; the attack answers what the active party could learn of the passive columns
+        f"next: does this split leak? vflsec attack --dataset {dataset} (README.md, Quickstart)",
+        markup=False,
+        soft_wrap=True,
+    )
+
+
+@contextlib.contextmanager
+def _progress(console, as_json: bool) -> Iterator[tuple[Any, Callable[[str], None], Any]]:  # type: ignore[no-untyped-def]
+    """The long commands' progress: one line per phase (and per attack) everywhere, piped output included (on
+    stderr with --json), and bars in a terminal. Yields the bars, the line printer and the timed phases."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from vflsec.client.demo import Phases
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=as_json or not console.is_terminal,  # bars in a terminal; the phase lines everywhere
+    ) as bar:
 
         def log(line: str) -> None:  # phase lines print above the bars
             bar.console.print(line, markup=False)
@@ -351,21 +386,7 @@ def demo(
             else:
                 bar.update(task, completed=counted[0])
 
-        phases = Phases(log, phase_bar)
-        with phases("load", f"reading {dataset}"):
-            spec.data  # noqa: B018 (parsed once per process; the bound check and the dealer share it)
-        spec = _scaling_within_bound(ctx, spec, console)
-        if backend == "plain" or compare_plain:
-            note = "note: the coordinator allows the plain backend for this demo ([policy] allowed_backends)"
-            console.print(note, markup=False)
-
-        def progress(run_backend: str, epoch: int, n_epochs: int, batch: int, n_batches: int) -> None:
-            if run_backend not in tasks:
-                tasks[run_backend] = bar.add_task(f"training ({run_backend})", total=n_epochs * n_batches)
-            bar.update(tasks[run_backend], completed=(epoch - 1) * n_batches + batch)
-
-        result = run_demo(spec, compare_plain=compare_plain, workdir=workdir, progress=progress, phases=phases)
-    _report(result, as_json, console)
+        yield bar, log, Phases(log, phase_bar)
 
 
 def _print_early_stopping(result: dict, console) -> None:  # type: ignore[no-untyped-def]
@@ -551,7 +572,8 @@ def attack(
     attacks: Annotated[
         str | None,
         typer.Option(
-            help="Comma-separated attack names (see docs/attacks.md). Default: every attack of the model family "
+            help="Comma-separated attack names (`vflsec attacks list`); a leading + adds them to the defaults "
+            "(e.g. +rcc1). Default: every attack of the model family but the slow opt-in ones the report names "
             "(for LR the defense-aware ones for the release chains included)."
         ),
     ] = None,
@@ -618,11 +640,12 @@ def attack(
     )
     from vflsec.services.attacks import ATTACKS
 
-    names = None if attacks is None else [a.strip() for a in attacks.split(",") if a.strip()]
+    extra = attacks is not None and attacks.strip().startswith("+")  # +NAME,...: the defaults and these
+    names = None if attacks is None else [a.strip() for a in attacks.strip().lstrip("+").split(",") if a.strip()]
     unknown = sorted(set(names or ()) - set(ATTACKS))
     if unknown:
         _fail(f"unknown attack(s) {unknown}; known: {', '.join(sorted(ATTACKS))}")
-    console = Console(stderr=as_json)
+    console = Console(stderr=as_json, soft_wrap=True)  # a line stays whole when piped
     backend = _backend_for(ctx, backend, model, topology, console)
     spec = _spec(
         dataset,
@@ -650,6 +673,7 @@ def attack(
         seed=seed,
         embedding_release=opt.embedding_steps(embedding_release),
     )
+    _data_notes(spec, console)
     if mse_scope not in MSE_SCOPES:
         _fail(f"--mse-scope must be one of {', '.join(MSE_SCOPES)}, got {mse_scope!r}")
     for name in names or ():  # before any party starts: an attack that cannot read this family's model
@@ -657,10 +681,12 @@ def attack(
             ATTACKS.check_family(name, spec.model)
         except ValueError as exc:
             _fail(f"{exc}; the attacks of --model {spec.model}: {', '.join(ATTACKS.names(spec.model))}")
+    extra_names, names = (names or [], None) if extra else ([], names)
     chosen = (
         names
         if names is not None
-        else default_attacks(spec.score_release, spec.param_release, spec.model, spec.embedding_release)
+        else [*default_attacks(spec.score_release, spec.param_release, spec.model, spec.embedding_release),
+              *extra_names]
     )
     try:
         attack_options = check_attack_options(opt.attack_options(attack_option), chosen, spec.model)
@@ -669,14 +695,23 @@ def attack(
     scenario = AttackScenario(
         spec,
         attacks=names,
+        extra_attacks=extra_names,
+        compare_undefended=True,  # "what does my defense cost": the same model and rows without the chains
         attack_options=attack_options,
         predictions=predictions,
         release_model=not withhold_model,
         windows=windows,
         mse_scope=mse_scope,
     )
-    with console.status("training, querying and attacking…"), _refused():
-        report = run_attack_scenario(scenario)
+    with _refused(), _progress(console, as_json) as (bar, log, phases):
+        training: list[int] = []  # the training bar's task, made at the first step (its total is known then)
+
+        def on_step(epoch: int, epochs: int, batch: int, n_batches: int) -> None:
+            if not training:
+                training.append(bar.add_task("training", total=epochs * n_batches))
+            bar.update(training[0], completed=(epoch - 1) * n_batches + batch)
+
+        report = run_attack_scenario(scenario, log, phases, on_step)
     table = Table(
         title=f"feature inference on {report['dataset']} (d_passive = {report['d_passive']}, "
         f"n = {report['n_samples']}, accuracy = {report['accuracy']:.4f}, "
@@ -697,6 +732,19 @@ def attack(
     console.print(table)
     if "strongest" in report:
         console.print(headline(report))
+    if "undefended" in report:  # the same model and query rows without the chains: what the defense costs
+        u = report["undefended"]
+        before = "none ran" if u["strongest"] is None else f"{u['strongest']['attack']} {u['mse']:.6g}"
+        console.print(f"undefended (same model, same rows): accuracy {u['accuracy']:.4f}, strongest {before}",
+                      markup=False)  # fmt: skip
+        console.print(f"verdict: {report['verdict']}", markup=False)
+        console.print(report["scaling_note"], markup=False)
+    if report.get("left_out"):
+        names_out = ", ".join(f"{n} ({why})" for n, why in report["left_out"].items())
+        console.print(f"left out of the defaults: {names_out}; add with --attacks +{','.join(report['left_out'])}",
+                      markup=False)
+    console.print(f"queries: {report['queries_note']}; {report['n_train']} rows trained the model, "
+                  f"{report['query_rows_in_training']} of them queried", markup=False)
     console.print(f"batch size {report['batch_size']}: {report['batch_size_note']}")
     if report.get("embedding_release"):  # the width follows the defense when the session leaves it free
         steps = ", ".join(f"{n}:" + ",".join(f"{k}={v}" for k, v in p.items()) for n, p in report["embedding_release"])
@@ -1038,13 +1086,26 @@ def experiment(
                 bar.console.print(f"finished: {cell.label} (accuracy {result['report']['accuracy']:.4f})")
 
         summary = exp.run_experiment(scenario, out, workers=workers, ray_address=ray, on_cell=on_cell)
-    console.print((out / "results.md").read_text())
+    console.print(exp.summary_table(summary))
+    console.print(f"verdict: {summary['verdict']}", markup=False, soft_wrap=True)
+    console.print(f"{summary['dcs_formula']}; every attack per row: {out / 'results.md'}", markup=False)
     console.print(f"wrote {out / 'results.json'}, {out / 'results.md'} and {', '.join(summary['plots'])}")
     if as_json:
         sys.stdout.write(json.dumps({k: v for k, v in summary.items() if k != "cells"}) + "\n")
 
 
-@app.command()
+class _ClaimsHelp(typer.core.TyperCommand):
+    """reproduce --help lists the registered claim names (the registry is imported for the help only)."""
+
+    def format_epilog(self, ctx, formatter) -> None:  # type: ignore[no-untyped-def]
+        from vflsec.client.reproduce import CLAIMS
+
+        formatter.write_paragraph()
+        formatter.write_text("Claims: " + ", ".join(CLAIMS))
+        super().format_epilog(ctx, formatter)
+
+
+@app.command(cls=_ClaimsHelp)
 def reproduce(
     claim: Annotated[str, typer.Argument(metavar="CLAIM|all", help="A claim's name, or all.")] = "all",
     fast: Annotated[bool, typer.Option("--fast", help="With all: only the fast subset (CI's, ≤ 5 min).")] = False,
@@ -1073,6 +1134,36 @@ def reproduce(
     typer.echo(json.dumps(document) if as_json else rep.markdown(document))
     if document["summary"]["error"]:
         raise typer.Exit(1)
+
+
+attacks_app = typer.Typer(help="The attack suite's registered attacks.", no_args_is_help=True)
+app.add_typer(attacks_app, name="attacks")
+defenses_app = typer.Typer(help="The registered defense steps (score, parameter and embedding release).",
+                           no_args_is_help=True)  # fmt: skip
+app.add_typer(defenses_app, name="defenses")
+
+
+def _plugins_list(kind: str, as_json: bool) -> None:
+    from vflsec.client.catalog import plugin_line, plugins
+
+    rows = plugins(kind)
+    for row in rows:
+        typer.echo(plugin_line(row), err=as_json)
+    if as_json:
+        typer.echo(json.dumps(rows))
+
+
+@attacks_app.command("list")
+def attacks_list(as_json: opt.Json = False) -> None:
+    """Every attack: name (for --attacks), model families, parameters (--attack-option) with defaults, one line."""
+    _plugins_list("attacks", as_json)
+
+
+@defenses_app.command("list")
+def defenses_list(as_json: opt.Json = False) -> None:
+    """Every defense step: name, where it goes (--release, --param-release, --embedding-release), families,
+    parameters (STEP:key=value) with defaults, one line."""
+    _plugins_list("defenses", as_json)
 
 
 datasets_app = typer.Typer(help="The datasets a command accepts, and how one would be dealt.", no_args_is_help=True)
@@ -1104,9 +1195,12 @@ def datasets_show(
     as_json: opt.Json = False,
 ) -> None:
     """Rows, classes, columns before and after encoding, and which would be passive for a selection."""
+    from rich.console import Console
+
     from vflsec.client.catalog import describe, lines
 
     spec = _spec(name, label=label, encoding=encoding, n_passive=passive, passive_features=passive_features, seed=seed)
+    _data_notes(spec, Console(stderr=True))
     with _refused():
         info = describe(spec)
     for line in lines(info):
@@ -1116,7 +1210,21 @@ def datasets_show(
 
 
 def main() -> None:
-    app()
+    from vflsec.client.federation import Stopped, stop_on_signals
+
+    try:
+        with stop_on_signals():
+            app()
+    except Stopped as stop:  # the parties are stopped and the temporary folders gone by now: say so, exit 128 + n
+        done = "; ".join(stop.cleaned) or "nothing was running"
+        sys.stderr.write(f"stopped by {signal_name(stop.signum)}: {done}\n")
+        raise SystemExit(128 + stop.signum) from None
+
+
+def signal_name(signum: int) -> str:
+    import signal
+
+    return signal.Signals(signum).name
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -23,6 +22,7 @@ from vflsec.client.federation import (
     FederationLayout,
     FederationSpec,
     run_processes,
+    temporary_folder,
     write_federation,
 )
 from vflsec.client.operator import Operator, Released
@@ -66,6 +66,10 @@ class Phases:
         self.seconds: dict[str, float] = {}
         self._log = log or (lambda line: None)
         self._bar = bar or _no_bar
+
+    def fresh(self) -> Phases:
+        """New counts announced on the same log and bars (one run's seconds apart from another's)."""
+        return Phases(self._log, self._bar)
 
     @contextlib.contextmanager
     def __call__(
@@ -272,7 +276,7 @@ def run_demo(
     (its process's VmHWM; the PSI pool's short-lived workers are not in it); ``operator_peak_rss_mb`` is this
     process's (the dealer's table and the operator). ``phases`` may come in with the load already timed (the CLI)."""
     phases = phases or Phases(log)
-    with tempfile.TemporaryDirectory(prefix="vflsec-demo-") as tmp:
+    with temporary_folder("vflsec-demo-") as tmp:
         if "load" not in phases.seconds:
             with phases("load", f"reading {spec.name}"):
                 spec.data  # noqa: B018 (parsed once per process)

@@ -33,7 +33,7 @@ import numpy as np
 
 from vflsec.client import harness
 from vflsec.client import options as opt
-from vflsec.client.federation import FederationSpec, SpecError, write_federation
+from vflsec.client.federation import FederationSpec, SpecError, temporary_folder
 
 # --- the scenario file --------------------------------------------------------------------------------------
 
@@ -460,6 +460,8 @@ def write_atomic(path: Path, text: str) -> None:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
+        # mkstemp makes 0600; results are measurements (no keys, no data rows), readable as the plots beside them.
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -495,11 +497,7 @@ def trained_base(scenario: harness.AttackScenario, folder: Path) -> dict[str, An
         if marker.exists():
             return json.loads(marker.read_text())
         shutil.rmtree(folder, ignore_errors=True)
-        base = replace(scenario, spec=replace(scenario.spec, score_release=(), param_release=(), checkpoints=True))
-        layout = write_federation(harness.recording_spec(base, folder / "curious.sqlite"), folder / "federation")
-        with harness.parties(base, layout) as (operator, _):
-            session_id, queried, _ = harness.train_session(base, operator)
-        trained = {"session_id": session_id, "queried": queried}
+        trained, _ = harness.train_base(scenario, folder)
         write_atomic(marker, json.dumps(trained))
         return trained
 
@@ -507,18 +505,8 @@ def trained_base(scenario: harness.AttackScenario, folder: Path) -> dict[str, An
 def run_cell(scenario: harness.AttackScenario, base: Path, trained: dict[str, Any]) -> dict[str, Any]:
     """One cell through the services: a federation dealt from the cell's spec, started from the base's trained
     checkpoints, releasing through the cell's chains; the harness's report on its recordings."""
-    scenario = replace(scenario, spec=replace(scenario.spec, checkpoints=True))
-    with tempfile.TemporaryDirectory(prefix="vflsec-cell-") as tmp:
-        workdir = Path(tmp)
-        store = workdir / "curious.sqlite"
-        layout = write_federation(harness.recording_spec(scenario, store), workdir / "federation")
-        for party in layout.configs:
-            shutil.copytree(base / "federation" / party / "state", workdir / "federation" / party / "state")
-        for recorded in base.glob("curious.sqlite*"):  # the training-time recordings (with WAL files if any)
-            shutil.copy2(recorded, workdir / recorded.name)
-        with harness.parties(scenario, layout) as (operator, _):
-            run = harness.query_session(scenario, layout, operator, trained["session_id"], trained["queried"], store)
-        return harness.score_run(scenario, run)
+    with temporary_folder("vflsec-cell-") as workdir:
+        return harness.score_run(scenario, harness.run_from_base(scenario, base, trained, workdir))
 
 
 def cell_task(scenario: Scenario, cell: Cell, out: Path) -> dict[str, Any]:
@@ -738,6 +726,10 @@ def summarise(scenario: Scenario, results: Sequence[dict[str, Any]]) -> dict[str
         reference = _undefended(row, rows)
         half = row["baselines"]["half"]["mean"]
         if row["strongest"] is None:
+            if row["score_release"] or row["param_release"]:  # no attack had anything to work on
+                row["blocked"] = "blocked: nothing released that an attack could use"
+                if reference is not None:
+                    row["delta_mp"] = max(0.0, reference["accuracy"]["mean"] - row["accuracy"]["mean"])
             continue
         ap = max(0.0, 1.0 - row["strongest"]["mse"] / half)
         row["ap"] = ap
@@ -756,9 +748,34 @@ def summarise(scenario: Scenario, results: Sequence[dict[str, Any]]) -> dict[str
         "dcs_formula": DCS_FORMULA,
         "mse_unit": MSE_UNIT,
         "rows": rows,
+        "verdict": verdict(rows),
         "cells": list(results),
         "scenario": scenario.source,
     }
+
+
+# A defense "stops every attack" when the strongest attacker's advantage over Half is at most this (the attack
+# command's verdict uses the same margin), "at no accuracy cost" when it loses at most this much accuracy.
+STOPS_AP, FREE_DMP = harness.LEAK_MARGIN, 0.01
+
+
+def verdict(rows: Sequence[dict[str, Any]]) -> str:
+    """One line naming the defenses that stop every attack at no accuracy cost, or saying that none does."""
+    defended = [r for r in rows if r["score_release"] or r["param_release"]]
+    if not defended:
+        return "no defense in this sweep"
+    stops = [r for r in defended if "blocked" in r or r.get("ap", 1.0) <= STOPS_AP]
+    free = [r for r in stops if r.get("delta_mp", 0.0) <= FREE_DMP]
+    rule = f"strongest attacker's advantage over Half ≤ {STOPS_AP:g}, accuracy cost ≤ {FREE_DMP:g}"
+    if free:
+        return f"meets the goal ({rule}): {', '.join(r['defense'] for r in free)}"
+    if stops:
+        cost = ", ".join(f"{r['defense']} (−{r.get('delta_mp', 0.0):.3f})" for r in stops)
+        return f"none meets the goal ({rule}); these stop every attack at an accuracy cost: {cost}"
+    scored = [r for r in defended if "dcs" in r]
+    best = max(scored, key=lambda r: r["dcs"]) if scored else None
+    tail = f"; best trade-off: {best['defense']} (DCS {best['dcs']:.3f})" if best else ""
+    return f"none meets the goal ({rule}): every defense leaves an attack better than Half{tail}"
 
 
 def _own_metric(report: dict[str, Any], name: str) -> dict[str, Any] | None:
@@ -799,13 +816,15 @@ def markdown(summary: dict[str, Any]) -> str:
         "",
         f"{summary['dcs_formula']}.",
         "",
+        *([f"Verdict: {summary['verdict']}.", ""] if "verdict" in summary else []),
         "| defense | " + "".join(f"{a} | " for a in fixed) + "accuracy | Half | RG | zero | strongest | "
         "MSE strongest | ratio to none | AP | ΔMP | DCS |",
         "|---|" + "---|" * (len(fixed) + 10),
     ]
     for row in summary["rows"]:
         best = row["strongest"]
-        strongest_name = "—" if best is None else best["attack"] + (" (aware)" if best["aware"] else "")
+        aware = " (aware)" if best is not None and best["aware"] else ""
+        strongest_name = row.get("blocked", "—") if best is None else best["attack"] + aware
         mse = "—" if best is None else _pm(row["attacks"][best["attack"]]["mse_clipped"])
 
         def num(key: str, row: dict[str, Any] = row) -> str:
@@ -845,6 +864,24 @@ def markdown(summary: dict[str, Any]) -> str:
                 )
         lines.append("")
     return "\n".join(lines)
+
+
+def summary_table(summary: dict[str, Any]) -> Any:
+    """The headline table of results.md as a rich Table for the terminal (markdown wraps mid-row)."""
+    from rich.table import Table
+
+    fixed = [a for a in summary["sweep"] if a in FIXED_AXES]
+    table = Table(title=f"{summary['name']}: {summary['dataset']}, {summary['model']}, {summary['backend']}")
+    for column in ("defense", *fixed, "accuracy", "Half", "strongest", "MSE strongest", "ratio", "AP", "ΔMP", "DCS"):
+        table.add_column(column, overflow="fold")
+    for row in summary["rows"]:
+        best = row["strongest"]
+        name = row.get("blocked", "—") if best is None else best["attack"] + (" (aware)" if best["aware"] else "")
+        mse = "—" if best is None else _pm(row["attacks"][best["attack"]]["mse_clipped"])
+        nums = [f"{row[k]:.4g}" if k in row else "—" for k in ("ratio_to_undefended", "ap", "delta_mp", "dcs")]
+        table.add_row(row["defense"], *(str(row["values"].get(a)) for a in fixed), _pm(row["accuracy"]),
+                      _pm(row["baselines"]["half"]), name, mse, *nums)  # fmt: skip
+    return table
 
 
 def plot(summary: dict[str, Any], out: Path) -> list[Path]:

@@ -10,10 +10,12 @@ import contextlib
 import functools
 import json
 import math
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -52,6 +54,67 @@ TREE_MODELS = ("tree", "forest")  # grown once, in one pass over the training ro
 
 class SpecError(ValueError):
     """A federation spec the system would refuse; raised before anything is written or started."""
+
+
+class Stopped(BaseException):
+    """SIGTERM or SIGINT reached the launcher (:func:`stop_on_signals`). A BaseException, so no ``except Exception``
+    swallows it and click does not turn it into "Aborted!": every ``with`` unwinds, stopping the parties and removing
+    the temporary federation folders, and the CLI says so in one line."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        self.cleaned: list[str] = []  # what unwinding did, for that line
+        super().__init__(signal.Signals(signum).name)
+
+
+_stopping: Stopped | None = None  # set while a stop unwinds: the launchers note what they clean up
+
+
+def _cleaned(what: str) -> None:
+    if _stopping is not None:
+        _stopping.cleaned.append(what)
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """SIGTERM (what ``timeout``, CI runners, docker and Kubernetes send) and SIGINT raise :class:`Stopped` in the
+    main thread; further signals are ignored while the parties stop and the folders go (a second Ctrl-C would
+    otherwise leave both half done). The previous handlers come back on exit."""
+    global _stopping
+
+    def handler(signum: int, frame: object) -> None:
+        global _stopping
+        for s in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(s, signal.SIG_IGN)
+        _stopping = Stopped(signum)
+        raise _stopping
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        _stopping = None
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def temporary_folder(prefix: str) -> Iterator[Path]:
+    """A temporary federation folder, removed on exit, error or :class:`Stopped`: private keys first (the CA's and
+    every party's), so an interrupted removal leaves no key behind, then the rest."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield path
+    finally:
+        remove_folder(path)
+        _cleaned(f"removed {path} (keys first)")
+
+
+def remove_folder(path: Path) -> None:
+    """``path`` and everything in it, the private keys (``*.key``, ``key.pem``) unlinked before anything else."""
+    for key in [*path.rglob("*.key"), *path.rglob("key.pem")]:
+        key.unlink(missing_ok=True)
+    shutil.rmtree(path, ignore_errors=True)
 
 
 class PartyExited(RuntimeError):
@@ -266,10 +329,9 @@ class FederationSpec:
             train, held = (list(s) for s in datasets.train_test_split_ids(ids, labels, TEST_FRACTION, self.seed))
         else:
             shuffled = list(ids[np.random.default_rng(self.seed).permutation(len(ids))])
-            n_query = min(self.queries, len(shuffled))
-            held = shuffled[:n_query]
-            # Too few left to train on: train on every aligned ID (the queries included).
-            train = shuffled[n_query:] if len(shuffled) - n_query >= len(shuffled) // 2 else shuffled
+            n_query, _ = self.queries_for(len(shuffled))
+            # The queried rows never train the model (scored and attacked in-sample they would flatter both).
+            held, train = shuffled[:n_query], shuffled[n_query:]
         validation: list[str] = []
         if self.early_stopping_patience:
             label_of = dict(zip(ids.tolist(), labels.tolist(), strict=True))
@@ -281,6 +343,18 @@ class FederationSpec:
             keep = np.random.default_rng(self.seed).permutation(len(train))[: self.train_rows]
             train = [train[i] for i in sorted(keep)]
         return train, validation, held
+
+    def queries_for(self, n_aligned: int) -> tuple[int, str]:
+        """How many of ``n_aligned`` rows are queried (held out of training) and one line saying why: the requested
+        ``queries``, shrunk to half the rows when more would leave fewer training rows than queried ones."""
+        wanted = self.queries if self.queries is not None else n_aligned
+        most = n_aligned // 2
+        if wanted <= most:
+            return wanted, f"{wanted} queried, held out of the {n_aligned} aligned rows"
+        return most, (
+            f"{most} queried, not the {wanted} asked: the {n_aligned} aligned rows give half to training "
+            "(queried rows are held out of training; at most half are queried)"
+        )
 
     def session_split(self, common: Sequence[str], labels: np.ndarray) -> tuple[list[str], list[str]]:
         """The training and held-out IDs of :meth:`session_sets`."""
@@ -653,6 +727,7 @@ def run_processes(
         yield fed
     finally:
         fed.stop()
+        _cleaned(f"stopped {len(fed.processes)} party processes")
 
 
 @contextlib.contextmanager

@@ -69,6 +69,14 @@ ColumnRef = str | int
 
 MISSING_CATEGORY = "<missing>"
 DEFAULT_MISSING_VALUES: tuple[str, ...] = ("?", "")
+# Spellings of "not available" that, in an otherwise numeric column of a user's CSV, are read as missing (and the
+# load says so); any other text among numbers is refused with the column named (load_csv's checks).
+NA_SPELLINGS = frozenset({"n/a", "na", "nan", "null", "none", "-", "--", "#n/a"})
+# A user's CSV: a text column with more distinct values than this is free text or IDs, not a category (refused);
+# one with more than NOTE_LEVELS categories is encoded and the load says into how many columns.
+MAX_LEVELS, NOTE_LEVELS = 100, 20
+# A label with more classes than this, or non-integer numbers beyond NOTE_LEVELS of them, is a continuous target.
+MAX_CLASSES = 100
 DATASETS_ENV_VAR = "VFLSEC_DATASETS"
 # Delimiter value meaning "runs of whitespace" (the Statlog files are space separated).
 WHITESPACE = " "
@@ -103,6 +111,8 @@ class Dataset:
     feature_names: list[str]
     class_names: list[str]
     categorical: list[str] = field(default_factory=list)  # columns holding category codes (ordinal encoding)
+    # What loading decided on the user's behalf, one line each naming the column and the treatment (the CLI warns).
+    notes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.ids = np.asarray(self.ids).astype(str)
@@ -289,16 +299,26 @@ def _encode_column(
     keep: np.ndarray,
     categorical: CategoricalEncoding,
     missing_values: Sequence[str],
+    notes: list[str] | None = None,
 ) -> tuple[list[str], np.ndarray]:
+    notes = [] if notes is None else notes
     if floats is not None:
         numeric = floats if keep.all() else floats[keep]
         absent = np.isnan(numeric)
         if absent.any():
-            numeric[absent] = numeric[~absent].mean() if (~absent).any() else 0.0
+            fill = numeric[~absent].mean() if (~absent).any() else 0.0
+            numeric[absent] = fill
+            notes.append(f"column {name!r}: {int(absent.sum())} missing cell(s) imputed with its mean {fill:.4g}")
         return [name], numeric[:, None]
     values, index = _strings(column)
     values = np.where(np.isin(values, list(missing_values)), MISSING_CATEGORY, values)
     levels, codes = _codes(values[index[keep]])
+    if MISSING_CATEGORY in levels:
+        absent = int((codes == levels.index(MISSING_CATEGORY)).sum())
+        notes.append(f"column {name!r}: {absent} missing cell(s) kept as their own category {MISSING_CATEGORY}")
+    if len(levels) > NOTE_LEVELS:
+        into = f"one-hot encoded into {len(levels)} columns" if categorical == "onehot" else "coded 0..k-1"
+        notes.append(f"column {name!r}: text with {len(levels)} categories, {into}")
     if categorical == "ordinal":
         return [name], codes[:, None].astype(np.float64)
     if len(levels) == 2:
@@ -306,15 +326,23 @@ def _encode_column(
     return [f"{name}={level}" for level in levels], np.eye(len(levels))[codes]
 
 
+class ColumnNotFound(KeyError, ValueError):
+    """A named column the file does not have (a ValueError too, so the CLI reports it in one line)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 def _resolve_column(columns: Sequence[str], ref: ColumnRef, role: str) -> int:
     if isinstance(ref, bool) or not isinstance(ref, str | int | np.integer):
         raise TypeError(f"{role} column must be a name or an index, got {ref!r}")
     if isinstance(ref, str):
         if ref not in columns:
-            raise KeyError(f"{role} column {ref!r} not found; columns: {list(columns)}")
+            shown = ", ".join(list(columns)[:20]) + (", ..." if len(columns) > 20 else "")
+            raise ColumnNotFound(f"{role} column {ref!r} not found; the file's columns: {shown}")
         return list(columns).index(ref)
     if not -len(columns) <= ref < len(columns):
-        raise IndexError(f"{role} column index {ref} out of range for {len(columns)} columns")
+        raise ColumnNotFound(f"{role} column index {ref} out of range for {len(columns)} columns")
     return int(ref) % len(columns)
 
 
@@ -342,7 +370,11 @@ def _encode_table(
     missing: MissingPolicy,
     missing_values: Sequence[str],
     label_suffix: str = "",
+    strict: bool = False,
+    label_given: bool = True,
 ) -> Dataset:
+    """The table encoded (module docstring). ``strict`` (a user's file): stray text among numbers, free text and
+    continuous labels are refused with the column named, and what loading decided is in the dataset's notes."""
     if categorical not in ("onehot", "ordinal"):
         raise ValueError(f"categorical must be 'onehot' or 'ordinal', got {categorical!r}")
     if missing not in ("impute", "drop"):
@@ -372,6 +404,12 @@ def _encode_table(
         if (blank := ids == "").any():
             raise ValueError(f"dataset {name!r}: ID column {columns[id_at]!r} is empty in {_first_rows(blank)}")
     parsed = {j: _numbers(table.data[j], missing_values) for j in feature_at}
+    notes: list[str] = []
+    if strict:
+        _check_label(columns[label_at], label_values, label_given)
+        for j in feature_at:
+            if parsed[j][0] is None:
+                parsed[j] = _numbers_among_text(columns[j], table.data[j], missing_values, notes) or parsed[j]
     keep = np.ones(table.n_rows, dtype=bool)
     if missing == "drop":
         for _, is_missing in parsed.values():
@@ -385,13 +423,67 @@ def _encode_table(
     coded: list[str] = []
     for j in feature_at:
         floats = parsed.pop(j)[0]  # each column's floats live until its block does
-        col_names, block = _encode_column(columns[j], table.data[j], floats, keep, categorical, missing_values)
+        col_names, block = _encode_column(columns[j], table.data[j], floats, keep, categorical, missing_values, notes)
         names += col_names
         blocks.append(block)
         if categorical == "ordinal" and floats is None:
             coded.append(columns[j])
     class_names, y = _codes(label_values)
-    return Dataset(name, ids, np.hstack(blocks), y, names, class_names, coded)
+    return Dataset(name, ids, np.hstack(blocks), y, names, class_names, coded, notes if strict else [])
+
+
+def _check_label(name: str, values: np.ndarray, given: bool) -> None:
+    """A label vflsec can classify: not a continuous number, not hundreds of classes."""
+    distinct = np.unique(values)
+    numbers = _parse_numeric(distinct, np.zeros(len(distinct), dtype=bool))
+    continuous = numbers is not None and len(distinct) > NOTE_LEVELS and bool((numbers != np.round(numbers)).any())
+    if continuous or len(distinct) > MAX_CLASSES:
+        which = f"label column {name!r}" + ("" if given else " (the last column: no --label was given)")
+        kind = "non-integer numbers, a continuous target" if continuous else "values, too many to be classes"
+        raise ValueError(
+            f"{which} holds {len(distinct)} distinct {kind}; vflsec trains classifiers: name a class column "
+            "with --label (or bin this one into classes in the file)"
+        )
+
+
+def _numbers_among_text(
+    name: str, column: pa.ChunkedArray, missing_values: Sequence[str], notes: list[str]
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """A column that failed to parse as numbers: None when it is text (a category), refused when it is free text;
+    when only a few cells are text among numbers, the column's floats if every such cell spells "not available"
+    (read as missing, noted), else refused naming the column and the cells."""
+    values, index = _strings(column)
+    missing = np.isin(values, list(missing_values))
+    parsed = np.array([_float_or_none(v) for v in values], dtype=object)
+    text = ~missing & np.array([p is None for p in parsed])
+    counts = np.bincount(index, minlength=len(values))
+    n_text, n_numbers = int(counts[text].sum()), int(counts[~text & ~missing].sum())
+    if n_numbers <= n_text:  # a text column
+        if int((~missing).sum()) > MAX_LEVELS:
+            raise ValueError(
+                f"column {name!r} holds {int((~missing).sum())} distinct text values in {len(index)} rows: free "
+                f"text or IDs, not a category (at most {MAX_LEVELS}); remove the column from the file"
+            )
+        return None
+    stray = sorted(values[text].tolist())
+    if all(v.strip().lower() in NA_SPELLINGS for v in stray):
+        floats = np.array([np.nan if p is None else p for p in parsed], dtype=np.float64)[index]
+        floats[~np.isfinite(floats)] = np.nan
+        notes.append(f"column {name!r}: {n_text} cell(s) spelled {', '.join(map(repr, stray))} read as missing")
+        return floats, (text | missing)[index]
+    rows = np.flatnonzero(text[index])[:3].tolist()
+    raise ValueError(
+        f"column {name!r} is numeric but for {n_text} cell(s) {', '.join(map(repr, stray[:3]))} (data rows "
+        f"{', '.join(str(r + 1) for r in rows)}{', ...' if n_text > 3 else ''}): fix them in the file, or leave "
+        f"them empty or '?' to mark them missing"
+    )
+
+
+def _float_or_none(value: str) -> float | None:
+    try:
+        return float(value)
+    except ValueError:
+        return None
 
 
 def target_encode(ds: Dataset, fit_rows: np.ndarray | Sequence[int]) -> Dataset:
@@ -553,6 +645,7 @@ def load_csv(
     column_names: Sequence[str] | None = None,
     missing: MissingPolicy = "impute",
     missing_values: Sequence[str] = DEFAULT_MISSING_VALUES,
+    label_given: bool = True,
 ) -> Dataset:
     """Load a delimited text file, or a Parquet file (``.parquet``; its own column names and types, the reading
     options do not apply); encoding and missing-value rules are in the module docstring.
@@ -576,6 +669,8 @@ def load_csv(
         categorical=categorical,
         missing=missing,
         missing_values=missing_values,
+        strict=True,
+        label_given=label_given,
     )
     del table
     release_freed_memory()
@@ -843,7 +938,7 @@ def load_dataset(
         return load_uci(name_or_path, categorical=categorical)
     path = Path(name_or_path)
     if path.is_file():
-        return load_csv(path, -1 if label is None else label, categorical=categorical)
+        return load_csv(path, -1 if label is None else label, categorical=categorical, label_given=label is not None)
     raise ValueError(
         f"{name_or_path!r} is neither a built-in dataset ({', '.join([*_SKLEARN_DATASETS, *_UCI_DATASETS])})"
         " nor an existing file"

@@ -120,6 +120,8 @@ def test_demo_reports_phase_timings_and_peak_memory_as_new_keys() -> None:
     assert all(mb > 0 for mb in result["peak_rss_mb"].values()) and result["operator_peak_rss_mb"] > 0
     for phase in ("load: reading breast_cancer", "deal: dealing", "align: aligning", "train: training", "predict:"):
         assert done.stderr.count(phase) >= 2  # announced, then timed
+    # The demo ends pointing at the privacy question (issue 31, item 10).
+    assert done.stderr.strip().splitlines()[-1].startswith("next: does this split leak? vflsec attack --dataset breast")
 
 
 def test_attack_reports_each_party_process_peak_memory_last() -> None:

@@ -22,8 +22,11 @@ def attack(monkeypatch, *args: str) -> dict:
 
 
 def test_pra_on_a_released_tree_beats_the_random_path(monkeypatch) -> None:
-    report = attack(monkeypatch, "--model", "tree", "--predictions", "100", "--param-release", "thresholds")
-    assert report["model"] == "tree" and report["backend"] == "ckks" and report["n_samples"] == 100
+    report = attack(
+        monkeypatch, "--model", "tree", "--predictions", "80", "--param-release", "thresholds"
+    )  # 80: half of wine's aligned rows, held out of training; thresholds: luo's setting, one explicit option away
+    assert report["model"] == "tree" and report["backend"] == "ckks" and report["n_samples"] == 80
+    assert report["query_rows_in_training"] == 0
     pra = report["attacks"]["pra"]
     assert 0 <= report["cbr_random_path"] <= 1 and 0 <= pra["cbr"] <= 1
     # Measured 0.757 vs 0.495 (wine, 160 queried rows); a margin far below that gap.

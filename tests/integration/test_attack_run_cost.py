@@ -19,8 +19,8 @@ def test_an_attack_run_loads_its_dataset_once_and_deals_without_checkpoints(monk
     layouts: list[federation.FederationLayout] = []
     real_run = harness.run_scenario
 
-    def spied(scenario: harness.AttackScenario, workdir):  # type: ignore[no-untyped-def]
-        run = real_run(scenario, workdir)
+    def spied(scenario: harness.AttackScenario, workdir, *progress):  # type: ignore[no-untyped-def]
+        run = real_run(scenario, workdir, *progress)
         layouts.append(run.layout)
         assert all(load_config(path).state_dir is None for path in run.layout.configs.values())
         assert not any((path.parent / "state").exists() for path in run.layout.configs.values())

@@ -34,9 +34,9 @@ def test_two_cells_share_one_training(tmp_path: Path, monkeypatch: pytest.Monkey
     trainings: list[str] = []
     train = harness.train_session
 
-    def counted(scenario: harness.AttackScenario, operator: object) -> tuple[str, list[str]]:
+    def counted(scenario: harness.AttackScenario, operator: object, *progress: object) -> tuple[str, list[str]]:
         trainings.append(scenario.spec.name)
-        return train(scenario, operator)  # type: ignore[arg-type]
+        return train(scenario, operator, *progress)  # type: ignore[arg-type]
 
     monkeypatch.setattr(harness, "train_session", counted)
     out = tmp_path / "out"

@@ -48,7 +48,7 @@ def test_the_cli_refuses_a_step_or_attack_the_family_does_not_support_before_sta
 def test_the_cli_still_runs_what_the_family_supports(monkeypatch) -> None:
     """The check is per family: an LR run with varasteh passes it (and trains: the harness is reached)."""
     reached = []
-    monkeypatch.setattr(harness, "run_attack_scenario", lambda scenario: reached.append(scenario) or {})
+    monkeypatch.setattr(harness, "run_attack_scenario", lambda scenario, *progress: reached.append(scenario) or {})
     args = ["attack", "--model", "lr", "--attacks", "esa", "--param-release", "varasteh:epsilon=0.01"]
     CliRunner().invoke(app, [*args, "--backend", "plain"])
     assert reached and list(reached[0].spec.param_release) == ["varasteh:epsilon=0.01"]

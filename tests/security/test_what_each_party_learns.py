@@ -1,4 +1,4 @@
-"""The "what each party learns" table (README.md, docs/protocol.md), checked against a live federation.
+"""The "what each party learns" table (docs/protocol.md; README.md summarises it), checked against a live federation.
 
 A federation trains and predicts over real gRPC, mTLS and CKKS while the test watches two parties from the
 inside: the coordinator's every decryption (it holds the key, so whatever it decrypts is what it learns) and
@@ -105,19 +105,26 @@ def test_coordinator_decrypts_only_aggregates_and_passives_receive_only_cipherte
     assert block_sum_replies and all(np.median(np.abs(r)) > MASK_FLOOR for r in block_sum_replies)
 
 
-def _table(path: Path) -> str:
+def _table(path: Path, marker: str = "what-each-party-learns") -> str:
     text = path.read_text()
-    match = re.search(r"<!-- what-each-party-learns -->\n(.*?)<!-- /what-each-party-learns -->", text, re.S)
-    assert match, f"{path} has no marked 'what each party learns' table"
+    match = re.search(rf"<!-- {marker} -->\n(.*?)<!-- /{marker} -->", text, re.S)
+    assert match, f"{path} has no marked {marker!r} table"
     return match.group(1).strip()
 
 
-def test_the_table_is_one_table_and_cites_tests_that_exist() -> None:
-    readme, protocol = _table(ROOT / "README.md"), _table(ROOT / "docs" / "protocol.md")
-    assert readme == protocol
-    assert len({line.count("|") for line in readme.splitlines()}) == 1, "a cell breaks the table's columns"
-    cited = re.findall(r"`(tests/[\w/]+\.py)::(\w+)`", readme)
+def _parties(table: str) -> list[str]:
+    """The first cell of every row below the header."""
+    return [line.strip("|").split("|")[0].strip() for line in table.splitlines()[2:]]
+
+
+def test_the_table_cites_tests_that_exist_and_the_readme_summarises_every_party() -> None:
+    full, summary = _table(ROOT / "docs" / "protocol.md"), _table(ROOT / "README.md", "party-summary")
+    for table in (full, summary):
+        assert len({line.count("|") for line in table.splitlines()}) == 1, "a cell breaks the table's columns"
+    assert _parties(summary) == _parties(full), "the README's summary must have one row per party of the full table"
+    cited = re.findall(r"`(tests/[\w/]+\.py)::(\w+)`", full + summary)
     assert len(cited) >= 10
     for path, name in cited:
         source = (ROOT / path).read_text()
         assert re.search(rf"^def {name}\(", source, re.M), f"{path}::{name} is cited but does not exist"
+    assert "what-each-party-learns -->" not in (ROOT / "README.md").read_text()  # one full table, in the docs

@@ -75,8 +75,11 @@ def test_session_split_is_one_choice_for_dealer_demo_and_harness() -> None:
     shuffled = np.random.default_rng(9).permutation(100)
     assert (train, held) == spec.session_split(ids[shuffled], labels[shuffled])  # PSI's order does not matter
     assert len(held) == 30 and len(train) == 70 and not set(train) & set(held)
-    # Too many queries to keep half for training: train on every aligned ID.
-    assert len(FederationSpec("wine", queries=60).session_split(ids, labels)[0]) == 100
+    # Too many queries to keep half for training: the query set shrinks to half, never into the training rows.
+    many = FederationSpec("wine", queries=60)
+    many_train, many_held = many.session_split(ids, labels)
+    assert len(many_train) == 50 and len(many_held) == 50 and not set(many_train) & set(many_held)
+    assert many.queries_for(100) == (50, many.queries_for(100)[1]) and "not the 60 asked" in many.queries_for(100)[1]
     demo_train, demo_held = FederationSpec("wine").session_split(ids, labels)
     assert len(demo_held) == 20 and sorted(demo_train + demo_held) == sorted(ids)
     sub, _ = FederationSpec("wine", queries=30, seed=4, train_rows=25).session_split(ids, labels)
