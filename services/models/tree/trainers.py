@@ -3,7 +3,7 @@
 Growing (docs/trees.md; the roles of :mod:`.steps`, played as :mod:`.simulate` plays them in one process): the
 active party (label holder) drives node by node over its family links (services/transport/tree_links.py).
 
-1. Begin: every passive party fits its quantile bins on all its aligned rows (its own shard, at least [policy]
+1. Begin: every passive party fits its quantile bins on every row it holds (aligned or not; at least [policy]
    min_training_rows) and returns its bins per feature (public); the coordinator's :class:`.steps.Builder` starts
    from every party's sizes, each passive party's as that party reports them (TreePassive.Shard).
 2. Per node: the coordinator names the node (rows, bootstrap weights, candidate features); the active party sends
