@@ -612,6 +612,7 @@ class PassiveParty:
             output_in_the_clear=lambda at, rows, epoch: self._output_in_the_clear(session_id, s, at, rows, epoch),
             defer=deferred.append,
             aligned_rows=0 if s.rows is None else len(s.rows),
+            shard=lambda: self.data.X,
             min_training_rows=self.min_training_rows,
         )
         with s.lock:

@@ -155,6 +155,8 @@ class PassiveContext:
     output_in_the_clear: Callable[[int, np.ndarray, int], np.ndarray] = _unavailable
     defer: Callable[[Callable[[], Any]], None] = _unavailable  # run after the lock is released and the checkpoint
     aligned_rows: int = 0  # this party's aligned rows (common indices 0..aligned_rows-1; 0 before PSI)
+    # every row this party holds, aligned or not (scaled): what it fits a disclosed statistic on (rows it chose)
+    shard: Callable[[], np.ndarray] | None = None
     min_training_rows: int = 2  # [policy] min_training_rows: a statistic this party discloses covers at least these
 
 

@@ -69,14 +69,14 @@ def test_named_rows_cannot_shape_a_passive_threshold_and_thresholds_stay_home(fe
     code, message = _refused(to_coordinator.Begin, begin)
     assert code == CODE.INVALID_ARGUMENT and "min_training_rows" in message
 
-    # The fewest rows it may name: the bins are still the passive party's whole aligned shard's, not theirs.
+    # The fewest rows it may name: the bins are still the passive party's whole shard's (every row it holds, aligned
+    # or not, so neither the rows named here nor the IDs brought to PSI choose them), not theirs.
     named = list(range(0, 2 * MIN_TRAINING_ROWS, 2))
     to_passive.Begin(tree_pb2.TreeRows(session_id=sid, sample_index=named))
     passive = fed.parties["passive-1"].engine
     s = passive.session(sid)
-    shard = passive.data.X[s.rows]
-    assert s.trainer.owner.bins == QuantileBins.fit(shard, 2)
-    assert s.trainer.owner.bins != QuantileBins.fit(shard[named], 2)
+    assert s.trainer.owner.bins == QuantileBins.fit(passive.data.X, 2)
+    assert s.trainer.owner.bins != QuantileBins.fit(passive.data.X[s.rows][named], 2)
 
     # The default chain (empty) releases no passive threshold or bin, though passive-1 owns splits.
     sid, _ = _train(fed, "tree", {"max_depth": 2})

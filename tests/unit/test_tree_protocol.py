@@ -106,3 +106,22 @@ def test_ckks_matches_plain_on_digits():
     np.testing.assert_array_equal(ckks.votes, plain.votes)
     counts = [{k: v for k, v in run.federation.messages.items() if "bytes" not in k} for run in (ckks, plain)]
     assert counts[0] == counts[1]  # same messages and ciphertext counts; only the ciphertext sizes differ
+
+
+def test_a_partition_lighter_than_min_samples_leaf_is_refused_whatever_the_counts_claimed() -> None:
+    # Review of issue 27: the split was chosen on the caller's counts (claimed x1000); the partition itself must
+    # still leave both children min_samples_leaf, else a deviating active party builds nodes of one row.
+    from vflsec.services.models.tree.steps import Builder, Split
+
+    config = TreeConfig(kind="tree", max_depth=2, min_samples_leaf=4, n_bins=4)
+    builder = Builder(config, 2, 40, [[4, 4], [4]])
+    task = builder.next_task()
+    assert task is not None
+    builder.open(task, np.array([20.0, 20.0]))
+    one_row = np.zeros(40, dtype=bool)
+    one_row[0] = True
+    with pytest.raises(InvalidArgument, match="below min_samples_leaf 4"):
+        builder.apply(task, Split(0, 0, 0, 0.0), one_row)
+    four_rows = np.zeros(40, dtype=bool)
+    four_rows[:4] = True
+    builder.apply(task, Split(0, 0, 0, 0.0), four_rows)  # the smallest side the policy accepts

@@ -35,6 +35,9 @@ class TreeData:
     y_test: np.ndarray
     n_classes: int
     name: str = ""
+    # Each passive party's whole shard (every row it holds, aligned or not), which its bins are fitted on; empty:
+    # its training and test rows are its whole shard (a built-in dataset dealt to every party in full).
+    shards: tuple[np.ndarray, ...] = ()
 
     @property
     def features(self) -> tuple[int, ...]:
@@ -54,11 +57,11 @@ class TreeData:
 
 def fit_bins(config: TreeConfig, data: TreeData) -> list[QuantileBins]:
     """Each party's bins as the services fit them: the active party's on its training rows, a passive party's on
-    its whole aligned shard (here its training and test rows), never on rows another party names."""
-    return [
-        QuantileBins.fit(x if p == 0 else np.vstack([x, data.test[p]]), config.n_bins)
-        for p, x in enumerate(data.train)
-    ]
+    its whole shard (``data.shards``, else its training and test rows), never on rows another party names."""
+    def shard(p: int) -> np.ndarray:
+        return data.shards[p - 1] if data.shards else np.vstack([data.train[p], data.test[p]])
+
+    return [QuantileBins.fit(x if p == 0 else shard(p), config.n_bins) for p, x in enumerate(data.train)]
 
 
 def central_votes(config: TreeConfig, data: TreeData) -> np.ndarray:

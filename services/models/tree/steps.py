@@ -255,6 +255,14 @@ class Builder:
             )
         if goes_left.all() or not goes_left.any():
             raise InvalidArgument("the owner's partition leaves one side empty; the per-bin counts promised both")
+        # The counts the split was chosen on are the caller's word (its own counts, or its indicators): the partition
+        # itself must leave both children min_samples_leaf (>= [policy] min_node_rows), whatever they claimed.
+        lightest = min(float(task.weights[goes_left].sum()), float(task.weights[~goes_left].sum()))
+        if lightest < self.config.min_samples_leaf:
+            raise InvalidArgument(
+                f"the owner's partition leaves a side of weight {lightest:g}, below min_samples_leaf "
+                f"{self.config.min_samples_leaf}: the counts the split was chosen on do not match the node's rows"
+            )
         node = self._nodes[task.key]
         node.owner, node.feature, node.bin = split.owner, split.feature, split.bin
         for child, side in ((2 * task.node_id + 1, goes_left), (2 * task.node_id + 2, ~goes_left)):

@@ -3,7 +3,7 @@
 Growing (docs/trees.md; the roles of :mod:`.steps`, played as :mod:`.simulate` plays them in one process): the
 active party (label holder) drives node by node over its family links (services/transport/tree_links.py).
 
-1. Begin: every passive party fits its quantile bins on all its aligned rows (its own shard, at least [policy]
+1. Begin: every passive party fits its quantile bins on every row it holds (aligned or not; at least [policy]
    min_training_rows) and returns its bins per feature (public); the coordinator's :class:`.steps.Builder` starts
    from every party's sizes, each passive party's as that party reports them (TreePassive.Shard).
 2. Per node: the coordinator names the node (rows, bootstrap weights, candidate features); the active party sends
@@ -279,14 +279,15 @@ class TreePassive:
     def share_width(self) -> int:
         return self.settings.split_columns
 
-    def begin(self, x_aligned: np.ndarray, x_train: np.ndarray) -> list[int]:
-        """Fit the bins on every aligned row of this party's shard (rows it holds, not rows another party names: a
-        bin edge fitted on two named rows interpolates their values) and keep the training rows' bins."""
+    def begin(self, x_shard: np.ndarray, x_train: np.ndarray, aligned_rows: int) -> list[int]:
+        """Fit the bins on every row of this party's shard, aligned or not (rows it holds, not rows another party
+        names, directly at Begin or through the IDs it brings to PSI: a bin edge fitted on a few chosen rows
+        interpolates their values) and keep the training rows' bins."""
         if self.owner is not None:
             raise FailedPrecondition(f"this party's bins are fitted already: a {self.name} is grown once")
-        bins = QuantileBins.fit(x_aligned, self.settings.config.n_bins)
+        bins = QuantileBins.fit(x_shard, self.settings.config.n_bins)
         self.owner = FeatureOwner(self.settings.party, bins, x_train)
-        self.shard = (x_aligned.shape[0], x_train.shape[0])
+        self.shard = (aligned_rows, x_train.shape[0])
         return self.owner.bins.sizes
 
     def node_products(
@@ -639,7 +640,7 @@ def _partition(trainer: TreeKeyHolder, ctx: KeyHolderContext, key: NodeKey, goes
 
 # At a passive party: its bins and counts for the active party, its splits and thresholds for the coordinator.
 def _fit_bins(trainer: TreePassive, ctx: PassiveContext, sample_index: np.ndarray) -> list[int]:
-    """Fit this party's bins on all its aligned rows, at least ``[policy] min_training_rows`` of them, and keep the
+    """Fit this party's bins on its whole shard (at least ``[policy] min_training_rows`` aligned rows), and keep the
     training rows; the bin count per feature (the bin edges stay here)."""
     if ctx.aligned_rows < ctx.min_training_rows:
         raise FailedPrecondition(
@@ -651,7 +652,8 @@ def _fit_bins(trainer: TreePassive, ctx: PassiveContext, sample_index: np.ndarra
         )
     features = ctx.features  # a family step has them
     assert features is not None
-    sizes = trainer.begin(features(np.arange(ctx.aligned_rows)), features(sample_index))
+    assert ctx.shard is not None
+    sizes = trainer.begin(ctx.shard(), features(sample_index), ctx.aligned_rows)
     ctx.completed(sample_index, 1)  # the trees grow in the session's one training step (inference shares name it)
     return sizes
 
