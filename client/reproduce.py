@@ -338,14 +338,90 @@ def _spread(values: Sequence[float]) -> dict[str, float]:
     statement="PRA's correct branching rate on a released decision tree exceeds that of a random path",
     paper_value="CBR(PRA) > CBR(random path)",
     rule=f"through the services, DT depth 5, {TREE_TRIALS} trials (seeds) on wine and breast_cancer, 160 queried "
-    "rows each: the mean PRA CBR above the mean random-path CBR on both",
+    "rows each: the mean PRA CBR above the mean random-path CBR on both (luo's baseline); Half's CBR, the other "
+    "blind floor, beside it",
     could_fail="a PRA that picked paths at random would sit at the random-path CBR (its rule is a strict margin over "
     "that floor)",
 )
 def luo_pra_cbr() -> Measurement:
-    measured = {name: _tree_trials(name, "tree", ["pra"], TREE_TRIALS) for name in ("wine", "breast_cancer")}
+    measured = {name: _tree_trials(name, "tree", ["pra", "half"], TREE_TRIALS) for name in ("wine", "breast_cancer")}
     holds = all(m["cbr_pra"]["mean"] > m["cbr_random_path"]["mean"] for m in measured.values())
     return Measurement(measured, holds)
+
+
+# luo §VI, Fig. 8: GRN on RF recovers > 80 % of the branches at 10 % target features on Bank and Drive. Drive
+# (Sensorless Drive Diagnosis) is not in the shared datasets folder, so the claim runs on Bank only.
+RF_SEEDS = (0, 1, 2)
+RF_QUERIES = 1000
+
+
+def _bank_forest(seed: int) -> Any:
+    """luo's RF setting on Bank (ordinal encoding, min-max scaled): 100 trees of depth 3 fitted on the training
+    rows, 10 % of the columns passive at random, ``RF_QUERIES`` held-out rows queried."""
+    from sklearn.ensemble import RandomForestClassifier
+
+    from vflsec.services.attacks.synthetic import TREE_MODELS, TreeTask
+    from vflsec.services.attacks.trees import from_sklearn, vote_fractions
+
+    x, y, train, query, names, _ = _uci_data("bank", "ordinal", RF_QUERIES, seed)
+    columns = np.random.default_rng(seed + 1).permutation(len(names))
+    passive = np.sort(columns[: round(0.1 * len(names))])
+    active = np.setdiff1d(np.arange(len(names)), passive)
+    x = np.hstack([x[:, active], x[:, passive]])
+    forest = RandomForestClassifier(**TREE_MODELS["forest"], random_state=seed).fit(x[train], y[train])
+    trees = from_sklearn(forest, len(active))
+    n_classes = int(y.max()) + 1
+    x_active, x_passive = x[query][:, : len(active)], x[query][:, len(active) :]
+    votes = vote_fractions(trees, x_active, x_passive, n_classes)
+    return TreeTask(trees, x_active, x_passive, n_classes, float(np.mean(votes.argmax(axis=1) == y[query])))
+
+
+@claim(
+    paper="luo §VI, Fig. 8",
+    statement="GRN on a random forest correctly infers more than 80 % of the tree branches at 10 % target "
+    "features (Bank; luo also states it for Drive, which is not in the shared datasets folder)",
+    paper_value={"cbr_grn_rf": "> 0.8"},
+    rule=f"Bank, RF 100 trees of depth 3, 10 % random passive columns, {RF_QUERIES:,} held-out rows queried, "
+    f"{len(RF_SEEDS)} splits: the mean CBR of luo's GRN (grn_rf) > 0.8 and above both blind floors (Half's CBR "
+    "and the random path's), each on the mean over the splits (grn_rf_own, the suite's stronger tree attacker, is "
+    "measured in docs/attacks.md: two more minutes per split here)",
+    could_fail="Half, which learns nothing, already branches correctly on most of Bank's paths: GRN must beat it, "
+    "not only 0.8",
+    datasets=("bank",),
+    known_difference="on Bank blind Half already scores about 0.8 CBR (a depth-3 forest tests the passive columns "
+    "on few nodes, mostly on one side of the data); luo's GRN does not beat that floor on the mean of the splits",
+    differs_as_known=lambda m, d: m["cbr_grn_rf"] <= m["cbr_half"] + 0.02 or m["cbr_grn_rf"] <= 0.8,
+)
+def luo_grn_rf_cbr_bank() -> Measurement:
+    from vflsec.client.harness import random_path_baseline
+    from vflsec.services.attacks.gradient import torch_threads
+    from vflsec.services.attacks.trees import correct_branching_rate
+
+    per_split: dict[str, list[float]] = {}
+    for seed in RF_SEEDS:
+        task = _bank_forest(seed)
+
+        def cbr(x_hat: np.ndarray, task: Any = task) -> float:
+            return correct_branching_rate(task.trees, task.x_active, task.x_passive, x_hat)
+
+        path = random_path_baseline(task.trees, task.x_passive, np.random.default_rng())
+        row = {"cbr_half": cbr(np.full_like(task.x_passive, 0.5)), "cbr_random_path": path, "accuracy": task.accuracy}
+        with torch_threads(1):
+            row["cbr_grn_rf"] = cbr(run_attack(make_attack("grn_rf"), task.observe()).x_passive)
+        for key, value in row.items():
+            per_split.setdefault(key, []).append(value)
+    mean = {key: float(np.nanmean(v)) for key, v in per_split.items()}
+    floor = max(mean["cbr_half"], mean["cbr_random_path"])
+    holds = mean["cbr_grn_rf"] > 0.8 and mean["cbr_grn_rf"] > floor
+    measured = {k: mean[k] for k in ("cbr_grn_rf", "cbr_half", "cbr_random_path")}
+    reason = None
+    if not holds:
+        reason = (f"grn_rf {mean['cbr_grn_rf']:.3f} (per split {np.round(per_split['cbr_grn_rf'], 3).tolist()}) "
+                  f"against the floors Half {mean['cbr_half']:.3f} and random path {mean['cbr_random_path']:.3f}: "
+                  "on Bank blind Half already branches correctly on most passive decisions")  # fmt: skip
+    details = {"per_split": per_split, "accuracy": mean["accuracy"], "d_passive": task.x_passive.shape[1],
+               "n_queried": RF_QUERIES}  # fmt: skip
+    return Measurement(measured, holds, details, reason)
 
 
 # ----------------------------------------------------------------------------------------------- rassouli
