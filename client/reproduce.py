@@ -388,9 +388,9 @@ def _bank_forest(seed: int) -> Any:
     could_fail="Half, which learns nothing, already branches correctly on most of Bank's paths: GRN must beat it, "
     "not only 0.8",
     datasets=("bank",),
-    known_difference="on Bank blind Half already scores about 0.8 CBR (a depth-3 forest tests the passive columns "
-    "on few nodes, mostly on one side of the data); luo's GRN does not beat that floor on the mean of the splits",
-    differs_as_known=lambda r: r["measured"]["cbr_grn_rf"] <= r["measured"]["cbr_half"] + 0.02,
+    known_difference="luo's GRN on RF stays below 80 % on the mean over Bank's splits, and per split it is close to "
+    "blind Half's CBR, which swings with the two passive columns drawn (0.11 to 0.75 over three splits)",
+    differs_as_known=lambda r: r["measured"]["cbr_grn_rf"] <= 0.8,
 )
 def luo_grn_rf_cbr_bank() -> Measurement:
     from vflsec.client.harness import random_path_baseline
@@ -416,9 +416,13 @@ def luo_grn_rf_cbr_bank() -> Measurement:
     measured = {k: mean[k] for k in ("cbr_grn_rf", "cbr_half", "cbr_random_path")}
     reason = None
     if not holds:
-        reason = (f"grn_rf {mean['cbr_grn_rf']:.3f} (per split {np.round(per_split['cbr_grn_rf'], 3).tolist()}) "
-                  f"against the floors Half {mean['cbr_half']:.3f} and random path {mean['cbr_random_path']:.3f}: "
-                  "on Bank blind Half already branches correctly on most passive decisions")  # fmt: skip
+        failed = [f"{mean['cbr_grn_rf']:.3f} ≤ 0.8"] if mean["cbr_grn_rf"] <= 0.8 else []
+        floors = {"Half": "cbr_half", "random-path": "cbr_random_path"}
+        failed += [f"not above the {n} floor {mean[k]:.3f}" for n, k in floors.items() if mean["cbr_grn_rf"] <= mean[k]]
+        pairs = ", ".join(f"{g:.3f} vs {h:.3f}" for g, h in zip(per_split["cbr_grn_rf"], per_split["cbr_half"],
+                                                                  strict=True))  # fmt: skip
+        reason = (f"grn_rf mean CBR {mean['cbr_grn_rf']:.3f}: {'; '.join(failed)} (per split grn_rf vs Half: {pairs}; "
+                  f"random path {mean['cbr_random_path']:.3f})")
     details = {"per_split": per_split, "accuracy": mean["accuracy"], "d_passive": task.x_passive.shape[1],
                "n_queried": RF_QUERIES}  # fmt: skip
     return Measurement(measured, holds, details, reason)
