@@ -1072,6 +1072,8 @@ def reproduce(
         reason = f" ({row['reason']})" if "reason" in row else ""
         figures = f"paper {row['paper']}, measured {row['measured']}"
         typer.echo(f"{name}: {row['verdict']}{reason}; {figures}", err=True)
+        if out is not None:  # each claim's row as soon as it is measured: an interrupted run keeps what it ran
+            rep.write({"claims": {name: row}}, out)
 
     document = rep.reproduce(claims, on_claim)
     if out is not None:

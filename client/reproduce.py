@@ -1010,12 +1010,12 @@ def markdown(document: dict[str, Any]) -> str:
 
 
 def write(document: dict[str, Any], out: Path) -> list[Path]:
-    """results.json and results.md in ``out``; an existing results.json there is updated (:func:`merge`), so a
-    claim measured alone joins the table beside the others' earlier rows."""
+    """results.json and results.md in ``out``, always the whole registry (:func:`merge`): an existing results.json
+    there is updated, so a claim measured alone joins the table beside the others' earlier rows, and a claim not
+    yet measured is listed as such."""
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "results.json", out / "results.md"]
-    if paths[0].exists():
-        document = merge(json.loads(paths[0].read_text()), document)
+    document = merge(json.loads(paths[0].read_text()) if paths[0].exists() else {}, document)
     paths[0].write_text(json.dumps(document, indent=2) + "\n")
     paths[1].write_text(markdown(document))
     return paths

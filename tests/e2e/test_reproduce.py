@@ -101,5 +101,9 @@ def test_unknown_claim_names_the_known_ones() -> None:
 def test_write_round_trips_and_tabulates(tmp_path) -> None:
     document = rep.reproduce([rep.CLAIMS["luo_worked_example"]])
     json_path, md_path = rep.write(document, tmp_path)
-    assert json.loads(json_path.read_text()) == json.loads(json.dumps(document))
+    written = json.loads(json_path.read_text())
+    assert written["claims"]["luo_worked_example"] == json.loads(json.dumps(document["claims"]["luo_worked_example"]))
+    # the whole registry: the claims not run are listed as not measured, never left out
+    assert list(written["claims"]) == list(rep.CLAIMS)
+    assert written["summary"]["not measured"] == len(rep.CLAIMS) - 1
     assert "| luo_worked_example | luo §IV-A Example 1 |" in md_path.read_text()
