@@ -268,8 +268,9 @@ def paired_margin(differences: Sequence[float]) -> dict[str, float]:
     "ablation by 2 standard errors of the paired differences",
     datasets=("bank",),
     known_difference=f"at {LUO_QUERIES:,} predictions per split, luo's own GRN configuration (lr 1e-4, 60 epochs "
-    "whatever the number of predictions) under-trains: GRN stays above Half and behind the noise-only and "
-    "x_adv-only ablations on every split (docs/experiments.md, 'luo Table III')",
+    "whatever the number of predictions) under-trains: in luo's transductive setting GRN improves on its held-out "
+    "variant but stays above Half on the mean, so its ordering is not judged (docs/experiments.md, 'luo Table III')",
+    differs_as_known=lambda r: r["measured"]["grn"] >= r["details"]["half"],
 )
 def luo_table3_grn_ablation() -> Measurement:
     extra = {"grn_held_out": ("grn_luo", {"folds": 2}), "direct_start": ("grn_luo_direct", {"epochs": 0}),
