@@ -823,10 +823,9 @@ def listing() -> dict[str, Any]:
     return {"claims": {name: registered(c) for name, c in CLAIMS.items()}}
 
 
-def measured_at() -> dict[str, str]:
-    """The commit the code runs from (``+dirty`` with uncommitted changes under the package; ``unknown`` outside
-    a git checkout) and the UTC time: every row records where and when it was measured."""
-    import datetime
+def _loaded_commit() -> str:
+    """The commit of the code this process loaded (``+dirty`` with uncommitted changes under the package;
+    ``unknown`` outside a git checkout), read once at import: a later checkout does not change the code running."""
     import subprocess
 
     root = Path(__file__).resolve().parents[1]
@@ -834,11 +833,22 @@ def measured_at() -> dict[str, str]:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "."], cwd=root,
                                capture_output=True, text=True, timeout=10)  # fmt: skip
-        commit = head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "") if head.returncode == 0 else "unknown"
     except (OSError, subprocess.SubprocessError):
-        commit = "unknown"
+        return "unknown"
+    if head.returncode != 0:
+        return "unknown"
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+LOADED_COMMIT = _loaded_commit()
+
+
+def measured_at() -> dict[str, str]:
+    """The commit of the code that measured a row and the UTC time it was measured."""
+    import datetime
+
     now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
-    return {"commit": commit, "date": now.isoformat().replace("+00:00", "Z")}
+    return {"commit": LOADED_COMMIT, "date": now.isoformat().replace("+00:00", "Z")}
 
 
 def _clear_caches() -> None:
