@@ -902,7 +902,7 @@ def run_claim(c: Claim) -> dict[str, Any]:
     except Exception as exc:  # one broken claim must not hide the others' results; reported, exit status 1
         return row | {"measured": None, "verdict": "error", "reason": f"{type(exc).__name__}: {exc}",
                       "seconds": time.perf_counter() - start}  # fmt: skip
-    verdicts = [_verdict(m) for m in results]
+    verdicts = [(bool(holds), reason) for holds, reason in map(_verdict, results)]  # numpy bools are not JSON
     reproduced = sum(holds for holds, _ in verdicts)
     first = results[0]
     row |= {"measured": _jsonable(first.measured), "verdict": "reproduced" if reproduced == c.runs else "differs"}

@@ -114,3 +114,15 @@ def test_markdown_counts_attack_claims_and_sanity_checks_apart() -> None:
     document = {"claims": rows, **rep.summarize(rows)}
     assert rep.count_sentence(document) == "attack claims: 1 reproduced, 1 differs; sanity checks: 1 reproduced"
     assert document["summary"]["reproduced"] == 2 and document["summary_by_kind"]["sanity"]["differs"] == 0
+
+
+def test_a_row_with_numpy_verdicts_is_written_as_json(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import numpy as np
+
+    def measure() -> rep.Measurement:
+        return rep.Measurement({"figure": np.float64(0.5)}, np.float64(0.5) < 1.0, {}, None, np.bool_(True))
+
+    monkeypatch.setitem(rep.CLAIMS, "fake", rep.Claim("fake", "p", "s", 1.0, "r", measure, could_fail="c", runs=2))
+    row = rep.run_claim(rep.CLAIMS["fake"])
+    rep.write({"claims": {"fake": row}}, tmp_path)  # raised TypeError on numpy's int64 before
+    assert json.loads((tmp_path / "results.json").read_text())["claims"]["fake"]["reproduced_runs"] == 2
