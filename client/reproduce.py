@@ -824,14 +824,15 @@ def listing() -> dict[str, Any]:
 
 
 def _loaded_commit() -> str:
-    """The commit of the code this process loaded (``+dirty`` with uncommitted changes under the package;
+    """The commit of the code this process loaded (``+dirty`` with uncommitted changes to the code;
     ``unknown`` outside a git checkout), read once at import: a later checkout does not change the code running."""
     import subprocess
 
     root = Path(__file__).resolve().parents[1]
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "."], cwd=root,
+        code = ["client", "services", "proto", "pyproject.toml"]  # what measures (docs edits do not)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", *code], cwd=root,
                                capture_output=True, text=True, timeout=10)  # fmt: skip
     except (OSError, subprocess.SubprocessError):
         return "unknown"
