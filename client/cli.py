@@ -1112,12 +1112,20 @@ def reproduce(
     out: Annotated[
         Path | None, typer.Option("--out", help="Also write results.json and results.md to this folder.")
     ] = None,
+    list_claims: Annotated[bool, typer.Option("--list", help="List the registered claims; run nothing.")] = False,
     as_json: opt.Json = False,
 ) -> None:
     """The seed papers' quantitative claims: per claim the paper's value, ours and a verdict (reproduced /
     differs with the reason / skipped when its dataset is missing). Exit 1 if a claim failed to run."""
     from vflsec.client import reproduce as rep
 
+    if list_claims:
+        listed = rep.listing()
+        for name, c in listed["claims"].items():
+            typer.echo(f"{name:<26} {c['kind']:<7} {c['source']}" + (" (fast)" if c["fast"] else ""), err=as_json)
+        if as_json:
+            typer.echo(json.dumps(listed))
+        return
     try:
         claims = rep.select(claim, fast)
     except ValueError as exc:
@@ -1127,6 +1135,8 @@ def reproduce(
         reason = f" ({row['reason']})" if "reason" in row else ""
         figures = f"paper {row['paper']}, measured {row['measured']}"
         typer.echo(f"{name}: {row['verdict']}{reason}; {figures}", err=True)
+        if out is not None:  # each claim's row as soon as it is measured: an interrupted run keeps what it ran
+            rep.write({"claims": {name: row}}, out)
 
     document = rep.reproduce(claims, on_claim)
     if out is not None:

@@ -27,6 +27,9 @@ from vflsec.services.attacks.synthetic import SyntheticTask, fit_lr, fitted_lr_t
 from vflsec.services.data import datasets
 
 VERDICTS = ("reproduced", "differs", "skipped", "error")
+# An attack claim says what an attack achieves; a sanity check tests a property of the data or of the random
+# number generator that the attack claims lean on (rassouli's Var(U) = 1/12, varasteh's Half levels): counted apart.
+KINDS = ("attack", "sanity")
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,9 @@ class Measurement:
     holds: bool  # the claim's rule holds on them
     details: dict[str, Any] = field(default_factory=dict)
     reason: str | None = None  # why it differs, when the measurement itself shows it
+    # The claim's check that it could have failed (e.g. the attacks beat Half before their ordering is judged): a
+    # claim whose rule holds while this check fails differs, with the check named as the reason.
+    could_fail: bool = True
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,15 @@ class Claim:
     datasets: tuple[str, ...] = ()  # shared (UCI) datasets it needs; scikit-learn's are always there
     fast: bool = False
     known_difference: str | None = None  # the reason recorded in docs/ when the claim is known to differ
+    # The known difference as a predicate on a `differs` row (its measured figures, details, runs): a `differs`
+    # for another reason (an attack broken, a check that could not fail) is not the known one.
+    differs_as_known: Callable[[dict[str, Any]], bool] | None = None
+    kind: str = "attack"  # KINDS
+    # What would make the claim fail although the code ran (its non-vacuity check): every claim states one.
+    could_fail: str = ""
+    # Claims whose verdict depends on random draws the run cannot seed (a party's OS entropy) run several times;
+    # the verdict is `reproduced` only when every run reproduces.
+    runs: int = 1
 
 
 CLAIMS: dict[str, Claim] = {}
@@ -61,6 +76,8 @@ def claim(name: str | None = None, **fields: Any) -> Callable[[Callable[[], Meas
         name = name or measure.__name__
         if name in CLAIMS:
             raise ValueError(f"claim {name!r} registered twice")
+        if fields.get("kind", "attack") not in KINDS or not fields.get("could_fail"):
+            raise ValueError(f"claim {name!r}: kind must be one of {KINDS} and could_fail must say how it can fail")
         CLAIMS[name] = Claim(name=name, measure=measure, **fields)
         return measure
 
@@ -68,6 +85,12 @@ def claim(name: str | None = None, **fields: Any) -> Callable[[Callable[[], Meas
 
 
 # ------------------------------------------------------------------------------------------------ helpers
+
+# An ordering of attacks is judged only when its best attack beats Half by this share of Half's MSE: attacks that
+# all returned ½·1 would satisfy an ordering with ties, or a per-sample ≤, and say nothing.
+THEOREM1_MARGIN = 0.1
+# ye_masquerade_bank's runs: the review-6 test notes counted 6 (4 reproduced).
+YE_RUNS = 6
 
 
 def _mse(task: SyntheticTask, name: str, **options: Any) -> float:
@@ -148,6 +171,7 @@ def _luo_esa(scores: np.ndarray) -> np.ndarray:
     statement="the scores are v = (0.867, 0.084, 0.049) and ESA solves the two target features (8000, 3)",
     paper_value={"scores": list(LUO_PRINTED_SCORES), "x_target": [8000.0, 3.0]},
     rule="scores within 5e-4 of the printed v; ESA on the exact scores recovers (8000, 3) to 1e-6 relative",
+    could_fail="ESA solves from the scores alone: a wrong θ, softmax or solver misses (8000, 3) by orders of magnitude",
     fast=True,
 )
 def luo_worked_example() -> Measurement:
@@ -169,6 +193,8 @@ def luo_worked_example() -> Measurement:
     statement="ESA reconstructs the passive features exactly (MSE 0) iff d_target ≤ C − 1",
     paper_value={"d_p <= C-1": 0.0, "d_p > C-1": "> 0"},
     rule="through the services, digits (C = 10), d_p = 5: ESA MSE < 1e-12; d_p = 26 (40 %): not exact, MSE > 1e-3",
+    could_fail="the determined case must be exact (1e-12): an ESA that returned Half or the truth fails one of the "
+    "two cases",
     fast=True,
 )
 def esa_exact_condition() -> Measurement:
@@ -231,33 +257,51 @@ def paired_margin(differences: Sequence[float]) -> dict[str, float]:
     statement="GRN ablation on Bank, 40 % passive: the full GRN beats every ablation; direct regression (case 4) "
     "is worse than random guessing (the ordering; luo's MSEs are in the table for comparison)",
     paper_value=LUO_TABLE3,
-    rule=f"luo's own configuration (grn_luo and its ablations, held-out folds), {LUO_QUERIES:,} held-out predictions "
-    f"on each of {len(LUO_SEEDS)} splits (held-out rows, LR fit, random 40 % passive): per split the paired "
-    f"differences case − GRN (cases 1–4) and case 4 − RG; every mean difference > {LUO_MARGIN_SE:g} standard errors",
+    rule=f"luo's own configuration and setting (grn_luo and its ablations, transductive as in luo §V-A: each "
+    f"generator trained and scored on the same released predictions), {LUO_QUERIES:,} predictions of held-out "
+    f"rows on each of {len(LUO_SEEDS)} splits (rows, LR fit, random 40 % passive): per split the paired differences "
+    f"case − GRN (cases 1–4); every mean difference > {LUO_MARGIN_SE:g} standard errors, judged only when GRN beats "
+    "Half. Beside it (not judged): GRN held out (2 folds, each scored by a generator trained on the other), and "
+    "case 4 − RG with case 4's random start: at lr 1e-4 case 4's x̂ moves at most ~0.006 per coordinate from its "
+    "N(0, 1) start, so that margin measures the start, not a regression",
+    could_fail="GRN must beat Half (else the ordering of attacks that learned nothing is judged) and lead each "
+    "ablation by 2 standard errors of the paired differences",
     datasets=("bank",),
     known_difference=f"at {LUO_QUERIES:,} predictions per split, luo's own GRN configuration (lr 1e-4, 60 epochs "
-    "whatever the number of predictions) under-trains: GRN stays above Half and behind the noise-only and "
-    "x_adv-only ablations on every split (docs/experiments.md, 'luo Table III')",
+    "whatever the number of predictions) under-trains: in luo's transductive setting GRN improves on its held-out "
+    "variant but stays above Half on the mean, so its ordering is not judged (docs/experiments.md, 'luo Table III')",
+    differs_as_known=lambda r: r["measured"]["grn"] >= r["details"]["half"],
 )
 def luo_table3_grn_ablation() -> Measurement:
-    per_split: dict[str, list[float]] = {case: [] for case in [*LUO_VARIANTS, "rg", "half"]}
+    extra = {"grn_held_out": ("grn_luo", {"folds": 2}), "direct_start": ("grn_luo_direct", {"epochs": 0}),
+             "rg": ("rg", {}), "half": ("half", {})}  # fmt: skip
+    per_split: dict[str, list[float]] = {case: [] for case in [*LUO_VARIANTS, *extra]}
     for seed in LUO_SEEDS:
         task = _uci_task("bank", "ordinal", 0.4, n_query=LUO_QUERIES, seed=seed).task  # GRN learns from many
         for case, attack in LUO_VARIANTS.items():
             per_split[case].append(_mse(task, attack))
-        per_split["rg"].append(_mse(task, "rg"))
-        per_split["half"].append(_mse(task, "half"))
+        for case, (attack, options) in extra.items():
+            per_split[case].append(_mse(task, attack, **options))
     mses = {case: np.asarray(values) for case, values in per_split.items()}
     margins = {f"{case} − grn": paired_margin(mses[case] - mses["grn"]) for case in [*LUO_ABLATIONS, "direct"]}
-    margins["direct − rg"] = paired_margin(mses["direct"] - mses["rg"])
+    beside = {"direct − rg": paired_margin(mses["direct"] - mses["rg"]),
+              "direct_start − rg": paired_margin(mses["direct_start"] - mses["rg"]),
+              "grn_held_out − grn": paired_margin(mses["grn_held_out"] - mses["grn"])}  # fmt: skip
     holds = all(m["z"] > LUO_MARGIN_SE for m in margins.values())
-    measured = {case: float(v.mean()) for case, v in mses.items() if case != "half"}
-    details = {"std_over_splits": {case: float(v.std(ddof=1)) for case, v in mses.items()},
-               "paired_margins": margins, "per_split": per_split, "splits": len(LUO_SEEDS), "n_queried": LUO_QUERIES,
-               "note": "measured: the mean MSE over the splits; the verdict is on luo's ordering, from the paired "
-                       "differences' spread; the MSEs themselves are not luo's (compare with Half here)"}  # fmt: skip
+    could_fail = bool(mses["grn"].mean() < mses["half"].mean())
+    measured = {case: float(mses[case].mean()) for case in [*LUO_VARIANTS, "rg"]}
+    details = {"grn_held_out": float(mses["grn_held_out"].mean()), "half": float(mses["half"].mean()),
+               "direct_start": float(mses["direct_start"].mean()),
+               "std_over_splits": {case: float(v.std(ddof=1)) for case, v in mses.items()},
+               "paired_margins": margins, "not_judged": beside, "per_split": per_split, "splits": len(LUO_SEEDS),
+               "n_queried": LUO_QUERIES,
+               "note": "measured: the mean MSE over the splits in luo's transductive setting; the verdict is on luo's "
+                       "ordering, from the paired differences' spread; the MSEs themselves are not luo's (compare "
+                       "with Half here)"}  # fmt: skip
     reason = None
-    if not holds:
+    if not could_fail:
+        reason = f"GRN {mses['grn'].mean():.4f} does not beat Half {mses['half'].mean():.4f}: " + LUO_TABLE3_KNOWN
+    elif not holds:
         failed = [f"{name} {m['mean']:+.4f} ± {m['se']:.4f} SE ("
                   + ("the opposite order" if m["z"] < -LUO_MARGIN_SE else "within the spread") + ")"
                   for name, m in margins.items() if m["z"] <= LUO_MARGIN_SE]  # fmt: skip
@@ -265,7 +309,7 @@ def luo_table3_grn_ablation() -> Measurement:
             f"over {len(LUO_SEEDS)} splits luo's ordering does not hold by {LUO_MARGIN_SE:g} standard errors for "
             f"{'; '.join(failed)}; GRN {mses['grn'].mean():.4f}, Half {mses['half'].mean():.4f}: " + LUO_TABLE3_KNOWN
         )
-    return Measurement(measured, holds, details, reason)
+    return Measurement(measured, holds, details, reason, could_fail)
 
 
 TREE_TRIALS = 10  # seeds 0..9: a fresh split of rows and columns, tree / forest, queries and path draws each
@@ -295,16 +339,98 @@ def _spread(values: Sequence[float]) -> dict[str, float]:
     statement="PRA's correct branching rate on a released decision tree exceeds that of a random path",
     paper_value="CBR(PRA) > CBR(random path)",
     rule=f"through the services, DT depth 5, {TREE_TRIALS} trials (seeds) on wine and breast_cancer, 160 queried "
-    "rows each: the mean PRA CBR above the mean random-path CBR on both",
+    "rows each: the mean PRA CBR above the mean random-path CBR on both (luo's baseline); Half's CBR, the other "
+    "blind floor, beside it",
+    could_fail="a PRA that picked paths at random would sit at the random-path CBR (its rule is a strict margin over "
+    "that floor)",
 )
 def luo_pra_cbr() -> Measurement:
     # luo's setting releases the passive thresholds: a tree withholds them unless asked (the `thresholds` step).
     measured = {
-        name: _tree_trials(name, "tree", ["pra"], TREE_TRIALS, param_release=["thresholds"])
+        name: _tree_trials(name, "tree", ["pra", "half"], TREE_TRIALS, param_release=["thresholds"])
         for name in ("wine", "breast_cancer")
     }
     holds = all(m["cbr_pra"]["mean"] > m["cbr_random_path"]["mean"] for m in measured.values())
     return Measurement(measured, holds)
+
+
+# luo §VI, Fig. 8: GRN on RF recovers > 80 % of the branches at 10 % target features on Bank and Drive. Drive
+# (Sensorless Drive Diagnosis) is not in the shared datasets folder, so the claim runs on Bank only.
+RF_SEEDS = (0, 1, 2)
+RF_QUERIES = 1000
+
+
+def _bank_forest(seed: int) -> Any:
+    """luo's RF setting on Bank (ordinal encoding, min-max scaled): 100 trees of depth 3 fitted on the training
+    rows, 10 % of the columns passive at random, ``RF_QUERIES`` held-out rows queried."""
+    from sklearn.ensemble import RandomForestClassifier
+
+    from vflsec.services.attacks.synthetic import TREE_MODELS, TreeTask
+    from vflsec.services.attacks.trees import from_sklearn, vote_fractions
+
+    x, y, train, query, names, _ = _uci_data("bank", "ordinal", RF_QUERIES, seed)
+    columns = np.random.default_rng(seed + 1).permutation(len(names))
+    passive = np.sort(columns[: round(0.1 * len(names))])
+    active = np.setdiff1d(np.arange(len(names)), passive)
+    x = np.hstack([x[:, active], x[:, passive]])
+    forest = RandomForestClassifier(**TREE_MODELS["forest"], random_state=seed).fit(x[train], y[train])
+    trees = from_sklearn(forest, len(active))
+    n_classes = int(y.max()) + 1
+    x_active, x_passive = x[query][:, : len(active)], x[query][:, len(active) :]
+    votes = vote_fractions(trees, x_active, x_passive, n_classes)
+    return TreeTask(trees, x_active, x_passive, n_classes, float(np.mean(votes.argmax(axis=1) == y[query])))
+
+
+@claim(
+    paper="luo §VI, Fig. 8",
+    statement="GRN on a random forest correctly infers more than 80 % of the tree branches at 10 % target "
+    "features (Bank; luo also states it for Drive, which is not in the shared datasets folder)",
+    paper_value={"cbr_grn_rf": "> 0.8"},
+    rule=f"Bank, RF 100 trees of depth 3, 10 % random passive columns, {RF_QUERIES:,} held-out rows queried, "
+    f"{len(RF_SEEDS)} splits: the mean CBR of luo's GRN (grn_rf) > 0.8 and above both blind floors (Half's CBR "
+    "and the random path's), each on the mean over the splits (grn_rf_own, the suite's stronger tree attacker, is "
+    "measured in docs/attacks.md: two more minutes per split here)",
+    could_fail="Half, which learns nothing, already branches correctly on most of Bank's paths: GRN must beat it, "
+    "not only 0.8",
+    datasets=("bank",),
+    known_difference="luo's GRN on RF stays below 80 % on the mean over Bank's splits, and per split it is close to "
+    "blind Half's CBR, which swings with the two passive columns drawn (0.11 to 0.75 over three splits)",
+    differs_as_known=lambda r: r["measured"]["cbr_grn_rf"] <= 0.8,
+)
+def luo_grn_rf_cbr_bank() -> Measurement:
+    from vflsec.client.harness import random_path_baseline
+    from vflsec.services.attacks.gradient import torch_threads
+    from vflsec.services.attacks.trees import correct_branching_rate
+
+    per_split: dict[str, list[float]] = {}
+    for seed in RF_SEEDS:
+        task = _bank_forest(seed)
+
+        def cbr(x_hat: np.ndarray, task: Any = task) -> float:
+            return correct_branching_rate(task.trees, task.x_active, task.x_passive, x_hat)
+
+        path = random_path_baseline(task.trees, task.x_passive, np.random.default_rng())
+        row = {"cbr_half": cbr(np.full_like(task.x_passive, 0.5)), "cbr_random_path": path, "accuracy": task.accuracy}
+        with torch_threads(1):
+            row["cbr_grn_rf"] = cbr(run_attack(make_attack("grn_rf"), task.observe()).x_passive)
+        for key, value in row.items():
+            per_split.setdefault(key, []).append(value)
+    mean = {key: float(np.nanmean(v)) for key, v in per_split.items()}
+    floor = max(mean["cbr_half"], mean["cbr_random_path"])
+    holds = mean["cbr_grn_rf"] > 0.8 and mean["cbr_grn_rf"] > floor
+    measured = {k: mean[k] for k in ("cbr_grn_rf", "cbr_half", "cbr_random_path")}
+    reason = None
+    if not holds:
+        failed = [f"{mean['cbr_grn_rf']:.3f} ≤ 0.8"] if mean["cbr_grn_rf"] <= 0.8 else []
+        floors = {"Half": "cbr_half", "random-path": "cbr_random_path"}
+        failed += [f"not above the {n} floor {mean[k]:.3f}" for n, k in floors.items() if mean["cbr_grn_rf"] <= mean[k]]
+        pairs = ", ".join(f"{g:.3f} vs {h:.3f}" for g, h in zip(per_split["cbr_grn_rf"], per_split["cbr_half"],
+                                                                  strict=True))  # fmt: skip
+        reason = (f"grn_rf mean CBR {mean['cbr_grn_rf']:.3f}: {'; '.join(failed)} (per split grn_rf vs Half: {pairs}; "
+                  f"random path {mean['cbr_random_path']:.3f})")
+    details = {"per_split": per_split, "accuracy": mean["accuracy"], "d_passive": task.x_passive.shape[1],
+               "n_queried": RF_QUERIES}  # fmt: skip
+    return Measurement(measured, holds, details, reason)
 
 
 # ----------------------------------------------------------------------------------------------- rassouli
@@ -315,6 +441,8 @@ def luo_pra_cbr() -> Measurement:
     statement="MSE(RG) − MSE(Half) = Var(U) = 1/12 for any data distribution",
     paper_value=1 / 12,
     rule="|gap − 1/12| ≤ 0.005 on digits' held-out rows (26 passive columns; RG the mean of 10 fresh draws)",
+    kind="sanity",
+    could_fail="RG drawn from another law than U(0,1) (or not fresh) moves the gap off 1/12",
     fast=True,
 )
 def rg_minus_half() -> Measurement:
@@ -327,7 +455,9 @@ def rg_minus_half() -> Measurement:
     paper="rassouli Thm 1",
     statement="per sample, ‖X − x̂_RCC2‖ ≤ ‖X − x̂_Half*‖ ≤ ‖X − ½·1‖ (exact scores)",
     paper_value={"share of samples": 1.0},
-    rule="every held-out row of breast_cancer, wine and digits (LR, 40 % passive) satisfies both, to 1e-9",
+    rule="every held-out row of breast_cancer, wine and digits (LR, 40 % passive) satisfies both, to 1e-9; judged "
+    f"only when RCC2 beats Half by ≥ {THEOREM1_MARGIN:.0%} of Half's MSE on each dataset",
+    could_fail="attacks that all returned ½·1 satisfy the ordering with equality; the margin over Half refuses that",
     fast=True,
 )
 def theorem1_ordering() -> Measurement:
@@ -340,7 +470,13 @@ def theorem1_ordering() -> Measurement:
         shares[dataset] = float(ok.mean())
         mses[dataset] = {n: mse(task.x_passive, x) for n, x in estimates.items()}
     worst = min(shares.values())
-    return Measurement({"share of samples": worst}, worst == 1.0, {"share": shares, "mse": mses})
+    beats = {k: 1 - m["rcc2"] / m["half"] for k, m in mses.items()}  # RCC2's advantage over Half, per dataset
+    could_fail = min(beats.values()) >= THEOREM1_MARGIN
+    reason = None
+    if not could_fail:
+        reason = f"RCC2 beats Half by {min(beats.values()):.1%} < {THEOREM1_MARGIN:.0%}: the ordering says nothing"
+    return Measurement({"share of samples": worst}, worst == 1.0, {"share": shares, "mse": mses,
+                       "rcc2_advantage_over_half": beats}, reason, could_fail)  # fmt: skip
 
 
 @claim(
@@ -349,6 +485,8 @@ def theorem1_ordering() -> Measurement:
     paper_value="closed form = measured",
     rule="the closed form with K_0, K_½ of the training rows matches the attacks' MSE on the held-out rows within "
     "3 standard errors of the difference of the two means (breast_cancer, wine, digits; LR, 40 % passive)",
+    could_fail="the two closed forms differ from each other and from Half's MSE, so an attack returning the wrong "
+    "estimate (Half, LS for Half*) misses its own form",
     fast=True,
 )
 def closed_form_mse() -> Measurement:
@@ -380,6 +518,7 @@ def closed_form_mse() -> Measurement:
     "sign-only attack's MSE → 0 as the number of predictions N grows",
     paper_value={"N=100": "≈ 0 (Fig. 7)"},
     rule="mean MSE over 100 draws of N held-out predictions decreases for N = 10, 100, 1000 and is < 0.01 at 1000",
+    could_fail="< 0.01 at N = 1000 is far below Half's MSE on the column (details: half)",
     datasets=("bank",),
 )
 def sign_only_bank() -> Measurement:
@@ -430,6 +569,8 @@ for _name, (_low, _high) in VARASTEH_HALF.items():
         paper_value=_low if _low == _high else [_low, _high],
         rule="Half over all columns (every cyclic window alike), 2,000 held-out rows, within 15 % of the paper's "
         "value (range)",
+        kind="sanity",
+        could_fail="another encoding or scaling of the data than the paper's moves Half's MSE out of the band",
         datasets=(_name,),
         fast=True,
     )(functools.partial(_half_level, _name))
@@ -441,7 +582,8 @@ for _name, (_low, _high) in VARASTEH_HALF.items():
     "MSE(RAM(100))",
     paper_value="AM > RAM(50) > RAM(100)",
     rule="MSE averaged over 3 cyclic windows each of d_p = 2 and 4 passive columns, 1,000 held-out rows: "
-    "strictly ordered",
+    f"strictly ordered, judged only when AM beats Half by ≥ {THEOREM1_MARGIN:.0%} of Half's MSE",
+    could_fail="attacks that returned Half would tie (not strictly ordered) and fail the margin over Half",
     datasets=("satellite",),
 )
 def am_ram_satellite() -> Measurement:
@@ -460,9 +602,14 @@ def am_ram_satellite() -> Measurement:
                 runs[key].append(_mse(uci.task, attack, **options))
     mean = {key: float(np.mean(values)) for key, values in runs.items()}
     holds = mean["am"] > mean["ram50"] > mean["ram100"]
+    could_fail = mean["am"] <= (1 - THEOREM1_MARGIN) * mean["half"]
+    reason = None
+    if not could_fail:
+        reason = f"AM {mean['am']:.4f} does not beat Half {mean['half']:.4f} by {THEOREM1_MARGIN:.0%}"
     measured = {"AM": mean["am"], "RAM(50)": mean["ram50"], "RAM(100)": mean["ram100"]}
     return Measurement(measured, holds, {"half_star": mean["half_star"], "half": mean["half"],
-                                         "accuracy": float(np.mean(accuracy)), "windows": len(runs["am"])})  # fmt: skip
+                                         "accuracy": float(np.mean(accuracy)), "windows": len(runs["am"])},
+                       reason, could_fail)  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------- privee
@@ -473,7 +620,13 @@ def am_ram_satellite() -> Measurement:
     statement="PRIVEE raises the GRN attack's MSE by up to 30× (threefold typically) at near-zero accuracy change",
     paper_value={"grn_mse_ratio": "3–30", "accuracy_change": 0.0},
     rule="through the services, digits, 40 % passive, the same plain model released with and without "
-    "privee:epsilon=0.1: GRN MSE ratio ≥ 3 and |accuracy change| ≤ 0.01",
+    "privee:epsilon=0.1: GRN MSE ratio ≥ 3 and |accuracy change| ≤ 0.01; over 3 runs (fresh weights each)",
+    could_fail="a ratio under 3 or an accuracy change over 0.01 fails it (and does: see the reason)",
+    runs=3,
+    differs_as_known=lambda r: all(
+        run["measured"]["grn_mse_ratio"] < 3 and abs(run["measured"]["accuracy_change"]) <= 0.01
+        for run in r["per_run"]
+    ),
     known_difference="the paper's 30× is relative to a small undefended MSE; here the undefended GRN is within "
     "2× of Half, so 3× would need PRIVEE to push GRN far beyond blind guessing (docs/attacks.md: 'PRIVEE on the "
     "split NN'); the PRIVEE-aware attacks undo the noise ('Defense-aware attacks')",
@@ -519,6 +672,7 @@ def _ye_bank() -> dict[str, dict[str, Any]]:
     "embeddings (COVID: all binary features)",
     paper_value={"attack_accuracy": 1.0},
     rule="COVID, 12 binary passive columns, trained active-top split NN: every column found (up to complement)",
+    could_fail="every one of 12 columns must match exactly; a guessed column matches at about its majority rate",
     datasets=("covid",),
 )
 def ye_alg1_covid() -> Measurement:
@@ -538,6 +692,7 @@ def ye_alg1_covid() -> Measurement:
     "(Bank: contact among 8 passive features)",
     paper_value={"attack_accuracy": 1.0},
     rule="Bank, trained active-top split NN: Algorithm 2's best vector matches contact on ≥ 99 % of rows",
+    could_fail="contact's majority rate is 0.63 (details: majority): a wrong vector scores far below 0.99",
     datasets=("bank",),
 )
 def ye_alg2_bank() -> Measurement:
@@ -552,7 +707,14 @@ def ye_alg2_bank() -> Measurement:
     statement="masquerade (m fabricated bits) leads Algorithm 2 to a fabricated bit (≈ 50 %); the adaptive "
     "attack still recovers the feature for m = 1, 2 (93.8 %, 90.2 % on Bank)",
     paper_value={"alg2_under_m1": 0.5, "adaptive_m1": 0.938, "adaptive_m2": 0.902},
-    rule="Bank: Algorithm 2 under m = 1 ≤ 0.6; adaptive attack ≥ 0.9 for m = 1 and 2",
+    rule=f"Bank: Algorithm 2 under m = 1 ≤ 0.6; adaptive attack ≥ 0.9 for m = 1 and 2; each of {YE_RUNS} runs (a "
+    "fresh masquerade secret and weights from OS entropy each) judged, reproduced only when all are",
+    could_fail="the adaptive attack must reach 0.9 where the majority rate is 0.63, and Algorithm 2 must be misled",
+    runs=YE_RUNS,
+    known_difference="since review 6 the defended layer (masquerade's Q, P's start) is drawn from the passive "
+    "party's OS entropy at every run; some draws put one of the three figures across its threshold (review 6: "
+    "reproduced in 4 of 6 runs)",
+    differs_as_known=lambda r: r["reproduced_runs"] >= r["runs"] // 2,
     datasets=("bank",),
 )
 def ye_masquerade_bank() -> Measurement:
@@ -572,6 +734,9 @@ def ye_masquerade_bank() -> Measurement:
     return Measurement(measured, holds, details)
 
 
+YE_LOG2N_ATTACKS = ("ye_alg2", "ye_adaptive", "ye_peel")
+
+
 @functools.cache
 def _ye_drop() -> dict[str, dict[str, Any]]:
     """Bank and Credit under masquerade drop=random (ye's) and drop=binary, m = 1 and ⌈log₂ n⌉ (drop_rows)."""
@@ -589,26 +754,37 @@ def _ye_drop() -> dict[str, dict[str, Any]]:
     "recovers the binary feature",
     paper_value={"bank_log2n": 0.5, "credit_log2n": 0.5},
     rule="ye's masquerade (drop=random) at m = ⌈log₂ n⌉: the strongest of Algorithm 2, the adaptive and the peeling "
-    "attack (best of all listed, with complements) ≤ majority rate + 0.05 on Bank (contact) and Credit (SEX)",
+    "attack (best of all listed, with complements) ≤ majority rate + 0.05 on Bank (contact) and Credit (SEX), judged "
+    "only when the same attacks recover the column at m = 1 (≥ 0.9)",
+    could_fail="'the attacks fail' is vacuous if they fail everywhere: at m = 1 the same attacks must find the column",
     datasets=("bank", "credit"),
     known_difference="the peeling attack (ye_peel) needs no groups: it projects out the fabricated bits it finds and "
     "searches what is left, where ye's random dropped direction leaves a binary column that the party's other "
     "columns nearly rebuild (Credit's bill amounts, Bank's economic indicators); masquerade's drop=binary, the "
     "default, closes it (details: drop_binary)",
+    differs_as_known=lambda r: max(r["measured"].values()) > 0.55
+    and min(r["details"]["drop_random_m1"].values()) >= 0.9
+    and all(r["details"]["drop_binary"][k] <= r["details"]["majority"][k] + 0.05 for k in r["details"]["majority"]),
 )
 def ye_masquerade_log2n() -> Measurement:
     rows = _ye_drop()
-    strongest, majority, binary = {}, {}, {}
+    strongest, majority, binary, at_m1 = {}, {}, {}, {}
+
+    def best(row: dict[str, Any], drop: str) -> float:  # the best listed vector of any of the three attacks
+        found = [max(row[drop][a].get("per_feature_best_of_all_found", [0.0])) for a in YE_LOG2N_ATTACKS]
+        return float(max(found))
+
     for label in ("bank", "credit"):
         row = next(r for k, r in rows.items() if k.startswith(f"{label}_masquerade_drop_m") and not k.endswith("_m1"))
-        best = {drop: max(max(row[drop][a].get("per_feature_best_of_all_found", [0.0])) for a in
-                          ("ye_alg2", "ye_adaptive", "ye_peel")) for drop in ("random", "binary")}  # fmt: skip
-        strongest[f"{label}_log2n"], binary[label] = best["random"], best["binary"]
+        strongest[f"{label}_log2n"], binary[label] = best(row, "random"), best(row, "binary")
+        at_m1[label] = best(rows[f"{label}_masquerade_drop_m1"], "random")
         majority[label] = row["binary"]["ye_peel"]["majority_baseline"]
     holds = all(strongest[f"{k}_log2n"] <= majority[k] + 0.05 for k in majority)
-    details = {"majority": majority, "drop_binary": binary,
+    could_fail = min(at_m1.values()) >= 0.9
+    reason = None if could_fail else f"at m = 1 the attacks reach only {at_m1}: they may be failing everywhere"
+    details = {"majority": majority, "drop_binary": binary, "drop_random_m1": at_m1,
                "ls_ceiling": {k: r["ls_ceiling"] for k, r in rows.items()}}  # fmt: skip
-    return Measurement(strongest, holds, details)
+    return Measurement(strongest, holds, details, reason, could_fail)
 
 
 # ------------------------------------------------------------------------------------------------- runner
@@ -629,25 +805,123 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def registered(c: Claim) -> dict[str, Any]:
+    """What the registry says of a claim (``reproduce --list``; also the first keys of its row)."""
+    return {"source": c.paper, "statement": c.statement, "paper": _jsonable(c.paper_value), "rule": c.rule,
+            "kind": c.kind, "could_fail": c.could_fail, "runs": c.runs, "fast": c.fast, "datasets": list(c.datasets),
+            "known_difference": c.known_difference}  # fmt: skip
+
+
+# What a row must share with the registry to be this claim's measurement (the known difference's wording and the
+# fast flag may change without re-measuring).
+REGISTRATION = ("source", "statement", "paper", "rule", "kind", "could_fail", "runs", "datasets")
+
+
+def same_registration(row: dict[str, Any], c: Claim) -> bool:
+    expected = registered(c)
+    return all(row.get(k) == expected[k] for k in REGISTRATION)
+
+
+def listing() -> dict[str, Any]:
+    """Every registered claim, in the order ``all`` runs them."""
+    return {"claims": {name: registered(c) for name, c in CLAIMS.items()}}
+
+
+def _loaded_commit() -> str:
+    """The commit of the code this process loaded (``+dirty`` with uncommitted changes to the code;
+    ``unknown`` outside a git checkout), read once at import: a later checkout does not change the code running."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+        code = ["client", "services", "proto", "pyproject.toml"]  # what measures (docs edits do not)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", *code], cwd=root,
+                               capture_output=True, text=True, timeout=10)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    if head.returncode != 0:
+        return "unknown"
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+LOADED_COMMIT = _loaded_commit()
+
+
+def measured_at() -> dict[str, str]:
+    """The commit of the code that measured a row and the UTC time it was measured."""
+    import datetime
+
+    now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+    return {"commit": LOADED_COMMIT, "date": now.isoformat().replace("+00:00", "Z")}
+
+
+def _clear_caches() -> None:
+    """Forget cached trainings so that each run of a several-run claim draws afresh."""
+    for cached in (_ye_bank, _ye_drop):
+        cached.cache_clear()
+
+
+def _numbers(value: Any, prefix: str = "") -> dict[str, float]:
+    """The numeric leaves of a measured value, by dotted key."""
+    if isinstance(value, dict):
+        return {k: v for key, sub in value.items() for k, v in _numbers(sub, f"{prefix}{key}.").items()}
+    if isinstance(value, bool) or not isinstance(value, int | float | np.number):
+        return {}
+    return {prefix.rstrip(".") or "value": float(value)}
+
+
+def _spread_over_runs(measured: Sequence[Any]) -> dict[str, dict[str, float]]:
+    per_key: dict[str, list[float]] = {}
+    for m in measured:
+        for key, v in _numbers(m).items():
+            per_key.setdefault(key, []).append(v)
+    return {k: {"min": min(v), "max": max(v), "mean": float(np.mean(v))} for k, v in per_key.items()}
+
+
+def _verdict(m: Measurement) -> tuple[bool, str | None]:
+    """A run reproduces when its rule holds and its check that it could have failed passed."""
+    if not m.could_fail:
+        return False, f"the check that the claim could fail did not pass: {m.reason}"
+    return m.holds, m.reason
+
+
 def run_claim(c: Claim) -> dict[str, Any]:
-    """One claim's row: paper value, measured value, verdict (with the reason when it differs or is skipped)."""
+    """One claim's row: paper value, measured value, verdict (with the reason when it differs or is skipped), and
+    the commit and date it was measured on. A claim of several runs: `measured` is the first run's, `per_run`
+    every run's, `spread` the range of each figure, `reproduced_runs` how many reproduced."""
     # clarifications.md: per claim `paper` (the value), `measured`, `verdict`; the citation is `source`.
-    row: dict[str, Any] = {"source": c.paper, "statement": c.statement, "paper": c.paper_value, "rule": c.rule}
+    row: dict[str, Any] = registered(c) | measured_at()
     missing = missing_datasets(c)
     if missing:
         folder = datasets.shared_datasets_dir()
         where = folder or f"no datasets folder (set {datasets.DATASETS_ENV_VAR})"
         return row | {"measured": None, "verdict": "skipped", "reason": f"dataset {', '.join(missing)} not in {where}"}
     start = time.perf_counter()
+    results: list[Measurement] = []
     try:
-        m = c.measure()
+        for _ in range(c.runs):
+            if c.runs > 1:
+                _clear_caches()
+            results.append(c.measure())
     except Exception as exc:  # one broken claim must not hide the others' results; reported, exit status 1
         return row | {"measured": None, "verdict": "error", "reason": f"{type(exc).__name__}: {exc}",
                       "seconds": time.perf_counter() - start}  # fmt: skip
-    row |= {"measured": _jsonable(m.measured), "verdict": "reproduced" if m.holds else "differs"}
-    if not m.holds:
-        row["reason"] = m.reason or c.known_difference or "not known"
-    return row | {"details": _jsonable(m.details), "seconds": round(time.perf_counter() - start, 2)}
+    verdicts = [(bool(holds), reason) for holds, reason in map(_verdict, results)]  # numpy bools are not JSON
+    reproduced = sum(holds for holds, _ in verdicts)
+    first = results[0]
+    row |= {"measured": _jsonable(first.measured), "verdict": "reproduced" if reproduced == c.runs else "differs"}
+    if reproduced < c.runs:
+        reason = next(r for holds, r in verdicts if not holds) or c.known_difference or "not known"
+        if c.runs > 1:
+            reason = f"reproduced in {reproduced} of {c.runs} runs; a run that differs: {reason}"
+        row["reason"] = reason
+    row["reproduced_runs"] = reproduced
+    if c.runs > 1:
+        pairs = zip(results, verdicts, strict=True)
+        per_run = [{"measured": _jsonable(m.measured), "reproduced": h} for m, (h, _) in pairs]
+        row |= {"spread": _spread_over_runs([m.measured for m in results]), "per_run": per_run}
+    return row | {"details": _jsonable(first.details), "seconds": round(time.perf_counter() - start, 2)}
 
 
 def select(name: str, fast: bool) -> list[Claim]:
@@ -659,6 +933,14 @@ def select(name: str, fast: bool) -> list[Claim]:
     return [CLAIMS[name]]
 
 
+def summarize(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The count per verdict (all rows), and per kind: attack claims and sanity checks apart."""
+    def count(kind: str | None) -> dict[str, int]:
+        return _all_counts({n: r for n, r in rows.items() if kind in (None, r.get("kind", "attack"))})
+
+    return {"summary": count(None), "summary_by_kind": {k: count(k) for k in KINDS}}
+
+
 def reproduce(claims: Sequence[Claim], on_claim: Callable[[str, dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Every claim in turn; ONE document: per claim its row, then the count per verdict and the total time."""
     start = time.perf_counter()
@@ -667,8 +949,24 @@ def reproduce(claims: Sequence[Claim], on_claim: Callable[[str, dict[str, Any]],
         rows[c.name] = run_claim(c)
         if on_claim is not None:
             on_claim(c.name, rows[c.name])
-    counts = {v: sum(r["verdict"] == v for r in rows.values()) for v in VERDICTS}
-    return {"claims": rows, "summary": counts, "seconds": round(time.perf_counter() - start, 1)}
+    return {"claims": rows, **summarize(rows), "seconds": round(time.perf_counter() - start, 1)}
+
+
+def merge(previous: dict[str, Any], document: dict[str, Any]) -> dict[str, Any]:
+    """A published table updated with new rows: the claims just run replace theirs, every other registered claim
+    keeps its row (with the commit and date it was measured on), claims no longer registered are dropped, and a
+    registered claim never measured is listed as such. Rows in the registry's order."""
+    old, new = previous.get("claims", {}), document["claims"]
+    rows: dict[str, dict[str, Any]] = {}
+    for name, c in CLAIMS.items():
+        if name in new:
+            rows[name] = new[name]
+        elif name in old and same_registration(old[name], c):
+            rows[name] = old[name]
+        else:  # never measured, or its registration changed since: the old figures are not this claim's
+            never = {"measured": None, "verdict": "not measured", "reason": "not measured at this commit"}
+            rows[name] = registered(c) | never | {"commit": None, "date": None}
+    return {"claims": rows, **summarize(rows), "seconds": round(sum(r.get("seconds") or 0 for r in rows.values()), 1)}
 
 
 def _short(value: Any) -> str:
@@ -681,28 +979,59 @@ def _short(value: Any) -> str:
     return "—" if value is None else str(value)
 
 
+def _count_line(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {v}" for v, n in counts.items() if n) or "none"
+
+
+def _all_counts(rows: dict[str, dict[str, Any]]) -> dict[str, int]:
+    verdicts = [*VERDICTS, "not measured"]
+    return {v: sum(r["verdict"] == v for r in rows.values()) for v in verdicts}
+
+
+def count_sentence(document: dict[str, Any]) -> str:
+    """The counts as docs quote them: attack claims and sanity checks apart."""
+    by_kind = summarize(document["claims"])["summary_by_kind"]
+    return f"attack claims: {_count_line(by_kind['attack'])}; sanity checks: {_count_line(by_kind['sanity'])}"
+
+
 def markdown(document: dict[str, Any]) -> str:
-    lines = [
-        "# Reproduction of the seed papers' claims (`vflsec reproduce all`)",
-        "",
-        "| claim | paper | paper value | measured | verdict | reason | seconds |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for name, r in document["claims"].items():
-        cells = [name, r["source"], _short(r["paper"]), _short(r["measured"]), f"**{r['verdict']}**",
-                 r.get("reason", ""), _short(r.get("seconds"))]  # fmt: skip
-        lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
-    counts = ", ".join(f"{n} {v}" for v, n in document["summary"].items() if n)
-    lines += ["", f"{counts}; {document['seconds']} s in all.", "", "## Each claim: statement, rule, details", ""]
+    lines = ["# Reproduction of the seed papers' claims (`vflsec reproduce all`)", ""]
+    lines += [f"Counts: {count_sentence(document)} (sanity checks test no attack: they check properties of the "
+              "data and of the random draws that the attack claims lean on). "
+              "Each row was measured on the commit and date it shows; a claim of several runs shows how many of "
+              "its runs reproduced (the verdict is `reproduced` only when all did) and the spread of its figures.",
+              ""]  # fmt: skip
+    header = ["| claim | paper | paper value | measured | verdict | runs | reason | seconds | commit, date |",
+              "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for kind, title in (("attack", "Attack claims"), ("sanity", "Sanity checks")):
+        lines += [f"## {title}", "", *header]
+        for name, r in document["claims"].items():
+            if r.get("kind", "attack") != kind:
+                continue
+            runs = f"{r['reproduced_runs']} of {r['runs']} reproduced" if "reproduced_runs" in r else "—"
+            if r.get("spread"):
+                runs += "; spread " + ", ".join(f"{k} {v['min']:.4g}–{v['max']:.4g}" for k, v in r["spread"].items())
+            when = f"{(r.get('commit') or '—')[:12]}, {r.get('date') or '—'}"
+            cells = [name, r["source"], _short(r["paper"]), _short(r["measured"]), f"**{r['verdict']}**", runs,
+                     r.get("reason", ""), _short(r.get("seconds")), when]  # fmt: skip
+            lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
+        lines.append("")
+    lines += [f"All: {_count_line(document['summary'])}; {document['seconds']} s of measuring in all.", "",
+              "## Each claim: statement, rule, how it could fail, details", ""]  # fmt: skip
     for name, r in document["claims"].items():
         details = f" Details: {_short(r['details'])}." if r.get("details") else ""
-        lines.append(f"* **{name}** ({r['paper']}): {r['statement']}. Rule: {r['rule']}.{details}")
+        could_fail = f" Could fail: {r['could_fail']}." if r.get("could_fail") else ""
+        lines.append(f"* **{name}** ({r['source']}): {r['statement']}. Rule: {r['rule']}.{could_fail}{details}")
     return "\n".join(lines) + "\n"
 
 
 def write(document: dict[str, Any], out: Path) -> list[Path]:
+    """results.json and results.md in ``out``, always the whole registry (:func:`merge`): an existing results.json
+    there is updated, so a claim measured alone joins the table beside the others' earlier rows, and a claim not
+    yet measured is listed as such."""
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "results.json", out / "results.md"]
+    document = merge(json.loads(paths[0].read_text()) if paths[0].exists() else {}, document)
     paths[0].write_text(json.dumps(document, indent=2) + "\n")
     paths[1].write_text(markdown(document))
     return paths

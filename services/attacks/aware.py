@@ -40,7 +40,7 @@ from vflsec.services.models.lr import PassiveSystem
 
 from .base import WHITE_BOX_NEEDS, Attack, NotApplicable, Observations, Reconstruction, register
 from .chebyshev import Cls, Rcc2
-from .closed_form import HalfStar, LinearSystemAttack
+from .closed_form import Esa, HalfStar, LinearSystemAttack
 from .gradient import Gia, Grn
 from .linear import class_rows, robust_system
 
@@ -240,7 +240,10 @@ class AwareAttack(Attack):
     needs = WHITE_BOX_NEEDS
     families = frozenset({"lr"})
     # On weighted evidence the prior rows make A full rank, so Half* is plain (MMSE) least squares there.
-    _INNER: ClassVar[dict[str, LinearSystemAttack]] = {"ls": HalfStar(clamp=True), "cls": Cls(), "rcc2": Rcc2()}
+    # ``ls_min_norm``: the aware counterpart of the naive ls_clamped (the minimum-norm solution of the de-biased,
+    # weighted system, no ½ prior), where the data sit far from ½ (digits' pixels: mostly 0).
+    _INNER: ClassVar[dict[str, LinearSystemAttack]] = {"ls": HalfStar(clamp=True), "cls": Cls(), "rcc2": Rcc2(),
+                                                       "ls_min_norm": Esa(clamp=True)}  # fmt: skip
     _TARGETS: ClassVar[dict[str, frozenset[str]]] = {
         "point": SCORE_DEFENSES - {"label_only", "rank_only"} | PARAM_DEFENSES,
         "interval": frozenset({"rounding", "gaussian", "privee", "privee_pp", "label_only", "rank_only"}),
@@ -248,7 +251,7 @@ class AwareAttack(Attack):
 
     def __init__(self, method: str = "ls") -> None:
         if method not in (*self._INNER, "interval"):
-            raise ValueError(f"method must be one of ls, cls, rcc2, interval; got {method!r}")
+            raise ValueError(f"method must be one of ls, ls_min_norm, cls, rcc2, interval; got {method!r}")
         self.method = method
         self.targets = self._TARGETS["interval" if method == "interval" else "point"]
 
@@ -277,7 +280,8 @@ class AwareAttack(Attack):
             evidence = Evidence()
         # Exact evidence (PPS-B, PPS-A, no score step) has infinite weight: the prior's limit is Half* itself.
         # RCC2 keeps its equality system (the prior rows would make its feasible set a point).
-        prior = PRIOR_PRECISION if evidence.weights is not None and not isinstance(inner, Rcc2) else 0.0
+        # The minimum-norm variant takes no prior either: the prior rows are what centre the estimate on ½.
+        prior = PRIOR_PRECISION if evidence.weights is not None and not isinstance(inner, Rcc2 | Esa) else 0.0
         system = robust_system(obs, evidence.log_scores, evidence.weights, prior)
         return inner.reconstruct_system(system, obs.d_passive)
 
@@ -362,8 +366,8 @@ class AwareGrn(AwareScores, Grn):
 register("aware_gia", AwareGia)
 register("aware_grn", AwareGrn)
 
-AWARE_ATTACKS = ("aware_ls", "aware_cls", "aware_rcc2", "aware_interval")
-for _method in ("ls", "cls", "rcc2", "interval"):
+AWARE_ATTACKS = ("aware_ls", "aware_cls", "aware_rcc2", "aware_interval", "aware_ls_min_norm")
+for _method in ("ls", "cls", "rcc2", "interval", "ls_min_norm"):
     register(f"aware_{_method}", AwareAttack, method=_method)
 
 

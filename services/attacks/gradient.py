@@ -445,8 +445,10 @@ register("grn_no_reg", Grn, variance_weight=0.0)
 register("grn_direct", Grn, direct=True)
 
 # luo's published code (xinjianluo/featureinference-vfl, GRNA): Adam 1e-4, batches of 64, 60 epochs, loss
-# Σ_batch Σ_classes (ĉ − c)² + 0.25 · Σ_features Var_batch(x̂).
+# Σ_batch Σ_classes (ĉ − c)² + 0.25 · Σ_features Var_batch(x̂); luo's setting is transductive (§V-A: the rows
+# attacked are the rows the generator trains on; it uses only released scores, so a legitimate attacker): folds=1.
 LUO_GRN = {
+    "folds": 1,
     "lr": 1e-4,
     "batch_size": 64,
     "epochs": 60,

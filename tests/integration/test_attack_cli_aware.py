@@ -22,7 +22,8 @@ def run_cli(monkeypatch, *options: str) -> dict:
 def test_attack_runs_the_aware_attackers_for_the_chain_and_keeps_its_json_keys(monkeypatch, tmp_path) -> None:
     report = run_cli(monkeypatch, "--param-release", "ppsa:H=flip", "--markdown", str(tmp_path / "table.md"))
     assert {"baselines", "accuracy", "attacks", "strongest"} <= set(report)
-    assert set(harness.DEFAULT_ATTACKS) | {"aware_ls", "aware_cls", "aware_rcc2"} == set(report["attacks"])
+    aware = {"aware_ls", "aware_cls", "aware_rcc2", "aware_ls_min_norm"}
+    assert set(harness.DEFAULT_ATTACKS) | aware == set(report["attacks"])
     # (aware_interval needs bounds: a parameter defense leaves exact equations)
     for name, r in report["attacks"].items():
         assert {"mse", "mse_clipped", "aware"} <= set(r) and r["aware"] == name.startswith("aware_")

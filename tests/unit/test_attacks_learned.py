@@ -6,6 +6,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+import torch
 from scipy.special import expit
 
 from vflsec.services.attacks import NotApplicable, Observations, make_attack, mse, run_attack
@@ -104,3 +105,38 @@ def test_grn_ablations_run_and_respect_the_range(name: str, correlated_task) -> 
     result = run_attack(make_attack(name, epochs=2, hidden=(32,)), correlated_task.obs)
     assert np.all((result.x_passive >= 0) & (result.x_passive <= 1))
     assert np.isfinite(result.meta["loss_history"]).all()
+
+
+@pytest.mark.parametrize("prefix", ["grn", "grn_luo"])
+def test_each_grn_ablation_removes_what_it_is_named_for(prefix: str) -> None:
+    """luo Table III's cases, checked on the estimator itself (a smoke run cannot tell them apart)."""
+    x_adv, other = torch.rand(6, 4), torch.rand(6, 4)
+    rows = torch.arange(6)
+
+    def outputs(name: str, x: torch.Tensor) -> torch.Tensor:
+        torch.manual_seed(0)  # the same generator weights and the same noise draw for both inputs
+        estimate, _ = make_attack(f"{prefix}_{name}", hidden=(8,))._estimator(x, 3)
+        with torch.no_grad():
+            return estimate(rows)
+
+    # case 1, noise only: x_adv does not reach the generator; the full GRN's output depends on it
+    torch.testing.assert_close(outputs("noise_only", x_adv), outputs("noise_only", other))
+    torch.manual_seed(0)
+    full, _ = make_attack(prefix, hidden=(8,))._estimator(x_adv, 3)
+    torch.manual_seed(0)
+    full_other, _ = make_attack(prefix, hidden=(8,))._estimator(other, 3)
+    torch.manual_seed(1)
+    with torch.no_grad():
+        a = full(rows)
+    torch.manual_seed(1)
+    with torch.no_grad():
+        assert not torch.allclose(a, full_other(rows))
+    # case 2, x_adv only: no noise, so two evaluations agree; the full GRN's differ (fresh noise per call)
+    estimate, _ = make_attack(f"{prefix}_xadv_only", hidden=(8,))._estimator(x_adv, 3)
+    with torch.no_grad():
+        torch.testing.assert_close(estimate(rows), estimate(rows))
+        assert not torch.allclose(full(rows), full(rows))
+    # case 3, no regulariser; case 4, direct: x̂ itself is the parameter, one row of d_p values per queried row
+    assert make_attack(f"{prefix}_no_reg").variance_weight == 0.0 < make_attack(prefix).variance_weight
+    _, parameters = make_attack(f"{prefix}_direct")._estimator(x_adv, 3)
+    assert [tuple(p.shape) for p in parameters] == [(6, 3)]

@@ -78,8 +78,11 @@ def test_adversary_models_drop_queried_rows_from_their_training_set() -> None:
 
 def test_grn_luo_preset_is_luos_configuration() -> None:
     grn = make_attack("grn_luo")
-    expected = {"lr": 1e-4, "batch_size": 64, "epochs": 60, "min_steps": 0, "loss": "sse", "reduction": "sum"}
-    assert {key: getattr(grn, key) for key in expected} == expected
+    # folds=1: luo's transductive setting (§V-A), the generator trained on the very predictions it attacks
+    expected = {"lr": 1e-4, "batch_size": 64, "epochs": 60, "min_steps": 0, "loss": "sse", "reduction": "sum",
+                "folds": 1}  # fmt: skip
+    for name in ("grn_luo", "grn_luo_noise_only", "grn_luo_xadv_only", "grn_luo_no_reg"):
+        assert {key: getattr(make_attack(name), key) for key in expected} == expected, name
     assert grn.variance_weight == 0.25 and grn.hidden == (600, 200, 100) and grn.use_xadv and grn.use_noise
     # noise-only: the generator's input is noise as wide as x_adv ∪ r; x_adv ∪ r otherwise
     x_adv = torch.zeros(4, 7)

@@ -13,7 +13,8 @@ from vflsec.client import reproduce as rep
 # MSE per split of each case: GRN ahead of every ablation on every split, direct above RG.
 CLEAR = {"noise_only": [0.20, 0.21, 0.20], "xadv_only": [0.18, 0.18, 0.19], "no_reg": [0.176, 0.180, 0.178],
          "direct": [0.35, 0.36, 0.34], "grn": [0.171, 0.174, 0.172], "rg": [0.26, 0.27, 0.26],
-         "half": [0.18, 0.18, 0.18]}  # fmt: skip
+         "half": [0.18, 0.18, 0.18], "grn_held_out": [0.18, 0.182, 0.179],
+         "direct_start": [0.35, 0.36, 0.34]}  # fmt: skip
 
 
 def _measure(monkeypatch: pytest.MonkeyPatch, table: dict[str, list[float]]) -> rep.Measurement:
@@ -28,8 +29,13 @@ def _measure(monkeypatch: pytest.MonkeyPatch, table: dict[str, list[float]]) -> 
         return Uci()
 
     cases = {attack: case for case, attack in rep.LUO_VARIANTS.items()} | {"rg": "rg", "half": "half"}
+
+    def mse(_task: Any, attack: str, **options: Any) -> float:
+        case = {"folds": "grn_held_out", "epochs": "direct_start"}.get(next(iter(options), ""), cases[attack])
+        return table[case][split["seed"]]
+
     monkeypatch.setattr(rep, "_uci_task", task)
-    monkeypatch.setattr(rep, "_mse", lambda _task, attack: table[cases[attack]][split["seed"]])
+    monkeypatch.setattr(rep, "_mse", mse)
     return rep.luo_table3_grn_ablation()
 
 
@@ -52,3 +58,18 @@ def test_a_margin_within_the_spread_differs_with_the_comparison_named(monkeypatc
 
 def test_paired_margin() -> None:
     assert rep.paired_margin([0.01, 0.02, 0.03]) == pytest.approx({"mean": 0.02, "se": 0.01 / 3**0.5, "z": 2 * 3**0.5})
+
+
+def test_an_ordering_of_attacks_that_do_not_beat_half_differs(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every comparison holds by a wide margin, but GRN is no better than Half: the ordering says nothing.
+    m = _measure(monkeypatch, CLEAR | {"half": [0.17, 0.17, 0.17]})
+    assert m.holds and not m.could_fail and "does not beat Half" in m.reason
+    row_verdict = rep._verdict(m)
+    assert row_verdict[0] is False and "could fail" in row_verdict[1]
+
+
+def test_direct_against_rg_is_reported_not_judged(monkeypatch: pytest.MonkeyPatch) -> None:
+    # case 4 better than RG (luo: worse): beside the verdict, which stays on cases 1-4 against GRN
+    m = _measure(monkeypatch, CLEAR | {"rg": [0.40, 0.41, 0.40]})
+    assert m.holds and m.details["not_judged"]["direct − rg"]["mean"] < 0
+    assert m.details["direct_start"] == pytest.approx(0.35)
