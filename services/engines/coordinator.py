@@ -916,10 +916,12 @@ class Coordinator:
                 except ValueError as exc:
                     raise InvalidArgument(f"own logits do not match {party}'s share: {exc}") from exc
             z = self._logits(s, total, keys)  # decrypted outside the lock: other queries go on meanwhile
-            # Each share carries a mask uniform in ±B that only the owner's share cancels (share_mask.py): a sum
-            # this far out means the owner's share left some mask in, and its scores would be noise.
-            if keys.default_mask_bound and np.abs(z).max() > keys.default_mask_bound / 2:
-                raise InvalidArgument("own logits do not cancel the passive parties' share masks for these rows")
+            # Rule 4: no check on the decrypted sum may refuse (an owner shifting its own share by 2^23 − c would
+            # read from a refusal whether the passive logit exceeds c). An honest sum lies far inside half the
+            # share-mask bound; one beyond it (masks left in, or a crafted own share) is clipped to it and scored
+            # like any other, so the owner learns of it only what the release chain lets through.
+            if keys.default_mask_bound:
+                z = np.clip(z, -keys.default_mask_bound / 2, keys.default_mask_bound / 2)
         raw = s.trainer.scores(z)
         with s.lock:
             released = self.score_chain(raw, z, s.release)  # the release RNG and cache are per session
