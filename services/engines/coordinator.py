@@ -50,6 +50,8 @@ class PassivePeer(Protocol):
 
     def trained_rows(self, session_id: str) -> np.ndarray: ...
 
+    def aligned_rows(self, session_id: str) -> int: ...
+
     def tensors(self, session_id: str) -> dict[str, np.ndarray]: ...
 
 
@@ -177,6 +179,9 @@ class CoordinatorSession:
     # Named passive tensors pulled at FinishTraining (split-NN: bottom/<p>/...), released unless the chain withholds
     passive_tensors: dict[str, np.ndarray] = field(default_factory=dict)
     trained_index: RowSet = field(default_factory=RowSet)  # common indices seen in training batches
+    # Rows every passive party aligned, in their own word (the coordinator runs no PSI): every family's training rows
+    # lie below it. Asked at the first training step and kept (a session aligns once); None until then.
+    aligned: int | None = None
     scored: int = 0  # samples released so far in this session (the budget is per owner: Coordinator.scored)
     finished_step: int | None = None  # last_step at FinishTraining: scores are released only at this step
     passive_trained: RowSet = field(default_factory=RowSet)  # rows the passive parties say they trained on
@@ -240,6 +245,7 @@ class CoordinatorSession:
             "owner": self.owner,
             "last_step": self.last_step,
             "scored": self.scored,
+            "aligned": self.aligned,
             "finished_step": self.finished_step,
             "has_weights": self.passive_weights is not None,
             "widths": self.widths,
@@ -295,6 +301,7 @@ class CoordinatorSession:
             spent={int(e): n for e, n in meta.get("spent", {}).items()},
             passive_weights=weights,
             scored=meta["scored"],
+            aligned=meta.get("aligned"),
             trained_index=RowSet.restore(arrays, "trained_index"),
             finished_step=meta.get("finished_step"),
             passive_trained=RowSet.restore(arrays, "passive_trained"),
@@ -538,7 +545,7 @@ class Coordinator:
         if len(sample_index) != n:
             raise InvalidArgument(f"{len(sample_index)} sample indices for {n} logit rows")
         with s.lock:
-            replay = self._admit_step(s, step, sample_index, widths)
+            replay = self._admit_step(session_id, s, step, sample_index, widths)
             if replay is None:
                 keys = self._epoch_keys(session_id, s, step)
                 probs = training_scores(keys, self._logits(s, logits, keys), replicas)
@@ -549,14 +556,14 @@ class Coordinator:
         return he.WireMatrix(layout.shape, layout.replicas, layout.rows_per_ct, list(replay.scores))
 
     def _admit_step(
-        self, s: CoordinatorSession, step: int, sample_index: np.ndarray, widths: Mapping[str, int]
+        self, session_id: str, s: CoordinatorSession, step: int, sample_index: np.ndarray, widths: Mapping[str, int]
     ) -> TrainingStep | None:
-        """A training step's admission, for every family (caller holds s.lock): distinct rows, the widths every
-        party declared (fixed at the first step, checked against the schema), the minimum batch, and the step
-        order. A repeat of the last step (after a crash) must name the same batch: its recorded answer is returned,
-        to be given again; None for a new step."""
+        """A training step's admission, for every family (caller holds s.lock): distinct rows, all aligned, the
+        widths every party declared (fixed at the first step, checked against the schema), the minimum batch, and
+        the step order. A repeat of the last step (after a crash) must name the same batch: its recorded answer is
+        returned, to be given again; None for a new step."""
         common.require_distinct_rows(sample_index)
-        checked_rows(sample_index, self.max_rows, "sample_index")
+        self.aligned_rows(session_id, s, sample_index)
         n = len(sample_index)
         parties = {s.owner, *s.passive_parties}
         if set(widths) != parties or min(widths.values(), default=0) < 1:
@@ -586,6 +593,23 @@ class Coordinator:
             raise FailedPrecondition(f"step {step} was computed for another batch; it can only be replayed")
         return current
 
+    def aligned_rows(self, session_id: str, s: CoordinatorSession, sample_index: np.ndarray) -> np.ndarray:
+        """``sample_index`` if every row lies below the rows every passive party aligned (caller holds s.lock), else
+        INVALID_ARGUMENT. The coordinator runs no PSI: it asks each passive party for its count once (a session
+        aligns once) and keeps the smallest, so no family trains on a row the active party invented (rule 3)."""
+        index = checked_rows(sample_index, self.max_rows, "sample_index")
+        if s.aligned is None:
+            counts = {party: self._peer(party).aligned_rows(session_id) for party in s.passive_parties}
+            unaligned = sorted(party for party, n in counts.items() if n < 1)
+            if unaligned:
+                raise FailedPrecondition(f"{', '.join(unaligned)} aligned no rows for this session: run PSI first")
+            s.aligned = min(counts.values())
+        if index.size and int(index.max()) >= s.aligned:
+            raise InvalidArgument(
+                f"sample_index: row {int(index.max())} was never aligned (the passive parties aligned {s.aligned} rows)"
+            )
+        return index
+
     def _advance(self, session_id: str, s: CoordinatorSession, step: int, sample_index: np.ndarray, widths) -> None:
         """Record step ``step`` as the last one (caller holds s.lock) and drop the keys no later step can need."""
         s.widths = dict(widths)
@@ -612,7 +636,7 @@ class Coordinator:
         """A family's training step at the key holder (caller holds s.lock): admitted as every step is, its answer
         ``compute(keys)`` under the step's keys, recorded; each step is applied once, and a repeat of the last
         step's request (same rows) gets its recorded answer again."""
-        replay = self._admit_step(s, step, sample_index, widths)
+        replay = self._admit_step(session_id, s, step, sample_index, widths)
         if replay is not None:
             if replay.gradient is None:
                 raise FailedPrecondition(f"step {step} was another family's step; it can only be replayed")
@@ -756,7 +780,7 @@ class Coordinator:
             caller=position,
             epochs=s.epochs,
             peer=lambda p: self._peer(s.passive_parties[p - 1]),
-            check_rows=lambda rows: checked_rows(rows, self.max_rows, "sample_index"),
+            check_rows=lambda rows: self.aligned_rows(session_id, s, rows),
             trained=lambda rows: s.trained_index.update(rows, limit=self.max_rows),
             train=lambda *args: self._train(session_id, s, *args),
             min_training_rows=self.statistics.min_training_rows,
@@ -916,10 +940,12 @@ class Coordinator:
                 except ValueError as exc:
                     raise InvalidArgument(f"own logits do not match {party}'s share: {exc}") from exc
             z = self._logits(s, total, keys)  # decrypted outside the lock: other queries go on meanwhile
-            # Each share carries a mask uniform in ±B that only the owner's share cancels (share_mask.py): a sum
-            # this far out means the owner's share left some mask in, and its scores would be noise.
-            if keys.default_mask_bound and np.abs(z).max() > keys.default_mask_bound / 2:
-                raise InvalidArgument("own logits do not cancel the passive parties' share masks for these rows")
+            # Rule 4: no check on the decrypted sum may refuse (an owner shifting its own share by 2^23 − c would
+            # read from a refusal whether the passive logit exceeds c). An honest sum lies far inside half the
+            # share-mask bound; one beyond it (masks left in, or a crafted own share) is clipped to it and scored
+            # like any other, so the owner learns of it only what the release chain lets through.
+            if keys.default_mask_bound:
+                z = np.clip(z, -keys.default_mask_bound / 2, keys.default_mask_bound / 2)
         raw = s.trainer.scores(z)
         with s.lock:
             released = self.score_chain(raw, z, s.release)  # the release RNG and cache are per session

@@ -653,6 +653,11 @@ class PassiveParty:
                 self._save(session_id, s)
             return s.trained_rows.array()
 
+    def aligned(self, session_id: str) -> int:
+        """This party's aligned rows (0 before PSI): the coordinator bounds every family's training rows by them."""
+        s = self.session(session_id)
+        return 0 if s.rows is None else len(s.rows)
+
     def _stats(self, s: PassiveSession) -> param_defenses.DataStats:
         """Statistics of this party's own aligned rows; they are used here and never leave."""
         if s.rows is None:

@@ -189,7 +189,8 @@ class KeyHolderContext:
     # they decrypt through ``train``'s metered keys; a new family decrypts only through those (rule 2)
     epochs: Mapping[int, he.Backend]
     peer: Callable[[int], Any]  # the link to the passive party at a position (its family's service: an attribute)
-    check_rows: Callable[[np.ndarray], np.ndarray]  # rows in range, else INVALID_ARGUMENT (nothing changed)
+    # Rows below every passive party's aligned count (the engine asks once), else INVALID_ARGUMENT (nothing changed)
+    check_rows: Callable[[np.ndarray], np.ndarray]
     trained: Callable[[np.ndarray], None]  # rows used in training (the training-ID refusal reads them)
     # One training step, admitted as every family's is (rows, widths, minimum batch, order; a repeat of the last
     # step gets its recorded answer): train(step, rows, widths, layout, compute) runs compute(the step's keys,

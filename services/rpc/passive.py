@@ -109,6 +109,11 @@ class PassiveServicer(passive_pb2_grpc.PassiveServicer):
         return to_tensor(self.party.trained(request.session_id))
 
     @rpc
+    def AlignedRows(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
+        self.party.check_coordinator(current_caller().party_id)
+        return passive_pb2.AlignedRowsReply(aligned_rows=self.party.aligned(request.session_id))
+
+    @rpc
     def DiscloseWeights(self, request: passive_pb2.DiscloseRequest, context: grpc.ServicerContext):
         self.party.check_coordinator(current_caller().party_id)
         steps = self.party.disclose(request.session_id, list(request.steps))
@@ -161,6 +166,7 @@ ROLE_POLICY: dict[str, frozenset[str]] = {
     "Backward": frozenset({"active"}),
     "GetWeights": frozenset({"coordinator"}),
     "TrainedRows": frozenset({"coordinator"}),
+    "AlignedRows": frozenset({"coordinator"}),
     "DiscloseWeights": frozenset({"coordinator"}),
     "ForecastRisk": frozenset({"coordinator", "operator"}),
     "CloseSession": frozenset({"active"}),

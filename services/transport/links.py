@@ -297,6 +297,10 @@ class PassiveClient:
         reply = call(self.peer, self.stub.TrainedRows, common_pb2.SessionRef(session_id=session_id), self.policy)
         return from_tensor(reply, f"trained rows of {self.peer}", ndim=1).astype(np.int64)
 
+    def aligned_rows(self, session_id: str) -> int:
+        reply = call(self.peer, self.stub.AlignedRows, common_pb2.SessionRef(session_id=session_id), self.policy)
+        return int(reply.aligned_rows)
+
     def close(self, session_id: str) -> None:
         call(self.peer, self.stub.CloseSession, common_pb2.SessionRef(session_id=session_id), self.policy)
 

@@ -10,6 +10,7 @@ key epoch. Real CKKS keys; the engine is built directly (no gRPC: the rule is th
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,8 @@ from vflsec.services.errors import ResourceExhausted
 from vflsec.services.models import family as families
 
 WIDTHS = {"active": 2, "passive-1": 2}
+# The passive party's word on its aligned rows, which the coordinator asks before a first training step.
+ALIGNED = {"passive-1": SimpleNamespace(aligned_rows=lambda session_id: 10_000)}
 
 
 class _Trainer:
@@ -73,7 +76,7 @@ class _ProbeFamily:
 def engine() -> Coordinator:
     families.register(_ProbeFamily())  # type: ignore[arg-type]
     chains = ScoreReleaseChain.from_specs([]), ParamReleaseChain.from_specs([])
-    return Coordinator(*chains, {}, state=StateDir(None), schema=WIDTHS)
+    return Coordinator(*chains, ALIGNED, state=StateDir(None), schema=WIDTHS)
 
 
 def _open(engine: Coordinator, sid: str) -> None:

@@ -33,6 +33,7 @@ def test_training_keys_rotate_and_no_key_answers_more_than_a_quarter_of_n(tmp_pa
     with federation(tmp_path, dataset="digits", n_passive=1) as fed:
         info = fed.operator.create_session("ckks")
         sid, k = info.session_id, 10
+        fed.operator.align(sid)  # the coordinator trains on aligned rows only
         widths = {"active": info.n_active_features + 1, **dict(info.passive_features)}
         rotation = he.key_rotation_steps(sum(widths.values()) * k)
         assert widths == {"active": 33, "passive-1": 32} and rotation == 3  # 8192 // (4 · 650)
@@ -82,6 +83,7 @@ def test_training_keys_rotate_and_no_key_answers_more_than_a_quarter_of_n(tmp_pa
 def test_a_ciphertext_under_an_old_epoch_key_decrypts_to_nothing(tmp_path) -> None:
     with federation(tmp_path, dataset="breast_cancer", n_passive=1, passive_features=2) as fed:
         sid = fed.operator.create_session("ckks").session_id
+        fed.operator.align(sid)  # the coordinator trains on aligned rows only
         widths = {"active": 29, "passive-1": 2}
         rotation = he.key_rotation_steps(31)
         n = 64

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -26,13 +27,15 @@ from vflsec.services.errors import FailedPrecondition, InvalidArgument, Permissi
 
 SCHEMA = {"active": 2, "passive-1": 2}  # widths 3 (with the bias column) and 2
 WIDTHS = {"active": 3, "passive-1": 2}
+# The passive party's word on its aligned rows, which the coordinator asks before a first training step.
+ALIGNED = {"passive-1": SimpleNamespace(aligned_rows=lambda session_id: 10_000)}
 N = 8  # rows per batch: 2 x the widest block
 
 
 def _coordinator(state: Path, **options: object) -> Coordinator:
     options.setdefault("schema", SCHEMA)
     return Coordinator(
-        ScoreReleaseChain.from_specs(()), ParamReleaseChain.from_specs(()), {}, state=checkpoint.StateDir(state),
+        ScoreReleaseChain.from_specs(()), ParamReleaseChain.from_specs(()), ALIGNED, state=checkpoint.StateDir(state),
         **options,
     )
 

@@ -61,10 +61,12 @@ class _Attacker:
         )
         return he.open_public("ckks", context.data)
 
-    def top_step(self, step: int, h: he.EncryptedMatrix, keys: he.Backend, labels: np.ndarray) -> object:
+    def top_step(
+        self, step: int, h: he.EncryptedMatrix, keys: he.Backend, labels: np.ndarray, rows: list[int] | None = None
+    ) -> object:
         return self.splitnn.TopStep(
             splitnn_pb2.TopStepRequest(
-                session_id=self.sid, step=step, sample_index=list(range(h.shape[0])),
+                session_id=self.sid, step=step, sample_index=list(range(h.shape[0])) if rows is None else rows,
                 embedding=wire.to_message(keys, h), labels=to_tensor(labels), widths=self.widths,
             )
         )
@@ -85,22 +87,28 @@ def _decryptions(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 def test_one_topstep_cannot_open_more_than_a_quarter_of_the_key(fed: Federation, monkeypatch) -> None:
-    sid, _ = _session(fed, "ckks", embedding=1, top_hidden=[4])  # E = 1: every answer a function of one slot
+    e = 8  # breast_cancer aligns 569 rows: 300 of them at E = 8 are more slots than a key's budget
+    sid, _ = _session(fed, "ckks", embedding=e, top_hidden=[4])
     opened = _decryptions(monkeypatch)
     with fed.channel("active", "coordinator") as channel:
         attacker = _Attacker(fed, sid, channel)
         keys = attacker.keys(1)
-        # The review's probe: 8,192 rows, two full ciphertexts of honest form (their content does not matter here).
+        # The review's probe: 8,192 rows (E = 1), two full ciphertexts of honest form: rows no one aligned.
         crafted = he.encrypt_matrix(keys, np.zeros((2 * keys.slots, 1)))
         with pytest.raises(grpc.RpcError) as refused:
             attacker.top_step(1, crafted, keys, np.zeros(2 * keys.slots))
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "never aligned" in refused.value.details()
+        over = he.encrypt_matrix(keys, np.zeros((300, e)))  # aligned rows, 2,400 slots
+        with pytest.raises(grpc.RpcError) as refused:
+            attacker.top_step(1, over, keys, np.zeros(300))
         assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "decryption budget" in refused.value.details()
         assert opened == []  # nothing was decrypted
         # At most N/4 slots under one key: the step is answered, and the next step runs under a new key.
-        reply = attacker.top_step(1, he.encrypt_matrix(keys, np.zeros((he.KEY_BUDGET, 1))), keys,
-                                  np.zeros(he.KEY_BUDGET))
-        assert from_tensor(reply.gradient, "gradient").shape == (he.KEY_BUDGET, 1)
+        n = he.KEY_BUDGET // e
+        reply = attacker.top_step(1, he.encrypt_matrix(keys, np.zeros((n, e))), keys, np.zeros(n))
+        assert from_tensor(reply.gradient, "gradient").shape == (n, e)
         assert sum(opened) == he.KEY_BUDGET
         assert attacker.keys(2).public_context() != keys.public_context()
         s = fed.parties["coordinator"].engine.session(sid)
@@ -128,6 +136,13 @@ def test_topstep_refuses_foreign_keys_huge_values_and_fractional_labels(fed: Fed
                 attacker.top_step(1, h, keys, np.zeros(n))
             assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, what
             assert "outside" in refused.value.details(), what
+        # Finding 6: rows the passive parties never aligned (the engine's bound, every family's: AlignedRows).
+        opened.clear()
+        with pytest.raises(grpc.RpcError) as refused:
+            attacker.top_step(1, honest, keys, np.zeros(n), rows=[*range(n - 1), 10_000])
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "row 10000 was never aligned" in refused.value.details()
+        assert opened == []
         s = fed.parties["coordinator"].engine.session(sid)
         assert s.last_step == 0  # the top model never trained on them
         attacker.top_step(1, honest, keys, np.zeros(n))  # and the session goes on

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,8 @@ from vflsec.services.errors import FailedPrecondition, PermissionDenied
 from vflsec.services.models import family as families
 
 WIDTHS = {"active": 1, "passive-1": 1}
+# The passive party's word on its aligned rows, which the coordinator asks before a first training step.
+ALIGNED = {"passive-1": SimpleNamespace(aligned_rows=lambda session_id: 10_000)}
 
 
 @dataclass
@@ -91,7 +94,7 @@ FAMILY = families.register(CounterFamily())  # type: ignore[arg-type]
 
 def _coordinator(state: Path) -> Coordinator:
     chains = ScoreReleaseChain.from_specs(()), ParamReleaseChain.from_specs(())
-    return Coordinator(*chains, {}, state=StateDir(state), allowed_backends=("plain",))
+    return Coordinator(*chains, ALIGNED, state=StateDir(state), allowed_backends=("plain",))
 
 
 def test_a_declared_step_runs_for_its_callers_only_and_is_checkpointed(tmp_path: Path) -> None:

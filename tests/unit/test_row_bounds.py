@@ -42,6 +42,9 @@ class _Peer:
     def trained_rows(self, session_id: str) -> np.ndarray:
         return np.array([0, HUGE])
 
+    def aligned_rows(self, session_id: str) -> int:
+        return 1000
+
 
 def _coordinator(max_rows: int = 1000) -> Coordinator:
     peers: dict[str, _Peer] = {}

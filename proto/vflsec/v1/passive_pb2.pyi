@@ -202,3 +202,9 @@ class RiskForecast(_message.Message):
     zero_error: bool
     warnings: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, d: _Optional[int] = ..., n_classes: _Optional[int] = ..., rank: _Optional[int] = ..., half: _Optional[float] = ..., withheld: _Optional[bool] = ..., ls: _Optional[float] = ..., half_star: _Optional[float] = ..., rank_condition: _Optional[bool] = ..., zero_error: _Optional[bool] = ..., warnings: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class AlignedRowsReply(_message.Message):
+    __slots__ = ("aligned_rows",)
+    ALIGNED_ROWS_FIELD_NUMBER: _ClassVar[int]
+    aligned_rows: int
+    def __init__(self, aligned_rows: _Optional[int] = ...) -> None: ...

@@ -83,6 +83,11 @@ class PassiveStub:
                 request_serializer=vflsec_dot_v1_dot_common__pb2.SessionRef.SerializeToString,
                 response_deserializer=vflsec_dot_v1_dot_common__pb2.Tensor.FromString,
                 _registered_method=True)
+        self.AlignedRows = channel.unary_unary(
+                '/vflsec.v1.Passive/AlignedRows',
+                request_serializer=vflsec_dot_v1_dot_common__pb2.SessionRef.SerializeToString,
+                response_deserializer=vflsec_dot_v1_dot_passive__pb2.AlignedRowsReply.FromString,
+                _registered_method=True)
         self.DiscloseWeights = channel.unary_unary(
                 '/vflsec.v1.Passive/DiscloseWeights',
                 request_serializer=vflsec_dot_v1_dot_passive__pb2.DiscloseRequest.SerializeToString,
@@ -179,6 +184,14 @@ class PassiveServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AlignedRows(self, request, context):
+        """Coordinator only: how many rows this party aligned in the session (0 before PSI). The coordinator runs no PSI:
+        every family's training rows must lie below every passive party's count (docs/protocol.md, rule 3).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def DiscloseWeights(self, request, context):
         """Coordinator only: run the parameter-release steps on this party's block here, where its data
         statistics live (they never leave); returns each step's output for the coordinator to check.
@@ -248,6 +261,11 @@ def add_PassiveServicer_to_server(servicer, server):
                     servicer.TrainedRows,
                     request_deserializer=vflsec_dot_v1_dot_common__pb2.SessionRef.FromString,
                     response_serializer=vflsec_dot_v1_dot_common__pb2.Tensor.SerializeToString,
+            ),
+            'AlignedRows': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlignedRows,
+                    request_deserializer=vflsec_dot_v1_dot_common__pb2.SessionRef.FromString,
+                    response_serializer=vflsec_dot_v1_dot_passive__pb2.AlignedRowsReply.SerializeToString,
             ),
             'DiscloseWeights': grpc.unary_unary_rpc_method_handler(
                     servicer.DiscloseWeights,
@@ -511,6 +529,33 @@ class Passive:
             '/vflsec.v1.Passive/TrainedRows',
             vflsec_dot_v1_dot_common__pb2.SessionRef.SerializeToString,
             vflsec_dot_v1_dot_common__pb2.Tensor.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlignedRows(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/vflsec.v1.Passive/AlignedRows',
+            vflsec_dot_v1_dot_common__pb2.SessionRef.SerializeToString,
+            vflsec_dot_v1_dot_passive__pb2.AlignedRowsReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -575,11 +575,10 @@ def _begin(trainer: TreeKeyHolder, ctx: KeyHolderContext, sample_index: np.ndarr
         raise InvalidArgument("bins: the active party's bins per feature are due")
     sizes = [list(bins[0])]
     for p in range(1, trainer.n_passive + 1):
-        own, aligned, training = _tree_link(ctx.peer(p)).shard(ctx.session_id)
-        if int(index.max()) >= aligned or training != len(index):
+        own, _, training = _tree_link(ctx.peer(p)).shard(ctx.session_id)  # rows beyond the alignment: check_rows
+        if training != len(index):
             raise FailedPrecondition(
-                f"party {p} aligned {aligned} rows and trains on {training}; the training rows named here are "
-                f"{len(index)}, up to index {int(index.max())}"
+                f"party {p} trains on {training} rows; the training rows named here are {len(index)}"
             )
         if len(bins) > p and list(bins[p]) != list(own):
             raise FailedPrecondition(f"party {p}'s bins per feature are not the ones it reports itself")
