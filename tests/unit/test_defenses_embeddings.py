@@ -135,8 +135,8 @@ def _answers(module: torch.nn.Module, x: np.ndarray, steps: int) -> list[np.ndar
 
 def test_defended_bottoms_start_from_os_entropy_never_the_session_seed() -> None:
     """H2: the active party chose the session seed; with it, a seeded layer's P0, Q0, b0 read [Q0 x; a(x)] off the
-    first batch. Two parties with the same settings (seed) now start from different weights; undefended parity keeps
-    the seed."""
+    first batch. Two parties with the same settings (seed) now start from different weights, and so does an undefended
+    bottom since issue 27's rule 1 (every module from its holder's OS entropy; parity tests pin weights in-process)."""
     from vflsec.services.models.splitnn.trainers import FAMILY
 
     settings = FAMILY.settings({"topology": "active-top", "party": 1})
@@ -146,7 +146,7 @@ def test_defended_bottoms_start_from_os_entropy_never_the_session_seed() -> None
         a, b = first.bottom.module.state_dict(), second.bottom.module.state_dict()
         assert a.keys() == b.keys() and not any(torch.equal(a[k], b[k]) for k in a), specs
     plain = [FAMILY.new_passive(2, 5, settings).bottom.module.state_dict() for _ in range(2)]
-    assert all(torch.equal(plain[0][k], plain[1][k]) for k in plain[0])
+    assert plain[0].keys() == plain[1].keys() and not any(torch.equal(plain[0][k], plain[1][k]) for k in plain[0])
 
 
 def test_two_model_versions_stacked_do_not_bring_the_binary_column_back() -> None:
