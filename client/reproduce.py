@@ -896,7 +896,8 @@ def run_claim(c: Claim) -> dict[str, Any]:
     if missing:
         folder = datasets.shared_datasets_dir()
         where = folder or f"no datasets folder (set {datasets.DATASETS_ENV_VAR})"
-        return row | {"measured": None, "verdict": "skipped", "reason": f"dataset {', '.join(missing)} not in {where}"}
+        reason = f"dataset {', '.join(missing)} not in {where}"
+        return row | {"measured": None, "verdict": "skipped", "reason": reason, "reproduced_runs": 0}
     start = time.perf_counter()
     results: list[Measurement] = []
     try:
@@ -906,7 +907,7 @@ def run_claim(c: Claim) -> dict[str, Any]:
             results.append(c.measure())
     except Exception as exc:  # one broken claim must not hide the others' results; reported, exit status 1
         return row | {"measured": None, "verdict": "error", "reason": f"{type(exc).__name__}: {exc}",
-                      "seconds": time.perf_counter() - start}  # fmt: skip
+                      "reproduced_runs": 0, "seconds": time.perf_counter() - start}  # fmt: skip
     verdicts = [(bool(holds), reason) for holds, reason in map(_verdict, results)]  # numpy bools are not JSON
     reproduced = sum(holds for holds, _ in verdicts)
     first = results[0]

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from tests.conftest import pinned_initial_weights
 from vflsec.client import bench_he
 
 
 def test_splitnn_epoch_is_measured_on_both_backends(tmp_path) -> None:
     lines: list[str] = []
-    out = bench_he._splitnn(bench_he.bench_dataset(1200), tmp_path, 1, lines.append)
+    with pinned_initial_weights(0):  # both backends from the same initial weights (each party's own draw otherwise)
+        out = bench_he._splitnn(bench_he.bench_dataset(1200), tmp_path, 1, lines.append)
     assert out["topology"] == "coordinator-top" and out["batch_size"] == bench_he.SPLITNN_BATCH
     for key in ("train_epoch_seconds", "inference_samples_per_second", "accuracy"):
         assert set(out[key]) == {"plain", "ckks"} and all(np.isfinite(v) and v > 0 for v in out[key].values())

@@ -45,15 +45,16 @@ def test_arrow_and_csv_module_agree_on_the_shipped_files(name: str, csv_module_o
 
 # Quotes (a delimiter and a doubled quote inside), a quote after a space (the csv module's skipinitialspace),
 # blank lines and an all-blank record, missing cells ("?", empty, spaces), a BOM, CRLF, categories that look
-# like numbers and a number only Python spells (1_000), an infinite cell, a numeric label.
+# like numbers among text ones (a text column: as many text cells as numbers, else it is refused as numeric with
+# stray text) and a number only Python spells (1_000), an infinite cell, a numeric label.
 EDGE = (
     "\ufeffid,amount,job,code,note,y\r\n"
     '1,1.5,"admin., clerk",10,"say ""hi""",1\r\n'
-    '2,?,blue-collar,9, "quoted after space",0\r\n'
+    '2,?,blue-collar,nine, "quoted after space",0\r\n'
     "\r\n"
     ",,,,,\r\n"
     "3, 2.25 ,?,1_000,plain,1\r\n"
-    "4,inf,  ,10,,0\r\n"
+    "4,inf,  ,ten,,0\r\n"
     "5,-3e-2,admin.,x,plain,1\r\n"
 )
 

@@ -192,7 +192,8 @@ def _rare_category_csv(path) -> str:
     X = rng.normal(size=(400, 4))
     X[:, 3] = 0.0
     X[:3, 3] = 1.0
-    rows = ["id,a,b,c,rare,y", *(f"r{i},{','.join(map(str, x))},{int(x[0] > 0)}" for i, x in enumerate(X))]
+    # No ID column: one of 400 distinct text values is free text to the loader (refused), not a category.
+    rows = ["a,b,c,rare,y", *(f"{','.join(map(str, x))},{int(x[0] > 0)}" for x in X)]
     path.write_text("\n".join(rows) + "\n")
     return str(path)
 
