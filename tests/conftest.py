@@ -81,6 +81,11 @@ MEASURED_LONG = frozenset(
         "tests/unit/test_attacks_aware.py::test_each_aware_attack_is_never_worse_than_its_naive_counterpart[label_only]",
         "tests/integration/test_attacks_through_services.py::test_sign_only_improves_with_more_predictions",
         "tests/integration/test_splitnn_options.py::test_architecture_and_optimiser_options_reach_every_party[coordinator-top]",
+        # on ../shared/datasets, which CI has beside the clone (measured in CI's run: 8-33 s each)
+        "tests/integration/test_half_levels_cli.py::test_half_level_with_target_encoding_is_the_papers[adult]",
+        "tests/integration/test_half_levels_cli.py::test_half_level_with_target_encoding_is_the_papers[bank]",
+        "tests/unit/test_splitnn_bank.py::test_bank_trains_under_ckks",
+        "tests/e2e/test_reproduce_packaged.py::test_claims_run_from_the_installed_package_alone[ye_alg1_covid]",
     }
 )
 # Every paper claim beyond the fast subset (Bank and satellite claims take minutes each): `vflsec reproduce` measures
