@@ -84,7 +84,7 @@ MEASURED_LONG = frozenset(
         # on ../shared/datasets, which CI has beside the clone (measured in CI's run: 8-33 s each)
         "tests/integration/test_half_levels_cli.py::test_half_level_with_target_encoding_is_the_papers[adult]",
         "tests/integration/test_half_levels_cli.py::test_half_level_with_target_encoding_is_the_papers[bank]",
-        "tests/unit/test_splitnn_bank.py::test_bank_trains_under_ckks",
+        "tests/unit/test_splitnn_bank.py::test_bank_trains_federated",
         "tests/e2e/test_reproduce_packaged.py::test_claims_run_from_the_installed_package_alone[ye_alg1_covid]",
     }
 )

@@ -122,8 +122,9 @@ class ActiveSession:
     param_release: list[StepDescription]
     rng: np.random.Generator  # batch order (seeded: runs are reproducible)
     mask_key: bytes  # this session's mask stream (AES-CTR keyed from os.urandom, see services/crypto/entropy.py)
-    # Per passive party, the key of its inference-share masks (services/crypto/share_mask.py), sent at JoinSession;
-    # empty in a checkpoint written before share masks existed (such a session cannot predict).
+    # Per passive party, the key of its zero-sum masks (inference shares: services/crypto/share_mask.py; split-NN
+    # training embeddings: services/crypto/ring_mask.py), the party's own draw, received at JoinSession; empty in a
+    # checkpoint written before share masks existed (such a session cannot predict).
     share_mask_keys: dict[str, bytes]
     rows: np.ndarray | None = None  # common index -> active row (after PSI, once every passive party took it)
     aligning: bool = False  # an Align of this session is running its exchange (in this process; not checkpointed)
@@ -309,7 +310,6 @@ class ActiveParty:
                 session_id, backend_name, self.n_classes, list(self.passives), family.name, training, values
             )
             backend = he.open_public(backend_name, reply.public_context)
-            share_mask_keys = {party: entropy.new_key() for party in self.passives}
             position = {party: p for p, party in enumerate(self.passives, start=1)}
             joined = self._each_passive(
                 lambda party, client: client.join(
@@ -317,7 +317,6 @@ class ActiveParty:
                     backend_name,
                     self.n_classes,
                     training,
-                    share_mask_keys[party],
                     family.name,
                     {**values, "party": position[party]},
                 )
@@ -339,17 +338,6 @@ class ActiveParty:
                     raise FailedPrecondition(f"the passive parties' announced output widths: {exc}") from exc
             else:
                 trainer = family.new_active(self.n_classes, d, settings, passive_features)
-            # A family whose key holder decrypts batch-sized aggregates bounds the batch by the key budget (rule 2).
-            largest = getattr(family, "max_batch_size", lambda _: None)(settings)
-            if largest is not None and batch_size > largest:
-                if training.batch_size:
-                    self._close_joined(session_id)
-                    raise InvalidArgument(
-                        f"batch_size {batch_size} is above the maximum batch {largest} for these settings (a step "
-                        f"decrypts batch x embedding slots, at most N/4 = {he.KEY_BUDGET} per key); the largest "
-                        f"accepted value is {largest}"
-                    )
-                batch_size = largest  # the default follows the bound
             if batch_size < smallest:
                 self._close_joined(session_id)
                 raise InvalidArgument(
@@ -372,7 +360,7 @@ class ActiveParty:
                 param_release=reply.param_release,
                 rng=np.random.default_rng(training.seed),  # batch order only: the seed steers no secret draw
                 mask_key=entropy.new_key(),
-                share_mask_keys=share_mask_keys,
+                share_mask_keys={party: r.share_mask_key for party, r in zip(self.passives, joined, strict=True)},
             )
             self.sessions.add(session_id, s)
         self._emit(
@@ -612,6 +600,7 @@ class ActiveParty:
             spawn=self._pool.submit,
             training_keys=lambda: self._training_keys(s, step),
             sample_ids=lambda index: [str(self.data.ids[row]) for row in s.rows[index]],
+            share_mask_keys=s.share_mask_keys,
         )
 
     def _training_keys(self, s: ActiveSession, step: int) -> he.Backend:

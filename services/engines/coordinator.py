@@ -6,6 +6,7 @@ trees.py).
 
 from __future__ import annotations
 
+import functools
 import math
 import secrets
 import threading
@@ -128,10 +129,16 @@ class Query:
 
 class MeteredKeys:
     """A key epoch's keys as a family step gets them (family.MeteredKeys): every decryption is charged, slot by slot,
-    to the key's budget before it happens; past he.KEY_BUDGET it is refused and nothing is decrypted."""
+    to the key's budget before it happens; past he.KEY_BUDGET it is refused and nothing is decrypted. The keys are
+    fetched (made, when the step opens an epoch) only when the step first uses them: a step that decrypts nothing
+    (split-NN's masked sum) costs no key generation."""
 
-    def __init__(self, keys: he.Backend, charge: Callable[[int], None]) -> None:
-        self._keys, self._charge = keys, charge
+    def __init__(self, keys: Callable[[], he.Backend], charge: Callable[[int], None]) -> None:
+        self._fetch, self._charge = keys, charge
+
+    @functools.cached_property
+    def _keys(self) -> he.Backend:
+        return self._fetch()
 
     @property
     def slots(self) -> int:
@@ -615,7 +622,8 @@ class Coordinator:
         s.widths = dict(widths)
         s.last_step = step
         s.trained_index.update(sample_index, limit=self.max_rows)
-        dropped = [e for e in s.epochs if e < s.epoch(step)]
+        # The newest keys stay even when a step used none (split-NN decrypts nothing): parsing and form checks use them
+        dropped = [e for e in s.epochs if e < s.epoch(step) and e != max(s.epochs)]
         for epoch in dropped:
             del s.epochs[epoch]
             s.spent.pop(epoch, None)
@@ -644,7 +652,9 @@ class Coordinator:
         if step != s.last_step + 1:
             raise FailedPrecondition(f"step {step} does not follow the last step {s.last_step}")
         epoch = s.epoch(step)
-        keys = MeteredKeys(self._epoch_keys(session_id, s, step), lambda n: self._charge(session_id, s, epoch, n))
+        keys = MeteredKeys(
+            lambda: self._epoch_keys(session_id, s, step), lambda n: self._charge(session_id, s, epoch, n)
+        )
         gradient, loss = compute(keys)
         s.current = TrainingStep(step, layout, np.array(sample_index), [], gradient=gradient, loss=loss)
         self._advance(session_id, s, step, sample_index, widths)

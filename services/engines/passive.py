@@ -62,8 +62,9 @@ class PassiveSession:
     # coordinator, yet a step redone after a crash rebuilds byte-identical products.
     mask_key: bytes
     owner: str  # the active party that joined us to the session (and opened it at the coordinator)
-    # Key of this session's inference-share masks, from the owner (services/crypto/share_mask.py); None in a
-    # checkpoint written before share masks existed: such a session cannot share.
+    # Key of this party's zero-sum masks (inference shares: services/crypto/share_mask.py; split-NN training
+    # embeddings: services/crypto/ring_mask.py), drawn here from OS entropy and sent to the owner at JoinSession; None
+    # in a checkpoint written before share masks existed: such a session cannot share.
     share_mask_key: bytes | None
     trained_rows: RowSet = field(default_factory=RowSet)  # common indices our block was updated on
     psi_permutation: np.ndarray | None = None  # order in which our blinded IDs were sent; set once per session
@@ -262,7 +263,6 @@ class PassiveParty:
         n_classes: int,
         settings: Mapping[str, object],
         caller: str,
-        share_mask_key: bytes,
         family_name: str = families.DEFAULT,
     ) -> int:
         """Join a session the caller opened at the coordinator; ``settings`` are the family's training settings."""
@@ -282,8 +282,6 @@ class PassiveParty:
             raise FailedPrecondition(
                 f"coordinator runs session {session_id!r} on {context_backend}, not {backend_name}"
             )
-        if len(share_mask_key) != entropy.KEY_BYTES:
-            raise InvalidArgument(f"share_mask_key must be {entropy.KEY_BYTES} bytes, got {len(share_mask_key)}")
         backend = he.open_public(backend_name, context)
         trainer = family.new_passive(n_classes, self.n_features, config)
         embedding = EmbeddingChain()
@@ -305,7 +303,7 @@ class PassiveParty:
                 trainer=trainer,
                 mask_key=entropy.new_key(),
                 owner=owner,
-                share_mask_key=share_mask_key,
+                share_mask_key=entropy.new_key(),  # its own draw (rule 1); the owner learns it to cancel the masks
                 embedding=embedding,
             )
             self.sessions.add(session_id, s)
@@ -415,6 +413,8 @@ class PassiveParty:
         before that step, so the replayed step computes exactly what the interrupted one did.
         """
         s = self.session(session_id)
+        if getattr(s.trainer, "sends_embedding", False) or s.trainer.output_in_the_clear:
+            raise FailedPrecondition(f"a {s.family} session's training output leaves through its family's own RPC")
         if step < 1:
             raise InvalidArgument(f"Forward is for training steps (>= 1), got {step}: inference uses ShareLogits")
         z = self._training_output(s, step, sample_index, "Forward", epoch)
@@ -437,6 +437,14 @@ class PassiveParty:
         x = self._features(s, sample_index)
         with s.lock:
             return self._output(s, step, sample_index, x, rpc, epoch, in_the_clear_of)
+
+    def _training_step_output(self, s: PassiveSession, step: int, sample_index: np.ndarray, epoch: int) -> np.ndarray:
+        """:meth:`_training_output` for a family step (caller holds s.lock): training steps only, in order."""
+        if step < 1:
+            raise InvalidArgument(f"a training output needs a step >= 1, got {step}")
+        if epoch < 0:
+            raise InvalidArgument(f"epoch must be >= 0, got {epoch}")
+        return self._output(s, step, sample_index, self._features(s, sample_index), "SendEmbedding", epoch)
 
     def _output(
         self,
@@ -610,6 +618,8 @@ class PassiveParty:
             features=lambda index: self._features(s, index),
             completed=completed,
             output_in_the_clear=lambda at, rows, epoch: self._output_in_the_clear(session_id, s, at, rows, epoch),
+            training_output=lambda at, rows, epoch: self._training_step_output(s, at, rows, epoch),
+            share_mask_key=s.share_mask_key or b"",
             defer=deferred.append,
             aligned_rows=0 if s.rows is None else len(s.rows),
             shard=lambda: self.data.X,

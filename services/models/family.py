@@ -42,7 +42,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
@@ -124,6 +124,8 @@ class ActiveContext:
     spawn: Callable[..., Future]  # run fn(*args) beside the calls to the passive parties
     training_keys: Callable[[], he.Backend]  # the public keys of this step's key epoch (fetched when needed)
     sample_ids: Callable[[np.ndarray], list[str]] = lambda index: []  # own sample IDs of common indices
+    # Per passive party, the key of its zero-sum masks, its own draw sent at JoinSession (split-NN's embeddings)
+    share_mask_keys: Mapping[str, bytes] = field(default_factory=dict)
 
     def each_passive(self, fn: Callable[[str, Any], T]) -> list[T]:
         """``fn(party, link)`` for every passive party concurrently; results in party order."""
@@ -153,6 +155,10 @@ class PassiveContext:
     # clear: only on a plain session of a family that does so by design (PassiveTrainer.output_in_the_clear), under
     # the answer budget
     output_in_the_clear: Callable[[int, np.ndarray, int], np.ndarray] = _unavailable
+    # this party's output for rows at training step ``step`` >= 1 (in order) of a Train call's epoch, to be sent
+    # masked or encrypted: training_output(step, rows, epoch)
+    training_output: Callable[[int, np.ndarray, int], np.ndarray] = _unavailable
+    share_mask_key: bytes = b""  # this party's key of its zero-sum masks (split-NN's embeddings), its own draw
     defer: Callable[[Callable[[], Any]], None] = _unavailable  # run after the lock is released and the checkpoint
     aligned_rows: int = 0  # this party's aligned rows (common indices 0..aligned_rows-1; 0 before PSI)
     # every row this party holds, aligned or not (scaled): what it fits a disclosed statistic on (rows it chose)

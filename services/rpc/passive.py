@@ -37,7 +37,6 @@ class PassiveServicer(passive_pb2_grpc.PassiveServicer):
             request.n_classes,
             values,
             caller=current_caller().party_id,
-            share_mask_key=request.share_mask_key,
             family_name=family,
         )
         s = self.party.session(request.session_id)
@@ -46,6 +45,7 @@ class PassiveServicer(passive_pb2_grpc.PassiveServicer):
             n_rows=len(self.party.data.ids),
             embedding_release=wire.steps_message(s.embedding.announced()),
             output_width=s.trainer.share_width if s.trainer.output_in_the_clear else 0,
+            share_mask_key=s.share_mask_key or b"",
         )
 
     @rpc

@@ -1,6 +1,6 @@
 """Thin servicers of the split-NN family's own services (proto/vflsec/v1/splitnn.proto): the coordinator-top
-key holder's TopStep, a passive party's PlainForward (active-top) and GetBottom, each handing plain values to its
-engine."""
+key holder's TopStep and SubmitEmbedding, a passive party's SendEmbedding (coordinator-top), PlainForward
+(active-top) and GetBottom, each handing plain values to its engine."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ from typing import TYPE_CHECKING
 import grpc
 import numpy as np
 
-from vflsec.services.common import ACTIVE, COORDINATOR
+from vflsec.services.common import ACTIVE, COORDINATOR, PASSIVE
 from vflsec.services.engines.coordinator import Coordinator
-from vflsec.services.transport import wire
 from vflsec.services.transport.server import rpc
 from vflsec.services.transport.tensors import from_tensor, to_tensor
 from vflsec.services.transport.tls import current_caller
@@ -31,16 +30,14 @@ class SplitNnCoordinatorServicer(splitnn_pb2_grpc.SplitNnCoordinatorServicer):
 
     @rpc
     def TopStep(self, request: splitnn_pb2.TopStepRequest, context: grpc.ServicerContext):
-        s = self.coordinator.owned(request.session_id, current_caller().party_id)
         index = np.asarray(request.sample_index, np.int64)
-        embedding = wire.from_message(s.backend, request.embedding, "embedding", rows=len(index))
         labels = from_tensor(request.labels, "labels", shape=(len(index),))  # the family checks they are classes
         gradient, loss = self.coordinator.family_call(
             request.session_id,
             current_caller().party_id,
             "top_step",
             step=request.step,
-            embedding=embedding,
+            share=request.share,
             labels=labels,
             sample_index=index,
             widths=dict(request.widths),
@@ -48,11 +45,26 @@ class SplitNnCoordinatorServicer(splitnn_pb2_grpc.SplitNnCoordinatorServicer):
         )
         return splitnn_pb2.TopStepReply(gradient=to_tensor(gradient), loss=loss)
 
+    @rpc
+    def SubmitEmbedding(self, request: splitnn_pb2.EmbeddingShare, context: grpc.ServicerContext):
+        self.coordinator.family_call(
+            request.session_id,
+            current_caller().party_id,
+            "submit_embedding",
+            step=request.step,
+            sample_index=np.asarray(request.sample_index, np.int64),
+            share=request.share,
+        )
+        return common_pb2.Empty()
+
 
 # RPC -> the family step it runs. The policy is the family's declaration of its callers (ModelFamily.steps), written
 # out so that a party starts without loading the family (torch); tests/unit/test_authz.py keeps the two equal.
-COORDINATOR_STEPS = {"TopStep": "top_step"}
-COORDINATOR_POLICY: dict[str, frozenset[str]] = {"TopStep": frozenset({ACTIVE})}
+COORDINATOR_STEPS = {"TopStep": "top_step", "SubmitEmbedding": "submit_embedding"}
+COORDINATOR_POLICY: dict[str, frozenset[str]] = {
+    "TopStep": frozenset({ACTIVE}),
+    "SubmitEmbedding": frozenset({PASSIVE}),
+}
 
 
 class SplitNnPassiveServicer(splitnn_pb2_grpc.SplitNnPassiveServicer):
@@ -73,14 +85,25 @@ class SplitNnPassiveServicer(splitnn_pb2_grpc.SplitNnPassiveServicer):
         return to_tensor(z)
 
     @rpc
+    def SendEmbedding(self, request: passive_pb2.ForwardRequest, context: grpc.ServicerContext):
+        self.party.family_call(
+            request.session_id, current_caller().party_id, "send_embedding",
+            step=request.step,
+            sample_index=np.asarray(request.sample_index, dtype=np.int64),
+            epoch=request.epoch,
+        )
+        return common_pb2.Empty()
+
+    @rpc
     def GetBottom(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):
         self.party.check_coordinator(current_caller().party_id)
         tensors = self.party.releasable(request.session_id)
         return splitnn_pb2.NamedTensors(tensors={name: to_tensor(t) for name, t in tensors.items()})
 
 
-PASSIVE_STEPS = {"PlainForward": "plain_forward"}
+PASSIVE_STEPS = {"PlainForward": "plain_forward", "SendEmbedding": "send_embedding"}
 PASSIVE_POLICY: dict[str, frozenset[str]] = {
     "PlainForward": frozenset({ACTIVE}),
+    "SendEmbedding": frozenset({ACTIVE}),
     "GetBottom": frozenset({COORDINATOR}),  # the engine's pull of named tensors after training, no family step
 }

@@ -49,6 +49,7 @@ class Joined:
     n_rows: int
     output_width: int  # its output's width when it sends it in the clear (split-NN active-top), else 0
     embedding_release: list[StepDescription]  # its own embedding defenses, announced (Kerckhoffs)
+    share_mask_key: bytes  # the key of its zero-sum masks, its own draw
 
 
 @dataclass(frozen=True)
@@ -201,7 +202,6 @@ class PassiveClient:
         backend: str,
         n_classes: int,
         training: TrainingConfig,
-        share_mask_key: bytes,
         family: str = "lr",
         values: Mapping[str, Any] | None = None,
     ) -> Joined:
@@ -210,11 +210,16 @@ class PassiveClient:
             backend=wire.BACKEND_ENUM[backend],
             n_classes=n_classes,
             training=wire.training_message(training),
-            share_mask_key=share_mask_key,
             model=wire.model_choice(family, values or {}),
         )
         reply = call(self.peer, self.stub.JoinSession, request, self.policy)
-        return Joined(reply.n_features, reply.n_rows, reply.output_width, wire.steps_of(reply.embedding_release))
+        return Joined(
+            reply.n_features,
+            reply.n_rows,
+            reply.output_width,
+            wire.steps_of(reply.embedding_release),
+            reply.share_mask_key,
+        )
 
     def psi_exchange(
         self,

@@ -9,8 +9,7 @@ from collections.abc import Mapping
 import grpc
 import numpy as np
 
-from vflsec.services.crypto import he
-from vflsec.services.transport import wire
+from vflsec.services.crypto import ring_mask
 from vflsec.services.transport.server import DEFAULT_CALL_POLICY, CallPolicy, call
 from vflsec.services.transport.tensors import from_tensor, to_tensor
 from vflsec.v1 import common_pb2, passive_pb2, passive_pb2_grpc, splitnn_pb2, splitnn_pb2_grpc
@@ -27,28 +26,35 @@ class SplitNnCoordinatorClient:
 
     def top_step(
         self,
-        backend: he.Backend,
         session_id: str,
         step: int,
         sample_index: np.ndarray,
-        embedding: he.EncryptedMatrix,
+        share: np.ndarray,
         labels: np.ndarray,
         widths: Mapping[str, int],
         epoch: int = 0,
     ) -> tuple[np.ndarray, float]:
-        """∂L/∂h for the step's [[h]] and labels (a step of its Train call's ``epoch``), and the batch loss."""
+        """∂L/∂h for the step's rows, given the owner's masked share and labels (a step of its Train call's
+        ``epoch``), and the batch loss."""
         request = splitnn_pb2.TopStepRequest(
             session_id=session_id,
             step=step,
             sample_index=sample_index.tolist(),
-            embedding=wire.to_message(backend, embedding),
+            share=ring_mask.to_bytes(share),
             labels=to_tensor(np.asarray(labels, dtype=np.int64)),
             widths=dict(widths),
             epoch=epoch,
         )
         reply = call(self.peer, self.stub.TopStep, request, self.policy)
-        gradient = from_tensor(reply.gradient, "∂L/∂h", shape=embedding.shape).copy()
+        gradient = from_tensor(reply.gradient, "∂L/∂h", shape=share.shape).copy()
         return gradient, reply.loss
+
+    def submit_embedding(self, session_id: str, step: int, sample_index: np.ndarray, share: np.ndarray) -> None:
+        """A passive party's masked embedding share of a training step, straight to the key holder."""
+        request = splitnn_pb2.EmbeddingShare(
+            session_id=session_id, step=step, sample_index=sample_index.tolist(), share=ring_mask.to_bytes(share)
+        )
+        call(self.peer, self.stub.SubmitEmbedding, request, self.policy)
 
 
 class SplitNnPassiveClient:
@@ -70,6 +76,13 @@ class SplitNnPassiveClient:
         )
         reply = call(self.peer, self.stub.PlainForward, request, self.policy)
         return from_tensor(reply, f"output of {self.peer}", shape=(len(sample_index), cols)).copy()
+
+    def send_embedding(self, session_id: str, step: int, sample_index: np.ndarray, epoch: int = 0) -> None:
+        """coordinator-top: the party sends its masked embedding of the rows to the key holder (nothing comes back)."""
+        request = passive_pb2.ForwardRequest(
+            session_id=session_id, step=step, sample_index=sample_index.tolist(), epoch=epoch
+        )
+        call(self.peer, self.stub.SendEmbedding, request, self.policy)
 
     def bottom(self, session_id: str) -> dict[str, np.ndarray]:
         """The party's bottom as named tensors, pulled by the coordinator after training."""

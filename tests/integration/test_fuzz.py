@@ -369,6 +369,10 @@ def _passive_messages() -> dict[str, st.SearchStrategy]:
     }
 
 
+# An embedding share: rows x E words of 8 bytes when it fits, any bytes otherwise
+SHARE = st.one_of(st.binary(max_size=64), st.integers(0, 64).map(lambda n: bytes(8 * n)))
+
+
 def _splitnn_coordinator_messages() -> dict[str, st.SearchStrategy]:
     return {
         "TopStep": st.builds(
@@ -376,9 +380,12 @@ def _splitnn_coordinator_messages() -> dict[str, st.SearchStrategy]:
             session_id=sessions(PLAIN),
             step=INT64,
             sample_index=INDICES,
-            embedding=plain_matrix(),
+            share=SHARE,
             labels=TENSOR,
             widths=st.dictionaries(st.sampled_from(["active", "passive-1", "nobody"]), INT32, max_size=3),
+        ),
+        "SubmitEmbedding": st.builds(
+            splitnn_pb2.EmbeddingShare, session_id=sessions(PLAIN), step=INT64, sample_index=INDICES, share=SHARE
         ),
     }
 
@@ -387,6 +394,9 @@ def _splitnn_passive_messages() -> dict[str, st.SearchStrategy]:
     return {
         "PlainForward": st.builds(
             passive_pb2.ForwardRequest, session_id=sessions(PLAIN), step=INT64, sample_index=INDICES
+        ),
+        "SendEmbedding": st.builds(
+            passive_pb2.ForwardRequest, session_id=sessions(PLAIN), step=INT64, sample_index=INDICES, epoch=INT32
         ),
         "GetBottom": st.builds(common_pb2.SessionRef, session_id=sessions(PLAIN, CKKS)),  # LR sessions: refused
     }

@@ -1,11 +1,10 @@
 """Split-NN parity on digits (10 classes, 64 features) through the real services: both topologies, CKKS and plain,
 test accuracy within 1 pp of the central torch model of the same architecture, seed and batches.
 
-The federated computation is the central one except that the key holder rounds h to a 2^-12 grid (EMBEDDING_GRID);
-with that grid made fine, federated and central scores agree to 1e-12. The rounding makes the Adam trajectories drift
-apart: on digits a few borderline test rows flip either way (a net 0-5 of 406 over 17 splits with a quarter held
-out, once 5 = 1.2 pp). Half the rows are held out here, so that 1 pp is 8 rows: the drift's net count grows more
-slowly than the held-out rows (a net 0-3 of 812 over 10 splits)."""
+The federated computation is the central one except that the parties' shares carry h in 2^-24 fixed point
+(services/crypto/ring_mask.py); the rounding can make the Adam trajectories drift apart, so that a few borderline test
+rows flip either way (measured with the coarser 2^-12 grid of the CKKS protocol: a net 0-5 of 406 over 17 splits with
+a quarter held out). Half the rows are held out here, so that 1 pp is 8 rows."""
 
 from __future__ import annotations
 

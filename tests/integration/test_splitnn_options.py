@@ -12,7 +12,6 @@ from torch import nn
 
 from tests.integration.conftest import federation
 from tests.integration.test_splitnn_services import TRAINING, _run
-from vflsec.services.crypto import he
 from vflsec.services.data import datasets
 from vflsec.services.errors import PeerFailed
 from vflsec.services.transport import wire
@@ -114,20 +113,19 @@ def test_a_misplaced_setting_is_refused_at_session_creation_and_the_party_keeps_
 
 
 def test_a_negative_epoch_is_refused_and_the_session_trains_on(tmp_path) -> None:
-    """Forward and TopStep with epoch -1: INVALID_ARGUMENT naming the epoch, nothing admitted (the session's
+    """SendEmbedding and TopStep with epoch -1: INVALID_ARGUMENT naming the epoch, nothing admitted (the session's
     next step still trains)."""
     with federation(tmp_path, dataset="breast_cancer", n_passive=1, backend="plain") as fed:
         op = fed.operator
         sid = op.create_session("plain", family="splitnn", settings={"embedding": 4}, **TRAINING).session_id
         common = op.align(sid)
-        backend = fed.parties["coordinator"].engine.session(sid).backend
         rows = np.arange(8, dtype=np.int64)
         with fed.channel("active", "coordinator") as owner, fed.channel("active", "passive-1") as active:
             key_holder, passive = CoordinatorClient(owner), PassiveClient("passive-1", active)
-            zeros = he.encrypt_matrix(backend, np.zeros((8, 4)))
+            zeros = np.zeros((8, 4), np.uint64)
             calls = {
-                "Forward": lambda: passive.forward(backend, sid, 1, rows, 4, epoch=-1),
-                "TopStep": lambda: key_holder.splitnn.top_step(backend, sid, 1, rows, zeros, np.zeros(8), {}, epoch=-1),
+                "SendEmbedding": lambda: passive.splitnn.send_embedding(sid, 1, rows, epoch=-1),
+                "TopStep": lambda: key_holder.splitnn.top_step(sid, 1, rows, zeros, np.zeros(8), {}, epoch=-1),
             }
             for what, call in calls.items():
                 with pytest.raises(PeerFailed) as refused:

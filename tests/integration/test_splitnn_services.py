@@ -152,7 +152,8 @@ def _rows_of(found: np.ndarray, rows: np.ndarray, atol: float = 1e-6) -> np.ndar
 
 
 def test_active_party_records_no_passive_embedding(tmp_path, monkeypatch) -> None:
-    """coordinator-top under CKKS: the active party receives [[h_p]] ciphertexts and ∂L/∂h, never an h_p."""
+    """coordinator-top under CKKS: the active party receives ∂L/∂h and nothing of any h_p (no ciphertext, no share:
+    each passive share goes straight to the coordinator)."""
     from vflsec.services.models.splitnn.trainers import SplitNNPassive
 
     produced: list[np.ndarray] = []  # every h_p the passive party computed, at the weights of its own step
@@ -173,7 +174,7 @@ def test_active_party_records_no_passive_embedding(tmp_path, monkeypatch) -> Non
 
     entries = [json.loads(line) for line in (record / "transcript.jsonl").read_text().splitlines()]
     kinds = [e["kind"] for e in entries]
-    assert kinds.count(plugins.ENCRYPTED_EMBEDDINGS) == 2  # 2 batches of 64, one passive party
+    assert kinds.count(plugins.GRADIENT) == 2  # 2 batches of 64
     received = [e for e in entries if e["source"] != "active"]
     # The only plaintext arrays from others during training: ∂L/∂h, batch x E.
     assert {name for e in received for name in e["arrays"]} == {"gradient"}
@@ -240,8 +241,15 @@ def test_each_family_rpc_refuses_a_session_of_another_family(tmp_path) -> None:
         rows = np.asarray(range(64), np.int64)
         widths = {sid: coordinator.session(sid).widths for sid in (nn, lr)}  # as training declared them
         zeros = he.encrypt_matrix(backend, np.zeros((64, 8)))
-        with fed.channel("active", "coordinator") as owner, fed.channel("coordinator", "passive-1") as puller:
+        words = np.zeros((64, 8), np.uint64)
+        with (
+            fed.channel("active", "coordinator") as owner,
+            fed.channel("coordinator", "passive-1") as puller,
+            fed.channel("passive-1", "coordinator") as sender,
+            fed.channel("active", "passive-1") as driver,
+        ):
             key_holder, passive = CoordinatorClient(owner), PassiveClient("passive-1", puller)
+            puller_as_passive, owner_to_passive = CoordinatorClient(sender), PassiveClient("passive-1", driver)
             calls = {  # each wrong-family call, and the session family its refusal must name
                 "ComputeTrainingScores": (
                     "splitnn",
@@ -252,8 +260,14 @@ def test_each_family_rpc_refuses_a_session_of_another_family(tmp_path) -> None:
                 "GetBottom": ("lr", lambda: passive.splitnn.bottom(lr)),  # LR's W_p goes through GetWeights only
                 "TopStep": (
                     "lr",
-                    lambda: key_holder.splitnn.top_step(backend, lr, 3, rows, zeros, np.zeros(64), widths[lr]),
+                    lambda: key_holder.splitnn.top_step(lr, 3, rows, words, np.zeros(64), widths[lr]),
                 ),
+                "SubmitEmbedding": (
+                    "lr",
+                    lambda: puller_as_passive.splitnn.submit_embedding(lr, 3, rows, words),
+                ),
+                "SendEmbedding": ("lr", lambda: owner_to_passive.splitnn.send_embedding(lr, 3, rows)),
+                "Forward": ("splitnn", lambda: owner_to_passive.forward(backend, nn, 3, rows, 8)),
             }
             for what, (family, call) in calls.items():
                 with pytest.raises(PeerFailed) as failed:

@@ -40,7 +40,7 @@ def test_a_default_federation_refuses_a_plain_session(tmp_path) -> None:
         with fed.channel("active", "passive-1") as channel:
             with pytest.raises(grpc.RpcError) as info:
                 passive_pb2_grpc.PassiveStub(channel).JoinSession(passive_pb2.JoinSessionRequest(
-                    session_id="p", backend=common_pb2.BACKEND_PLAIN, n_classes=2, share_mask_key=bytes(32)))
+                    session_id="p", backend=common_pb2.BACKEND_PLAIN, n_classes=2))
             assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
             assert "backend 'plain' is not allowed by passive-1's [policy] allowed_backends ['ckks']" in (
                 info.value.details()

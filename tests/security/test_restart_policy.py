@@ -105,7 +105,7 @@ def test_a_passive_party_refuses_plain_unless_its_own_policy_allows_it(tmp_path)
         return PassiveParty("passive-1", data, _Coordinator(), checkpoint.StateDir(tmp_path), allowed_backends=backends)
 
     def join(p: PassiveParty) -> int:
-        return p.join("s", "plain", 2, {}, "active", bytes(32))  # LR with default settings
+        return p.join("s", "plain", 2, {}, "active")  # LR with default settings
 
     with pytest.raises(PermissionDenied, match=r"'plain' is not allowed by passive-1's \[policy\] allowed_backends"):
         join(party("ckks"))

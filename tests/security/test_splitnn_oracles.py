@@ -1,9 +1,10 @@
 """Issue 27's split-NN findings, replayed against a live federation (loopback gRPC, mTLS, real CKKS).
 
 1. TopStep was a decryption oracle: the active party sent crafted [[h]] of honest form for 8,192 rows (E = 1) and got
-   N functionals of the training key from one step. Now the engine charges every decrypted slot to the key's budget
-   (N/4, one key per split-NN step) and refuses a step above it before decrypting; a ciphertext under a foreign key or
-   values of 1e9 fall outside the range an honest h has; labels must be classes (0.5 is refused, not truncated).
+   N functionals of the training key from one step. Now nothing of a training step is decrypted: each passive party
+   sends h_p + r_p straight to the coordinator, the owner sends h_a − Σ r_p, and the coordinator adds the shares in
+   Z_2^64 (services/crypto/ring_mask.py). A crafted share is clipped, never refused (rule 4: the range refusal read one
+   bit of Σ h_p per step); labels must be classes (0.5 is refused, not truncated); rows must be aligned.
 2. active-top: the passive bottom's initial weights came from the seed the active party chose, so z_p = X_p W_pᵀ of the
    first batch gave X_p exactly; and PlainForward at step 0, before any training, returned every aligned row. Now
    every module starts from its holder's OS entropy, and step 0 is answered only after FinishTraining.
@@ -13,6 +14,7 @@ Lead: a passive party knew the session seed, hence the coordinator's initial top
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import grpc
 import numpy as np
@@ -20,12 +22,11 @@ import pytest
 
 from tests.integration.conftest import Federation
 from tests.security.conftest import federation
-from vflsec.services.crypto import he
+from vflsec.services.crypto import he, ring_mask
 from vflsec.services.models.splitnn.modules import build_bottom, build_top
 from vflsec.services.models.splitnn.trainers import SplitNNSettings
-from vflsec.services.transport import wire
 from vflsec.services.transport.tensors import from_tensor, to_tensor
-from vflsec.v1 import coordinator_pb2, coordinator_pb2_grpc, passive_pb2, splitnn_pb2, splitnn_pb2_grpc
+from vflsec.v1 import passive_pb2, passive_pb2_grpc, splitnn_pb2, splitnn_pb2_grpc
 
 SEED = 7  # the session seed the active party chooses (and every party receives)
 
@@ -48,28 +49,35 @@ def _widths(fed: Federation, sid: str) -> dict[str, int]:
 
 
 class _Attacker:
-    """The active party's own certificate, talking to the coordinator as a deviating client would."""
+    """The active party's own certificate, talking to the coordinator and the passive party as a deviating client
+    would; it holds what the owner holds, the passive party's embedding-mask key among it."""
 
-    def __init__(self, fed: Federation, sid: str, channel: grpc.Channel) -> None:
+    def __init__(self, fed: Federation, sid: str, coordinator: grpc.Channel, passive: grpc.Channel) -> None:
         self.sid, self.widths = sid, _widths(fed, sid)
-        self.coordinator = coordinator_pb2_grpc.CoordinatorStub(channel)
-        self.splitnn = splitnn_pb2_grpc.SplitNnCoordinatorStub(channel)
+        self.mask_key = fed.parties["active"].engine.sessions[sid].share_mask_keys["passive-1"]
+        self.splitnn = splitnn_pb2_grpc.SplitNnCoordinatorStub(coordinator)
+        self.passive = splitnn_pb2_grpc.SplitNnPassiveStub(passive)
+        self.backward = passive_pb2_grpc.PassiveStub(passive).Backward
 
-    def keys(self, step: int) -> he.Backend:
-        context = self.coordinator.GetTrainingContext(
-            coordinator_pb2.TrainingContextRequest(session_id=self.sid, step=step)
-        )
-        return he.open_public("ckks", context.data)
+    def send_embedding(self, step: int, rows: list[int]) -> None:
+        self.passive.SendEmbedding(passive_pb2.ForwardRequest(session_id=self.sid, step=step, sample_index=rows))
 
-    def top_step(
-        self, step: int, h: he.EncryptedMatrix, keys: he.Backend, labels: np.ndarray, rows: list[int] | None = None
-    ) -> object:
+    def step_back(self, step: int, rows: list[int], gradient: Any) -> None:
+        """∂L/∂h to the passive party, as the owner ends a step."""
+        request = passive_pb2.BackwardRequest(session_id=self.sid, step=step, sample_index=rows, gradient=gradient)
+        self.backward(request)
+
+    def top_step(self, step: int, words: np.ndarray, labels: np.ndarray, rows: list[int] | None = None) -> Any:
         return self.splitnn.TopStep(
             splitnn_pb2.TopStepRequest(
-                session_id=self.sid, step=step, sample_index=list(range(h.shape[0])) if rows is None else rows,
-                embedding=wire.to_message(keys, h), labels=to_tensor(labels), widths=self.widths,
+                session_id=self.sid, step=step, sample_index=list(range(len(words))) if rows is None else rows,
+                share=ring_mask.to_bytes(words), labels=to_tensor(labels), widths=self.widths,
             )
         )
+
+    def unmasked(self, step: int, rows: list[int], h_a: np.ndarray) -> np.ndarray:
+        """The owner's honest share of h_a: the passive party's mask taken out of the sum."""
+        return ring_mask.encode(h_a) - ring_mask.mask(self.mask_key, self.sid, step, np.asarray(rows), h_a.shape[1])
 
 
 def _decryptions(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -86,66 +94,60 @@ def _decryptions(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return opened
 
 
-def test_one_topstep_cannot_open_more_than_a_quarter_of_the_key(fed: Federation, monkeypatch) -> None:
-    e = 8  # breast_cancer aligns 569 rows: 300 of them at E = 8 are more slots than a key's budget
-    sid, _ = _session(fed, "ckks", embedding=e, top_hidden=[4])
+def test_topstep_decrypts_nothing_whatever_the_owner_sends(fed: Federation, monkeypatch) -> None:
+    """The review's probe (crafted input for 8,192 rows, E = 1) and crafted shares of aligned rows: no slot of anything
+    is decrypted in training, so no step answers a functional of any key; training runs without a key."""
+    sid, common = _session(fed, "ckks", embedding=1, top_hidden=[4])
     opened = _decryptions(monkeypatch)
-    with fed.channel("active", "coordinator") as channel:
-        attacker = _Attacker(fed, sid, channel)
-        keys = attacker.keys(1)
-        # The review's probe: 8,192 rows (E = 1), two full ciphertexts of honest form: rows no one aligned.
-        crafted = he.encrypt_matrix(keys, np.zeros((2 * keys.slots, 1)))
-        with pytest.raises(grpc.RpcError) as refused:
-            attacker.top_step(1, crafted, keys, np.zeros(2 * keys.slots))
+    list(fed.operator.train(sid, common[:256], 1))  # 8 honest steps of 32 rows
+    with fed.channel("active", "coordinator") as owner, fed.channel("active", "passive-1") as passive:
+        attacker = _Attacker(fed, sid, owner, passive)
+        with pytest.raises(grpc.RpcError) as refused:  # 8,192 rows no one aligned
+            attacker.top_step(9, np.zeros((8192, 1), np.uint64), np.zeros(8192))
         assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "never aligned" in refused.value.details()
-        over = he.encrypt_matrix(keys, np.zeros((300, e)))  # aligned rows, 2,400 slots
-        with pytest.raises(grpc.RpcError) as refused:
-            attacker.top_step(1, over, keys, np.zeros(300))
-        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-        assert "decryption budget" in refused.value.details()
-        assert opened == []  # nothing was decrypted
-        # At most N/4 slots under one key: the step is answered, and the next step runs under a new key.
-        n = he.KEY_BUDGET // e
-        reply = attacker.top_step(1, he.encrypt_matrix(keys, np.zeros((n, e))), keys, np.zeros(n))
-        assert from_tensor(reply.gradient, "gradient").shape == (n, e)
-        assert sum(opened) == he.KEY_BUDGET
-        assert attacker.keys(2).public_context() != keys.public_context()
-        s = fed.parties["coordinator"].engine.session(sid)
-        assert s.rotation == 1 and max(s.spent.values()) <= he.KEY_BUDGET
+        rows = list(range(300))
+        with pytest.raises(grpc.RpcError) as refused:  # no passive share for the step: nothing to sum
+            attacker.top_step(9, np.zeros((300, 1), np.uint64), np.zeros(300), rows)
+        assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "SendEmbedding" in refused.value.details()
+        attacker.send_embedding(9, rows)
+        crafted = np.arange(300, dtype=np.uint64).reshape(300, 1) << np.uint64(40)  # words of every size
+        reply = attacker.top_step(9, crafted, np.zeros(300), rows)
+        assert from_tensor(reply.gradient, "gradient").shape == (300, 1)
+    s = fed.parties["coordinator"].engine.session(sid)
+    assert s.last_step == 9
+    assert opened == [] and s.spent == {} and set(s.epochs) == {0}  # no decryption, no key beyond OpenSession's
 
 
-def test_topstep_refuses_foreign_keys_huge_values_and_fractional_labels(fed: Federation, monkeypatch) -> None:
+def test_topstep_clips_crafted_shares_and_refuses_fractional_labels_and_unaligned_rows(
+    fed: Federation, monkeypatch
+) -> None:
+    """Rule 4: the owner shifting its own share by c was refused exactly when Σ h_p passed −c (the ±2^12 range check):
+    now every shift is answered, clipped; labels and rows are checked before anything else."""
     sid, _ = _session(fed, "ckks", embedding=4, top_hidden=[4])
-    with fed.channel("active", "coordinator") as channel:
-        attacker = _Attacker(fed, sid, channel)
-        keys = attacker.keys(1)
-        n = 16
-        honest = he.encrypt_matrix(keys, np.zeros((n, 4)))
-        opened = _decryptions(monkeypatch)
+    n, rows = 16, list(range(16))
+    with fed.channel("active", "coordinator") as owner, fed.channel("active", "passive-1") as passive:
+        attacker = _Attacker(fed, sid, owner, passive)
+        attacker.send_embedding(1, rows)
+        honest = attacker.unmasked(1, rows, np.zeros((n, 4)))
         with pytest.raises(grpc.RpcError) as refused:  # 0.5 would have been class 0
-            attacker.top_step(1, honest, keys, np.full(n, 0.5))
+            attacker.top_step(1, honest, np.full(n, 0.5), rows)
         assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "integer" in refused.value.details()
-        assert opened == []  # checked before anything is decrypted
-        foreign = he.make_keyholder("ckks")  # the attacker's own keys, of the session's parameters
-        for h, what in (
-            (he.encrypt_matrix(foreign, np.zeros((n, 4))), "a foreign key"),
-            (he.encrypt_matrix(keys, np.full((n, 4), 1e9)), "values of 1e9"),
-        ):
-            with pytest.raises(grpc.RpcError) as refused:
-                attacker.top_step(1, h, keys, np.zeros(n))
-            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, what
-            assert "outside" in refused.value.details(), what
-        # Finding 6: rows the passive parties never aligned (the engine's bound, every family's: AlignedRows).
-        opened.clear()
-        with pytest.raises(grpc.RpcError) as refused:
-            attacker.top_step(1, honest, keys, np.zeros(n), rows=[*range(n - 1), 10_000])
+        with pytest.raises(grpc.RpcError) as refused:  # finding 6: rows never aligned (AlignedRows, every family)
+            attacker.top_step(1, honest, np.zeros(n), [*range(n - 1), 10_000])
         assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "row 10000 was never aligned" in refused.value.details()
-        assert opened == []
-        s = fed.parties["coordinator"].engine.session(sid)
-        assert s.last_step == 0  # the top model never trained on them
-        attacker.top_step(1, honest, keys, np.zeros(n))  # and the session goes on
+        assert fed.parties["coordinator"].engine.session(sid).last_step == 0  # nothing trained on them
+        held = fed.parties["coordinator"].engine.session(sid).trainer
+        for step, shift in enumerate((2.0**12 - 0.5, -1e9, 1e9, 2.0**31), start=1):
+            if step > 1:
+                attacker.send_embedding(step, rows)
+            shifted = attacker.unmasked(step, rows, np.full((n, 4), shift))
+            reply = attacker.top_step(step, shifted, np.zeros(n), rows)  # never refused, whatever Σ h_p is
+            assert from_tensor(reply.gradient, "gradient").shape == (n, 4)
+            attacker.step_back(step, rows, reply.gradient)
+        assert held.pending == {}
 
 
 def test_active_top_first_batch_and_step_zero_reveal_no_passive_feature(fed: Federation) -> None:
@@ -191,12 +193,12 @@ def test_no_party_can_compute_another_partys_initial_weights_from_the_seed(fed: 
     assert not np.allclose(*(next(b.parameters()).detach().numpy() for b in bottoms))
 
 
-def test_the_batch_follows_the_key_budget(fed: Federation) -> None:
-    """batch x E <= N/4: an explicit larger batch is refused at creation naming the largest accepted value, and the
-    default follows the bound (it never trips the engine's refusal mid-training)."""
-    with pytest.raises(grpc.RpcError) as refused:
-        fed.operator.create_session("ckks", family="splitnn", settings={"embedding": 16}, batch_size=256)
-    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "the largest accepted value is 128" in refused.value.details()
-    info = fed.operator.create_session("ckks", family="splitnn", settings={"embedding": 32, "top_hidden": [4]})
-    assert fed.parties["active"].engine.sessions[info.session_id].training.batch_size == he.KEY_BUDGET // 32
+def test_no_key_budget_bounds_the_batch(fed: Federation) -> None:
+    """Nothing is decrypted in training, so batch x E is bounded by no key: 512 rows of E = 16 train in one step."""
+    info = fed.operator.create_session("ckks", family="splitnn", settings={"embedding": 16, "top_hidden": [4]},
+                                       batch_size=512)
+    common = fed.operator.align(info.session_id)
+    assert list(fed.operator.train(info.session_id, common[:512], 1))[-1].done
+    assert fed.parties["coordinator"].engine.session(info.session_id).last_step == 1
+    default = fed.operator.create_session("ckks", family="splitnn", settings={"embedding": 16})
+    assert fed.parties["active"].engine.sessions[default.session_id].training.batch_size == 256

@@ -125,7 +125,7 @@ def _party(data: PartyData, state: StateDir, spec: str = f"masquerade:m={M}") ->
 
 
 def _q(party: PassiveParty, session_id: str) -> np.ndarray:
-    party.join(session_id, "plain", 2, {"topology": "active-top", "party": 1}, "active", bytes(32), "splitnn")
+    party.join(session_id, "plain", 2, {"topology": "active-top", "party": 1}, "active", "splitnn")
     return party.sessions[session_id].trainer.bottom.module.q.numpy()
 
 

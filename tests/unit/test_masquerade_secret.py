@@ -189,7 +189,7 @@ def test_a_passive_party_keys_every_session_with_its_secret_and_says_when_it_las
                             embedding_release=[f"masquerade:m={M}"])  # fmt: skip
 
     def q(p: PassiveParty, sid: str) -> torch.Tensor:
-        p.join(sid, "plain", 2, {"topology": "active-top", "party": 1}, "active", bytes(32), "splitnn")
+        p.join(sid, "plain", 2, {"topology": "active-top", "party": 1}, "active", "splitnn")
         return p.sessions[sid].trainer.bottom.module.q
 
     kept = party(tmp_path / "state")

@@ -36,7 +36,7 @@ def _party(state: Path, spec: str) -> PassiveParty:
 
 
 def _join(party: PassiveParty, session_id: str) -> None:
-    party.join(session_id, "plain", 2, {"topology": "active-top", "party": 1}, "active", bytes(32), "splitnn")
+    party.join(session_id, "plain", 2, {"topology": "active-top", "party": 1}, "active", "splitnn")
 
 
 def test_a_session_whose_kept_basis_was_removed_is_set_aside_and_the_party_starts(tmp_path: Path, caplog) -> None:

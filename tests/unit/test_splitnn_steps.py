@@ -1,5 +1,5 @@
 """Split-NN protocol steps: the gradients the parties exchange equal torch autograd's on the central model; the
-ciphertext steps keep every h_p hidden from the active party; state round-trips; bad input is refused."""
+masked shares keep every h_p hidden from the key holder; state round-trips; bad input is refused."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from vflsec.services.crypto import he
+from vflsec.services.crypto import ring_mask
 from vflsec.services.models import splitnn as sn
 from vflsec.services.models.splitnn.modules import DTYPE, CentralModel
 
@@ -43,21 +43,29 @@ def _central_grads(config: sn.SplitNNConfig, blocks: tuple[np.ndarray, ...], y: 
     return combined.grad.numpy(), [o.grad.numpy() for o in outputs], params
 
 
-@pytest.mark.parametrize("backend", ["ckks", "plain"])
-def test_coordinator_top_gradient_is_autograds(batch, backend: str) -> None:
+def _shares(fed: sn.LocalFederation, h: dict[int, np.ndarray], step: int = 1) -> list[np.ndarray]:
+    """Every party's share of a step as the services build them: the owner's first."""
+    rows = np.arange(len(h[0]))
+    masks = {p: ring_mask.mask(key, "s", step, rows, h[0].shape[1]) for p, key in fed.mask_keys.items()}
+    own = ring_mask.encode(h[0])
+    for mask in masks.values():
+        own -= mask
+    return [own, *(ring_mask.encode(h[p]) + masks[p] for p in sorted(masks))]
+
+
+def test_coordinator_top_gradient_is_autograds(batch) -> None:
     blocks, y = batch
     config = _config("coordinator-top")
-    fed = sn.LocalFederation.create(config, sn.OptimizerConfig(), SEED, backend)
+    fed = sn.LocalFederation.create(config, sn.OptimizerConfig(), SEED)
     h = {p: fed.bottoms[p].forward(blocks[p], train=True) for p in range(3)}
-    summed = sn.aggregate(fed.public, h[0], [sn.encrypt_embedding(fed.public, h[p]) for p in (1, 2)])
-    opened = sn.open_sum(fed.keyholder, summed, config.embedding)
-    np.testing.assert_allclose(opened, h[0] + h[1] + h[2], atol=1e-5 if backend == "ckks" else 0)
+    opened = sn.open_masked(_shares(fed, h))
+    np.testing.assert_allclose(opened, h[0] + h[1] + h[2], atol=3 * 2.0**-25)  # fixed point at 2^-24
     step = fed.head.train_step([opened], y)
     for p in range(3):
         fed.bottoms[p].backward(step.grads[0])
 
     grad_h, grad_outputs, params = _central_grads(config, blocks, y)
-    atol = 1e-7 if backend == "ckks" else 1e-15  # CKKS noise on h moves ∂L/∂h by ~1e-8 here
+    atol = 1e-7  # the 2^-24 fixed point moves ∂L/∂h by ~1e-8 here
     np.testing.assert_allclose(step.grads[0], grad_h, atol=atol)
     for p in range(3):
         np.testing.assert_allclose(grad_outputs[p], grad_h, atol=1e-15)  # h = Σ h_p: one gradient for all
@@ -81,28 +89,29 @@ def test_active_top_gradient_is_autograds(batch) -> None:
             np.testing.assert_allclose(mine, central, atol=1e-15)
 
 
-def test_active_party_cannot_open_embeddings(batch) -> None:
-    """coordinator-top: what the active party holds is ciphertext under a context without the secret key."""
+def test_no_share_but_the_whole_sum_says_anything_of_an_embedding(batch) -> None:
+    """Each share alone, and every sum short of all of them, decodes to values unrelated to the parties' h (the masks
+    are uniform words); only the sum of every share gives h."""
     blocks, _ = batch
-    fed = sn.LocalFederation.create(_config("coordinator-top"), sn.OptimizerConfig(), SEED, "ckks")
-    h1 = fed.bottoms[1].forward(blocks[1], train=False)
-    em = sn.encrypt_embedding(fed.public, h1)
-    assert all(not isinstance(ct, np.ndarray) for ct in em.ciphertexts)
-    with pytest.raises(PermissionError):
-        he.decrypt_matrix(fed.public, em)
+    fed = sn.LocalFederation.create(_config("coordinator-top"), sn.OptimizerConfig(), SEED)
+    h = {p: fed.bottoms[p].forward(blocks[p], train=False) for p in range(3)}
+    shares = _shares(fed, h)
+    for part in ([shares[1]], [shares[2]], [shares[0], shares[1]], [shares[0], shares[2]], [shares[1], shares[2]]):
+        total = np.sum(part, axis=0, dtype=np.uint64)
+        seen = ring_mask.decode(total)
+        for p in range(3):
+            assert abs(np.corrcoef(seen.ravel(), h[p].ravel())[0, 1]) < 0.2
+        assert np.abs(seen).mean() > 1e6  # masked words decode to values of order 2^39, far from |h| ~ 1
+    assert np.abs(sn.open_masked(shares) - (h[0] + h[1] + h[2])).max() < 2.0**-23
 
 
-def test_key_holder_refuses_a_product_in_place_of_a_sum(batch) -> None:
-    """A ct×pt product decodes with a different scale/level: the key holder opens sums of fresh ciphertexts only."""
-    blocks, _ = batch
-    fed = sn.LocalFederation.create(_config("coordinator-top"), sn.OptimizerConfig(), SEED, "ckks")
-    em = sn.encrypt_embedding(fed.public, fed.bottoms[1].forward(blocks[1], train=False))
-    ones = np.ones(em.layout.ct_size)
-    crafted = he.EncryptedMatrix(em.layout, [fed.public.mul_plain(ct, ones) for ct in em.ciphertexts])
-    with pytest.raises(ValueError, match="honest"):
-        sn.open_sum(fed.keyholder, crafted, 16)
-    with pytest.raises(ValueError, match="aggregate must be"):
-        sn.open_sum(fed.keyholder, em, 8)
+def test_key_holder_clips_a_crafted_share_and_never_refuses() -> None:
+    """Rule 4: a share crafted to push h anywhere is trained on clipped to ±EMBEDDING_BOUND, not refused."""
+    crafted = np.full((4, 16), np.uint64(2**62))
+    h = sn.open_masked([crafted, ring_mask.encode(np.ones((4, 16)))])
+    assert (np.abs(h) <= sn.EMBEDDING_BOUND).all() and (h == sn.EMBEDDING_BOUND).all()
+    with pytest.raises(ValueError, match="finite"):
+        ring_mask.encode(np.array([[np.nan]]))
 
 
 @pytest.mark.parametrize("topology", sn.TOPOLOGIES)

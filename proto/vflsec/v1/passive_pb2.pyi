@@ -8,32 +8,32 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class JoinSessionRequest(_message.Message):
-    __slots__ = ("session_id", "backend", "n_classes", "training", "share_mask_key", "model")
+    __slots__ = ("session_id", "backend", "n_classes", "training", "model")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     N_CLASSES_FIELD_NUMBER: _ClassVar[int]
     TRAINING_FIELD_NUMBER: _ClassVar[int]
-    SHARE_MASK_KEY_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     backend: _common_pb2.Backend
     n_classes: int
     training: _common_pb2.TrainingConfig
-    share_mask_key: bytes
     model: _common_pb2.ModelChoice
-    def __init__(self, session_id: _Optional[str] = ..., backend: _Optional[_Union[_common_pb2.Backend, str]] = ..., n_classes: _Optional[int] = ..., training: _Optional[_Union[_common_pb2.TrainingConfig, _Mapping]] = ..., share_mask_key: _Optional[bytes] = ..., model: _Optional[_Union[_common_pb2.ModelChoice, _Mapping]] = ...) -> None: ...
+    def __init__(self, session_id: _Optional[str] = ..., backend: _Optional[_Union[_common_pb2.Backend, str]] = ..., n_classes: _Optional[int] = ..., training: _Optional[_Union[_common_pb2.TrainingConfig, _Mapping]] = ..., model: _Optional[_Union[_common_pb2.ModelChoice, _Mapping]] = ...) -> None: ...
 
 class JoinSessionReply(_message.Message):
-    __slots__ = ("n_features", "n_rows", "embedding_release", "output_width")
+    __slots__ = ("n_features", "n_rows", "embedding_release", "output_width", "share_mask_key")
     N_FEATURES_FIELD_NUMBER: _ClassVar[int]
     N_ROWS_FIELD_NUMBER: _ClassVar[int]
     EMBEDDING_RELEASE_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_WIDTH_FIELD_NUMBER: _ClassVar[int]
+    SHARE_MASK_KEY_FIELD_NUMBER: _ClassVar[int]
     n_features: int
     n_rows: int
     embedding_release: _containers.RepeatedCompositeFieldContainer[_common_pb2.ReleaseStep]
     output_width: int
-    def __init__(self, n_features: _Optional[int] = ..., n_rows: _Optional[int] = ..., embedding_release: _Optional[_Iterable[_Union[_common_pb2.ReleaseStep, _Mapping]]] = ..., output_width: _Optional[int] = ...) -> None: ...
+    share_mask_key: bytes
+    def __init__(self, n_features: _Optional[int] = ..., n_rows: _Optional[int] = ..., embedding_release: _Optional[_Iterable[_Union[_common_pb2.ReleaseStep, _Mapping]]] = ..., output_width: _Optional[int] = ..., share_mask_key: _Optional[bytes] = ...) -> None: ...
 
 class PointChunk(_message.Message):
     __slots__ = ("index", "chunks", "points", "data")

@@ -9,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class TopStepRequest(_message.Message):
-    __slots__ = ("session_id", "step", "sample_index", "embedding", "labels", "widths", "epoch")
+    __slots__ = ("session_id", "step", "sample_index", "share", "labels", "widths", "epoch")
     class WidthsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -20,18 +20,30 @@ class TopStepRequest(_message.Message):
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_INDEX_FIELD_NUMBER: _ClassVar[int]
-    EMBEDDING_FIELD_NUMBER: _ClassVar[int]
+    SHARE_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     WIDTHS_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     step: int
     sample_index: _containers.RepeatedScalarFieldContainer[int]
-    embedding: _common_pb2.EncryptedMatrix
+    share: bytes
     labels: _common_pb2.Tensor
     widths: _containers.ScalarMap[str, int]
     epoch: int
-    def __init__(self, session_id: _Optional[str] = ..., step: _Optional[int] = ..., sample_index: _Optional[_Iterable[int]] = ..., embedding: _Optional[_Union[_common_pb2.EncryptedMatrix, _Mapping]] = ..., labels: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., widths: _Optional[_Mapping[str, int]] = ..., epoch: _Optional[int] = ...) -> None: ...
+    def __init__(self, session_id: _Optional[str] = ..., step: _Optional[int] = ..., sample_index: _Optional[_Iterable[int]] = ..., share: _Optional[bytes] = ..., labels: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., widths: _Optional[_Mapping[str, int]] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class EmbeddingShare(_message.Message):
+    __slots__ = ("session_id", "step", "sample_index", "share")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    SHARE_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    step: int
+    sample_index: _containers.RepeatedScalarFieldContainer[int]
+    share: bytes
+    def __init__(self, session_id: _Optional[str] = ..., step: _Optional[int] = ..., sample_index: _Optional[_Iterable[int]] = ..., share: _Optional[bytes] = ...) -> None: ...
 
 class TopStepReply(_message.Message):
     __slots__ = ("gradient", "loss")

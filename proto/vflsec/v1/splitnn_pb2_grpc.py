@@ -47,6 +47,11 @@ class SplitNnCoordinatorStub:
                 request_serializer=vflsec_dot_v1_dot_splitnn__pb2.TopStepRequest.SerializeToString,
                 response_deserializer=vflsec_dot_v1_dot_splitnn__pb2.TopStepReply.FromString,
                 _registered_method=True)
+        self.SubmitEmbedding = channel.unary_unary(
+                '/vflsec.v1.SplitNnCoordinator/SubmitEmbedding',
+                request_serializer=vflsec_dot_v1_dot_splitnn__pb2.EmbeddingShare.SerializeToString,
+                response_deserializer=vflsec_dot_v1_dot_common__pb2.Empty.FromString,
+                _registered_method=True)
 
 
 class SplitNnCoordinatorServicer:
@@ -59,9 +64,18 @@ class SplitNnCoordinatorServicer:
     """
 
     def TopStep(self, request, context):
-        """Owner, coordinator-top: decrypt only the aggregate [[h]] = sum_p [[h_p]] + h_a of the step, run the top model
-        on it with the batch's labels, step the top model, and return dL/dh (the same for every party). Repeating the
-        last step (same rows) is a replay and gets the same answer; earlier steps are FAILED_PRECONDITION.
+        """Owner, coordinator-top: add the owner's share to every passive party's share of the step (SubmitEmbedding, for
+        exactly these rows) in Z_2^64, where the zero-sum masks cancel, run the top model on the sum h = h_a + sum_p h_p
+        with the batch's labels, step it, and return dL/dh (the same for every party). Nothing is decrypted. Repeating
+        the last step (same rows) is a replay and gets the same answer; earlier steps are FAILED_PRECONDITION.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SubmitEmbedding(self, request, context):
+        """A passive party, coordinator-top training: its embedding share h_p + r_p for the rows of step `step` (the
+        next one), which only this party and the owner's subtraction of r_p know how to unmask.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -74,6 +88,11 @@ def add_SplitNnCoordinatorServicer_to_server(servicer, server):
                     servicer.TopStep,
                     request_deserializer=vflsec_dot_v1_dot_splitnn__pb2.TopStepRequest.FromString,
                     response_serializer=vflsec_dot_v1_dot_splitnn__pb2.TopStepReply.SerializeToString,
+            ),
+            'SubmitEmbedding': grpc.unary_unary_rpc_method_handler(
+                    servicer.SubmitEmbedding,
+                    request_deserializer=vflsec_dot_v1_dot_splitnn__pb2.EmbeddingShare.FromString,
+                    response_serializer=vflsec_dot_v1_dot_common__pb2.Empty.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -119,6 +138,33 @@ class SplitNnCoordinator:
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def SubmitEmbedding(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/vflsec.v1.SplitNnCoordinator/SubmitEmbedding',
+            vflsec_dot_v1_dot_splitnn__pb2.EmbeddingShare.SerializeToString,
+            vflsec_dot_v1_dot_common__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class SplitNnPassiveStub:
     """At a passive party.
@@ -134,6 +180,11 @@ class SplitNnPassiveStub:
                 '/vflsec.v1.SplitNnPassive/PlainForward',
                 request_serializer=vflsec_dot_v1_dot_passive__pb2.ForwardRequest.SerializeToString,
                 response_deserializer=vflsec_dot_v1_dot_common__pb2.Tensor.FromString,
+                _registered_method=True)
+        self.SendEmbedding = channel.unary_unary(
+                '/vflsec.v1.SplitNnPassive/SendEmbedding',
+                request_serializer=vflsec_dot_v1_dot_passive__pb2.ForwardRequest.SerializeToString,
+                response_deserializer=vflsec_dot_v1_dot_common__pb2.Empty.FromString,
                 _registered_method=True)
         self.GetBottom = channel.unary_unary(
                 '/vflsec.v1.SplitNnPassive/GetBottom',
@@ -154,6 +205,15 @@ class SplitNnPassiveServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SendEmbedding(self, request, context):
+        """Owner, coordinator-top training step `step` (>= 1, in order): this party's embedding h_p for the rows, masked
+        with its own zero-sum mask r_p, sent straight to the coordinator (SubmitEmbedding) before this call returns;
+        nothing of it comes back to the owner.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetBottom(self, request, context):
         """Coordinator, after training: this party's bottom as named tensors (bottom/<position>/...), which the
         coordinator releases to the active party in the ReleasedModel unless its parameter chain withholds them.
@@ -169,6 +229,11 @@ def add_SplitNnPassiveServicer_to_server(servicer, server):
                     servicer.PlainForward,
                     request_deserializer=vflsec_dot_v1_dot_passive__pb2.ForwardRequest.FromString,
                     response_serializer=vflsec_dot_v1_dot_common__pb2.Tensor.SerializeToString,
+            ),
+            'SendEmbedding': grpc.unary_unary_rpc_method_handler(
+                    servicer.SendEmbedding,
+                    request_deserializer=vflsec_dot_v1_dot_passive__pb2.ForwardRequest.FromString,
+                    response_serializer=vflsec_dot_v1_dot_common__pb2.Empty.SerializeToString,
             ),
             'GetBottom': grpc.unary_unary_rpc_method_handler(
                     servicer.GetBottom,
@@ -204,6 +269,33 @@ class SplitNnPassive:
             '/vflsec.v1.SplitNnPassive/PlainForward',
             vflsec_dot_v1_dot_passive__pb2.ForwardRequest.SerializeToString,
             vflsec_dot_v1_dot_common__pb2.Tensor.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SendEmbedding(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/vflsec.v1.SplitNnPassive/SendEmbedding',
+            vflsec_dot_v1_dot_passive__pb2.ForwardRequest.SerializeToString,
+            vflsec_dot_v1_dot_common__pb2.Empty.FromString,
             options,
             channel_credentials,
             insecure,

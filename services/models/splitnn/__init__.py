@@ -5,10 +5,11 @@ from .config import ACTIVATIONS, TOPOLOGIES, SplitNNConfig, check_backend
 from .optim import OptimizerConfig, build_optimizer
 from .reference import RunResult, SplitData, central_run
 from .simulate import LocalFederation, simulate
-from .steps import Bottom, Head, HeadStep, aggregate, encrypt_embedding, open_sum
+from .steps import EMBEDDING_BOUND, Bottom, Head, HeadStep, open_masked
 
 __all__ = [
     "ACTIVATIONS",
+    "EMBEDDING_BOUND",
     "TOPOLOGIES",
     "Bottom",
     "Head",
@@ -18,11 +19,9 @@ __all__ = [
     "RunResult",
     "SplitData",
     "SplitNNConfig",
-    "aggregate",
     "build_optimizer",
     "central_run",
     "check_backend",
-    "encrypt_embedding",
-    "open_sum",
+    "open_masked",
     "simulate",
 ]

@@ -1,7 +1,7 @@
 """split-NN's own messages (proto/vflsec/v1/splitnn.proto) as the steps the engines run through ``family_call``
-(services/models/family.py FamilyStep): TopStep at the coordinator (coordinator-top), PlainForward at a passive
-party (active-top). The engines' training-step admission and answer budget checkpoint what these change, so the
-steps declare no checkpoint of their own."""
+(services/models/family.py FamilyStep): TopStep and SubmitEmbedding at the coordinator, SendEmbedding at a passive
+party (coordinator-top), PlainForward at a passive party (active-top). The engines' training-step admission and
+answer budget checkpoint what these change, so the steps declare no checkpoint of their own."""
 
 from __future__ import annotations
 
@@ -11,12 +11,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from vflsec.services.common import ACTIVE, COORDINATOR, PASSIVE
-from vflsec.services.errors import InvalidArgument
-from vflsec.services.models.family import FamilyStep, KeyHolderContext, MeteredKeys, PassiveContext, StepAnswer
+from vflsec.services.crypto import he, ring_mask
+from vflsec.services.errors import FailedPrecondition, InvalidArgument
+from vflsec.services.models.family import FamilyStep, KeyHolderContext, PassiveContext, StepAnswer
 
 if TYPE_CHECKING:
-    from vflsec.services.crypto import he
-
     from .trainers import SplitNNKeyHolder, SplitNNPassive
 
 
@@ -24,30 +23,69 @@ def _top_step(
     trainer: SplitNNKeyHolder,
     ctx: KeyHolderContext,
     step: int,
-    embedding: he.EncryptedMatrix,
+    share: bytes,
     labels: np.ndarray,
     sample_index: np.ndarray,
     widths: Mapping[str, int],
     epoch: int = 0,
 ) -> StepAnswer:
-    """coordinator-top (TopStep): the top model's step on the decrypted sum h of the step (in its Train call's
-    ``epoch``, which sets the learning-rate schedule's rate); ∂L/∂h and the loss. Everything that can be checked
-    without the key is checked before anything is decrypted (a refused step spends no budget)."""
-    n = embedding.shape[0]
-    if len(sample_index) != n or np.shape(labels) != (n,):
-        raise InvalidArgument(f"{len(sample_index)} sample indices and {np.shape(labels)} labels for {n} rows")
+    """coordinator-top (TopStep): the top model's step on h, the owner's share plus every passive party's share of
+    the step for exactly these rows (in its Train call's ``epoch``, which sets the learning-rate schedule's rate);
+    ∂L/∂h and the loss. Nothing is decrypted, so the engine charges no key budget."""
+    n = len(sample_index)
+    if np.shape(labels) != (n,):
+        raise InvalidArgument(f"{np.shape(labels)} labels for {n} rows")
     if epoch < 0:
         raise InvalidArgument(f"epoch must be >= 0, got {epoch}")
+    words = _words(trainer, share, n)
     classes = class_labels(labels, trainer.n_classes)
+    layout = he.MatrixLayout.for_matrix(words.shape, 1, he.SLOTS)  # the step's record (no ciphertext)
+    return ctx.train(
+        step, sample_index, widths, layout, lambda keys: trainer.top_step(step, sample_index, words, classes, epoch)
+    )
 
-    def compute(keys: MeteredKeys) -> StepAnswer:
-        try:
-            keys.check_form(embedding.ciphertexts, product=False)
-        except ValueError as exc:
-            raise InvalidArgument(f"logits: {exc}") from exc
-        return trainer.top_step(keys, embedding, classes, epoch)
 
-    return ctx.train(step, sample_index, widths, embedding.layout, compute)
+def _words(trainer: SplitNNKeyHolder, share: bytes, rows: int) -> np.ndarray:
+    """A share's words, (rows, E), else INVALID_ARGUMENT naming the field."""
+    if trainer.head is None:
+        raise FailedPrecondition("an active-top session sums no embedding shares at the coordinator")
+    try:
+        return ring_mask.from_bytes(share, (rows, trainer.settings.embedding), "share")
+    except ValueError as exc:
+        raise InvalidArgument(str(exc)) from exc
+
+
+def _submit_embedding(
+    trainer: SplitNNKeyHolder, ctx: KeyHolderContext, step: int, sample_index: np.ndarray, share: bytes
+) -> None:
+    """A passive party's masked share of training step ``step`` (SubmitEmbedding): kept, for its position, until the
+    owner's TopStep of that step; rows below the aligned count, distinct."""
+    if step < 1:
+        raise InvalidArgument(f"step must be a training step >= 1, got {step}")
+    rows = ctx.check_rows(sample_index)
+    if len(np.unique(rows)) != len(rows):
+        raise InvalidArgument("sample_index repeats a row")
+    trainer.accept_share(ctx.caller, step, rows, _words(trainer, share, len(rows)))
+
+
+def _send_embedding(
+    trainer: SplitNNPassive, ctx: PassiveContext, step: int, sample_index: np.ndarray, epoch: int = 0
+) -> None:
+    """coordinator-top (SendEmbedding): this party's h_p for training step ``step`` (in order), masked with its own
+    zero-sum mask r_p (services/crypto/ring_mask.py) and sent straight to the coordinator once the session lock is
+    released; the owner's call returns when the coordinator has it."""
+    if trainer.output_in_the_clear:
+        raise FailedPrecondition("an active-top session sends its output with PlainForward")
+    if step < 1:
+        raise InvalidArgument(f"SendEmbedding is for training steps >= 1, got {step}")
+    h = ctx.training_output(step, sample_index, epoch)
+    try:
+        words = ring_mask.encode(h)
+    except ValueError as exc:
+        raise FailedPrecondition(f"this party's embedding: {exc}") from exc
+    share = words + ring_mask.mask(ctx.share_mask_key, ctx.session_id, step, sample_index, h.shape[1])
+    index = np.array(sample_index)
+    ctx.defer(lambda: ctx.key_holder.splitnn.submit_embedding(ctx.session_id, step, index, share))
 
 
 def class_labels(labels: np.ndarray, n_classes: int) -> np.ndarray:
@@ -70,6 +108,12 @@ def _plain_forward(
 
 
 STEPS: Mapping[str, Mapping[str, FamilyStep]] = {
-    COORDINATOR: {"top_step": FamilyStep(_top_step, frozenset({ACTIVE}), checkpoint=False)},
-    PASSIVE: {"plain_forward": FamilyStep(_plain_forward, frozenset({ACTIVE}), checkpoint=False)},
+    COORDINATOR: {
+        "top_step": FamilyStep(_top_step, frozenset({ACTIVE}), checkpoint=False),
+        "submit_embedding": FamilyStep(_submit_embedding, frozenset({PASSIVE}), checkpoint=False),
+    },
+    PASSIVE: {
+        "plain_forward": FamilyStep(_plain_forward, frozenset({ACTIVE}), checkpoint=False),
+        "send_embedding": FamilyStep(_send_embedding, frozenset({ACTIVE}), checkpoint=False),
+    },
 }

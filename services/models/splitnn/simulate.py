@@ -1,9 +1,9 @@
 """An in-process federated run: the per-party step objects of :mod:`.steps` played against each other.
 
-No gRPC, but every message that would cross a party boundary does so here as the engines will send it: in
-coordinator-top each [[h_p]] and the aggregate go through the wire form (serialised ciphertexts) and the key
-holder decrypts with the secret key while the parties hold only the public context, exactly as the services
-open them (``he.make_keyholder`` / ``he.open_public``). Used by the in-process parity tests
+No gRPC, but every message that would cross a party boundary does so here as the engines send it: in coordinator-top
+each party's embedding reaches the key holder as a share under the zero-sum masks (services/crypto/ring_mask.py),
+each passive party's from its own key, and the key holder sums the shares as the services do
+(:func:`.steps.open_masked`). Used by the in-process parity tests
 (tests/unit/test_splitnn_parity.py, test_splitnn_bank.py); ``bench he`` runs split-NN through the services.
 """
 
@@ -13,12 +13,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vflsec.services.crypto import he
+from vflsec.services.crypto import entropy, ring_mask
 
-from .config import SplitNNConfig, check_backend
+from .config import SplitNNConfig
 from .optim import OptimizerConfig
 from .reference import RunResult, SplitData, accuracy, run_epochs
-from .steps import Bottom, Head, aggregate, encrypt_embedding, open_sum
+from .steps import Bottom, Head, open_masked
 
 
 @dataclass
@@ -28,30 +28,27 @@ class LocalFederation:
     config: SplitNNConfig
     bottoms: dict[int, Bottom]
     head: Head
-    keyholder: he.Backend  # the coordinator's backend (secret key)
-    public: he.Backend  # what the parties hold (public context only)
+    mask_keys: dict[int, bytes]  # each passive party's embedding-mask key (its own draw; the active party holds it)
+    steps: int = 0  # forwards so far: each binds its masks, as a training step's number does
 
     @classmethod
-    def create(
-        cls, config: SplitNNConfig, optim: OptimizerConfig, seed: int, backend: str = "plain"
-    ) -> LocalFederation:
-        check_backend(config.topology, backend)
+    def create(cls, config: SplitNNConfig, optim: OptimizerConfig, seed: int) -> LocalFederation:
         first = 0 if config.topology == "coordinator-top" else 1  # active-top: the active bottom is in the head
         bottoms = {p: Bottom.create(config, p, optim, seed) for p in range(first, len(config.features))}
-        keyholder = he.make_keyholder(backend)
-        public = he.open_public(backend, keyholder.public_context())
-        return cls(config, bottoms, Head.create(config, optim, seed), keyholder, public)
-
-    def _send(self, em: he.EncryptedMatrix) -> he.EncryptedMatrix:
-        """One hop of an encrypted matrix: serialise, then parse and validate as the receiver does."""
-        return he.matrix_from_wire(self.public, he.matrix_to_wire(self.public, em))
+        keys = {p: entropy.new_key() for p in range(1, len(config.features))}
+        return cls(config, bottoms, Head.create(config, optim, seed), keys)
 
     def _summed_h(self, blocks: tuple[np.ndarray, ...], train: bool) -> np.ndarray:
-        """coordinator-top forward: parties encrypt h_p, the active party aggregates, the key holder opens h."""
+        """coordinator-top forward: every party's share under the zero-sum masks; the key holder sums them."""
+        self.steps += 1
+        rows = np.arange(len(blocks[0]))
+        width = self.config.embedding
+        masks = {p: ring_mask.mask(key, "local", self.steps, rows, width) for p, key in self.mask_keys.items()}
         h = {p: bottom.forward(blocks[p], train=train) for p, bottom in self.bottoms.items()}
-        received = [self._send(encrypt_embedding(self.public, h[p])) for p in range(1, len(blocks))]
-        summed = self._send(aggregate(self.public, h[0], received))
-        return open_sum(self.keyholder, summed, self.config.embedding)
+        own = ring_mask.encode(h[0])
+        for mask in masks.values():
+            own -= mask
+        return open_masked([own, *(ring_mask.encode(h[p]) + masks[p] for p in masks)])
 
     def train_step(self, blocks: tuple[np.ndarray, ...], y: np.ndarray) -> float:
         """One mini-batch through every role; the batch loss."""
@@ -86,12 +83,11 @@ def simulate(
     epochs: int,
     batch_size: int,
     seed: int,
-    backend: str = "plain",
 ) -> tuple[RunResult, LocalFederation]:
     """Train a federation on ``data`` with the batches :func:`.reference.central_run` uses; result and roles."""
     if data.features != config.features:
         raise ValueError(f"data has party widths {data.features}, the config {config.features}")
-    federation = LocalFederation.create(config, optim, seed, backend)
+    federation = LocalFederation.create(config, optim, seed)
 
     def step(rows: np.ndarray) -> float:
         return federation.train_step(tuple(b[rows] for b in data.train), data.y_train[rows])

@@ -7,10 +7,9 @@ Two role classes cover both topologies:
 * :class:`Head` — the party that holds the loss: the coordinator's top model on h = Σ h_p
   (coordinator-top), or the active party's own bottom + top on [h_a, z_1..z_P] (active-top).
 
-coordinator-top adds three ciphertext steps around them: a party encrypts its h_p (:func:`encrypt_embedding`),
-the active party sums the ciphertexts and adds its own h_a in the clear (:func:`aggregate`), and the key holder
-decrypts only that sum (:func:`open_sum`). Because h = Σ h_p, ∂L/∂h_p = ∂L/∂h for every p: the key holder
-returns one gradient to all parties.
+coordinator-top sums the parties' outputs under zero-sum masks: passive party p sends h_p + r_p, the active party
+h_a − Σ r_p, and the key holder adds the shares (:func:`open_masked`), where the masks cancel. Because h = Σ h_p,
+∂L/∂h_p = ∂L/∂h for every p: the key holder returns one gradient to all parties.
 
 State (``to_state``/``from_state``) is the module's parameters, the optimiser's moments and the schedule's
 epoch, as bytes; a step in flight (a forward awaiting its gradient) is not part of it, so engines checkpoint
@@ -30,12 +29,14 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from vflsec.services.crypto import he
-from vflsec.services.models.family import MeteredKeys
+from vflsec.services.crypto import ring_mask
 
 from .config import SplitNNConfig
 from .modules import DTYPE, ActiveTopHead, build_bottom, build_top
 from .optim import OptimizerConfig, build_optimizer
+
+# The range of h the key holder trains on: an honest sum of bottom outputs of scaled features lies far inside it.
+EMBEDDING_BOUND = 2.0**12
 
 
 class _Trainable:
@@ -197,31 +198,17 @@ class Head(_Trainable):
             return torch.softmax(logits, dim=1).numpy()
 
 
-# ------------------------------------------------------------------------------ coordinator-top ciphertexts
+# ------------------------------------------------------------------------------ coordinator-top masked sum
 
 
-def encrypt_embedding(backend: he.Backend, h: np.ndarray) -> he.EncryptedMatrix:
-    """A party's [[h_p]] (batch × E, rows packed densely, no replicas: only additions follow)."""
-    return he.encrypt_matrix(backend, _finite(h, "embedding"))
-
-
-def aggregate(backend: he.Backend, own: np.ndarray, received: Sequence[he.EncryptedMatrix]) -> he.EncryptedMatrix:
-    """The active party's [[h]] = Σ [[h_p]] + h_a: it never sees another party's h_p, only their sum's ciphertext."""
-    if not received:
-        raise ValueError("coordinator-top needs at least one passive embedding to aggregate")
-    total = received[0]
-    for em in received[1:]:
-        total = he.add_matrices(backend, total, em)
-    return he.add_plain_matrix(backend, total, _finite(own, "embedding"))
-
-
-def open_sum(backend: he.Backend | MeteredKeys, summed: he.EncryptedMatrix, width: int) -> np.ndarray:
-    """Key holder: decrypt the aggregate h (batch × width), after checking each ciphertext has an honest sum's form
-    (a product or a crafted scale would decode with a magnified error, he.CkksBackend.check_form)."""
-    if summed.shape[1] != width or summed.replicas != 1:
-        raise ValueError(f"aggregate must be (batch, {width}) with 1 replica, got {summed.shape} x {summed.replicas}")
-    backend.check_form(summed.ciphertexts, product=False)
-    return he.decrypt_matrix(backend, summed)  # type: ignore[arg-type]  # metered keys decrypt like a backend
+def open_masked(shares: Sequence[np.ndarray]) -> np.ndarray:
+    """Key holder: h from every party's share of a step (words of Z_2^64, where the zero-sum masks cancel:
+    services/crypto/ring_mask.py), clipped to ±EMBEDDING_BOUND. A crafted share is clipped, never refused (rule 4: a
+    refusal would say whether the other parties' part of the sum passed a value the crafter chose)."""
+    total = np.zeros_like(shares[0])
+    for share in shares:
+        total += share
+    return np.clip(ring_mask.decode(total), -EMBEDDING_BOUND, EMBEDDING_BOUND)
 
 
 def _tensor(values: np.ndarray, what: str, width: int) -> torch.Tensor:

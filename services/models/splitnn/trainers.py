@@ -1,11 +1,12 @@
 """The split-NN family's trainers (services/models/family.py): both topologies through the services.
 
-One step (docs/protocol.md, "Split neural networks"): every passive party sends [[h_p]], its bottom model's
-embedding encrypted under the step's training keys; the active party adds its own h_a in the clear
-(:func:`.steps.aggregate`) and sends [[h]] with the batch's labels to the key holder, which decrypts only that sum,
-steps the top model and returns ∂L/∂h; every party back-propagates that one gradient through its bottom (h = Σ h_p,
-so ∂L/∂h_p = ∂L/∂h). Inference is the engines' family-agnostic path: each party's share is its h_p, the key holder
-turns the decrypted sum into softmax(top(h)), and the score-release chain runs on that.
+One step (docs/protocol.md, "Split neural networks"): every passive party sends the coordinator h_p + r_p, its
+bottom model's embedding under its own zero-sum mask (services/crypto/ring_mask.py); the active party sends
+h_a − Σ_p r_p with the batch's labels; the key holder adds the shares in Z_2^64, where the masks cancel, steps the
+top model on h and returns ∂L/∂h; every party back-propagates that one gradient through its bottom (h = Σ h_p, so
+∂L/∂h_p = ∂L/∂h). Nothing is encrypted or decrypted in training: a sum needs no HE. Inference is the engines'
+family-agnostic path: each party's share is its h_p, the key holder turns the decrypted sum into softmax(top(h)),
+and the score-release chain runs on that.
 
 A role builds only the modules it holds, from the settings every party received at session creation and its own
 width: the other parties' widths never enter its modules (:meth:`SplitNNSettings.view`).
@@ -26,12 +27,11 @@ import numpy as np
 from torch import nn
 
 from vflsec.services import kinds
-from vflsec.services.crypto import he
+from vflsec.services.crypto import ring_mask
 from vflsec.services.errors import FailedPrecondition, InvalidArgument
 from vflsec.services.models.family import (
     ActiveContext,
     DictForm,
-    MeteredKeys,
     PassiveContext,
     Release,
     ReleaseCall,
@@ -44,17 +44,10 @@ from . import modules
 from .config import TOPOLOGIES, SplitNNConfig
 from .messages import STEPS
 from .optim import OptimizerConfig
-from .steps import Bottom, Head, aggregate, open_sum
+from .steps import Bottom, Head, open_masked
 
 NAME = "splitnn"
-DEFAULT_BATCH = 128  # rows per step: 16-wide embeddings of 128 rows fill half a ciphertext's 4,096 slots
-# The key holder rounds the opened h to this grid, far above CKKS's decoding error (about 2^-20 here): what it
-# computes and returns from h then carries no decryption noise, which would otherwise leak the secret key
-# (IND-CPA^D), except in the rare event that the noise carries a value across a grid boundary.
-EMBEDDING_GRID = 2.0**-12
-# The range of an opened h the key holder accepts, as block sums have their masked range: an honest sum of bottom
-# outputs of scaled features lies far inside it; a ciphertext under a foreign key or crafted values of 1e9 do not.
-EMBEDDING_BOUND = 2.0**12
+DEFAULT_BATCH = 256  # rows per step
 
 
 @dataclass(frozen=True)
@@ -156,11 +149,10 @@ class KeyHolderLink(Protocol):
 
     def top_step(
         self,
-        backend: he.Backend,
         session_id: str,
         step: int,
         sample_index: np.ndarray,
-        embedding: he.EncryptedMatrix,
+        share: np.ndarray,
         labels: np.ndarray,
         widths: Mapping[str, int],
         epoch: int,
@@ -172,6 +164,8 @@ class PassiveLink(Protocol):
     (services/transport/links.py PassiveClient.forward)."""
 
     def backward_gradient(self, session_id: str, step: int, sample_index: np.ndarray, gradient: np.ndarray) -> None: ...
+
+    def send_embedding(self, session_id: str, step: int, sample_index: np.ndarray, epoch: int) -> None: ...
 
     def plain_forward(
         self, session_id: str, step: int, sample_index: np.ndarray, cols: int, epoch: int
@@ -203,20 +197,18 @@ class SplitNNActive:
 
     def train_step(self, ctx: ActiveContext, index: np.ndarray) -> None:
         key_holder: KeyHolderLink = _link(ctx.key_holder)
-        width = self.settings.embedding
-        received = ctx.each_passive(
-            lambda party, link: link.forward(ctx.backend, ctx.session_id, ctx.step, index, width, ctx.epoch)
-        )
-        for party, r in zip(ctx.passives, received, strict=True):
-            ctx.emit(kinds.ENCRYPTED_EMBEDDINGS, party, blobs={"ciphertexts": r.blobs}, meta={"step": ctx.step})
+        missing = [p for p in ctx.passives if p not in ctx.share_mask_keys]
+        if missing:
+            raise FailedPrecondition(f"{', '.join(missing)} sent no share-mask key at JoinSession: open a new one")
+        # Each passive party sends its masked h_p straight to the key holder: nothing of it reaches this party.
+        ctx.each_passive(lambda party, link: _link(link).send_embedding(ctx.session_id, ctx.step, index, ctx.epoch))
         self.bottom.at_epoch(ctx.epoch)
         own = self.bottom.forward(ctx.features(index), train=True)
-        # [[Σ h_p]] + h_a under the step's key epoch, as the passive parties encrypted: never opened here. Adding
-        # ciphertexts and a plaintext needs the parameters only (the same in every epoch), not the epoch's public key:
-        # with one key per step, fetching and parsing it here would cost every step a 465 KB context.
-        summed = aggregate(ctx.backend, own, [r.matrix for r in received])
+        share = ring_mask.encode(own)
+        for party in ctx.passives:
+            share -= ring_mask.mask(ctx.share_mask_keys[party], ctx.session_id, ctx.step, index, own.shape[1])
         gradient, loss = key_holder.top_step(
-            ctx.backend, ctx.session_id, ctx.step, index, summed, ctx.labels(index), ctx.widths, ctx.epoch
+            ctx.session_id, ctx.step, index, share, ctx.labels(index), ctx.widths, ctx.epoch
         )
         if gradient.shape != own.shape:
             raise FailedPrecondition(f"the key holder returned ∂L/∂h of shape {gradient.shape}, expected {own.shape}")
@@ -298,7 +290,8 @@ class ActiveTopActive:
 
 @dataclass
 class SplitNNPassive:
-    """A passive party's bottom: its embedding leaves only encrypted, its gradient arrives in the clear."""
+    """A passive party's bottom: its embedding leaves masked (training) or encrypted (inference), or in the clear in
+    active-top; its gradient arrives in the clear."""
 
     settings: SplitNNSettings
     n_classes: int
@@ -314,6 +307,11 @@ class SplitNNPassive:
     @property
     def output_in_the_clear(self) -> bool:
         return self.settings.topology == "active-top"
+
+    @property
+    def sends_embedding(self) -> bool:
+        """coordinator-top: its training embedding goes to the key holder under its own zero-sum mask."""
+        return self.settings.topology == "coordinator-top"
 
     def forward(self, x: np.ndarray, *, replay: bool, epoch: int = 0) -> np.ndarray:
         self.bottom.at_epoch(epoch)  # the rate of this step's backward
@@ -363,26 +361,49 @@ class SplitNNKeyHolder:
     settings: SplitNNSettings
     n_classes: int
     head: Head | None  # None in active-top, where the top model is the active party's
+    passives: int = 1  # passive parties in the session
+    # Per passive position, its masked share of a training step: (step, rows, words); in memory only (a step whose
+    # shares a restart lost is sent again: the passive parties' step has not completed)
+    pending: dict[int, tuple[int, np.ndarray, np.ndarray]] = field(default_factory=dict)
 
     @property
     def share_width(self) -> int:
         return self.settings.embedding if self.head is not None else 0
 
+    def accept_share(self, position: int, step: int, rows: np.ndarray, share: np.ndarray) -> None:
+        """Passive party ``position``'s share of step ``step`` (one per party: a later one replaces it)."""
+        if self.head is None:
+            raise FailedPrecondition("an active-top session sends no embedding to the coordinator")
+        if share.shape != (len(rows), self.settings.embedding):
+            raise InvalidArgument(f"share has shape {share.shape}, expected {(len(rows), self.settings.embedding)}")
+        self.pending[position] = (step, np.array(rows), share)
+
     def top_step(
-        self, keys: MeteredKeys, summed: he.EncryptedMatrix, labels: np.ndarray, epoch: int = 0
+        self, step: int, rows: np.ndarray, share: np.ndarray, labels: np.ndarray, epoch: int = 0
     ) -> tuple[np.ndarray, float]:
-        """One step of the top model on the opened h; ``keys`` are the engine's, which counts what is decrypted."""
+        """One step of the top model on h from the owner's share and every passive share of step ``step`` for these
+        rows (:func:`.steps.open_masked`); ∂L/∂h and the loss."""
         if self.head is None:
             raise FailedPrecondition("an active-top session has no top model at the coordinator")
+        if share.shape != (len(rows), self.settings.embedding):
+            raise InvalidArgument(f"share has shape {share.shape}, expected {(len(rows), self.settings.embedding)}")
+        shares = [share]
+        for position in range(1, self.passives + 1):
+            held = self.pending.get(position)
+            if held is None or held[0] != step or not np.array_equal(held[1], rows):
+                raise FailedPrecondition(
+                    f"passive party {position} sent no embedding for these rows of step {step} (SendEmbedding first)"
+                )
+            shares.append(held[2])
+        h = open_masked(shares)
         self.head.at_epoch(epoch)
         try:
-            h = np.round(open_sum(keys, summed, self.settings.embedding) / EMBEDDING_GRID) * EMBEDDING_GRID
-            if not (np.abs(h) <= EMBEDDING_BOUND).all():  # NaN fails too
-                raise ValueError(f"the aggregate decrypts outside ±{EMBEDDING_BOUND:g} (not an honest sum)")
-            step = self.head.train_step([h], labels)
+            result = self.head.train_step([h], labels)
         except ValueError as exc:
             raise InvalidArgument(f"top step: {exc}") from exc
-        return step.grads[0], step.loss
+        for position in range(1, self.passives + 1):
+            del self.pending[position]
+        return result.grads[0], result.loss
 
     def scores(self, aggregate: np.ndarray) -> np.ndarray:
         if self.head is None:
@@ -395,7 +416,7 @@ class SplitNNKeyHolder:
     def to_state(self) -> State:
         if self.head is None:
             return {}, {"splitnn": self.settings.to_dict(), "n_classes": self.n_classes}
-        return _role_state(self.head, self.settings, n_classes=self.n_classes)
+        return _role_state(self.head, self.settings, n_classes=self.n_classes, passives=self.passives)
 
 
 def _restore(state: State) -> tuple[SplitNNSettings, bytes, dict[str, Any]]:
@@ -428,18 +449,10 @@ class SplitNNFamily:
         return DEFAULT_BATCH
 
     @staticmethod
-    def max_batch_size(settings: SplitNNSettings) -> int | None:
-        """coordinator-top: batch x E <= N/4, the slots one key may open (the engine refuses more); active-top
-        decrypts nothing."""
-        return he.KEY_BUDGET // settings.embedding if settings.topology == "coordinator-top" else None
-
-    @staticmethod
     def answers_per_step(widths: Iterable[int], n_classes: int) -> int:
-        """A TopStep decrypts batch x E slots of [[h]], each one functional of the key for a crafted ciphertext
-        (the grid rounding hides an honest sum's decryption noise, not a crafted ciphertext's functional); the
-        engine charges every slot, so a step may use a whole key's budget: one key per step (T = 1), and a step
-        above he.KEY_BUDGET slots (batch x E > N/4) is refused by the engine."""
-        return he.KEY_BUDGET
+        """A training step decrypts nothing (the shares are summed under zero-sum masks), so it answers no functional
+        of the training key; 1 keeps the engine's key epochs as long as they go (T = N/4)."""
+        return 1
 
     @staticmethod
     def settings(values: Mapping[str, Any]) -> SplitNNSettings:
@@ -486,7 +499,7 @@ class SplitNNFamily:
     @staticmethod
     def new_key_holder(n_classes: int, passive_parties: Sequence[str], settings: SplitNNSettings) -> SplitNNKeyHolder:
         head = settings.head(n_classes) if settings.topology == "coordinator-top" else None
-        return SplitNNKeyHolder(settings, n_classes, head)
+        return SplitNNKeyHolder(settings, n_classes, head, len(passive_parties))
 
     @staticmethod
     def restore_key_holder(state: State) -> SplitNNKeyHolder:
@@ -495,7 +508,7 @@ class SplitNNFamily:
         if "splitnn" not in arrays:  # active-top: no top model here
             return SplitNNKeyHolder(settings, meta["n_classes"], None)
         head = _loaded(settings.head(meta["n_classes"]), arrays["splitnn"].tobytes())
-        return SplitNNKeyHolder(settings, meta["n_classes"], head)
+        return SplitNNKeyHolder(settings, meta["n_classes"], head, meta.get("passives", 1))
 
 
 def _loaded(role: Bottom | Head, blob: bytes) -> Any:

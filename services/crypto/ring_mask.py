@@ -1,0 +1,56 @@
+"""Zero-sum masks in Z_2^64 on split-NN training embeddings (docs/protocol.md, "Split neural networks").
+
+A sum needs no homomorphic encryption: passive party p sends the coordinator h_p + r_p, the owner sends
+h_a − Σ_p r_p, and the coordinator adds the shares in Z_2^64, where the masks cancel and h = h_a + Σ_p h_p is all
+that is left. Values are fixed point with FRAC_BITS fractional bits; r_p is a stream of uniform 64-bit words under a
+key p drew from its own OS entropy and gave the owner at JoinSession, bound to the session, the step and the rows.
+
+Hiding: a share h_p + r_p with r_p uniform in Z_2^64 is itself uniform whatever h_p is (a one-time pad), so the
+coordinator learns nothing of one share; the owner learns nothing because no share is ever sent to it. Together
+(the key holder colluding with the owner, who knows every r_p) they would read h_p, as they would with [[h_p]] and
+the secret key. Nothing is decrypted, so no slot is charged to a key's budget (rule 2 counts decryptions).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from vflsec.services.crypto import entropy
+
+FRAC_BITS = 24
+# |value| a share may encode: a sum of nine parties' values stays far below 2^63 / 2^24 and cannot wrap
+ENCODE_BOUND = 2.0**32
+WORD = np.dtype("<u8")
+
+
+def encode(values: np.ndarray) -> np.ndarray:
+    """Fixed-point words of ``values`` (finite, |v| < ENCODE_BOUND, else ValueError)."""
+    arr = np.asarray(values, dtype=np.float64)
+    if not np.isfinite(arr).all() or (np.abs(arr) >= ENCODE_BOUND).any():
+        raise ValueError(f"an embedding share must be finite and below {ENCODE_BOUND:g} in magnitude")
+    return np.rint(arr * 2.0**FRAC_BITS).astype(np.int64).view(np.uint64)
+
+
+def decode(words: np.ndarray) -> np.ndarray:
+    """The signed fixed-point values of a sum of shares (any words: a crafted share decodes to some value)."""
+    return np.asarray(words, dtype=np.uint64).view(np.int64).astype(np.float64) / 2.0**FRAC_BITS
+
+
+def mask(key: bytes, session_id: str, step: int, sample_index: np.ndarray, width: int) -> np.ndarray:
+    """r_p for training step ``step``'s rows: (len(sample_index), width) uniform words, bound to the rows, so that a
+    share of other rows or of another step never carries the same mask."""
+    rows = np.asarray(sample_index, dtype="<i8")
+    stream = entropy.keyed_stream(key, "embedding-mask", session_id, step, rows.tobytes())
+    return np.frombuffer(stream.bytes(rows.size * width * WORD.itemsize), dtype=WORD).reshape(rows.size, width)
+
+
+def to_bytes(words: np.ndarray) -> bytes:
+    return np.ascontiguousarray(words, dtype=WORD).tobytes()
+
+
+def from_bytes(data: bytes, shape: tuple[int, int], what: str) -> np.ndarray:
+    """Words of a (rows, width) share, else ValueError naming ``what``."""
+    expected = shape[0] * shape[1] * WORD.itemsize
+    if len(data) != expected:
+        raise ValueError(f"{what} holds {len(data)} bytes; {shape[0]} x {shape[1]} words are {expected}")
+    return np.frombuffer(data, dtype=WORD).reshape(shape).astype(np.uint64)
