@@ -630,6 +630,7 @@ MSE_UNIT = "MSE per passive feature (features min-max scaled to [0, 1])"
 _Y_STRONGEST = "strongest attack's MSE\n(per passive feature, features min-max scaled to [0, 1])"
 _Y_ATTACK = "MSE\n(per passive feature, features min-max scaled to [0, 1])"
 _MARKERS = "osD^v<>ph*"
+BLOCKED_NOTE = "blocked: nothing released"  # a defense that leaves no attack anything to work on (withhold)
 # Units of the swept release parameters on the plots' x axes; any other: "release-step parameter".
 PARAM_UNITS = {"decimals": "decimal places kept", "epsilon": "dimensionless", "sigma": "score units"}
 
@@ -725,9 +726,10 @@ def summarise(scenario: Scenario, results: Sequence[dict[str, Any]]) -> dict[str
     for row in rows:
         reference = _undefended(row, rows)
         half = row["baselines"]["half"]["mean"]
-        if row["strongest"] is None:
-            if row["score_release"] or row["param_release"]:  # no attack had anything to work on
-                row["blocked"] = "blocked: nothing released that an attack could use"
+        if row["strongest"] is None:  # no MSE-judged attack ran: another figure (CBR, ye's accuracy), or none at all
+            nothing_ran = all("not_applicable" in a for a in row["attacks"].values())
+            if nothing_ran and (row["score_release"] or row["param_release"]):  # nothing released to work on
+                row["blocked"] = f"{BLOCKED_NOTE} that an attack could use"
                 if reference is not None:
                     row["delta_mp"] = max(0.0, reference["accuracy"]["mean"] - row["accuracy"]["mean"])
             continue
@@ -884,9 +886,83 @@ def summary_table(summary: dict[str, Any]) -> Any:
     return table
 
 
+def _group(row: dict[str, Any], fixed: Sequence[str]) -> str:
+    """The fixed-axis point of a row ("passive_fraction=0.4"), "" without fixed axes: one series per point."""
+    return ", ".join(f"{a}={row['values'][a]}" for a in fixed)
+
+
+def _undefended_row(row: dict[str, Any]) -> bool:
+    return not row["score_release"] and not row["param_release"]
+
+
+def _short(defense: str) -> str:
+    """A row's defense as the plots' notes name it: "withhold", not "defense=withhold"."""
+    return defense.removeprefix(f"{DEFENSE_AXIS}=")
+
+
+def privacy_utility_points(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The points of privacy_utility.png in drawing order: defended rows, then rows whose defense blocks every
+    attack, drawn at their split's blind Half baseline (nothing is released, so the attacker can only guess
+    blindly), then the undefended rows last, so that they are drawn on top of the others."""
+    fixed = [a for a in summary["sweep"] if a in FIXED_AXES]
+    points: dict[str, list[dict[str, Any]]] = {"defended": [], "blocked": [], "undefended": []}
+    for row in summary["rows"]:
+        group = _group(row, fixed)
+        suffix = f" ({group})" if group else ""
+        point = {"defense": _short(row["defense"]), "group": group, "x": row["accuracy"]["mean"],
+                 "xerr": row["accuracy"]["std"]}  # fmt: skip
+        if "blocked" in row:
+            label = f"{_short(row['defense'])}: {BLOCKED_NOTE} (at blind Half){suffix}"
+            y = row["baselines"]["half"]["mean"]
+            points["blocked"].append(point | {"kind": "blocked", "y": y, "yerr": 0.0, "label": label})
+        elif row["strongest"] is not None:
+            kind = "undefended" if _undefended_row(row) else "defended"
+            s = row["attacks"][row["strongest"]["attack"]]["mse_clipped"]
+            label = f"no defense{suffix}" if kind == "undefended" else f"{row['defense']}{suffix}"
+            points[kind].append(point | {"kind": kind, "y": s["mean"], "yerr": s["std"], "label": label})
+    return [*points["defended"], *points["blocked"], *points["undefended"]]
+
+
+# How privacy_utility.png draws each kind of point: the undefended one on top, large and black.
+_POINT_STYLE = {
+    "defended": {"fmt": "o", "markersize": 6, "zorder": 2},
+    "blocked": {"fmt": "X", "markersize": 10, "color": "dimgrey", "markeredgecolor": "white", "zorder": 3},
+    "undefended": {"fmt": "*", "markersize": 16, "color": "black", "markeredgecolor": "white", "zorder": 5},
+}
+
+
+def axis_series(summary: dict[str, Any], axis: str) -> dict[str, dict[str, Any]]:
+    """Per fixed-axis point, what mse_vs_<axis>.png draws: the strongest attacker's MSE at each value of ``axis``
+    (``points``: x, mean, std), the rows that block every attack at their value (``blocked``: x, the blind Half),
+    the undefended row's strongest MSE (``none``, or None) and the blind Half baseline (``half``). x is the value
+    of a numeric axis, else the value's place in the sweep (categories keep the file's order)."""
+    fixed = [a for a in summary["sweep"] if a in FIXED_AXES]
+    numeric = all(isinstance(v, int | float) for v in summary["sweep"][axis])
+    series: dict[str, dict[str, Any]] = {}
+    for row in summary["rows"]:
+        group = series.setdefault(_group(row, fixed), {"points": [], "blocked": [], "none": None, "half": None})
+        group["half"] = group["half"] if group["half"] is not None else row["baselines"]["half"]["mean"]
+        value = row["values"].get(axis)
+        if value is None:  # the undefended row of a swept parameter: a level, not a point on the axis
+            if _undefended_row(row) and row["strongest"] is not None:
+                group["none"] = row["attacks"][row["strongest"]["attack"]]["mse_clipped"]["mean"]
+            continue
+        x = value if numeric else summary["sweep"][axis].index(value)
+        if "blocked" in row:
+            group["blocked"].append({"x": x, "y": row["baselines"]["half"]["mean"], "defense": _short(row["defense"])})
+        elif row["strongest"] is not None:
+            s = row["attacks"][row["strongest"]["attack"]]["mse_clipped"]
+            group["points"].append({"x": x, "mean": s["mean"], "std": s["std"]})
+    for group in series.values():
+        if numeric:
+            group["points"].sort(key=lambda p: p["x"])
+    return {g: s for g, s in series.items() if s["points"] or s["blocked"]}
+
+
 def plot(summary: dict[str, Any], out: Path) -> list[Path]:
     """Privacy–utility (strongest MSE vs accuracy), strongest MSE vs each release axis, MSE per attack vs the
-    passive fraction; every axis labelled with its unit, every figure with a legend."""
+    passive fraction; every axis labelled with its unit, every figure with a legend. A defense that blocks every
+    attack is drawn at the blind Half baseline and annotated; the undefended point is drawn on top."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -906,31 +982,25 @@ def plot(summary: dict[str, Any], out: Path) -> list[Path]:
         plt.close(fig)
         written.append(out / name)
 
-    def strongest_stat(row: dict[str, Any]) -> dict[str, float]:
-        return row["attacks"][row["strongest"]["attack"]]["mse_clipped"]
-
     fixed = [a for a in summary["sweep"] if a in FIXED_AXES]
-    groups: dict[str, list[dict[str, Any]]] = {}  # rows with an MSE-judged strongest attacker
     all_groups: dict[str, list[dict[str, Any]]] = {}
     for row in summary["rows"]:
-        group = ", ".join(f"{a}={row['values'][a]}" for a in fixed) or ""
-        all_groups.setdefault(group, []).append(row)
-        if row["strongest"] is not None:
-            groups.setdefault(group, []).append(row)
+        all_groups.setdefault(_group(row, fixed), []).append(row)
 
     if rows:
         fig, ax = plt.subplots(figsize=(9.0, 4.6))
-        for group, members in groups.items():
-            for row in members:
-                s = strongest_stat(row)
-                marker = "*" if row["defense"] == "none" else "o"
-                ax.errorbar(row["accuracy"]["mean"], s["mean"], xerr=row["accuracy"]["std"], yerr=s["std"],
-                            fmt=marker, capsize=3, markersize=9 if marker == "*" else 6,
-                            label=f"{row['defense']}" + (f" ({group})" if group else ""))  # fmt: skip
-        for i, (group, members) in enumerate(groups.items()):  # Half depends on the passive columns: a line per split
-            half, dashes = members[0]["baselines"]["half"]["mean"], ("--", "-.", ":")[i % 3]
+        halves: dict[str, float] = {}
+        for point in privacy_utility_points(summary):
+            halves.setdefault(point["group"], all_groups[point["group"]][0]["baselines"]["half"]["mean"])
+            ax.errorbar(point["x"], point["y"], xerr=point["xerr"], yerr=point["yerr"], capsize=3,
+                        label=point["label"], **_POINT_STYLE[point["kind"]])  # fmt: skip
+            if point["kind"] != "defended":
+                note = "no defense" if point["kind"] == "undefended" else f"{point['defense']}: {BLOCKED_NOTE}"
+                ax.annotate(note, (point["x"], point["y"]), xytext=(6, 6), textcoords="offset points", fontsize=7,
+                            zorder=6)  # fmt: skip
+        for i, (group, half) in enumerate(halves.items()):  # Half depends on the passive columns: a line per split
             label = "blind Half baseline" + (f" ({group})" if group else "")
-            ax.axhline(half, color="grey", linestyle=dashes, label=label)
+            ax.axhline(half, color="grey", linestyle=("--", "-.", ":")[i % 3], label=label, zorder=1)
         ax.set_xlabel("accuracy on the queried samples (fraction correct)")
         ax.set_ylabel(_Y_STRONGEST, fontsize=8)
         ax.set_title(f"privacy–utility: {title}", fontsize=9)
@@ -938,37 +1008,42 @@ def plot(summary: dict[str, Any], out: Path) -> list[Path]:
 
     for axis in (a for a in summary["sweep"] if a not in FIXED_AXES and rows):
         fig, ax = plt.subplots(figsize=(9.0, 4.6))
-        numeric = all(isinstance(v, int | float) for v in summary["sweep"][axis])
-        for group, members in groups.items():
-            swept = sorted((r for r in members if r["values"].get(axis) is not None), key=lambda r: r["values"][axis])
-            if not swept:
-                continue
-            xs = [r["values"][axis] if numeric else str(r["values"][axis]) for r in swept]
-            stats = [strongest_stat(r) for r in swept]
-            suffix = f" ({group})" if group else ""
-            line = ax.errorbar(xs, [s["mean"] for s in stats], yerr=[s["std"] for s in stats], marker="o",
-                               capsize=3, label=f"strongest attack{suffix}",
-                               linestyle="-" if numeric else "none")  # categories: no line between them  # fmt: skip
-            none = next((r for r in members if r["defense"] == "none"), None)
-            color = line.lines[0].get_color()
-            if none is not None:
-                ax.axhline(strongest_stat(none)["mean"], linestyle=":", color=color, label=f"no defense{suffix}")
-            half = swept[0]["baselines"]["half"]["mean"]
-            ax.axhline(half, color=color, linestyle="--", alpha=0.6, label=f"blind Half baseline{suffix}")
-        ax.set_xlabel(_axis_label(axis))
         values = summary["sweep"][axis]
+        numeric = all(isinstance(v, int | float) for v in values)
+        for i, (group, series) in enumerate(axis_series(summary, axis).items()):
+            color, suffix = f"C{i}", f" ({group})" if group else ""
+            points = series["points"]
+            if points:
+                ax.errorbar([p["x"] for p in points], [p["mean"] for p in points], capsize=3, color=color,
+                            yerr=[p["std"] for p in points], marker="o", label=f"strongest attack{suffix}",
+                            linestyle="-" if numeric else "none")  # categories: no line between them  # fmt: skip
+            for j, b in enumerate(series["blocked"]):  # no MSE to draw: the attacker is left with a blind guess
+                ax.plot(b["x"], b["y"], "X", color=color, markersize=10, zorder=4,
+                        label=f"{BLOCKED_NOTE} (at blind Half){suffix}" if j == 0 else None)  # fmt: skip
+                ax.annotate(BLOCKED_NOTE.replace(": ", ":\n"), (b["x"], b["y"]), xytext=(0, -9),
+                            textcoords="offset points", fontsize=7, ha="center", va="top")  # fmt: skip
+            if series["none"] is not None:
+                ax.axhline(series["none"], linestyle=":", color=color, label=f"no defense{suffix}")
+            ax.axhline(series["half"], color=color, linestyle="--", alpha=0.6, label=f"blind Half baseline{suffix}")
+        ax.set_xlabel(_axis_label(axis))
         if numeric and min(values) > 0 and max(values) / min(values) > 20:
             ax.set_xscale("log")
         if numeric:
             ax.set_xticks(sorted(values), [str(v) for v in sorted(values)])
         else:
-            plt.setp(ax.get_xticklabels(), rotation=25, ha="right", fontsize=8)
+            ax.set_xticks(range(len(values)), [str(v) for v in values], rotation=25, ha="right", fontsize=8)
+            ax.set_xlim(-0.5, len(values) - 0.5)
         ax.set_ylabel(_Y_STRONGEST, fontsize=8)
         ax.set_title(f"strongest attack vs {axis}: {title}", fontsize=9)
         save(fig, ax, f"mse_vs_{axis.replace('.', '_')}.png")
 
     def per_attack(members: list[dict[str, Any]], axis: str, metric: str, xlabel: str, name: str, what: str) -> None:
-        """Every attack judged by ``metric`` against ``axis`` over ``members`` (one row per x), with the baseline."""
+        """Every attack judged by ``metric`` against ``axis`` over ``members`` (one row per x), with the baseline.
+        Rows that block every attack have no figure (nor a baseline: no attack ran); the legend names them."""
+        blocked = [_short(r["defense"]) for r in members if "blocked" in r]
+        members = [r for r in members if "blocked" not in r]
+        if not members:
+            return
         attacks = [n for n in members[0]["attacks"] if all(r["attacks"].get(n, {}).get("metric") == metric
                                                            for r in members)]  # fmt: skip
         if not attacks:
@@ -984,8 +1059,12 @@ def plot(summary: dict[str, Any], out: Path) -> list[Path]:
         baseline = members[0]["attacks"][attacks[0]]["baseline"]["name"]
         ax.plot(xs, [r["attacks"][attacks[0]]["baseline"]["value"]["mean"] for r in members], "k--",
                 label=_BASELINE_LABEL[baseline])  # fmt: skip
+        if blocked:  # a legend entry without a line: the note sits beside the legend, over no data
+            ax.plot([], [], " ", label=f"not drawn: {', '.join(blocked)} ({BLOCKED_NOTE}, no attack ran)")
         if numeric:
             ax.set_xticks(sorted(set(xs)), [str(x) for x in sorted(set(xs))])
+        else:
+            plt.setp(ax.get_xticklabels(), rotation=25, ha="right", fontsize=8)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(_Y_METRIC[metric], fontsize=8)
         ax.set_title(f"{harness.METRICS[metric][0]} per attack vs {axis}{what}: {title}", fontsize=8)

@@ -2,11 +2,28 @@
 # Create .venv and install vflsec with its test tools, once: again only when pyproject.toml changes (its hash is
 # kept in .venv/.vflsec-installed) or with --force. torch goes first and pinned: the CPU build of torch 2.13.0 is
 # what the project is tested with (any other spec may pull GBs of CUDA). Python 3.11 by default; 3.12 and 3.13
-# work too (PYTHON=python3.13 ./scripts/install.sh).
+# work too (PYTHON=python3.13 ./scripts/install.sh, into a new .venv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PYTHON=${PYTHON:-python3.11}
-command -v "$PYTHON" >/dev/null || PYTHON=python3
+# Ask the interpreter itself: a pyenv shim answers `command -v python3.12` for a version that is installed but not
+# active, then fails when run.
+supported() { "$1" -c 'import sys; sys.exit(not (3, 11) <= sys.version_info[:2] <= (3, 13))' >/dev/null 2>&1; }
+asked=${PYTHON:-}
+if [ -z "$asked" ]; then
+  PYTHON=python3.11
+  supported "$PYTHON" || PYTHON=python3
+fi
+if ! supported "$PYTHON"; then
+  echo "install.sh: PYTHON=$PYTHON is not a runnable Python 3.11, 3.12 or 3.13 (with pyenv, give its path:" \
+    "PYTHON=\$(pyenv prefix 3.12.1)/bin/python3.12)" >&2
+  exit 2
+fi
+version() { "$1" -c 'import sys; print("%d.%d" % sys.version_info[:2])'; }
+if [ -n "$asked" ] && [ -x .venv/bin/python ] && [ "$(version .venv/bin/python)" != "$(version "$PYTHON")" ]; then
+  echo "install.sh: .venv has Python $(version .venv/bin/python), $PYTHON is $(version "$PYTHON"): remove .venv" \
+    "(rm -r .venv) to install with $(version "$PYTHON")" >&2
+  exit 2
+fi
 stamp=.venv/.vflsec-installed
 wanted="$(sha256sum pyproject.toml | cut -d' ' -f1)"
 if [ "${1:-}" != "--force" ] && [ -x .venv/bin/vflsec ] && [ "$(cat "$stamp" 2>/dev/null)" = "$wanted" ]; then
