@@ -28,14 +28,28 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-__all__ = ["KEY_BYTES", "CryptoRandom", "derive_key", "keyed_stream", "new_key", "os_entropy"]
+__all__ = [
+    "KEY_BYTES",
+    "NONCE_BYTES",
+    "CryptoRandom",
+    "derive_key",
+    "keyed_stream",
+    "new_key",
+    "new_nonce",
+    "os_entropy",
+]
 
 KEY_BYTES = 32
+NONCE_BYTES = 16
 _TWO_POW_53 = float(2**53)
 
 
 def new_key() -> bytes:
     return os.urandom(KEY_BYTES)
+
+
+def new_nonce() -> bytes:
+    return os.urandom(NONCE_BYTES)
 
 
 def derive_key(secret: bytes, purpose: str) -> bytes:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, ClassVar, TypeVar
 import numpy as np
 
 from vflsec.services import plugins
-from vflsec.services.crypto import entropy, he, psi, share_mask
+from vflsec.services.crypto import entropy, he, psi, ring_mask
 from vflsec.services.data.datasets import IdIndex, PartyData
 from vflsec.services.defenses.release import ReleasedParams, StepDescription
 from vflsec.services.engines import checkpoint
@@ -136,7 +136,6 @@ class ActiveSession:
     step: int = 0
     trained: bool = False
     run: TrainingRun | None = None
-    inference: he.Backend | None = None  # public inference keys (from the coordinator's AdmitQuery)
     training_keys: EpochKeys | None = None  # the training-key epoch last used (fetched again when a step leaves it)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -617,32 +616,25 @@ class ActiveParty:
     def predict(self, session_id: str, sample_ids: list[str]) -> tuple[np.ndarray, list[StepDescription], int]:
         """Scores through the coordinator: the whole query is admitted (or refused) before any chunk is
         released; each passive party sends its masked share of a chunk to the coordinator, which adds ours
-        (from which we subtract every passive party's mask: services/crypto/share_mask.py)."""
+        (from which we subtract every passive party's mask: services/crypto/ring_mask.py)."""
         s = self.session(session_id)
         index = self._indices(s, sample_ids)
         if s.trainer.scores_locally:
             return self._predict_locally(s, sample_ids, index), [], 0
         if set(s.share_mask_keys) != set(self.passives):
             raise FailedPrecondition(f"session {session_id!r} has no share-mask keys: open a new session")
-        admitted = self.coordinator.admit_query(session_id, index)
-        if s.inference is None:
-            s.inference = he.open_public(s.backend.name, admitted.inference_context)
-        query_id, keys = admitted.query_id, s.inference
+        query_id = self.coordinator.admit_query(session_id, index).query_id
         chunk, width = self._predict_chunk_rows(s), s.trainer.share_width
+        masked = families.masks_shares(s.family)
         scores, changed, chain = [], 0, []
         for start in range(0, len(index), chunk):
             part = index[start : start + chunk]
-            bound = families.share_mask_bound(s.family, keys.default_mask_bound)
-            masks = sum(
-                share_mask.share_mask(key, bound, session_id, s.step, query_id, part, width)
-                for key in s.share_mask_keys.values()
-            )
-            share = s.trainer.inference_share(self.data.X[s.rows[part]]) - masks
-            own = self._pool.submit(he.encrypt_matrix, keys, share)
+            share = ring_mask.encode(s.trainer.inference_share(self.data.X[s.rows[part]]))
+            if masked:  # every passive party's mask for these rows, which the coordinator's sum cancels
+                for key in s.share_mask_keys.values():
+                    share -= ring_mask.share_mask(key, session_id, s.step, query_id, part, width)
             self._each_passive(lambda party, client, part=part: client.share_logits(session_id, query_id, part))
-            reply = self.coordinator.release_scores(
-                keys, session_id, query_id, own.result(), part, n_classes=s.n_classes
-            )
+            reply = self.coordinator.release_scores(session_id, query_id, share, part, n_classes=s.n_classes)
             released = reply.scores
             ids = sample_ids[start : start + chunk]
             self._emit(

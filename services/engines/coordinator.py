@@ -20,7 +20,7 @@ import numpy as np
 
 from vflsec.services import common
 from vflsec.services.config import QUERY_BUDGET, StatisticsPolicy
-from vflsec.services.crypto import entropy, he, psi
+from vflsec.services.crypto import entropy, he, psi, ring_mask
 from vflsec.services.defenses.params import Distorted
 from vflsec.services.defenses.release import (
     ParamReleaseChain,
@@ -60,6 +60,8 @@ class PassivePeer(Protocol):
 MAX_OPEN_QUERIES = 256
 # Chunks of one query whose passive shares wait for the owner's ReleaseScores (Predict keeps one in flight).
 MAX_PENDING_CHUNKS = 4
+# |z| a released sum is scored within (rule 4): an honest sum of logits or embeddings lies far inside it
+SCORE_BOUND = 2.0**23
 
 
 @dataclass(frozen=True)
@@ -113,7 +115,7 @@ class Query:
     """An admitted query: rows still to release, and the passive shares received for them (rows -> party)."""
 
     remaining: Counter[int]
-    shares: dict[tuple[int, ...], dict[str, he.EncryptedMatrix]] = field(default_factory=dict)
+    shares: dict[tuple[int, ...], dict[str, np.ndarray]] = field(default_factory=dict)  # words of Z_2^64
 
     def check_rows(self, index: np.ndarray) -> tuple[int, ...]:
         rows = tuple(index.tolist())
@@ -193,9 +195,6 @@ class CoordinatorSession:
     finished_step: int | None = None  # last_step at FinishTraining: scores are released only at this step
     passive_trained: RowSet = field(default_factory=RowSet)  # rows the passive parties say they trained on
     queries: dict[str, Query] = field(default_factory=dict)  # in flight; lost on restart (budget stays spent)
-    # Inference runs under its own keys, made at FinishTraining: no ciphertext of training (which the active
-    # party holds: [[z_p]], [[p]], [[delta]]) can stand in for the owner's share of a released sum.
-    inference: he.Backend | None = None
     # Why every call on this session is refused (FAILED_PRECONDITION) but CloseSession: set at restore when the
     # configuration changed under it ([policy] allowed_backends, [schema], [limits] key_rotation_steps).
     refused: str | None = None
@@ -212,11 +211,6 @@ class CoordinatorSession:
 
     def epoch(self, step: int) -> int:
         return step // self.rotation
-
-    def inference_keys(self) -> he.Backend:
-        if self.inference is None:
-            raise FailedPrecondition("no score release before training is finished (FinishTraining)")
-        return self.inference
 
     def check_releasable(self) -> None:
         """Scores come from a finished model: after FinishTraining, and not while training again."""
@@ -282,7 +276,6 @@ class CoordinatorSession:
         meta: dict,
         epoch_keys: Mapping[int, bytes],
         public_context: bytes,
-        inference_keys: bytes | None = None,
     ) -> CoordinatorSession:
         weights = (
             # The blocks pulled at FinishTraining: every passive party's for LR, none for a family that keeps them
@@ -313,7 +306,6 @@ class CoordinatorSession:
             finished_step=meta.get("finished_step"),
             passive_trained=RowSet.restore(arrays, "passive_trained"),
             passive_tensors={k[len("pulled/") :]: np.array(v) for k, v in arrays.items() if k.startswith("pulled/")},
-            inference=None if inference_keys is None else he.restore_keyholder(meta["backend"], inference_keys),
         )
         current = meta["current"]
         if current is not None:
@@ -374,12 +366,12 @@ class Coordinator:
         self.passives = passives
         self.policy = policy or QueryPolicy()
         self.state = state or checkpoint.StateDir(None)
-        # Beside the sessions: training keys (one file per session and live epoch), inference keys (one file per
-        # session) and the query budget's ledger (samples admitted per owner, over all its sessions). The session
-        # file keeps epoch 0's public context, which parties parse with.
-        self.epoch_keys, self.inference_keys, self.ledger = (
+        # Beside the sessions: training keys (one file per session and live epoch) and the query budget's ledger
+        # (samples admitted per owner, over all its sessions). The session file keeps epoch 0's public context,
+        # which parties parse with.
+        self.epoch_keys, self.ledger = (
             checkpoint.StateDir(None if self.state.path is None else self.state.path / sub)
-            for sub in ("epochs", "inference", "owners")
+            for sub in ("epochs", "owners")
         )
         self.sessions = SessionTable(self.state, self._restore, refusal=lambda sid, s: s.refused)
         for sid, s in self.sessions.items():
@@ -405,7 +397,6 @@ class Coordinator:
             meta,
             {e: self.epoch_keys.load_bytes(_epoch_file(session_id, e)) for e in meta["epochs"]},
             self.state.load_bytes(session_id),
-            self.inference_keys.load_bytes(session_id) if meta.get("finished_step") is not None else None,
         )
 
     def session(self, session_id: str, *, closing: bool = False) -> CoordinatorSession:
@@ -823,10 +814,6 @@ class Coordinator:
             rows = checked_rows(self._peer(party).trained_rows(session_id), self.max_rows, f"{party}'s trained rows")
             trained.update(rows, limit=self.max_rows)
         with s.lock:
-            if s.inference is None:
-                inference = he.make_keyholder(s.backend.name)
-                self.inference_keys.save_bytes(session_id, inference.export_keyholder())  # before the checkpoint
-                s.inference = inference
             s.passive_weights = weights
             s.passive_tensors = tensors
             s.release.passive_weights = weights
@@ -852,11 +839,10 @@ class Coordinator:
             pulled |= tensors
         return pulled
 
-    def admit_query(self, session_id: str, sample_index: np.ndarray) -> tuple[str, int, bytes]:
+    def admit_query(self, session_id: str, sample_index: np.ndarray) -> tuple[str, int]:
         """Check the query policy for every row of a query before any of it is released; spend its budget.
 
-        Returns the query id, the owner's admitted total and the inference public context. A refused query
-        spends nothing.
+        Returns the query id and the owner's admitted total. A refused query spends nothing.
         """
         s = self.session(session_id)
         n = len(sample_index)
@@ -885,7 +871,7 @@ class Coordinator:
                 self.ledger.save(s.owner, {}, {"scored": scored + n})  # durable before anything is released
             query_id = secrets.token_hex(16)
             s.queries[query_id] = Query(Counter(sample_index.tolist()))
-        return query_id, scored + n, s.inference_keys().public_context()
+        return query_id, scored + n
 
     def _query(self, s: CoordinatorSession, query_id: str) -> Query:
         try:
@@ -894,38 +880,31 @@ class Coordinator:
             raise FailedPrecondition(f"no open query {query_id!r} in this session (AdmitQuery first)") from None
 
     def submit_share(
-        self, session_id: str, query_id: str, caller: str, sample_index: np.ndarray, logits: he.EncryptedMatrix
+        self, session_id: str, query_id: str, caller: str, sample_index: np.ndarray, share: bytes
     ) -> None:
-        """A passive party's masked [[z_p + r_p]] for rows of an admitted query, kept (never decrypted) until
-        the owner releases those rows."""
+        """A passive party's share (words of Z_2^64, under its zero-sum mask) for rows of an admitted query, kept
+        until the owner releases those rows."""
         s = self.session(session_id)
         if caller not in s.passive_parties:
             raise PermissionDenied(f"{caller} is not a passive party of session {session_id!r}")
-        k = s.trainer.share_width
-        if logits.shape != (len(sample_index), k):
-            raise InvalidArgument(f"share has shape {logits.shape}, expected {(len(sample_index), k)}")
-        _check_form(s.inference_keys(), logits, product=False)
+        words = _share_words(share, len(sample_index), s.trainer.share_width)
         with s.lock:
             s.check_releasable()
             query = self._query(s, query_id)
             rows = query.check_rows(sample_index)
             if rows not in query.shares and len(query.shares) >= MAX_PENDING_CHUNKS:
                 raise ResourceExhausted(f"query {query_id!r} has {MAX_PENDING_CHUNKS} chunks waiting for release")
-            query.shares.setdefault(rows, {})[caller] = logits
+            query.shares.setdefault(rows, {})[caller] = words
 
     def release_scores(
-        self, session_id: str, query_id: str, own_logits: he.EncryptedMatrix, sample_index: np.ndarray
+        self, session_id: str, query_id: str, own_share: bytes, sample_index: np.ndarray
     ) -> ReleasedScores:
-        """Scores of admitted rows: the sum of every passive party's share for exactly these rows and the
-        owner's own share, decrypted here. A sum without some passive party's share is never decrypted, and
-        no share is ever decrypted alone (each is masked anyway: services/crypto/share_mask.py)."""
+        """Scores of admitted rows: the sum of every passive party's share for exactly these rows and the owner's own
+        share, added in Z_2^64 where the zero-sum masks cancel (services/crypto/ring_mask.py): nothing is decrypted,
+        and no share is ever seen unmasked (each is a one-time pad on its own)."""
         s = self.session(session_id)
-        n, k = own_logits.shape[0], s.trainer.share_width
-        if len(sample_index) != n:
-            raise InvalidArgument(f"{len(sample_index)} sample indices for {n} logit rows")
-        if own_logits.shape[1] != k:
-            raise InvalidArgument(f"logits have {own_logits.shape[1]} columns, the model has {k}")
-        _check_form(s.inference_keys(), own_logits, product=False)
+        n = len(sample_index)
+        own = _share_words(own_share, n, s.trainer.share_width)
         with s.lock:
             s.check_releasable()
             query = self._query(s, query_id)
@@ -939,23 +918,18 @@ class Coordinator:
             query.remaining -= Counter(rows)
             if not query.remaining:
                 del s.queries[query_id]
-        keys = s.inference_keys()
+        every = [own, *(shares[party] for party in s.passive_parties)]
         if getattr(s.model, "selects_share_columns", False):
-            z = self._selected(s, keys, [own_logits, *(shares[party] for party in s.passive_parties)])
+            z = self._selected(s, every)
         else:
-            total = own_logits
-            for party in s.passive_parties:
-                try:
-                    total = he.add_matrices(keys, total, shares[party])
-                except ValueError as exc:
-                    raise InvalidArgument(f"own logits do not match {party}'s share: {exc}") from exc
-            z = self._logits(s, total, keys)  # decrypted outside the lock: other queries go on meanwhile
-            # Rule 4: no check on the decrypted sum may refuse (an owner shifting its own share by 2^23 − c would
-            # read from a refusal whether the passive logit exceeds c). An honest sum lies far inside half the
-            # share-mask bound; one beyond it (masks left in, or a crafted own share) is clipped to it and scored
-            # like any other, so the owner learns of it only what the release chain lets through.
-            if keys.default_mask_bound:
-                z = np.clip(z, -keys.default_mask_bound / 2, keys.default_mask_bound / 2)
+            total = np.zeros_like(own)
+            for share in every:
+                total += share
+            # Rule 4: no check on the sum may refuse (an owner shifting its own share by c would read from a refusal
+            # whether the passive logit exceeds −c). An honest sum lies far inside SCORE_BOUND; one beyond it (a
+            # crafted own share) is clipped to it and scored like any other, so the owner learns of it only what
+            # the release chain lets through.
+            z = np.clip(ring_mask.decode(total), -SCORE_BOUND, SCORE_BOUND)
         raw = s.trainer.scores(z)
         with s.lock:
             released = self.score_chain(raw, z, s.release)  # the release RNG and cache are per session
@@ -964,15 +938,15 @@ class Coordinator:
         changed = int(np.count_nonzero(released.argmax(axis=1) != raw.argmax(axis=1)))
         return ReleasedScores(released, self.score_chain.describe(), changed)
 
-    def _selected(self, s: CoordinatorSession, keys: he.Backend, shares: Sequence[he.EncryptedMatrix]) -> np.ndarray:
-        """A family that selects share columns (a tree): each party's share (by position, the owner's first)
-        decrypted apart, each column taken from its owner's share alone and every other party's value in it never
+    def _selected(self, s: CoordinatorSession, shares: Sequence[np.ndarray]) -> np.ndarray:
+        """A family that selects share columns (a tree): each party's share (by position, the owner's first, with no
+        mask) read apart, each column taken from its owner's share alone and every other party's value in it never
         used, so that what a share says (or a refusal of it) depends on its own party's values only."""
         owners = np.asarray(s.trainer.column_owners())  # type: ignore[attr-defined]  # selects_share_columns
         z = np.zeros((shares[0].shape[0], owners.size))
         for position, share in enumerate(shares):
             own = owners == position
-            z[:, own] = self._logits(s, share, keys)[:, own]
+            z[:, own] = ring_mask.decode(share)[:, own]
         return z
 
     def _peer(self, party: str) -> PassivePeer:
@@ -1025,7 +999,6 @@ class Coordinator:
 
     def close(self, session_id: str) -> None:
         s = self.sessions.close(session_id)
-        self.inference_keys.remove(session_id)
         for epoch in [] if s is None else list(s.epochs):
             self.epoch_keys.remove(_epoch_file(session_id, epoch))
 
@@ -1033,6 +1006,16 @@ class Coordinator:
 def _epoch_file(session_id: str, epoch: int) -> str:
     # One name per (session, epoch): the epoch is the digits after the last ".e".
     return f"{session_id}.e{epoch}"
+
+
+def _share_words(share: bytes, rows: int, width: int) -> np.ndarray:
+    """An inference share's words, (rows, width), else INVALID_ARGUMENT naming the field."""
+    if rows < 1:
+        raise InvalidArgument("sample_index is empty")
+    try:
+        return ring_mask.from_bytes(share, (rows, width), "share")
+    except ValueError as exc:
+        raise InvalidArgument(str(exc)) from exc
 
 
 def _check_form(keys: he.Backend, logits: he.EncryptedMatrix, *, product: bool) -> None:

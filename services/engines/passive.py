@@ -14,7 +14,7 @@ import numpy as np
 
 from vflsec.services.common import ACTIVE, COORDINATOR, PASSIVE, require_distinct_rows
 from vflsec.services.config import MIN_TRAINING_ROWS
-from vflsec.services.crypto import entropy, he, psi, share_mask
+from vflsec.services.crypto import entropy, he, psi, ring_mask
 from vflsec.services.data.datasets import PartyData
 from vflsec.services.defenses import params as param_defenses
 from vflsec.services.defenses.embeddings import EmbeddingChain, basis_problem, binary_free_basis
@@ -40,13 +40,9 @@ class CoordinatorLink(Protocol):
 
     def training_context(self, session_id: str, step: int) -> tuple[int, int, bytes]: ...
 
-    def inference_context(self, session_id: str) -> bytes: ...
-
     def block_sums(self, session_id: str, step: int, ciphertexts: list[bytes], width: int) -> np.ndarray: ...
 
-    def submit_share(
-        self, backend: he.Backend, session_id: str, query_id: str, sample_index: np.ndarray, logits: he.EncryptedMatrix
-    ) -> None: ...
+    def submit_share(self, session_id: str, query_id: str, sample_index: np.ndarray, share: np.ndarray) -> None: ...
 
 
 @dataclass
@@ -62,8 +58,8 @@ class PassiveSession:
     # coordinator, yet a step redone after a crash rebuilds byte-identical products.
     mask_key: bytes
     owner: str  # the active party that joined us to the session (and opened it at the coordinator)
-    # Key of this party's zero-sum masks (inference shares: services/crypto/share_mask.py; split-NN training
-    # embeddings: services/crypto/ring_mask.py), drawn here from OS entropy and sent to the owner at JoinSession; None
+    # Key of this party's zero-sum masks (inference shares and split-NN training embeddings:
+    # services/crypto/ring_mask.py), drawn here from OS entropy and sent to the owner at JoinSession; None
     # in a checkpoint written before share masks existed: such a session cannot share.
     share_mask_key: bytes | None
     trained_rows: RowSet = field(default_factory=RowSet)  # common indices our block was updated on
@@ -74,7 +70,6 @@ class PassiveSession:
     # clear comes from a finished model only (before training it would be X_p under weights the caller can guess)
     finished_step: int | None = None
     forward_index: tuple[int, np.ndarray] | None = None  # the batch of the step in flight
-    inference: he.Backend | None = None  # public inference keys, fetched from the coordinator when first needed
     # (epoch, rotation, public keys) of the training-key epoch last used: fetched again when a step leaves it.
     training_keys: EpochKeys | None = None
     # This party's embedding defenses on its output sent in the clear (split-NN active-top), this session's draws.
@@ -527,27 +522,24 @@ class PassiveParty:
         return s.training_keys[2]
 
     def share_logits(self, session_id: str, query_id: str, sample_index: np.ndarray) -> None:
-        """Inference: [[z_p + r_p]] for rows of an admitted query, sent to the coordinator and never to the active
-        party, so that every released score includes this party's share for exactly these rows. The mask r_p
-        (services/crypto/share_mask.py) cancels against the owner's share: the coordinator, which holds W_p, never
-        decrypts z_p = X_p W_pᵀ alone."""
+        """Inference: z_p + r_p for rows of an admitted query (words of Z_2^64), sent to the coordinator and never to
+        the active party, so that every released score includes this party's share for exactly these rows. The mask
+        r_p (services/crypto/ring_mask.py, under this party's own key) cancels against the owner's share: the
+        coordinator, which holds W_p, never sees z_p = X_p W_pᵀ alone. A family whose key holder takes each column
+        from its owner's share (a tree's node bits) sends it unmasked: that column is what it learns anyway."""
         s = self.session(session_id)
         x = self._features(s, sample_index)
         if s.share_mask_key is None:
             raise FailedPrecondition(f"session {session_id!r} was joined without a share-mask key: open a new one")
-        if s.inference is None:
-            context = self.coordinator.inference_context(session_id)
-            if not context:
-                raise FailedPrecondition("the coordinator has no inference keys yet: training is not finished")
-            s.inference = he.open_public(s.backend.name, context)
         with s.lock:
+            if s.finished_step is None:
+                raise FailedPrecondition("no inference share before training is finished (FinishTraining)")
             z = s.trainer.inference_share(x)
             step = s.completed_step
-        bound = families.share_mask_bound(s.family, s.inference.default_mask_bound)
-        mask = share_mask.share_mask(s.share_mask_key, bound, session_id, step, query_id, sample_index, z.shape[1])
-        self.coordinator.submit_share(
-            s.inference, session_id, query_id, sample_index, he.encrypt_matrix(s.inference, z + mask)
-        )
+        share = ring_mask.encode(z)  # clipped, never refused on its values (rule 4)
+        if families.masks_shares(s.family):
+            share += ring_mask.share_mask(s.share_mask_key, session_id, step, query_id, sample_index, z.shape[1])
+        self.coordinator.submit_share(session_id, query_id, sample_index, share)
 
     def backward(
         self,

@@ -313,7 +313,7 @@ class ModelFamily(Protocol):
     # Optional ``selects_share_columns`` (default False): the key holder decrypts every party's inference share
     # apart and takes each column from the party its trainer's ``column_owners()`` names (a tree: a split node's
     # bit from its owner only, so no party's share can move, or have refused, another party's answer); the
-    # shares then carry no zero-sum masks (:func:`share_mask_bound`).
+    # shares then carry no zero-sum masks (:func:`masks_shares`).
 
     # The family's own messages: hosting role ("coordinator", "passive") -> step name -> its declaration.
     steps: Mapping[str, Mapping[str, FamilyStep]]
@@ -363,11 +363,11 @@ class DictForm:
         return cls(**data)  # sequences come back as lists; __post_init__ makes them tuples again
 
 
-def share_mask_bound(family_name: str, bound: float) -> float:
-    """The zero-sum share masks' bound for a family's inference shares: 0 (no masks) for a family whose key holder
-    takes each share column from its owner's share alone (``ModelFamily.selects_share_columns``: a tree's node
-    bits), where masks would not cancel and the owner's column is what the key holder learns anyway."""
-    return 0.0 if getattr(get(family_name), "selects_share_columns", False) else bound
+def masks_shares(family_name: str) -> bool:
+    """Whether a family's inference shares carry zero-sum masks: not for a family whose key holder takes each share
+    column from its owner's share alone (``ModelFamily.selects_share_columns``: a tree's node bits), where masks
+    would not cancel and the owner's column is what the key holder learns anyway."""
+    return not getattr(get(family_name), "selects_share_columns", False)
 
 
 def positive_int(value: object) -> bool:

@@ -48,7 +48,6 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
             data=s.public_context,
             n_classes=s.n_classes,
             owner=s.owner,
-            inference_context=b"" if s.inference is None else s.inference.public_context(),
         )
 
     @rpc
@@ -88,29 +87,23 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
     @rpc
     def AdmitQuery(self, request: coordinator_pb2.AdmitQueryRequest, context: grpc.ServicerContext):
         self._owner(request.session_id)
-        query_id, scored, context = self.coordinator.admit_query(
-            request.session_id, np.asarray(request.sample_index, np.int64)
-        )
-        return coordinator_pb2.AdmitQueryReply(
-            query_id=query_id, scored=scored, budget=self.coordinator.policy.budget, inference_context=context
-        )
+        query_id, scored = self.coordinator.admit_query(request.session_id, np.asarray(request.sample_index, np.int64))
+        return coordinator_pb2.AdmitQueryReply(query_id=query_id, scored=scored, budget=self.coordinator.policy.budget)
 
     @rpc
     def SubmitShare(self, request: coordinator_pb2.ShareRequest, context: grpc.ServicerContext):
         caller = current_caller().party_id
-        s = self.coordinator.member(request.session_id, caller)
-        logits = wire.from_message(s.inference_keys(), request.logits, "logits")
+        self.coordinator.member(request.session_id, caller)
         self.coordinator.submit_share(
-            request.session_id, request.query_id, caller, np.asarray(request.sample_index, np.int64), logits
+            request.session_id, request.query_id, caller, np.asarray(request.sample_index, np.int64), request.share
         )
         return common_pb2.Empty()
 
     @rpc
     def ReleaseScores(self, request: coordinator_pb2.ReleaseScoresRequest, context: grpc.ServicerContext):
-        s = self._owner(request.session_id)
-        logits = wire.from_message(s.inference_keys(), request.logits, "logits")
+        self._owner(request.session_id)
         released = self.coordinator.release_scores(
-            request.session_id, request.query_id, logits, np.asarray(request.sample_index, np.int64)
+            request.session_id, request.query_id, request.share, np.asarray(request.sample_index, np.int64)
         )
         return coordinator_pb2.ReleasedScores(
             scores=to_tensor(released.scores),

@@ -86,13 +86,13 @@ class SplitNnPassiveServicer(splitnn_pb2_grpc.SplitNnPassiveServicer):
 
     @rpc
     def SendEmbedding(self, request: passive_pb2.ForwardRequest, context: grpc.ServicerContext):
-        self.party.family_call(
+        nonce = self.party.family_call(
             request.session_id, current_caller().party_id, "send_embedding",
             step=request.step,
             sample_index=np.asarray(request.sample_index, dtype=np.int64),
             epoch=request.epoch,
         )
-        return common_pb2.Empty()
+        return splitnn_pb2.EmbeddingSent(nonce=nonce)
 
     @rpc
     def GetBottom(self, request: common_pb2.SessionRef, context: grpc.ServicerContext):

@@ -9,7 +9,7 @@ from typing import Any
 import grpc
 import numpy as np
 
-from vflsec.services.crypto import he, psi
+from vflsec.services.crypto import he, psi, ring_mask
 from vflsec.services.defenses.params import Distorted
 from vflsec.services.defenses.release import ReleasedParams, ReleasedScores, StepDescription
 from vflsec.services.errors import InvalidArgument, ServiceError
@@ -54,12 +54,11 @@ class Joined:
 
 @dataclass(frozen=True)
 class Admitted:
-    """An admitted query: its id, the owner's total admitted so far (and its budget, 0: none), the inference keys."""
+    """An admitted query: its id, the owner's total admitted so far (and its budget, 0: none)."""
 
     query_id: str
     scored: int
     budget: int
-    inference_context: bytes
 
 
 class CoordinatorClient:
@@ -136,33 +135,26 @@ class CoordinatorClient:
     def finish_training(self, session_id: str) -> None:
         call(self.peer, self.stub.FinishTraining, common_pb2.SessionRef(session_id=session_id), self.policy)
 
-    def inference_context(self, session_id: str) -> bytes:
-        """The public context of the session's inference keys (empty before FinishTraining)."""
-        reply = call(self.peer, self.stub.GetPublicContext, common_pb2.SessionRef(session_id=session_id), self.policy)
-        return reply.inference_context
-
     def admit_query(self, session_id: str, sample_index: np.ndarray) -> Admitted:
         request = coordinator_pb2.AdmitQueryRequest(session_id=session_id, sample_index=sample_index.tolist())
         reply = call(self.peer, self.stub.AdmitQuery, request, self.policy)
-        return Admitted(reply.query_id, reply.scored, reply.budget, reply.inference_context)
+        return Admitted(reply.query_id, reply.scored, reply.budget)
 
-    def submit_share(
-        self, backend: he.Backend, session_id: str, query_id: str, sample_index: np.ndarray, logits: he.EncryptedMatrix
-    ) -> None:
+    def submit_share(self, session_id: str, query_id: str, sample_index: np.ndarray, share: np.ndarray) -> None:
+        """A passive party's masked inference share (words of Z_2^64) for rows of an admitted query."""
         request = coordinator_pb2.ShareRequest(
             session_id=session_id,
             query_id=query_id,
             sample_index=sample_index.tolist(),
-            logits=wire.to_message(backend, logits),
+            share=ring_mask.to_bytes(share),
         )
         call(self.peer, self.stub.SubmitShare, request, self.policy)
 
     def release_scores(
         self,
-        backend: he.Backend,
         session_id: str,
         query_id: str,
-        own_logits: he.EncryptedMatrix,
+        own_share: np.ndarray,
         sample_index: np.ndarray,
         *,
         n_classes: int,
@@ -172,7 +164,7 @@ class CoordinatorClient:
         request = coordinator_pb2.ReleaseScoresRequest(
             session_id=session_id,
             query_id=query_id,
-            logits=wire.to_message(backend, own_logits),
+            share=ring_mask.to_bytes(own_share),
             sample_index=sample_index.tolist(),
         )
         reply = call(self.peer, self.stub.ReleaseScores, request, self.policy)

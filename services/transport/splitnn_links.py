@@ -9,7 +9,8 @@ from collections.abc import Mapping
 import grpc
 import numpy as np
 
-from vflsec.services.crypto import ring_mask
+from vflsec.services.crypto import entropy, ring_mask
+from vflsec.services.errors import FailedPrecondition
 from vflsec.services.transport.server import DEFAULT_CALL_POLICY, CallPolicy, call
 from vflsec.services.transport.tensors import from_tensor, to_tensor
 from vflsec.v1 import common_pb2, passive_pb2, passive_pb2_grpc, splitnn_pb2, splitnn_pb2_grpc
@@ -77,12 +78,16 @@ class SplitNnPassiveClient:
         reply = call(self.peer, self.stub.PlainForward, request, self.policy)
         return from_tensor(reply, f"output of {self.peer}", shape=(len(sample_index), cols)).copy()
 
-    def send_embedding(self, session_id: str, step: int, sample_index: np.ndarray, epoch: int = 0) -> None:
-        """coordinator-top: the party sends its masked embedding of the rows to the key holder (nothing comes back)."""
+    def send_embedding(self, session_id: str, step: int, sample_index: np.ndarray, epoch: int = 0) -> bytes:
+        """coordinator-top: the party sends its masked embedding of the rows to the key holder; the nonce its mask is
+        bound to comes back (nothing else)."""
         request = passive_pb2.ForwardRequest(
             session_id=session_id, step=step, sample_index=sample_index.tolist(), epoch=epoch
         )
-        call(self.peer, self.stub.SendEmbedding, request, self.policy)
+        nonce = call(self.peer, self.stub.SendEmbedding, request, self.policy).nonce
+        if len(nonce) != entropy.NONCE_BYTES:
+            raise FailedPrecondition(f"{self.peer} sent a mask nonce of {len(nonce)} bytes, not {entropy.NONCE_BYTES}")
+        return nonce
 
     def bottom(self, session_id: str) -> dict[str, np.ndarray]:
         """The party's bottom as named tensors, pulled by the coordinator after training."""

@@ -6,7 +6,7 @@ import grpc
 import numpy as np
 import pytest
 
-from vflsec.services.crypto import he
+from vflsec.services.crypto import he, ring_mask
 from vflsec.services.transport import wire
 from vflsec.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc, passive_pb2, passive_pb2_grpc
 
@@ -62,51 +62,32 @@ def _plain_matrix(values: np.ndarray, replicas: int = 1) -> common_pb2.Encrypted
     return wire.to_message(backend, he.encrypt_matrix(backend, values, replicas))
 
 
-def test_malformed_ciphertexts_nan_and_wrong_shapes(trained) -> None:
+def test_malformed_shares_and_wrong_shapes(trained) -> None:
     fed, session_id, common = trained
     stub = _coordinator_as_active(fed)
     passive = passive_pb2_grpc.PassiveStub(fed.channel("active", "passive-1"))
 
-    def release(matrix: common_pb2.EncryptedMatrix):
-        rows = list(range(max(matrix.rows, 1)))  # a fresh admitted query, with the passive party's share
+    def release(share: bytes, n: int = 4):
+        rows = list(range(n))  # a fresh admitted query, with the passive party's share
         query = stub.AdmitQuery(coordinator_pb2.AdmitQueryRequest(session_id=session_id, sample_index=rows))
         passive.ShareLogits(
             passive_pb2.ShareLogitsRequest(session_id=session_id, query_id=query.query_id, sample_index=rows)
         )
         request = coordinator_pb2.ReleaseScoresRequest(
-            session_id=session_id, query_id=query.query_id, logits=matrix, sample_index=range(max(matrix.rows, 0))
+            session_id=session_id, query_id=query.query_id, share=share, sample_index=rows
         )
         return stub.ReleaseScores(request)
 
-    good = _plain_matrix(np.zeros((4, 1)))
-    assert release(good).scores.shape == [4, 2]
-
-    garbage = common_pb2.EncryptedMatrix()
-    garbage.CopyFrom(good)
-    garbage.ciphertexts[0] = b"\x00garbage"
-    code, details = _code(release, garbage)
-    assert code == grpc.StatusCode.INVALID_ARGUMENT and "logits" in details
-
-    nan = common_pb2.EncryptedMatrix()
-    nan.CopyFrom(good)
-    blob = bytearray(good.ciphertexts[0])  # header + 4 little-endian float64 slots
-    blob[-16:-8] = np.array([np.nan], dtype="<f8").tobytes()
-    nan.ciphertexts[0] = bytes(blob)
-    code, details = _code(release, nan)
-    assert code == grpc.StatusCode.INVALID_ARGUMENT and "non-finite" in details
-
-    wrong_count = common_pb2.EncryptedMatrix()
-    wrong_count.CopyFrom(good)
-    wrong_count.ciphertexts.append(good.ciphertexts[0])
-    code, details = _code(release, wrong_count)
-    assert code == grpc.StatusCode.INVALID_ARGUMENT and "ciphertexts" in details
-
-    three_columns = _plain_matrix(np.zeros((4, 3)))  # a binary model has one logit
-    code, details = _code(release, three_columns)
-    assert code == grpc.StatusCode.INVALID_ARGUMENT and "columns" in details
-
-    negative = common_pb2.EncryptedMatrix(rows=-1, cols=1, replicas=1, rows_per_ciphertext=1)
-    assert _code(release, negative)[0] == grpc.StatusCode.INVALID_ARGUMENT
+    assert release(ring_mask.to_bytes(ring_mask.encode(np.zeros((4, 1))))).scores.shape == [4, 2]
+    for share, what in (
+        (b"\x00garbage", "share holds 8 bytes"),  # one word for four rows
+        (bytes(8 * 12), "share holds 96 bytes"),  # 4 x 3 words: a binary model has one logit
+        (b"", "share holds 0 bytes"),
+    ):
+        code, details = _code(release, share)
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and what in details, (what, details)
+    # Any 4 words are a share: a crafted one (all bits set, i.e. -2^-24 each) is scored, never refused (rule 4).
+    assert release(b"\xff" * 32).scores.shape == [4, 2]
     _still_serving(fed, session_id, common)
 
 

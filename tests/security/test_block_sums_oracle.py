@@ -211,16 +211,15 @@ def test_ciphertexts_of_a_dishonest_form_are_not_decrypted(tmp_path) -> None:
             probs = scores(4)
             assert _sums(passive, sid, 4, _products(backend, probs, np.ones((N, 2)), 2.0**24), 2).shape == (2, 1)
 
-            # Inference: an own share at scale 2^8 is refused before any row of the query is taken.
+            # Inference decrypts nothing (shares are summed under zero-sum masks): an own share that is not 2 x 1
+            # words is refused before any row of the query is taken ...
             active.FinishTraining(common_pb2.SessionRef(session_id=sid))
             admitted = active.AdmitQuery(coordinator_pb2.AdmitQueryRequest(session_id=sid, sample_index=[N, N + 1]))
-            inference = he.open_public("ckks", admitted.inference_context)
-            own = wire.to_message(inference, he.encrypt_matrix(inference, np.zeros((2, 1))))
-            own.ciphertexts[0] = _scaled(inference, 2, 8)
+            own = bytes(8 * 3)
             code, details = _code(active.ReleaseScores, coordinator_pb2.ReleaseScoresRequest(
-                session_id=sid, query_id=admitted.query_id, logits=own, sample_index=[N, N + 1]))
-            assert code == grpc.StatusCode.INVALID_ARGUMENT and "scale 2^8.00" in details
-            # ...and so is a passive share of that form.
+                session_id=sid, query_id=admitted.query_id, share=own, sample_index=[N, N + 1]))
+            assert code == grpc.StatusCode.INVALID_ARGUMENT and "share holds 24 bytes" in details
+            # ...and so is a passive share of that size.
             code, details = _code(passive.SubmitShare, coordinator_pb2.ShareRequest(
-                session_id=sid, query_id=admitted.query_id, sample_index=[N, N + 1], logits=own))
-            assert code == grpc.StatusCode.INVALID_ARGUMENT and "scale 2^8.00" in details
+                session_id=sid, query_id=admitted.query_id, sample_index=[N, N + 1], share=own))
+            assert code == grpc.StatusCode.INVALID_ARGUMENT and "share holds 24 bytes" in details

@@ -1,7 +1,7 @@
 """Probes (finding 5): the coordinator's query policy cannot be bypassed by the active party.
 
-- a passive party's [[z_p]] on training rows, sent with invented indices while refuse_training_ids is on,
-  is refused, and adding it as the owner's own share learns nothing (inference runs under other keys);
+- shares of invented indices while refuse_training_ids is on are refused, and a crafted own share added to a
+  passive share learns nothing of z_p on the training rows (inference sums masked words; nothing is decrypted);
 - the training-ID refusal trusts the rows the passive parties trained on, not the active party's report;
 - the budget is the owner's: a new session does not reset it, and it survives a coordinator restart;
 - no release before FinishTraining, nor while the session trains again;
@@ -56,16 +56,13 @@ def test_training_ciphertext_with_invented_indices_is_refused(fed) -> None:
     passive = f.parties["passive-1"].engine
     trained, held = _index(f, sid, common[TRAIN][:10]), _index(f, sid, common[HELD_OUT][:10])
 
-    # The attacker's material: passive-1's [[z_p]] on training rows (a Forward of the next training step).
-    # The inference Forward it used to get on any rows is gone.
+    # The inference Forward the attacker used to get on any rows is gone.
     code, _ = _status(p.Forward, passive_pb2.ForwardRequest(session_id=sid, step=-1, sample_index=trained))
     assert code == grpc.StatusCode.INVALID_ARGUMENT
-    step = passive.session(sid).completed_step + 1
-    z_train = p.Forward(passive_pb2.ForwardRequest(session_id=sid, step=step, sample_index=trained))
 
-    def release(query_id: str, index: np.ndarray):
+    def release(query_id: str, index: np.ndarray):  # a crafted own share: zero words
         request = coordinator_pb2.ReleaseScoresRequest(
-            session_id=sid, query_id=query_id, logits=z_train, sample_index=index.tolist()
+            session_id=sid, query_id=query_id, share=bytes(8 * len(index)), sample_index=index.tolist()
         )
         return c.ReleaseScores(request)
 
@@ -82,8 +79,8 @@ def test_training_ciphertext_with_invented_indices_is_refused(fed) -> None:
     query = c.AdmitQuery(coordinator_pb2.AdmitQueryRequest(session_id=sid, sample_index=held.tolist()))
     code, details = _status(release, query.query_id, held)
     assert code == grpc.StatusCode.FAILED_PRECONDITION and "passive-1 sent no share" in details
-    # With passive-1's share, the training ciphertext can only stand in for the owner's share, and it is
-    # under the training keys: the released sum tells nothing about z_p on the training rows.
+    # With passive-1's share, the crafted own share leaves passive-1's mask in the sum: the released scores tell
+    # nothing about z_p on the training rows (nor on the held-out ones).
     p.ShareLogits(passive_pb2.ShareLogitsRequest(session_id=sid, query_id=query.query_id, sample_index=held))
     rows = passive.session(sid).rows
     w = passive.weights(sid)
@@ -113,12 +110,12 @@ def test_budget_is_per_owner_across_sessions_and_restarts(fed) -> None:
     assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and f"{spent} of {BUDGET}" in details
     assert engine.scored["active"] == spent  # a refused query spends nothing
     f.operator.predict(other.session_id, other_common[HELD_OUT][:3])
-    # A restarted coordinator reads the ledger (and the sessions, with their inference keys) from its state.
+    # A restarted coordinator reads the ledger (and the sessions) from its state.
     state = checkpoint.StateDir(f.layout.workdir / "coordinator" / "state")
     schema = load_config(f.layout.configs["coordinator"]).schema  # a smaller key epoch would refuse the session
     restarted = coordinator.Coordinator(ScoreReleaseChain(), ParamReleaseChain(), {}, state=state, schema=schema)
     assert restarted.scored["active"] == spent + 3
-    assert restarted.session(other.session_id).inference is not None
+    assert restarted.session(other.session_id).finished_step is not None
 
 
 def test_no_release_before_finish_training_nor_while_training(fed) -> None:
@@ -148,7 +145,7 @@ def test_chunked_predict_is_admitted_whole_or_refused_whole(fed, monkeypatch) ->
 
     def counting_release(*args, **kwargs):
         with lock:
-            releases.append(len(args[4]))  # (backend, session, query, own logits, sample_index, ...)
+            releases.append(len(args[3]))  # (session, query, own share, sample_index, ...)
         return real_release(*args, **kwargs)
 
     monkeypatch.setattr(active.coordinator, "release_scores", counting_release)

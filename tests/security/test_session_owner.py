@@ -35,7 +35,7 @@ def test_foreign_active_identity_is_refused_everywhere(tmp_path) -> None:
         passive = fed.parties["passive-1"].engine
         state = fed.layout.workdir / "coordinator" / "state"
         keys = {state / "epochs" / f"{SID}.e{e}.bin" for e in coordinator.sessions[SID].epochs}
-        assert keys and all(k.exists() for k in keys) and (state / "inference" / f"{SID}.bin").exists()
+        assert keys and all(k.exists() for k in keys)
 
         # The intruder: a valid certificate of the federation's CA with role active, another party id.
         intruder = tls.make_pki(fed.layout.workdir / "certs", ["active-2"]).files("active-2")
@@ -69,7 +69,7 @@ def test_foreign_active_identity_is_refused_everywhere(tmp_path) -> None:
             ),
             "Coordinator/ReleaseScores": (
                 c.ReleaseScores,
-                coordinator_pb2.ReleaseScoresRequest(session_id=SID, query_id="q", logits=matrix, sample_index=index),
+                coordinator_pb2.ReleaseScoresRequest(session_id=SID, query_id="q", share=bytes(8), sample_index=index),
             ),
             "Coordinator/ReleaseModel": (c.ReleaseModel, ref),
             "Coordinator/CloseSession": (c.CloseSession, ref),
@@ -109,7 +109,7 @@ def test_foreign_active_identity_is_refused_everywhere(tmp_path) -> None:
         assert coordinator.scored.get("active", 0) == 0 and coordinator.scored.get("active-2", 0) == 0
         assert SID in coordinator.sessions and SID in passive.sessions
         keys = {state / "epochs" / f"{SID}.e{e}.bin" for e in coordinator.sessions[SID].epochs}
-        assert keys and all(k.exists() for k in keys) and (state / "inference" / f"{SID}.bin").exists()
+        assert keys and all(k.exists() for k in keys)
         np.testing.assert_array_equal(passive.weights(SID), weights_before)
         released = op.predict(SID, common[128:178])  # the owner's whole budget is still there
         assert released.scores.shape == (50, 2)

@@ -9,6 +9,9 @@
    first batch gave X_p exactly; and PlainForward at step 0, before any training, returned every aligned row. Now
    every module starts from its holder's OS entropy, and step 0 is answered only after FinishTraining.
 Lead: a passive party knew the session seed, hence the coordinator's initial top model: gone with rule 1.
+Review 10 (live, of the masked sums): a pad reused when a step's rows were computed twice (F2), a refusal on h_p's
+range (F3) and empty rows answered INTERNAL (F5) are closed; the owner's probing of Σ h_p through its own share (F1)
+is a documented residual, replayed here.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 import grpc
 import numpy as np
 import pytest
+import torch
 
 from tests.integration.conftest import Federation
 from tests.security.conftest import federation
@@ -60,7 +64,8 @@ class _Attacker:
         self.backward = passive_pb2_grpc.PassiveStub(passive).Backward
 
     def send_embedding(self, step: int, rows: list[int]) -> None:
-        self.passive.SendEmbedding(passive_pb2.ForwardRequest(session_id=self.sid, step=step, sample_index=rows))
+        request = passive_pb2.ForwardRequest(session_id=self.sid, step=step, sample_index=rows)
+        self.nonce = self.passive.SendEmbedding(request).nonce
 
     def step_back(self, step: int, rows: list[int], gradient: Any) -> None:
         """∂L/∂h to the passive party, as the owner ends a step."""
@@ -77,7 +82,8 @@ class _Attacker:
 
     def unmasked(self, step: int, rows: list[int], h_a: np.ndarray) -> np.ndarray:
         """The owner's honest share of h_a: the passive party's mask taken out of the sum."""
-        return ring_mask.encode(h_a) - ring_mask.mask(self.mask_key, self.sid, step, np.asarray(rows), h_a.shape[1])
+        mask = ring_mask.embedding_mask(self.mask_key, self.sid, step, self.nonce, np.asarray(rows), h_a.shape[1])
+        return ring_mask.encode(h_a) - mask
 
 
 def _decryptions(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -202,3 +208,99 @@ def test_no_key_budget_bounds_the_batch(fed: Federation) -> None:
     assert fed.parties["coordinator"].engine.session(info.session_id).last_step == 1
     default = fed.operator.create_session("ckks", family="splitnn", settings={"embedding": 16})
     assert fed.parties["active"].engine.sessions[default.session_id].training.batch_size == 256
+
+
+def _h_p(fed: Federation, sid: str, rows: list[int]) -> np.ndarray:
+    """The passive party's h_p of ``rows`` as its bottom computes it (eval mode), to score the attacks."""
+    engine = fed.parties["passive-1"].engine
+    s = engine.sessions[sid]
+    module = s.trainer.bottom.module
+    was, _ = module.training, module.eval()
+    with torch.no_grad():
+        out = module(torch.as_tensor(engine._features(s, np.asarray(rows)), dtype=torch.float64)).numpy()
+    module.train(was)
+    return out
+
+
+def test_each_forward_of_a_step_has_its_own_pad(fed: Federation) -> None:
+    """Review 10 F2: the mask was bound to (session, step, rows) only, so a step's rows computed twice (a repeat, a
+    resumed step after a coordinator restart; with dropout h differs) carried one pad, and the coordinator read the
+    difference of the two h exactly. Each forward now draws its own nonce: the two shares' difference says nothing."""
+    sid, _ = _session(fed, "ckks", embedding=4, bottom_hidden=[8], dropout=0.5)
+    rows = list(range(16))
+    held = fed.parties["coordinator"].engine.session(sid).trainer
+    with fed.channel("active", "coordinator") as owner, fed.channel("active", "passive-1") as passive:
+        attacker = _Attacker(fed, sid, owner, passive)
+        shares, nonces = [], []
+        for _ in range(3):
+            attacker.send_embedding(1, rows)
+            shares.append(held.pending[1][2].copy())
+            nonces.append(attacker.nonce)
+    assert len(set(nonces)) == 3
+    for later in shares[1:]:  # the pads no longer cancel: the difference is uniform words, not h2 − h1 (|h| ~ 1)
+        assert np.median(np.abs(ring_mask.decode(later - shares[0]))) > 2.0**20
+
+
+def test_send_embedding_never_refuses_on_the_passive_partys_values(fed: Federation) -> None:
+    """Review 10 F3: an h_p beyond the encoding's range was refused, so an owner that had driven W_p with crafted
+    gradients read |x_j·x_i| >= bound from refusals. Encoding clips now: the share is sent whatever h_p is."""
+    sid, _ = _session(fed, "ckks", embedding=4, top_hidden=[4])
+    bottom = fed.parties["passive-1"].engine.sessions[sid].trainer.bottom.module
+    with torch.no_grad():
+        for parameter in bottom.parameters():
+            parameter.mul_(1e15)  # what unchecked crafted gradients can make of W_p
+    rows = list(range(16))
+    assert np.abs(_h_p(fed, sid, rows)).max() > 2.0**32
+    with fed.channel("active", "coordinator") as owner, fed.channel("active", "passive-1") as passive:
+        attacker = _Attacker(fed, sid, owner, passive)
+        attacker.send_embedding(1, rows)  # answered
+        with pytest.raises(grpc.RpcError) as refused:  # Review 10 F5: no rows is refused, naming the field
+            attacker.top_step(1, np.zeros((0, 4), np.uint64), np.zeros(0), [])
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "sample_index" in refused.value.details()
+
+
+def test_residual_the_owner_reads_the_sum_of_passive_embeddings_by_probing_its_own_share(fed: Federation) -> None:
+    """A documented residual (review 10 F1), not a defense: the owner chooses its own share and gets ∂L/∂h back, a
+    function of Σ h_p at offsets of its choosing. With the top's leading relu, ∂L/∂h is 0 exactly where h < 0, so
+    sending h_a = −m and a zero gradient back (nothing checks it) bisects every entry of Σ h_p; 20 steps read it to
+    2^-16 here, on every aligned row at once. With one passive party that is h_p."""
+    # The owner's own choice of optimiser: no weight decay, so a zero gradient leaves every bottom where it is.
+    info = fed.operator.create_session("ckks", family="splitnn", settings={"embedding": 4, "top_hidden": [8]}, l2=0.0)
+    sid = info.session_id
+    fed.operator.align(sid)
+    rows = list(range(len(fed.parties["passive-1"].engine.sessions[sid].rows)))
+    n, e = len(rows), 4
+    lo, hi = np.full((n, e), -8.0), np.full((n, e), 8.0)
+    with fed.channel("active", "coordinator") as owner, fed.channel("active", "passive-1") as passive:
+        attacker = _Attacker(fed, sid, owner, passive)
+        for step in range(1, 21):
+            mid = (lo + hi) / 2
+            attacker.send_embedding(step, rows)
+            reply = attacker.top_step(step, attacker.unmasked(step, rows, -mid), np.zeros(n), rows)
+            below = from_tensor(reply.gradient, "gradient") == 0.0
+            hi, lo = np.where(below, mid, hi), np.where(below, lo, mid)
+            attacker.step_back(step, rows, to_tensor(np.zeros((n, e))))
+    assert np.abs((lo + hi) / 2 - _h_p(fed, sid, rows)).max() < 2.0**-15
+
+
+def test_residual_a_passive_party_reads_the_sign_pattern_of_the_others_sum(fed: Federation) -> None:
+    """A documented residual (review 10 F4): ∂L/∂h, which every party gets, is 0 exactly where h < 0 (the top's leading
+    relu), so a passive party that sends 0 in place of h_p reads the sign of every entry of the others' sum (with two
+    parties, of h_a), every step."""
+    sid, _ = _session(fed, "ckks", embedding=4, top_hidden=[8])
+    rows, n = list(range(64)), 64
+    h_a = np.random.default_rng(3).normal(size=(n, 4))  # the owner's embedding, honest
+    key = fed.parties["passive-1"].engine.sessions[sid].share_mask_key  # the passive party's own
+    with (
+        fed.channel("active", "coordinator") as owner,
+        fed.channel("active", "passive-1") as passive,
+        fed.channel("passive-1", "coordinator") as sender,
+    ):
+        honest = _Attacker(fed, sid, owner, passive)
+        honest.send_embedding(1, rows)
+        zero = ring_mask.encode(np.zeros((n, 4))) + ring_mask.embedding_mask(key, sid, 1, honest.nonce, rows, 4)
+        splitnn_pb2_grpc.SplitNnCoordinatorStub(sender).SubmitEmbedding(
+            splitnn_pb2.EmbeddingShare(session_id=sid, step=1, sample_index=rows, share=ring_mask.to_bytes(zero))
+        )
+        gradient = from_tensor(honest.top_step(1, honest.unmasked(1, rows, h_a), np.zeros(n), rows).gradient, "g")
+    assert np.array_equal(gradient == 0.0, h_a < 0)

@@ -16,8 +16,9 @@ import numpy as np
 import tenseal as ts
 
 from tests.security.conftest import federation
-from vflsec.services.crypto import he
+from vflsec.services.crypto import he, ring_mask
 from vflsec.services.engines import passive
+from vflsec.services.models import lr
 
 ROOT = Path(__file__).resolve().parents[2]
 MASK_FLOOR = 2.0**20  # a masked product slot is uniform in ±2^24 around a value |δ·x| <= 64
@@ -61,12 +62,20 @@ def test_coordinator_decrypts_only_aggregates_and_passives_receive_only_cipherte
                 return block_sum_replies[-1]
 
             link.block_sums = watched_sums
+        coordinator = fed.parties["coordinator"].engine
+        submit, stored = coordinator.submit_share, []
+
+        def watched_submit(session_id, query_id, caller, sample_index, share):  # type: ignore[no-untyped-def]
+            stored.append(share)
+            return submit(session_id, query_id, caller, sample_index, share)
+
+        coordinator.submit_share = watched_submit
         info = fed.operator.create_session("ckks", seed=0)
         common = fed.operator.align(info.session_id)
         list(fed.operator.train(info.session_id, common[:120], 2))
         n_training = len(decrypted)
         queried = common[120:140]
-        fed.operator.predict(info.session_id, queried)
+        released = fed.operator.predict(info.session_id, queried).scores
 
         # The true aggregate and each passive share of the queried rows, from the parties' own state.
         sid = info.session_id
@@ -92,13 +101,15 @@ def test_coordinator_decrypts_only_aggregates_and_passives_receive_only_cipherte
             if v.size >= flat.size and np.abs(flat).max() > 1e-3:  # step 1's all-zero blocks say nothing
                 assert np.abs(v[: flat.size] - flat).max() > 1e-3
 
-    # Coordinator, inference: exactly the aggregate z of the admitted rows, never a share on its own.
+    # Coordinator, inference: it decrypts nothing; each share it stores is masked words, and the scores it releases
+    # are those of the aggregate z of the admitted rows.
     z = own + sum(inference_shares)
-    layout = he.MatrixLayout.for_matrix(z.shape, 1, fed.parties["coordinator"].engine.session(sid).backend.slots)
-    released = layout.unpack(decrypted[n_training:])
-    np.testing.assert_allclose(released, z, atol=1e-3)
-    for share in inference_shares:
-        assert np.abs(released - share).max() > 1e-2
+    assert len(decrypted) == n_training
+    assert len(stored) == 2
+    for words, share in zip(stored, inference_shares, strict=True):
+        seen = ring_mask.decode(ring_mask.from_bytes(words, share.shape, "share"))
+        assert np.median(np.abs(seen - share)) > 2.0**30
+    np.testing.assert_allclose(released, lr.confidence_scores(z), atol=1e-6)
 
     # Passive parties: δ arrives encrypted; block sums arrive masked (the party alone can unmask its gradient).
     assert deltas and all(isinstance(ct, ts.CKKSVector) for d in deltas for ct in d.ciphertexts)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from vflsec.services.crypto import ring_mask
+from vflsec.services.crypto import entropy, ring_mask
 from vflsec.services.models import splitnn as sn
 from vflsec.services.models.splitnn.modules import DTYPE, CentralModel
 
@@ -46,7 +46,8 @@ def _central_grads(config: sn.SplitNNConfig, blocks: tuple[np.ndarray, ...], y: 
 def _shares(fed: sn.LocalFederation, h: dict[int, np.ndarray], step: int = 1) -> list[np.ndarray]:
     """Every party's share of a step as the services build them: the owner's first."""
     rows = np.arange(len(h[0]))
-    masks = {p: ring_mask.mask(key, "s", step, rows, h[0].shape[1]) for p, key in fed.mask_keys.items()}
+    nonce, width = entropy.new_nonce(), h[0].shape[1]
+    masks = {p: ring_mask.embedding_mask(key, "s", step, nonce, rows, width) for p, key in fed.mask_keys.items()}
     own = ring_mask.encode(h[0])
     for mask in masks.values():
         own -= mask
@@ -110,8 +111,10 @@ def test_key_holder_clips_a_crafted_share_and_never_refuses() -> None:
     crafted = np.full((4, 16), np.uint64(2**62))
     h = sn.open_masked([crafted, ring_mask.encode(np.ones((4, 16)))])
     assert (np.abs(h) <= sn.EMBEDDING_BOUND).all() and (h == sn.EMBEDDING_BOUND).all()
-    with pytest.raises(ValueError, match="finite"):
-        ring_mask.encode(np.array([[np.nan]]))
+    # Encoding refuses no value either: NaN is 0, beyond ±2^31 is clipped.
+    assert ring_mask.decode(ring_mask.encode(np.array([np.nan, np.inf, -1e300, 2.5]))).tolist() == [
+        0.0, 2.0**31, -(2.0**31), 2.5
+    ]
 
 
 @pytest.mark.parametrize("topology", sn.TOPOLOGIES)

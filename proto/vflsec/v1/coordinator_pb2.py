@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from vflsec.v1 import common_pb2 as vflsec_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bvflsec/v1/coordinator.proto\x12\tvflsec.v1\x1a\x16vflsec/v1/common.proto\"\xcd\x01\n\x12OpenSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12#\n\x07\x62\x61\x63kend\x18\x02 \x01(\x0e\x32\x12.vflsec.v1.Backend\x12\x11\n\tn_classes\x18\x03 \x01(\x05\x12\x17\n\x0fpassive_parties\x18\x04 \x03(\t\x12%\n\x05model\x18\x05 \x01(\x0b\x32\x16.vflsec.v1.ModelChoice\x12+\n\x08training\x18\x06 \x01(\x0b\x32\x19.vflsec.v1.TrainingConfig\"\x88\x01\n\x10OpenSessionReply\x12\x16\n\x0epublic_context\x18\x01 \x01(\x0c\x12-\n\rscore_release\x18\x02 \x03(\x0b\x32\x16.vflsec.v1.ReleaseStep\x12-\n\rparam_release\x18\x03 \x03(\x0b\x32\x16.vflsec.v1.ReleaseStep\"\x7f\n\rPublicContext\x12#\n\x07\x62\x61\x63kend\x18\x01 \x01(\x0e\x32\x12.vflsec.v1.Backend\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x11\n\tn_classes\x18\x03 \x01(\x05\x12\r\n\x05owner\x18\x04 \x01(\t\x12\x19\n\x11inference_context\x18\x05 \x01(\x0c\":\n\x16TrainingContextRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\"@\n\x0fTrainingContext\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x10\n\x08rotation\x18\x02 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"\xfa\x01\n\x15TrainingScoresRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12*\n\x06logits\x18\x03 \x01(\x0b\x32\x1a.vflsec.v1.EncryptedMatrix\x12\x10\n\x08replicas\x18\x04 \x01(\x05\x12\x14\n\x0csample_index\x18\x05 \x03(\x03\x12<\n\x06widths\x18\x06 \x03(\x0b\x32,.vflsec.v1.TrainingScoresRequest.WidthsEntry\x1a-\n\x0bWidthsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\"X\n\x10\x42lockSumsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12\x13\n\x0b\x63iphertexts\x18\x03 \x03(\x0c\x12\r\n\x05width\x18\x04 \x01(\x05\"~\n\x14ReleaseScoresRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12*\n\x06logits\x18\x02 \x01(\x0b\x32\x1a.vflsec.v1.EncryptedMatrix\x12\x14\n\x0csample_index\x18\x03 \x03(\x03\x12\x10\n\x08query_id\x18\x04 \x01(\t\"=\n\x11\x41\x64mitQueryRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0csample_index\x18\x02 \x03(\x03\"^\n\x0f\x41\x64mitQueryReply\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\x0e\n\x06scored\x18\x02 \x01(\x03\x12\x0e\n\x06\x62udget\x18\x03 \x01(\x03\x12\x19\n\x11inference_context\x18\x04 \x01(\x0c\"v\n\x0cShareRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08query_id\x18\x02 \x01(\t\x12\x14\n\x0csample_index\x18\x03 \x03(\x03\x12*\n\x06logits\x18\x04 \x01(\x0b\x32\x1a.vflsec.v1.EncryptedMatrix\"r\n\x0eReleasedScores\x12!\n\x06scores\x18\x01 \x01(\x0b\x32\x11.vflsec.v1.Tensor\x12%\n\x05\x63hain\x18\x02 \x03(\x0b\x32\x16.vflsec.v1.ReleaseStep\x12\x16\n\x0e\x61rgmax_changed\x18\x03 \x01(\x03\"V\n\x0cPassiveBlock\x12\x10\n\x08party_id\x18\x01 \x01(\t\x12\x10\n\x08withheld\x18\x02 \x01(\x08\x12\"\n\x07weights\x18\x03 \x01(\x0b\x32\x11.vflsec.v1.Tensor\"\x83\x02\n\rReleasedModel\x12(\n\x07passive\x18\x01 \x03(\x0b\x32\x17.vflsec.v1.PassiveBlock\x12%\n\x05\x63hain\x18\x02 \x03(\x0b\x32\x16.vflsec.v1.ReleaseStep\x12&\n\x0b\x62ias_offset\x18\x03 \x01(\x0b\x32\x11.vflsec.v1.Tensor\x12\x36\n\x07tensors\x18\x04 \x03(\x0b\x32%.vflsec.v1.ReleasedModel.TensorsEntry\x1a\x41\n\x0cTensorsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12 \n\x05value\x18\x02 \x01(\x0b\x32\x11.vflsec.v1.Tensor:\x02\x38\x01\x32\x91\x06\n\x0b\x43oordinator\x12I\n\x0bOpenSession\x12\x1d.vflsec.v1.OpenSessionRequest\x1a\x1b.vflsec.v1.OpenSessionReply\x12\x43\n\x10GetPublicContext\x12\x15.vflsec.v1.SessionRef\x1a\x18.vflsec.v1.PublicContext\x12S\n\x12GetTrainingContext\x12!.vflsec.v1.TrainingContextRequest\x1a\x1a.vflsec.v1.TrainingContext\x12U\n\x15\x43omputeTrainingScores\x12 .vflsec.v1.TrainingScoresRequest\x1a\x1a.vflsec.v1.EncryptedMatrix\x12\x42\n\x10\x44\x65\x63ryptBlockSums\x12\x1b.vflsec.v1.BlockSumsRequest\x1a\x11.vflsec.v1.Tensor\x12\x39\n\x0e\x46inishTraining\x12\x15.vflsec.v1.SessionRef\x1a\x10.vflsec.v1.Empty\x12\x46\n\nAdmitQuery\x12\x1c.vflsec.v1.AdmitQueryRequest\x1a\x1a.vflsec.v1.AdmitQueryReply\x12\x38\n\x0bSubmitShare\x12\x17.vflsec.v1.ShareRequest\x1a\x10.vflsec.v1.Empty\x12K\n\rReleaseScores\x12\x1f.vflsec.v1.ReleaseScoresRequest\x1a\x19.vflsec.v1.ReleasedScores\x12?\n\x0cReleaseModel\x12\x15.vflsec.v1.SessionRef\x1a\x18.vflsec.v1.ReleasedModel\x12\x37\n\x0c\x43loseSession\x12\x15.vflsec.v1.SessionRef\x1a\x10.vflsec.v1.Emptyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bvflsec/v1/coordinator.proto\x12\tvflsec.v1\x1a\x16vflsec/v1/common.proto\"\xcd\x01\n\x12OpenSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12#\n\x07\x62\x61\x63kend\x18\x02 \x01(\x0e\x32\x12.vflsec.v1.Backend\x12\x11\n\tn_classes\x18\x03 \x01(\x05\x12\x17\n\x0fpassive_parties\x18\x04 \x03(\t\x12%\n\x05model\x18\x05 \x01(\x0b\x32\x16.vflsec.v1.ModelChoice\x12+\n\x08training\x18\x06 \x01(\x0b\x32\x19.vflsec.v1.TrainingConfig\"\x88\x01\n\x10OpenSessionReply\x12\x16\n\x0epublic_context\x18\x01 \x01(\x0c\x12-\n\rscore_release\x18\x02 \x03(\x0b\x32\x16.vflsec.v1.ReleaseStep\x12-\n\rparam_release\x18\x03 \x03(\x0b\x32\x16.vflsec.v1.ReleaseStep\"j\n\rPublicContext\x12#\n\x07\x62\x61\x63kend\x18\x01 \x01(\x0e\x32\x12.vflsec.v1.Backend\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x11\n\tn_classes\x18\x03 \x01(\x05\x12\r\n\x05owner\x18\x04 \x01(\tJ\x04\x08\x05\x10\x06\":\n\x16TrainingContextRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\"@\n\x0fTrainingContext\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x10\n\x08rotation\x18\x02 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"\xfa\x01\n\x15TrainingScoresRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12*\n\x06logits\x18\x03 \x01(\x0b\x32\x1a.vflsec.v1.EncryptedMatrix\x12\x10\n\x08replicas\x18\x04 \x01(\x05\x12\x14\n\x0csample_index\x18\x05 \x03(\x03\x12<\n\x06widths\x18\x06 \x03(\x0b\x32,.vflsec.v1.TrainingScoresRequest.WidthsEntry\x1a-\n\x0bWidthsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\"X\n\x10\x42lockSumsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12\x13\n\x0b\x63iphertexts\x18\x03 \x03(\x0c\x12\r\n\x05width\x18\x04 \x01(\x05\"g\n\x14ReleaseScoresRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0csample_index\x18\x03 \x03(\x03\x12\x10\n\x08query_id\x18\x04 \x01(\t\x12\r\n\x05share\x18\x05 \x01(\x0cJ\x04\x08\x02\x10\x03\"=\n\x11\x41\x64mitQueryRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0csample_index\x18\x02 \x03(\x03\"I\n\x0f\x41\x64mitQueryReply\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\x0e\n\x06scored\x18\x02 \x01(\x03\x12\x0e\n\x06\x62udget\x18\x03 \x01(\x03J\x04\x08\x04\x10\x05\"_\n\x0cShareRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08query_id\x18\x02 \x01(\t\x12\x14\n\x0csample_index\x18\x03 \x03(\x03\x12\r\n\x05share\x18\x05 \x01(\x0cJ\x04\x08\x04\x10\x05\"r\n\x0eReleasedScores\x12!\n\x06scores\x18\x01 \x01(\x0b\x32\x11.vflsec.v1.Tensor\x12%\n\x05\x63hain\x18\x02 \x03(\x0b\x32\x16.vflsec.v1.ReleaseStep\x12\x16\n\x0e\x61rgmax_changed\x18\x03 \x01(\x03\"V\n\x0cPassiveBlock\x12\x10\n\x08party_id\x18\x01 \x01(\t\x12\x10\n\x08withheld\x18\x02 \x01(\x08\x12\"\n\x07weights\x18\x03 \x01(\x0b\x32\x11.vflsec.v1.Tensor\"\x83\x02\n\rReleasedModel\x12(\n\x07passive\x18\x01 \x03(\x0b\x32\x17.vflsec.v1.PassiveBlock\x12%\n\x05\x63hain\x18\x02 \x03(\x0b\x32\x16.vflsec.v1.ReleaseStep\x12&\n\x0b\x62ias_offset\x18\x03 \x01(\x0b\x32\x11.vflsec.v1.Tensor\x12\x36\n\x07tensors\x18\x04 \x03(\x0b\x32%.vflsec.v1.ReleasedModel.TensorsEntry\x1a\x41\n\x0cTensorsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12 \n\x05value\x18\x02 \x01(\x0b\x32\x11.vflsec.v1.Tensor:\x02\x38\x01\x32\x91\x06\n\x0b\x43oordinator\x12I\n\x0bOpenSession\x12\x1d.vflsec.v1.OpenSessionRequest\x1a\x1b.vflsec.v1.OpenSessionReply\x12\x43\n\x10GetPublicContext\x12\x15.vflsec.v1.SessionRef\x1a\x18.vflsec.v1.PublicContext\x12S\n\x12GetTrainingContext\x12!.vflsec.v1.TrainingContextRequest\x1a\x1a.vflsec.v1.TrainingContext\x12U\n\x15\x43omputeTrainingScores\x12 .vflsec.v1.TrainingScoresRequest\x1a\x1a.vflsec.v1.EncryptedMatrix\x12\x42\n\x10\x44\x65\x63ryptBlockSums\x12\x1b.vflsec.v1.BlockSumsRequest\x1a\x11.vflsec.v1.Tensor\x12\x39\n\x0e\x46inishTraining\x12\x15.vflsec.v1.SessionRef\x1a\x10.vflsec.v1.Empty\x12\x46\n\nAdmitQuery\x12\x1c.vflsec.v1.AdmitQueryRequest\x1a\x1a.vflsec.v1.AdmitQueryReply\x12\x38\n\x0bSubmitShare\x12\x17.vflsec.v1.ShareRequest\x1a\x10.vflsec.v1.Empty\x12K\n\rReleaseScores\x12\x1f.vflsec.v1.ReleaseScoresRequest\x1a\x19.vflsec.v1.ReleasedScores\x12?\n\x0cReleaseModel\x12\x15.vflsec.v1.SessionRef\x1a\x18.vflsec.v1.ReleasedModel\x12\x37\n\x0c\x43loseSession\x12\x15.vflsec.v1.SessionRef\x1a\x10.vflsec.v1.Emptyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -41,33 +41,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_OPENSESSIONREPLY']._serialized_start=275
   _globals['_OPENSESSIONREPLY']._serialized_end=411
   _globals['_PUBLICCONTEXT']._serialized_start=413
-  _globals['_PUBLICCONTEXT']._serialized_end=540
-  _globals['_TRAININGCONTEXTREQUEST']._serialized_start=542
-  _globals['_TRAININGCONTEXTREQUEST']._serialized_end=600
-  _globals['_TRAININGCONTEXT']._serialized_start=602
-  _globals['_TRAININGCONTEXT']._serialized_end=666
-  _globals['_TRAININGSCORESREQUEST']._serialized_start=669
-  _globals['_TRAININGSCORESREQUEST']._serialized_end=919
-  _globals['_TRAININGSCORESREQUEST_WIDTHSENTRY']._serialized_start=874
-  _globals['_TRAININGSCORESREQUEST_WIDTHSENTRY']._serialized_end=919
-  _globals['_BLOCKSUMSREQUEST']._serialized_start=921
-  _globals['_BLOCKSUMSREQUEST']._serialized_end=1009
-  _globals['_RELEASESCORESREQUEST']._serialized_start=1011
-  _globals['_RELEASESCORESREQUEST']._serialized_end=1137
-  _globals['_ADMITQUERYREQUEST']._serialized_start=1139
-  _globals['_ADMITQUERYREQUEST']._serialized_end=1200
-  _globals['_ADMITQUERYREPLY']._serialized_start=1202
-  _globals['_ADMITQUERYREPLY']._serialized_end=1296
-  _globals['_SHAREREQUEST']._serialized_start=1298
-  _globals['_SHAREREQUEST']._serialized_end=1416
-  _globals['_RELEASEDSCORES']._serialized_start=1418
-  _globals['_RELEASEDSCORES']._serialized_end=1532
-  _globals['_PASSIVEBLOCK']._serialized_start=1534
-  _globals['_PASSIVEBLOCK']._serialized_end=1620
-  _globals['_RELEASEDMODEL']._serialized_start=1623
-  _globals['_RELEASEDMODEL']._serialized_end=1882
-  _globals['_RELEASEDMODEL_TENSORSENTRY']._serialized_start=1817
-  _globals['_RELEASEDMODEL_TENSORSENTRY']._serialized_end=1882
-  _globals['_COORDINATOR']._serialized_start=1885
-  _globals['_COORDINATOR']._serialized_end=2670
+  _globals['_PUBLICCONTEXT']._serialized_end=519
+  _globals['_TRAININGCONTEXTREQUEST']._serialized_start=521
+  _globals['_TRAININGCONTEXTREQUEST']._serialized_end=579
+  _globals['_TRAININGCONTEXT']._serialized_start=581
+  _globals['_TRAININGCONTEXT']._serialized_end=645
+  _globals['_TRAININGSCORESREQUEST']._serialized_start=648
+  _globals['_TRAININGSCORESREQUEST']._serialized_end=898
+  _globals['_TRAININGSCORESREQUEST_WIDTHSENTRY']._serialized_start=853
+  _globals['_TRAININGSCORESREQUEST_WIDTHSENTRY']._serialized_end=898
+  _globals['_BLOCKSUMSREQUEST']._serialized_start=900
+  _globals['_BLOCKSUMSREQUEST']._serialized_end=988
+  _globals['_RELEASESCORESREQUEST']._serialized_start=990
+  _globals['_RELEASESCORESREQUEST']._serialized_end=1093
+  _globals['_ADMITQUERYREQUEST']._serialized_start=1095
+  _globals['_ADMITQUERYREQUEST']._serialized_end=1156
+  _globals['_ADMITQUERYREPLY']._serialized_start=1158
+  _globals['_ADMITQUERYREPLY']._serialized_end=1231
+  _globals['_SHAREREQUEST']._serialized_start=1233
+  _globals['_SHAREREQUEST']._serialized_end=1328
+  _globals['_RELEASEDSCORES']._serialized_start=1330
+  _globals['_RELEASEDSCORES']._serialized_end=1444
+  _globals['_PASSIVEBLOCK']._serialized_start=1446
+  _globals['_PASSIVEBLOCK']._serialized_end=1532
+  _globals['_RELEASEDMODEL']._serialized_start=1535
+  _globals['_RELEASEDMODEL']._serialized_end=1794
+  _globals['_RELEASEDMODEL_TENSORSENTRY']._serialized_start=1729
+  _globals['_RELEASEDMODEL_TENSORSENTRY']._serialized_end=1794
+  _globals['_COORDINATOR']._serialized_start=1797
+  _globals['_COORDINATOR']._serialized_end=2582
 # @@protoc_insertion_point(module_scope)

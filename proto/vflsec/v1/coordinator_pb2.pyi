@@ -34,18 +34,16 @@ class OpenSessionReply(_message.Message):
     def __init__(self, public_context: _Optional[bytes] = ..., score_release: _Optional[_Iterable[_Union[_common_pb2.ReleaseStep, _Mapping]]] = ..., param_release: _Optional[_Iterable[_Union[_common_pb2.ReleaseStep, _Mapping]]] = ...) -> None: ...
 
 class PublicContext(_message.Message):
-    __slots__ = ("backend", "data", "n_classes", "owner", "inference_context")
+    __slots__ = ("backend", "data", "n_classes", "owner")
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     N_CLASSES_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
-    INFERENCE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     backend: _common_pb2.Backend
     data: bytes
     n_classes: int
     owner: str
-    inference_context: bytes
-    def __init__(self, backend: _Optional[_Union[_common_pb2.Backend, str]] = ..., data: _Optional[bytes] = ..., n_classes: _Optional[int] = ..., owner: _Optional[str] = ..., inference_context: _Optional[bytes] = ...) -> None: ...
+    def __init__(self, backend: _Optional[_Union[_common_pb2.Backend, str]] = ..., data: _Optional[bytes] = ..., n_classes: _Optional[int] = ..., owner: _Optional[str] = ...) -> None: ...
 
 class TrainingContextRequest(_message.Message):
     __slots__ = ("session_id", "step")
@@ -101,16 +99,16 @@ class BlockSumsRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., step: _Optional[int] = ..., ciphertexts: _Optional[_Iterable[bytes]] = ..., width: _Optional[int] = ...) -> None: ...
 
 class ReleaseScoresRequest(_message.Message):
-    __slots__ = ("session_id", "logits", "sample_index", "query_id")
+    __slots__ = ("session_id", "sample_index", "query_id", "share")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
-    LOGITS_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_INDEX_FIELD_NUMBER: _ClassVar[int]
     QUERY_ID_FIELD_NUMBER: _ClassVar[int]
+    SHARE_FIELD_NUMBER: _ClassVar[int]
     session_id: str
-    logits: _common_pb2.EncryptedMatrix
     sample_index: _containers.RepeatedScalarFieldContainer[int]
     query_id: str
-    def __init__(self, session_id: _Optional[str] = ..., logits: _Optional[_Union[_common_pb2.EncryptedMatrix, _Mapping]] = ..., sample_index: _Optional[_Iterable[int]] = ..., query_id: _Optional[str] = ...) -> None: ...
+    share: bytes
+    def __init__(self, session_id: _Optional[str] = ..., sample_index: _Optional[_Iterable[int]] = ..., query_id: _Optional[str] = ..., share: _Optional[bytes] = ...) -> None: ...
 
 class AdmitQueryRequest(_message.Message):
     __slots__ = ("session_id", "sample_index")
@@ -121,28 +119,26 @@ class AdmitQueryRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., sample_index: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class AdmitQueryReply(_message.Message):
-    __slots__ = ("query_id", "scored", "budget", "inference_context")
+    __slots__ = ("query_id", "scored", "budget")
     QUERY_ID_FIELD_NUMBER: _ClassVar[int]
     SCORED_FIELD_NUMBER: _ClassVar[int]
     BUDGET_FIELD_NUMBER: _ClassVar[int]
-    INFERENCE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     query_id: str
     scored: int
     budget: int
-    inference_context: bytes
-    def __init__(self, query_id: _Optional[str] = ..., scored: _Optional[int] = ..., budget: _Optional[int] = ..., inference_context: _Optional[bytes] = ...) -> None: ...
+    def __init__(self, query_id: _Optional[str] = ..., scored: _Optional[int] = ..., budget: _Optional[int] = ...) -> None: ...
 
 class ShareRequest(_message.Message):
-    __slots__ = ("session_id", "query_id", "sample_index", "logits")
+    __slots__ = ("session_id", "query_id", "sample_index", "share")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     QUERY_ID_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_INDEX_FIELD_NUMBER: _ClassVar[int]
-    LOGITS_FIELD_NUMBER: _ClassVar[int]
+    SHARE_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     query_id: str
     sample_index: _containers.RepeatedScalarFieldContainer[int]
-    logits: _common_pb2.EncryptedMatrix
-    def __init__(self, session_id: _Optional[str] = ..., query_id: _Optional[str] = ..., sample_index: _Optional[_Iterable[int]] = ..., logits: _Optional[_Union[_common_pb2.EncryptedMatrix, _Mapping]] = ...) -> None: ...
+    share: bytes
+    def __init__(self, session_id: _Optional[str] = ..., query_id: _Optional[str] = ..., sample_index: _Optional[_Iterable[int]] = ..., share: _Optional[bytes] = ...) -> None: ...
 
 class ReleasedScores(_message.Message):
     __slots__ = ("scores", "chain", "argmax_changed")

@@ -161,18 +161,18 @@ class CoordinatorServicer:
         raise NotImplementedError('Method not implemented!')
 
     def SubmitShare(self, request, context):
-        """Passive party of the session, inference: its share [[X_p W_p^T]] for rows of an admitted query, sent
-        here directly (the active party never holds it).
+        """Passive party of the session, inference: its share (LR: X_p W_p^T) for rows of an admitted query under its
+        zero-sum mask, sent here directly (the active party never holds it).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ReleaseScores(self, request, context):
-        """Owner, inference: the coordinator sums every passive party's share for these rows of the query with the
-        owner's own share (all under the session's inference keys, which no training ciphertext uses), decrypts
-        the sum and releases scores through the score-release chain. Each admitted
-        row is released once; rows some passive party has not shared are refused (FAILED_PRECONDITION).
+        """Owner, inference: the coordinator adds every passive party's share for these rows of the query to the
+        owner's own share in Z_2^64, where the masks cancel (nothing is decrypted), and releases scores of the sum
+        through the score-release chain. Each admitted row is released once; rows some passive party has not
+        shared are refused (FAILED_PRECONDITION).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

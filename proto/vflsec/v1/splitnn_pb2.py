@@ -26,7 +26,7 @@ from vflsec.v1 import common_pb2 as vflsec_dot_v1_dot_common__pb2
 from vflsec.v1 import passive_pb2 as vflsec_dot_v1_dot_passive__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17vflsec/v1/splitnn.proto\x12\tvflsec.v1\x1a\x16vflsec/v1/common.proto\x1a\x17vflsec/v1/passive.proto\"\xf5\x01\n\x0eTopStepRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12\x14\n\x0csample_index\x18\x03 \x03(\x03\x12\r\n\x05share\x18\x08 \x01(\x0c\x12!\n\x06labels\x18\x05 \x01(\x0b\x32\x11.vflsec.v1.Tensor\x12\x35\n\x06widths\x18\x06 \x03(\x0b\x32%.vflsec.v1.TopStepRequest.WidthsEntry\x12\r\n\x05\x65poch\x18\x07 \x01(\x05\x1a-\n\x0bWidthsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01J\x04\x08\x04\x10\x05\"W\n\x0e\x45mbeddingShare\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12\x14\n\x0csample_index\x18\x03 \x03(\x03\x12\r\n\x05share\x18\x04 \x01(\x0c\"A\n\x0cTopStepReply\x12#\n\x08gradient\x18\x01 \x01(\x0b\x32\x11.vflsec.v1.Tensor\x12\x0c\n\x04loss\x18\x02 \x01(\x01\"\x88\x01\n\x0cNamedTensors\x12\x35\n\x07tensors\x18\x01 \x03(\x0b\x32$.vflsec.v1.NamedTensors.TensorsEntry\x1a\x41\n\x0cTensorsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12 \n\x05value\x18\x02 \x01(\x0b\x32\x11.vflsec.v1.Tensor:\x02\x38\x01\x32\x93\x01\n\x12SplitNnCoordinator\x12=\n\x07TopStep\x12\x19.vflsec.v1.TopStepRequest\x1a\x17.vflsec.v1.TopStepReply\x12>\n\x0fSubmitEmbedding\x12\x19.vflsec.v1.EmbeddingShare\x1a\x10.vflsec.v1.Empty2\xc9\x01\n\x0eSplitNnPassive\x12<\n\x0cPlainForward\x12\x19.vflsec.v1.ForwardRequest\x1a\x11.vflsec.v1.Tensor\x12<\n\rSendEmbedding\x12\x19.vflsec.v1.ForwardRequest\x1a\x10.vflsec.v1.Empty\x12;\n\tGetBottom\x12\x15.vflsec.v1.SessionRef\x1a\x17.vflsec.v1.NamedTensorsb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17vflsec/v1/splitnn.proto\x12\tvflsec.v1\x1a\x16vflsec/v1/common.proto\x1a\x17vflsec/v1/passive.proto\"\xf5\x01\n\x0eTopStepRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12\x14\n\x0csample_index\x18\x03 \x03(\x03\x12\r\n\x05share\x18\x08 \x01(\x0c\x12!\n\x06labels\x18\x05 \x01(\x0b\x32\x11.vflsec.v1.Tensor\x12\x35\n\x06widths\x18\x06 \x03(\x0b\x32%.vflsec.v1.TopStepRequest.WidthsEntry\x12\r\n\x05\x65poch\x18\x07 \x01(\x05\x1a-\n\x0bWidthsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01J\x04\x08\x04\x10\x05\"W\n\x0e\x45mbeddingShare\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12\x14\n\x0csample_index\x18\x03 \x03(\x03\x12\r\n\x05share\x18\x04 \x01(\x0c\"\x1e\n\rEmbeddingSent\x12\r\n\x05nonce\x18\x01 \x01(\x0c\"A\n\x0cTopStepReply\x12#\n\x08gradient\x18\x01 \x01(\x0b\x32\x11.vflsec.v1.Tensor\x12\x0c\n\x04loss\x18\x02 \x01(\x01\"\x88\x01\n\x0cNamedTensors\x12\x35\n\x07tensors\x18\x01 \x03(\x0b\x32$.vflsec.v1.NamedTensors.TensorsEntry\x1a\x41\n\x0cTensorsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12 \n\x05value\x18\x02 \x01(\x0b\x32\x11.vflsec.v1.Tensor:\x02\x38\x01\x32\x93\x01\n\x12SplitNnCoordinator\x12=\n\x07TopStep\x12\x19.vflsec.v1.TopStepRequest\x1a\x17.vflsec.v1.TopStepReply\x12>\n\x0fSubmitEmbedding\x12\x19.vflsec.v1.EmbeddingShare\x1a\x10.vflsec.v1.Empty2\xd1\x01\n\x0eSplitNnPassive\x12<\n\x0cPlainForward\x12\x19.vflsec.v1.ForwardRequest\x1a\x11.vflsec.v1.Tensor\x12\x44\n\rSendEmbedding\x12\x19.vflsec.v1.ForwardRequest\x1a\x18.vflsec.v1.EmbeddingSent\x12;\n\tGetBottom\x12\x15.vflsec.v1.SessionRef\x1a\x17.vflsec.v1.NamedTensorsb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -43,14 +43,16 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TOPSTEPREQUEST_WIDTHSENTRY']._serialized_end=327
   _globals['_EMBEDDINGSHARE']._serialized_start=335
   _globals['_EMBEDDINGSHARE']._serialized_end=422
-  _globals['_TOPSTEPREPLY']._serialized_start=424
-  _globals['_TOPSTEPREPLY']._serialized_end=489
-  _globals['_NAMEDTENSORS']._serialized_start=492
-  _globals['_NAMEDTENSORS']._serialized_end=628
-  _globals['_NAMEDTENSORS_TENSORSENTRY']._serialized_start=563
-  _globals['_NAMEDTENSORS_TENSORSENTRY']._serialized_end=628
-  _globals['_SPLITNNCOORDINATOR']._serialized_start=631
-  _globals['_SPLITNNCOORDINATOR']._serialized_end=778
-  _globals['_SPLITNNPASSIVE']._serialized_start=781
-  _globals['_SPLITNNPASSIVE']._serialized_end=982
+  _globals['_EMBEDDINGSENT']._serialized_start=424
+  _globals['_EMBEDDINGSENT']._serialized_end=454
+  _globals['_TOPSTEPREPLY']._serialized_start=456
+  _globals['_TOPSTEPREPLY']._serialized_end=521
+  _globals['_NAMEDTENSORS']._serialized_start=524
+  _globals['_NAMEDTENSORS']._serialized_end=660
+  _globals['_NAMEDTENSORS_TENSORSENTRY']._serialized_start=595
+  _globals['_NAMEDTENSORS_TENSORSENTRY']._serialized_end=660
+  _globals['_SPLITNNCOORDINATOR']._serialized_start=663
+  _globals['_SPLITNNCOORDINATOR']._serialized_end=810
+  _globals['_SPLITNNPASSIVE']._serialized_start=813
+  _globals['_SPLITNNPASSIVE']._serialized_end=1022
 # @@protoc_insertion_point(module_scope)

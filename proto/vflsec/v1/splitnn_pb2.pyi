@@ -45,6 +45,12 @@ class EmbeddingShare(_message.Message):
     share: bytes
     def __init__(self, session_id: _Optional[str] = ..., step: _Optional[int] = ..., sample_index: _Optional[_Iterable[int]] = ..., share: _Optional[bytes] = ...) -> None: ...
 
+class EmbeddingSent(_message.Message):
+    __slots__ = ("nonce",)
+    NONCE_FIELD_NUMBER: _ClassVar[int]
+    nonce: bytes
+    def __init__(self, nonce: _Optional[bytes] = ...) -> None: ...
+
 class TopStepReply(_message.Message):
     __slots__ = ("gradient", "loss")
     GRADIENT_FIELD_NUMBER: _ClassVar[int]

@@ -184,7 +184,7 @@ class SplitNnPassiveStub:
         self.SendEmbedding = channel.unary_unary(
                 '/vflsec.v1.SplitNnPassive/SendEmbedding',
                 request_serializer=vflsec_dot_v1_dot_passive__pb2.ForwardRequest.SerializeToString,
-                response_deserializer=vflsec_dot_v1_dot_common__pb2.Empty.FromString,
+                response_deserializer=vflsec_dot_v1_dot_splitnn__pb2.EmbeddingSent.FromString,
                 _registered_method=True)
         self.GetBottom = channel.unary_unary(
                 '/vflsec.v1.SplitNnPassive/GetBottom',
@@ -208,7 +208,7 @@ class SplitNnPassiveServicer:
     def SendEmbedding(self, request, context):
         """Owner, coordinator-top training step `step` (>= 1, in order): this party's embedding h_p for the rows, masked
         with its own zero-sum mask r_p, sent straight to the coordinator (SubmitEmbedding) before this call returns;
-        nothing of it comes back to the owner.
+        nothing of it comes back to the owner but the fresh nonce its mask is bound to (every forward its own pad).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -233,7 +233,7 @@ def add_SplitNnPassiveServicer_to_server(servicer, server):
             'SendEmbedding': grpc.unary_unary_rpc_method_handler(
                     servicer.SendEmbedding,
                     request_deserializer=vflsec_dot_v1_dot_passive__pb2.ForwardRequest.FromString,
-                    response_serializer=vflsec_dot_v1_dot_common__pb2.Empty.SerializeToString,
+                    response_serializer=vflsec_dot_v1_dot_splitnn__pb2.EmbeddingSent.SerializeToString,
             ),
             'GetBottom': grpc.unary_unary_rpc_method_handler(
                     servicer.GetBottom,
@@ -295,7 +295,7 @@ class SplitNnPassive:
             target,
             '/vflsec.v1.SplitNnPassive/SendEmbedding',
             vflsec_dot_v1_dot_passive__pb2.ForwardRequest.SerializeToString,
-            vflsec_dot_v1_dot_common__pb2.Empty.FromString,
+            vflsec_dot_v1_dot_splitnn__pb2.EmbeddingSent.FromString,
             options,
             channel_credentials,
             insecure,

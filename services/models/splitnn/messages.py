@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from vflsec.services.common import ACTIVE, COORDINATOR, PASSIVE
-from vflsec.services.crypto import he, ring_mask
+from vflsec.services.crypto import entropy, he, ring_mask
 from vflsec.services.errors import FailedPrecondition, InvalidArgument
 from vflsec.services.models.family import FamilyStep, KeyHolderContext, PassiveContext, StepAnswer
 
@@ -33,6 +33,8 @@ def _top_step(
     the step for exactly these rows (in its Train call's ``epoch``, which sets the learning-rate schedule's rate);
     ∂L/∂h and the loss. Nothing is decrypted, so the engine charges no key budget."""
     n = len(sample_index)
+    if not n:
+        raise InvalidArgument("sample_index is empty")
     if np.shape(labels) != (n,):
         raise InvalidArgument(f"{np.shape(labels)} labels for {n} rows")
     if epoch < 0:
@@ -62,6 +64,8 @@ def _submit_embedding(
     owner's TopStep of that step; rows below the aligned count, distinct."""
     if step < 1:
         raise InvalidArgument(f"step must be a training step >= 1, got {step}")
+    if not len(sample_index):
+        raise InvalidArgument("sample_index is empty")
     rows = ctx.check_rows(sample_index)
     if len(np.unique(rows)) != len(rows):
         raise InvalidArgument("sample_index repeats a row")
@@ -70,22 +74,21 @@ def _submit_embedding(
 
 def _send_embedding(
     trainer: SplitNNPassive, ctx: PassiveContext, step: int, sample_index: np.ndarray, epoch: int = 0
-) -> None:
+) -> bytes:
     """coordinator-top (SendEmbedding): this party's h_p for training step ``step`` (in order), masked with its own
-    zero-sum mask r_p (services/crypto/ring_mask.py) and sent straight to the coordinator once the session lock is
-    released; the owner's call returns when the coordinator has it."""
+    zero-sum mask r_p (services/crypto/ring_mask.py) under a nonce drawn for this forward, and sent straight to the
+    coordinator once the session lock is released; the owner gets the nonce when the coordinator has the share.
+    Nothing here refuses on h_p's values (rule 4): encoding clips them."""
     if trainer.output_in_the_clear:
         raise FailedPrecondition("an active-top session sends its output with PlainForward")
     if step < 1:
         raise InvalidArgument(f"SendEmbedding is for training steps >= 1, got {step}")
     h = ctx.training_output(step, sample_index, epoch)
-    try:
-        words = ring_mask.encode(h)
-    except ValueError as exc:
-        raise FailedPrecondition(f"this party's embedding: {exc}") from exc
-    share = words + ring_mask.mask(ctx.share_mask_key, ctx.session_id, step, sample_index, h.shape[1])
-    index = np.array(sample_index)
+    nonce = entropy.new_nonce()
+    mask = ring_mask.embedding_mask(ctx.share_mask_key, ctx.session_id, step, nonce, sample_index, h.shape[1])
+    share, index = ring_mask.encode(h) + mask, np.array(sample_index)
     ctx.defer(lambda: ctx.key_holder.splitnn.submit_embedding(ctx.session_id, step, index, share))
+    return nonce
 
 
 def class_labels(labels: np.ndarray, n_classes: int) -> np.ndarray:

@@ -43,7 +43,10 @@ class LocalFederation:
         self.steps += 1
         rows = np.arange(len(blocks[0]))
         width = self.config.embedding
-        masks = {p: ring_mask.mask(key, "local", self.steps, rows, width) for p, key in self.mask_keys.items()}
+        keys = self.mask_keys.items()
+        masks = {
+            p: ring_mask.embedding_mask(key, "local", self.steps, entropy.new_nonce(), rows, width) for p, key in keys
+        }
         h = {p: bottom.forward(blocks[p], train=train) for p, bottom in self.bottoms.items()}
         own = ring_mask.encode(h[0])
         for mask in masks.values():

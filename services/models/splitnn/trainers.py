@@ -165,7 +165,7 @@ class PassiveLink(Protocol):
 
     def backward_gradient(self, session_id: str, step: int, sample_index: np.ndarray, gradient: np.ndarray) -> None: ...
 
-    def send_embedding(self, session_id: str, step: int, sample_index: np.ndarray, epoch: int) -> None: ...
+    def send_embedding(self, session_id: str, step: int, sample_index: np.ndarray, epoch: int) -> bytes: ...
 
     def plain_forward(
         self, session_id: str, step: int, sample_index: np.ndarray, cols: int, epoch: int
@@ -200,13 +200,16 @@ class SplitNNActive:
         missing = [p for p in ctx.passives if p not in ctx.share_mask_keys]
         if missing:
             raise FailedPrecondition(f"{', '.join(missing)} sent no share-mask key at JoinSession: open a new one")
-        # Each passive party sends its masked h_p straight to the key holder: nothing of it reaches this party.
-        ctx.each_passive(lambda party, link: _link(link).send_embedding(ctx.session_id, ctx.step, index, ctx.epoch))
+        # Each passive party sends its masked h_p straight to the key holder; only its mask's nonce comes back here.
+        nonces = ctx.each_passive(
+            lambda party, link: _link(link).send_embedding(ctx.session_id, ctx.step, index, ctx.epoch)
+        )
         self.bottom.at_epoch(ctx.epoch)
         own = self.bottom.forward(ctx.features(index), train=True)
         share = ring_mask.encode(own)
-        for party in ctx.passives:
-            share -= ring_mask.mask(ctx.share_mask_keys[party], ctx.session_id, ctx.step, index, own.shape[1])
+        for party, nonce in zip(ctx.passives, nonces, strict=True):
+            key = ctx.share_mask_keys[party]
+            share -= ring_mask.embedding_mask(key, ctx.session_id, ctx.step, nonce, index, own.shape[1])
         gradient, loss = key_holder.top_step(
             ctx.session_id, ctx.step, index, share, ctx.labels(index), ctx.widths, ctx.epoch
         )
