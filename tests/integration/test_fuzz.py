@@ -211,6 +211,8 @@ BACKEND_VALUE = st.one_of(
     st.sampled_from([common_pb2.BACKEND_PLAIN, common_pb2.BACKEND_CKKS, 0, 3]), st.integers(-(2**31), 2**31 - 1)
 )
 GARBAGE_TEXT = st.text(max_size=30)
+# A share summed at the coordinator: rows x k words of 8 bytes when it fits, any bytes otherwise
+SHARE = st.one_of(st.binary(max_size=64), st.integers(0, 64).map(lambda n: bytes(8 * n)))
 
 
 def sessions(*known: str) -> st.SearchStrategy[str]:
@@ -320,7 +322,9 @@ def _coordinator_messages() -> dict[str, st.SearchStrategy]:
             ciphertexts=st.lists(plain_blob(32), max_size=4),
         ),
         "FinishTraining": st.builds(common_pb2.SessionRef, session_id=sessions(PLAIN)),
-        "ReleaseScores": with_rows(c.ReleaseScoresRequest, session_id=sessions(PLAIN)),
+        "ReleaseScores": st.builds(
+            c.ReleaseScoresRequest, session_id=sessions(PLAIN), sample_index=INDICES, share=SHARE, query_id=GARBAGE_TEXT
+        ),
         "ReleaseModel": st.builds(common_pb2.SessionRef, session_id=sessions(PLAIN, CKKS)),
         "CloseSession": st.builds(common_pb2.SessionRef, session_id=sessions()),  # never a live session
     }
@@ -367,10 +371,6 @@ def _passive_messages() -> dict[str, st.SearchStrategy]:
         "GetWeights": st.builds(common_pb2.SessionRef, session_id=sessions(PLAIN, CKKS)),
         "CloseSession": st.builds(common_pb2.SessionRef, session_id=sessions()),
     }
-
-
-# An embedding share: rows x E words of 8 bytes when it fits, any bytes otherwise
-SHARE = st.one_of(st.binary(max_size=64), st.integers(0, 64).map(lambda n: bytes(8 * n)))
 
 
 def _splitnn_coordinator_messages() -> dict[str, st.SearchStrategy]:
@@ -526,11 +526,10 @@ def ckks_matrix(draw: st.DrawFn, blob: bytes) -> common_pb2.EncryptedMatrix:
 @settings(SETTINGS, max_examples=CKKS_QUOTA // BATCH)
 @given(data=st.data())
 def test_fuzz_ckks_ciphertexts(env: FuzzEnv, data: st.DataObject) -> None:
-    """Real CKKS ciphertexts, damaged, at the coordinator (which deserializes and decrypts them)."""
+    """Real CKKS ciphertexts, damaged, at the coordinator (which deserializes and decrypts them; inference shares are
+    words of Z_2^64, fuzzed with the other messages)."""
     c = coordinator_pb2
     requests = {
-        "ReleaseScores": st.builds(c.ReleaseScoresRequest, session_id=st.just(CKKS), logits=ckks_matrix(env.ckks_blob),
-                                   sample_index=st.just([7])),
         "ComputeTrainingScores": st.builds(
             c.TrainingScoresRequest, session_id=st.just(CKKS), step=INT64, logits=ckks_matrix(env.ckks_blob),
             replicas=st.just(1), sample_index=st.just([7]),
