@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # services/app.py hands the links in: importing the engine lo
 
 T = TypeVar("T")
 
-PREDICT_CHUNK_CIPHERTEXTS = 8  # ciphertexts per passive reply during inference (bounds message sizes)
+PREDICT_CHUNK_VALUES = 32_768  # share entries per chunk of a query (bounds message sizes: 256 KB of words)
 
 
 @dataclass
@@ -122,9 +122,9 @@ class ActiveSession:
     param_release: list[StepDescription]
     rng: np.random.Generator  # batch order (seeded: runs are reproducible)
     mask_key: bytes  # this session's mask stream (AES-CTR keyed from os.urandom, see services/crypto/entropy.py)
-    # Per passive party, the key of its zero-sum masks (inference shares: services/crypto/share_mask.py; split-NN
-    # training embeddings: services/crypto/ring_mask.py), the party's own draw, received at JoinSession; empty in a
-    # checkpoint written before share masks existed (such a session cannot predict).
+    # Per passive party, the key of its zero-sum masks (inference shares and split-NN training embeddings:
+    # services/crypto/ring_mask.py), the party's own draw, received at JoinSession; empty in a checkpoint written
+    # before share masks existed (such a session cannot predict).
     share_mask_keys: dict[str, bytes]
     rows: np.ndarray | None = None  # common index -> active row (after PSI, once every passive party took it)
     aligning: bool = False  # an Align of this session is running its exchange (in this process; not checkpointed)
@@ -611,7 +611,7 @@ class ActiveParty:
 
     # --- inference ---
     def _predict_chunk_rows(self, s: ActiveSession) -> int:
-        return PREDICT_CHUNK_CIPHERTEXTS * (s.backend.slots // s.trainer.share_width)
+        return max(1, PREDICT_CHUNK_VALUES // s.trainer.share_width)
 
     def predict(self, session_id: str, sample_ids: list[str]) -> tuple[np.ndarray, list[StepDescription], int]:
         """Scores through the coordinator: the whole query is admitted (or refused) before any chunk is
@@ -659,7 +659,7 @@ class ActiveParty:
         the top model is here, so there is no release point; the docs say so)."""
         if not s.trained:
             raise FailedPrecondition("predictions come from a trained model: call Train first")
-        chunk = PREDICT_CHUNK_CIPHERTEXTS * s.backend.slots // max(s.trainer.output_widths())
+        chunk = max(1, PREDICT_CHUNK_VALUES // max(s.trainer.output_widths()))
         ctx, scores = self._context(s, 0), []
         for start in range(0, len(index), chunk):
             part, ids = index[start : start + chunk], tuple(sample_ids[start : start + chunk])
