@@ -12,7 +12,6 @@ import secrets
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -385,8 +384,6 @@ class Coordinator:
                 (self.epoch_keys.path / orphan).unlink()
         self.scored: dict[str, int] = {owner: meta["scored"] for owner, (_, meta) in self.ledger.load_all().items()}
         self._lock = threading.Lock()
-        self._keygen = ThreadPoolExecutor(1, thread_name_prefix="keygen")
-        self._spares: dict[str, Future[he.Backend]] = {}
 
     def _restore(self, session_id: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> CoordinatorSession:
         """A checkpointed session with its key files (one that raises is set aside: SessionTable)."""
@@ -671,21 +668,12 @@ class Coordinator:
         if keys is None:
             if step < s.last_step:
                 raise FailedPrecondition(f"the keys of step {step} (epoch {epoch}) are dropped")
-            keys = self._fresh_keys(s.backend.name)
+            keys = he.make_keyholder(s.backend.name)  # new keys from OS entropy
             if self.epoch_keys.path is not None:  # without a state folder there is nothing to export (once a step)
                 self.epoch_keys.save_bytes(_epoch_file(session_id, epoch), keys.export_keyholder())
             s.epochs[epoch] = keys
             self._save(session_id, s)
         return keys
-
-    def _fresh_keys(self, backend: str) -> he.Backend:
-        """New key-holder keys from OS entropy; the next ones are made meanwhile in the background, so that a session
-        rotating every step (split-NN: one key per step, rule 2) does not wait for key generation. A spare is never
-        exported or used before it is handed out, and serves one epoch of one session only."""
-        with self._lock:
-            spare = self._spares.pop(backend, None)
-            self._spares[backend] = self._keygen.submit(he.make_keyholder, backend)
-        return he.make_keyholder(backend) if spare is None else spare.result()
 
     def training_context(self, session_id: str, caller: str, step: int) -> tuple[int, int, bytes]:
         """(epoch, rotation, public context) of the keys a party encrypts step ``step`` under: the last step

@@ -221,6 +221,10 @@ def check_settings(family: str, values: Mapping[str, Any]) -> None:
         if not isinstance(optimizer, Mapping):
             raise InvalidArgument(f"split-NN settings: 'optimizer' must be a mapping, got {optimizer!r}")
         check_keys("split-NN settings['optimizer']", optimizer, _SPLITNN_OPTIMIZER_KEYS)
+        if "top_hidden" in values and not list(values["top_hidden"] or ()):
+            # The wire reads an empty top_hidden as its default (32,): refused here rather than built silently.
+            raise InvalidArgument("split-NN settings: top_hidden must name at least one hidden width (a linear top is "
+                                  "not offered)")
 
 
 def tree_settings(m: common_pb2.TreeModel, training: common_pb2.TrainingConfig) -> dict[str, Any]:

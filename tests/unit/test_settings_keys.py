@@ -84,3 +84,11 @@ def test_operator_refuses_settings_that_are_its_own_arguments_before_sending(fam
     operator.stub = Unreachable()
     with pytest.raises(InvalidArgument, match=named):
         operator.create_session("plain", family=family, settings=settings)
+
+
+def test_an_empty_top_hidden_is_refused_not_built_as_the_default() -> None:
+    """Review 10 F6: the wire reads an empty top_hidden as the default (32,), so a linear top was built as another
+    network without a word; the converter refuses it naming the field."""
+    with pytest.raises(InvalidArgument, match="top_hidden must name at least one hidden width"):
+        wire.model_choice("splitnn", {"top_hidden": []})
+    assert list(wire.model_choice("splitnn", {"top_hidden": [4]}).splitnn.top_hidden) == [4]
