@@ -384,6 +384,11 @@ class Coordinator:
                 (self.epoch_keys.path / orphan).unlink()
         self.scored: dict[str, int] = {owner: meta["scored"] for owner, (_, meta) in self.ledger.load_all().items()}
         self._lock = threading.Lock()
+        # Inference keys of an earlier release (inference decrypts nothing now): secret keys protecting nothing, removed
+        legacy = None if self.state.path is None else self.state.path / "inference"
+        if legacy is not None and legacy.is_dir():
+            for stale in legacy.glob("*.bin"):
+                stale.unlink()
 
     def _restore(self, session_id: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> CoordinatorSession:
         """A checkpointed session with its key files (one that raises is set aside: SessionTable)."""
