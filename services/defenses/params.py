@@ -265,10 +265,7 @@ class Distortion(ReleaseStep, ABC):
     coordinator."""
 
     families = frozenset({"lr"})
-
-    @property
-    def needs_stats(self) -> bool:
-        return True
+    needs_stats: bool = True  # the passive party's data statistics go into ``distort``
 
     @abstractmethod
     def distort(
@@ -292,10 +289,7 @@ class Withhold(Distortion):
     every passive bottom."""
 
     families = frozenset({"lr", "splitnn", "tree", "forest"})
-
-    @property
-    def needs_stats(self) -> bool:
-        return False
+    needs_stats = False
 
     def distort(
         self, w_passive: np.ndarray, stats: DataStats | None, n_classes: int, rng: np.random.Generator
@@ -312,10 +306,7 @@ class Thresholds(Distortion):
     (services/models/tree/trainers.py ``_thresholds``)."""
 
     families = frozenset({"tree", "forest"})
-
-    @property
-    def needs_stats(self) -> bool:
-        return False
+    needs_stats = False
 
     def distort(
         self, w_passive: np.ndarray, stats: DataStats | None, n_classes: int, rng: np.random.Generator
