@@ -19,7 +19,7 @@ from scipy.stats import rankdata
 
 from .base import Attack, NotApplicable, Observations, Reconstruction, register
 
-__all__ = ["DirectionScoring", "NormScoring", "per_row"]
+__all__ = ["DirectionScoring", "NormScoring", "larger_cluster_above", "per_row"]
 
 
 class _GradientLabelAttack(Attack):
@@ -60,6 +60,20 @@ def _steps(steps: np.ndarray) -> Iterator[np.ndarray]:
     yield from np.split(order, bounds)
 
 
+def larger_cluster_above(values: np.ndarray) -> bool:
+    """Split ``values`` in two at the threshold of least within-cluster variance (1-D two-means, Otsu's); True if the
+    upper cluster holds more of them."""
+    v = np.sort(np.asarray(values, dtype=np.float64))
+    if len(v) < 2:
+        return False
+    k = np.arange(1, len(v))  # the lower cluster is v[:k]
+    total, squares = np.cumsum(v), np.cumsum(v * v)
+    low = squares[:-1] - total[:-1] ** 2 / k
+    high = (squares[-1] - squares[:-1]) - (total[-1] - total[:-1]) ** 2 / (len(v) - k)
+    lower = int(k[np.argmin(low + high)])
+    return len(v) - lower > lower
+
+
 def per_row(scores: np.ndarray, rows: np.ndarray, n: int) -> np.ndarray:
     """The mean of each row's scores over the steps it was seen in; 0 (no evidence) for a row never seen."""
     total = np.bincount(rows, weights=scores, minlength=n)
@@ -78,14 +92,30 @@ class NormScoring(_GradientLabelAttack):
 
 @register("cosine")
 class DirectionScoring(_GradientLabelAttack):
-    """Li et al.'s direction scoring without a labelled row: the cosine of ∂L/∂h_i with the batch's first principal
-    direction u (top right singular vector of the uncentred batch: the axis the two classes' gradients lie on, on
-    opposite sides). The paper's reference is the gradient of a row known to be positive; lacking one, u's sign is
-    set so that fewer rows have a positive cosine (the rarer class's side)."""
+    """Li et al.'s direction scoring without a labelled row: the cosine of ∂L/∂h_i with its batch's first principal
+    direction u_t (top right singular vector of the uncentred batch: the axis the two classes' gradients lie on, on
+    opposite sides). The paper's reference is the gradient of a row known to be positive; lacking one, each u_t takes
+    the sign that agrees with u_{t−1} (the top model, hence the axis, moves little in a step), and the whole chain the
+    sign that puts the smaller of the two clusters of rows (two-means on the rows' mean cosines) on the positive side:
+    the rarer class's. (A sign set per batch by its own count flips on batches where the classes are near even; the
+    classes' cosines need not straddle 0 when the two directions are not opposite, so the split is the clusters'.)"""
+
+    def reconstruct(self, obs: Observations) -> Reconstruction:
+        self._previous: np.ndarray | None = None
+        result = super().reconstruct(obs)
+        assert result.label_scores is not None
+        rare = result.label_scores * (1 if self.positive == 1 else -1)  # the rarer side's score, as oriented so far
+        seen = np.bincount(np.asarray(obs.gradient_rows), minlength=obs.n_samples) > 0
+        if larger_cluster_above(rare[seen]):
+            result.meta["gradient_scores"] = -result.meta["gradient_scores"]
+            result.label_scores = -result.label_scores
+        return result
 
     def _batch_scores(self, g: np.ndarray) -> np.ndarray:
         norms = np.linalg.norm(g, axis=1)
         unit = np.divide(g, norms[:, None], out=np.zeros_like(g), where=norms[:, None] > 0)
         u = np.linalg.svd(g, full_matrices=False)[2][0]
-        cosine = unit @ u
-        return -cosine if (cosine > 0).sum() > (cosine < 0).sum() else cosine
+        if self._previous is not None and u @ self._previous < 0:
+            u = -u
+        self._previous = u
+        return unit @ u

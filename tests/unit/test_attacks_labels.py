@@ -86,3 +86,11 @@ def test_auc_counts_ties_half_and_reads_rankings() -> None:
     assert auc(y, np.array([0.1, 0.3, 0.3, 0.4])) == 0.875
     with pytest.raises(ValueError, match="both classes"):
         auc(np.ones(3), np.arange(3.0))
+
+
+def test_the_rarer_cluster_is_found_without_labels() -> None:
+    from vflsec.services.attacks.labels import larger_cluster_above
+
+    rng = np.random.default_rng(4)
+    few_high = np.concatenate([rng.normal(0.2, 0.05, 90), rng.normal(0.8, 0.05, 10)])  # both above 0: no sign rule
+    assert not larger_cluster_above(few_high) and larger_cluster_above(-few_high)
