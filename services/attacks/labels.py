@@ -33,17 +33,18 @@ class _GradientLabelAttack(Attack):
             raise ValueError(f"positive must be the class taken for the rarer one, 0 or 1, got {positive}")
         self.positive = positive
 
-    def _batch_scores(self, g: np.ndarray) -> np.ndarray:
-        """One step's rows (b, E) -> a score per row, higher for the rarer class."""
+    def _scores(self, batches: list[np.ndarray]) -> Iterator[np.ndarray]:
+        """Each step's rows (b, E), in step order -> a score per row, higher for the rarer class."""
         raise NotImplementedError
 
     def reconstruct(self, obs: Observations) -> Reconstruction:
         if obs.n_classes != 2:
             raise NotApplicable(f"{self.name} scores binary labels (Li et al.); this task has {obs.n_classes} classes")
         g = np.asarray(obs.gradients, dtype=np.float64)
+        steps = list(_steps(np.asarray(obs.gradient_steps)))
         scores = np.zeros(len(g))
-        for rows in _steps(np.asarray(obs.gradient_steps)):
-            scores[rows] = self._batch_scores(g[rows])
+        for rows, batch_scores in zip(steps, self._scores([g[rows] for rows in steps]), strict=True):
+            scores[rows] = batch_scores
         rare = per_row(scores, np.asarray(obs.gradient_rows), obs.n_samples)
         # label_scores are for class 1: the rarer class's score if the attacker takes class 1 for it, else its negation
         return Reconstruction(
@@ -83,39 +84,44 @@ def per_row(scores: np.ndarray, rows: np.ndarray, n: int) -> np.ndarray:
 
 @register("norm")
 class NormScoring(_GradientLabelAttack):
-    """Li et al.'s norm scoring: ||∂L/∂h_i||₂, as its rank within the step's batch (in (0, 1]), so that steps late in
-    training, whose gradients are small, count as much as the first ones. Larger: the rarer class."""
+    """Label inference (Li et al.): norm scoring of the ∂L/∂h rows a passive party receives.
 
-    def _batch_scores(self, g: np.ndarray) -> np.ndarray:
-        return rankdata(np.linalg.norm(g, axis=1)) / len(g)
+    ||∂L/∂h_i||₂ as its rank within the step's batch (in (0, 1]), so that steps late in training, whose gradients are
+    small, count as much as the first ones. Larger: the rarer class."""
+
+    def _scores(self, batches: list[np.ndarray]) -> Iterator[np.ndarray]:
+        for g in batches:
+            yield rankdata(np.linalg.norm(g, axis=1)) / len(g)
 
 
 @register("cosine")
 class DirectionScoring(_GradientLabelAttack):
-    """Li et al.'s direction scoring without a labelled row: the cosine of ∂L/∂h_i with its batch's first principal
-    direction u_t (top right singular vector of the uncentred batch: the axis the two classes' gradients lie on, on
-    opposite sides). The paper's reference is the gradient of a row known to be positive; lacking one, each u_t takes
-    the sign that agrees with u_{t−1} (the top model, hence the axis, moves little in a step), and the whole chain the
-    sign that puts the smaller of the two clusters of rows (two-means on the rows' mean cosines) on the positive side:
-    the rarer class's. (A sign set per batch by its own count flips on batches where the classes are near even; the
-    classes' cosines need not straddle 0 when the two directions are not opposite, so the split is the clusters'.)"""
+    """Label inference (Li et al.): direction scoring of the ∂L/∂h rows a passive party receives, with no labelled row.
+
+    The cosine of ∂L/∂h_i with its batch's first principal direction u_t (top right singular vector of the
+    uncentred batch: the axis the two classes' gradients lie on, on opposite sides). The paper's reference is the
+    gradient of a row known to be positive; lacking one, each u_t takes the sign that agrees with u_{t−1} (the top
+    model, hence the axis, moves little in a step), and the whole chain the sign that puts the smaller of the two
+    clusters of rows (two-means on the rows' mean cosines) on the positive side: the rarer class's. (A sign set per
+    batch by its own count flips on batches where the classes are near even; and the classes' cosines need not
+    straddle 0 when their directions are not opposite, so the split is the clusters'.)"""
 
     def reconstruct(self, obs: Observations) -> Reconstruction:
-        self._previous: np.ndarray | None = None
         result = super().reconstruct(obs)
-        assert result.label_scores is not None
-        rare = result.label_scores * (1 if self.positive == 1 else -1)  # the rarer side's score, as oriented so far
+        rare = np.asarray(result.label_scores) * (1 if self.positive == 1 else -1)  # the rarer side's, so far
         seen = np.bincount(np.asarray(obs.gradient_rows), minlength=obs.n_samples) > 0
         if larger_cluster_above(rare[seen]):
             result.meta["gradient_scores"] = -result.meta["gradient_scores"]
-            result.label_scores = -result.label_scores
+            result.label_scores = -rare if self.positive == 1 else rare
         return result
 
-    def _batch_scores(self, g: np.ndarray) -> np.ndarray:
-        norms = np.linalg.norm(g, axis=1)
-        unit = np.divide(g, norms[:, None], out=np.zeros_like(g), where=norms[:, None] > 0)
-        u = np.linalg.svd(g, full_matrices=False)[2][0]
-        if self._previous is not None and u @ self._previous < 0:
-            u = -u
-        self._previous = u
-        return unit @ u
+    def _scores(self, batches: list[np.ndarray]) -> Iterator[np.ndarray]:
+        previous: np.ndarray | None = None
+        for g in batches:
+            norms = np.linalg.norm(g, axis=1, keepdims=True)
+            unit = np.divide(g, norms, out=np.zeros_like(g), where=norms > 0)
+            u = np.linalg.svd(g, full_matrices=False)[2][0]
+            if previous is not None and u @ previous < 0:
+                u = -u
+            previous = u
+            yield unit @ u
