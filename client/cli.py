@@ -795,7 +795,8 @@ def _print_label_report(report: dict[str, Any], console: Any) -> None:
     )
     for column in ("attack", "AUC", "AUC per step (mean)", "seconds"):
         table.add_column(column)
-    table.add_row("blind (baseline)", "0.5", "0.5", "")
+    if "auc" in report["baselines"]:
+        table.add_row("blind (baseline)", "0.5", "0.5", "")
     for name, r in report["attacks"].items():
         if "not_applicable" in r:
             table.add_row(name, f"n/a: {r['not_applicable']}", "", "")

@@ -808,7 +808,8 @@ def score_label_run(
         "n_gradients": len(obs.gradients),
         "steps": len(np.unique(obs.gradient_steps)),
         "accuracy": run.accuracy,
-        "baselines": {"auc": 0.5, "majority_rate": float(counts.max() / counts.sum())},
+        # blind: AUC 0.5 (binary labels) and the larger class's share of the scored rows
+        "baselines": {**({"auc": 0.5} if run.n_classes == 2 else {}), "majority_rate": float(max(counts) / len(y))},
         "class_rates": (counts / counts.sum()).tolist(),
         "attacks": results,
         "strongest": None if not ran else {"attack": max(ran, key=ran.get), "auc": max(ran.values())},
