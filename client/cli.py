@@ -645,6 +645,7 @@ def attack(
         check_attack_options,
         default_attacks,
         headline,
+        label_markdown,
         markdown_table,
         run_attack_scenario,
         ye_accuracy_cell,
@@ -656,6 +657,8 @@ def attack(
         _fail(f"--attacker must be one of {', '.join(attackers)}, got {attacker!r}")
     if attacker != "active" and model != "splitnn":
         _fail(f"--attacker {attacker}: a passive party's label attacks read split-NN gradients (--model splitnn)")
+    if attacker != "active" and windows > 1:
+        _fail(f"--windows averages feature MSEs over passive columns: not with --attacker {attacker}")
     extra = attacks is not None and attacks.strip().startswith("+")  # +NAME,...: the defaults and these
     names = None if attacks is None else [a.strip() for a in attacks.strip().lstrip("+").split(",") if a.strip()]
     unknown = sorted(set(names or ()) - set(ATTACKS))
@@ -731,6 +734,8 @@ def attack(
         report = run_attack_scenario(scenario, log, phases, on_step)
     if attacker != "active":
         _print_label_report(report, console)
+        if markdown is not None:
+            markdown.write_text(label_markdown(report))
         if as_json:
             sys.stdout.write(json.dumps(report) + "\n")
         return

@@ -826,6 +826,25 @@ def score_label_run(
     return report
 
 
+def label_markdown(report: dict[str, Any]) -> str:
+    """A passive attacker's report as markdown: each label attack's AUC beside the blind baselines."""
+    lines = [
+        f"### {report['dataset']}: label inference by {report['attacker']}, {report['n_samples']} training rows, "
+        f"class rates {', '.join(f'{r:.3f}' for r in report['class_rates'])}, accuracy = {report['accuracy']:.4f}",
+        "",
+        "| attack | AUC | AUC per step (mean) |",
+        "|---|---|---|",
+        *(f"| {name} (baseline) | {value:.4g} | |" for name, value in report["baselines"].items()),
+    ]
+    for name, r in report["attacks"].items():
+        if "not_applicable" in r:
+            lines.append(f"| {name} | not applicable: {r['not_applicable']} | |")
+        else:
+            step = "n/a" if r["auc_per_step"] is None else f"{r['auc_per_step']:.4f}"
+            lines.append(f"| {name} | {r['auc']:.4f} | {step} |")
+    return "\n".join(lines) + "\n"
+
+
 def per_step_auc(obs: attacks.Observations, y: np.ndarray, scores: np.ndarray) -> float | None:
     """The mean over steps of the AUC of each step's gradient scores (steps whose batch holds both classes)."""
     truth = y[obs.gradient_rows]

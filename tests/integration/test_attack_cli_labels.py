@@ -19,11 +19,12 @@ def attack(monkeypatch, *args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-def test_a_curious_passive_party_infers_the_labels_from_the_gradients_it_receives(monkeypatch) -> None:
+def test_a_curious_passive_party_infers_the_labels_from_the_gradients_it_receives(monkeypatch, tmp_path) -> None:
     epochs, batch = 3, 32
     code, out = attack(
         monkeypatch, "--attacker", "passive-1", "--model", "splitnn", "--dataset", "breast_cancer", "--epochs",
         str(epochs), "--batch-size", str(batch), "--predictions", "60", "--attack-option", "cosine.positive=0",
+        "--markdown", str(tmp_path / "labels.md"),
     )  # fmt: skip
     assert code == 0, out
     report = json.loads(out.strip().splitlines()[-1])
@@ -39,6 +40,7 @@ def test_a_curious_passive_party_infers_the_labels_from_the_gradients_it_receive
     # direction almost perfectly (measured 0.99-1.00 over five runs; docs/attacks.md)
     assert report["attacks"]["cosine"]["auc"] > 0.9
     assert 0.0 <= report["attacks"]["norm"]["auc"] <= 1.0  # measured, not asserted: weak on classes this balanced
+    assert f"| cosine | {report['attacks']['cosine']['auc']:.4f} |" in (tmp_path / "labels.md").read_text()
 
 
 def test_an_unknown_attacker_is_refused_naming_the_option(monkeypatch) -> None:
@@ -46,3 +48,5 @@ def test_an_unknown_attacker_is_refused_naming_the_option(monkeypatch) -> None:
     assert code == 2 and out.strip() == "error: --attacker must be one of active, passive-1, passive-2, got 'passive-3'"
     code, out = attack(monkeypatch, "--attacker", "passive-1", "--model", "lr")
     assert code == 2 and "--model splitnn" in out and len(out.strip().splitlines()) == 1
+    code, out = attack(monkeypatch, "--attacker", "passive-1", "--model", "splitnn", "--windows", "2")
+    assert code == 2 and out.startswith("error: --windows") and len(out.strip().splitlines()) == 1
