@@ -155,6 +155,13 @@ def frame(report: dict[str, Any], what: str = "attacks") -> Any:
         import pandas as pd
     except ImportError as exc:
         raise ImportError("vflsec.api.frame needs pandas: pip install pandas") from exc
+    if what == "attacks" and report.get("attacker", "active") != "active":  # a passive party's label attacks
+        rows = [{"attack": n, "kind": "baseline", n: v} for n, v in report["baselines"].items()]
+        rows += [
+            {"attack": n, "kind": "labels", **{k: v for k, v in r.items() if not isinstance(v, dict)}}
+            for n, r in report["attacks"].items()
+        ]
+        return pd.DataFrame(rows).set_index("attack")
     if what == "attacks":
         rows = [{"attack": n, "kind": "baseline", "mse_clipped": v, "mse": v} for n, v in report["baselines"].items()]
         for name, r in report["attacks"].items():

@@ -618,28 +618,47 @@ def attack(
     param_release: opt.ParamRelease = None,
     embedding_release: opt.EmbeddingRelease = None,
     markdown: Annotated[Path | None, typer.Option(help="Also write the table as markdown here.")] = None,
+    attacker: Annotated[
+        str,
+        typer.Option(
+            "--attacker",
+            metavar="active|passive-N",
+            help="The curious party: the active party (feature attacks on what it receives), or a passive party "
+            "(label attacks on the split-NN gradients it receives in training: --model splitnn).",
+        ),
+    ] = "active",
     as_json: opt.Json = False,
 ) -> None:
     """Train through the real services with the curious plugin on the active party, attack its recordings,
     and compare the reconstructions with the passive parties' true features (MSE vs blind baselines). Trees keep
     the passive thresholds with their owners by default: luo's PRA / GRN-RF setting is one explicit option away,
-    `--model tree --attacks pra --param-release thresholds`."""
+    `--model tree --attacks pra --param-release thresholds`. With `--attacker passive-1` the curious party is a
+    passive one: it infers the labels from the gradients it receives (AUC vs 0.5 and the majority rate)."""
     from rich.console import Console
     from rich.table import Table
 
     from vflsec.client.harness import (
+        LABEL_ATTACKS,
         MSE_SCOPES,
         YE_COLUMN,
         AttackScenario,
         check_attack_options,
         default_attacks,
         headline,
+        label_markdown,
         markdown_table,
         run_attack_scenario,
         ye_accuracy_cell,
     )
     from vflsec.services.attacks import ATTACKS
 
+    attackers = ["active", *(f"passive-{i}" for i in range(1, passive + 1))]
+    if attacker not in attackers:
+        _fail(f"--attacker must be one of {', '.join(attackers)}, got {attacker!r}")
+    if attacker != "active" and model != "splitnn":
+        _fail(f"--attacker {attacker}: a passive party's label attacks read split-NN gradients (--model splitnn)")
+    if attacker != "active" and windows > 1:
+        _fail(f"--windows averages feature MSEs over passive columns: not with --attacker {attacker}")
     extra = attacks is not None and attacks.strip().startswith("+")  # +NAME,...: the defaults and these
     names = None if attacks is None else [a.strip() for a in attacks.strip().lstrip("+").split(",") if a.strip()]
     unknown = sorted(set(names or ()) - set(ATTACKS))
@@ -682,12 +701,12 @@ def attack(
         except ValueError as exc:
             _fail(f"{exc}; the attacks of --model {spec.model}: {', '.join(ATTACKS.names(spec.model))}")
     extra_names, names = (names or [], None) if extra else ([], names)
-    chosen = (
-        names
-        if names is not None
-        else [*default_attacks(spec.score_release, spec.param_release, spec.model, spec.embedding_release),
-              *extra_names]
+    defaults = (
+        list(LABEL_ATTACKS)
+        if attacker != "active"
+        else default_attacks(spec.score_release, spec.param_release, spec.model, spec.embedding_release)
     )
+    chosen = names if names is not None else [*defaults, *extra_names]
     try:
         attack_options = check_attack_options(opt.attack_options(attack_option), chosen, spec.model)
     except ValueError as exc:
@@ -702,6 +721,7 @@ def attack(
         release_model=not withhold_model,
         windows=windows,
         mse_scope=mse_scope,
+        attacker=attacker,
     )
     with _refused(), _progress(console, as_json) as (bar, log, phases):
         training: list[int] = []  # the training bar's task, made at the first step (its total is known then)
@@ -712,6 +732,13 @@ def attack(
             bar.update(training[0], completed=(epoch - 1) * n_batches + batch)
 
         report = run_attack_scenario(scenario, log, phases, on_step)
+    if attacker != "active":
+        _print_label_report(report, console)
+        if markdown is not None:
+            markdown.write_text(label_markdown(report))
+        if as_json:
+            sys.stdout.write(json.dumps(report) + "\n")
+        return
     table = Table(
         title=f"feature inference on {report['dataset']} (d_passive = {report['d_passive']}, "
         f"n = {report['n_samples']}, accuracy = {report['accuracy']:.4f}, "
@@ -760,6 +787,34 @@ def attack(
         markdown.write_text(markdown_table(report))
     if as_json:
         sys.stdout.write(json.dumps(report) + "\n")
+
+
+def _print_label_report(report: dict[str, Any], console: Any) -> None:
+    """A passive attacker's report: each label attack's AUC beside the blind baselines."""
+    from rich.table import Table
+
+    rates = ", ".join(f"{r:.3f}" for r in report["class_rates"])
+    table = Table(
+        title=f"label inference by {report['attacker']} on {report['dataset']} ({report['n_samples']} training rows, "
+        f"{report['steps']} steps; class rates {rates}; accuracy = {report['accuracy']:.4f})"
+    )
+    for column in ("attack", "AUC", "AUC per step (mean)", "seconds"):
+        table.add_column(column)
+    if "auc" in report["baselines"]:
+        table.add_row("blind (baseline)", "0.5", "0.5", "")
+    for name, r in report["attacks"].items():
+        if "not_applicable" in r:
+            table.add_row(name, f"n/a: {r['not_applicable']}", "", "")
+        else:
+            step = "n/a" if r["auc_per_step"] is None else f"{r['auc_per_step']:.4f}"
+            table.add_row(name, f"{r['auc']:.4f}", step, f"{r['seconds']:.3f}")
+    console.print(table)
+    console.print(f"majority rate of the scored rows: {report['baselines']['majority_rate']:.4f}", markup=False)
+    console.print(report["label_note"], markup=False)
+    console.print(f"batch size {report['batch_size']}: {report['batch_size_note']}", markup=False)
+    console.print(f"epochs {report['epochs']}: {report['epochs_note']}", markup=False)
+    if report.get("accuracy_warning"):
+        console.print(f"warning: {report['accuracy_warning']}", markup=False)
 
 
 @bench_app.command("he")

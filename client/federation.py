@@ -187,7 +187,8 @@ class FederationSpec:
     param_release: Sequence[str] = ()
     # Every passive party's own [defenses] embedding (split-NN active-top), e.g. ["masquerade:m=16"].
     embedding_release: Sequence[str] = ()
-    plugins: Sequence[dict] = ()  # [{"path": "pkg.mod:Factory", "options": {...}}] for the active party
+    plugins: Sequence[dict] = ()  # [{"path": "pkg.mod:Factory", "options": {...}}] for the party ``plugins_at``
+    plugins_at: str = "active"  # the party that runs ``plugins``: the active party, or a passive one ("passive-1")
     drop_fraction: float = 0.05  # each party misses this share of IDs, so PSI has work to do
     # Min-max ([0, 1]) as the attack papers scale; the demo asks for standard, which trains the LR best.
     scaling: str = "minmax"
@@ -234,6 +235,9 @@ class FederationSpec:
         object.__setattr__(self, "hidden", tuple(self.hidden))
         if self.model not in MODELS:
             raise SpecError(f"model must be one of {', '.join(MODELS)}, got {self.model!r}")
+        runs = ["active", *(f"passive-{i}" for i in range(1, self.n_passive + 1))]
+        if self.plugins_at not in runs:
+            raise SpecError(f"plugins_at must be one of {', '.join(runs)}, got {self.plugins_at!r}")
         if self.model == "splitnn":
             from vflsec.services.models.splitnn import TOPOLOGIES, check_backend
 
@@ -594,7 +598,7 @@ def write_federation(
                 if spec.embedding_release:
                     raw["defenses"] = {"embedding": list(spec.embedding_release)}
             raw["peers"] = {p: reach[p] for p in parties if p != party and (is_active or p == "coordinator")}
-            if is_active and spec.plugins:
+            if party == spec.plugins_at and spec.plugins:
                 raw["plugins"] = [dict(p) for p in spec.plugins]
         configs[party] = folder / "config.toml"
         configs[party].write_text(dump_toml(raw))

@@ -48,6 +48,8 @@ OPT_IN_ATTACKS = {"rcc1": "one SDP per queried row: minutes on Bank (224 of a 28
 # Split NN: the gradient attacks (through a released differentiable map, coordinator-top or active-top), the exact
 # inversion of a released linear passive bottom, and ye's binary-feature searches on recorded embeddings (active-top).
 SPLITNN_ATTACKS = ("gia", "grn", "embedding_ls", "ye_alg1", "ye_alg2")
+# A curious passive party's label attacks on the split-NN gradients it receives (Li et al.).
+LABEL_ATTACKS = ("norm", "cosine")
 # Trees: luo's path restriction on a released DT, GRN through a surrogate of a released forest.
 TREE_ATTACKS = {"tree": "pra", "forest": "grn_rf"}
 # Which rows the MSE is over: the queried ones (luo, rassouli), or the training rows too (varasteh's "average
@@ -111,6 +113,9 @@ class AttackScenario:
     forecast: bool = False  # ask each passive party for its risk forecast of the param-release chain
     in_process: bool = False  # parties as in-process servers (tests) instead of OS processes
     mse_scope: str = "queried"  # one of MSE_SCOPES
+    # Who is curious: the active party (feature attacks on what it receives) or a passive party ("passive-1": label
+    # attacks on the gradients it receives in training); the curious plugin records at that party.
+    attacker: str = "active"
 
     def __post_init__(self) -> None:
         if self.mse_scope not in MSE_SCOPES:
@@ -203,10 +208,10 @@ def run_from_base(
 
 
 def recording_spec(scenario: AttackScenario, store_path: Path) -> FederationSpec:
-    """The scenario's federation with the curious plugin recording into ``store_path`` at the active party."""
+    """The scenario's federation with the curious plugin recording into ``store_path`` at the attacker."""
     recorder = {"path": "vflsec.services.plugins.curious:CuriousPlugin", "options": {"store": str(store_path)}}
     spec = session_plan(scenario)[0]
-    return replace(spec, plugins=[*spec.plugins, recorder])
+    return replace(spec, plugins=[*spec.plugins, recorder], plugins_at=scenario.attacker)
 
 
 def session_plan(scenario: AttackScenario) -> tuple[FederationSpec, list[str], list[str], list[str], str]:
@@ -584,6 +589,10 @@ def _run_once(
     # The federation lives in a temporary folder deleted after the run: nothing can resume it, so its parties
     # keep no session checkpoints (their fsync'd writes were 80 % of a plain training step on Bank).
     scenario = scenario.with_spec(checkpoints=False)
+    if scenario.attacker != "active":  # label attacks on training gradients: no release chain changes what they see
+        with _workdir() as workdir:
+            run = run_scenario(scenario, workdir, Phases() if phases is None else phases.fresh(), on_step)
+            return score_label_run(scenario, run, log)
     # Trees are left out: a passive party's fitted bins are not in its checkpoints, so no run can resume the model.
     chained = scenario.spec.score_release or scenario.spec.param_release
     if not (chained and scenario.compare_undefended) or scenario.spec.model in TREE_ATTACKS:
@@ -727,6 +736,7 @@ def score_run(scenario: AttackScenario, run: ScenarioRun, log: Callable[[str], N
             report["early_stopping"] = run.training.to_dict()
     report["model"] = spec.model
     report["topology"] = spec.topology if spec.model == "splitnn" else None
+    report["attacker"] = scenario.attacker
     if obs.embedding_chain:  # the passive parties' own defenses, as announced to (and recorded by) the active party
         report["embedding_release"] = [[name, dict(params)] for name, params in obs.embedding_chain]
         report["embedding_width"] = None if obs.embeddings is None else int(obs.embeddings.shape[1])
@@ -737,6 +747,119 @@ def score_run(scenario: AttackScenario, run: ScenarioRun, log: Callable[[str], N
     report["attack_seconds"] = attack_seconds
     report["peak_rss_mb"] = run.peak_rss_mb
     return report
+
+
+LABEL_NOTE = (
+    "norm and cosine fit no labelled row: every training row the passive party received ∂L/∂h for is scored; AUC 0.5 "
+    "is blind, and an AUC below 0.5 is the same leak read upside down (the attacker took the wrong class for the "
+    "rarer one: --attack-option NAME.positive=0)"
+)
+
+
+def score_label_run(
+    scenario: AttackScenario, run: ScenarioRun, log: Callable[[str], None] | None = None
+) -> dict[str, Any]:
+    """A curious passive party's label attacks on its recordings, scored against the active party's true labels
+    (read here only) by AUC, beside the blind baselines: AUC 0.5 and the majority rate of the scored rows."""
+    start = time.perf_counter()
+    store = curious.ObservationStore(run.store_path)
+    try:
+        obs, sample_ids = curious.label_observations(store, run.session_id)
+    finally:
+        store.close()
+    y = true_labels(run.layout, sample_ids)
+    spec = scenario.spec
+    names = list(scenario.attacks) if scenario.attacks is not None else [*LABEL_ATTACKS, *scenario.extra_attacks]
+    if log is not None:
+        log(f"attack: {len(names)} label attacks on {obs.n_samples:,} training rows ({len(obs.gradients):,} gradients)")
+    results: dict[str, dict[str, Any]] = {}
+    for name in names:
+        began = time.perf_counter()
+        try:
+            attack = attacks.make_attack(name, family=spec.model, **scenario.attack_options.get(name, {}))
+            if attack.target != "labels":
+                raise attacks.NotApplicable(f"{name} infers features: a passive attacker runs the label attacks")
+            reconstruction = attacks.run_attack(attack, obs)
+        except attacks.NotApplicable as exc:
+            results[name] = {"not_applicable": exc.reason}
+        else:
+            results[name] = {
+                "auc": attacks.auc(y, reconstruction.label_scores),
+                # Li et al.'s figure: the AUC of one step's batch, here averaged over the steps
+                "auc_per_step": per_step_auc(obs, y, reconstruction.meta["gradient_scores"]),
+                "seconds": time.perf_counter() - began,
+                "options": _jsonable(attack.get_params()),
+            }
+        if log is not None:
+            r = results[name]
+            line = f"not applicable: {r['not_applicable']}" if "not_applicable" in r else f"AUC {r['auc']:.4f}"
+            log(f"attack {name}: {line}")
+    ran = {n: r["auc"] for n, r in results.items() if "auc" in r}
+    counts = np.bincount(y, minlength=run.n_classes)
+    report: dict[str, Any] = {
+        "attacker": scenario.attacker,
+        "dataset": spec.name,
+        "model": spec.model,
+        "topology": spec.topology if spec.model == "splitnn" else None,
+        "backend": spec.backend,
+        "n_classes": run.n_classes,
+        "d_passive": obs.d_passive,  # the attacker's own width
+        "n_samples": obs.n_samples,  # the training rows scored
+        "n_gradients": len(obs.gradients),
+        "steps": len(np.unique(obs.gradient_steps)),
+        "accuracy": run.accuracy,
+        # blind: AUC 0.5 (binary labels) and the larger class's share of the scored rows
+        "baselines": {**({"auc": 0.5} if run.n_classes == 2 else {}), "majority_rate": float(max(counts) / len(y))},
+        "class_rates": (counts / counts.sum()).tolist(),
+        "attacks": results,
+        "strongest": None if not ran else {"attack": max(ran, key=ran.get), "auc": max(ran.values())},
+        "label_note": LABEL_NOTE,
+    }
+    report["batch_size"], report["batch_size_note"] = run.batch_size, run.batch_size_note
+    report["epochs"], report["epochs_note"] = spec.epochs_for(run.n_train)
+    report["majority_rate"] = run.majority_rate  # of the queried rows, as the active attacker's report has it
+    report["accuracy_warning"] = accuracy_warning(run.accuracy, run.majority_rate)
+    report["n_train"] = run.n_train
+    report |= {f"{name}_seconds": run.phases.seconds.get(name, 0.0) for name in PHASES[:-1]}
+    report["attack_seconds"] = time.perf_counter() - start
+    report["peak_rss_mb"] = run.peak_rss_mb
+    return report
+
+
+def label_markdown(report: dict[str, Any]) -> str:
+    """A passive attacker's report as markdown: each label attack's AUC beside the blind baselines."""
+    lines = [
+        f"### {report['dataset']}: label inference by {report['attacker']}, {report['n_samples']} training rows, "
+        f"class rates {', '.join(f'{r:.3f}' for r in report['class_rates'])}, accuracy = {report['accuracy']:.4f}",
+        "",
+        "| attack | AUC | AUC per step (mean) |",
+        "|---|---|---|",
+        *(f"| {name} (baseline) | {value:.4g} | |" for name, value in report["baselines"].items()),
+    ]
+    for name, r in report["attacks"].items():
+        if "not_applicable" in r:
+            lines.append(f"| {name} | not applicable: {r['not_applicable']} | |")
+        else:
+            step = "n/a" if r["auc_per_step"] is None else f"{r['auc_per_step']:.4f}"
+            lines.append(f"| {name} | {r['auc']:.4f} | {step} |")
+    return "\n".join(lines) + "\n"
+
+
+def per_step_auc(obs: attacks.Observations, y: np.ndarray, scores: np.ndarray) -> float | None:
+    """The mean over steps of the AUC of each step's gradient scores (steps whose batch holds both classes)."""
+    truth = y[obs.gradient_rows]
+    values = []
+    for step in np.unique(obs.gradient_steps):
+        at = obs.gradient_steps == step
+        if len(np.unique(truth[at])) == 2:
+            values.append(attacks.auc(truth[at], scores[at]))
+    return float(np.mean(values)) if values else None
+
+
+def true_labels(layout: FederationLayout, sample_ids: Sequence[str]) -> np.ndarray:
+    """Ground truth of the label attacks: the active party's labels as its service reads them."""
+    data = load_party_data(load_config(layout.configs["active"]))
+    return np.asarray(data.y[datasets.select_ids(data.ids, list(sample_ids))], dtype=np.int64)
 
 
 def last_query(

@@ -216,6 +216,7 @@ def start_party(config: ServiceConfig) -> Party:
             allowed_backends=config.allowed_backends,
             embedding_release=config.embedding_release,
             min_training_rows=config.min_training_rows,
+            hub=plugins.PluginHub([plugins.load_plugin(p.path, p.options) for p in config.plugins]),
         )
 
         def add_passive(s: grpc.Server) -> None:
@@ -234,7 +235,7 @@ def start_party(config: ServiceConfig) -> Party:
                 "vflsec.v1.TreePassive": trees.PASSIVE_POLICY,
             },
         )
-        return Party(config, engine, server, [channel])
+        return Party(config, engine, server, [channel], engine.hub)
 
     from vflsec.services.engines import active
     from vflsec.services.rpc import active as active_rpc

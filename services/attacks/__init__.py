@@ -1,6 +1,7 @@
-"""Feature-inference attacks on released models; importing the package registers every attack."""
+"""Feature-inference attacks on released models and label-inference attacks on received gradients; importing the
+package registers every attack."""
 
-from . import agnostic, aware, binary, black_box, chebyshev, closed_form, gradient, trees
+from . import agnostic, aware, binary, black_box, chebyshev, closed_form, gradient, labels, trees
 from .base import (
     ATTACKS,
     WHITE_BOX_NEEDS,
@@ -8,6 +9,7 @@ from .base import (
     NotApplicable,
     Observations,
     Reconstruction,
+    auc,
     make_attack,
     mse,
     mse_per_feature,
@@ -23,12 +25,14 @@ __all__ = [
     "Observations",
     "Reconstruction",
     "agnostic",
+    "auc",
     "aware",
     "binary",
     "black_box",
     "chebyshev",
     "closed_form",
     "gradient",
+    "labels",
     "make_attack",
     "mse",
     "mse_per_feature",

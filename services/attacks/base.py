@@ -1,8 +1,10 @@
-"""The one contract every feature-inference attack implements.
+"""The one contract every attack implements: feature inference (the curious active party) and label inference (a
+curious passive party).
 
-An attack only ever sees an :class:`Observations` — what the active party (the adversary) actually received
-through the release chains plus its own data. Ground truth stays with the experiment harness, which compares
-a :class:`Reconstruction` with the passive party's true features through :func:`mse` / :func:`mse_per_feature`.
+An attack only ever sees an :class:`Observations` — what the adversary actually received (through the release chains,
+or in training) plus its own data. Ground truth stays with the experiment harness, which compares a
+:class:`Reconstruction` with the passive party's true features through :func:`mse` / :func:`mse_per_feature`, or its
+``label_scores`` with the active party's true labels through :func:`auc`.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ __all__ = [
     "NotApplicable",
     "Observations",
     "Reconstruction",
+    "auc",
     "make_attack",
     "mse",
     "mse_per_feature",
@@ -66,6 +69,12 @@ class Observations:
     embeddings: np.ndarray | None = None  # (n, width) recorded passive embeddings z_B (active-top)
     passive_bottom: nn.Module | None = None  # x_passive -> z_B, when the passive bottom model is released
     released_trees: tuple[ReleasedTree, ...] | None = None  # DT (one) or RF; passive thresholds None if withheld
+    # A passive attacker (label inference): its n rows are the training rows it holds (``x_active`` is (n, 0): it has
+    # no active features; ``d_passive`` its own width), and it received split-NN's ∂L/∂h in Backward, one row of
+    # ``gradients`` per row and step: ``gradient_rows`` says which of the n rows, ``gradient_steps`` at which step.
+    gradients: np.ndarray | None = None  # (m, E)
+    gradient_rows: np.ndarray | None = None  # (m,) in 0..n-1
+    gradient_steps: np.ndarray | None = None  # (m,)
 
     def __post_init__(self) -> None:
         n, d_a = np.shape(self.x_active)
@@ -86,6 +95,15 @@ class Observations:
             raise ValueError(f"train_x_active must have {d_a} columns")
         if self.embeddings is not None and (np.ndim(self.embeddings) != 2 or len(self.embeddings) != n):
             raise ValueError(f"embeddings must have shape ({n}, width), got {np.shape(self.embeddings)}")
+        if self.gradients is not None:
+            m = len(self.gradients)
+            if np.ndim(self.gradients) != 2:
+                raise ValueError(f"gradients must have shape (m, width), got {np.shape(self.gradients)}")
+            for name in ("gradient_rows", "gradient_steps"):
+                if np.shape(getattr(self, name)) != (m,):
+                    raise ValueError(f"{name} must have shape ({m},) beside the gradients")
+            if m and not (np.min(self.gradient_rows) >= 0 and np.max(self.gradient_rows) < n):
+                raise ValueError(f"gradient_rows must lie in 0..{n - 1}")
 
     @property
     def n_samples(self) -> int:
@@ -102,10 +120,13 @@ class Observations:
 
 @dataclass
 class Reconstruction:
-    """The adversary's estimate of the passive features; ``meta`` may hold per-sample arrays."""
+    """The adversary's estimate of the passive features (a feature attack) or of the labels (a label attack: binary
+    labels, a score per row, higher for class 1, which the harness scores by AUC); ``meta`` may hold per-sample
+    arrays."""
 
-    x_passive: np.ndarray  # (n, d_p)
+    x_passive: np.ndarray | None  # (n, d_p); None from a label attack
     meta: dict[str, Any] = field(default_factory=dict)
+    label_scores: np.ndarray | None = None  # (n,) label attacks
 
 
 class NotApplicable(Exception):
@@ -123,10 +144,13 @@ WHITE_BOX_NEEDS = frozenset({"scores", "w_active", "w_passive", "bias"})
 class Attack(Plugin, ABC):
     """A reconstruction algorithm; ``needs`` lists the :class:`Observations` fields that must be non-None and
     ``families`` the model families it can attack (services/registry.py); ``metric`` the figure its papers judge
-    it by, which the harness scores beside the MSE: mse, accuracy (ye's binary recovery) or cbr (luo's trees)."""
+    it by, which the harness scores beside the MSE: mse, accuracy (ye's binary recovery) or cbr (luo's trees).
+    ``target`` is what it infers: "features" (the active party attacks) or "labels" (a passive party attacks; metric
+    auc, and it returns ``label_scores``)."""
 
     needs: frozenset[str] = frozenset()
     metric: str = "mse"
+    target: str = "features"
 
     @abstractmethod
     def reconstruct(self, obs: Observations) -> Reconstruction:
@@ -145,9 +169,15 @@ def run_attack(attack: Attack, obs: Observations) -> Reconstruction:
     if missing:
         raise NotApplicable(f"{attack.name} needs {', '.join(missing)}, which the active party did not receive")
     result = attack.reconstruct(obs)
+    if attack.target == "labels":
+        if result.label_scores is None or np.shape(result.label_scores) != (obs.n_samples,):
+            got = None if result.label_scores is None else np.shape(result.label_scores)
+            raise RuntimeError(f"{attack.name} returned label scores of shape {got}, expected {(obs.n_samples,)}")
+        return result
     expected = (obs.n_samples, obs.d_passive)
-    if result.x_passive.shape != expected:
-        raise RuntimeError(f"{attack.name} returned shape {result.x_passive.shape}, expected {expected}")
+    if result.x_passive is None or result.x_passive.shape != expected:
+        got = None if result.x_passive is None else result.x_passive.shape
+        raise RuntimeError(f"{attack.name} returned shape {got}, expected {expected}")
     return result
 
 
@@ -181,3 +211,20 @@ def mse_per_feature(x_true: np.ndarray, x_hat: np.ndarray) -> np.ndarray:
 def mse(x_true: np.ndarray, x_hat: np.ndarray) -> float:
     """MSE per feature, luo Eq. 10: (1 / (n d_p)) Σ_t Σ_i (x̂_ti − x_ti)²."""
     return float(np.mean(mse_per_feature(x_true, x_hat)))
+
+
+def auc(y_true: np.ndarray, scores: np.ndarray) -> float:
+    """Area under the ROC curve of ``scores`` for class 1 of binary ``y_true`` (ties count half): the chance that a
+    random class-1 row scores above a random class-0 row. 0.5 is blind; 1 − AUC is the same ranking read upside down."""
+    y = np.asarray(y_true).reshape(-1)
+    s = np.asarray(scores, dtype=float).reshape(-1)
+    if y.shape != s.shape:
+        raise ValueError(f"shape mismatch: {y.shape} labels vs {s.shape} scores")
+    positive = y == 1
+    n_pos, n_neg = int(positive.sum()), int((~positive).sum())
+    if not n_pos or not n_neg:
+        raise ValueError("AUC needs rows of both classes")
+    from scipy.stats import rankdata
+
+    ranks = rankdata(s)  # average ranks: ties count half
+    return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))

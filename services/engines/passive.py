@@ -12,6 +12,7 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
+from vflsec.services import plugins
 from vflsec.services.common import ACTIVE, COORDINATOR, PASSIVE, require_distinct_rows
 from vflsec.services.config import MIN_TRAINING_ROWS
 from vflsec.services.crypto import entropy, he, psi, ring_mask
@@ -174,8 +175,12 @@ class PassiveParty:
         allowed_backends: Sequence[str] = ("ckks",),
         embedding_release: Sequence[str] = (),
         min_training_rows: int = MIN_TRAINING_ROWS,
+        hub: plugins.PluginHub | None = None,
     ) -> None:
         self.party_id = party_id
+        # [[plugins]]: what this party receives is offered to its own plugins, as the active party's are (a curious
+        # passive party records ∂L/∂h for the label attacks); none by default.
+        self.hub = hub or plugins.PluginHub()
         self.min_training_rows = min_training_rows  # [policy]: what this party discloses covers at least these rows
         # [defenses] embedding: this party's own defenses of its output sent in the clear (split-NN active-top);
         # parsed here, so that a bad spec stops the service at start. Each session draws its own noise keys.
@@ -251,6 +256,14 @@ class PassiveParty:
         if caller not in (self.operator, self.coordinator_id):
             raise PermissionDenied(f"{caller} is neither this party's operator {self.operator} nor its coordinator")
 
+    def _emit(self, kind: str, session_id: str, source: str, **fields: Any) -> None:
+        if self.hub.active:
+            self.hub.emit(plugins.Observation(kind=kind, session_id=session_id, source=source, **fields))
+
+    def _sample_ids(self, s: PassiveSession, sample_index: np.ndarray) -> list[str]:
+        """This party's own IDs of aligned rows (it knows them: PSI told it which of its rows are common)."""
+        return [str(self.data.ids[row]) for row in s.rows[sample_index]] if s.rows is not None else []
+
     def join(
         self,
         session_id: str,
@@ -302,6 +315,19 @@ class PassiveParty:
                 embedding=embedding,
             )
             self.sessions.add(session_id, s)
+        self._emit(
+            plugins.SESSION,
+            session_id,
+            owner,
+            meta={
+                "family": family.name,
+                "backend": backend_name,
+                "n_classes": n_classes,
+                "settings": dict(settings),
+                "party": self.party_id,
+                "n_features": self.n_features,
+            },
+        )
         return self.n_features
 
     # --- PSI (see services/crypto/psi.py) ---
@@ -577,6 +603,10 @@ class PassiveParty:
                 mask_key=s.mask_key,
                 key_holder=self.coordinator,
                 training_keys=lambda: self._training_keys(session_id, s, step),
+                emit=lambda kind, source, **fields: self._emit(kind, session_id, source, **fields),
+                sample_ids=lambda index: self._sample_ids(s, index),
+                owner=s.owner,
+                index=sample_index,
             )
             s.trainer.backward(ctx, x, delta, delta_digest)
             s.completed_step = step

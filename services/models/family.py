@@ -90,7 +90,7 @@ class ReleasedModel:
 
 
 class Emit(Protocol):
-    """Offer a received message to the active party's plugins (kinds: services/plugins/__init__.py)."""
+    """Offer a received message to the receiving party's plugins (kinds: services/kinds.py)."""
 
     def __call__(self, kind: str, source: str, **fields: Any) -> None: ...
 
@@ -137,6 +137,10 @@ def _unavailable(*args: Any, **kwargs: Any) -> Any:
     raise FailedPrecondition("this engine service is not offered to a training message")
 
 
+def _no_plugins(kind: str, source: str, **fields: Any) -> None:
+    """The emit of a party that runs no plugins."""
+
+
 @dataclass
 class PassiveContext:
     """What the passive engine hands its trainer for one training message of step ``step``, or a family step."""
@@ -164,6 +168,11 @@ class PassiveContext:
     # every row this party holds, aligned or not (scaled): what it fits a disclosed statistic on (rows it chose)
     shard: Callable[[], np.ndarray] | None = None
     min_training_rows: int = 2  # [policy] min_training_rows: a statistic this party discloses covers at least these
+    # Offer what this party received to its own plugins (a curious passive party records what Backward carried)
+    emit: Emit = _no_plugins
+    sample_ids: Callable[[np.ndarray], list[str]] = lambda index: []  # own sample IDs of common indices
+    owner: str = ""  # the session's active party: the sender of Backward
+    index: np.ndarray | None = None  # Backward: the common rows of the step
 
 
 # The answer a key holder's training step gives (split-NN: ∂L/∂h and the batch loss), kept for a replay.

@@ -1,7 +1,8 @@
-"""Active-party plugin hooks: every message the active party receives is offered to its plugins.
+"""Party plugin hooks: every message the active party receives is offered to its plugins; a passive party offers
+what it receives in training (services/kinds.py) to its own, under the same contract.
 
-A plugin is any object with ``observe(observation)`` (and optionally ``close()``), loaded from the active
-party's config by dotted path (``"package.module:Factory"``) or by entry-point name (group
+A plugin is any object with ``observe(observation)`` (and optionally ``close()``), loaded from a party's
+config by dotted path (``"package.module:Factory"``) or by entry-point name (group
 ``vflsec.plugins``); the factory receives the config's ``options`` as keyword arguments.
 """
 
@@ -20,7 +21,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-# Observation kinds, one per kind of message the active party receives (defined in services/kinds.py).
+# Observation kinds, one per kind of message a party receives (defined in services/kinds.py).
 from vflsec.services.kinds import (  # noqa: F401  (re-exported: plugins.GRADIENT, ...)
     EMBEDDINGS,
     ENCRYPTED_EMBEDDINGS,

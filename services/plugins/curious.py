@@ -1,5 +1,7 @@
-"""The curious active-party plugin: a durable, append-only record of everything the active party receives,
-and the bridge from those recordings to the attack contract (:class:`vflsec.services.attacks.Observations`).
+"""The curious plugin: a durable, append-only record of everything a party receives (the active party; a passive
+party for the label attacks: the same store and contract), and the bridge from those recordings to the attack
+contract (:class:`vflsec.services.attacks.Observations`: :func:`observations` for the active party's feature
+attacks, :func:`label_observations` for a passive party's label attacks).
 
 Store: SQLite in WAL mode, one row per observation, arrays as blobs with dtype and shape, keyed by session.
 A row is acknowledged once its transaction has committed; by default (``durability="process"``) that
@@ -177,8 +179,8 @@ def _array_row(oid: int, name: str, value: np.ndarray) -> tuple[int, str, str, s
 
 
 class CuriousPlugin:
-    """Active-party plugin: ``[[plugins]] path = "vflsec.services.plugins.curious:CuriousPlugin"``,
-    ``options = { store = "curious.sqlite" }``.
+    """A party's plugin (the active party's, or a passive party's):
+    ``[[plugins]] path = "vflsec.services.plugins.curious:CuriousPlugin"``, ``options = { store = "curious.sqlite" }``.
 
     Observations are written by a background thread so that recording stays off the protocol's critical
     path; the queue is bounded (``max_pending``), so a slow disk applies back-pressure instead of growing
@@ -291,3 +293,30 @@ def _embeddings(
     if not sample_ids or not all(set(sample_ids) <= set(rows) for rows in received.values()):
         return None
     return np.hstack([np.vstack([received[party][i] for i in sample_ids]) for party in parties])
+
+
+def label_observations(store: ObservationStore, session_id: str) -> tuple[Observations, list[str]]:
+    """Everything a curious passive party received in a session's training, as the attack contract's input for the
+    label attacks: its rows are the training rows it was sent ∂L/∂h for (its own IDs, in the order first seen), each
+    gradient row tied to its row and step. Returns the observations and those sample IDs."""
+    sessions = list(store.read(session_id, plugins.SESSION))
+    if not sessions:
+        raise LookupError(f"no recorded session {session_id!r} in {store.path}")
+    joined = sessions[-1].meta
+    received = list(store.read(session_id, plugins.GRADIENT))
+    if not received:
+        raise LookupError(f"session {session_id!r} has no gradients recorded (a split-NN session trains with them)")
+    position: dict[str, int] = {}
+    for r in received:
+        for sample in r.sample_ids:
+            position.setdefault(sample, len(position))
+    obs = Observations(
+        x_active=np.zeros((len(position), 0)),  # a passive attacker holds no active features
+        scores=None,
+        n_classes=int(joined["n_classes"]),
+        d_passive=int(joined["n_features"]),
+        gradients=np.vstack([r.arrays["gradient"] for r in received]),
+        gradient_rows=np.array([position[i] for r in received for i in r.sample_ids], dtype=np.int64),
+        gradient_steps=np.concatenate([np.full(len(r.sample_ids), int(r.meta["step"])) for r in received]),
+    )
+    return obs, list(position)

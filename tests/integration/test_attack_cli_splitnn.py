@@ -35,6 +35,7 @@ def test_coordinator_top_runs_the_gradient_attacks_on_the_released_model(monkeyp
     keys = list(report)  # model and topology follow the LR keys together (the phase timings come after them)
     assert keys[: len(LR_KEYS)] == LR_KEYS and keys[keys.index("model") + 1] == "topology"
     assert report["model"] == "splitnn" and report["topology"] == "coordinator-top" and report["backend"] == "ckks"
+    assert report["attacker"] == "active"  # the default curious party, named (a new key: none moved)
     assert set(report["baselines"]) == {"half", "rg", "zero"} and report["n_samples"] == 60
     assert set(report["attacks"]) == set(harness.SPLITNN_ATTACKS)
     # They ran: an MSE over the queried rows. Not compared with Half: on 60 rows after 3 epochs neither beats it

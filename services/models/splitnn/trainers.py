@@ -329,6 +329,9 @@ class SplitNNPassive:
             self.bottom.backward(feedback)
         except ValueError as exc:  # e.g. no forward awaits it (this party restarted in between)
             raise FailedPrecondition(f"split-NN backward: {exc}") from exc
+        if ctx.index is not None:  # to this party's plugins: ∂L/∂h row by row, under its own IDs (label attacks)
+            ids = tuple(ctx.sample_ids(ctx.index))
+            ctx.emit(kinds.GRADIENT, ctx.owner, sample_ids=ids, arrays={"gradient": feedback}, meta={"step": ctx.step})
 
     def inference_share(self, x: np.ndarray) -> np.ndarray:
         return self.bottom.forward(x, train=False)
