@@ -207,7 +207,7 @@ def test_no_key_budget_bounds_the_batch(fed: Federation) -> None:
     assert list(fed.operator.train(info.session_id, common[:512], 1))[-1].done
     assert fed.parties["coordinator"].engine.session(info.session_id).last_step == 1
     default = fed.operator.create_session("ckks", family="splitnn", settings={"embedding": 16})
-    assert fed.parties["active"].engine.sessions[default.session_id].training.batch_size == 256
+    assert fed.parties["active"].engine.sessions[default.session_id].training.batch_size == 128
 
 
 def _h_p(fed: Federation, sid: str, rows: list[int]) -> np.ndarray:
