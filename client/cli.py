@@ -634,6 +634,7 @@ def attack(
         check_attack_options,
         default_attacks,
         headline,
+        labelled_line,
         markdown_table,
         run_attack_scenario,
         ye_accuracy_cell,
@@ -739,6 +740,9 @@ def attack(
                       markup=False)  # fmt: skip
         console.print(f"verdict: {report['verdict']}", markup=False)
         console.print(report["scaling_note"], markup=False)
+    for name, r in report["attacks"].items():
+        if "labelled_rows" in r:
+            console.print(labelled_line(name, r), markup=False)
     if report.get("left_out"):
         names_out = ", ".join(f"{n} ({why})" for n, why in report["left_out"].items())
         console.print(f"left out of the defaults: {names_out}; add with --attacks +{','.join(report['left_out'])}",

@@ -1,6 +1,6 @@
 """Feature-inference attacks on released models; importing the package registers every attack."""
 
-from . import agnostic, aware, binary, black_box, chebyshev, closed_form, gradient, trees
+from . import agnostic, aware, binary, black_box, chebyshev, closed_form, gradient, labelled, trees
 from .base import (
     ATTACKS,
     WHITE_BOX_NEEDS,
@@ -29,6 +29,7 @@ __all__ = [
     "chebyshev",
     "closed_form",
     "gradient",
+    "labelled",
     "make_attack",
     "mse",
     "mse_per_feature",
