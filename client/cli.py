@@ -725,6 +725,8 @@ def attack(
         table.add_row(f"{name} (baseline)", f"{mse:.6g}", "", "", *([""] if ye else []))
     for name, r in report["attacks"].items():
         label = f"{name} (aware)" if r.get("aware") else name
+        if "labelled_rows" in r:  # auxiliary knowledge, scored on the other rows (its line below the table)
+            label = f"{name} ({r['labelled_rows']} labelled rows given)"
         if "not_applicable" in r:
             table.add_row(label, f"n/a: {r['not_applicable']}", "", "", *([""] if ye else []))
         else:

@@ -194,7 +194,8 @@ def test_attacks_refuse_a_model_family_they_do_not_support() -> None:
     gradient = {"gia", "grn", "grn_direct", "grn_no_reg", "grn_noise_only", "grn_xadv_only", "aware_gia", "aware_grn"}
     luo = {n for n in ATTACKS.names() if n.startswith("grn_luo")}
     binary = {"ye_alg1", "ye_alg2", "ye_adaptive", "ye_peel"}
-    assert set(ATTACKS.names("splitnn")) == {"half", "rg", "zero", "embedding_ls"} | gradient | luo | binary
+    labelled = {"labelled_rows"}  # the attacker with auxiliary labels (opt-in)
+    assert set(ATTACKS.names("splitnn")) == {"half", "rg", "zero", "embedding_ls"} | gradient | luo | binary | labelled
     assert set(ATTACKS.names("tree")) == {"half", "rg", "zero", "pra", "grn_rf", "grn_rf_own"}
     task = lr_task(20, 3, 4, 3, seed=1)
     results = evaluate_attacks(task.obs, task.x_passive, ["esa", "half"], family="splitnn")
