@@ -629,6 +629,8 @@ def attack(
 
     from vflsec.client.harness import (
         MSE_SCOPES,
+        OPT_IN_ATTACKS,
+        SPLITNN_OPT_IN,
         YE_COLUMN,
         AttackScenario,
         check_attack_options,
@@ -683,14 +685,17 @@ def attack(
         except ValueError as exc:
             _fail(f"{exc}; the attacks of --model {spec.model}: {', '.join(ATTACKS.names(spec.model))}")
     extra_names, names = (names or [], None) if extra else ([], names)
-    chosen = (
-        names
-        if names is not None
-        else [*default_attacks(spec.score_release, spec.param_release, spec.model, spec.embedding_release),
-              *extra_names]
-    )
     try:
-        attack_options = check_attack_options(opt.attack_options(attack_option), chosen, spec.model)
+        requested = opt.attack_options(attack_option)
+        if names is None:  # an option of an opt-in attack (e.g. labelled_rows.k=2000) asks for that attack
+            extra_names += [n for n in requested if n in {**OPT_IN_ATTACKS, **SPLITNN_OPT_IN} and n not in extra_names]
+        chosen = (
+            names
+            if names is not None
+            else [*default_attacks(spec.score_release, spec.param_release, spec.model, spec.embedding_release),
+                  *extra_names]
+        )
+        attack_options = check_attack_options(requested, chosen, spec.model)
     except ValueError as exc:
         _fail(str(exc))
     scenario = AttackScenario(
