@@ -640,12 +640,15 @@ def attack(
     from vflsec.client.harness import (
         LABEL_ATTACKS,
         MSE_SCOPES,
+        OPT_IN_ATTACKS,
+        SPLITNN_OPT_IN,
         YE_COLUMN,
         AttackScenario,
         check_attack_options,
         default_attacks,
         headline,
         label_markdown,
+        labelled_line,
         markdown_table,
         run_attack_scenario,
         ye_accuracy_cell,
@@ -706,9 +709,12 @@ def attack(
         if attacker != "active"
         else default_attacks(spec.score_release, spec.param_release, spec.model, spec.embedding_release)
     )
-    chosen = names if names is not None else [*defaults, *extra_names]
     try:
-        attack_options = check_attack_options(opt.attack_options(attack_option), chosen, spec.model)
+        requested = opt.attack_options(attack_option)
+        if names is None:  # an option of an opt-in attack (e.g. labelled_rows.k=2000) asks for that attack
+            extra_names += [n for n in requested if n in {**OPT_IN_ATTACKS, **SPLITNN_OPT_IN} and n not in extra_names]
+        chosen = names if names is not None else [*defaults, *extra_names]
+        attack_options = check_attack_options(requested, chosen, spec.model)
     except ValueError as exc:
         _fail(str(exc))
     scenario = AttackScenario(
@@ -751,6 +757,8 @@ def attack(
         table.add_row(f"{name} (baseline)", f"{mse:.6g}", "", "", *([""] if ye else []))
     for name, r in report["attacks"].items():
         label = f"{name} (aware)" if r.get("aware") else name
+        if "labelled_rows" in r:  # auxiliary knowledge, scored on the other rows (its line below the table)
+            label = f"{name} ({r['labelled_rows']} labelled rows given)"
         if "not_applicable" in r:
             table.add_row(label, f"n/a: {r['not_applicable']}", "", "", *([""] if ye else []))
         else:
@@ -766,6 +774,9 @@ def attack(
                       markup=False)  # fmt: skip
         console.print(f"verdict: {report['verdict']}", markup=False)
         console.print(report["scaling_note"], markup=False)
+    for name, r in report["attacks"].items():
+        if "labelled_rows" in r:
+            console.print(labelled_line(name, r), markup=False)
     if report.get("left_out"):
         names_out = ", ".join(f"{n} ({why})" for n, why in report["left_out"].items())
         console.print(f"left out of the defaults: {names_out}; add with --attacks +{','.join(report['left_out'])}",

@@ -45,6 +45,8 @@ DEFAULT_ATTACKS = ("esa", "ls_clamped", "cls", "half_star", "rcc2", "am", "ram",
 # Attacks of the LR family left out of the defaults for their run time (the report names them and how to add them:
 # ``--attacks +NAME``): rcc1 solves one SDP per queried row, 224 of a 289 s run on Bank, and is rarely the strongest.
 OPT_IN_ATTACKS = {"rcc1": "one SDP per queried row: minutes on Bank (224 of a 289 s run)"}
+# Split NN: the attacker with auxiliary labels knows more than the release (k labelled rows); opt-in, reported apart.
+SPLITNN_OPT_IN = {"labelled_rows": "an attacker with auxiliary labels: the passive columns of k queried rows"}
 # Split NN: the gradient attacks (through a released differentiable map, coordinator-top or active-top), the exact
 # inversion of a released linear passive bottom, and ye's binary-feature searches on recorded embeddings (active-top).
 SPLITNN_ATTACKS = ("gia", "grn", "embedding_ls", "ye_alg1", "ye_alg2")
@@ -355,22 +357,39 @@ def evaluate_attacks(
     family: str = "lr",
     random_path: float | None = None,
     one_hot: tuple[tuple[int, ...], ...] = (),
+    labelled_seed: int | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Run each attack on the recorded observations of a ``family`` model; MSE against the truth (luo Eq. 10)
     and time taken. An attack that does not support the family, or lacks an observation, says why. On released
     trees the CBR attacks are held against luo's ``random_path`` baseline (drawn here from OS entropy if not given).
-    ``one_hot``: the truth's one-hot groups (column positions), for ye's accuracy."""
+    ``one_hot``: the truth's one-hot groups (column positions), for ye's accuracy. An attack with auxiliary
+    knowledge (``Attack.auxiliary_rows``) is given the truth of that many rows, drawn with ``labelled_seed`` (the
+    same rows for every such attack asking for as many; OS entropy if None), and scored on the other rows only."""
     results: dict[str, dict[str, Any]] = {}
     trees = obs.released_trees
     scored_paths = bool(trees) and not any(t.withholds_passive for t in trees)  # CBR needs every threshold
+    if labelled_seed is None:
+        labelled_seed = int(np.random.default_rng().integers(2**31))
+    all_obs, all_truth = obs, truth
     for name in names:
         start = time.perf_counter()
+        obs, truth = all_obs, all_truth
         try:
             attack = attacks.make_attack(name, family=family, **(options or {}).get(name, {}))
+            k = attack.auxiliary_rows(obs.n_samples)
+            if k:
+                obs, scored = with_labelled_rows(obs, truth, k, labelled_seed)
             reconstruction = attacks.run_attack(attack, obs)
         except attacks.NotApplicable as exc:
             results[name] = {"not_applicable": exc.reason}
         else:
+            if k:  # scored on the rows it was not given (``own_columns``: its baseline without z_B, likewise)
+                truth = truth[scored]
+                own = reconstruction.meta.get("own_columns")
+                reconstruction = attacks.Reconstruction(
+                    reconstruction.x_passive[scored],
+                    {**reconstruction.meta, **({} if own is None else {"own_columns": np.asarray(own)[scored]})},
+                )
             results[name] = {
                 "mse": attacks.mse(truth, reconstruction.x_passive),
                 # An unclipped estimate off a defended (infeasible) system can sit far outside the cube; the
@@ -387,6 +406,14 @@ def evaluate_attacks(
                     random_path = random_path_baseline(trees, truth, np.random.default_rng())
             cbr = (results[name].get("cbr"), random_path)
             results[name]["metric"] = own_metric(attack.metric, obs, truth, reconstruction, cbr)
+            if k:  # an attacker with auxiliary labels: how many it had, the rows scored, and its own-columns baseline
+                results[name] |= {"labelled_rows": k, "scored_rows": len(truth)}
+                if "own_columns" in reconstruction.meta:
+                    own = attacks.Reconstruction(np.asarray(reconstruction.meta["own_columns"]))
+                    results[name]["own_columns"] = {
+                        "mse_clipped": attacks.mse(truth, np.clip(own.x_passive, 0.0, 1.0)),
+                        "metric": own_metric(attack.metric, obs, truth, own, cbr)["value"],
+                    }
             # sign_only: which of rassouli's cases ran; ye: whether the search was sampled, and the adaptive attack's
             # groups (how many, the largest, the share of rows its answer covers, the fabricated bits it found)
             for key in ("case", "sampled", "groups", "largest_group", "covered_rows", "fabricated_m"):
@@ -397,6 +424,18 @@ def evaluate_attacks(
         if log is not None:
             log(attack_line(name, results[name]))
     return results
+
+
+def with_labelled_rows(
+    obs: attacks.Observations, truth: np.ndarray, k: int, seed: int
+) -> tuple[attacks.Observations, np.ndarray]:
+    """``obs`` with the truth of k rows drawn with ``seed`` (auxiliary knowledge), and the other rows' positions."""
+    n = obs.n_samples
+    if not 0 < k < n:
+        raise attacks.NotApplicable(f"{k} labelled rows of {n} queried leave no row to score")
+    given = np.sort(np.random.default_rng(seed).choice(n, size=k, replace=False))
+    scored = np.setdiff1d(np.arange(n), given)
+    return replace(obs, labelled_rows=given, labelled_passive=np.asarray(truth, dtype=float)[given]), scored
 
 
 def attack_line(name: str, result: dict[str, Any]) -> str:
@@ -411,6 +450,7 @@ METRICS = {
     "mse": ("MSE (clipped to the cube)", False, "half"),
     "accuracy": ("attack accuracy (ye §6.3, up to complement)", True, "majority"),
     "cbr": ("correct branching rate (luo §VI)", True, "random_path"),
+    "column_accuracy": ("accuracy per binary passive column, predicted in its own column", True, "majority"),
 }
 
 
@@ -436,6 +476,14 @@ def own_metric(
     if kind == "mse":
         value = attacks.mse(truth, np.clip(found.x_passive, 0.0, 1.0))
         reference = attacks.mse(truth, np.full_like(truth, 0.5))
+    elif kind == "column_accuracy":  # each column's prediction against that column (a supervised attacker knows which)
+        binary = [j for j in range(truth.shape[1]) if set(np.unique(truth[:, j])) <= {0.0, 1.0}]
+        if not binary:
+            value, reference = None, None
+        else:
+            value = float(np.mean((found.x_passive[:, binary] >= 0.5) == (truth[:, binary] == 1.0)))
+            share = truth[:, binary].mean(axis=0)
+            reference = float(np.mean(np.maximum(share, 1.0 - share)))
     elif kind == "accuracy":
         from vflsec.services.attacks.binary import binary_match
 
@@ -694,8 +742,9 @@ def score_run(scenario: AttackScenario, run: ScenarioRun, log: Callable[[str], N
         for name in set(names) & {"am", "ram"}:
             options[name] = {"held_out": False, **options.get(name, {})}
     results = evaluate_attacks(
-        obs, truth, names, options, log, family=spec.model, random_path=random_path, one_hot=one_hot_groups(columns)
-    )
+        obs, truth, names, options, log, family=spec.model, random_path=random_path, one_hot=one_hot_groups(columns),
+        labelled_seed=spec.seed,
+    )  # fmt: skip
     attack_seconds = time.perf_counter() - start
     report: dict[str, Any] = {
         "dataset": spec.name,
@@ -722,8 +771,9 @@ def score_run(scenario: AttackScenario, run: ScenarioRun, log: Callable[[str], N
     report["epochs"], report["epochs_note"] = spec.epochs_for(run.n_train)
     report["majority_rate"] = run.majority_rate
     report["accuracy_warning"] = accuracy_warning(run.accuracy, run.majority_rate)
-    if scenario.attacks is None and spec.model == "lr":  # which attacks the defaults leave out, and why
-        report["left_out"] = {name: why for name, why in OPT_IN_ATTACKS.items() if name not in names}
+    opt_in = OPT_IN_ATTACKS if spec.model == "lr" else SPLITNN_OPT_IN if spec.topology == "active-top" else {}
+    if scenario.attacks is None and opt_in:  # which attacks the defaults leave out, and why
+        report["left_out"] = {name: why for name, why in opt_in.items() if name not in names}
     report["n_train"] = run.n_train
     report["n_queried"] = len(run.queried)
     report["query_rows_in_training"] = run.query_rows_in_training
@@ -879,8 +929,10 @@ def last_query(
 
 
 def strongest(results: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
-    """The attack with the lowest clipped MSE among those that ran (naive and aware); None if none ran."""
-    ran = {name: r for name, r in results.items() if "mse_clipped" in r}
+    """The attack with the lowest clipped MSE among those that ran (naive and aware) on what was released alone; an
+    attacker given labelled rows (auxiliary knowledge, scored on other rows) is reported beside it, not in it.
+    None if none ran."""
+    ran = {name: r for name, r in results.items() if "mse_clipped" in r and "labelled_rows" not in r}
     if not ran:
         return None
     name = min(ran, key=lambda n: ran[n]["mse_clipped"])
@@ -953,6 +1005,22 @@ def markdown_table(report: dict[str, Any]) -> str:
             row = f"| {label} | {r['mse_clipped']:.6g} | {r['mse']:.6g} | {r['seconds']:.3f} |"
             lines.append(row + (f" {ye_accuracy_cell(r)} |" if ye else ""))
     return "\n".join(lines) + "\n"
+
+
+def labelled_line(name: str, r: dict[str, Any]) -> str:
+    """One line for an attacker with auxiliary labels: its figure beside the same learner on the active party's own
+    columns alone (what it would know without z_B) and the blind baseline, on the rows it was not given."""
+    metric, own = r["metric"], r.get("own_columns", {})
+    head = (
+        f"{name} (an attacker with auxiliary labels: the passive columns of {r['labelled_rows']} queried rows; scored "
+        f"on the other {r['scored_rows']}; not in the strongest): "
+    )
+    if metric["value"] is None:
+        return head + f"MSE {r['mse_clipped']:.4g}, own columns alone {own.get('mse_clipped', float('nan')):.4g}"
+    return head + (
+        f"{metric['label']} {metric['value']:.4f} with z_B, {own.get('metric', float('nan')):.4f} from the active "
+        f"party's own columns alone, majority {metric['baseline']['value']:.4f}"
+    )
 
 
 def headline(report: dict[str, Any]) -> str:

@@ -75,6 +75,10 @@ class Observations:
     gradients: np.ndarray | None = None  # (m, E)
     gradient_rows: np.ndarray | None = None  # (m,) in 0..n-1
     gradient_steps: np.ndarray | None = None  # (m,)
+    # Auxiliary knowledge, given by the harness only to an attack that asks (Attack.auxiliary_rows): the true passive
+    # features (k, d_p) of k of the queried rows (their positions), which that attack is then not scored on.
+    labelled_rows: np.ndarray | None = None
+    labelled_passive: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n, d_a = np.shape(self.x_active)
@@ -104,6 +108,15 @@ class Observations:
                     raise ValueError(f"{name} must have shape ({m},) beside the gradients")
             if m and not (np.min(self.gradient_rows) >= 0 and np.max(self.gradient_rows) < n):
                 raise ValueError(f"gradient_rows must lie in 0..{n - 1}")
+        if (self.labelled_rows is None) != (self.labelled_passive is None):
+            raise ValueError("labelled_rows and labelled_passive come together")
+        if self.labelled_rows is not None:
+            rows = np.asarray(self.labelled_rows)
+            if rows.ndim != 1 or len(np.unique(rows)) != len(rows) or np.any((rows < 0) | (rows >= n)):
+                raise ValueError(f"labelled_rows must be distinct positions among the {n} queried rows")
+            if np.shape(self.labelled_passive) != (len(rows), self.d_passive):
+                expected = (len(rows), self.d_passive)
+                raise ValueError(f"labelled_passive must have shape {expected}, got {np.shape(self.labelled_passive)}")
 
     @property
     def n_samples(self) -> int:
@@ -151,6 +164,12 @@ class Attack(Plugin, ABC):
     needs: frozenset[str] = frozenset()
     metric: str = "mse"
     target: str = "features"
+
+    def auxiliary_rows(self, n_samples: int) -> int:
+        """How many of the ``n_samples`` queried rows' true passive features the attack is given: knowledge beyond
+        the release (0 for every attack that knows only what it received). The harness draws that many rows, fills
+        ``Observations.labelled_*`` and scores the attack on the other rows only."""
+        return 0
 
     @abstractmethod
     def reconstruct(self, obs: Observations) -> Reconstruction:

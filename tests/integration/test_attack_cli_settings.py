@@ -82,3 +82,24 @@ def test_a_bad_attack_option_is_refused_before_anything_runs(monkeypatch, table,
     monkeypatch.setattr(harness, "run_scenario", lambda *a, **k: pytest.fail("a federation was started"))
     code, out = attack(monkeypatch, "--dataset", table, "--attacks", "ram", "--attack-option", option)
     assert code == 2 and message in " ".join(out.split()), out
+
+
+@pytest.mark.parametrize(
+    ("args", "option", "added"),
+    [
+        (("--model", "splitnn", "--topology", "active-top"), "labelled_rows.k=40", "labelled_rows"),
+        ((), "rcc1.box_tol=1e-6", "rcc1"),
+    ],
+)
+def test_an_option_of_an_opt_in_attack_adds_it_to_the_defaults(monkeypatch, table, args, option, added) -> None:
+    scenarios = []
+
+    def capture(scenario, *rest, **kwargs):
+        scenarios.append(scenario)
+        raise SystemExit(0)  # nothing runs: only what the CLI asked for is checked
+
+    monkeypatch.setattr(harness, "run_attack_scenario", capture)
+    code, out = attack(monkeypatch, "--dataset", table, *args, "--attack-option", option)
+    assert code == 0 and len(scenarios) == 1, out
+    assert scenarios[0].attacks is None and list(scenarios[0].extra_attacks) == [added]
+    assert set(scenarios[0].attack_options) == {added}

@@ -195,7 +195,9 @@ def test_attacks_refuse_a_model_family_they_do_not_support() -> None:
     luo = {n for n in ATTACKS.names() if n.startswith("grn_luo")}
     binary = {"ye_alg1", "ye_alg2", "ye_adaptive", "ye_peel"}
     labels = {"norm", "cosine"}  # a passive party's, on the gradients it receives
-    assert set(ATTACKS.names("splitnn")) == {"half", "rg", "zero", "embedding_ls"} | gradient | luo | binary | labels
+    labelled = {"labelled_rows"}  # the attacker with auxiliary labels (opt-in)
+    expected = {"half", "rg", "zero", "embedding_ls"} | gradient | luo | binary | labels | labelled
+    assert set(ATTACKS.names("splitnn")) == expected
     assert set(ATTACKS.names("tree")) == {"half", "rg", "zero", "pra", "grn_rf", "grn_rf_own"}
     task = lr_task(20, 3, 4, 3, seed=1)
     results = evaluate_attacks(task.obs, task.x_passive, ["esa", "half"], family="splitnn")
