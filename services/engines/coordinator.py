@@ -55,9 +55,10 @@ class PassivePeer(Protocol):
     def tensors(self, session_id: str) -> dict[str, np.ndarray]: ...
 
 
-# Admitted queries whose rows are not all released yet, per session (each holds the passive shares in flight).
+# Admitted queries whose rows are not all released yet, per session (each holds the passive shares in flight); a new
+# one past it lapses the oldest (its budget stays spent), so failed Predicts never lock the owner out.
 MAX_OPEN_QUERIES = 256
-# Chunks of one query whose passive shares wait for the owner's ReleaseScores (Predict keeps one in flight).
+# Chunks of one query whose shares wait for the owner's ReleaseScores, per passive party (Predict keeps one in flight).
 MAX_PENDING_CHUNKS = 4
 # |z| a released sum is scored within (rule 4): an honest sum of logits or embeddings lies far inside it
 SCORE_BOUND = 2.0**23
@@ -852,8 +853,6 @@ class Coordinator:
                     raise PermissionDenied(
                         f"refused: {used.size} requested sample(s) were used in training (e.g. index {used.min()})"
                     )
-            if len(s.queries) >= MAX_OPEN_QUERIES:
-                raise ResourceExhausted(f"{MAX_OPEN_QUERIES} queries of session {session_id!r} are still open")
             with self._lock:
                 scored = self.scored.get(s.owner, 0)
                 if self.policy.budget and scored + n > self.policy.budget:
@@ -863,6 +862,8 @@ class Coordinator:
                 self.scored[s.owner] = scored + n
                 self.ledger.save(s.owner, {}, {"scored": scored + n})  # durable before anything is released
             query_id = secrets.token_hex(16)
+            while len(s.queries) >= MAX_OPEN_QUERIES:  # the oldest open query lapses (a failed Predict leaves one)
+                del s.queries[next(iter(s.queries))]
             s.queries[query_id] = Query(Counter(sample_index.tolist()))
         return query_id, scored + n
 
@@ -885,8 +886,13 @@ class Coordinator:
             s.check_releasable()
             query = self._query(s, query_id)
             rows = query.check_rows(sample_index)
-            if rows not in query.shares and len(query.shares) >= MAX_PENDING_CHUNKS:
-                raise ResourceExhausted(f"query {query_id!r} has {MAX_PENDING_CHUNKS} chunks waiting for release")
+            # Counted per party: one party's row groups never take another's place (review 11: a passive party filled
+            # the query's slots and an honest party's share was refused)
+            waiting = sum(1 for held in query.shares.values() if caller in held)
+            if caller not in query.shares.get(rows, {}) and waiting >= MAX_PENDING_CHUNKS:
+                raise ResourceExhausted(
+                    f"query {query_id!r} has {MAX_PENDING_CHUNKS} chunks of {caller} waiting for release"
+                )
             query.shares.setdefault(rows, {})[caller] = words
 
     def release_scores(

@@ -558,8 +558,10 @@ class PassiveParty:
         if s.share_mask_key is None:
             raise FailedPrecondition(f"session {session_id!r} was joined without a share-mask key: open a new one")
         with s.lock:
-            if s.finished_step is None:
-                raise FailedPrecondition("no inference share before training is finished (FinishTraining)")
+            if s.finished_step is None or s.finished_step != s.completed_step:
+                raise FailedPrecondition(
+                    "no inference share before training is finished (FinishTraining) or while training again"
+                )
             z = s.trainer.inference_share(x)
             step = s.completed_step
         share = ring_mask.encode(z)  # clipped, never refused on its values (rule 4)
