@@ -83,6 +83,8 @@ def _send_embedding(
         raise FailedPrecondition("an active-top session sends its output with PlainForward")
     if step < 1:
         raise InvalidArgument(f"SendEmbedding is for training steps >= 1, got {step}")
+    if not ctx.share_mask_key:
+        raise FailedPrecondition("this session was joined without a share-mask key: open a new one")
     h = ctx.training_output(step, sample_index, epoch)
     nonce = entropy.new_nonce()
     mask = ring_mask.embedding_mask(ctx.share_mask_key, ctx.session_id, step, nonce, sample_index, h.shape[1])
