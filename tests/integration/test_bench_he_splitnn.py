@@ -17,4 +17,5 @@ def test_splitnn_epoch_is_measured_on_both_backends(tmp_path) -> None:
         assert set(out[key]) == {"plain", "ckks"} and all(np.isfinite(v) and v > 0 for v in out[key].values())
     # The same model on the same batches: CKKS changes the sums by its decoding error only.
     assert abs(out["accuracy"]["ckks"] - out["accuracy"]["plain"]) <= 0.01
-    assert out["ratios"]["train_ckks_over_plain"] > 1 and any("split-NN" in line for line in lines)
+    # Both backends train on the same masked sums now (nothing is encrypted in split-NN training): no order between them
+    assert out["ratios"]["train_ckks_over_plain"] > 0 and any("split-NN" in line for line in lines)

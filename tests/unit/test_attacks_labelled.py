@@ -50,7 +50,8 @@ def test_labelled_rows_read_what_z_b_adds_beyond_the_own_columns_where_linear_re
     linear = np.mean((span @ np.linalg.lstsq(span, b, rcond=None)[0] > 0.5) == (b == 1))
     r = _labelled(obs, x)
     attacker, own, majority = r["metric"]["value"], r["own_columns"]["metric"], r["metric"]["baseline"]["value"]
-    assert linear <= majority + 0.02
+    assert linear <= max(b.mean(), 1 - b.mean()) + 0.01  # on the same (all) rows: the constant is the best fit
+    assert abs(majority - max(b.mean(), 1 - b.mean())) < 0.05  # the harness's baseline, on the scored rows
     assert (r["labelled_rows"], r["scored_rows"], r["fabricated_m"]) == (K, N - K, M)
     assert own >= majority + 0.05, (own, majority)
     assert attacker >= own + 0.08, (attacker, own)
