@@ -15,6 +15,8 @@ the secret key. Nothing is decrypted, so no slot is charged to a key's budget (r
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from vflsec.services.crypto import entropy
@@ -36,6 +38,16 @@ def encode(values: np.ndarray) -> np.ndarray:
 def decode(words: np.ndarray) -> np.ndarray:
     """The signed fixed-point values of a sum of shares (any words: a crafted share decodes to some value)."""
     return np.asarray(words, dtype=np.uint64).view(np.int64).astype(np.float64) / 2.0**FRAC_BITS
+
+
+def open_sum(shares: Sequence[np.ndarray], bound: float) -> np.ndarray:
+    """The values of every party's shares added in Z_2^64 (the masks cancel), clipped to ±``bound``: a crafted share
+    is clipped, never refused (rule 4: a refusal would say whether the other parties' part passed a value the crafter
+    chose)."""
+    total = np.zeros_like(shares[0])
+    for share in shares:
+        total += share
+    return np.clip(decode(total), -bound, bound)
 
 
 def mask(key: bytes, sample_index: np.ndarray, width: int, *context: str | int) -> np.ndarray:

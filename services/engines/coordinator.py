@@ -921,14 +921,11 @@ class Coordinator:
         if getattr(s.model, "selects_share_columns", False):
             z = self._selected(s, every)
         else:
-            total = np.zeros_like(own)
-            for share in every:
-                total += share
             # Rule 4: no check on the sum may refuse (an owner shifting its own share by c would read from a refusal
             # whether the passive logit exceeds −c). An honest sum lies far inside SCORE_BOUND; one beyond it (a
             # crafted own share) is clipped to it and scored like any other, so the owner learns of it only what
             # the release chain lets through.
-            z = np.clip(ring_mask.decode(total), -SCORE_BOUND, SCORE_BOUND)
+            z = ring_mask.open_sum(every, SCORE_BOUND)
         raw = s.trainer.scores(z)
         with s.lock:
             released = self.score_chain(raw, z, s.release)  # the release RNG and cache are per session

@@ -202,13 +202,8 @@ class Head(_Trainable):
 
 
 def open_masked(shares: Sequence[np.ndarray]) -> np.ndarray:
-    """Key holder: h from every party's share of a step (words of Z_2^64, where the zero-sum masks cancel:
-    services/crypto/ring_mask.py), clipped to ±EMBEDDING_BOUND. A crafted share is clipped, never refused (rule 4: a
-    refusal would say whether the other parties' part of the sum passed a value the crafter chose)."""
-    total = np.zeros_like(shares[0])
-    for share in shares:
-        total += share
-    return np.clip(ring_mask.decode(total), -EMBEDDING_BOUND, EMBEDDING_BOUND)
+    """Key holder: h from every party's share of a step (:func:`ring_mask.open_sum`), clipped to ±EMBEDDING_BOUND."""
+    return ring_mask.open_sum(shares, EMBEDDING_BOUND)
 
 
 def _tensor(values: np.ndarray, what: str, width: int) -> torch.Tensor:
