@@ -8,7 +8,6 @@ PUBLIC_CONTEXT = "public_context"  # blobs: context (the coordinator's public co
 ENCRYPTED_LOGITS = "encrypted_logits"  # blobs: ciphertexts of a passive party's [[z_p]]
 ENCRYPTED_SCORES = "encrypted_scores"  # blobs: ciphertexts of [[p]] during training
 EMBEDDINGS = "embeddings"  # arrays: z, a passive party's output in the clear (split-NN active-top); sample_ids
-ENCRYPTED_EMBEDDINGS = "encrypted_embeddings"  # blobs: ciphertexts of a passive party's [[h_p]] (split-NN)
 # arrays: the active party's own (unmasked) gradient blocks (LR: weights, bias), ∂L/∂h (split-NN: gradient); at a
 # passive party: the split-NN gradient Backward carried (∂L/∂h, or ∂L/∂z_p in active-top), with its own sample_ids
 GRADIENT = "gradient"

@@ -10,7 +10,7 @@ each training and inference step, at each role:
 * :class:`PassiveTrainer` — answers the family's training messages at a passive party (LR: forward [[z_p]],
   backward [[δ]]; split-NN: bottom forward / backward), gives its part of an inference aggregate;
 * :class:`KeyHolderTrainer` — the coordinator's side (LR: [[z]] -> [[p]] and block sums; split-NN
-  coordinator-top: the top model on Dec(Σ [[h_p]]) -> ∂L/∂h), and ``scores`` of a decrypted inference sum.
+  coordinator-top: the top model on the masked sum h = Σ h_p -> ∂L/∂h), and ``scores`` of an inference sum.
 
 Family-specific messages travel through family links: plain-Python objects (protobuf stays in the links,
 services/transport/, and the servicers, services/rpc/) that the engine hands over as ``ActiveContext.key_holder`` /
@@ -253,7 +253,7 @@ class ActiveTrainer(Protocol):
 
     @property
     def share_width(self) -> int:
-        """Columns of a party's inference share and of the aggregate the key holder decrypts."""
+        """Columns of a party's inference share and of the aggregate the key holder sums."""
         ...
 
     def train_step(self, ctx: ActiveContext, index: np.ndarray) -> None:
@@ -278,7 +278,7 @@ class PassiveTrainer(Protocol):
 
     @property
     def share_width(self) -> int:
-        """Columns of a party's inference share and of the aggregate the key holder decrypts."""
+        """Columns of a party's inference share and of the aggregate the key holder sums."""
         ...
 
     def inference_share(self, x: np.ndarray) -> np.ndarray:
@@ -295,11 +295,11 @@ class PassiveTrainer(Protocol):
 class KeyHolderTrainer(Protocol):
     @property
     def share_width(self) -> int:
-        """Columns of a party's inference share and of the aggregate the key holder decrypts."""
+        """Columns of a party's inference share and of the aggregate the key holder sums."""
         ...
 
     def scores(self, aggregate: np.ndarray) -> np.ndarray:
-        """Confidence scores (n, n_classes) of a decrypted inference aggregate: what the release chain gets."""
+        """Confidence scores (n, n_classes) of an inference aggregate: what the release chain gets."""
         ...
 
     def released(self, call: ReleaseCall) -> dict[str, np.ndarray]:
@@ -319,7 +319,7 @@ class ModelFamily(Protocol):
     # (LR); a family that releases no passive parameters keeps them with their owners.
     releases_passive_blocks: bool
 
-    # Optional ``selects_share_columns`` (default False): the key holder decrypts every party's inference share
+    # Optional ``selects_share_columns`` (default False): the key holder reads every party's inference share
     # apart and takes each column from the party its trainer's ``column_owners()`` names (a tree: a split node's
     # bit from its owner only, so no party's share can move, or have refused, another party's answer); the
     # shares then carry no zero-sum masks (:func:`masks_shares`).

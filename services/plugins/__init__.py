@@ -24,7 +24,6 @@ import numpy as np
 # Observation kinds, one per kind of message a party receives (defined in services/kinds.py).
 from vflsec.services.kinds import (  # noqa: F401  (re-exported: plugins.GRADIENT, ...)
     EMBEDDINGS,
-    ENCRYPTED_EMBEDDINGS,
     ENCRYPTED_LOGITS,
     ENCRYPTED_SCORES,
     GRADIENT,

@@ -5,7 +5,7 @@ bottom model's embedding under its own zero-sum mask (services/crypto/ring_mask.
 h_a − Σ_p r_p with the batch's labels; the key holder adds the shares in Z_2^64, where the masks cancel, steps the
 top model on h and returns ∂L/∂h; every party back-propagates that one gradient through its bottom (h = Σ h_p, so
 ∂L/∂h_p = ∂L/∂h). Nothing is encrypted or decrypted in training: a sum needs no HE. Inference is the engines'
-family-agnostic path: each party's share is its h_p, the key holder turns the decrypted sum into softmax(top(h)),
+family-agnostic path: each party's share is its h_p, the key holder turns their masked sum into softmax(top(h)),
 and the score-release chain runs on that.
 
 A role builds only the modules it holds, from the settings every party received at session creation and its own
@@ -293,8 +293,8 @@ class ActiveTopActive:
 
 @dataclass
 class SplitNNPassive:
-    """A passive party's bottom: its embedding leaves masked (training) or encrypted (inference), or in the clear in
-    active-top; its gradient arrives in the clear."""
+    """A passive party's bottom: its embedding leaves under its zero-sum mask (coordinator-top, training and inference)
+    or in the clear (active-top); its gradient arrives in the clear."""
 
     settings: SplitNNSettings
     n_classes: int
