@@ -225,13 +225,8 @@ def observations(store: ObservationStore, session_id: str) -> tuple[Observations
     moment); the model is the last one released; the passive blocks are concatenated in party order and count
     as withheld if any party's block was withheld. Returns the observations and the queried sample IDs.
     """
-    sessions = list(store.read(session_id, plugins.SESSION))
-    if not sessions:
-        raise LookupError(f"no recorded session {session_id!r} in {store.path}")
-    schema = sessions[-1].meta
-    released = list(store.read(session_id, plugins.RELEASED_SCORES))
-    if not released:
-        raise LookupError(f"session {session_id!r} has no released scores recorded")
+    schema = _session(store, session_id)
+    released = _recorded(store, session_id, plugins.RELEASED_SCORES, "has no released scores recorded")
     x_active = np.vstack([r.arrays["own_features"] for r in released])
     scores = np.vstack([r.arrays["scores"] for r in released])
     sample_ids = [i for r in released for i in r.sample_ids]
@@ -299,13 +294,10 @@ def label_observations(store: ObservationStore, session_id: str) -> tuple[Observ
     """Everything a curious passive party received in a session's training, as the attack contract's input for the
     label attacks: its rows are the training rows it was sent ∂L/∂h for (its own IDs, in the order first seen), each
     gradient row tied to its row and step. Returns the observations and those sample IDs."""
-    sessions = list(store.read(session_id, plugins.SESSION))
-    if not sessions:
-        raise LookupError(f"no recorded session {session_id!r} in {store.path}")
-    joined = sessions[-1].meta
-    received = list(store.read(session_id, plugins.GRADIENT))
-    if not received:
-        raise LookupError(f"session {session_id!r} has no gradients recorded (a split-NN session trains with them)")
+    joined = _session(store, session_id)
+    received = _recorded(
+        store, session_id, plugins.GRADIENT, "has no gradients recorded (a split-NN session trains with them)"
+    )
     position: dict[str, int] = {}
     for r in received:
         for sample in r.sample_ids:
@@ -320,3 +312,19 @@ def label_observations(store: ObservationStore, session_id: str) -> tuple[Observ
         gradient_steps=np.concatenate([np.full(len(r.sample_ids), int(r.meta["step"])) for r in received]),
     )
     return obs, list(position)
+
+
+def _session(store: ObservationStore, session_id: str) -> dict[str, Any]:
+    """The meta of the session's last SESSION observation, else LookupError."""
+    sessions = list(store.read(session_id, plugins.SESSION))
+    if not sessions:
+        raise LookupError(f"no recorded session {session_id!r} in {store.path}")
+    return sessions[-1].meta
+
+
+def _recorded(store: ObservationStore, session_id: str, kind: str, missing: str) -> list[Any]:
+    """Every recorded observation of ``kind`` in the session, oldest first; LookupError naming what is missing."""
+    found = list(store.read(session_id, kind))
+    if not found:
+        raise LookupError(f"session {session_id!r} {missing}")
+    return found
