@@ -263,7 +263,7 @@ def test_residual_the_owner_reads_the_sum_of_passive_embeddings_by_probing_its_o
     """A documented residual (review 10 F1), not a defense: the owner chooses its own share and gets ∂L/∂h back, a
     function of Σ h_p at offsets of its choosing. With the top's leading relu, ∂L/∂h is 0 exactly where h < 0, so
     sending h_a = −m and a zero gradient back (nothing checks it) bisects every entry of Σ h_p; 20 steps read it to
-    2^-16 here, on every aligned row at once. With one passive party that is h_p."""
+    2^-16 here, on nearly every aligned row at once. With one passive party that is h_p."""
     # The owner's own choice of optimiser: no weight decay, so a zero gradient leaves every bottom where it is.
     info = fed.operator.create_session("ckks", family="splitnn", settings={"embedding": 4, "top_hidden": [8]}, l2=0.0)
     sid = info.session_id
@@ -280,7 +280,10 @@ def test_residual_the_owner_reads_the_sum_of_passive_embeddings_by_probing_its_o
             below = from_tensor(reply.gradient, "gradient") == 0.0
             hi, lo = np.where(below, mid, hi), np.where(below, lo, mid)
             attacker.step_back(step, rows, to_tensor(np.zeros((n, e))))
-    assert np.abs((lo + hi) / 2 - _h_p(fed, sid, rows)).max() < 2.0**-15
+    # An entry is lost where the probe kills every hidden unit of the top for its row (the gradient is 0 for a reason
+    # other than h < 0); which entries depends on the top's initial weights, the coordinator's own entropy.
+    read = np.abs((lo + hi) / 2 - _h_p(fed, sid, rows)) < 2.0**-15
+    assert read.mean() > 0.9
 
 
 def test_residual_a_passive_party_reads_the_sign_pattern_of_the_others_sum(fed: Federation) -> None:
