@@ -808,19 +808,22 @@ def masked_feature_products(
 
 
 def block_sums(
-    backend: Backend, cts: Sequence[Ct], layout: MatrixLayout, max_abs: float | None = None
+    backend: Backend, cts: Sequence[Ct], layout: MatrixLayout, max_abs: float | None = None, *, clip: bool = False
 ) -> np.ndarray:
     """Key holder: decrypt masked products and sum each (feature, class) block -> (G*R, k).
 
     With ``max_abs``, a product with a slot beyond it is refused (ValueError): honest products lie within the
-    mask bound plus the feature bound, and larger ones would decode with a larger error.
+    mask bound plus the feature bound, and larger ones would decode with a larger error. With ``clip`` such a slot
+    is clipped to the bound instead, where the refusal would be an answer (trees: only the decision may depend on it).
     """
     chunks, R, C = layout.n_chunks, layout.replicas, layout.rows_per_ct
     k = layout.shape[1]
     if not cts or len(cts) % chunks:
         raise ValueError(f"{len(cts)} products is not a positive multiple of {chunks} chunks")
     decrypted = np.stack([_first_slots(backend.decrypt(ct), layout.ct_size) for ct in cts])
-    if max_abs is not None and not np.all(np.abs(decrypted) <= max_abs):
+    if max_abs is not None and clip:
+        decrypted = np.clip(np.nan_to_num(decrypted), -max_abs, max_abs)
+    elif max_abs is not None and not np.all(np.abs(decrypted) <= max_abs):
         raise ValueError(f"a product decrypts outside the masked range [-{max_abs:g}, {max_abs:g}]")
     return decrypted.reshape(-1, chunks, R, C, k).sum(axis=(1, 3)).reshape(-1, k)
 

@@ -681,6 +681,33 @@ class Coordinator:
             self._save(session_id, s)
         return keys
 
+    def _decision(self, session_id: str, s: CoordinatorSession, bits: int) -> int:
+        """Rule 2 for a decision (caller holds s.lock): ``bits`` charged to the newest key epoch, or to fresh keys
+        (older ones dropped) when it cannot take them, durably and before anything is decrypted; the epoch."""
+        if not 0 < bits <= he.KEY_BUDGET:
+            raise ResourceExhausted(f"a decision of {bits} bits: a key answers at most {he.KEY_BUDGET} (N/4)")
+        epoch = max(s.epochs)
+        if s.spent.get(epoch, 0) + bits > he.KEY_BUDGET:
+            old, epoch = list(s.epochs), epoch + 1
+            keys = he.make_keyholder(s.backend.name)  # new keys from OS entropy
+            if self.epoch_keys.path is not None:
+                self.epoch_keys.save_bytes(_epoch_file(session_id, epoch), keys.export_keyholder())
+            s.epochs, s.spent = {epoch: keys}, {epoch: bits}
+            self._save(session_id, s)
+            for e in old:  # after the checkpoint that no longer names them
+                self.epoch_keys.remove(_epoch_file(session_id, e))
+            return epoch
+        s.spent[epoch] = s.spent.get(epoch, 0) + bits
+        self._save(session_id, s)
+        return epoch
+
+    @staticmethod
+    def _held_keys(s: CoordinatorSession, epoch: int) -> he.Backend:
+        keys = s.epochs.get(epoch)
+        if keys is None:
+            raise FailedPrecondition(f"the keys of epoch {epoch} are not held (the newest is {max(s.epochs)})")
+        return keys
+
     def training_context(self, session_id: str, caller: str, step: int) -> tuple[int, int, bytes]:
         """(epoch, rotation, public context) of the keys a party encrypts step ``step`` under: the last step
         (a replay) or the next one; no keys are made for steps further ahead."""
@@ -773,7 +800,9 @@ class Coordinator:
         ctx = families.KeyHolderContext(
             session_id=session_id,
             caller=position,
-            epochs=s.epochs,
+            decision=lambda bits: self._decision(session_id, s, bits),
+            held_keys=lambda epoch: self._held_keys(s, epoch),
+            public_keys=lambda epoch: self._held_keys(s, epoch).public_context(),
             peer=lambda p: self._peer(s.passive_parties[p - 1]),
             check_rows=lambda rows: self.aligned_rows(session_id, s, rows),
             trained=lambda rows: s.trained_index.update(rows, limit=self.max_rows),

@@ -200,9 +200,13 @@ class KeyHolderContext:
 
     session_id: str
     caller: int  # the caller's position: 0 the active party (the session's owner), 1..P its passive parties
-    # The session's training keys still held, by key epoch, unmetered: kept for the tree family's node counts until
-    # they decrypt through ``train``'s metered keys; a new family decrypts only through those (rule 2)
-    epochs: Mapping[int, he.Backend]
+    # Rule 2 for answers that are decisions (a tree node's split, one of O outcomes): decision(bits) charges
+    # ``bits`` (>= log2 O) to the newest key epoch, or to fresh keys when that one cannot take them, and names the
+    # epoch; a decision above the whole budget is refused (RESOURCE_EXHAUSTED). held_keys(epoch) are its keys (only
+    # an epoch still held; nothing else of a decryption may leave), public_keys(epoch) their public context.
+    decision: Callable[[int], int]
+    held_keys: Callable[[int], he.Backend]
+    public_keys: Callable[[int], bytes]
     peer: Callable[[int], Any]  # the link to the passive party at a position (its family's service: an attribute)
     # Rows below every passive party's aligned count (the engine asks once), else INVALID_ARGUMENT (nothing changed)
     check_rows: Callable[[np.ndarray], np.ndarray]

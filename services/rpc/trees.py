@@ -61,8 +61,13 @@ class TreeCoordinatorServicer(tree_pb2_grpc.TreeCoordinatorServicer):
     @rpc
     def OpenNode(self, request: tree_pb2.NodeTotals, context: grpc.ServicerContext):
         totals = from_tensor(request.totals, "class totals", ndim=1)
-        search = self._call(request.session_id, "open_node", key=key_of(request.node), totals=totals)
-        return tree_pb2.NodeOpened(search=search)
+        search, key_epoch = self._call(request.session_id, "open_node", key=key_of(request.node), totals=totals)
+        return tree_pb2.NodeOpened(search=search, key_epoch=key_epoch)
+
+    @rpc
+    def NodeKeys(self, request: tree_pb2.NodeKeysRequest, context: grpc.ServicerContext):
+        data = self._call(request.session_id, "node_keys", key_epoch=request.key_epoch)
+        return tree_pb2.NodeKeysReply(public_context=data)
 
     @rpc
     def SubmitCounts(self, request: tree_pb2.NodeCounts, context: grpc.ServicerContext):
@@ -114,10 +119,13 @@ class TreePassiveServicer(tree_pb2_grpc.TreePassiveServicer):
 
     @rpc
     def NodeCounts(self, request: tree_pb2.NodeIndicators, context: grpc.ServicerContext):
-        caller, node = current_caller().party_id, task_of(request.task)
-        s = self.party.owned(request.session_id, caller)
-        indicators = wire.from_message(s.backend, request.indicators, "indicators", rows=len(node["rows"]))
-        self._call(request.session_id, "node_counts", node=node, indicators=indicators)
+        self._call(  # parsed by the family under the node's keys, which this party fetches itself
+            request.session_id,
+            "node_counts",
+            node=task_of(request.task),
+            indicators=wire.unparsed(request.indicators),
+            key_epoch=request.key_epoch,
+        )
         return common_pb2.Empty()
 
     @rpc
@@ -140,6 +148,7 @@ COORDINATOR_STEPS = {
     "Begin": "begin",
     "NextNode": "next_node",
     "OpenNode": "open_node",
+    "NodeKeys": "node_keys",
     "SubmitCounts": "submit_counts",
     "Decide": "decide",
     "Partition": "partition",
@@ -153,6 +162,7 @@ PASSIVE_STEPS = {
 }
 COORDINATOR_POLICY: dict[str, frozenset[str]] = {
     **{method: frozenset({ACTIVE}) for method in ("Begin", "NextNode", "OpenNode", "Decide", "Partition")},
+    "NodeKeys": frozenset({ACTIVE, PASSIVE}),
     "SubmitCounts": frozenset({PASSIVE}),
 }
 PASSIVE_POLICY: dict[str, frozenset[str]] = {

@@ -92,9 +92,14 @@ class TreeCoordinatorClient:
         reply = call(self.peer, self.stub.NextNode, common_pb2.SessionRef(session_id=session_id), self.policy)
         return None if reply.done else task_of(reply)
 
-    def open_node(self, session_id: str, key: Sequence[int], totals: np.ndarray) -> bool:
+    def open_node(self, session_id: str, key: Sequence[int], totals: np.ndarray) -> tuple[bool, int]:
         request = tree_pb2.NodeTotals(session_id=session_id, node=key_message(key), totals=to_tensor(totals))
-        return call(self.peer, self.stub.OpenNode, request, self.policy).search
+        reply = call(self.peer, self.stub.OpenNode, request, self.policy)
+        return reply.search, reply.key_epoch
+
+    def node_keys(self, session_id: str, key_epoch: int) -> bytes:
+        request = tree_pb2.NodeKeysRequest(session_id=session_id, key_epoch=key_epoch)
+        return call(self.peer, self.stub.NodeKeys, request, self.policy).public_context
 
     def submit_counts(self, session_id: str, key: Sequence[int], products: list[bytes], mask_sums: np.ndarray) -> None:
         groups = product_parts(products, PART_BYTES)
@@ -142,9 +147,11 @@ class TreePassiveClient:
         reply = call(self.peer, self.stub.Shard, common_pb2.SessionRef(session_id=session_id), self.policy)
         return list(reply.bins.sizes), reply.aligned_rows, reply.training_rows
 
-    def node_counts(self, session_id: str, node: Mapping[str, Any], indicators: he.WireMatrix) -> None:
+    def node_counts(
+        self, session_id: str, node: Mapping[str, Any], indicators: he.WireMatrix, key_epoch: int
+    ) -> None:
         request = tree_pb2.NodeIndicators(
-            session_id=session_id, task=task_message(node), indicators=wire.message_of(indicators)
+            session_id=session_id, task=task_message(node), indicators=wire.message_of(indicators), key_epoch=key_epoch
         )
         call(self.peer, self.stub.NodeCounts, request, self.policy)
 

@@ -37,6 +37,13 @@ def message_of(w: he.WireMatrix) -> common_pb2.EncryptedMatrix:
     )
 
 
+def unparsed(message: common_pb2.EncryptedMatrix) -> he.WireMatrix:
+    """A matrix's serialised ciphertexts and layout, for a receiver that parses them under keys it fetches itself."""
+    return he.WireMatrix(
+        (message.rows, message.cols), message.replicas, message.rows_per_ciphertext, list(message.ciphertexts)
+    )
+
+
 def from_message(
     backend: he.Backend,
     message: common_pb2.EncryptedMatrix,
@@ -50,11 +57,8 @@ def from_message(
         raise InvalidArgument(f"{name}: expected {rows} rows, got {message.rows}")
     if cols is not None and message.cols != cols:
         raise InvalidArgument(f"{name}: expected {cols} columns, got {message.cols}")
-    w = he.WireMatrix(
-        (message.rows, message.cols), message.replicas, message.rows_per_ciphertext, list(message.ciphertexts)
-    )
     try:
-        return he.matrix_from_wire(backend, w)
+        return he.matrix_from_wire(backend, unparsed(message))
     except ValueError as exc:
         raise InvalidArgument(f"{name}: {exc}") from exc
 

@@ -55,7 +55,7 @@ def _record_active(fed, monkeypatch) -> list:
     """Every reply the active party's tree links receive."""
     log: list = []
     engine = fed.parties["active"].engine
-    names = ("begin", "next_node", "open_node", "decide", "partition")
+    names = ("begin", "next_node", "open_node", "node_keys", "decide", "partition")
     monkeypatch.setattr(engine.coordinator, "tree", Recorder(engine.coordinator.tree, names, log))
     for client in engine.passives.values():
         monkeypatch.setattr(client, "tree", Recorder(client.tree, ("begin", "node_counts"), log))
@@ -84,6 +84,8 @@ def _leaves(values, out: list) -> list:
     elif isinstance(values, list | tuple):
         for v in values:
             _leaves(v, out)
+    elif isinstance(values, bytes):
+        pass  # a key epoch's public context (NodeKeys): public keys, no value of anyone's
     elif values is not None:
         out.extend(np.ravel(np.asarray(values, dtype=np.float64)).tolist())
     return out

@@ -306,4 +306,7 @@ def test_residual_a_passive_party_reads_the_sign_pattern_of_the_others_sum(fed: 
             splitnn_pb2.EmbeddingShare(session_id=sid, step=1, sample_index=rows, share=ring_mask.to_bytes(zero))
         )
         gradient = from_tensor(honest.top_step(1, honest.unmasked(1, rows, h_a), np.zeros(n), rows).gradient, "g")
-    assert np.array_equal(gradient == 0.0, h_a < 0)
+    # A row whose probe kills every hidden unit of the top has a zero gradient throughout (which rows depends on the
+    # coordinator's own initial weights): it says nothing; on every other row the zeros are exactly the signs.
+    alive = (gradient != 0.0).any(axis=1)
+    assert alive.mean() > 0.9 and np.array_equal(gradient[alive] == 0.0, h_a[alive] < 0)

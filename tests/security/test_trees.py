@@ -21,7 +21,9 @@ import pytest
 
 from tests.security.conftest import federation
 from vflsec.services.config import MIN_NODE_ROWS, MIN_TRAINING_ROWS, parse_config
-from vflsec.services.engines.coordinator import QueryPolicy
+from vflsec.services.crypto import he
+from vflsec.services.engines.coordinator import Coordinator, QueryPolicy
+from vflsec.services.errors import ResourceExhausted
 from vflsec.services.models.tree import trainers
 from vflsec.services.models.tree.binning import QuantileBins
 from vflsec.services.transport.tensors import to_tensor
@@ -170,3 +172,45 @@ def test_default_query_budget_is_finite(tmp_path) -> None:
     config = parse_config(raw, base=tmp_path)
     assert 0 < config.query_budget == QueryPolicy().budget
     assert (config.min_training_rows, config.min_node_rows) == (MIN_TRAINING_ROWS, MIN_NODE_ROWS)
+
+
+def test_node_decisions_are_charged_to_their_key_and_keys_rotate_past_the_budget(tmp_path, monkeypatch) -> None:
+    """Rule 2 for trees (issue 27): the coordinator decrypts a node's per-bin products, but all that depends on them
+    is the node's decision, one of 1 + Σ candidate bins outcomes; OpenNode charges its bits to the key epoch before
+    anything is decrypted, and fresh keys (older ones dropped, their files removed) take over when a key's budget
+    cannot. Cut to 12 bits here, each node of a depth-3 tree on wine's 13 features x 16 bins (8 bits a node) has its
+    own key, and grows the same tree as under the default budget."""
+    budget = 12
+    charged: list[tuple[int, int, dict[int, int], set[int]]] = []
+    decision = Coordinator._decision
+
+    def recording(self, session_id, s, bits):
+        epoch = decision(self, session_id, s, bits)
+        charged.append((epoch, bits, dict(s.spent), set(s.epochs)))
+        return epoch
+
+    with federation(tmp_path / "fed", dataset="wine", n_passive=1, passive_features=10, backend="ckks") as fed:
+        with monkeypatch.context() as m:
+            m.setattr(he, "KEY_BUDGET", budget)
+            m.setattr(Coordinator, "_decision", recording)
+            sid, queries = _train(fed, "tree", {"max_depth": 3}, "ckks")
+        rotated = fed.operator.predict(sid, queries).scores
+        reference, _ = _train(fed, "tree", {"max_depth": 3}, "ckks")  # the default budget: one key
+        assert np.array_equal(fed.operator.predict(reference, queries).scores, rotated)
+        coordinator = fed.parties["coordinator"].engine
+        held = coordinator.sessions[sid].epochs
+        files = sorted(p.name for p in (tmp_path / "fed").rglob(f"{sid}.e*.bin"))
+        with fed.channel("active", "coordinator") as channel:
+            stub = tree_pb2_grpc.TreeCoordinatorStub(channel)
+            old = _refused(stub.NodeKeys, tree_pb2.NodeKeysRequest(session_id=sid, key_epoch=0))
+            current = stub.NodeKeys(tree_pb2.NodeKeysRequest(session_id=sid, key_epoch=max(held)), timeout=60)
+        with pytest.raises(ResourceExhausted, match="at most"):  # the engine refuses a decision above a whole key
+            coordinator._decision(sid, coordinator.sessions[sid], he.KEY_BUDGET + 1)
+
+    epochs = [epoch for epoch, *_ in charged]
+    assert len(charged) >= 3 and epochs == list(range(len(charged)))  # 8 + 8 > 12: a fresh key each node
+    for epoch, bits, spent, live in charged:
+        assert bits == 8 and spent[epoch] <= budget and live == {epoch}  # only the newest key is held
+    assert list(held) == [epochs[-1]] and len(files) == 1  # the dropped keys' files are gone
+    assert old[0] == CODE.FAILED_PRECONDITION and "not held" in old[1]
+    assert current.public_context == held[epochs[-1]].public_context()

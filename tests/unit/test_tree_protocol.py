@@ -125,3 +125,27 @@ def test_a_partition_lighter_than_min_samples_leaf_is_refused_whatever_the_count
     four_rows = np.zeros(40, dtype=bool)
     four_rows[:4] = True
     builder.apply(task, Split(0, 0, 0, 0.0), four_rows)  # the smallest side the policy accepts
+
+
+def test_products_beyond_the_masked_range_are_clipped_not_refused(wine):
+    """Rule 4: the node's decision is the only answer that may depend on a decryption (and is what the key budget is
+    charged), so products that decrypt beyond the masked range, and counts beyond the node's weight, are clipped."""
+    fed = LocalFederation.create(TreeConfig(max_depth=1), wine, "ckks")
+    task = fed.builder.next_task()
+    assert fed.builder.open(task, fed.labels.totals(task))
+    width = fed.builder.width(task, 1)
+    sent = fed.labels.encrypt(fed.public, task, width)
+    loud, mask_sums = he.masked_feature_products(
+        fed.public, sent, fed.owners[1].indicator_matrix(task), entropy.os_entropy(), mask_bound=2.0**30
+    )
+    counts = fed.keyholder.open_counts(1, task, width, sent.layout, [fed.public.serialize(c) for c in loud], mask_sums)
+    assert counts.shape == (wine.n_classes, width)
+    assert counts.min() >= 0 and counts.max() <= task.weights.sum()
+    assert not np.array_equal(counts, fed.labels.indicators(task).T @ fed.owners[1].indicator_matrix(task))
+
+
+def test_a_decision_is_charged_the_bits_of_its_outcomes(wine):
+    fed = LocalFederation.create(TreeConfig(max_depth=1), wine, "plain")
+    task = fed.builder.next_task()
+    outcomes = 1 + sum(fed.builder.width(task, p) for p in task.features)  # a leaf, or a (party, feature, bin)
+    assert 2 ** (fed.builder.decision_bits(task) - 1) < outcomes <= 2 ** fed.builder.decision_bits(task)

@@ -86,20 +86,38 @@ class NodeTotals(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., node: _Optional[_Union[NodeKey, _Mapping]] = ..., totals: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ...) -> None: ...
 
 class NodeOpened(_message.Message):
-    __slots__ = ("search",)
+    __slots__ = ("search", "key_epoch")
     SEARCH_FIELD_NUMBER: _ClassVar[int]
+    KEY_EPOCH_FIELD_NUMBER: _ClassVar[int]
     search: bool
-    def __init__(self, search: _Optional[bool] = ...) -> None: ...
+    key_epoch: int
+    def __init__(self, search: _Optional[bool] = ..., key_epoch: _Optional[int] = ...) -> None: ...
+
+class NodeKeysRequest(_message.Message):
+    __slots__ = ("session_id", "key_epoch")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    KEY_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    key_epoch: int
+    def __init__(self, session_id: _Optional[str] = ..., key_epoch: _Optional[int] = ...) -> None: ...
+
+class NodeKeysReply(_message.Message):
+    __slots__ = ("public_context",)
+    PUBLIC_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    public_context: bytes
+    def __init__(self, public_context: _Optional[bytes] = ...) -> None: ...
 
 class NodeIndicators(_message.Message):
-    __slots__ = ("session_id", "task", "indicators")
+    __slots__ = ("session_id", "task", "indicators", "key_epoch")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_FIELD_NUMBER: _ClassVar[int]
     INDICATORS_FIELD_NUMBER: _ClassVar[int]
+    KEY_EPOCH_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     task: NodeTask
     indicators: _common_pb2.EncryptedMatrix
-    def __init__(self, session_id: _Optional[str] = ..., task: _Optional[_Union[NodeTask, _Mapping]] = ..., indicators: _Optional[_Union[_common_pb2.EncryptedMatrix, _Mapping]] = ...) -> None: ...
+    key_epoch: int
+    def __init__(self, session_id: _Optional[str] = ..., task: _Optional[_Union[NodeTask, _Mapping]] = ..., indicators: _Optional[_Union[_common_pb2.EncryptedMatrix, _Mapping]] = ..., key_epoch: _Optional[int] = ...) -> None: ...
 
 class NodeCounts(_message.Message):
     __slots__ = ("session_id", "node", "products", "mask_sums", "part", "parts")

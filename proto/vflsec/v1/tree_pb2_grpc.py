@@ -53,6 +53,11 @@ class TreeCoordinatorStub:
                 request_serializer=vflsec_dot_v1_dot_tree__pb2.NodeTotals.SerializeToString,
                 response_deserializer=vflsec_dot_v1_dot_tree__pb2.NodeOpened.FromString,
                 _registered_method=True)
+        self.NodeKeys = channel.unary_unary(
+                '/vflsec.v1.TreeCoordinator/NodeKeys',
+                request_serializer=vflsec_dot_v1_dot_tree__pb2.NodeKeysRequest.SerializeToString,
+                response_deserializer=vflsec_dot_v1_dot_tree__pb2.NodeKeysReply.FromString,
+                _registered_method=True)
         self.SubmitCounts = channel.unary_unary(
                 '/vflsec.v1.TreeCoordinator/SubmitCounts',
                 request_serializer=vflsec_dot_v1_dot_tree__pb2.NodeCounts.SerializeToString,
@@ -93,7 +98,15 @@ class TreeCoordinatorServicer:
         raise NotImplementedError('Method not implemented!')
 
     def OpenNode(self, request, context):
-        """Owner: the node's class totals; the reply says whether its split is searched.
+        """Owner: the node's class totals; the reply says whether its split is searched, and under which key epoch.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def NodeKeys(self, request, context):
+        """Owner or passive party: the public keys of a key epoch still held (the node being grown's, NodeOpened.key_epoch),
+        fetched from the coordinator itself, never relayed by another party.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -139,6 +152,11 @@ def add_TreeCoordinatorServicer_to_server(servicer, server):
                     servicer.OpenNode,
                     request_deserializer=vflsec_dot_v1_dot_tree__pb2.NodeTotals.FromString,
                     response_serializer=vflsec_dot_v1_dot_tree__pb2.NodeOpened.SerializeToString,
+            ),
+            'NodeKeys': grpc.unary_unary_rpc_method_handler(
+                    servicer.NodeKeys,
+                    request_deserializer=vflsec_dot_v1_dot_tree__pb2.NodeKeysRequest.FromString,
+                    response_serializer=vflsec_dot_v1_dot_tree__pb2.NodeKeysReply.SerializeToString,
             ),
             'SubmitCounts': grpc.unary_unary_rpc_method_handler(
                     servicer.SubmitCounts,
@@ -240,6 +258,33 @@ class TreeCoordinator:
             '/vflsec.v1.TreeCoordinator/OpenNode',
             vflsec_dot_v1_dot_tree__pb2.NodeTotals.SerializeToString,
             vflsec_dot_v1_dot_tree__pb2.NodeOpened.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def NodeKeys(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/vflsec.v1.TreeCoordinator/NodeKeys',
+            vflsec_dot_v1_dot_tree__pb2.NodeKeysRequest.SerializeToString,
+            vflsec_dot_v1_dot_tree__pb2.NodeKeysReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -199,6 +199,11 @@ class Builder:
         """Columns of party's per-bin block for this node (0 if it has no candidate feature here)."""
         return sum(self.bin_sizes[party][f] for f in task.features.get(party, ()))
 
+    def decision_bits(self, task: Task) -> int:
+        """What the node's decision can say, in bits: one of 1 + Σ candidate bins outcomes (a leaf, or which
+        party, feature and bin), whatever the counts it was chosen on; the key budget is charged this much."""
+        return max(1, math.ceil(math.log2(1 + sum(self.width(task, p) for p in task.features))))
+
     def _current(self, task: Task) -> None:
         if not self.queue or self.queue[0].key != task.key:
             raise FailedPrecondition(f"node {task.key} is not the node being grown")
@@ -425,7 +430,9 @@ class KeyHolder:
         """Serialized masked products + the party's mask sums -> the (K, width) per-bin class counts.
 
         ``width`` and ``layout`` are the coordinator's own (the node's candidate bins, the indicators' layout),
-        never the caller's. The answer is spent before anything is parsed, whatever the outcome.
+        never the caller's. The answer is spent before anything is parsed, whatever the outcome. Nothing decrypted
+        decides a refusal (rule 4): a product beyond the masked range is clipped to it and the counts to
+        [0, the node's weight], so that only the split decision depends on the decryption (and is charged).
         """
         key = (party, *task.key)
         if key in self.answered:
@@ -451,11 +458,12 @@ class KeyHolder:
             cts = he.deserialize_all(self.backend, products, layout.ct_size)
             self.backend.check_form(cts, product=True)
             bound = self.backend.default_mask_bound + he.FEATURE_BOUND + 1.0
-            sums = he.block_sums(self.backend, cts, layout, max_abs=bound)
+            sums = he.block_sums(self.backend, cts, layout, max_abs=bound, clip=True)
         except ValueError as exc:
             raise InvalidArgument(f"ciphertexts: {exc}") from exc
         # Counts are integers (bootstrap multiplicities times 0/1); rounding removes the CKKS decoding error.
-        return np.rint(he.gradient_from_block_sums(sums, mask_sums, width))
+        counts = np.rint(he.gradient_from_block_sums(sums, mask_sums, width))
+        return np.clip(counts, 0.0, float(task.weights.sum()))
 
     def to_state(self) -> bytes:
         """The spent answers: a restored coordinator must not decrypt a node's products twice."""

@@ -27,9 +27,10 @@ option away); the active party adds its own.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -166,7 +167,13 @@ class KeyHolderLink(Protocol):
         """The node to grow (:meth:`.steps.Task.to_json` form), None when every tree is grown."""
         ...
 
-    def open_node(self, session_id: str, key: NodeKey, totals: np.ndarray) -> bool: ...
+    def open_node(self, session_id: str, key: NodeKey, totals: np.ndarray) -> tuple[bool, int]:
+        """Whether the node's split is searched, and the key epoch its indicators are encrypted under."""
+        ...
+
+    def node_keys(self, session_id: str, key_epoch: int) -> bytes:
+        """The public context of a key epoch the coordinator still holds."""
+        ...
 
     def submit_counts(self, session_id: str, key: NodeKey, products: list[bytes], mask_sums: np.ndarray) -> None: ...
 
@@ -184,11 +191,26 @@ class PassiveLink(Protocol):
         """The party's bins per feature, aligned rows and training rows, in its own word."""
         ...
 
-    def node_counts(self, session_id: str, task: Mapping[str, Any], indicators: he.WireMatrix) -> None: ...
+    def node_counts(
+        self, session_id: str, task: Mapping[str, Any], indicators: he.WireMatrix, key_epoch: int
+    ) -> None: ...
 
 
 def _tree_link(link: Any) -> Any:
     return link.tree  # the family's link beside the engine's (services/transport/links.py)
+
+
+def _epoch_keys(
+    cached: tuple[int, he.Backend] | None, backend: str, key_epoch: int, fetch: Callable[[int], bytes]
+) -> tuple[int, he.Backend]:
+    """The public keys of a node's key epoch: ``cached`` if it is that epoch's, else fetched from the coordinator
+    (a party never encrypts under keys another party relays)."""
+    if cached is not None and cached[0] == key_epoch:
+        return cached
+    try:
+        return key_epoch, he.open_public(backend, fetch(key_epoch))
+    except ValueError as exc:
+        raise FailedPrecondition(f"the coordinator's keys of epoch {key_epoch}: {exc}") from exc
 
 
 @dataclass
@@ -199,6 +221,7 @@ class TreeActive:
     settings: TreeSettings
     n_classes: int
     owner: FeatureOwner | None = None
+    keys: tuple[int, he.Backend] | None = None  # the newest node key epoch's public keys (not state: fetched again)
     scores_locally = False
 
     @property
@@ -226,14 +249,20 @@ class TreeActive:
         self.owner = owner
         while (node := key_holder.next_node(ctx.session_id)) is not None:
             task = Task.from_json(node)
-            if not key_holder.open_node(ctx.session_id, task.key, labels.totals(task)):
+            search, key_epoch = key_holder.open_node(ctx.session_id, task.key, labels.totals(task))
+            if not search:
                 continue
             indicators = labels.indicators(task)
             searched = [party for party in passives if position[party] in task.features]
             if searched:
                 widest = max(sum(sizes[position[p]][f] for f in task.features[position[p]]) for p in searched)
-                sent = he.matrix_to_wire(ctx.backend, labels.encrypt(ctx.backend, task, widest))  # serialised once
-                futures = [ctx.spawn(passives[p].node_counts, ctx.session_id, node, sent) for p in searched]
+                fetch = functools.partial(key_holder.node_keys, ctx.session_id)
+                self.keys = _epoch_keys(self.keys, ctx.backend.name, key_epoch, fetch)
+                keys = self.keys[1]
+                sent = he.matrix_to_wire(keys, labels.encrypt(keys, task, widest))  # serialised once
+                futures = [
+                    ctx.spawn(passives[p].node_counts, ctx.session_id, node, sent, key_epoch) for p in searched
+                ]
                 for future in futures:
                     future.result()
             own = owner.plain_counts(task, indicators) if ACTIVE in task.features else None
@@ -273,6 +302,7 @@ class TreePassive:
     # it and only for those rows, so that no one can have it compare other rows or features at will.
     searched: dict[NodeKey, list[int]] = field(default_factory=dict)
     shard: tuple[int, int] = (0, 0)  # (aligned rows the bins are fitted on, training rows), for the coordinator
+    keys: tuple[int, he.Backend] | None = None  # the newest node key epoch's public keys (not state: fetched again)
     output_in_the_clear = False
 
     @property
@@ -291,20 +321,30 @@ class TreePassive:
         return self.owner.bins.sizes
 
     def node_products(
-        self, ctx: PassiveContext, node: Mapping[str, Any], indicators: he.EncryptedMatrix
+        self, ctx: PassiveContext, node: Mapping[str, Any], indicators: he.WireMatrix, key_epoch: int
     ) -> tuple[list[bytes], np.ndarray]:
-        """Masked [[indicators ⊙ bin indicators]] of the node's candidate features and their mask sums, for the
-        coordinator (the engine sends them outside the session lock)."""
+        """Masked [[indicators ⊙ bin indicators]] of the node's candidate features and their mask sums, under the
+        node's key epoch (its public keys from the coordinator), for the coordinator (the engine sends them outside
+        the session lock)."""
         owner, task = self._owner(), self._task(node)
         if self.settings.party not in task.features:
             raise InvalidArgument(f"node {task.key} has no candidate feature of party {self.settings.party}")
-        if indicators.shape[1] != self.n_classes:
-            raise InvalidArgument(f"indicators have {indicators.shape[1]} columns, the session {self.n_classes}")
-        products, mask_sums = owner.masked_products(ctx.backend, indicators, task, entropy.os_entropy())
+        if indicators.shape != (task.rows.size, self.n_classes):
+            raise InvalidArgument(
+                f"indicators must be {task.rows.size} rows x {self.n_classes} classes, got {indicators.shape}"
+            )
+        fetch = functools.partial(_tree_link(ctx.key_holder).node_keys, ctx.session_id)
+        self.keys = _epoch_keys(self.keys, ctx.backend.name, key_epoch, fetch)
+        keys = self.keys[1]
+        try:
+            received = he.matrix_from_wire(keys, indicators)
+        except ValueError as exc:
+            raise InvalidArgument(f"indicators: {exc}") from exc
+        products, mask_sums = owner.masked_products(keys, received, task, entropy.os_entropy())
         # Nodes grow one at a time: an earlier node is closed once this one is asked for, so only the latest is kept
         # (a forest's checkpoint, written after every family message, would otherwise hold every node's rows).
         self.searched = {task.key: task.rows.tolist()}
-        return [ctx.backend.serialize(ct) for ct in products], mask_sums
+        return [keys.serialize(ct) for ct in products], mask_sums
 
     def apply_split(self, node: Mapping[str, Any], feature: int, bin_index: int) -> np.ndarray:
         """Keep the split of the coordinator's node; which of its rows go left."""
@@ -359,6 +399,7 @@ class TreeKeyHolder:
     answered: set[tuple[int, int, int]] = field(default_factory=set)  # (party, tree, node): KeyHolder.answered
     counts: dict[int, np.ndarray] = field(default_factory=dict)  # the current node's opened per-bin counts
     pending: Split | None = None  # the current node's split, until its owner's partition arrives
+    epoch: int = 0  # the key epoch the current node's products are decrypted under (its decision charged to it)
     # The current node's products sent in parts, per party: (parts received, products so far).
     arriving: dict[int, tuple[int, list[bytes]]] = field(default_factory=dict)
 
@@ -444,6 +485,11 @@ class TreeKeyHolder:
         builder = self._builder()
         widest = max(builder.width(task, p) for p in task.features if p != ACTIVE)
         return builder.width(task, party), indicator_layout(task, self.n_classes, widest, keys.slots)
+
+    def decision_bits(self, key: NodeKey) -> int:
+        """Bits the open node's decision can say when products of a passive party are decrypted for it, else 0."""
+        task = self._searched(key)
+        return self._builder().decision_bits(task) if any(p != ACTIVE for p in task.features) else 0
 
     def submit_counts(
         self, keys: he.Backend, party: int, key: NodeKey, products: Sequence[bytes], mask_sums: np.ndarray
@@ -537,6 +583,7 @@ class TreeKeyHolder:
             "answered": sorted(self.answered),
             "counts": {str(p): c.tolist() for p, c in self.counts.items()},
             "pending": None if self.pending is None else list(self.pending.__dict__.values()),
+            "epoch": self.epoch,
         }
         if self.builder is not None:
             meta["builder"] = json.loads(self.builder.to_state())
@@ -594,9 +641,23 @@ def _next_node(trainer: TreeKeyHolder, ctx: KeyHolderContext) -> dict[str, Any] 
     return trainer.next_node()
 
 
-def _open_node(trainer: TreeKeyHolder, ctx: KeyHolderContext, key: NodeKey, totals: np.ndarray) -> bool:
-    """The node's class totals from the active party; True if a split is searched (else it is a leaf)."""
-    return trainer.open_node(key, totals)
+def _open_node(
+    trainer: TreeKeyHolder, ctx: KeyHolderContext, key: NodeKey, totals: np.ndarray
+) -> tuple[bool, int]:
+    """The node's class totals from the active party; whether a split is searched (else it is a leaf), and the
+    key epoch of its products. A search that decrypts passive products charges the decision's bits to the key
+    (rule 2) here, before anything of the node is decrypted."""
+    if not trainer.open_node(key, totals):
+        return False, trainer.epoch
+    bits = trainer.decision_bits(key)
+    if bits:
+        trainer.epoch = ctx.decision(bits)
+    return True, trainer.epoch
+
+
+def _node_keys(trainer: TreeKeyHolder, ctx: KeyHolderContext, key_epoch: int) -> bytes:
+    """The public keys of a key epoch still held (the current node's)."""
+    return ctx.public_keys(key_epoch)
 
 
 def _submit_counts(
@@ -609,10 +670,8 @@ def _submit_counts(
     mask_sums: np.ndarray | None,
 ) -> None:
     """A passive party's masked per-bin products for the node, in ``parts`` parts (the last carries its mask sums),
-    under the session's first keys (the indicators' keys); opened once per party and node."""
-    keys = ctx.epochs.get(0)
-    if keys is None:
-        raise FailedPrecondition("the session's first training keys are gone: it is not a tree session")
+    under the node's key epoch (its decision charged at OpenNode); opened once per party and node."""
+    keys = ctx.held_keys(trainer.epoch)
     received = trainer.receive_part(keys, ctx.caller, key, products, part, max(parts, 1))
     if received is not None:  # the last part
         if mask_sums is None:
@@ -664,11 +723,11 @@ def _shard(trainer: TreePassive, ctx: PassiveContext) -> tuple[list[int], int, i
 
 
 def _node_counts(
-    trainer: TreePassive, ctx: PassiveContext, node: Mapping[str, Any], indicators: he.EncryptedMatrix
+    trainer: TreePassive, ctx: PassiveContext, node: Mapping[str, Any], indicators: he.WireMatrix, key_epoch: int
 ) -> None:
     """Masked per-bin products of the node's encrypted class indicators, sent to the coordinator outside the
     session lock (the coordinator may be waiting on this party meanwhile: ApplySplit)."""
-    products, mask_sums = trainer.node_products(ctx, node, indicators)
+    products, mask_sums = trainer.node_products(ctx, node, indicators, key_epoch)
     key = (node["tree"], node["node_id"])
     ctx.defer(lambda: _tree_link(ctx.key_holder).submit_counts(ctx.session_id, key, products, mask_sums))
 
@@ -700,6 +759,7 @@ STEPS: Mapping[str, Mapping[str, FamilyStep]] = {
         # Idempotent: it changes nothing, so it writes no checkpoint (a repeat must cost no rewrite).
         "next_node": FamilyStep(_next_node, frozenset({ACTIVE_ROLE}), checkpoint=False),
         "open_node": FamilyStep(_open_node, frozenset({ACTIVE_ROLE})),
+        "node_keys": FamilyStep(_node_keys, frozenset({ACTIVE_ROLE, PASSIVE}), checkpoint=False),
         "submit_counts": FamilyStep(_submit_counts, frozenset({PASSIVE})),
         "decide": FamilyStep(_decide, frozenset({ACTIVE_ROLE})),
         "partition": FamilyStep(_partition, frozenset({ACTIVE_ROLE})),
@@ -775,6 +835,7 @@ class TreeFamily:
         holder.answered = {tuple(k) for k in meta["answered"]}  # type: ignore[misc]
         holder.counts = {int(p): np.asarray(c) for p, c in meta["counts"].items()}
         holder.pending = None if meta["pending"] is None else Split(*meta["pending"])
+        holder.epoch = meta.get("epoch", 0)
         if "builder" in meta:
             holder.builder = Builder.from_state(
                 json.dumps(meta["builder"]).encode(), settings.config, n_classes, meta["rows"], meta["sizes"]
