@@ -260,9 +260,7 @@ class TreeActive:
                 self.keys = _epoch_keys(self.keys, ctx.backend.name, key_epoch, fetch)
                 keys = self.keys[1]
                 sent = he.matrix_to_wire(keys, labels.encrypt(keys, task, widest))  # serialised once
-                futures = [
-                    ctx.spawn(passives[p].node_counts, ctx.session_id, node, sent, key_epoch) for p in searched
-                ]
+                futures = [ctx.spawn(passives[p].node_counts, ctx.session_id, node, sent, key_epoch) for p in searched]
                 for future in futures:
                     future.result()
             own = owner.plain_counts(task, indicators) if ACTIVE in task.features else None
@@ -320,30 +318,28 @@ class TreePassive:
         self.shard = (aligned_rows, x_train.shape[0])
         return self.owner.bins.sizes
 
-    def node_products(
-        self, ctx: PassiveContext, node: Mapping[str, Any], indicators: he.WireMatrix, key_epoch: int
-    ) -> tuple[list[bytes], np.ndarray]:
-        """Masked [[indicators ⊙ bin indicators]] of the node's candidate features and their mask sums, under the
-        node's key epoch (its public keys from the coordinator), for the coordinator (the engine sends them outside
-        the session lock)."""
-        owner, task = self._owner(), self._task(node)
+    def search(self, node: Mapping[str, Any], indicators: he.WireMatrix) -> Task:
+        """The node this party is asked products for (it may then be asked to split it, ApplySplit)."""
+        task = self._task(node)
         if self.settings.party not in task.features:
             raise InvalidArgument(f"node {task.key} has no candidate feature of party {self.settings.party}")
         if indicators.shape != (task.rows.size, self.n_classes):
             raise InvalidArgument(
                 f"indicators must be {task.rows.size} rows x {self.n_classes} classes, got {indicators.shape}"
             )
-        fetch = functools.partial(_tree_link(ctx.key_holder).node_keys, ctx.session_id)
-        self.keys = _epoch_keys(self.keys, ctx.backend.name, key_epoch, fetch)
-        keys = self.keys[1]
+        # Nodes grow one at a time: an earlier node is closed once this one is asked for, so only the latest is kept
+        # (a forest's checkpoint, written after every family message, would otherwise hold every node's rows).
+        self.searched = {task.key: task.rows.tolist()}
+        return task
+
+    def node_products(self, keys: he.Backend, task: Task, indicators: he.WireMatrix) -> tuple[list[bytes], np.ndarray]:
+        """Masked [[indicators ⊙ bin indicators]] of the node's candidate features and their mask sums, under the
+        node's keys, for the coordinator."""
         try:
             received = he.matrix_from_wire(keys, indicators)
         except ValueError as exc:
             raise InvalidArgument(f"indicators: {exc}") from exc
-        products, mask_sums = owner.masked_products(keys, received, task, entropy.os_entropy())
-        # Nodes grow one at a time: an earlier node is closed once this one is asked for, so only the latest is kept
-        # (a forest's checkpoint, written after every family message, would otherwise hold every node's rows).
-        self.searched = {task.key: task.rows.tolist()}
+        products, mask_sums = self._owner().masked_products(keys, received, task, entropy.os_entropy())
         return [keys.serialize(ct) for ct in products], mask_sums
 
     def apply_split(self, node: Mapping[str, Any], feature: int, bin_index: int) -> np.ndarray:
@@ -641,9 +637,7 @@ def _next_node(trainer: TreeKeyHolder, ctx: KeyHolderContext) -> dict[str, Any] 
     return trainer.next_node()
 
 
-def _open_node(
-    trainer: TreeKeyHolder, ctx: KeyHolderContext, key: NodeKey, totals: np.ndarray
-) -> tuple[bool, int]:
+def _open_node(trainer: TreeKeyHolder, ctx: KeyHolderContext, key: NodeKey, totals: np.ndarray) -> tuple[bool, int]:
     """The node's class totals from the active party; whether a split is searched (else it is a leaf), and the
     key epoch of its products. A search that decrypts passive products charges the decision's bits to the key
     (rule 2) here, before anything of the node is decrypted."""
@@ -725,11 +719,20 @@ def _shard(trainer: TreePassive, ctx: PassiveContext) -> tuple[list[int], int, i
 def _node_counts(
     trainer: TreePassive, ctx: PassiveContext, node: Mapping[str, Any], indicators: he.WireMatrix, key_epoch: int
 ) -> None:
-    """Masked per-bin products of the node's encrypted class indicators, sent to the coordinator outside the
-    session lock (the coordinator may be waiting on this party meanwhile: ApplySplit)."""
-    products, mask_sums = trainer.node_products(ctx, node, indicators, key_epoch)
-    key = (node["tree"], node["node_id"])
-    ctx.defer(lambda: _tree_link(ctx.key_holder).submit_counts(ctx.session_id, key, products, mask_sums))
+    """Masked per-bin products of the node's encrypted class indicators under its key epoch, made and sent to the
+    coordinator outside the session lock: the coordinator may be waiting on this party meanwhile (ApplySplit), and
+    this party fetches the epoch's public keys from it (NodeKeys)."""
+    task = trainer.search(node, indicators)
+    link = _tree_link(ctx.key_holder)
+
+    def send() -> None:
+        trainer.keys = _epoch_keys(
+            trainer.keys, ctx.backend.name, key_epoch, functools.partial(link.node_keys, ctx.session_id)
+        )
+        products, mask_sums = trainer.node_products(trainer.keys[1], task, indicators)
+        link.submit_counts(ctx.session_id, task.key, products, mask_sums)
+
+    ctx.defer(send)
 
 
 def _apply_split(
