@@ -72,6 +72,7 @@ class TreeCoordinatorServicer(tree_pb2_grpc.TreeCoordinatorServicer):
     @rpc
     def SubmitCounts(self, request: tree_pb2.NodeCounts, context: grpc.ServicerContext):
         mask_sums = from_tensor(request.mask_sums, "mask sums", ndim=2) if request.HasField("mask_sums") else None
+        weights = from_tensor(request.bin_weights, "bin weights", ndim=1) if request.HasField("bin_weights") else None
         self._call(
             request.session_id,
             "submit_counts",
@@ -80,6 +81,7 @@ class TreeCoordinatorServicer(tree_pb2_grpc.TreeCoordinatorServicer):
             part=request.part,
             parts=request.parts,
             mask_sums=mask_sums,
+            bin_weights=weights,
         )
         return common_pb2.Empty()
 

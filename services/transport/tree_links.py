@@ -49,9 +49,7 @@ def task_message(node: Mapping[str, Any]) -> tree_pb2.NodeTask:
 
 
 def task_of(message: tree_pb2.NodeTask) -> Node:
-    if len({f.party for f in message.features}) != len(message.features) or len(message.rows) != len(
-        message.weights
-    ):
+    if len({f.party for f in message.features}) != len(message.features) or len(message.rows) != len(message.weights):
         raise InvalidArgument("a node task names a party twice or has as many weights as rows")
     return {
         "tree": message.tree,
@@ -101,7 +99,9 @@ class TreeCoordinatorClient:
         request = tree_pb2.NodeKeysRequest(session_id=session_id, key_epoch=key_epoch)
         return call(self.peer, self.stub.NodeKeys, request, self.policy).public_context
 
-    def submit_counts(self, session_id: str, key: Sequence[int], products: list[bytes], mask_sums: np.ndarray) -> None:
+    def submit_counts(
+        self, session_id: str, key: Sequence[int], products: list[bytes], mask_sums: np.ndarray, bin_weights: np.ndarray
+    ) -> None:
         groups = product_parts(products, PART_BYTES)
         for part, group in enumerate(groups):
             last = part == len(groups) - 1
@@ -110,6 +110,7 @@ class TreeCoordinatorClient:
                 node=key_message(key),
                 products=group,
                 mask_sums=to_tensor(mask_sums) if last else None,
+                bin_weights=to_tensor(bin_weights) if last else None,
                 part=part,
                 parts=len(groups),
             )
@@ -147,9 +148,7 @@ class TreePassiveClient:
         reply = call(self.peer, self.stub.Shard, common_pb2.SessionRef(session_id=session_id), self.policy)
         return list(reply.bins.sizes), reply.aligned_rows, reply.training_rows
 
-    def node_counts(
-        self, session_id: str, node: Mapping[str, Any], indicators: he.WireMatrix, key_epoch: int
-    ) -> None:
+    def node_counts(self, session_id: str, node: Mapping[str, Any], indicators: he.WireMatrix, key_epoch: int) -> None:
         request = tree_pb2.NodeIndicators(
             session_id=session_id, task=task_message(node), indicators=wire.message_of(indicators), key_epoch=key_epoch
         )

@@ -102,7 +102,8 @@ def test_tree_rpcs_refuse_bad_input_and_keep_serving(fed) -> None:
     def submit(products, mask_rows):
         mask_sums = to_tensor(np.zeros((mask_rows, 3)))
         return _code(as_passive.SubmitCounts, tree_pb2.NodeCounts(session_id=sid, node=key, products=products,
-                                                                   mask_sums=mask_sums))  # fmt: skip
+                                                                   mask_sums=mask_sums,
+                                                                   bin_weights=to_tensor(np.zeros(width))))  # fmt: skip
 
     # The coordinator's own layout of the node's indicators fixes how many products it takes.
     keys = fed.parties["coordinator"].engine.session(sid).epochs[0]
@@ -126,6 +127,10 @@ def test_tree_rpcs_refuse_bad_input_and_keep_serving(fed) -> None:
     refused = part([b"garbage"], 2, 3)
     assert refused[0] == CODE.INVALID_ARGUMENT and "part 1 is due" in refused[1], refused
     assert submit([b"garbage"] * (blocks * layout.n_chunks + 1), blocks * layout.replicas) == CODE.INVALID_ARGUMENT
+    unweighted = tree_pb2.NodeCounts(session_id=sid, node=key, products=[b"garbage"] * blocks * layout.n_chunks,
+                                     mask_sums=to_tensor(np.zeros((blocks * layout.replicas, 3))))  # fmt: skip
+    refused = _refusal(as_passive.SubmitCounts, unweighted)
+    assert refused[0] == CODE.INVALID_ARGUMENT and "bin weights" in refused[1], refused  # before anything is spent
     assert submit([b"garbage"] * blocks * layout.n_chunks, blocks * layout.replicas) == CODE.INVALID_ARGUMENT
     # That request was parsed, so the party's one answer for the node is spent: no second try.
     assert submit([b"garbage"] * blocks * layout.n_chunks, blocks * layout.replicas) == CODE.FAILED_PRECONDITION

@@ -214,3 +214,65 @@ def test_node_decisions_are_charged_to_their_key_and_keys_rotate_past_the_budget
     assert list(held) == [epochs[-1]] and len(files) == 1  # the dropped keys' files are gone
     assert old[0] == CODE.FAILED_PRECONDITION and "not held" in old[1]
     assert current.public_context == held[epochs[-1]].public_context()
+
+
+def test_crafted_indicators_cannot_make_a_refusal_read_a_passive_bins_weight(fed, monkeypatch) -> None:
+    """Review 11 F2: the active party's [[Y]] put one target row's class mass at the node's weight, so that the
+    coordinator chose a passive split whose true partition was lighter than min_samples_leaf, and Decide was refused
+    naming that side's weight (6 of 8 targets; 2, 1, 3, 1, 1, 1 rows). Now the leaf size is judged on the passive
+    party's own bin weights and counts must add up to them and to the class totals: no such refusal."""
+    honest, chosen = trainers.LabelHolder.encrypt, {"row": 0}
+
+    def crafted(self, backend, task, widest):
+        if task.depth < 1:
+            return honest(self, backend, task, widest)
+        Y = np.zeros((task.rows.size, self.n_classes))
+        Y[:, 1] = task.weights
+        Y[chosen["row"] % task.rows.size] = 0.0
+        Y[chosen["row"] % task.rows.size, 0] = task.weights.sum()
+        return he.encrypt_matrix(
+            backend, Y, replicas=he.choose_replicas(task.rows.size, self.n_classes, widest, backend.slots)
+        )
+
+    monkeypatch.setattr(trainers.LabelHolder, "encrypt", crafted)
+    for target in (0, 7, 19, 33):
+        chosen["row"] = target
+        sid = fed.operator.create_session("plain", family="tree", settings={"max_depth": 3}).session_id
+        common = sorted(fed.operator.align(sid))
+        assert list(fed.operator.train(sid, common[:120], 1))[-1].done  # no refusal, whatever the target
+
+
+def test_crafted_products_cannot_read_chosen_labels_through_apply_split(fed, monkeypatch) -> None:
+    """Review 11 F1: a passive party's products were [[Y]] times a plaintext of its choice (a target row alone in bin
+    0 of feature f_c) with offsets in its mask sums, so that f_c won exactly when the row's class was c and ApplySplit
+    named it (7 of 7 labels, 40 of 40 over a forest). Now counts that do not add up to the party's bin weights and the
+    class totals are no candidate: the crafted features never win, so ApplySplit never names one."""
+    targets: dict = {}
+    named: list = []
+
+    def crafted(self, backend, encrypted, task, rng):
+        sizes, feats = self.bins.sizes, list(task.features.get(self.party, ()))
+        offsets = np.cumsum([0] + [sizes[f] for f in feats])
+        usable = [i for i, f in enumerate(feats) if sizes[f] >= 2][:3]
+        X = np.zeros((task.rows.size, int(offsets[-1])))
+        for i in usable:
+            X[0, offsets[i]] = 1.0
+        products, mask_sums = he.masked_feature_products(backend, encrypted, X, rng)
+        for c, i in enumerate(usable):
+            mask_sums[offsets[i], c] -= 3.0
+            mask_sums[offsets[i] + 1, 0] -= float(task.weights.sum())
+        targets[task.key] = [feats[i] for i in usable]
+        return products, mask_sums
+
+    apply_split = trainers.TreePassive.apply_split
+
+    def recording(self, node, feature, bin_index):
+        named.append((node["tree"], node["node_id"], feature))
+        return apply_split(self, node, feature, bin_index)
+
+    monkeypatch.setattr(trainers.FeatureOwner, "masked_products", crafted)
+    monkeypatch.setattr(trainers.TreePassive, "apply_split", recording)
+    sid = fed.operator.create_session("plain", family="tree", settings={"max_depth": 4}).session_id
+    common = sorted(fed.operator.align(sid))
+    assert list(fed.operator.train(sid, common[:120], 1))[-1].done
+    assert targets and not named  # every passive feature's counts were crafted: none was a candidate

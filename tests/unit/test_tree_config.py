@@ -82,12 +82,31 @@ def test_best_split_gini_and_midpoint_bin():
     # between occupied bins 1 and 4, and scikit-learn's threshold on bin indices (2.5) puts bin 2 left.
     task = Task(0, 0, 0, np.arange(8), np.ones(8), {1: (0,)})
     counts = np.array([[2, 2, 0, 0, 0, 0], [0, 0, 0, 0, 2, 2]], dtype=float)
-    split = best_split(task, {1: counts}, [[], [6]], min_samples_leaf=1)
+    weights, totals = {1: counts.sum(axis=0)}, counts.sum(axis=1)
+    split = best_split(task, {1: counts}, weights, totals, [[], [6]], min_samples_leaf=1)
     assert (split.owner, split.feature, split.bin) == (1, 0, 2)
     assert split.proxy == pytest.approx(8.0)  # both sides pure: Σ c²/n = 4 + 4
-    assert best_split(task, {1: counts}, [[], [6]], min_samples_leaf=5) is None
+    assert best_split(task, {1: counts}, weights, totals, [[], [6]], min_samples_leaf=5) is None
     with pytest.raises(InvalidArgument, match="columns"):
-        best_split(task, {1: counts[:, :5]}, [[], [6]], 1)
+        best_split(task, {1: counts[:, :5]}, weights, totals, [[], [6]], 1)
+
+
+def test_counts_that_do_not_add_up_to_the_bin_weights_and_class_totals_are_no_candidate():
+    """Review 11 F1 / F2: crafted products (a passive party) or indicators (the active party) give counts that do
+    not match the bins' owner's weights or the node's class totals; such a feature never wins, and the leaf size is
+    judged on the owner's weights, so a chosen split always passes its owner's partition."""
+    task = Task(0, 0, 0, np.arange(8), np.ones(8), {1: (0,)})
+    honest = np.array([[2, 2, 0, 0, 0, 0], [0, 0, 0, 0, 2, 2]], dtype=float)
+    weights, totals = {1: honest.sum(axis=0)}, honest.sum(axis=1)
+    assert best_split(task, {1: honest}, weights, totals, [[], [6]], 1) is not None
+    shifted = honest + np.array([[3, 0, 0, 0, 0, 0], [0] * 6])  # a mask sum moved: class 0 heavier in bin 0
+    assert best_split(task, {1: shifted}, weights, totals, [[], [6]], 1) is None
+    one_row = np.array([[1, 0, 0, 0, 0, 0], [0] * 6], dtype=float)  # indicators isolating one row
+    assert best_split(task, {1: one_row}, weights, totals, [[], [6]], 1) is None
+    # Leaf sizes come from the weights: bins 0-1 weigh 3 in the owner's word, so no cut leaves min_samples_leaf 4.
+    light = {1: np.array([1, 2, 0, 0, 3, 2], dtype=float)}
+    counts = np.array([[1, 2, 0, 0, 0, 0], [0, 0, 0, 0, 3, 2]], dtype=float)
+    assert best_split(task, {1: counts}, light, counts.sum(axis=1), [[], [6]], 4) is None
 
 
 def test_state_round_trip_resumes_the_same_forest():

@@ -35,8 +35,8 @@ def grow_recording(config, data):
     searched = []
     decide = fed.builder.decide
 
-    def recording(task, counts):
-        split = decide(task, counts)
+    def recording(task, counts, weights=None):
+        split = decide(task, counts, weights)
         searched.append((task, split))
         return split
 

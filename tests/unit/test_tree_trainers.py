@@ -35,13 +35,15 @@ def test_a_restored_key_holder_resumes_the_node_in_flight() -> None:
     sent = labels.encrypt(keys, task, sum(owners[1].bins.sizes))
     products, mask_sums = owners[1].masked_products(keys, sent, task, entropy.os_entropy())
     blobs = [keys.serialize(ct) for ct in products]
-    holder.submit_counts(keys, 1, task.key, blobs, mask_sums)
+    weights = owners[1].bin_weights(task)
+    holder.submit_counts(keys, 1, task.key, blobs, mask_sums, weights)
 
     state = holder.to_state()
     restored = family.restore_key_holder((state[0], json.loads(json.dumps(state[1]))))  # as a checkpoint stores it
     assert restored.next_node() == holder.next_node() and restored.answered == holder.answered
     with pytest.raises(FailedPrecondition, match="one decryption"):
-        restored.submit_counts(keys, 1, task.key, blobs, mask_sums)
+        restored.submit_counts(keys, 1, task.key, blobs, mask_sums, weights)
+    assert np.array_equal(restored.weights[1], weights)
     own = owners[0].plain_counts(task, labels.indicators(task))
     assert restored.decide(task.key, own) == holder.decide(task.key, own)
 

@@ -120,20 +120,22 @@ class NodeIndicators(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., task: _Optional[_Union[NodeTask, _Mapping]] = ..., indicators: _Optional[_Union[_common_pb2.EncryptedMatrix, _Mapping]] = ..., key_epoch: _Optional[int] = ...) -> None: ...
 
 class NodeCounts(_message.Message):
-    __slots__ = ("session_id", "node", "products", "mask_sums", "part", "parts")
+    __slots__ = ("session_id", "node", "products", "mask_sums", "part", "parts", "bin_weights")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_FIELD_NUMBER: _ClassVar[int]
     PRODUCTS_FIELD_NUMBER: _ClassVar[int]
     MASK_SUMS_FIELD_NUMBER: _ClassVar[int]
     PART_FIELD_NUMBER: _ClassVar[int]
     PARTS_FIELD_NUMBER: _ClassVar[int]
+    BIN_WEIGHTS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     node: NodeKey
     products: _containers.RepeatedScalarFieldContainer[bytes]
     mask_sums: _common_pb2.Tensor
     part: int
     parts: int
-    def __init__(self, session_id: _Optional[str] = ..., node: _Optional[_Union[NodeKey, _Mapping]] = ..., products: _Optional[_Iterable[bytes]] = ..., mask_sums: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., part: _Optional[int] = ..., parts: _Optional[int] = ...) -> None: ...
+    bin_weights: _common_pb2.Tensor
+    def __init__(self, session_id: _Optional[str] = ..., node: _Optional[_Union[NodeKey, _Mapping]] = ..., products: _Optional[_Iterable[bytes]] = ..., mask_sums: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., part: _Optional[int] = ..., parts: _Optional[int] = ..., bin_weights: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ...) -> None: ...
 
 class NodeDecide(_message.Message):
     __slots__ = ("session_id", "node", "counts")

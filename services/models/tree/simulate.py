@@ -51,6 +51,7 @@ class LocalFederation:
         if not self.builder.open(task, self.labels.totals(task)):  # active -> coordinator: class totals
             return
         counts: dict[int, np.ndarray] = {}
+        weights: dict[int, np.ndarray] = {}
         indicators = self.labels.indicators(task)
         if ACTIVE in task.features:  # the active party's own features: counts in the clear
             counts[ACTIVE] = self.owners[ACTIVE].plain_counts(task, indicators)
@@ -71,7 +72,8 @@ class LocalFederation:
                 counts[p] = self.keyholder.open_counts(
                     p, task, self.builder.width(task, p), sent.layout, blobs, mask_sums
                 )
-        split = self.builder.decide(task, counts)
+                weights[p] = self.owners[p].bin_weights(task)
+        split = self.builder.decide(task, counts, weights)
         if split is not None:  # coordinator -> owner: (feature, bin); owner -> everyone: the partition
             self._count("split")
             self.builder.apply(task, split, self.owners[split.owner].apply_split(task, split.feature, split.bin))

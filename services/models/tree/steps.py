@@ -97,30 +97,46 @@ class Split:
 
 
 def best_split(
-    task: Task, counts: Mapping[int, np.ndarray], bin_sizes: Sequence[Sequence[int]], min_samples_leaf: int
+    task: Task,
+    counts: Mapping[int, np.ndarray],
+    weights: Mapping[int, np.ndarray],
+    totals: np.ndarray,
+    bin_sizes: Sequence[Sequence[int]],
+    min_samples_leaf: int,
 ) -> Split | None:
     """The Gini-best split from per-bin class counts; None if no candidate leaves both sides min_samples_leaf.
 
     ``counts[p]`` is party p's (K, D) block for its candidate features ``task.features[p]``, each feature's bins
-    contiguous. Minimising the weighted Gini impurity n_L·G_L + n_R·G_R equals maximising
-    Σ_c L_c²/n_L + Σ_c R_c²/n_R. Cuts lie only between bins the node's rows occupy, and the chosen bin is the
-    midpoint of the two occupied bins around the cut: scikit-learn's threshold on bin-index features, so that
-    unseen bins route the same way. Ties go to the first party, feature and cut.
+    contiguous; ``weights[p]`` (D,) the weighted rows per bin in the bins' owner's word, on which the leaf size is
+    judged (so the owner's partition always passes it); ``totals`` (K,) the node's class totals. A feature whose
+    counts do not add up to its bins' weights and to the class totals (crafted products or indicators: review 11,
+    F1 and F2) is no candidate, whatever else: honest counts match both exactly.
+
+    Minimising the weighted Gini impurity n_L·G_L + n_R·G_R equals maximising Σ_c L_c²/n_L + Σ_c R_c²/n_R. Cuts lie
+    only between bins the node's rows occupy, and the chosen bin is the midpoint of the two occupied bins around the
+    cut: scikit-learn's threshold on bin-index features, so that unseen bins route the same way. Ties go to the first
+    party, feature and cut.
     """
     best: Split | None = None
     for party in sorted(task.features):
         block = np.asarray(counts[party], dtype=np.float64)
+        needed = sum(bin_sizes[party][f] for f in task.features[party])
+        if block.shape[1] != needed or np.shape(weights[party]) != (needed,):
+            raise InvalidArgument(f"party {party}'s counts and bin weights must have {needed} columns")
         offset = 0
         for feature in task.features[party]:
             size = bin_sizes[party][feature]
-            per_bin = block[:, offset : offset + size]
+            per_bin, weight = block[:, offset : offset + size], np.asarray(weights[party])[offset : offset + size]
             offset += size
-            occupied = np.flatnonzero(per_bin.sum(axis=0) > 0)
+            if not _adds_up(per_bin, weight, totals):
+                continue
+            occupied = np.flatnonzero(weight > 0)
             if occupied.size < 2:
                 continue
             left = np.cumsum(per_bin[:, occupied], axis=1)[:, :-1]  # (K, cuts)
             right = per_bin.sum(axis=1, keepdims=True) - left
-            n_left, n_right = left.sum(axis=0), right.sum(axis=0)
+            n_left = np.cumsum(weight[occupied])[:-1]
+            n_right = weight.sum() - n_left
             valid = (n_left >= min_samples_leaf) & (n_right >= min_samples_leaf)
             if not valid.any():
                 continue
@@ -132,9 +148,15 @@ def best_split(
             cut = int(np.argmax(proxy))
             if best is None or proxy[cut] > best.proxy:
                 best = Split(party, feature, int((occupied[cut] + occupied[cut + 1]) // 2), float(proxy[cut]))
-        if offset != block.shape[1]:
-            raise InvalidArgument(f"party {party}'s counts have {block.shape[1]} columns, its features need {offset}")
     return best
+
+
+def _adds_up(per_bin: np.ndarray, weight: np.ndarray, totals: np.ndarray) -> bool:
+    """Counts of one feature that sum to its bins' weights (over classes) and to the class totals (over bins)."""
+    return bool(
+        np.allclose(per_bin.sum(axis=0), weight, rtol=0.0, atol=0.5)
+        and np.allclose(per_bin.sum(axis=1), totals, rtol=0.0, atol=0.5)
+    )
 
 
 # Model randomness: seeded per tree / node, so a restored Builder draws the same without saving a generator, and the
@@ -236,16 +258,22 @@ class Builder:
             self._close()
         return not terminal
 
-    def decide(self, task: Task, counts: Mapping[int, np.ndarray]) -> Split | None:
-        """Best split from every candidate party's counts; None makes the node a leaf (and closes it)."""
+    def decide(
+        self, task: Task, counts: Mapping[int, np.ndarray], weights: Mapping[int, np.ndarray] | None = None
+    ) -> Split | None:
+        """Best split from every candidate party's counts and bin weights (a party without weights: its counts
+        summed over classes, as the active party's own); None makes the node a leaf (and closes it)."""
         self._current(task)
+        weights = dict(weights or {})
         for party in task.features:
             expected = (self.n_classes, self.width(task, party))
             if party not in counts or np.shape(counts[party]) != expected:
                 raise InvalidArgument(f"party {party}'s counts must have shape {expected}")
             if not (np.isfinite(counts[party]).all() and np.min(counts[party], initial=0) >= 0):
                 raise InvalidArgument(f"party {party}'s counts must be finite and non-negative")
-        split = best_split(task, counts, self.bin_sizes, self.config.min_samples_leaf)
+            weights.setdefault(party, np.asarray(counts[party]).sum(axis=0))
+        totals = self._nodes[task.key].counts
+        split = best_split(task, counts, weights, totals, self.bin_sizes, self.config.min_samples_leaf)
         if split is None:
             self._close()
         return split
@@ -363,6 +391,10 @@ class FeatureOwner:
         bins = self._train()[task.rows]
         columns = [np.eye(sizes[f])[bins[:, f]] for f in task.features.get(self.party, ())]
         return np.hstack(columns) if columns else np.zeros((task.rows.size, 0))
+
+    def bin_weights(self, task: Task) -> np.ndarray:
+        """(D,) the node's weighted rows per bin of each candidate feature (what the key holder checks counts by)."""
+        return task.weights @ self.indicator_matrix(task)
 
     def plain_counts(self, task: Task, indicators: np.ndarray) -> np.ndarray:
         """(K, D) per-bin class counts in the clear: the active party on its own features."""

@@ -175,7 +175,9 @@ class KeyHolderLink(Protocol):
         """The public context of a key epoch the coordinator still holds."""
         ...
 
-    def submit_counts(self, session_id: str, key: NodeKey, products: list[bytes], mask_sums: np.ndarray) -> None: ...
+    def submit_counts(
+        self, session_id: str, key: NodeKey, products: list[bytes], mask_sums: np.ndarray, bin_weights: np.ndarray
+    ) -> None: ...
 
     def decide(self, session_id: str, key: NodeKey, counts: np.ndarray | None) -> tuple[int, int] | None:
         """The active party's own split (feature, bin) if it won; None otherwise (a leaf, or a passive split)."""
@@ -332,15 +334,18 @@ class TreePassive:
         self.searched = {task.key: task.rows.tolist()}
         return task
 
-    def node_products(self, keys: he.Backend, task: Task, indicators: he.WireMatrix) -> tuple[list[bytes], np.ndarray]:
-        """Masked [[indicators ⊙ bin indicators]] of the node's candidate features and their mask sums, under the
-        node's keys, for the coordinator."""
+    def node_products(
+        self, keys: he.Backend, task: Task, indicators: he.WireMatrix
+    ) -> tuple[list[bytes], np.ndarray, np.ndarray]:
+        """Masked [[indicators ⊙ bin indicators]] of the node's candidate features, their mask sums and the node's
+        weighted rows per bin (which the coordinator checks the counts by), for the coordinator."""
         try:
             received = he.matrix_from_wire(keys, indicators)
         except ValueError as exc:
             raise InvalidArgument(f"indicators: {exc}") from exc
-        products, mask_sums = self._owner().masked_products(keys, received, task, entropy.os_entropy())
-        return [keys.serialize(ct) for ct in products], mask_sums
+        owner = self._owner()
+        products, mask_sums = owner.masked_products(keys, received, task, entropy.os_entropy())
+        return [keys.serialize(ct) for ct in products], mask_sums, owner.bin_weights(task)
 
     def apply_split(self, node: Mapping[str, Any], feature: int, bin_index: int) -> np.ndarray:
         """Keep the split of the coordinator's node; which of its rows go left."""
@@ -394,6 +399,7 @@ class TreeKeyHolder:
     builder: Builder | None = None
     answered: set[tuple[int, int, int]] = field(default_factory=set)  # (party, tree, node): KeyHolder.answered
     counts: dict[int, np.ndarray] = field(default_factory=dict)  # the current node's opened per-bin counts
+    weights: dict[int, np.ndarray] = field(default_factory=dict)  # ... and each passive party's bin weights
     pending: Split | None = None  # the current node's split, until its owner's partition arrives
     epoch: int = 0  # the key epoch the current node's products are decrypted under (its decision charged to it)
     # The current node's products sent in parts, per party: (parts received, products so far).
@@ -447,7 +453,7 @@ class TreeKeyHolder:
         task = self._task(key)
         if self._builder()._nodes.get(task.key) is not None:
             raise FailedPrecondition(f"node {task.key} is open already")
-        self.counts, self.pending, self.arriving = {}, None, {}
+        self.counts, self.weights, self.pending, self.arriving = {}, {}, None, {}
         return self._builder().open(task, totals)
 
     def _searched(self, key: NodeKey) -> Task:
@@ -488,15 +494,26 @@ class TreeKeyHolder:
         return self._builder().decision_bits(task) if any(p != ACTIVE for p in task.features) else 0
 
     def submit_counts(
-        self, keys: he.Backend, party: int, key: NodeKey, products: Sequence[bytes], mask_sums: np.ndarray
+        self,
+        keys: he.Backend,
+        party: int,
+        key: NodeKey,
+        products: Sequence[bytes],
+        mask_sums: np.ndarray,
+        bin_weights: np.ndarray,
     ) -> None:
         """Open a passive party's masked products for the current node: once per (party, node), at the width and
-        indicator layout the coordinator derives itself."""
+        indicator layout the coordinator derives itself; its bin weights (its own word, checked before anything
+        is opened) are what its counts must add up to."""
         task = self._searched(key)
         width, layout = self._block(keys, party, task)
+        weights = np.asarray(bin_weights, dtype=np.float64)
+        if weights.shape != (width,) or not (np.isfinite(weights).all() and weights.min(initial=0) >= 0):
+            raise InvalidArgument(f"bin weights must be {width} finite non-negative numbers, got {weights.shape}")
         opener = KeyHolder(keys)
         opener.answered = self.answered
         self.counts[party] = opener.open_counts(party, task, width, layout, products, mask_sums)
+        self.weights[party] = weights
 
     def decide(self, key: NodeKey, own: np.ndarray | None) -> Split | None:
         task = self._searched(key)
@@ -510,7 +527,7 @@ class TreeKeyHolder:
             if own is None:
                 raise InvalidArgument(f"node {task.key} has active candidate features: their counts are due")
             counts[ACTIVE] = own
-        self.pending = self._builder().decide(task, counts)
+        self.pending = self._builder().decide(task, counts, self.weights)
         return self.pending
 
     def apply(self, key: NodeKey, goes_left: np.ndarray, owner: int) -> None:
@@ -518,7 +535,7 @@ class TreeKeyHolder:
         if self.pending is None or self.pending.owner != owner:
             raise FailedPrecondition(f"node {task.key} has no split of party {owner} to apply")
         self._builder().apply(task, self.pending, goes_left)
-        self.counts, self.pending = {}, None
+        self.counts, self.weights, self.pending = {}, {}, None
 
     def forest(self) -> Forest:
         return self._builder().forest()
@@ -578,6 +595,7 @@ class TreeKeyHolder:
             "n_passive": self.n_passive,
             "answered": sorted(self.answered),
             "counts": {str(p): c.tolist() for p, c in self.counts.items()},
+            "weights": {str(p): w.tolist() for p, w in self.weights.items()},
             "pending": None if self.pending is None else list(self.pending.__dict__.values()),
             "epoch": self.epoch,
         }
@@ -662,15 +680,17 @@ def _submit_counts(
     part: int,
     parts: int,
     mask_sums: np.ndarray | None,
+    bin_weights: np.ndarray | None = None,
 ) -> None:
-    """A passive party's masked per-bin products for the node, in ``parts`` parts (the last carries its mask sums),
+    """A passive party's masked per-bin products for the node, in ``parts`` parts (the last carries its mask sums
+    and bin weights),
     under the node's key epoch (its decision charged at OpenNode); opened once per party and node."""
     keys = ctx.held_keys(trainer.epoch)
     received = trainer.receive_part(keys, ctx.caller, key, products, part, max(parts, 1))
     if received is not None:  # the last part
-        if mask_sums is None:
-            raise InvalidArgument("mask sums: the last part of a node's products carries them")
-        trainer.submit_counts(keys, ctx.caller, key, received, mask_sums)
+        if mask_sums is None or bin_weights is None:
+            raise InvalidArgument("mask sums and bin weights: the last part of a node's products carries them")
+        trainer.submit_counts(keys, ctx.caller, key, received, mask_sums, bin_weights)
 
 
 def _decide(trainer: TreeKeyHolder, ctx: KeyHolderContext, key: NodeKey, own: np.ndarray | None) -> Split | None:
@@ -729,8 +749,7 @@ def _node_counts(
         trainer.keys = _epoch_keys(
             trainer.keys, ctx.backend.name, key_epoch, functools.partial(link.node_keys, ctx.session_id)
         )
-        products, mask_sums = trainer.node_products(trainer.keys[1], task, indicators)
-        link.submit_counts(ctx.session_id, task.key, products, mask_sums)
+        link.submit_counts(ctx.session_id, task.key, *trainer.node_products(trainer.keys[1], task, indicators))
 
     ctx.defer(send)
 
@@ -837,6 +856,7 @@ class TreeFamily:
         holder = TreeKeyHolder(self.name, settings, n_classes, meta["n_passive"])
         holder.answered = {tuple(k) for k in meta["answered"]}  # type: ignore[misc]
         holder.counts = {int(p): np.asarray(c) for p, c in meta["counts"].items()}
+        holder.weights = {int(p): np.asarray(w) for p, w in meta.get("weights", {}).items()}
         holder.pending = None if meta["pending"] is None else Split(*meta["pending"])
         holder.epoch = meta.get("epoch", 0)
         if "builder" in meta:
