@@ -809,6 +809,7 @@ class Coordinator:
             train=lambda *args: self._train(session_id, s, *args),
             min_training_rows=self.statistics.min_training_rows,
             min_node_rows=self.statistics.min_node_rows,
+            save=lambda: self._save(session_id, s),
         )
         with s.lock:
             try:

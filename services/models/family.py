@@ -219,6 +219,8 @@ class KeyHolderContext:
     ]
     min_training_rows: int = 2  # [policy] min_training_rows: a session trains on at least these rows
     min_node_rows: int = 1  # [policy] min_node_rows: no node of fewer (weighted) rows is split off
+    # Checkpoint the session now (the step is checkpointed again when it ends): before a peer learns a decision
+    save: Callable[[], None] = lambda: None
 
 
 @dataclass(frozen=True)

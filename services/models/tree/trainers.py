@@ -58,6 +58,7 @@ from .config import TreeConfig
 from .steps import ACTIVE, Builder, FeatureOwner, KeyHolder, LabelHolder, NodeKey, Split, Task, combine
 from .structure import Forest, Node, Tree, copy_tree
 
+MAX_PRODUCT_ATTEMPTS = 2  # products a passive party makes for one node: the first, and one retry
 # The parameter-release step that discloses the passive thresholds (services/defenses/params.py): explicit only.
 RELEASE_THRESHOLDS = "thresholds"
 ONE_STEP = 2**31 - 1  # the default batch: trees grow in one pass over every training row (TrainingConfig int32)
@@ -301,6 +302,7 @@ class TreePassive:
     # The node this party last sent products for, with its rows: the coordinator's ApplySplit is answered once for
     # it and only for those rows, so that no one can have it compare other rows or features at will.
     searched: dict[NodeKey, list[int]] = field(default_factory=dict)
+    attempts: int = 0  # products made for the node in ``searched``: one, and one retry (MAX_PRODUCT_ATTEMPTS)
     shard: tuple[int, int] = (0, 0)  # (aligned rows the bins are fitted on, training rows), for the coordinator
     keys: tuple[int, he.Backend] | None = None  # the newest node key epoch's public keys (not state: fetched again)
     output_in_the_clear = False
@@ -329,8 +331,18 @@ class TreePassive:
             raise InvalidArgument(
                 f"indicators must be {task.rows.size} rows x {self.n_classes} classes, got {indicators.shape}"
             )
-        # Nodes grow one at a time: an earlier node is closed once this one is asked for, so only the latest is kept
-        # (a forest's checkpoint, written after every family message, would otherwise hold every node's rows).
+        # Nodes grow one at a time, in (tree, node) order (heap indices breadth first): an earlier node is closed once
+        # this one is asked for, so only the latest is kept (a forest's checkpoint, written after every family
+        # message, would otherwise hold every node's rows), and products are made for a node at most
+        # MAX_PRODUCT_ATTEMPTS times and never for an earlier one: whatever the active party names, this party's work
+        # is bounded by an honest growth's (review 11, F5).
+        last = next(iter(self.searched), None)
+        if last is not None and (task.key < last or (task.key == last and self.attempts >= MAX_PRODUCT_ATTEMPTS)):
+            raise FailedPrecondition(
+                f"node {task.key}: products were made for node {last} ({self.attempts} times); nodes grow in order "
+                f"and each gets at most {MAX_PRODUCT_ATTEMPTS} attempts"
+            )
+        self.attempts = self.attempts + 1 if task.key == last else 1
         self.searched = {task.key: task.rows.tolist()}
         return task
 
@@ -349,10 +361,12 @@ class TreePassive:
 
     def apply_split(self, node: Mapping[str, Any], feature: int, bin_index: int) -> np.ndarray:
         """Keep the split of the coordinator's node; which of its rows go left."""
-        task = self._task(node)
-        if self.searched.get(task.key) != task.rows.tolist() or task.key in self._owner().splits:
-            raise FailedPrecondition(f"node {task.key}: no products of these rows were sent from here, or it is split")
-        return self._owner().apply_split(task, feature, bin_index)
+        task, owner = self._task(node), self._owner()
+        if self.searched.get(task.key) != task.rows.tolist():
+            raise FailedPrecondition(f"node {task.key}: no products of these rows were sent from here")
+        if owner.splits.get(task.key, (feature, bin_index)) != (feature, bin_index):
+            raise FailedPrecondition(f"node {task.key} is split already, by another feature or bin")
+        return owner.apply_split(task, feature, bin_index)  # a repeat of the same split: the same partition
 
     def _task(self, node: Mapping[str, Any]) -> Task:
         """A node as a sender named it: distinct training rows, this party's features, sane weights."""
@@ -384,7 +398,12 @@ class TreePassive:
 
     def to_state(self) -> State:
         searched = [[*key, rows] for key, rows in self.searched.items()]
-        meta = {**_meta(self.settings, self.n_classes, self.owner), "searched": searched, "shard": list(self.shard)}
+        meta = {
+            **_meta(self.settings, self.n_classes, self.owner),
+            "searched": searched,
+            "attempts": self.attempts,
+            "shard": list(self.shard),
+        }
         return {}, {"tree": meta}
 
 
@@ -516,9 +535,11 @@ class TreeKeyHolder:
         self.weights[party] = weights
 
     def decide(self, key: NodeKey, own: np.ndarray | None) -> Split | None:
+        """The node's decision, made once: a repeat (a retry after a failed ApplySplit, a restart) gets the recorded
+        one, whatever counts it carries (review 11, F3)."""
         task = self._searched(key)
         if self.pending is not None:
-            raise FailedPrecondition(f"node {task.key} is decided already: its owner's partition is due")
+            return self.pending
         missing = [p for p in task.features if p != ACTIVE and p not in self.counts]
         if missing:
             raise FailedPrecondition(f"node {task.key}: no per-bin counts from party {missing[0]} yet")
@@ -699,6 +720,7 @@ def _decide(trainer: TreeKeyHolder, ctx: KeyHolderContext, key: NodeKey, own: np
     threshold. The split's ``owner`` is a position (0: the active party, 1..P: the passive parties)."""
     split = trainer.decide(key, own)
     if split is not None and split.owner:
+        ctx.save()  # the decision is recorded before its owner learns it: a restart repeats it, never makes another
         peer = _tree_link(ctx.peer(split.owner))
         left = peer.apply_split(ctx.session_id, trainer.current(key), split.feature, split.bin)
         trainer.apply(key, left, split.owner)
@@ -845,7 +867,13 @@ class TreeFamily:
         meta = state[1]["tree"]
         searched = {(t, i): rows for t, i, rows in meta.get("searched", [])}
         shard = tuple(meta.get("shard", (0, 0)))
-        return TreePassive(self.name, *_restore_owner(meta), searched=searched, shard=shard)  # type: ignore[arg-type]
+        return TreePassive(
+            self.name,
+            *_restore_owner(meta),
+            searched=searched,
+            attempts=meta.get("attempts", 0),
+            shard=shard,  # type: ignore[arg-type]
+        )
 
     def new_key_holder(self, n_classes: int, passive_parties: Sequence[str], settings: TreeSettings) -> TreeKeyHolder:
         return TreeKeyHolder(self.name, TreeSettings(settings.config, ACTIVE), n_classes, len(passive_parties))
