@@ -682,8 +682,10 @@ class Coordinator:
         return keys
 
     def _decision(self, session_id: str, s: CoordinatorSession, bits: int) -> int:
-        """Rule 2 for a decision (caller holds s.lock): ``bits`` charged to the newest key epoch, or to fresh keys
-        (older ones dropped) when it cannot take them, durably and before anything is decrypted; the epoch."""
+        """Rule 2 for a decision (caller holds s.lock, in a family step): ``bits`` charged to the newest key epoch,
+        or to fresh keys (older ones dropped) when it cannot take them; the epoch. The charge is durable with the
+        step's checkpoint, written before its reply and so before anything of the decision is decrypted (a crash in
+        between loses the step with its charge); fresh keys are checkpointed at once, before older files go."""
         if not 0 < bits <= he.KEY_BUDGET:
             raise ResourceExhausted(f"a decision of {bits} bits: a key answers at most {he.KEY_BUDGET} (N/4)")
         epoch = max(s.epochs)
@@ -698,7 +700,6 @@ class Coordinator:
                 self.epoch_keys.remove(_epoch_file(session_id, e))
             return epoch
         s.spent[epoch] = s.spent.get(epoch, 0) + bits
-        self._save(session_id, s)
         return epoch
 
     @staticmethod
