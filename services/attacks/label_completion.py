@@ -166,12 +166,24 @@ class DirectLabel(_LabelAttack):
         return _result(probabilities)
 
 
+class _ClusterAttack(_LabelAttack):
+    """Clusters named without labels (two classes): the cluster taken for the rarer class is ``positive`` (Li et al.'s
+    convention, labels.py: 1 by default; 0 where the attacker believes class 0 the rarer)."""
+
+    def __init__(self, k: int = 0, positive: int = 1, seed: int | None = 0) -> None:
+        super().__init__(k, seed)
+        if positive not in (0, 1):
+            raise ValueError(f"positive must be the class taken for the rarer one, 0 or 1, got {positive}")
+        self.positive = positive
+
+
 def _name_clusters(
-    assign: np.ndarray, distances: np.ndarray, obs: Observations, rare_cluster: int | None, name: str
+    assign: np.ndarray, distances: np.ndarray, obs: Observations, rare_cluster: int | None, attack: _ClusterAttack
 ) -> Reconstruction:
     """Clusters (``assign``; ``distances`` (n, C) to each centroid) named as classes: by the majority of the labelled
-    rows in each cluster when the attacker has some, else (two classes) ``rare_cluster`` is class 1 — the rarer class,
-    by the attacker's guess. Two classes score by the distance margin between the two centroids."""
+    rows in each cluster when the attacker has some, else (two classes) ``rare_cluster`` is the class the attacker
+    takes for the rarer one (``positive``). Scores are soft: each class's share of exp(−distance) to the centroids."""
+    name = attack.name
     c = obs.n_classes
     if obs.labelled_rows is not None and obs.labelled_labels is not None:
         rows, labels = _labelled(obs, name)
@@ -179,7 +191,7 @@ def _name_clusters(
         np.add.at(counts, (assign[rows], labels), 1.0)
         names = np.argmax(counts + 1e-9 * np.arange(c)[::-1], axis=1)  # an unlabelled cluster: class 0
     elif c == 2 and rare_cluster is not None:
-        names = np.array([1, 0]) if rare_cluster == 0 else np.array([0, 1])
+        names = np.array([attack.positive, 1 - attack.positive])[[0, 1] if rare_cluster == 0 else [1, 0]]
     else:
         raise NotApplicable(f"naming {c} clusters as classes needs labelled rows: --attack-option {name}.k=N")
     probabilities = np.zeros((len(assign), c))
@@ -197,7 +209,7 @@ def _kmeans(points: np.ndarray, c: int, seed: int | None) -> tuple[np.ndarray, n
 
 
 @register("clustering")
-class GradientClustering(_LabelAttack):
+class GradientClustering(_ClusterAttack):
     """Liu & Lyu's gradient clustering: k-means (C clusters) of each row's unit gradient at the last step it was seen;
     named by the larger in-step norm (two classes, no label) or by ``k`` labelled rows."""
 
@@ -225,11 +237,11 @@ class GradientClustering(_LabelAttack):
         if obs.n_classes == 2:
             mean_rank = per_row(rank, rows, obs.n_samples)
             rare = int(np.argmax([mean_rank[assign == c].mean() if np.any(assign == c) else -1 for c in (0, 1)]))
-        return _name_clusters(assign, distances, obs, rare, self.name)
+        return _name_clusters(assign, distances, obs, rare, self)
 
 
 @register("id2graph")
-class PartitionGraph(_LabelAttack):
+class PartitionGraph(_ClusterAttack):
     """Takahashi et al.'s ID2Graph, spectral variant: the rows' co-membership graph over the nodes the party saw,
     embedded by its top eigenvectors and clustered into C; named by size (two classes, no label: the smaller cluster
     is the rarer class) or by ``k`` labelled rows."""
@@ -254,7 +266,7 @@ class PartitionGraph(_LabelAttack):
         embedding = u / np.sqrt(degree)[:, None] * np.sqrt(obs.n_samples)
         assign, distances = _kmeans(embedding, c, self.seed)
         sizes = np.bincount(assign, minlength=c)
-        return _name_clusters(assign, distances, obs, int(np.argmin(sizes)) if c == 2 else None, self.name)
+        return _name_clusters(assign, distances, obs, int(np.argmin(sizes)) if c == 2 else None, self)
 
 
 @register("residuals")
@@ -292,5 +304,5 @@ class OwnLogit(_LabelAttack):
     def reconstruct(self, obs: Observations) -> Reconstruction:
         z = np.asarray(obs.own_outputs, dtype=np.float64)
         if z.shape[1] == 1:
-            return Reconstruction(None, {}, label_scores=z[:, 0], label_predictions=(z[:, 0] > 0).astype(np.int64))
+            return Reconstruction(None, {}, label_scores=z[:, 0])  # a share of the logit: a ranking, not a class
         return Reconstruction(None, {}, label_predictions=np.argmax(z, axis=1))
