@@ -96,6 +96,8 @@ def test_gradient_clustering_separates_the_classes_and_names_the_rarer_one() -> 
     )
     result = run_attack(make_attack("clustering", family="splitnn"), obs)
     assert auc(y, result.label_scores) > 0.9
+    # named the other way (class 0 taken for the rarer), the same clusters read upside down
+    assert auc(y, run_attack(make_attack("clustering", positive=0), obs).label_scores) < 0.1
     # gradients of the same law whatever the label: blind
     blind, y_blind = binary_gradients(np.random.default_rng(3), informative=False, steps=40)
     seen = np.bincount(blind.gradient_rows, minlength=blind.n_samples) > 0
