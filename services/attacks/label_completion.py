@@ -11,8 +11,8 @@
   one negative entry is the label. It applies only to gradients of that form (K columns, rows summing to 0, one
   negative entry): in vflsec's split-NN a top model stands between h and the logits, so it reports why not.
 - ``clustering``: Liu & Lyu's gradient clustering ("Clustering Label Inference Attack against Practical Split
-  Learning", 2022): k-means of the per-row gradients into C clusters. Each row's gradient at the last step it was seen
-  (the top model moves little within the last epoch), scaled to unit length; the clusters are named without labels
+  Learning", 2022): k-means of the per-row gradients into C clusters. Each row's gradients scaled to unit length and
+  laid side by side, one block per epoch (rows of one epoch meet nearly the same top model); named without labels
   for two classes by Li et al.'s norm heuristic (the cluster whose gradients are the larger within their steps is the
   rarer class), with k labelled rows (``k``) by their majority.
 - ``id2graph``: Takahashi et al.'s ID2Graph ("Eliminating Label Leakage in Tree-Based Vertical Federated Learning",
@@ -208,10 +208,29 @@ def _kmeans(points: np.ndarray, c: int, seed: int | None) -> tuple[np.ndarray, n
     return km.labels_, km.transform(points)
 
 
+def _occurrences(unit: np.ndarray, rows: np.ndarray, steps: np.ndarray, n: int) -> np.ndarray:
+    """Each row's gradients side by side in the order it received them, (n, epochs × E): its t-th gradient (its t-th
+    epoch) in block t, zeros where a row was seen fewer times. Rows of one epoch are compared under nearly the same
+    top model; a single epoch's directions are noisy where the top model's Jacobian varies from row to row."""
+    order = np.lexsort((np.arange(len(rows)), steps))
+    occurrence = np.zeros(len(rows), dtype=np.int64)
+    count = np.zeros(n, dtype=np.int64)
+    for i in order:
+        occurrence[i] = count[rows[i]]
+        count[rows[i]] += 1
+    if np.any(count == 0):
+        raise NotApplicable("some rows received no gradient")
+    width = unit.shape[1]
+    features = np.zeros((n, int(count.max()) * width))
+    for i in range(len(rows)):
+        features[rows[i], occurrence[i] * width : (occurrence[i] + 1) * width] = unit[i]
+    return features
+
+
 @register("clustering")
 class GradientClustering(_ClusterAttack):
-    """Liu & Lyu's gradient clustering: k-means (C clusters) of each row's unit gradient at the last step it was seen;
-    named by the larger in-step norm (two classes, no label) or by ``k`` labelled rows."""
+    """Liu & Lyu's gradient clustering: k-means (C clusters) of each row's unit gradients, one block per epoch; named
+    by the larger in-step norm (two classes, no label) or by ``k`` labelled rows."""
 
     families = frozenset({"splitnn"})
     needs = frozenset({"gradients", "gradient_rows", "gradient_steps"})
@@ -226,13 +245,8 @@ class GradientClustering(_ClusterAttack):
         for step in np.unique(steps):
             at = steps == step
             rank[at] = rankdata(norms[at]) / at.sum()
-        last = np.full(obs.n_samples, -1)
-        order = np.lexsort((np.arange(len(g)), steps))
-        last[rows[order]] = order  # the later step overwrites
-        if np.any(last < 0):
-            raise NotApplicable(f"{self.name}: some rows received no gradient")
-        unit = g[last] / np.maximum(norms[last], 1e-300)[:, None]
-        assign, distances = _kmeans(unit, obs.n_classes, self.seed)
+        assign, distances = _kmeans(_occurrences(g / np.maximum(norms, 1e-300)[:, None], rows, steps, obs.n_samples),
+                                    obs.n_classes, self.seed)  # fmt: skip
         rare = None
         if obs.n_classes == 2:
             mean_rank = per_row(rank, rows, obs.n_samples)
