@@ -257,8 +257,8 @@ class GradientClustering(_ClusterAttack):
 @register("id2graph")
 class PartitionGraph(_ClusterAttack):
     """Takahashi et al.'s ID2Graph, spectral variant: the rows' co-membership graph over the nodes the party saw,
-    embedded by its top eigenvectors and clustered into C; named by size (two classes, no label: the smaller cluster
-    is the rarer class) or by ``k`` labelled rows."""
+    embedded by its top eigenvectors (rows normalised) and clustered into C; named by size (two classes, no label: the
+    smaller cluster is the rarer class) or by ``k`` labelled rows."""
 
     families = frozenset({"tree", "forest"})
     needs = frozenset({"partitions"})
@@ -277,7 +277,9 @@ class PartitionGraph(_ClusterAttack):
         width = min(c + 1, min(normalised.shape) - 1)
         u, s, _ = svds(normalised.astype(np.float64), k=width, random_state=0 if self.seed is None else self.seed)
         u = u[:, np.argsort(-s)][:, 1:] if width > 1 else u  # the first is the trivial (degree) vector
-        embedding = u / np.sqrt(degree)[:, None] * np.sqrt(obs.n_samples)
+        # each row's coordinates scaled to unit length (Ng, Jordan & Weiss): rows of small nodes, whose coordinates are
+        # large, would otherwise take clusters of their own (wine, one tree: 0.52 accuracy with 30 labelled rows; 0.86)
+        embedding = u / np.maximum(np.linalg.norm(u, axis=1, keepdims=True), 1e-12)
         assign, distances = _kmeans(embedding, c, self.seed)
         sizes = np.bincount(assign, minlength=c)
         return _name_clusters(assign, distances, obs, int(np.argmin(sizes)) if c == 2 else None, self)
