@@ -125,11 +125,11 @@ class ModelCompletion(_LabelAttack):
 
     def reconstruct(self, obs: Observations) -> Reconstruction:
         rows, labels = _labelled(obs, self.name)
-        if obs.own_outputs is not None:
-            features: np.ndarray | sparse.spmatrix = np.asarray(obs.own_outputs, dtype=np.float64)
-            source = "own_outputs"
-        elif obs.partitions:
-            features, source = membership(obs.partitions, obs.n_samples), "partitions"
+        if obs.partitions:  # trees: every node seen (its own model's output is only its own splits' bits)
+            features: np.ndarray | sparse.spmatrix = membership(obs.partitions, obs.n_samples)
+            source = "partitions"
+        elif obs.own_outputs is not None:
+            features, source = np.asarray(obs.own_outputs, dtype=np.float64), "own_outputs"
         else:
             raise NotApplicable(f"{self.name} needs the party's trained model (its outputs) or the tree partitions")
         x_own = np.asarray(obs.x_own, dtype=np.float64)
