@@ -57,15 +57,12 @@ class _LabelAttack(Attack):
     metric = "auc"
     target = "labels"
 
-    def __init__(self, k: int = 0, seed: int | None = 0) -> None:
-        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-            raise ValueError(f"k must be an integer >= 0 (labelled rows), got {k!r}")
-        self.k, self.seed = k, seed
 
-    def auxiliary_rows(self, n_samples: int) -> int:
-        if self.k >= n_samples:
-            raise NotApplicable(f"k={self.k} labelled rows leave none of the {n_samples} rows to score")
-        return self.k
+def _k_rows(k: int, n_samples: int) -> int:
+    """An explicit number of labelled rows, if it leaves a row to score."""
+    if k >= n_samples:
+        raise NotApplicable(f"k={k} labelled rows leave none of the {n_samples} rows to score")
+    return k
 
 
 def _labelled(obs: Observations, name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -115,13 +112,13 @@ class ModelCompletion(_LabelAttack):
     families = frozenset({"lr", "splitnn", "tree", "forest"})
     needs = frozenset({"x_own"})
 
-    def __init__(self, k: int | None = None, seed: int | None = 0) -> None:  # type: ignore[override]
+    def __init__(self, k: int | None = None) -> None:
         if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 2):
             raise ValueError(f"k must be an integer >= 2 (labelled rows), got {k!r}")
-        self.k, self.seed = k, seed  # type: ignore[assignment]
+        self.k = k
 
     def auxiliary_rows(self, n_samples: int) -> int:
-        return min(DEFAULT_COMPLETION_K, n_samples // 2) if self.k is None else super().auxiliary_rows(n_samples)
+        return min(DEFAULT_COMPLETION_K, n_samples // 2) if self.k is None else _k_rows(self.k, n_samples)
 
     def reconstruct(self, obs: Observations) -> Reconstruction:
         rows, labels = _labelled(obs, self.name)
@@ -167,14 +164,19 @@ class DirectLabel(_LabelAttack):
 
 
 class _ClusterAttack(_LabelAttack):
-    """Clusters named without labels (two classes): the cluster taken for the rarer class is ``positive`` (Li et al.'s
-    convention, labels.py: 1 by default; 0 where the attacker believes class 0 the rarer)."""
+    """Clusters named by ``k`` labelled rows or, without (two classes), the cluster taken for the rarer class is
+    ``positive`` (Li et al.'s convention, labels.py: 1 by default; 0 where the attacker believes class 0 the rarer).
+    ``seed``: k-means' own."""
 
     def __init__(self, k: int = 0, positive: int = 1, seed: int | None = 0) -> None:
-        super().__init__(k, seed)
+        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+            raise ValueError(f"k must be an integer >= 0 (labelled rows to name the clusters), got {k!r}")
         if positive not in (0, 1):
             raise ValueError(f"positive must be the class taken for the rarer one, 0 or 1, got {positive}")
-        self.positive = positive
+        self.k, self.positive, self.seed = k, positive, seed
+
+    def auxiliary_rows(self, n_samples: int) -> int:
+        return _k_rows(self.k, n_samples)
 
 
 def _name_clusters(
@@ -275,7 +277,7 @@ class PartitionGraph(_ClusterAttack):
             degree = np.maximum(degree, 1.0)
         normalised = sparse.diags(1.0 / np.sqrt(degree)) @ m  # D^-1/2 M: its singular vectors are A's eigenvectors
         width = min(c + 1, min(normalised.shape) - 1)
-        u, s, _ = svds(normalised.astype(np.float64), k=width, random_state=0 if self.seed is None else self.seed)
+        u, s, _ = svds(normalised.astype(np.float64), k=width, random_state=self.seed)
         u = u[:, np.argsort(-s)][:, 1:] if width > 1 else u  # the first is the trivial (degree) vector
         # each row's coordinates scaled to unit length (Ng, Jordan & Weiss): rows of small nodes, whose coordinates are
         # large, would otherwise take clusters of their own (wine, one tree: 0.52 accuracy with 30 labelled rows; 0.86)
