@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tests.unit.test_attacks_labels import binary_gradients
-from vflsec.services.attacks import NotApplicable, Observations, auc, make_attack, run_attack
+from vflsec.services.attacks import NotApplicable, Observations, Reconstruction, auc, make_attack, run_attack
 
 
 def passive_obs(n: int, n_classes: int = 2, **fields: object) -> Observations:
@@ -199,3 +199,20 @@ def test_own_gradients_leak_a_batchs_labels_even_through_columns_that_know_nothi
         leaks[batch] = auc(y, run_attack(make_attack("residuals"), obs).label_scores)
         assert abs(auc(y, run_attack(make_attack("own_logit"), obs).label_scores) - 0.5) < 0.06
     assert leaks[10] > leaks[50] > 0.6 > leaks[500] > 0.5
+
+
+def test_the_harness_gives_labelled_rows_of_every_class_and_scores_the_others() -> None:
+    from vflsec.client.harness import label_figures, with_labels
+
+    y = np.array([0] * 90 + [1] * 8 + [2] * 2)
+    obs = passive_obs(len(y), 3, x_own=np.zeros((len(y), 1)))
+    given_obs, scored = with_labels(obs, y, 9, seed=0)
+    rows = given_obs.labelled_rows
+    # k // C of each class, but never a class's last row: a class of 2 rows gives 1
+    assert np.bincount(y[rows], minlength=3).tolist() == [3, 3, 1]
+    assert np.array_equal(given_obs.labelled_labels, y[rows])
+    assert not set(rows) & set(scored) and len(rows) + len(scored) == len(y)
+    predicted = np.where(np.arange(len(y)) < 50, 0, 1)
+    figures = label_figures(Reconstruction(None, label_predictions=predicted), y, scored, 3)
+    assert figures["accuracy"] == pytest.approx(np.mean(predicted[scored] == y[scored]))
+    assert figures["recall_per_class"][2] == 0.0 and "auc" not in figures
