@@ -148,8 +148,8 @@ class DirectLabel(_LabelAttack):
         g = np.asarray(obs.gradients, dtype=np.float64)
         if g.shape[1] != obs.n_classes:
             raise NotApplicable(
-                f"the party receives ∂L/∂h of width {g.shape[1]} below the top model, not ∂L/∂logits of width "
-                f"{obs.n_classes} (Fu et al.'s setting without a top model)"
+                f"the party receives the gradient of its output (width {g.shape[1]}) below the top model, not "
+                f"∂L/∂logits of width {obs.n_classes} (Fu et al.'s setting without a top model)"
             )
         negative = (g < 0).sum(axis=1)
         scale = np.abs(g).sum(axis=1) + 1e-12
