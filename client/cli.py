@@ -624,7 +624,8 @@ def attack(
             "--attacker",
             metavar="active|passive-N",
             help="The curious party: the active party (feature attacks on what it receives), or a passive party "
-            "(label attacks on the split-NN gradients it receives in training: --model splitnn).",
+            "(label attacks on what it receives in training: split-NN gradients, its own LR gradients and block, the "
+            "tree partitions; and model completion with k labelled rows).",
         ),
     ] = "active",
     as_json: opt.Json = False,
@@ -633,7 +634,8 @@ def attack(
     and compare the reconstructions with the passive parties' true features (MSE vs blind baselines). Trees keep
     the passive thresholds with their owners by default: luo's PRA / GRN-RF setting is one explicit option away,
     `--model tree --attacks pra --param-release thresholds`. With `--attacker passive-1` the curious party is a
-    passive one: it infers the labels from the gradients it receives (AUC vs 0.5 and the majority rate)."""
+    passive one: it infers the labels from what it receives in training, in every family (AUC vs 0.5 and the majority
+    rate; accuracy for more classes)."""
     from rich.console import Console
     from rich.table import Table
 
@@ -658,8 +660,6 @@ def attack(
     attackers = ["active", *(f"passive-{i}" for i in range(1, passive + 1))]
     if attacker not in attackers:
         _fail(f"--attacker must be one of {', '.join(attackers)}, got {attacker!r}")
-    if attacker != "active" and model != "splitnn":
-        _fail(f"--attacker {attacker}: a passive party's label attacks read split-NN gradients (--model splitnn)")
     if attacker != "active" and windows > 1:
         _fail(f"--windows averages feature MSEs over passive columns: not with --attacker {attacker}")
     extra = attacks is not None and attacks.strip().startswith("+")  # +NAME,...: the defaults and these
@@ -705,7 +705,7 @@ def attack(
             _fail(f"{exc}; the attacks of --model {spec.model}: {', '.join(ATTACKS.names(spec.model))}")
     extra_names, names = (names or [], None) if extra else ([], names)
     defaults = (
-        list(LABEL_ATTACKS)
+        list(LABEL_ATTACKS.get(spec.model, ()))
         if attacker != "active"
         else default_attacks(spec.score_release, spec.param_release, spec.model, spec.embedding_release)
     )
@@ -801,26 +801,46 @@ def attack(
 
 
 def _print_label_report(report: dict[str, Any], console: Any) -> None:
-    """A passive attacker's report: each label attack's AUC beside the blind baselines."""
+    """A passive attacker's report: each label attack's AUC (accuracy for more classes) beside the blind baselines."""
     from rich.table import Table
 
+    from vflsec.client.harness import label_line
+
+    binary = report["n_classes"] == 2
     rates = ", ".join(f"{r:.3f}" for r in report["class_rates"])
+    seen = f"{report['steps']} steps" if report["steps"] else f"{report['nodes']} nodes"
     table = Table(
-        title=f"label inference by {report['attacker']} on {report['dataset']} ({report['n_samples']} training rows, "
-        f"{report['steps']} steps; class rates {rates}; accuracy = {report['accuracy']:.4f})"
+        title=f"label inference by {report['attacker']} on {report['dataset']} ({report['model']}, "
+        f"{report['n_samples']} training rows, {seen}; class rates {rates}; accuracy = {report['accuracy']:.4f})"
     )
-    for column in ("attack", "AUC", "AUC per step (mean)", "seconds"):
+    columns = ("AUC", "AUC per step (mean)") if binary else ("accuracy", "recall per class")
+    for column in ("attack", *columns, "seconds"):
         table.add_column(column)
-    if "auc" in report["baselines"]:
+    if binary:
         table.add_row("blind (baseline)", "0.5", "0.5", "")
+    else:
+        table.add_row("majority (baseline)", f"{report['baselines']['majority_rate']:.4f}", "", "")
     for name, r in report["attacks"].items():
         if "not_applicable" in r:
             table.add_row(name, f"n/a: {r['not_applicable']}", "", "")
+            continue
+        label = f"{name} ({r['labelled_rows']} labelled rows given)" if "labelled_rows" in r else name
+        if binary:
+            step = "n/a" if r.get("auc_per_step") is None else f"{r['auc_per_step']:.4f}"
+            table.add_row(label, f"{r['auc']:.4f}", step, f"{r['seconds']:.3f}")
         else:
-            step = "n/a" if r["auc_per_step"] is None else f"{r['auc_per_step']:.4f}"
-            table.add_row(name, f"{r['auc']:.4f}", step, f"{r['seconds']:.3f}")
+            recall = ", ".join("n/a" if v is None else f"{v:.2f}" for v in r["recall_per_class"])
+            table.add_row(label, f"{r['accuracy']:.4f}", recall, f"{r['seconds']:.3f}")
     console.print(table)
     console.print(f"majority rate of the scored rows: {report['baselines']['majority_rate']:.4f}", markup=False)
+    for name, r in report["attacks"].items():
+        if "own_features" in r:  # the same learner on the same labelled rows, on the party's raw features alone
+            console.print(f"{name}: {label_line(r)}; on its own features alone {label_line(r['own_features'])}; "
+                          f"majority rate of those rows {r['majority_rate']:.4f}", markup=False)  # fmt: skip
+    if report.get("strongest"):
+        figure = "auc" if binary else "accuracy"
+        best = report["strongest"]
+        console.print(f"strongest: {best['attack']} ({figure} {best[figure]:.4f})", markup=False)
     console.print(report["label_note"], markup=False)
     console.print(f"batch size {report['batch_size']}: {report['batch_size_note']}", markup=False)
     console.print(f"epochs {report['epochs']}: {report['epochs_note']}", markup=False)

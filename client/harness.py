@@ -50,8 +50,15 @@ SPLITNN_OPT_IN = {"labelled_rows": "an attacker with auxiliary labels: the passi
 # Split NN: the gradient attacks (through a released differentiable map, coordinator-top or active-top), the exact
 # inversion of a released linear passive bottom, and ye's binary-feature searches on recorded embeddings (active-top).
 SPLITNN_ATTACKS = ("gia", "grn", "embedding_ls", "ye_alg1", "ye_alg2")
-# A curious passive party's label attacks on the split-NN gradients it receives (Li et al.).
-LABEL_ATTACKS = ("norm", "cosine")
+# A curious passive party's label attacks per family: on the split-NN gradients it receives (Li et al.; Fu et al.'s
+# direct inference; Liu & Lyu's clustering), on its own LR gradients and block, on the tree partitions it sees
+# (ID2Graph), and Fu et al.'s model completion with k labelled rows in every family.
+LABEL_ATTACKS = {
+    "splitnn": ("norm", "cosine", "clustering", "direct", "completion"),
+    "lr": ("residuals", "own_logit", "completion"),
+    "tree": ("id2graph", "completion"),
+    "forest": ("id2graph", "completion"),
+}
 # Trees: luo's path restriction on a released DT, GRN through a surrogate of a released forest.
 TREE_ATTACKS = {"tree": "pra", "forest": "grn_rf"}
 # Which rows the MSE is over: the queried ones (luo, rassouli), or the training rows too (varasteh's "average
@@ -800,9 +807,11 @@ def score_run(scenario: AttackScenario, run: ScenarioRun, log: Callable[[str], N
 
 
 LABEL_NOTE = (
-    "norm and cosine fit no labelled row: every training row the passive party received ∂L/∂h for is scored; AUC 0.5 "
-    "is blind, and an AUC below 0.5 is the same leak read upside down (the attacker took the wrong class for the "
-    "rarer one: --attack-option NAME.positive=0)"
+    "attacks without labelled rows score every training row the passive party holds; an attack given k labelled rows "
+    "(auxiliary labels, e.g. model completion) is scored on the other rows, beside the same learner on the party's raw "
+    "features (own_features: the labels without anything the federation sent). AUC 0.5 is blind, and an AUC below 0.5 "
+    "is the same leak read upside down (the attacker took the wrong class for the rarer one: --attack-option "
+    "NAME.positive=0 for norm and cosine); for more classes, accuracy against the majority rate"
 )
 
 
@@ -810,7 +819,9 @@ def score_label_run(
     scenario: AttackScenario, run: ScenarioRun, log: Callable[[str], None] | None = None
 ) -> dict[str, Any]:
     """A curious passive party's label attacks on its recordings, scored against the active party's true labels
-    (read here only) by AUC, beside the blind baselines: AUC 0.5 and the majority rate of the scored rows."""
+    (read here only): by AUC for two classes, accuracy and per-class recall for more, beside the blind baselines (AUC
+    0.5, the majority rate of the scored rows). An attack with auxiliary labels (Attack.auxiliary_rows) is given the
+    labels of that many rows, drawn once per run, and scored on the others."""
     start = time.perf_counter()
     store = curious.ObservationStore(run.store_path)
     try:
@@ -819,9 +830,16 @@ def score_label_run(
         store.close()
     y = true_labels(run.layout, sample_ids)
     spec = scenario.spec
-    names = list(scenario.attacks) if scenario.attacks is not None else [*LABEL_ATTACKS, *scenario.extra_attacks]
+    defaults = LABEL_ATTACKS.get(spec.model, ())
+    names = list(scenario.attacks) if scenario.attacks is not None else [*defaults, *scenario.extra_attacks]
+    received = (
+        f"{len(obs.gradients):,} gradients" if obs.gradients is not None
+        else f"{len(obs.block_rows):,} gradients of its block" if obs.block_rows is not None
+        else f"{len(obs.partitions or ()):,} nodes"
+    )  # fmt: skip
     if log is not None:
-        log(f"attack: {len(names)} label attacks on {obs.n_samples:,} training rows ({len(obs.gradients):,} gradients)")
+        log(f"attack: {len(names)} label attacks on {obs.n_samples:,} training rows ({received})")
+    labelled_seed = int(np.random.default_rng(spec.seed).integers(2**31))
     results: dict[str, dict[str, Any]] = {}
     for name in names:
         began = time.perf_counter()
@@ -829,22 +847,27 @@ def score_label_run(
             attack = attacks.make_attack(name, family=spec.model, **scenario.attack_options.get(name, {}))
             if attack.target != "labels":
                 raise attacks.NotApplicable(f"{name} infers features: a passive attacker runs the label attacks")
-            reconstruction = attacks.run_attack(attack, obs)
+            k = attack.auxiliary_rows(obs.n_samples)
+            attacked, scored = (obs, np.arange(obs.n_samples)) if not k else with_labels(obs, y, k, labelled_seed)
+            reconstruction = attacks.run_attack(attack, attacked)
         except attacks.NotApplicable as exc:
             results[name] = {"not_applicable": exc.reason}
         else:
-            results[name] = {
-                "auc": attacks.auc(y, reconstruction.label_scores),
+            results[name] = label_figures(reconstruction, y, scored, run.n_classes)
+            if "gradient_scores" in reconstruction.meta and run.n_classes == 2:
                 # Li et al.'s figure: the AUC of one step's batch, here averaged over the steps
-                "auc_per_step": per_step_auc(obs, y, reconstruction.meta["gradient_scores"]),
-                "seconds": time.perf_counter() - began,
-                "options": _jsonable(attack.get_params()),
-            }
+                results[name]["auc_per_step"] = per_step_auc(obs, y, reconstruction.meta["gradient_scores"])
+            if k:  # auxiliary labels: how many, the rows scored, their majority rate, the learner without federation
+                results[name] |= {"labelled_rows": len(attacked.labelled_rows), "scored_rows": len(scored)}
+                results[name]["majority_rate"] = float(np.bincount(y[scored]).max() / len(scored))
+                own = reconstruction.meta.get("own_features")
+                if own is not None:
+                    results[name]["own_features"] = label_figures(own, y, scored, run.n_classes)
+            results[name] |= {"seconds": time.perf_counter() - began, "options": _jsonable(attack.get_params())}
         if log is not None:
-            r = results[name]
-            line = f"not applicable: {r['not_applicable']}" if "not_applicable" in r else f"AUC {r['auc']:.4f}"
-            log(f"attack {name}: {line}")
-    ran = {n: r["auc"] for n, r in results.items() if "auc" in r}
+            log(f"attack {name}: {label_line(results[name])}")
+    figure = "auc" if run.n_classes == 2 else "accuracy"
+    ran = {n: r[figure] for n, r in results.items() if figure in r}
     counts = np.bincount(y, minlength=run.n_classes)
     report: dict[str, Any] = {
         "attacker": scenario.attacker,
@@ -855,14 +878,17 @@ def score_label_run(
         "n_classes": run.n_classes,
         "d_passive": obs.d_passive,  # the attacker's own width
         "n_samples": obs.n_samples,  # the training rows scored
-        "n_gradients": len(obs.gradients),
-        "steps": len(np.unique(obs.gradient_steps)),
+        "n_gradients": len(obs.gradients) if obs.gradients is not None else len(obs.block_rows or ()),
+        "steps": (
+            len(np.unique(obs.gradient_steps)) if obs.gradient_steps is not None else len(obs.block_rows or ())
+        ),
+        "nodes": len(obs.partitions or ()),  # trees: the nodes whose rows the party saw
         "accuracy": run.accuracy,
         # blind: AUC 0.5 (binary labels) and the larger class's share of the scored rows
         "baselines": {**({"auc": 0.5} if run.n_classes == 2 else {}), "majority_rate": float(max(counts) / len(y))},
         "class_rates": (counts / counts.sum()).tolist(),
         "attacks": results,
-        "strongest": None if not ran else {"attack": max(ran, key=ran.get), "auc": max(ran.values())},
+        "strongest": None if not ran else {"attack": max(ran, key=ran.get), figure: max(ran.values())},
         "label_note": LABEL_NOTE,
     }
     report["batch_size"], report["batch_size_note"] = run.batch_size, run.batch_size_note
@@ -876,22 +902,80 @@ def score_label_run(
     return report
 
 
+def with_labels(
+    obs: attacks.Observations, y: np.ndarray, k: int, seed: int
+) -> tuple[attacks.Observations, np.ndarray]:
+    """``obs`` with the true labels of k rows drawn with ``seed`` (auxiliary labels), and the other rows' positions.
+    As in Fu et al.'s setting (a few labelled rows of every class), the k rows are spread over the classes: k // C of
+    each (the remainder to the first classes), fewer where a class has fewer rows than that."""
+    n = obs.n_samples
+    if not 0 < k < n:
+        raise attacks.NotApplicable(f"{k} labelled rows of {n} leave no row to score")
+    rng = np.random.default_rng(seed)
+    classes = np.unique(y)
+    share = [k // len(classes) + (i < k % len(classes)) for i in range(len(classes))]
+    given = np.sort(np.concatenate([
+        rng.choice(np.flatnonzero(y == c), size=min(m, int(np.sum(y == c)) - 1), replace=False)
+        for c, m in zip(classes, share, strict=True)
+    ]))  # fmt: skip
+    return replace(obs, labelled_rows=given, labelled_labels=y[given]), np.setdiff1d(np.arange(n), given)
+
+
+def label_figures(
+    found: attacks.Reconstruction, y: np.ndarray, scored: np.ndarray, n_classes: int
+) -> dict[str, Any]:
+    """A label attack's figures on the ``scored`` rows: AUC (two classes; its accuracy too when it predicts classes),
+    accuracy and recall per class (more)."""
+    truth = y[scored]
+    figures: dict[str, Any] = {}
+    if n_classes == 2:
+        figures["auc"] = attacks.auc(truth, np.asarray(found.label_scores)[scored])
+    if found.label_predictions is not None:
+        predicted = np.asarray(found.label_predictions)[scored]
+        figures["accuracy"] = float(np.mean(predicted == truth))
+        figures["recall_per_class"] = [
+            float(np.mean(predicted[truth == c] == c)) if np.any(truth == c) else None for c in range(n_classes)
+        ]
+    return figures
+
+
+def label_line(result: dict[str, Any]) -> str:
+    """One progress line per label attack: its figure (or why it did not run)."""
+    if "not_applicable" in result:
+        return f"not applicable: {result['not_applicable']}"
+    figure = f"AUC {result['auc']:.4f}" if "auc" in result else f"accuracy {result['accuracy']:.4f}"
+    if "labelled_rows" in result:
+        figure += f" on {result['scored_rows']} rows ({result['labelled_rows']} labelled rows given)"
+    return figure
+
+
 def label_markdown(report: dict[str, Any]) -> str:
-    """A passive attacker's report as markdown: each label attack's AUC beside the blind baselines."""
+    """A passive attacker's report as markdown: each label attack's figure beside the blind baselines."""
+    binary = report["n_classes"] == 2
     lines = [
-        f"### {report['dataset']}: label inference by {report['attacker']}, {report['n_samples']} training rows, "
-        f"class rates {', '.join(f'{r:.3f}' for r in report['class_rates'])}, accuracy = {report['accuracy']:.4f}",
+        f"### {report['dataset']}: label inference by {report['attacker']} ({report['model']}), {report['n_samples']} "
+        f"training rows, class rates {', '.join(f'{r:.3f}' for r in report['class_rates'])}, "
+        f"accuracy = {report['accuracy']:.4f}",
         "",
-        "| attack | AUC | AUC per step (mean) |",
-        "|---|---|---|",
-        *(f"| {name} (baseline) | {value:.4g} | |" for name, value in report["baselines"].items()),
+        f"| attack | {'AUC' if binary else 'accuracy'} | {'AUC per step (mean)' if binary else 'recall per class'} "
+        "| labelled rows (own features alone) |",
+        "|---|---|---|---|",
+        *(f"| {name} (baseline) | {value:.4g} | | |" for name, value in report["baselines"].items()),
     ]
     for name, r in report["attacks"].items():
         if "not_applicable" in r:
-            lines.append(f"| {name} | not applicable: {r['not_applicable']} | |")
-        else:
-            step = "n/a" if r["auc_per_step"] is None else f"{r['auc_per_step']:.4f}"
-            lines.append(f"| {name} | {r['auc']:.4f} | {step} |")
+            lines.append(f"| {name} | not applicable: {r['not_applicable']} | | |")
+            continue
+        figure = r["auc"] if binary else r["accuracy"]
+        second = (
+            ("n/a" if r.get("auc_per_step") is None else f"{r['auc_per_step']:.4f}") if binary
+            else ", ".join("n/a" if v is None else f"{v:.3f}" for v in r["recall_per_class"])
+        )  # fmt: skip
+        given = ""
+        if "labelled_rows" in r:
+            own = r.get("own_features", {}).get("auc" if binary else "accuracy")
+            given = f"{r['labelled_rows']}" + ("" if own is None else f" ({own:.4f})")
+        lines.append(f"| {name} | {figure:.4f} | {second} | {given} |")
     return "\n".join(lines) + "\n"
 
 

@@ -1,7 +1,19 @@
 """Feature-inference attacks on released models and label-inference attacks on received gradients; importing the
 package registers every attack."""
 
-from . import agnostic, aware, binary, black_box, chebyshev, closed_form, gradient, labelled, labels, trees
+from . import (
+    agnostic,
+    aware,
+    binary,
+    black_box,
+    chebyshev,
+    closed_form,
+    gradient,
+    label_completion,
+    labelled,
+    labels,
+    trees,
+)
 from .base import (
     ATTACKS,
     WHITE_BOX_NEEDS,
@@ -32,6 +44,7 @@ __all__ = [
     "chebyshev",
     "closed_form",
     "gradient",
+    "label_completion",
     "labelled",
     "labels",
     "make_attack",

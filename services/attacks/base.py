@@ -79,6 +79,18 @@ class Observations:
     # features (k, d_p) of k of the queried rows (their positions), which that attack is then not scored on.
     labelled_rows: np.ndarray | None = None
     labelled_passive: np.ndarray | None = None
+    # A passive attacker's own side, in every family: its own feature rows (n, d_p); what its trained model makes of
+    # them (``own_outputs``, (n, width): LR z_p = X_p W_pᵀ, split-NN h_p); LR: its own gradient δᵀX_p / b of each step
+    # (``block_gradients``, (s, K, d_p)) with the positions of each step's batch (``block_rows``); trees: the positions
+    # of the training rows of every node it saw (a node it searched, each side of a node it split), ``partitions``.
+    x_own: np.ndarray | None = None
+    own_outputs: np.ndarray | None = None
+    block_gradients: np.ndarray | None = None
+    block_rows: tuple[np.ndarray, ...] | None = None
+    partitions: tuple[np.ndarray, ...] | None = None
+    # Auxiliary labels, given only to a label attack that asks (Attack.auxiliary_rows): the true labels (k,) of the
+    # rows ``labelled_rows``, which that attack is then not scored on.
+    labelled_labels: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n, d_a = np.shape(self.x_active)
@@ -108,15 +120,29 @@ class Observations:
                     raise ValueError(f"{name} must have shape ({m},) beside the gradients")
             if m and not (np.min(self.gradient_rows) >= 0 and np.max(self.gradient_rows) < n):
                 raise ValueError(f"gradient_rows must lie in 0..{n - 1}")
-        if (self.labelled_rows is None) != (self.labelled_passive is None):
-            raise ValueError("labelled_rows and labelled_passive come together")
+        given = (self.labelled_passive is not None) + (self.labelled_labels is not None)
+        if (self.labelled_rows is None) != (given == 0) or given > 1:
+            raise ValueError("labelled_rows come with either labelled_passive or labelled_labels")
         if self.labelled_rows is not None:
             rows = np.asarray(self.labelled_rows)
             if rows.ndim != 1 or len(np.unique(rows)) != len(rows) or np.any((rows < 0) | (rows >= n)):
                 raise ValueError(f"labelled_rows must be distinct positions among the {n} queried rows")
-            if np.shape(self.labelled_passive) != (len(rows), self.d_passive):
+            if self.labelled_labels is not None and np.shape(self.labelled_labels) != (len(rows),):
+                got = np.shape(self.labelled_labels)
+                raise ValueError(f"labelled_labels must have shape {(len(rows),)}, got {got}")
+            if self.labelled_passive is not None and np.shape(self.labelled_passive) != (len(rows), self.d_passive):
                 expected = (len(rows), self.d_passive)
                 raise ValueError(f"labelled_passive must have shape {expected}, got {np.shape(self.labelled_passive)}")
+        for name in ("x_own", "own_outputs"):
+            value = getattr(self, name)
+            if value is not None and (np.ndim(value) != 2 or len(value) != n):
+                raise ValueError(f"{name} must have shape ({n}, width), got {np.shape(value)}")
+        if (self.block_gradients is None) != (self.block_rows is None):
+            raise ValueError("block_gradients and block_rows come together")
+        if self.block_gradients is not None and (
+            np.ndim(self.block_gradients) != 3 or len(self.block_gradients) != len(self.block_rows or ())
+        ):
+            raise ValueError("block_gradients must have shape (steps, K, d_p), one step per entry of block_rows")
 
     @property
     def n_samples(self) -> int:
@@ -134,12 +160,13 @@ class Observations:
 @dataclass
 class Reconstruction:
     """The adversary's estimate of the passive features (a feature attack) or of the labels (a label attack: binary
-    labels, a score per row, higher for class 1, which the harness scores by AUC); ``meta`` may hold per-sample
-    arrays."""
+    labels, a score per row, higher for class 1, which the harness scores by AUC; more classes, a class per row, scored
+    by accuracy); ``meta`` may hold per-sample arrays."""
 
     x_passive: np.ndarray | None  # (n, d_p); None from a label attack
     meta: dict[str, Any] = field(default_factory=dict)
     label_scores: np.ndarray | None = None  # (n,) label attacks
+    label_predictions: np.ndarray | None = None  # (n,) a label attack's class per row (multi-class tasks)
 
 
 class NotApplicable(Exception):
@@ -188,10 +215,12 @@ def run_attack(attack: Attack, obs: Observations) -> Reconstruction:
     if missing:
         raise NotApplicable(f"{attack.name} needs {', '.join(missing)}, which the active party did not receive")
     result = attack.reconstruct(obs)
-    if attack.target == "labels":
-        if result.label_scores is None or np.shape(result.label_scores) != (obs.n_samples,):
-            got = None if result.label_scores is None else np.shape(result.label_scores)
-            raise RuntimeError(f"{attack.name} returned label scores of shape {got}, expected {(obs.n_samples,)}")
+    if attack.target == "labels":  # binary tasks are scored by AUC (label_scores), others by accuracy (predictions)
+        field_name = "label_scores" if obs.n_classes == 2 else "label_predictions"
+        value = getattr(result, field_name)
+        if value is None or np.shape(value) != (obs.n_samples,):
+            got = None if value is None else np.shape(value)
+            raise RuntimeError(f"{attack.name} returned {field_name} of shape {got}, expected {(obs.n_samples,)}")
         return result
     expected = (obs.n_samples, obs.d_passive)
     if result.x_passive is None or result.x_passive.shape != expected:

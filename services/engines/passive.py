@@ -648,6 +648,9 @@ class PassiveParty:
             aligned_rows=0 if s.rows is None else len(s.rows),
             shard=lambda: self.data.X,
             min_training_rows=self.min_training_rows,
+            emit=lambda kind, source, **fields: self._emit(kind, session_id, source, **fields),
+            sample_ids=lambda index: self._sample_ids(s, index),
+            owner=s.owner,
         )
         with s.lock:
             try:
@@ -685,7 +688,23 @@ class PassiveParty:
             if s.finished_step != s.completed_step:
                 s.finished_step = s.completed_step
                 self._save(session_id, s)
+                self._emit_own_model(session_id, s)
             return s.trained_rows.array()
+
+    def _emit_own_model(self, session_id: str, s: PassiveSession) -> None:
+        """To this party's plugins, once a model is finished: its own training rows and what its trained model makes of
+        them (LR z_p, split-NN h_p): what a curious passive party holds for model completion (Fu et al.)."""
+        if not self.hub.active:
+            return
+        rows = s.trained_rows.array()
+        x = self._features(s, rows)
+        ids = tuple(self._sample_ids(s, rows))
+        self._emit(plugins.TRAINING_DATA, session_id, self.party_id, sample_ids=ids, arrays={"features": x})
+        try:
+            outputs = s.trainer.inference_share(x)
+        except FailedPrecondition:  # a family whose party has no output of its own
+            return
+        self._emit(plugins.OWN_MODEL, session_id, self.party_id, sample_ids=ids, arrays={"outputs": outputs})
 
     def aligned(self, session_id: str) -> int:
         """This party's aligned rows (0 before PSI): the coordinator bounds every family's training rows by them."""

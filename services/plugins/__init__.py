@@ -23,10 +23,14 @@ import numpy as np
 
 # Observation kinds, one per kind of message a party receives (defined in services/kinds.py).
 from vflsec.services.kinds import (  # noqa: F401  (re-exported: plugins.GRADIENT, ...)
+    BLOCK_GRADIENT,
     EMBEDDINGS,
     ENCRYPTED_LOGITS,
     ENCRYPTED_SCORES,
     GRADIENT,
+    NODE_ROWS,
+    OWN_MODEL,
+    OWN_SPLIT,
     PUBLIC_CONTEXT,
     RELEASED_MODEL,
     RELEASED_SCORES,

@@ -17,7 +17,7 @@ import json
 import queue
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -291,27 +291,67 @@ def _embeddings(
 
 
 def label_observations(store: ObservationStore, session_id: str) -> tuple[Observations, list[str]]:
-    """Everything a curious passive party received in a session's training, as the attack contract's input for the
-    label attacks: its rows are the training rows it was sent ∂L/∂h for (its own IDs, in the order first seen), each
-    gradient row tied to its row and step. Returns the observations and those sample IDs."""
+    """Everything a curious passive party received in a session's training, and what it holds of its own, as the attack
+    contract's input for the label attacks. Its rows are its training rows under its own IDs: split-NN, those it was
+    sent ∂L/∂h for, in the order first seen (each gradient row tied to its row and step); LR, its training rows, with
+    its own gradient of each step and the step's rows; trees, its training rows in the order the nodes name them, with
+    the rows of every node it saw. Beside them its own features and, once the model is finished, its own model's
+    output on them. Returns the observations and those sample IDs."""
     joined = _session(store, session_id)
-    received = _recorded(
-        store, session_id, plugins.GRADIENT, "has no gradients recorded (a split-NN session trains with them)"
-    )
-    position: dict[str, int] = {}
-    for r in received:
-        for sample in r.sample_ids:
-            position.setdefault(sample, len(position))
+    family = joined.get("family", "splitnn")
+    training = list(store.read(session_id, plugins.TRAINING_DATA))
+    own: dict[str, np.ndarray] = {}
+    for r in training:  # its own rows (the tree's own list comes first: the nodes' positions refer to its order)
+        own.update(zip(r.sample_ids, r.arrays["features"], strict=True))
+    fields: dict[str, Any] = {}
+    if family == "splitnn":
+        received = _recorded(
+            store, session_id, plugins.GRADIENT, "has no gradients recorded (a split-NN session trains with them)"
+        )
+        ids = _first_seen(i for r in received for i in r.sample_ids)
+        position = {sample: i for i, sample in enumerate(ids)}
+        fields = {
+            "gradients": np.vstack([r.arrays["gradient"] for r in received]),
+            "gradient_rows": np.array([position[i] for r in received for i in r.sample_ids], dtype=np.int64),
+            "gradient_steps": np.concatenate([np.full(len(r.sample_ids), int(r.meta["step"])) for r in received]),
+        }
+    elif family == "lr":
+        received = _recorded(store, session_id, plugins.BLOCK_GRADIENT, "has no gradients of its own block recorded")
+        ids = _first_seen([*(i for r in received for i in r.sample_ids), *own])
+        position = {sample: i for i, sample in enumerate(ids)}
+        fields = {
+            "block_gradients": np.stack([r.arrays["gradient"] for r in received]),
+            "block_rows": tuple(np.array([position[i] for i in r.sample_ids], dtype=np.int64) for r in received),
+        }
+    else:  # trees: the nodes name training positions of the party's own list of training rows
+        tree_rows = [r for r in training if r.meta.get("tree_rows")]
+        if not tree_rows:
+            raise LookupError(f"session {session_id!r} has no tree training rows recorded at this party")
+        ids = list(tree_rows[-1].sample_ids)
+        partitions = [r.arrays["rows"] for r in store.read(session_id, plugins.NODE_ROWS)]
+        for r in store.read(session_id, plugins.OWN_SPLIT):
+            left = r.arrays["goes_left"].astype(bool)
+            partitions += [r.arrays["rows"][left], r.arrays["rows"][~left]]
+        fields = {"partitions": tuple(np.asarray(p, dtype=np.int64) for p in partitions if len(p))}
+    x_own = np.vstack([own[i] for i in ids]) if ids and all(i in own for i in ids) else None
+    outputs: dict[str, np.ndarray] = {}
+    for r in store.read(session_id, plugins.OWN_MODEL):
+        outputs = dict(zip(r.sample_ids, r.arrays["outputs"], strict=True))  # the last finished model's
     obs = Observations(
-        x_active=np.zeros((len(position), 0)),  # a passive attacker holds no active features
+        x_active=np.zeros((len(ids), 0)),  # a passive attacker holds no active features
         scores=None,
         n_classes=int(joined["n_classes"]),
         d_passive=int(joined["n_features"]),
-        gradients=np.vstack([r.arrays["gradient"] for r in received]),
-        gradient_rows=np.array([position[i] for r in received for i in r.sample_ids], dtype=np.int64),
-        gradient_steps=np.concatenate([np.full(len(r.sample_ids), int(r.meta["step"])) for r in received]),
+        x_own=x_own,
+        own_outputs=np.vstack([outputs[i] for i in ids]) if ids and all(i in outputs for i in ids) else None,
+        **fields,
     )
-    return obs, list(position)
+    return obs, ids
+
+
+def _first_seen(ids: Iterable[str]) -> list[str]:
+    """Distinct IDs in the order first seen."""
+    return list(dict.fromkeys(ids))
 
 
 def _session(store: ObservationStore, session_id: str) -> dict[str, Any]:

@@ -29,7 +29,7 @@ def test_a_curious_passive_party_infers_the_labels_from_the_gradients_it_receive
     assert code == 0, out
     report = json.loads(out.strip().splitlines()[-1])
     assert report["attacker"] == "passive-1" and report["topology"] == "coordinator-top"
-    assert set(report["attacks"]) == set(harness.LABEL_ATTACKS)
+    assert set(report["attacks"]) == set(harness.LABEL_ATTACKS["splitnn"])
     # every training row reached the passive party once per epoch, under its own ID, at its step
     n = report["n_train"]
     assert report["n_samples"] == n and report["n_gradients"] == epochs * n
@@ -41,12 +41,68 @@ def test_a_curious_passive_party_infers_the_labels_from_the_gradients_it_receive
     assert report["attacks"]["cosine"]["auc"] > 0.9
     assert 0.0 <= report["attacks"]["norm"]["auc"] <= 1.0  # measured, not asserted: weak on classes this balanced
     assert f"| cosine | {report['attacks']['cosine']['auc']:.4f} |" in (tmp_path / "labels.md").read_text()
+    # Liu & Lyu's clustering, named the same way, reads them too; Fu et al.'s direct inference needs ∂L/∂logits
+    # the clusters are the classes; which is which, named by the larger gradients, is weak on classes this balanced
+    assert abs(report["attacks"]["clustering"]["auc"] - 0.5) > 0.4
+    assert "not ∂L/∂logits" in report["attacks"]["direct"]["not_applicable"]
+    # model completion: 50 labelled rows, scored on the others, beside the same head on the party's raw features
+    completion = report["attacks"]["completion"]
+    assert completion["labelled_rows"] == 50 and completion["scored_rows"] == n - 50
+    assert completion["auc"] > 0.9 and completion["accuracy"] > completion["majority_rate"] + 0.2
+    assert "auc" in completion["own_features"]
 
 
 def test_an_unknown_attacker_is_refused_naming_the_option(monkeypatch) -> None:
     code, out = attack(monkeypatch, "--attacker", "passive-3", "--model", "splitnn", "--passive", "2")
     assert code == 2 and out.strip() == "error: --attacker must be one of active, passive-1, passive-2, got 'passive-3'"
-    code, out = attack(monkeypatch, "--attacker", "passive-1", "--model", "lr")
-    assert code == 2 and "--model splitnn" in out and len(out.strip().splitlines()) == 1
     code, out = attack(monkeypatch, "--attacker", "passive-1", "--model", "splitnn", "--windows", "2")
     assert code == 2 and out.startswith("error: --windows") and len(out.strip().splitlines()) == 1
+
+
+def test_a_curious_passive_party_in_lr_reads_the_labels_from_its_own_gradients_and_block(monkeypatch) -> None:
+    """LR under CKKS: the passive party never sees δ, only its own flooded gradient δᵀX_p / b per step and its W_p."""
+    epochs = 2
+    code, out = attack(
+        monkeypatch, "--attacker", "passive-1", "--model", "lr", "--dataset", "breast_cancer", "--epochs", str(epochs),
+        "--predictions", "60",
+    )  # fmt: skip
+    assert code == 0, out
+    report = json.loads(out.strip().splitlines()[-1])
+    assert report["model"] == "lr" and set(report["attacks"]) == set(harness.LABEL_ATTACKS["lr"])
+    n = report["n_train"]
+    assert report["n_samples"] == n and report["steps"] == report["n_gradients"] >= epochs * (n // 64)
+    # breast_cancer's passive columns predict the label well: its own logit share and the residuals of its own
+    # gradients rank the rows far above 0.5 (measured: docs/attacks.md)
+    assert report["attacks"]["own_logit"]["auc"] > 0.9
+    assert report["attacks"]["residuals"]["auc"] > 0.8
+    assert report["attacks"]["completion"]["auc"] > 0.9
+    assert report["strongest"]["auc"] == max(r["auc"] for r in report["attacks"].values())
+
+
+def test_a_curious_passive_party_in_a_tree_reads_the_labels_from_the_partitions(monkeypatch) -> None:
+    code, out = attack(
+        monkeypatch, "--attacker", "passive-1", "--model", "tree", "--dataset", "breast_cancer", "--predictions", "60",
+        "--attack-option", "id2graph.positive=0",
+    )  # fmt: skip
+    assert code == 0, out
+    report = json.loads(out.strip().splitlines()[-1])
+    assert report["model"] == "tree" and report["nodes"] >= 3 and report["steps"] == 0
+    # class 0 (malignant) is breast_cancer's rarer: named so, the partitions' two communities are the classes
+    assert report["attacks"]["id2graph"]["auc"] > 0.8
+    assert report["attacks"]["completion"]["auc"] > 0.9
+
+
+def test_multi_class_label_attacks_report_accuracy_beside_the_majority_rate(monkeypatch) -> None:
+    code, out = attack(
+        monkeypatch, "--attacker", "passive-1", "--model", "splitnn", "--dataset", "wine",
+        "--predictions", "40", "--attack-option", "clustering.k=12", "--attack-option", "completion.k=12",
+    )  # fmt: skip
+    assert code == 0, out
+    report = json.loads(out.strip().splitlines()[-1])
+    assert report["n_classes"] == 3 and "auc" not in report["baselines"]
+    assert "Li et al." in report["attacks"]["norm"]["not_applicable"]
+    for name in ("clustering", "completion"):
+        r = report["attacks"][name]
+        assert r["labelled_rows"] == 12 and len(r["recall_per_class"]) == 3
+        assert r["accuracy"] > r["majority_rate"] + 0.2
+    assert report["strongest"]["accuracy"] == max(r.get("accuracy", 0) for r in report["attacks"].values())

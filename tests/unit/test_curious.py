@@ -167,3 +167,33 @@ def test_plugins_load_by_dotted_path_and_reject_bad_ones(tmp_path) -> None:
         plugins.load_plugin("vflsec.services.plugins.curious:Nope")
     with pytest.raises(plugins.PluginError):
         plugins.load_plugin("no-such-entry-point")
+
+
+def test_a_passive_partys_tree_and_lr_recordings_become_label_observations(tmp_path) -> None:
+    """Trees: nodes name positions in the party's own list of training rows (sent at Begin), each side of its own split
+    counts as a node seen. LR: each step's own gradient with its rows; the trained model's outputs by sample ID."""
+    store = curious.ObservationStore(tmp_path / "passive.sqlite")
+    obs = plugins.Observation
+    session = {"family": "tree", "n_classes": 2, "n_features": 3}
+    store.append(obs(plugins.SESSION, "t", meta=session))
+    ids = ("c", "a", "b", "d")
+    x = np.arange(12.0).reshape(4, 3)
+    store.append(obs(plugins.TRAINING_DATA, "t", sample_ids=ids, arrays={"features": x}, meta={"tree_rows": True}))
+    store.append(obs(plugins.NODE_ROWS, "t", arrays={"rows": np.arange(4), "weights": np.ones(4)}))
+    store.append(obs(plugins.OWN_SPLIT, "t", arrays={"rows": np.array([0, 2, 3]), "goes_left": np.array([1, 0, 1])}))
+    trees, rows = curious.label_observations(store, "t")
+    assert rows == list(ids) and np.array_equal(trees.x_own, x)
+    assert [p.tolist() for p in trees.partitions] == [[0, 1, 2, 3], [0, 3], [2]]
+    assert trees.gradients is None and trees.own_outputs is None
+
+    store.append(obs(plugins.SESSION, "l", meta={**session, "family": "lr"}))
+    for step, batch in ((1, ("b", "a")), (2, ("c", "b"))):
+        store.append(obs(plugins.BLOCK_GRADIENT, "l", sample_ids=batch, arrays={"gradient": np.full((1, 3), step)}))
+    store.append(obs(plugins.TRAINING_DATA, "l", sample_ids=("a", "b", "c"), arrays={"features": x[:3]}))
+    outputs = {"outputs": np.array([[3.0], [1.0], [2.0]])}
+    store.append(obs(plugins.OWN_MODEL, "l", sample_ids=("c", "a", "b"), arrays=outputs))
+    lr, rows = curious.label_observations(store, "l")
+    assert rows == ["b", "a", "c"]  # first seen in the gradients
+    assert [r.tolist() for r in lr.block_rows] == [[0, 1], [2, 0]] and lr.block_gradients.shape == (2, 1, 3)
+    assert np.array_equal(lr.x_own, x[[1, 0, 2]]) and lr.own_outputs.ravel().tolist() == [2.0, 1.0, 3.0]
+    store.close()

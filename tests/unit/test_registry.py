@@ -194,11 +194,12 @@ def test_attacks_refuse_a_model_family_they_do_not_support() -> None:
     gradient = {"gia", "grn", "grn_direct", "grn_no_reg", "grn_noise_only", "grn_xadv_only", "aware_gia", "aware_grn"}
     luo = {n for n in ATTACKS.names() if n.startswith("grn_luo")}
     binary = {"ye_alg1", "ye_alg2", "ye_adaptive", "ye_peel"}
-    labels = {"norm", "cosine"}  # a passive party's, on the gradients it receives
+    labels = {"norm", "cosine", "clustering", "direct", "completion"}  # a passive party's label attacks
     labelled = {"labelled_rows"}  # the attacker with auxiliary labels (opt-in)
     expected = {"half", "rg", "zero", "embedding_ls"} | gradient | luo | binary | labels | labelled
     assert set(ATTACKS.names("splitnn")) == expected
-    assert set(ATTACKS.names("tree")) == {"half", "rg", "zero", "pra", "grn_rf", "grn_rf_own"}
+    tree_labels = {"id2graph", "completion"}  # a passive party's, on the partitions it sees
+    assert set(ATTACKS.names("tree")) == {"half", "rg", "zero", "pra", "grn_rf", "grn_rf_own"} | tree_labels
     task = lr_task(20, 3, 4, 3, seed=1)
     results = evaluate_attacks(task.obs, task.x_passive, ["esa", "half"], family="splitnn")
     assert "does not support the 'splitnn' model family" in results["esa"]["not_applicable"]

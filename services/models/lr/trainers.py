@@ -259,6 +259,10 @@ class LrPassive:
         )
         self.previous_weights = self.weights
         self.weights = self.optimizer.step(self.weights, grad)
+        if ctx.index is not None:  # to this party's plugins: its own gradient of the step and the step's rows
+            ids = tuple(ctx.sample_ids(ctx.index))
+            step = {"step": ctx.step}
+            ctx.emit(kinds.BLOCK_GRADIENT, "coordinator", sample_ids=ids, arrays={"gradient": grad}, meta=step)
 
     def releasable(self) -> dict[str, np.ndarray]:
         return {"weights": self.weights.copy()}

@@ -36,6 +36,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from vflsec.services import kinds
 from vflsec.services.common import ACTIVE as ACTIVE_ROLE
 from vflsec.services.common import COORDINATOR, PASSIVE
 from vflsec.services.crypto import entropy, he
@@ -747,7 +748,11 @@ def _fit_bins(trainer: TreePassive, ctx: PassiveContext, sample_index: np.ndarra
     features = ctx.features  # a family step has them
     assert features is not None
     assert ctx.shard is not None
-    sizes = trainer.begin(ctx.shard(), features(sample_index), ctx.aligned_rows)
+    x_train = features(sample_index)
+    sizes = trainer.begin(ctx.shard(), x_train, ctx.aligned_rows)
+    # to this party's plugins: its training rows in the order the nodes' positions refer to (the label attacks)
+    ids = tuple(ctx.sample_ids(sample_index))
+    ctx.emit(kinds.TRAINING_DATA, ctx.owner, sample_ids=ids, arrays={"features": x_train}, meta={"tree_rows": True})
     ctx.completed(sample_index, 1)  # the trees grow in the session's one training step (inference shares name it)
     return sizes
 
@@ -766,6 +771,9 @@ def _node_counts(
     this party fetches the epoch's public keys from it (NodeKeys)."""
     task = trainer.search(node, indicators)
     link = _tree_link(ctx.key_holder)
+    rows = {"rows": np.asarray(task.rows, dtype=np.int64), "weights": np.asarray(task.weights, dtype=float)}
+    where = {"tree": task.tree, "node_id": task.node_id, "depth": task.depth}
+    ctx.emit(kinds.NODE_ROWS, ctx.owner, arrays=rows, meta=where)  # to this party's plugins: the node's rows
 
     def send() -> None:
         trainer.keys = _epoch_keys(
@@ -780,7 +788,10 @@ def _apply_split(
     trainer: TreePassive, ctx: PassiveContext, node: Mapping[str, Any], feature: int, bin_index: int
 ) -> np.ndarray:
     """The coordinator's choice of this party's split: which of the node's rows go left (the threshold stays)."""
-    return np.asarray(trainer.apply_split(node, feature, bin_index), dtype=np.int64)
+    left = np.asarray(trainer.apply_split(node, feature, bin_index), dtype=np.int64)
+    arrays = {"rows": np.asarray(node["rows"], dtype=np.int64), "goes_left": left}
+    ctx.emit(kinds.OWN_SPLIT, "coordinator", arrays=arrays, meta={"tree": node["tree"], "node_id": node["node_id"]})
+    return left
 
 
 def _thresholds(trainer: TreePassive, ctx: PassiveContext, specs: list[str]) -> dict[NodeKey, float] | None:
