@@ -140,3 +140,15 @@ def test_each_grn_ablation_removes_what_it_is_named_for(prefix: str) -> None:
     assert make_attack(f"{prefix}_no_reg").variance_weight == 0.0 < make_attack(prefix).variance_weight
     _, parameters = make_attack(f"{prefix}_direct")._estimator(x_adv, 3)
     assert [tuple(p.shape) for p in parameters] == [(6, 3)]
+
+
+@pytest.mark.parametrize("prefix", ["grn", "grn_luo"])
+def test_no_reg_drops_the_variance_term_from_the_loss_the_full_grn_pays(prefix: str, correlated_task) -> None:  # type: ignore[no-untyped-def]
+    """Case 3 removes the regulariser from the loss itself (an attribute alone would pass with a loss that ignored
+    it): with lr 0 the generator stays at its seeded start, so the two losses differ by the variance term only."""
+    options = {"epochs": 1, "hidden": (8,), "lr": 0.0}
+    full, no_reg = (run_attack(make_attack(name, **options), correlated_task.obs)
+                    for name in (prefix, f"{prefix}_no_reg"))  # fmt: skip
+    np.testing.assert_array_equal(full.x_passive, no_reg.x_passive)  # the same x̂: only the loss tells them apart
+    full, no_reg = np.asarray(full.meta["loss_history"]), np.asarray(no_reg.meta["loss_history"])
+    assert np.all(full > no_reg + 1e-6), (full, no_reg)

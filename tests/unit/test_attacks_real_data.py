@@ -84,6 +84,8 @@ def test_grn_luo_preset_is_luos_configuration() -> None:
     for name in ("grn_luo", "grn_luo_noise_only", "grn_luo_xadv_only", "grn_luo_no_reg"):
         assert {key: getattr(make_attack(name), key) for key in expected} == expected, name
     assert grn.variance_weight == 0.25 and grn.hidden == (600, 200, 100) and grn.use_xadv and grn.use_noise
+    # and the attack runs as configured: one fold, the generator scored on the rows it was trained on
+    assert run_attack(make_attack("grn_luo", epochs=1, hidden=(8,)), trained_lr_task("wine").obs).meta["folds"] == 1
     # noise-only: the generator's input is noise as wide as x_adv ∪ r; x_adv ∪ r otherwise
     x_adv = torch.zeros(4, 7)
     widths = {
