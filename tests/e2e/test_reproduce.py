@@ -6,9 +6,11 @@ claim that starts to reproduce, or stops, fails here); `skipped` only when its d
 
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -107,3 +109,44 @@ def test_write_round_trips_and_tabulates(tmp_path) -> None:
     assert list(written["claims"]) == list(rep.CLAIMS)
     assert written["summary"]["not measured"] == len(rep.CLAIMS) - 1
     assert "| luo_worked_example | luo §IV-A Example 1 |" in md_path.read_text()
+
+
+def test_check_accepts_a_differs_only_as_the_registered_known_difference() -> None:
+    """_check on the published rows (measured, nothing run) and on those rows altered: a claim with a known
+    difference that differs for another reason, or a claim without one that differs, must fail it."""
+    table = Path(__file__).resolve().parents[2] / "docs" / "reproduction" / "results.json"
+    rows = json.loads(table.read_text())["claims"]
+
+    def fails(name: str, row: dict[str, Any]) -> bool:
+        try:
+            _check(name, row)
+        except AssertionError:
+            return True
+        return False
+
+    def altered(name: str, change: Any) -> dict[str, Any]:
+        row = copy.deepcopy(rows[name])
+        change(row)
+        return row
+
+    # luo's GRN-RF CBR: known to stay below luo's 80 %; a differs at 0.85 would be something else
+    assert not fails("luo_grn_rf_cbr_bank", rows["luo_grn_rf_cbr_bank"])
+    assert fails("luo_grn_rf_cbr_bank", altered("luo_grn_rf_cbr_bank", lambda r: r["measured"].update(cbr_grn_rf=0.85)))
+    # luo Table III: known as GRN not beating Half; a GRN far below Half whose ordering fails is another difference
+    assert not fails("luo_table3_grn_ablation", rows["luo_table3_grn_ablation"])
+    beaten = altered("luo_table3_grn_ablation", lambda r: r["measured"].update(grn=0.05))
+    assert fails("luo_table3_grn_ablation", beaten)
+    # PRIVEE: known as a ratio under 3 at no accuracy cost; a run that lost accuracy is not that
+    assert not fails("privee_grn_ratio", rows["privee_grn_ratio"])
+    lost = altered("privee_grn_ratio", lambda r: r["per_run"][1]["measured"].update(accuracy_change=-0.2))
+    assert fails("privee_grn_ratio", lost)
+    # no known difference: any differs fails, and so does a row of another registration (its runs)
+    theorem1 = rows["theorem1_ordering"]
+    assert not fails("theorem1_ordering", theorem1)
+    assert fails("theorem1_ordering", altered("theorem1_ordering", lambda r: r.update(verdict="differs", reason="x")))
+    assert fails("theorem1_ordering", altered("theorem1_ordering", lambda r: r.update(runs=2)))
+    # a claim of several runs known to vary: all runs reproduced, or at least half; fewer is not the known variation
+    ye = {**rep.registered(rep.CLAIMS["ye_masquerade_bank"]), "measured": {}, "details": {}}
+    assert not fails("ye_masquerade_bank", ye | {"verdict": "reproduced", "reproduced_runs": rep.YE_RUNS})
+    assert not fails("ye_masquerade_bank", ye | {"verdict": "differs", "reproduced_runs": rep.YE_RUNS // 2})
+    assert fails("ye_masquerade_bank", ye | {"verdict": "differs", "reproduced_runs": 1})
