@@ -42,11 +42,15 @@ def binary_federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fede
         yield fed
 
 
-def binary_passive_dataset(n: int, d_active: int = 3, d_passive: int = 5) -> datasets.Dataset:
-    """ye's Bank shape: the passive party holds one binary feature among continuous ones, and the label needs it."""
+def binary_passive_dataset(n: int, d_active: int = 3, d_passive: int = 5, rebuilt: bool = False) -> datasets.Dataset:
+    """ye's Bank shape: the passive party holds one binary feature among continuous ones, and the label needs it.
+    ``rebuilt``: as on Bank (`contact` and the economic indicators), the party's continuous columns nearly rebuild
+    the binary one (b3 = b1 + b2 / 2 + b0 + 0.02 noise); otherwise it is independent of them."""
     rng = np.random.default_rng(0)
     x_active = rng.normal(size=(n, d_active))
     x_passive = np.hstack([rng.integers(0, 2, size=(n, 1)), rng.normal(size=(n, d_passive - 1))])
+    if rebuilt:
+        x_passive[:, 3] = x_passive[:, 1] + 0.5 * x_passive[:, 2] + x_passive[:, 0] + 0.02 * x_passive[:, 3]
     y = x_active[:, 0] + 2 * x_passive[:, 0] + x_passive[:, 1] + rng.normal(0, 0.5, n) > 1.0
     ids = np.array([f"s{i:05d}" for i in range(n)])
     names = [f"a{j}" for j in range(d_active)] + [f"b{j}" for j in range(d_passive)]

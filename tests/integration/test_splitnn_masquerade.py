@@ -35,10 +35,16 @@ class Run:
     session: PassiveSession
 
 
-def _run(tmp_path: Path, embedding_release: list[str], settings: dict | None = None, epochs: int = EPOCHS) -> Run:
+def _run(
+    tmp_path: Path,
+    embedding_release: list[str],
+    settings: dict | None = None,
+    epochs: int = EPOCHS,
+    rebuilt: bool = False,
+) -> Run:
     """Train an active-top session on TRAIN rows, score the rest; the curious plugin records what the active party
     received. Returns its observations and the ground truth to grade them."""
-    ds = binary_passive_dataset(N, D_A, D_B)
+    ds = binary_passive_dataset(N, D_A, D_B, rebuilt)
     store = tmp_path / "curious.sqlite"
     plugin = {"path": "vflsec.services.plugins.curious:CuriousPlugin", "options": {"store": str(store)}}
     spec = FederationSpec(
@@ -137,8 +143,10 @@ def test_masquerade_fools_the_plain_attack_the_adaptive_one_recovers_at_m1_and_f
 def test_the_default_drop_binary_leaves_both_attacks_at_the_majority_rate_at_m1(tmp_path) -> None:
     """Where ye's random drop leaves the feature to the adaptive attack at m = 1 (1.000 in some runs, above), the
     default drop=binary keeps only directions uncorrelated with it: Algorithm 2's every listed vector and the
-    adaptive attack's stay at the majority rate."""
-    run = _run(tmp_path, ["masquerade:m=1"])
+    adaptive attack's stay at the majority rate. The party's continuous columns nearly rebuild the binary one (as
+    on Bank): leaving the column out is then not enough, the kept directions must also be uncorrelated with it (a
+    binary column independent of the others would pass either way)."""
+    run = _run(tmp_path, ["masquerade:m=1"], rebuilt=True)
     assert run.obs.embedding_chain == (("masquerade", {"m": "1", "drop": "binary"}),)
     assert run.obs.embeddings.shape[1] == 8  # rank d_B − 1 (one binary column) plus the bit
     majority = float(max(run.truth.mean(), 1 - run.truth.mean()))
