@@ -69,8 +69,8 @@ def test_fast_claim(name: str, fast_document: dict[str, Any]) -> None:
 # drawn from the passive party's OS entropy at every run, so its verdict varies from run to run (6 runs on
 # 2026-11-24: reproduced 4 times); the claim now runs 6 times and reports how many reproduced (its known
 # difference accepts at least half), which takes minutes.
-# ye_masquerade_log2n trains eight Bank and Credit models and runs the sampled searches (~4 min), and its verdict
-# depends on the draw of ye's random Q (a draw that leaves the column far from the span hides it).
+# ye_masquerade_log2n trains eight Bank and Credit models and runs the sampled searches (~4 min a run), and its
+# verdict depends on the draw of ye's random Q (a draw that leaves the column far from the span hides it): three runs.
 # luo_grn_rf_cbr_bank fits a surrogate and GRN per split on Bank (~2 min each).
 LONG_CLAIMS = frozenset({"luo_table3_grn_ablation", "ye_masquerade_bank", "ye_masquerade_log2n", "luo_grn_rf_cbr_bank"})
 
@@ -150,3 +150,12 @@ def test_check_accepts_a_differs_only_as_the_registered_known_difference() -> No
     assert not fails("ye_masquerade_bank", ye | {"verdict": "reproduced", "reproduced_runs": rep.YE_RUNS})
     assert not fails("ye_masquerade_bank", ye | {"verdict": "differs", "reproduced_runs": rep.YE_RUNS // 2})
     assert fails("ye_masquerade_bank", ye | {"verdict": "differs", "reproduced_runs": 1})
+    # ye_masquerade_log2n, each run judged: differs as known when a run's attacks find the column at ⌈log₂ n⌉ while
+    # finding it at m = 1 and drop=binary holds; not when they fail at m = 1 too (the claim could not have failed)
+    details = {"majority": {"bank": 0.63}, "drop_binary": {"bank": 0.6}, "drop_random_m1": {"bank": 1.0}}
+    found = {"measured": {"bank_log2n": 1.0}, "details": details, "reproduced": False}
+    hidden = {"measured": {"bank_log2n": 0.6}, "details": details, "reproduced": True}
+    blind = {**found, "details": {**details, "drop_random_m1": {"bank": 0.6}}}
+    log2n = {**rep.registered(rep.CLAIMS["ye_masquerade_log2n"]), "measured": {}, "details": {}, "verdict": "differs"}
+    assert not fails("ye_masquerade_log2n", log2n | {"reproduced_runs": 1, "per_run": [found, hidden, found]})
+    assert fails("ye_masquerade_log2n", log2n | {"reproduced_runs": 1, "per_run": [found, hidden, blind]})
