@@ -126,3 +126,60 @@ def test_a_row_with_numpy_verdicts_is_written_as_json(monkeypatch: pytest.Monkey
     row = rep.run_claim(rep.CLAIMS["fake"])
     rep.write({"claims": {"fake": row}}, tmp_path)  # raised TypeError on numpy's int64 before
     assert json.loads((tmp_path / "results.json").read_text())["claims"]["fake"]["reproduced_runs"] == 2
+
+
+def test_luo_pra_cbr_needs_a_margin_over_the_random_path_not_a_bare_greater(monkeypatch: pytest.MonkeyPatch) -> None:
+    def trials(pra_mean: float) -> Any:
+        def run(dataset: str, model: str, attacks: Any, n: int, **spec: Any) -> dict[str, Any]:
+            spread = {"std": 0.1, "trials": 10}
+            return {"cbr_pra": {"mean": pra_mean, **spread}, "cbr_random_path": {"mean": 0.5, **spread}}
+
+        return run
+
+    monkeypatch.setattr(rep, "_tree_trials", trials(0.52))  # above the floor, well within the trials' spread
+    assert not rep.luo_pra_cbr().holds
+    monkeypatch.setattr(rep, "_tree_trials", trials(0.7))  # 4.5 standard errors above it
+    assert rep.luo_pra_cbr().holds
+
+
+def test_closed_form_mse_fails_for_half_and_says_where_half_would_match_a_form(monkeypatch: pytest.MonkeyPatch) -> None:
+    m = rep.closed_form_mse()
+    assert m.holds and m.could_fail
+    assert m.details["wine ls"]["z_half"] < 3 < min(r["z_half"] for k, r in m.details.items() if k != "wine ls")
+    half = rep.make_attack("half")
+    monkeypatch.setattr(rep, "make_attack", lambda name, **options: half)
+    assert not rep.closed_form_mse().holds  # Half misses the forms where they are told apart
+
+
+def test_privee_and_ye_masquerade_bank_are_judged_only_when_their_attack_works(monkeypatch: pytest.MonkeyPatch) -> None:
+    def report(grn: float, half: float = 0.2) -> dict[str, Any]:
+        attacks = {"grn": {"mse_clipped": grn}, "aware_cls": {"mse_clipped": grn}}
+        return {"attacks": attacks, "baselines": {"half": half}, "accuracy": 0.9, "d_passive": 26}
+
+    blind = iter([report(0.2), report(0.7)])  # GRN at Half undefended, then 3× under PRIVEE: the ratio says nothing
+    monkeypatch.setattr(rep, "_federation", lambda *args, **kwargs: next(blind))
+    m = rep.privee_grn_ratio()
+    assert m.holds and not m.could_fail and "does not beat Half" in str(m.reason)
+    learned = iter([report(0.1), report(0.3)])
+    monkeypatch.setattr(rep, "_federation", lambda *args, **kwargs: next(learned))
+    assert rep.privee_grn_ratio().could_fail
+
+    def ye_rows(undefended: float) -> dict[str, Any]:
+        alg2 = {"ye_alg2": {"accuracy": 0.5}, "ye_adaptive": {"accuracy": 0.95}}
+        return {"bank_alg2": {"ye_alg2": {"accuracy_with_complements": undefended, "majority_baseline": 0.63}},
+                "bank_masquerade_m1": alg2, "bank_masquerade_m2": alg2,
+                "bank_masquerade_m13": {"adaptive_oracle_bits": {"accuracy_with_complements": 0.6}}}  # fmt: skip
+
+    monkeypatch.setattr(rep, "_ye_bank", lambda: ye_rows(0.6))  # Algorithm 2 fails undefended too: not "misled"
+    m = rep.ye_masquerade_bank()
+    assert m.holds and not m.could_fail and "undefended Algorithm 2" in str(m.reason)
+    monkeypatch.setattr(rep, "_ye_bank", lambda: ye_rows(1.0))
+    assert rep.ye_masquerade_bank().could_fail
+
+
+def test_sign_only_bank_is_judged_only_when_half_is_far_above_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    if rep.missing_datasets(rep.CLAIMS["sign_only_bank"]):
+        pytest.skip("Bank is not in the shared datasets folder")
+    monkeypatch.setattr(rep, "_mse", lambda task, name, **options: 0.05)  # a column Half already nearly solves
+    m = rep.sign_only_bank()
+    assert m.holds and not m.could_fail and "no test" in str(m.reason)
