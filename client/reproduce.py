@@ -376,8 +376,9 @@ def _bank_forest(seed: int) -> Any:
     rows, 10 % of the columns passive at random, ``RF_QUERIES`` held-out rows queried."""
     from sklearn.ensemble import RandomForestClassifier
 
+    from vflsec.services.attacks.released import from_sklearn
     from vflsec.services.attacks.synthetic import TREE_MODELS, TreeTask
-    from vflsec.services.attacks.trees import from_sklearn, vote_fractions
+    from vflsec.services.attacks.trees import vote_fractions
 
     x, y, train, query, names, _ = _uci_data("bank", "ordinal", RF_QUERIES, seed)
     columns = np.random.default_rng(seed + 1).permutation(len(names))

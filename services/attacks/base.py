@@ -17,10 +17,12 @@ import numpy as np
 
 from vflsec.services.registry import Plugin, PluginError, Registry
 
+from .released import NotApplicable
+
 if TYPE_CHECKING:
     from torch import nn
 
-    from .trees import ReleasedTree
+    from .released import ReleasedTree
 
 __all__ = [
     "ATTACKS",
@@ -167,14 +169,6 @@ class Reconstruction:
     meta: dict[str, Any] = field(default_factory=dict)
     label_scores: np.ndarray | None = None  # (n,) label attacks
     label_predictions: np.ndarray | None = None  # (n,) a label attack's class per row (multi-class tasks)
-
-
-class NotApplicable(Exception):
-    """The attack cannot run on these observations (e.g. the passive weights were withheld)."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 # The LR white box: released scores plus every disclosed weight block.

@@ -23,7 +23,8 @@ from vflsec.services.models.lr import softmax_layout
 
 from .base import Observations
 from .gradient import torch_threads
-from .trees import ReleasedTree, from_sklearn, vote_fractions
+from .released import ReleasedTree, from_sklearn
+from .trees import vote_fractions
 
 SKLEARN_TASKS = ("breast_cancer", "wine", "digits")
 

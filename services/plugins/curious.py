@@ -27,7 +27,7 @@ import numpy as np
 from vflsec.services import plugins
 from vflsec.services.attacks import Observations
 from vflsec.services.attacks.gradient import PassiveBottoms, ReleasedSplitNN, released_splitnn
-from vflsec.services.attacks.trees import released_trees_of
+from vflsec.services.attacks.released import released_trees_of
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS observations (

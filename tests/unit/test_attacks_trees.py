@@ -16,15 +16,9 @@ import torch
 from torch import nn
 
 from vflsec.services.attacks import NotApplicable, Observations, make_attack, mse, run_attack
+from vflsec.services.attacks.released import ReleasedTree, TreeNode, from_sklearn
 from vflsec.services.attacks.synthetic import trained_splitnn_task, trained_tree_task
-from vflsec.services.attacks.trees import (
-    ReleasedTree,
-    TreeNode,
-    correct_branching_rate,
-    from_sklearn,
-    random_path_cbr,
-    vote_fractions,
-)
+from vflsec.services.attacks.trees import correct_branching_rate, random_path_cbr, vote_fractions
 
 TRIALS = 10
 
@@ -171,7 +165,8 @@ def test_embedding_ls_on_a_narrow_bottom_and_not_on_a_nonlinear_one() -> None:
 
 
 def test_the_tree_familys_released_forest_reads_as_the_attacks_view() -> None:
-    from vflsec.services.attacks.trees import from_family, vote_fractions
+    from vflsec.services.attacks.released import from_family
+    from vflsec.services.attacks.trees import vote_fractions
     from vflsec.services.models.tree import TreeConfig, TreeData, simulate
 
     data = TreeData.load("wine", n_passive=2)

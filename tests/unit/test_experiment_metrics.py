@@ -13,7 +13,7 @@ import torch
 from vflsec.client import experiment as exp
 from vflsec.client import harness
 from vflsec.services.attacks import Observations
-from vflsec.services.attacks.trees import ReleasedTree, TreeNode
+from vflsec.services.attacks.released import ReleasedTree, TreeNode
 from vflsec.services.defenses.embeddings import Masquerade
 
 
