@@ -16,7 +16,7 @@ from vflsec.services.errors import FailedPrecondition, InvalidArgument
 from vflsec.services.models.family import FamilyStep, KeyHolderContext, PassiveContext, StepAnswer
 
 if TYPE_CHECKING:
-    from .trainers import SplitNNKeyHolder, SplitNNPassive
+    from .roles import SplitNNKeyHolder, SplitNNPassive
 
 
 def _top_step(
