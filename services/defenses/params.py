@@ -30,14 +30,13 @@ from __future__ import annotations
 import importlib
 import math
 import warnings
-from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from vflsec.services.defenses.release import PARAM_STEPS, ReleaseStep
+from vflsec.services.defenses.release import PARAM_STEPS, DataStats, Distorted, Distortion
 from vflsec.services.models.lr import PassiveSystem, difference_operator
 
 
@@ -75,42 +74,12 @@ __all__ = [
 
 # Warn when a forecast attack MSE falls below this fraction of the blind Half baseline.
 DEFAULT_WARN_FRACTION = 0.5
-# Features are min-max scaled to [0, 1]; allow rounding noise at the edges.
-_RANGE_TOLERANCE = 1e-9
 
 Estimator = Literal["ls", "half_star"]
 Array = Any  # numpy array or torch tensor: the MSE algebra below is written once for both
 
 
 # ------------------------------------------------------------------------------------------- statistics
-
-
-@dataclass(frozen=True)
-class DataStats:
-    """The passive party's feature statistics (rassouli §V): μ = E[X], K_0 = E[XXᵀ], K_½ = E[(X−½1)(X−½1)ᵀ]."""
-
-    mu: np.ndarray  # (d,)
-    k0: np.ndarray  # (d, d)
-    k_half: np.ndarray  # (d, d)
-    n: int
-
-    @classmethod
-    def from_features(cls, x: np.ndarray) -> DataStats:
-        """Empirical statistics of min-max scaled features (rows are samples, values in [0, 1])."""
-        x = np.asarray(x, dtype=np.float64)
-        if x.ndim != 2 or x.shape[0] == 0 or x.shape[1] == 0:
-            raise ValueError(f"features must be a non-empty (n, d) matrix, got shape {x.shape}")
-        if not np.isfinite(x).all():
-            raise ValueError("features must be finite")
-        if x.min() < -_RANGE_TOLERANCE or x.max() > 1.0 + _RANGE_TOLERANCE:
-            raise ValueError(f"features must be min-max scaled to [0, 1], got range [{x.min():g}, {x.max():g}]")
-        n = x.shape[0]
-        centred = x - 0.5
-        return cls(mu=x.mean(axis=0), k0=x.T @ x / n, k_half=centred.T @ centred / n, n=n)
-
-    @property
-    def d(self) -> int:
-        return int(self.mu.shape[0])
 
 
 # ------------------------------------------------------------------------------------ attack MSE algebra
@@ -156,23 +125,6 @@ def interpretability_loss(w_true: np.ndarray, w_disclosed: np.ndarray) -> float:
 
 
 # ------------------------------------------------------------------------------------------ the results
-
-
-@dataclass(frozen=True)
-class Distorted:
-    """What a distortion produced: the disclosed block (None = withheld) and what goes public or stays private.
-
-    ``bias_offset`` (K_logits,) is part of the released model: the coordinator adds it to the disclosed bias.
-    ``private`` (achieved g, secret ε′, the transform, ...) never reaches the active party.
-    ``undoable``: a Kerckhoffs attacker recovers the true block from what it is told (the announced mechanism
-    and parameters, the disclosed block, the bias offset) — the distortion then protects nothing.
-    """
-
-    disclosed: np.ndarray | None
-    bias_offset: np.ndarray | None = None
-    public: dict[str, str] = field(default_factory=dict)
-    private: dict[str, Any] = field(default_factory=dict)
-    undoable: bool = False
 
 
 def _system(w: np.ndarray, n_classes: int) -> tuple[np.ndarray, PassiveSystem]:
@@ -258,23 +210,6 @@ def flip_gap(w_passive: np.ndarray, stats: DataStats, n_classes: int) -> float:
 
 
 # ------------------------------------------------------------------------------------------ distortions
-
-
-class Distortion(ReleaseStep, ABC):
-    """One parameter-release distortion of an LR weight block: ``distort`` at the passive party, ``check`` at the
-    coordinator."""
-
-    families = frozenset({"lr"})
-    needs_stats: bool = True  # the passive party's data statistics go into ``distort``
-
-    @abstractmethod
-    def distort(
-        self, w_passive: np.ndarray, stats: DataStats | None, n_classes: int, rng: np.random.Generator
-    ) -> Distorted:
-        """The disclosed version of one passive block (runs at the passive party)."""
-
-    def check(self, w_passive: np.ndarray, result: Distorted) -> None:
-        """Coordinator-side verification of a result computed elsewhere; raises ValueError on mismatch."""
 
 
 def make_distortion(spec: str) -> Distortion:

@@ -5,8 +5,9 @@ its constructor, the model families it supports):
 
 * score steps (:data:`SCORE_STEPS`, services/defenses/scores.py): ``released = step(scores, logits, context)``
   on a batch (rows are samples);
-* parameter steps (:data:`PARAM_STEPS`, services/defenses/params.py): ``step.distort(block, ...)`` runs at
-  the passive party that owns the block, ``step.check(block, result)`` at the coordinator.
+* parameter steps (:data:`PARAM_STEPS`, :class:`Distortion` here, the built-in steps in services/defenses/params.py):
+  ``step.distort(block, ...)`` runs at the passive party that owns the block, ``step.check(block, result)`` at the
+  coordinator.
 
 A chain is an ordered list of steps parsed from specs such as ``"privee:epsilon=0.1"``; parameters and the
 model family are checked when the chain is built (configuration time), so a bad value fails before any
@@ -20,19 +21,19 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
 from vflsec.services.crypto.entropy import CryptoRandom
 from vflsec.services.registry import Plugin, PluginError, Registry, parse_spec
 
-if TYPE_CHECKING:
-    from vflsec.services.defenses.params import Distortion
-
 __all__ = [
     "PARAM_STEPS",
     "SCORE_STEPS",
+    "DataStats",
+    "Distorted",
+    "Distortion",
     "ParamReleaseChain",
     "ReleaseConfigError",
     "ReleaseContext",
@@ -103,6 +104,72 @@ class ScoreStep(ReleaseStep, ABC):
 
     @abstractmethod
     def __call__(self, scores: np.ndarray, logits: np.ndarray, context: ReleaseContext) -> np.ndarray: ...
+
+
+# Features are min-max scaled to [0, 1]; allow rounding noise at the edges.
+_RANGE_TOLERANCE = 1e-9
+
+
+@dataclass(frozen=True)
+class DataStats:
+    """The passive party's feature statistics (rassouli §V): μ = E[X], K_0 = E[XXᵀ], K_½ = E[(X−½1)(X−½1)ᵀ]."""
+
+    mu: np.ndarray  # (d,)
+    k0: np.ndarray  # (d, d)
+    k_half: np.ndarray  # (d, d)
+    n: int
+
+    @classmethod
+    def from_features(cls, x: np.ndarray) -> DataStats:
+        """Empirical statistics of min-max scaled features (rows are samples, values in [0, 1])."""
+        x = np.asarray(x, dtype=np.float64)
+        if x.ndim != 2 or x.shape[0] == 0 or x.shape[1] == 0:
+            raise ValueError(f"features must be a non-empty (n, d) matrix, got shape {x.shape}")
+        if not np.isfinite(x).all():
+            raise ValueError("features must be finite")
+        if x.min() < -_RANGE_TOLERANCE or x.max() > 1.0 + _RANGE_TOLERANCE:
+            raise ValueError(f"features must be min-max scaled to [0, 1], got range [{x.min():g}, {x.max():g}]")
+        n = x.shape[0]
+        centred = x - 0.5
+        return cls(mu=x.mean(axis=0), k0=x.T @ x / n, k_half=centred.T @ centred / n, n=n)
+
+    @property
+    def d(self) -> int:
+        return int(self.mu.shape[0])
+
+
+@dataclass(frozen=True)
+class Distorted:
+    """What a distortion produced: the disclosed block (None = withheld) and what goes public or stays private.
+
+    ``bias_offset`` (K_logits,) is part of the released model: the coordinator adds it to the disclosed bias.
+    ``private`` (achieved g, secret ε′, the transform, ...) never reaches the active party.
+    ``undoable``: a Kerckhoffs attacker recovers the true block from what it is told (the announced mechanism
+    and parameters, the disclosed block, the bias offset) — the distortion then protects nothing.
+    """
+
+    disclosed: np.ndarray | None
+    bias_offset: np.ndarray | None = None
+    public: dict[str, str] = field(default_factory=dict)
+    private: dict[str, Any] = field(default_factory=dict)
+    undoable: bool = False
+
+
+class Distortion(ReleaseStep, ABC):
+    """One parameter-release distortion of an LR weight block: ``distort`` at the passive party, ``check`` at the
+    coordinator."""
+
+    families = frozenset({"lr"})
+    needs_stats: bool = True  # the passive party's data statistics go into ``distort``
+
+    @abstractmethod
+    def distort(
+        self, w_passive: np.ndarray, stats: DataStats | None, n_classes: int, rng: np.random.Generator
+    ) -> Distorted:
+        """The disclosed version of one passive block (runs at the passive party)."""
+
+    def check(self, w_passive: np.ndarray, result: Distorted) -> None:
+        """Coordinator-side verification of a result computed elsewhere; raises ValueError on mismatch."""
 
 
 SCORE_STEPS: Registry[ScoreStep] = Registry("score release step")
