@@ -6,17 +6,29 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+import numpy as np
 import torch
 from torch import nn
 
 from vflsec.services.crypto.entropy import os_entropy
 
-if TYPE_CHECKING:
-    from vflsec.services.defenses.embeddings import EmbeddingNoise, Masquerade
-
 __all__ = ["MasqueradeLinear", "NoisyEmbedding", "model_version", "os_initialised"]
+
+
+# What the layers ask of their defense (embeddings.Masquerade and EmbeddingNoise satisfy these): the layers sit
+# below the defenses that build them, so they name no defense class.
+class Bits(Protocol):
+    m: int | None  # fabricated bits per row
+
+    def projection(self, d_in: int) -> np.ndarray: ...
+
+    def bits(self, x: np.ndarray) -> np.ndarray: ...
+
+
+class Noise(Protocol):
+    def draw(self, x: np.ndarray, width: int, version: bytes = b"") -> np.ndarray: ...
 
 
 def os_initialised(module: nn.Module) -> nn.Module:
@@ -38,14 +50,15 @@ def os_initialised(module: nn.Module) -> nn.Module:
 class MasqueradeLinear(nn.Module):
     """z_B = P [Q x; a(x)] (+ b): Q (rank × d_B) and P ((rank + m) × width, its last m columns the u_i).
 
-    Q is a fixed buffer, never trained, the same in every session of the party (:meth:`Masquerade.projection`): were
-    it trained or drawn per session, z_B of two model versions or two sessions stacked side by side would span
-    [Q_1 x, Q_2 x], which holds the true binary columns again (rank reduction undone). P and b train."""
+    Q is a fixed buffer, never trained, the same in every session of the party (embeddings.py's
+    ``Masquerade.projection``): were it trained or drawn per session, z_B of two model versions or two sessions
+    stacked side by side would span [Q_1 x, Q_2 x], which holds the true binary columns again (rank reduction
+    undone). P and b train."""
 
     q: torch.Tensor
 
     def __init__(
-        self, masquerade: Masquerade, d_in: int, width: int, rank: int, bias: bool, dtype: torch.dtype | None = None
+        self, masquerade: Bits, d_in: int, width: int, rank: int, bias: bool, dtype: torch.dtype | None = None
     ) -> None:
         super().__init__()
         dtype = dtype or torch.float64  # split-NN's; a defended bottom takes the dtype of the one it replaces
@@ -68,7 +81,7 @@ def model_version(module: nn.Module) -> bytes:
 
 
 class NoisyEmbedding(nn.Module):
-    def __init__(self, module: nn.Module, noise: EmbeddingNoise) -> None:
+    def __init__(self, module: nn.Module, noise: Noise) -> None:
         super().__init__()
         self.inner, self.noise = module, noise
 
@@ -76,5 +89,3 @@ class NoisyEmbedding(nn.Module):
         z = self.inner(x)
         noise = self.noise.draw(x.detach().cpu().numpy(), z.shape[1], model_version(self.inner))
         return z + torch.from_numpy(noise).to(z.dtype)
-
-
