@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from vflsec.services.data import datasets as D
+from vflsec.services.data import readers
 
 
 def _same(a: D.Dataset, b: D.Dataset) -> None:
@@ -26,7 +27,7 @@ def csv_module_only(monkeypatch: pytest.MonkeyPatch):
 
     def load(loader, *args, **kwargs):  # type: ignore[no-untyped-def]
         with monkeypatch.context() as patched:
-            patched.setattr(D, "_arrow_cells", lambda *a: None)
+            patched.setattr(readers, "_arrow_cells", lambda *a: None)
             return loader(*args, **kwargs)
 
     return load
