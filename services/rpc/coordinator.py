@@ -5,7 +5,8 @@ from __future__ import annotations
 import grpc
 import numpy as np
 
-from vflsec.services.engines.coordinator import Coordinator, CoordinatorSession
+from vflsec.services.engines.coordinator import Coordinator
+from vflsec.services.engines.coordinator_state import CoordinatorSession
 from vflsec.services.transport import wire
 from vflsec.services.transport.server import rpc
 from vflsec.services.transport.tensors import to_tensor
