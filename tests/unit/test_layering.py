@@ -239,3 +239,90 @@ def test_the_wire_scanner_sees_protobuf(tmp_path: Path) -> None:
         "vflsec.v1.common_pb2",
         "grpc",
     }
+
+
+# ------------------------------------------------------------------------------- modules: no circle, none too long
+
+MAX_LINES = 1000
+
+
+def module_name(path: Path, root: Path = SERVICES, prefix: str = "vflsec.services") -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join([prefix, *(parts[:-1] if parts[-1] == "__init__" else parts)])
+
+
+def module_edges(root: Path = SERVICES, prefix: str = "vflsec.services") -> dict[str, set[str]]:
+    """Module -> the modules under ``root`` it imports anywhere: at the top, inside a function, and under
+    ``if TYPE_CHECKING:`` too (a type a module only names is still a dependency: two modules that name each other's
+    types are one concern split in two, or a shared type in the wrong place). ``from a import b`` is an edge to the
+    module a.b when there is one, else to a (a package's ``__init__``); a package's ``__init__`` is not reached
+    through the modules below it."""
+    paths = {module_name(p, root, prefix): p for p in root.rglob("*.py")}
+    edges: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.ImportFrom):
+                base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+                module = ".".join([*base, *([node.module] if node.module else [])])
+                targets |= {f"{module}.{a.name}" if f"{module}.{a.name}" in paths else module for a in node.names}
+            elif isinstance(node, ast.Import):
+                targets |= {alias.name for alias in node.names}
+        edges[name] = (targets & paths.keys()) - {name}
+    return edges
+
+
+def import_circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Circles of the import graph (each's modules in order, the first repeated at the end): at least one through
+    every group of modules that reach each other, none when the graph is one-way."""
+    circles: list[list[str]] = []
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> None:
+        if module in path:
+            circles.append([*path[path.index(module) :], module])
+            return
+        if module in done:
+            return
+        for successor in sorted(edges[module]):
+            visit(successor, [*path, module])
+        done.add(module)
+
+    for module in sorted(edges):
+        visit(module, [])
+    return circles
+
+
+def test_no_import_circle_in_services() -> None:
+    """No module of services/ reaches itself through its imports, counting function-local and type-only ones.
+    (client/ is next, with its rooms (issue #30): cli.py <-> experiment.py is the circle it has today.)"""
+    circles = import_circles(module_edges())
+    shown = "; ".join(" -> ".join(m.removeprefix("vflsec.services.") for m in circle) for circle in circles)
+    assert not circles, f"import circles in services/: {shown}"
+
+
+def test_the_circle_finder_sees_function_local_and_type_only_imports(tmp_path: Path) -> None:
+    root = tmp_path / "pkg"
+    (root / "sub").mkdir(parents=True)
+    (root / "__init__.py").write_text("")
+    (root / "sub" / "__init__.py").write_text("")
+    (root / "a.py").write_text("def f():\n    from pkg.sub import b\n    return b\n")
+    (root / "sub" / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .c import C\n")
+    (root / "sub" / "c.py").write_text("from pkg import a\n")
+    (root / "d.py").write_text("from pkg.sub.c import x\n")
+    edges = module_edges(root, "pkg")
+    assert edges["pkg.d"] == {"pkg.sub.c"}
+    assert import_circles(edges) == [["pkg.a", "pkg.sub.b", "pkg.sub.c", "pkg.a"]]
+    (root / "sub" / "c.py").write_text("X = 1\n")
+    assert import_circles(module_edges(root, "pkg")) == []
+
+
+def test_no_module_in_services_is_over_the_line_limit() -> None:
+    """A module past a thousand lines holds more than one concern: split it by concern (services/data/ shows how)."""
+    long = {
+        str(path.relative_to(SERVICES)): n
+        for path in sorted(SERVICES.rglob("*.py"))
+        if (n := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    assert not long, f"modules over {MAX_LINES} lines: {long}"
