@@ -21,7 +21,9 @@ from vflsec.services.models.tree import (
 from vflsec.services.models.tree.trainers import from_tensors, to_tensors
 
 
-def test_a_restored_key_holder_resumes_the_node_in_flight() -> None:
+def _root_with_counts():
+    """A key holder at wine's root with passive-1's counts opened: (family, holder, owners, labels, task, keys,
+    products, mask sums, bin weights)."""
     data = TreeData.load("wine")
     family = families.get("tree")
     settings = family.settings({"max_depth": 2, "party": 0})
@@ -37,6 +39,11 @@ def test_a_restored_key_holder_resumes_the_node_in_flight() -> None:
     blobs = [keys.serialize(ct) for ct in products]
     weights = owners[1].bin_weights(task)
     holder.submit_counts(keys, 1, task.key, blobs, mask_sums, weights)
+    return family, holder, owners, labels, task, keys, blobs, mask_sums, weights
+
+
+def test_a_restored_key_holder_resumes_the_node_in_flight() -> None:
+    family, holder, owners, labels, task, keys, blobs, mask_sums, weights = _root_with_counts()
 
     state = holder.to_state()
     restored = family.restore_key_holder((state[0], json.loads(json.dumps(state[1]))))  # as a checkpoint stores it
@@ -60,21 +67,7 @@ def test_a_nodes_decision_is_made_once_and_repeated_after_a_restart() -> None:
     """Review 11 F3: a coordinator restarted while a passive owner applied its split decided the node again on the
     active party's new counts (two decisions for one charge). The decision is recorded before its owner learns it,
     and a repeated Decide gets it back, whatever counts it carries."""
-    data = TreeData.load("wine")
-    family = families.get("tree")
-    settings = family.settings({"max_depth": 2, "party": 0})
-    owners = [FeatureOwner.fit(p, x, settings.config) for p, x in enumerate(data.train)]
-    labels = LabelHolder(data.y_train, data.n_classes)
-    holder = family.new_key_holder(data.n_classes, ["passive-1"], settings)
-    holder.begin(len(data.y_train), [o.bins.sizes for o in owners])
-    task = Task.from_json(holder.next_node())
-    assert holder.open_node(task.key, labels.totals(task))
-    keys = he.make_keyholder("plain")
-    products, mask_sums = owners[1].masked_products(
-        keys, labels.encrypt(keys, task, sum(owners[1].bins.sizes)), task, entropy.os_entropy()
-    )
-    blobs = [keys.serialize(ct) for ct in products]
-    holder.submit_counts(keys, 1, task.key, blobs, mask_sums, owners[1].bin_weights(task))
+    family, holder, owners, labels, task, *_ = _root_with_counts()
     own = owners[0].plain_counts(task, labels.indicators(task))
     first = holder.decide(task.key, own)
     assert first is not None
