@@ -1,0 +1,127 @@
+"""The gradient defense steps' maths (services/defenses/gradients.py), each on many draws of the OS-entropy RNG."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from vflsec.services.crypto.entropy import os_entropy
+from vflsec.services.defenses.gradients import (
+    GRADIENT_STEPS,
+    GradientChain,
+    gaussian_epsilon,
+    marvell_noise,
+    randomized_response,
+    rr_keep_probability,
+)
+from vflsec.services.registry import PluginError
+
+
+def _batch(rows: int = 64, width: int = 16) -> tuple[np.ndarray, np.ndarray]:
+    gen = np.random.default_rng(0)
+    y = (gen.random(rows) < 0.2).astype(np.int64)
+    axis = gen.normal(size=width)
+    g = np.where(y[:, None] == 1, 0.8, -0.1) * axis + 0.05 * gen.normal(size=(rows, width))
+    return g, y
+
+
+def test_max_norm_lifts_every_rows_expected_squared_norm_to_the_batch_max() -> None:
+    g, y = _batch()
+    step = GRADIENT_STEPS.parse("max_norm")
+    draws = np.stack([step.defend(g, y, os_entropy()) for _ in range(2000)])
+    mean_squared = (draws**2).sum(axis=2).mean(axis=0)
+    target = (g**2).sum(axis=1).max()
+    assert np.allclose(mean_squared, target, rtol=0.05)
+    # and the noise is centred: the mean over draws is the gradient itself
+    assert np.allclose(draws.mean(axis=0), g, atol=0.05 * math.sqrt(target))
+
+
+def test_dp_gaussian_clips_then_adds_noise_of_the_stated_scale() -> None:
+    g, y = _batch()
+    step = GRADIENT_STEPS.parse("dp_gaussian:noise_multiplier=2,clip=0.5")
+    draws = np.stack([step.defend(g, y, os_entropy()) for _ in range(1000)])
+    norms = np.linalg.norm(g, axis=1, keepdims=True)
+    clipped = g * np.minimum(1, 0.5 / norms)
+    assert np.allclose(draws.mean(axis=0), clipped, atol=5 * 1.0 / math.sqrt(1000))  # 5 standard errors
+    assert np.std(draws - clipped) == pytest.approx(2 * 0.5, rel=0.02)
+
+
+def test_gaussian_epsilon_is_the_zcdp_conversion() -> None:
+    # one release at z = 2: ρ = 2/z² = 0.5; ε = ρ + 2√(ρ ln(1/δ))
+    assert gaussian_epsilon(2.0, 1, 1e-5) == pytest.approx(0.5 + 2 * math.sqrt(0.5 * math.log(1e5)))
+    # composition adds ρ: 30 releases at z are one release at z/√30
+    assert gaussian_epsilon(10.0, 30, 1e-5) == pytest.approx(gaussian_epsilon(10 / math.sqrt(30), 1, 1e-5))
+    step = GRADIENT_STEPS.parse("dp_gaussian:noise_multiplier=10")
+    assert step.accounting(30)["epsilon"] == pytest.approx(gaussian_epsilon(10.0, 30, 1e-5))
+
+
+def test_randomized_response_keeps_labels_at_the_rate_epsilon_sets() -> None:
+    for epsilon, classes in ((0.5, 2), (1.0, 2), (2.0, 5)):
+        y = np.arange(200_000) % classes
+        noisy = randomized_response(y, classes, epsilon, os_entropy())
+        keep = rr_keep_probability(epsilon, classes)
+        assert np.mean(noisy == y) == pytest.approx(keep, abs=0.005)
+        changed = noisy[noisy != y] - y[noisy != y]
+        # a changed label is uniform over the other classes
+        assert set(np.unique(changed % classes)) == set(range(1, classes))
+        if classes > 2:
+            counts = np.bincount(changed % classes, minlength=classes)[1:]
+            assert counts.min() / counts.max() > 0.95
+
+
+def test_label_dp_draws_each_rows_label_once_per_session() -> None:
+    step = GRADIENT_STEPS.parse("label_dp:epsilon=0.1")
+    y = np.array([0, 1] * 500)
+    rows = np.arange(1000)
+    first = step.train_labels(y, rows, 2, os_entropy())
+    again = step.train_labels(y[::-1], rows[::-1], 2, os_entropy())  # another epoch, another order
+    assert np.array_equal(again, first[::-1])
+    assert 0.4 < np.mean(first != y) < 0.6  # ε = 0.1: flips 47.5 %
+
+
+def test_sparsification_keeps_the_largest_entries_of_each_row() -> None:
+    g, y = _batch()
+    out = GRADIENT_STEPS.parse("sparsification:keep=0.25").defend(g, y, os_entropy())
+    assert np.all((out != 0).sum(axis=1) == 4)
+    kept = np.abs(np.where(out != 0, g, np.nan))
+    dropped = np.abs(np.where(out == 0, g, np.nan))
+    assert np.all(np.nanmin(kept, axis=1) >= np.nanmax(dropped, axis=1))
+    assert np.array_equal(out[out != 0], g[out != 0])
+
+
+def test_discrete_sgd_rounds_to_its_levels_without_bias() -> None:
+    g, y = _batch()
+    step = GRADIENT_STEPS.parse("discrete_sgd:levels=3")
+    draws = np.stack([step.defend(g, y, os_entropy()) for _ in range(3000)])
+    levels = np.linspace(g.min(), g.max(), 3)
+    assert np.all(np.isclose(draws[..., None], levels).any(axis=-1))
+    assert np.allclose(draws.mean(axis=0), g, atol=4 * (g.max() - g.min()) / math.sqrt(3000))
+
+
+def test_marvell_spends_its_budget_and_brings_the_classes_closer() -> None:
+    g, y = _batch(rows=2000)
+    delta = g[y == 1].mean(axis=0) - g[y == 0].mean(axis=0)
+    noise, power = marvell_noise(g, y, 4.0, os_entropy())
+    assert power == pytest.approx(4.0 * delta @ delta)
+    spent = np.mean(y == 0) * (noise[y == 0] ** 2).sum(axis=1).mean() + np.mean(y == 1) * (
+        noise[y == 1] ** 2
+    ).sum(axis=1).mean()
+    assert spent == pytest.approx(power, rel=0.1)
+
+    def separation(x: np.ndarray) -> float:  # the classes' distance along Δ over their spread there
+        unit = delta / np.linalg.norm(delta)
+        a, b = x[y == 1] @ unit, x[y == 0] @ unit
+        return (a.mean() - b.mean()) / math.sqrt(a.var() + b.var())
+
+    assert separation(g + noise) < separation(g) / 3
+
+
+def test_a_chain_refuses_bad_specs_naming_the_step() -> None:
+    with pytest.raises(PluginError, match="gradient defense step 'max_nrm'"):
+        GradientChain.from_specs(["max_nrm"])
+    with pytest.raises(PluginError, match="keep"):
+        GradientChain.from_specs(["sparsification:keep=2"])
+    chain = GradientChain.from_specs(["label_dp:epsilon=2", "max_norm"])
+    assert chain.describe() == [("label_dp", {"epsilon": "2.0"}), ("max_norm", {})]
