@@ -288,6 +288,7 @@ def demo(
     release: opt.Release = None,
     param_release: opt.ParamRelease = None,
     embedding_release: opt.EmbeddingRelease = None,
+    gradient_defense: opt.GradientDefense = None,
     workdir: Annotated[Path | None, typer.Option(help="Keep configs, certificates and logs here.")] = None,
     as_json: opt.Json = False,
 ) -> None:
@@ -325,6 +326,7 @@ def demo(
         scaling=scaling,
         allow_plain=compare_plain,  # the comparison run is a plain session
         embedding_release=opt.embedding_steps(embedding_release),
+        gradient_defense=gradient_defense or (),
     )
     with _refused(), _progress(console, as_json) as (bar, _, phases):
         tasks: dict[str, int] = {}
@@ -481,6 +483,7 @@ def run(
     learning_rate: opt.LearningRate = 0.1,
     seed: opt.Seed = 0,
     compare_plain: opt.ComparePlain = False,
+    gradient_defense: opt.GradientDefense = None,
     wait: Annotated[float, typer.Option(help="Seconds to wait for the active party to be healthy.")] = 120.0,
     as_json: opt.Json = False,
 ) -> None:
@@ -504,6 +507,7 @@ def run(
         batch_size=batch_size,
         learning_rate=learning_rate,
         seed=seed,
+        gradient_defense=gradient_defense or (),
     )
     files = TlsFiles.from_dir(tls_dir)
     with peer_channel(active, "active", files, 256 * 1024 * 1024) as channel, _refused():
@@ -617,6 +621,7 @@ def attack(
     release: opt.Release = None,
     param_release: opt.ParamRelease = None,
     embedding_release: opt.EmbeddingRelease = None,
+    gradient_defense: opt.GradientDefense = None,
     markdown: Annotated[Path | None, typer.Option(help="Also write the table as markdown here.")] = None,
     attacker: Annotated[
         str,
@@ -694,6 +699,7 @@ def attack(
         validation_fraction=validation_fraction,
         seed=seed,
         embedding_release=opt.embedding_steps(embedding_release),
+        gradient_defense=gradient_defense or (),
     )
     _data_notes(spec, console)
     if mse_scope not in MSE_SCOPES:

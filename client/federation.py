@@ -155,6 +155,22 @@ def check_embedding_release(specs: Sequence[str], model: str, topology: str) -> 
         raise SpecError(f"embedding release {list(specs)}: {exc}") from exc
 
 
+def check_gradient_defense(specs: Sequence[str], model: str, topology: str) -> None:
+    """Parse the session's gradient defenses as the active party will at CreateSession; they act on the ∂L/∂h that
+    split-NN coordinator-top forwards to the passive parties, so another model or topology is refused."""
+    from vflsec.services.defenses.gradients import GradientChain
+
+    if (model, topology) != ("splitnn", "coordinator-top"):
+        raise SpecError(
+            "gradient defenses apply to --model splitnn --topology coordinator-top only, where the active party "
+            f"forwards ∂L/∂h to the passive parties; got --model {model} --topology {topology}"
+        )
+    try:
+        GradientChain.from_specs(specs)
+    except ValueError as exc:  # PluginError included
+        raise SpecError(f"gradient defense {list(specs)}: {exc}") from exc
+
+
 @functools.lru_cache(maxsize=4)
 def _load_dataset(name: str, label: str | None, categorical: str, stamp: tuple[int, int] | None) -> datasets.Dataset:
     """One load per dataset, encoding and file version in a process: every ``replace`` of a spec (the session
@@ -187,6 +203,9 @@ class FederationSpec:
     param_release: Sequence[str] = ()
     # Every passive party's own [defenses] embedding (split-NN active-top), e.g. ["masquerade:m=16"].
     embedding_release: Sequence[str] = ()
+    # The active party's gradient defenses of the session (split-NN coordinator-top), e.g. ["max_norm"]: they travel
+    # in the session's settings (SplitNnModel.gradient_defense).
+    gradient_defense: Sequence[str] = ()
     plugins: Sequence[dict] = ()  # [{"path": "pkg.mod:Factory", "options": {...}}] for the party ``plugins_at``
     plugins_at: str = "active"  # the party that runs ``plugins``: the active party, or a passive one ("passive-1")
     drop_fraction: float = 0.05  # each party misses this share of IDs, so PSI has work to do
@@ -224,7 +243,7 @@ class FederationSpec:
     def __post_init__(self) -> None:
         from vflsec.services.crypto import he
 
-        for name in ("score_release", "param_release", "embedding_release", "plugins"):  # frozen all the way down
+        for name in ("score_release", "param_release", "embedding_release", "gradient_defense", "plugins"):  # frozen
             object.__setattr__(self, name, tuple(getattr(self, name)))
         if isinstance(self.passive_features, list):
             object.__setattr__(self, "passive_features", tuple(self.passive_features))
@@ -285,6 +304,8 @@ class FederationSpec:
         check_release_chains(self.score_release, self.param_release, family=self.model)
         if self.embedding_release:
             check_embedding_release(self.embedding_release, self.model, self.topology)
+        if self.gradient_defense:
+            check_gradient_defense(self.gradient_defense, self.model, self.topology)
 
     @property
     def name(self) -> str:
@@ -449,6 +470,8 @@ class FederationSpec:
                 "embedding": self.embedding,
                 "top_hidden": list(self.hidden),
             }
+            if self.gradient_defense:
+                options["settings"]["gradient_defense"] = list(self.gradient_defense)
         return options
 
     def scaled_peak(self, ds: datasets.Dataset | None = None) -> float:

@@ -148,6 +148,20 @@ EmbeddingRelease = Annotated[
     ),
 ]
 
+# --- the active party's gradient defenses (the session's SplitNnModel.gradient_defense)
+GradientDefense = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--gradient-defense",
+        metavar="STEP[:key=value,...]",
+        help="split-NN coordinator-top: a defense the active party runs on ∂L/∂h before forwarding it to the passive "
+        "parties (label_dp: on the training labels); repeatable, in order: max_norm, marvell[:scale=S], "
+        "dp_gaussian[:noise_multiplier=Z,clip=C,delta=D], sparsification[:keep=F], discrete_sgd[:levels=L], "
+        "label_dp[:epsilon=E] (docs/defenses.md).",
+        show_default="none",
+    ),
+]
+
 # --- training (the operator's session)
 Backend = Annotated[str, typer.Option("--backend", help="ckks | plain")]
 Model = Annotated[str, typer.Option("--model", help="Model family: lr | splitnn | tree | forest.")]

@@ -79,6 +79,13 @@ class GradientStep(Plugin):
         """The formal guarantee after each row's gradient left ``releases`` times (None: the step has none)."""
         return None
 
+    def state(self) -> dict[str, np.ndarray]:
+        """Draws that must outlive a restart of the active party (checkpointed with the session)."""
+        return {}
+
+    def load_state(self, arrays: dict[str, np.ndarray]) -> None:
+        pass
+
 
 @GRADIENT_STEPS.register("max_norm")
 class MaxNorm(GradientStep):
@@ -256,6 +263,14 @@ class LabelDp(GradientStep):
     def accounting(self, releases: int) -> dict[str, Any]:
         return {"epsilon": self.epsilon, "delta": 0.0, "guarantee": "ε-label-DP of the whole training (RR once)"}
 
+    def state(self) -> dict[str, np.ndarray]:
+        # a redraw after a restart would give the key holder a second randomised label of the row: 2ε
+        rows = np.fromiter(self._drawn, dtype=np.int64, count=len(self._drawn))
+        return {"rows": rows, "labels": np.array([self._drawn[int(r)] for r in rows], dtype=np.int64)}
+
+    def load_state(self, arrays: dict[str, np.ndarray]) -> None:
+        self._drawn = dict(zip(map(int, arrays["rows"]), map(int, arrays["labels"]), strict=True))
+
 
 def rr_keep_probability(epsilon: float, n_classes: int) -> float:
     return math.exp(epsilon) / (math.exp(epsilon) + n_classes - 1)
@@ -299,3 +314,13 @@ class GradientChain:
 
     def describe(self) -> list[tuple[str, dict[str, str]]]:
         return [(step.name, step.public_params()) for step in self.steps]
+
+    def state(self, prefix: str = "gradient_defense") -> dict[str, np.ndarray]:
+        """Every step's draws to checkpoint, under ``prefix/<position>/<name>``."""
+        return {f"{prefix}/{i}/{k}": v for i, step in enumerate(self.steps) for k, v in step.state().items()}
+
+    def load_state(self, arrays: dict[str, np.ndarray], prefix: str = "gradient_defense") -> None:
+        for i, step in enumerate(self.steps):
+            mine = {k.removeprefix(f"{prefix}/{i}/"): v for k, v in arrays.items() if k.startswith(f"{prefix}/{i}/")}
+            if mine:
+                step.load_state(mine)

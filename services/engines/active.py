@@ -21,6 +21,7 @@ import numpy as np
 from vflsec.services import plugins
 from vflsec.services.crypto import entropy, he, psi, ring_mask
 from vflsec.services.data.datasets import IdIndex, PartyData
+from vflsec.services.defenses.gradients import GradientChain
 from vflsec.services.defenses.release import ReleasedParams, StepDescription
 from vflsec.services.engines import checkpoint
 from vflsec.services.engines.sessions import EpochKeys, SessionTable, epoch_keys
@@ -138,11 +139,14 @@ class ActiveSession:
     run: TrainingRun | None = None
     training_keys: EpochKeys | None = None  # the training-key epoch last used (fetched again when a step leaves it)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # split-NN coordinator-top: the session's gradient defenses (its settings' specs), drawing from our OS entropy
+    gradient_defense: GradientChain = field(default_factory=GradientChain)
 
     def to_state(self) -> tuple[dict[str, np.ndarray], dict]:
         trainer_arrays, trainer_meta = self.trainer.to_state()
         arrays = {
             **trainer_arrays,
+            **self.gradient_defense.state(),
             "context": checkpoint.from_bytes(self.public_context),
             "mask_key": checkpoint.from_bytes(self.mask_key),
             **{f"share_mask_key/{p}": checkpoint.from_bytes(key) for p, key in self.share_mask_keys.items()},
@@ -221,7 +225,18 @@ class ActiveSession:
             )
         if meta["run"] is not None:
             s.run = TrainingRun(order=arrays.get("run_order"), **meta["run"])
+        s.gradient_defense = gradient_chain(getattr(s.trainer, "settings", None))
+        s.gradient_defense.load_state(arrays)
         return s
+
+
+def gradient_chain(settings: object) -> GradientChain:
+    """The gradient defenses a session's settings name (none for a family without them); InvalidArgument naming
+    the field and the step when a spec is bad."""
+    try:
+        return GradientChain.from_specs(getattr(settings, "gradient_defense", ()))
+    except ValueError as exc:
+        raise InvalidArgument(f"SplitNnModel.gradient_defense: {exc}") from exc
 
 
 class ActiveParty:
@@ -300,6 +315,7 @@ class ActiveParty:
             settings = family.settings(values)
         except ValueError as exc:
             raise InvalidArgument(f"training: {exc}") from exc
+        gradient_defense = gradient_chain(settings)  # before any party joins: a bad spec opens nothing
         if training.batch_size < 0:
             raise InvalidArgument(f"batch_size must be positive, got {training.batch_size}")
         d = self.data.X.shape[1]
@@ -360,6 +376,7 @@ class ActiveParty:
                 rng=np.random.default_rng(training.seed),  # batch order only: the seed steers no secret draw
                 mask_key=entropy.new_key(),
                 share_mask_keys={party: r.share_mask_key for party, r in zip(self.passives, joined, strict=True)},
+                gradient_defense=gradient_defense,
             )
             self.sessions.add(session_id, s)
         self._emit(
@@ -600,6 +617,7 @@ class ActiveParty:
             training_keys=lambda: self._training_keys(s, step),
             sample_ids=lambda index: [str(self.data.ids[row]) for row in s.rows[index]],
             share_mask_keys=s.share_mask_keys,
+            gradient_defense=s.gradient_defense,
         )
 
     def _training_keys(self, s: ActiveSession, step: int) -> he.Backend:

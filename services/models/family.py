@@ -126,6 +126,9 @@ class ActiveContext:
     sample_ids: Callable[[np.ndarray], list[str]] = lambda index: []  # own sample IDs of common indices
     # Per passive party, the key of its zero-sum masks, its own draw sent at JoinSession (split-NN's embeddings)
     share_mask_keys: Mapping[str, bytes] = field(default_factory=dict)
+    # The session's gradient defenses (split-NN coordinator-top; services/defenses/gradients.py GradientChain): the
+    # labels sent for training and the ∂L/∂h forwarded to the passive parties pass through it. None: none.
+    gradient_defense: Any = None
 
     def each_passive(self, fn: Callable[[str, Any], T]) -> list[T]:
         """``fn(party, link)`` for every passive party concurrently; results in party order."""

@@ -168,6 +168,8 @@ def model_settings(model: common_pb2.ModelChoice, training: common_pb2.TrainingC
         values["embedding"] = m.embedding
     if m.passive_width:
         values["passive_width"] = m.passive_width
+    if m.gradient_defense:
+        values["gradient_defense"] = list(m.gradient_defense)
     if m.top_hidden:
         values["top_hidden"] = list(m.top_hidden)
     for flag in ("bottom_bias", "top_bias"):
@@ -198,7 +200,7 @@ _TREE_FIELDS = ("max_depth", "min_samples_leaf", "n_bins", "n_trees", "feature_f
 # name, rate and L2 and the seed travel in the TrainingConfig (an operator gives them to create_session).
 _SPLITNN_KEYS = (
     "topology", "embedding", "bottom_hidden", "top_hidden", "activation", "dropout", "bottom_bias", "top_bias",
-    "passive_width", "optimizer", "party", "seed",
+    "passive_width", "optimizer", "party", "seed", "gradient_defense",
 )  # fmt: skip
 _SPLITNN_OPTIMIZER_KEYS = (
     "momentum", "schedule", "step_epochs", "gamma", "epochs", "name", "learning_rate", "weight_decay",
@@ -266,6 +268,7 @@ def model_choice(family: str, values: Mapping[str, Any]) -> common_pb2.ModelChoi
             schedule_epochs=optimizer.get("epochs") or 0,
             party=values.get("party", 0),
             passive_width=values.get("passive_width") or 0,
+            gradient_defense=list(values.get("gradient_defense") or ()),
         )
     )
 

@@ -107,7 +107,7 @@ class LrModel(_message.Message):
     def __init__(self) -> None: ...
 
 class SplitNnModel(_message.Message):
-    __slots__ = ("topology", "embedding", "bottom_hidden", "top_hidden", "activation", "dropout", "bottom_bias", "top_bias", "momentum", "schedule", "step_epochs", "gamma", "schedule_epochs", "party", "passive_width")
+    __slots__ = ("topology", "embedding", "bottom_hidden", "top_hidden", "activation", "dropout", "bottom_bias", "top_bias", "momentum", "schedule", "step_epochs", "gamma", "schedule_epochs", "party", "passive_width", "gradient_defense")
     TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
     EMBEDDING_FIELD_NUMBER: _ClassVar[int]
     BOTTOM_HIDDEN_FIELD_NUMBER: _ClassVar[int]
@@ -123,6 +123,7 @@ class SplitNnModel(_message.Message):
     SCHEDULE_EPOCHS_FIELD_NUMBER: _ClassVar[int]
     PARTY_FIELD_NUMBER: _ClassVar[int]
     PASSIVE_WIDTH_FIELD_NUMBER: _ClassVar[int]
+    GRADIENT_DEFENSE_FIELD_NUMBER: _ClassVar[int]
     topology: str
     embedding: int
     bottom_hidden: _containers.RepeatedScalarFieldContainer[int]
@@ -138,7 +139,8 @@ class SplitNnModel(_message.Message):
     schedule_epochs: int
     party: int
     passive_width: int
-    def __init__(self, topology: _Optional[str] = ..., embedding: _Optional[int] = ..., bottom_hidden: _Optional[_Iterable[int]] = ..., top_hidden: _Optional[_Iterable[int]] = ..., activation: _Optional[str] = ..., dropout: _Optional[float] = ..., bottom_bias: _Optional[bool] = ..., top_bias: _Optional[bool] = ..., momentum: _Optional[float] = ..., schedule: _Optional[str] = ..., step_epochs: _Optional[int] = ..., gamma: _Optional[float] = ..., schedule_epochs: _Optional[int] = ..., party: _Optional[int] = ..., passive_width: _Optional[int] = ...) -> None: ...
+    gradient_defense: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, topology: _Optional[str] = ..., embedding: _Optional[int] = ..., bottom_hidden: _Optional[_Iterable[int]] = ..., top_hidden: _Optional[_Iterable[int]] = ..., activation: _Optional[str] = ..., dropout: _Optional[float] = ..., bottom_bias: _Optional[bool] = ..., top_bias: _Optional[bool] = ..., momentum: _Optional[float] = ..., schedule: _Optional[str] = ..., step_epochs: _Optional[int] = ..., gamma: _Optional[float] = ..., schedule_epochs: _Optional[int] = ..., party: _Optional[int] = ..., passive_width: _Optional[int] = ..., gradient_defense: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class TreeModel(_message.Message):
     __slots__ = ("max_depth", "min_samples_leaf", "n_bins", "n_trees", "bootstrap", "feature_fraction", "party")

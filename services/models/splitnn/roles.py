@@ -72,8 +72,13 @@ class SplitNNSettings(DictForm):
     optimizer: dict[str, Any] = field(default_factory=dict)  # .optim.OptimizerConfig fields
     seed: int = 0
     party: int = 0
+    # coordinator-top: the active party's gradient defense specs (services/defenses/gradients.py), in order
+    gradient_defense: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "gradient_defense", tuple(self.gradient_defense))
+        if self.gradient_defense and self.topology != "coordinator-top":  # the specs are parsed by the active engine
+            raise ValueError("gradient_defense applies to the coordinator-top topology only (active-top: not yet)")
         object.__setattr__(self, "bottom_hidden", tuple(self.bottom_hidden))
         object.__setattr__(self, "top_hidden", tuple(self.top_hidden))
         object.__setattr__(self, "passive_widths", tuple(self.passive_widths))
@@ -208,13 +213,16 @@ class SplitNNActive:
         for party, nonce in zip(ctx.passives, nonces, strict=True):
             key = ctx.share_mask_keys[party]
             share -= ring_mask.embedding_mask(key, ctx.session_id, ctx.step, nonce, index, own.shape[1])
-        gradient, loss = key_holder.top_step(
-            ctx.session_id, ctx.step, index, share, ctx.labels(index), ctx.widths, ctx.epoch
-        )
+        labels, defense = ctx.labels(index), ctx.gradient_defense
+        if defense:  # label_dp: the key holder trains on the randomised labels
+            labels = defense.train_labels(labels, index, ctx.n_classes)
+        gradient, loss = key_holder.top_step(ctx.session_id, ctx.step, index, share, labels, ctx.widths, ctx.epoch)
         if gradient.shape != own.shape:
             raise FailedPrecondition(f"the key holder returned ∂L/∂h of shape {gradient.shape}, expected {own.shape}")
         ctx.emit(kinds.GRADIENT, "coordinator", arrays={"gradient": gradient}, meta={"step": ctx.step, "loss": loss})
-        ctx.each_passive(lambda party, link: _link(link).backward_gradient(ctx.session_id, ctx.step, index, gradient))
+        # What leaves for the passive parties is the defended gradient; our own bottom steps on the one received.
+        sent = defense.defend(gradient, labels) if defense else gradient
+        ctx.each_passive(lambda party, link: _link(link).backward_gradient(ctx.session_id, ctx.step, index, sent))
         # Applied once every passive party applied the step, as LR's update is.
         self.bottom.backward(gradient)
 
