@@ -852,6 +852,17 @@ def _print_label_report(report: dict[str, Any], console: Any) -> None:
     console.print(f"epochs {report['epochs']}: {report['epochs_note']}", markup=False)
     if report.get("accuracy_warning"):
         console.print(f"warning: {report['accuracy_warning']}", markup=False)
+    if "undefended" in report:  # trained again without the gradient defense: what it costs and what it stops
+        u = report["undefended"]
+        best = u["strongest_either_way"]
+        before = "none ran" if best is None else f"{best['attack']} AUC {best['auc']:.4f}"
+        console.print(f"undefended (same federation, trained without the defense): accuracy {u['accuracy']:.4f}, "
+                      f"strongest {before}", markup=False)  # fmt: skip
+        for name, guarantee in report["gradient_accounting"].items():
+            console.print(f"{name}: ε = {guarantee['epsilon']:.4g}, δ = {guarantee['delta']:.3g} "
+                          f"({guarantee['guarantee']})", markup=False)  # fmt: skip
+        console.print(f"verdict: {report['verdict']}", markup=False)
+        console.print(report["remaining"], markup=False)
 
 
 @bench_app.command("he")

@@ -12,6 +12,7 @@ from . import (
     label_completion,
     labelled,
     labels,
+    labels_aware,
     trees,
 )
 from .base import (
@@ -47,6 +48,7 @@ __all__ = [
     "label_completion",
     "labelled",
     "labels",
+    "labels_aware",
     "make_attack",
     "mse",
     "mse_per_feature",

@@ -77,6 +77,8 @@ class Observations:
     gradients: np.ndarray | None = None  # (m, E)
     gradient_rows: np.ndarray | None = None  # (m,) in 0..n-1
     gradient_steps: np.ndarray | None = None  # (m,)
+    # The active party's gradient defenses as the session's settings name them (Kerckhoffs): (name, public params)
+    gradient_chain: tuple[tuple[str, dict[str, str]], ...] = ()
     # Auxiliary knowledge, given by the harness only to an attack that asks (Attack.auxiliary_rows): the true passive
     # features (k, d_p) of k of the queried rows (their positions), which that attack is then not scored on.
     labelled_rows: np.ndarray | None = None

@@ -28,6 +28,7 @@ from vflsec.services import plugins
 from vflsec.services.attacks import Observations
 from vflsec.services.attacks.gradient import PassiveBottoms, ReleasedSplitNN, released_splitnn
 from vflsec.services.attacks.released import released_trees_of
+from vflsec.services.registry import parse_spec
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS observations (
@@ -314,6 +315,8 @@ def label_observations(store: ObservationStore, session_id: str) -> tuple[Observ
             "gradients": np.vstack([r.arrays["gradient"] for r in received]),
             "gradient_rows": np.array([position[i] for r in received for i in r.sample_ids], dtype=np.int64),
             "gradient_steps": np.concatenate([np.full(len(r.sample_ids), int(r.meta["step"])) for r in received]),
+            # the active party's gradient defenses, as the session's settings name them (Kerckhoffs)
+            "gradient_chain": tuple(parse_spec(s) for s in joined.get("settings", {}).get("gradient_defense", ())),
         }
     elif family == "lr":
         received = _recorded(store, session_id, plugins.BLOCK_GRADIENT, "has no gradients of its own block recorded")
