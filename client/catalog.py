@@ -53,8 +53,8 @@ def catalog() -> dict[str, str]:
 
 def plugins(kind: str) -> list[dict[str, Any]]:
     """Every registered attack (``kind="attacks"``) or defense step (``"defenses"``: score, parameter and embedding
-    release steps): name, where it plugs in, model families, parameters with their defaults, and the first line of
-    its docstring."""
+    release steps, gradient defenses): name, where it plugs in, model families, parameters with their defaults, and
+    the first line of its docstring."""
     import inspect
 
     from vflsec.services.registry import ANY_SCORES
@@ -65,10 +65,11 @@ def plugins(kind: str) -> list[dict[str, Any]]:
         registries = [("attack", ATTACKS)]
     else:
         from vflsec.services.defenses.embeddings import EMBEDDING_STEPS
+        from vflsec.services.defenses.gradients import GRADIENT_STEPS
         from vflsec.services.defenses.release import PARAM_STEPS, SCORE_STEPS
 
         registries = [("--release", SCORE_STEPS), ("--param-release", PARAM_STEPS),
-                      ("--embedding-release", EMBEDDING_STEPS)]  # fmt: skip
+                      ("--embedding-release", EMBEDDING_STEPS), ("--gradient-defense", GRADIENT_STEPS)]  # fmt: skip
     rows = []
     for where, registry in registries:
         for name in registry:

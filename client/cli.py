@@ -1274,8 +1274,8 @@ def attacks_list(as_json: opt.Json = False) -> None:
 
 @defenses_app.command("list")
 def defenses_list(as_json: opt.Json = False) -> None:
-    """Every defense step: name, where it goes (--release, --param-release, --embedding-release), families,
-    parameters (STEP:key=value) with defaults, one line."""
+    """Every defense step: name, where it goes (--release, --param-release, --embedding-release, --gradient-defense),
+    families, parameters (STEP:key=value) with defaults, one line."""
     _plugins_list("defenses", as_json)
 
 

@@ -89,8 +89,9 @@ class GradientStep(Plugin):
 
 @GRADIENT_STEPS.register("max_norm")
 class MaxNorm(GradientStep):
-    """Li et al.'s max-norm heuristic: isotropic Gaussian noise lifting every row's expected squared norm to the
-    batch's largest, so the norm no longer ranks the rows (the noise is fresh every step)."""
+    """Li et al.'s max-norm: Gaussian noise lifts every row's expected squared norm to the batch's largest.
+
+    So the norm no longer ranks the rows in expectation; the noise is isotropic and fresh every step."""
 
     def __init__(self) -> None:
         pass
@@ -104,9 +105,10 @@ class MaxNorm(GradientStep):
 
 @GRADIENT_STEPS.register("marvell")
 class Marvell(GradientStep):
-    """Li et al.'s Marvell for binary labels: per-class Gaussian noise optimised against the KL between the classes'
-    gradient distributions under the power budget ``scale`` · ‖ḡ₁ − ḡ₀‖² (a batch with one class gets the budget
-    of the last batch with both, isotropic; the paper's s is ``scale``)."""
+    """Li et al.'s Marvell: per-class Gaussian noise minimising the classes' KL under a power budget.
+
+    Binary labels; the budget is ``scale`` · ‖ḡ₁ − ḡ₀‖² (the paper's s). A batch with one class gets the budget of
+    the last batch with both, isotropic."""
 
     def __init__(self, scale: float = 4.0) -> None:
         if not scale > 0:
@@ -166,7 +168,7 @@ def marvell_noise(
 
 @GRADIENT_STEPS.register("dp_gaussian")
 class DpGaussian(GradientStep):
-    """Clip each row to ‖g‖ ≤ ``clip``, add N(0, (noise_multiplier · clip)² I); ε accounted for ``delta``."""
+    """Gaussian mechanism: each row clipped to ‖g‖ ≤ clip, plus N(0, (noise_multiplier · clip)² I); ε accounted."""
 
     def __init__(self, noise_multiplier: float = 1.0, clip: float = 0.01, delta: float = 1e-5) -> None:
         if not noise_multiplier > 0:
@@ -203,7 +205,7 @@ def gaussian_epsilon(noise_multiplier: float, releases: int, delta: float) -> fl
 
 @GRADIENT_STEPS.register("sparsification")
 class Sparsification(GradientStep):
-    """Each row keeps its ⌈keep · E⌉ largest-magnitude entries (ties: the first), the others are zeroed."""
+    """Sparsification: each row keeps its ⌈keep · E⌉ largest-magnitude entries (ties: the first), zeroes the rest."""
 
     def __init__(self, keep: float = 0.25) -> None:
         if not 0 < keep <= 1:
@@ -221,8 +223,10 @@ class Sparsification(GradientStep):
 
 @GRADIENT_STEPS.register("discrete_sgd")
 class DiscreteSgd(GradientStep):
-    """Every entry rounded to one of ``levels`` equally spaced values over the batch's [min, max]: up with
-    probability equal to its position within its interval, so the rounding is unbiased (its noise is fresh)."""
+    """Fu et al.'s DiscreteSGD: every entry stochastically rounded to one of ``levels`` values over the batch's range.
+
+    The levels are equally spaced over [min, max]; an entry rounds up with probability equal to its position within
+    its interval, so the rounding is unbiased (and its noise fresh every step)."""
 
     def __init__(self, levels: int = 3) -> None:
         if levels < 2:
@@ -243,8 +247,9 @@ class DiscreteSgd(GradientStep):
 
 @GRADIENT_STEPS.register("label_dp")
 class LabelDp(GradientStep):
-    """Randomized response on the training labels (Ghazi et al.'s RR): a row keeps its label with probability
-    e^ε / (e^ε + K − 1), else takes one of the other K − 1 uniformly. One draw per row and session."""
+    """Label DP by randomized response (Ghazi et al.): each training label drawn once per session, ε-label-DP.
+
+    A row keeps its label with probability e^ε / (e^ε + K − 1), else takes one of the other K − 1 uniformly."""
 
     def __init__(self, epsilon: float = 1.0) -> None:
         if not epsilon > 0:
