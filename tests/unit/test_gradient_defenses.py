@@ -117,6 +117,10 @@ def test_marvell_spends_its_budget_and_brings_the_classes_closer() -> None:
         return (a.mean() - b.mean()) / math.sqrt(a.var() + b.var())
 
     assert separation(g + noise) < separation(g) / 3
+    # the classes' perturbed gradients have the same covariance (each row gets the other class's, plus the rest of the
+    # budget along Δ): a Kerckhoffs attacker reading a row's energy off the class axis finds no class there
+    spread = [np.cov((g + noise)[y == k].T) for k in (0, 1)]
+    assert np.linalg.norm(spread[0] - spread[1]) < 0.1 * np.linalg.norm(spread[0])
 
 
 def test_a_chain_refuses_bad_specs_naming_the_step() -> None:
