@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 
+import grpc
 import pytest
 from typer.testing import CliRunner
 
+from tests.integration.conftest import federation
 from vflsec.client import harness
 from vflsec.client.cli import app
 
@@ -47,3 +49,18 @@ def test_a_bad_gradient_defense_is_refused_before_anything_starts(monkeypatch) -
     assert code == 2 and "gradient defense step 'max_nrm'" in out and len(out.strip().splitlines()) == 1
     code, out = attack(monkeypatch, "--model", "lr", "--gradient-defense", "max_norm")
     assert code == 2 and "coordinator-top only" in out and len(out.strip().splitlines()) == 1
+
+
+def test_the_active_party_refuses_a_bad_gradient_defense_over_the_wire(tmp_path) -> None:
+    with federation(tmp_path, dataset="breast_cancer", n_passive=1, backend="plain") as fed:
+        for settings, named in (
+            ({"gradient_defense": ["max_nrm"]}, "gradient defense step 'max_nrm'"),
+            ({"gradient_defense": ["label_dp:epsilon=-1"]}, "epsilon must be > 0"),
+            ({"topology": "active-top", "gradient_defense": ["max_norm"]}, "coordinator-top topology only"),
+        ):
+            with pytest.raises(grpc.RpcError) as refused:
+                fed.operator.create_session("plain", family="splitnn", settings={"embedding": 4, **settings})
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert named in refused.value.details()
+        # a good one opens the session
+        assert fed.operator.create_session("plain", family="splitnn", settings={"gradient_defense": ["max_norm"]})
