@@ -1056,11 +1056,16 @@ def with_label_undefended(
     best = report["strongest_either_way"]
     worst = "no attack ran" if best is None else f"{best['attack']} AUC {best['auc']:.4f}"
     met = best is not None and best["auc_either_way"] <= MAX_AUC_GOAL and report["accuracy_cost"] <= MAX_COST_GOAL
+    # The cost alone can mislead where the undefended model beats the majority class by less than the bound (Bank):
+    # a defended model that learnt nothing but the prior would "meet" it. Say so.
+    report["above_majority"] = report["accuracy"] - report["majority_rate"]
+    trivial = report["above_majority"] <= 0.0
     report["verdict"] = (
         f"{'meets' if met else 'misses'} the goal (every gradient attack ≤ {MAX_AUC_GOAL} AUC either way at ≤ "
         f"{MAX_COST_GOAL * 100:.0f} pp accuracy cost): strongest {worst}, accuracy {report['accuracy']:.4f} against "
         f"{undefended['accuracy']:.4f} undefended ({report['accuracy_cost'] * 100:+.2f} pp cost), majority rate "
         f"{report['majority_rate']:.4f}"
+        + ("; the defended model does no better than predicting the majority class" if trivial else "")
     )
     return report
 
