@@ -249,6 +249,7 @@ def evaluate(
         "majority_rate": float(np.bincount(split[2]).max() / len(split[2])),  # of the held-out labels
         "epochs_trained": main.training.epochs_trained,
         "model": spec.model,
+        "gradient_defense": list(spec.gradient_defense),  # the session's, run at the active party (split-NN)
     }
     if spec.early_stopping_patience:
         result["early_stopping"] = main.training.to_dict()
