@@ -195,6 +195,7 @@ def test_attacks_refuse_a_model_family_they_do_not_support() -> None:
     luo = {n for n in ATTACKS.names() if n.startswith("grn_luo")}
     binary = {"ye_alg1", "ye_alg2", "ye_adaptive", "ye_peel"}
     labels = {"norm", "cosine", "clustering", "direct", "completion"}  # a passive party's label attacks
+    labels |= {"axis_projection", "noise_residual"}  # and its Kerckhoffs attackers of the gradient defenses
     labelled = {"labelled_rows"}  # the attacker with auxiliary labels (opt-in)
     expected = {"half", "rg", "zero", "embedding_ls"} | gradient | luo | binary | labels | labelled
     assert set(ATTACKS.names("splitnn")) == expected
