@@ -82,6 +82,7 @@ class TreeCoordinatorServicer(tree_pb2_grpc.TreeCoordinatorServicer):
             parts=request.parts,
             mask_sums=mask_sums,
             bin_weights=weights,
+            task_digest=request.task_digest,
         )
         return common_pb2.Empty()
 

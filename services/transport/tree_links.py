@@ -100,7 +100,13 @@ class TreeCoordinatorClient:
         return call(self.peer, self.stub.NodeKeys, request, self.policy).public_context
 
     def submit_counts(
-        self, session_id: str, key: Sequence[int], products: list[bytes], mask_sums: np.ndarray, bin_weights: np.ndarray
+        self,
+        session_id: str,
+        key: Sequence[int],
+        products: list[bytes],
+        mask_sums: np.ndarray,
+        bin_weights: np.ndarray,
+        task_digest: bytes,
     ) -> None:
         groups = product_parts(products, PART_BYTES)
         for part, group in enumerate(groups):
@@ -111,6 +117,7 @@ class TreeCoordinatorClient:
                 products=group,
                 mask_sums=to_tensor(mask_sums) if last else None,
                 bin_weights=to_tensor(bin_weights) if last else None,
+                task_digest=task_digest if last else b"",
                 part=part,
                 parts=len(groups),
             )

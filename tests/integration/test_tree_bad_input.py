@@ -101,8 +101,9 @@ def test_tree_rpcs_refuse_bad_input_and_keep_serving(fed) -> None:
 
     def submit(products, mask_rows):
         mask_sums = to_tensor(np.zeros((mask_rows, 3)))
+        digest = Task.from_json(task_of(root)).digest()  # the node as the coordinator holds it
         return _code(as_passive.SubmitCounts, tree_pb2.NodeCounts(session_id=sid, node=key, products=products,
-                                                                   mask_sums=mask_sums,
+                                                                   mask_sums=mask_sums, task_digest=digest,
                                                                    bin_weights=to_tensor(np.zeros(width))))  # fmt: skip
 
     # The coordinator's own layout of the node's indicators fixes how many products it takes.

@@ -276,3 +276,54 @@ def test_crafted_products_cannot_read_chosen_labels_through_apply_split(fed, mon
     common = sorted(fed.operator.align(sid))
     assert list(fed.operator.train(sid, common[:120], 1))[-1].done
     assert targets and not named  # every passive feature's counts were crafted: none was a candidate
+
+
+def test_products_made_for_another_copy_of_the_node_are_refused_unopened(fed, monkeypatch) -> None:
+    """Review 12 R2: the passive party made its bin weights and products on the node as the active party sent it, so
+    fake multiplicities (the target row heavy, the node's sum kept) with matching [[Y]] and totals passed both sums
+    and Decide was refused naming a passive side's true weight (4 of 8 targets at 64 bins: 1, 3, 3, 1). Now the
+    passive party sends the digest of the node it made them for, and the coordinator opens them only for its own
+    copy: the refusal names the node, never a weight."""
+    from vflsec.services.transport import tree_links
+
+    chosen = {"row": 0}
+    honest_totals, honest_encrypt = trainers.LabelHolder.totals, trainers.LabelHolder.encrypt
+    honest_counts = tree_links.TreePassiveClient.node_counts
+
+    def fake(task) -> np.ndarray:
+        weights = np.ones_like(task.weights)
+        weights[chosen["row"] % task.rows.size] = task.weights.sum() - (task.rows.size - 1)
+        return weights
+
+    def totals(self, task):
+        if task.depth:
+            return honest_totals(self, task)
+        w, t = fake(task), chosen["row"] % task.rows.size
+        return np.array([w[t], w.sum() - w[t]] + [0.0] * (self.n_classes - 2))
+
+    def encrypt(self, backend, task, widest):
+        if task.depth:
+            return honest_encrypt(self, backend, task, widest)
+        w, t = fake(task), chosen["row"] % task.rows.size
+        Y = np.zeros((task.rows.size, self.n_classes))
+        Y[:, 1], Y[t] = w, 0.0
+        Y[t, 0] = w[t]
+        replicas = he.choose_replicas(task.rows.size, self.n_classes, widest, backend.slots)
+        return he.encrypt_matrix(backend, Y, replicas=replicas)
+
+    def node_counts(self, session_id, node, indicators, key_epoch):
+        if node["depth"] == 0:
+            node = {**node, "weights": fake(trainers.Task.from_json(dict(node))).tolist()}
+        return honest_counts(self, session_id, node, indicators, key_epoch)
+
+    monkeypatch.setattr(trainers.LabelHolder, "totals", totals)
+    monkeypatch.setattr(trainers.LabelHolder, "encrypt", encrypt)
+    monkeypatch.setattr(tree_links.TreePassiveClient, "node_counts", node_counts)
+    settings = {"n_trees": 1, "max_depth": 2, "bootstrap": True, "feature_fraction": 1.0, "n_bins": 64}
+    for target in (11, 37, 52, 64):  # each refused naming a weight before
+        chosen["row"] = target
+        sid = fed.operator.create_session("plain", family="forest", settings=settings).session_id
+        common = sorted(fed.operator.align(sid))
+        with pytest.raises(grpc.RpcError) as refused:
+            list(fed.operator.train(sid, common[:120], 1))
+        assert "another version of node" in refused.value.details() and "weight" not in refused.value.details()

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from vflsec.services.crypto import entropy, he
-from vflsec.services.errors import FailedPrecondition
+from vflsec.services.errors import FailedPrecondition, InvalidArgument
 from vflsec.services.models import family as families
 from vflsec.services.models.tree import (
     FeatureOwner,
@@ -38,7 +38,7 @@ def _root_with_counts():
     products, mask_sums = owners[1].masked_products(keys, sent, task, entropy.os_entropy())
     blobs = [keys.serialize(ct) for ct in products]
     weights = owners[1].bin_weights(task)
-    holder.submit_counts(keys, 1, task.key, blobs, mask_sums, weights)
+    holder.submit_counts(keys, 1, task.key, blobs, mask_sums, weights, task.digest())
     return family, holder, owners, labels, task, keys, blobs, mask_sums, weights
 
 
@@ -49,7 +49,7 @@ def test_a_restored_key_holder_resumes_the_node_in_flight() -> None:
     restored = family.restore_key_holder((state[0], json.loads(json.dumps(state[1]))))  # as a checkpoint stores it
     assert restored.next_node() == holder.next_node() and restored.answered == holder.answered
     with pytest.raises(FailedPrecondition, match="one decryption"):
-        restored.submit_counts(keys, 1, task.key, blobs, mask_sums, weights)
+        restored.submit_counts(keys, 1, task.key, blobs, mask_sums, weights, task.digest())
     assert np.array_equal(restored.weights[1], weights)
     own = owners[0].plain_counts(task, labels.indicators(task))
     assert restored.decide(task.key, own) == holder.decide(task.key, own)
@@ -102,5 +102,7 @@ def test_a_passive_party_makes_products_in_node_order_at_most_twice_a_node() -> 
     assert search(2, [4, 5, 6, 7]).key == (0, 2)
     with pytest.raises(FailedPrecondition, match="in order"):
         search(1, [0, 1, 2, 3])
+    with pytest.raises(InvalidArgument, match="no node a session"):  # review 12 R3: keys the config cannot have
+        search(5, [0, 1, 2, 3])  # a depth-2 tree searches nodes 0-2 only
     restored = family.restore_passive(passive.to_state())
     assert restored.attempts == 1 and next(iter(restored.searched)) == (0, 2)

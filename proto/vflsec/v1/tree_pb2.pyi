@@ -120,7 +120,7 @@ class NodeIndicators(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., task: _Optional[_Union[NodeTask, _Mapping]] = ..., indicators: _Optional[_Union[_common_pb2.EncryptedMatrix, _Mapping]] = ..., key_epoch: _Optional[int] = ...) -> None: ...
 
 class NodeCounts(_message.Message):
-    __slots__ = ("session_id", "node", "products", "mask_sums", "part", "parts", "bin_weights")
+    __slots__ = ("session_id", "node", "products", "mask_sums", "part", "parts", "bin_weights", "task_digest")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_FIELD_NUMBER: _ClassVar[int]
     PRODUCTS_FIELD_NUMBER: _ClassVar[int]
@@ -128,6 +128,7 @@ class NodeCounts(_message.Message):
     PART_FIELD_NUMBER: _ClassVar[int]
     PARTS_FIELD_NUMBER: _ClassVar[int]
     BIN_WEIGHTS_FIELD_NUMBER: _ClassVar[int]
+    TASK_DIGEST_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     node: NodeKey
     products: _containers.RepeatedScalarFieldContainer[bytes]
@@ -135,7 +136,8 @@ class NodeCounts(_message.Message):
     part: int
     parts: int
     bin_weights: _common_pb2.Tensor
-    def __init__(self, session_id: _Optional[str] = ..., node: _Optional[_Union[NodeKey, _Mapping]] = ..., products: _Optional[_Iterable[bytes]] = ..., mask_sums: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., part: _Optional[int] = ..., parts: _Optional[int] = ..., bin_weights: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ...) -> None: ...
+    task_digest: bytes
+    def __init__(self, session_id: _Optional[str] = ..., node: _Optional[_Union[NodeKey, _Mapping]] = ..., products: _Optional[_Iterable[bytes]] = ..., mask_sums: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., part: _Optional[int] = ..., parts: _Optional[int] = ..., bin_weights: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ..., task_digest: _Optional[bytes] = ...) -> None: ...
 
 class NodeDecide(_message.Message):
     __slots__ = ("session_id", "node", "counts")

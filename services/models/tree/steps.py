@@ -18,8 +18,9 @@ Roles (party 0 is the active party; every party, the active one included, is a :
 
 Who learns what (per node): the coordinator learns the (weighted) class counts of every bin of every candidate
 feature, and which bin index wins; never a threshold or a per-sample value (every decrypted slot is masked,
-uniform in [-2^24, 2^24]). A passive party learns nothing from the labels (it only computes on ciphertexts) and
-keeps its thresholds; the active party learns nothing about passive features except the partition of each
+uniform in [-2^24, 2^24]). A passive party computes only on ciphertexts and keeps its thresholds, but the partitions
+it sees carry the labels (docs/attacks.md), and a deviating one reads chosen rows' labels through crafted products
+(docs/protocol.md, Known limits); the active party learns nothing about passive features except the partition of each
 node's training rows (which rows go left), which it needs to encrypt the children's indicators. At inference
 every party sends the coordinator one bit per (row, own split node); the coordinator routes the rows, so it
 learns each query's path, and releases only the class / vote fractions through the score-release chain: the
@@ -28,11 +29,13 @@ combine.
 
 State (json bytes): the Builder's is the grown trees and the open queue, the KeyHolder's the answers it spent, a
 FeatureOwner's its bin edges and splits. Data (labels, training columns) is not state: it is given again on
-restore. The engines must save the KeyHolder before it decrypts (as coordinator.block_sums does).
+restore. The engines checkpoint the KeyHolder with the step that decrypts, after it: a crash in between may open one
+(party, node)'s products twice, never decide a node twice (the decision is recorded before its owner learns it).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -75,6 +78,11 @@ class Task:
             "weights": self.weights.tolist(),
             "features": {str(p): list(f) for p, f in self.features.items()},
         }
+
+    def digest(self) -> bytes:
+        """A fingerprint of the node as a party holds it (rows, multiplicities, candidate features): the key holder
+        opens products only if they were made for its own copy (review 12, R2)."""
+        return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).digest()
 
     @classmethod
     def from_json(cls, d: dict) -> Task:
@@ -292,9 +300,9 @@ class Builder:
         # itself must leave both children min_samples_leaf (>= [policy] min_node_rows), whatever they claimed.
         lightest = min(float(task.weights[goes_left].sum()), float(task.weights[~goes_left].sum()))
         if lightest < self.config.min_samples_leaf:
-            raise InvalidArgument(
-                f"the owner's partition leaves a side of weight {lightest:g}, below min_samples_leaf "
-                f"{self.config.min_samples_leaf}: the counts the split was chosen on do not match the node's rows"
+            raise InvalidArgument(  # no weight named: it would be a statistic of the owner's bins (review 12, R2)
+                f"the owner's partition leaves a side below min_samples_leaf {self.config.min_samples_leaf}: the bin "
+                "weights the split was chosen on do not match the node's rows"
             )
         node = self._nodes[task.key]
         node.owner, node.feature, node.bin = split.owner, split.feature, split.bin

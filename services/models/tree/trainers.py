@@ -14,11 +14,12 @@ active party (label holder) drives node by node over its family links (services/
    partition of the node's rows (the children's rows, which everyone learns).
 
 Inference is the engines' path: a party's share has one column per possible split node (n_trees ×
-(2^max_depth − 1)), 1 where a row goes left at a split it owns, 0 elsewhere; the coordinator decrypts each party's
-share apart and takes each node's bit from its owner's share alone (``selects_share_columns``; no share masks,
-which would not cancel), routes each row (:func:`.steps.combine`) and gives the class (DT) or the vote fractions
-(RF) to the score-release chain. The coordinator thus learns each query's path (as it did from the sum), never a
-value, and no party's share can move or have refused another party's answer.
+(2^max_depth − 1)), 1 where a row goes left at a split it owns, 0 elsewhere; the coordinator receives each party's
+share apart (nothing is decrypted at inference) and takes each node's bit from its owner's share alone
+(``selects_share_columns``; no share masks, which would not cancel), routes each row (:func:`.steps.combine`) and
+gives the class (DT) or the vote fractions (RF) to the score-release chain. The coordinator thus learns each
+query's path (as it did from the sum), never a value, and no party's share can move or have refused another
+party's answer.
 
 Release: the coordinator's skeleton (owners, features, bins, per-node class counts); passive thresholds stay with
 their owners unless the parameter-release chain names ``thresholds`` (luo's PRA / GRN-RF setting, one explicit
@@ -178,7 +179,13 @@ class KeyHolderLink(Protocol):
         ...
 
     def submit_counts(
-        self, session_id: str, key: NodeKey, products: list[bytes], mask_sums: np.ndarray, bin_weights: np.ndarray
+        self,
+        session_id: str,
+        key: NodeKey,
+        products: list[bytes],
+        mask_sums: np.ndarray,
+        bin_weights: np.ndarray,
+        task_digest: bytes,
     ) -> None: ...
 
     def decide(self, session_id: str, key: NodeKey, counts: np.ndarray | None) -> tuple[int, int] | None:
@@ -337,6 +344,16 @@ class TreePassive:
         # message, would otherwise hold every node's rows), and products are made for a node at most
         # MAX_PRODUCT_ATTEMPTS times and never for an earlier one: whatever the active party names, this party's work
         # is bounded by an honest growth's (review 11, F5).
+        config = self.settings.config
+        if not (
+            task.tree < config.n_trees
+            and task.node_id < 2**config.max_depth - 1
+            and task.depth == (task.node_id + 1).bit_length() - 1
+        ):
+            raise InvalidArgument(
+                f"node {task.key} at depth {task.depth} is no node a session of {config.n_trees} tree(s) of depth "
+                f"{config.max_depth} searches"
+            )
         last = next(iter(self.searched), None)
         if last is not None and (task.key < last or (task.key == last and self.attempts >= MAX_PRODUCT_ATTEMPTS)):
             raise FailedPrecondition(
@@ -349,7 +366,7 @@ class TreePassive:
 
     def node_products(
         self, keys: he.Backend, task: Task, indicators: he.WireMatrix
-    ) -> tuple[list[bytes], np.ndarray, np.ndarray]:
+    ) -> tuple[list[bytes], np.ndarray, np.ndarray, bytes]:
         """Masked [[indicators ⊙ bin indicators]] of the node's candidate features, their mask sums and the node's
         weighted rows per bin (which the coordinator checks the counts by), for the coordinator."""
         try:
@@ -358,7 +375,7 @@ class TreePassive:
             raise InvalidArgument(f"indicators: {exc}") from exc
         owner = self._owner()
         products, mask_sums = owner.masked_products(keys, received, task, entropy.os_entropy())
-        return [keys.serialize(ct) for ct in products], mask_sums, owner.bin_weights(task)
+        return [keys.serialize(ct) for ct in products], mask_sums, owner.bin_weights(task), task.digest()
 
     def apply_split(self, node: Mapping[str, Any], feature: int, bin_index: int) -> np.ndarray:
         """Keep the split of the coordinator's node; which of its rows go left."""
@@ -521,11 +538,18 @@ class TreeKeyHolder:
         products: Sequence[bytes],
         mask_sums: np.ndarray,
         bin_weights: np.ndarray,
+        task_digest: bytes,
     ) -> None:
         """Open a passive party's masked products for the current node: once per (party, node), at the width and
         indicator layout the coordinator derives itself; its bin weights (its own word, checked before anything
-        is opened) are what its counts must add up to."""
+        is opened) are what its counts must add up to. Products made for another copy of the node than the
+        coordinator's (rows or multiplicities the active party changed: review 12, R2) are refused unopened."""
         task = self._searched(key)
+        if task_digest != task.digest():
+            raise InvalidArgument(
+                f"the products were made for another version of node {task.key}: its rows, multiplicities or "
+                "features differ from the coordinator's"
+            )
         width, layout = self._block(keys, party, task)
         weights = np.asarray(bin_weights, dtype=np.float64)
         if weights.shape != (width,) or not (np.isfinite(weights).all() and weights.min(initial=0) >= 0):
@@ -703,6 +727,7 @@ def _submit_counts(
     parts: int,
     mask_sums: np.ndarray | None,
     bin_weights: np.ndarray | None = None,
+    task_digest: bytes = b"",
 ) -> None:
     """A passive party's masked per-bin products for the node, in ``parts`` parts (the last carries its mask sums
     and bin weights),
@@ -712,7 +737,7 @@ def _submit_counts(
     if received is not None:  # the last part
         if mask_sums is None or bin_weights is None:
             raise InvalidArgument("mask sums and bin weights: the last part of a node's products carries them")
-        trainer.submit_counts(keys, ctx.caller, key, received, mask_sums, bin_weights)
+        trainer.submit_counts(keys, ctx.caller, key, received, mask_sums, bin_weights, task_digest)
 
 
 def _decide(trainer: TreeKeyHolder, ctx: KeyHolderContext, key: NodeKey, own: np.ndarray | None) -> Split | None:
