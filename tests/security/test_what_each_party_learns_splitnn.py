@@ -11,7 +11,7 @@ import numpy as np
 from tests.security.conftest import federation
 from vflsec.services.crypto import he, ring_mask
 from vflsec.services.engines import passive
-from vflsec.services.models.splitnn import steps, trainers
+from vflsec.services.models.splitnn import roles, steps
 
 
 def test_coordinator_sees_each_embedding_share_masked_and_only_their_sum(tmp_path, monkeypatch) -> None:
@@ -20,7 +20,7 @@ def test_coordinator_sees_each_embedding_share_masked_and_only_their_sum(tmp_pat
     outputs: list[tuple[int, np.ndarray]] = []  # (id of the bottom, its training output), in call order
     feedback: list[object] = []
     decrypt, forward, backward = he.CkksBackend._decrypt, steps.Bottom.forward, passive.PassiveParty.backward
-    open_masked = trainers.open_masked
+    open_masked = roles.open_masked
 
     def watched_sum(shares):  # type: ignore[no-untyped-def]
         summed.append([np.array(share) for share in shares])
@@ -41,7 +41,7 @@ def test_coordinator_sees_each_embedding_share_masked_and_only_their_sum(tmp_pat
         return backward(self, session_id, step, sample_index, delta, digest)
 
     monkeypatch.setattr(he.CkksBackend, "_decrypt", watched_decrypt)
-    monkeypatch.setattr(trainers, "open_masked", watched_sum)
+    monkeypatch.setattr(roles, "open_masked", watched_sum)  # where the key holder role sums the shares
     monkeypatch.setattr(steps.Bottom, "forward", watched_forward)
     monkeypatch.setattr(passive.PassiveParty, "backward", watched_backward)
     with federation(tmp_path / "fed", dataset="wine", n_passive=2) as fed:
