@@ -139,20 +139,31 @@ def check_release_chains(
         raise SpecError(str(exc)) from exc
 
 
+def _check_chain(
+    what: str, parse: Callable[[Sequence[str]], object], specs: Sequence[str], got: tuple[str, str], where: str
+) -> None:
+    """Parse a chain of defense specs as its party will at start, refusing it for a model or topology it does not
+    act on (``where``: the topology it needs, and why)."""
+    model, topology = got
+    needed = ("splitnn", where.split(",")[0])
+    if got != needed:
+        raise SpecError(
+            f"{what} applies to --model splitnn --topology {needed[1]} only, where {where.split(',', 1)[1].strip()}; "
+            f"got --model {model} --topology {topology}"
+        )
+    try:
+        parse(specs)
+    except ValueError as exc:  # PluginError included
+        raise SpecError(f"{what} {list(specs)}: {exc}") from exc
+
+
 def check_embedding_release(specs: Sequence[str], model: str, topology: str) -> None:
     """Parse the passive parties' embedding defenses as each party will at start; they act on split-NN active-top
     only (elsewhere a passive output leaves encrypted), so asking for them with another model is refused."""
     from vflsec.services.defenses.embeddings import EmbeddingChain
 
-    if (model, topology) != ("splitnn", "active-top"):
-        raise SpecError(
-            "embedding release applies to --model splitnn --topology active-top only, where a passive party's z_p "
-            f"reaches the active party in the clear; got --model {model} --topology {topology}"
-        )
-    try:
-        EmbeddingChain.from_specs(specs)
-    except ValueError as exc:  # PluginError included
-        raise SpecError(f"embedding release {list(specs)}: {exc}") from exc
+    where = "active-top, a passive party's z_p reaches the active party in the clear"
+    _check_chain("embedding release", EmbeddingChain.from_specs, specs, (model, topology), where)
 
 
 def check_gradient_defense(specs: Sequence[str], model: str, topology: str) -> None:
@@ -160,15 +171,8 @@ def check_gradient_defense(specs: Sequence[str], model: str, topology: str) -> N
     split-NN coordinator-top forwards to the passive parties, so another model or topology is refused."""
     from vflsec.services.defenses.gradients import GradientChain
 
-    if (model, topology) != ("splitnn", "coordinator-top"):
-        raise SpecError(
-            "gradient defenses apply to --model splitnn --topology coordinator-top only, where the active party "
-            f"forwards ∂L/∂h to the passive parties; got --model {model} --topology {topology}"
-        )
-    try:
-        GradientChain.from_specs(specs)
-    except ValueError as exc:  # PluginError included
-        raise SpecError(f"gradient defense {list(specs)}: {exc}") from exc
+    where = "coordinator-top, the active party forwards ∂L/∂h to the passive parties"
+    _check_chain("gradient defense", GradientChain.from_specs, specs, (model, topology), where)
 
 
 @functools.lru_cache(maxsize=4)
