@@ -3,6 +3,9 @@ FROM python:3.11-slim
 
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONUNBUFFERED=1
 
+# PSI's ristretto255 is the system's libsodium (pysodium binds it through ctypes).
+RUN apt-get update && apt-get install -y --no-install-recommends libsodium23 && rm -rf /var/lib/apt/lists/*
+
 RUN useradd --create-home --uid 10001 vflsec
 WORKDIR /app
 

@@ -24,6 +24,16 @@ if [ -n "$asked" ] && [ -x .venv/bin/python ] && [ "$(version .venv/bin/python)"
     "(rm -r .venv) to install with $(version "$PYTHON")" >&2
   exit 2
 fi
+# PSI runs on the system's libsodium (>= 1.0.18, for ristretto255) through pysodium; Debian's package is libsodium23.
+if ! ldconfig -p 2>/dev/null | grep -q 'libsodium\.so'; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get install -y -qq libsodium23 >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq libsodium23; }
+  else
+    echo "install.sh: PSI needs libsodium >= 1.0.18 (Debian/Ubuntu: apt-get install libsodium23;" \
+      "macOS: brew install libsodium)" >&2
+    exit 2
+  fi
+fi
 stamp=.venv/.vflsec-installed
 wanted="$(sha256sum pyproject.toml | cut -d' ' -f1)"
 if [ "${1:-}" != "--force" ] && [ -x .venv/bin/vflsec ] && [ "$(cat "$stamp" 2>/dev/null)" = "$wanted" ]; then

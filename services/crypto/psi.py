@@ -1,11 +1,11 @@
-"""ECDH private set intersection in the prime-order group of edwards25519 (protocol.md, "Alignment").
+"""ECDH private set intersection in ristretto255, a group of prime order (protocol.md, "Alignment").
 
-Each party hashes its ids into the prime-order subgroup with RFC 9380's random-oracle suite
-``edwards25519_XMD:SHA-512_ELL2_RO_`` (salted per session) and blinds them with a secret scalar k uniform in
+Each party hashes its ids into the group with RFC 9380's ``hash_to_ristretto255`` (suite
+``ristretto255_XMD:SHA-512_R255MAP_RO_``, salted per session) and blinds them with a secret scalar k uniform in
 [1, L). Scalar multiplication commutes, so ``a·(p·H(x)) == p·(a·H(x))``: double-blinded values match exactly for
 common ids, while under DDH in the prime-order group raw ids' blinded values look like random group elements.
-Every received point must be a canonical, non-identity point of the prime-order subgroup before it is used: no
-small-order component (and no twist) can carry a bit of the id through blinding.
+Every received value must be the canonical encoding of a non-identity element before it is used: ristretto255 has
+no cofactor and no twist, so an element that decodes carries nothing through blinding but the group element.
 
 Protocol between the active party A and each passive party P (one A key, one key per P, one exchange per
 session, enforced by the parties' engines):
@@ -18,9 +18,8 @@ session, enforced by the parties' engines):
    party's row order; A sends each P its ``Alignment.passive_positions[p]``.
 4. P maps common index -> own row with :func:`rows_from_positions`.
 
-Hashing (services/crypto/curve.py) runs in Python integers with batched inversions, taking each Elligator 2 square
-root from libsodium's point decompression (PyNaCl exposes no ristretto255 and no RFC 9380 hash); scalar
-multiplication and point validation are libsodium's. All of it holds the GIL, so the work is cut into chunks of up
+Hashing (services/crypto/curve.py) is SHA-512 and libsodium's ristretto255 map; scalar multiplication and
+decoding are libsodium's. Each value costs a few Python calls that hold the GIL, so the work is cut into chunks of up
 to :data:`CHUNK` ids or points (the unit of work: pure functions of the scalar, salt and chunk, so they could go to
 other machines too) run in a process pool of :func:`default_workers` processes. Lists are S32 numpy arrays (32 bytes
 per value, no per-row Python object); they travel between the parties as :class:`Chunk` s of the same size, streamed
@@ -41,7 +40,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
-from nacl.bindings import crypto_core_ed25519_scalar_reduce
+from pysodium import crypto_core_ristretto255_scalar_reduce
 
 from vflsec.services.crypto import entropy
 from vflsec.services.crypto.curve import (  # the curve work; also this module's API
@@ -342,7 +341,7 @@ class PsiKey:
     def __init__(self) -> None:
         scalar = bytes(32)
         while scalar == bytes(32):  # reduce(64 random bytes) is uniform mod L up to 2^-256; 0 is redrawn
-            scalar = crypto_core_ed25519_scalar_reduce(secrets.token_bytes(64))
+            scalar = crypto_core_ristretto255_scalar_reduce(secrets.token_bytes(64))
         self._scalar = scalar
 
     def blind_ids(self, ids: Sequence[str], salt: bytes, *, workers: int | None = None) -> list[bytes]:
@@ -372,9 +371,9 @@ class PsiKey:
     def reblind(self, points: Sequence[bytes] | np.ndarray, *, workers: int | None = None) -> list[bytes]:
         """``k·P`` for each point received from the other party, in order.
 
-        Every point must be the canonical encoding of a non-identity point of the prime-order subgroup: no
-        small-order component can carry a bit of the id through blinding; k is in [1, L), so a valid point never
-        yields the identity.
+        Every point must be the canonical encoding of a non-identity ristretto255 element (the group has prime
+        order: nothing but the element survives blinding); k is in [1, L), so a valid point never yields the
+        identity.
         """
         return _as_list(self._reblind(_points(points), workers))
 

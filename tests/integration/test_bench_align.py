@@ -31,6 +31,7 @@ def test_bench_align_json_reports_the_figures_for_two_passive_parties(transport:
     assert result["transport"].startswith(transport)
     assert result["correct"] is True and result["common"] == 2700
     assert set(result["per_op_us"]) == set(result["per_op_cpu_us"]) == {"hash_to_group", "scalar_mult"}
+    assert result["group"] == "ristretto255_XMD:SHA-512_R255MAP_RO_"
     assert result["cpu_seconds"] > 0 and result["cpu_ratio"] == result["cpu_seconds"] / result["cpu_floor_seconds"]
     assert result["ratio_to_floor"] == result["align_seconds"] / result["floor_seconds"]
     assert set(result["peak_rss_mb"]) == set(result["peak_pss_mb"]) == {"active", "passive-1", "passive-2"}

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import grpc
 import numpy as np
 import pytest
-from nacl.bindings import crypto_core_ed25519_add, crypto_core_ed25519_is_valid_point
+from pysodium import crypto_core_ristretto255_is_valid_point
 
 from tests.security.conftest import Federation, federation
 from vflsec.client.federation import FederationLayout
@@ -24,14 +24,6 @@ from vflsec.v1 import passive_pb2, passive_pb2_grpc
 CAP = 600  # the federation's [limits] psi_max_ids: above every party's 569 rows, so honest alignment passes
 P = 2**255 - 19
 A = 486662
-SMALL_ORDER = {
-    "identity": (1).to_bytes(32, "little"),
-    "order 2": (P - 1).to_bytes(32, "little"),
-    "order 4": bytes(32),
-    "order 8": bytes.fromhex("26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc05"),
-}
-
-
 @pytest.fixture(scope="module")
 def fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
     folder = tmp_path_factory.mktemp("psi")
@@ -61,31 +53,25 @@ def _refused(call, *args) -> tuple[grpc.StatusCode, str]:
     return err.value.code(), err.value.details()
 
 
-def _twist_bit(encoding: bytes, *, as_edwards: bool) -> bool:
-    """The old probe's distinguisher: is the Montgomery u of this value on the twist (u³ + A·u² + u non-square)?
-
-    ``as_edwards`` reads the bytes as an edwards25519 point and takes u = (1 + y)/(1 − y); otherwise the bytes
-    are u itself, as X25519 read them.
-    """
-    value = int.from_bytes(encoding, "little") & ((1 << 255) - 1)
-    u = (1 + value) * pow(1 - value, -1, P) % P if as_edwards else value % P
+def _twist_bit(encoding: bytes) -> bool:
+    """The old probe's distinguisher: read as an X25519 u-coordinate, is this value on the twist (u³ + A·u² + u
+    non-square)?"""
+    u = (int.from_bytes(encoding, "little") & ((1 << 255) - 1)) % P
     return pow((u * u * u + A * u * u + u) % P, (P - 1) // 2, P) == P - 1
 
 
 def test_twist_probe_has_nothing_to_distinguish(fed: Federation, passive) -> None:
     """Old probe: hash 400 IDs, send them blinded, and compare each row's twist bit before and after the
-    passive party's blinding: 400/400 agreed, one bit per row. Now every value is a point of the prime-order
-    group, so the bit is the same for every ID, and the raw bytes' bit no longer survives blinding."""
+    passive party's blinding: 400/400 agreed, one bit per row. Now every value is an element of ristretto255, a
+    group of prime order (no twist, no cofactor), and the raw bytes' bit no longer survives blinding."""
     session_id = fed.operator.create_session("plain", seed=7).session_id
     sent = psi.PsiKey().blind_ids([f"candidate-{i}" for i in range(400)], psi.new_salt())
     returned, own = _exchange(passive, session_id, sent)
     assert len(returned) == 400
     for value in (*sent, *returned, *own):
-        assert crypto_core_ed25519_is_valid_point(value)
-    # As curve points, all on the curve (never the twist): a constant, independent of the ID.
-    assert not any(_twist_bit(v, as_edwards=True) for v in (*sent, *returned))
+        assert crypto_core_ristretto255_is_valid_point(value)
     # Read as X25519 did, the bit is a coin flip after blinding: survival near 200/400, not 400/400.
-    bits = [[_twist_bit(v, as_edwards=False) for v in values] for values in (sent, returned)]
+    bits = [[_twist_bit(v) for v in values] for values in (sent, returned)]
     kept = sum(before == after for before, after in zip(*bits, strict=True))
     assert 140 <= kept <= 260, kept  # binomial(400, 1/2): outside this range with probability < 1e-9
 
@@ -100,22 +86,25 @@ def test_over_cap_list_is_refused_before_any_point(fed: Federation, passive) -> 
     assert len(fed.operator.align(session_id)) > 0
 
 
-@pytest.mark.parametrize(
-    "kind", ["identity", "order 2", "order 4", "order 8", "non-canonical", "off-subgroup", "not on the curve"]
-)
+# Encodings a deviating active party could send instead of a blinded ID (RFC 9496 §4.3.1 refuses each).
+BAD_ENCODINGS = {
+    "identity": bytes(32),
+    "non-canonical (s = p)": P.to_bytes(32, "little"),
+    "bit 255 set": None,  # a valid value with bit 255 set: libsodium 1.0.18 decodes it, vflsec refuses it
+    "negative (s = 1)": (1).to_bytes(32, "little"),
+    "no element (s = 2)": (2).to_bytes(32, "little"),
+    "edwards25519 point of order 8": bytes.fromhex("26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc05"),
+}
+
+
+@pytest.mark.parametrize("kind", list(BAD_ENCODINGS))
 def test_invalid_points_are_refused_and_the_service_keeps_running(fed: Federation, passive, kind: str) -> None:
     session_id = fed.operator.create_session("plain", seed=9).session_id
     good = psi.hash_ids(["some-id"], b"probe")[0]
-    bad = {
-        **SMALL_ORDER,
-        "non-canonical": (P + 1).to_bytes(32, "little"),  # y = p + 1: the identity, encoded non-canonically
-        "off-subgroup": crypto_core_ed25519_add(good, SMALL_ORDER["order 8"]),
-        "not on the curve": (2).to_bytes(32, "little"),  # (y² − 1)/(d·y² + 1) is not a square for y = 2
-    }[kind]
-    assert not crypto_core_ed25519_is_valid_point(bad)
+    bad = BAD_ENCODINGS[kind] or bytes([*good[:31], good[31] | 0x80])
     code, details = _refused(_exchange, passive, session_id, [good, bad])
     assert code == grpc.StatusCode.INVALID_ARGUMENT
-    assert "index 1 is not a canonical point of the prime-order subgroup" in details
+    assert "index 1 is not a canonical point of ristretto255" in details
     assert len(fed.operator.align(session_id)) > 0  # still serving, and the session was not used up
 
 

@@ -1,16 +1,23 @@
-"""ECDH PSI in edwards25519's prime-order group: RFC 9380 hashing, algebra, the full multi-party protocol and
-input validation."""
+"""ECDH PSI in ristretto255: RFC 9380 / RFC 9496 hashing, algebra, the full multi-party protocol and input
+validation."""
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import pytest
-from nacl.bindings import crypto_core_ed25519_add, crypto_core_ed25519_is_valid_point
+from pysodium import (
+    crypto_core_ristretto255_from_hash,
+    crypto_core_ristretto255_is_valid_point,
+    crypto_scalarmult_ristretto255_base,
+)
 
 from vflsec.services.crypto.psi import (
     Alignment,
     PsiKey,
     active_align,
+    expand_message_xmd,
     hash_ids,
     hash_to_group,
     intersect,
@@ -105,77 +112,90 @@ def test_different_salts_or_keys_give_unrelated_values() -> None:
     assert not set(a.reblind(b.blind_ids(ids, SALT))) & set(b.reblind(a.blind_ids(ids, b"other")))
 
 
-# RFC 9380 Appendix J.5.1, edwards25519_XMD:SHA-512_ELL2_RO_: message -> (P.x, P.y), big-endian hex. Their ten
-# Elligator 2 maps take both branches (g(x1) a square six times, not four), so both sign rules are checked.
-RFC9380_DST = b"QUUX-V01-CS02-with-edwards25519_XMD:SHA-512_ELL2_RO_"
-RFC9380_VECTORS = {
-    b"": (
-        "3c3da6925a3c3c268448dcabb47ccde5439559d9599646a8260e47b1e4822fc6",
-        "09a6c8561a0b22bef63124c588ce4c62ea83a3c899763af26d795302e115dc21",
+# RFC 9380 Appendix K.3, expand_message_xmd with SHA-512: (message, length) -> uniform bytes.
+XMD_DST = b"QUUX-V01-CS02-with-expander-SHA512-256"
+XMD_VECTORS = {
+    (b"", 32): "6b9a7312411d92f921c6f68ca0b6380730a1a4d982c507211a90964c394179ba",
+    (b"abc", 32): "0da749f12fbe5483eb066a5f595055679b976e93abe9be6f0f6318bce7aca8dc",
+}
+# RFC 9496 Appendix A.3: the one-way map of SHA-512(label) (hash_to_group with a DST whose expansion is that
+# digest is not available, so the map is checked on the digests through its libsodium binding below).
+R255_MAP_VECTORS = {
+    b"Ristretto is traditionally a short shot of espresso coffee": (
+        "3066f82a1a747d45120d1740f14358531a8f04bbffe6a819f86dfe50f44a0a46"
     ),
-    b"abc": (
-        "608040b42285cc0d72cbb3985c6b04c935370c7361f4b7fbdb1ae7f8c1a8ecad",
-        "1a8395b88338f22e435bbd301183e7f20a5f9de643f11882fb237f88268a5531",
+    b"made with the normal amount of ground coffee but extracted with": (
+        "f26e5b6f7d362d2d2a94c5d0e7602cb4773c95a2e5c31a64f133189fa76ed61b"
     ),
-    b"abcdef0123456789": (
-        "6d7fabf47a2dc03fe7d47f7dddd21082c5fb8f86743cd020f3fb147d57161472",
-        "53060a3d140e7fbcda641ed3cf42c88a75411e648a1add71217f70ea8ec561a6",
-    ),
-    b"q128_" + b"q" * 128: (
-        "5fb0b92acedd16f3bcb0ef83f5c7b7a9466b5f1e0d8d217421878ea3686f8524",
-        "2eca15e355fcfa39d2982f67ddb0eea138e2994f5956ed37b7f72eea5e89d2f7",
-    ),
-    b"a512_" + b"a" * 512: (
-        "0efcfde5898a839b00997fbe40d2ebe950bc81181afbd5cd6b9618aa336c1e8c",
-        "6dc2fc04f266c5c27f236a80b14f92ccd051ef1ff027f26a07f8c0f327d8f995",
+    b"about half the amount of water in the same amount of time": (
+        "006ccd2a9e6867e6a2c5cea83d3302cc9de128dd2a9a57dd8ee7b9d7ffe02826"
     ),
 }
-# edwards25519 points of order 2, 4 and 8 (the cofactor subgroup), RFC 8032 encodings.
+# RFC 9496 Appendix A.1: the encoding of the generator.
+GENERATOR = "e2f2ae0a6abc4e71a884a961c500515f58e30b6aa582dd8db6a65945e08d2d76"
 P = 2**255 - 19
-ORDER_2 = (P - 1).to_bytes(32, "little")
-ORDER_4 = bytes(32)
-ORDER_8 = bytes.fromhex("26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc05")
-IDENTITY = (1).to_bytes(32, "little")
+IDENTITY = bytes(32)
 
 
-def test_hash_to_group_matches_rfc9380_vectors() -> None:
-    messages = list(RFC9380_VECTORS)
-    for message, encoded in zip(messages, hash_to_group(messages, RFC9380_DST), strict=True):
-        x, y = (int(h, 16) for h in RFC9380_VECTORS[message])
-        assert encoded == (y | (x & 1) << 255).to_bytes(32, "little"), message
+def test_hash_to_group_is_rfc9380_expansion_then_rfc9496_map() -> None:
+    for (message, length), expected in XMD_VECTORS.items():
+        assert expand_message_xmd(message, XMD_DST, length).hex() == expected
+    for label, expected in R255_MAP_VECTORS.items():
+        assert crypto_core_ristretto255_from_hash(hashlib.sha512(label).digest()).hex() == expected
+    assert crypto_scalarmult_ristretto255_base((1).to_bytes(32, "little")).hex() == GENERATOR
+    # hash_to_group is exactly the map of the 64-byte expansion.
+    message = b"salted id"
+    assert hash_to_group([message], XMD_DST) == [
+        crypto_core_ristretto255_from_hash(expand_message_xmd(message, XMD_DST, 64))
+    ]
 
 
-def test_hashes_and_blinded_values_are_prime_order_points() -> None:
+def test_hashes_and_blinded_values_are_group_elements() -> None:
     ids = _ids(range(200))
     key = PsiKey()
     for value in (*hash_ids(ids, SALT), *key.blind_ids(ids, SALT)):
-        assert crypto_core_ed25519_is_valid_point(value)
+        assert crypto_core_ristretto255_is_valid_point(value) and value != IDENTITY
 
 
-def test_small_order_constants_are_what_they_claim() -> None:
-    # Guards the constants the rejection tests below rely on: 2^k·T is the identity exactly at the order.
-    for point, order in ((ORDER_2, 2), (ORDER_4, 4), (ORDER_8, 8)):
-        multiples = [point]
-        while len(multiples) < order:
-            multiples.append(crypto_core_ed25519_add(multiples[-1], point))
-        assert multiples[-1] == IDENTITY and IDENTITY not in multiples[:-1]
-
-
-def test_bad_points_are_rejected_with_their_index() -> None:
+def test_invalid_or_non_canonical_encodings_are_refused_with_their_index() -> None:
     key = PsiKey()
     good = key.blind_ids(["x"], SALT)[0]
     with pytest.raises(ValueError, match="index 1 must be 32 bytes, got 31 bytes"):
         key.reblind([good, good[:31]])
     with pytest.raises(ValueError, match="index 0 must be 32 bytes, got str"):
         key.reblind(["a" * 32])  # type: ignore[list-item]
-    non_canonical = [
-        (P + 1).to_bytes(32, "little"),  # y = p + 1 ≡ 1: the identity, non-canonically
-        bytes([1, *bytes(30), 0x80]),  # x = 0 with the sign bit set
-    ]
-    off_subgroup = [crypto_core_ed25519_add(good, t) for t in (ORDER_2, ORDER_4, ORDER_8)]
-    for bad in (IDENTITY, ORDER_2, ORDER_4, ORDER_8, *non_canonical, *off_subgroup):
-        with pytest.raises(ValueError, match="index 2 is not a canonical point of the prime-order subgroup"):
-            key.reblind([good, good, bad])
+    s = int.from_bytes(good, "little")
+    bad = {
+        "identity": IDENTITY,
+        "s = p (zero, non-canonically)": P.to_bytes(32, "little"),
+        "s + p": (s + P).to_bytes(32, "little"),
+        "bit 255 set (libsodium 1.0.18 decodes it)": (s | 1 << 255).to_bytes(32, "little"),
+        "negative s (p - s is odd)": (P - s).to_bytes(32, "little"),
+        "negative s = 1": (1).to_bytes(32, "little"),
+        "s = -1 (y = 0)": (P - 1).to_bytes(32, "little"),
+        # An edwards25519 encoding of a point of order 8: what the former group had to refuse by a subgroup check.
+        "edwards25519 torsion point": bytes.fromhex(
+            "26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc05"
+        ),
+    }
+    for kind, value in bad.items():
+        with pytest.raises(ValueError, match="index 2 is not a canonical point of ristretto255"):
+            key.reblind([good, good, value])
+        assert value != good, kind
+    # The refused encodings are refused by the check, not by chance: the good value passes the same path.
+    assert len(key.reblind([good, good, good])) == 3
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_two_parties_intersection_equals_the_plain_set_intersection(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    universe = [f"id-{n}-\u00e9" for n in rng.choice(10_000, size=600, replace=False)]
+    active = [universe[i] for i in rng.choice(600, size=int(rng.integers(150, 400)), replace=False)]
+    passive = [universe[i] for i in rng.choice(600, size=int(rng.integers(150, 400)), replace=False)]
+    alignment, (passive_rows,) = _run_protocol(active, [passive])
+    common = [active[row] for row in alignment.active_rows]
+    assert set(common) == set(active) & set(passive) and len(common) == len(set(common))
+    assert [passive[row] for row in passive_rows] == common
 
 
 def test_duplicates_are_rejected() -> None:

@@ -73,7 +73,7 @@ def test_bad_point_deep_in_a_later_chunk_names_its_index_and_stops_the_pool() ->
     key = psi.PsiKey()
     points = key.blind_ids([f"x{i}" for i in range(psi.CHUNK + 10)], psi.new_salt(), workers=2)
     bad = psi.CHUNK + 7
-    points[bad] = bytes(32)  # y = 0: the point (√-1, 0) of order 4
+    points[bad] = bytes(32)  # the identity
     with pytest.raises(ValueError, match=f"point at index {bad} is not a canonical point"):
         key.reblind(points, workers=2)
     with pytest.raises(ValueError, match=f"list sent by passive-7: point at index {bad}"):
