@@ -25,7 +25,8 @@ if [ -n "$asked" ] && [ -x .venv/bin/python ] && [ "$(version .venv/bin/python)"
   exit 2
 fi
 # PSI runs on the system's libsodium (>= 1.0.18, for ristretto255) through pysodium; Debian's package is libsodium23.
-if ! ldconfig -p 2>/dev/null | grep -q 'libsodium\.so'; then
+# (pysodium finds it the way this asks.)
+if ! "$PYTHON" -c 'import ctypes.util, sys; sys.exit(ctypes.util.find_library("sodium") is None)'; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     apt-get install -y -qq libsodium23 >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq libsodium23; }
   else
