@@ -5,7 +5,7 @@ Each party hashes its ids into the group with RFC 9380's ``hash_to_ristretto255`
 [1, L). Scalar multiplication commutes, so ``a·(p·H(x)) == p·(a·H(x))``: double-blinded values match exactly for
 common ids, while under DDH in the prime-order group raw ids' blinded values look like random group elements.
 Every received value must be the canonical encoding of a non-identity element before it is used: ristretto255 has
-no cofactor and no twist, so an element that decodes carries nothing through blinding but the group element.
+no cofactor and no twist, so a value that decodes is a group element and nothing else rides along through blinding.
 
 Protocol between the active party A and each passive party P (one A key, one key per P, one exchange per
 session, enforced by the parties' engines):
