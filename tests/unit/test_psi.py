@@ -118,8 +118,8 @@ XMD_VECTORS = {
     (b"", 32): "6b9a7312411d92f921c6f68ca0b6380730a1a4d982c507211a90964c394179ba",
     (b"abc", 32): "0da749f12fbe5483eb066a5f595055679b976e93abe9be6f0f6318bce7aca8dc",
 }
-# RFC 9496 Appendix A.3: the one-way map of SHA-512(label) (hash_to_group with a DST whose expansion is that
-# digest is not available, so the map is checked on the digests through its libsodium binding below).
+# RFC 9496 Appendix A.3: the one-way map (libsodium's from_hash, which hash_to_group applies to the 64-byte
+# expansion) of SHA-512(label).
 R255_MAP_VECTORS = {
     b"Ristretto is traditionally a short shot of espresso coffee": (
         "3066f82a1a747d45120d1740f14358531a8f04bbffe6a819f86dfe50f44a0a46"
