@@ -358,13 +358,26 @@ class Coordinator:
         s.last_step = step
         s.trained_index.update(sample_index, limit=self.max_rows)
         # The newest keys stay even when a step used none (split-NN decrypts nothing): parsing and form checks use them
-        dropped = [e for e in s.epochs if e < s.epoch(step) and e != max(s.epochs)]
+        self._drop_epochs(session_id, s, [e for e in s.epochs if e < s.epoch(step) and e != max(s.epochs)])
+
+    def _drop_epochs(self, session_id: str, s: CoordinatorSession, dropped: Sequence[int]) -> None:
+        """Forget these key epochs (caller holds s.lock) and checkpoint; their files go after the checkpoint that no
+        longer names them."""
         for epoch in dropped:
             del s.epochs[epoch]
             s.spent.pop(epoch, None)
         self._save(session_id, s)
-        for epoch in dropped:  # after the checkpoint that no longer names them
+        for epoch in dropped:
             self.epoch_keys.remove(_epoch_file(session_id, epoch))
+
+    def _new_epoch_keys(self, session_id: str, s: CoordinatorSession, epoch: int) -> he.Backend:
+        """Fresh keys from OS entropy for ``epoch`` (caller holds s.lock), stored before they are used so that a replay
+        after a restart decrypts under the same key; the caller checkpoints the session that names them."""
+        keys = he.make_keyholder(s.backend.name)
+        if self.epoch_keys.path is not None:  # without a state folder there is nothing to export
+            self.epoch_keys.save_bytes(_epoch_file(session_id, epoch), keys.export_keyholder())
+        s.epochs[epoch] = keys
+        return keys
 
     def _train(
         self,
@@ -415,10 +428,7 @@ class Coordinator:
         if keys is None:
             if step < s.last_step:
                 raise FailedPrecondition(f"the keys of step {step} (epoch {epoch}) are dropped")
-            keys = he.make_keyholder(s.backend.name)  # new keys from OS entropy
-            if self.epoch_keys.path is not None:  # without a state folder there is nothing to export (once a step)
-                self.epoch_keys.save_bytes(_epoch_file(session_id, epoch), keys.export_keyholder())
-            s.epochs[epoch] = keys
+            keys = self._new_epoch_keys(session_id, s, epoch)
             self._save(session_id, s)
         return keys
 
@@ -430,18 +440,14 @@ class Coordinator:
         if not 0 < bits <= he.KEY_BUDGET:
             raise ResourceExhausted(f"a decision of {bits} bits: a key answers at most {he.KEY_BUDGET} (N/4)")
         epoch = max(s.epochs)
-        if s.spent.get(epoch, 0) + bits > he.KEY_BUDGET:
-            old, epoch = list(s.epochs), epoch + 1
-            keys = he.make_keyholder(s.backend.name)  # new keys from OS entropy
-            if self.epoch_keys.path is not None:
-                self.epoch_keys.save_bytes(_epoch_file(session_id, epoch), keys.export_keyholder())
-            s.epochs, s.spent = {epoch: keys}, {epoch: bits}
-            self._save(session_id, s)
-            for e in old:  # after the checkpoint that no longer names them
-                self.epoch_keys.remove(_epoch_file(session_id, e))
+        if s.spent.get(epoch, 0) + bits <= he.KEY_BUDGET:
+            s.spent[epoch] = s.spent.get(epoch, 0) + bits
             return epoch
-        s.spent[epoch] = s.spent.get(epoch, 0) + bits
-        return epoch
+        old = list(s.epochs)
+        self._new_epoch_keys(session_id, s, epoch + 1)
+        s.spent[epoch + 1] = bits
+        self._drop_epochs(session_id, s, old)  # checkpoints the new keys' session before the old files go
+        return epoch + 1
 
     @staticmethod
     def _held_keys(s: CoordinatorSession, epoch: int) -> he.Backend:

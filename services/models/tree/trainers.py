@@ -341,9 +341,9 @@ class TreePassive:
             )
         # Nodes grow one at a time, in (tree, node) order (heap indices breadth first): an earlier node is closed once
         # this one is asked for, so only the latest is kept (a forest's checkpoint, written after every family
-        # message, would otherwise hold every node's rows), and products are made for a node at most
-        # MAX_PRODUCT_ATTEMPTS times and never for an earlier one: whatever the active party names, this party's work
-        # is bounded by an honest growth's (review 11, F5).
+        # message, would otherwise hold every node's rows), and products are made only for node keys the session's
+        # shape has, at most MAX_PRODUCT_ATTEMPTS times a node and never for an earlier one: whatever the active party
+        # names, this party's work is bounded by the config (review 11 F5, review 12 R3; docs/protocol.md, Trees).
         config = self.settings.config
         if not (
             task.tree < config.n_trees
