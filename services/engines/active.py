@@ -39,6 +39,8 @@ PREDICT_CHUNK_VALUES = 32_768  # share entries per chunk of a query (bounds mess
 # Requests one Predict round carries at most (besides [limits] predict_batch_rows): well under the coordinator's open
 # queries per session (MAX_OPEN_QUERIES, 256), so that the queries of overlapping rounds do not lapse one another.
 PREDICT_BATCH_REQUESTS = 96
+# Predict rounds of a session running at once: while they run, the next round gathers (services/engines/batching.py)
+PREDICT_ROUNDS = 2
 
 
 @dataclass
@@ -675,6 +677,7 @@ class ActiveParty:
                     self.predict_window,
                     self._batch_rows(s),
                     PREDICT_BATCH_REQUESTS,
+                    PREDICT_ROUNDS,
                 )
             return self._batchers[s.session_id]
 
@@ -714,6 +717,8 @@ class ActiveParty:
     def _emit_released(
         self, s: ActiveSession, sample_ids: list[str], index: np.ndarray, reply: ReleasedScores
     ) -> None:
+        if not self.hub.active:  # nothing to build the observation for
+            return
         self._emit(
             plugins.RELEASED_SCORES,
             s,

@@ -11,6 +11,7 @@ import secrets
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -129,6 +130,7 @@ class Coordinator:
         self._lock = threading.Lock()
         self._ledger_lock = threading.Lock()  # one ledger write at a time; _durable: each owner's count last written
         self._durable = dict(self.scored)
+        self._ledger_writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledger")
         # Inference keys of an earlier release (inference decrypts nothing now): secret keys protecting nothing, removed
         legacy = None if self.state.path is None else self.state.path / "inference"
         if legacy is not None and legacy.is_dir():
@@ -636,16 +638,20 @@ class Coordinator:
                             outcomes[i] = self._admit(s, index)
                         except ServiceError as exc:
                             outcomes[i] = exc
-        self._commit_ledger(s.owner)  # durable before any query id leaves, hence before any release
+        # Written while the passive parties share the rows; a release waits for it (_commit_ledger), so a crash before
+        # it loses only queries nothing was released of (open queries are not checkpointed).
+        self._ledger_writer.submit(self._commit_ledger, s.owner)
         return outcomes  # type: ignore[return-value]
 
-    def _commit_ledger(self, owner: str) -> None:
-        """Write the owner's admitted count to the ledger unless a write already holds it: calls that admitted
-        concurrently share one write (the write, an fsync, is outside the session's lock)."""
+    def _commit_ledger(self, owner: str, spent: int | None = None) -> None:
+        """Make the owner's admitted count durable up to ``spent`` (None: every admission so far) unless a write
+        already holds it. Concurrent admissions share one write (an fsync, outside the session's lock)."""
+        if spent is not None and self._durable.get(owner, 0) >= spent:
+            return  # no wait behind another round's write
         with self._ledger_lock:
             with self._lock:
                 scored = self.scored.get(owner, 0)
-            if self._durable.get(owner) != scored:
+            if self._durable.get(owner, 0) < (scored if spent is None else spent):
                 self.ledger.save(owner, {}, {"scored": scored})
                 self._durable[owner] = scored
 
@@ -675,7 +681,7 @@ class Coordinator:
         query_id = secrets.token_hex(16)
         while len(s.queries) >= MAX_OPEN_QUERIES:  # the oldest open query lapses (a failed Predict leaves one)
             del s.queries[next(iter(s.queries))]
-        s.queries[query_id] = Query(Counter(sample_index.tolist()))
+        s.queries[query_id] = Query(Counter(sample_index.tolist()), spent=scored + n)
         return query_id, scored + n
 
     def _query(self, s: CoordinatorSession, query_id: str) -> Query:
@@ -746,6 +752,9 @@ class Coordinator:
         width = s.trainer.share_width
         outcomes: list = [_request_error(_share_words, share, len(index), width) for _, index, share in queries]
         with s.lock:
+            spent = [s.queries[q].spent for q, _, _ in queries if q in s.queries]
+        self._commit_ledger(s.owner, max(spent, default=0))  # these queries' budget is durable before any release
+        with s.lock:
             s.check_releasable()
             for i, (query_id, sample_index, _) in enumerate(queries):
                 if not isinstance(outcomes[i], ServiceError):
@@ -757,16 +766,17 @@ class Coordinator:
             None if isinstance(every, ServiceError) else self._scored_sum(s, every)  # type: ignore[arg-type]
             for every in outcomes
         ]
+        chain = self.score_chain.describe()
         with s.lock:
             for i, raw_z in enumerate(raws):
                 if raw_z is not None:
                     raw, z = raw_z
                     scores = self.score_chain(raw, z, s.release)  # the release RNG and cache are per session
                     # A statistic, checkpointed with the session's next save: nothing decides on it (the budget is
-                    # the owner's ledger, durable at admission), so no release waits for a write.
+                    # the owner's ledger, durable before the release), so no release waits for a session write.
                     s.scored += len(raw)
                     changed = int(np.count_nonzero(scores.argmax(axis=1) != raw.argmax(axis=1)))
-                    outcomes[i] = ReleasedScores(scores, self.score_chain.describe(), changed)
+                    outcomes[i] = ReleasedScores(scores, chain, changed)
         return outcomes  # type: ignore[return-value]
 
     def _take_shares(
