@@ -626,7 +626,8 @@ class Coordinator:
     def admit_queries(self, session_id: str, queries: Sequence[np.ndarray]) -> list[tuple[str, int] | ServiceError]:
         """:meth:`admit_query` for each of ``queries`` in order (the owner's batched Predicts): each is admitted or
         refused on its own rows, the policy and the owner's count, exactly as alone; a refusal is returned in its
-        place and spends nothing. The ledger is made durable once, before any query id is returned."""
+        place and spends nothing. The ledger is written once for the call, in the background: a release waits until it
+        holds its queries' budget."""
         s = self.session(session_id)
         outcomes: list = [_request_error(self._check_request, index) for index in queries]  # None: well-formed
         with s.lock:
@@ -640,7 +641,8 @@ class Coordinator:
                             outcomes[i] = exc
         # Written while the passive parties share the rows; a release waits for it (_commit_ledger), so a crash before
         # it loses only queries nothing was released of (open queries are not checkpointed).
-        self._ledger_writer.submit(self._commit_ledger, s.owner)
+        if any(isinstance(outcome, tuple) for outcome in outcomes):
+            self._ledger_writer.submit(self._commit_ledger, s.owner)
         return outcomes  # type: ignore[return-value]
 
     def _commit_ledger(self, owner: str, spent: int | None = None) -> None:

@@ -196,7 +196,7 @@ class CoordinatorServicer:
     def AdmitQueries(self, request, context):
         """Owner, inference: many queries admitted in one call (the active party's batched Predicts), each on its own and
         in order exactly as AdmitQuery admits it; an entry refused spends nothing and leaves the others unaffected. The
-        owner's ledger is made durable once for the call, before it answers.
+        owner's ledger is written once for the call, and no score of its queries is released before it holds them.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
