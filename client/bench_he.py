@@ -22,22 +22,45 @@ from vflsec.client.operator import Operator
 from vflsec.services.data import datasets
 
 
+def synthetic_dataset(
+    rows: int, features: int = 23, seed: int = 0, name: str = "synthetic-credit-shape"
+) -> datasets.Dataset:
+    """Standard normal features and a binary label from a noisy linear rule over all of them (classes about even)."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(rows, features))
+    y = (X @ rng.normal(size=features) + rng.logistic(size=rows) > 0).astype(np.int64)
+    width = max(6, len(str(rows - 1)))
+    return datasets.Dataset(
+        name, np.array([f"s{i:0{width}d}" for i in range(rows)]), X, y, [f"x{j}" for j in range(features)], ["0", "1"]
+    )
+
+
 def bench_dataset(rows: int, seed: int = 0) -> datasets.Dataset:
     try:
         ds = datasets.load_dataset("credit")
         return ds if rows >= ds.n_samples else ds.subset(np.arange(rows))
     except FileNotFoundError:
-        rng = np.random.default_rng(seed)
-        X = rng.normal(size=(rows, 23))
-        y = (X @ rng.normal(size=23) + rng.logistic(size=rows) > 0).astype(np.int64)
-        return datasets.Dataset(
-            "synthetic-credit-shape",
-            np.array([f"s{i:06d}" for i in range(rows)]),
-            X,
-            y,
-            [f"x{j}" for j in range(23)],
-            ["0", "1"],
-        )
+        return synthetic_dataset(rows, seed=seed)
+
+
+def scaling_for(ds: datasets.Dataset) -> tuple[str, str]:
+    """Standard scaling, as the demo trains LR, unless it would reach past the parties' feature bound (then min-max,
+    as the CLI's default falls back); and why. Min-max columns ([0, 1], mean about 1/2) tie the bias to every weight:
+    one epoch of Adam at 0.05 then stops anywhere in the bias's oscillation, and accuracies of identical runs on the
+    synthetic set spread from 0.63 to 0.87 (docs/performance.md, "Why bench he's accuracies wandered")."""
+    from vflsec.services.crypto import he
+
+    peak = FederationSpec(ds, n_passive=1, drop_fraction=0.0, scaling="standard").scaled_peak()
+    if peak <= he.FEATURE_BOUND:
+        return "standard", f"standard (largest |x| {peak:.3g} <= the parties' bound {he.FEATURE_BOUND:g})"
+    return "minmax", f"minmax: standard scaling would reach |x| = {peak:.4g} > {he.FEATURE_BOUND:g}, the parties' bound"
+
+
+def _spec(ds: datasets.Dataset, backend: str = "ckks", checkpoints: bool = False) -> FederationSpec:
+    """Active + one passive party, no ID dropped, the bench's scaling (:func:`scaling_for`)."""
+    return FederationSpec(
+        ds, n_passive=1, drop_fraction=0.0, checkpoints=checkpoints, backend=backend, scaling=scaling_for(ds)[0]
+    )
 
 
 def _measure(
@@ -63,6 +86,11 @@ def _measure(
     return epoch_seconds, throughput, float(np.mean(released.scores.argmax(axis=1) == labels))
 
 
+def _gaps(accuracy: dict[str, float]) -> dict[str, float]:
+    """Each encrypted run's accuracy minus plain's, in percentage points."""
+    return {label: 100 * (a - accuracy["plain"]) for label, a in accuracy.items() if label != "plain"}
+
+
 def _ratios(t: dict[str, float], s: dict[str, float]) -> dict[str, float]:
     return {"train_ckks_over_plain": t["ckks"] / t["plain"], "inference_plain_over_ckks": s["plain"] / s["ckks"]}
 
@@ -71,7 +99,7 @@ def _processes(ds: datasets.Dataset, tmp: Path, epochs: int, batch_size: int, lo
     """ckks vs plain with each party its own `vflsec serve` process (the deployment shape the goals count)."""
     out: dict[str, Any] = {"train_epoch_seconds": {}, "inference_samples_per_second": {}, "accuracy": {}}
     for backend in ("plain", "ckks"):
-        spec = FederationSpec(ds, n_passive=1, drop_fraction=0.0, checkpoints=False, backend=backend)
+        spec = _spec(ds, backend)
         layout = write_federation(spec, tmp / f"processes-{backend}")
         epoch, throughput, accuracy = _measure(layout, backend, epochs, batch_size, ds, run_processes)
         out["train_epoch_seconds"][backend] = epoch
@@ -79,6 +107,7 @@ def _processes(ds: datasets.Dataset, tmp: Path, epochs: int, batch_size: int, lo
         out["accuracy"][backend] = accuracy
         log(f"processes {backend:>7}: epoch {epoch:7.2f} s   inference {throughput:10.0f} samples/s")
     out["ratios"] = _ratios(out["train_epoch_seconds"], out["inference_samples_per_second"])
+    out["accuracy_gap_pp"] = _gaps(out["accuracy"])
     return out
 
 
@@ -98,7 +127,7 @@ def _splitnn(ds: datasets.Dataset, tmp: Path, epochs: int, log: Callable[[str], 
         "accuracy": {},
     }
     for backend in ("plain", "ckks"):
-        spec = FederationSpec(ds, n_passive=1, drop_fraction=0.0, checkpoints=False, backend=backend)
+        spec = _spec(ds, backend)
         layout = write_federation(spec, tmp / f"splitnn-{backend}")
         epoch, throughput, accuracy = _measure(layout, backend, epochs, SPLITNN_BATCH, ds, model=SPLITNN)
         out["train_epoch_seconds"][backend] = epoch
@@ -107,6 +136,7 @@ def _splitnn(ds: datasets.Dataset, tmp: Path, epochs: int, log: Callable[[str], 
         log(f"split-NN {backend:>8}: epoch {epoch:7.2f} s   inference {throughput:10.0f} samples/s   "
             f"accuracy {accuracy:.4f}")
     out["ratios"] = _ratios(out["train_epoch_seconds"], out["inference_samples_per_second"])
+    out["accuracy_gap_pp"] = _gaps(out["accuracy"])
     log(f"ratios (split-NN): training ckks/plain {out['ratios']['train_ckks_over_plain']:.1f}x")
     return out
 
@@ -123,7 +153,7 @@ def _tree(sets: list[datasets.Dataset], tmp: Path, log: Callable[[str], None]) -
     for ds in sets:
         entry: dict[str, Any] = {"rows": ds.n_samples, "features": ds.n_features, "train_seconds": {}, "accuracy": {}}
         for backend in ("plain", "ckks"):
-            spec = FederationSpec(ds, n_passive=1, drop_fraction=0.0, checkpoints=False, backend=backend)
+            spec = _spec(ds, backend)
             layout = write_federation(spec, tmp / f"tree-{ds.name}-{backend}")
             seconds, _, accuracy = _measure(layout, backend, 1, ONE_STEP, ds, model=TREE)
             entry["train_seconds"][backend] = seconds
@@ -139,7 +169,7 @@ NOT_WORK = ("idle", "psi", "grpc_wait", "lock_wait")  # waiting, and the alignme
 
 def _profile(ds: datasets.Dataset, tmp: Path, epochs: int, batch_size: int, log: Callable[[str], None]) -> dict:
     """The ckks epoch with each party its own process under cProfile (every thread), grouped into phases."""
-    spec = FederationSpec(ds, n_passive=1, drop_fraction=0.0, checkpoints=False)
+    spec = _spec(ds)
     layout = write_federation(spec, tmp / "profile")
     folder = tmp / "pstats"
     os.environ[profiling.ENV] = str(folder)  # inherited by the party processes run_processes starts
@@ -181,6 +211,8 @@ def run(
     parties in this process; ``processes`` adds the figures with each party its own process (under
     ``"processes"``), ``profile`` where that ckks epoch's time goes (under ``"profile"``)."""
     ds = bench_dataset(rows)
+    scaling, why = scaling_for(ds)
+    log(f"scaling: {why}")
     result: dict[str, Any] = {
         "dataset": ds.name,
         "rows": ds.n_samples,
@@ -191,6 +223,8 @@ def run(
         "train_epoch_seconds": {},
         "inference_samples_per_second": {},
         "accuracy": {},
+        "scaling": scaling,
+        "scaling_note": why,
     }
     with tempfile.TemporaryDirectory(prefix="vflsec-bench-") as tmp:
         for label, backend, checkpoints in (
@@ -198,13 +232,14 @@ def run(
             ("ckks", "ckks", False),
             ("ckks_checkpointed", "ckks", True),
         ):
-            spec = FederationSpec(ds, n_passive=1, drop_fraction=0.0, checkpoints=checkpoints, backend=backend)
+            spec = _spec(ds, backend, checkpoints)
             layout = write_federation(spec, Path(tmp) / label)
             epoch, throughput, accuracy = _measure(layout, backend, epochs, batch_size, ds)
             result["train_epoch_seconds"][label] = epoch
             result["inference_samples_per_second"][label] = throughput
             result["accuracy"][label] = accuracy
             log(f"{label:>17}: epoch {epoch:7.2f} s   inference {throughput:10.0f} samples/s   accuracy {accuracy:.4f}")
+        result["accuracy_gap_pp"] = _gaps(result["accuracy"])
         t, s = result["train_epoch_seconds"], result["inference_samples_per_second"]
         result["ratios"] = {
             **_ratios(t, s),
