@@ -289,6 +289,7 @@ def demo(
     param_release: opt.ParamRelease = None,
     embedding_release: opt.EmbeddingRelease = None,
     gradient_defense: opt.GradientDefense = None,
+    partition_defense: opt.PartitionDefense = None,
     workdir: Annotated[Path | None, typer.Option(help="Keep configs, certificates and logs here.")] = None,
     as_json: opt.Json = False,
 ) -> None:
@@ -327,6 +328,7 @@ def demo(
         allow_plain=compare_plain,  # the comparison run is a plain session
         embedding_release=opt.embedding_steps(embedding_release),
         gradient_defense=gradient_defense or (),
+        partition_defense=partition_defense or (),
     )
     with _refused(), _progress(console, as_json) as (bar, _, phases):
         tasks: dict[str, int] = {}
@@ -622,6 +624,7 @@ def attack(
     param_release: opt.ParamRelease = None,
     embedding_release: opt.EmbeddingRelease = None,
     gradient_defense: opt.GradientDefense = None,
+    partition_defense: opt.PartitionDefense = None,
     markdown: Annotated[Path | None, typer.Option(help="Also write the table as markdown here.")] = None,
     attacker: Annotated[
         str,
@@ -700,6 +703,7 @@ def attack(
         seed=seed,
         embedding_release=opt.embedding_steps(embedding_release),
         gradient_defense=gradient_defense or (),
+        partition_defense=partition_defense or (),
     )
     _data_notes(spec, console)
     if mse_scope not in MSE_SCOPES:
