@@ -856,7 +856,7 @@ def _print_label_report(report: dict[str, Any], console: Any) -> None:
     console.print(f"epochs {report['epochs']}: {report['epochs_note']}", markup=False)
     if report.get("accuracy_warning"):
         console.print(f"warning: {report['accuracy_warning']}", markup=False)
-    if "undefended" in report:  # trained again without the gradient defense: what it costs and what it stops
+    if "undefended" in report:  # trained again without the gradient or partition defense: its cost, what it stops
         u = report["undefended"]
         best = u["strongest_either_way"]
         before = "none ran" if best is None else f"{best['attack']} AUC {best['auc']:.4f}"
