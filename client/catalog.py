@@ -66,10 +66,12 @@ def plugins(kind: str) -> list[dict[str, Any]]:
     else:
         from vflsec.services.defenses.embeddings import EMBEDDING_STEPS
         from vflsec.services.defenses.gradients import GRADIENT_STEPS
+        from vflsec.services.defenses.partitions import PARTITION_STEPS
         from vflsec.services.defenses.release import PARAM_STEPS, SCORE_STEPS
 
         registries = [("--release", SCORE_STEPS), ("--param-release", PARAM_STEPS),
-                      ("--embedding-release", EMBEDDING_STEPS), ("--gradient-defense", GRADIENT_STEPS)]  # fmt: skip
+                      ("--embedding-release", EMBEDDING_STEPS), ("--gradient-defense", GRADIENT_STEPS),
+                      ("--partition-defense", PARTITION_STEPS)]  # fmt: skip
     rows = []
     for where, registry in registries:
         for name in registry:

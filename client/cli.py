@@ -289,6 +289,7 @@ def demo(
     param_release: opt.ParamRelease = None,
     embedding_release: opt.EmbeddingRelease = None,
     gradient_defense: opt.GradientDefense = None,
+    partition_defense: opt.PartitionDefense = None,
     workdir: Annotated[Path | None, typer.Option(help="Keep configs, certificates and logs here.")] = None,
     as_json: opt.Json = False,
 ) -> None:
@@ -327,6 +328,7 @@ def demo(
         allow_plain=compare_plain,  # the comparison run is a plain session
         embedding_release=opt.embedding_steps(embedding_release),
         gradient_defense=gradient_defense or (),
+        partition_defense=partition_defense or (),
     )
     with _refused(), _progress(console, as_json) as (bar, _, phases):
         tasks: dict[str, int] = {}
@@ -622,6 +624,7 @@ def attack(
     param_release: opt.ParamRelease = None,
     embedding_release: opt.EmbeddingRelease = None,
     gradient_defense: opt.GradientDefense = None,
+    partition_defense: opt.PartitionDefense = None,
     markdown: Annotated[Path | None, typer.Option(help="Also write the table as markdown here.")] = None,
     attacker: Annotated[
         str,
@@ -700,6 +703,7 @@ def attack(
         seed=seed,
         embedding_release=opt.embedding_steps(embedding_release),
         gradient_defense=gradient_defense or (),
+        partition_defense=partition_defense or (),
     )
     _data_notes(spec, console)
     if mse_scope not in MSE_SCOPES:
@@ -852,7 +856,7 @@ def _print_label_report(report: dict[str, Any], console: Any) -> None:
     console.print(f"epochs {report['epochs']}: {report['epochs_note']}", markup=False)
     if report.get("accuracy_warning"):
         console.print(f"warning: {report['accuracy_warning']}", markup=False)
-    if "undefended" in report:  # trained again without the gradient defense: what it costs and what it stops
+    if "undefended" in report:  # trained again without the gradient or partition defense: its cost, what it stops
         u = report["undefended"]
         best = u["strongest_either_way"]
         before = "none ran" if best is None else f"{best['attack']} AUC {best['auc']:.4f}"

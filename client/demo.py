@@ -250,6 +250,7 @@ def evaluate(
         "epochs_trained": main.training.epochs_trained,
         "model": spec.model,
         "gradient_defense": list(spec.gradient_defense),  # the session's, run at the active party (split-NN)
+        "partition_defense": list(spec.partition_defense),  # the session's, trees: nodes no passive party sees
     }
     if spec.early_stopping_patience:
         result["early_stopping"] = main.training.to_dict()

@@ -175,6 +175,22 @@ def check_gradient_defense(specs: Sequence[str], model: str, topology: str) -> N
     _check_chain("gradient defense", GradientChain.from_specs, specs, (model, topology), where)
 
 
+def check_partition_defense(specs: Sequence[str], model: str) -> None:
+    """Parse the session's partition defenses as every party will at CreateSession; they hide tree nodes from the
+    passive parties, so another model is refused."""
+    from vflsec.services.defenses.partitions import PartitionDefense
+
+    if model not in TREE_MODELS:
+        raise SpecError(
+            f"partition defense applies to --model tree or forest only, where a passive party sees the rows of every "
+            f"node it searches; got --model {model}"
+        )
+    try:
+        PartitionDefense.from_specs(specs, model)
+    except ValueError as exc:  # PluginError included
+        raise SpecError(f"partition defense {list(specs)}: {exc}") from exc
+
+
 @functools.lru_cache(maxsize=4)
 def _load_dataset(name: str, label: str | None, categorical: str, stamp: tuple[int, int] | None) -> datasets.Dataset:
     """One load per dataset, encoding and file version in a process: every ``replace`` of a spec (the session
@@ -210,6 +226,9 @@ class FederationSpec:
     # The active party's gradient defenses of the session (split-NN coordinator-top), e.g. ["max_norm"]: they travel
     # in the session's settings (SplitNnModel.gradient_defense).
     gradient_defense: Sequence[str] = ()
+    # The active party's partition defenses of a tree session, e.g. ["complete_secure:trees=1"]: they travel in the
+    # session's settings (TreeModel.partition_defense).
+    partition_defense: Sequence[str] = ()
     plugins: Sequence[dict] = ()  # [{"path": "pkg.mod:Factory", "options": {...}}] for the party ``plugins_at``
     plugins_at: str = "active"  # the party that runs ``plugins``: the active party, or a passive one ("passive-1")
     drop_fraction: float = 0.05  # each party misses this share of IDs, so PSI has work to do
@@ -247,7 +266,8 @@ class FederationSpec:
     def __post_init__(self) -> None:
         from vflsec.services.crypto import he
 
-        for name in ("score_release", "param_release", "embedding_release", "gradient_defense", "plugins"):  # frozen
+        for name in ("score_release", "param_release", "embedding_release", "gradient_defense", "partition_defense",
+                     "plugins"):  # frozen
             object.__setattr__(self, name, tuple(getattr(self, name)))
         if isinstance(self.passive_features, list):
             object.__setattr__(self, "passive_features", tuple(self.passive_features))
@@ -310,6 +330,8 @@ class FederationSpec:
             check_embedding_release(self.embedding_release, self.model, self.topology)
         if self.gradient_defense:
             check_gradient_defense(self.gradient_defense, self.model, self.topology)
+        if self.partition_defense:
+            check_partition_defense(self.partition_defense, self.model)
 
     @property
     def name(self) -> str:
@@ -467,6 +489,8 @@ class FederationSpec:
         if self.model in TREE_MODELS:
             options["family"] = self.model
             options["settings"] = {"max_depth": self.max_depth or None, "n_trees": self.trees or None}
+            if self.partition_defense:
+                options["settings"]["partition_defense"] = list(self.partition_defense)
         if self.model == "splitnn":
             options["family"] = "splitnn"
             options["settings"] = {

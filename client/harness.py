@@ -56,8 +56,8 @@ SPLITNN_ATTACKS = ("gia", "grn", "embedding_ls", "ye_alg1", "ye_alg2")
 LABEL_ATTACKS = {
     "splitnn": ("norm", "cosine", "clustering", "direct", "completion", "axis_projection", "noise_residual"),
     "lr": ("residuals", "own_logit", "completion"),
-    "tree": ("id2graph", "completion"),
-    "forest": ("id2graph", "completion"),
+    "tree": ("id2graph", "id2graph_aware", "completion"),
+    "forest": ("id2graph", "id2graph_aware", "completion"),
 }
 # Kerckhoffs attackers of the gradient defenses (services/attacks/labels_aware.py), among split-NN's defaults above.
 LABEL_AWARE_ATTACKS = ("axis_projection", "noise_residual")
@@ -647,7 +647,7 @@ def _run_once(
     # keep no session checkpoints (their fsync'd writes were 80 % of a plain training step on Bank).
     scenario = scenario.with_spec(checkpoints=False)
     if scenario.attacker != "active":  # label attacks on training gradients: no release chain changes what they see
-        if scenario.spec.gradient_defense and scenario.compare_undefended:
+        if (scenario.spec.gradient_defense or scenario.spec.partition_defense) and scenario.compare_undefended:
             return _label_run_with_undefended(scenario, log, phases, on_step)
         with _workdir() as workdir:
             run = run_scenario(scenario, workdir, Phases() if phases is None else phases.fresh(), on_step)
@@ -989,6 +989,11 @@ REMAINING_NOTE = (
     "what remains: passive model completion with k labelled rows (Fu et al. 2022) reads the labels from the passive "
     "party's own trained bottom, which no gradient perturbation removes (it only weakens what the bottom learnt)"
 )
+# Trees: what a partition defense leaves (services/defenses/partitions.py; measured in docs/defenses.md).
+TREE_REMAINING_NOTE = (
+    "what remains: the partitions of every node the defense still shows the passive party (later trees, upper "
+    "levels), and completion with k labelled rows on its own columns, which no partition defense touches"
+)
 MAX_AUC_GOAL = 0.6  # issue 29's acceptance: every gradient attack at or below 0.6 AUC (either way round)
 MAX_COST_GOAL = 0.02  # at no more than 2 pp of accuracy
 
@@ -999,19 +1004,21 @@ def _label_run_with_undefended(
     phases: Phases | None,
     on_step: StepCallback | None,
 ) -> dict[str, Any]:
-    """"What does the gradient defense cost": the same federation and split trained twice, without the defense and
-    with it (it acts during training, so nothing trained can be shared), both attacked by the same label attacks."""
+    """"What does the gradient (or tree partition) defense cost": the same federation and split trained twice,
+    without the defense and with it (it acts during training, so nothing trained can be shared), both attacked by
+    the same label attacks."""
     phases = Phases() if phases is None else phases.fresh()
-    plain = scenario.with_spec(gradient_defense=())
+    plain = scenario.with_spec(gradient_defense=(), partition_defense=())
+    specs = [*scenario.spec.gradient_defense, *scenario.spec.partition_defense]
     if log is not None:
-        log("undefended: the same federation trained without the gradient defense")
+        log("undefended: the same federation trained without the defense")
     with _workdir() as workdir:
         undefended = score_label_run(plain, run_scenario(plain, workdir, phases.fresh(), on_step), log)
     if log is not None:
-        log(f"defended: trained under {', '.join(scenario.spec.gradient_defense)}")
+        log(f"defended: trained under {', '.join(specs)}")
     with _workdir() as workdir:
         report = score_label_run(scenario, run_scenario(scenario, workdir, phases, on_step), log)
-    return with_label_undefended(report, undefended, scenario.spec.gradient_defense)
+    return with_label_undefended(report, undefended, scenario.spec.gradient_defense, scenario.spec.partition_defense)
 
 
 def either_way(results: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
@@ -1025,14 +1032,19 @@ def either_way(results: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def with_label_undefended(
-    report: dict[str, Any], undefended: dict[str, Any], specs: Sequence[str]
+    report: dict[str, Any], undefended: dict[str, Any], specs: Sequence[str], partitions: Sequence[str] = ()
 ) -> dict[str, Any]:
     """The defended label report with the undefended run beside it: its accuracy and attacks, the accuracy cost, the
-    strongest attack either way round, each step's formal guarantee, what remains and a one-line verdict."""
+    strongest attack either way round, each step's formal guarantee, what remains and a one-line verdict.
+    ``specs``: the gradient defense (split-NN), ``partitions``: the partition defense (trees)."""
     from vflsec.services.defenses.gradients import GradientChain
+    from vflsec.services.defenses.partitions import PartitionDefense
 
     chain = GradientChain.from_specs(specs)
     report["gradient_defense"] = [[name, params] for name, params in chain.describe()]
+    if partitions:
+        defense = PartitionDefense.from_specs(partitions, report.get("model", "tree"))
+        report["partition_defense"] = [[name, params] for name, params in defense.describe()]
     report["undefended"] = {
         "accuracy": undefended["accuracy"],
         "strongest": undefended["strongest"],
@@ -1045,7 +1057,7 @@ def with_label_undefended(
     # each row's ∂L/∂h leaves once per epoch
     accounting = {step.name: step.accounting(report["epochs"]) for step in chain.steps}
     report["gradient_accounting"] = {name: a for name, a in accounting.items() if a is not None}
-    report["remaining"] = REMAINING_NOTE
+    report["remaining"] = TREE_REMAINING_NOTE if partitions else REMAINING_NOTE
     completion = report["attacks"].get("completion", {})
     if "auc" in completion:  # measured beside the gradient attacks: what the defense leaves
         report["remaining"] += (
@@ -1056,12 +1068,15 @@ def with_label_undefended(
     best = report["strongest_either_way"]
     worst = "no attack ran" if best is None else f"{best['attack']} AUC {best['auc']:.4f}"
     met = best is not None and best["auc_either_way"] <= MAX_AUC_GOAL and report["accuracy_cost"] <= MAX_COST_GOAL
+    if best is None and partitions and report.get("nodes") == 0:  # nothing to attack: the best a defense can do
+        worst, met = "none applies (the passive party saw no node's rows)", report["accuracy_cost"] <= MAX_COST_GOAL
     # The cost alone can mislead where the undefended model beats the majority class by less than the bound (Bank):
     # a defended model that learnt nothing but the prior would "meet" it. Say so.
     report["above_majority"] = report["accuracy"] - report["majority_rate"]
     trivial = report["above_majority"] <= 0.0
+    kind = "partition" if partitions else "gradient"
     report["verdict"] = (
-        f"{'meets' if met else 'misses'} the goal (every gradient attack ≤ {MAX_AUC_GOAL} AUC either way at ≤ "
+        f"{'meets' if met else 'misses'} the goal (every {kind} attack ≤ {MAX_AUC_GOAL} AUC either way at ≤ "
         f"{MAX_COST_GOAL * 100:.0f} pp accuracy cost): strongest {worst}, accuracy {report['accuracy']:.4f} against "
         f"{undefended['accuracy']:.4f} undefended ({report['accuracy_cost'] * 100:+.2f} pp cost), majority rate "
         f"{report['majority_rate']:.4f}"

@@ -162,6 +162,19 @@ GradientDefense = Annotated[
     ),
 ]
 
+# --- the active party's partition defenses (the session's TreeModel.partition_defense)
+PartitionDefense = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--partition-defense",
+        metavar="STEP[:key=value,...]",
+        help="tree / forest: nodes whose training rows no passive party sees, grown from the active party's features "
+        "alone; repeatable: complete_secure[:trees=K] (the first K trees, FATE's complete-secure mode), "
+        "passive_depth[:depth=L] (passive parties searched only above depth L) (docs/defenses.md).",
+        show_default="none",
+    ),
+]
+
 # --- training (the operator's session)
 Backend = Annotated[str, typer.Option("--backend", help="ckks | plain")]
 Model = Annotated[str, typer.Option("--model", help="Model family: lr | splitnn | tree | forest.")]

@@ -227,7 +227,7 @@ def check_keys(what: str, values: Mapping[str, Any], accepted: Iterable[str], hi
 def check_settings(family: str, values: Mapping[str, Any]) -> None:
     """A family's settings as :func:`model_choice` takes them: every key must be one it carries."""
     if family in TREE_FAMILIES:
-        check_keys(f"{family} settings", values, (*_TREE_FIELDS, "bootstrap", "seed"))
+        check_keys(f"{family} settings", values, (*_TREE_FIELDS, "bootstrap", "seed", "partition_defense"))
     elif family == "splitnn":
         hint = f" (the optimiser's {', '.join(_SPLITNN_OPTIMIZER_KEYS[:5])} go under 'optimizer')"
         check_keys("split-NN settings", values, _SPLITNN_KEYS, hint)
@@ -246,6 +246,8 @@ def tree_settings(m: common_pb2.TreeModel, training: common_pb2.TrainingConfig) 
     values: dict[str, Any] = {name: getattr(m, name) for name in _TREE_FIELDS if getattr(m, name)}
     if m.HasField("bootstrap"):
         values["bootstrap"] = m.bootstrap
+    if m.partition_defense:
+        values["partition_defense"] = list(m.partition_defense)
     return {**values, "seed": training.seed}
 
 
@@ -255,6 +257,7 @@ def model_choice(family: str, values: Mapping[str, Any]) -> common_pb2.ModelChoi
     check_settings(family, values)
     if family in TREE_FAMILIES:
         fields = {name: values[name] for name in (*_TREE_FIELDS, "bootstrap") if values.get(name) is not None}
+        fields["partition_defense"] = list(values.get("partition_defense") or ())
         return common_pb2.ModelChoice(**{family: common_pb2.TreeModel(**fields)})
     if family != "splitnn":
         return common_pb2.ModelChoice(lr=common_pb2.LrModel())
