@@ -1,4 +1,4 @@
-"""SecretFlow's PSI (the `spu` wheel's libpsi) on this machine, for docs/performance.md ("SecretFlow's PSI ... evaluated").
+"""SecretFlow's PSI (the `spu` wheel's libpsi) on this machine, behind docs/performance.md's spu section.
 
 Two parties over brpc on loopback, optionally with mutual TLS from a CA made here; IDs as `vflsec bench align` has
 them (80 % common). Needs its own environment: `spu` 0.9.5 pins numpy<2 and Python<3.12, so it cannot share vflsec's.
