@@ -4,7 +4,7 @@ The passive party's z_B for every row (train + held-out) is recorded after train
 receives it at inference; attack accuracy compares the found vectors with the passive binary columns (ground
 truth is used only here). Model accuracy is on the held-out 20 %.
 
-Run: ``python -m vflsec.client.ye_measure [EXPERIMENT ...]`` (or ``python scripts/measure_ye.py ...``; default: all
+Run: ``python -m vflsec.client.ye_measure [EXPERIMENT ...]`` (or ``python benchmarks/measure_ye.py ...``; default: all
 of ``EXPERIMENTS``), datasets from ``../shared/datasets``. Training: Adam 0.01, batch 256, ``--epochs`` epochs
 (default 5), seed 0; ``small`` is the live masquerade test's synthetic set instead (see :func:`small_drop`), over
 ``--seeds`` training seeds; ``stack`` stacks the z_B of several masquerade sessions (:func:`stacked_sessions`);

@@ -1,4 +1,4 @@
-"""ye et al. on real trained active-top split-NNs: ``python scripts/measure_ye.py [EXPERIMENT ...]``.
+"""ye et al. on real trained active-top split-NNs: ``python benchmarks/measure_ye.py [EXPERIMENT ...]``.
 
 The code lives in the package (vflsec.client.ye_measure), where `vflsec reproduce` runs it from an installed wheel.
 """

@@ -1,9 +1,9 @@
 """The tree-attack figures of docs/attacks.md ("Trees"; `embedding_ls` in "Split neural networks").
 
-    .venv/bin/python scripts/measure_tree_attacks.py pra
-    .venv/bin/python scripts/measure_tree_attacks.py rf FRACTION DATASET[,DATASET...] SEEDS
-    .venv/bin/python scripts/measure_tree_attacks.py els
-    .venv/bin/python scripts/measure_tree_attacks.py services-rf [TRIALS]
+    .venv/bin/python benchmarks/measure_tree_attacks.py pra
+    .venv/bin/python benchmarks/measure_tree_attacks.py rf FRACTION DATASET[,DATASET...] SEEDS
+    .venv/bin/python benchmarks/measure_tree_attacks.py els
+    .venv/bin/python benchmarks/measure_tree_attacks.py services-rf [TRIALS]
 
 Random draws (PRA's path choice, the baselines) come from fresh OS entropy; mean ± standard deviation are over
 the splits (seed s: rows, columns and model), NaN-free splits only (a tree may test no passive feature).

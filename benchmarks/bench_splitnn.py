@@ -1,6 +1,6 @@
 """Split-NN in-process epoch: federated (ckks / plain) vs the central torch model, accuracy and time per epoch.
 
-    .venv/bin/python scripts/bench_splitnn.py [--dataset bank] [--epochs 3] [--batch 256] [--passive 1]
+    .venv/bin/python benchmarks/bench_splitnn.py [--dataset bank] [--epochs 3] [--batch 256] [--passive 1]
         [--topology coordinator-top] [--topology active-top]
 
 One process plays every party (see services/models/splitnn/simulate.py): ciphertexts are serialised and parsed

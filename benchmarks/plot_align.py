@@ -1,6 +1,6 @@
 """Plot `vflsec bench align --json` results: alignment seconds and its floor against rows (log-log).
 
-    .venv/bin/python scripts/plot_align.py results.jsonl docs/performance/align_seconds.png
+    .venv/bin/python benchmarks/plot_align.py results.jsonl docs/performance/align_seconds.png
 
 ``results.jsonl`` holds one bench JSON object per line (one per --rows and --transport); one line per transport.
 """

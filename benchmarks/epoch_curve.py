@@ -1,6 +1,6 @@
 """Accuracy after every epoch of the attack command's model (the evidence for attack's default epochs rule).
 
-    .venv/bin/python scripts/epoch_curve.py [--dataset bank] [--backend plain] [--epochs 30]
+    .venv/bin/python benchmarks/epoch_curve.py [--dataset bank] [--backend plain] [--epochs 30]
 
 The attack harness's federation (random:0.4 passive columns, 1,000 queried rows, the default batch), parties
 in-process for plain (one process each for ckks); one Train call per epoch, then a Predict of the queried rows

@@ -1,6 +1,6 @@
 """Tree / forest training in process: federated ckks vs plain (time, messages), and accuracy vs scikit-learn.
 
-    .venv/bin/python scripts/bench_tree.py [--dataset digits] [--dataset credit] [--model tree] [--model forest]
+    .venv/bin/python benchmarks/bench_tree.py [--dataset digits] [--dataset credit] [--model tree] [--model forest]
         [--trees 100] [--backend plain] [--backend ckks] [--parity-seeds 0]
 
 One process plays every party (services/models/tree/simulate.py): ciphertexts are serialised and parsed at each

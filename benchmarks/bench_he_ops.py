@@ -2,7 +2,7 @@
 
 Prints one JSON document: per-ciphertext CKKS costs, the ``CKKSVector.mm`` trap next to the element-wise
 fast path, and one full masked-gradient round (products, wire, block sums) for ckks versus plain.
-Run with ``python -m vflsec.client.bench_he_ops``.
+Run with ``.venv/bin/python benchmarks/bench_he_ops.py``.
 """
 
 from __future__ import annotations

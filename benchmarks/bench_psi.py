@@ -1,6 +1,6 @@
 """PSI blinding throughput (IDs/s on one core): hash + blind own IDs, validate + re-blind the other's.
 
-    .venv/bin/python scripts/bench_psi.py [--n 5000] [--rounds 3] [--module path/to/psi.py]
+    .venv/bin/python benchmarks/bench_psi.py [--n 5000] [--rounds 3] [--module path/to/psi.py]
 
 ``--module`` measures another implementation of ``services/crypto/psi.py`` (e.g. an older commit's, from
 ``git show REV:services/crypto/psi.py``) with the same IDs, alternating with the current one so both see the same
