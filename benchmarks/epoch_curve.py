@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from vflsec.client import harness
-from vflsec.client.federation import FederationSpec, write_federation
+from vflsec.client.federation.launcher import FederationSpec, write_federation
 from vflsec.client.options import passive_features
 from vflsec.services.data import datasets
 

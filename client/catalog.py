@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from vflsec.client.federation import FederationSpec
+from vflsec.client.federation.launcher import FederationSpec
 from vflsec.services.data import datasets
 
 

@@ -17,7 +17,7 @@ import typer.core
 from vflsec.client import options as opt
 
 if TYPE_CHECKING:
-    from vflsec.client.federation import FederationSpec
+    from vflsec.client.federation.launcher import FederationSpec
 
 app = typer.Typer(
     help="vflsec: vertical federated learning with measured privacy.",
@@ -40,7 +40,7 @@ def _refused() -> Iterator[None]:
     and exit 2, before any process starts. A party process that stops at start (its shard or defense refused): the
     end of its log, which says why, and exit 2; the log's path only if it is still there (a temporary folder is
     gone by now)."""
-    from vflsec.client.federation import PartyExited, SpecError
+    from vflsec.client.federation.launcher import PartyExited, SpecError
 
     try:
         yield
@@ -55,7 +55,7 @@ def _spec(
     dataset: str, release: list[str] | None = None, param_release: list[str] | None = None, **fields: Any
 ) -> FederationSpec:
     """The one option bag for the launcher, from what a command collected."""
-    from vflsec.client.federation import FederationSpec
+    from vflsec.client.federation.launcher import FederationSpec
 
     with _refused():
         return FederationSpec(dataset, score_release=release or (), param_release=param_release or (), **fields)
@@ -295,7 +295,7 @@ def demo(
     """Start coordinator, active and passive parties as processes, align, train, predict, report."""
     from rich.console import Console
 
-    from vflsec.client.demo import run_demo
+    from vflsec.client.federation.demo import run_demo
 
     console = Console(stderr=as_json, soft_wrap=True)  # a line stays whole when piped
     backend = _backend_for(ctx, backend, model, topology, console)
@@ -357,7 +357,7 @@ def _progress(console, as_json: bool) -> Iterator[tuple[Any, Callable[[str], Non
     stderr with --json), and bars in a terminal. Yields the bars, the line printer and the timed phases."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from vflsec.client.demo import Phases
+    from vflsec.client.federation.demo import Phases
 
     with Progress(
         TextColumn("{task.description}"),
@@ -394,7 +394,7 @@ def _progress(console, as_json: bool) -> Iterator[tuple[Any, Callable[[str], Non
 def _print_early_stopping(result: dict, console) -> None:  # type: ignore[no-untyped-def]
     """The early-stopping line of a demo or attack report that asked for it."""
     if "early_stopping" in result:
-        from vflsec.client.training import TrainingRecord
+        from vflsec.client.federation.training import TrainingRecord
 
         console.print(TrainingRecord.from_dict(result["early_stopping"]).summary())
 
@@ -438,7 +438,7 @@ def prepare(
     embedding_release: opt.EmbeddingRelease = None,
 ) -> None:
     """Write certificates, per-party data files and configs for a federation (the demo's dealer step)."""
-    from vflsec.client.federation import compose_ports, write_federation
+    from vflsec.client.federation.launcher import compose_ports, write_federation
 
     embedding = opt.embedding_steps(embedding_release)
     if embedding and not allow_plain:  # the defense acts in active-top sessions, which run on the plain backend
@@ -490,8 +490,8 @@ def run(
     """Drive a federation that already runs (compose, separate hosts): align, train, predict, report."""
     from rich.console import Console
 
-    from vflsec.client.demo import evaluate, operator_labels
-    from vflsec.client.federation import wait_for
+    from vflsec.client.federation.demo import evaluate, operator_labels
+    from vflsec.client.federation.launcher import wait_for
     from vflsec.services.transport.server import peer_channel
     from vflsec.services.transport.tls import TlsFiles
 
@@ -888,7 +888,7 @@ def bench_he(
 ) -> None:
     """Training epoch time and inference throughput, ckks vs plain, through the real services: LR, and a split-NN
     coordinator-top epoch and a decision tree beside it."""
-    from vflsec.client.bench_he import run
+    from vflsec.client.bench.he import run
 
     result = run(
         rows=rows, epochs=epochs, log=lambda line: typer.echo(line, err=as_json), processes=processes, profile=profile
@@ -905,7 +905,7 @@ def bench_release(
     as_json: opt.Json = False,
 ) -> None:
     """Latency of every score-release defense per batch and per vector, next to a per-row PRIVEE reference."""
-    from vflsec.client import bench_release as bench
+    from vflsec.client.bench import release as bench
 
     result = bench.run(batch, tuple(int(k) for k in ks.split(",")), repeats)
     typer.echo(bench.table(result), err=as_json)
@@ -917,7 +917,7 @@ def bench_release(
 def bench_attacks(as_json: opt.Json = False) -> None:
     """Attack run times on synthetic tasks (RCC2, RCC1 on 1,000 samples; GRN on 10,000 predictions; ye Algorithm 2
     on 41,188 embeddings)."""
-    from vflsec.client import bench_attacks as bench
+    from vflsec.client.bench import attacks as bench
 
     result = bench.run()
     for label, seconds in result["seconds"].items():
@@ -941,7 +941,7 @@ def bench_embedding(
     """A passive party's embedding defenses side by side (split-NN active-top, Bank, through the real services):
     epoch time and its ratio to none, test accuracy mean and spread, for none / masquerade m=1 / masquerade at
     m=⌈log₂ n⌉ / embedding noise."""
-    from vflsec.client.bench_embedding import run
+    from vflsec.client.bench.embedding import run
 
     result = run(rows=sample, epochs=epochs, runs=runs, log=lambda line: typer.echo(line, err=as_json))
     if as_json:
@@ -955,7 +955,7 @@ def bench_cli(
 ) -> None:
     """Issue 16's `vflsec attack` on Bank with the former defaults (--epochs 30) and today's, one after the other
     per backend: wall and CPU seconds (the whole process tree), phases, accuracy, ratios."""
-    from vflsec.client import bench_cli as bench
+    from vflsec.client.bench import cli as bench
 
     result = bench.run([b.strip() for b in backends.split(",") if b.strip()], log=lambda s: typer.echo(s, err=True))
     typer.echo(bench.table(result), err=as_json)
@@ -970,7 +970,7 @@ def bench_plugin(
     as_json: opt.Json = False,
 ) -> None:
     """Inference throughput with and without the curious plugin recording (through the real services)."""
-    from vflsec.client.bench_plugin import run
+    from vflsec.client.bench.plugin import run
 
     result = run(rows=rows, backend=backend, log=lambda line: typer.echo(line, err=as_json))
     if as_json:
@@ -994,7 +994,7 @@ def bench_align(
 ) -> None:
     """PSI alignment seconds against the floor (curve operations x per-op cost / workers) and each party's peak
     memory; --rows ids per party (90 % common), one process per party ($VFLSEC_PSI_WORKERS sets the workers)."""
-    from vflsec.client.bench_align import TRANSPORTS, run
+    from vflsec.client.bench.align import TRANSPORTS, run
 
     if rows < 10:
         _fail(f"--rows must be at least 10, got {rows}")
@@ -1026,7 +1026,7 @@ def bench_load(
     as_json: opt.Json = False,
 ) -> None:
     """Concurrent prediction requests against one federation: p50/p99 latency, throughput, nothing dropped."""
-    from vflsec.client.bench_load import run
+    from vflsec.client.bench.load import run
 
     result = run(
         requests, concurrency, samples, backend, log=lambda line: typer.echo(line, err=as_json), processes=processes
@@ -1068,7 +1068,7 @@ def bench_scale(
 ) -> None:
     """HE-LR epoch and inference time, ckks vs plain, each party its own process, as rows, passive parties and
     features per party grow (synthetic data streamed to each party's shard); each party's peak RSS."""
-    from vflsec.client.bench_scale import markdown_table, run
+    from vflsec.client.bench.scale import markdown_table, run
 
     try:
         result = run(
@@ -1097,8 +1097,8 @@ def risk(
     release (rassouli Theorem 2); exits 3 when a forecast falls below ``warn_fraction`` x the Half baseline."""
     import grpc
 
-    from vflsec.client.federation import check_release_chains
-    from vflsec.client.operator import forecast_risk
+    from vflsec.client.federation.launcher import check_release_chains
+    from vflsec.client.federation.operator import forecast_risk
     from vflsec.services.transport.tls import TlsFiles
 
     with _refused():
@@ -1323,7 +1323,7 @@ def datasets_show(
 
 
 def main() -> None:
-    from vflsec.client.federation import Stopped, stop_on_signals
+    from vflsec.client.federation.launcher import Stopped, stop_on_signals
 
     try:
         with stop_on_signals():

@@ -33,7 +33,7 @@ import numpy as np
 
 from vflsec.client import harness
 from vflsec.client import options as opt
-from vflsec.client.federation import FederationSpec, SpecError, temporary_folder
+from vflsec.client.federation.launcher import FederationSpec, SpecError, temporary_folder
 
 # --- the scenario file --------------------------------------------------------------------------------------
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from vflsec.client.demo import Phases, align, peak_rss_mb
-from vflsec.client.federation import (
+from vflsec.client.federation.demo import Phases, align, peak_rss_mb
+from vflsec.client.federation.launcher import (
     FederationLayout,
     FederationSpec,
     run_in_process,
@@ -26,8 +26,8 @@ from vflsec.client.federation import (
     temporary_folder,
     write_federation,
 )
-from vflsec.client.operator import Operator, forecast_risk
-from vflsec.client.training import TrainingRecord, train
+from vflsec.client.federation.operator import Operator, forecast_risk
+from vflsec.client.federation.training import TrainingRecord, train
 from vflsec.services import attacks
 from vflsec.services.app import load_party_data
 from vflsec.services.attacks.trees import correct_branching_rate, random_path_cbr

@@ -142,7 +142,7 @@ def _uci_task(name: str, encoding: str, passive: Sequence[str] | float, n_query:
 def _federation(dataset: str, attacks: Sequence[str], predictions: int, **spec: Any) -> dict[str, Any]:
     """One run through the real services (in-process parties over gRPC + mTLS, plain backend): the harness's
     report of the curious active party's attacks on its recordings."""
-    from vflsec.client.federation import FederationSpec
+    from vflsec.client.federation.launcher import FederationSpec
     from vflsec.client.harness import AttackScenario, run_attack_scenario
 
     scenario = AttackScenario(

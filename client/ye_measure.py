@@ -20,7 +20,7 @@ import time
 import numpy as np
 import torch
 
-from vflsec.client.bench_embedding import BANK_PASSIVE  # ye's split: one binary (contact) among 8
+from vflsec.client.bench.embedding import BANK_PASSIVE  # ye's split: one binary (contact) among 8
 from vflsec.services.attacks import NotApplicable, Observations, make_attack, run_attack
 from vflsec.services.attacks.binary import (
     attack_accuracy,

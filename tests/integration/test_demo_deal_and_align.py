@@ -9,9 +9,11 @@ from pathlib import Path
 import numpy as np
 from typer.testing import CliRunner
 
-from vflsec.client import demo, federation, harness
+from vflsec.client import harness
 from vflsec.client.cli import app
-from vflsec.client.operator import Operator
+from vflsec.client.federation import demo
+from vflsec.client.federation import launcher as federation
+from vflsec.client.federation.operator import Operator
 from vflsec.services.data import datasets
 
 
@@ -47,7 +49,7 @@ def test_the_demo_aligns_once(monkeypatch) -> None:
 
 
 def test_a_held_out_split_beyond_the_query_cap_is_predicted_in_queries_under_it() -> None:
-    from vflsec.client.operator import Released
+    from vflsec.client.federation.operator import Released
     from vflsec.services.config import ServiceConfig
 
     cap = ServiceConfig.__dataclass_fields__["max_query_rows"].default

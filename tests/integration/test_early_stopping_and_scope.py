@@ -9,9 +9,10 @@ import grpc
 import pytest
 from typer.testing import CliRunner
 
-from vflsec.client import demo, harness
+from vflsec.client import harness
 from vflsec.client.cli import app
-from vflsec.client.federation import FederationSpec
+from vflsec.client.federation import demo
+from vflsec.client.federation.launcher import FederationSpec
 from vflsec.services import attacks
 from vflsec.services.plugins import curious
 

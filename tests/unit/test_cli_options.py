@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from vflsec.client import options
 from vflsec.client.cli import app
-from vflsec.client.federation import STEPS_PER_EPOCH, FederationSpec, SpecError
+from vflsec.client.federation.launcher import STEPS_PER_EPOCH, FederationSpec, SpecError
 from vflsec.services.models import lr
 
 SHARED = {

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from vflsec.client import options
 from vflsec.client.cli import app
-from vflsec.client.federation import STEPS_PER_EPOCH, FederationSpec, SpecError, write_federation
+from vflsec.client.federation.launcher import STEPS_PER_EPOCH, FederationSpec, SpecError, write_federation
 from vflsec.client.harness import accuracy_warning, check_attack_options
 from vflsec.services.data import datasets as D
 
@@ -199,7 +199,7 @@ def _rare_category_csv(path) -> str:
 
 
 def test_default_scaling_follows_the_feature_bound_and_an_explicit_one_is_refused(tmp_path, monkeypatch) -> None:
-    from vflsec.client import demo
+    from vflsec.client.federation import demo
     from vflsec.services.crypto import he
 
     monkeypatch.setattr(he, "FEATURE_BOUND", 8.0)  # Bank's rare categories reach 114 against the real bound 64

@@ -10,9 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from vflsec.client.bench_he import bench_dataset
-from vflsec.client.federation import FederationSpec, run_processes, write_federation
-from vflsec.client.operator import Operator
+from vflsec.client.bench.he import bench_dataset
+from vflsec.client.federation.launcher import FederationSpec, run_processes, write_federation
+from vflsec.client.federation.operator import Operator
 from vflsec.services.plugins import curious
 
 

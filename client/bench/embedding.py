@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from vflsec.client.federation import FederationSpec, run_in_process, write_federation
-from vflsec.client.operator import Operator
+from vflsec.client.federation.launcher import FederationSpec, run_in_process, write_federation
+from vflsec.client.federation.operator import Operator
 from vflsec.services.data import datasets
 
 # ye's Bank split (Table 1): one binary among 8. pdays/previous stay with the active party: "pdays = 999" (never

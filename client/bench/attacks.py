@@ -2,7 +2,7 @@
 
 Goals on 2 cores: RCC2 on 1,000 samples ≤ 2 s, RCC1 on 1,000 samples ≤ 30 s, GRN on 10,000 predictions ≤ 60 s,
 ye's Algorithm 2 on 41,188 split-NN embeddings of d_B = 10 passive features (one binary), 20 restarts ≤ 10 s.
-Run: ``python -m vflsec.client.bench_attacks``.
+Run: ``python -m vflsec.client.bench.attacks``.
 """
 
 from __future__ import annotations

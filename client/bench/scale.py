@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from vflsec.client.federation import FederationSpec, ProcessFederation, run_processes, write_federation
-from vflsec.client.operator import Operator
+from vflsec.client.federation.launcher import FederationSpec, ProcessFederation, run_processes, write_federation
+from vflsec.client.federation.operator import Operator
 from vflsec.services.config import ServiceConfig
 from vflsec.services.data import datasets
 from vflsec.services.models import lr

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from vflsec.client import profiling
-from vflsec.client.federation import FederationSpec, run_in_process, run_processes, write_federation
-from vflsec.client.operator import Operator
+from vflsec.client.federation.launcher import FederationSpec, run_in_process, run_processes, write_federation
+from vflsec.client.federation.operator import Operator
 from vflsec.services.data import datasets
 
 

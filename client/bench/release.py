@@ -1,6 +1,6 @@
 """Latency of the coordinator's score-release defenses, per batch and per single vector.
 
-Run ``python -m vflsec.client.bench_release`` (optionally ``--batch N --ks 10,100``): it prints a table and,
+Run ``python -m vflsec.client.bench.release`` (optionally ``--batch N --ks 10,100``): it prints a table and,
 as its last line, one JSON object with every number. Each figure is the best of ``repeats`` runs of the
 release chain the coordinator would build from the spec (model-dependent caches warm, as in a session), on
 softmax scores of Gaussian logits. ``reference_seconds`` times a straightforward per-row PRIVEE (a Python

@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 import numpy as np
 
-from vflsec.client.federation import (
+from vflsec.client.federation.launcher import (
     TREE_MODELS,
     FederationLayout,
     FederationSpec,
@@ -25,8 +25,8 @@ from vflsec.client.federation import (
     temporary_folder,
     write_federation,
 )
-from vflsec.client.operator import Operator, Released
-from vflsec.client.training import TrainingRecord, train
+from vflsec.client.federation.operator import Operator, Released
+from vflsec.client.federation.training import TrainingRecord, train
 from vflsec.services.config import ServiceConfig
 from vflsec.services.data import datasets
 

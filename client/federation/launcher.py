@@ -239,7 +239,7 @@ class FederationSpec:
     # holds out that many for queries (the attack harness); train_rows subsamples the training side.
     queries: int | None = None
     train_rows: int | None = None
-    # Early stopping (client/training.py): > 0 stops when the validation accuracy has not improved for this many
+    # Early stopping (federation/training.py): > 0 stops when the validation accuracy has not improved for this many
     # epochs; the validation rows (this share of the training side, stratified) are then held out of training.
     early_stopping_patience: int = 0
     validation_fraction: float = 0.2

@@ -8,7 +8,7 @@ with one score row per asked sample, for exactly the samples asked. With ``proce
 against a federation whose parties are each their own ``vflsec serve`` process (the deployment shape, the
 commands compose runs: no shared GIL), reported beside the in-process figure under ``"processes"``.
 
-    python -m vflsec.client.bench_load --processes --json
+    python -m vflsec.client.bench.load --processes --json
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from typing import Any
 import grpc
 import numpy as np
 
-from vflsec.client.federation import FederationSpec, run_in_process, run_processes, write_federation
-from vflsec.client.operator import Operator
+from vflsec.client.federation.launcher import FederationSpec, run_in_process, run_processes, write_federation
+from vflsec.client.federation.operator import Operator
 from vflsec.services.data import datasets
 
 
@@ -162,7 +162,7 @@ def _summarise(
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m vflsec.client.bench_load", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m vflsec.client.bench.load", description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--samples", type=int, default=4, help="samples per request")

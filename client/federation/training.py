@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from vflsec.client.operator import Operator
+from vflsec.client.federation.operator import Operator
 
 StepCallback = Callable[[int, int, int], None]  # epoch (1-based, of the whole run), batch, batches in the epoch
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vflsec.client.federation import FederationLayout, run_processes, write_federation
+from vflsec.client.federation.launcher import FederationLayout, run_processes, write_federation
 from vflsec.services.crypto import psi
 
 OVERLAP = 0.9
@@ -237,7 +237,7 @@ class _PeakSampler:
 
 def write_align_federation(rows: int, parties: int, workdir: Path) -> FederationLayout:
     """A federation whose shards hold the bench's ids (one random feature column each), written chunk by chunk."""
-    from vflsec.client.bench_scale import scale_spec
+    from vflsec.client.bench.scale import scale_spec
     from vflsec.services.data import datasets
 
     layout = write_federation(scale_spec(parties, 1), workdir)
@@ -258,8 +258,8 @@ def write_align_federation(rows: int, parties: int, workdir: Path) -> Federation
 
 
 def _grpc(rows: int, parties: int, log: Callable[[str], None], workers: int) -> dict:
-    from vflsec.client.bench_scale import peak_rss_mib
-    from vflsec.client.operator import Operator
+    from vflsec.client.bench.scale import peak_rss_mib
+    from vflsec.client.federation.operator import Operator
 
     with tempfile.TemporaryDirectory(prefix="vflsec-bench-align-") as tmp:
         layout = write_align_federation(rows, parties, Path(tmp))
