@@ -206,7 +206,7 @@ def test_default_scaling_follows_the_feature_bound_and_an_explicit_one_is_refuse
     data = _rare_category_csv(tmp_path / "rare.csv")
     seen: list[FederationSpec] = []
     monkeypatch.setattr(demo, "run_demo", lambda spec, **_: seen.append(spec) or {})
-    monkeypatch.setattr("vflsec.client.cli._report", lambda *_: None)
+    monkeypatch.setattr("vflsec.client.commands.federation._report", lambda *_: None)
     result = CliRunner().invoke(app, ["demo", "--dataset", data, "--label", "y", "--passive-features", "2"])
     assert result.exit_code == 0, result.output
     assert seen[0].scaling == "minmax" and "scaling min-max instead" in " ".join(result.output.split())
