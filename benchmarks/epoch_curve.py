@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vflsec.client import harness
+from vflsec.client.experiments import harness, runs
 from vflsec.client.federation.launcher import FederationSpec, write_federation
 from vflsec.client.options import passive_features
 from vflsec.services.data import datasets
@@ -37,14 +37,14 @@ def main() -> None:
         checkpoints=False,
     )
     scenario = harness.AttackScenario(spec, attacks=("esa",), predictions=1000, in_process=args.backend == "plain")
-    plan, train_ids, _, queried, note = harness.session_plan(scenario)
+    plan, train_ids, _, queried, note = runs.session_plan(scenario)
     print(f"{args.dataset}: {len(train_ids)} training rows, batch {plan.batch_size} ({note})")
     labels = plan.data.y
     query_labels = labels[datasets.select_ids(plan.data.ids, queried)]
     train_labels = labels[datasets.select_ids(plan.data.ids, train_ids)]
     with tempfile.TemporaryDirectory() as tmp:
-        layout = write_federation(harness.recording_spec(scenario, Path(tmp) / "c.sqlite"), Path(tmp) / "f")
-        with harness.parties(scenario, layout) as operator:
+        layout = write_federation(runs.recording_spec(scenario, Path(tmp) / "c.sqlite"), Path(tmp) / "f")
+        with runs.parties(scenario, layout) as operator:
             info = operator.create_session(plan.backend, **plan.session_options())
             start = time.perf_counter()
             operator.align(info.session_id)

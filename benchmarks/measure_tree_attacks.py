@@ -87,7 +87,7 @@ def services_rf(trials: int) -> None:
     """GRN on RF through the services (docs/trees.md): RF 100 trees of depth 3, 10 % random passive columns."""
     import json
 
-    from vflsec.client.reproduce import _tree_trials
+    from vflsec.client.experiments.reproduce.luo import _tree_trials
     from vflsec.services.data.datasets import RandomColumns
 
     for dataset in ("wine", "breast_cancer"):

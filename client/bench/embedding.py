@@ -25,16 +25,11 @@ from typing import Any
 
 import numpy as np
 
+from vflsec.client.federation.catalog import BANK_PASSIVE
 from vflsec.client.federation.launcher import FederationSpec, run_in_process, write_federation
 from vflsec.client.federation.operator import Operator
 from vflsec.services.data import datasets
 
-# ye's Bank split (Table 1): one binary among 8. pdays/previous stay with the active party: "pdays = 999" (never
-# contacted) is itself an almost exact binary column.
-BANK_PASSIVE = (
-    "contact=telephone", "age", "campaign", "emp.var.rate", "cons.price.idx", "cons.conf.idx", "euribor3m",
-    "nr.employed",
-)  # fmt: skip
 SIGMA = 0.1  # embedding noise of the comparison (z_B entries are O(1) on min-max scaled inputs)
 SETTINGS = {"family": "splitnn", "settings": {"topology": "active-top", "embedding": 16, "top_hidden": [32]}}
 LEARNING_RATE, BATCH = 0.01, 256  # ye §7's training (Adam)

@@ -1,5 +1,5 @@
 """``vflsec attack``: a federation trained through the real services with a curious party, its recordings
-attacked, and the report (client/harness.py runs it; this prints it)."""
+attacked, and the report (client/experiments/harness.py runs it; this prints it)."""
 
 from __future__ import annotations
 
@@ -77,14 +77,12 @@ def attack(
     from rich.console import Console
     from rich.table import Table
 
-    from vflsec.client.harness import (
+    from vflsec.client.experiments.harness import (
         LABEL_ATTACKS,
-        MSE_SCOPES,
         OPT_IN_ATTACKS,
         SPLITNN_OPT_IN,
         YE_COLUMN,
         AttackScenario,
-        check_attack_options,
         default_attacks,
         headline,
         label_markdown,
@@ -93,6 +91,7 @@ def attack(
         run_attack_scenario,
         ye_accuracy_cell,
     )
+    from vflsec.client.experiments.runs import MSE_SCOPES, check_attack_options
     from vflsec.services.attacks import ATTACKS
 
     passive = federation.values["passive"]
@@ -219,7 +218,7 @@ def _print_label_report(report: dict[str, Any], console: Any) -> None:
     """A passive attacker's report: each label attack's AUC (accuracy for more classes) beside the blind baselines."""
     from rich.table import Table
 
-    from vflsec.client.harness import label_line
+    from vflsec.client.experiments.harness import label_line
 
     binary = report["n_classes"] == 2
     rates = ", ".join(f"{r:.3f}" for r in report["class_rates"])

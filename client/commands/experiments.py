@@ -27,8 +27,8 @@ def curve(
 ) -> None:
     """Varasteh's privacy–interpretability curve through the services: LS / Half* MSE measured by the curious
     plugin against the achieved interpretability loss g, next to the passive party's forecast."""
-    from vflsec.client.harness import AttackScenario, privacy_curve
-    from vflsec.client.param_curve import write_curve
+    from vflsec.client.experiments.harness import AttackScenario, privacy_curve
+    from vflsec.client.experiments.param_curve import write_curve
 
     # The plain backend is exact: the same seed trains the same model at every ε (harness.privacy_curve).
     spec = federation_spec(dataset, passive_features=passive_features, backend="plain", epochs=epochs)
@@ -68,27 +68,29 @@ def experiment(
         TimeRemainingColumn,
     )
 
-    from vflsec.client import experiment as exp
+    from vflsec.client.experiments import results as exp_results
+    from vflsec.client.experiments import runner as exp_runner
+    from vflsec.client.experiments import scenario as exp_scenario
 
     try:
-        scenario = exp.load_scenario(scenario_file)
-    except (exp.ScenarioError, OSError) as exc:
+        scenario = exp_scenario.load_scenario(scenario_file)
+    except (exp_scenario.ScenarioError, OSError) as exc:
         fail(str(exc))
-    cells = exp.expand(scenario)
+    cells = exp_scenario.expand(scenario)
     console = Console(stderr=as_json)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, TextColumn("ETA"), TimeRemainingColumn(), console=console) as bar, refused():
         task = bar.add_task(f"{scenario.name}: cells", total=len(cells))
 
-        def on_cell(cell: exp.Cell, result: dict | None) -> None:
+        def on_cell(cell: exp_scenario.Cell, result: dict | None) -> None:
             bar.advance(task)
             if result is None:
                 bar.console.print(f"already finished: {cell.label}")
             else:
                 bar.console.print(f"finished: {cell.label} (accuracy {result['report']['accuracy']:.4f})")
 
-        summary = exp.run_experiment(scenario, out, workers=workers, ray_address=ray, on_cell=on_cell)
-    console.print(exp.summary_table(summary))
+        summary = exp_runner.run_experiment(scenario, out, workers=workers, ray_address=ray, on_cell=on_cell)
+    console.print(exp_results.summary_table(summary))
     console.print(f"verdict: {summary['verdict']}", markup=False, soft_wrap=True)
     console.print(f"{summary['dcs_formula']}; every attack per row: {out / 'results.md'}", markup=False)
     console.print(f"wrote {out / 'results.json'}, {out / 'results.md'} and {', '.join(summary['plots'])}")
@@ -100,7 +102,7 @@ class ClaimsHelp(typer.core.TyperCommand):
     """reproduce --help lists the registered claim names (the registry is imported for the help only)."""
 
     def format_epilog(self, ctx, formatter) -> None:  # type: ignore[no-untyped-def]
-        from vflsec.client.reproduce import CLAIMS
+        from vflsec.client.experiments.reproduce.run import CLAIMS
 
         formatter.write_paragraph()
         formatter.write_text("Claims: " + ", ".join(CLAIMS))
@@ -119,7 +121,7 @@ def reproduce(
 ) -> None:
     """The seed papers' quantitative claims: per claim the paper's value, ours and a verdict (reproduced /
     differs with the reason / skipped when its dataset is missing). Exit 1 if a claim failed to run."""
-    from vflsec.client import reproduce as rep
+    from vflsec.client.experiments.reproduce import run as rep
 
     if list_claims:
         listed = rep.listing()

@@ -89,7 +89,7 @@ def _report(result: dict, as_json: bool, console) -> None:  # type: ignore[no-un
     console.print(table)
     print_early_stopping(result, console)
     if "majority_rate" in result:
-        from vflsec.client.harness import accuracy_warning
+        from vflsec.client.experiments.harness import accuracy_warning
 
         warning = accuracy_warning(result["accuracy"], result["majority_rate"])
         if warning:

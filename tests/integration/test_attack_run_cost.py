@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from vflsec.client import harness
+from vflsec.client.experiments import harness
 from vflsec.client.federation import launcher as federation
 from vflsec.client.federation.launcher import FederationSpec
 from vflsec.services.config import load_config

@@ -12,8 +12,9 @@ from typer.testing import CliRunner
 
 from vflsec.client import options
 from vflsec.client.cli import app
+from vflsec.client.experiments.harness import accuracy_warning
+from vflsec.client.experiments.runs import check_attack_options
 from vflsec.client.federation.launcher import STEPS_PER_EPOCH, FederationSpec, SpecError, write_federation
-from vflsec.client.harness import accuracy_warning, check_attack_options
 from vflsec.services.data import datasets as D
 
 CSV = "colour,size,label\nred,1,yes\nred,2,no\nblue,3,yes\nblue,4,yes\ngreen,5,no\nred,6,yes\n"

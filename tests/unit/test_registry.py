@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import pytest
 
-from vflsec.client.harness import evaluate_attacks
+from vflsec.client.experiments.harness import evaluate_attacks
 from vflsec.services.attacks import ATTACKS, NotApplicable, make_attack
 from vflsec.services.attacks.synthetic import lr_task
 from vflsec.services.defenses import release
