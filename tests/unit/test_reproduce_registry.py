@@ -190,3 +190,16 @@ def test_sign_only_bank_is_judged_only_when_half_is_far_above_its_bound(monkeypa
     monkeypatch.setattr(rep_rassouli, "attack_mse", lambda task, name, **options: 0.05)
     m = rep_rassouli.sign_only_bank()
     assert m.holds and not m.could_fail and "no test" in str(m.reason)
+
+
+def test_the_registry_keeps_the_papers_order_whichever_paper_was_imported_first() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "from vflsec.client.experiments.reproduce import ye, varasteh\n"
+        "from vflsec.client.experiments.reproduce import run\n"
+        "print(','.join(run.CLAIMS))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == ",".join(rep.CLAIMS) and out.startswith("luo_worked_example,") and out.endswith("ye_masquerade_log2n")

@@ -10,13 +10,23 @@ from typing import Any
 
 import numpy as np
 
+from vflsec.client.experiments.reproduce import luo, privee, rassouli, varasteh, ye
 from vflsec.client.experiments.reproduce.claims import CLAIMS, KINDS, VERDICTS, Claim, Measurement
 from vflsec.services.data import datasets
 
-# The papers register their claims as they are imported, in this order: the listing's and results.md's.
-# isort: off
-from vflsec.client.experiments.reproduce import luo, rassouli, varasteh, privee, ye  # noqa: F401
-# isort: on
+# Each paper's module registers its claims as it is imported; the registry keeps the papers in this order (the
+# listing's, results.md's and `all`'s), whichever of them a process happened to import first.
+PAPERS = (luo, rassouli, varasteh, privee, ye)
+
+
+def _paper_rank(item: tuple[str, Claim]) -> int:
+    measure = item[1].measure
+    return [paper.__name__ for paper in PAPERS].index(getattr(measure, "func", measure).__module__)
+
+
+_ordered = sorted(CLAIMS.items(), key=_paper_rank)  # stable: a paper's claims stay in the order it declares them
+CLAIMS.clear()
+CLAIMS.update(_ordered)
 
 
 def missing_datasets(c: Claim) -> list[str]:
