@@ -6,7 +6,9 @@ issued from ``concurrency`` client threads over one shared channel, as an operat
 reports latency percentiles and throughput, and checks that nothing was dropped: every request must answer OK
 with one score row per asked sample, for exactly the samples asked. With ``processes``, the same load also runs
 against a federation whose parties are each their own ``vflsec serve`` process (the deployment shape, the
-commands compose runs: no shared GIL), reported beside the in-process figure under ``"processes"``.
+commands compose runs: no shared GIL), reported beside the in-process figure under ``"processes"``. The CPU time
+the load took (user + system, of this process and, with processes, of each party process) is under
+``"cpu_seconds"``.
 
     python -m vflsec.client.bench.load --processes --json
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 import time
 from collections import Counter
@@ -83,8 +86,11 @@ def run(
     results = {}
     for mode, start_parties in modes.items():
         log(f"{mode}: {n_requests} Predict requests of {samples_per_request} samples, {concurrency} threads, {backend}")
-        outcomes, wall = _load(start_parties, ds, n_requests, concurrency, samples_per_request, backend, epochs, seed)
+        load = (n_requests, concurrency, samples_per_request, backend, epochs, seed)
+        outcomes, wall, cpu = _load(start_parties, ds, *load)
         results[mode] = _summarise(outcomes, wall, concurrency, samples_per_request, backend, ds.name, log)
+        results[mode]["cpu_seconds"] = cpu
+        log(f"CPU {sum(cpu.values()):.2f} s: " + ", ".join(f"{name} {sec:.2f} s" for name, sec in cpu.items()))
     result = results["in-process"]
     if processes:
         result["processes"] = results["processes"]
@@ -100,25 +106,41 @@ def _load(
     backend: str,
     epochs: int,
     seed: int,
-) -> tuple[list[Outcome], float]:
-    """A fresh federation started by ``start_parties``, a model trained, then the timed concurrent requests."""
+) -> tuple[list[Outcome], float, dict[str, float]]:
+    """A fresh federation started by ``start_parties``, a model trained, then the timed concurrent requests: their
+    outcomes, wall seconds and CPU seconds (:func:`_cpu_seconds`)."""
     with tempfile.TemporaryDirectory(prefix="vflsec-load-") as tmp:
         layout = write_federation(FederationSpec(ds, n_passive=1, seed=seed, backend=backend), Path(tmp))
-        with start_parties(layout), layout.operator_channel() as channel:
+        with start_parties(layout) as fed, layout.operator_channel() as channel:
             operator = Operator(channel)
             info = operator.create_session(backend, batch_size=64, learning_rate=0.1, seed=seed)
             common = operator.align(info.session_id)
             for _ in operator.train(info.session_id, common, epochs):
                 pass
             requests = _draw_requests(common, n_requests, min(samples, len(common)), seed)
+            pids = {party: proc.pid for party, proc in getattr(fed, "processes", {}).items()}
+            cpu = _cpu_seconds(pids)
             start = time.perf_counter()
             with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="load") as pool:
                 outcomes = list(
                     pool.map(lambda ids: _request(operator, info.session_id, ids, info.n_classes), requests)
                 )
             wall = time.perf_counter() - start
+            cpu = {name: seconds - cpu[name] for name, seconds in _cpu_seconds(pids).items()}
             operator.close(info.session_id)
-    return outcomes, wall
+    return outcomes, wall, cpu
+
+
+def _cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
+    """User + system CPU seconds so far of this process (the client, and in-process the parties too) and of each
+    party process (Linux /proc)."""
+    times = os.times()
+    cpu = {"client" if pids else "in-process": times.user + times.system}
+    for party, pid in pids.items():
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        cpu[party] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return cpu
 
 
 def _summarise(

@@ -9,10 +9,18 @@ from vflsec.services.common import digest as digest
 from vflsec.services.common import require_distinct_rows as require_distinct_rows
 from vflsec.services.crypto import he
 from vflsec.services.defenses.release import ReleasedParams, StepDescription
-from vflsec.services.errors import InvalidArgument
+from vflsec.services.errors import InvalidArgument, PeerFailed, ServiceError
 from vflsec.services.models.family import Received, TrainingConfig
 from vflsec.services.transport.tensors import from_tensor, to_tensor
 from vflsec.v1 import common_pb2, coordinator_pb2
+
+# gRPC's status codes by name (services/errors.py names them; this module imports no gRPC)
+STATUS_NAMES = (
+    "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
+    "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED",
+    "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED",
+)  # fmt: skip
+STATUS_CODES = {name: code for code, name in enumerate(STATUS_NAMES)}
 
 BACKENDS = {common_pb2.BACKEND_CKKS: "ckks", common_pb2.BACKEND_PLAIN: "plain"}
 BACKEND_ENUM = {name: value for value, name in BACKENDS.items()}
@@ -272,3 +280,18 @@ def model_choice(family: str, values: Mapping[str, Any]) -> common_pb2.ModelChoi
         )
     )
 
+
+
+def entry_status(error: ServiceError | None) -> common_pb2.EntryStatus:
+    """One entry's outcome in a batched reply: OK, or its refusal's status and message."""
+    if error is None:
+        return common_pb2.EntryStatus()
+    return common_pb2.EntryStatus(code=STATUS_CODES.get(error.code, STATUS_CODES["INTERNAL"]), message=str(error))
+
+
+def entry_error(peer: str, status: common_pb2.EntryStatus) -> PeerFailed | None:
+    """A batched reply's entry: None when OK, else the peer's refusal of it (passed on as a failed call's status)."""
+    if status.code == 0:
+        return None
+    code = STATUS_NAMES[status.code] if 0 < status.code < len(STATUS_NAMES) else "UNKNOWN"
+    return PeerFailed(peer, code, status.message)

@@ -63,13 +63,13 @@ def test_coordinator_decrypts_only_aggregates_and_passives_receive_only_cipherte
 
             link.block_sums = watched_sums
         coordinator = fed.parties["coordinator"].engine
-        submit, stored = coordinator.submit_share, []
+        submit, stored = coordinator.submit_shares, []  # a Predict's round (ShareLogitsBatch -> SubmitShares)
 
-        def watched_submit(session_id, query_id, caller, sample_index, share):  # type: ignore[no-untyped-def]
-            stored.append(share)
-            return submit(session_id, query_id, caller, sample_index, share)
+        def watched_submit(session_id, caller, shares):  # type: ignore[no-untyped-def]
+            stored.extend(share for _, _, share in shares)
+            return submit(session_id, caller, shares)
 
-        coordinator.submit_share = watched_submit
+        coordinator.submit_shares = watched_submit
         info = fed.operator.create_session("ckks", seed=0)
         common = fed.operator.align(info.session_id)
         list(fed.operator.train(info.session_id, common[:120], 2))

@@ -61,6 +61,38 @@ class Empty(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class EntryStatus(_message.Message):
+    __slots__ = ("code", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
+class EntryStatuses(_message.Message):
+    __slots__ = ("status",)
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: _containers.RepeatedCompositeFieldContainer[EntryStatus]
+    def __init__(self, status: _Optional[_Iterable[_Union[EntryStatus, _Mapping]]] = ...) -> None: ...
+
+class QueryRows(_message.Message):
+    __slots__ = ("query_id", "sample_index")
+    QUERY_ID_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    query_id: str
+    sample_index: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, query_id: _Optional[str] = ..., sample_index: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class QueryShare(_message.Message):
+    __slots__ = ("query_id", "sample_index", "share")
+    QUERY_ID_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    SHARE_FIELD_NUMBER: _ClassVar[int]
+    query_id: str
+    sample_index: _containers.RepeatedScalarFieldContainer[int]
+    share: bytes
+    def __init__(self, query_id: _Optional[str] = ..., sample_index: _Optional[_Iterable[int]] = ..., share: _Optional[bytes] = ...) -> None: ...
+
 class TrainingConfig(_message.Message):
     __slots__ = ("optimizer", "learning_rate", "l2", "batch_size", "seed")
     OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
