@@ -4,6 +4,6 @@ Importing this package imports the modules that define the built-in steps, which
 the release registries (services/defenses/release.py): release.py never imports them, so there is no cycle.
 """
 
-from vflsec.services.defenses import gradients, params, partitions, release, scores
+from vflsec.services.defenses import gradients, params, release, scores
 
-__all__ = ["gradients", "params", "partitions", "release", "scores"]
+__all__ = ["gradients", "params", "release", "scores"]

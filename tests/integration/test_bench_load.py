@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vflsec.client import bench_load
+from vflsec.client.bench import load as bench_load
 
 
 def test_no_request_is_dropped_under_concurrency() -> None:

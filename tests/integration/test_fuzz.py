@@ -30,8 +30,8 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from tests.integration.conftest import Federation
-from vflsec.client.federation import FederationLayout, FederationSpec, run_in_process, write_federation
-from vflsec.client.operator import Operator
+from vflsec.client.federation.launcher import FederationLayout, FederationSpec, run_in_process, write_federation
+from vflsec.client.federation.operator import Operator
 from vflsec.services.config import dump_toml
 from vflsec.services.crypto import he
 from vflsec.services.data import datasets

@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.integration.conftest import federation
-from vflsec.client import harness
 from vflsec.client.cli import app
+from vflsec.client.experiments import runs
 from vflsec.services import plugins
 from vflsec.services.models.tree.steps import node_depth
 from vflsec.services.plugins.curious import ObservationStore
@@ -69,7 +69,7 @@ def test_bad_partition_defenses_are_refused_over_the_wire_and_on_the_cli(curious
             fed.operator.create_session("ckks", family="tree", settings=settings)
         assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert named in refused.value.details() and "partition_defense" in refused.value.details()
-    monkeypatch.setattr(harness, "run_processes", harness.run_in_process)
+    monkeypatch.setattr(runs, "run_processes", runs.run_in_process)
     for args, named in (
         (["--model", "tree", "--partition-defense", "hide"], "partition defense step 'hide'"),
         (["--model", "lr", "--partition-defense", "complete_secure"], "--model tree or forest only"),

@@ -202,7 +202,7 @@ def test_own_gradients_leak_a_batchs_labels_even_through_columns_that_know_nothi
 
 
 def test_the_harness_gives_labelled_rows_of_every_class_and_scores_the_others() -> None:
-    from vflsec.client.harness import label_figures, with_labels
+    from vflsec.client.experiments.harness import label_figures, with_labels
 
     y = np.array([0] * 90 + [1] * 8 + [2] * 2)
     obs = passive_obs(len(y), 3, x_own=np.zeros((len(y), 1)))

@@ -1,4 +1,4 @@
-"""Tree partition defenses (services/defenses/partitions.py): the nodes they hide are grown from the active party's
+"""Tree partition defenses (services/models/tree/partitions.py): the nodes they hide are grown from the active party's
 features alone, no passive party is asked for them (so none sees their rows), the central reference grows the same
 model, and the active party refuses to send the rows of a hidden node whatever the coordinator names."""
 
@@ -7,10 +7,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from vflsec.services.defenses.partitions import PartitionDefense
 from vflsec.services.errors import FailedPrecondition
 from vflsec.services.models import family as families
 from vflsec.services.models.tree import LocalFederation, TreeConfig, TreeData
+from vflsec.services.models.tree.partitions import PartitionDefense
 from vflsec.services.models.tree.reference import central_votes
 from vflsec.services.models.tree.steps import node_depth
 from vflsec.services.registry import PluginError

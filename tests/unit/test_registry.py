@@ -10,12 +10,11 @@ from typing import Any, Literal
 
 import pytest
 
-from vflsec.client.harness import evaluate_attacks
+from vflsec.client.experiments.harness import evaluate_attacks
 from vflsec.services.attacks import ATTACKS, NotApplicable, make_attack
 from vflsec.services.attacks.synthetic import lr_task
 from vflsec.services.defenses import release
 from vflsec.services.defenses.embeddings import EMBEDDING_STEPS
-from vflsec.services.defenses.partitions import PARTITION_STEPS
 from vflsec.services.defenses.release import (
     PARAM_STEPS,
     SCORE_STEPS,
@@ -23,6 +22,7 @@ from vflsec.services.defenses.release import (
     ReleaseConfigError,
     ScoreReleaseChain,
 )
+from vflsec.services.models.tree.partitions import PARTITION_STEPS
 from vflsec.services.registry import ANY_SCORES, Plugin, PluginError, Registry, parse_value
 
 # One spec per built-in release step, with non-default values where a parameter has a choice.

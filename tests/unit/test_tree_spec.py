@@ -3,7 +3,7 @@ on, and the wire form of the tree settings round-trips."""
 
 import pytest
 
-from vflsec.client.federation import FederationSpec, SpecError
+from vflsec.client.federation.launcher import FederationSpec, SpecError
 from vflsec.services.models import family as families
 from vflsec.services.transport import wire
 from vflsec.v1 import common_pb2

@@ -5,7 +5,7 @@ a bootstrap sample (``bootstrap``) with a fresh feature subsample at every node 
 features as scikit-learn's default). Thresholds are bin edges: every party bins its own features into at most
 ``n_bins`` quantile bins (:mod:`.binning`). ``seed`` drives only model randomness (bootstrap draws and feature
 choice), which is public among the parties; nothing drawn at release time depends on it. ``partition_defense``: the
-label holder's partition steps (services/defenses/partitions.py), public, which hide nodes from the passive parties.
+label holder's partition steps (services/models/tree/partitions.py), public, which hide nodes from the passive parties.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 from vflsec.services.config import MIN_NODE_ROWS
-from vflsec.services.defenses.partitions import PartitionDefense
 from vflsec.services.models.family import DictForm, positive_int
+from vflsec.services.models.tree.partitions import PartitionDefense
 
 Kind = Literal["tree", "forest"]
 KINDS: tuple[str, ...] = get_args(Kind)

@@ -262,7 +262,7 @@ class TreeActive:
         while (node := key_holder.next_node(ctx.session_id)) is not None:
             task = Task.from_json(node)
             # The label holder's own partition defense: whatever the coordinator's task names, the rows of a node the
-            # session keeps from the passive parties are never sent to one (services/defenses/partitions.py).
+            # session keeps from the passive parties are never sent to one (services/models/tree/partitions.py).
             if not config.shows_passive(task.tree, node_depth(task.node_id)) and set(task.features) - {ACTIVE}:
                 raise FailedPrecondition(
                     f"node {task.key}: the coordinator names passive candidate features at a node this session's "
