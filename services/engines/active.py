@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, ClassVar, TypeVar
 import numpy as np
 
 from vflsec.services import plugins
+from vflsec.services.common import BATCH_ENTRIES, CHUNK_VALUES
 from vflsec.services.config import PREDICT_BATCH_ROWS, PREDICT_WINDOW_MS
 from vflsec.services.crypto import entropy, he, psi, ring_mask
 from vflsec.services.data.datasets import IdIndex, PartyData
@@ -35,10 +36,11 @@ if TYPE_CHECKING:  # services/app.py hands the links in: importing the engine lo
 
 T = TypeVar("T")
 
-PREDICT_CHUNK_VALUES = 32_768  # share entries per chunk of a query (bounds message sizes: 256 KB of words)
-# Requests one Predict round carries at most (besides [limits] predict_batch_rows): well under the coordinator's open
-# queries per session (MAX_OPEN_QUERIES, 256), so that the queries of overlapping rounds do not lapse one another.
-PREDICT_BATCH_REQUESTS = 96
+PREDICT_CHUNK_VALUES = CHUNK_VALUES  # share entries per chunk of a query (bounds message sizes: 256 KB of words)
+# Requests one Predict round carries at most (besides [limits] predict_batch_rows): the entries every batched call
+# may carry, well under the coordinator's open queries per session (MAX_OPEN_QUERIES, 256), so that the queries of
+# overlapping rounds do not lapse one another.
+PREDICT_BATCH_REQUESTS = BATCH_ENTRIES
 # Predict rounds of a session running at once: while they run, the next round gathers (services/engines/batching.py)
 PREDICT_ROUNDS = 2
 
@@ -686,22 +688,13 @@ class ActiveParty:
         with its request), every passive party's shares of the admitted ones in one call each, and their releases in
         one call (each its own sum and pass through the release chain). Ours is one pass over all their rows, each
         query's share under its own masks, as alone."""
-        sid, width = s.session_id, s.trainer.share_width
+        sid = s.session_id
         outcomes: list = list(self.coordinator.admit_queries(sid, queries))
         live = [i for i, admitted in enumerate(outcomes) if not isinstance(admitted, ServiceError)]
         if not live:
             return outcomes
         shared = [(outcomes[i].query_id, queries[i]) for i in live]
-        rows = s.rows[np.concatenate([index for _, index in shared])]
-        own = ring_mask.encode(s.trainer.inference_share(self.data.X[rows]))
-        shares, start = [], 0
-        for query_id, index in shared:
-            share = own[start : start + len(index)]
-            start += len(index)
-            if families.masks_shares(s.family):
-                for key in s.share_mask_keys.values():
-                    share -= ring_mask.share_mask(key, sid, s.step, query_id, index, width)
-            shares.append(share)
+        shares = self._own_shares(s, shared)
         for refusals in self._each_passive(lambda party, client: client.share_logits_batch(sid, shared)):
             for i, error in zip(live, refusals, strict=True):
                 if error is not None and not isinstance(outcomes[i], ServiceError):
@@ -713,6 +706,22 @@ class ActiveParty:
         for k, scores in zip(kept, released, strict=True):
             outcomes[live[k]] = scores
         return outcomes
+
+    def _own_shares(self, s: ActiveSession, queries: list[tuple[str, np.ndarray]]) -> list[np.ndarray]:
+        """Our share of each (query id, rows): one pass over their rows, each query's share less every passive party's
+        mask of that query (which the coordinator's sum cancels), as the passive parties mask theirs."""
+        rows = s.rows[np.concatenate([index for _, index in queries])]
+        words = ring_mask.encode(s.trainer.inference_share(self.data.X[rows]))
+        masked, width = families.masks_shares(s.family), s.trainer.share_width
+        shares, start = [], 0
+        for query_id, index in queries:
+            share = words[start : start + len(index)]
+            start += len(index)
+            if masked:
+                for key in s.share_mask_keys.values():
+                    share -= ring_mask.share_mask(key, s.session_id, s.step, query_id, index, width)
+            shares.append(share)
+        return shares
 
     def _emit_released(
         self, s: ActiveSession, sample_ids: list[str], index: np.ndarray, reply: ReleasedScores
@@ -738,15 +747,11 @@ class ActiveParty:
         """A request as its own query and round, in chunks of at most PREDICT_CHUNK_VALUES share entries."""
         session_id = s.session_id
         query_id = self.coordinator.admit_query(session_id, index).query_id
-        chunk, width = self._predict_chunk_rows(s), s.trainer.share_width
-        masked = families.masks_shares(s.family)
+        chunk = self._predict_chunk_rows(s)
         scores, changed, chain = [], 0, []
         for start in range(0, len(index), chunk):
             part = index[start : start + chunk]
-            share = ring_mask.encode(s.trainer.inference_share(self.data.X[s.rows[part]]))
-            if masked:  # every passive party's mask for these rows, which the coordinator's sum cancels
-                for key in s.share_mask_keys.values():
-                    share -= ring_mask.share_mask(key, session_id, s.step, query_id, part, width)
+            (share,) = self._own_shares(s, [(query_id, part)])
             self._each_passive(lambda party, client, part=part: client.share_logits(session_id, query_id, part))
             reply = self.coordinator.release_scores(session_id, query_id, share, part, n_classes=s.n_classes)
             self._emit_released(s, sample_ids[start : start + chunk], part, reply)

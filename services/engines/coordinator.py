@@ -127,7 +127,7 @@ class Coordinator:
             for orphan in keys - live:
                 (self.epoch_keys.path / orphan).unlink()
         self.scored: dict[str, int] = {owner: meta["scored"] for owner, (_, meta) in self.ledger.load_all().items()}
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # every owner's count (self.scored): held for arithmetic only, never per row
         self._ledger_lock = threading.Lock()  # one ledger write at a time; _durable: each owner's count last written
         self._durable = dict(self.scored)
         self._ledger_writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledger")
@@ -626,19 +626,32 @@ class Coordinator:
     def admit_queries(self, session_id: str, queries: Sequence[np.ndarray]) -> list[tuple[str, int] | ServiceError]:
         """:meth:`admit_query` for each of ``queries`` in order (the owner's batched Predicts): each is admitted or
         refused on its own rows, the policy and the owner's count, exactly as alone; a refusal is returned in its
-        place and spends nothing. The ledger is written once for the call, in the background: a release waits until it
+        place and spends nothing. Each entry is checked under the session's lock only; the lock over every owner's
+        count is taken once per call, for the budget's arithmetic (review 13, F1: an owner's free refusals held every
+        session's admission). The ledger is written once for the call, in the background: a release waits until it
         holds its queries' budget."""
+        common.require_entries(len(queries), "queries")
         s = self.session(session_id)
         outcomes: list = [_request_error(self._check_request, index) for index in queries]  # None: well-formed
         with s.lock:
-            s.check_releasable()  # the session's state, the same for every entry: refuses the whole call
+            # The session's state, the same for every entry, refuses the whole call; after the form, so that a
+            # malformed AdmitQuery is INVALID_ARGUMENT in any state.
+            if None in outcomes:
+                s.check_releasable()
+            for i, index in enumerate(queries):
+                if outcomes[i] is None:
+                    outcomes[i] = _request_error(self._check_rows, session_id, s, index)
+            asked = [i for i, outcome in enumerate(outcomes) if outcome is None]
             with self._lock:
-                for i, index in enumerate(queries):
-                    if outcomes[i] is None:
-                        try:
-                            outcomes[i] = self._admit(s, index)
-                        except ServiceError as exc:
-                            outcomes[i] = exc
+                scored = self.scored.get(s.owner, 0)
+                for i in asked:
+                    outcomes[i] = _request_error(self._within_budget, scored, len(queries[i]))
+                    if not isinstance(outcomes[i], ServiceError):
+                        scored = outcomes[i]
+                self.scored[s.owner] = scored
+            for i in asked:
+                if not isinstance(outcomes[i], ServiceError):
+                    outcomes[i] = self._open_query(s, queries[i], outcomes[i])
         # Written while the passive parties share the rows; a release waits for it (_commit_ledger), so a crash before
         # it loses only queries nothing was released of (open queries are not checkpointed).
         if any(isinstance(outcome, tuple) for outcome in outcomes):
@@ -665,28 +678,36 @@ class Coordinator:
         if len(sample_index) > self.policy.max_rows:
             raise InvalidArgument(f"{len(sample_index)} rows in one query; the limit is {self.policy.max_rows}")
 
-    def _admit(self, s: CoordinatorSession, sample_index: np.ndarray) -> tuple[str, int]:
-        """One query's admission under the policy and the owner's count (caller holds s.lock and self._lock)."""
-        n = len(sample_index)
+    def _check_rows(self, session_id: str, s: CoordinatorSession, sample_index: np.ndarray) -> None:
+        """A query's rows against its session (caller holds s.lock): all aligned (the owner knows the alignment's
+        size, so this refusal tells it nothing: rule 4), none a training row under the policy."""
+        self.aligned_rows(session_id, s, sample_index)
         if self.policy.refuse_training_ids:
             used = sample_index[s.trained_index.members(sample_index) | s.passive_trained.members(sample_index)]
             if used.size:
                 raise PermissionDenied(
                     f"refused: {used.size} requested sample(s) were used in training (e.g. index {used.min()})"
                 )
-        scored = self.scored.get(s.owner, 0)
+
+    def _within_budget(self, scored: int, n: int) -> int:
+        """The owner's count ``scored`` with ``n`` more rows, else RESOURCE_EXHAUSTED past the budget."""
         if self.policy.budget and scored + n > self.policy.budget:
             raise ResourceExhausted(
                 f"query budget exhausted: {scored} of {self.policy.budget} samples scored, {n} more requested"
             )
-        self.scored[s.owner] = scored + n
+        return scored + n
+
+    @staticmethod
+    def _open_query(s: CoordinatorSession, sample_index: np.ndarray, spent: int) -> tuple[str, int]:
+        """An admitted query, open until its rows are released (caller holds s.lock); its id and the owner's total."""
         query_id = secrets.token_hex(16)
         while len(s.queries) >= MAX_OPEN_QUERIES:  # the oldest open query lapses (a failed Predict leaves one)
             del s.queries[next(iter(s.queries))]
-        s.queries[query_id] = Query(Counter(sample_index.tolist()), spent=scored + n)
-        return query_id, scored + n
+        s.queries[query_id] = Query(Counter(sample_index.tolist()), spent=spent)
+        return query_id, spent
 
     def _query(self, s: CoordinatorSession, query_id: str) -> Query:
+        common.require_query_id(query_id)
         try:
             return s.queries[query_id]
         except KeyError:
@@ -706,6 +727,7 @@ class Coordinator:
     ) -> list[ServiceError | None]:
         """:meth:`submit_share` for each (query id, rows, share) in order; a refused entry is returned in its place
         (None: kept) and the others are kept."""
+        common.require_entries(len(shares), "shares")
         s = self.session(session_id)
         if caller not in s.passive_parties:
             raise PermissionDenied(f"{caller} is not a passive party of session {session_id!r}")
@@ -750,6 +772,7 @@ class Coordinator:
     ) -> list[ReleasedScores | ServiceError]:
         """:meth:`release_scores` for each (query id, rows, own share) in order, each its own sum and its own pass
         through the score-release chain (as alone); a refused entry is returned in its place."""
+        common.require_entries(len(queries), "queries")
         s = self.session(session_id)
         width = s.trainer.share_width
         outcomes: list = [_request_error(_share_words, share, len(index), width) for _, index, share in queries]

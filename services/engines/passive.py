@@ -13,7 +13,15 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 
 from vflsec.services import plugins
-from vflsec.services.common import ACTIVE, COORDINATOR, PASSIVE, require_distinct_rows
+from vflsec.services.common import (
+    ACTIVE,
+    CHUNK_VALUES,
+    COORDINATOR,
+    PASSIVE,
+    require_distinct_rows,
+    require_entries,
+    require_query_id,
+)
 from vflsec.services.config import MIN_TRAINING_ROWS
 from vflsec.services.crypto import entropy, he, psi, ring_mask
 from vflsec.services.data.datasets import PartyData
@@ -561,6 +569,7 @@ class PassiveParty:
         r_p (services/crypto/ring_mask.py, under this party's own key) cancels against the owner's share: the
         coordinator, which holds W_p, never sees z_p = X_p W_pᵀ alone. A family whose key holder takes each column
         from its owner's share (a tree's node bits) sends it unmasked: that column is what it learns anyway."""
+        require_query_id(query_id)
         s = self.session(session_id)
         x = self._features(s, sample_index)
         (share,) = self._masked_shares(session_id, s, x, [(query_id, sample_index)])
@@ -572,11 +581,24 @@ class PassiveParty:
         """:meth:`share_logits` for many admitted queries (the owner's batched Predicts): one pass over their rows,
         each query's share under its own mask (the same as alone), all sent to the coordinator in one call. Each
         query's rows are checked on their own (a row may be in two queries, not twice in one); an entry refused here
-        or by the coordinator is returned in its place (None: shared) and the others are shared."""
+        or by the coordinator is returned in its place (None: shared) and the others are shared.
+
+        A call's work is bounded before any is done, as ShareLogits' is by the aligned rows (review 13, F2: a row may
+        be in many entries): at most BATCH_ENTRIES entries and, in all, as many rows as are aligned or as one Predict
+        round carries (one chunk), whichever is more; beyond that the whole call is INVALID_ARGUMENT naming queries."""
+        require_entries(len(queries), "queries")
         s = self.session(session_id)
+        if s.rows is None:
+            raise FailedPrecondition("samples are not aligned yet: run PSI first")
+        total, bound = sum(len(index) for _, index in queries), max(len(s.rows), CHUNK_VALUES)
+        if total > bound:
+            raise InvalidArgument(
+                f"queries name {total} rows in all; one call names at most {bound} (the aligned rows, or a round's)"
+            )
         outcomes: list[ServiceError | None] = []
-        for _, index in queries:
+        for query_id, index in queries:
             try:
+                require_query_id(query_id)
                 self._check_index(s, index)
                 outcomes.append(None)
             except ServiceError as exc:

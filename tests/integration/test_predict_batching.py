@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import grpc
 import numpy as np
@@ -108,8 +109,10 @@ def test_a_refused_request_leaves_its_round_mates_and_reads_as_alone(fed, monkey
         f.operator.predict(sid, [held[40], common[TRAIN][3]])
     assert refused_alone.value.code() == grpc.StatusCode.PERMISSION_DENIED
     spent = engine.scored["active"]
-    remaining = BUDGET - spent
-    over = held[60 : 60 + remaining + 1]  # more rows than the owner's budget has left
+    # 20 samples of budget left: the round's 7 honest rows fit and its 21-row request is past the budget whatever the
+    # order its requests arrive in (the rest of the fixture's budget is more than the rows there are to ask for).
+    monkeypatch.setattr(engine, "policy", replace(engine.policy, budget=spent + 20))
+    over = held[60:81]
     requests = [held[0:3], [held[40], common[TRAIN][3]], held[3:6], over, held[6:7]]
     replies, rounds = _one_round(f, sid, requests, monkeypatch)
     assert rounds == [5]

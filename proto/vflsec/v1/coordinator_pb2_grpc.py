@@ -197,6 +197,8 @@ class CoordinatorServicer:
         """Owner, inference: many queries admitted in one call (the active party's batched Predicts), each on its own and
         in order exactly as AdmitQuery admits it; an entry refused spends nothing and leaves the others unaffected. The
         owner's ledger is written once for the call, and no score of its queries is released before it holds them.
+        Every batched call carries at most 96 entries (more: INVALID_ARGUMENT naming the field); a query_id has at most
+        64 characters on every RPC (longer: INVALID_ARGUMENT naming query_id).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

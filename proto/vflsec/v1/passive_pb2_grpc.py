@@ -170,7 +170,8 @@ class PassiveServicer:
     def ShareLogitsBatch(self, request, context):
         """Owner, inference: ShareLogits for many admitted queries in one call (the active party's batched Predicts): one
         pass over their rows, each query's share under its own mask, all sent to the coordinator in one SubmitShares.
-        The reply carries the coordinator's outcome for each query, in order.
+        The reply carries the coordinator's outcome for each query, in order. At most 96 entries naming at most
+        max(aligned rows, 32768) rows in all, else INVALID_ARGUMENT naming queries (nothing is computed).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
