@@ -578,7 +578,7 @@ def score_label_run(
         "steps": (
             len(np.unique(obs.gradient_steps)) if obs.gradient_steps is not None else len(obs.block_rows or ())
         ),
-        "nodes": len(obs.partitions or ()),  # trees: the nodes whose rows the party saw
+        "nodes": len(obs.partitions or ()),  # trees: the distinct nodes whose rows the party saw
         "accuracy": run.accuracy,
         # blind: AUC 0.5 (binary labels) and the larger class's share of the scored rows
         "baselines": {**({"auc": 0.5} if run.n_classes == 2 else {}), "majority_rate": float(max(counts) / len(y))},
@@ -763,13 +763,15 @@ def with_label_undefended(
     if best is None and partitions and report.get("nodes") == 0:  # nothing to attack: the best a defense can do
         worst, met = "none applies (the passive party saw no node's rows)", report["accuracy_cost"] <= MAX_COST_GOAL
     # The cost alone can mislead where the undefended model beats the majority class by less than the bound (Bank):
-    # a defended model that learnt nothing but the prior would "meet" it. Say so.
+    # a defended model that learnt nothing but the prior would "meet" it. The goal asks for a model above it.
     report["above_majority"] = report["accuracy"] - report["majority_rate"]
     trivial = report["above_majority"] <= 0.0
+    report["goal_met"] = met = met and not trivial
     kind = "partition" if partitions else "gradient"
     report["verdict"] = (
         f"{'meets' if met else 'misses'} the goal (every {kind} attack ≤ {MAX_AUC_GOAL} AUC either way at ≤ "
-        f"{MAX_COST_GOAL * 100:.0f} pp accuracy cost): strongest {worst}, accuracy {report['accuracy']:.4f} against "
+        f"{MAX_COST_GOAL * 100:.0f} pp accuracy cost, with a model above the majority rate): strongest {worst}, "
+        f"accuracy {report['accuracy']:.4f} against "
         f"{undefended['accuracy']:.4f} undefended ({report['accuracy_cost'] * 100:+.2f} pp cost), majority rate "
         f"{report['majority_rate']:.4f}"
         + ("; the defended model does no better than predicting the majority class" if trivial else "")

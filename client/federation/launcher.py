@@ -175,9 +175,11 @@ def check_gradient_defense(specs: Sequence[str], model: str, topology: str) -> N
     _check_chain("gradient defense", GradientChain.from_specs, specs, (model, topology), where)
 
 
-def check_partition_defense(specs: Sequence[str], model: str) -> None:
+def check_partition_defense(specs: Sequence[str], model: str, max_depth: int = 0) -> None:
     """Parse the session's partition defenses as every party will at CreateSession; they hide tree nodes from the
-    passive parties, so another model is refused."""
+    passive parties, so another model is refused, and so is a step that hides no node at ``max_depth`` (0: the
+    family's default)."""
+    from vflsec.services.models.tree.config import TreeConfig
     from vflsec.services.models.tree.partitions import PartitionDefense
 
     if model not in TREE_MODELS:
@@ -187,6 +189,9 @@ def check_partition_defense(specs: Sequence[str], model: str) -> None:
         )
     try:
         PartitionDefense.from_specs(specs, model)
+        depth = {"max_depth": max_depth} if max_depth else {}
+        build = TreeConfig.forest if model == "forest" else TreeConfig
+        build(partition_defense=tuple(specs), **depth)  # type: ignore[operator]
     except ValueError as exc:  # PluginError included
         raise SpecError(f"partition defense {list(specs)}: {exc}") from exc
 
@@ -331,7 +336,7 @@ class FederationSpec:
         if self.gradient_defense:
             check_gradient_defense(self.gradient_defense, self.model, self.topology)
         if self.partition_defense:
-            check_partition_defense(self.partition_defense, self.model)
+            check_partition_defense(self.partition_defense, self.model, self.max_depth)
 
     @property
     def name(self) -> str:

@@ -331,18 +331,25 @@ def label_observations(store: ObservationStore, session_id: str) -> tuple[Observ
         if not tree_rows:
             raise LookupError(f"session {session_id!r} has no tree training rows recorded at this party")
         ids = list(tree_rows[-1].sample_ids)
-        searched = list(store.read(session_id, plugins.NODE_ROWS))
-        partitions = [r.arrays["rows"] for r in searched]
-        nodes = [(int(r.meta["tree"]), int(r.meta["node_id"])) for r in searched]
+        # One partition per node: a node is recorded as searched and again as a side of this party's split of its
+        # parent (and a retried node twice), which would count it and weigh it in ID2Graph twice (review 14, F5).
+        seen: dict[tuple[int, int], np.ndarray] = {}
+
+        def add(node: tuple[int, int], rows: np.ndarray) -> None:
+            rows = np.asarray(rows, dtype=np.int64)
+            seen[node] = np.union1d(seen[node], rows) if node in seen else rows
+
+        for r in store.read(session_id, plugins.NODE_ROWS):
+            add((int(r.meta["tree"]), int(r.meta["node_id"])), r.arrays["rows"])
         for r in store.read(session_id, plugins.OWN_SPLIT):
             left = r.arrays["goes_left"].astype(bool)
-            partitions += [r.arrays["rows"][left], r.arrays["rows"][~left]]
             tree, node = int(r.meta["tree"]), int(r.meta["node_id"])
-            nodes += [(tree, 2 * node + 1), (tree, 2 * node + 2)]  # its sides are the node's children
-        kept = [i for i, p in enumerate(partitions) if len(p)]
+            add((tree, 2 * node + 1), r.arrays["rows"][left])  # its sides are the node's children
+            add((tree, 2 * node + 2), r.arrays["rows"][~left])
+        kept = [node for node, rows in seen.items() if len(rows)]
         fields = {
-            "partitions": tuple(np.asarray(partitions[i], dtype=np.int64) for i in kept),
-            "partition_nodes": tuple(nodes[i] for i in kept),
+            "partitions": tuple(seen[node] for node in kept),
+            "partition_nodes": tuple(kept),
             # the session's public tree settings, the partition defense included (Kerckhoffs)
             "tree_settings": {**joined.get("settings", {}), "kind": family},
         }

@@ -123,12 +123,15 @@ class TreeCoordinatorClient:
             )
             call(self.peer, self.stub.SubmitCounts, request, self.policy)
 
-    def decide(self, session_id: str, key: Sequence[int], counts: np.ndarray | None) -> tuple[int, int] | None:
+    def decide(
+        self, session_id: str, key: Sequence[int], counts: np.ndarray | None
+    ) -> tuple[bool, tuple[int, int] | None]:
+        """Whether the node is split, and the active party's own split (feature, bin) if it won."""
         request = tree_pb2.NodeDecide(
             session_id=session_id, node=key_message(key), counts=None if counts is None else to_tensor(counts)
         )
         reply = call(self.peer, self.stub.Decide, request, self.policy)
-        return (reply.feature, reply.bin) if reply.split and reply.own else None
+        return reply.split, (reply.feature, reply.bin) if reply.split and reply.own else None
 
     def partition(self, session_id: str, key: Sequence[int], goes_left: np.ndarray) -> None:
         request = tree_pb2.NodePartition(

@@ -85,9 +85,14 @@ class TreeConfig(DictForm):
             yield f"partition_defense must be step specs (strings), got {list(self.partition_defense)!r}"
             return
         try:
-            self.defense  # noqa: B018 (parsed to check the specs)
+            steps = self.defense.steps
         except ValueError as exc:
             yield f"partition_defense: {exc}"
+            return
+        if positive_int(self.max_depth):
+            for step in steps:
+                if reason := step.hides_nothing(self.max_depth):
+                    yield f"partition_defense: {reason}"
 
     @functools.cached_property
     def defense(self) -> PartitionDefense:

@@ -43,6 +43,10 @@ class PartitionStep(Plugin):
         """Whether passive parties are asked for node at ``depth`` (root 0) of tree ``tree`` (0-based)."""
         return True
 
+    def hides_nothing(self, max_depth: int) -> str | None:
+        """Why this step hides no node of trees of ``max_depth`` (a session under its name would be undefended)."""
+        return None
+
     def public_params(self) -> dict[str, str]:
         return {key: str(value) for key, value in self.get_params().items()}
 
@@ -75,6 +79,19 @@ class PassiveDepth(PartitionStep):
 
     def shows(self, tree: int, depth: int) -> bool:
         return depth < self.depth
+
+    def hides_nothing(self, max_depth: int) -> str | None:
+        if self.depth < max_depth:
+            return None
+        accepted = (
+            f"depth must be at most {max_depth - 1} (max_depth - 1)"
+            if max_depth > 1
+            else "no depth hides one at max_depth 1 (complete_secure hides whole trees)"
+        )
+        return (
+            f"passive_depth depth={self.depth} hides no node of trees of max_depth {max_depth} (nodes at depth "
+            f"max_depth are leaves, never searched): {accepted}"
+        )
 
 
 @dataclass(frozen=True)

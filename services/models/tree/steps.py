@@ -366,6 +366,80 @@ class Builder:
         return builder
 
 
+class GrowthMirror:
+    """The active party's copy of the growth (review 14, F1): it sends a node's rows (their class totals to the
+    coordinator, their encrypted indicators to the passive parties) only if they are the rows that node must have. A
+    root's are the public draw (:func:`bootstrap_weights`: every training row without bootstrap); a child comes after
+    its parent was decided a split, and holds one side of it: the active party's own partition where the split is
+    its own, else two disjoint sides covering the parent (the left one first); nodes come as the Builder queues
+    them, per tree, breadth first. A coordinator that names a node the session hides under a shown node's key, or
+    chosen rows, is refused before anything of the node leaves. O(rows) per node, on rows this party holds already.
+    """
+
+    def __init__(self, config: TreeConfig, n_rows: int) -> None:
+        self.config, self.n_rows = config, n_rows
+        self.started = 0
+        # (key, rows, weights, exact): the rows the node must hold (exact), or its parent's (a passive split's left)
+        self.due: list[tuple[NodeKey, np.ndarray, np.ndarray, bool]] = []
+        self._root()
+
+    def _root(self) -> None:
+        weights = bootstrap_weights(self.config, self.started, self.n_rows)
+        rows = np.flatnonzero(weights)
+        self.due.append(((self.started, 0), rows, weights[rows], True))
+        self.started += 1
+
+    @property
+    def done(self) -> bool:
+        return not self.due
+
+    def check(self, task: Task) -> None:
+        """Refuse a node that is not the next one due, or whose rows and multiplicities are not its own."""
+        if not self.due or task.key != self.due[0][0] or task.depth != node_depth(task.node_id):
+            raise FailedPrecondition(
+                f"node {task.key}: not the next node of this session's growth (each tree from its root, per tree "
+                "breadth first, a node's children only after it was decided a split)"
+            )
+        _, rows, weights, exact = self.due.pop(0)
+        if exact:
+            if not (np.array_equal(task.rows, rows) and np.array_equal(task.weights, weights)):
+                what = (
+                    "its tree's public bootstrap draw (without bootstrap: every training row, once)"
+                    if task.node_id == 0
+                    else "the side of its parent's split the split's owner partitioned"
+                )
+                raise FailedPrecondition(f"node {task.key}: its rows or multiplicities are not {what}")
+            return
+        at = np.searchsorted(rows, task.rows)
+        inside = at < rows.size
+        if not (
+            inside.all()
+            and np.array_equal(rows[at], task.rows)
+            and np.unique(at).size == at.size
+            and 0 < at.size < rows.size
+            and np.array_equal(task.weights, weights[at])
+        ):
+            raise FailedPrecondition(f"node {task.key}: its rows are not one side of its parent's split")
+        other = np.ones(rows.size, dtype=bool)
+        other[at] = False
+        sibling = self.due[0][0]
+        self.due[0] = (sibling, rows[other], weights[other], True)  # the right side: the rest of the parent
+
+    def decided(self, task: Task, split: bool, goes_left: np.ndarray | None = None) -> None:
+        """The node's decision: a leaf, or a split into its owner's partition (``goes_left``: the active party's
+        own; None: a passive party's, known only once its left side is named)."""
+        if split:
+            children = (2 * task.node_id + 1, 2 * task.node_id + 2)
+            if goes_left is None:
+                for child in children:
+                    self.due.append(((task.tree, child), task.rows, task.weights, False))
+            else:
+                for child, side in zip(children, (goes_left, ~goes_left), strict=True):
+                    self.due.append(((task.tree, child), task.rows[side], task.weights[side], True))
+        if not self.due and self.started < self.config.n_trees:
+            self._root()
+
+
 class LabelHolder:
     """The active party's labels (data, not state)."""
 
@@ -560,6 +634,7 @@ __all__ = [
     "ACTIVE",
     "Builder",
     "FeatureOwner",
+    "GrowthMirror",
     "KeyHolder",
     "LabelHolder",
     "NodeKey",

@@ -57,7 +57,19 @@ from vflsec.services.registry import parse_spec
 
 from .binning import QuantileBins
 from .config import TreeConfig
-from .steps import ACTIVE, Builder, FeatureOwner, KeyHolder, LabelHolder, NodeKey, Split, Task, combine, node_depth
+from .steps import (
+    ACTIVE,
+    Builder,
+    FeatureOwner,
+    GrowthMirror,
+    KeyHolder,
+    LabelHolder,
+    NodeKey,
+    Split,
+    Task,
+    combine,
+    node_depth,
+)
 from .structure import Forest, Node, Tree, copy_tree
 
 MAX_PRODUCT_ATTEMPTS = 2  # products a passive party makes for one node: the first, and one retry
@@ -188,8 +200,11 @@ class KeyHolderLink(Protocol):
         task_digest: bytes,
     ) -> None: ...
 
-    def decide(self, session_id: str, key: NodeKey, counts: np.ndarray | None) -> tuple[int, int] | None:
-        """The active party's own split (feature, bin) if it won; None otherwise (a leaf, or a passive split)."""
+    def decide(
+        self, session_id: str, key: NodeKey, counts: np.ndarray | None
+    ) -> tuple[bool, tuple[int, int] | None]:
+        """Whether the node is split, and the active party's own split (feature, bin) if it won (None: a leaf, or a
+        passive party's split)."""
         ...
 
     def partition(self, session_id: str, key: NodeKey, goes_left: np.ndarray) -> None: ...
@@ -259,17 +274,21 @@ class TreeActive:
         key_holder.begin(ctx.session_id, index, sizes)
         self.owner = owner
         config = self.settings.config
+        growth = GrowthMirror(config, index.size)
         while (node := key_holder.next_node(ctx.session_id)) is not None:
             task = Task.from_json(node)
-            # The label holder's own partition defense: whatever the coordinator's task names, the rows of a node the
-            # session keeps from the passive parties are never sent to one (services/models/tree/partitions.py).
+            # The label holder's own partition defense (services/models/tree/partitions.py): a node the session keeps
+            # from the passive parties names no passive candidate, and every node holds its own rows (growth), so no
+            # other node's rows go out under a shown node's key; both before anything of the node leaves.
             if not config.shows_passive(task.tree, node_depth(task.node_id)) and set(task.features) - {ACTIVE}:
                 raise FailedPrecondition(
                     f"node {task.key}: the coordinator names passive candidate features at a node this session's "
                     f"partition defense {list(config.partition_defense)} keeps from the passive parties"
                 )
+            growth.check(task)
             search, key_epoch = key_holder.open_node(ctx.session_id, task.key, labels.totals(task))
             if not search:
+                growth.decided(task, False)
                 continue
             indicators = labels.indicators(task)
             searched = [party for party in passives if position[party] in task.features]
@@ -283,9 +302,13 @@ class TreeActive:
                 for future in futures:
                     future.result()
             own = owner.plain_counts(task, indicators) if ACTIVE in task.features else None
-            split = key_holder.decide(ctx.session_id, task.key, own)
-            if split is not None:
-                key_holder.partition(ctx.session_id, task.key, owner.apply_split(task, *split))
+            split, mine = key_holder.decide(ctx.session_id, task.key, own)
+            goes_left = None if mine is None else owner.apply_split(task, *mine)
+            growth.decided(task, split, goes_left)
+            if goes_left is not None:
+                key_holder.partition(ctx.session_id, task.key, goes_left)
+        if not growth.done:
+            raise FailedPrecondition("the coordinator ended growing before every node of this session was grown")
 
     def inference_share(self, x: np.ndarray) -> np.ndarray:
         return _shares(self.settings, self.owner, x)
@@ -507,12 +530,24 @@ class TreeKeyHolder:
             raise FailedPrecondition(f"node {task.key} is not open (OpenNode first)")
         return task
 
+    def due(self, party: int, key: NodeKey) -> Task:
+        """The node ``key`` if a passive party's products are due for it: it is being grown, open and searched with
+        a candidate feature of ``party``. Otherwise one refusal, whatever the reason (review 14, F2): which node is
+        grown, or whether it is open, is the growth of nodes the session may hide from ``party``."""
+        builder = self.builder
+        task = None if builder is None else builder.next_task()
+        if builder is None or task is None or task.key != tuple(key) or task.key not in builder._nodes:
+            task = None
+        if task is None or party not in task.features:
+            raise FailedPrecondition(f"party {party} has no products due at node {tuple(key)}")
+        return task
+
     def receive_part(
         self, keys: he.Backend, party: int, key: NodeKey, products: list[bytes], part: int, parts: int
     ) -> list[bytes] | None:
         """Part ``part`` of ``parts`` (in order) of a party's products for the current node: every product once the
         last part is in, else None. Never more buffered than the node's own ciphertext count."""
-        task = self._searched(key)
+        task = self.due(party, key)
         width, layout = self._block(keys, party, task)
         done, received = self.arriving.pop(party, (0, []))
         if part != done or parts <= part:
@@ -739,7 +774,9 @@ def _submit_counts(
 ) -> None:
     """A passive party's masked per-bin products for the node, in ``parts`` parts (the last carries its mask sums
     and bin weights),
-    under the node's key epoch (its decision charged at OpenNode); opened once per party and node."""
+    under the node's key epoch (its decision charged at OpenNode); opened once per party and node. Whether any are
+    due is decided first, with one refusal for every node that expects none from the caller (review 14, F2)."""
+    trainer.due(ctx.caller, key)
     keys = ctx.held_keys(trainer.epoch)
     received = trainer.receive_part(keys, ctx.caller, key, products, part, max(parts, 1))
     if received is not None:  # the last part
