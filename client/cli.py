@@ -1189,9 +1189,15 @@ def experiment(
                 bar.console.print(f"finished: {cell.label} (accuracy {result['report']['accuracy']:.4f})")
 
         summary = exp.run_experiment(scenario, out, workers=workers, ray_address=ray, on_cell=on_cell)
-    console.print(exp.summary_table(summary))
+    from vflsec.client.label_experiment import label_table
+
+    if summary["rows"]:
+        console.print(exp.summary_table(summary))
+    if summary.get("label_rows"):  # a passive attacker's label attacks
+        console.print(label_table(summary))
     console.print(f"verdict: {summary['verdict']}", markup=False, soft_wrap=True)
-    console.print(f"{summary['dcs_formula']}; every attack per row: {out / 'results.md'}", markup=False)
+    formula = summary["dcs_formula"] if summary["rows"] else summary["label_dcs_formula"]
+    console.print(f"{formula}; every attack per row: {out / 'results.md'}", markup=False)
     console.print(f"wrote {out / 'results.json'}, {out / 'results.md'} and {', '.join(summary['plots'])}")
     if as_json:
         sys.stdout.write(json.dumps({k: v for k, v in summary.items() if k != "cells"}) + "\n")

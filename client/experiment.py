@@ -39,8 +39,13 @@ from vflsec.client.federation import FederationSpec, SpecError, temporary_folder
 
 MODELS = ("lr", "splitnn", "tree")  # the schema names every family; the services train lr and splitnn today
 WIRED_MODELS = ("lr", "splitnn")
-FIXED_AXES = ("passive_fraction",)  # sweep axes that are not STEP.PARAM of a release step
+ATTACKER_AXIS = "attacker"  # who is curious: "active" (feature attacks) or "passive-N" (label attacks)
+FIXED_AXES = ("passive_fraction", ATTACKER_AXIS)  # sweep axes that are not a defense: each point its own undefended row
 DEFENSE_AXIS = "defense"  # a sweep axis of whole release steps, "STEP:key=value,...": one defense per cell
+# A sweep axis of the active party's gradient defenses (split-NN coordinator-top), as `--gradient-defense` takes them:
+# a value is one step "STEP:key=value,..." or a chain of them (a YAML list, or the steps joined by CHAIN_JOIN).
+TRAINING_DEFENSE_AXIS = "training_defense"
+CHAIN_JOIN = " + "
 
 
 class ScenarioError(ValueError):
@@ -64,6 +69,7 @@ class Scenario:
     in_process: bool  # parties as in-process servers of the cell's worker (default) or as OS processes
     model: str = "lr"
     source: dict[str, Any] = field(default_factory=dict)  # the file as loaded (results.json keeps it)
+    attacker: str = "active"  # the curious party of every cell, unless the attacker is swept
 
 
 def _line_map(node: Any, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], int]:
@@ -117,7 +123,7 @@ class _Checker:
 # The scenario's own keys; every other key is a federation option of `vflsec attack` (spec_options).
 SCENARIO_KEYS = {
     "name", "passive_fraction", "scaling", "training", "attacks", "attack_options", "predictions", "release_model",
-    "repetitions", "sweep", "baseline", "parties", "exclude_attacks",
+    "repetitions", "sweep", "baseline", "parties", "exclude_attacks", "attacker",
 }  # fmt: skip
 # Options of `vflsec attack` that are not about the federation (they have scenario keys of their own, or none).
 NOT_SPEC_OPTIONS = {"attacks", "attack_option", "predictions", "mse_scope", "withhold_model", "windows", "markdown"}
@@ -251,7 +257,9 @@ def parse_scenario(raw: dict[str, Any], check: _Checker, default_name: str = "ex
         in_process=parties == "in_process",
         model=model,
         source=raw,
+        attacker=check.typed(raw, (), "attacker", str, "active"),
     )
+    check_attackers(scenario, check)
     for cell in expand(scenario):  # every cell's chains and split, checked before anything runs
         try:
             cell_spec(scenario, cell).split  # noqa: B018
@@ -291,7 +299,13 @@ def parse_sweep(raw: dict[str, Any], spec: FederationSpec, check: _Checker) -> d
         path = ("sweep", str(axis))
         if not isinstance(values, list) or not values:
             raise check.fail(path, f"expected a non-empty list of values, got {values!r}")
-        if axis in FIXED_AXES:
+        if axis == ATTACKER_AXIS:
+            for i, v in enumerate(values):
+                if not isinstance(v, str):
+                    raise check.fail((*path, str(i)), f"an attacker is active or passive-N, got {v!r}")
+        elif axis == TRAINING_DEFENSE_AXIS:  # the steps are parsed with each cell's spec (check_gradient_defense)
+            values = [_training_chain(check, (*path, str(i)), v) for i, v in enumerate(values)]
+        elif axis in FIXED_AXES:
             for i, v in enumerate(values):
                 if isinstance(v, bool) or not isinstance(v, int | float) or not 0.0 < v < 1.0:
                     raise check.fail((*path, str(i)), f"a passive fraction lies in (0, 1), got {v!r}")
@@ -310,8 +324,10 @@ def parse_sweep(raw: dict[str, Any], spec: FederationSpec, check: _Checker) -> d
             if not dot or registry is None:
                 raise check.fail(
                     path,
-                    f"a sweep axis is {' | '.join(FIXED_AXES)} or STEP.PARAM of a release step "
-                    f"({', '.join([*SCORE_STEPS, *PARAM_STEPS])}), or {DEFENSE_AXIS}: [STEP:key=value, ...]",
+                    f"a sweep axis is passive_fraction or STEP.PARAM of a release step "
+                    f"({', '.join([*SCORE_STEPS, *PARAM_STEPS])}), or {DEFENSE_AXIS}: [STEP:key=value, ...], or "
+                    f"{ATTACKER_AXIS}: [active, passive-N, ...], or {TRAINING_DEFENSE_AXIS}: [a gradient defense "
+                    "STEP:key=value (or a list of them), ...]",
                 )
             accepted = registry.entry(step).parameters()
             if param not in accepted:
@@ -321,6 +337,57 @@ def parse_sweep(raw: dict[str, Any], spec: FederationSpec, check: _Checker) -> d
                     raise check.fail((*path, str(i)), f"expected a scalar value, got {v!r}")
         sweep[str(axis)] = list(values)
     return sweep
+
+
+def _training_chain(check: _Checker, path: tuple[str, ...], value: Any) -> str:
+    """A training_defense value (one gradient-defense step, or a chain: a list of steps) as one string, the steps
+    joined by CHAIN_JOIN; each step parsed by the gradient-defense registry, so a bad one is refused at its line."""
+    from vflsec.services.defenses.gradients import GradientChain
+
+    steps = value.split(CHAIN_JOIN) if isinstance(value, str) else value
+    if not isinstance(steps, list) or not steps or not all(isinstance(v, str) and v.strip() for v in steps):
+        raise check.fail(path, f"a training defense is STEP:key=value,... or a list of them, got {value!r}")
+    steps = [v.strip() for v in steps]
+    try:
+        GradientChain.from_specs(steps)
+    except ValueError as exc:
+        raise check.fail(path, f"gradient defense {value!r}: {exc}") from exc
+    return CHAIN_JOIN.join(steps)
+
+
+def attackers(scenario: Scenario) -> list[str]:
+    """Every curious party of the scenario: the swept ones, else the file's ``attacker``."""
+    return [str(v) for v in scenario.sweep.get(ATTACKER_AXIS, [scenario.attacker])]
+
+
+def check_attackers(scenario: Scenario, check: _Checker) -> None:
+    """Each attacker is a party of the federation; a passive attacker's label attacks read the training gradients,
+    so no release axis is swept with it (release chains act after training); listed attacks infer what some attacker
+    of the scenario infers."""
+    from vflsec.services.attacks import ATTACKS
+
+    known = ["active", *(f"passive-{i}" for i in range(1, scenario.spec.n_passive + 1))]
+    swept = ATTACKER_AXIS in scenario.sweep
+    for i, attacker in enumerate(attackers(scenario)):
+        if attacker not in known:
+            path = ("sweep", ATTACKER_AXIS, str(i)) if swept else ("attacker",)
+            raise check.fail(path, f"must be one of {', '.join(known)}, got {attacker!r}")
+    targets = {"features" if a == "active" else "labels" for a in attackers(scenario)}
+    if "labels" in targets:
+        release = [a for a in scenario.sweep if a not in FIXED_AXES and a != TRAINING_DEFENSE_AXIS]
+        if release:
+            raise check.fail(
+                ("sweep", release[0]),
+                "a passive attacker's label attacks read the gradients of training; a release chain acts after it and "
+                f"changes nothing they see: sweep {TRAINING_DEFENSE_AXIS} (gradient defenses) for it",
+            )
+    for i, name in enumerate(scenario.attacks or ()):
+        if ATTACKS.entry(name).cls.target not in targets:
+            raise check.fail(
+                ("attacks", str(i)),
+                f"{name} infers {ATTACKS.entry(name).cls.target}; this scenario's "
+                f"attackers ({', '.join(attackers(scenario))}) infer {' and '.join(sorted(targets))}",
+            )
 
 
 # --- cells --------------------------------------------------------------------------------------------------
@@ -369,6 +436,7 @@ def chains(scenario: Scenario, cell: Cell) -> tuple[tuple[str, ...], tuple[str, 
     release = [(a, v) for a, v in cell.values if a not in FIXED_AXES]
     if release and all(v is None for _, v in release):
         return (), ()
+    release = [(a, v) for a, v in release if a != TRAINING_DEFENSE_AXIS]  # a training step, not a release one
     score = [parse_spec(s) for s in scenario.spec.score_release]
     param = [parse_spec(s) for s in scenario.spec.param_release]
     for axis, value in release:
@@ -390,30 +458,63 @@ def chains(scenario: Scenario, cell: Cell) -> tuple[tuple[str, ...], tuple[str, 
     return specs(score), specs(param)
 
 
+def gradient_chain(scenario: Scenario, cell: Cell) -> tuple[str, ...]:
+    """The cell's gradient defenses: the file's ``gradient_defense`` chain with the swept training defense appended;
+    none in an undefended cell (every defense axis ``None``)."""
+    defense_axes = [v for a, v in cell.values if a not in FIXED_AXES]
+    if defense_axes and all(v is None for v in defense_axes):
+        return ()
+    swept = dict(cell.values).get(TRAINING_DEFENSE_AXIS)
+    return (*scenario.spec.gradient_defense, *([] if swept is None else str(swept).split(CHAIN_JOIN)))
+
+
+def cell_attacker(scenario: Scenario, cell: Cell) -> str:
+    return str(dict(cell.values).get(ATTACKER_AXIS) or scenario.attacker)
+
+
 def cell_spec(scenario: Scenario, cell: Cell) -> FederationSpec:
     values = dict(cell.values)
     score, param = chains(scenario, cell)
     changes: dict[str, Any] = {"seed": scenario.spec.seed + cell.repetition, "score_release": score}
     changes["param_release"] = param
+    changes["gradient_defense"] = gradient_chain(scenario, cell)
     if values.get("passive_fraction") is not None:
         changes["passive_features"] = float(values["passive_fraction"])
     return replace(scenario.spec, **changes)
 
 
 def attack_scenario(scenario: Scenario, cell: Cell) -> harness.AttackScenario:
+    from vflsec.services.attacks import ATTACKS
+
     spec = cell_spec(scenario, cell)
+    attacker = cell_attacker(scenario, cell)
+    target = "features" if attacker == "active" else "labels"
     attacks = scenario.attacks
+    if attacks is not None and ATTACKER_AXIS in scenario.sweep:  # one list for every attacker: each its own kind
+        attacks = tuple(a for a in attacks if ATTACKS.entry(a).cls.target == target) or None
     if attacks is None and scenario.exclude_attacks:
-        defaults = harness.default_attacks(spec.score_release, spec.param_release, spec.model, spec.embedding_release)
+        defaults = (
+            harness.default_attacks(spec.score_release, spec.param_release, spec.model, spec.embedding_release)
+            if target == "features" else harness.LABEL_ATTACKS.get(spec.model, ())
+        )  # fmt: skip
         attacks = tuple(a for a in defaults if a not in scenario.exclude_attacks)
+    options = {n: o for n, o in scenario.attack_options.items() if ATTACKS.entry(n).cls.target == target}
     return harness.AttackScenario(
         spec,
         attacks=attacks,
-        attack_options=scenario.attack_options,
+        attack_options=options if ATTACKER_AXIS in scenario.sweep else scenario.attack_options,
         predictions=scenario.predictions,
         release_model=scenario.release_model,
         in_process=scenario.in_process,
+        attacker=attacker,
     )
+
+
+def _attacker_key(scenario: Scenario, cell: Cell) -> list[str]:
+    """The attacker in a cell's digests when it is a passive party (the active one keeps the keys cells had before
+    the attacker axis, so their results are found again)."""
+    attacker = cell_attacker(scenario, cell)
+    return [] if attacker == "active" else [attacker]
 
 
 def _digest(document: Any) -> str:
@@ -424,7 +525,7 @@ def training_key(scenario: Scenario, cell: Cell) -> str:
     """Everything the trained model depends on (the chains and the attacks do not): cells sharing it share
     one trained base federation."""
     spec = replace(cell_spec(scenario, cell), score_release=(), param_release=())
-    return _digest([_spec_document(spec), scenario.predictions, scenario.in_process])
+    return _digest([_spec_document(spec), scenario.predictions, scenario.in_process, *_attacker_key(scenario, cell)])
 
 
 def cell_key(scenario: Scenario, cell: Cell) -> str:
@@ -438,6 +539,7 @@ def cell_key(scenario: Scenario, cell: Cell) -> str:
             scenario.exclude_attacks,
             scenario.attack_options,
             scenario.release_model,
+            *_attacker_key(scenario, cell),
         ]
     )
 
@@ -509,6 +611,15 @@ def run_cell(scenario: harness.AttackScenario, base: Path, trained: dict[str, An
         return harness.score_run(scenario, harness.run_from_base(scenario, base, trained, workdir))
 
 
+def run_label_cell(scenario: harness.AttackScenario) -> dict[str, Any]:
+    """A passive attacker's cell: train with the curious plugin at that party, then its label attacks on the gradients
+    it recorded (harness.score_label_run). Training is what it attacks and no release axis is swept with it, so a
+    cell is its own training group: no checkpoints (their fsync'd writes cost most of a plain step on Bank)."""
+    scenario = scenario.with_spec(checkpoints=False)
+    with temporary_folder("vflsec-cell-") as workdir:
+        return harness.score_label_run(scenario, harness.run_scenario(scenario, workdir))
+
+
 def cell_task(scenario: Scenario, cell: Cell, out: Path) -> dict[str, Any]:
     """Run one cell unless its result is already on disk; writes the result atomically and returns it."""
     key = cell_key(scenario, cell)
@@ -516,9 +627,12 @@ def cell_task(scenario: Scenario, cell: Cell, out: Path) -> dict[str, Any]:
     if done is not None:
         return done
     attack = attack_scenario(scenario, cell)
-    base = out / "train" / training_key(scenario, cell)
-    trained = trained_base(attack, base)
-    report = run_cell(attack, base, trained)
+    if attack.attacker != "active":  # label attacks read training itself: no trained base to share (see run_label_cell)
+        report = run_label_cell(attack)
+    else:
+        base = out / "train" / training_key(scenario, cell)
+        trained = trained_base(attack, base)
+        report = run_cell(attack, base, trained)
     result = {"key": key, "cell": {"values": dict(cell.values), "repetition": cell.repetition}, "report": report}
     write_atomic(out / "cells" / f"{key}.json", json.dumps(result))
     return result
@@ -564,7 +678,9 @@ def run_experiment(
     summary = summarise(scenario, [r for r in results if r is not None])
     write_atomic(out / "results.json", json.dumps(summary, indent=1, default=str))
     write_atomic(out / "results.md", markdown(summary))
-    summary["plots"] = [str(p) for p in plot(summary, out)]
+    from vflsec.client.label_experiment import plot_labels
+
+    summary["plots"] = [str(p) for p in [*plot(summary, out), *plot_labels(summary, out)]]
     shutil.rmtree(out / "train", ignore_errors=True)  # every cell is on disk: the bases have served
     return summary
 
@@ -650,6 +766,8 @@ _BASELINE_LABEL = {
 def _axis_label(axis: str) -> str:
     if axis == DEFENSE_AXIS:
         return "defense (release step and its parameters)"
+    if axis == TRAINING_DEFENSE_AXIS:
+        return "training defense (the active party's gradient defense and its parameters)"
     step, _, param = axis.partition(".")
     return f"{step} {param} ({PARAM_UNITS.get(param, 'release-step parameter')})"
 
@@ -672,7 +790,12 @@ def defense_label(values: Mapping[str, Any], chains: Sequence[str] = ()) -> str:
 
 def summarise(scenario: Scenario, results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Rows (a sweep point, averaged over its repetitions): accuracy, every attack's clipped and raw MSE
-    (mean ± std), the blind baselines, the strongest attacker, its ratio to the undefended row and the DCS."""
+    (mean ± std), the blind baselines, the strongest attacker, its ratio to the undefended row and the DCS. A
+    passive attacker's cells (label attacks) are summarised apart, as ``label_rows`` (summarise_labels)."""
+    from vflsec.client.label_experiment import summarise_labels
+
+    every = list(results)
+    results = [r for r in every if not is_label_report(r["report"])]
     by_row: dict[str, list[dict[str, Any]]] = {}
     for r in results:
         by_row.setdefault(json.dumps(r["cell"]["values"], sort_keys=False), []).append(r)
@@ -714,6 +837,7 @@ def summarise(scenario: Scenario, results: Sequence[dict[str, Any]]) -> dict[str
                 "defense": defense_label(values, [*reports[0]["score_release"], *reports[0]["param_release"]]),
                 "score_release": reports[0]["score_release"],
                 "param_release": reports[0]["param_release"],
+                "gradient_defense": list(gradient_chain(scenario, Cell(tuple(values.items()), 0))),
                 "repetitions": len(reports),
                 "accuracy": _stat([rep["accuracy"] for rep in reports]),
                 "baselines": {b: _stat([rep["baselines"][b] for rep in reports]) for b in reports[0]["baselines"]},
@@ -751,9 +875,9 @@ def summarise(scenario: Scenario, results: Sequence[dict[str, Any]]) -> dict[str
         "mse_unit": MSE_UNIT,
         "rows": rows,
         "verdict": verdict(rows),
-        "cells": list(results),
+        "cells": every,
         "scenario": scenario.source,
-    }
+    } | summarise_labels(scenario, [r for r in every if is_label_report(r["report"])], rows)
 
 
 # A defense "stops every attack" when the strongest attacker's advantage over Half is at most this (the attack
@@ -763,7 +887,7 @@ STOPS_AP, FREE_DMP = harness.LEAK_MARGIN, 0.01
 
 def verdict(rows: Sequence[dict[str, Any]]) -> str:
     """One line naming the defenses that stop every attack at no accuracy cost, or saying that none does."""
-    defended = [r for r in rows if r["score_release"] or r["param_release"]]
+    defended = [r for r in rows if not _undefended_row(r)]
     if not defended:
         return "no defense in this sweep"
     stops = [r for r in defended if "blocked" in r or r.get("ap", 1.0) <= STOPS_AP]
@@ -778,6 +902,11 @@ def verdict(rows: Sequence[dict[str, Any]]) -> str:
     best = max(scored, key=lambda r: r["dcs"]) if scored else None
     tail = f"; best trade-off: {best['defense']} (DCS {best['dcs']:.3f})" if best else ""
     return f"none meets the goal ({rule}): every defense leaves an attack better than Half{tail}"
+
+
+def is_label_report(report: dict[str, Any]) -> bool:
+    """A passive attacker's cell report (label attacks), not the active party's (feature attacks)."""
+    return report.get("attacker", "active") != "active"
 
 
 def _own_metric(report: dict[str, Any], name: str) -> dict[str, Any] | None:
@@ -797,8 +926,7 @@ def _undefended(row: dict[str, Any], rows: Sequence[dict[str, Any]]) -> dict[str
     """The row without any defense at the same fixed-axis point (passive fraction), if the sweep has one."""
     fixed = {a: v for a, v in row["values"].items() if a in FIXED_AXES}
     for other in rows:
-        undefended = not other["score_release"] and not other["param_release"]
-        if undefended and {a: v for a, v in other["values"].items() if a in FIXED_AXES} == fixed:
+        if _undefended_row(other) and {a: v for a, v in other["values"].items() if a in FIXED_AXES} == fixed:
             return other
     return None
 
@@ -808,9 +936,15 @@ def _pm(stat: Mapping[str, float]) -> str:
 
 
 def markdown(summary: dict[str, Any]) -> str:
+    from vflsec.client.label_experiment import label_markdown
+
+    title = f"# {summary['name']}: {summary['dataset']}, {summary['model']}, backend {summary['backend']}"
+    labels = label_markdown(summary)  # a passive attacker's rows, if any
+    if labels and not summary["rows"]:
+        return f"{title}\n\n{labels}"
     fixed = [a for a in summary["sweep"] if a in FIXED_AXES]
     lines = [
-        f"# {summary['name']}: {summary['dataset']}, {summary['model']}, backend {summary['backend']}",
+        title,
         "",
         f"{summary['repetitions']} repetition(s) per row (mean ± std), {summary['predictions']} queried samples; "
         f"MSE: {summary['mse_unit']}, clipped to the cube (raw MSE in results.json). Strongest: the attack "
@@ -865,7 +999,7 @@ def markdown(summary: dict[str, Any]) -> str:
                     f"{_pm(a['mse'])} |"
                 )
         lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines) + (f"\n\n{labels}" if labels else "")
 
 
 def summary_table(summary: dict[str, Any]) -> Any:
@@ -892,7 +1026,7 @@ def _group(row: dict[str, Any], fixed: Sequence[str]) -> str:
 
 
 def _undefended_row(row: dict[str, Any]) -> bool:
-    return not row["score_release"] and not row["param_release"]
+    return not row["score_release"] and not row["param_release"] and not row.get("gradient_defense")
 
 
 def _short(defense: str) -> str:
