@@ -489,20 +489,20 @@ def attack_scenario(scenario: Scenario, cell: Cell) -> harness.AttackScenario:
     spec = cell_spec(scenario, cell)
     attacker = cell_attacker(scenario, cell)
     target = "features" if attacker == "active" else "labels"
-    attacks = scenario.attacks
-    if attacks is not None and ATTACKER_AXIS in scenario.sweep:  # one list for every attacker: each its own kind
-        attacks = tuple(a for a in attacks if ATTACKS.entry(a).cls.target == target) or None
+    attacks, options = scenario.attacks, scenario.attack_options
+    if ATTACKER_AXIS in scenario.sweep:  # one list (and options) for every attacker: each takes its own kind
+        attacks = tuple(a for a in attacks or () if ATTACKS.entry(a).cls.target == target) or None
+        options = {n: o for n, o in options.items() if n in ATTACKS.names() and ATTACKS.entry(n).cls.target == target}
     if attacks is None and scenario.exclude_attacks:
         defaults = (
             harness.default_attacks(spec.score_release, spec.param_release, spec.model, spec.embedding_release)
             if target == "features" else harness.LABEL_ATTACKS.get(spec.model, ())
         )  # fmt: skip
         attacks = tuple(a for a in defaults if a not in scenario.exclude_attacks)
-    options = {n: o for n, o in scenario.attack_options.items() if ATTACKS.entry(n).cls.target == target}
     return harness.AttackScenario(
         spec,
         attacks=attacks,
-        attack_options=options if ATTACKER_AXIS in scenario.sweep else scenario.attack_options,
+        attack_options=options,
         predictions=scenario.predictions,
         release_model=scenario.release_model,
         in_process=scenario.in_process,

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from vflsec.client import experiment as exp
 from vflsec.client import harness
 
@@ -331,6 +333,8 @@ def plot_labels(summary: dict[str, Any], out: Path) -> list[Path]:
         ax.annotate("no defense", (row["accuracy"]["mean"], s["mean"]), xytext=(6, 6), textcoords="offset points",
                     fontsize=7, zorder=6)  # fmt: skip
     guides(ax, rows[0]["blind"]["mean"])
+    majority = float(np.mean([r["majority_rate"]["mean"] for r in rows]))  # a model that learnt only the prior
+    ax.axvline(majority, color="grey", linestyle="-.", label=f"majority-class accuracy ({majority:.3f})")
     ax.margins(x=0.15, y=0.08)  # the undefended star is often the top-right point: keep it off the frame
     ax.set_xlabel("main-task accuracy on the queried samples (fraction correct)")
     ax.set_ylabel(ylabel, fontsize=8)
