@@ -492,7 +492,8 @@ def attack_scenario(scenario: Scenario, cell: Cell) -> harness.AttackScenario:
     attacks, options = scenario.attacks, scenario.attack_options
     if ATTACKER_AXIS in scenario.sweep:  # one list (and options) for every attacker: each takes its own kind
         attacks = tuple(a for a in attacks or () if ATTACKS.entry(a).cls.target == target) or None
-        options = {n: o for n, o in options.items() if n in ATTACKS.names() and ATTACKS.entry(n).cls.target == target}
+        known = ATTACKS.names()  # an unknown name is kept: the harness's check refuses it by name
+        options = {n: o for n, o in options.items() if n not in known or ATTACKS.entry(n).cls.target == target}
     if attacks is None and scenario.exclude_attacks:
         defaults = (
             harness.default_attacks(spec.score_release, spec.param_release, spec.model, spec.embedding_release)
