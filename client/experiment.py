@@ -303,7 +303,7 @@ def parse_sweep(raw: dict[str, Any], spec: FederationSpec, check: _Checker) -> d
             for i, v in enumerate(values):
                 if not isinstance(v, str):
                     raise check.fail((*path, str(i)), f"an attacker is active or passive-N, got {v!r}")
-        elif axis == TRAINING_DEFENSE_AXIS:  # the steps are parsed with each cell's spec (check_gradient_defense)
+        elif axis == TRAINING_DEFENSE_AXIS:  # each step parsed here; model and topology with each cell's spec
             values = [_training_chain(check, (*path, str(i)), v) for i, v in enumerate(values)]
         elif axis in FIXED_AXES:
             for i, v in enumerate(values):
