@@ -77,7 +77,7 @@ def _arguments(command: Any, kwargs: dict[str, Any]) -> list[str]:
 
 def _run(name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     """Run ``vflsec NAME ... --json`` in this process; its last stdout line is the result."""
-    from vflsec.client.federation import Stopped, stop_on_signals
+    from vflsec.client.federation.launcher import Stopped, stop_on_signals
 
     command = _command(name)
     args = [*_arguments(command, kwargs), "--json"]

@@ -8,6 +8,10 @@ help text that is wrong for some of them.
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -162,6 +166,19 @@ GradientDefense = Annotated[
     ),
 ]
 
+# --- the active party's partition defenses (the session's TreeModel.partition_defense)
+PartitionDefense = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--partition-defense",
+        metavar="STEP[:key=value,...]",
+        help="tree / forest: nodes whose training rows no passive party sees, grown from the active party's features "
+        "alone; repeatable: complete_secure[:trees=K] (the first K trees, FATE's complete-secure mode), "
+        "passive_depth[:depth=L] (passive parties searched only above depth L) (docs/defenses.md).",
+        show_default="none",
+    ),
+]
+
 # --- training (the operator's session)
 Backend = Annotated[str, typer.Option("--backend", help="ckks | plain")]
 Model = Annotated[str, typer.Option("--model", help="Model family: lr | splitnn | tree | forest.")]
@@ -253,3 +270,99 @@ SPEC_FIELD = {"passive": "n_passive", "release": "score_release"}
 def spec_value(name: str, value: Any) -> tuple[str, Any]:
     """An option's parsed value as the FederationSpec field it sets (``--hidden``'s text as the widths)."""
     return SPEC_FIELD.get(name, name), widths(value) if name == "hidden" else value
+
+
+# --- the federation a training command deals: one declaration of the options `demo` and `attack` share
+# (parameter, its declaration, its default; a command may pick other defaults: attack trains digits, demo
+# breast_cancer). A scenario file's federation keys are these options too (experiments, through
+# federation_command).
+FEDERATION_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
+    ("dataset", Dataset, "breast_cancer"),
+    ("label", Label, None),
+    ("passive", Passive, 1),
+    ("passive_features", PassiveFeatures, None),
+    ("encoding", Encoding, "onehot"),
+    ("backend", Backend, "ckks"),
+    ("model", Model, "lr"),
+    ("topology", Topology, "coordinator-top"),
+    ("embedding", Embedding, 16),
+    ("hidden", Hidden, "32"),
+    ("max_depth", MaxDepth, 0),
+    ("trees", Trees, 0),
+    ("epochs", AutoEpochs, 30),
+    ("batch_size", BatchSize, 0),
+    ("learning_rate", LearningRate, 0.1),
+    ("optimizer", Optimizer, "adam"),
+    ("l2", L2, 1e-4),
+    ("train_rows", TrainRows, None),
+    ("early_stopping_patience", EarlyStoppingPatience, 0),
+    ("validation_fraction", ValidationFraction, 0.2),
+    ("seed", Seed, 0),
+    ("release", Release, None),
+    ("param_release", ParamRelease, None),
+    ("embedding_release", EmbeddingRelease, None),
+    ("gradient_defense", GradientDefense, None),
+    ("partition_defense", PartitionDefense, None),
+)
+
+
+@dataclass(frozen=True)
+class Federation:
+    """The federation options one command was given, by parameter name (``federation.values["dataset"]``)."""
+
+    values: dict[str, Any]
+
+    def spec_fields(self) -> dict[str, Any]:
+        """The options as FederationSpec keyword arguments: --hidden's widths, the release chains as sequences."""
+        fields = dict(spec_value(name, value) for name, value in self.values.items())
+        fields["embedding_release"] = embedding_steps(self.values["embedding_release"])
+        for chain in ("score_release", "param_release", "gradient_defense", "partition_defense"):
+            fields[chain] = fields[chain] or ()
+        return fields
+
+
+def federation_options(**defaults: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A command takes the federation options where it declares ``federation: Federation``: the parameter
+    becomes the options of FEDERATION_OPTIONS (with ``defaults`` for some), and the command receives their values
+    as one :class:`Federation`."""
+    unknown = set(defaults) - {name for name, _, _ in FEDERATION_OPTIONS}
+    if unknown:
+        raise TypeError(f"not federation options: {sorted(unknown)}")
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        signature = inspect.signature(command, eval_str=True)
+        params = list(signature.parameters.values())
+        at = [p.name for p in params].index("federation")
+        group = [
+            inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=kind,
+                              default=defaults.get(name, default))
+            for name, kind, default in FEDERATION_OPTIONS
+        ]  # fmt: skip
+
+        @functools.wraps(command)
+        def with_federation(*args: Any, **kwargs: Any) -> Any:
+            values = {name: kwargs.pop(name) for name, _, _ in FEDERATION_OPTIONS}
+            return command(*args, federation=Federation(values), **kwargs)
+
+        merged = [*params[:at], *group, *params[at + 1 :]]
+        with_federation.__signature__ = signature.replace(parameters=merged)  # type: ignore[attr-defined]
+        with_federation.__annotations__ = {p.name: p.annotation for p in merged} | {"return": None}
+        return with_federation
+
+    return decorate
+
+
+@functools.cache
+def federation_command() -> Any:
+    """The federation options alone as a click command (typer's own click): a scenario file's federation keys
+    are parsed by it, with the CLI's parsers and bounds."""
+    import typer.main
+
+    app = typer.Typer()
+
+    @app.command()
+    @federation_options()
+    def federation(federation: Federation) -> None:
+        """The federation options."""
+
+    return typer.main.get_command(app)

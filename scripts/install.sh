@@ -44,6 +44,11 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet "torch==2.13.0"
+# torch's CPU build: from the machine's wheels when they hold it (CI's Python 3.11), else from PyTorch's CPU index (PyPI's
+# Linux torch is a CUDA build of several GB; 2.13.0+cpu sorts above it, so pip takes the CPU one).
+if ! .venv/bin/python -m pip install --quiet --no-deps --no-index "torch==2.13.0" 2>/dev/null; then
+  .venv/bin/python -m pip install --quiet "torch==2.13.0" --extra-index-url https://download.pytorch.org/whl/cpu
+fi
+.venv/bin/python -m pip install --quiet "torch==2.13.0"  # its dependencies
 .venv/bin/python -m pip install --quiet -e ".[dev,ray]"  # ray: the `experiment --ray` test (~30 s to install)
 echo "$wanted" > "$stamp"

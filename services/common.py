@@ -1,6 +1,6 @@
 """Plain values the engines share with the link layer, kept free of gRPC and protobuf so that importing an engine
-loads neither: the parties' certificate roles, the row check every batch passes, the fingerprint of serialized
-ciphertexts."""
+loads neither: the parties' certificate roles, the row check every batch passes, the bounds of a batched serving call,
+the fingerprint of serialized ciphertexts."""
 
 from __future__ import annotations
 
@@ -17,6 +17,14 @@ ACTIVE = "active"
 PASSIVE = "passive"
 OPERATOR = "operator"
 ROLES: frozenset[str] = frozenset({COORDINATOR, ACTIVE, PASSIVE, OPERATOR})
+
+# Entries of one batched serving call (AdmitQueries, ShareLogitsBatch, SubmitShares, ReleaseScoresBatch): the requests
+# of one Predict round at most. A server refuses more, so no call's work grows with its message alone; below the
+# coordinator's open queries per session (256), so the entries of one call never lapse one another.
+BATCH_ENTRIES = 96
+# Share words (rows x width) of one Predict chunk: a round's rows fit in one chunk (one message of 256 KB).
+CHUNK_VALUES = 32_768
+QUERY_ID_CHARS = 64  # the longest query id any RPC accepts (the coordinator draws 32 hex digits)
 
 
 def digest(blobs: Iterable[bytes]) -> bytes:
@@ -35,3 +43,15 @@ def require_distinct_rows(sample_index: np.ndarray) -> None:
         raise InvalidArgument(
             f"sample_index repeats rows ({len(sample_index)} entries, {distinct} distinct): every row once"
         )
+
+
+def require_entries(n: int, field: str) -> None:
+    """A batched call carries at most BATCH_ENTRIES entries, else INVALID_ARGUMENT naming ``field``."""
+    if n > BATCH_ENTRIES:
+        raise InvalidArgument(f"{field} holds {n} entries; one call carries at most {BATCH_ENTRIES}")
+
+
+def require_query_id(query_id: str) -> None:
+    """A query id no longer than QUERY_ID_CHARS (a refusal names the id: a longer one is not echoed)."""
+    if len(query_id) > QUERY_ID_CHARS:
+        raise InvalidArgument(f"query_id holds {len(query_id)} characters; at most {QUERY_ID_CHARS}")

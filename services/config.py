@@ -28,6 +28,12 @@ ROLES = ("coordinator", "active", "passive")
 # training rows; a 4-row leaf moves depth-5 trees by < 1 pp on wine and digits, docs/trees.md).
 MIN_TRAINING_ROWS = 32
 MIN_NODE_ROWS = 4
+# Active party: concurrent Predicts of a session share one round (services/engines/batching.py): the first waits this
+# long for others ([limits] predict_window_ms; 0: every Predict its own round), and a round carries at most this many
+# rows ([limits] predict_batch_rows; a larger request runs alone, in chunks)
+PREDICT_WINDOW_MS = 2.0
+PREDICT_BATCH_ROWS = 4096
+ACTIVE_WORKERS = 64  # the active party's server threads by default ([limits] workers; other roles: 16)
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,10 @@ class ServiceConfig:
     plugins: tuple[PluginConfig, ...] = ()
     max_message_bytes: int = 256 * 1024 * 1024
     workers: int = 16
+    # Active party: concurrent Predicts of a session share a round ([limits] predict_window_ms, how long the first
+    # waits for others, 0: no batching; predict_batch_rows, the most rows a round carries)
+    predict_window_ms: float = PREDICT_WINDOW_MS
+    predict_batch_rows: int = PREDICT_BATCH_ROWS
     state_dir: Path | None = None  # session checkpoints; None keeps sessions in memory only
     retry_seconds: float = 60.0  # how long calls to a peer are retried while it is UNAVAILABLE
     call_timeout: float = 600.0  # deadline of one call to a peer
@@ -185,6 +195,14 @@ def parse_config(raw: dict[str, Any], *, base: Path, role: str | None = None, so
     key_rotation_steps = int(limits.get("key_rotation_steps", 0))
     if key_rotation_steps < 0:
         raise ConfigError(f"{source}: [limits] key_rotation_steps must be >= 0, got {key_rotation_steps}")
+    predict_window_ms = float(limits.get("predict_window_ms", PREDICT_WINDOW_MS))
+    if not 0 <= predict_window_ms <= 1000:
+        raise ConfigError(
+            f"{source}: [limits] predict_window_ms must be in [0, 1000] (0: no batching), got {predict_window_ms}"
+        )
+    predict_batch_rows = int(limits.get("predict_batch_rows", PREDICT_BATCH_ROWS))
+    if predict_batch_rows < 1:
+        raise ConfigError(f"{source}: [limits] predict_batch_rows must be >= 1, got {predict_batch_rows}")
     psi_owner_budget = int(limits.get("psi_owner_budget", PSI_OWNER_BUDGET))
     if psi_owner_budget < 1:
         raise ConfigError(f"{source}: [limits] psi_owner_budget must be >= 1, got {psi_owner_budget}")
@@ -226,7 +244,11 @@ def parse_config(raw: dict[str, Any], *, base: Path, role: str | None = None, so
         embedding_release=tuple(embedding),
         plugins=plugins,
         max_message_bytes=int(limits.get("max_message_mb", 256)) * 1024 * 1024,
-        workers=int(limits.get("workers", 16)),
+        # The active party's Predicts wait in a shared round (PREDICT_WINDOW_MS): a round gathers at most as many
+        # requests as the server has threads, so it has more by default.
+        workers=int(limits.get("workers", ACTIVE_WORKERS if cfg_role == "active" else 16)),
+        predict_window_ms=predict_window_ms,
+        predict_batch_rows=predict_batch_rows,
         # A top-level ``seed`` (older configs) is ignored: every release-time draw reads OS entropy.
         state_dir=resolve(state["dir"]) if "dir" in state else None,
         retry_seconds=float(limits.get("retry_seconds", 60.0)),

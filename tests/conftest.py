@@ -63,6 +63,7 @@ MEASURED_LONG = frozenset(
         "tests/unit/test_attacks_aware.py::test_each_aware_attack_is_never_worse_than_its_naive_counterpart[rank_only]",
         "tests/unit/test_param_defenses.py::test_varasteh_meets_epsilon_and_privacy_grows_with_it[wine]",
         "tests/integration/test_bench_scale.py::test_bench_scale_smallest_grid",
+        "tests/integration/test_bench_trees.py::test_bench_trees_reports_both_sides_on_the_same_rows",
         "tests/integration/test_bench_align.py::test_bench_align_json_reports_the_figures_for_two_passive_parties[grpc]",
         "tests/integration/test_param_release.py::test_varasteh_curve_through_the_services[breast_cancer]",
         "tests/integration/test_bench_load.py::test_parties_as_processes_answer_every_request_too",

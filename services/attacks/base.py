@@ -92,6 +92,10 @@ class Observations:
     block_gradients: np.ndarray | None = None
     block_rows: tuple[np.ndarray, ...] | None = None
     partitions: tuple[np.ndarray, ...] | None = None
+    # Trees: the (tree, heap index) of each of ``partitions`` (a split's sides as its children), and the session's
+    # public tree settings (kind, max_depth, n_trees, partition_defense, ...) — what a Kerckhoffs attacker knows.
+    partition_nodes: tuple[tuple[int, int], ...] | None = None
+    tree_settings: dict[str, Any] | None = None
     # Auxiliary labels, given only to a label attack that asks (Attack.auxiliary_rows): the true labels (k,) of the
     # rows ``labelled_rows``, which that attack is then not scored on.
     labelled_labels: np.ndarray | None = None
@@ -141,6 +145,8 @@ class Observations:
             value = getattr(self, name)
             if value is not None and (np.ndim(value) != 2 or len(value) != n):
                 raise ValueError(f"{name} must have shape ({n}, width), got {np.shape(value)}")
+        if self.partition_nodes is not None and len(self.partition_nodes) != len(self.partitions or ()):
+            raise ValueError("partition_nodes must name the node of each partition")
         if (self.block_gradients is None) != (self.block_rows is None):
             raise ValueError("block_gradients and block_rows come together")
         if self.block_gradients is not None and (

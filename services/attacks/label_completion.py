@@ -40,6 +40,7 @@ from .labels import per_row
 
 __all__ = [
     "DEFAULT_COMPLETION_K",
+    "AwarePartitionGraph",
     "DirectLabel",
     "GradientClustering",
     "ModelCompletion",
@@ -265,10 +266,13 @@ class PartitionGraph(_ClusterAttack):
     families = frozenset({"tree", "forest"})
     needs = frozenset({"partitions"})
 
+    def _membership(self, obs: Observations) -> sparse.csr_matrix:
+        return membership(obs.partitions or (), obs.n_samples)
+
     def reconstruct(self, obs: Observations) -> Reconstruction:
         from scipy.sparse.linalg import svds
 
-        m = membership(obs.partitions or (), obs.n_samples)
+        m = self._membership(obs)
         c = obs.n_classes
         if m.shape[1] < 2:
             raise NotApplicable(f"{self.name}: the party saw fewer than two nodes")
@@ -285,6 +289,50 @@ class PartitionGraph(_ClusterAttack):
         assign, distances = _kmeans(embedding, c, self.seed)
         sizes = np.bincount(assign, minlength=c)
         return _name_clusters(assign, distances, obs, int(np.argmin(sizes)) if c == 2 else None, self)
+
+
+@register("id2graph_aware")
+class AwarePartitionGraph(PartitionGraph):
+    """ID2Graph by an attacker that knows the tree protocol and the session's partition defense (Kerckhoffs): a node
+    it saw with one child among its nodes also gives the other child's rows (the parent's less the child's), and where
+    the protocol would have shown it that other child — a CART tree (every node searches every party's features), a
+    depth below max_depth that the defense shows — its absence says the child was not searched: a pure node or one
+    too light to split, whose rows likely share a label; its column weighs ``leaf_weight``. Nodes the defense hides
+    say nothing, and are not read as leaves."""
+
+    needs = frozenset({"partitions", "partition_nodes", "tree_settings"})
+
+    def __init__(self, k: int = 0, positive: int = 1, seed: int | None = 0, leaf_weight: float = 3.0) -> None:
+        super().__init__(k, positive, seed)
+        if not leaf_weight > 0:
+            raise ValueError(f"leaf_weight must be > 0, got {leaf_weight}")
+        self.leaf_weight = leaf_weight
+
+    def _membership(self, obs: Observations) -> sparse.csr_matrix:
+        from vflsec.services.models import family as families
+        from vflsec.services.models.tree.steps import node_depth
+
+        settings = dict(obs.tree_settings or {})
+        kind = settings.pop("kind", "tree")
+        config = families.get(kind).settings(settings).config  # the family's defaults for what the session left out
+        rows: dict[tuple[int, int], np.ndarray] = {}
+        for node, part in zip(obs.partition_nodes or (), obs.partitions or (), strict=True):
+            rows[node] = np.union1d(rows.get(node, part), part)
+        parts, weights = [*(obs.partitions or ())], [1.0] * len(obs.partitions or ())  # id2graph's own columns, and:
+        for (tree, node), part in rows.items():
+            children = [(tree, 2 * node + 1), (tree, 2 * node + 2)]
+            seen = [child in rows for child in children]
+            if sum(seen) != 1:
+                continue
+            missing = children[seen.index(False)]
+            other = np.setdiff1d(part, rows[children[seen.index(True)]])
+            if not other.size:
+                continue
+            depth = node_depth(missing[1])
+            searched_if_open = kind == "tree" and depth < config.max_depth and config.shows_passive(tree, depth)
+            parts.append(other)
+            weights.append(self.leaf_weight if searched_if_open else 1.0)
+        return membership(tuple(parts), obs.n_samples) @ sparse.diags(weights)
 
 
 @register("residuals")

@@ -19,13 +19,16 @@ from typing import TYPE_CHECKING, ClassVar, TypeVar
 import numpy as np
 
 from vflsec.services import plugins
+from vflsec.services.common import BATCH_ENTRIES, CHUNK_VALUES
+from vflsec.services.config import PREDICT_BATCH_ROWS, PREDICT_WINDOW_MS
 from vflsec.services.crypto import entropy, he, psi, ring_mask
 from vflsec.services.data.datasets import IdIndex, PartyData
 from vflsec.services.defenses.gradients import GradientChain
-from vflsec.services.defenses.release import ReleasedParams, StepDescription
+from vflsec.services.defenses.release import ReleasedParams, ReleasedScores, StepDescription
 from vflsec.services.engines import checkpoint
+from vflsec.services.engines.batching import Batcher
 from vflsec.services.engines.sessions import EpochKeys, SessionTable, epoch_keys
-from vflsec.services.errors import FailedPrecondition, InvalidArgument, NotFound
+from vflsec.services.errors import FailedPrecondition, InvalidArgument, NotFound, ServiceError
 from vflsec.services.models import family as families
 
 if TYPE_CHECKING:  # services/app.py hands the links in: importing the engine loads no gRPC or protobuf
@@ -33,7 +36,13 @@ if TYPE_CHECKING:  # services/app.py hands the links in: importing the engine lo
 
 T = TypeVar("T")
 
-PREDICT_CHUNK_VALUES = 32_768  # share entries per chunk of a query (bounds message sizes: 256 KB of words)
+PREDICT_CHUNK_VALUES = CHUNK_VALUES  # share entries per chunk of a query (bounds message sizes: 256 KB of words)
+# Requests one Predict round carries at most (besides [limits] predict_batch_rows): the entries every batched call
+# may carry, well under the coordinator's open queries per session (MAX_OPEN_QUERIES, 256), so that the queries of
+# overlapping rounds do not lapse one another.
+PREDICT_BATCH_REQUESTS = BATCH_ENTRIES
+# Predict rounds of a session running at once: while they run, the next round gathers (services/engines/batching.py)
+PREDICT_ROUNDS = 2
 
 
 @dataclass
@@ -253,6 +262,8 @@ class ActiveParty:
         psi_max_ids: int = psi.MAX_IDS,
         psi_max_ratio: float = psi.MAX_RATIO,
         psi_ratio_floor: int = psi.RATIO_FLOOR,
+        predict_window_ms: float = PREDICT_WINDOW_MS,
+        predict_batch_rows: int = PREDICT_BATCH_ROWS,
     ) -> None:
         if data.y is None:
             raise ValueError("the active party's data file needs a label column")
@@ -271,7 +282,14 @@ class ActiveParty:
         self.sessions = SessionTable(
             self.state, lambda sid, arrays, meta: ActiveSession.from_state(sid, arrays, meta, self.data.ids)
         )
-        self._pool = ThreadPoolExecutor(max_workers=max(2, len(self.passives) + 1), thread_name_prefix="peer")
+        # Calls to peers fan out here: Predict rounds overlap, and one waiting for a free thread waits for nothing.
+        self._pool = ThreadPoolExecutor(max_workers=4 * (len(self.passives) + 1), thread_name_prefix="peer")
+        if predict_window_ms < 0 or predict_batch_rows < 1:
+            raise ValueError(f"invalid Predict batching: {predict_window_ms=}, {predict_batch_rows=}")
+        self.predict_window = predict_window_ms / 1e3
+        self.predict_batch_rows = predict_batch_rows
+        self._batchers: dict[str, Batcher] = {}
+        self._batchers_lock = threading.Lock()
 
     @property
     def n_classes(self) -> int:
@@ -634,40 +652,110 @@ class ActiveParty:
     def predict(self, session_id: str, sample_ids: list[str]) -> tuple[np.ndarray, list[StepDescription], int]:
         """Scores through the coordinator: the whole query is admitted (or refused) before any chunk is
         released; each passive party sends its masked share of a chunk to the coordinator, which adds ours
-        (from which we subtract every passive party's mask: services/crypto/ring_mask.py)."""
+        (from which we subtract every passive party's mask: services/crypto/ring_mask.py). Concurrent requests of a
+        session share one round (:meth:`_predict_batch`); each is still its own query."""
         s = self.session(session_id)
         index = self._indices(s, sample_ids)
         if s.trainer.scores_locally:
             return self._predict_locally(s, sample_ids, index), [], 0
         if set(s.share_mask_keys) != set(self.passives):
             raise FailedPrecondition(f"session {session_id!r} has no share-mask keys: open a new session")
+        if not self.predict_window or len(index) > self._batch_rows(s):
+            return self._predict_alone(s, sample_ids, index)
+        batcher = self._batcher(s)
+        released = batcher.submit(index, len(index))
+        self._emit_released(s, sample_ids, index, released)
+        return released.scores, list(released.chain), released.argmax_changed
+
+    def _batch_rows(self, s: ActiveSession) -> int:
+        """The most rows of a Predict round: [limits] predict_batch_rows, and one chunk (its shares, one message)."""
+        return min(self.predict_batch_rows, self._predict_chunk_rows(s))
+
+    def _batcher(self, s: ActiveSession) -> Batcher:
+        with self._batchers_lock:
+            if s.session_id not in self._batchers:
+                self._batchers[s.session_id] = Batcher(
+                    functools.partial(self._predict_batch, s),
+                    self.predict_window,
+                    self._batch_rows(s),
+                    PREDICT_BATCH_REQUESTS,
+                    PREDICT_ROUNDS,
+                )
+            return self._batchers[s.session_id]
+
+    def _predict_batch(self, s: ActiveSession, queries: list[np.ndarray]) -> list[ReleasedScores | ServiceError]:
+        """One round for concurrent requests: their queries admitted in one call (each on its own: a refusal stays
+        with its request), every passive party's shares of the admitted ones in one call each, and their releases in
+        one call (each its own sum and pass through the release chain). Ours is one pass over all their rows, each
+        query's share under its own masks, as alone."""
+        sid = s.session_id
+        outcomes: list = list(self.coordinator.admit_queries(sid, queries))
+        live = [i for i, admitted in enumerate(outcomes) if not isinstance(admitted, ServiceError)]
+        if not live:
+            return outcomes
+        shared = [(outcomes[i].query_id, queries[i]) for i in live]
+        shares = self._own_shares(s, shared)
+        for refusals in self._each_passive(lambda party, client: client.share_logits_batch(sid, shared)):
+            for i, error in zip(live, refusals, strict=True):
+                if error is not None and not isinstance(outcomes[i], ServiceError):
+                    outcomes[i] = error  # that query alone: its batch-mates are released
+        kept = [k for k, i in enumerate(live) if not isinstance(outcomes[i], ServiceError)]
+        released = self.coordinator.release_batch(
+            sid, [(*shared[k], shares[k]) for k in kept], n_classes=s.n_classes
+        )
+        for k, scores in zip(kept, released, strict=True):
+            outcomes[live[k]] = scores
+        return outcomes
+
+    def _own_shares(self, s: ActiveSession, queries: list[tuple[str, np.ndarray]]) -> list[np.ndarray]:
+        """Our share of each (query id, rows): one pass over their rows, each query's share less every passive party's
+        mask of that query (which the coordinator's sum cancels), as the passive parties mask theirs."""
+        rows = s.rows[np.concatenate([index for _, index in queries])]
+        words = ring_mask.encode(s.trainer.inference_share(self.data.X[rows]))
+        masked, width = families.masks_shares(s.family), s.trainer.share_width
+        shares, start = [], 0
+        for query_id, index in queries:
+            share = words[start : start + len(index)]
+            start += len(index)
+            if masked:
+                for key in s.share_mask_keys.values():
+                    share -= ring_mask.share_mask(key, s.session_id, s.step, query_id, index, width)
+            shares.append(share)
+        return shares
+
+    def _emit_released(
+        self, s: ActiveSession, sample_ids: list[str], index: np.ndarray, reply: ReleasedScores
+    ) -> None:
+        if not self.hub.active:  # nothing to build the observation for
+            return
+        self._emit(
+            plugins.RELEASED_SCORES,
+            s,
+            "coordinator",
+            sample_ids=tuple(sample_ids),
+            arrays={"scores": reply.scores, "own_features": self.data.X[s.rows[index]]},
+            meta={
+                "chain": [name for name, _ in reply.chain],
+                "steps": [[name, dict(params)] for name, params in reply.chain],  # public params: Kerckhoffs
+                "argmax_changed": reply.argmax_changed,
+            },
+        )
+
+    def _predict_alone(
+        self, s: ActiveSession, sample_ids: list[str], index: np.ndarray
+    ) -> tuple[np.ndarray, list[StepDescription], int]:
+        """A request as its own query and round, in chunks of at most PREDICT_CHUNK_VALUES share entries."""
+        session_id = s.session_id
         query_id = self.coordinator.admit_query(session_id, index).query_id
-        chunk, width = self._predict_chunk_rows(s), s.trainer.share_width
-        masked = families.masks_shares(s.family)
+        chunk = self._predict_chunk_rows(s)
         scores, changed, chain = [], 0, []
         for start in range(0, len(index), chunk):
             part = index[start : start + chunk]
-            share = ring_mask.encode(s.trainer.inference_share(self.data.X[s.rows[part]]))
-            if masked:  # every passive party's mask for these rows, which the coordinator's sum cancels
-                for key in s.share_mask_keys.values():
-                    share -= ring_mask.share_mask(key, session_id, s.step, query_id, part, width)
+            (share,) = self._own_shares(s, [(query_id, part)])
             self._each_passive(lambda party, client, part=part: client.share_logits(session_id, query_id, part))
             reply = self.coordinator.release_scores(session_id, query_id, share, part, n_classes=s.n_classes)
-            released = reply.scores
-            ids = sample_ids[start : start + chunk]
-            self._emit(
-                plugins.RELEASED_SCORES,
-                s,
-                "coordinator",
-                sample_ids=tuple(ids),
-                arrays={"scores": released, "own_features": self.data.X[s.rows[part]]},
-                meta={
-                    "chain": [name for name, _ in reply.chain],
-                    "steps": [[name, dict(params)] for name, params in reply.chain],  # public params: Kerckhoffs
-                    "argmax_changed": reply.argmax_changed,
-                },
-            )
-            scores.append(released)
+            self._emit_released(s, sample_ids[start : start + chunk], part, reply)
+            scores.append(reply.scores)
             changed += reply.argmax_changed
             chain = list(reply.chain)
         return np.vstack(scores), chain, changed
@@ -714,6 +802,8 @@ class ActiveParty:
 
     def close(self, session_id: str) -> None:
         self.session(session_id)
+        with self._batchers_lock:
+            self._batchers.pop(session_id, None)
         self._each_passive(lambda party, client: client.close(session_id))
         self.coordinator.close(session_id)
         self.sessions.close(session_id)

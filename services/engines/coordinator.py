@@ -11,6 +11,7 @@ import secrets
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -37,6 +38,7 @@ from vflsec.services.errors import (
     InvalidArgument,
     PermissionDenied,
     ResourceExhausted,
+    ServiceError,
 )
 from vflsec.services.models import family as families
 
@@ -125,7 +127,10 @@ class Coordinator:
             for orphan in keys - live:
                 (self.epoch_keys.path / orphan).unlink()
         self.scored: dict[str, int] = {owner: meta["scored"] for owner, (_, meta) in self.ledger.load_all().items()}
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # every owner's count (self.scored): held for arithmetic only, never per row
+        self._ledger_lock = threading.Lock()  # one ledger write at a time; _durable: each owner's count last written
+        self._durable = dict(self.scored)
+        self._ledger_writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledger")
         # Inference keys of an earlier release (inference decrypts nothing now): secret keys protecting nothing, removed
         legacy = None if self.state.path is None else self.state.path / "inference"
         if legacy is not None and legacy.is_dir():
@@ -616,36 +621,93 @@ class Coordinator:
 
         Returns the query id and the owner's admitted total. A refused query spends nothing.
         """
+        return _one(self.admit_queries(session_id, [sample_index]))
+
+    def admit_queries(self, session_id: str, queries: Sequence[np.ndarray]) -> list[tuple[str, int] | ServiceError]:
+        """:meth:`admit_query` for each of ``queries`` in order (the owner's batched Predicts): each is admitted or
+        refused on its own rows, the policy and the owner's count, exactly as alone; a refusal is returned in its
+        place and spends nothing. Each entry is checked under the session's lock only; the lock over every owner's
+        count is taken once per call, for the budget's arithmetic (review 13, F1: an owner's free refusals held every
+        session's admission). The ledger is written once for the call, in the background: a release waits until it
+        holds its queries' budget."""
+        common.require_entries(len(queries), "queries")
         s = self.session(session_id)
-        n = len(sample_index)
-        if n == 0:
-            raise InvalidArgument("sample_index is empty")
-        common.require_distinct_rows(sample_index)  # the passive parties refuse them too: refused whole, nothing spent
-        if n > self.policy.max_rows:
-            raise InvalidArgument(f"{n} rows in one query; the limit is {self.policy.max_rows}")
+        outcomes: list = [_request_error(self._check_request, index) for index in queries]  # None: well-formed
         with s.lock:
-            s.check_releasable()
-            if self.policy.refuse_training_ids:
-                used = sample_index[s.trained_index.members(sample_index) | s.passive_trained.members(sample_index)]
-                if used.size:
-                    raise PermissionDenied(
-                        f"refused: {used.size} requested sample(s) were used in training (e.g. index {used.min()})"
-                    )
+            # The session's state, the same for every entry, refuses the whole call; after the form, so that a
+            # malformed AdmitQuery is INVALID_ARGUMENT in any state.
+            if None in outcomes:
+                s.check_releasable()
+            for i, index in enumerate(queries):
+                if outcomes[i] is None:
+                    outcomes[i] = _request_error(self._check_rows, session_id, s, index)
+            asked = [i for i, outcome in enumerate(outcomes) if outcome is None]
             with self._lock:
                 scored = self.scored.get(s.owner, 0)
-                if self.policy.budget and scored + n > self.policy.budget:
-                    raise ResourceExhausted(
-                        f"query budget exhausted: {scored} of {self.policy.budget} samples scored, {n} more requested"
-                    )
-                self.scored[s.owner] = scored + n
-                self.ledger.save(s.owner, {}, {"scored": scored + n})  # durable before anything is released
-            query_id = secrets.token_hex(16)
-            while len(s.queries) >= MAX_OPEN_QUERIES:  # the oldest open query lapses (a failed Predict leaves one)
-                del s.queries[next(iter(s.queries))]
-            s.queries[query_id] = Query(Counter(sample_index.tolist()))
-        return query_id, scored + n
+                for i in asked:
+                    outcomes[i] = _request_error(self._within_budget, scored, len(queries[i]))
+                    if not isinstance(outcomes[i], ServiceError):
+                        scored = outcomes[i]
+                self.scored[s.owner] = scored
+            for i in asked:
+                if not isinstance(outcomes[i], ServiceError):
+                    outcomes[i] = self._open_query(s, queries[i], outcomes[i])
+        # Written while the passive parties share the rows; a release waits for it (_commit_ledger), so a crash before
+        # it loses only queries nothing was released of (open queries are not checkpointed).
+        if any(isinstance(outcome, tuple) for outcome in outcomes):
+            self._ledger_writer.submit(self._commit_ledger, s.owner)
+        return outcomes  # type: ignore[return-value]
+
+    def _commit_ledger(self, owner: str, spent: int | None = None) -> None:
+        """Make the owner's admitted count durable up to ``spent`` (None: every admission so far) unless a write
+        already holds it. Concurrent admissions share one write (an fsync, outside the session's lock)."""
+        if spent is not None and self._durable.get(owner, 0) >= spent:
+            return  # no wait behind another round's write
+        with self._ledger_lock:
+            with self._lock:
+                scored = self.scored.get(owner, 0)
+            if self._durable.get(owner, 0) < (scored if spent is None else spent):
+                self.ledger.save(owner, {}, {"scored": scored})
+                self._durable[owner] = scored
+
+    def _check_request(self, sample_index: np.ndarray) -> None:
+        """A query's own form, checked before the session's state (its refusal names the request's field)."""
+        if len(sample_index) == 0:
+            raise InvalidArgument("sample_index is empty")
+        common.require_distinct_rows(sample_index)  # the passive parties refuse them too: refused whole, nothing spent
+        if len(sample_index) > self.policy.max_rows:
+            raise InvalidArgument(f"{len(sample_index)} rows in one query; the limit is {self.policy.max_rows}")
+
+    def _check_rows(self, session_id: str, s: CoordinatorSession, sample_index: np.ndarray) -> None:
+        """A query's rows against its session (caller holds s.lock): all aligned (the owner knows the alignment's
+        size, so this refusal tells it nothing: rule 4), none a training row under the policy."""
+        self.aligned_rows(session_id, s, sample_index)
+        if self.policy.refuse_training_ids:
+            used = sample_index[s.trained_index.members(sample_index) | s.passive_trained.members(sample_index)]
+            if used.size:
+                raise PermissionDenied(
+                    f"refused: {used.size} requested sample(s) were used in training (e.g. index {used.min()})"
+                )
+
+    def _within_budget(self, scored: int, n: int) -> int:
+        """The owner's count ``scored`` with ``n`` more rows, else RESOURCE_EXHAUSTED past the budget."""
+        if self.policy.budget and scored + n > self.policy.budget:
+            raise ResourceExhausted(
+                f"query budget exhausted: {scored} of {self.policy.budget} samples scored, {n} more requested"
+            )
+        return scored + n
+
+    @staticmethod
+    def _open_query(s: CoordinatorSession, sample_index: np.ndarray, spent: int) -> tuple[str, int]:
+        """An admitted query, open until its rows are released (caller holds s.lock); its id and the owner's total."""
+        query_id = secrets.token_hex(16)
+        while len(s.queries) >= MAX_OPEN_QUERIES:  # the oldest open query lapses (a failed Predict leaves one)
+            del s.queries[next(iter(s.queries))]
+        s.queries[query_id] = Query(Counter(sample_index.tolist()), spent=spent)
+        return query_id, spent
 
     def _query(self, s: CoordinatorSession, query_id: str) -> Query:
+        common.require_query_id(query_id)
         try:
             return s.queries[query_id]
         except KeyError:
@@ -656,22 +718,46 @@ class Coordinator:
     ) -> None:
         """A passive party's share (words of Z_2^64, under its zero-sum mask) for rows of an admitted query, kept
         until the owner releases those rows."""
+        error = self.submit_shares(session_id, caller, [(query_id, sample_index, share)])[0]
+        if error is not None:
+            raise error
+
+    def submit_shares(
+        self, session_id: str, caller: str, shares: Sequence[tuple[str, np.ndarray, bytes]]
+    ) -> list[ServiceError | None]:
+        """:meth:`submit_share` for each (query id, rows, share) in order; a refused entry is returned in its place
+        (None: kept) and the others are kept."""
+        common.require_entries(len(shares), "shares")
         s = self.session(session_id)
         if caller not in s.passive_parties:
             raise PermissionDenied(f"{caller} is not a passive party of session {session_id!r}")
-        words = _share_words(share, len(sample_index), s.trainer.share_width)
+        width = s.trainer.share_width
+        words = [_request_error(_share_words, share, len(index), width) for _, index, share in shares]
+        outcomes: list[ServiceError | None] = [w if isinstance(w, ServiceError) else None for w in words]
         with s.lock:
             s.check_releasable()
-            query = self._query(s, query_id)
-            rows = query.check_rows(sample_index)
-            # Counted per party: one party's row groups never take another's place (review 11: a passive party filled
-            # the query's slots and an honest party's share was refused)
-            waiting = sum(1 for held in query.shares.values() if caller in held)
-            if caller not in query.shares.get(rows, {}) and waiting >= MAX_PENDING_CHUNKS:
-                raise ResourceExhausted(
-                    f"query {query_id!r} has {MAX_PENDING_CHUNKS} chunks of {caller} waiting for release"
-                )
-            query.shares.setdefault(rows, {})[caller] = words
+            for i, (query_id, sample_index, _) in enumerate(shares):
+                if outcomes[i] is None:
+                    try:
+                        self._keep_share(s, query_id, caller, sample_index, words[i])  # type: ignore[arg-type]
+                    except ServiceError as exc:
+                        outcomes[i] = exc
+        return outcomes
+
+    def _keep_share(
+        self, s: CoordinatorSession, query_id: str, caller: str, sample_index: np.ndarray, words: np.ndarray
+    ) -> None:
+        """One passive share kept for its query's rows (caller holds s.lock)."""
+        query = self._query(s, query_id)
+        rows = query.check_rows(sample_index)
+        # Counted per party: one party's row groups never take another's place (review 11: a passive party filled
+        # the query's slots and an honest party's share was refused)
+        waiting = sum(1 for held in query.shares.values() if caller in held)
+        if caller not in query.shares.get(rows, {}) and waiting >= MAX_PENDING_CHUNKS:
+            raise ResourceExhausted(
+                f"query {query_id!r} has {MAX_PENDING_CHUNKS} chunks of {caller} waiting for release"
+            )
+        query.shares.setdefault(rows, {})[caller] = words
 
     def release_scores(
         self, session_id: str, query_id: str, own_share: bytes, sample_index: np.ndarray
@@ -679,23 +765,64 @@ class Coordinator:
         """Scores of admitted rows: the sum of every passive party's share for exactly these rows and the owner's own
         share, added in Z_2^64 where the zero-sum masks cancel (services/crypto/ring_mask.py): nothing is decrypted,
         and no share is ever seen unmasked (each is a one-time pad on its own)."""
+        return _one(self.release_batch(session_id, [(query_id, sample_index, own_share)]))
+
+    def release_batch(
+        self, session_id: str, queries: Sequence[tuple[str, np.ndarray, bytes]]
+    ) -> list[ReleasedScores | ServiceError]:
+        """:meth:`release_scores` for each (query id, rows, own share) in order, each its own sum and its own pass
+        through the score-release chain (as alone); a refused entry is returned in its place."""
+        common.require_entries(len(queries), "queries")
         s = self.session(session_id)
-        n = len(sample_index)
-        own = _share_words(own_share, n, s.trainer.share_width)
+        width = s.trainer.share_width
+        outcomes: list = [_request_error(_share_words, share, len(index), width) for _, index, share in queries]
+        with s.lock:
+            spent = [s.queries[q].spent for q, _, _ in queries if q in s.queries]
+        self._commit_ledger(s.owner, max(spent, default=0))  # these queries' budget is durable before any release
         with s.lock:
             s.check_releasable()
-            query = self._query(s, query_id)
-            rows = query.check_rows(sample_index)
-            shares = query.shares.get(rows, {})
-            missing = [party for party in s.passive_parties if party not in shares]
-            if missing:
-                raise FailedPrecondition(f"{', '.join(missing)} sent no share for these rows of query {query_id!r}")
-            # The rows are taken now, released or not: a request that fails from here on was the owner's.
-            del query.shares[rows]
-            query.remaining -= Counter(rows)
-            if not query.remaining:
-                del s.queries[query_id]
-        every = [own, *(shares[party] for party in s.passive_parties)]
+            for i, (query_id, sample_index, _) in enumerate(queries):
+                if not isinstance(outcomes[i], ServiceError):
+                    try:
+                        outcomes[i] = self._take_shares(s, query_id, sample_index, outcomes[i])
+                    except ServiceError as exc:
+                        outcomes[i] = exc
+        raws = [
+            None if isinstance(every, ServiceError) else self._scored_sum(s, every)  # type: ignore[arg-type]
+            for every in outcomes
+        ]
+        chain = self.score_chain.describe()
+        with s.lock:
+            for i, raw_z in enumerate(raws):
+                if raw_z is not None:
+                    raw, z = raw_z
+                    scores = self.score_chain(raw, z, s.release)  # the release RNG and cache are per session
+                    # A statistic, checkpointed with the session's next save: nothing decides on it (the budget is
+                    # the owner's ledger, durable before the release), so no release waits for a session write.
+                    s.scored += len(raw)
+                    changed = int(np.count_nonzero(scores.argmax(axis=1) != raw.argmax(axis=1)))
+                    outcomes[i] = ReleasedScores(scores, chain, changed)
+        return outcomes  # type: ignore[return-value]
+
+    def _take_shares(
+        self, s: CoordinatorSession, query_id: str, sample_index: np.ndarray, own: np.ndarray
+    ) -> list[np.ndarray]:
+        """Every share of one query's rows, the owner's first; the rows are taken (caller holds s.lock)."""
+        query = self._query(s, query_id)
+        rows = query.check_rows(sample_index)
+        shares = query.shares.get(rows, {})
+        missing = [party for party in s.passive_parties if party not in shares]
+        if missing:
+            raise FailedPrecondition(f"{', '.join(missing)} sent no share for these rows of query {query_id!r}")
+        # The rows are taken now, released or not: a request that fails from here on was the owner's.
+        del query.shares[rows]
+        query.remaining -= Counter(rows)
+        if not query.remaining:
+            del s.queries[query_id]
+        return [own, *(shares[party] for party in s.passive_parties)]
+
+    def _scored_sum(self, s: CoordinatorSession, every: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """(scores, aggregate) of one query's shares, before the release chain."""
         if getattr(s.model, "selects_share_columns", False):
             z = self._selected(s, every)
         else:
@@ -704,13 +831,7 @@ class Coordinator:
             # crafted own share) is clipped to it and scored like any other, so the owner learns of it only what
             # the release chain lets through.
             z = ring_mask.open_sum(every, SCORE_BOUND)
-        raw = s.trainer.scores(z)
-        with s.lock:
-            released = self.score_chain(raw, z, s.release)  # the release RNG and cache are per session
-            s.scored += n
-            self._save(session_id, s)
-        changed = int(np.count_nonzero(released.argmax(axis=1) != raw.argmax(axis=1)))
-        return ReleasedScores(released, self.score_chain.describe(), changed)
+        return s.trainer.scores(z), z
 
     def _selected(self, s: CoordinatorSession, shares: Sequence[np.ndarray]) -> np.ndarray:
         """A family that selects share columns (a tree): each party's share (by position, the owner's first, with no
@@ -780,6 +901,22 @@ class Coordinator:
 def _epoch_file(session_id: str, epoch: int) -> str:
     # One name per (session, epoch): the epoch is the digits after the last ".e".
     return f"{session_id}.e{epoch}"
+
+
+def _request_error(check: Callable[..., Any], *args: Any) -> Any:
+    """``check(*args)``'s result, or the ServiceError it raised (an entry of a batched call refused in its place)."""
+    try:
+        return check(*args)
+    except ServiceError as exc:
+        return exc
+
+
+def _one(outcomes: Sequence[Any]) -> Any:
+    """The single entry of a batched call's outcomes, raised when it is a refusal."""
+    (outcome,) = outcomes
+    if isinstance(outcome, ServiceError):
+        raise outcome
+    return outcome
 
 
 def _share_words(share: bytes, rows: int, width: int) -> np.ndarray:

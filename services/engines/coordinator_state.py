@@ -60,6 +60,7 @@ class Query:
 
     remaining: Counter[int]
     shares: dict[tuple[int, ...], dict[str, np.ndarray]] = field(default_factory=dict)  # words of Z_2^64
+    spent: int = 0  # the owner's admitted count with this query: the ledger holds at least it before any release
 
     def check_rows(self, index: np.ndarray) -> tuple[int, ...]:
         rows = tuple(index.tolist())

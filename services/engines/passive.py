@@ -13,7 +13,15 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 
 from vflsec.services import plugins
-from vflsec.services.common import ACTIVE, COORDINATOR, PASSIVE, require_distinct_rows
+from vflsec.services.common import (
+    ACTIVE,
+    CHUNK_VALUES,
+    COORDINATOR,
+    PASSIVE,
+    require_distinct_rows,
+    require_entries,
+    require_query_id,
+)
 from vflsec.services.config import MIN_TRAINING_ROWS
 from vflsec.services.crypto import entropy, he, psi, ring_mask
 from vflsec.services.data.datasets import PartyData
@@ -28,6 +36,7 @@ from vflsec.services.errors import (
     NotFound,
     PermissionDenied,
     ResourceExhausted,
+    ServiceError,
 )
 from vflsec.services.models import family as families
 
@@ -44,6 +53,10 @@ class CoordinatorLink(Protocol):
     def block_sums(self, session_id: str, step: int, ciphertexts: list[bytes], width: int) -> np.ndarray: ...
 
     def submit_share(self, session_id: str, query_id: str, sample_index: np.ndarray, share: np.ndarray) -> None: ...
+
+    def submit_shares(
+        self, session_id: str, shares: Sequence[tuple[str, np.ndarray, np.ndarray]]
+    ) -> list[ServiceError | None]: ...
 
 
 @dataclass
@@ -415,6 +428,10 @@ class PassiveParty:
         return len(s.rows)
 
     def _features(self, s: PassiveSession, sample_index: np.ndarray) -> np.ndarray:
+        self._check_index(s, sample_index)
+        return self.data.X[s.rows[sample_index]]
+
+    def _check_index(self, s: PassiveSession, sample_index: np.ndarray) -> None:
         if s.rows is None:
             raise FailedPrecondition("samples are not aligned yet: run PSI first")
         if sample_index.size == 0:
@@ -423,7 +440,6 @@ class PassiveParty:
         if bad.any():
             raise NotFound(f"unknown sample index {int(sample_index[bad][0])} (aligned samples: {len(s.rows)})")
         require_distinct_rows(sample_index)  # Forward, Backward and ShareLogits take every row once
-        return self.data.X[s.rows[sample_index]]
 
     # --- training and inference ---
     def forward(self, session_id: str, step: int, sample_index: np.ndarray, epoch: int = 0) -> he.EncryptedMatrix:
@@ -553,8 +569,53 @@ class PassiveParty:
         r_p (services/crypto/ring_mask.py, under this party's own key) cancels against the owner's share: the
         coordinator, which holds W_p, never sees z_p = X_p W_pᵀ alone. A family whose key holder takes each column
         from its owner's share (a tree's node bits) sends it unmasked: that column is what it learns anyway."""
+        require_query_id(query_id)
         s = self.session(session_id)
         x = self._features(s, sample_index)
+        (share,) = self._masked_shares(session_id, s, x, [(query_id, sample_index)])
+        self.coordinator.submit_share(session_id, query_id, sample_index, share)
+
+    def share_logits_batch(
+        self, session_id: str, queries: Sequence[tuple[str, np.ndarray]]
+    ) -> list[ServiceError | None]:
+        """:meth:`share_logits` for many admitted queries (the owner's batched Predicts): one pass over their rows,
+        each query's share under its own mask (the same as alone), all sent to the coordinator in one call. Each
+        query's rows are checked on their own (a row may be in two queries, not twice in one); an entry refused here
+        or by the coordinator is returned in its place (None: shared) and the others are shared.
+
+        A call's work is bounded before any is done, as ShareLogits' is by the aligned rows (review 13, F2: a row may
+        be in many entries): at most BATCH_ENTRIES entries and, in all, as many rows as are aligned or as one Predict
+        round carries (one chunk), whichever is more; beyond that the whole call is INVALID_ARGUMENT naming queries."""
+        require_entries(len(queries), "queries")
+        s = self.session(session_id)
+        if s.rows is None:
+            raise FailedPrecondition("samples are not aligned yet: run PSI first")
+        total, bound = sum(len(index) for _, index in queries), max(len(s.rows), CHUNK_VALUES)
+        if total > bound:
+            raise InvalidArgument(
+                f"queries name {total} rows in all; one call names at most {bound} (the aligned rows, or a round's)"
+            )
+        outcomes: list[ServiceError | None] = []
+        for query_id, index in queries:
+            try:
+                require_query_id(query_id)
+                self._check_index(s, index)
+                outcomes.append(None)
+            except ServiceError as exc:
+                outcomes.append(exc)
+        valid = [entry for entry, error in zip(queries, outcomes, strict=True) if error is None]
+        if not valid:
+            return outcomes
+        x = self.data.X[s.rows[np.concatenate([index for _, index in valid])]]
+        shares = self._masked_shares(session_id, s, x, valid)
+        sent = [(query_id, index, share) for (query_id, index), share in zip(valid, shares, strict=True)]
+        kept = iter(self.coordinator.submit_shares(session_id, sent))
+        return [next(kept) if error is None else error for error in outcomes]
+
+    def _masked_shares(
+        self, session_id: str, s: PassiveSession, x: np.ndarray, queries: Sequence[tuple[str, np.ndarray]]
+    ) -> list[np.ndarray]:
+        """Each query's share of ``x`` (its rows, the queries' in order), under the query's own mask."""
         if s.share_mask_key is None:
             raise FailedPrecondition(f"session {session_id!r} was joined without a share-mask key: open a new one")
         with s.lock:
@@ -564,10 +625,16 @@ class PassiveParty:
                 )
             z = s.trainer.inference_share(x)
             step = s.completed_step
-        share = ring_mask.encode(z)  # clipped, never refused on its values (rule 4)
-        if families.masks_shares(s.family):
-            share += ring_mask.share_mask(s.share_mask_key, session_id, step, query_id, sample_index, z.shape[1])
-        self.coordinator.submit_share(session_id, query_id, sample_index, share)
+        words = ring_mask.encode(z)  # clipped, never refused on its values (rule 4)
+        masked = families.masks_shares(s.family)
+        shares, start = [], 0
+        for query_id, index in queries:
+            share = words[start : start + len(index)]
+            start += len(index)
+            if masked:
+                share += ring_mask.share_mask(s.share_mask_key, session_id, step, query_id, index, z.shape[1])
+            shares.append(share)
+        return shares
 
     def backward(
         self,

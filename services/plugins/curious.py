@@ -331,11 +331,21 @@ def label_observations(store: ObservationStore, session_id: str) -> tuple[Observ
         if not tree_rows:
             raise LookupError(f"session {session_id!r} has no tree training rows recorded at this party")
         ids = list(tree_rows[-1].sample_ids)
-        partitions = [r.arrays["rows"] for r in store.read(session_id, plugins.NODE_ROWS)]
+        searched = list(store.read(session_id, plugins.NODE_ROWS))
+        partitions = [r.arrays["rows"] for r in searched]
+        nodes = [(int(r.meta["tree"]), int(r.meta["node_id"])) for r in searched]
         for r in store.read(session_id, plugins.OWN_SPLIT):
             left = r.arrays["goes_left"].astype(bool)
             partitions += [r.arrays["rows"][left], r.arrays["rows"][~left]]
-        fields = {"partitions": tuple(np.asarray(p, dtype=np.int64) for p in partitions if len(p))}
+            tree, node = int(r.meta["tree"]), int(r.meta["node_id"])
+            nodes += [(tree, 2 * node + 1), (tree, 2 * node + 2)]  # its sides are the node's children
+        kept = [i for i, p in enumerate(partitions) if len(p)]
+        fields = {
+            "partitions": tuple(np.asarray(partitions[i], dtype=np.int64) for i in kept),
+            "partition_nodes": tuple(nodes[i] for i in kept),
+            # the session's public tree settings, the partition defense included (Kerckhoffs)
+            "tree_settings": {**joined.get("settings", {}), "kind": family},
+        }
     x_own = np.vstack([own[i] for i in ids]) if ids and all(i in own for i in ids) else None
     outputs: dict[str, np.ndarray] = {}
     for r in store.read(session_id, plugins.OWN_MODEL):

@@ -5,8 +5,10 @@ from __future__ import annotations
 import grpc
 import numpy as np
 
+from vflsec.services.defenses.release import ReleasedScores
 from vflsec.services.engines.coordinator import Coordinator
 from vflsec.services.engines.coordinator_state import CoordinatorSession
+from vflsec.services.errors import ServiceError
 from vflsec.services.transport import wire
 from vflsec.services.transport.server import rpc
 from vflsec.services.transport.tensors import to_tensor
@@ -106,10 +108,51 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         released = self.coordinator.release_scores(
             request.session_id, request.query_id, request.share, np.asarray(request.sample_index, np.int64)
         )
-        return coordinator_pb2.ReleasedScores(
-            scores=to_tensor(released.scores),
-            chain=wire.steps_message(released.chain),
-            argmax_changed=released.argmax_changed,
+        return _released_message(released)
+
+    @rpc
+    def AdmitQueries(self, request: coordinator_pb2.AdmitQueriesRequest, context: grpc.ServicerContext):
+        self._owner(request.session_id)
+        outcomes = self.coordinator.admit_queries(
+            request.session_id, [np.asarray(q.sample_index, np.int64) for q in request.queries]
+        )
+        budget = self.coordinator.policy.budget
+        return coordinator_pb2.AdmitQueriesReply(
+            queries=[
+                coordinator_pb2.AdmittedQuery(status=wire.entry_status(outcome))
+                if isinstance(outcome, ServiceError)
+                else coordinator_pb2.AdmittedQuery(
+                    admitted=coordinator_pb2.AdmitQueryReply(query_id=outcome[0], scored=outcome[1], budget=budget)
+                )
+                for outcome in outcomes
+            ]
+        )
+
+    @rpc
+    def SubmitShares(self, request: coordinator_pb2.SharesRequest, context: grpc.ServicerContext):
+        caller = current_caller().party_id
+        self.coordinator.member(request.session_id, caller)
+        outcomes = self.coordinator.submit_shares(
+            request.session_id,
+            caller,
+            [(e.query_id, np.asarray(e.sample_index, np.int64), e.share) for e in request.shares],
+        )
+        return common_pb2.EntryStatuses(status=[wire.entry_status(error) for error in outcomes])
+
+    @rpc
+    def ReleaseScoresBatch(self, request: coordinator_pb2.ReleaseBatchRequest, context: grpc.ServicerContext):
+        self._owner(request.session_id)
+        outcomes = self.coordinator.release_batch(
+            request.session_id,
+            [(e.query_id, np.asarray(e.sample_index, np.int64), e.share) for e in request.queries],
+        )
+        return coordinator_pb2.ReleaseBatchReply(
+            released=[
+                coordinator_pb2.ReleasedEntry(status=wire.entry_status(outcome))
+                if isinstance(outcome, ServiceError)
+                else coordinator_pb2.ReleasedEntry(scores=_released_message(outcome))
+                for outcome in outcomes
+            ]
         )
 
     @rpc
@@ -124,6 +167,14 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
         return common_pb2.Empty()
 
 
+def _released_message(released: ReleasedScores) -> coordinator_pb2.ReleasedScores:
+    return coordinator_pb2.ReleasedScores(
+        scores=to_tensor(released.scores),
+        chain=wire.steps_message(released.chain),
+        argmax_changed=released.argmax_changed,
+    )
+
+
 ROLE_POLICY: dict[str, frozenset[str]] = {
     "OpenSession": frozenset({"active"}),
     "GetPublicContext": frozenset({"active", "passive"}),
@@ -134,6 +185,9 @@ ROLE_POLICY: dict[str, frozenset[str]] = {
     "AdmitQuery": frozenset({"active"}),
     "SubmitShare": frozenset({"passive"}),
     "ReleaseScores": frozenset({"active"}),
+    "AdmitQueries": frozenset({"active"}),
+    "SubmitShares": frozenset({"passive"}),
+    "ReleaseScoresBatch": frozenset({"active"}),
     "ReleaseModel": frozenset({"active"}),
     "CloseSession": frozenset({"active"}),
 }

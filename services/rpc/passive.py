@@ -87,6 +87,13 @@ class PassiveServicer(passive_pb2_grpc.PassiveServicer):
         return common_pb2.Empty()
 
     @rpc
+    def ShareLogitsBatch(self, request: passive_pb2.ShareLogitsBatchRequest, context: grpc.ServicerContext):
+        self._owner(request.session_id)
+        queries = [(q.query_id, np.asarray(q.sample_index, dtype=np.int64)) for q in request.queries]
+        outcomes = self.party.share_logits_batch(request.session_id, queries)
+        return common_pb2.EntryStatuses(status=[wire.entry_status(error) for error in outcomes])
+
+    @rpc
     def Backward(self, request: passive_pb2.BackwardRequest, context: grpc.ServicerContext):
         s = self._owner(request.session_id)
         index = np.asarray(request.sample_index, dtype=np.int64)
@@ -163,6 +170,7 @@ ROLE_POLICY: dict[str, frozenset[str]] = {
     "PsiFinish": frozenset({"active"}),
     "Forward": frozenset({"active"}),
     "ShareLogits": frozenset({"active"}),
+    "ShareLogitsBatch": frozenset({"active"}),
     "Backward": frozenset({"active"}),
     "GetWeights": frozenset({"coordinator"}),
     "TrainedRows": frozenset({"coordinator"}),

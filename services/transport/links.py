@@ -150,6 +150,58 @@ class CoordinatorClient:
         )
         call(self.peer, self.stub.SubmitShare, request, self.policy)
 
+    def admit_queries(self, session_id: str, queries: Sequence[np.ndarray]) -> list[Admitted | ServiceError]:
+        """Each query admitted on its own (AdmitQueries); a refused one is its error, in its place."""
+        request = coordinator_pb2.AdmitQueriesRequest(
+            session_id=session_id,
+            queries=[common_pb2.QueryRows(sample_index=index.tolist()) for index in queries],
+        )
+        reply = call(self.peer, self.stub.AdmitQueries, request, self.policy)
+        _check_entries(self.peer, "AdmitQueries", len(reply.queries), len(queries))
+        return [
+            wire.entry_error(self.peer, q.status)
+            or Admitted(q.admitted.query_id, q.admitted.scored, q.admitted.budget)
+            for q in reply.queries
+        ]
+
+    def submit_shares(
+        self, session_id: str, shares: Sequence[tuple[str, np.ndarray, np.ndarray]]
+    ) -> list[ServiceError | None]:
+        """A passive party's masked shares of many admitted queries (SubmitShares); None where kept."""
+        request = coordinator_pb2.SharesRequest(
+            session_id=session_id,
+            shares=[
+                common_pb2.QueryShare(query_id=q, sample_index=index.tolist(), share=ring_mask.to_bytes(share))
+                for q, index, share in shares
+            ],
+        )
+        reply = call(self.peer, self.stub.SubmitShares, request, self.policy)
+        _check_entries(self.peer, "SubmitShares", len(reply.status), len(shares))
+        return [wire.entry_error(self.peer, status) for status in reply.status]
+
+    def release_batch(
+        self, session_id: str, queries: Sequence[tuple[str, np.ndarray, np.ndarray]], *, n_classes: int
+    ) -> list[ReleasedScores | ServiceError]:
+        """Each query's released scores (ReleaseScoresBatch), as :meth:`release_scores`; a refused one is its error."""
+        request = coordinator_pb2.ReleaseBatchRequest(
+            session_id=session_id,
+            queries=[
+                common_pb2.QueryShare(query_id=q, sample_index=index.tolist(), share=ring_mask.to_bytes(share))
+                for q, index, share in queries
+            ],
+        )
+        reply = call(self.peer, self.stub.ReleaseScoresBatch, request, self.policy)
+        _check_entries(self.peer, "ReleaseScoresBatch", len(reply.released), len(queries))
+        return [
+            wire.entry_error(self.peer, entry.status) or self._released(entry.scores, len(index), n_classes)
+            for entry, (_, index, _) in zip(reply.released, queries, strict=True)
+        ]
+
+    @staticmethod
+    def _released(reply: coordinator_pb2.ReleasedScores, rows: int, n_classes: int) -> ReleasedScores:
+        scores = from_tensor(reply.scores, "released scores", shape=(rows, n_classes), finite=False)
+        return ReleasedScores(scores, wire.steps_of(reply.chain), reply.argmax_changed)
+
     def release_scores(
         self,
         session_id: str,
@@ -168,8 +220,7 @@ class CoordinatorClient:
             sample_index=sample_index.tolist(),
         )
         reply = call(self.peer, self.stub.ReleaseScores, request, self.policy)
-        scores = from_tensor(reply.scores, "released scores", shape=(len(sample_index), n_classes), finite=False)
-        return ReleasedScores(scores, wire.steps_of(reply.chain), reply.argmax_changed)
+        return self._released(reply, len(sample_index), n_classes)
 
     def release_model(self, session_id: str) -> ReleasedParams:
         reply = call(self.peer, self.stub.ReleaseModel, common_pb2.SessionRef(session_id=session_id), self.policy)
@@ -286,6 +337,18 @@ class PassiveClient:
         )
         call(self.peer, self.stub.ShareLogits, request, self.policy)
 
+    def share_logits_batch(
+        self, session_id: str, queries: Sequence[tuple[str, np.ndarray]]
+    ) -> list[ServiceError | None]:
+        """ShareLogits of many admitted queries in one call; each entry's outcome at the coordinator (None: shared)."""
+        request = passive_pb2.ShareLogitsBatchRequest(
+            session_id=session_id,
+            queries=[common_pb2.QueryRows(query_id=q, sample_index=index.tolist()) for q, index in queries],
+        )
+        reply = call(self.peer, self.stub.ShareLogitsBatch, request, self.policy)
+        _check_entries(self.peer, "ShareLogitsBatch", len(reply.status), len(queries))
+        return [wire.entry_error(self.peer, status) for status in reply.status]
+
     def weights(self, session_id: str) -> np.ndarray:
         reply = call(self.peer, self.stub.GetWeights, common_pb2.SessionRef(session_id=session_id), self.policy)
         return from_tensor(reply, f"weights of {self.peer}", ndim=2).copy()
@@ -320,3 +383,8 @@ class PassiveClient:
             public=dict(step.public),
             private=dict(step.private),
         )
+
+
+def _check_entries(peer: str, method: str, got: int, sent: int) -> None:
+    if got != sent:
+        raise InvalidArgument(f"{peer} answered {got} entries of {method} for {sent} sent")

@@ -9,10 +9,18 @@ from vflsec.services.common import digest as digest
 from vflsec.services.common import require_distinct_rows as require_distinct_rows
 from vflsec.services.crypto import he
 from vflsec.services.defenses.release import ReleasedParams, StepDescription
-from vflsec.services.errors import InvalidArgument
+from vflsec.services.errors import InvalidArgument, PeerFailed, ServiceError
 from vflsec.services.models.family import Received, TrainingConfig
 from vflsec.services.transport.tensors import from_tensor, to_tensor
 from vflsec.v1 import common_pb2, coordinator_pb2
+
+# gRPC's status codes by name (services/errors.py names them; this module imports no gRPC)
+STATUS_NAMES = (
+    "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
+    "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED",
+    "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED",
+)  # fmt: skip
+STATUS_CODES = {name: code for code, name in enumerate(STATUS_NAMES)}
 
 BACKENDS = {common_pb2.BACKEND_CKKS: "ckks", common_pb2.BACKEND_PLAIN: "plain"}
 BACKEND_ENUM = {name: value for value, name in BACKENDS.items()}
@@ -219,7 +227,7 @@ def check_keys(what: str, values: Mapping[str, Any], accepted: Iterable[str], hi
 def check_settings(family: str, values: Mapping[str, Any]) -> None:
     """A family's settings as :func:`model_choice` takes them: every key must be one it carries."""
     if family in TREE_FAMILIES:
-        check_keys(f"{family} settings", values, (*_TREE_FIELDS, "bootstrap", "seed"))
+        check_keys(f"{family} settings", values, (*_TREE_FIELDS, "bootstrap", "seed", "partition_defense"))
     elif family == "splitnn":
         hint = f" (the optimiser's {', '.join(_SPLITNN_OPTIMIZER_KEYS[:5])} go under 'optimizer')"
         check_keys("split-NN settings", values, _SPLITNN_KEYS, hint)
@@ -238,6 +246,8 @@ def tree_settings(m: common_pb2.TreeModel, training: common_pb2.TrainingConfig) 
     values: dict[str, Any] = {name: getattr(m, name) for name in _TREE_FIELDS if getattr(m, name)}
     if m.HasField("bootstrap"):
         values["bootstrap"] = m.bootstrap
+    if m.partition_defense:
+        values["partition_defense"] = list(m.partition_defense)
     return {**values, "seed": training.seed}
 
 
@@ -247,6 +257,7 @@ def model_choice(family: str, values: Mapping[str, Any]) -> common_pb2.ModelChoi
     check_settings(family, values)
     if family in TREE_FAMILIES:
         fields = {name: values[name] for name in (*_TREE_FIELDS, "bootstrap") if values.get(name) is not None}
+        fields["partition_defense"] = list(values.get("partition_defense") or ())
         return common_pb2.ModelChoice(**{family: common_pb2.TreeModel(**fields)})
     if family != "splitnn":
         return common_pb2.ModelChoice(lr=common_pb2.LrModel())
@@ -272,3 +283,18 @@ def model_choice(family: str, values: Mapping[str, Any]) -> common_pb2.ModelChoi
         )
     )
 
+
+
+def entry_status(error: ServiceError | None) -> common_pb2.EntryStatus:
+    """One entry's outcome in a batched reply: OK, or its refusal's status and message."""
+    if error is None:
+        return common_pb2.EntryStatus()
+    return common_pb2.EntryStatus(code=STATUS_CODES.get(error.code, STATUS_CODES["INTERNAL"]), message=str(error))
+
+
+def entry_error(peer: str, status: common_pb2.EntryStatus) -> PeerFailed | None:
+    """A batched reply's entry: None when OK, else the peer's refusal of it (passed on as a failed call's status)."""
+    if status.code == 0:
+        return None
+    code = STATUS_NAMES[status.code] if 0 < status.code < len(STATUS_NAMES) else "UNKNOWN"
+    return PeerFailed(peer, code, status.message)

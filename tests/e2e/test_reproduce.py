@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from vflsec.client import reproduce as rep
+from vflsec.client.experiments.reproduce import claims as rep_claims
+from vflsec.client.experiments.reproduce import run as rep
 
 
 @pytest.fixture(scope="module")
@@ -147,8 +148,8 @@ def test_check_accepts_a_differs_only_as_the_registered_known_difference() -> No
     assert fails("theorem1_ordering", altered("theorem1_ordering", lambda r: r.update(runs=2)))
     # a claim of several runs known to vary: all runs reproduced, or at least half; fewer is not the known variation
     ye = {**rep.registered(rep.CLAIMS["ye_masquerade_bank"]), "measured": {}, "details": {}}
-    assert not fails("ye_masquerade_bank", ye | {"verdict": "reproduced", "reproduced_runs": rep.YE_RUNS})
-    assert not fails("ye_masquerade_bank", ye | {"verdict": "differs", "reproduced_runs": rep.YE_RUNS // 2})
+    assert not fails("ye_masquerade_bank", ye | {"verdict": "reproduced", "reproduced_runs": rep_claims.YE_RUNS})
+    assert not fails("ye_masquerade_bank", ye | {"verdict": "differs", "reproduced_runs": rep_claims.YE_RUNS // 2})
     assert fails("ye_masquerade_bank", ye | {"verdict": "differs", "reproduced_runs": 1})
     # ye_masquerade_log2n, each run judged: differs as known when a run's attacks find the column at ⌈log₂ n⌉ while
     # finding it at m = 1 and drop=binary holds; not when they fail at m = 1 too (the claim could not have failed)

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from vflsec.client import reproduce as rep
+from vflsec.client.experiments.reproduce import run as rep
 from vflsec.services.data import datasets
 
 ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = """
 import json, sys
-from vflsec.client import reproduce as rep
+from vflsec.client.experiments.reproduce import run as rep
 row = rep.run_claim(rep.CLAIMS[sys.argv[1]])
 files = [getattr(m, "__file__", None) or "" for n, m in list(sys.modules.items()) if n.split(".")[0] == "vflsec"]
 print(json.dumps({"verdict": row["verdict"], "reason": row.get("reason"), "files": files}))

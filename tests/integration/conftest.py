@@ -11,8 +11,8 @@ import grpc
 import numpy as np
 import pytest
 
-from vflsec.client.federation import FederationLayout, FederationSpec, run_in_process, write_federation
-from vflsec.client.operator import Operator
+from vflsec.client.federation.launcher import FederationLayout, FederationSpec, run_in_process, write_federation
+from vflsec.client.federation.operator import Operator
 from vflsec.services.data import datasets
 from vflsec.services.transport.server import peer_channel
 

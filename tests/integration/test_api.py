@@ -11,7 +11,7 @@ import pytest
 
 from vflsec import api
 from vflsec.client import api as impl
-from vflsec.client import harness
+from vflsec.client.experiments import runs
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "examples" / "attack_quickstart.ipynb"
 
@@ -38,7 +38,7 @@ def test_mistakes_raise_the_cli_message() -> None:
 
 
 def test_attack_returns_the_json_report(monkeypatch) -> None:
-    monkeypatch.setattr(harness, "run_processes", harness.run_in_process)
+    monkeypatch.setattr(runs, "run_processes", runs.run_in_process)
     report = api.attack(dataset="wine", backend="plain", attacks="esa,half_star", epochs=2)
     assert set(report["attacks"]) == {"esa", "half_star"} and report["query_rows_in_training"] == 0
     json.dumps(report)  # the --json line, parsed: plain JSON all the way down
@@ -50,7 +50,7 @@ def test_attack_returns_the_json_report(monkeypatch) -> None:
 
 @pytest.mark.slow
 def test_the_example_notebook_runs(monkeypatch) -> None:
-    monkeypatch.setattr(harness, "run_processes", harness.run_in_process)  # the same services, in this process
+    monkeypatch.setattr(runs, "run_processes", runs.run_in_process)  # the same services, in this process
     cells = [c for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code"]
     namespace: dict = {}
     for cell in cells:
@@ -63,7 +63,7 @@ def test_attacks_and_defenses_list_one_line_each_and_reproduce_help_names_the_cl
     from typer.testing import CliRunner
 
     from vflsec.client.cli import app
-    from vflsec.client.reproduce import CLAIMS
+    from vflsec.client.experiments.reproduce.run import CLAIMS
     from vflsec.services.attacks import ATTACKS
     from vflsec.services.defenses.release import PARAM_STEPS, SCORE_STEPS
 

@@ -11,12 +11,12 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.integration.conftest import federation
-from vflsec.client import harness
 from vflsec.client.cli import app
+from vflsec.client.experiments import runs
 
 
 def attack(monkeypatch, *args: str) -> tuple[int, str]:
-    monkeypatch.setattr(harness, "run_processes", harness.run_in_process)  # same services, one process: CI-fast
+    monkeypatch.setattr(runs, "run_processes", runs.run_in_process)  # same services, one process: CI-fast
     result = CliRunner().invoke(app, ["attack", "--json", *args])
     return result.exit_code, result.output
 

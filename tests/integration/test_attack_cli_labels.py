@@ -9,12 +9,12 @@ import math
 
 from typer.testing import CliRunner
 
-from vflsec.client import harness
 from vflsec.client.cli import app
+from vflsec.client.experiments import harness, runs
 
 
 def attack(monkeypatch, *args: str) -> tuple[int, str]:
-    monkeypatch.setattr(harness, "run_processes", harness.run_in_process)  # same services, one process: CI-fast
+    monkeypatch.setattr(runs, "run_processes", runs.run_in_process)  # same services, one process: CI-fast
     result = CliRunner().invoke(app, ["attack", "--json", *args])
     return result.exit_code, result.output
 

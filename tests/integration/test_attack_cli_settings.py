@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from vflsec.client import harness
 from vflsec.client.cli import app
+from vflsec.client.experiments import harness, runs
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +31,7 @@ def table(tmp_path_factory) -> str:
 
 
 def attack(monkeypatch, *args: str) -> tuple[int, str]:
-    monkeypatch.setattr(harness, "run_processes", harness.run_in_process)  # same services, one process: CI-fast
+    monkeypatch.setattr(runs, "run_processes", runs.run_in_process)  # same services, one process: CI-fast
     common = ["attack", "--backend", "plain", "--epochs", "5", "--predictions", "80", "--json"]
     result = CliRunner().invoke(app, [*common, *args])
     return result.exit_code, result.output

@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from vflsec.client import harness
 from vflsec.client.cli import app
+from vflsec.client.experiments import harness, runs
 
 # The keys an LR report had before split-NN attacks: they keep their place; model and topology come after.
 LR_KEYS = ["dataset", "n_classes", "d_passive", "d_active", "n_samples", "accuracy", "backend", "score_release"]
 
 
 def attack(monkeypatch, *args: str) -> tuple[int, str]:
-    monkeypatch.setattr(harness, "run_processes", harness.run_in_process)  # same services, one process: CI-fast
+    monkeypatch.setattr(runs, "run_processes", runs.run_in_process)  # same services, one process: CI-fast
     result = CliRunner().invoke(app, ["attack", "--model", "splitnn", "--json", *args])
     return result.exit_code, result.output
 
@@ -37,7 +37,7 @@ def test_coordinator_top_runs_the_gradient_attacks_on_the_released_model(monkeyp
     assert report["model"] == "splitnn" and report["topology"] == "coordinator-top" and report["backend"] == "ckks"
     assert report["attacker"] == "active"  # the default curious party, named (a new key: none moved)
     assert set(report["baselines"]) == {"half", "rg", "zero"} and report["n_samples"] == 60
-    assert set(report["attacks"]) == set(harness.SPLITNN_ATTACKS)
+    assert set(report["attacks"]) == set(runs.SPLITNN_ATTACKS)
     # They ran: an MSE over the queried rows. Not compared with Half: on 60 rows after 3 epochs neither beats it
     # reliably (--seed 0..5: GIA 0.080-0.125, GRN 0.063-0.195, Half 0.095-0.108; GIA below Half in 4 of 6).
     for name in ("gia", "grn"):

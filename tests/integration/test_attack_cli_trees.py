@@ -9,12 +9,12 @@ import json
 
 from typer.testing import CliRunner
 
-from vflsec.client import harness
 from vflsec.client.cli import app
+from vflsec.client.experiments import runs
 
 
 def attack(monkeypatch, *args: str) -> dict:
-    monkeypatch.setattr(harness, "run_processes", harness.run_in_process)  # same services, one process: CI-fast
+    monkeypatch.setattr(runs, "run_processes", runs.run_in_process)  # same services, one process: CI-fast
     result = CliRunner().invoke(app, ["attack", "--dataset", "wine", "--json", *args])
     assert result.exit_code == 0, result.output
     assert "grown once over its training rows: epochs 1" in result.output  # the default follows the bound

@@ -7,12 +7,12 @@ import json
 
 from typer.testing import CliRunner
 
-from vflsec.client import harness
 from vflsec.client.cli import app
+from vflsec.client.experiments import runs
 
 
 def test_default_epochs_are_stated_and_the_phases_timed(monkeypatch) -> None:
-    monkeypatch.setattr(harness, "run_processes", harness.run_in_process)
+    monkeypatch.setattr(runs, "run_processes", runs.run_in_process)
     args = ["attack", "--dataset", "breast_cancer", "--backend", "plain", "--predictions", "60", "--attacks", "esa"]
     result = CliRunner().invoke(app, [*args, "--json"])
     assert result.exit_code == 0, result.output

@@ -9,8 +9,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from vflsec.client import harness
 from vflsec.client.cli import app
+from vflsec.client.experiments import runs
 
 
 def _run(*args: str) -> tuple[dict, str]:
@@ -21,7 +21,7 @@ def _run(*args: str) -> tuple[dict, str]:
 
 @pytest.mark.parametrize("dataset", ["iris", "breast_cancer"])
 def test_default_queries_are_held_out_and_am_runs(monkeypatch, dataset: str) -> None:
-    monkeypatch.setattr(harness, "run_processes", harness.run_in_process)
+    monkeypatch.setattr(runs, "run_processes", runs.run_in_process)
     report, output = _run("--dataset", dataset, "--attacks", "am,esa", "--epochs", "3")
     # --predictions 1000 is more than half the aligned rows: half are queried, the other half train, none both.
     assert report["query_rows_in_training"] == 0
@@ -33,14 +33,14 @@ def test_default_queries_are_held_out_and_am_runs(monkeypatch, dataset: str) -> 
 
 
 def test_default_attacks_on_wine_name_what_they_leave_out(monkeypatch) -> None:
-    monkeypatch.setattr(harness, "run_processes", harness.run_in_process)
+    monkeypatch.setattr(runs, "run_processes", runs.run_in_process)
     report, output = _run("--dataset", "wine")
     assert report["query_rows_in_training"] == 0 and report["n_queried"] + report["n_train"] <= 178
-    assert set(report["attacks"]) == set(harness.DEFAULT_ATTACKS) and "rcc1" in report["left_out"]
+    assert set(report["attacks"]) == set(runs.DEFAULT_ATTACKS) and "rcc1" in report["left_out"]
     assert all("mse" in r for r in report["attacks"].values()), report["attacks"]
     assert "add with --attacks +rcc1" in output
     # Progress when piped (item 4): every phase announced and timed, one line per attack with its time.
     assert all(f"{phase}: " in output for phase in ("load", "deal", "align", "train", "predict", "attack"))
-    assert all(f"attack {name}: MSE " in output for name in harness.DEFAULT_ATTACKS)
+    assert all(f"attack {name}: MSE " in output for name in runs.DEFAULT_ATTACKS)
     added, _ = _run("--dataset", "wine", "--attacks", "+rcc1", "--epochs", "3")
-    assert set(added["attacks"]) == {*harness.DEFAULT_ATTACKS, "rcc1"} and added["left_out"] == {}
+    assert set(added["attacks"]) == {*runs.DEFAULT_ATTACKS, "rcc1"} and added["left_out"] == {}

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from vflsec.client import federation, harness
-from vflsec.client.federation import FederationSpec
+from vflsec.client.experiments import harness
+from vflsec.client.federation import launcher as federation
+from vflsec.client.federation.launcher import FederationSpec
 from vflsec.services.config import load_config
 from vflsec.services.data import datasets
 

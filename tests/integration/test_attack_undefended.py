@@ -8,12 +8,12 @@ import json
 
 from typer.testing import CliRunner
 
-from vflsec.client import harness
 from vflsec.client.cli import app
+from vflsec.client.experiments import harness, runs
 
 
 def test_a_defended_attack_reports_the_undefended_figures_beside_it(monkeypatch) -> None:
-    monkeypatch.setattr(harness, "run_processes", harness.run_in_process)
+    monkeypatch.setattr(runs, "run_processes", runs.run_in_process)
     args = ["attack", "--dataset", "wine", "--backend", "plain", "--epochs", "3", "--attacks", "esa,half_star,aware_ls"]
     result = CliRunner().invoke(app, [*args, "--release", "rounding:decimals=1", "--json"])
     assert result.exit_code == 0, result.output
@@ -32,7 +32,7 @@ def test_a_defended_attack_reports_the_undefended_figures_beside_it(monkeypatch)
 
 
 def test_an_undefended_attack_has_no_undefended_block(monkeypatch) -> None:
-    monkeypatch.setattr(harness, "run_processes", harness.run_in_process)
+    monkeypatch.setattr(runs, "run_processes", runs.run_in_process)
     args = ["attack", "--dataset", "iris", "--backend", "plain", "--epochs", "2", "--attacks", "esa", "--json"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output

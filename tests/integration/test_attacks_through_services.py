@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from vflsec.client.federation import FederationSpec
-from vflsec.client.harness import AttackScenario, evaluate_attacks, run_scenario, true_passive_features
+from vflsec.client.experiments.harness import AttackScenario, evaluate_attacks, run_scenario, true_passive_features
+from vflsec.client.federation.launcher import FederationSpec
 from vflsec.services import attacks
 from vflsec.services.plugins import curious
 

@@ -8,7 +8,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from vflsec.client.bench_align import op_counts, party_ids
+from vflsec.client.bench.align import op_counts, party_ids
 from vflsec.client.cli import app
 
 

@@ -10,7 +10,7 @@ import sys
 
 SCRIPT = """
 import json
-from vflsec.client import bench_cli
+from vflsec.client.bench import cli as bench_cli
 command = ("attack", "--dataset", "breast_cancer", "--predictions", "60", "--attacks", "esa")
 result = bench_cli.run(("plain",), command=command, timeout=600)
 print(bench_cli.table(result))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from tests.conftest import pinned_initial_weights
-from vflsec.client import bench_he
+from vflsec.client.bench import he as bench_he
 
 
 def test_splitnn_epoch_is_measured_on_both_backends(tmp_path) -> None:

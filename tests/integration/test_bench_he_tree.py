@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vflsec.client import bench_he
+from vflsec.client.bench import he as bench_he
 
 
 def test_tree_training_is_measured_on_both_backends(tmp_path) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from vflsec.client.bench_scale import _columns, write_scale_federation
+from vflsec.client.bench.scale import _columns, write_scale_federation
 from vflsec.client.cli import app
 from vflsec.services.data import datasets
 

@@ -9,9 +9,11 @@ from pathlib import Path
 import numpy as np
 from typer.testing import CliRunner
 
-from vflsec.client import demo, federation, harness
 from vflsec.client.cli import app
-from vflsec.client.operator import Operator
+from vflsec.client.experiments import runs
+from vflsec.client.federation import demo
+from vflsec.client.federation import launcher as federation
+from vflsec.client.federation.operator import Operator
 from vflsec.services.data import datasets
 
 
@@ -31,7 +33,7 @@ def test_shards_dealt_in_chunks_hold_exactly_each_partys_rows(tmp_path: Path, mo
 
 
 def test_the_demo_aligns_once(monkeypatch) -> None:
-    monkeypatch.setattr(demo, "run_processes", harness.run_in_process)
+    monkeypatch.setattr(demo, "run_processes", runs.run_in_process)
     aligned: list[str] = []
     real_align = Operator.align
 
@@ -47,7 +49,7 @@ def test_the_demo_aligns_once(monkeypatch) -> None:
 
 
 def test_a_held_out_split_beyond_the_query_cap_is_predicted_in_queries_under_it() -> None:
-    from vflsec.client.operator import Released
+    from vflsec.client.federation.operator import Released
     from vflsec.services.config import ServiceConfig
 
     cap = ServiceConfig.__dataclass_fields__["max_query_rows"].default
@@ -74,7 +76,7 @@ def test_run_aligns_once_with_an_explicit_batch_and_counts_the_rows_first_withou
     monkeypatch.setattr(
         Operator, "align", lambda self, sid, progress=None: aligned.append(sid) or real_align(self, sid, progress)
     )
-    with harness.run_in_process(layout), layout.operator_channel() as channel:
+    with runs.run_in_process(layout), layout.operator_channel() as channel:
         for batch, exchanges in ((0, 2), (64, 1)):  # `vflsec run`: the spec names the labels file, nothing dealt
             aligned.clear()
             spec = federation.FederationSpec(str(labels_file), backend="plain", epochs=1, batch_size=batch)

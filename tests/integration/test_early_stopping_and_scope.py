@@ -9,9 +9,10 @@ import grpc
 import pytest
 from typer.testing import CliRunner
 
-from vflsec.client import demo, harness
 from vflsec.client.cli import app
-from vflsec.client.federation import FederationSpec
+from vflsec.client.experiments import harness, runs
+from vflsec.client.federation import demo
+from vflsec.client.federation.launcher import FederationSpec
 from vflsec.services import attacks
 from vflsec.services.plugins import curious
 
@@ -19,8 +20,8 @@ EPOCHS, PATIENCE, PREDICTIONS = 20, 2, 100
 
 
 def invoke(monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[int, str]:
-    monkeypatch.setattr(harness, "run_processes", harness.run_in_process)  # same services, one process
-    monkeypatch.setattr(demo, "run_processes", harness.run_in_process)
+    monkeypatch.setattr(runs, "run_processes", runs.run_in_process)  # same services, one process
+    monkeypatch.setattr(demo, "run_processes", runs.run_in_process)
     result = CliRunner().invoke(app, [*args, "--backend", "plain", "--dataset", "breast_cancer", "--json"])
     return result.exit_code, result.output
 
@@ -62,7 +63,7 @@ def test_validation_scoring_goes_through_the_release_and_only_the_last_query_is_
     scenario = harness.AttackScenario(spec, attacks=("esa",), predictions=PREDICTIONS, in_process=True)
     run = harness.run_scenario(scenario, tmp_path)
     assert run.training is not None and run.training.epochs_trained == 6 and not run.training.stopped_early
-    _, train_ids, validation, queried, _ = harness.session_plan(scenario)
+    _, train_ids, validation, queried, _ = runs.session_plan(scenario)
     store = curious.ObservationStore(run.store_path)
     try:
         obs, sample_ids = curious.observations(store, run.session_id)
@@ -82,7 +83,7 @@ def test_validation_scoring_goes_through_the_release_and_only_the_last_query_is_
 def test_validation_scoring_is_charged_to_the_query_budget(tmp_path) -> None:
     spec = FederationSpec("breast_cancer", backend="plain", epochs=5, early_stopping_patience=5)
     scenario = harness.AttackScenario(spec, predictions=PREDICTIONS, in_process=True)
-    n_validation = len(harness.session_plan(scenario)[2])
+    n_validation = len(runs.session_plan(scenario)[2])
     budget = {"query_budget": 2 * n_validation + 10}  # two epochs' validation, not a third
     scenario = scenario.with_spec(query_policy=budget)
     with pytest.raises(grpc.RpcError) as refused:

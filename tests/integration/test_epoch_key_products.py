@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from vflsec.client.federation import FederationSpec, run_in_process, write_federation
-from vflsec.client.operator import Operator
+from vflsec.client.federation.launcher import FederationSpec, run_in_process, write_federation
+from vflsec.client.federation.operator import Operator
 from vflsec.services.crypto import he
 from vflsec.services.data import datasets
 

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from vflsec.client import experiment as exp
-from vflsec.client import harness
+from vflsec.client.experiments import runner as exp_runner
+from vflsec.client.experiments import runs
+from vflsec.client.experiments import scenario as exp_scenario
 
 TINY = """
 name: tiny
@@ -24,23 +25,23 @@ sweep:
 """
 
 
-def tiny(tmp_path: Path) -> exp.Scenario:
+def tiny(tmp_path: Path) -> exp_scenario.Scenario:
     path = tmp_path / "tiny.yaml"
     path.write_text(TINY)
-    return exp.load_scenario(path)
+    return exp_scenario.load_scenario(path)
 
 
 def test_two_cells_share_one_training(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     trainings: list[str] = []
-    train = harness.train_session
+    train = runs.train_session
 
-    def counted(scenario: harness.AttackScenario, operator: object, *progress: object) -> tuple[str, list[str]]:
+    def counted(scenario: runs.AttackScenario, operator: object, *progress: object) -> tuple[str, list[str]]:
         trainings.append(scenario.spec.name)
         return train(scenario, operator, *progress)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(harness, "train_session", counted)
+    monkeypatch.setattr(runs, "train_session", counted)
     out = tmp_path / "out"
-    summary = exp.run_experiment(tiny(tmp_path), out, workers=1)
+    summary = exp_runner.run_experiment(tiny(tmp_path), out, workers=1)
     assert trainings == ["breast_cancer"]  # the rounding cell resumed the undefended cell's trained session
     none, rounded = summary["rows"]
     assert (none["defense"], rounded["defense"]) == ("none", "rounding.decimals=1")
@@ -56,7 +57,7 @@ def test_two_cells_share_one_training(tmp_path: Path, monkeypatch: pytest.Monkey
     assert not (out / "train").exists()  # the trained base is removed once every cell is on disk
     # A second run finds every cell finished and runs none.
     ran: list[object] = []
-    exp.run_experiment(tiny(tmp_path), out, workers=1, on_cell=lambda cell, result: ran.append(result))
+    exp_runner.run_experiment(tiny(tmp_path), out, workers=1, on_cell=lambda cell, result: ran.append(result))
     assert ran == [None, None] and trainings == ["breast_cancer"]
 
 
@@ -64,7 +65,7 @@ def test_two_cells_share_one_training(tmp_path: Path, monkeypatch: pytest.Monkey
 def test_cells_as_ray_tasks_on_a_local_instance(tmp_path: Path) -> None:
     ray = pytest.importorskip("ray")
     try:
-        summary = exp.run_experiment(tiny(tmp_path), tmp_path / "out", ray_address="local")
+        summary = exp_runner.run_experiment(tiny(tmp_path), tmp_path / "out", ray_address="local")
     finally:
         ray.shutdown()
     assert [row["defense"] for row in summary["rows"]] == ["none", "rounding.decimals=1"]
@@ -79,7 +80,7 @@ def test_a_splitnn_scenario_restores_its_trained_federation_per_cell(tmp_path: P
         "name: nn\ndataset: breast_cancer\nmodel: splitnn\nbackend: plain\ntraining: {epochs: 2}\n"
         "predictions: 60\nsweep:\n  rounding.decimals: [1]\n"
     )
-    summary = exp.run_experiment(exp.load_scenario(path), tmp_path / "out", workers=1)
+    summary = exp_runner.run_experiment(exp_scenario.load_scenario(path), tmp_path / "out", workers=1)
     none, rounded = summary["rows"]
     assert summary["model"] == "splitnn" and rounded["score_release"] == ["rounding:decimals=1"]
     assert 0.5 < none["accuracy"]["mean"] <= 1.0 and 0.5 < rounded["accuracy"]["mean"] <= 1.0

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vflsec.client import experiment as exp
+from vflsec.client.experiments import runner as exp_runner
+from vflsec.client.experiments import scenario as exp_scenario
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "label_leakage.yaml"
 
@@ -27,7 +28,7 @@ def test_a_small_label_leakage_scenario_through_the_services(tmp_path: Path) -> 
     path = tmp_path / "small.yaml"
     path.write_text(yaml.safe_dump(small))
     out = tmp_path / "out"
-    summary = exp.run_experiment(exp.load_scenario(path), out, workers=1)
+    summary = exp_runner.run_experiment(exp_scenario.load_scenario(path), out, workers=1)
 
     assert summary["rows"] == []  # no feature rows: every cell was the passive party's
     none, defended = summary["label_rows"]

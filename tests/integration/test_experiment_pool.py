@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from vflsec.client import experiment as exp
+from vflsec.client.experiments import runner as exp_runner
+from vflsec.client.experiments import scenario as exp_scenario
 
 SCENARIO = """
 name: pool
@@ -24,9 +25,11 @@ sweep:
 def test_two_cells_in_two_workers_and_a_resumed_rerun(tmp_path: Path) -> None:
     path, out = tmp_path / "pool.yaml", tmp_path / "out"
     path.write_text(SCENARIO)
-    scenario = exp.load_scenario(path)
+    scenario = exp_scenario.load_scenario(path)
     ran: list[tuple[str, bool]] = []
-    summary = exp.run_experiment(scenario, out, workers=2, on_cell=lambda c, r: ran.append((c.label, r is not None)))
+    summary = exp_runner.run_experiment(
+        scenario, out, workers=2, on_cell=lambda c, r: ran.append((c.label, r is not None))
+    )
     assert sorted(ran) == [("rounding.decimals=1, rep 0", True), ("rounding.decimals=none, rep 0", True)]
     none, rounded = summary["rows"]
     assert (none["defense"], rounded["score_release"]) == ("none", ["rounding:decimals=1"])
@@ -43,7 +46,9 @@ def test_two_cells_in_two_workers_and_a_resumed_rerun(tmp_path: Path) -> None:
     kept_bytes = kept.read_bytes()
     lost.unlink()  # as if that cell's worker had died before writing it
     ran.clear()
-    again = exp.run_experiment(scenario, out, workers=2, on_cell=lambda c, r: ran.append((c.label, r is not None)))
+    again = exp_runner.run_experiment(
+        scenario, out, workers=2, on_cell=lambda c, r: ran.append((c.label, r is not None))
+    )
     assert sorted(flag for _, flag in ran) == [False, True]  # one cell read back, one run again
     assert kept.read_bytes() == kept_bytes and lost.exists()
     assert len(json.loads((out / "results.json").read_text())["cells"]) == 2

@@ -10,7 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-from vflsec.client import experiment as exp
+from vflsec.client.experiments import runner as exp_runner
+from vflsec.client.experiments import scenario as exp_scenario
 
 SCENARIO = """
 name: killed
@@ -28,8 +29,8 @@ sweep:
 def test_a_killed_run_resumes_with_the_missing_cells_only(tmp_path: Path) -> None:
     path, out = tmp_path / "killed.yaml", tmp_path / "out"
     path.write_text(SCENARIO)
-    scenario = exp.load_scenario(path)
-    cells = exp.expand(scenario)
+    scenario = exp_scenario.load_scenario(path)
+    cells = exp_scenario.expand(scenario)
     assert len(cells) == 8  # one training, 8 cells: a run killed at its first cell cannot have finished them all
     command = [sys.executable, "-m", "vflsec.client.cli", "experiment", str(path), "--out", str(out), "--workers", "1"]
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -47,7 +48,7 @@ def test_a_killed_run_resumes_with_the_missing_cells_only(tmp_path: Path) -> Non
     assert not (out / "results.json").exists()
 
     ran: list[str] = []
-    summary = exp.run_experiment(
+    summary = exp_runner.run_experiment(
         scenario, out, workers=1, on_cell=lambda cell, result: ran.append("run" if result else "kept")
     )
     assert ran.count("kept") == len(finished) and ran.count("run") == len(cells) - len(finished)

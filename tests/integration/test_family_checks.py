@@ -9,8 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.integration.conftest import federation
-from vflsec.client import demo, harness
 from vflsec.client.cli import app
+from vflsec.client.experiments import harness
+from vflsec.client.federation import demo
 from vflsec.services.defenses.release import ParamReleaseChain, ScoreReleaseChain, served_families
 
 

@@ -13,8 +13,8 @@ import grpc
 import numpy as np
 import pytest
 
-from vflsec.client.federation import FederationSpec, run_in_process, run_processes, wait_for, write_federation
-from vflsec.client.operator import Operator
+from vflsec.client.federation.launcher import FederationSpec, run_in_process, run_processes, wait_for, write_federation
+from vflsec.client.federation.operator import Operator
 from vflsec.services.data import datasets
 
 EPOCHS, BATCH = 5, 32  # ~85 steps on breast_cancer

@@ -30,8 +30,8 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from tests.integration.conftest import Federation
-from vflsec.client.federation import FederationLayout, FederationSpec, run_in_process, write_federation
-from vflsec.client.operator import Operator
+from vflsec.client.federation.launcher import FederationLayout, FederationSpec, run_in_process, write_federation
+from vflsec.client.federation.operator import Operator
 from vflsec.services.config import dump_toml
 from vflsec.services.crypto import he
 from vflsec.services.data import datasets
@@ -275,6 +275,10 @@ INDICES = st.one_of(
     st.lists(st.integers(0, 400), min_size=1, max_size=12),
     st.lists(st.one_of(st.integers(-2, 600), INT64), max_size=12),
 )
+# Entries of a batched inference call (the owner's batched Predicts): unknown queries, any rows, any share bytes
+QUERY_SHARES = st.lists(
+    st.builds(common_pb2.QueryShare, query_id=GARBAGE_TEXT, sample_index=INDICES, share=SHARE), max_size=4
+)
 TRAINING = st.builds(
     common_pb2.TrainingConfig,
     optimizer=st.one_of(st.sampled_from(["", "sgd", "adam"]), GARBAGE_TEXT),
@@ -325,6 +329,8 @@ def _coordinator_messages() -> dict[str, st.SearchStrategy]:
         "ReleaseScores": st.builds(
             c.ReleaseScoresRequest, session_id=sessions(PLAIN), sample_index=INDICES, share=SHARE, query_id=GARBAGE_TEXT
         ),
+        "SubmitShares": st.builds(c.SharesRequest, session_id=sessions(PLAIN), shares=QUERY_SHARES),
+        "ReleaseScoresBatch": st.builds(c.ReleaseBatchRequest, session_id=sessions(PLAIN), queries=QUERY_SHARES),
         "ReleaseModel": st.builds(common_pb2.SessionRef, session_id=sessions(PLAIN, CKKS)),
         "CloseSession": st.builds(common_pb2.SessionRef, session_id=sessions()),  # never a live session
     }
@@ -362,6 +368,11 @@ def _passive_messages() -> dict[str, st.SearchStrategy]:
             p.PsiFinishRequest, session_id=st.sampled_from([PSI, "no-such-session"]), positions=INDICES
         ),
         "Forward": st.builds(p.ForwardRequest, session_id=sessions(PLAIN), step=INT64, sample_index=INDICES),
+        "ShareLogitsBatch": st.builds(
+            p.ShareLogitsBatchRequest,
+            session_id=sessions(PLAIN),
+            queries=st.lists(st.builds(common_pb2.QueryRows, query_id=GARBAGE_TEXT, sample_index=INDICES), max_size=4),
+        ),
         "Backward": st.one_of(
             st.builds(
                 p.BackwardRequest, session_id=sessions(PLAIN), step=INT64, sample_index=INDICES, delta=plain_matrix()

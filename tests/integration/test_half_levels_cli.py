@@ -10,9 +10,9 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from vflsec.client import harness
 from vflsec.client.cli import app
-from vflsec.client.reproduce import VARASTEH_HALF
+from vflsec.client.experiments import runs
+from vflsec.client.experiments.reproduce.varasteh import VARASTEH_HALF
 from vflsec.services.data import datasets
 
 
@@ -20,7 +20,7 @@ from vflsec.services.data import datasets
 def test_half_level_with_target_encoding_is_the_papers(monkeypatch, dataset: str) -> None:
     if dataset not in datasets.available_datasets():
         pytest.skip(f"shared dataset {dataset!r} not found")
-    monkeypatch.setattr(harness, "run_processes", harness.run_in_process)
+    monkeypatch.setattr(runs, "run_processes", runs.run_in_process)
     command = [
         "attack", "--dataset", dataset, "--encoding", "target", "--passive-features", "random:0.4",
         "--backend", "plain", "--predictions", "1000", "--epochs", "1", "--attacks", "half_star", "--json",

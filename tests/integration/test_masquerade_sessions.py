@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 
 from tests.integration.conftest import binary_passive_dataset
-from vflsec.client.federation import FederationSpec, run_in_process, write_federation
-from vflsec.client.operator import Operator
+from vflsec.client.federation.launcher import FederationSpec, run_in_process, write_federation
+from vflsec.client.federation.operator import Operator
 from vflsec.services.app import start_party
 from vflsec.services.attacks.binary import binary_match, enumerate_binary, span_basis
 from vflsec.services.config import load_config

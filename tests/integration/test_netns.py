@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from vflsec.client.federation import FederationLayout, FederationSpec, write_federation
+from vflsec.client.federation.launcher import FederationLayout, FederationSpec, write_federation
 from vflsec.services.config import dump_toml
 from vflsec.services.data import datasets
 from vflsec.services.transport import tls

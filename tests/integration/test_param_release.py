@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from tests.integration.test_attacks_through_services import record
-from vflsec.client.federation import FederationSpec
-from vflsec.client.harness import AttackScenario, privacy_curve
+from vflsec.client.experiments.harness import AttackScenario, privacy_curve
+from vflsec.client.federation.launcher import FederationSpec
 from vflsec.services.attacks import make_attack, mse, run_attack
 from vflsec.services.defenses import params as param_defenses
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from vflsec.client.operator import Operator
+from vflsec.client.federation.operator import Operator
 from vflsec.services.transport import tls
 from vflsec.services.transport.server import peer_channel
 from vflsec.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc, passive_pb2_grpc

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from tests.integration.conftest import binary_passive_dataset
-from vflsec.client.federation import FederationSpec, run_in_process, write_federation
-from vflsec.client.operator import Operator
+from vflsec.client.federation.launcher import FederationSpec, run_in_process, write_federation
+from vflsec.client.federation.operator import Operator
 from vflsec.services.attacks import NotApplicable, Observations, make_attack, run_attack
 from vflsec.services.attacks.binary import attack_accuracy
 from vflsec.services.data import datasets

@@ -191,8 +191,8 @@ def test_active_party_records_no_passive_embedding(tmp_path, monkeypatch) -> Non
 def test_ye_recovers_binary_passive_features_from_the_curious_plugin_recordings(tmp_path) -> None:
     """ye's Algorithm 1 on what the curious plugin recorded in an active-top session: every binary passive feature
     of the queried rows, exactly (ye §4: noise-free z_B = W_B x_B spans them)."""
-    from vflsec.client.federation import FederationSpec, run_in_process, write_federation
-    from vflsec.client.operator import Operator
+    from vflsec.client.federation.launcher import FederationSpec, run_in_process, write_federation
+    from vflsec.client.federation.operator import Operator
     from vflsec.services.attacks import make_attack, run_attack
     from vflsec.services.attacks.binary import binary_match
     from vflsec.services.plugins import curious

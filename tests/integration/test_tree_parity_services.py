@@ -21,9 +21,9 @@ from sklearn.tree import DecisionTreeClassifier
 from typer.testing import CliRunner
 
 from tests.integration.conftest import federation
-from vflsec.client import demo
 from vflsec.client.cli import app
-from vflsec.client.federation import run_in_process
+from vflsec.client.federation import demo
+from vflsec.client.federation.launcher import run_in_process
 from vflsec.services.data import datasets
 from vflsec.services.models.tree import LocalFederation, TreeConfig, TreeData, accuracy, central_votes, fit_bins
 

@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from tests.security.conftest import federation
-from vflsec.client.federation import FederationSpec, write_federation
+from vflsec.client.federation.launcher import FederationSpec, write_federation
 from vflsec.services.config import load_config
 from vflsec.services.data import datasets
 from vflsec.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc, passive_pb2, passive_pb2_grpc

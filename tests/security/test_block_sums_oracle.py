@@ -16,7 +16,7 @@ import pytest
 import tenseal as ts
 
 from tests.security.conftest import federation
-from vflsec.client.federation import FederationSpec, SpecError, write_federation
+from vflsec.client.federation.launcher import FederationSpec, SpecError, write_federation
 from vflsec.services import app
 from vflsec.services.config import load_config
 from vflsec.services.crypto import he

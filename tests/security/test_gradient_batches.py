@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from tests.security.conftest import federation
-from vflsec.client.federation import FederationSpec, write_federation
+from vflsec.client.federation.launcher import FederationSpec, write_federation
 from vflsec.services.config import ConfigError, dump_toml, load_config
 from vflsec.services.crypto import he
 from vflsec.services.data import datasets

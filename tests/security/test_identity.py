@@ -27,8 +27,8 @@ from typer.testing import CliRunner
 
 from tests.security.conftest import Federation
 from vflsec.client.cli import app
-from vflsec.client.federation import FederationSpec, run_in_process, write_federation
-from vflsec.client.operator import Operator
+from vflsec.client.federation.launcher import FederationSpec, run_in_process, write_federation
+from vflsec.client.federation.operator import Operator
 from vflsec.services.data import datasets
 from vflsec.services.transport import tls
 from vflsec.services.transport.server import peer_channel

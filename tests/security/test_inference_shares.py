@@ -26,13 +26,13 @@ def test_coordinator_cannot_solve_features_from_a_stored_share(tmp_path, monkeyp
     with federation(tmp_path / "fed", dataset="wine", n_passive=1, passive_features=3) as fed:
         coordinator = fed.parties["coordinator"].engine
         stored: list[tuple[str, np.ndarray, bytes]] = []
-        submit = coordinator.submit_share
+        submit = coordinator.submit_shares  # a Predict's round (ShareLogitsBatch -> SubmitShares)
 
-        def watched_submit(session_id, query_id, caller, sample_index, share):  # type: ignore[no-untyped-def]
-            stored.append((caller, sample_index.copy(), share))
-            return submit(session_id, query_id, caller, sample_index, share)
+        def watched_submit(session_id, caller, shares):  # type: ignore[no-untyped-def]
+            stored.extend((caller, sample_index.copy(), share) for _, sample_index, share in shares)
+            return submit(session_id, caller, shares)
 
-        coordinator.submit_share = watched_submit
+        coordinator.submit_shares = watched_submit
         info = fed.operator.create_session("ckks", seed=0)
         sid = info.session_id
         common = fed.operator.align(sid)

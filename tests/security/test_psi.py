@@ -14,7 +14,7 @@ import pytest
 from pysodium import crypto_core_ristretto255_is_valid_point
 
 from tests.security.conftest import Federation, federation
-from vflsec.client.federation import FederationLayout
+from vflsec.client.federation.launcher import FederationLayout
 from vflsec.services.app import start_party
 from vflsec.services.config import load_config
 from vflsec.services.crypto import psi

@@ -71,6 +71,16 @@ def test_foreign_active_identity_is_refused_everywhere(tmp_path) -> None:
                 c.ReleaseScores,
                 coordinator_pb2.ReleaseScoresRequest(session_id=SID, query_id="q", share=bytes(8), sample_index=index),
             ),
+            "Coordinator/AdmitQueries": (
+                c.AdmitQueries,
+                coordinator_pb2.AdmitQueriesRequest(session_id=SID, queries=[common_pb2.QueryRows(sample_index=index)]),
+            ),
+            "Coordinator/ReleaseScoresBatch": (
+                c.ReleaseScoresBatch,
+                coordinator_pb2.ReleaseBatchRequest(
+                    session_id=SID, queries=[common_pb2.QueryShare(query_id="q", share=bytes(8), sample_index=index)]
+                ),
+            ),
             "Coordinator/ReleaseModel": (c.ReleaseModel, ref),
             "Coordinator/CloseSession": (c.CloseSession, ref),
             "Passive/JoinSession": (
@@ -90,6 +100,12 @@ def test_foreign_active_identity_is_refused_everywhere(tmp_path) -> None:
             "Passive/ShareLogits": (
                 p.ShareLogits,
                 passive_pb2.ShareLogitsRequest(session_id=SID, query_id="q", sample_index=index),
+            ),
+            "Passive/ShareLogitsBatch": (
+                p.ShareLogitsBatch,
+                passive_pb2.ShareLogitsBatchRequest(
+                    session_id=SID, queries=[common_pb2.QueryRows(query_id="q", sample_index=index)]
+                ),
             ),
             "Passive/Backward": (
                 p.Backward,

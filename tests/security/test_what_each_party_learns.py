@@ -2,14 +2,16 @@
 
 A federation trains and predicts over real gRPC, mTLS and CKKS while the test watches two parties from the
 inside: the coordinator's every decryption (it holds the key, so whatever it decrypts is what it learns) and
-every message a passive party receives from others. The active party's side is
-tests/integration/test_transcript.py; the probes of a deviating party are the other files of this folder.
+every message a passive party receives from others, in training and in a round of concurrent Predicts. The active
+party's side is tests/integration/test_transcript.py; the probes of a deviating party are the other files of this
+folder.
 The last test keeps the two copies of the table identical and every test they cite in existence.
 """
 
 from __future__ import annotations
 
 import re
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -17,14 +19,18 @@ import tenseal as ts
 
 from tests.security.conftest import federation
 from vflsec.services.crypto import he, ring_mask
+from vflsec.services.engines import active as active_engine
 from vflsec.services.engines import passive
 from vflsec.services.models import lr
+from vflsec.v1 import common_pb2, passive_pb2
 
 ROOT = Path(__file__).resolve().parents[2]
 MASK_FLOOR = 2.0**20  # a masked product slot is uniform in ±2^24 around a value |δ·x| <= 64
 
 
-def test_coordinator_decrypts_only_aggregates_and_passives_receive_only_ciphertexts(tmp_path, monkeypatch) -> None:
+def test_coordinator_decrypts_only_aggregates_and_passives_see_ciphertexts_and_queries(
+    tmp_path, monkeypatch
+) -> None:
     decrypted: list[np.ndarray] = []
     shares: list[np.ndarray] = []  # every passive [[z_p]] of training, in plaintext (recorded at its owner)
     deltas: list[he.EncryptedMatrix] = []
@@ -52,6 +58,18 @@ def test_coordinator_decrypts_only_aggregates_and_passives_receive_only_cipherte
     monkeypatch.setattr(passive.PassiveParty, "forward", watched_forward)
     monkeypatch.setattr(passive.PassiveParty, "backward", watched_backward)
 
+    # At inference a passive party is asked for shares: every such request passive-1 receives (its engine's input,
+    # as its ShareLogitsBatch servicer decoded it), and every query id the coordinator admitted.
+    received: list[list[tuple[str, list[int]]]] = []
+    share_batch = passive.PassiveParty.share_logits_batch
+
+    def watched_share_batch(self, session_id, queries):  # type: ignore[no-untyped-def]
+        if self.party_id == "passive-1":
+            received.append([(query_id, index.tolist()) for query_id, index in queries])
+        return share_batch(self, session_id, queries)
+
+    monkeypatch.setattr(passive.PassiveParty, "share_logits_batch", watched_share_batch)
+
     with federation(tmp_path / "fed", dataset="wine", n_passive=2) as fed:
         for name in ("passive-1", "passive-2"):
             link = fed.parties[name].engine.coordinator
@@ -63,25 +81,42 @@ def test_coordinator_decrypts_only_aggregates_and_passives_receive_only_cipherte
 
             link.block_sums = watched_sums
         coordinator = fed.parties["coordinator"].engine
-        submit, stored = coordinator.submit_share, []
+        submit, stored = coordinator.submit_shares, []  # a Predict's round (ShareLogitsBatch -> SubmitShares)
 
-        def watched_submit(session_id, query_id, caller, sample_index, share):  # type: ignore[no-untyped-def]
-            stored.append(share)
-            return submit(session_id, query_id, caller, sample_index, share)
+        def watched_submit(session_id, caller, shares):  # type: ignore[no-untyped-def]
+            stored.extend(share for _, _, share in shares)
+            return submit(session_id, caller, shares)
 
-        coordinator.submit_share = watched_submit
+        coordinator.submit_shares = watched_submit
+        admit, admitted = coordinator.admit_queries, []
+
+        def watched_admit(session_id, queries):  # type: ignore[no-untyped-def]
+            outcomes = admit(session_id, queries)
+            admitted.extend(query_id for query_id, _ in outcomes)
+            return outcomes
+
+        coordinator.admit_queries = watched_admit
         info = fed.operator.create_session("ckks", seed=0)
         common = fed.operator.align(info.session_id)
         list(fed.operator.train(info.session_id, common[:120], 2))
         n_training = len(decrypted)
         queried = common[120:140]
         released = fed.operator.predict(info.session_id, queried).scores
+        n_stored = len(stored)
+        # A round of three concurrent requests, one row in two of them (the round closes once all three have joined).
+        active = fed.parties["active"].engine
+        monkeypatch.setattr(active_engine, "PREDICT_BATCH_REQUESTS", 3)
+        monkeypatch.setattr(active, "predict_window", 60.0)
+        monkeypatch.setattr(active, "_batchers", {})
+        round_ids = [common[140:142], common[142:145], common[140:141]]
+        with ThreadPoolExecutor(3) as pool:
+            list(pool.map(lambda ids: fed.operator.predict(info.session_id, ids), round_ids))
 
         # The true aggregate and each passive share of the queried rows, from the parties' own state.
         sid = info.session_id
-        active = fed.parties["active"].engine
         s_a = active.session(sid)
         index = np.array([s_a.index_of[i] for i in queried])
+        round_rows = sorted([int(s_a.index_of[i]) for i in ids] for ids in round_ids)
         own = active.data.X[s_a.rows[index]] @ s_a.trainer.weights.T + s_a.trainer.bias
         inference_shares = []
         for name in ("passive-1", "passive-2"):
@@ -105,8 +140,8 @@ def test_coordinator_decrypts_only_aggregates_and_passives_receive_only_cipherte
     # are those of the aggregate z of the admitted rows.
     z = own + sum(inference_shares)
     assert len(decrypted) == n_training
-    assert len(stored) == 2
-    for words, share in zip(stored, inference_shares, strict=True):
+    assert n_stored == 2
+    for words, share in zip(stored[:n_stored], inference_shares, strict=True):
         seen = ring_mask.decode(ring_mask.from_bytes(words, share.shape, "share"))
         assert np.median(np.abs(seen - share)) > 2.0**30
     np.testing.assert_allclose(released, lr.confidence_scores(z), atol=1e-6)
@@ -114,6 +149,20 @@ def test_coordinator_decrypts_only_aggregates_and_passives_receive_only_cipherte
     # Passive parties: δ arrives encrypted; block sums arrive masked (the party alone can unmask its gradient).
     assert deltas and all(isinstance(ct, ts.CKKSVector) for d in deltas for ct in d.ciphertexts)
     assert block_sum_replies and all(np.median(np.abs(r)) > MASK_FLOOR for r in block_sum_replies)
+
+    # Passive parties, inference: each query's id (the coordinator's) and rows (common indices) in the clear, the
+    # round's size and which rows two of its queries share; the request carries nothing else, no score or share.
+    assert [len(request) for request in received] == [1, 3]
+    assert received[0][0][1] == index.tolist()
+    assert sorted(rows for _, rows in received[1]) == round_rows
+    assert [query_id for request in received for query_id, _ in request] == admitted
+    asked = [row for _, rows in received[1] for row in rows]
+    assert len(asked) - len(set(asked)) == 1  # the row in two requests of the round: it reads which one
+    assert {f.name for f in passive_pb2.ShareLogitsBatchRequest.DESCRIPTOR.fields} == {"session_id", "queries"}
+    assert {f.name for f in common_pb2.QueryRows.DESCRIPTOR.fields} == {"query_id", "sample_index"}
+    rows = _table(ROOT / "docs" / "protocol.md").splitlines()
+    passive_row = next(line for line in rows if line.startswith("| passive party |"))
+    assert "at inference, each query's id and rows" in passive_row.split("|")[2]
 
 
 def _table(path: Path, marker: str = "what-each-party-learns") -> str:

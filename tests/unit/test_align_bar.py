@@ -1,11 +1,11 @@
-"""The demo's and the attack's alignment bar follows the active party's counts (client/demo.py ``align``)."""
+"""The demo's and the attack's alignment bar follows the active party's counts (client/federation/demo.py ``align``)."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
 
-from vflsec.client.demo import Phases, align
+from vflsec.client.federation.demo import Phases, align
 
 
 class _Operator:

@@ -246,7 +246,7 @@ def test_raw_residual_ranking_picks_e_under_noise_where_unexplained_fraction_pic
 
 
 def test_the_default_attacks_include_the_adaptive_one_when_masquerade_is_announced() -> None:
-    from vflsec.client.harness import default_attacks
+    from vflsec.client.experiments.harness import default_attacks
 
     assert "ye_adaptive" not in default_attacks((), (), "splitnn")
     assert "ye_adaptive" not in default_attacks((), (), "splitnn", ["embedding_noise:sigma=0.1"])
@@ -257,7 +257,7 @@ def test_the_default_attacks_include_the_adaptive_one_when_masquerade_is_announc
 
 
 def test_the_harness_scores_ye_accuracy_against_one_hot_combinations_of_the_dataset() -> None:
-    from vflsec.client.harness import binary_recovery, one_hot_groups
+    from vflsec.client.experiments.harness import binary_recovery, one_hot_groups
 
     names = ["age", "job=admin", "job=blue", "job=retired", "contact=telephone"]
     assert one_hot_groups(names) == ((1, 2, 3),)  # a two-category column is one indicator: no group

@@ -202,7 +202,7 @@ def test_own_gradients_leak_a_batchs_labels_even_through_columns_that_know_nothi
 
 
 def test_the_harness_gives_labelled_rows_of_every_class_and_scores_the_others() -> None:
-    from vflsec.client.harness import label_figures, with_labels
+    from vflsec.client.experiments.harness import label_figures, with_labels
 
     y = np.array([0] * 90 + [1] * 8 + [2] * 2)
     obs = passive_obs(len(y), 3, x_own=np.zeros((len(y), 1)))
@@ -216,3 +216,32 @@ def test_the_harness_gives_labelled_rows_of_every_class_and_scores_the_others() 
     figures = label_figures(Reconstruction(None, label_predictions=predicted), y, scored, 3)
     assert figures["accuracy"] == pytest.approx(np.mean(predicted[scored] == y[scored]))
     assert figures["recall_per_class"][2] == 0.0 and "auc" not in figures
+
+
+def test_the_aware_id2graph_reads_an_unsearched_sibling_as_a_leaf_unless_the_defense_hides_it() -> None:
+    """A CART tree: the root and both children searched; the left child split, its right child (rows 0-29, every
+    row of class 1 among them) never searched — a pure leaf, which the protocol would otherwise have shown."""
+    rng = np.random.default_rng(3)
+    n = 150
+    y = np.zeros(n, dtype=int)
+    y[:30] = 1
+    left, right, kept = np.arange(60), np.arange(60, n), np.arange(30, 60)
+    partitions = (np.arange(n), left, right, kept)
+    nodes = ((0, 0), (0, 1), (0, 2), (0, 3))
+    shuffle = rng.permutation(n)  # rows in no particular order
+    inverse = np.argsort(shuffle)
+    obs = passive_obs(n, partitions=tuple(inverse[p] for p in partitions), partition_nodes=nodes,
+                      tree_settings={"kind": "tree", "max_depth": 3})  # fmt: skip
+    truth = y[shuffle]
+    plain = run_attack(make_attack("id2graph"), obs)
+    aware = make_attack("id2graph_aware")
+    read = run_attack(aware, obs)
+    assert auc(truth, read.label_scores) > 0.95 > 0.8 > auc(truth, plain.label_scores)  # measured 1.0 and 0.75
+    leaf = aware._membership(obs)[:, -1].toarray().ravel()
+    assert set(np.flatnonzero(leaf)) == set(inverse[:30]) and leaf.max() == aware.leaf_weight
+    # under passive_depth:depth=2 the protocol would not have shown depth 2: the sibling is a partition, no leaf
+    hidden = dataclasses.replace(obs, tree_settings={"kind": "tree", "max_depth": 3,
+                                                     "partition_defense": ["passive_depth:depth=2"]})  # fmt: skip
+    assert aware._membership(hidden)[:, -1].max() == 1.0
+    with pytest.raises(NotApplicable, match="partition_nodes"):
+        run_attack(aware, dataclasses.replace(obs, partition_nodes=None))

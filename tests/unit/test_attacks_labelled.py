@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vflsec.client import harness
+from vflsec.client.experiments import harness
 from vflsec.services.attacks import NotApplicable, Observations, make_attack, run_attack
 from vflsec.services.crypto.entropy import new_key
 from vflsec.services.defenses.embeddings import Masquerade, binary_free_basis

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vflsec.client.bench_embedding import defenses, summary, table
+from vflsec.client.bench.embedding import defenses, summary, table
 
 
 def test_defenses_compare_none_masquerade_at_one_and_default_m_and_noise() -> None:

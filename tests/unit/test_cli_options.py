@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from vflsec.client import options
 from vflsec.client.cli import app
-from vflsec.client.federation import STEPS_PER_EPOCH, FederationSpec, SpecError
+from vflsec.client.federation.launcher import STEPS_PER_EPOCH, FederationSpec, SpecError
 from vflsec.services.models import lr
 
 SHARED = {
@@ -197,3 +197,20 @@ def test_prepare_writes_the_embedding_release_into_every_passive_toml(tmp_path) 
         assert config["policy"]["allowed_backends"] == ["ckks", "plain"]
     refused = CliRunner().invoke(app, ["prepare", "--out", str(tmp_path / "x"), "--embedding-release", "masquerade"])
     assert "add --allow-plain" in refused.stderr
+
+
+def test_demo_attack_and_a_scenario_share_one_declaration_of_the_federation_options() -> None:
+    """demo and attack declare the federation options once (options.FEDERATION_OPTIONS, each command picking its
+    own defaults); a scenario file's federation keys are the same options, parsed by the same declaration."""
+    from vflsec.client.experiments.scenario import spec_options
+
+    names = [name for name, _, _ in options.FEDERATION_OPTIONS]
+    for command in ("demo", "attack"):
+        params = {p.name: p for p in commands()[command].params}
+        assert set(names) <= set(params), command
+        for name, info, _ in options.FEDERATION_OPTIONS:
+            assert declaration(commands()[command], name) is info.__metadata__[0], (command, name)
+    assert list(spec_options()) == names
+    defaults = {c: {p.name: p.default for p in commands()[c].params} for c in ("demo", "attack")}
+    assert defaults["demo"]["dataset"] == "breast_cancer" and defaults["attack"]["dataset"] == "digits"
+    assert defaults["demo"]["epochs"] == 30 and defaults["attack"]["epochs"] == 0

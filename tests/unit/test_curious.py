@@ -179,11 +179,15 @@ def test_a_passive_partys_tree_and_lr_recordings_become_label_observations(tmp_p
     ids = ("c", "a", "b", "d")
     x = np.arange(12.0).reshape(4, 3)
     store.append(obs(plugins.TRAINING_DATA, "t", sample_ids=ids, arrays={"features": x}, meta={"tree_rows": True}))
-    store.append(obs(plugins.NODE_ROWS, "t", arrays={"rows": np.arange(4), "weights": np.ones(4)}))
-    store.append(obs(plugins.OWN_SPLIT, "t", arrays={"rows": np.array([0, 2, 3]), "goes_left": np.array([1, 0, 1])}))
+    root = {"tree": 0, "node_id": 0, "depth": 0}
+    store.append(obs(plugins.NODE_ROWS, "t", arrays={"rows": np.arange(4), "weights": np.ones(4)}, meta=root))
+    split = {"rows": np.array([0, 2, 3]), "goes_left": np.array([1, 0, 1])}
+    store.append(obs(plugins.OWN_SPLIT, "t", arrays=split, meta={"tree": 0, "node_id": 1}))
     trees, rows = curious.label_observations(store, "t")
     assert rows == list(ids) and np.array_equal(trees.x_own, x)
     assert [p.tolist() for p in trees.partitions] == [[0, 1, 2, 3], [0, 3], [2]]
+    assert trees.partition_nodes == ((0, 0), (0, 3), (0, 4))  # a split's sides are its node's children
+    assert trees.tree_settings == {"kind": "tree"}  # the session's public settings (none announced here)
     assert trees.gradients is None and trees.own_outputs is None
 
     store.append(obs(plugins.SESSION, "l", meta={**session, "family": "lr"}))

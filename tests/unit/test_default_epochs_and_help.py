@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.test_cli_options import SHARED, commands
-from vflsec.client import federation
-from vflsec.client.federation import FederationSpec
+from vflsec.client.federation import launcher as federation
+from vflsec.client.federation.launcher import FederationSpec
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""Early stopping's rule (client/training.py) against a scripted operator, and the validation split of the spec."""
+"""Early stopping's rule (client/federation/training.py) against a scripted operator, and the validation split of
+the spec."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from vflsec.client.federation import FederationSpec, SpecError
-from vflsec.client.operator import Released
-from vflsec.client.training import train
+from vflsec.client.federation.launcher import FederationSpec, SpecError
+from vflsec.client.federation.operator import Released
+from vflsec.client.federation.training import train
 from vflsec.services.data import datasets
 
 

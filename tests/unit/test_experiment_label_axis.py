@@ -9,16 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from vflsec.client import experiment as exp
-from vflsec.client import label_experiment as lx
+from vflsec.client.experiments import labels as lx
+from vflsec.client.experiments import results as exp_results
+from vflsec.client.experiments import scenario as exp_scenario
 
 NN = "dataset: breast_cancer\nmodel: splitnn\nbackend: plain\n"
 
 
-def scenario(tmp_path: Path, text: str) -> exp.Scenario:
+def scenario(tmp_path: Path, text: str) -> exp_scenario.Scenario:
     path = tmp_path / "s.yaml"
     path.write_text(NN + text)
-    return exp.load_scenario(path)
+    return exp_scenario.load_scenario(path)
 
 
 # --- the maths -------------------------------------------------------------------------------------------------
@@ -51,7 +52,7 @@ def test_label_rows_carry_ap_delta_mp_and_dcs_from_their_inputs(tmp_path: Path) 
         _label_cell(dp, 0, 0.895, {"norm": 0.52, "cosine": 0.30, "noise_residual": 0.49}, 0.76),
         _label_cell(dp, 1, 0.905, {"norm": 0.50, "cosine": 0.36, "noise_residual": 0.51}, 0.74),
     ]
-    summary = exp.summarise(s, cells)
+    summary = exp_results.summarise(s, cells)
     assert summary["rows"] == [] and summary["verdict"] == summary["label_verdict"]
     none, defended = summary["label_rows"]
     assert none["gradient_defense"] == [] and defended["gradient_defense"] == [dp]
@@ -70,14 +71,14 @@ def test_label_rows_carry_ap_delta_mp_and_dcs_from_their_inputs(tmp_path: Path) 
     assert defended["meets_goal"] is False  # cosine reads 0.67 either way: above the 0.6 goal
     assert defended["attacks"]["direct"] == {"not_applicable": "needs ∂L/∂logits"}
     assert "best trade-off: training_defense=dp_gaussian:noise_multiplier=4" in summary["label_verdict"]
-    text = exp.markdown(summary)
+    text = exp_results.markdown(summary)
     assert "AP = max(0, (AUC − 0.5) / 0.5)" in text and f"| {defended['ap']:.4g} | {dmp:.4g} |" in text
 
 
 def test_a_defense_that_holds_every_gradient_attack_meets_the_goal_and_names_what_remains(tmp_path: Path) -> None:
     s = scenario(tmp_path, "attacker: passive-1\nsweep:\n  training_defense: [max_norm]\n")
     cells = [_label_cell(None, 0, 0.90, {"norm": 0.9}, 0.8), _label_cell("max_norm", 0, 0.89, {"norm": 0.45}, 0.7)]
-    summary = exp.summarise(s, cells)
+    summary = exp_results.summarise(s, cells)
     defended = summary["label_rows"][1]
     assert defended["meets_goal"] is True and defended["accuracy_cost"] == pytest.approx(0.01)
     assert summary["label_verdict"].startswith("meets the goal")
@@ -92,7 +93,7 @@ def test_multiclass_rows_are_judged_by_accuracy_against_the_majority_rate(tmp_pa
                   "baselines": {"majority_rate": 0.4}, "n_samples": 100,
                   "attacks": {"norm": {"accuracy": acc}}}  # fmt: skip
         cells.append({"cell": {"values": {"training_defense": defense}, "repetition": 0}, "report": report})
-    row = exp.summarise(s, cells)["label_rows"][1]
+    row = exp_results.summarise(s, cells)["label_rows"][1]
     assert row["metric"] == "accuracy" and row["ap"] == pytest.approx((0.55 - 0.4) / (1 - 0.4))
     assert "meets_goal" not in row  # the AUC goal is for binary labels
 
@@ -106,33 +107,33 @@ def test_training_defense_is_an_axis_of_gradient_chains_with_the_undefended_row_
         "attacker: passive-1\nrepetitions: 2\nsweep:\n  training_defense:\n    - max_norm\n"
         "    - [max_norm, 'dp_gaussian:noise_multiplier=4,clip=0.0001']\n",
     )
-    cells = exp.expand(s)
-    assert [exp.gradient_chain(s, c) for c in cells[::2]] == [
+    cells = exp_scenario.expand(s)
+    assert [exp_scenario.gradient_chain(s, c) for c in cells[::2]] == [
         (),
         ("max_norm",),
         ("max_norm", "dp_gaussian:noise_multiplier=4,clip=0.0001"),
     ]
     assert s.sweep["training_defense"][1] == "max_norm + dp_gaussian:noise_multiplier=4,clip=0.0001"
-    assert all(exp.attack_scenario(s, c).attacker == "passive-1" for c in cells)
-    assert all(exp.chains(s, c) == ((), ()) for c in cells)  # nothing in the release chains
+    assert all(exp_scenario.attack_scenario(s, c).attacker == "passive-1" for c in cells)
+    assert all(exp_scenario.chains(s, c) == ((), ()) for c in cells)  # nothing in the release chains
     # every training defense (and repetition) trains its own model
-    assert len({exp.training_key(s, c) for c in cells}) == len(cells) == 6
-    assert exp.defense_label(dict(cells[4].values)).startswith("training_defense=max_norm + dp_gaussian")
+    assert len({exp_scenario.training_key(s, c) for c in cells}) == len(cells) == 6
+    assert exp_results.defense_label(dict(cells[4].values)).startswith("training_defense=max_norm + dp_gaussian")
 
 
 def test_the_attacker_axis_keeps_the_active_party_cell_keys_and_adds_the_passive_ones(tmp_path: Path) -> None:
     plain = scenario(tmp_path, "sweep:\n  training_defense: [max_norm]\n")
     swept = scenario(tmp_path, "sweep:\n  attacker: [active, passive-1]\n  training_defense: [max_norm]\n")
-    keys = {exp.cell_key(plain, c) for c in exp.expand(plain)}
+    keys = {exp_scenario.cell_key(plain, c) for c in exp_scenario.expand(plain)}
     by_attacker = {}
-    for c in exp.expand(swept):
-        by_attacker.setdefault(exp.cell_attacker(swept, c), set()).add(exp.cell_key(swept, c))
+    for c in exp_scenario.expand(swept):
+        by_attacker.setdefault(exp_scenario.cell_attacker(swept, c), set()).add(exp_scenario.cell_key(swept, c))
     # the active attacker's cells keep the keys they have without the axis (a results folder resumes)
     assert by_attacker["active"] == keys
     assert len(by_attacker["passive-1"]) == 2 and not by_attacker["passive-1"] & by_attacker["active"]
     # each attacker point has its own undefended row
-    undefended = [c for c in exp.expand(swept) if exp.gradient_chain(swept, c) == ()]
-    assert sorted(exp.cell_attacker(swept, c) for c in undefended) == ["active", "passive-1"]
+    undefended = [c for c in exp_scenario.expand(swept) if exp_scenario.gradient_chain(swept, c) == ()]
+    assert sorted(exp_scenario.cell_attacker(swept, c) for c in undefended) == ["active", "passive-1"]
 
 
 @pytest.mark.parametrize(
@@ -147,7 +148,7 @@ def test_the_attacker_axis_keeps_the_active_party_cell_keys_and_adds_the_passive
     ],
 )
 def test_bad_attacker_settings_are_refused_at_their_line(tmp_path: Path, text: str, where: str, message: str) -> None:
-    with pytest.raises(exp.ScenarioError, match=message) as info:
+    with pytest.raises(exp_scenario.ScenarioError, match=message) as info:
         scenario(tmp_path, text)
     assert f": {where}: " in str(info.value) and "s.yaml:" in str(info.value)
 
@@ -155,5 +156,5 @@ def test_bad_attacker_settings_are_refused_at_their_line(tmp_path: Path, text: s
 def test_a_training_defense_needs_the_coordinator_top_split_nn(tmp_path: Path) -> None:
     path = tmp_path / "lr.yaml"
     path.write_text("dataset: breast_cancer\nbackend: plain\nsweep:\n  training_defense: [max_norm]\n")
-    with pytest.raises(exp.ScenarioError, match="coordinator-top"):
-        exp.load_scenario(path)
+    with pytest.raises(exp_scenario.ScenarioError, match="coordinator-top"):
+        exp_scenario.load_scenario(path)

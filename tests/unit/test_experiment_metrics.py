@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vflsec.client import experiment as exp
-from vflsec.client import harness
+from vflsec.client.experiments import harness
+from vflsec.client.experiments import results as exp_results
+from vflsec.client.experiments import scenario as exp_scenario
 from vflsec.services.attacks import Observations
 from vflsec.services.attacks.released import ReleasedTree, TreeNode
 from vflsec.services.defenses.embeddings import Masquerade
@@ -79,15 +80,15 @@ def test_experiment_tables_and_plots_carry_each_attacks_own_metric(tmp_path: Pat
         "dataset: breast_cancer\nmodel: splitnn\ntopology: active-top\nbackend: plain\nrepetitions: 2\n"
         "attacks: [ye_alg2, gia]\nsweep:\n  passive_fraction: [0.2, 0.4]\n"
     )
-    scenario = exp.load_scenario(path)
+    scenario = exp_scenario.load_scenario(path)
     obs, truth = _ye_observation()
     scored = harness.evaluate_attacks(obs, truth, ["ye_alg2"], family="splitnn")
     scored["gia"] = {"mse": 0.06, "mse_clipped": 0.05, "aware": False}  # a cell written before metrics: MSE vs Half
     results = [
         {"cell": {"values": dict(cell.values), "repetition": cell.repetition}, "report": _report(scored, 0.9)}
-        for cell in exp.expand(scenario)
+        for cell in exp_scenario.expand(scenario)
     ]
-    summary = exp.summarise(scenario, results)
+    summary = exp_results.summarise(scenario, results)
     row = summary["rows"][0]
     ye, gia = row["attacks"]["ye_alg2"], row["attacks"]["gia"]
     assert ye["metric"] == "accuracy" and ye["value"]["n"] == 2 and ye["baseline"]["name"] == "majority"
@@ -95,9 +96,9 @@ def test_experiment_tables_and_plots_carry_each_attacks_own_metric(tmp_path: Pat
         "mse", 0.05, "half", 0.1
     )
     assert row["strongest"]["attack"] == "gia"  # the strongest attacker is judged by MSE only
-    table = exp.markdown(summary)
+    table = exp_results.markdown(summary)
     label = "attack accuracy (ye §6.3, up to complement) (higher is better)"
-    assert f"| ye_alg2 | {label} | {exp._pm(ye['value'])}" in table
+    assert f"| ye_alg2 | {label} | {exp_results._pm(ye['value'])}" in table
     assert "| majority " in table and "blind baseline" in table
-    names = {p.name for p in exp.plot(json.loads(json.dumps(summary)), tmp_path)}
+    names = {p.name for p in exp_results.plot(json.loads(json.dumps(summary)), tmp_path)}
     assert {"accuracy_vs_passive_fraction_none.png", "mse_vs_passive_fraction_none.png"} <= names

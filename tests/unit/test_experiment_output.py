@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from vflsec.client import experiment as exp
+from vflsec.client.experiments import results as exp_results
+from vflsec.client.experiments import runner as exp_runner
+from vflsec.client.experiments import scenario as exp_scenario
 
 
 def _row(defense: str, ap: float | None, delta_mp: float | None, *, released: bool = True) -> dict:
@@ -21,7 +23,7 @@ def _row(defense: str, ap: float | None, delta_mp: float | None, *, released: bo
     if ap is None:
         row["blocked"] = "blocked: nothing released that an attack could use"
     else:
-        row |= {"ap": ap, "dcs": exp.dcs(ap, delta_mp or 0.0)}
+        row |= {"ap": ap, "dcs": exp_results.dcs(ap, delta_mp or 0.0)}
     if delta_mp is not None:
         row["delta_mp"] = delta_mp
     return row
@@ -30,20 +32,23 @@ def _row(defense: str, ap: float | None, delta_mp: float | None, *, released: bo
 def test_the_verdict_names_the_defenses_that_meet_the_goal_or_says_none_does() -> None:
     none = _row("none", 0.6, None, released=False)
     leaky, costly, free = _row("rounding", 0.5, 0.0), _row("label_only", 0.0, 0.2), _row("withhold", None, 0.0)
-    assert exp.verdict([none, leaky, costly, free]).endswith("): withhold")
-    assert "these stop every attack at an accuracy cost: label_only (−0.200)" in exp.verdict([none, leaky, costly])
-    assert exp.verdict([none, leaky]).endswith("every defense leaves an attack better than Half; best trade-off: "
-                                               f"rounding (DCS {exp.dcs(0.5, 0.0):.3f})")  # fmt: skip
-    assert exp.verdict([none]) == "no defense in this sweep"
+    assert exp_results.verdict([none, leaky, costly, free]).endswith("): withhold")
+    costs = "these stop every attack at an accuracy cost: label_only (−0.200)"
+    assert costs in exp_results.verdict([none, leaky, costly])
+    trade_off = f"rounding (DCS {exp_results.dcs(0.5, 0.0):.3f})"
+    assert exp_results.verdict([none, leaky]).endswith(
+        "every defense leaves an attack better than Half; best trade-off: " + trade_off
+    )
+    assert exp_results.verdict([none]) == "no defense in this sweep"
 
 
 def test_the_terminal_table_shows_blocked_rows_and_results_are_readable(tmp_path) -> None:
     summary = {"name": "s", "dataset": "wine", "model": "lr", "backend": "plain", "sweep": {"defense": []},
                "rows": [_row("withhold", None, 0.0)]}  # fmt: skip
     out = io.StringIO()
-    Console(file=out, width=200).print(exp.summary_table(summary))
+    Console(file=out, width=200).print(exp_results.summary_table(summary))
     assert "blocked: nothing released" in out.getvalue() and "withhold" in out.getvalue()
-    exp.write_atomic(tmp_path / "results.md", "x")
+    exp_runner.write_atomic(tmp_path / "results.md", "x")
     assert stat.S_IMODE((tmp_path / "results.md").stat().st_mode) == 0o644
 
 
@@ -56,11 +61,11 @@ def _cell(values: dict, attacks: dict, accuracy: float, score: list[str], param:
     return {"cell": {"values": values, "repetition": 0}, "report": report}
 
 
-def _results(scenario: exp.Scenario, figure: Callable[[str], dict]) -> list[dict]:
+def _results(scenario: exp_scenario.Scenario, figure: Callable[[str], dict]) -> list[dict]:
     """A report per cell of the scenario: nothing applies under withhold, ``figure(defense)`` under the others."""
     results = []
-    for cell in exp.expand(scenario):
-        score, param = exp.chains(scenario, cell)
+    for cell in exp_scenario.expand(scenario):
+        score, param = exp_scenario.chains(scenario, cell)
         defense = dict(cell.values)["defense"]
         if defense == "withhold":
             attacks = {"gia": {"not_applicable": "no passive block released"}, "pra": {"not_applicable": "none"}}
@@ -76,26 +81,26 @@ def _mse(defense: str | None) -> dict:
 
 
 @pytest.fixture
-def which_defense() -> exp.Scenario:
-    return exp.load_scenario(Path(__file__).parents[2] / "examples" / "which_defense.yaml")
+def which_defense() -> exp_scenario.Scenario:
+    return exp_scenario.load_scenario(Path(__file__).parents[2] / "examples" / "which_defense.yaml")
 
 
 def test_privacy_utility_draws_withhold_at_blind_half_and_the_undefended_point_on_top(
-    which_defense: exp.Scenario, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    which_defense: exp_scenario.Scenario, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    summary = exp.summarise(which_defense, _results(which_defense, _mse))
+    summary = exp_results.summarise(which_defense, _results(which_defense, _mse))
     withhold = next(r for r in summary["rows"] if r["defense"] == "defense=withhold")
-    assert withhold["blocked"].startswith(exp.BLOCKED_NOTE) and withhold["strongest"] is None
+    assert withhold["blocked"].startswith(exp_results.BLOCKED_NOTE) and withhold["strongest"] is None
 
-    points = exp.privacy_utility_points(summary)
+    points = exp_results.privacy_utility_points(summary)
     assert len(points) == len(summary["rows"])  # no row dropped
     assert points[-1]["kind"] == "undefended" and points[-1]["label"] == "no defense"  # drawn last, named
     assert (points[-1]["y"], [p["kind"] for p in points].count("undefended")) == (0.01, 1)
     blocked = [p for p in points if p["kind"] == "blocked"]
     assert [(p["defense"], p["y"], p["x"]) for p in blocked] == [("withhold", 0.1, 0.85)]  # at blind Half
-    assert exp.BLOCKED_NOTE in blocked[0]["label"]
+    assert exp_results.BLOCKED_NOTE in blocked[0]["label"]
 
-    series = exp.axis_series(summary, "defense")[""]
+    series = exp_results.axis_series(summary, "defense")[""]
     place = which_defense.sweep["defense"].index("withhold")
     assert series["blocked"] == [{"x": place, "y": 0.1, "defense": "withhold"}]
     assert series["none"] == 0.01 and place not in [p["x"] for p in series["points"]]
@@ -103,7 +108,7 @@ def test_privacy_utility_draws_withhold_at_blind_half_and_the_undefended_point_o
 
     figures = {}  # the artists matplotlib was given, kept past plot()'s close
     monkeypatch.setattr("matplotlib.pyplot.close", lambda fig: figures.setdefault(fig.axes[0].get_title(), fig))
-    names = {p.name for p in exp.plot(summary, tmp_path)}
+    names = {p.name for p in exp_results.plot(summary, tmp_path)}
     assert {"privacy_utility.png", "mse_vs_defense.png"} <= names
     pu = next(f for t, f in figures.items() if t.startswith("privacy–utility")).axes[0]
     by_defense = next(f for t, f in figures.items() if t.startswith("strongest attack vs defense")).axes[0]
@@ -118,7 +123,7 @@ def test_privacy_utility_draws_withhold_at_blind_half_and_the_undefended_point_o
 
 
 def test_plots_of_rows_judged_by_cbr_only_note_withhold(
-    which_defense: exp.Scenario, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    which_defense: exp_scenario.Scenario, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Trees' attack (pra) is judged by CBR, so no row has an MSE-judged strongest attacker (and their reports carry
     no ``undefended`` block): a defended row is not "blocked" then, and withhold is named in the CBR plot."""
@@ -129,15 +134,16 @@ def test_plots_of_rows_judged_by_cbr_only_note_withhold(
                   "value": value, "baseline": {"name": "random_path", "value": 0.5}}  # fmt: skip
         return {"pra": {"mse": 0.05, "mse_clipped": 0.05, "aware": False, "metric": metric}}
 
-    summary = exp.summarise(which_defense, _results(which_defense, cbr))
+    summary = exp_results.summarise(which_defense, _results(which_defense, cbr))
     assert [r["defense"] for r in summary["rows"] if "blocked" in r] == ["defense=withhold"]
-    points = exp.privacy_utility_points(summary)  # only withhold has a place there: no MSE-judged attacker elsewhere
+    # only withhold has a place there: no MSE-judged attacker elsewhere
+    points = exp_results.privacy_utility_points(summary)
     assert [(p["kind"], p["defense"]) for p in points] == [("blocked", "withhold")]
     legends = {}
     monkeypatch.setattr(
         "matplotlib.pyplot.close", lambda fig: legends.setdefault(fig.axes[0].get_title(), fig.axes[0].get_legend())
     )
-    names = {p.name for p in exp.plot(summary, tmp_path)}
+    names = {p.name for p in exp_results.plot(summary, tmp_path)}
     assert names == {"cbr_vs_defense.png"}
     texts = [t.get_text() for legend in legends.values() for t in legend.get_texts()]
     assert "pra" in texts and "not drawn: withhold (blocked: nothing released, no attack ran)" in texts

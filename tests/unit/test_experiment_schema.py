@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from vflsec.client import experiment as exp
+from vflsec.client.experiments import scenario as exp_scenario
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -18,19 +18,19 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def refused(tmp_path: Path, text: str) -> str:
-    with pytest.raises(exp.ScenarioError) as info:
-        exp.load_scenario(write(tmp_path, text))
+    with pytest.raises(exp_scenario.ScenarioError) as info:
+        exp_scenario.load_scenario(write(tmp_path, text))
     return str(info.value)
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in EXAMPLES.glob("*.yaml")))
 def test_examples_load(name: str) -> None:
-    scenario = exp.load_scenario(EXAMPLES / f"{name}.yaml")
-    assert scenario.name == name and exp.expand(scenario)
+    scenario = exp_scenario.load_scenario(EXAMPLES / f"{name}.yaml")
+    assert scenario.name == name and exp_scenario.expand(scenario)
 
 
 def test_fields_reach_the_one_federation_spec(tmp_path: Path) -> None:
-    scenario = exp.load_scenario(
+    scenario = exp_scenario.load_scenario(
         write(
             tmp_path,
             "dataset: wine\nbackend: plain\npassive: 2\npassive_fraction: 0.5\n"
@@ -55,7 +55,7 @@ def test_every_federation_option_of_the_cli_through_its_own_parser(tmp_path: Pat
     parses them: encoding, random passive columns, early stopping, the split-NN widths, training rows."""
     from vflsec.services.data.datasets import RandomColumns
 
-    scenario = exp.load_scenario(
+    scenario = exp_scenario.load_scenario(
         write(
             tmp_path,
             "dataset: wine\nencoding: ordinal\npassive_features: random:0.4:3\nmodel: splitnn\nhidden: [16, 8]\n"
@@ -97,7 +97,7 @@ def test_models_not_wired_are_refused_by_name(tmp_path: Path) -> None:
     assert ":2: topology: the lr family has no topology" in refused(tmp_path, "dataset: wine\ntopology: active-top\n")
     # split-NN's topologies reach the one spec; active-top has only the plain backend (it sends z_B in the clear)
     text = "dataset: wine\nmodel: splitnn\ntopology: active-top\nbackend: plain\n"
-    scenario = exp.load_scenario(write(tmp_path, text))
+    scenario = exp_scenario.load_scenario(write(tmp_path, text))
     assert (scenario.spec.model, scenario.spec.topology, scenario.model) == ("splitnn", "active-top", "splitnn")
     assert "does not apply to --topology active-top" in refused(
         tmp_path, "dataset: wine\nmodel: splitnn\ntopology: active-top\n"
@@ -132,8 +132,9 @@ def test_not_a_mapping_and_bad_yaml(tmp_path: Path) -> None:
 
 def test_exclude_attacks_narrows_each_cells_defaults(tmp_path: Path) -> None:
     path = write(tmp_path, "dataset: wine\nexclude_attacks: [rcc1]\nsweep:\n  privee.epsilon: [0.1]\n")
-    scenario = exp.load_scenario(path)
-    undefended, defended = (exp.attack_scenario(scenario, cell).attacks for cell in exp.expand(scenario))
+    scenario = exp_scenario.load_scenario(path)
+    cells = exp_scenario.expand(scenario)
+    undefended, defended = (exp_scenario.attack_scenario(scenario, cell).attacks for cell in cells)
     assert "rcc1" not in undefended and "esa" in undefended and "aware_ls" not in undefended
     assert "rcc1" not in defended and "aware_ls" in defended  # the aware attacks follow the cell's chain
     both = "dataset: wine\nattacks: [esa]\nexclude_attacks: [am]\n"

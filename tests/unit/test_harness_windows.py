@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vflsec.client.harness import average_over_windows
+from vflsec.client.experiments.harness import average_over_windows
 
 
 def window_report(mse: dict[str, float | None], accuracy: float) -> dict:

@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
-SERVICES = Path(__file__).resolve().parents[2] / "services"
+ROOT = Path(__file__).resolve().parents[2]
+SERVICES = ROOT / "services"
+CLIENT = ROOT / "client"
+# Every package of vflsec by its folder (pyproject.toml's package-dir).
+PACKAGES = {"vflsec": ROOT / "proto" / "vflsec", "vflsec.services": SERVICES, "vflsec.client": CLIENT}
 
 # room -> rooms it must never import (directly or through a function-local import)
 # (rpc -> engines -> models, defenses, plugins, crypto, data; only services/app.py imports rpc, and only app.py
@@ -251,13 +256,14 @@ def module_name(path: Path, root: Path = SERVICES, prefix: str = "vflsec.service
     return ".".join([prefix, *(parts[:-1] if parts[-1] == "__init__" else parts)])
 
 
-def module_edges(root: Path = SERVICES, prefix: str = "vflsec.services") -> dict[str, set[str]]:
-    """Module -> the modules under ``root`` it imports anywhere: at the top, inside a function, and under
-    ``if TYPE_CHECKING:`` too (a type a module only names is still a dependency: two modules that name each other's
-    types are one concern split in two, or a shared type in the wrong place). ``from a import b`` is an edge to the
-    module a.b when there is one, else to a (a package's ``__init__``); a package's ``__init__`` is not reached
-    through the modules below it."""
-    paths = {module_name(p, root, prefix): p for p in root.rglob("*.py")}
+def module_edges(roots: Mapping[str, Path] | None = None) -> dict[str, set[str]]:
+    """Module -> the modules under ``roots`` (package name -> its folder; by default services/) it imports
+    anywhere: at the top, inside a function, and under ``if TYPE_CHECKING:`` too (a type a module only names is
+    still a dependency: two modules that name each other's types are one concern split in two, or a shared type in
+    the wrong place). ``from a import b`` is an edge to the module a.b when there is one, else to a (a package's
+    ``__init__``); a package's ``__init__`` is not reached through the modules below it."""
+    roots = roots or {"vflsec.services": SERVICES}
+    paths = {module_name(p, root, prefix): p for prefix, root in roots.items() for p in root.rglob("*.py")}
     edges: dict[str, set[str]] = {}
     for name, path in paths.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
@@ -295,8 +301,7 @@ def import_circles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_no_import_circle_in_services() -> None:
-    """No module of services/ reaches itself through its imports, counting function-local and type-only ones.
-    (client/ is next, with its rooms (issue #30): cli.py <-> experiment.py is the circle it has today.)"""
+    """No module of services/ reaches itself through its imports, counting function-local and type-only ones."""
     circles = import_circles(module_edges())
     shown = "; ".join(" -> ".join(m.removeprefix("vflsec.services.") for m in circle) for circle in circles)
     assert not circles, f"import circles in services/: {shown}"
@@ -311,11 +316,11 @@ def test_the_circle_finder_sees_function_local_and_type_only_imports(tmp_path: P
     (root / "sub" / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .c import C\n")
     (root / "sub" / "c.py").write_text("from pkg import a\n")
     (root / "d.py").write_text("from pkg.sub.c import x\n")
-    edges = module_edges(root, "pkg")
+    edges = module_edges({"pkg": root})
     assert edges["pkg.d"] == {"pkg.sub.c"}
     assert import_circles(edges) == [["pkg.a", "pkg.sub.b", "pkg.sub.c", "pkg.a"]]
     (root / "sub" / "c.py").write_text("X = 1\n")
-    assert import_circles(module_edges(root, "pkg")) == []
+    assert import_circles(module_edges({"pkg": root})) == []
 
 
 def test_no_module_in_services_is_over_the_line_limit() -> None:
@@ -326,3 +331,102 @@ def test_no_module_in_services_is_over_the_line_limit() -> None:
         if (n := len(path.read_text().splitlines())) > MAX_LINES
     }
     assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+def test_no_module_in_client_is_over_the_line_limit() -> None:
+    long = {
+        str(path.relative_to(CLIENT)): n
+        for path in sorted(CLIENT.rglob("*.py"))
+        if (n := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+# ------------------------------------------------------------------------------------------- the rooms of client/
+
+# client/'s rooms and top modules -> the ones they must never import (anywhere in a module, TYPE_CHECKING too):
+# cli.py assembles the commands (api.py runs them as functions) -> commands/ (one module per command group) ->
+# experiments/ (harness, scenarios, the papers' claims) and bench/ (the `vflsec bench` measurements), which do not
+# import each other -> federation/ (launcher, operator client, training, demo) -> the services; options.py (the
+# CLI's shared declarations) and profiling.py sit under every room.
+ENTRY = {"cli.py", "api.py"}
+CLIENT_FORBIDDEN: dict[str, set[str]] = {
+    "commands": ENTRY,
+    "experiments": ENTRY | {"commands", "bench"},
+    "bench": ENTRY | {"commands", "experiments"},
+    "federation": ENTRY | {"commands", "experiments", "bench"},
+    "options.py": ENTRY | {"commands", "experiments", "bench", "federation"},
+    "profiling.py": ENTRY | {"commands", "experiments", "bench", "federation"},
+}
+
+
+def client_units(path: Path) -> set[str]:
+    """The rooms and top modules of client/ a module imports (``vflsec.client.federation.launcher``: federation)."""
+    units = {p.name for p in CLIENT.iterdir() if (p / "__init__.py").exists() or p.suffix == ".py"}
+    return {
+        unit
+        for name in imported_modules_anywhere(path, module_name(path, CLIENT, "vflsec.client"))
+        if (parts := name.split("."))[:2] == ["vflsec", "client"] and len(parts) > 2
+        for unit in units & {parts[2], f"{parts[2]}.py"}
+    }
+
+
+def imported_modules_anywhere(path: Path, module: str) -> set[str]:
+    """Every dotted name a module imports, TYPE_CHECKING included, relative imports resolved."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+            found = ".".join([*base, *([node.module] if node.module else [])])
+            names |= {found} | {f"{found}.{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+    return names
+
+
+@pytest.mark.parametrize("unit", sorted(CLIENT_FORBIDDEN))
+def test_client_rooms_import_one_way(unit: str) -> None:
+    modules = [CLIENT / unit] if unit.endswith(".py") else sorted((CLIENT / unit).rglob("*.py"))
+    assert modules and all(m.exists() for m in modules), f"client/{unit} has no modules"
+    offenders = {
+        str(path.relative_to(CLIENT)): sorted(client_units(path) & CLIENT_FORBIDDEN[unit])
+        for path in modules
+        if client_units(path) & CLIENT_FORBIDDEN[unit]
+    }
+    assert not offenders, f"client/{unit} must not import {sorted(CLIENT_FORBIDDEN[unit])}: {offenders}"
+
+
+def test_every_client_room_and_top_module_has_rules() -> None:
+    """A new room or top module of client/ is given its place here; the top holds few modules."""
+    present = {p.name for p in CLIENT.iterdir() if (p / "__init__.py").exists() or p.suffix == ".py"}
+    assert present - {"__init__.py"} - ENTRY == set(CLIENT_FORBIDDEN)
+    assert len([p for p in CLIENT.glob("*.py")]) <= 8, "client/'s top holds at most 8 modules"
+
+
+def test_services_never_import_the_client() -> None:
+    offenders = sorted(
+        str(path.relative_to(SERVICES))
+        for path in SERVICES.rglob("*.py")
+        if any(n.startswith("vflsec.client") for n in imported_modules_anywhere(path, module_name(path)))
+    )
+    assert not offenders, f"services/ must not import vflsec.client: {offenders}"
+
+
+def test_no_import_circle_anywhere_in_vflsec() -> None:
+    """No module of vflsec (the protocol package, services/, client/) reaches itself through its imports, counting
+    function-local and type-only ones: a circle is two concerns that lean on each other, to be cut where one
+    reaches back (as cli.py <-> experiment.py was, issue #30)."""
+    circles = import_circles(module_edges(PACKAGES))
+    shown = "; ".join(" -> ".join(circle) for circle in circles)
+    assert not circles, f"import circles in vflsec: {shown}"
+
+
+def test_the_client_rule_scanner_sees_function_local_and_type_only_imports(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from vflsec.client.commands.common import fail\n"
+        "def f():\n    from vflsec.client import cli\n    from ..bench import he\n"
+    )
+    names = imported_modules_anywhere(module, "vflsec.client.federation.m")
+    assert {"vflsec.client.commands.common", "vflsec.client.cli", "vflsec.client.bench.he"} <= names

@@ -9,7 +9,9 @@ import stat
 import numpy as np
 import pytest
 
-from vflsec.client.ye_measure import ls_ceiling  # the least-squares ceiling of a binary column from the span
+from vflsec.client.experiments.reproduce.ye_measure import (
+    ls_ceiling,  # the least-squares ceiling of a binary column from the span
+)
 from vflsec.services.crypto import he
 from vflsec.services.crypto.entropy import new_key
 from vflsec.services.data.datasets import PartyData

@@ -12,8 +12,9 @@ from typer.testing import CliRunner
 
 from vflsec.client import options
 from vflsec.client.cli import app
-from vflsec.client.federation import STEPS_PER_EPOCH, FederationSpec, SpecError, write_federation
-from vflsec.client.harness import accuracy_warning, check_attack_options
+from vflsec.client.experiments.harness import accuracy_warning
+from vflsec.client.experiments.runs import check_attack_options
+from vflsec.client.federation.launcher import STEPS_PER_EPOCH, FederationSpec, SpecError, write_federation
 from vflsec.services.data import datasets as D
 
 CSV = "colour,size,label\nred,1,yes\nred,2,no\nblue,3,yes\nblue,4,yes\ngreen,5,no\nred,6,yes\n"
@@ -199,14 +200,14 @@ def _rare_category_csv(path) -> str:
 
 
 def test_default_scaling_follows_the_feature_bound_and_an_explicit_one_is_refused(tmp_path, monkeypatch) -> None:
-    from vflsec.client import demo
+    from vflsec.client.federation import demo
     from vflsec.services.crypto import he
 
     monkeypatch.setattr(he, "FEATURE_BOUND", 8.0)  # Bank's rare categories reach 114 against the real bound 64
     data = _rare_category_csv(tmp_path / "rare.csv")
     seen: list[FederationSpec] = []
     monkeypatch.setattr(demo, "run_demo", lambda spec, **_: seen.append(spec) or {})
-    monkeypatch.setattr("vflsec.client.cli._report", lambda *_: None)
+    monkeypatch.setattr("vflsec.client.commands.federation._report", lambda *_: None)
     result = CliRunner().invoke(app, ["demo", "--dataset", data, "--label", "y", "--passive-features", "2"])
     assert result.exit_code == 0, result.output
     assert seen[0].scaling == "minmax" and "scaling min-max instead" in " ".join(result.output.split())

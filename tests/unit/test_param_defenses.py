@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vflsec.client.param_curve import (
+from vflsec.client.experiments.param_curve import (
     VflTask,
     measure_attacks,
     prepare_task,

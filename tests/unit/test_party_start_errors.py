@@ -8,7 +8,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from vflsec.client.federation import wait_for
+from vflsec.client.federation.launcher import wait_for
 
 
 def test_a_party_that_exits_at_start_fails_with_the_end_of_its_log(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import pytest
 
-from vflsec.client.harness import evaluate_attacks
+from vflsec.client.experiments.harness import evaluate_attacks
 from vflsec.services.attacks import ATTACKS, NotApplicable, make_attack
 from vflsec.services.attacks.synthetic import lr_task
 from vflsec.services.defenses import release
@@ -22,6 +22,7 @@ from vflsec.services.defenses.release import (
     ReleaseConfigError,
     ScoreReleaseChain,
 )
+from vflsec.services.models.tree.partitions import PARTITION_STEPS
 from vflsec.services.registry import ANY_SCORES, Plugin, PluginError, Registry, parse_value
 
 # One spec per built-in release step, with non-default values where a parameter has a choice.
@@ -41,7 +42,10 @@ PARAM_SPECS = [
     "withhold",
     "thresholds",
 ]
-REGISTRIES = {"score": SCORE_STEPS, "param": PARAM_STEPS, "attack": ATTACKS, "embedding": EMBEDDING_STEPS}
+REGISTRIES = {
+    "score": SCORE_STEPS, "param": PARAM_STEPS, "attack": ATTACKS, "embedding": EMBEDDING_STEPS,
+    "partition": PARTITION_STEPS,
+}  # fmt: skip
 
 
 def _spec(name: str, params: dict[str, Any]) -> str:
@@ -199,7 +203,7 @@ def test_attacks_refuse_a_model_family_they_do_not_support() -> None:
     labelled = {"labelled_rows"}  # the attacker with auxiliary labels (opt-in)
     expected = {"half", "rg", "zero", "embedding_ls"} | gradient | luo | binary | labels | labelled
     assert set(ATTACKS.names("splitnn")) == expected
-    tree_labels = {"id2graph", "completion"}  # a passive party's, on the partitions it sees
+    tree_labels = {"id2graph", "id2graph_aware", "completion"}  # a passive party's, on the partitions it sees
     assert set(ATTACKS.names("tree")) == {"half", "rg", "zero", "pra", "grn_rf", "grn_rf_own"} | tree_labels
     task = lr_task(20, 3, 4, 3, seed=1)
     results = evaluate_attacks(task.obs, task.x_passive, ["esa", "half"], family="splitnn")

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from vflsec.client import reproduce as rep
+from vflsec.client.experiments.reproduce import luo as rep_luo
+from vflsec.client.experiments.reproduce import run as rep
 
 # MSE per split of each case: GRN ahead of every ablation on every split, direct above RG.
 CLEAR = {"noise_only": [0.20, 0.21, 0.20], "xadv_only": [0.18, 0.18, 0.19], "no_reg": [0.176, 0.180, 0.178],
@@ -28,23 +29,23 @@ def _measure(monkeypatch: pytest.MonkeyPatch, table: dict[str, list[float]]) -> 
 
         return Uci()
 
-    cases = {attack: case for case, attack in rep.LUO_VARIANTS.items()} | {"rg": "rg", "half": "half"}
+    cases = {attack: case for case, attack in rep_luo.LUO_VARIANTS.items()} | {"rg": "rg", "half": "half"}
 
     def mse(_task: Any, attack: str, **options: Any) -> float:
         case = {"folds": "grn_held_out", "epochs": "direct_start"}.get(next(iter(options), ""), cases[attack])
         return table[case][split["seed"]]
 
-    monkeypatch.setattr(rep, "_uci_task", task)
-    monkeypatch.setattr(rep, "_mse", mse)
-    return rep.luo_table3_grn_ablation()
+    monkeypatch.setattr(rep_luo, "uci_task", task)
+    monkeypatch.setattr(rep_luo, "attack_mse", mse)
+    return rep_luo.luo_table3_grn_ablation()
 
 
 def test_a_consistent_ordering_over_the_splits_reproduces(monkeypatch: pytest.MonkeyPatch) -> None:
     m = _measure(monkeypatch, CLEAR)
-    assert m.holds and m.reason is None and len(rep.LUO_SEEDS) >= 3
+    assert m.holds and m.reason is None and len(rep_luo.LUO_SEEDS) >= 3
     assert m.measured["grn"] == pytest.approx(sum(CLEAR["grn"]) / 3)
     margin = m.details["paired_margins"]["no_reg − grn"]
-    assert margin["mean"] == pytest.approx(0.0057, abs=1e-4) and margin["z"] > rep.LUO_MARGIN_SE
+    assert margin["mean"] == pytest.approx(0.0057, abs=1e-4) and margin["z"] > rep_luo.LUO_MARGIN_SE
 
 
 def test_a_margin_within_the_spread_differs_with_the_comparison_named(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -57,7 +58,8 @@ def test_a_margin_within_the_spread_differs_with_the_comparison_named(monkeypatc
 
 
 def test_paired_margin() -> None:
-    assert rep.paired_margin([0.01, 0.02, 0.03]) == pytest.approx({"mean": 0.02, "se": 0.01 / 3**0.5, "z": 2 * 3**0.5})
+    expected = {"mean": 0.02, "se": 0.01 / 3**0.5, "z": 2 * 3**0.5}
+    assert rep_luo.paired_margin([0.01, 0.02, 0.03]) == pytest.approx(expected)
 
 
 def test_an_ordering_of_attacks_that_do_not_beat_half_differs(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,8 +11,14 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from vflsec.client import reproduce as rep
 from vflsec.client.cli import app
+from vflsec.client.experiments.reproduce import claims as rep_claims
+from vflsec.client.experiments.reproduce import luo as rep_luo
+from vflsec.client.experiments.reproduce import privee as rep_privee
+from vflsec.client.experiments.reproduce import rassouli as rep_rassouli
+from vflsec.client.experiments.reproduce import run as rep
+from vflsec.client.experiments.reproduce import varasteh as rep_varasteh
+from vflsec.client.experiments.reproduce import ye as rep_ye
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 TABLE = DOCS / "reproduction" / "results.json"
@@ -53,7 +59,7 @@ def test_list_json_lists_every_registered_claim() -> None:
 
 def test_sanity_checks_are_the_claims_that_test_no_attack() -> None:
     sanity = {name for name, c in rep.CLAIMS.items() if c.kind == "sanity"}
-    assert sanity == {"rg_minus_half", *(f"varasteh_half_{d}" for d in rep.VARASTEH_HALF)}
+    assert sanity == {"rg_minus_half", *(f"varasteh_half_{d}" for d in rep_varasteh.VARASTEH_HALF)}
     for c in rep.CLAIMS.values():  # a known difference names the predicate that recognises it
         assert (c.known_difference is None) == (c.differs_as_known is None), c.name
 
@@ -88,9 +94,9 @@ def test_a_rule_that_holds_while_its_check_could_not_fail_differs(monkeypatch: p
 
 
 def test_theorem1_ordering_differs_when_every_attack_returns_half(monkeypatch: pytest.MonkeyPatch) -> None:
-    half = rep.make_attack("half")
-    monkeypatch.setattr(rep, "make_attack", lambda name, **options: half)
-    m = rep.theorem1_ordering()
+    half = rep_claims.make_attack("half")
+    monkeypatch.setattr(rep_rassouli, "make_attack", lambda name, **options: half)
+    m = rep_rassouli.theorem1_ordering()
     assert m.holds and m.measured == {"share of samples": 1.0}  # the ordering holds with equality: vacuous
     assert not m.could_fail and "ordering says nothing" in m.reason
 
@@ -136,19 +142,19 @@ def test_luo_pra_cbr_needs_a_margin_over_the_random_path_not_a_bare_greater(monk
 
         return run
 
-    monkeypatch.setattr(rep, "_tree_trials", trials(0.52))  # above the floor, well within the trials' spread
-    assert not rep.luo_pra_cbr().holds
-    monkeypatch.setattr(rep, "_tree_trials", trials(0.7))  # 4.5 standard errors above it
-    assert rep.luo_pra_cbr().holds
+    monkeypatch.setattr(rep_luo, "_tree_trials", trials(0.52))  # above the floor, well within the trials' spread
+    assert not rep_luo.luo_pra_cbr().holds
+    monkeypatch.setattr(rep_luo, "_tree_trials", trials(0.7))  # 4.5 standard errors above it
+    assert rep_luo.luo_pra_cbr().holds
 
 
 def test_closed_form_mse_fails_for_half_and_says_where_half_would_match_a_form(monkeypatch: pytest.MonkeyPatch) -> None:
-    m = rep.closed_form_mse()
+    m = rep_rassouli.closed_form_mse()
     assert m.holds and m.could_fail
     assert m.details["wine ls"]["z_half"] < 3 < min(r["z_half"] for k, r in m.details.items() if k != "wine ls")
-    half = rep.make_attack("half")
-    monkeypatch.setattr(rep, "make_attack", lambda name, **options: half)
-    assert not rep.closed_form_mse().holds  # Half misses the forms where they are told apart
+    half = rep_claims.make_attack("half")
+    monkeypatch.setattr(rep_rassouli, "make_attack", lambda name, **options: half)
+    assert not rep_rassouli.closed_form_mse().holds  # Half misses the forms where they are told apart
 
 
 def test_privee_and_ye_masquerade_bank_are_judged_only_when_their_attack_works(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -157,12 +163,12 @@ def test_privee_and_ye_masquerade_bank_are_judged_only_when_their_attack_works(m
         return {"attacks": attacks, "baselines": {"half": half}, "accuracy": 0.9, "d_passive": 26}
 
     blind = iter([report(0.2), report(0.7)])  # GRN at Half undefended, then 3× under PRIVEE: the ratio says nothing
-    monkeypatch.setattr(rep, "_federation", lambda *args, **kwargs: next(blind))
-    m = rep.privee_grn_ratio()
+    monkeypatch.setattr(rep_privee, "services_report", lambda *args, **kwargs: next(blind))
+    m = rep_privee.privee_grn_ratio()
     assert m.holds and not m.could_fail and "does not beat Half" in str(m.reason)
     learned = iter([report(0.1), report(0.3)])
-    monkeypatch.setattr(rep, "_federation", lambda *args, **kwargs: next(learned))
-    assert rep.privee_grn_ratio().could_fail
+    monkeypatch.setattr(rep_privee, "services_report", lambda *args, **kwargs: next(learned))
+    assert rep_privee.privee_grn_ratio().could_fail
 
     def ye_rows(undefended: float) -> dict[str, Any]:
         alg2 = {"ye_alg2": {"accuracy": 0.5}, "ye_adaptive": {"accuracy": 0.95}}
@@ -170,16 +176,30 @@ def test_privee_and_ye_masquerade_bank_are_judged_only_when_their_attack_works(m
                 "bank_masquerade_m1": alg2, "bank_masquerade_m2": alg2,
                 "bank_masquerade_m13": {"adaptive_oracle_bits": {"accuracy_with_complements": 0.6}}}  # fmt: skip
 
-    monkeypatch.setattr(rep, "_ye_bank", lambda: ye_rows(0.6))  # Algorithm 2 fails undefended too: not "misled"
-    m = rep.ye_masquerade_bank()
+    monkeypatch.setattr(rep_ye, "ye_bank", lambda: ye_rows(0.6))  # Algorithm 2 fails undefended too: not "misled"
+    m = rep_ye.ye_masquerade_bank()
     assert m.holds and not m.could_fail and "undefended Algorithm 2" in str(m.reason)
-    monkeypatch.setattr(rep, "_ye_bank", lambda: ye_rows(1.0))
-    assert rep.ye_masquerade_bank().could_fail
+    monkeypatch.setattr(rep_ye, "ye_bank", lambda: ye_rows(1.0))
+    assert rep_ye.ye_masquerade_bank().could_fail
 
 
 def test_sign_only_bank_is_judged_only_when_half_is_far_above_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
     if rep.missing_datasets(rep.CLAIMS["sign_only_bank"]):
         pytest.skip("Bank is not in the shared datasets folder")
-    monkeypatch.setattr(rep, "_mse", lambda task, name, **options: 0.05)  # a column Half already nearly solves
-    m = rep.sign_only_bank()
+    # a column Half already nearly solves
+    monkeypatch.setattr(rep_rassouli, "attack_mse", lambda task, name, **options: 0.05)
+    m = rep_rassouli.sign_only_bank()
     assert m.holds and not m.could_fail and "no test" in str(m.reason)
+
+
+def test_the_registry_keeps_the_papers_order_whichever_paper_was_imported_first() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "from vflsec.client.experiments.reproduce import ye, varasteh\n"
+        "from vflsec.client.experiments.reproduce import run\n"
+        "print(','.join(run.CLAIMS))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == ",".join(rep.CLAIMS) and out.startswith("luo_worked_example,") and out.endswith("ye_masquerade_log2n")

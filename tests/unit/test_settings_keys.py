@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from vflsec.client.operator import Operator
+from vflsec.client.federation.operator import Operator
 from vflsec.services.errors import InvalidArgument
 from vflsec.services.transport import wire
 from vflsec.v1 import common_pb2

@@ -3,7 +3,7 @@ on, and the wire form of the tree settings round-trips."""
 
 import pytest
 
-from vflsec.client.federation import FederationSpec, SpecError
+from vflsec.client.federation.launcher import FederationSpec, SpecError
 from vflsec.services.models import family as families
 from vflsec.services.transport import wire
 from vflsec.v1 import common_pb2
@@ -24,10 +24,12 @@ def test_a_tree_is_grown_once() -> None:
 
 @pytest.mark.parametrize("family", ["tree", "forest"])
 def test_tree_settings_round_trip_the_wire(family: str) -> None:
-    values = {"max_depth": 4, "n_trees": 1 if family == "tree" else 9, "n_bins": 8, "party": 2, "bootstrap": False}
+    values = {"max_depth": 4, "n_trees": 1 if family == "tree" else 9, "n_bins": 8, "party": 2, "bootstrap": False,
+              "partition_defense": ["complete_secure:trees=1", "passive_depth:depth=2"]}  # fmt: skip
     name, back = wire.model_settings(wire.model_choice(family, values), common_pb2.TrainingConfig(seed=11))
     assert name == family and back == {**values, "seed": 11}
     settings = families.get(family).settings(back)
     assert settings.party == 2 and settings.config.kind == family and settings.config.seed == 11
+    assert settings.config.partition_defense == ("complete_secure:trees=1", "passive_depth:depth=2")
     defaults = families.get(family).settings({})
     assert (defaults.config.n_trees, defaults.config.max_depth) == ((1, 5) if family == "tree" else (100, 3))

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16vflsec/v1/common.proto\x12\tvflsec.v1\"F\n\x06Tensor\x12\x1f\n\x05\x64type\x18\x01 \x01(\x0e\x32\x10.vflsec.v1.DType\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"q\n\x0f\x45ncryptedMatrix\x12\x0c\n\x04rows\x18\x01 \x01(\x03\x12\x0c\n\x04\x63ols\x18\x02 \x01(\x03\x12\x10\n\x08replicas\x18\x03 \x01(\x05\x12\x1b\n\x13rows_per_ciphertext\x18\x04 \x01(\x05\x12\x13\n\x0b\x63iphertexts\x18\x05 \x03(\x0c\" \n\nSessionRef\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\x07\n\x05\x45mpty\"h\n\x0eTrainingConfig\x12\x11\n\toptimizer\x18\x01 \x01(\t\x12\x15\n\rlearning_rate\x18\x02 \x01(\x01\x12\n\n\x02l2\x18\x03 \x01(\x01\x12\x12\n\nbatch_size\x18\x04 \x01(\x05\x12\x0c\n\x04seed\x18\x05 \x01(\x04\"~\n\x0bReleaseStep\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x32\n\x06params\x18\x02 \x03(\x0b\x32\".vflsec.v1.ReleaseStep.ParamsEntry\x1a-\n\x0bParamsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xb3\x01\n\x0bModelChoice\x12 \n\x02lr\x18\x01 \x01(\x0b\x32\x12.vflsec.v1.LrModelH\x00\x12*\n\x07splitnn\x18\x02 \x01(\x0b\x32\x17.vflsec.v1.SplitNnModelH\x00\x12$\n\x04tree\x18\x03 \x01(\x0b\x32\x14.vflsec.v1.TreeModelH\x00\x12&\n\x06\x66orest\x18\x04 \x01(\x0b\x32\x14.vflsec.v1.TreeModelH\x00\x42\x08\n\x06\x66\x61mily\"\t\n\x07LrModel\"\xf2\x02\n\x0cSplitNnModel\x12\x10\n\x08topology\x18\x01 \x01(\t\x12\x11\n\tembedding\x18\x02 \x01(\x05\x12\x15\n\rbottom_hidden\x18\x03 \x03(\x05\x12\x12\n\ntop_hidden\x18\x04 \x03(\x05\x12\x12\n\nactivation\x18\x05 \x01(\t\x12\x0f\n\x07\x64ropout\x18\x06 \x01(\x01\x12\x18\n\x0b\x62ottom_bias\x18\x07 \x01(\x08H\x00\x88\x01\x01\x12\x15\n\x08top_bias\x18\x08 \x01(\x08H\x01\x88\x01\x01\x12\x10\n\x08momentum\x18\t \x01(\x01\x12\x10\n\x08schedule\x18\n \x01(\t\x12\x13\n\x0bstep_epochs\x18\x0b \x01(\x05\x12\r\n\x05gamma\x18\x0c \x01(\x01\x12\x17\n\x0fschedule_epochs\x18\r \x01(\x05\x12\r\n\x05party\x18\x0e \x01(\x05\x12\x15\n\rpassive_width\x18\x0f \x01(\x05\x12\x18\n\x10gradient_defense\x18\x10 \x03(\tB\x0e\n\x0c_bottom_biasB\x0b\n\t_top_bias\"\xa8\x01\n\tTreeModel\x12\x11\n\tmax_depth\x18\x01 \x01(\x05\x12\x18\n\x10min_samples_leaf\x18\x02 \x01(\x05\x12\x0e\n\x06n_bins\x18\x03 \x01(\x05\x12\x0f\n\x07n_trees\x18\x04 \x01(\x05\x12\x16\n\tbootstrap\x18\x05 \x01(\x08H\x00\x88\x01\x01\x12\x18\n\x10\x66\x65\x61ture_fraction\x18\x06 \x01(\x01\x12\r\n\x05party\x18\x07 \x01(\x05\x42\x0c\n\n_bootstrap*U\n\x05\x44Type\x12\x15\n\x11\x44TYPE_UNSPECIFIED\x10\x00\x12\x11\n\rDTYPE_FLOAT64\x10\x01\x12\x11\n\rDTYPE_FLOAT32\x10\x02\x12\x0f\n\x0b\x44TYPE_INT64\x10\x03*G\n\x07\x42\x61\x63kend\x12\x17\n\x13\x42\x41\x43KEND_UNSPECIFIED\x10\x00\x12\x10\n\x0c\x42\x41\x43KEND_CKKS\x10\x01\x12\x11\n\rBACKEND_PLAIN\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16vflsec/v1/common.proto\x12\tvflsec.v1\"F\n\x06Tensor\x12\x1f\n\x05\x64type\x18\x01 \x01(\x0e\x32\x10.vflsec.v1.DType\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"q\n\x0f\x45ncryptedMatrix\x12\x0c\n\x04rows\x18\x01 \x01(\x03\x12\x0c\n\x04\x63ols\x18\x02 \x01(\x03\x12\x10\n\x08replicas\x18\x03 \x01(\x05\x12\x1b\n\x13rows_per_ciphertext\x18\x04 \x01(\x05\x12\x13\n\x0b\x63iphertexts\x18\x05 \x03(\x0c\" \n\nSessionRef\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\x07\n\x05\x45mpty\",\n\x0b\x45ntryStatus\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\"7\n\rEntryStatuses\x12&\n\x06status\x18\x01 \x03(\x0b\x32\x16.vflsec.v1.EntryStatus\"3\n\tQueryRows\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\x14\n\x0csample_index\x18\x02 \x03(\x03\"C\n\nQueryShare\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\x14\n\x0csample_index\x18\x02 \x03(\x03\x12\r\n\x05share\x18\x03 \x01(\x0c\"h\n\x0eTrainingConfig\x12\x11\n\toptimizer\x18\x01 \x01(\t\x12\x15\n\rlearning_rate\x18\x02 \x01(\x01\x12\n\n\x02l2\x18\x03 \x01(\x01\x12\x12\n\nbatch_size\x18\x04 \x01(\x05\x12\x0c\n\x04seed\x18\x05 \x01(\x04\"~\n\x0bReleaseStep\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x32\n\x06params\x18\x02 \x03(\x0b\x32\".vflsec.v1.ReleaseStep.ParamsEntry\x1a-\n\x0bParamsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xb3\x01\n\x0bModelChoice\x12 \n\x02lr\x18\x01 \x01(\x0b\x32\x12.vflsec.v1.LrModelH\x00\x12*\n\x07splitnn\x18\x02 \x01(\x0b\x32\x17.vflsec.v1.SplitNnModelH\x00\x12$\n\x04tree\x18\x03 \x01(\x0b\x32\x14.vflsec.v1.TreeModelH\x00\x12&\n\x06\x66orest\x18\x04 \x01(\x0b\x32\x14.vflsec.v1.TreeModelH\x00\x42\x08\n\x06\x66\x61mily\"\t\n\x07LrModel\"\xf2\x02\n\x0cSplitNnModel\x12\x10\n\x08topology\x18\x01 \x01(\t\x12\x11\n\tembedding\x18\x02 \x01(\x05\x12\x15\n\rbottom_hidden\x18\x03 \x03(\x05\x12\x12\n\ntop_hidden\x18\x04 \x03(\x05\x12\x12\n\nactivation\x18\x05 \x01(\t\x12\x0f\n\x07\x64ropout\x18\x06 \x01(\x01\x12\x18\n\x0b\x62ottom_bias\x18\x07 \x01(\x08H\x00\x88\x01\x01\x12\x15\n\x08top_bias\x18\x08 \x01(\x08H\x01\x88\x01\x01\x12\x10\n\x08momentum\x18\t \x01(\x01\x12\x10\n\x08schedule\x18\n \x01(\t\x12\x13\n\x0bstep_epochs\x18\x0b \x01(\x05\x12\r\n\x05gamma\x18\x0c \x01(\x01\x12\x17\n\x0fschedule_epochs\x18\r \x01(\x05\x12\r\n\x05party\x18\x0e \x01(\x05\x12\x15\n\rpassive_width\x18\x0f \x01(\x05\x12\x18\n\x10gradient_defense\x18\x10 \x03(\tB\x0e\n\x0c_bottom_biasB\x0b\n\t_top_bias\"\xc3\x01\n\tTreeModel\x12\x11\n\tmax_depth\x18\x01 \x01(\x05\x12\x18\n\x10min_samples_leaf\x18\x02 \x01(\x05\x12\x0e\n\x06n_bins\x18\x03 \x01(\x05\x12\x0f\n\x07n_trees\x18\x04 \x01(\x05\x12\x16\n\tbootstrap\x18\x05 \x01(\x08H\x00\x88\x01\x01\x12\x18\n\x10\x66\x65\x61ture_fraction\x18\x06 \x01(\x01\x12\r\n\x05party\x18\x07 \x01(\x05\x12\x19\n\x11partition_defense\x18\x08 \x03(\tB\x0c\n\n_bootstrap*U\n\x05\x44Type\x12\x15\n\x11\x44TYPE_UNSPECIFIED\x10\x00\x12\x11\n\rDTYPE_FLOAT64\x10\x01\x12\x11\n\rDTYPE_FLOAT32\x10\x02\x12\x0f\n\x0b\x44TYPE_INT64\x10\x03*G\n\x07\x42\x61\x63kend\x12\x17\n\x13\x42\x41\x43KEND_UNSPECIFIED\x10\x00\x12\x10\n\x0c\x42\x41\x43KEND_CKKS\x10\x01\x12\x11\n\rBACKEND_PLAIN\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,10 +33,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_RELEASESTEP_PARAMSENTRY']._loaded_options = None
   _globals['_RELEASESTEP_PARAMSENTRY']._serialized_options = b'8\001'
-  _globals['_DTYPE']._serialized_start=1238
-  _globals['_DTYPE']._serialized_end=1323
-  _globals['_BACKEND']._serialized_start=1325
-  _globals['_BACKEND']._serialized_end=1396
+  _globals['_DTYPE']._serialized_start=1490
+  _globals['_DTYPE']._serialized_end=1575
+  _globals['_BACKEND']._serialized_start=1577
+  _globals['_BACKEND']._serialized_end=1648
   _globals['_TENSOR']._serialized_start=37
   _globals['_TENSOR']._serialized_end=107
   _globals['_ENCRYPTEDMATRIX']._serialized_start=109
@@ -45,18 +45,26 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SESSIONREF']._serialized_end=256
   _globals['_EMPTY']._serialized_start=258
   _globals['_EMPTY']._serialized_end=265
-  _globals['_TRAININGCONFIG']._serialized_start=267
-  _globals['_TRAININGCONFIG']._serialized_end=371
-  _globals['_RELEASESTEP']._serialized_start=373
-  _globals['_RELEASESTEP']._serialized_end=499
-  _globals['_RELEASESTEP_PARAMSENTRY']._serialized_start=454
-  _globals['_RELEASESTEP_PARAMSENTRY']._serialized_end=499
-  _globals['_MODELCHOICE']._serialized_start=502
-  _globals['_MODELCHOICE']._serialized_end=681
-  _globals['_LRMODEL']._serialized_start=683
-  _globals['_LRMODEL']._serialized_end=692
-  _globals['_SPLITNNMODEL']._serialized_start=695
-  _globals['_SPLITNNMODEL']._serialized_end=1065
-  _globals['_TREEMODEL']._serialized_start=1068
-  _globals['_TREEMODEL']._serialized_end=1236
+  _globals['_ENTRYSTATUS']._serialized_start=267
+  _globals['_ENTRYSTATUS']._serialized_end=311
+  _globals['_ENTRYSTATUSES']._serialized_start=313
+  _globals['_ENTRYSTATUSES']._serialized_end=368
+  _globals['_QUERYROWS']._serialized_start=370
+  _globals['_QUERYROWS']._serialized_end=421
+  _globals['_QUERYSHARE']._serialized_start=423
+  _globals['_QUERYSHARE']._serialized_end=490
+  _globals['_TRAININGCONFIG']._serialized_start=492
+  _globals['_TRAININGCONFIG']._serialized_end=596
+  _globals['_RELEASESTEP']._serialized_start=598
+  _globals['_RELEASESTEP']._serialized_end=724
+  _globals['_RELEASESTEP_PARAMSENTRY']._serialized_start=679
+  _globals['_RELEASESTEP_PARAMSENTRY']._serialized_end=724
+  _globals['_MODELCHOICE']._serialized_start=727
+  _globals['_MODELCHOICE']._serialized_end=906
+  _globals['_LRMODEL']._serialized_start=908
+  _globals['_LRMODEL']._serialized_end=917
+  _globals['_SPLITNNMODEL']._serialized_start=920
+  _globals['_SPLITNNMODEL']._serialized_end=1290
+  _globals['_TREEMODEL']._serialized_start=1293
+  _globals['_TREEMODEL']._serialized_end=1488
 # @@protoc_insertion_point(module_scope)

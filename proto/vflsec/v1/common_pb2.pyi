@@ -61,6 +61,38 @@ class Empty(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class EntryStatus(_message.Message):
+    __slots__ = ("code", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
+class EntryStatuses(_message.Message):
+    __slots__ = ("status",)
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: _containers.RepeatedCompositeFieldContainer[EntryStatus]
+    def __init__(self, status: _Optional[_Iterable[_Union[EntryStatus, _Mapping]]] = ...) -> None: ...
+
+class QueryRows(_message.Message):
+    __slots__ = ("query_id", "sample_index")
+    QUERY_ID_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    query_id: str
+    sample_index: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, query_id: _Optional[str] = ..., sample_index: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class QueryShare(_message.Message):
+    __slots__ = ("query_id", "sample_index", "share")
+    QUERY_ID_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    SHARE_FIELD_NUMBER: _ClassVar[int]
+    query_id: str
+    sample_index: _containers.RepeatedScalarFieldContainer[int]
+    share: bytes
+    def __init__(self, query_id: _Optional[str] = ..., sample_index: _Optional[_Iterable[int]] = ..., share: _Optional[bytes] = ...) -> None: ...
+
 class TrainingConfig(_message.Message):
     __slots__ = ("optimizer", "learning_rate", "l2", "batch_size", "seed")
     OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
@@ -143,7 +175,7 @@ class SplitNnModel(_message.Message):
     def __init__(self, topology: _Optional[str] = ..., embedding: _Optional[int] = ..., bottom_hidden: _Optional[_Iterable[int]] = ..., top_hidden: _Optional[_Iterable[int]] = ..., activation: _Optional[str] = ..., dropout: _Optional[float] = ..., bottom_bias: _Optional[bool] = ..., top_bias: _Optional[bool] = ..., momentum: _Optional[float] = ..., schedule: _Optional[str] = ..., step_epochs: _Optional[int] = ..., gamma: _Optional[float] = ..., schedule_epochs: _Optional[int] = ..., party: _Optional[int] = ..., passive_width: _Optional[int] = ..., gradient_defense: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class TreeModel(_message.Message):
-    __slots__ = ("max_depth", "min_samples_leaf", "n_bins", "n_trees", "bootstrap", "feature_fraction", "party")
+    __slots__ = ("max_depth", "min_samples_leaf", "n_bins", "n_trees", "bootstrap", "feature_fraction", "party", "partition_defense")
     MAX_DEPTH_FIELD_NUMBER: _ClassVar[int]
     MIN_SAMPLES_LEAF_FIELD_NUMBER: _ClassVar[int]
     N_BINS_FIELD_NUMBER: _ClassVar[int]
@@ -151,6 +183,7 @@ class TreeModel(_message.Message):
     BOOTSTRAP_FIELD_NUMBER: _ClassVar[int]
     FEATURE_FRACTION_FIELD_NUMBER: _ClassVar[int]
     PARTY_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_DEFENSE_FIELD_NUMBER: _ClassVar[int]
     max_depth: int
     min_samples_leaf: int
     n_bins: int
@@ -158,4 +191,5 @@ class TreeModel(_message.Message):
     bootstrap: bool
     feature_fraction: float
     party: int
-    def __init__(self, max_depth: _Optional[int] = ..., min_samples_leaf: _Optional[int] = ..., n_bins: _Optional[int] = ..., n_trees: _Optional[int] = ..., bootstrap: _Optional[bool] = ..., feature_fraction: _Optional[float] = ..., party: _Optional[int] = ...) -> None: ...
+    partition_defense: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, max_depth: _Optional[int] = ..., min_samples_leaf: _Optional[int] = ..., n_bins: _Optional[int] = ..., n_trees: _Optional[int] = ..., bootstrap: _Optional[bool] = ..., feature_fraction: _Optional[float] = ..., party: _Optional[int] = ..., partition_defense: _Optional[_Iterable[str]] = ...) -> None: ...

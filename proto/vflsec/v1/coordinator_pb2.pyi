@@ -128,6 +128,58 @@ class AdmitQueryReply(_message.Message):
     budget: int
     def __init__(self, query_id: _Optional[str] = ..., scored: _Optional[int] = ..., budget: _Optional[int] = ...) -> None: ...
 
+class AdmitQueriesRequest(_message.Message):
+    __slots__ = ("session_id", "queries")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    QUERIES_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    queries: _containers.RepeatedCompositeFieldContainer[_common_pb2.QueryRows]
+    def __init__(self, session_id: _Optional[str] = ..., queries: _Optional[_Iterable[_Union[_common_pb2.QueryRows, _Mapping]]] = ...) -> None: ...
+
+class AdmitQueriesReply(_message.Message):
+    __slots__ = ("queries",)
+    QUERIES_FIELD_NUMBER: _ClassVar[int]
+    queries: _containers.RepeatedCompositeFieldContainer[AdmittedQuery]
+    def __init__(self, queries: _Optional[_Iterable[_Union[AdmittedQuery, _Mapping]]] = ...) -> None: ...
+
+class AdmittedQuery(_message.Message):
+    __slots__ = ("status", "admitted")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    ADMITTED_FIELD_NUMBER: _ClassVar[int]
+    status: _common_pb2.EntryStatus
+    admitted: AdmitQueryReply
+    def __init__(self, status: _Optional[_Union[_common_pb2.EntryStatus, _Mapping]] = ..., admitted: _Optional[_Union[AdmitQueryReply, _Mapping]] = ...) -> None: ...
+
+class SharesRequest(_message.Message):
+    __slots__ = ("session_id", "shares")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    SHARES_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    shares: _containers.RepeatedCompositeFieldContainer[_common_pb2.QueryShare]
+    def __init__(self, session_id: _Optional[str] = ..., shares: _Optional[_Iterable[_Union[_common_pb2.QueryShare, _Mapping]]] = ...) -> None: ...
+
+class ReleaseBatchRequest(_message.Message):
+    __slots__ = ("session_id", "queries")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    QUERIES_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    queries: _containers.RepeatedCompositeFieldContainer[_common_pb2.QueryShare]
+    def __init__(self, session_id: _Optional[str] = ..., queries: _Optional[_Iterable[_Union[_common_pb2.QueryShare, _Mapping]]] = ...) -> None: ...
+
+class ReleaseBatchReply(_message.Message):
+    __slots__ = ("released",)
+    RELEASED_FIELD_NUMBER: _ClassVar[int]
+    released: _containers.RepeatedCompositeFieldContainer[ReleasedEntry]
+    def __init__(self, released: _Optional[_Iterable[_Union[ReleasedEntry, _Mapping]]] = ...) -> None: ...
+
+class ReleasedEntry(_message.Message):
+    __slots__ = ("status", "scores")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    SCORES_FIELD_NUMBER: _ClassVar[int]
+    status: _common_pb2.EntryStatus
+    scores: ReleasedScores
+    def __init__(self, status: _Optional[_Union[_common_pb2.EntryStatus, _Mapping]] = ..., scores: _Optional[_Union[ReleasedScores, _Mapping]] = ...) -> None: ...
+
 class ShareRequest(_message.Message):
     __slots__ = ("session_id", "query_id", "sample_index", "share")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]

@@ -82,6 +82,21 @@ class CoordinatorStub:
                 request_serializer=vflsec_dot_v1_dot_coordinator__pb2.ReleaseScoresRequest.SerializeToString,
                 response_deserializer=vflsec_dot_v1_dot_coordinator__pb2.ReleasedScores.FromString,
                 _registered_method=True)
+        self.AdmitQueries = channel.unary_unary(
+                '/vflsec.v1.Coordinator/AdmitQueries',
+                request_serializer=vflsec_dot_v1_dot_coordinator__pb2.AdmitQueriesRequest.SerializeToString,
+                response_deserializer=vflsec_dot_v1_dot_coordinator__pb2.AdmitQueriesReply.FromString,
+                _registered_method=True)
+        self.SubmitShares = channel.unary_unary(
+                '/vflsec.v1.Coordinator/SubmitShares',
+                request_serializer=vflsec_dot_v1_dot_coordinator__pb2.SharesRequest.SerializeToString,
+                response_deserializer=vflsec_dot_v1_dot_common__pb2.EntryStatuses.FromString,
+                _registered_method=True)
+        self.ReleaseScoresBatch = channel.unary_unary(
+                '/vflsec.v1.Coordinator/ReleaseScoresBatch',
+                request_serializer=vflsec_dot_v1_dot_coordinator__pb2.ReleaseBatchRequest.SerializeToString,
+                response_deserializer=vflsec_dot_v1_dot_coordinator__pb2.ReleaseBatchReply.FromString,
+                _registered_method=True)
         self.ReleaseModel = channel.unary_unary(
                 '/vflsec.v1.Coordinator/ReleaseModel',
                 request_serializer=vflsec_dot_v1_dot_common__pb2.SessionRef.SerializeToString,
@@ -178,6 +193,33 @@ class CoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AdmitQueries(self, request, context):
+        """Owner, inference: many queries admitted in one call (the active party's batched Predicts), each on its own and
+        in order exactly as AdmitQuery admits it; an entry refused spends nothing and leaves the others unaffected. The
+        owner's ledger is written once for the call, and no score of its queries is released before it holds them.
+        Every batched call carries at most 96 entries (more: INVALID_ARGUMENT naming the field); a query_id has at most
+        64 characters on every RPC (longer: INVALID_ARGUMENT naming query_id).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SubmitShares(self, request, context):
+        """Passive party of the session, inference: its shares of many admitted queries in one call, each kept as
+        SubmitShare keeps it (a refused entry is reported in its place; the others are kept).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReleaseScoresBatch(self, request, context):
+        """Owner, inference: many queries released in one call, each exactly as ReleaseScores releases it (its own sum,
+        its own pass through the score-release chain); a refused entry is reported in its place.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ReleaseModel(self, request, context):
         """Active party: the passive weight blocks through the parameter-release chain.
         """
@@ -238,6 +280,21 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     servicer.ReleaseScores,
                     request_deserializer=vflsec_dot_v1_dot_coordinator__pb2.ReleaseScoresRequest.FromString,
                     response_serializer=vflsec_dot_v1_dot_coordinator__pb2.ReleasedScores.SerializeToString,
+            ),
+            'AdmitQueries': grpc.unary_unary_rpc_method_handler(
+                    servicer.AdmitQueries,
+                    request_deserializer=vflsec_dot_v1_dot_coordinator__pb2.AdmitQueriesRequest.FromString,
+                    response_serializer=vflsec_dot_v1_dot_coordinator__pb2.AdmitQueriesReply.SerializeToString,
+            ),
+            'SubmitShares': grpc.unary_unary_rpc_method_handler(
+                    servicer.SubmitShares,
+                    request_deserializer=vflsec_dot_v1_dot_coordinator__pb2.SharesRequest.FromString,
+                    response_serializer=vflsec_dot_v1_dot_common__pb2.EntryStatuses.SerializeToString,
+            ),
+            'ReleaseScoresBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseScoresBatch,
+                    request_deserializer=vflsec_dot_v1_dot_coordinator__pb2.ReleaseBatchRequest.FromString,
+                    response_serializer=vflsec_dot_v1_dot_coordinator__pb2.ReleaseBatchReply.SerializeToString,
             ),
             'ReleaseModel': grpc.unary_unary_rpc_method_handler(
                     servicer.ReleaseModel,
@@ -495,6 +552,87 @@ class Coordinator:
             '/vflsec.v1.Coordinator/ReleaseScores',
             vflsec_dot_v1_dot_coordinator__pb2.ReleaseScoresRequest.SerializeToString,
             vflsec_dot_v1_dot_coordinator__pb2.ReleasedScores.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AdmitQueries(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/vflsec.v1.Coordinator/AdmitQueries',
+            vflsec_dot_v1_dot_coordinator__pb2.AdmitQueriesRequest.SerializeToString,
+            vflsec_dot_v1_dot_coordinator__pb2.AdmitQueriesReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SubmitShares(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/vflsec.v1.Coordinator/SubmitShares',
+            vflsec_dot_v1_dot_coordinator__pb2.SharesRequest.SerializeToString,
+            vflsec_dot_v1_dot_common__pb2.EntryStatuses.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReleaseScoresBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/vflsec.v1.Coordinator/ReleaseScoresBatch',
+            vflsec_dot_v1_dot_coordinator__pb2.ReleaseBatchRequest.SerializeToString,
+            vflsec_dot_v1_dot_coordinator__pb2.ReleaseBatchReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -119,6 +119,14 @@ class ShareLogitsRequest(_message.Message):
     sample_index: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, session_id: _Optional[str] = ..., query_id: _Optional[str] = ..., sample_index: _Optional[_Iterable[int]] = ...) -> None: ...
 
+class ShareLogitsBatchRequest(_message.Message):
+    __slots__ = ("session_id", "queries")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    QUERIES_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    queries: _containers.RepeatedCompositeFieldContainer[_common_pb2.QueryRows]
+    def __init__(self, session_id: _Optional[str] = ..., queries: _Optional[_Iterable[_Union[_common_pb2.QueryRows, _Mapping]]] = ...) -> None: ...
+
 class BackwardRequest(_message.Message):
     __slots__ = ("session_id", "step", "sample_index", "delta", "gradient")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]

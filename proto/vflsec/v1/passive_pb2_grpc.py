@@ -68,6 +68,11 @@ class PassiveStub:
                 request_serializer=vflsec_dot_v1_dot_passive__pb2.ShareLogitsRequest.SerializeToString,
                 response_deserializer=vflsec_dot_v1_dot_common__pb2.Empty.FromString,
                 _registered_method=True)
+        self.ShareLogitsBatch = channel.unary_unary(
+                '/vflsec.v1.Passive/ShareLogitsBatch',
+                request_serializer=vflsec_dot_v1_dot_passive__pb2.ShareLogitsBatchRequest.SerializeToString,
+                response_deserializer=vflsec_dot_v1_dot_common__pb2.EntryStatuses.FromString,
+                _registered_method=True)
         self.Backward = channel.unary_unary(
                 '/vflsec.v1.Passive/Backward',
                 request_serializer=vflsec_dot_v1_dot_passive__pb2.BackwardRequest.SerializeToString,
@@ -162,6 +167,16 @@ class PassiveServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ShareLogitsBatch(self, request, context):
+        """Owner, inference: ShareLogits for many admitted queries in one call (the active party's batched Predicts): one
+        pass over their rows, each query's share under its own mask, all sent to the coordinator in one SubmitShares.
+        The reply carries the coordinator's outcome for each query, in order. At most 96 entries naming at most
+        max(aligned rows, 32768) rows in all, else INVALID_ARGUMENT naming queries (nothing is computed).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Backward(self, request, context):
         """Active party, training: the step's feedback. LR: [[delta]], from which the party gets its gradient by
         masked decryption at the coordinator; split-NN: dL/dh, which the party back-propagates.
@@ -246,6 +261,11 @@ def add_PassiveServicer_to_server(servicer, server):
                     servicer.ShareLogits,
                     request_deserializer=vflsec_dot_v1_dot_passive__pb2.ShareLogitsRequest.FromString,
                     response_serializer=vflsec_dot_v1_dot_common__pb2.Empty.SerializeToString,
+            ),
+            'ShareLogitsBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.ShareLogitsBatch,
+                    request_deserializer=vflsec_dot_v1_dot_passive__pb2.ShareLogitsBatchRequest.FromString,
+                    response_serializer=vflsec_dot_v1_dot_common__pb2.EntryStatuses.SerializeToString,
             ),
             'Backward': grpc.unary_unary_rpc_method_handler(
                     servicer.Backward,
@@ -448,6 +468,33 @@ class Passive:
             '/vflsec.v1.Passive/ShareLogits',
             vflsec_dot_v1_dot_passive__pb2.ShareLogitsRequest.SerializeToString,
             vflsec_dot_v1_dot_common__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ShareLogitsBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/vflsec.v1.Passive/ShareLogitsBatch',
+            vflsec_dot_v1_dot_passive__pb2.ShareLogitsBatchRequest.SerializeToString,
+            vflsec_dot_v1_dot_common__pb2.EntryStatuses.FromString,
             options,
             channel_credentials,
             insecure,

@@ -4,11 +4,13 @@
 a bootstrap sample (``bootstrap``) with a fresh feature subsample at every node (``feature_fraction``; None: sqrt(d)
 features as scikit-learn's default). Thresholds are bin edges: every party bins its own features into at most
 ``n_bins`` quantile bins (:mod:`.binning`). ``seed`` drives only model randomness (bootstrap draws and feature
-choice), which is public among the parties; nothing drawn at release time depends on it.
+choice), which is public among the parties; nothing drawn at release time depends on it. ``partition_defense``: the
+label holder's partition steps (services/models/tree/partitions.py), public, which hide nodes from the passive parties.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,6 +18,7 @@ from typing import Literal, get_args
 
 from vflsec.services.config import MIN_NODE_ROWS
 from vflsec.services.models.family import DictForm, positive_int
+from vflsec.services.models.tree.partitions import PartitionDefense
 
 Kind = Literal["tree", "forest"]
 KINDS: tuple[str, ...] = get_args(Kind)
@@ -36,6 +39,9 @@ class TreeConfig(DictForm):
     bootstrap: bool = False
     feature_fraction: float | None = None  # None: all features (tree), sqrt(d) of them per node (forest)
     seed: int = 0
+    # Partition defense specs (e.g. "complete_secure:trees=1"): nodes they hide are grown from the active party's
+    # features alone, and no passive party sees their rows.
+    partition_defense: tuple[str, ...] = ()
 
     @classmethod
     def forest(cls, n_trees: int = 100, max_depth: int = 3, **kwargs: object) -> TreeConfig:
@@ -43,6 +49,8 @@ class TreeConfig(DictForm):
         return cls(kind="forest", n_trees=n_trees, max_depth=max_depth, bootstrap=True, **kwargs)  # type: ignore[arg-type]
 
     def __post_init__(self) -> None:
+        specs = self.partition_defense
+        object.__setattr__(self, "partition_defense", (specs,) if isinstance(specs, str) else tuple(specs))
         for error in self._errors():
             raise ValueError(f"tree config: {error}")
 
@@ -73,6 +81,21 @@ class TreeConfig(DictForm):
             yield f"feature_fraction must lie in (0, 1] or be None, got {fraction!r}"
         if not (isinstance(self.seed, int) and not isinstance(self.seed, bool) and self.seed >= 0):
             yield f"seed must be a non-negative integer, got {self.seed!r}"
+        if not all(isinstance(spec, str) for spec in self.partition_defense):
+            yield f"partition_defense must be step specs (strings), got {list(self.partition_defense)!r}"
+            return
+        try:
+            self.defense  # noqa: B018 (parsed to check the specs)
+        except ValueError as exc:
+            yield f"partition_defense: {exc}"
+
+    @functools.cached_property
+    def defense(self) -> PartitionDefense:
+        return PartitionDefense.from_specs(self.partition_defense, self.kind if self.kind in KINDS else "tree")
+
+    def shows_passive(self, tree: int, depth: int) -> bool:
+        """Whether the passive parties search node at ``depth`` of tree ``tree`` (and so see its rows)."""
+        return not self.partition_defense or self.defense.shows(tree, depth)
 
     def features_per_node(self, d: int) -> int:
         """How many of the federation's d features a node's split search considers (scikit-learn's rule)."""

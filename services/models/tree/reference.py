@@ -69,14 +69,17 @@ def central_votes(config: TreeConfig, data: TreeData) -> np.ndarray:
     bins = fit_bins(config, data)
     X_train = np.hstack([b.transform(x) for b, x in zip(bins, data.train, strict=True)])
     X_test = np.hstack([b.transform(x) for b, x in zip(bins, data.test, strict=True)])
-    if config.kind == "tree":
+    if config.kind == "tree" and not config.partition_defense:
         model = DecisionTreeClassifier(
             max_depth=config.max_depth, min_samples_leaf=config.min_samples_leaf, random_state=config.seed
         )
         labels = model.fit(X_train, data.y_train).predict(X_test)[:, None]
     else:
         labels = np.stack(
-            [_tree_labels(config, t, X_train, data.y_train, X_test, data.n_classes) for t in range(config.n_trees)],
+            [
+                _tree_labels(config, t, X_train, data.y_train, X_test, data.n_classes, data.train[0].shape[1])
+                for t in range(config.n_trees)
+            ],
             axis=1,
         )
     votes = np.zeros((X_test.shape[0], data.n_classes))
@@ -86,10 +89,11 @@ def central_votes(config: TreeConfig, data: TreeData) -> np.ndarray:
 
 
 def _tree_labels(
-    config: TreeConfig, tree: int, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, n_classes: int
+    config: TreeConfig, tree: int, X: np.ndarray, y: np.ndarray, X_test: np.ndarray, n_classes: int, d_active: int
 ) -> np.ndarray:
     """(n_test,) leaf labels of one forest tree grown by scikit-learn on the protocol's bootstrap rows, node by node
-    on the protocol's candidate features of that node (heap node ids, as the Builder numbers them)."""
+    on the protocol's candidate features of that node (heap node ids, as the Builder numbers them; the active
+    party's ``d_active`` columns alone where a partition defense hides the node, and also for a defended tree)."""
     labels = np.zeros(X_test.shape[0], dtype=np.int64)
     weights = bootstrap_weights(config, tree, X.shape[0])
     stack = [(0, 0, np.flatnonzero(weights), np.arange(X_test.shape[0]))]
@@ -98,7 +102,8 @@ def _tree_labels(
         w = weights[rows]
         split = None
         if depth < config.max_depth:
-            split = _best_stump(config, X[rows], y[rows], w, candidate_features(config, tree, node_id, X.shape[1]))
+            columns = candidate_features(config, tree, node_id, X.shape[1], d_active)
+            split = _best_stump(config, X[rows], y[rows], w, columns)
         if split is not None:
             column, threshold = split
             left, test_left = X[rows, column] <= threshold, X_test[test, column] <= threshold

@@ -3,7 +3,7 @@
 No gRPC, but every ciphertext that crosses a party boundary goes through its wire form (serialised and parsed as
 the receiver does), the key holder decrypts with the secret key while the parties hold only the public context
 (``he.make_keyholder`` / ``he.open_public``), and the masks come from OS entropy. Used by the tests and by
-``scripts/bench_tree.py``.
+``benchmarks/bench_tree.py``.
 """
 
 from __future__ import annotations

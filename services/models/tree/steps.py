@@ -177,12 +177,21 @@ def bootstrap_weights(config: TreeConfig, tree: int, n_rows: int) -> np.ndarray:
     return np.bincount(draws, minlength=n_rows).astype(np.float64)
 
 
-def candidate_features(config: TreeConfig, tree: int, node_id: int, d: int) -> list[int]:
-    """Sorted global indices (party order, then owner-local order) of the features node (tree, node_id) searches."""
+def candidate_features(config: TreeConfig, tree: int, node_id: int, d: int, d_active: int) -> list[int]:
+    """Sorted global indices (party order, then owner-local order) of the features node (tree, node_id) searches.
+    At a node the session's partition defense hides from the passive parties, only the active party's (the first
+    ``d_active``): as many as elsewhere where it has them, drawn the same way."""
     m = config.features_per_node(d)
+    if not config.shows_passive(tree, node_depth(node_id)):
+        d, m = d_active, min(m, d_active)
     if m >= d:
         return list(range(d))
     return sorted(int(i) for i in np.random.default_rng([config.seed, tree, node_id, 1]).choice(d, m, replace=False))
+
+
+def node_depth(node_id: int) -> int:
+    """The depth of a heap-numbered node (root 0, children 2i+1 and 2i+2)."""
+    return (node_id + 1).bit_length() - 1
 
 
 class Builder:
@@ -210,7 +219,8 @@ class Builder:
 
     def _task(self, tree: int, node_id: int, depth: int, rows: np.ndarray, weights: np.ndarray) -> Task:
         features: dict[int, list[int]] = {}
-        for index in candidate_features(self.config, tree, node_id, len(self._global)):
+        d_active = len(self.bin_sizes[ACTIVE])
+        for index in candidate_features(self.config, tree, node_id, len(self._global), d_active):
             party, feature = self._global[index]
             features.setdefault(party, []).append(feature)
         return Task(tree, node_id, depth, rows, weights, {p: tuple(f) for p, f in features.items()})

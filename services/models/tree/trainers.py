@@ -57,7 +57,7 @@ from vflsec.services.registry import parse_spec
 
 from .binning import QuantileBins
 from .config import TreeConfig
-from .steps import ACTIVE, Builder, FeatureOwner, KeyHolder, LabelHolder, NodeKey, Split, Task, combine
+from .steps import ACTIVE, Builder, FeatureOwner, KeyHolder, LabelHolder, NodeKey, Split, Task, combine, node_depth
 from .structure import Forest, Node, Tree, copy_tree
 
 MAX_PRODUCT_ATTEMPTS = 2  # products a passive party makes for one node: the first, and one retry
@@ -258,8 +258,16 @@ class TreeActive:
         sizes = [owner.bins.sizes, *ctx.each_passive(lambda party, link: link.tree.begin(ctx.session_id, index))]
         key_holder.begin(ctx.session_id, index, sizes)
         self.owner = owner
+        config = self.settings.config
         while (node := key_holder.next_node(ctx.session_id)) is not None:
             task = Task.from_json(node)
+            # The label holder's own partition defense: whatever the coordinator's task names, the rows of a node the
+            # session keeps from the passive parties are never sent to one (services/models/tree/partitions.py).
+            if not config.shows_passive(task.tree, node_depth(task.node_id)) and set(task.features) - {ACTIVE}:
+                raise FailedPrecondition(
+                    f"node {task.key}: the coordinator names passive candidate features at a node this session's "
+                    f"partition defense {list(config.partition_defense)} keeps from the passive parties"
+                )
             search, key_epoch = key_holder.open_node(ctx.session_id, task.key, labels.totals(task))
             if not search:
                 continue

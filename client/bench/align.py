@@ -1,0 +1,354 @@
+"""``vflsec bench align``: PSI alignment time against its floor, and each party's peak memory.
+
+The active party holds ``rows`` ids; each passive party holds the first 90 % of them plus ``rows - 90 %`` ids of
+its own, so the common set is known and checked. Two transports:
+
+- ``grpc`` (default), the shipped path: each party's shard is written (ids plus one feature column, streamed to
+  disk), every party runs as its own ``vflsec serve`` process over loopback mTLS, and the operator's ``AlignStream``
+  call is timed: the streamed exchange (PsiExchangeStream), the intersection, PsiFinish, the active party's ID index
+  and the common IDs streamed back in chunks.
+- ``pipes``: every party in its own spawned process generating its ids itself, the protocol messages on pipes,
+  so the figure is the PSI computation alone (the functions the engines call, with their process pools).
+
+The floor is the protocol's curve work at the per-operation costs measured here on one core, divided by the
+worker processes: (hash-to-group ops x its cost + scalar multiplications x theirs) / workers. Both costs are the
+shipped group's (``psi.SUITE``, reported as ``group``): ristretto255's hash (SHA-512 expansion and libsodium's map)
+and its scalar multiplication, whose decoding is the only check a received value needs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import os
+import resource
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+import numpy as np
+
+from vflsec.client.federation.launcher import FederationLayout, run_processes, write_federation
+from vflsec.services.crypto import psi
+
+OVERLAP = 0.9
+ACTIVE = "active"
+_SAMPLE_IDS = 4096  # per-op costs from this many ids, in this process, one core
+
+
+def n_common(rows: int) -> int:
+    return round(OVERLAP * rows)
+
+
+def party_ids(party: str, rows: int) -> Iterator[str]:
+    """A party's ids, generated one at a time: the common ones, then (passive parties) ids of its own."""
+    for i in range(rows if party == ACTIVE else n_common(rows)):
+        yield f"{i:012d}"
+    if party != ACTIVE:
+        for i in range(rows - n_common(rows)):
+            yield f"{party}-{i:012d}"
+
+
+def measure_per_op_us(n: int = _SAMPLE_IDS, clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
+    """Microseconds per hash-to-group and per scalar multiplication (of a received value: decoding included), one
+    core, through the same functions the pool runs (the pool itself is bypassed)."""
+    ids = [f"sample-{i}" for i in range(n)]
+    salt, key = psi.new_salt(), psi.PsiKey()
+    start = clock()
+    points = psi.hash_ids(ids, salt)
+    hashed = clock()
+    key.reblind(points, workers=1)
+    done = clock()
+    return {"hash_to_group": (hashed - start) / n * 1e6, "scalar_mult": (done - hashed) / n * 1e6}
+
+
+def op_counts(rows: int, parties: int) -> dict[str, int]:
+    """Curve operations of one alignment: A blinds its n ids; each P reblinds them and blinds its own n;
+    A reblinds every P's list."""
+    return {"hash_to_group": rows * (1 + parties), "scalar_mult": rows * (1 + parties) + 2 * rows * parties}
+
+
+def _passive(party: str, rows: int, conn: Connection) -> None:
+    ids = list(party_ids(party, rows))
+    cpu = _tree_cpu_seconds(os.getpid())
+    conn.send("ready")
+    salt = conn.recv()
+    reply = psi.passive_reply(psi.PsiKey(), ids, np.frombuffer(conn.recv_bytes(), dtype=psi._DTYPE), salt)
+    conn.send_bytes(b"".join(reply.reblinded_active))
+    conn.send_bytes(b"".join(reply.blinded_own))
+    own_rows = psi.rows_from_positions(np.frombuffer(conn.recv_bytes(), dtype=np.int64), reply.permutation)
+    conn.send("done")
+    # Outside the timing: the common id of each common index, as the active row it must match.
+    conn.send_bytes(np.array([int(ids[row]) if row < n_common(rows) else -1 for row in own_rows]).tobytes())
+    conn.send((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, _tree_cpu_seconds(os.getpid()) - cpu))
+
+
+def _active(rows: int, conns: list[Connection], result: Connection) -> None:
+    ids = list(party_ids(ACTIVE, rows))
+    for conn in conns:
+        conn.recv()
+    result.send("ready")
+    result.recv()
+    start, cpu = time.perf_counter(), _tree_cpu_seconds(os.getpid())
+    key, salt = psi.PsiKey(), psi.new_salt()
+    blinded = key.blind(ids, salt).tobytes()
+    for conn in conns:
+        conn.send(salt)
+        conn.send_bytes(blinded)
+    del blinded
+    replies = [(conn.recv_bytes(), conn.recv_bytes()) for conn in conns]
+    alignment = psi.active_align(
+        key,
+        [np.frombuffer(double, dtype=psi._DTYPE) for double, _ in replies],
+        [np.frombuffer(own, dtype=psi._DTYPE) for _, own in replies],
+        names=[f"passive-{p + 1}" for p in range(len(conns))],
+    )
+    del replies
+    for conn, positions in zip(conns, alignment.passive_positions, strict=True):
+        conn.send_bytes(np.ascontiguousarray(positions, dtype=np.int64).tobytes())
+    for conn in conns:
+        conn.recv()
+    seconds = time.perf_counter() - start
+    cpu = _tree_cpu_seconds(os.getpid()) - cpu
+    matched = [np.frombuffer(conn.recv_bytes(), dtype=np.int64) for conn in conns]
+    correct = (
+        alignment.size == n_common(rows)
+        and bool(np.all(alignment.active_rows < n_common(rows)))
+        and all(np.array_equal(m, alignment.active_rows) for m in matched)
+    )
+    passive_peaks = [conn.recv() for conn in conns]
+    result.send((seconds, alignment.size, correct, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, cpu))
+    result.send(passive_peaks)
+
+
+def _tree_cpu_seconds(root: int) -> float:
+    """CPU seconds of ``root`` and its descendants, including reaped ones (the pool workers, reaped by the
+    forkserver, count in its children's times)."""
+    stats = _proc_stats()
+    tick = os.sysconf("SC_CLK_TCK")
+    return sum(sum(int(v) for v in stats[pid][11:15]) for pid in _tree(stats, root)) / tick
+
+
+def _proc_stats() -> dict[int, list[str]]:
+    """pid -> the fields of /proc/pid/stat after the command name (field 3 onwards)."""
+    stats = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    stats[int(entry)] = stat.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+    return stats
+
+
+def _tree(stats: dict[int, list[str]], root: int) -> set[int]:
+    tree, frontier = {root}, {root}
+    while frontier:
+        frontier = {pid for pid, fields in stats.items() if int(fields[1]) in frontier}
+        tree |= frontier
+    return tree
+
+
+def _tree_rss_mb(root: int) -> float:
+    """Resident memory of ``root`` and all its descendants (pool workers included), in MB; a shared page counts
+    once per process, so this errs high."""
+    stats = _proc_stats()
+    return sum(int(stats[pid][21]) for pid in _tree(stats, root) if pid in stats) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _tree_pss_mb(root: int) -> float:
+    """Proportional set size of ``root`` and its descendants, in MB: a page shared by k processes counts 1/k in
+    each, so the sum is what the tree occupies (the pool workers share most of their pages with their
+    forkserver)."""
+    total = 0
+    for pid in _tree(_proc_stats(), root):
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as rollup:
+                total += next(int(line.split()[1]) for line in rollup if line.startswith("Pss:"))
+        except (OSError, StopIteration):
+            continue
+    return total / 1024
+
+
+def _pipes(rows: int, parties: int, log: Callable[[str], None], workers: int) -> dict:
+    context = multiprocessing.get_context("spawn")
+    names = [f"passive-{p + 1}" for p in range(parties)]
+    links = [context.Pipe() for _ in names]
+    here, there = context.Pipe()
+    processes = {
+        name: context.Process(target=_passive, args=(name, rows, end), name=name)
+        for name, (_, end) in zip(names, links, strict=True)
+    }
+    processes[ACTIVE] = context.Process(target=_active, args=(rows, [end for end, _ in links], there), name=ACTIVE)
+    for process in processes.values():
+        process.start()
+    sampler = _PeakSampler({name: process.pid for name, process in processes.items()})
+    try:
+        here.recv()
+        log(f"aligning {rows:,} active ids with {parties} passive part{'y' if parties == 1 else 'ies'} "
+            f"of {rows:,} ids ({workers} workers each, pipes) ...")
+        here.send("go")
+        seconds, size, correct, active_main, active_cpu = here.recv()
+        passive_main, passive_cpu = zip(*here.recv(), strict=True)
+    finally:
+        sampler.stop()
+        for process in processes.values():
+            process.join(timeout=60)
+            if process.is_alive():
+                process.kill()
+                process.join()
+    return {
+        "transport": "pipes between one process per party (no gRPC)",
+        "seconds": seconds,
+        "common": size,
+        "correct": correct,
+        "cpu": active_cpu + sum(passive_cpu),
+        "peaks": sampler.peaks,
+        "pss_peaks": sampler.pss_peaks,
+        "main": {ACTIVE: active_main, **dict(zip(names, passive_main, strict=True))},
+    }
+
+
+class _PeakSampler:
+    """Every 0.2 s, the resident memory (RSS and PSS) of each party's process tree; the peaks per party."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.peaks = dict.fromkeys(pids, 0.0)
+        self.pss_peaks = dict.fromkeys(pids, 0.0)
+        self._stop = threading.Event()
+
+        def sample() -> None:
+            while not self._stop.wait(0.2):
+                for name, pid in pids.items():
+                    self.peaks[name] = max(self.peaks[name], _tree_rss_mb(pid))
+                    self.pss_peaks[name] = max(self.pss_peaks[name], _tree_pss_mb(pid))
+
+        self._thread = threading.Thread(target=sample, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def write_align_federation(rows: int, parties: int, workdir: Path) -> FederationLayout:
+    """A federation whose shards hold the bench's ids (one random feature column each), written chunk by chunk."""
+    from vflsec.client.bench.scale import scale_spec
+    from vflsec.services.data import datasets
+
+    layout = write_federation(scale_spec(parties, 1), workdir)
+    for party, columns in zip(["active", *layout.passive_parties], layout.split.parties, strict=True):
+        labelled = party == ACTIVE
+
+        def chunks(party: str = party, labelled: bool = labelled) -> Iterator[tuple]:
+            ids = party_ids(party, rows)
+            for start in range(0, rows, psi.CHUNK):
+                block = list(itertools.islice(ids, psi.CHUNK))
+                rng = np.random.default_rng([start])
+                yield block, rng.random((len(block), 1)), np.arange(start, start + len(block)) % 2 if labelled else None
+
+        datasets.write_party_csv_chunks(
+            workdir / party / "data.csv", columns, chunks(), class_names=["0", "1"] if labelled else None
+        )
+    return layout
+
+
+def _grpc(rows: int, parties: int, log: Callable[[str], None], workers: int) -> dict:
+    from vflsec.client.bench.scale import peak_rss_mib
+    from vflsec.client.federation.operator import Operator
+
+    with tempfile.TemporaryDirectory(prefix="vflsec-bench-align-") as tmp:
+        layout = write_align_federation(rows, parties, Path(tmp))
+        names = [ACTIVE, *layout.passive_parties]
+        with run_processes(layout, timeout=60 + rows * 2e-4) as fed, layout.operator_channel() as channel:
+            operator = Operator(channel)
+            session_id = operator.create_session("plain", seed=0).session_id
+            pids = {name: fed.processes[name].pid for name in names}
+            log(f"aligning {rows:,} active ids with {parties} passive part{'y' if parties == 1 else 'ies'} "
+                f"of {rows:,} ids ({workers} workers each, gRPC over loopback mTLS, one vflsec serve per party) ...")
+            cpu = sum(_tree_cpu_seconds(pid) for pid in pids.values())
+            before = {name: _tree_rss_mb(pid) for name, pid in pids.items()}
+            sampler = _PeakSampler(pids)
+            start = time.perf_counter()
+            try:
+                common = operator.align(session_id)
+            finally:
+                seconds = time.perf_counter() - start
+                sampler.stop()
+            cpu = sum(_tree_cpu_seconds(pid) for pid in pids.values()) - cpu
+            main = {name: peak_rss_mib(pid) for name, pid in pids.items()}
+    expected = n_common(rows)
+    correct = len(common) == expected and len(set(common)) == expected and all(
+        not i.startswith("passive") and int(i) < expected for i in common
+    )
+    return {
+        "transport": "grpc: one vflsec serve process per party, loopback mTLS, PsiExchange streamed in chunks",
+        "seconds": seconds,
+        "common": len(common),
+        "correct": correct,
+        "cpu": cpu,
+        "peaks": sampler.peaks,
+        "pss_peaks": sampler.pss_peaks,
+        "main": main,
+        "before": before,
+    }
+
+
+def run(rows: int, parties: int = 1, log: Callable[[str], None] = print, transport: str = "grpc") -> dict:
+    if rows < 10:
+        raise ValueError(f"--rows must be at least 10, got {rows}")
+    if parties < 1:
+        raise ValueError(f"--passive must be at least 1, got {parties}")
+    if transport not in TRANSPORTS:
+        raise ValueError(f"--transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
+    load = os.getloadavg()[0]
+    per_op = measure_per_op_us()
+    per_op_cpu = measure_per_op_us(clock=time.process_time)
+    workers = psi.default_workers()
+    measured = TRANSPORTS[transport](rows, parties, log, workers)
+    seconds, size, cpu = measured["seconds"], measured["common"], measured["cpu"]
+    counts = op_counts(rows, parties)
+    floor = sum(counts[op] * per_op[op] for op in counts) / 1e6 / workers
+    cpu_floor = sum(counts[op] * per_op_cpu[op] for op in counts) / 1e6
+    log(
+        f"{seconds:.2f} s for {size:,} common ids (floor {floor:.2f} s: ratio {seconds / floor:.2f}; "
+        f"CPU {cpu:.1f} s for {cpu_floor:.1f} s of curve work: {cpu / cpu_floor:.2f}; load average {load:.1f})"
+    )
+    return {
+        "rows": rows,
+        "parties": parties,
+        "workers": workers,
+        "in_process": False,
+        "transport": measured["transport"],
+        "common": size,
+        "correct": measured["correct"],
+        "align_seconds": seconds,
+        "group": psi.SUITE,  # whose operations per_op_us measured
+        "per_op_us": per_op,
+        "ops": counts,
+        "floor_seconds": floor,
+        "ratio_to_floor": seconds / floor,
+        # Load-independent view: CPU seconds of every party process and worker during the alignment (pool
+        # start-up included, id generation and loading not) against the curve work at CPU-time per-op costs.
+        "cpu_seconds": cpu,
+        "cpu_floor_seconds": cpu_floor,
+        "cpu_ratio": cpu / cpu_floor,
+        "per_op_cpu_us": per_op_cpu,
+        "load_average_1min": load,
+        # Sampled during the alignment (grpc) or the party process's life (pipes): each party's process tree.
+        "peak_rss_mb": {name: round(mb, 1) for name, mb in measured["peaks"].items()},
+        # The party process's own exact peak (VmHWM); with grpc it includes loading its shard.
+        "peak_rss_mb_main_process": {name: round(mb, 1) for name, mb in measured["main"].items()},
+        # grpc: each party's process tree just before Align (a started vflsec serve with its shard loaded), so
+        # the alignment's own share of peak_rss_mb is the difference; empty with pipes.
+        "rss_before_align_mb": {name: round(mb, 1) for name, mb in measured.get("before", {}).items()},
+        # The same trees' peak proportional set size: shared pages split between the processes sharing them.
+        "peak_pss_mb": {name: round(mb, 1) for name, mb in measured["pss_peaks"].items()},
+    }
+
+
+TRANSPORTS: dict[str, Callable[[int, int, Callable[[str], None], int], dict]] = {"grpc": _grpc, "pipes": _pipes}

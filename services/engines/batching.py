@@ -1,0 +1,85 @@
+"""Concurrent requests gathered into one batch: the active party's batched Predicts (docs/protocol.md, "Inference and
+release"). Per-request cost (one admission, one share and one release RPC each, and their checkpoints) dominated
+serving; a batch pays them once while every request keeps its own admission and release.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+Item = TypeVar("Item")
+Outcome = TypeVar("Outcome")
+
+
+@dataclass
+class _Slot(Generic[Item]):
+    item: Item
+    done: threading.Event = field(default_factory=threading.Event)
+    outcome: object = None
+
+
+@dataclass
+class _Batch:
+    slots: list[_Slot] = field(default_factory=list)
+    rows: int = 0
+    ready: threading.Event = field(default_factory=threading.Event)  # full: its leader need not wait out the window
+
+
+class Batcher(Generic[Item, Outcome]):
+    """Runs concurrent submissions in batches: the first submitter of a batch waits up to ``window`` seconds (less
+    once the batch holds ``max_items`` items or ``max_rows`` rows) for others to join, and then, while ``rounds``
+    batches are running, until one ends (the batch still gathering: the busier the service, the larger its batches);
+    then it runs ``run`` on all of them in its own thread. A submitter arriving meanwhile opens the next batch.
+    ``run`` returns one outcome per item, in order: a value, or an exception that only that item's submitter raises."""
+
+    def __init__(
+        self,
+        run: Callable[[list[Item]], Sequence[Outcome | BaseException]],
+        window: float,
+        max_rows: int,
+        max_items: int,
+        rounds: int = 2,
+    ) -> None:
+        if window <= 0 or max_rows < 1 or max_items < 1 or rounds < 1:
+            raise ValueError(f"invalid batching: {window=} (> 0), {max_rows=}, {max_items=}, {rounds=} (>= 1)")
+        self._run, self.window, self.max_rows, self.max_items = run, window, max_rows, max_items
+        self._lock = threading.Lock()
+        self._open: _Batch | None = None
+        self._rounds = threading.BoundedSemaphore(rounds)
+
+    def submit(self, item: Item, rows: int) -> Outcome:
+        slot = _Slot(item)
+        with self._lock:
+            batch = self._open
+            leader = batch is None or len(batch.slots) >= self.max_items or batch.rows + rows > self.max_rows
+            if leader:
+                batch = self._open = _Batch()
+            batch.slots.append(slot)
+            batch.rows += rows
+            if len(batch.slots) >= self.max_items or batch.rows >= self.max_rows:
+                batch.ready.set()
+        if leader:
+            batch.ready.wait(self.window)
+            with self._rounds:
+                with self._lock:
+                    if self._open is batch:  # closed: later submitters open the next batch
+                        self._open = None
+                self._complete(batch.slots)
+        slot.done.wait()
+        if isinstance(slot.outcome, BaseException):
+            raise slot.outcome
+        return slot.outcome  # type: ignore[return-value]
+
+    def _complete(self, slots: list[_Slot]) -> None:
+        try:
+            outcomes = list(self._run([slot.item for slot in slots]))
+            if len(outcomes) != len(slots):
+                raise RuntimeError(f"a batch of {len(slots)} items had {len(outcomes)} outcomes")
+        except BaseException as exc:  # the whole batch failed (e.g. a peer down): every submitter hears of it
+            outcomes = [exc] * len(slots)
+        for slot, outcome in zip(slots, outcomes, strict=True):
+            slot.outcome = outcome
+            slot.done.set()
