@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from vflsec.client import options as opt
-from vflsec.client.experiments import harness
+from vflsec.client.experiments import harness, runs
 from vflsec.client.federation.launcher import FederationSpec, SpecError
 
 # --- the scenario file --------------------------------------------------------------------------------------
@@ -245,7 +245,40 @@ def parse_scenario(raw: dict[str, Any], check: _Checker, default_name: str = "ex
             split_key = "passive_fraction" if "passive_fraction" in raw else "passive_features"
             path = quoted[0] if quoted else (split_key,) if str(exc).startswith("passive features") else ("sweep",)
             raise check.fail(path, f"cell {cell.label}: {exc}" if cell.values else str(exc)) from exc
+    check_attack_options(scenario, check)
     return scenario
+
+
+def cell_attacks(attack: harness.AttackScenario) -> list[str]:
+    """The attacks a cell runs: its list, else the defaults of its attacker (the harness's choice)."""
+    if attack.attacks is not None:
+        return list(attack.attacks)
+    spec = attack.spec
+    if attack.attacker != "active":
+        return list(harness.LABEL_ATTACKS.get(spec.model, ()))
+    return list(harness.default_attacks(spec.score_release, spec.param_release, spec.model, spec.embedding_release))
+
+
+def check_attack_options(scenario: Scenario, check: _Checker) -> None:
+    """Options of an attack that no cell runs are refused (as `vflsec attack --attack-option` refuses them), and
+    each attack's options are built once through the registry, so a bad key is refused at its line."""
+    ran: dict[str, harness.AttackScenario] = {}  # each attack -> a cell that runs it
+    for cell in expand(scenario):
+        attack = attack_scenario(scenario, cell)
+        for name in cell_attacks(attack):
+            ran.setdefault(name, attack)
+    for name, params in scenario.attack_options.items():
+        path = ("attack_options", str(name))
+        if name not in ran:
+            raise check.fail(
+                path, f"options for {name}, which no cell of this scenario runs (its attacks: {', '.join(ran)})"
+            )
+        if not isinstance(params, dict):
+            raise check.fail(path, f"expected a mapping of {name}'s options, got {params!r}")
+        try:
+            runs.check_attack_options({name: params}, [name], ran[name].spec.model)
+        except ValueError as exc:
+            raise check.fail(path, str(exc)) from exc
 
 
 def _key(raw: Mapping[str, Any], key: str) -> tuple[str, ...]:
@@ -487,11 +520,13 @@ def attack_scenario(scenario: Scenario, cell: Cell) -> harness.AttackScenario:
     )
 
 
-def _attacker_key(scenario: Scenario, cell: Cell) -> list[str]:
-    """The attacker in a cell's digests when it is a passive party (the active one keeps the keys cells had before
-    the attacker axis, so their results are found again)."""
+def _attacker_key(scenario: Scenario, cell: Cell, *, result: bool = False) -> list[str]:
+    """The attacker in a cell's digests when it is a passive party, and in its result's when the attacker is swept
+    (that result's row carries the attacker: a folder shared with a scenario without the axis must not hand it
+    back). The active party of a scenario without the axis keeps the keys cells had before it, so they are found
+    again; its training depends on no attacker key (the same base trains either way)."""
     attacker = cell_attacker(scenario, cell)
-    return [] if attacker == "active" else [attacker]
+    return [] if attacker == "active" and not (result and ATTACKER_AXIS in scenario.sweep) else [attacker]
 
 
 def _digest(document: Any) -> str:
@@ -516,7 +551,7 @@ def cell_key(scenario: Scenario, cell: Cell) -> str:
             scenario.exclude_attacks,
             scenario.attack_options,
             scenario.release_model,
-            *_attacker_key(scenario, cell),
+            *_attacker_key(scenario, cell, result=True),
         ]
     )
 

@@ -121,16 +121,23 @@ def test_training_defense_is_an_axis_of_gradient_chains_with_the_undefended_row_
     assert exp_results.defense_label(dict(cells[4].values)).startswith("training_defense=max_norm + dp_gaussian")
 
 
-def test_the_attacker_axis_keeps_the_active_party_cell_keys_and_adds_the_passive_ones(tmp_path: Path) -> None:
+def test_the_attacker_axis_gives_its_cells_their_own_keys_and_leaves_the_others_alone(tmp_path: Path) -> None:
     plain = scenario(tmp_path, "sweep:\n  training_defense: [max_norm]\n")
+    explicit = scenario(tmp_path, "attacker: active\nsweep:\n  training_defense: [max_norm]\n")
     swept = scenario(tmp_path, "sweep:\n  attacker: [active, passive-1]\n  training_defense: [max_norm]\n")
     keys = {exp_scenario.cell_key(plain, c) for c in exp_scenario.expand(plain)}
-    by_attacker = {}
+    # a scenario without the axis keeps its keys (its results folders resume), `attacker: active` or not
+    assert {exp_scenario.cell_key(explicit, c) for c in exp_scenario.expand(explicit)} == keys
+    by_attacker: dict[str, set[str]] = {}
     for c in exp_scenario.expand(swept):
         by_attacker.setdefault(exp_scenario.cell_attacker(swept, c), set()).add(exp_scenario.cell_key(swept, c))
-    # the active attacker's cells keep the keys they have without the axis (a results folder resumes)
-    assert by_attacker["active"] == keys
-    assert len(by_attacker["passive-1"]) == 2 and not by_attacker["passive-1"] & by_attacker["active"]
+    # a swept attacker is part of its cells' results (their rows carry it), the active one's too
+    assert len(by_attacker["active"]) == len(by_attacker["passive-1"]) == 2
+    assert not by_attacker["active"] & keys and not by_attacker["passive-1"] & (keys | by_attacker["active"])
+    # the active party trains the same model with the axis or without it: its bases are shared
+    trained = {exp_scenario.training_key(plain, c) for c in exp_scenario.expand(plain)}
+    active = [c for c in exp_scenario.expand(swept) if exp_scenario.cell_attacker(swept, c) == "active"]
+    assert {exp_scenario.training_key(swept, c) for c in active} == trained
     # each attacker point has its own undefended row
     undefended = [c for c in exp_scenario.expand(swept) if exp_scenario.gradient_chain(swept, c) == ()]
     assert sorted(exp_scenario.cell_attacker(swept, c) for c in undefended) == ["active", "passive-1"]
@@ -145,6 +152,11 @@ def test_the_attacker_axis_keeps_the_active_party_cell_keys_and_adds_the_passive
         ("sweep:\n  training_defense: ['max_norm:k=1']\n", "sweep.training_defense.0", "k"),
         ("attacker: passive-1\nsweep:\n  rounding.decimals: [1]\n", "sweep.rounding.decimals", "training_defense"),
         ("attacker: passive-1\nattacks: [esa]\n", "attacks.0", "esa infers features"),
+        # options of an attack no cell runs (label attacks for the active party), or a key the attack lacks
+        ("attack_options:\n  norm: {}\n", "attack_options.norm", "options for norm, which no cell"),
+        ("attack_options:\n  nosuch: {k: 1}\n", "attack_options.nosuch", "options for nosuch"),
+        ("attacker: passive-1\nattack_options:\n  completion: {nosuch: 1}\n", "attack_options.completion", "nosuch"),
+        ("attacker: passive-1\nattack_options:\n  completion: 5\n", "attack_options.completion", "a mapping"),
     ],
 )
 def test_bad_attacker_settings_are_refused_at_their_line(tmp_path: Path, text: str, where: str, message: str) -> None:
@@ -158,3 +170,10 @@ def test_a_training_defense_needs_the_coordinator_top_split_nn(tmp_path: Path) -
     path.write_text("dataset: breast_cancer\nbackend: plain\nsweep:\n  training_defense: [max_norm]\n")
     with pytest.raises(exp_scenario.ScenarioError, match="coordinator-top"):
         exp_scenario.load_scenario(path)
+
+
+def test_options_of_a_swept_attackers_attacks_reach_the_cells_that_run_them(tmp_path: Path) -> None:
+    s = scenario(tmp_path, "attack_options:\n  completion: {k: 40}\nsweep:\n  attacker: [active, passive-1]\n")
+    options = {exp_scenario.cell_attacker(s, c): exp_scenario.attack_scenario(s, c).attack_options
+               for c in exp_scenario.expand(s)}  # fmt: skip
+    assert options == {"active": {}, "passive-1": {"completion": {"k": 40}}}
