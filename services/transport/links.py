@@ -170,10 +170,7 @@ class CoordinatorClient:
         """A passive party's masked shares of many admitted queries (SubmitShares); None where kept."""
         request = coordinator_pb2.SharesRequest(
             session_id=session_id,
-            shares=[
-                common_pb2.QueryShare(query_id=q, sample_index=index.tolist(), share=ring_mask.to_bytes(share))
-                for q, index, share in shares
-            ],
+            shares=_query_shares(shares),
         )
         reply = call(self.peer, self.stub.SubmitShares, request, self.policy)
         _check_entries(self.peer, "SubmitShares", len(reply.status), len(shares))
@@ -185,10 +182,7 @@ class CoordinatorClient:
         """Each query's released scores (ReleaseScoresBatch), as :meth:`release_scores`; a refused one is its error."""
         request = coordinator_pb2.ReleaseBatchRequest(
             session_id=session_id,
-            queries=[
-                common_pb2.QueryShare(query_id=q, sample_index=index.tolist(), share=ring_mask.to_bytes(share))
-                for q, index, share in queries
-            ],
+            queries=_query_shares(queries),
         )
         reply = call(self.peer, self.stub.ReleaseScoresBatch, request, self.policy)
         _check_entries(self.peer, "ReleaseScoresBatch", len(reply.released), len(queries))
@@ -383,6 +377,14 @@ class PassiveClient:
             public=dict(step.public),
             private=dict(step.private),
         )
+
+
+def _query_shares(items: Sequence[tuple[str, np.ndarray, np.ndarray]]) -> list[common_pb2.QueryShare]:
+    """(query id, rows, masked share) triples as the batched calls carry them."""
+    return [
+        common_pb2.QueryShare(query_id=q, sample_index=index.tolist(), share=ring_mask.to_bytes(share))
+        for q, index, share in items
+    ]
 
 
 def _check_entries(peer: str, method: str, got: int, sent: int) -> None:
