@@ -84,6 +84,7 @@ MEASURED_LONG = frozenset(
         "tests/integration/test_splitnn_options.py::test_architecture_and_optimiser_options_reach_every_party[coordinator-top]",
         "tests/integration/test_attack_cli_gradient_defense.py::test_dp_gaussian_lowers_the_direction_attack_through_the_services",
         "tests/integration/test_attack_cli_gradient_defense.py::test_the_active_party_refuses_a_bad_gradient_defense_over_the_wire",
+        "tests/integration/test_experiment_labels.py::test_a_small_label_leakage_scenario_through_the_services",
         # on ../shared/datasets, which CI has beside the clone (measured in CI's run: 8-33 s each)
         "tests/integration/test_half_levels_cli.py::test_half_level_with_target_encoding_is_the_papers[adult]",
         "tests/integration/test_half_levels_cli.py::test_half_level_with_target_encoding_is_the_papers[bank]",

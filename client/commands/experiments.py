@@ -71,6 +71,7 @@ def experiment(
     from vflsec.client.experiments import results as exp_results
     from vflsec.client.experiments import runner as exp_runner
     from vflsec.client.experiments import scenario as exp_scenario
+    from vflsec.client.experiments.labels import label_table
 
     try:
         scenario = exp_scenario.load_scenario(scenario_file)
@@ -90,9 +91,13 @@ def experiment(
                 bar.console.print(f"finished: {cell.label} (accuracy {result['report']['accuracy']:.4f})")
 
         summary = exp_runner.run_experiment(scenario, out, workers=workers, ray_address=ray, on_cell=on_cell)
-    console.print(exp_results.summary_table(summary))
+    if summary["rows"]:
+        console.print(exp_results.summary_table(summary))
+    if summary.get("label_rows"):  # a passive attacker's label attacks
+        console.print(label_table(summary))
     console.print(f"verdict: {summary['verdict']}", markup=False, soft_wrap=True)
-    console.print(f"{summary['dcs_formula']}; every attack per row: {out / 'results.md'}", markup=False)
+    formula = summary["dcs_formula"] if summary["rows"] else summary["label_dcs_formula"]
+    console.print(f"{formula}; every attack per row: {out / 'results.md'}", markup=False)
     console.print(f"wrote {out / 'results.json'}, {out / 'results.md'} and {', '.join(summary['plots'])}")
     if as_json:
         sys.stdout.write(json.dumps({k: v for k, v in summary.items() if k != "cells"}) + "\n")

@@ -4,20 +4,23 @@ DCS score; results.md, the terminal's table and the PNG plots."""
 from __future__ import annotations
 
 import json
-import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from vflsec.client.experiments import harness
-from vflsec.client.experiments.scenario import DEFENSE_AXIS, FIXED_AXES, Scenario
+from vflsec.client.experiments.labels import is_label_report, label_markdown, summarise_labels
+from vflsec.client.experiments.scenario import DEFENSE_AXIS, FIXED_AXES, Cell, Scenario, gradient_chain
+from vflsec.client.experiments.stats import MARKERS as _MARKERS
+from vflsec.client.experiments.stats import axis_label as _axis_label
+from vflsec.client.experiments.stats import dcs, defense_label
+from vflsec.client.experiments.stats import pm as _pm
+from vflsec.client.experiments.stats import row_group as _group
+from vflsec.client.experiments.stats import stat as _stat
 
 # --- summary: tables, DCS, plots ----------------------------------------------------------------------------
 
-DCS_BETA = 0.5
 DCS_FORMULA = (
     "DCS = 1 / (1 + sqrt((1 − β)·AP² + β·ΔMP²)), β = 0.5; AP = max(0, 1 − MSE_strongest / MSE_Half) (the "
     "strongest attacker's advantage over blind Half: 0 no better, 1 exact); ΔMP = max(0, accuracy of the "
@@ -26,10 +29,7 @@ DCS_FORMULA = (
 MSE_UNIT = "MSE per passive feature (features min-max scaled to [0, 1])"
 _Y_STRONGEST = "strongest attack's MSE\n(per passive feature, features min-max scaled to [0, 1])"
 _Y_ATTACK = "MSE\n(per passive feature, features min-max scaled to [0, 1])"
-_MARKERS = "osD^v<>ph*"
 BLOCKED_NOTE = "blocked: nothing released"  # a defense that leaves no attack anything to work on (withhold)
-# Units of the swept release parameters on the plots' x axes; any other: "release-step parameter".
-PARAM_UNITS = {"decimals": "decimal places kept", "epsilon": "dimensionless", "sigma": "score units"}
 
 
 _Y_METRIC = {
@@ -44,32 +44,12 @@ _BASELINE_LABEL = {
 }
 
 
-def _axis_label(axis: str) -> str:
-    if axis == DEFENSE_AXIS:
-        return "defense (release step and its parameters)"
-    step, _, param = axis.partition(".")
-    return f"{step} {param} ({PARAM_UNITS.get(param, 'release-step parameter')})"
-
-
-def dcs(ap: float, dmp: float, beta: float = DCS_BETA) -> float:
-    return 1.0 / (1.0 + math.sqrt((1.0 - beta) * ap**2 + beta * dmp**2))
-
-
-def _stat(values: Sequence[float]) -> dict[str, float]:
-    return {"mean": float(np.mean(values)), "std": float(np.std(values)), "n": len(values)}
-
-
-def defense_label(values: Mapping[str, Any], chains: Sequence[str] = ()) -> str:
-    """The swept release parameters of a row, or (none swept) its chains; "none" for an undefended row."""
-    release = {a: v for a, v in values.items() if a not in FIXED_AXES}
-    if release and all(v is None for v in release.values()):
-        return "none"
-    return ", ".join(f"{a}={v}" for a, v in release.items()) or " + ".join(chains) or "none"
-
-
 def summarise(scenario: Scenario, results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Rows (a sweep point, averaged over its repetitions): accuracy, every attack's clipped and raw MSE
-    (mean ± std), the blind baselines, the strongest attacker, its ratio to the undefended row and the DCS."""
+    (mean ± std), the blind baselines, the strongest attacker, its ratio to the undefended row and the DCS. A
+    passive attacker's cells (label attacks) are summarised apart, as ``label_rows`` (summarise_labels)."""
+    every = list(results)
+    results = [r for r in every if not is_label_report(r["report"])]
     by_row: dict[str, list[dict[str, Any]]] = {}
     for r in results:
         by_row.setdefault(json.dumps(r["cell"]["values"], sort_keys=False), []).append(r)
@@ -111,6 +91,7 @@ def summarise(scenario: Scenario, results: Sequence[dict[str, Any]]) -> dict[str
                 "defense": defense_label(values, [*reports[0]["score_release"], *reports[0]["param_release"]]),
                 "score_release": reports[0]["score_release"],
                 "param_release": reports[0]["param_release"],
+                "gradient_defense": list(gradient_chain(scenario, Cell(tuple(values.items()), 0))),
                 "repetitions": len(reports),
                 "accuracy": _stat([rep["accuracy"] for rep in reports]),
                 "baselines": {b: _stat([rep["baselines"][b] for rep in reports]) for b in reports[0]["baselines"]},
@@ -148,9 +129,9 @@ def summarise(scenario: Scenario, results: Sequence[dict[str, Any]]) -> dict[str
         "mse_unit": MSE_UNIT,
         "rows": rows,
         "verdict": verdict(rows),
-        "cells": list(results),
+        "cells": every,
         "scenario": scenario.source,
-    }
+    } | summarise_labels(scenario, [r for r in every if is_label_report(r["report"])], rows)
 
 
 # A defense "stops every attack" when the strongest attacker's advantage over Half is at most this (the attack
@@ -160,7 +141,7 @@ STOPS_AP, FREE_DMP = harness.LEAK_MARGIN, 0.01
 
 def verdict(rows: Sequence[dict[str, Any]]) -> str:
     """One line naming the defenses that stop every attack at no accuracy cost, or saying that none does."""
-    defended = [r for r in rows if r["score_release"] or r["param_release"]]
+    defended = [r for r in rows if not _undefended_row(r)]
     if not defended:
         return "no defense in this sweep"
     stops = [r for r in defended if "blocked" in r or r.get("ap", 1.0) <= STOPS_AP]
@@ -194,20 +175,19 @@ def _undefended(row: dict[str, Any], rows: Sequence[dict[str, Any]]) -> dict[str
     """The row without any defense at the same fixed-axis point (passive fraction), if the sweep has one."""
     fixed = {a: v for a, v in row["values"].items() if a in FIXED_AXES}
     for other in rows:
-        undefended = not other["score_release"] and not other["param_release"]
-        if undefended and {a: v for a, v in other["values"].items() if a in FIXED_AXES} == fixed:
+        if _undefended_row(other) and {a: v for a, v in other["values"].items() if a in FIXED_AXES} == fixed:
             return other
     return None
 
 
-def _pm(stat: Mapping[str, float]) -> str:
-    return f"{stat['mean']:.4g} ± {stat['std']:.2g}"
-
-
 def markdown(summary: dict[str, Any]) -> str:
+    title = f"# {summary['name']}: {summary['dataset']}, {summary['model']}, backend {summary['backend']}"
+    labels = label_markdown(summary)  # a passive attacker's rows, if any
+    if labels and not summary["rows"]:
+        return f"{title}\n\n{labels}"
     fixed = [a for a in summary["sweep"] if a in FIXED_AXES]
     lines = [
-        f"# {summary['name']}: {summary['dataset']}, {summary['model']}, backend {summary['backend']}",
+        title,
         "",
         f"{summary['repetitions']} repetition(s) per row (mean ± std), {summary['predictions']} queried samples; "
         f"MSE: {summary['mse_unit']}, clipped to the cube (raw MSE in results.json). Strongest: the attack "
@@ -262,7 +242,7 @@ def markdown(summary: dict[str, Any]) -> str:
                     f"{_pm(a['mse'])} |"
                 )
         lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines) + (f"\n\n{labels}" if labels else "")
 
 
 def summary_table(summary: dict[str, Any]) -> Any:
@@ -283,13 +263,8 @@ def summary_table(summary: dict[str, Any]) -> Any:
     return table
 
 
-def _group(row: dict[str, Any], fixed: Sequence[str]) -> str:
-    """The fixed-axis point of a row ("passive_fraction=0.4"), "" without fixed axes: one series per point."""
-    return ", ".join(f"{a}={row['values'][a]}" for a in fixed)
-
-
 def _undefended_row(row: dict[str, Any]) -> bool:
-    return not row["score_release"] and not row["param_release"]
+    return not row["score_release"] and not row["param_release"] and not row.get("gradient_defense")
 
 
 def _short(defense: str) -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from vflsec.client.experiments import harness
+from vflsec.client.experiments.labels import plot_labels
 from vflsec.client.experiments.results import markdown, plot, summarise
 from vflsec.client.experiments.scenario import Cell, Scenario, attack_scenario, cell_key, expand, training_key
 from vflsec.client.federation.launcher import temporary_folder
@@ -82,6 +83,15 @@ def run_cell(scenario: harness.AttackScenario, base: Path, trained: dict[str, An
         return harness.score_run(scenario, harness.run_from_base(scenario, base, trained, workdir))
 
 
+def run_label_cell(scenario: harness.AttackScenario) -> dict[str, Any]:
+    """A passive attacker's cell: train with the curious plugin at that party, then its label attacks on the gradients
+    it recorded (harness.score_label_run). Training is what it attacks and no release axis is swept with it, so a
+    cell is its own training group: no checkpoints (their fsync'd writes cost most of a plain step on Bank)."""
+    scenario = scenario.with_spec(checkpoints=False)
+    with temporary_folder("vflsec-cell-") as workdir:
+        return harness.score_label_run(scenario, harness.run_scenario(scenario, workdir))
+
+
 def cell_task(scenario: Scenario, cell: Cell, out: Path) -> dict[str, Any]:
     """Run one cell unless its result is already on disk; writes the result atomically and returns it."""
     key = cell_key(scenario, cell)
@@ -89,9 +99,12 @@ def cell_task(scenario: Scenario, cell: Cell, out: Path) -> dict[str, Any]:
     if done is not None:
         return done
     attack = attack_scenario(scenario, cell)
-    base = out / "train" / training_key(scenario, cell)
-    trained = trained_base(attack, base)
-    report = run_cell(attack, base, trained)
+    if attack.attacker != "active":  # label attacks read training itself: no trained base to share (see run_label_cell)
+        report = run_label_cell(attack)
+    else:
+        base = out / "train" / training_key(scenario, cell)
+        trained = trained_base(attack, base)
+        report = run_cell(attack, base, trained)
     result = {"key": key, "cell": {"values": dict(cell.values), "repetition": cell.repetition}, "report": report}
     write_atomic(out / "cells" / f"{key}.json", json.dumps(result))
     return result
@@ -137,7 +150,7 @@ def run_experiment(
     summary = summarise(scenario, [r for r in results if r is not None])
     write_atomic(out / "results.json", json.dumps(summary, indent=1, default=str))
     write_atomic(out / "results.md", markdown(summary))
-    summary["plots"] = [str(p) for p in plot(summary, out)]
+    summary["plots"] = [str(p) for p in [*plot(summary, out), *plot_labels(summary, out)]]
     shutil.rmtree(out / "train", ignore_errors=True)  # every cell is on disk: the bases have served
     return summary
 

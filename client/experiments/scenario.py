@@ -23,15 +23,20 @@ from pathlib import Path
 from typing import Any
 
 from vflsec.client import options as opt
-from vflsec.client.experiments import harness
+from vflsec.client.experiments import harness, runs
 from vflsec.client.federation.launcher import FederationSpec, SpecError
 
 # --- the scenario file --------------------------------------------------------------------------------------
 
 MODELS = ("lr", "splitnn", "tree")  # the schema names every family; the services train lr and splitnn today
 WIRED_MODELS = ("lr", "splitnn")
-FIXED_AXES = ("passive_fraction",)  # sweep axes that are not STEP.PARAM of a release step
+ATTACKER_AXIS = "attacker"  # who is curious: "active" (feature attacks) or "passive-N" (label attacks)
+FIXED_AXES = ("passive_fraction", ATTACKER_AXIS)  # sweep axes that are not a defense: each point its own undefended row
 DEFENSE_AXIS = "defense"  # a sweep axis of whole release steps, "STEP:key=value,...": one defense per cell
+# A sweep axis of the active party's gradient defenses (split-NN coordinator-top), as `--gradient-defense` takes them:
+# a value is one step "STEP:key=value,..." or a chain of them (a YAML list, or the steps joined by CHAIN_JOIN).
+TRAINING_DEFENSE_AXIS = "training_defense"
+CHAIN_JOIN = " + "
 
 
 class ScenarioError(ValueError):
@@ -55,6 +60,7 @@ class Scenario:
     in_process: bool  # parties as in-process servers of the cell's worker (default) or as OS processes
     model: str = "lr"
     source: dict[str, Any] = field(default_factory=dict)  # the file as loaded (results.json keeps it)
+    attacker: str = "active"  # the curious party of every cell, unless the attacker is swept
 
 
 def _line_map(node: Any, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], int]:
@@ -108,7 +114,7 @@ class _Checker:
 # The scenario's own keys; every other key is a federation option of `vflsec attack` (spec_options).
 SCENARIO_KEYS = {
     "name", "passive_fraction", "scaling", "training", "attacks", "attack_options", "predictions", "release_model",
-    "repetitions", "sweep", "baseline", "parties", "exclude_attacks",
+    "repetitions", "sweep", "baseline", "parties", "exclude_attacks", "attacker",
 }  # fmt: skip
 
 
@@ -227,7 +233,9 @@ def parse_scenario(raw: dict[str, Any], check: _Checker, default_name: str = "ex
         in_process=parties == "in_process",
         model=model,
         source=raw,
+        attacker=check.typed(raw, (), "attacker", str, "active"),
     )
+    check_attackers(scenario, check)
     for cell in expand(scenario):  # every cell's chains and split, checked before anything runs
         try:
             cell_spec(scenario, cell).split  # noqa: B018
@@ -237,7 +245,40 @@ def parse_scenario(raw: dict[str, Any], check: _Checker, default_name: str = "ex
             split_key = "passive_fraction" if "passive_fraction" in raw else "passive_features"
             path = quoted[0] if quoted else (split_key,) if str(exc).startswith("passive features") else ("sweep",)
             raise check.fail(path, f"cell {cell.label}: {exc}" if cell.values else str(exc)) from exc
+    check_attack_options(scenario, check)
     return scenario
+
+
+def cell_attacks(attack: harness.AttackScenario) -> list[str]:
+    """The attacks a cell runs: its list, else the defaults of its attacker (the harness's choice)."""
+    if attack.attacks is not None:
+        return list(attack.attacks)
+    spec = attack.spec
+    if attack.attacker != "active":
+        return list(harness.LABEL_ATTACKS.get(spec.model, ()))
+    return list(harness.default_attacks(spec.score_release, spec.param_release, spec.model, spec.embedding_release))
+
+
+def check_attack_options(scenario: Scenario, check: _Checker) -> None:
+    """Options of an attack that no cell runs are refused (as `vflsec attack --attack-option` refuses them), and
+    each attack's options are built once through the registry, so a bad key is refused at its line."""
+    ran: dict[str, harness.AttackScenario] = {}  # each attack -> a cell that runs it
+    for cell in expand(scenario):
+        attack = attack_scenario(scenario, cell)
+        for name in cell_attacks(attack):
+            ran.setdefault(name, attack)
+    for name, params in scenario.attack_options.items():
+        path = ("attack_options", str(name))
+        if name not in ran:
+            raise check.fail(
+                path, f"options for {name}, which no cell of this scenario runs (its attacks: {', '.join(ran)})"
+            )
+        if not isinstance(params, dict):
+            raise check.fail(path, f"expected a mapping of {name}'s options, got {params!r}")
+        try:
+            runs.check_attack_options({name: params}, [name], ran[name].spec.model)
+        except ValueError as exc:
+            raise check.fail(path, str(exc)) from exc
 
 
 def _key(raw: Mapping[str, Any], key: str) -> tuple[str, ...]:
@@ -267,7 +308,13 @@ def parse_sweep(raw: dict[str, Any], spec: FederationSpec, check: _Checker) -> d
         path = ("sweep", str(axis))
         if not isinstance(values, list) or not values:
             raise check.fail(path, f"expected a non-empty list of values, got {values!r}")
-        if axis in FIXED_AXES:
+        if axis == ATTACKER_AXIS:
+            for i, v in enumerate(values):
+                if not isinstance(v, str):
+                    raise check.fail((*path, str(i)), f"an attacker is active or passive-N, got {v!r}")
+        elif axis == TRAINING_DEFENSE_AXIS:  # each step parsed here; model and topology with each cell's spec
+            values = [_training_chain(check, (*path, str(i)), v) for i, v in enumerate(values)]
+        elif axis in FIXED_AXES:
             for i, v in enumerate(values):
                 if isinstance(v, bool) or not isinstance(v, int | float) or not 0.0 < v < 1.0:
                     raise check.fail((*path, str(i)), f"a passive fraction lies in (0, 1), got {v!r}")
@@ -286,8 +333,10 @@ def parse_sweep(raw: dict[str, Any], spec: FederationSpec, check: _Checker) -> d
             if not dot or registry is None:
                 raise check.fail(
                     path,
-                    f"a sweep axis is {' | '.join(FIXED_AXES)} or STEP.PARAM of a release step "
-                    f"({', '.join([*SCORE_STEPS, *PARAM_STEPS])}), or {DEFENSE_AXIS}: [STEP:key=value, ...]",
+                    f"a sweep axis is passive_fraction or STEP.PARAM of a release step "
+                    f"({', '.join([*SCORE_STEPS, *PARAM_STEPS])}), or {DEFENSE_AXIS}: [STEP:key=value, ...], or "
+                    f"{ATTACKER_AXIS}: [active, passive-N, ...], or {TRAINING_DEFENSE_AXIS}: [a gradient defense "
+                    "STEP:key=value (or a list of them), ...]",
                 )
             accepted = registry.entry(step).parameters()
             if param not in accepted:
@@ -297,6 +346,57 @@ def parse_sweep(raw: dict[str, Any], spec: FederationSpec, check: _Checker) -> d
                     raise check.fail((*path, str(i)), f"expected a scalar value, got {v!r}")
         sweep[str(axis)] = list(values)
     return sweep
+
+
+def _training_chain(check: _Checker, path: tuple[str, ...], value: Any) -> str:
+    """A training_defense value (one gradient-defense step, or a chain: a list of steps) as one string, the steps
+    joined by CHAIN_JOIN; each step parsed by the gradient-defense registry, so a bad one is refused at its line."""
+    from vflsec.services.defenses.gradients import GradientChain
+
+    steps = value.split(CHAIN_JOIN) if isinstance(value, str) else value
+    if not isinstance(steps, list) or not steps or not all(isinstance(v, str) and v.strip() for v in steps):
+        raise check.fail(path, f"a training defense is STEP:key=value,... or a list of them, got {value!r}")
+    steps = [v.strip() for v in steps]
+    try:
+        GradientChain.from_specs(steps)
+    except ValueError as exc:
+        raise check.fail(path, f"gradient defense {value!r}: {exc}") from exc
+    return CHAIN_JOIN.join(steps)
+
+
+def attackers(scenario: Scenario) -> list[str]:
+    """Every curious party of the scenario: the swept ones, else the file's ``attacker``."""
+    return [str(v) for v in scenario.sweep.get(ATTACKER_AXIS, [scenario.attacker])]
+
+
+def check_attackers(scenario: Scenario, check: _Checker) -> None:
+    """Each attacker is a party of the federation; a passive attacker's label attacks read the training gradients,
+    so no release axis is swept with it (release chains act after training); listed attacks infer what some attacker
+    of the scenario infers."""
+    from vflsec.services.attacks import ATTACKS
+
+    known = ["active", *(f"passive-{i}" for i in range(1, scenario.spec.n_passive + 1))]
+    swept = ATTACKER_AXIS in scenario.sweep
+    for i, attacker in enumerate(attackers(scenario)):
+        if attacker not in known:
+            path = ("sweep", ATTACKER_AXIS, str(i)) if swept else ("attacker",)
+            raise check.fail(path, f"must be one of {', '.join(known)}, got {attacker!r}")
+    targets = {"features" if a == "active" else "labels" for a in attackers(scenario)}
+    if "labels" in targets:
+        release = [a for a in scenario.sweep if a not in FIXED_AXES and a != TRAINING_DEFENSE_AXIS]
+        if release:
+            raise check.fail(
+                ("sweep", release[0]),
+                "a passive attacker's label attacks read the gradients of training; a release chain acts after it and "
+                f"changes nothing they see: sweep {TRAINING_DEFENSE_AXIS} (gradient defenses) for it",
+            )
+    for i, name in enumerate(scenario.attacks or ()):
+        if ATTACKS.entry(name).cls.target not in targets:
+            raise check.fail(
+                ("attacks", str(i)),
+                f"{name} infers {ATTACKS.entry(name).cls.target}; this scenario's "
+                f"attackers ({', '.join(attackers(scenario))}) infer {' and '.join(sorted(targets))}",
+            )
 
 
 # --- cells --------------------------------------------------------------------------------------------------
@@ -345,6 +445,7 @@ def chains(scenario: Scenario, cell: Cell) -> tuple[tuple[str, ...], tuple[str, 
     release = [(a, v) for a, v in cell.values if a not in FIXED_AXES]
     if release and all(v is None for _, v in release):
         return (), ()
+    release = [(a, v) for a, v in release if a != TRAINING_DEFENSE_AXIS]  # a training step, not a release one
     score = [parse_spec(s) for s in scenario.spec.score_release]
     param = [parse_spec(s) for s in scenario.spec.param_release]
     for axis, value in release:
@@ -366,30 +467,66 @@ def chains(scenario: Scenario, cell: Cell) -> tuple[tuple[str, ...], tuple[str, 
     return specs(score), specs(param)
 
 
+def gradient_chain(scenario: Scenario, cell: Cell) -> tuple[str, ...]:
+    """The cell's gradient defenses: the file's ``gradient_defense`` chain with the swept training defense appended;
+    none in an undefended cell (every defense axis ``None``)."""
+    defense_axes = [v for a, v in cell.values if a not in FIXED_AXES]
+    if defense_axes and all(v is None for v in defense_axes):
+        return ()
+    swept = dict(cell.values).get(TRAINING_DEFENSE_AXIS)
+    return (*scenario.spec.gradient_defense, *([] if swept is None else str(swept).split(CHAIN_JOIN)))
+
+
+def cell_attacker(scenario: Scenario, cell: Cell) -> str:
+    return str(dict(cell.values).get(ATTACKER_AXIS) or scenario.attacker)
+
+
 def cell_spec(scenario: Scenario, cell: Cell) -> FederationSpec:
     values = dict(cell.values)
     score, param = chains(scenario, cell)
     changes: dict[str, Any] = {"seed": scenario.spec.seed + cell.repetition, "score_release": score}
     changes["param_release"] = param
+    changes["gradient_defense"] = gradient_chain(scenario, cell)
     if values.get("passive_fraction") is not None:
         changes["passive_features"] = float(values["passive_fraction"])
     return replace(scenario.spec, **changes)
 
 
 def attack_scenario(scenario: Scenario, cell: Cell) -> harness.AttackScenario:
+    from vflsec.services.attacks import ATTACKS
+
     spec = cell_spec(scenario, cell)
-    attacks = scenario.attacks
+    attacker = cell_attacker(scenario, cell)
+    target = "features" if attacker == "active" else "labels"
+    attacks, options = scenario.attacks, scenario.attack_options
+    if ATTACKER_AXIS in scenario.sweep:  # one list (and options) for every attacker: each takes its own kind
+        attacks = tuple(a for a in attacks or () if ATTACKS.entry(a).cls.target == target) or None
+        known = ATTACKS.names()  # an unknown name is kept: the harness's check refuses it by name
+        options = {n: o for n, o in options.items() if n not in known or ATTACKS.entry(n).cls.target == target}
     if attacks is None and scenario.exclude_attacks:
-        defaults = harness.default_attacks(spec.score_release, spec.param_release, spec.model, spec.embedding_release)
+        defaults = (
+            harness.default_attacks(spec.score_release, spec.param_release, spec.model, spec.embedding_release)
+            if target == "features" else harness.LABEL_ATTACKS.get(spec.model, ())
+        )  # fmt: skip
         attacks = tuple(a for a in defaults if a not in scenario.exclude_attacks)
     return harness.AttackScenario(
         spec,
         attacks=attacks,
-        attack_options=scenario.attack_options,
+        attack_options=options,
         predictions=scenario.predictions,
         release_model=scenario.release_model,
         in_process=scenario.in_process,
+        attacker=attacker,
     )
+
+
+def _attacker_key(scenario: Scenario, cell: Cell, *, result: bool = False) -> list[str]:
+    """The attacker in a cell's digests when it is a passive party, and in its result's when the attacker is swept
+    (that result's row carries the attacker: a folder shared with a scenario without the axis must not hand it
+    back). The active party of a scenario without the axis keeps the keys cells had before it, so they are found
+    again; its training depends on no attacker key (the same base trains either way)."""
+    attacker = cell_attacker(scenario, cell)
+    return [] if attacker == "active" and not (result and ATTACKER_AXIS in scenario.sweep) else [attacker]
 
 
 def _digest(document: Any) -> str:
@@ -400,7 +537,7 @@ def training_key(scenario: Scenario, cell: Cell) -> str:
     """Everything the trained model depends on (the chains and the attacks do not): cells sharing it share
     one trained base federation."""
     spec = replace(cell_spec(scenario, cell), score_release=(), param_release=())
-    return _digest([_spec_document(spec), scenario.predictions, scenario.in_process])
+    return _digest([_spec_document(spec), scenario.predictions, scenario.in_process, *_attacker_key(scenario, cell)])
 
 
 def cell_key(scenario: Scenario, cell: Cell) -> str:
@@ -414,6 +551,7 @@ def cell_key(scenario: Scenario, cell: Cell) -> str:
             scenario.exclude_attacks,
             scenario.attack_options,
             scenario.release_model,
+            *_attacker_key(scenario, cell, result=True),
         ]
     )
 
