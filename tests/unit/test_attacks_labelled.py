@@ -46,11 +46,14 @@ def _labelled(obs: Observations, truth: np.ndarray) -> dict:
 def test_labelled_rows_read_what_z_b_adds_beyond_the_own_columns_where_linear_readings_get_the_majority() -> None:
     obs, x = _masqueraded(hidden=True)
     b = x[:, 0]
-    span = np.column_stack([np.ones(N), obs.embeddings])  # the best linear reading of z_B: the majority rate
-    linear = np.mean((span @ np.linalg.lstsq(span, b, rcond=None)[0] > 0.5) == (b == 1))
+    # The best linear reading of z_B, fitted on half the rows and scored on the others, gets the majority rate there.
+    # In sample, a fabricated bit (a keyed function of x_B, fresh each run) sometimes fits b by chance: up to 2 pp.
+    span, half = np.column_stack([np.ones(N), obs.embeddings]), N // 2
+    w = np.linalg.lstsq(span[:half], b[:half], rcond=None)[0]
+    linear = np.mean((span[half:] @ w > 0.5) == (b[half:] == 1))
     r = _labelled(obs, x)
     attacker, own, majority = r["metric"]["value"], r["own_columns"]["metric"], r["metric"]["baseline"]["value"]
-    assert linear <= max(b.mean(), 1 - b.mean()) + 0.01  # on the same (all) rows: the constant is the best fit
+    assert linear <= max(b[half:].mean(), 1 - b[half:].mean()) + 0.03, linear  # 60 fresh keys: at most +0.013
     assert abs(majority - max(b.mean(), 1 - b.mean())) < 0.05  # the harness's baseline, on the scored rows
     assert (r["labelled_rows"], r["scored_rows"], r["fabricated_m"]) == (K, N - K, M)
     assert own >= majority + 0.05, (own, majority)
