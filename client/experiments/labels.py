@@ -24,7 +24,7 @@ from vflsec.client.experiments.scenario import (
     Scenario,
     gradient_chain,
 )
-from vflsec.client.experiments.stats import MARKERS, axis_label, dcs, defense_label, pm, row_group, stat
+from vflsec.client.experiments.stats import MARKERS, axis_label, cells, dcs, defense_label, pm, row_group, stat
 
 LABEL_DCS_FORMULA = (
     "DCS = 1 / (1 + sqrt((1 − β)·AP² + β·ΔMP²)), β = 0.5; AP = max(0, (F − B) / (1 − B)), the strongest label "
@@ -241,17 +241,14 @@ def label_markdown(summary: dict[str, Any]) -> str:
         "|---|---|" + "---|" * (len(fixed) + 11),
     ]
     for row in rows:
-
-        def num(key: str, row: dict[str, Any] = row) -> str:
-            return f"{row[key]:.4g}" if key in row else "—"
-
+        ap, dmp, score = cells(row, "ap", "delta_mp", "dcs")
         lines.append(
             f"| {row['defense']} | {row['attacker']} | "
             + "".join(f"{row['values'].get(a)} | " for a in fixed)
             + f"{pm(row['accuracy'])} | {row['majority_rate']['mean']:.4g} | {_fig(row['strongest'])} | "
             f"{row['blind']['mean']:.4g} | {_fig(row['strongest_naive'])} | {_fig(row['strongest_aware'])} | "
-            f"{_fig(row['completion'])} | {_fig(row['strongest_gradient'])} | {num('ap')} | {num('delta_mp')} | "
-            f"{num('dcs')} |"
+            f"{_fig(row['completion'])} | {_fig(row['strongest_gradient'])} | {ap} | {dmp} | "
+            f"{score} |"
         )
     lines += ["", "### Every label attack per row (mean ± std)", ""]
     for row in rows:
@@ -279,7 +276,7 @@ def label_table(summary: dict[str, Any]) -> Any:
     for column in columns:
         table.add_column(column, overflow="fold")
     for row in summary.get("label_rows", []):
-        nums = [f"{row[k]:.4g}" if k in row else "—" for k in ("ap", "delta_mp", "dcs")]
+        nums = cells(row, "ap", "delta_mp", "dcs")
         table.add_row(row["defense"], row["attacker"], pm(row["accuracy"]), _fig(row["strongest"]),
                       _fig(row["strongest_naive"]), _fig(row["completion"]), _fig(row["strongest_gradient"]),
                       *nums)  # fmt: skip

@@ -14,6 +14,7 @@ from vflsec.client.experiments.labels import is_label_report, label_markdown, su
 from vflsec.client.experiments.scenario import DEFENSE_AXIS, FIXED_AXES, Cell, Scenario, gradient_chain
 from vflsec.client.experiments.stats import MARKERS as _MARKERS
 from vflsec.client.experiments.stats import axis_label as _axis_label
+from vflsec.client.experiments.stats import cells as _cells
 from vflsec.client.experiments.stats import dcs, defense_label
 from vflsec.client.experiments.stats import pm as _pm
 from vflsec.client.experiments.stats import row_group as _group
@@ -205,16 +206,13 @@ def markdown(summary: dict[str, Any]) -> str:
         aware = " (aware)" if best is not None and best["aware"] else ""
         strongest_name = row.get("blocked", "—") if best is None else best["attack"] + aware
         mse = "—" if best is None else _pm(row["attacks"][best["attack"]]["mse_clipped"])
-
-        def num(key: str, row: dict[str, Any] = row) -> str:
-            return f"{row[key]:.4g}" if key in row else "—"
-
+        ratio, ap, dmp, score = _cells(row, "ratio_to_undefended", "ap", "delta_mp", "dcs")
         lines.append(
             f"| {row['defense']} | "
             + "".join(f"{row['values'].get(a)} | " for a in fixed)
             + f"{_pm(row['accuracy'])} | {_pm(row['baselines']['half'])} | {_pm(row['baselines']['rg'])} | "
-            f"{_pm(row['baselines']['zero'])} | {strongest_name} | {mse} | {num('ratio_to_undefended')} | "
-            f"{num('ap')} | {num('delta_mp')} | {num('dcs')} |"
+            f"{_pm(row['baselines']['zero'])} | {strongest_name} | {mse} | {ratio} | "
+            f"{ap} | {dmp} | {score} |"
         )
     lines += [
         "",
@@ -257,7 +255,7 @@ def summary_table(summary: dict[str, Any]) -> Any:
         best = row["strongest"]
         name = row.get("blocked", "—") if best is None else best["attack"] + (" (aware)" if best["aware"] else "")
         mse = "—" if best is None else _pm(row["attacks"][best["attack"]]["mse_clipped"])
-        nums = [f"{row[k]:.4g}" if k in row else "—" for k in ("ratio_to_undefended", "ap", "delta_mp", "dcs")]
+        nums = _cells(row, "ratio_to_undefended", "ap", "delta_mp", "dcs")
         table.add_row(row["defense"], *(str(row["values"].get(a)) for a in fixed), _pm(row["accuracy"]),
                       _pm(row["baselines"]["half"]), name, mse, *nums)  # fmt: skip
     return table

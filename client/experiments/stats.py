@@ -29,6 +29,11 @@ def pm(value: Mapping[str, float]) -> str:
     return f"{value['mean']:.4g} ± {value['std']:.2g}"
 
 
+def cells(row: Mapping[str, Any], *keys: str) -> list[str]:
+    """A summary row's figures as table cells, "—" where the row has none (e.g. no undefended row to compare with)."""
+    return [f"{row[key]:.4g}" if key in row else "—" for key in keys]
+
+
 def defense_label(values: Mapping[str, Any], chains: Sequence[str] = ()) -> str:
     """The swept release parameters of a row, or (none swept) its chains; "none" for an undefended row."""
     release = {a: v for a, v in values.items() if a not in FIXED_AXES}
