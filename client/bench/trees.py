@@ -32,7 +32,7 @@ import numpy as np
 
 from vflsec.client.bench.align import _tree_cpu_seconds
 from vflsec.client.bench.he import synthetic_dataset
-from vflsec.client.federation.demo import Phases, align, peak_rss_mb, predict_all
+from vflsec.client.federation.demo import Phases, align, memory_mb, peak_rss_mb, predict_all
 from vflsec.client.federation.launcher import TEST_FRACTION, FederationSpec, run_processes, write_federation
 from vflsec.client.federation.operator import Operator
 from vflsec.services.data import datasets
@@ -98,7 +98,7 @@ def _heartbeat(what: str, pids: dict[str, int], log: Callable[[str], None]) -> I
 
     def beat() -> None:
         while not stop.wait(HEARTBEAT_SECONDS):
-            rss = ", ".join(f"{party} {mb:.0f}" for party, mb in _rss_mb(pids).items())
+            rss = ", ".join(f"{party} {mb:.0f}" for party, mb in memory_mb(pids, "VmRSS").items())
             log(f"{what}: {time.perf_counter() - start:.0f} s so far, load {_load()}, RSS MB {rss}")
 
     thread = threading.Thread(target=beat, daemon=True)
@@ -108,16 +108,6 @@ def _heartbeat(what: str, pids: dict[str, int], log: Callable[[str], None]) -> I
     finally:
         stop.set()
         thread.join()
-
-
-def _rss_mb(pids: dict[str, int]) -> dict[str, float]:
-    rss = {}
-    for party, pid in pids.items():
-        with contextlib.suppress(OSError):
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    rss[party] = int(line.split()[1]) / 1024
-    return rss
 
 
 def federated(

@@ -102,13 +102,19 @@ def align(operator: Operator, session_id: str, phases: Phases, what: str) -> lis
 
 def peak_rss_mb(pids: Mapping[str, int]) -> dict[str, float]:
     """Each live process's peak resident memory so far (Linux VmHWM), in MB; a process without it is left out."""
-    peaks = {}
+    return memory_mb(pids, "VmHWM")
+
+
+def memory_mb(pids: Mapping[str, int], field: str) -> dict[str, float]:
+    """A memory field of each live process's /proc status (VmHWM: its peak, VmRSS: now), in MB; a process without it
+    is left out."""
+    values = {}
     for name, pid in pids.items():
         with contextlib.suppress(OSError):
             for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    peaks[name] = round(int(line.split()[1]) / 1024, 1)
-    return peaks
+                if line.startswith(f"{field}:"):
+                    values[name] = round(int(line.split()[1]) / 1024, 1)
+    return values
 
 
 def train_and_evaluate(
