@@ -263,7 +263,7 @@ class Coordinator:
         if logits.shape[1] != k:
             raise InvalidArgument(f"logits have {logits.shape[1]} columns, the model has {k}")
         keys = keys or s.backend
-        _check_form(keys, logits, product=False)
+        _check_form(keys, logits, product=True)  # Σ [[z_p]] (lowered: a product's level) + the owner's plaintext
         z = he.decrypt_matrix(keys, logits)
         if not np.isfinite(z).all():
             raise InvalidArgument("aggregate logits decrypt to non-finite values")

@@ -455,7 +455,8 @@ class PassiveParty:
         if step < 1:
             raise InvalidArgument(f"Forward is for training steps (>= 1), got {step}: inference uses ShareLogits")
         z = self._training_output(s, step, sample_index, "Forward", epoch)
-        return he.encrypt_matrix(self._training_keys(session_id, s, step), z, ahead=True)
+        # Lowered: [[z_p]] is only added to and decrypted (as [[z]]), never multiplied (he.Backend.lower).
+        return he.encrypt_matrix(self._training_keys(session_id, s, step), z, ahead=True, lowered=True)
 
     def _training_output(
         self,

@@ -184,7 +184,7 @@ def _prepare(fed: Federation) -> FuzzEnv:
     }
     coordinator = fed.parties["coordinator"].engine
     public = he.open_public("ckks", coordinator.session(CKKS).public_context)
-    blob = he.matrix_to_wire(public, he.encrypt_matrix(public, np.zeros((1, 1)))).ciphertexts[0]
+    blob = he.matrix_to_wire(public, he.encrypt_matrix(public, np.zeros((1, 1)), lowered=True)).ciphertexts[0]
     return FuzzEnv(fed, channels, common, blob, _recorded(fed))
 
 

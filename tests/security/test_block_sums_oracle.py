@@ -58,7 +58,8 @@ def test_block_sums_are_no_decryption_oracle(tmp_path) -> None:
             backend = he.open_public("ckks", public.data)
 
             def scores(step: int, index: list[int], logits=None) -> coordinator_pb2.EncryptedMatrix:
-                logits = logits or wire.to_message(backend, he.encrypt_matrix(backend, np.zeros((len(index), 1))))
+                zeros = he.encrypt_matrix(backend, np.zeros((len(index), 1)), lowered=True)
+                logits = logits or wire.to_message(backend, zeros)
                 request = coordinator_pb2.TrainingScoresRequest(
                     session_id=sid, step=step, logits=logits, replicas=1, sample_index=index, widths=WIDTHS
                 )
@@ -108,7 +109,7 @@ def test_block_sums_are_no_decryption_oracle(tmp_path) -> None:
             assert code == grpc.StatusCode.FAILED_PRECONDITION
 
             # Attacker-sized TenSEAL bytes in [[z]] are refused before parsing, too.
-            logits = wire.to_message(backend, he.encrypt_matrix(backend, np.zeros((N, 1))))
+            logits = wire.to_message(backend, he.encrypt_matrix(backend, np.zeros((N, 1)), lowered=True))
             logits.ciphertexts[0] = bytes(2 * backend.max_ciphertext_bytes)
             code, details = _code(lambda _: scores(2, list(range(N)), logits), None)
             assert code == grpc.StatusCode.INVALID_ARGUMENT and "exceeds" in details
@@ -169,7 +170,7 @@ def test_ciphertexts_of_a_dishonest_form_are_not_decrypted(tmp_path) -> None:
             backend = he.open_public("ckks", active.GetPublicContext(common_pb2.SessionRef(session_id=sid)).data)
 
             def scores(step: int, logits: coordinator_pb2.EncryptedMatrix | None = None) -> he.EncryptedMatrix:
-                logits = logits or wire.to_message(backend, he.encrypt_matrix(backend, np.zeros((N, 1))))
+                logits = logits or wire.to_message(backend, he.encrypt_matrix(backend, np.zeros((N, 1)), lowered=True))
                 request = coordinator_pb2.TrainingScoresRequest(
                     session_id=sid, step=step, logits=logits, replicas=1, sample_index=list(range(N)), widths=WIDTHS
                 )
@@ -180,10 +181,14 @@ def test_ciphertexts_of_a_dishonest_form_are_not_decrypted(tmp_path) -> None:
                     session_id=sid, step=step, ciphertexts=blobs, width=2))
 
             # [[z]] at scale 2^8: refused before decryption, and the step does not advance.
-            low = wire.to_message(backend, he.encrypt_matrix(backend, np.zeros((N, 1))))
+            low = wire.to_message(backend, he.encrypt_matrix(backend, np.zeros((N, 1)), lowered=True))
             low.ciphertexts[0] = _scaled(backend, backend.size(backend.deserialize(low.ciphertexts[0])), 8)
             code, details = _code(lambda _: scores(1, low), None)
             assert code == grpc.StatusCode.INVALID_ARGUMENT and "scale 2^8.00" in details
+            # [[z]] at a fresh ciphertext's level (honest [[z_p]] are lowered one prime): refused too.
+            fresh_z = wire.to_message(backend, he.encrypt_matrix(backend, np.zeros((N, 1))))
+            code, details = _code(lambda _: scores(1, fresh_z), None)
+            assert code == grpc.StatusCode.INVALID_ARGUMENT and "3 primes and scale 2^40.00" in details
 
             probs = scores(1)
             size = probs.layout.ct_size
@@ -193,7 +198,7 @@ def test_ciphertexts_of_a_dishonest_form_are_not_decrypted(tmp_path) -> None:
             assert np.abs(keys.decrypt(keys.deserialize(probe[0]))).max() > 32 * he.BLOCK_SUM_FLOODING
             code, details = block_sums(1, probe)
             assert code == grpc.StatusCode.INVALID_ARGUMENT
-            assert "scale 2^8.00" in details and "an honest product has 2, 2 and 2^40" in details
+            assert "scale 2^8.00" in details and "an honest product or [[z]] has 2, 2 and 2^40" in details
             # The refusal spent the step's one decryption (persisted before the bytes were parsed).
             code, details = block_sums(1, _products(backend, probs, np.ones((N, 2))))
             assert code == grpc.StatusCode.FAILED_PRECONDITION and "already had" in details

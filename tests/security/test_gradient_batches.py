@@ -47,7 +47,7 @@ def test_small_batches_are_refused_and_short_batches_merged(tmp_path) -> None:
             backend = he.open_public("ckks", public.data)
 
             def scores(rows: int, reported: dict[str, int]) -> None:
-                logits = wire.to_message(backend, he.encrypt_matrix(backend, np.zeros((rows, 1))))
+                logits = wire.to_message(backend, he.encrypt_matrix(backend, np.zeros((rows, 1)), lowered=True))
                 stub.ComputeTrainingScores(coordinator_pb2.TrainingScoresRequest(
                     session_id=info.session_id, step=1, logits=logits, replicas=1,
                     sample_index=list(range(rows)), widths=reported))
@@ -114,7 +114,7 @@ def test_repeated_rows_are_refused(tmp_path) -> None:
             backend = he.open_public("ckks", coordinator.GetPublicContext(common_pb2.SessionRef(session_id=sid)).data)
 
             def scores(index: list[int]) -> coordinator_pb2.EncryptedMatrix:
-                logits = wire.to_message(backend, he.encrypt_matrix(backend, np.zeros((len(index), 1))))
+                logits = wire.to_message(backend, he.encrypt_matrix(backend, np.zeros((len(index), 1)), lowered=True))
                 return coordinator.ComputeTrainingScores(coordinator_pb2.TrainingScoresRequest(
                     session_id=sid, step=1, logits=logits, replicas=1, sample_index=index, widths=widths))
 
@@ -156,7 +156,7 @@ def test_block_widths_are_operator_approved(tmp_path) -> None:
             backend = he.open_public("ckks", stub.GetPublicContext(common_pb2.SessionRef(session_id=sid)).data)
 
             def scores(widths: dict[str, int]) -> coordinator_pb2.EncryptedMatrix:
-                logits = wire.to_message(backend, he.encrypt_matrix(backend, np.zeros((64, 1))))
+                logits = wire.to_message(backend, he.encrypt_matrix(backend, np.zeros((64, 1)), lowered=True))
                 return stub.ComputeTrainingScores(coordinator_pb2.TrainingScoresRequest(
                     session_id=sid, step=1, logits=logits, replicas=1, sample_index=list(range(64)), widths=widths))
 

@@ -55,7 +55,7 @@ def test_training_keys_rotate_and_no_key_answers_more_than_a_quarter_of_n(tmp_pa
                 epochs.append(context.epoch)
                 backend = he.open_public("ckks", context.data)
                 replicas = he.choose_replicas(n, k, max(widths.values()), backend.slots)
-                logits = wire.to_message(backend, he.encrypt_matrix(backend, np.zeros((n, k))))
+                logits = wire.to_message(backend, he.encrypt_matrix(backend, np.zeros((n, k)), lowered=True))
                 reply = stubs["active"].ComputeTrainingScores(coordinator_pb2.TrainingScoresRequest(
                     session_id=sid, step=step, logits=logits, replicas=replicas, sample_index=list(range(n)),
                     widths=widths))
@@ -97,7 +97,7 @@ def test_a_ciphertext_under_an_old_epoch_key_decrypts_to_nothing(tmp_path) -> No
 
             def scores(step: int) -> he.EncryptedMatrix:
                 backend = keys(step)
-                logits = wire.to_message(backend, he.encrypt_matrix(backend, np.zeros((n, 1))))
+                logits = wire.to_message(backend, he.encrypt_matrix(backend, np.zeros((n, 1)), lowered=True))
                 return wire.from_message(backend, active.ComputeTrainingScores(coordinator_pb2.TrainingScoresRequest(
                     session_id=sid, step=step, logits=logits, replicas=1, sample_index=list(range(n)),
                     widths=widths)), "probs")

@@ -47,7 +47,7 @@ def _open(c: Coordinator, backend: str = "ckks") -> str:
 
 def _scores(c: Coordinator, step: int = 1) -> he.EncryptedMatrix:
     keys = c.sessions["s"].backend
-    logits = he.encrypt_matrix(keys, np.zeros((N, 1)))  # every p is 0.5
+    logits = he.encrypt_matrix(keys, np.zeros((N, 1)), lowered=True)  # every p is 0.5
     return he.matrix_from_wire(keys, c.training_scores("s", step, logits, 1, np.arange(N), WIDTHS))
 
 
@@ -76,8 +76,8 @@ def test_widths_fixed_under_a_changed_schema_are_refused(tmp_path) -> None:
     _open(c)
     c.schema = {"active": 2, "passive-1": 40}  # as if changed under the open session before its first step
     with pytest.raises(FailedPrecondition, match="changed since this session opened"):
-        c.training_scores("s", 1, he.encrypt_matrix(c.sessions["s"].backend, np.zeros((80, 1))), 1, np.arange(80),
-                          {"active": 3, "passive-1": 40})
+        logits = he.encrypt_matrix(c.sessions["s"].backend, np.zeros((80, 1)), lowered=True)
+        c.training_scores("s", 1, logits, 1, np.arange(80), {"active": 3, "passive-1": 40})
     assert not c.sessions["s"].widths
 
 

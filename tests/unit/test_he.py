@@ -154,6 +154,30 @@ def test_ckks_zero_feature_block_still_yields_a_rescaled_product(
     nonzero = party.mul_plain(ct, np.ones(64))
     assert zero.ciphertext()[0].coeff_modulus_size() == nonzero.ciphertext()[0].coeff_modulus_size()
     np.testing.assert_allclose(keyholder.decrypt(zero), 0.0, atol=1e-6)
+    # Values so small that they encode to zero at scale 2^40 take the same short-cut, and get the same answer.
+    tiny = party.mul_plain(ct, np.full(64, 1e-13))
+    assert tiny.ciphertext()[0].coeff_modulus_size() == nonzero.ciphertext()[0].coeff_modulus_size()
+    keyholder.check_form([zero, tiny, nonzero], product=True)
+
+
+def test_a_lowered_ciphertext_is_one_prime_down_and_decrypts_the_same(pair: Pair) -> None:
+    """[[z_p]] is lowered (x 1, rescaled) before it travels: a product's form, the same values to ~1e-6."""
+    keyholder, party = pair
+    values = np.random.default_rng(3).uniform(-30, 30, 1024)
+    fresh = party.encrypt(values)
+    lowered = keyholder.deserialize(party.serialize(party.lower(fresh)))
+    summed = party.add_plain(party.add(party.lower(fresh), party.lower(fresh)), values)
+    np.testing.assert_allclose(keyholder.decrypt(lowered), values, atol=SLOT_ATOL[party.name])
+    np.testing.assert_allclose(keyholder.decrypt(summed), 3 * values, atol=3 * SLOT_ATOL[party.name])
+    keyholder.check_form([lowered, summed], product=True)  # [[z]]'s honest form
+    if party.name == "ckks":
+        assert len(party.serialize(lowered)) < 0.75 * len(party.serialize(fresh))
+        with pytest.raises(ValueError, match="3 primes"):
+            keyholder.check_form([fresh], product=True)
+        with pytest.raises(ValueError, match="2 primes"):
+            keyholder.check_form([lowered], product=False)
+    matrix = he.encrypt_matrix(party, values.reshape(-1, 1), lowered=True)
+    np.testing.assert_allclose(he.decrypt_matrix(keyholder, matrix)[:, 0], values, atol=SLOT_ATOL[party.name])
 
 
 # ----------------------------------------------------------------------------------------------- packing

@@ -60,7 +60,7 @@ def _coordinator(max_rows: int = 1000) -> Coordinator:
 def test_a_training_index_beyond_the_bound_is_invalid_argument_and_nothing_is_recorded() -> None:
     c = _coordinator()
     keys = c.sessions["s"].backend
-    logits = he.encrypt_matrix(keys, np.zeros((N, 1)))
+    logits = he.encrypt_matrix(keys, np.zeros((N, 1)), lowered=True)
     index = np.array([*range(N - 1), HUGE])
     with pytest.raises(InvalidArgument, match="sample_index: row index 8589934592 is beyond the 1000 rows"):
         c.training_scores("s", 1, logits, 1, index, WIDTHS)
