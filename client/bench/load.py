@@ -3,11 +3,10 @@
 One in-process federation (coordinator, active, one passive party; real gRPC servers on loopback, mTLS,
 CKKS by default), a model trained for a few epochs, then ``n_requests`` Predict calls of a few samples each,
 kept ``concurrency`` at a time by as many asyncio callers on one thread over one shared channel, as an operator's
-asyncio front end would (a thread per caller cost the load generator about twice the CPU per request, on the cores the
-parties share). It
-reports latency percentiles and throughput, and checks that nothing was dropped: every request must answer OK
-with one score row per asked sample, for exactly the samples asked. With ``processes``, the same load also runs
-against a federation whose parties are each their own ``vflsec serve`` process (the deployment shape, the
+asyncio front end would (a thread per caller cost the load generator 1.7 times the CPU per request, on the cores the
+parties share). It reports latency percentiles and throughput, and checks that nothing was dropped: every request
+must answer OK with one score row per asked sample, for exactly the samples asked. With ``processes``, the same load
+also runs against a federation whose parties are each their own ``vflsec serve`` process (the deployment shape, the
 commands compose runs: no shared GIL), reported beside the in-process figure under ``"processes"``. The CPU time
 the load took (user + system, of this process and, with processes, of each party process) is under
 ``"cpu_seconds"``.
@@ -111,7 +110,10 @@ def run(
         modes["processes"] = run_processes  # the same commands compose runs, one `vflsec serve` per party
     results = {}
     for mode, start_parties in modes.items():
-        log(f"{mode}: {n_requests} Predict requests of {samples_per_request} samples, {concurrency} threads, {backend}")
+        log(
+            f"{mode}: {n_requests} Predict requests of {samples_per_request} samples, "
+            f"{concurrency} concurrent callers, {backend}"
+        )
         load = (n_requests, concurrency, samples_per_request, backend, epochs, seed)
         outcomes, wall, cpu = _load(start_parties, ds, *load)
         results[mode] = _summarise(outcomes, wall, concurrency, samples_per_request, backend, ds.name, log)
