@@ -579,11 +579,10 @@ class RoleInterceptor(grpc.ServerInterceptor):
             return ROLES
         return self._policy.get(method, frozenset())
 
-    def _authorize(self, method: str, context: grpc.ServicerContext) -> Caller:
+    def _authorize(self, method: str, allowed: frozenset[str], context: grpc.ServicerContext) -> Caller:
         caller = caller_from_context(context)
         if caller is None:
             context.abort(grpc.StatusCode.UNAUTHENTICATED, f"{method} requires a verified client certificate")
-        allowed = self._allowed_roles(method)
         if caller.role not in allowed:
             allowed_text = ", ".join(sorted(allowed)) or "none (method not in policy)"
             context.abort(
@@ -593,11 +592,12 @@ class RoleInterceptor(grpc.ServerInterceptor):
         return caller
 
     def _guard(self, behavior: Callable[..., Any], method: str, streaming_response: bool) -> Callable[..., Any]:
+        allowed = self._allowed_roles(method)  # the policy is fixed at construction
         # Response streams run lazily as grpc iterates them, so the caller must be set inside the generator.
         if streaming_response:
 
             def guarded_stream(request: Any, context: grpc.ServicerContext) -> Iterable[Any]:
-                token = _current_caller.set(self._authorize(method, context))
+                token = _current_caller.set(self._authorize(method, allowed, context))
                 try:
                     yield from behavior(request, context)
                 finally:
@@ -606,7 +606,7 @@ class RoleInterceptor(grpc.ServerInterceptor):
             return guarded_stream
 
         def guarded(request: Any, context: grpc.ServicerContext) -> Any:
-            token = _current_caller.set(self._authorize(method, context))
+            token = _current_caller.set(self._authorize(method, allowed, context))
             try:
                 return behavior(request, context)
             finally:
