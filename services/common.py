@@ -38,7 +38,8 @@ def digest(blobs: Iterable[bytes]) -> bytes:
 def require_distinct_rows(sample_index: np.ndarray) -> None:
     """Every row once: a repeated row weighs a batch's sums (the batch bound counts distinct rows, and a bias
     sum over n copies of one row is n·δ_i) and repeats an inference share."""
-    distinct = np.unique(sample_index).size
+    # A serving query has a few rows: a set of them costs a fraction of np.unique's sort (per request, under load)
+    distinct = len(set(sample_index.tolist())) if len(sample_index) <= 1024 else np.unique(sample_index).size
     if distinct != len(sample_index):
         raise InvalidArgument(
             f"sample_index repeats rows ({len(sample_index)} entries, {distinct} distinct): every row once"

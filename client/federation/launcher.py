@@ -556,8 +556,10 @@ class FederationLayout:
         folder = self.workdir / party / "tls"
         return tls.TlsFiles.from_dir(folder)
 
-    def operator_channel(self, max_message_bytes: int = 256 * 1024 * 1024) -> grpc.Channel:
-        return peer_channel(self.addresses["active"], "active", self.tls("operator"), max_message_bytes)
+    def operator_channel(
+        self, max_message_bytes: int = 256 * 1024 * 1024, *, aio: bool = False
+    ) -> grpc.Channel | grpc.aio.Channel:
+        return peer_channel(self.addresses["active"], "active", self.tls("operator"), max_message_bytes, aio=aio)
 
     @classmethod
     def load(cls, workdir: Path) -> FederationLayout:

@@ -54,6 +54,17 @@ def _chain(steps: Sequence[common_pb2.ReleaseStep]) -> list[tuple[str, dict[str,
     return [(s.name, dict(s.params)) for s in steps]
 
 
+def predict_request(session_id: str, sample_ids: Sequence[str]) -> active_pb2.PredictRequest:
+    return active_pb2.PredictRequest(session_id=session_id, sample_ids=list(sample_ids))
+
+
+def released(reply: active_pb2.PredictReply) -> Released:
+    """A Predict's answer as the operator reads it (:meth:`Operator.predict`, and the load benchmark's asyncio
+    callers)."""
+    scores = from_tensor(reply.scores, "scores", ndim=2, finite=False)
+    return Released(list(reply.sample_ids), scores, _chain(reply.chain), reply.argmax_changed)
+
+
 class Operator:
     def __init__(self, channel: grpc.Channel) -> None:
         self.stub = active_pb2_grpc.ActiveStub(channel)
@@ -104,9 +115,7 @@ class Operator:
         )
 
     def predict(self, session_id: str, sample_ids: Sequence[str]) -> Released:
-        reply = self.stub.Predict(active_pb2.PredictRequest(session_id=session_id, sample_ids=list(sample_ids)))
-        scores = from_tensor(reply.scores, "scores", ndim=2, finite=False)
-        return Released(list(reply.sample_ids), scores, _chain(reply.chain), reply.argmax_changed)
+        return released(self.stub.Predict(predict_request(session_id, sample_ids)))
 
     def fetch_model(self, session_id: str) -> Model:
         reply = self.stub.FetchModel(common_pb2.SessionRef(session_id=session_id))

@@ -76,10 +76,14 @@ def tls_files(config: TlsConfig) -> tls.TlsFiles:
     return tls.TlsFiles(ca=config.ca, cert=config.cert, key=config.key)
 
 
-def peer_channel(address: str, peer_id: str, files: tls.TlsFiles, max_message_bytes: int) -> grpc.Channel:
-    """A mutual-TLS channel that only accepts a server certificate issued to ``peer_id`` (identity pinning)."""
+def peer_channel(
+    address: str, peer_id: str, files: tls.TlsFiles, max_message_bytes: int, *, aio: bool = False
+) -> grpc.Channel | grpc.aio.Channel:
+    """A mutual-TLS channel that only accepts a server certificate issued to ``peer_id`` (identity pinning); with
+    ``aio``, a grpc.aio channel (made inside the event loop that uses it)."""
     options = [*channel_options(max_message_bytes), ("grpc.ssl_target_name_override", peer_id)]
-    return grpc.secure_channel(address, tls.channel_credentials(files), options=options)
+    secure_channel = grpc.aio.secure_channel if aio else grpc.secure_channel
+    return secure_channel(address, tls.channel_credentials(files), options=options)
 
 
 @dataclass(frozen=True)
@@ -113,48 +117,42 @@ def call(peer: str, fn: Callable[..., Any], request: Any, policy: CallPolicy = D
             backoff = min(2 * backoff, policy.max_backoff)
 
 
-class DecodeRequests(grpc.ServerInterceptor):
-    """Undecodable request bytes become INVALID_ARGUMENT.
+def decoding_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    """``handler`` rebuilt so that undecodable request bytes become INVALID_ARGUMENT.
 
     grpc reports a request its deserializer rejects (garbage, truncated protobuf, invalid UTF-8 in a string
     field) as INTERNAL, which would blame the server for the caller's bytes. The handler is rebuilt to receive
     raw bytes and decode them itself; in a request stream (PsiExchangeStream) each message is decoded as the
     servicer reads it, and a bad one is InvalidArgument raised there (the servicer's ``rpc`` wrapper reports it).
+    It holds no call's state: :class:`tls.RoleInterceptor` makes it once per method, inside its role check.
     """
-
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
-        handler = continuation(handler_call_details)
-        if handler is None or handler.request_deserializer is None:
+    decode = handler.request_deserializer
+    if decode is None:
+        return handler
+    if handler.request_streaming:
+        if handler.stream_stream is None:
             return handler
-        decode = handler.request_deserializer
-        if handler.request_streaming:
-            if handler.stream_stream is None:
-                return handler
-            stream_behavior = handler.stream_stream
+        stream_behavior = handler.stream_stream
 
-            def decoded_stream(raws: Iterator[bytes], context: grpc.ServicerContext) -> Any:
-                return stream_behavior((_decode_or_refuse(decode, raw) for raw in raws), context)
+        def decoded_stream(raws: Iterator[bytes], context: grpc.ServicerContext) -> Any:
+            return stream_behavior((_decode_or_refuse(decode, raw) for raw in raws), context)
 
-            return grpc.stream_stream_rpc_method_handler(
-                decoded_stream, request_deserializer=None, response_serializer=handler.response_serializer
-            )
-        if handler.unary_unary is not None:
-            behavior, rebuild = handler.unary_unary, grpc.unary_unary_rpc_method_handler
-        else:
-            behavior, rebuild = handler.unary_stream, grpc.unary_stream_rpc_method_handler
+        return grpc.stream_stream_rpc_method_handler(
+            decoded_stream, request_deserializer=None, response_serializer=handler.response_serializer
+        )
+    if handler.unary_unary is not None:
+        behavior, rebuild = handler.unary_unary, grpc.unary_unary_rpc_method_handler
+    else:
+        behavior, rebuild = handler.unary_stream, grpc.unary_stream_rpc_method_handler
 
-        def decoded(raw: bytes, context: grpc.ServicerContext) -> Any:
-            try:
-                request = decode(raw)
-            except Exception as exc:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed request: {type(exc).__name__}: {exc}")
-            return behavior(request, context)
+    def decoded(raw: bytes, context: grpc.ServicerContext) -> Any:
+        try:
+            request = decode(raw)
+        except Exception as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed request: {type(exc).__name__}: {exc}")
+        return behavior(request, context)
 
-        return rebuild(decoded, request_deserializer=None, response_serializer=handler.response_serializer)
+    return rebuild(decoded, request_deserializer=None, response_serializer=handler.response_serializer)
 
 
 def _decode_or_refuse(decode: Callable[[bytes], Any], raw: bytes) -> Any:
@@ -190,8 +188,9 @@ def start_server(
     }
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix=config.party_id),
-        # The role check runs first: an unauthorized caller learns nothing about how its bytes parse.
-        interceptors=[tls.RoleInterceptor(full_policy), DecodeRequests()],
+        # One interceptor (each is a pass per call): the role check runs first, so an unauthorized caller learns
+        # nothing about how its bytes parse; then the request is decoded.
+        interceptors=[tls.RoleInterceptor(full_policy, inner=decoding_handler)],
         # gRPC sets SO_REUSEPORT by default: a second server on a taken port would bind beside the first and split
         # its callers between them. Off, the bind fails and the party says so.
         options=[*channel_options(config.max_message_bytes), ("grpc.so_reuseport", 0)],

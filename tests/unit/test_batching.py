@@ -1,6 +1,7 @@
 """The Batcher behind the active party's batched Predicts: concurrent submissions run as one batch, each submitter gets
-its own item's outcome (a refusal only its own), and the batching limits are read from [limits]. Nothing is timed: a
-batch is made to close by filling up, its window being far longer than the test."""
+its own item's outcome (a refusal only its own), the batching limits are read from [limits], and every query's
+repeated-rows check refuses alike on its two paths. Nothing is timed: a batch is made to close by filling up, its window
+being far longer than the test."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from vflsec.services.common import require_distinct_rows
 from vflsec.services.config import ACTIVE_WORKERS, PREDICT_BATCH_ROWS, PREDICT_WINDOW_MS, ConfigError, parse_config
 from vflsec.services.engines.batching import Batcher
-from vflsec.services.errors import ResourceExhausted
+from vflsec.services.errors import InvalidArgument, ResourceExhausted
 
 
 def _submit_all(batcher: Batcher, items: list[int]) -> list[object]:
@@ -85,3 +88,12 @@ def test_limits_set_the_batching_and_bad_values_name_the_field(tmp_path: Path) -
         parse_config({**_ACTIVE, "limits": {"predict_window_ms": -1}}, base=tmp_path)
     with pytest.raises(ConfigError, match=r"\[limits\] predict_batch_rows must be >= 1, got 0"):
         parse_config({**_ACTIVE, "limits": {"predict_batch_rows": 0}}, base=tmp_path)
+
+
+@pytest.mark.parametrize("n", [4, 1024, 1025, 5000])  # the set for a serving query's few rows, np.unique past 1,024
+def test_repeated_rows_are_refused_on_both_paths_and_distinct_ones_pass(n: int) -> None:
+    rows = np.arange(n, dtype=np.int64)[::-1].copy()
+    require_distinct_rows(rows)
+    rows[-1] = rows[0]
+    with pytest.raises(InvalidArgument, match=rf"sample_index repeats rows \({n} entries, {n - 1} distinct\)"):
+        require_distinct_rows(rows)

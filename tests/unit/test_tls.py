@@ -14,9 +14,11 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from vflsec.services.transport.tls import (
+    Caller,
     Pki,
     RoleInterceptor,
     TlsFiles,
+    _caller_from_pem,
     caller_from_context,
     channel_credentials,
     current_caller,
@@ -258,6 +260,29 @@ def test_missing_client_certificate_is_unauthenticated(pki: Pki) -> None:
         assert "requires a verified client certificate" in error.details()
     finally:
         server.stop(grace=None)
+
+
+def test_every_call_is_authorized_by_its_own_certificate(pki: Pki, server_port: int) -> None:
+    """The guarded handler is made once per method, the caller checked on every call: calls of different parties
+    interleaved on one method each see their own identity and role, and a denial between them changes nothing."""
+    for party, allowed in [("active", True), ("passive-1", False), ("coordinator", True), ("active", True)] * 2:
+        if allowed:
+            assert _call(server_port, pki.files(party)) == f"{party}|{role_of(party)}|hi".encode()
+        else:
+            assert _rpc_error(_call, server_port, pki.files(party)).code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+def test_the_identity_is_cached_by_the_exact_certificate_bytes(pki: Pki) -> None:
+    """A certificate's parsed identity is remembered under its exact PEM bytes: each certificate keeps its own, and
+    bytes differing from a remembered certificate's in one character are parsed on their own (here: refused)."""
+    pems = {party: pki.files(party).cert.read_bytes() for party in PARTIES}
+    for _ in range(2):
+        for party, pem in pems.items():
+            assert _caller_from_pem(pem) == Caller(party_id=party, role=role_of(party))
+    active = pems["active"]
+    body = active.index(b"\n") + 10  # a character of the DER's base64, not the PEM header
+    flipped = active[:body] + (b"A" if active[body : body + 1] != b"A" else b"B") + active[body + 1 :]
+    assert _caller_from_pem(flipped) is None
 
 
 def test_current_caller_outside_rpc_raises() -> None:
