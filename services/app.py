@@ -255,6 +255,7 @@ def start_party(config: ServiceConfig) -> Party:
         psi_max_ids=config.psi_max_ids,
         psi_max_ratio=config.psi_max_ratio,
         psi_ratio_floor=config.psi_ratio_floor,
+        psi_protocol=config.psi_protocol,
         predict_window_ms=config.predict_window_ms,
         predict_batch_rows=config.predict_batch_rows,
     )

@@ -243,6 +243,7 @@ class FederationSpec:
     query_policy: dict | None = None  # the coordinator's [policy] table (query_budget, refuse_training_ids, ...)
     checkpoints: bool = True  # session checkpoints in each party's state dir (crash recovery)
     limits: dict | None = None  # every party's [limits] table (e.g. psi_max_ids)
+    psi_protocol: str = "oprf"  # the active party's [psi] protocol: "oprf" (OT extension) or "ecdh"
     # Loopback with free ports (default), or fixed ports behind host names (compose: hosts are party ids).
     host: str = "127.0.0.1"
     compose_ports: dict[str, int] | None = None
@@ -648,7 +649,9 @@ def write_federation(
             class_names = ds.class_names if is_active else None
             datasets.write_party_csv_chunks(folder / "data.csv", columns[party], chunks(), class_names)
             raw["data"] = {"path": "data.csv", "scaling": spec.scaling}
-            if not is_active:
+            if is_active:
+                raw["psi"] = {"protocol": spec.psi_protocol}
+            else:
                 raw["operator"] = f"operator-{party}"
                 raw["policy"] = {"allowed_backends": backends}
                 if spec.embedding_release:

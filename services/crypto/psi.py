@@ -69,6 +69,9 @@ RATIO_FLOOR = 1_000_000
 # Ids or points per unit of work: at most CHUNK (a task's pickling is noise next to its ~1 s of curve arithmetic;
 # 1M ids make ~120 tasks), and about 4 per worker for shorter lists so no worker waits on a long last one; a list of
 # up to MIN_CHUNK is one task, done in the calling process (a pool's start-up would cost more than it saves).
+# The alignment protocols an active party may run ([psi] protocol); the first is the default. "oprf": OT-extension
+# PSI (services/crypto/oprf.py), "ecdh": this module's.
+PROTOCOLS = ("oprf", "ecdh")
 CHUNK = 8192
 MIN_CHUNK = 2048
 WORKERS_ENV = "VFLSEC_PSI_WORKERS"
@@ -202,7 +205,7 @@ def _multiply_tasks(scalar: bytes, points: np.ndarray, spans: list[tuple[int, in
 
 def _points(values: Sequence[bytes] | np.ndarray) -> np.ndarray:
     """32-byte values as an S32 array; a value of another length or type is a ValueError with its index."""
-    if isinstance(values, np.ndarray) and values.dtype == _DTYPE:
+    if isinstance(values, np.ndarray) and values.dtype.kind == "S":  # S32 points, or the OPRF's S16 values
         return values
     for index, point in enumerate(values):
         if not isinstance(point, bytes) or len(point) != POINT_BYTES:
@@ -245,21 +248,25 @@ class ChunkReader:
     caller names the sender). ``check_size(points)`` may refuse the announced size before any memory is taken
     for it. No chunk at all is the empty list."""
 
-    def __init__(self, check_size: Callable[[int], None] | None = None) -> None:
+    def __init__(
+        self, check_size: Callable[[int], None] | None = None, *, width: int = POINT_BYTES, per_chunk: int = CHUNK
+    ) -> None:
+        """``width`` bytes a value, at most ``per_chunk`` values a chunk (the OPRF's values: 16 and more)."""
         self._check_size = check_size
+        self._width, self._per_chunk = width, per_chunk
         self._points: np.ndarray | None = None
         self._chunks = self._next = self._filled = 0
 
     def add(self, chunk: Chunk) -> None:
         if self._points is None:
-            if chunk.points < 1 or not -(-chunk.points // CHUNK) <= chunk.chunks <= chunk.points:
+            if chunk.points < 1 or not -(-chunk.points // self._per_chunk) <= chunk.chunks <= chunk.points:
                 raise ValueError(
                     f"chunk {chunk.index} announces {chunk.chunks} chunks for {chunk.points} points: each chunk "
-                    f"carries 1 to {CHUNK} points"
+                    f"carries 1 to {self._per_chunk} points"
                 )
             if self._check_size is not None:
                 self._check_size(chunk.points)
-            self._points, self._chunks = np.empty(chunk.points, dtype=_DTYPE), chunk.chunks
+            self._points, self._chunks = np.empty(chunk.points, dtype=f"S{self._width}"), chunk.chunks
         elif (chunk.chunks, chunk.points) != (self._chunks, len(self._points)):
             raise ValueError(
                 f"chunk {chunk.index} announces {chunk.chunks} chunks of {chunk.points} points, the first "
@@ -273,10 +280,11 @@ class ChunkReader:
             else:
                 problem = f"out of order: chunk {self._next} missing"
             raise ValueError(f"chunk {chunk.index} {problem}")
-        n, rest = divmod(len(chunk.data), POINT_BYTES)
-        if rest or not 1 <= n <= CHUNK:
+        n, rest = divmod(len(chunk.data), self._width)
+        if rest or not 1 <= n <= self._per_chunk:
             raise ValueError(
-                f"chunk {chunk.index} holds {len(chunk.data)} bytes, not 1 to {CHUNK} values of {POINT_BYTES} bytes"
+                f"chunk {chunk.index} holds {len(chunk.data)} bytes, not 1 to {self._per_chunk} values of "
+                f"{self._width} bytes"
             )
         if self._filled + n > len(self._points) or (self._next == self._chunks - 1) != (
             self._filled + n == len(self._points)
@@ -285,14 +293,14 @@ class ChunkReader:
                 f"chunk {chunk.index} of {self._chunks} brings the list to {self._filled + n} points, "
                 f"{len(self._points)} announced"
             )
-        self._points[self._filled : self._filled + n] = _from_blob(chunk.data)
+        self._points[self._filled : self._filled + n] = np.frombuffer(chunk.data, dtype=self._points.dtype)
         self._filled += n
         self._next += 1
 
     def result(self) -> np.ndarray:
         """The whole list; a ValueError if it ended before the announced last chunk."""
         if self._points is None:
-            return np.empty(0, dtype=_DTYPE)
+            return np.empty(0, dtype=f"S{self._width}")
         if self._next != self._chunks:
             raise ValueError(f"the list ends after {self._next} of {self._chunks} chunks")
         return self._points
@@ -547,7 +555,8 @@ def intersect(
 
 
 def rows_from_positions(positions: Sequence[int] | np.ndarray, permutation: np.ndarray) -> np.ndarray:
-    """Passive side of step 4: own row of each common index, from positions into the list it sent."""
+    """Passive side of step 4: own row of each common index, from positions into the list it sent (``permutation``:
+    the row of each value sent; -1 for an OPRF list's padding, which no position may name)."""
     positions = np.asarray(positions, dtype=np.int64)
     if positions.ndim != 1:
         raise ValueError(f"positions must be one-dimensional, got shape {positions.shape}")
@@ -555,4 +564,13 @@ def rows_from_positions(positions: Sequence[int] | np.ndarray, permutation: np.n
         raise ValueError(f"positions must lie in [0, {len(permutation)})")
     if len(np.unique(positions)) != len(positions):
         raise ValueError("positions must not repeat: each sent value is at most one common sample")
-    return permutation[positions]
+    rows = permutation[positions]
+    padding = np.flatnonzero(rows < 0)
+    if padding.size:
+        raise ValueError(f"position {positions[padding[0]]} is a padding value, not one of this party's IDs")
+    order = np.argsort(rows, kind="stable")
+    repeats = np.flatnonzero(rows[order][1:] == rows[order][:-1])
+    if repeats.size:
+        first, second = sorted(int(positions[i]) for i in order[repeats[0] : repeats[0] + 2])
+        raise ValueError(f"positions {first} and {second} name the same ID: each ID is at most one common sample")
+    return rows

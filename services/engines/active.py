@@ -21,7 +21,7 @@ import numpy as np
 from vflsec.services import plugins
 from vflsec.services.common import BATCH_ENTRIES, CHUNK_VALUES
 from vflsec.services.config import PREDICT_BATCH_ROWS, PREDICT_WINDOW_MS
-from vflsec.services.crypto import entropy, he, psi, ring_mask
+from vflsec.services.crypto import entropy, he, oprf, psi, ring_mask
 from vflsec.services.data.datasets import IdIndex, PartyData
 from vflsec.services.defenses.gradients import GradientChain
 from vflsec.services.defenses.release import ReleasedParams, ReleasedScores, StepDescription
@@ -264,6 +264,7 @@ class ActiveParty:
         psi_ratio_floor: int = psi.RATIO_FLOOR,
         predict_window_ms: float = PREDICT_WINDOW_MS,
         predict_batch_rows: int = PREDICT_BATCH_ROWS,
+        psi_protocol: str = psi.PROTOCOLS[0],
     ) -> None:
         if data.y is None:
             raise ValueError("the active party's data file needs a label column")
@@ -279,6 +280,9 @@ class ActiveParty:
         self.psi_max_ids = psi_max_ids
         self.psi_max_ratio = psi_max_ratio
         self.psi_ratio_floor = psi_ratio_floor
+        if psi_protocol not in psi.PROTOCOLS:
+            raise ValueError(f"psi_protocol must be one of {', '.join(psi.PROTOCOLS)}, got {psi_protocol!r}")
+        self.psi_protocol = psi_protocol
         self.sessions = SessionTable(
             self.state, lambda sid, arrays, meta: ActiveSession.from_state(sid, arrays, meta, self.data.ids)
         )
@@ -453,11 +457,15 @@ class ActiveParty:
                 self._check_own_ids(own_ids)
                 s.aligning = True
         passive_rows = [s.passive_rows.get(party, len(own_ids)) for party in self.passives]
-        total = len(own_ids) + sum(len(own_ids) + 2 * n for n in passive_rows)
+        if self.psi_protocol == "oprf":  # U's rows sent and the values received, per passive party
+            total = sum(oprf.bins(len(own_ids)) + oprf.HASHES * n for n in passive_rows)
+        else:
+            total = len(own_ids) + sum(len(own_ids) + 2 * n for n in passive_rows)
         tracker = _Tracker(total, progress)
         if pending is None:
             try:
-                pending = self._intersect(s, own_ids, tracker)
+                intersect = self._intersect_oprf if self.psi_protocol == "oprf" else self._intersect
+                pending = intersect(s, own_ids, tracker)
             except BaseException:
                 # Nothing is aligned, so the session may try again (a passive party that answered takes a new
                 # exchange until PsiFinish fixed its rows; one that refused or was cut kept nothing).
@@ -521,6 +529,66 @@ class ActiveParty:
             raise FailedPrecondition(
                 f"PSI: no sample ID is common to all of {self.party_id} ({len(own_ids)} IDs), "
                 + ", ".join(f"{party} ({size} IDs)" for party, size in zip(self.passives, sizes, strict=True))
+                + ": check each party's ID column and its spelling (e.g. '7' vs '007')"
+            )
+        with s.lock:
+            s.pending = alignment
+            self._save(s)
+        return alignment
+
+    def _intersect_oprf(self, s: ActiveSession, own_ids: np.ndarray, tracker: _Tracker) -> psi.Alignment:
+        """:meth:`_intersect` by OT extension (services/crypto/oprf.py): one OPRF exchange with every passive party
+        (concurrently), then the same intersection of their values with ours."""
+        salt = psi.new_salt()
+        hashed = oprf.item_hashes(own_ids, salt)
+        try:
+            psi._require_unique(hashed.view(f"S{hashed.shape[1]}").reshape(-1), "ids")
+        except ValueError as exc:
+            raise FailedPrecondition(f"PSI: {self.party_id}'s own IDs: {exc}") from exc
+        m = oprf.bins(len(own_ids))
+        hash_key, table = oprf.place(hashed, m)  # redrawn here until every ID has a bin: nothing was sent yet
+
+        def check(n: int) -> None:  # a passive party sends exactly 3 values per own ID, its count within our caps
+            if n % oprf.HASHES:
+                raise ValueError(f"{n} values announced, not {oprf.HASHES} per ID")
+            psi.check_size(
+                n // oprf.HASHES,
+                len(own_ids),
+                max_ids=self.psi_max_ids,
+                max_ratio=self.psi_max_ratio,
+                ratio_floor=self.psi_ratio_floor,
+            )
+
+        exchanging = tracker.add("exchanging")
+
+        def exchange(party: str, client: PassiveClient) -> tuple[np.ndarray, np.ndarray]:
+            base_ot, receivers = oprf.BaseOtSender(), []
+
+            def u_rows(code_key: bytes, answers: list[bytes]) -> Iterator[bytes]:
+                k0, k1 = base_ot.keys(answers)
+                receivers.append(oprf.Receiver(table, hashed, k0, k1, code_key))
+                return receivers[-1].u_chunks()
+
+            hello = oprf.Hello(s.session_id, salt, hash_key, m, base_ot.point)
+            theirs = client.psi_oprf(hello, u_rows, check, exchanging)
+            return receivers[-1].values(), theirs
+
+        replies = self._each_passive(exchange)
+        try:
+            alignment = psi.intersect(
+                [mine for mine, _ in replies],
+                (replies[p][1] for p in range(len(replies))),
+                names=list(self.passives),
+            )
+        except ValueError as exc:
+            raise InvalidArgument(f"PSI: {exc}") from exc
+        if alignment.size == 0:
+            raise FailedPrecondition(
+                f"PSI: no sample ID is common to all of {self.party_id} ({len(own_ids)} IDs), "
+                + ", ".join(
+                    f"{party} ({len(theirs) // oprf.HASHES} IDs)"
+                    for party, (_, theirs) in zip(self.passives, replies, strict=True)
+                )
                 + ": check each party's ID column and its spelling (e.g. '7' vs '007')"
             )
         with s.lock:

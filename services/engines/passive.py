@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from vflsec.services.common import (
     require_query_id,
 )
 from vflsec.services.config import MIN_TRAINING_ROWS
-from vflsec.services.crypto import entropy, he, psi, ring_mask
+from vflsec.services.crypto import entropy, he, oprf, psi, ring_mask
 from vflsec.services.data.datasets import PartyData
 from vflsec.services.defenses import params as param_defenses
 from vflsec.services.defenses.embeddings import EmbeddingChain, basis_problem, binary_free_basis
@@ -388,6 +389,57 @@ class PassiveParty:
                 yield name, chunk
         except ValueError as exc:
             raise InvalidArgument(f"PSI: the active party's list: {exc}") from exc
+
+    def psi_oprf(
+        self, session_id: str, hello: oprf.Hello, u_rows: Iterable[bytes]
+    ) -> Iterator[tuple[bytes, list[bytes]] | psi.Chunk]:
+        """The OPRF exchange (services/crypto/oprf.py), one per session with psi_exchange's: yields our keys (code key,
+        base-OT answers), takes U's row chunks, then yields our values in chunks. The hello is checked (its bins
+        against the caps, its point) and its bins charged to the owner's budget before any work."""
+        s = self.session(session_id)
+        _refuse_second_exchange(session_id, s)
+        own_ids = self.data.ids
+        if not len(own_ids):
+            raise FailedPrecondition(f"PSI: {self.party_id} holds no sample IDs")
+        cap = min(self.psi_max_ids, max(math.floor(self.psi_max_ratio * len(own_ids)), self.psi_ratio_floor))
+        if not 1 <= hello.bins <= oprf.bins(cap) or hello.bins % oprf.BIN_ALIGN:
+            raise InvalidArgument(
+                f"PSI: the active party's hello announces {hello.bins} bins: this party takes a multiple of "
+                f"{oprf.BIN_ALIGN} up to {oprf.bins(cap)}, the bins of {cap} IDs ([limits] psi_max_ids, psi_max_ratio, "
+                "psi_ratio_floor)"
+            )
+        if not 1 <= len(hello.salt) <= 64:
+            raise InvalidArgument(f"PSI: the active party's salt holds {len(hello.salt)} bytes, not 1 to 64")
+        if len(hello.hash_key) != oprf.KEY_BYTES:
+            raise InvalidArgument(f"PSI: the active party's hash key holds {len(hello.hash_key)} bytes, not 16")
+        base_ot = oprf.BaseOtReceiver()
+        try:
+            answers = base_ot.answer(hello.base_point)
+        except ValueError as exc:
+            raise InvalidArgument(f"PSI: the active party's hello: {exc}") from exc
+        hashed = oprf.item_hashes(own_ids, hello.salt)
+        try:
+            psi._require_unique(hashed.view("S16").reshape(-1), "ids")
+        except ValueError as exc:
+            raise FailedPrecondition(f"PSI: {self.party_id}'s own IDs: {exc}") from exc
+        self._spend_psi_budget(s.owner, hello.bins)
+        code_key = entropy.os_entropy().bytes(oprf.KEY_BYTES)
+        sender = oprf.Sender(hashed, hello.hash_key, hello.bins, base_ot, code_key)
+        del hashed
+        yield code_key, answers
+        try:
+            for chunk in u_rows:
+                sender.add(chunk)
+            values = sender.values()
+        except ValueError as exc:
+            raise InvalidArgument(f"PSI: the active party's U: {exc}") from exc
+        with s.lock:
+            _refuse_second_exchange(session_id, s)  # a concurrent exchange may have finished meanwhile
+            s.psi_permutation = sender.rows
+            self._save(session_id, s)
+        del sender
+        for index, chunks, data in oprf.value_chunks(values):
+            yield psi.Chunk(index, chunks, len(values), data)
 
     def _psi_size_check(self, own: int) -> Callable[[int], None]:
         """The caps on a partner's list ([limits] psi_max_ids, absolute; psi_max_ratio, relative to ``own``)."""

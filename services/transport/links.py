@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import queue
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import grpc
 import numpy as np
 
-from vflsec.services.crypto import he, psi, ring_mask
+from vflsec.services.crypto import he, oprf, psi, ring_mask
 from vflsec.services.defenses.params import Distorted
 from vflsec.services.defenses.release import ReleasedParams, ReleasedScores, StepDescription
 from vflsec.services.errors import InvalidArgument, ServiceError
@@ -299,6 +300,55 @@ class PassiveClient:
         if len(double) != len(blinded):
             raise InvalidArgument(f"PSI: {self.peer} returned {len(double)} values for {len(blinded)} IDs")
         return double, own
+
+    def psi_oprf(
+        self,
+        hello: oprf.Hello,
+        u_rows: Callable[[bytes, list[bytes]], Iterator[bytes]],
+        check_size: Callable[[int], None],
+        progress: Callable[[int], None] | None = None,
+    ) -> np.ndarray:
+        """The OPRF exchange (services/crypto/oprf.py) with the party: send ``hello``; on its keys, stream
+        ``u_rows(code_key, base_answers)`` (U's row chunks, made as the call takes them); read its values (an S16
+        array), whose size ``check_size`` may refuse before they arrive. A reply that breaks the rules cancels the
+        call; ``progress`` hears of each U row chunk's rows and each value chunk's values."""
+        policy = replace(self.policy, timeout=self.policy.timeout + PSI_SECONDS_PER_ID * hello.bins)
+
+        def exchange(_: None, timeout: float) -> np.ndarray:
+            rows: queue.Queue[Iterator[bytes] | None] = queue.Queue()
+
+            def requests() -> Iterator[passive_pb2.PsiOprfRequest]:
+                yield psi_stream.oprf_hello(hello)
+                chunks = rows.get()  # the party's keys first
+                for chunk in chunks or ():
+                    yield passive_pb2.PsiOprfRequest(u_rows=chunk)
+                    if progress is not None:
+                        progress(len(chunk) // oprf.CODE_BYTES)
+
+            responses = self.stub.PsiOprfStream(requests(), timeout=timeout)
+            reader = psi.ChunkReader(check_size, width=oprf.VALUE_BYTES, per_chunk=oprf.VALUES_PER_CHUNK)
+            try:
+                first = next(responses, None)
+                if first is None or first.WhichOneof("step") != "keys":
+                    raise ValueError("the reply does not open with the party's keys")
+                if len(first.keys.code_key) != oprf.KEY_BYTES:
+                    raise ValueError(f"the code key holds {len(first.keys.code_key)} bytes, not {oprf.KEY_BYTES}")
+                rows.put(u_rows(first.keys.code_key, list(first.keys.base_answers)))
+                for reply in responses:
+                    if reply.WhichOneof("step") != "values":
+                        raise ValueError("a reply message after the keys carries no values")
+                    chunk = psi_stream.from_message(reply.values)
+                    reader.add(chunk)
+                    if progress is not None:
+                        progress(len(chunk.data) // oprf.VALUE_BYTES)
+                return reader.result()
+            except (ValueError, ServiceError) as exc:
+                responses.cancel()
+                raise InvalidArgument(f"PSI: {self.peer}'s reply: {exc}") from None
+            finally:
+                rows.put(None)  # the request stream never waits for keys that will not come
+
+        return call(self.peer, exchange, None, policy)
 
     def psi_finish(self, session_id: str, positions: np.ndarray) -> int:
         request = passive_pb2.PsiFinishRequest(session_id=session_id, positions=positions.tolist())
