@@ -39,6 +39,7 @@ from pysodium import (
 
 from vflsec.services.crypto import entropy
 from vflsec.services.crypto.curve import POINT_BYTES
+from vflsec.services.crypto.psi import _require_strings
 
 CODE_BITS = 512  # k: KKRT's 424-448 bits give 2^-40 for a million ids; a round 512 bits = 4 AES blocks
 CODE_BYTES = CODE_BITS // 8
@@ -74,11 +75,13 @@ def bins(n: int) -> int:
 
 # --- hashing ids: h(x), the code C(x), the cuckoo bins h_1..h_3(x) ---
 def item_hashes(ids: Sequence[str] | np.ndarray, salt: bytes) -> np.ndarray:
-    """h(x) = blake2b(utf-8 id, key = salt), 16 bytes per id: an (n, 16) uint8 array."""
+    """h(x) = blake2b(utf-8 id, key = salt), 16 bytes per id: an (n, 16) uint8 array; an id that is not a string
+    is a ValueError naming its row."""
     if not isinstance(salt, bytes) or not 1 <= len(salt) <= 64:
         raise ValueError("salt must be 1 to 64 bytes shared by both parties")
-    blake = hashlib.blake2b
-    out = b"".join([blake(str(x).encode("utf-8"), digest_size=16, key=salt, person=_PERSON).digest() for x in ids])
+    _require_strings(ids)
+    blake = functools.partial(hashlib.blake2b, digest_size=16, key=salt, person=_PERSON)
+    out = b"".join([blake(x.encode("utf-8")).digest() for x in ids])
     return np.frombuffer(out, dtype=np.uint8).reshape(-1, 16)
 
 

@@ -69,12 +69,14 @@ class TrainingRun:
 
 @dataclass
 class AlignProgress:
-    """Curve operations of an alignment done so far, of all it takes (a display: the passive parties' sizes are
-    the ones they announced when they joined), and the stage it is in."""
+    """Work of an alignment done so far, of all it takes (a display: the passive parties' sizes are the ones they
+    announced when they joined), and the stage it is in. ECDH counts curve operations; OPRF, U's rows sent and the
+    values received, per passive party."""
 
     done: int
     total: int
-    stage: str  # "blinding" (ours), "exchanging" (each passive party's), "re-blinding" (theirs), "finishing"
+    # "blinding" (ours, ECDH), "exchanging" (each passive party's), "re-blinding" (theirs, ECDH), "finishing"
+    stage: str
 
 
 class _Tracker:
@@ -540,10 +542,10 @@ class ActiveParty:
         """:meth:`_intersect` by OT extension (services/crypto/oprf.py): one OPRF exchange with every passive party
         (concurrently), then the same intersection of their values with ours."""
         salt = psi.new_salt()
-        hashed = oprf.item_hashes(own_ids, salt)
         try:
+            hashed = oprf.item_hashes(own_ids, salt)
             psi._require_unique(hashed.view(f"S{hashed.shape[1]}").reshape(-1), "ids")
-        except ValueError as exc:
+        except ValueError as exc:  # duplicate or non-string ids: nothing was sent
             raise FailedPrecondition(f"PSI: {self.party_id}'s own IDs: {exc}") from exc
         m = oprf.bins(len(own_ids))
         hash_key, table = oprf.place(hashed, m)  # redrawn here until every ID has a bin: nothing was sent yet

@@ -417,9 +417,9 @@ class PassiveParty:
             answers = base_ot.answer(hello.base_point)
         except ValueError as exc:
             raise InvalidArgument(f"PSI: the active party's hello: {exc}") from exc
-        hashed = oprf.item_hashes(own_ids, hello.salt)
         try:
-            psi._require_unique(hashed.view("S16").reshape(-1), "ids")
+            hashed = oprf.item_hashes(own_ids, hello.salt)
+            psi._require_unique(hashed.view(f"S{hashed.shape[1]}").reshape(-1), "ids")
         except ValueError as exc:
             raise FailedPrecondition(f"PSI: {self.party_id}'s own IDs: {exc}") from exc
         self._spend_psi_budget(s.owner, hello.bins)
@@ -472,8 +472,10 @@ class PassiveParty:
             try:
                 rows = psi.rows_from_positions(positions, s.psi_permutation)
             except ValueError as exc:
-                raise InvalidArgument(f"positions: {exc}") from exc
-            if s.rows is not None and not np.array_equal(rows, s.rows):
+                if s.rows is None:
+                    raise InvalidArgument(f"positions: {exc}") from exc
+                rows = None  # positions that name no rows cannot be the ones fixed
+            if s.rows is not None and (rows is None or not np.array_equal(rows, s.rows)):
                 raise FailedPrecondition(f"session {session_id!r} is aligned already (one PSI per session)")
             s.rows = rows
             self._save(session_id, s)

@@ -1,4 +1,4 @@
-"""Alignment through the live services (real gRPC, mTLS, two passive parties): AlignStream reports the curve work
+"""Alignment through the live services (real gRPC, mTLS, two passive parties): AlignStream reports the work
 as it goes and returns the common IDs in bounded chunks, in the common order; a PsiFinish that fails at one
 passive party leaves the session unaligned at the active party, and the next Align finishes it with the same
 positions, so every party ends on the same common rows."""
@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from tests.integration.conftest import Federation, federation
+from vflsec.services.crypto import oprf
 from vflsec.services.engines.active import ActiveSession
 from vflsec.services.rpc import active as active_rpc
 from vflsec.services.transport.server import peer_channel
@@ -48,9 +49,11 @@ def test_align_stream_reports_counts_and_returns_the_common_ids_in_chunks(fed, m
     assert progress and all(u.HasField("progress") for u in updates[: len(progress)])  # progress comes first
     assert [p.done for p in progress] == sorted(p.done for p in progress)
     assert {p.stage for p in progress} <= set(STAGES) and progress[-1].stage == "finishing"
-    # Every party's size was announced at JoinSession: the counts end at the whole curve work, n_a + sum(n_a + 2 n_p).
+    # Every party's size was announced at JoinSession: the counts end at the whole work, OPRF's (the default) U rows
+    # and values, sum(m + 3 n_p) (ECDH's curve work is n_a + sum(n_a + 2 n_p)).
     n_active = len(_engine(fed, "active").data.ids)
-    total = n_active + sum(n_active + 2 * len(_engine(fed, p).data.ids) for p in ("passive-1", "passive-2"))
+    assert _engine(fed, "active").psi_protocol == "oprf"
+    total = sum(oprf.bins(n_active) + 3 * len(_engine(fed, p).data.ids) for p in ("passive-1", "passive-2"))
     assert progress[-1].done == progress[-1].total == total
     rows = _engine(fed, "active").session(session_id).rows
     assert len(chunks) == -(-len(rows) // 64) > 1 and all(len(c.common_ids) <= 64 for c in chunks)
