@@ -422,7 +422,7 @@ class PassiveParty:
             psi._require_unique(hashed.view(f"S{hashed.shape[1]}").reshape(-1), "ids")
         except ValueError as exc:
             raise FailedPrecondition(f"PSI: {self.party_id}'s own IDs: {exc}") from exc
-        self._spend_psi_budget(s.owner, hello.bins)
+        self._spend_psi_budget(s.owner, hello.bins, "announced as OPRF bins")
         code_key = entropy.os_entropy().bytes(oprf.KEY_BYTES)
         sender = oprf.Sender(hashed, hello.hash_key, hello.bins, base_ot, code_key)
         del hashed
@@ -451,14 +451,15 @@ class PassiveParty:
             ratio_floor=self.psi_ratio_floor,
         )
 
-    def _spend_psi_budget(self, owner: str, n: int) -> None:
-        """Count ``n`` more IDs blinded for ``owner``, durably, before any point is computed; refuse over budget."""
+    def _spend_psi_budget(self, owner: str, n: int, sent: str = "sent") -> None:
+        """Count ``n`` more IDs blinded (or OPRF bins: each one ID A may test) for ``owner``, durably, before any
+        work; refuse over budget."""
         with self._lock:
             spent = self.psi_blinded.get(owner, 0)
             if self.psi_owner_budget is not None and spent + n > self.psi_owner_budget:
                 raise ResourceExhausted(
                     f"PSI budget of {owner} exhausted: {spent} of {self.psi_owner_budget} IDs blinded over its "
-                    f"sessions, {n} more sent ([limits] psi_owner_budget)"
+                    f"sessions, {n} more {sent} ([limits] psi_owner_budget)"
                 )
             self.psi_blinded[owner] = spent + n
             self.psi_ledger.save(owner, {}, {"blinded": spent + n})

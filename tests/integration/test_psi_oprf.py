@@ -1,0 +1,196 @@
+"""The OT-extension PSI (services/crypto/oprf.py, Passive.PsiOprfStream, the default [psi] protocol) through the
+live services (real gRPC, mTLS, two passive parties): the known intersection comes back exactly with the same
+sample at each common index on every party, ECDH stays selectable and agrees, and each bad input is refused with
+a status naming it: bins over the caps (before any work or budget), a bad base-OT point, a stream without a hello,
+U chunks of the wrong size, a value list that is not 3 per ID, and PsiFinish positions naming padding, one ID
+twice or nothing at all."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import grpc
+import numpy as np
+import pytest
+
+from tests.integration.conftest import Federation, federation
+from vflsec.services.crypto import oprf, psi
+from vflsec.services.transport import psi_stream
+from vflsec.services.transport.links import PassiveClient
+from vflsec.v1 import passive_pb2, passive_pb2_grpc
+
+
+@pytest.fixture(scope="module")
+def fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
+    with federation(tmp_path_factory.mktemp("psi-oprf"), n_passive=2, allow_plain=True) as running:
+        yield running
+
+
+def _engine(fed: Federation, party: str):
+    return fed.parties[party].engine
+
+
+def _session(fed: Federation, seed: int) -> str:
+    return fed.operator.create_session("plain", seed=seed).session_id
+
+
+@contextlib.contextmanager
+def _ids(fed: Federation, **ids: np.ndarray) -> Iterator[None]:
+    """Parties' IDs replaced for the duration (``passive_1=...``; alignment reads no feature)."""
+    datas = {party.replace("_", "-"): _engine(fed, party.replace("_", "-")).data for party in ids}
+    originals = {party: data.ids for party, data in datas.items()}
+    for party, data in datas.items():
+        data.ids = ids[party.replace("-", "_")]
+    try:
+        yield
+    finally:
+        for party, data in datas.items():
+            data.ids = originals[party]
+
+
+def _refused(call, *args) -> tuple[grpc.StatusCode, str]:
+    with pytest.raises(grpc.RpcError) as err:
+        call(*args)
+    return err.value.code(), err.value.details()
+
+
+def test_known_intersection_over_two_passive_parties_row_for_row_and_ecdh_agrees(fed) -> None:
+    rng = np.random.default_rng(0)  # the input rows only; the protocol draws from OS entropy
+    common = [f"c{i:05d}" for i in range(700)]
+    active = np.array(common + [f"a{i}" for i in range(300)])[rng.permutation(1000)]
+    first = np.array(common + [f"x{i}" for i in range(50)] + ["a1", "a2"])[rng.permutation(752)]
+    second = np.array(common[:650] + ["a1", "a3"] + [f"y{i}" for i in range(900)])[rng.permutation(1552)]
+    expected = {*common[:650], "a1"}  # a2 and a3 each miss one passive party
+    aligned = {}
+    with _ids(fed, active=active, passive_1=first, passive_2=second):
+        for protocol in ("oprf", "ecdh"):
+            _engine(fed, "active").psi_protocol = protocol
+            try:
+                session_id = _session(fed, 1 if protocol == "oprf" else 2)
+                aligned[protocol] = fed.operator.align(session_id)
+            finally:
+                _engine(fed, "active").psi_protocol = "oprf"
+            rows = _engine(fed, "active").session(session_id).rows
+            assert aligned[protocol] == active[rows].tolist()  # the operator's order is the common order
+            for party, ids in (("passive-1", first), ("passive-2", second)):
+                assert ids[_engine(fed, party).session(session_id).rows].tolist() == aligned[protocol]
+    assert set(aligned["oprf"]) == set(aligned["ecdh"]) == expected and len(aligned["oprf"]) == len(expected)
+
+
+def test_the_common_order_is_fresh_each_session(fed) -> None:
+    one, two = (fed.operator.align(_session(fed, seed)) for seed in (3, 4))
+    assert sorted(one) == sorted(two) and one != two
+
+
+def _stream(fed: Federation, requests: list[passive_pb2.PsiOprfRequest]) -> list[passive_pb2.PsiOprfReply]:
+    """A PsiOprfStream to passive-1 with the active party's certificate, requests as given; the replies."""
+    with fed.channel("active", "passive-1") as channel:
+        return list(passive_pb2_grpc.PassiveStub(channel).PsiOprfStream(iter(requests), timeout=60))
+
+
+def _hello(session_id: str, **changes: object) -> passive_pb2.PsiOprfRequest:
+    fields = dict(session_id=session_id, salt=psi.new_salt(), hash_key=bytes(16), bins=1024,
+                  base_point=oprf.BaseOtSender().point)
+    fields.update(changes)
+    return psi_stream.oprf_hello(oprf.Hello(**fields))
+
+
+def test_bins_over_the_caps_are_refused_before_any_work_or_budget(fed) -> None:
+    engine = _engine(fed, "passive-1")
+    session_id, spent = _session(fed, 5), dict(engine.psi_blinded)
+    n_own = len(engine.data.ids)
+    cap = max(int(engine.psi_max_ratio * n_own), engine.psi_ratio_floor)
+    too_many = oprf.bins(cap) + oprf.BIN_ALIGN
+    code, details = _refused(_stream, fed, [_hello(session_id, bins=too_many)])
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert (
+        f"PSI: the active party's hello announces {too_many} bins: this party takes a multiple of 128 up to "
+        f"{oprf.bins(cap)}, the bins of {cap} IDs ([limits] psi_max_ids, psi_max_ratio, psi_ratio_floor)"
+    ) in details
+    code, details = _refused(_stream, fed, [_hello(session_id, bins=1000)])  # not a multiple of 128
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "announces 1000 bins" in details
+    assert engine.psi_blinded == spent and engine.session(session_id).psi_permutation is None
+    assert len(fed.operator.align(session_id)) > 0  # nothing was used up
+
+
+@pytest.mark.parametrize(
+    ("case", "problem"),
+    [
+        ("identity point", "PSI: the active party's hello: the base-OT point S is not a canonical point of"),
+        ("short hash key", "PSI: the active party's hash key holds 3 bytes, not 16"),
+        ("no salt", "PSI: the active party's salt holds 0 bytes, not 1 to 64"),
+        ("no hello", "PSI: the active party's stream does not open with a hello"),
+        ("second hello", "PSI: the active party's stream carries a second hello or an empty message"),
+        ("short U chunk", "PSI: the active party's U: U chunk 0 holds 64 bytes, not 65536 (1024 rows of 64 bytes)"),
+        ("U cut", "PSI: the active party's U: U ended after 0 of 1 chunks"),
+    ],
+)
+def test_bad_hellos_and_u_streams_are_refused_naming_the_problem(fed, case: str, problem: str) -> None:
+    session_id = _session(fed, 6)
+    requests = {
+        "identity point": [_hello(session_id, base_point=bytes(32))],
+        "short hash key": [_hello(session_id, hash_key=b"abc")],
+        "no salt": [_hello(session_id, salt=b"")],
+        "no hello": [passive_pb2.PsiOprfRequest(u_rows=bytes(64))],
+        "second hello": [_hello(session_id), _hello(session_id)],
+        "short U chunk": [_hello(session_id), passive_pb2.PsiOprfRequest(u_rows=bytes(64))],
+        "U cut": [_hello(session_id)],
+    }[case]
+    code, details = _refused(_stream, fed, requests)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and problem in details
+    assert _engine(fed, "passive-1").session(session_id).psi_permutation is None  # nothing kept
+    assert len(fed.operator.align(session_id)) > 0
+
+
+def test_a_value_list_that_is_not_three_per_id_is_refused_by_the_active_party(fed, monkeypatch) -> None:
+    engine = _engine(fed, "passive-2")
+    honest = engine.psi_oprf
+
+    def one_short(*args):
+        for out in honest(*args):
+            if isinstance(out, psi.Chunk):
+                cut = out.data[: -oprf.VALUE_BYTES]
+                out = psi.Chunk(out.index, out.chunks, len(cut) // oprf.VALUE_BYTES, cut)
+            yield out
+
+    monkeypatch.setattr(engine, "psi_oprf", one_short)
+    session_id = _session(fed, 7)
+    code, details = _refused(fed.operator.align, session_id)
+    n = 3 * len(engine.data.ids) - 1
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert f"PSI: passive-2's reply: {n} values announced, not 3 per ID" in details
+    assert _engine(fed, "active").session(session_id).rows is None
+
+
+def test_psi_finish_refuses_padding_repeated_ids_and_positions_out_of_range(fed) -> None:
+    session_id = _session(fed, 8)
+    base_ot = oprf.BaseOtSender()
+    ids = _engine(fed, "active").data.ids
+    salt = psi.new_salt()
+    hashed = oprf.item_hashes(ids, salt)
+    m = oprf.bins(len(ids))
+    hash_key, table = oprf.place(hashed, m)
+
+    def u_rows(code_key: bytes, answers: list[bytes]) -> Iterator[bytes]:
+        return oprf.Receiver(table, hashed, *base_ot.keys(answers), code_key).u_chunks()
+
+    with fed.channel("active", "passive-1") as channel:
+        client = PassiveClient("passive-1", channel)
+        values = client.psi_oprf(oprf.Hello(session_id, salt, hash_key, m, base_ot.point), u_rows, lambda n: None)
+        engine = _engine(fed, "passive-1")
+        sent_rows = engine.session(session_id).psi_permutation
+        assert len(values) == len(sent_rows) == 3 * len(engine.data.ids)
+        padding = np.flatnonzero(sent_rows < 0)
+        row = sent_rows[sent_rows >= 0][0]
+        twice = np.flatnonzero(sent_rows == row)
+        assert len(twice) >= 2 and padding.size  # 569 IDs in 1024 bins: some ID has two of its 3 bins equal
+        for positions, problem in (
+            ([int(padding[0])], f"position {padding[0]} is a padding value, not one of this party's IDs"),
+            (twice[:2].tolist(), f"positions {twice[0]} and {twice[1]} name the same ID"),
+            ([len(values)], f"positions must lie in [0, {len(values)})"),
+        ):
+            request = passive_pb2.PsiFinishRequest(session_id=session_id, positions=positions)
+            code, details = _refused(client.stub.PsiFinish, request)
+            assert code == grpc.StatusCode.INVALID_ARGUMENT and f"positions: {problem}" in details
+        assert engine.session(session_id).rows is None
