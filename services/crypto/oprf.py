@@ -51,6 +51,7 @@ VALUE_BYTES = 16  # an OPRF output: >= 40 + log2(n_A) + log2(3 n_P) bits
 KEY_BYTES = 16  # AES-128 code, hash and base-OT stream keys
 ROWS_PER_CHUNK = 32_768  # U rows per message: 2 MB
 VALUES_PER_CHUNK = 131_072  # OPRF values per message: 2 MB
+_BLOCK = 65_536  # ids hashed or coded at once: a few MB of temporaries, whatever the set size
 CUCKOO_ROUNDS = 1000
 CUCKOO_TRIES = 16
 _PERSON = b"vflsec-kkrt-v1"
@@ -81,8 +82,11 @@ def item_hashes(ids: Sequence[str] | np.ndarray, salt: bytes) -> np.ndarray:
         raise ValueError("salt must be 1 to 64 bytes shared by both parties")
     _require_strings(ids)
     blake = functools.partial(hashlib.blake2b, digest_size=16, key=salt, person=_PERSON)
-    out = b"".join([blake(x.encode("utf-8")).digest() for x in ids])
-    return np.frombuffer(out, dtype=np.uint8).reshape(-1, 16)
+    out = np.empty((len(ids), 16), dtype=np.uint8)
+    for a in range(0, len(ids), _BLOCK):
+        digests = b"".join([blake(x.encode("utf-8")).digest() for x in ids[a : a + _BLOCK]])
+        out[a : a + _BLOCK] = np.frombuffer(digests, dtype=np.uint8).reshape(-1, 16)
+    return out
 
 
 def _ecb(key: bytes, blocks: np.ndarray) -> np.ndarray:
@@ -99,13 +103,19 @@ def _tweaked(hashed: np.ndarray, count: int) -> np.ndarray:
 
 def codes(code_key: bytes, hashed: np.ndarray) -> np.ndarray:
     """C(x) = AES_code_key(h(x) ^ i) for i = 0..3: (n, 64) uint8."""
-    return _ecb(code_key, _tweaked(hashed, CODE_BYTES // 16)).reshape(-1, CODE_BYTES)
+    out = np.empty((len(hashed), CODE_BYTES), dtype=np.uint8)
+    for a in range(0, len(hashed), _BLOCK):
+        out[a : a + _BLOCK] = _ecb(code_key, _tweaked(hashed[a : a + _BLOCK], CODE_BYTES // 16)).reshape(-1, CODE_BYTES)
+    return out
 
 
 def bins_of(hash_key: bytes, hashed: np.ndarray, m: int) -> np.ndarray:
     """h_1..h_3(x) in [0, m): three 64-bit words of AES_hash_key(h(x) ^ i), i = 0, 1, reduced mod m; (n, 3)."""
-    words = _ecb(hash_key, _tweaked(hashed, 2)).view(np.uint64).reshape(-1, 4)[:, :HASHES]
-    return (words % np.uint64(m)).astype(np.int64)
+    out = np.empty((len(hashed), HASHES), dtype=np.int64)
+    for a in range(0, len(hashed), _BLOCK):
+        words = _ecb(hash_key, _tweaked(hashed[a : a + _BLOCK], 2)).view(np.uint64).reshape(-1, 4)[:, :HASHES]
+        out[a : a + _BLOCK] = words % np.uint64(m)
+    return out
 
 
 class CuckooFailure(ValueError):
@@ -301,28 +311,30 @@ class Receiver:
 
 class Sender:
     """P's OPRF state: :meth:`add` takes U's row chunks in order; :meth:`values` is its list in the order sent and
-    ``rows`` the secret row of each sent value (-1: padding)."""
+    ``rows`` the secret row of each sent value (-1: padding). Per own id it keeps h(y) and, per (id, bin) slot, a
+    few integers; codes and Q rows exist a chunk at a time."""
 
     def __init__(self, own_hashed: np.ndarray, hash_key: bytes, m: int, ot: BaseOtReceiver, code_key: bytes) -> None:
         n = len(own_hashed)
-        self._m, self._s = m, ot.choices
+        self._m, self._s, self._hashed, self._code_key = m, ot.choices, own_hashed, code_key
         self._columns = _Columns(ot.keys)
         candidates = bins_of(hash_key, own_hashed, m)  # (n, 3)
         # A bin that two hash functions of the same id give counts once; its second slot is random padding
         distinct = np.ones((n, HASHES), dtype=bool)
         distinct[:, 1] = candidates[:, 1] != candidates[:, 0]
         distinct[:, 2] = (candidates[:, 2] != candidates[:, 0]) & (candidates[:, 2] != candidates[:, 1])
-        slots = np.flatnonzero(distinct.reshape(-1))  # slot = row * 3 + hash index
-        self._slot_bins = candidates.reshape(-1)[slots]
-        by_bin = np.argsort(self._slot_bins, kind="stable")
-        self._slots, self._slot_bins = slots[by_bin], self._slot_bins[by_bin]
-        self._masked = codes(code_key, own_hashed) & self._s  # C(y) & s
+        distinct = distinct.reshape(-1)
+        slots = np.flatnonzero(distinct)  # slot = row * 3 + hash index
+        slot_bins = candidates.reshape(-1)[slots]
+        del candidates
+        by_bin = np.argsort(slot_bins, kind="stable")
+        self._slots, self._slot_bins = slots[by_bin].astype(np.int32), slot_bins[by_bin].astype(np.int32)
+        del slots, slot_bins, by_bin
         self._slot_values = np.frombuffer(_random(HASHES * n * VALUE_BYTES), dtype=f"S{VALUE_BYTES}").copy()
         self._next, self._done = 0, 0
-        # The secret order: sent value k is slot order[k]
-        self._order = entropy.os_entropy().permutation(HASHES * n)
-        rows = np.where(distinct.reshape(-1), np.arange(HASHES * n) // HASHES, -1)
-        self.rows = rows[self._order]
+        # The secret order: sent value k is slot order[k], our row rows[k] (-1: padding)
+        self._order = entropy.os_entropy().permutation(HASHES * n).astype(np.int32)
+        self.rows = np.where(distinct[self._order], self._order // HASHES, -1).astype(np.int32)
 
     def add(self, chunk: bytes) -> None:
         """U's next row chunk; a ValueError if it has not the expected size."""
@@ -339,7 +351,8 @@ class Sender:
         q = self._columns.rows(b - a) ^ (u & self._s)
         end = self._done + int(np.searchsorted(self._slot_bins[self._done :], b))
         bins_here, slots = self._slot_bins[self._done : end], self._slots[self._done : end]
-        self._slot_values[slots] = output_hash(bins_here, q[bins_here - a] ^ self._masked[slots // HASHES])
+        masked = codes(self._code_key, self._hashed[slots // HASHES]) & self._s  # C(y) & s
+        self._slot_values[slots] = output_hash(bins_here, q[bins_here - a] ^ masked)
         self._next, self._done = b, end
 
     @property

@@ -573,4 +573,4 @@ def rows_from_positions(positions: Sequence[int] | np.ndarray, permutation: np.n
     if repeats.size:
         first, second = sorted(int(positions[i]) for i in order[repeats[0] : repeats[0] + 2])
         raise ValueError(f"positions {first} and {second} name the same ID: each ID is at most one common sample")
-    return rows
+    return rows.astype(np.int64)
