@@ -391,7 +391,6 @@ def run(
         "parties": parties,
         "workers": workers,
         "in_process": False,
-        "protocol": protocol,
         "load_average_1min": load,
         # The yardstick, measured in this run before the alignments: one core's X25519 exchanges (cryptography's,
         # OpenSSL), timed on X25519_SAMPLE and scaled to a million.
@@ -399,6 +398,7 @@ def run(
         "x25519_1m_cpu_seconds": x25519_cpu,
         "x25519_sample": X25519_SAMPLE,
         **first,
+        "protocol": protocol,  # "both", or the one run's (as in runs)
         "correct": all(r["correct"] for r in runs.values()),
         "runs": runs,
     }
