@@ -2,8 +2,8 @@
 live services (real gRPC, mTLS, two passive parties): the known intersection comes back exactly with the same
 sample at each common index on every party, ECDH stays selectable and agrees, and each bad input is refused with
 a status naming it: bins over the caps (before any work or budget), a bad base-OT point, a stream without a hello,
-U chunks of the wrong size, a value list that is not 3 per ID, and PsiFinish positions naming padding, one ID
-twice or nothing at all."""
+U chunks of the wrong size, a value list that is not 3 per ID, PsiFinish positions naming padding, one ID twice or
+nothing at all, a refusal at one passive party, bad own IDs and disjoint sets (each leaving nothing aligned)."""
 
 from __future__ import annotations
 
@@ -194,3 +194,43 @@ def test_psi_finish_refuses_padding_repeated_ids_and_positions_out_of_range(fed)
             code, details = _refused(client.stub.PsiFinish, request)
             assert code == grpc.StatusCode.INVALID_ARGUMENT and f"positions: {problem}" in details
         assert engine.session(session_id).rows is None
+
+
+def test_a_refusal_at_one_passive_party_leaves_nothing_and_the_session_aligns_again(fed) -> None:
+    engine = _engine(fed, "passive-2")
+    session_id = _session(fed, 9)
+    cap, engine.psi_max_ids = engine.psi_max_ids, 10
+    try:
+        code, details = _refused(fed.operator.align, session_id)
+    finally:
+        engine.psi_max_ids = cap
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "call to passive-2 failed" in details and "the bins of 10 IDs ([limits] psi_max_ids" in details
+    assert all(_engine(fed, p).session(session_id).rows is None for p in ("active", "passive-1", "passive-2"))
+    assert len(fed.operator.align(session_id)) > 0
+
+
+@pytest.mark.parametrize(("party", "fault"), [("active", "duplicate"), ("passive-1", "duplicate"),
+                                              ("active", "not a string"), ("passive-1", "not a string")])
+def test_bad_own_ids_name_the_party_and_the_rows(fed, party: str, fault: str) -> None:
+    session_id = _session(fed, 10)
+    ids = _engine(fed, party).data.ids.astype(object)
+    if fault == "duplicate":
+        ids[5] = ids[2]
+        problem = "duplicate ids at rows 2 and 5"
+    else:
+        ids[3] = 17
+        problem = "sample id at row 3 is a int, not a string"
+    with _ids(fed, **{party.replace("-", "_"): ids}):
+        code, details = _refused(fed.operator.align, session_id)
+    assert code == grpc.StatusCode.FAILED_PRECONDITION and f"PSI: {party}'s own IDs: {problem}" in details
+    assert len(fed.operator.align(session_id)) > 0  # nothing was aligned: the session aligns once they are fixed
+
+
+def test_disjoint_sets_are_an_empty_intersection_naming_every_party(fed) -> None:
+    renamed = np.array([f"other-{i}" for i in _engine(fed, "passive-1").data.ids])
+    with _ids(fed, passive_1=renamed):
+        code, details = _refused(fed.operator.align, _session(fed, 11))
+    n_active = len(_engine(fed, "active").data.ids)
+    assert code == grpc.StatusCode.FAILED_PRECONDITION
+    assert f"PSI: no sample ID is common to all of active ({n_active} IDs), passive-1 ({len(renamed)} IDs)" in details
