@@ -306,6 +306,13 @@ class ChunkReader:
         return self._points
 
 
+def largest_accepted(
+    own: int, *, max_ids: int = MAX_IDS, max_ratio: float = MAX_RATIO, ratio_floor: int = RATIO_FLOOR
+) -> int:
+    """The longest partner list our caps accept against our ``own`` IDs (an OPRF exchange's bins are sized by it)."""
+    return min(max_ids, max(math.floor(max_ratio * own), ratio_floor))
+
+
 def check_size(
     n: int, own: int, *, max_ids: int = MAX_IDS, max_ratio: float = MAX_RATIO, ratio_floor: int = RATIO_FLOOR
 ) -> None:
@@ -316,7 +323,7 @@ def check_size(
             f"{n} IDs announced, over this party's cap of {max_ids} ([limits] psi_max_ids; the smallest that "
             f"accepts them is {n})"
         )
-    if n > max(max_ratio * own, ratio_floor):
+    if n > largest_accepted(own, max_ids=max_ids, max_ratio=max_ratio, ratio_floor=ratio_floor):
         smallest = math.ceil(n * 100 / max(own, 1)) / 100
         raise ValueError(
             f"{n} IDs announced, over {max_ratio:g} x this party's own {own} IDs ([limits] psi_max_ratio; the "

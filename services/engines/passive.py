@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -401,7 +400,9 @@ class PassiveParty:
         own_ids = self.data.ids
         if not len(own_ids):
             raise FailedPrecondition(f"PSI: {self.party_id} holds no sample IDs")
-        cap = min(self.psi_max_ids, max(math.floor(self.psi_max_ratio * len(own_ids)), self.psi_ratio_floor))
+        cap = psi.largest_accepted(
+            len(own_ids), max_ids=self.psi_max_ids, max_ratio=self.psi_max_ratio, ratio_floor=self.psi_ratio_floor
+        )
         if not 1 <= hello.bins <= oprf.bins(cap) or hello.bins % oprf.BIN_ALIGN:
             raise InvalidArgument(
                 f"PSI: the active party's hello announces {hello.bins} bins: this party takes a multiple of "
