@@ -3,7 +3,8 @@ live services (real gRPC, mTLS, two passive parties): the known intersection com
 sample at each common index on every party, ECDH stays selectable and agrees, and each bad input is refused with
 a status naming it: bins over the caps (before any work or budget), a bad base-OT point, a stream without a hello,
 U chunks of the wrong size, a value list that is not 3 per ID, PsiFinish positions naming padding, one ID twice or
-nothing at all, a refusal at one passive party, bad own IDs and disjoint sets (each leaving nothing aligned)."""
+nothing at all, a refusal at one passive party, bad keys from one, bad own IDs and disjoint sets (each leaving
+nothing aligned)."""
 
 from __future__ import annotations
 
@@ -234,3 +235,35 @@ def test_disjoint_sets_are_an_empty_intersection_naming_every_party(fed) -> None
     n_active = len(_engine(fed, "active").data.ids)
     assert code == grpc.StatusCode.FAILED_PRECONDITION
     assert f"PSI: no sample ID is common to all of active ({n_active} IDs), passive-1 ({len(renamed)} IDs)" in details
+
+
+@pytest.mark.parametrize(
+    ("fault", "problem"),
+    [
+        ("identity answer", "base-OT point 0 is not a canonical point of ristretto255"),
+        ("short code key", "the code key holds 3 bytes, not 16"),
+        ("answers missing", "511 base-OT points, not 512"),
+    ],
+)
+def test_bad_keys_from_a_passive_party_are_refused_by_the_active_party(fed, monkeypatch, fault: str, problem) -> None:
+    engine = _engine(fed, "passive-1")
+    honest = engine.psi_oprf
+
+    def tampered(*args):
+        for out in honest(*args):
+            if not isinstance(out, psi.Chunk):
+                code_key, answers = out
+                if fault == "identity answer":
+                    answers = [bytes(32), *answers[1:]]
+                elif fault == "short code key":
+                    code_key = b"abc"
+                else:
+                    answers = answers[1:]
+                out = (code_key, answers)
+            yield out
+
+    monkeypatch.setattr(engine, "psi_oprf", tampered)
+    session_id = _session(fed, 12)
+    code, details = _refused(fed.operator.align, session_id)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and f"PSI: passive-1's reply: {problem}" in details
+    assert _engine(fed, "active").session(session_id).rows is None
