@@ -563,7 +563,9 @@ class ActiveParty:
 
         exchanging = tracker.add("exchanging")
 
-        def exchange(party: str, client: PassiveClient) -> tuple[np.ndarray, np.ndarray]:
+        def exchange(party: str, client: PassiveClient) -> tuple[int, tuple[np.ndarray, np.ndarray]]:
+            """(the party's ID count, its psi.match): its values are matched here, as soon as they are in, and
+            only 9 bytes per own ID are kept of them."""
             base_ot, receivers = oprf.BaseOtSender(), []
 
             def u_rows(code_key: bytes, answers: list[bytes]) -> Iterator[bytes]:
@@ -573,24 +575,17 @@ class ActiveParty:
 
             hello = oprf.Hello(s.session_id, salt, hash_key, m, base_ot.point)
             theirs = client.psi_oprf(hello, u_rows, check, exchanging)
-            return receivers[-1].values(), theirs
+            try:
+                return len(theirs) // oprf.HASHES, psi.match(receivers[-1].values(), theirs, party)
+            except ValueError as exc:
+                raise InvalidArgument(f"PSI: {exc}") from exc
 
         replies = self._each_passive(exchange)
-        try:
-            alignment = psi.intersect(
-                [mine for mine, _ in replies],
-                (replies[p][1] for p in range(len(replies))),
-                names=list(self.passives),
-            )
-        except ValueError as exc:
-            raise InvalidArgument(f"PSI: {exc}") from exc
+        alignment = psi.combine(matched for _, matched in replies)
         if alignment.size == 0:
             raise FailedPrecondition(
                 f"PSI: no sample ID is common to all of {self.party_id} ({len(own_ids)} IDs), "
-                + ", ".join(
-                    f"{party} ({len(theirs) // oprf.HASHES} IDs)"
-                    for party, (_, theirs) in zip(self.passives, replies, strict=True)
-                )
+                + ", ".join(f"{party} ({n} IDs)" for party, (n, _) in zip(self.passives, replies, strict=True))
                 + ": check each party's ID column and its spelling (e.g. '7' vs '007')"
             )
         with s.lock:
