@@ -246,19 +246,26 @@ def chunks_of(points: np.ndarray, workers: int = 1) -> Iterator[Chunk]:
 class ChunkReader:
     """Assembles a list received in chunks, checking each on arrival; a breach is a ValueError naming it (the
     caller names the sender). ``check_size(points)`` may refuse the announced size before any memory is taken
-    for it. No chunk at all is the empty list."""
+    for it. No chunk at all is the empty list. With ``keep=False`` nothing is assembled: the caller consumes each
+    chunk's values, which :meth:`add` returns, and :meth:`total` checks the list ended where announced."""
 
     def __init__(
-        self, check_size: Callable[[int], None] | None = None, *, width: int = POINT_BYTES, per_chunk: int = CHUNK
+        self,
+        check_size: Callable[[int], None] | None = None,
+        *,
+        width: int = POINT_BYTES,
+        per_chunk: int = CHUNK,
+        keep: bool = True,
     ) -> None:
         """``width`` bytes a value, at most ``per_chunk`` values a chunk (the OPRF's values: 16 and more)."""
         self._check_size = check_size
-        self._width, self._per_chunk = width, per_chunk
+        self._width, self._per_chunk, self._keep = width, per_chunk, keep
         self._points: np.ndarray | None = None
-        self._chunks = self._next = self._filled = 0
+        self._chunks = self._next = self._filled = self._total = 0
 
-    def add(self, chunk: Chunk) -> None:
-        if self._points is None:
+    def add(self, chunk: Chunk) -> np.ndarray:
+        """Check ``chunk`` and take its values; they are returned too."""
+        if not self._chunks:
             if chunk.points < 1 or not -(-chunk.points // self._per_chunk) <= chunk.chunks <= chunk.points:
                 raise ValueError(
                     f"chunk {chunk.index} announces {chunk.chunks} chunks for {chunk.points} points: each chunk "
@@ -266,11 +273,13 @@ class ChunkReader:
                 )
             if self._check_size is not None:
                 self._check_size(chunk.points)
-            self._points, self._chunks = np.empty(chunk.points, dtype=f"S{self._width}"), chunk.chunks
-        elif (chunk.chunks, chunk.points) != (self._chunks, len(self._points)):
+            self._total, self._chunks = chunk.points, chunk.chunks
+            if self._keep:
+                self._points = np.empty(chunk.points, dtype=f"S{self._width}")
+        elif (chunk.chunks, chunk.points) != (self._chunks, self._total):
             raise ValueError(
                 f"chunk {chunk.index} announces {chunk.chunks} chunks of {chunk.points} points, the first "
-                f"{self._chunks} chunks of {len(self._points)} points"
+                f"{self._chunks} chunks of {self._total} points"
             )
         if chunk.index != self._next or chunk.index >= self._chunks:
             if chunk.index >= self._chunks:
@@ -286,24 +295,28 @@ class ChunkReader:
                 f"chunk {chunk.index} holds {len(chunk.data)} bytes, not 1 to {self._per_chunk} values of "
                 f"{self._width} bytes"
             )
-        if self._filled + n > len(self._points) or (self._next == self._chunks - 1) != (
-            self._filled + n == len(self._points)
-        ):
+        if self._filled + n > self._total or (self._next == self._chunks - 1) != (self._filled + n == self._total):
             raise ValueError(
                 f"chunk {chunk.index} of {self._chunks} brings the list to {self._filled + n} points, "
-                f"{len(self._points)} announced"
+                f"{self._total} announced"
             )
-        self._points[self._filled : self._filled + n] = np.frombuffer(chunk.data, dtype=self._points.dtype)
+        values = np.frombuffer(chunk.data, dtype=f"S{self._width}")
+        if self._points is not None:
+            self._points[self._filled : self._filled + n] = values
         self._filled += n
         self._next += 1
+        return values
 
-    def result(self) -> np.ndarray:
-        """The whole list; a ValueError if it ended before the announced last chunk."""
-        if self._points is None:
-            return np.empty(0, dtype=f"S{self._width}")
+    def total(self) -> int:
+        """The list's length; a ValueError if it ended before the announced last chunk."""
         if self._next != self._chunks:
             raise ValueError(f"the list ends after {self._next} of {self._chunks} chunks")
-        return self._points
+        return self._total
+
+    def result(self) -> np.ndarray:
+        """The whole list (``keep``); a ValueError if it ended before the announced last chunk."""
+        self.total()
+        return self._points if self._points is not None else np.empty(0, dtype=f"S{self._width}")
 
 
 def largest_accepted(
@@ -558,6 +571,42 @@ def match(active_values: Sequence[bytes], passive_values: Sequence[bytes], name:
         common[start : start + _BLOCK] = theirs[at] == block
         positions[start : start + _BLOCK] = at
     return common, positions
+
+
+class StreamMatch:
+    """:func:`match` for a passive list that arrives in chunks, none of which is kept: each value is looked up among
+    ours (sorted once) as it comes. A value of ours matched twice (the party sent it twice) is a ValueError naming
+    both positions; repeats among values that match nothing of ours change nothing and are not looked for."""
+
+    def __init__(self, active_values: np.ndarray, name: str) -> None:
+        self._mine, self._name = active_values, name
+        self._order = _require_unique(active_values, f"active values for {name}")
+        self.common = np.zeros(len(active_values), dtype=bool)
+        self.positions = np.zeros(len(active_values), dtype=np.int64)
+        self._seen = 0
+
+    def add(self, values: np.ndarray) -> None:
+        start, self._seen = self._seen, self._seen + len(values)
+        if not len(self._mine):
+            return
+        rows = self._order[np.minimum(np.searchsorted(self._mine, values, sorter=self._order), len(self._mine) - 1)]
+        hit = self._mine[rows] == values
+        rows, at = rows[hit], start + np.flatnonzero(hit)
+        twice = self.common[rows]
+        if twice.any():
+            first = int(np.flatnonzero(twice)[0])
+            earlier = int(self.positions[rows[first]])
+            raise ValueError(f"duplicate values sent by {self._name} at rows {earlier} and {int(at[first])}")
+        unique, counts = np.unique(rows, return_counts=True)
+        if (counts > 1).any():
+            row = unique[np.flatnonzero(counts > 1)[0]]
+            first, second = (int(a) for a in at[rows == row][:2])
+            raise ValueError(f"duplicate values sent by {self._name} at rows {first} and {second}")
+        self.common[rows] = True
+        self.positions[rows] = at
+
+    def result(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.common, self.positions
 
 
 def combine(matches: Iterable[tuple[np.ndarray, np.ndarray]]) -> Alignment:

@@ -564,21 +564,24 @@ class ActiveParty:
         exchanging = tracker.add("exchanging")
 
         def exchange(party: str, client: PassiveClient) -> tuple[int, tuple[np.ndarray, np.ndarray]]:
-            """(the party's ID count, its psi.match): its values are matched here, as soon as they are in, and
-            only 9 bytes per own ID are kept of them."""
-            base_ot, receivers = oprf.BaseOtSender(), []
+            """(the party's ID count, its match against ours): each chunk of its values is looked up among our
+            outputs as it arrives (psi.StreamMatch), so only 9 bytes per own ID are kept of them."""
+            base_ot, receivers, matches = oprf.BaseOtSender(), [], []
 
             def u_rows(code_key: bytes, answers: list[bytes]) -> Iterator[bytes]:
                 k0, k1 = base_ot.keys(answers)
                 receivers.append(oprf.Receiver(table, hashed, k0, k1, code_key))
+                matches.clear()
                 return receivers[-1].u_chunks()
 
+            def take(values: np.ndarray) -> None:  # the party sends its values once it has all of U: ours are done
+                if not matches:
+                    matches.append(psi.StreamMatch(receivers[-1].values(), party))
+                matches[0].add(values)
+
             hello = oprf.Hello(s.session_id, salt, hash_key, m, base_ot.point)
-            theirs = client.psi_oprf(hello, u_rows, check, exchanging)
-            try:
-                return len(theirs) // oprf.HASHES, psi.match(receivers[-1].values(), theirs, party)
-            except ValueError as exc:
-                raise InvalidArgument(f"PSI: {exc}") from exc
+            n = client.psi_oprf(hello, u_rows, check, take, exchanging)
+            return n // oprf.HASHES, matches[0].result() if matches else psi.match(receivers[-1].values(), [], party)
 
         replies = self._each_passive(exchange)
         alignment = psi.combine(matched for _, matched in replies)

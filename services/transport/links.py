@@ -306,15 +306,17 @@ class PassiveClient:
         hello: oprf.Hello,
         u_rows: Callable[[bytes, list[bytes]], Iterator[bytes]],
         check_size: Callable[[int], None],
+        take: Callable[[np.ndarray], None],
         progress: Callable[[int], None] | None = None,
-    ) -> np.ndarray:
+    ) -> int:
         """The OPRF exchange (services/crypto/oprf.py) with the party: send ``hello``; on its keys, stream
-        ``u_rows(code_key, base_answers)`` (U's row chunks, made as the call takes them); read its values (an S16
-        array), whose size ``check_size`` may refuse before they arrive. A reply that breaks the rules cancels the
-        call; ``progress`` hears of each U row chunk's rows and each value chunk's values."""
+        ``u_rows(code_key, base_answers)`` (U's row chunks, made as the call takes them); hand its values to
+        ``take`` chunk by chunk (S16 arrays, in order; none is kept here) and return their number, whose size
+        ``check_size`` may refuse before any arrives. A reply that breaks the rules, or a ValueError from ``take``,
+        cancels the call; ``progress`` hears of each U row chunk's rows and each value chunk's values."""
         policy = replace(self.policy, timeout=self.policy.timeout + PSI_SECONDS_PER_ID * hello.bins)
 
-        def exchange(_: None, timeout: float) -> np.ndarray:
+        def exchange(_: None, timeout: float) -> int:
             rows: queue.Queue[Iterator[bytes] | None] = queue.Queue()
 
             def requests() -> Iterator[passive_pb2.PsiOprfRequest]:
@@ -326,7 +328,7 @@ class PassiveClient:
                         progress(len(chunk) // oprf.CODE_BYTES)
 
             responses = self.stub.PsiOprfStream(requests(), timeout=timeout)
-            reader = psi.ChunkReader(check_size, width=oprf.VALUE_BYTES, per_chunk=oprf.VALUES_PER_CHUNK)
+            reader = psi.ChunkReader(check_size, width=oprf.VALUE_BYTES, per_chunk=oprf.VALUES_PER_CHUNK, keep=False)
             try:
                 first = next(responses, None)
                 if first is None or first.WhichOneof("step") != "keys":
@@ -337,11 +339,11 @@ class PassiveClient:
                 for reply in responses:
                     if reply.WhichOneof("step") != "values":
                         raise ValueError("a reply message after the keys carries no values")
-                    chunk = psi_stream.from_message(reply.values)
-                    reader.add(chunk)
+                    values = reader.add(psi_stream.from_message(reply.values))
+                    take(values)
                     if progress is not None:
-                        progress(len(chunk.data) // oprf.VALUE_BYTES)
-                return reader.result()
+                        progress(len(values))
+                return reader.total()
             except (ValueError, ServiceError) as exc:
                 responses.cancel()
                 raise InvalidArgument(f"PSI: {self.peer}'s reply: {exc}") from None

@@ -178,10 +178,12 @@ def test_psi_finish_refuses_padding_repeated_ids_and_positions_out_of_range(fed)
 
     with fed.channel("active", "passive-1") as channel:
         client = PassiveClient("passive-1", channel)
-        values = client.psi_oprf(oprf.Hello(session_id, salt, hash_key, m, base_ot.point), u_rows, lambda n: None)
+        hello, chunks = oprf.Hello(session_id, salt, hash_key, m, base_ot.point), []
+        n = client.psi_oprf(hello, u_rows, lambda n: None, chunks.append)
+        values = np.concatenate(chunks)
         engine = _engine(fed, "passive-1")
         sent_rows = engine.session(session_id).psi_permutation
-        assert len(values) == len(sent_rows) == 3 * len(engine.data.ids)
+        assert n == len(values) == len(sent_rows) == 3 * len(engine.data.ids)
         padding = np.flatnonzero(sent_rows < 0)
         row = sent_rows[sent_rows >= 0][0]
         twice = np.flatnonzero(sent_rows == row)

@@ -157,3 +157,32 @@ def test_bins_cover_the_ids_with_margin_in_whole_blocks() -> None:
     for n in (1, 100, 10**6):
         m = oprf.bins(n)
         assert m % oprf.BIN_ALIGN == 0 and m >= 1.27 * n
+
+
+def _values(n: int) -> np.ndarray:
+    return np.frombuffer(os.urandom(16 * n), dtype="S16")
+
+
+def test_matching_values_as_they_arrive_equals_matching_the_whole_list() -> None:
+    mine = _values(5000)
+    theirs = np.concatenate([_values(4000), mine[:3000]])[np.random.default_rng(0).permutation(7000)]
+    stream = psi.StreamMatch(mine, "passive-1")
+    for start in range(0, len(theirs), 999):
+        stream.add(theirs[start : start + 999])
+    common, positions = stream.result()
+    expected_common, expected_positions = psi.match(mine, theirs, "passive-1")
+    assert common.sum() == 3000 and np.array_equal(common, expected_common)
+    assert np.array_equal(positions[common], expected_positions[common])
+    assert np.array_equal(theirs[positions[common]], mine[common])
+
+
+def test_a_value_of_ours_sent_twice_is_refused_naming_both_positions() -> None:
+    mine = _values(10)
+    for chunks in ([np.array([mine[3], mine[5], mine[3]])], [np.array([mine[3]]), np.array([mine[0], mine[3]])]):
+        stream = psi.StreamMatch(mine, "passive-1")
+        with pytest.raises(ValueError, match="duplicate values sent by passive-1 at rows 0 and 2"):
+            for chunk in chunks:
+                stream.add(chunk)
+    stream = psi.StreamMatch(mine, "passive-1")
+    stream.add(np.array([b"x" * 16, b"x" * 16, mine[1]]))  # a repeat matching nothing of ours changes nothing
+    assert stream.result()[0].tolist() == [i == 1 for i in range(10)] and stream.result()[1][1] == 2
