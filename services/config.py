@@ -116,8 +116,11 @@ class ServiceConfig:
     psi_ratio_floor: int = PSI_RATIO_FLOOR  # ... or up to this many IDs, whatever our own size
     # Passive party: IDs it blinds for one owner over all sessions and restarts ([limits] psi_owner_budget).
     psi_owner_budget: int = PSI_OWNER_BUDGET
-    # Active party: the alignment protocol ([psi] protocol): "oprf" (OT extension, the default) or "ecdh".
+    # Active party: the alignment protocol ([psi] protocol): "ecdh" (the default) or "oprf" (OT extension).
     psi_protocol: str = PSI_PROTOCOLS[0]
+    # Passive party: the protocols it serves ([psi] accept). OPRF is semi-honest: accepting it trusts the active
+    # party not to deviate (docs/protocol.md, Alignment), so it is opt-in.
+    psi_accept: tuple[str, ...] = PSI_PROTOCOLS[:1]
     # Passive party: the operator identity allowed to ask it for a risk forecast (None: operator-<party_id>).
     operator: str | None = None
     # Coordinator: the operator-approved feature columns of each party ([schema], party id -> count; the active
@@ -212,6 +215,15 @@ def parse_config(raw: dict[str, Any], *, base: Path, role: str | None = None, so
     psi_protocol = raw.get("psi", {}).get("protocol", PSI_PROTOCOLS[0])
     if psi_protocol not in PSI_PROTOCOLS:
         raise ConfigError(f"{source}: [psi] protocol must be one of {', '.join(PSI_PROTOCOLS)}, got {psi_protocol!r}")
+    psi_accept = raw.get("psi", {}).get("accept", list(PSI_PROTOCOLS[:1]))
+    if (
+        not isinstance(psi_accept, list)
+        or not psi_accept
+        or any(not isinstance(p, str) or p not in PSI_PROTOCOLS for p in psi_accept)
+    ):
+        raise ConfigError(
+            f"{source}: [psi] accept must be a non-empty list of {', '.join(PSI_PROTOCOLS)}, got {psi_accept!r}"
+        )
     policy = raw.get("policy", {})
     state = raw.get("state", {})
     schema = raw.get("schema")
@@ -269,6 +281,7 @@ def parse_config(raw: dict[str, Any], *, base: Path, role: str | None = None, so
         psi_ratio_floor=psi_ratio_floor,
         psi_owner_budget=psi_owner_budget,
         psi_protocol=psi_protocol,
+        psi_accept=tuple(psi_accept),
         key_rotation_steps=key_rotation_steps,
         operator=raw.get("operator"),
         schema=schema,

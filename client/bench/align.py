@@ -2,8 +2,9 @@
 memory.
 
 The active party holds ``rows`` ids; each passive party holds the first 90 % of them plus ``rows - 90 %`` ids of
-its own, so the common set is known and checked. ``--protocol``: ``oprf`` (the default, OT extension:
-services/crypto/oprf.py), ``ecdh`` (services/crypto/psi.py) or ``both``, run one after the other in this run.
+its own, so the common set is known and checked. ``--protocol``: ``oprf`` (OT extension, opt-in:
+services/crypto/oprf.py), ``ecdh`` (services/crypto/psi.py, the parties' default) or ``both`` (the bench's default),
+run one after the other in this run.
 Two transports:
 
 - ``grpc`` (default), the shipped path: each party's shard is written (ids plus one feature column, streamed to
@@ -365,10 +366,10 @@ def run(
     parties: int = 1,
     log: Callable[[str], None] = print,
     transport: str = "grpc",
-    protocol: str = psi.PROTOCOLS[0],
+    protocol: str = "both",
 ) -> dict:
     """``protocol``: "oprf", "ecdh" or "both" (OPRF first). The top-level figures are the first protocol's; every
-    run's are under ``runs``."""
+    run's are under ``runs``; ``default_protocol`` names the one the parties run unless configured otherwise."""
     if rows < 10:
         raise ValueError(f"--rows must be at least 10, got {rows}")
     if parties < 1:
@@ -383,7 +384,7 @@ def run(
         f"(from {X25519_SAMPLE:,}; load average {load:.1f})")
     workers = psi.default_workers()
     runs = {p: _one(p, rows, parties, log, transport, workers, x25519, x25519_cpu) for p in (
-        psi.PROTOCOLS if protocol == "both" else (protocol,)
+        ("oprf", "ecdh") if protocol == "both" else (protocol,)
     )}
     first = next(iter(runs.values()))
     return {
@@ -399,6 +400,7 @@ def run(
         "x25519_sample": X25519_SAMPLE,
         **first,
         "protocol": protocol,  # "both", or the one run's (as in runs)
+        "default_protocol": psi.PROTOCOLS[0],  # what a party runs unless configured ([psi] protocol, accept)
         "correct": all(r["correct"] for r in runs.values()),
         "runs": runs,
     }

@@ -142,10 +142,10 @@ def bench_align(
     protocol: Annotated[
         str,
         typer.Option(
-            help="oprf: OT-extension PSI (the parties' default); ecdh: ristretto255 ECDH PSI; both: one after the "
-            "other, side by side in one report."
+            help="ecdh: ristretto255 ECDH PSI (the parties' default); oprf: OT-extension PSI (semi-honest, opt-in: "
+            "[psi] accept); both: OPRF then ECDH, side by side in one report."
         ),
-    ] = "oprf",
+    ] = "both",
     as_json: opt.Json = False,
 ) -> None:
     """PSI alignment seconds against a yardstick (1M X25519 multiplications on one core, measured in the run) and,

@@ -185,6 +185,7 @@ class PassiveParty:
         psi_max_ratio: float = psi.MAX_RATIO,
         psi_ratio_floor: int = psi.RATIO_FLOOR,
         psi_owner_budget: int | None = None,
+        psi_accept: Sequence[str] = psi.PROTOCOLS[:1],
         allowed_backends: Sequence[str] = ("ckks",),
         embedding_release: Sequence[str] = (),
         min_training_rows: int = MIN_TRAINING_ROWS,
@@ -231,6 +232,9 @@ class PassiveParty:
         # psi_owner_budget; None: unlimited): one exchange per session does not stop testing a dictionary over
         # many sessions, this does.
         self.psi_owner_budget = psi_owner_budget
+        # [psi] accept: the OPRF exchange is semi-honest (a deviating active party learns all our IDs), so it is
+        # served only when this party's operator opted in; ECDH always.
+        self.psi_accept = frozenset(psi_accept)
         self.data = data
         self.coordinator = coordinator
         self.coordinator_id = coordinator_id  # the coordinator identity this party answers
@@ -395,6 +399,12 @@ class PassiveParty:
         """The OPRF exchange (services/crypto/oprf.py), one per session with psi_exchange's: yields our keys (code key,
         base-OT answers), takes U's row chunks, then yields our values in chunks. The hello is checked (its bins
         against the caps, its point) and its bins charged to the owner's budget before any work."""
+        if "oprf" not in self.psi_accept:  # our own config only: nothing read, drawn or charged
+            raise FailedPrecondition(
+                f"PSI: {self.party_id} does not serve the OPRF exchange ([psi] accept: "
+                f"{', '.join(sorted(self.psi_accept))}): it is secure against a semi-honest active party only; "
+                "align with [psi] protocol = \"ecdh\""
+            )
         s = self.session(session_id)
         _refuse_second_exchange(session_id, s)
         own_ids = self.data.ids

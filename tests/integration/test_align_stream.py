@@ -23,7 +23,8 @@ STAGES = ("blinding", "exchanging", "re-blinding", "finishing")
 
 @pytest.fixture(scope="module")
 def fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
-    with federation(tmp_path_factory.mktemp("align-stream"), n_passive=2, allow_plain=True) as running:
+    folder = tmp_path_factory.mktemp("align-stream")
+    with federation(folder, n_passive=2, allow_plain=True, psi_protocol="oprf") as running:
         yield running
 
 
@@ -49,8 +50,8 @@ def test_align_stream_reports_counts_and_returns_the_common_ids_in_chunks(fed, m
     assert progress and all(u.HasField("progress") for u in updates[: len(progress)])  # progress comes first
     assert [p.done for p in progress] == sorted(p.done for p in progress)
     assert {p.stage for p in progress} <= set(STAGES) and progress[-1].stage == "finishing"
-    # Every party's size was announced at JoinSession: the counts end at the whole work, OPRF's (the default) U rows
-    # and values, sum(m + 3 n_p) (ECDH's curve work is n_a + sum(n_a + 2 n_p)).
+    # Every party's size was announced at JoinSession: the counts end at the whole work, OPRF's (this federation's)
+    # U rows and values, sum(m + 3 n_p) (ECDH's curve work is n_a + sum(n_a + 2 n_p)).
     n_active = len(_engine(fed, "active").data.ids)
     assert _engine(fed, "active").psi_protocol == "oprf"
     total = sum(oprf.bins(n_active) + 3 * len(_engine(fed, p).data.ids) for p in ("passive-1", "passive-2"))

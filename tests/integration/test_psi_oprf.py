@@ -1,4 +1,4 @@
-"""The OT-extension PSI (services/crypto/oprf.py, Passive.PsiOprfStream, the default [psi] protocol) through the
+"""The OT-extension PSI (services/crypto/oprf.py, Passive.PsiOprfStream, opt-in: [psi] protocol/accept) through the
 live services (real gRPC, mTLS, two passive parties): the known intersection comes back exactly with the same
 sample at each common index on every party, ECDH stays selectable and agrees, and each bad input is refused with
 a status naming it: bins over the caps (before any work or budget), a bad base-OT point, a stream without a hello,
@@ -24,7 +24,7 @@ from vflsec.v1 import passive_pb2, passive_pb2_grpc
 
 @pytest.fixture(scope="module")
 def fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
-    with federation(tmp_path_factory.mktemp("psi-oprf"), n_passive=2, allow_plain=True) as running:
+    with federation(tmp_path_factory.mktemp("psi-oprf"), n_passive=2, allow_plain=True, psi_protocol="oprf") as running:
         yield running
 
 
