@@ -624,23 +624,19 @@ def combine(matches: Iterable[tuple[np.ndarray, np.ndarray]]) -> Alignment:
     return Alignment(active_rows=rows, passive_positions=tuple(positions[rows] for positions in found))
 
 
+# The one refusal of a bad position list. It names no position: which positions are padding or name one row
+# twice depends on the passive party's secret order (an OPRF list's), and no refusal may read that out.
+BAD_POSITIONS = "positions: they do not name distinct IDs of the list this party sent"
+
+
 def rows_from_positions(positions: Sequence[int] | np.ndarray, permutation: np.ndarray) -> np.ndarray:
     """Passive side of step 4: own row of each common index, from positions into the list it sent (``permutation``:
-    the row of each value sent; -1 for an OPRF list's padding, which no position may name)."""
+    the row of each value sent; -1 for an OPRF list's padding). Positions out of range or repeated, naming padding,
+    or two naming one row are all refused alike (:data:`BAD_POSITIONS`): an honest active party sends none."""
     positions = np.asarray(positions, dtype=np.int64)
-    if positions.ndim != 1:
-        raise ValueError(f"positions must be one-dimensional, got shape {positions.shape}")
-    if positions.size and (positions.min() < 0 or positions.max() >= len(permutation)):
-        raise ValueError(f"positions must lie in [0, {len(permutation)})")
-    if len(np.unique(positions)) != len(positions):
-        raise ValueError("positions must not repeat: each sent value is at most one common sample")
+    if positions.ndim != 1 or (positions.size and (positions.min() < 0 or positions.max() >= len(permutation))):
+        raise ValueError(BAD_POSITIONS)
     rows = permutation[positions]
-    padding = np.flatnonzero(rows < 0)
-    if padding.size:
-        raise ValueError(f"position {positions[padding[0]]} is a padding value, not one of this party's IDs")
-    order = np.argsort(rows, kind="stable")
-    repeats = np.flatnonzero(rows[order][1:] == rows[order][:-1])
-    if repeats.size:
-        first, second = sorted(int(positions[i]) for i in order[repeats[0] : repeats[0] + 2])
-        raise ValueError(f"positions {first} and {second} name the same ID: each ID is at most one common sample")
+    if (rows < 0).any() or len(np.unique(rows)) != len(rows):  # repeated positions repeat their row too
+        raise ValueError(BAD_POSITIONS)
     return rows.astype(np.int64)

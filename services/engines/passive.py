@@ -476,7 +476,11 @@ class PassiveParty:
             self.psi_ledger.save(owner, {}, {"blinded": spent + n})
 
     def psi_finish(self, session_id: str, positions: np.ndarray) -> int:
-        """Fix the common rows, once: a retry with the same positions is answered again, different ones refused."""
+        """Fix the common rows, once: a retry with the same positions is answered again, different ones refused.
+
+        Bad positions before that void the exchange: one refusal naming no position (psi.BAD_POSITIONS), and the
+        next alignment needs a new exchange, charged again, so each probe of our secret order (which positions are
+        OPRF padding or share a row) costs a whole exchange and yields at most one bit."""
         s = self.session(session_id)
         with s.lock:
             if s.psi_permutation is None:
@@ -485,7 +489,11 @@ class PassiveParty:
                 rows = psi.rows_from_positions(positions, s.psi_permutation)
             except ValueError as exc:
                 if s.rows is None:
-                    raise InvalidArgument(f"positions: {exc}") from exc
+                    s.psi_permutation = None
+                    self._save(session_id, s)
+                    raise InvalidArgument(
+                        f"{exc}; the exchange is void: align again (a new exchange, charged to the budget)"
+                    ) from exc
                 rows = None  # positions that name no rows cannot be the ones fixed
             if s.rows is not None and (rows is None or not np.array_equal(rows, s.rows)):
                 raise FailedPrecondition(f"session {session_id!r} is aligned already (one PSI per session)")

@@ -3,8 +3,8 @@ live services (real gRPC, mTLS, two passive parties): the known intersection com
 sample at each common index on every party, ECDH stays selectable and agrees, and each bad input is refused with
 a status naming it: bins over the caps (before any work or budget), a bad base-OT point, a stream without a hello,
 U chunks of the wrong size, a value list that is not 3 per ID, PsiFinish positions naming padding, one ID twice or
-nothing at all, a refusal at one passive party, bad keys from one, bad own IDs and disjoint sets (each leaving
-nothing aligned)."""
+nothing at all (one refusal for all, voiding the exchange), a refusal at one passive party, bad keys from one, bad
+own IDs and disjoint sets (each leaving nothing aligned)."""
 
 from __future__ import annotations
 
@@ -164,39 +164,60 @@ def test_a_value_list_that_is_not_three_per_id_is_refused_by_the_active_party(fe
     assert _engine(fed, "active").session(session_id).rows is None
 
 
-def test_psi_finish_refuses_padding_repeated_ids_and_positions_out_of_range(fed) -> None:
+def test_psi_finish_refuses_every_bad_list_alike_naming_no_position_and_voids_the_exchange(fed) -> None:
+    # Review 15, F2: which positions are padding or share a row is the passive party's secret order, so a padding
+    # position, two values of one row, a repeated or an out-of-range position get one refusal (no position named),
+    # and each voids the exchange: the next try needs a new exchange, charged again.
     session_id = _session(fed, 8)
-    base_ot = oprf.BaseOtSender()
     ids = _engine(fed, "active").data.ids
-    salt = psi.new_salt()
-    hashed = oprf.item_hashes(ids, salt)
+    engine = _engine(fed, "passive-1")
     m = oprf.bins(len(ids))
-    hash_key, table = oprf.place(hashed, m)
 
-    def u_rows(code_key: bytes, answers: list[bytes]) -> Iterator[bytes]:
-        return oprf.Receiver(table, hashed, *base_ot.keys(answers), code_key).u_chunks()
+    def exchange(client: PassiveClient) -> np.ndarray:
+        base_ot, salt = oprf.BaseOtSender(), psi.new_salt()
+        hashed = oprf.item_hashes(ids, salt)
+        hash_key, table = oprf.place(hashed, m)
 
+        def u_rows(code_key: bytes, answers: list[bytes]) -> Iterator[bytes]:
+            return oprf.Receiver(table, hashed, *base_ot.keys(answers), code_key).u_chunks()
+
+        spent = engine.psi_blinded["active"]
+        n = client.psi_oprf(oprf.Hello(session_id, salt, hash_key, m, base_ot.point), u_rows, lambda n: None, _drop)
+        assert engine.psi_blinded["active"] == spent + m and n == 3 * len(engine.data.ids)
+        return engine.session(session_id).psi_permutation
+
+    refusals = set()
     with fed.channel("active", "passive-1") as channel:
         client = PassiveClient("passive-1", channel)
-        hello, chunks = oprf.Hello(session_id, salt, hash_key, m, base_ot.point), []
-        n = client.psi_oprf(hello, u_rows, lambda n: None, chunks.append)
-        values = np.concatenate(chunks)
-        engine = _engine(fed, "passive-1")
-        sent_rows = engine.session(session_id).psi_permutation
-        assert n == len(values) == len(sent_rows) == 3 * len(engine.data.ids)
-        padding = np.flatnonzero(sent_rows < 0)
-        row = sent_rows[sent_rows >= 0][0]
-        twice = np.flatnonzero(sent_rows == row)
-        assert len(twice) >= 2 and padding.size  # 569 IDs in 1024 bins: some ID has two of its 3 bins equal
-        for positions, problem in (
-            ([int(padding[0])], f"position {padding[0]} is a padding value, not one of this party's IDs"),
-            (twice[:2].tolist(), f"positions {twice[0]} and {twice[1]} name the same ID"),
-            ([len(values)], f"positions must lie in [0, {len(values)})"),
-        ):
+        for bad in ("padding", "one row twice", "repeated", "out of range"):
+            for _ in range(20):  # 569 IDs in 1024 bins: most exchanges have an ID with two of its 3 bins equal
+                sent_rows = exchange(client)
+                padding = np.flatnonzero(sent_rows < 0)
+                if padding.size:
+                    break
+            assert padding.size
+            twice = np.flatnonzero(sent_rows == sent_rows[sent_rows >= 0][0])  # the 3 values of the first row sent
+            assert len(twice) >= 2
+            positions = {
+                "padding": [int(padding[0])],
+                "one row twice": twice[:2].tolist(),
+                "repeated": [int(twice[0])] * 2,
+                "out of range": [len(sent_rows)],
+            }[bad]
             request = passive_pb2.PsiFinishRequest(session_id=session_id, positions=positions)
-            code, details = _refused(client.stub.PsiFinish, request)
-            assert code == grpc.StatusCode.INVALID_ARGUMENT and f"positions: {problem}" in details
-        assert engine.session(session_id).rows is None
+            refusals.add(_refused(client.stub.PsiFinish, request))
+            assert engine.session(session_id).psi_permutation is None and engine.session(session_id).rows is None
+            good = passive_pb2.PsiFinishRequest(session_id=session_id, positions=[int(twice[0])])
+            code, details = _refused(client.stub.PsiFinish, good)  # void: even a good list needs a new exchange
+            assert code == grpc.StatusCode.FAILED_PRECONDITION and "PsiFinish before PsiExchange" in details
+    (code, details), = refusals  # the same status and text for every bad list
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith(psi.BAD_POSITIONS)
+    assert "the exchange is void" in details and not any(ch.isdigit() for ch in details)
+    assert len(fed.operator.align(session_id)) > 0  # a new exchange on the same session aligns
+
+
+def _drop(values: np.ndarray) -> None:
+    """A ``take`` that keeps nothing."""
 
 
 def test_a_refusal_at_one_passive_party_leaves_nothing_and_the_session_aligns_again(fed) -> None:
