@@ -190,7 +190,7 @@ def output_hash(index: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 
 # --- base OTs: Chou-Orlandi in ristretto255, A the sender ---
-def _point(value: bytes, what: str) -> bytes:
+def check_point(value: bytes, what: str) -> bytes:
     """``value`` if it is the canonical encoding of a ristretto255 element other than the identity, else a
     ValueError naming ``what``."""
     problem = f"{what} is not a canonical point of ristretto255 (the encoding of an element other than the identity)"
@@ -222,7 +222,7 @@ class BaseOtSender:
             raise ValueError(f"{len(answers)} base-OT points, not {CODE_BITS}")
         k0, k1 = [], []
         for i, r in enumerate(answers):
-            _point(r, f"base-OT point {i}")
+            check_point(r, f"base-OT point {i}")
             k0.append(_ot_key(i, self.point, r, crypto_scalarmult_ristretto255(self._a, r)))
             if r == self.point:  # R_i - S would be the identity, whose product P knows: both keys would be its
                 raise ValueError(f"base-OT point {i} equals S")
@@ -239,7 +239,7 @@ class BaseOtReceiver:
         self.keys: list[bytes] = []
 
     def answer(self, point: bytes) -> list[bytes]:
-        _point(point, "the base-OT point S")
+        check_point(point, "the base-OT point S")
         bits = np.unpackbits(self.choices)
         answers = []
         for i, bit in enumerate(bits):

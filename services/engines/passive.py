@@ -423,17 +423,21 @@ class PassiveParty:
             raise InvalidArgument(f"PSI: the active party's salt holds {len(hello.salt)} bytes, not 1 to 64")
         if len(hello.hash_key) != oprf.KEY_BYTES:
             raise InvalidArgument(f"PSI: the active party's hash key holds {len(hello.hash_key)} bytes, not 16")
-        base_ot = oprf.BaseOtReceiver()
         try:
-            answers = base_ot.answer(hello.base_point)
+            oprf.check_point(hello.base_point, "the base-OT point S")
         except ValueError as exc:
             raise InvalidArgument(f"PSI: the active party's hello: {exc}") from exc
+        # Charged before any work (base OTs, hashing our IDs: about a second at 1M), so an owner over its budget
+        # costs us one check; refunded if our own IDs then fail, which is our fault, not the owner's.
+        self._spend_psi_budget(s.owner, hello.bins, "announced as OPRF bins")
         try:
             hashed = oprf.item_hashes(own_ids, hello.salt)
             psi._require_unique(hashed.view(f"S{hashed.shape[1]}").reshape(-1), "ids")
         except ValueError as exc:
+            self._spend_psi_budget(s.owner, -hello.bins)
             raise FailedPrecondition(f"PSI: {self.party_id}'s own IDs: {exc}") from exc
-        self._spend_psi_budget(s.owner, hello.bins, "announced as OPRF bins")
+        base_ot = oprf.BaseOtReceiver()
+        answers = base_ot.answer(hello.base_point)
         code_key = entropy.os_entropy().bytes(oprf.KEY_BYTES)
         sender = oprf.Sender(hashed, hello.hash_key, hello.bins, base_ot, code_key)
         del hashed
@@ -464,7 +468,7 @@ class PassiveParty:
 
     def _spend_psi_budget(self, owner: str, n: int, sent: str = "sent") -> None:
         """Count ``n`` more IDs blinded (or OPRF bins: each one ID A may test) for ``owner``, durably, before any
-        work; refuse over budget."""
+        work; refuse over budget. A negative ``n`` refunds a charge for work this party then could not do."""
         with self._lock:
             spent = self.psi_blinded.get(owner, 0)
             if self.psi_owner_budget is not None and spent + n > self.psi_owner_budget:

@@ -115,6 +115,26 @@ def test_bins_over_the_caps_are_refused_before_any_work_or_budget(fed) -> None:
     assert len(fed.operator.align(session_id)) > 0  # nothing was used up
 
 
+def test_an_owner_over_budget_is_refused_before_any_work_and_bad_own_ids_are_refunded(fed, monkeypatch) -> None:
+    # Review 15, F4: the budget is charged right after the hello's field checks, before base OTs or hashing our IDs.
+    engine = _engine(fed, "passive-1")
+    session_id, spent = _session(fed, 11), engine.psi_blinded["active"]
+    work = []
+    monkeypatch.setattr(oprf, "item_hashes", lambda *a: work.append("hashing") or [])
+    monkeypatch.setattr(oprf, "BaseOtReceiver", lambda: work.append("base OTs"))
+    monkeypatch.setattr(engine, "psi_owner_budget", spent + 512)
+    code, details = _refused(_stream, fed, [_hello(session_id, bins=1024)])
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "([limits] psi_owner_budget)" in details
+    assert work == [] and engine.psi_blinded["active"] == spent
+    monkeypatch.undo()
+    ids = engine.data.ids.astype(object)
+    ids[5] = ids[2]
+    with _ids(fed, passive_1=ids):
+        code, details = _refused(_stream, fed, [_hello(session_id, bins=1024)])
+    assert code == grpc.StatusCode.FAILED_PRECONDITION and "PSI: passive-1's own IDs: duplicate ids" in details
+    assert engine.psi_blinded["active"] == spent  # our own fault: charged, then refunded
+
+
 @pytest.mark.parametrize(
     ("case", "problem"),
     [
