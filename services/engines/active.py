@@ -566,22 +566,41 @@ class ActiveParty:
         def exchange(party: str, client: PassiveClient) -> tuple[int, tuple[np.ndarray, np.ndarray]]:
             """(the party's ID count, its match against ours): each chunk of its values is looked up among our
             outputs as it arrives (psi.StreamMatch), so only 9 bytes per own ID are kept of them."""
-            base_ot, receivers, matches = oprf.BaseOtSender(), [], []
+            base_ot, receivers, matches, sent = oprf.BaseOtSender(), [], [], [0]
 
             def u_rows(code_key: bytes, answers: list[bytes]) -> Iterator[bytes]:
                 k0, k1 = base_ot.keys(answers)
                 receivers.append(oprf.Receiver(table, hashed, k0, k1, code_key))
                 matches.clear()
-                return receivers[-1].u_chunks()
+                return counted(receivers[-1].u_chunks())
+
+            def counted(chunks: Iterator[bytes]) -> Iterator[bytes]:
+                for chunk in chunks:
+                    sent[0] += 1  # counted before the call takes it: the party cannot have it sooner
+                    yield chunk
+
+            def outputs() -> np.ndarray:
+                """Our outputs, once every U chunk was sent: an output is made with its chunk, so values that
+                come sooner would meet outputs never made."""
+                if sent[0] != oprf.row_chunks(m):
+                    raise ValueError(
+                        f"{party} answered before taking U ({sent[0]} of {oprf.row_chunks(m)} U chunks sent)"
+                    )
+                return receivers[-1].values()
 
             def take(values: np.ndarray) -> None:  # the party sends its values once it has all of U: ours are done
                 if not matches:
-                    matches.append(psi.StreamMatch(receivers[-1].values(), party))
+                    matches.append(psi.StreamMatch(outputs(), party))
                 matches[0].add(values)
 
             hello = oprf.Hello(s.session_id, salt, hash_key, m, base_ot.point)
             n = client.psi_oprf(hello, u_rows, check, take, exchanging)
-            return n // oprf.HASHES, matches[0].result() if matches else psi.match(receivers[-1].values(), [], party)
+            if matches:
+                return n // oprf.HASHES, matches[0].result()
+            try:
+                return n // oprf.HASHES, psi.match(outputs(), [], party)
+            except ValueError as exc:
+                raise InvalidArgument(f"PSI: {party}'s reply: {exc}") from exc
 
         replies = self._each_passive(exchange)
         alignment = psi.combine(matched for _, matched in replies)

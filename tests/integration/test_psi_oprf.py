@@ -9,6 +9,8 @@ own IDs and disjoint sets (each leaving nothing aligned)."""
 from __future__ import annotations
 
 import contextlib
+import os
+import re
 from collections.abc import Iterator
 
 import grpc
@@ -269,6 +271,30 @@ def test_bad_own_ids_name_the_party_and_the_rows(fed, party: str, fault: str) ->
         code, details = _refused(fed.operator.align, session_id)
     assert code == grpc.StatusCode.FAILED_PRECONDITION and f"PSI: {party}'s own IDs: {problem}" in details
     assert len(fed.operator.align(session_id)) > 0  # nothing was aligned: the session aligns once they are fixed
+
+
+def test_a_passive_party_answering_before_taking_u_is_refused_naming_the_counts(fed, monkeypatch) -> None:
+    # Review 15, F6: the active party counts the U chunks it sent; values that come before the last would meet
+    # outputs it never made. 30,000 IDs make 2 U chunks; the deviating passive party reads none of them.
+    active = np.array([f"id{i}" for i in range(30_000)])
+    engine = _engine(fed, "passive-1")
+    honest = engine.psi_oprf
+
+    def skips_u(session_id: str, hello: oprf.Hello, u_rows: Iterator[bytes]):
+        replies = honest(session_id, hello, u_rows)
+        yield next(replies)  # its keys; U is never read
+        values = np.frombuffer(os.urandom(oprf.VALUE_BYTES * 3 * len(engine.data.ids)), dtype="S16")
+        yield psi.Chunk(0, 1, len(values), values.tobytes())
+
+    monkeypatch.setattr(engine, "psi_oprf", skips_u)
+    with _ids(fed, active=active, passive_1=active[: len(engine.data.ids)]):
+        session_id = _session(fed, 12)
+        assert oprf.row_chunks(oprf.bins(len(active))) == 2
+        code, details = _refused(fed.operator.align, session_id)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    # how many chunks the call took before the values came is timing (0 or 1), never both
+    assert re.search(r"PSI: passive-1's reply: passive-1 answered before taking U \([01] of 2 U chunks sent\)", details)
+    assert _engine(fed, "active").session(session_id).rows is None
 
 
 def test_disjoint_sets_are_an_empty_intersection_naming_every_party(fed) -> None:
