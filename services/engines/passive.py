@@ -467,7 +467,7 @@ class PassiveParty:
         )
 
     def _spend_psi_budget(self, owner: str, n: int, sent: str = "sent") -> None:
-        """Count ``n`` more IDs blinded (or OPRF bins: each one ID A may test) for ``owner``, durably, before any
+        """Count ``n`` more IDs blinded (or OPRF bins announced) for ``owner``, durably, before any
         work; refuse over budget. A negative ``n`` refunds a charge for work this party then could not do."""
         with self._lock:
             spent = self.psi_blinded.get(owner, 0)

@@ -149,7 +149,8 @@ class PassiveServicer:
         raise NotImplementedError('Method not implemented!')
 
     def PsiOprfStream(self, request_iterator, context):
-        """Active party, PSI round 1 by OT extension (KKRT16's batched OPRF, the default; docs/protocol.md, "Alignment"),
+        """Active party, PSI round 1 by OT extension (KKRT16's batched OPRF, semi-honest: served only if this party's
+        [psi] accept lists "oprf", else FAILED_PRECONDITION; docs/protocol.md, "Alignment"),
         streamed both ways: the active party's hello, this party's keys (its code key and its 512 base-OT answers),
         the active party's U matrix in row chunks, then this party's OPRF values (3 per own ID, in a secret order).
         PsiFinish's positions index those values. One exchange per session, shared with the two forms above.
@@ -160,7 +161,8 @@ class PassiveServicer:
 
     def PsiFinish(self, request, context):
         """Active party, PSI round 2: positions (into the list this party sent) of the common samples, in the
-        common order. Afterwards samples are addressed by their common index.
+        common order. Afterwards samples are addressed by their common index. A bad list (out of range, repeated,
+        not distinct IDs) gets one refusal naming no position and voids the exchange.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
