@@ -28,7 +28,7 @@ from vflsec.services.defenses.release import ReleasedParams, ReleasedScores, Ste
 from vflsec.services.engines import checkpoint
 from vflsec.services.engines.batching import Batcher
 from vflsec.services.engines.sessions import EpochKeys, SessionTable, epoch_keys
-from vflsec.services.errors import FailedPrecondition, InvalidArgument, NotFound, ServiceError
+from vflsec.services.errors import FailedPrecondition, InvalidArgument, NotFound, PeerFailed, ServiceError
 from vflsec.services.models import family as families
 
 if TYPE_CHECKING:  # services/app.py hands the links in: importing the engine loads no gRPC or protobuf
@@ -629,11 +629,23 @@ class ActiveParty:
             except Exception as exc:  # every party answers before the failures are reported
                 failed[party] = exc
         if failed:
+            # A passive party that refuses the positions (INVALID_ARGUMENT) has voided its exchange (rule 4: one
+            # refusal for every bad list): sending them again cannot succeed, so the next Align exchanges anew.
+            void = [p for p, exc in failed.items() if isinstance(exc, PeerFailed) and exc.code == "INVALID_ARGUMENT"]
+            if void:
+                with s.lock:
+                    s.pending, s.aligning = None, False
+                    self._save(s)
             raise FailedPrecondition(
                 "PSI: PsiFinish failed at "
                 + "; ".join(f"{party}: {exc}" for party, exc in failed.items())
-                + f". No party is aligned for use: {s.session_id!r} keeps its intersection, and Align sends the "
-                "same positions again to finish it"
+                + f". No party is aligned for use: {s.session_id!r} "
+                + (
+                    f"drops its intersection ({', '.join(void)} voided the exchange), and Align runs a new exchange "
+                    "(a party that took its positions refuses one: then open a new session)"
+                    if void
+                    else "keeps its intersection, and Align sends the same positions again to finish it"
+                )
             )
         with s.lock:
             s.rows, s.pending = alignment.active_rows, None

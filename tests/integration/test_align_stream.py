@@ -118,6 +118,33 @@ def test_a_psi_finish_failing_at_the_second_passive_party_is_finished_by_the_nex
     np.testing.assert_array_equal(_engine(fed, "passive-1").session(session_id).rows, first_rows)
 
 
+def test_positions_refused_at_every_passive_party_void_the_exchange_and_the_next_align_exchanges_anew(
+    fed, monkeypatch
+) -> None:
+    # Review 15, F2: a refused list voids the passive party's exchange, so the active party drops its intersection
+    # rather than send the same positions forever. The bad lists (one position twice) stand in for a buggy sender.
+    session_id = _session(fed, 6)
+    calls: list[str] = []
+    for party in ("passive-1", "passive-2"):
+        engine = _engine(fed, party)
+
+        def doubled(sid: str, positions: np.ndarray, original=engine.psi_finish, party=party) -> int:
+            calls.append(party)
+            bad = calls.count(party) == 1
+            return original(sid, np.concatenate([positions, positions[:1]]) if bad else positions)
+
+        monkeypatch.setattr(engine, "psi_finish", doubled)
+    with pytest.raises(grpc.RpcError) as err:
+        fed.operator.align(session_id)
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "voided the exchange), and Align runs a new exchange" in err.value.details()
+    active = _engine(fed, "active").session(session_id)
+    assert active.rows is None and active.pending is None
+    common = fed.operator.align(session_id)  # a new exchange, charged again, and a good finish
+    assert sorted(calls) == ["passive-1"] * 2 + ["passive-2"] * 2
+    assert common == _ids_of(fed, "active", active.rows).tolist()
+
+
 def test_a_reply_the_operator_could_not_receive_is_answered_again_without_a_second_exchange(fed) -> None:
     """The unary Align to a client whose receive limit is below the reply: the exchange ran and the session is
     aligned, but the IDs never arrived (RESOURCE_EXHAUSTED at the client). Asking again answers them, and no passive
