@@ -3,6 +3,7 @@ splitnn.py, trees.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
@@ -41,6 +42,9 @@ from vflsec.services.errors import (
 from vflsec.services.models import family as families
 
 log = logging.getLogger(__name__)
+# PSI streams (PsiExchangeStream, PsiOprfStream) one caller may hold open at once: a stream waits on its caller
+# between messages, uncharged, so without a limit idle streams would hold every server thread (review 15, F5).
+PSI_STREAMS_PER_OWNER = 2
 
 
 class CoordinatorLink(Protocol):
@@ -251,6 +255,7 @@ class PassiveParty:
             owner: meta["blinded"] for owner, (_, meta) in self.psi_ledger.load_all().items()
         }
         self._lock = threading.Lock()
+        self._psi_streams: dict[str, int] = {}  # PSI streams open, per caller
 
     @property
     def n_features(self) -> int:
@@ -455,6 +460,24 @@ class PassiveParty:
         del sender
         for index, chunks, data in oprf.value_chunks(values):
             yield psi.Chunk(index, chunks, len(values), data)
+
+    @contextlib.contextmanager
+    def psi_stream_slot(self, caller: str) -> Iterator[None]:
+        """One of ``caller``'s PSI_STREAMS_PER_OWNER stream slots, held for a PSI stream's life, or
+        ResourceExhausted before anything is read."""
+        with self._lock:
+            held = self._psi_streams.get(caller, 0)
+            if held >= PSI_STREAMS_PER_OWNER:
+                raise ResourceExhausted(
+                    f"PSI: {caller} has {held} PSI streams open at {self.party_id}, the most one party may hold at "
+                    "once: finish or cancel one first"
+                )
+            self._psi_streams[caller] = held + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._psi_streams[caller] -= 1
 
     def _psi_size_check(self, own: int) -> Callable[[int], None]:
         """The caps on a partner's list ([limits] psi_max_ids, absolute; psi_max_ratio, relative to ``own``)."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import threading
+import time
 from collections.abc import Iterator
 
 import grpc
@@ -19,6 +21,7 @@ import pytest
 
 from tests.integration.conftest import Federation, federation
 from vflsec.services.crypto import oprf, psi
+from vflsec.services.engines.passive import PSI_STREAMS_PER_OWNER
 from vflsec.services.transport import psi_stream
 from vflsec.services.transport.links import PassiveClient
 from vflsec.v1 import passive_pb2, passive_pb2_grpc
@@ -295,6 +298,39 @@ def test_a_passive_party_answering_before_taking_u_is_refused_naming_the_counts(
     # how many chunks the call took before the values came is timing (0 or 1), never both
     assert re.search(r"PSI: passive-1's reply: passive-1 answered before taking U \([01] of 2 U chunks sent\)", details)
     assert _engine(fed, "active").session(session_id).rows is None
+
+
+def test_idle_psi_streams_are_limited_per_owner_for_both_protocols(fed) -> None:
+    # Review 15, F5: a stream waits on its caller uncharged; two idle ones are all an owner may hold, so a third
+    # (either protocol) is refused at once and the server's threads stay free.
+    engine = _engine(fed, "passive-1")
+    release = threading.Event()
+
+    def idle() -> Iterator[passive_pb2.PsiOprfRequest]:
+        release.wait(30)
+        return
+        yield
+
+    with fed.channel("active", "passive-1") as channel:
+        stub = passive_pb2_grpc.PassiveStub(channel)
+        held = [stub.PsiOprfStream(idle(), timeout=30), stub.PsiExchangeStream(idle(), timeout=30)]
+        try:
+            deadline = time.monotonic() + 5
+            while engine._psi_streams.get("active") != PSI_STREAMS_PER_OWNER and time.monotonic() < deadline:
+                time.sleep(0.01)
+            for call in (stub.PsiOprfStream, stub.PsiExchangeStream):
+                code, details = _refused(lambda call=call: list(call(iter([_hello(_session(fed, 13))]), timeout=10)))
+                assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+                assert f"PSI: active has {PSI_STREAMS_PER_OWNER} PSI streams open at passive-1" in details
+        finally:
+            for call in held:
+                call.cancel()
+            release.set()
+    deadline = time.monotonic() + 5
+    while engine._psi_streams.get("active") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert engine._psi_streams["active"] == 0
+    assert len(fed.operator.align(_session(fed, 14))) > 0
 
 
 def test_disjoint_sets_are_an_empty_intersection_naming_every_party(fed) -> None:
