@@ -548,7 +548,13 @@ class ActiveParty:
         except ValueError as exc:  # duplicate or non-string ids: nothing was sent
             raise FailedPrecondition(f"PSI: {self.party_id}'s own IDs: {exc}") from exc
         m = oprf.bins(len(own_ids))
-        hash_key, table = oprf.place(hashed, m)  # redrawn here until every ID has a bin: nothing was sent yet
+        try:
+            hash_key, table = oprf.place(hashed, m)  # redrawn here until every ID has a bin: nothing was sent yet
+        except oprf.CuckooFailure as exc:  # 16 hash keys in a row failing: not seen at any size; named, not INTERNAL
+            raise FailedPrecondition(
+                f"PSI: {self.party_id} could not place its IDs into OPRF bins ({exc}); nothing was sent: Align "
+                'again, or align by [psi] protocol = "ecdh"'
+            ) from exc
 
         def check(n: int) -> None:  # a passive party sends exactly 3 values per own ID, its count within our caps
             if n % oprf.HASHES:

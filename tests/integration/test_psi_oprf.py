@@ -333,6 +333,20 @@ def test_idle_psi_streams_are_limited_per_owner_for_both_protocols(fed) -> None:
     assert len(fed.operator.align(_session(fed, 14))) > 0
 
 
+def test_a_cuckoo_failure_is_a_named_refusal_and_the_session_aligns_again(fed, monkeypatch) -> None:
+    session_id = _session(fed, 15)
+
+    def never_settles(candidates: np.ndarray, m: int, rounds: int = 0) -> np.ndarray:
+        raise oprf.CuckooFailure(f"cuckoo hashing of {len(candidates)} ids into {m} bins did not settle (injected)")
+
+    monkeypatch.setattr(oprf, "cuckoo", never_settles)
+    code, details = _refused(fed.operator.align, session_id)
+    assert code == grpc.StatusCode.FAILED_PRECONDITION
+    assert "PSI: active could not place its IDs into OPRF bins" in details and "failed 16 times" in details
+    monkeypatch.undo()
+    assert len(fed.operator.align(session_id)) > 0  # nothing was sent: the session aligns
+
+
 def test_disjoint_sets_are_an_empty_intersection_naming_every_party(fed) -> None:
     renamed = np.array([f"other-{i}" for i in _engine(fed, "passive-1").data.ids])
     with _ids(fed, passive_1=renamed):
