@@ -40,7 +40,7 @@ _WITHIN_HE = ("_check", "_level")
 PHASES: tuple[tuple[str, tuple[str, ...]], ...] = (
     # Not the epoch's cost: handler threads waiting for work, the server's poller, the alignment (PSI).
     ("idle", ("SimpleQueue' objects", "CompletionQueue' objects", "_server.py:_serve")),
-    ("psi", ("psi.py", "curve.py", "pysodium", "psi_pool")),  # the alignment: ristretto255 through pysodium
+    ("psi", ("psi.py", "oprf.py", "curve.py", "pysodium", "psi_pool")),  # the alignment (OPRF or ECDH)
     ("grpc_wait", ("SegregatedCall' objects", "_channel.py")),  # a blocking call to a peer, until it answers
     ("lock_wait", ("acquire' of '_thread.lock'",)),  # e.g. a fan-out's futures: also waiting on peers
     ("protobuf", ("protobuf", "SerializeToString", "FromString", "ParseFromString")),

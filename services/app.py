@@ -213,6 +213,7 @@ def start_party(config: ServiceConfig) -> Party:
             psi_max_ratio=config.psi_max_ratio,
             psi_ratio_floor=config.psi_ratio_floor,
             psi_owner_budget=config.psi_owner_budget,
+            psi_accept=config.psi_accept,
             allowed_backends=config.allowed_backends,
             embedding_release=config.embedding_release,
             min_training_rows=config.min_training_rows,
@@ -255,6 +256,7 @@ def start_party(config: ServiceConfig) -> Party:
         psi_max_ids=config.psi_max_ids,
         psi_max_ratio=config.psi_max_ratio,
         psi_ratio_floor=config.psi_ratio_floor,
+        psi_protocol=config.psi_protocol,
         predict_window_ms=config.predict_window_ms,
         predict_batch_rows=config.predict_batch_rows,
     )

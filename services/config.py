@@ -13,6 +13,7 @@ from typing import Any
 
 from vflsec.services.crypto.psi import MAX_IDS as PSI_MAX_IDS
 from vflsec.services.crypto.psi import MAX_RATIO as PSI_MAX_RATIO
+from vflsec.services.crypto.psi import PROTOCOLS as PSI_PROTOCOLS
 from vflsec.services.crypto.psi import RATIO_FLOOR as PSI_RATIO_FLOOR
 
 # Default query budget (scored samples per owner, over all its sessions): finite, and far above what a demo,
@@ -115,6 +116,11 @@ class ServiceConfig:
     psi_ratio_floor: int = PSI_RATIO_FLOOR  # ... or up to this many IDs, whatever our own size
     # Passive party: IDs it blinds for one owner over all sessions and restarts ([limits] psi_owner_budget).
     psi_owner_budget: int = PSI_OWNER_BUDGET
+    # Active party: the alignment protocol ([psi] protocol): "ecdh" (the default) or "oprf" (OT extension).
+    psi_protocol: str = PSI_PROTOCOLS[0]
+    # Passive party: the protocols it serves ([psi] accept). OPRF is semi-honest: accepting it trusts the active
+    # party not to deviate (docs/protocol.md, Alignment), so it is opt-in.
+    psi_accept: tuple[str, ...] = PSI_PROTOCOLS[:1]
     # Passive party: the operator identity allowed to ask it for a risk forecast (None: operator-<party_id>).
     operator: str | None = None
     # Coordinator: the operator-approved feature columns of each party ([schema], party id -> count; the active
@@ -206,6 +212,18 @@ def parse_config(raw: dict[str, Any], *, base: Path, role: str | None = None, so
     psi_owner_budget = int(limits.get("psi_owner_budget", PSI_OWNER_BUDGET))
     if psi_owner_budget < 1:
         raise ConfigError(f"{source}: [limits] psi_owner_budget must be >= 1, got {psi_owner_budget}")
+    psi_protocol = raw.get("psi", {}).get("protocol", PSI_PROTOCOLS[0])
+    if psi_protocol not in PSI_PROTOCOLS:
+        raise ConfigError(f"{source}: [psi] protocol must be one of {', '.join(PSI_PROTOCOLS)}, got {psi_protocol!r}")
+    psi_accept = raw.get("psi", {}).get("accept", list(PSI_PROTOCOLS[:1]))
+    if (
+        not isinstance(psi_accept, list)
+        or not psi_accept
+        or any(not isinstance(p, str) or p not in PSI_PROTOCOLS for p in psi_accept)
+    ):
+        raise ConfigError(
+            f"{source}: [psi] accept must be a non-empty list of {', '.join(PSI_PROTOCOLS)}, got {psi_accept!r}"
+        )
     policy = raw.get("policy", {})
     state = raw.get("state", {})
     schema = raw.get("schema")
@@ -262,6 +280,8 @@ def parse_config(raw: dict[str, Any], *, base: Path, role: str | None = None, so
         psi_max_ratio=psi_max_ratio,
         psi_ratio_floor=psi_ratio_floor,
         psi_owner_budget=psi_owner_budget,
+        psi_protocol=psi_protocol,
+        psi_accept=tuple(psi_accept),
         key_rotation_steps=key_rotation_steps,
         operator=raw.get("operator"),
         schema=schema,

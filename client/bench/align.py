@@ -1,19 +1,25 @@
-"""``vflsec bench align``: PSI alignment time against its floor, and each party's peak memory.
+"""``vflsec bench align``: PSI alignment time, by protocol, against a yardstick and a floor, and each party's peak
+memory.
 
 The active party holds ``rows`` ids; each passive party holds the first 90 % of them plus ``rows - 90 %`` ids of
-its own, so the common set is known and checked. Two transports:
+its own, so the common set is known and checked. ``--protocol``: ``oprf`` (OT extension, opt-in:
+services/crypto/oprf.py), ``ecdh`` (services/crypto/psi.py, the parties' default) or ``both`` (the bench's default),
+run one after the other in this run.
+Two transports:
 
 - ``grpc`` (default), the shipped path: each party's shard is written (ids plus one feature column, streamed to
   disk), every party runs as its own ``vflsec serve`` process over loopback mTLS, and the operator's ``AlignStream``
-  call is timed: the streamed exchange (PsiExchangeStream), the intersection, PsiFinish, the active party's ID index
-  and the common IDs streamed back in chunks.
+  call is timed: the streamed exchange (PsiOprfStream or PsiExchangeStream), the intersection, PsiFinish, the
+  active party's ID index and the common IDs streamed back in chunks.
 - ``pipes``: every party in its own spawned process generating its ids itself, the protocol messages on pipes,
   so the figure is the PSI computation alone (the functions the engines call, with their process pools).
 
-The floor is the protocol's curve work at the per-operation costs measured here on one core, divided by the
-worker processes: (hash-to-group ops x its cost + scalar multiplications x theirs) / workers. Both costs are the
-shipped group's (``psi.SUITE``, reported as ``group``): ristretto255's hash (SHA-512 expansion and libsodium's map)
-and its scalar multiplication, whose decoding is the only check a received value needs.
+The yardstick, measured in the same run: a million X25519 scalar multiplications on one core (``cryptography``'s
+exchange), timed on a sample and scaled. ECDH's floor is its curve work at the per-operation costs measured here on
+one core, divided by the worker processes: (hash-to-group ops x its cost + scalar multiplications x theirs) /
+workers. Both costs are the shipped group's (``psi.SUITE``, reported as ``group``): ristretto255's hash (SHA-512
+expansion and libsodium's map) and its scalar multiplication, whose decoding is the only check a received value
+needs. OPRF's curve work is 512 base OTs a passive party, whatever the sizes: its floor is not curve work.
 """
 
 from __future__ import annotations
@@ -26,17 +32,19 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 
 import numpy as np
 
 from vflsec.client.federation.launcher import FederationLayout, run_processes, write_federation
-from vflsec.services.crypto import psi
+from vflsec.services.crypto import oprf, psi
 
 OVERLAP = 0.9
 ACTIVE = "active"
 _SAMPLE_IDS = 4096  # per-op costs from this many ids, in this process, one core
+X25519_SAMPLE = 50_000  # X25519 exchanges timed for the yardstick (about 2 s), scaled to a million
 
 
 def n_common(rows: int) -> int:
@@ -71,28 +79,68 @@ def op_counts(rows: int, parties: int) -> dict[str, int]:
     return {"hash_to_group": rows * (1 + parties), "scalar_mult": rows * (1 + parties) + 2 * rows * parties}
 
 
-def _passive(party: str, rows: int, conn: Connection) -> None:
+def x25519_seconds(n: int = X25519_SAMPLE, scale_to: int = 1_000_000) -> tuple[float, float]:
+    """The yardstick: (wall, CPU) seconds of ``scale_to`` X25519 scalar multiplications (``cryptography``'s
+    exchange, one core), measured on ``n`` and scaled linearly. On a shared machine the wall figure moves with the
+    other jobs; the CPU one much less."""
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+    key, peer = X25519PrivateKey.generate(), X25519PrivateKey.generate().public_key()
+    exchange = key.exchange
+    start, cpu = time.perf_counter(), time.process_time()
+    for _ in range(n):
+        exchange(peer)
+    return (time.perf_counter() - start) * scale_to / n, (time.process_time() - cpu) * scale_to / n
+
+
+def _passive(party: str, rows: int, conn: Connection, protocol: str) -> None:
     ids = list(party_ids(party, rows))
     cpu = _tree_cpu_seconds(os.getpid())
     conn.send("ready")
-    salt = conn.recv()
-    reply = psi.passive_reply(psi.PsiKey(), ids, np.frombuffer(conn.recv_bytes(), dtype=psi._DTYPE), salt)
-    conn.send_bytes(b"".join(reply.reblinded_active))
-    conn.send_bytes(b"".join(reply.blinded_own))
-    own_rows = psi.rows_from_positions(np.frombuffer(conn.recv_bytes(), dtype=np.int64), reply.permutation)
+    if protocol == "oprf":
+        salt, hash_key, m, point = conn.recv()
+        base_ot, code_key = oprf.BaseOtReceiver(), os.urandom(oprf.KEY_BYTES)
+        conn.send((code_key, base_ot.answer(point)))
+        sender = oprf.Sender(oprf.item_hashes(ids, salt), hash_key, m, base_ot, code_key)
+        for _ in range(oprf.row_chunks(m)):
+            sender.add(conn.recv_bytes())
+        conn.send_bytes(sender.values().tobytes())
+        sent_rows = sender.rows
+        del sender
+    else:
+        salt = conn.recv()
+        reply = psi.passive_reply(psi.PsiKey(), ids, np.frombuffer(conn.recv_bytes(), dtype=psi._DTYPE), salt)
+        conn.send_bytes(b"".join(reply.reblinded_active))
+        conn.send_bytes(b"".join(reply.blinded_own))
+        sent_rows = reply.permutation
+        del reply
+    own_rows = psi.rows_from_positions(np.frombuffer(conn.recv_bytes(), dtype=np.int64), sent_rows)
     conn.send("done")
     # Outside the timing: the common id of each common index, as the active row it must match.
     conn.send_bytes(np.array([int(ids[row]) if row < n_common(rows) else -1 for row in own_rows]).tobytes())
     conn.send((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, _tree_cpu_seconds(os.getpid()) - cpu))
 
 
-def _active(rows: int, conns: list[Connection], result: Connection) -> None:
-    ids = list(party_ids(ACTIVE, rows))
+def _oprf_align(ids: list[str], conns: list[Connection]) -> psi.Alignment:
+    """The active side of the OPRF exchange with every passive party in turn, then the intersection."""
+    salt = psi.new_salt()
+    hashed = oprf.item_hashes(ids, salt)
+    m = oprf.bins(len(ids))
+    hash_key, table = oprf.place(hashed, m)
+    mine = []
     for conn in conns:
-        conn.recv()
-    result.send("ready")
-    result.recv()
-    start, cpu = time.perf_counter(), _tree_cpu_seconds(os.getpid())
+        base_ot = oprf.BaseOtSender()
+        conn.send((salt, hash_key, m, base_ot.point))
+        code_key, answers = conn.recv()
+        receiver = oprf.Receiver(table, hashed, *base_ot.keys(answers), code_key)
+        for chunk in receiver.u_chunks():
+            conn.send_bytes(chunk)
+        mine.append(receiver.values())
+    theirs = [np.frombuffer(conn.recv_bytes(), dtype=f"S{oprf.VALUE_BYTES}") for conn in conns]
+    return psi.intersect(mine, theirs, names=[f"passive-{p + 1}" for p in range(len(conns))])
+
+
+def _ecdh_align(ids: list[str], conns: list[Connection]) -> psi.Alignment:
     key, salt = psi.PsiKey(), psi.new_salt()
     blinded = key.blind(ids, salt).tobytes()
     for conn in conns:
@@ -100,13 +148,22 @@ def _active(rows: int, conns: list[Connection], result: Connection) -> None:
         conn.send_bytes(blinded)
     del blinded
     replies = [(conn.recv_bytes(), conn.recv_bytes()) for conn in conns]
-    alignment = psi.active_align(
+    return psi.active_align(
         key,
         [np.frombuffer(double, dtype=psi._DTYPE) for double, _ in replies],
         [np.frombuffer(own, dtype=psi._DTYPE) for _, own in replies],
         names=[f"passive-{p + 1}" for p in range(len(conns))],
     )
-    del replies
+
+
+def _active(rows: int, conns: list[Connection], result: Connection, protocol: str) -> None:
+    ids = list(party_ids(ACTIVE, rows))
+    for conn in conns:
+        conn.recv()
+    result.send("ready")
+    result.recv()
+    start, cpu = time.perf_counter(), _tree_cpu_seconds(os.getpid())
+    alignment = (_oprf_align if protocol == "oprf" else _ecdh_align)(ids, conns)
     for conn, positions in zip(conns, alignment.passive_positions, strict=True):
         conn.send_bytes(np.ascontiguousarray(positions, dtype=np.int64).tobytes())
     for conn in conns:
@@ -174,22 +231,24 @@ def _tree_pss_mb(root: int) -> float:
     return total / 1024
 
 
-def _pipes(rows: int, parties: int, log: Callable[[str], None], workers: int) -> dict:
+def _pipes(rows: int, parties: int, log: Callable[[str], None], workers: int, protocol: str) -> dict:
     context = multiprocessing.get_context("spawn")
     names = [f"passive-{p + 1}" for p in range(parties)]
     links = [context.Pipe() for _ in names]
     here, there = context.Pipe()
     processes = {
-        name: context.Process(target=_passive, args=(name, rows, end), name=name)
+        name: context.Process(target=_passive, args=(name, rows, end, protocol), name=name)
         for name, (_, end) in zip(names, links, strict=True)
     }
-    processes[ACTIVE] = context.Process(target=_active, args=(rows, [end for end, _ in links], there), name=ACTIVE)
+    processes[ACTIVE] = context.Process(
+        target=_active, args=(rows, [end for end, _ in links], there, protocol), name=ACTIVE
+    )
     for process in processes.values():
         process.start()
     sampler = _PeakSampler({name: process.pid for name, process in processes.items()})
     try:
         here.recv()
-        log(f"aligning {rows:,} active ids with {parties} passive part{'y' if parties == 1 else 'ies'} "
+        log(f"{protocol}: aligning {rows:,} active ids with {parties} passive part{'y' if parties == 1 else 'ies'} "
             f"of {rows:,} ids ({workers} workers each, pipes) ...")
         here.send("go")
         seconds, size, correct, active_main, active_cpu = here.recv()
@@ -235,12 +294,15 @@ class _PeakSampler:
         self._thread.join()
 
 
-def write_align_federation(rows: int, parties: int, workdir: Path) -> FederationLayout:
-    """A federation whose shards hold the bench's ids (one random feature column each), written chunk by chunk."""
+def write_align_federation(
+    rows: int, parties: int, workdir: Path, protocol: str = psi.PROTOCOLS[0]
+) -> FederationLayout:
+    """A federation whose shards hold the bench's ids (one random feature column each), written chunk by chunk;
+    its active party aligns by ``protocol``."""
     from vflsec.client.bench.scale import scale_spec
     from vflsec.services.data import datasets
 
-    layout = write_federation(scale_spec(parties, 1), workdir)
+    layout = write_federation(replace(scale_spec(parties, 1), psi_protocol=protocol), workdir)
     for party, columns in zip(["active", *layout.passive_parties], layout.split.parties, strict=True):
         labelled = party == ACTIVE
 
@@ -257,19 +319,20 @@ def write_align_federation(rows: int, parties: int, workdir: Path) -> Federation
     return layout
 
 
-def _grpc(rows: int, parties: int, log: Callable[[str], None], workers: int) -> dict:
+def _grpc(rows: int, parties: int, log: Callable[[str], None], workers: int, protocol: str) -> dict:
     from vflsec.client.bench.scale import peak_rss_mib
     from vflsec.client.federation.operator import Operator
 
     with tempfile.TemporaryDirectory(prefix="vflsec-bench-align-") as tmp:
-        layout = write_align_federation(rows, parties, Path(tmp))
+        layout = write_align_federation(rows, parties, Path(tmp), protocol)
         names = [ACTIVE, *layout.passive_parties]
         with run_processes(layout, timeout=60 + rows * 2e-4) as fed, layout.operator_channel() as channel:
             operator = Operator(channel)
             session_id = operator.create_session("plain", seed=0).session_id
             pids = {name: fed.processes[name].pid for name in names}
-            log(f"aligning {rows:,} active ids with {parties} passive part{'y' if parties == 1 else 'ies'} "
-                f"of {rows:,} ids ({workers} workers each, gRPC over loopback mTLS, one vflsec serve per party) ...")
+            log(f"{protocol}: aligning {rows:,} active ids with {parties} passive "
+                f"part{'y' if parties == 1 else 'ies'} of {rows:,} ids ({workers} workers each, gRPC over loopback "
+                "mTLS, one vflsec serve per party) ...")
             cpu = sum(_tree_cpu_seconds(pid) for pid in pids.values())
             before = {name: _tree_rss_mb(pid) for name, pid in pids.items()}
             sampler = _PeakSampler(pids)
@@ -286,7 +349,7 @@ def _grpc(rows: int, parties: int, log: Callable[[str], None], workers: int) -> 
         not i.startswith("passive") and int(i) < expected for i in common
     )
     return {
-        "transport": "grpc: one vflsec serve process per party, loopback mTLS, PsiExchange streamed in chunks",
+        "transport": "grpc: one vflsec serve process per party, loopback mTLS, the exchange streamed in chunks",
         "seconds": seconds,
         "common": len(common),
         "correct": correct,
@@ -298,47 +361,76 @@ def _grpc(rows: int, parties: int, log: Callable[[str], None], workers: int) -> 
     }
 
 
-def run(rows: int, parties: int = 1, log: Callable[[str], None] = print, transport: str = "grpc") -> dict:
+def run(
+    rows: int,
+    parties: int = 1,
+    log: Callable[[str], None] = print,
+    transport: str = "grpc",
+    protocol: str = "both",
+) -> dict:
+    """``protocol``: "oprf", "ecdh" or "both" (OPRF first). The top-level figures are the first protocol's; every
+    run's are under ``runs``; ``default_protocol`` names the one the parties run unless configured otherwise."""
     if rows < 10:
         raise ValueError(f"--rows must be at least 10, got {rows}")
     if parties < 1:
         raise ValueError(f"--passive must be at least 1, got {parties}")
     if transport not in TRANSPORTS:
         raise ValueError(f"--transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
+    if protocol not in (*psi.PROTOCOLS, "both"):
+        raise ValueError(f"--protocol must be one of {', '.join((*psi.PROTOCOLS, 'both'))}, got {protocol!r}")
     load = os.getloadavg()[0]
-    per_op = measure_per_op_us()
-    per_op_cpu = measure_per_op_us(clock=time.process_time)
+    x25519, x25519_cpu = x25519_seconds()
+    log(f"yardstick: 1M X25519 scalar multiplications on one core take {x25519:.1f} s, {x25519_cpu:.1f} CPU-s "
+        f"(from {X25519_SAMPLE:,}; load average {load:.1f})")
     workers = psi.default_workers()
-    measured = TRANSPORTS[transport](rows, parties, log, workers)
-    seconds, size, cpu = measured["seconds"], measured["common"], measured["cpu"]
-    counts = op_counts(rows, parties)
-    floor = sum(counts[op] * per_op[op] for op in counts) / 1e6 / workers
-    cpu_floor = sum(counts[op] * per_op_cpu[op] for op in counts) / 1e6
-    log(
-        f"{seconds:.2f} s for {size:,} common ids (floor {floor:.2f} s: ratio {seconds / floor:.2f}; "
-        f"CPU {cpu:.1f} s for {cpu_floor:.1f} s of curve work: {cpu / cpu_floor:.2f}; load average {load:.1f})"
-    )
+    runs = {p: _one(p, rows, parties, log, transport, workers, x25519, x25519_cpu) for p in (
+        ("oprf", "ecdh") if protocol == "both" else (protocol,)
+    )}
+    first = next(iter(runs.values()))
     return {
         "rows": rows,
         "parties": parties,
         "workers": workers,
         "in_process": False,
+        "load_average_1min": load,
+        # The yardstick, measured in this run before the alignments: one core's X25519 exchanges (cryptography's,
+        # OpenSSL), timed on X25519_SAMPLE and scaled to a million.
+        "x25519_1m_seconds": x25519,
+        "x25519_1m_cpu_seconds": x25519_cpu,
+        "x25519_sample": X25519_SAMPLE,
+        **first,
+        "protocol": protocol,  # "both", or the one run's (as in runs)
+        "default_protocol": psi.PROTOCOLS[0],  # what a party runs unless configured ([psi] protocol, accept)
+        "correct": all(r["correct"] for r in runs.values()),
+        "runs": runs,
+    }
+
+
+def _one(
+    protocol: str,
+    rows: int,
+    parties: int,
+    log: Callable[[str], None],
+    transport: str,
+    workers: int,
+    x25519: float,
+    x25519_cpu: float,
+) -> dict:
+    load = os.getloadavg()[0]
+    measured = TRANSPORTS[transport](rows, parties, log, workers, protocol)
+    seconds, size, cpu = measured["seconds"], measured["common"], measured["cpu"]
+    figures = {
+        "protocol": protocol,
         "transport": measured["transport"],
         "common": size,
         "correct": measured["correct"],
         "align_seconds": seconds,
-        "group": psi.SUITE,  # whose operations per_op_us measured
-        "per_op_us": per_op,
-        "ops": counts,
-        "floor_seconds": floor,
-        "ratio_to_floor": seconds / floor,
-        # Load-independent view: CPU seconds of every party process and worker during the alignment (pool
-        # start-up included, id generation and loading not) against the curve work at CPU-time per-op costs.
+        "ratio_to_x25519_1m": seconds / x25519,
+        # CPU seconds of every party process and worker during the alignment (id generation and loading not).
         "cpu_seconds": cpu,
-        "cpu_floor_seconds": cpu_floor,
-        "cpu_ratio": cpu / cpu_floor,
-        "per_op_cpu_us": per_op_cpu,
-        "load_average_1min": load,
+        # Load-independent: all parties' CPU seconds against the yardstick's CPU seconds.
+        "cpu_ratio_to_x25519_1m": cpu / x25519_cpu,
+        "load_average_1min_before": load,
         # Sampled during the alignment (grpc) or the party process's life (pipes): each party's process tree.
         "peak_rss_mb": {name: round(mb, 1) for name, mb in measured["peaks"].items()},
         # The party process's own exact peak (VmHWM); with grpc it includes loading its shard.
@@ -349,6 +441,33 @@ def run(rows: int, parties: int = 1, log: Callable[[str], None] = print, transpo
         # The same trees' peak proportional set size: shared pages split between the processes sharing them.
         "peak_pss_mb": {name: round(mb, 1) for name, mb in measured["pss_peaks"].items()},
     }
+    peak = max(figures["peak_rss_mb"].values())
+    if protocol == "oprf":
+        log(f"oprf: {seconds:.2f} s for {size:,} common ids ({seconds / x25519:.2f} x the X25519 yardstick; "
+            f"CPU {cpu:.1f} s: {cpu / x25519_cpu:.2f} x its CPU; peak RSS {peak:.0f} MB; load average {load:.1f})")
+        return figures
+    per_op = measure_per_op_us()
+    per_op_cpu = measure_per_op_us(clock=time.process_time)
+    counts = op_counts(rows, parties)
+    floor = sum(counts[op] * per_op[op] for op in counts) / 1e6 / workers
+    cpu_floor = sum(counts[op] * per_op_cpu[op] for op in counts) / 1e6
+    log(
+        f"ecdh: {seconds:.2f} s for {size:,} common ids (floor {floor:.2f} s: ratio {seconds / floor:.2f}; "
+        f"CPU {cpu:.1f} s for {cpu_floor:.1f} s of curve work: {cpu / cpu_floor:.2f}; "
+        f"{seconds / x25519:.2f} x the X25519 yardstick; peak RSS {peak:.0f} MB; load average {load:.1f})"
+    )
+    return {
+        **figures,
+        "group": psi.SUITE,  # whose operations per_op_us measured
+        "per_op_us": per_op,
+        "ops": counts,
+        "floor_seconds": floor,
+        "ratio_to_floor": seconds / floor,
+        # Load-independent view: the CPU seconds against the curve work at CPU-time per-op costs.
+        "cpu_floor_seconds": cpu_floor,
+        "cpu_ratio": cpu / cpu_floor,
+        "per_op_cpu_us": per_op_cpu,
+    }
 
 
-TRANSPORTS: dict[str, Callable[[int, int, Callable[[str], None], int], dict]] = {"grpc": _grpc, "pipes": _pipes}
+TRANSPORTS: dict[str, Callable[[int, int, Callable[[str], None], int, str], dict]] = {"grpc": _grpc, "pipes": _pipes}

@@ -139,11 +139,20 @@ def bench_align(
             "pipes: the PSI computation alone, messages through pipes."
         ),
     ] = "grpc",
+    protocol: Annotated[
+        str,
+        typer.Option(
+            help="ecdh: ristretto255 ECDH PSI (the parties' default); oprf: OT-extension PSI (semi-honest, opt-in: "
+            "[psi] accept); both: OPRF then ECDH, side by side in one report."
+        ),
+    ] = "both",
     as_json: opt.Json = False,
 ) -> None:
-    """PSI alignment seconds against the floor (curve operations x per-op cost / workers) and each party's peak
-    memory; --rows ids per party (90 % common), one process per party ($VFLSEC_PSI_WORKERS sets the workers)."""
+    """PSI alignment seconds against a yardstick (1M X25519 multiplications on one core, measured in the run) and,
+    for ECDH, its floor (curve operations x per-op cost / workers), and each party's peak memory; --rows ids per
+    party (90 % common), one process per party ($VFLSEC_PSI_WORKERS sets ECDH's workers)."""
     from vflsec.client.bench.align import TRANSPORTS, run
+    from vflsec.services.crypto.psi import PROTOCOLS
 
     if rows < 10:
         fail(f"--rows must be at least 10, got {rows}")
@@ -151,7 +160,11 @@ def bench_align(
         fail(f"--transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
     if parties is not None and passive not in (1, parties):
         fail(f"--parties is the old name of --passive: give one of them, not --passive {passive} --parties {parties}")
-    result = run(rows, parties or passive, log=lambda line: typer.echo(line, err=as_json), transport=transport)
+    if protocol not in (*PROTOCOLS, "both"):
+        fail(f"--protocol must be one of {', '.join((*PROTOCOLS, 'both'))}, got {protocol!r}")
+    result = run(
+        rows, parties or passive, log=lambda line: typer.echo(line, err=as_json), transport=transport, protocol=protocol
+    )
     if not result["correct"]:
         fail("the alignment did not return exactly the known common ids")
     if as_json:

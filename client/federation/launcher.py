@@ -243,6 +243,9 @@ class FederationSpec:
     query_policy: dict | None = None  # the coordinator's [policy] table (query_budget, refuse_training_ids, ...)
     checkpoints: bool = True  # session checkpoints in each party's state dir (crash recovery)
     limits: dict | None = None  # every party's [limits] table (e.g. psi_max_ids)
+    # The active party's [psi] protocol: "ecdh" (the default) or "oprf" (OT extension), which also makes every passive
+    # party accept it ([psi] accept; semi-honest, opt-in).
+    psi_protocol: str = "ecdh"
     # Loopback with free ports (default), or fixed ports behind host names (compose: hosts are party ids).
     host: str = "127.0.0.1"
     compose_ports: dict[str, int] | None = None
@@ -650,7 +653,11 @@ def write_federation(
             class_names = ds.class_names if is_active else None
             datasets.write_party_csv_chunks(folder / "data.csv", columns[party], chunks(), class_names)
             raw["data"] = {"path": "data.csv", "scaling": spec.scaling}
-            if not is_active:
+            if is_active:
+                raw["psi"] = {"protocol": spec.psi_protocol}
+            else:
+                if spec.psi_protocol != "ecdh":
+                    raw["psi"] = {"accept": sorted({"ecdh", spec.psi_protocol})}
                 raw["operator"] = f"operator-{party}"
                 raw["policy"] = {"allowed_backends": backends}
                 if spec.embedding_release:

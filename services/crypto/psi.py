@@ -69,6 +69,10 @@ RATIO_FLOOR = 1_000_000
 # Ids or points per unit of work: at most CHUNK (a task's pickling is noise next to its ~1 s of curve arithmetic;
 # 1M ids make ~120 tasks), and about 4 per worker for shorter lists so no worker waits on a long last one; a list of
 # up to MIN_CHUNK is one task, done in the calling process (a pool's start-up would cost more than it saves).
+# The alignment protocols an active party may run ([psi] protocol); the first is the default. "ecdh": this module's;
+# "oprf": OT-extension PSI (services/crypto/oprf.py), semi-honest only: a deviating active party learns the passive
+# party's whole ID set, so a passive party serves it only when its operator opts in ([psi] accept).
+PROTOCOLS = ("ecdh", "oprf")
 CHUNK = 8192
 MIN_CHUNK = 2048
 WORKERS_ENV = "VFLSEC_PSI_WORKERS"
@@ -202,7 +206,7 @@ def _multiply_tasks(scalar: bytes, points: np.ndarray, spans: list[tuple[int, in
 
 def _points(values: Sequence[bytes] | np.ndarray) -> np.ndarray:
     """32-byte values as an S32 array; a value of another length or type is a ValueError with its index."""
-    if isinstance(values, np.ndarray) and values.dtype == _DTYPE:
+    if isinstance(values, np.ndarray) and values.dtype.kind == "S":  # S32 points, or the OPRF's S16 values
         return values
     for index, point in enumerate(values):
         if not isinstance(point, bytes) or len(point) != POINT_BYTES:
@@ -243,27 +247,40 @@ def chunks_of(points: np.ndarray, workers: int = 1) -> Iterator[Chunk]:
 class ChunkReader:
     """Assembles a list received in chunks, checking each on arrival; a breach is a ValueError naming it (the
     caller names the sender). ``check_size(points)`` may refuse the announced size before any memory is taken
-    for it. No chunk at all is the empty list."""
+    for it. No chunk at all is the empty list. With ``keep=False`` nothing is assembled: the caller consumes each
+    chunk's values, which :meth:`add` returns, and :meth:`total` checks the list ended where announced."""
 
-    def __init__(self, check_size: Callable[[int], None] | None = None) -> None:
+    def __init__(
+        self,
+        check_size: Callable[[int], None] | None = None,
+        *,
+        width: int = POINT_BYTES,
+        per_chunk: int = CHUNK,
+        keep: bool = True,
+    ) -> None:
+        """``width`` bytes a value, at most ``per_chunk`` values a chunk (the OPRF's values: 16 and more)."""
         self._check_size = check_size
+        self._width, self._per_chunk, self._keep = width, per_chunk, keep
         self._points: np.ndarray | None = None
-        self._chunks = self._next = self._filled = 0
+        self._chunks = self._next = self._filled = self._total = 0
 
-    def add(self, chunk: Chunk) -> None:
-        if self._points is None:
-            if chunk.points < 1 or not -(-chunk.points // CHUNK) <= chunk.chunks <= chunk.points:
+    def add(self, chunk: Chunk) -> np.ndarray:
+        """Check ``chunk`` and take its values; they are returned too."""
+        if not self._chunks:
+            if chunk.points < 1 or not -(-chunk.points // self._per_chunk) <= chunk.chunks <= chunk.points:
                 raise ValueError(
                     f"chunk {chunk.index} announces {chunk.chunks} chunks for {chunk.points} points: each chunk "
-                    f"carries 1 to {CHUNK} points"
+                    f"carries 1 to {self._per_chunk} points"
                 )
             if self._check_size is not None:
                 self._check_size(chunk.points)
-            self._points, self._chunks = np.empty(chunk.points, dtype=_DTYPE), chunk.chunks
-        elif (chunk.chunks, chunk.points) != (self._chunks, len(self._points)):
+            self._total, self._chunks = chunk.points, chunk.chunks
+            if self._keep:
+                self._points = np.empty(chunk.points, dtype=f"S{self._width}")
+        elif (chunk.chunks, chunk.points) != (self._chunks, self._total):
             raise ValueError(
                 f"chunk {chunk.index} announces {chunk.chunks} chunks of {chunk.points} points, the first "
-                f"{self._chunks} chunks of {len(self._points)} points"
+                f"{self._chunks} chunks of {self._total} points"
             )
         if chunk.index != self._next or chunk.index >= self._chunks:
             if chunk.index >= self._chunks:
@@ -273,29 +290,41 @@ class ChunkReader:
             else:
                 problem = f"out of order: chunk {self._next} missing"
             raise ValueError(f"chunk {chunk.index} {problem}")
-        n, rest = divmod(len(chunk.data), POINT_BYTES)
-        if rest or not 1 <= n <= CHUNK:
+        n, rest = divmod(len(chunk.data), self._width)
+        if rest or not 1 <= n <= self._per_chunk:
             raise ValueError(
-                f"chunk {chunk.index} holds {len(chunk.data)} bytes, not 1 to {CHUNK} values of {POINT_BYTES} bytes"
+                f"chunk {chunk.index} holds {len(chunk.data)} bytes, not 1 to {self._per_chunk} values of "
+                f"{self._width} bytes"
             )
-        if self._filled + n > len(self._points) or (self._next == self._chunks - 1) != (
-            self._filled + n == len(self._points)
-        ):
+        if self._filled + n > self._total or (self._next == self._chunks - 1) != (self._filled + n == self._total):
             raise ValueError(
                 f"chunk {chunk.index} of {self._chunks} brings the list to {self._filled + n} points, "
-                f"{len(self._points)} announced"
+                f"{self._total} announced"
             )
-        self._points[self._filled : self._filled + n] = _from_blob(chunk.data)
+        values = np.frombuffer(chunk.data, dtype=f"S{self._width}")
+        if self._points is not None:
+            self._points[self._filled : self._filled + n] = values
         self._filled += n
         self._next += 1
+        return values
 
-    def result(self) -> np.ndarray:
-        """The whole list; a ValueError if it ended before the announced last chunk."""
-        if self._points is None:
-            return np.empty(0, dtype=_DTYPE)
+    def total(self) -> int:
+        """The list's length; a ValueError if it ended before the announced last chunk."""
         if self._next != self._chunks:
             raise ValueError(f"the list ends after {self._next} of {self._chunks} chunks")
-        return self._points
+        return self._total
+
+    def result(self) -> np.ndarray:
+        """The whole list (``keep``); a ValueError if it ended before the announced last chunk."""
+        self.total()
+        return self._points if self._points is not None else np.empty(0, dtype=f"S{self._width}")
+
+
+def largest_accepted(
+    own: int, *, max_ids: int = MAX_IDS, max_ratio: float = MAX_RATIO, ratio_floor: int = RATIO_FLOOR
+) -> int:
+    """The longest partner list our caps accept against our ``own`` IDs (an OPRF exchange's bins are sized by it)."""
+    return min(max_ids, max(math.floor(max_ratio * own), ratio_floor))
 
 
 def check_size(
@@ -308,7 +337,7 @@ def check_size(
             f"{n} IDs announced, over this party's cap of {max_ids} ([limits] psi_max_ids; the smallest that "
             f"accepts them is {n})"
         )
-    if n > max(max_ratio * own, ratio_floor):
+    if n > largest_accepted(own, max_ids=max_ids, max_ratio=max_ratio, ratio_floor=ratio_floor):
         smallest = math.ceil(n * 100 / max(own, 1)) / 100
         raise ValueError(
             f"{n} IDs announced, over {max_ratio:g} x this party's own {own} IDs ([limits] psi_max_ratio; the "
@@ -524,35 +553,90 @@ def intersect(
     n_active = len(active_double[0])
     if any(len(values) != n_active for values in active_double):
         raise ValueError(f"every active list must have {n_active} values, one per active row")
-    common = np.ones(n_active, dtype=bool)
+    return combine(
+        match(mine, theirs, name) for name, mine, theirs in zip(names, active_double, passive_double, strict=True)
+    )
+
+
+def match(active_values: Sequence[bytes], passive_values: Sequence[bytes], name: str) -> tuple[np.ndarray, np.ndarray]:
+    """One passive party's part of :func:`intersect`: (whether each active row's value is in the party's list, its
+    position there). Only these 9 bytes per active row outlive the call, not the party's list."""
+    mine, theirs = _points(active_values), _points(passive_values)
+    _require_unique(mine, f"active values for {name}")
+    order = _require_unique(theirs, f"values sent by {name}")
+    common = np.full(len(mine), bool(len(theirs)))
+    positions = np.zeros(len(mine), dtype=np.int64)
+    for start in range(0, len(mine) if len(theirs) else 0, _BLOCK):
+        block = mine[start : start + _BLOCK]
+        at = order[np.minimum(np.searchsorted(theirs, block, sorter=order), len(theirs) - 1)]
+        common[start : start + _BLOCK] = theirs[at] == block
+        positions[start : start + _BLOCK] = at
+    return common, positions
+
+
+class StreamMatch:
+    """:func:`match` for a passive list that arrives in chunks, none of which is kept: each value is looked up among
+    ours (sorted once) as it comes. A value of ours matched twice (the party sent it twice) is a ValueError naming
+    both positions; repeats among values that match nothing of ours change nothing and are not looked for."""
+
+    def __init__(self, active_values: np.ndarray, name: str) -> None:
+        self._mine, self._name = active_values, name
+        self._order = _require_unique(active_values, f"active values for {name}")
+        self.common = np.zeros(len(active_values), dtype=bool)
+        self.positions = np.zeros(len(active_values), dtype=np.int64)
+        self._seen = 0
+
+    def add(self, values: np.ndarray) -> None:
+        start, self._seen = self._seen, self._seen + len(values)
+        if not len(self._mine):
+            return
+        rows = self._order[np.minimum(np.searchsorted(self._mine, values, sorter=self._order), len(self._mine) - 1)]
+        hit = self._mine[rows] == values
+        rows, at = rows[hit], start + np.flatnonzero(hit)
+        twice = self.common[rows]
+        if twice.any():
+            first = int(np.flatnonzero(twice)[0])
+            earlier = int(self.positions[rows[first]])
+            raise ValueError(f"duplicate values sent by {self._name} at rows {earlier} and {int(at[first])}")
+        unique, counts = np.unique(rows, return_counts=True)
+        if (counts > 1).any():
+            row = unique[np.flatnonzero(counts > 1)[0]]
+            first, second = (int(a) for a in at[rows == row][:2])
+            raise ValueError(f"duplicate values sent by {self._name} at rows {first} and {second}")
+        self.common[rows] = True
+        self.positions[rows] = at
+
+    def result(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.common, self.positions
+
+
+def combine(matches: Iterable[tuple[np.ndarray, np.ndarray]]) -> Alignment:
+    """The samples common to every passive party's :func:`match`, in a fresh uniform order."""
+    common: np.ndarray | None = None
     found: list[np.ndarray] = []
-    for name, active_values, passive_values in zip(names, active_double, passive_double, strict=True):
-        mine, theirs = _points(active_values), _points(passive_values)
-        del passive_values
-        _require_unique(mine, f"active values for {name}")
-        order = _require_unique(theirs, f"values sent by {name}")
-        positions = np.zeros(n_active, dtype=np.int64)
-        if not len(theirs):
-            common[:] = False
-        for start in range(0, n_active if len(theirs) else 0, _BLOCK):
-            block = mine[start : start + _BLOCK]
-            at = order[np.minimum(np.searchsorted(theirs, block, sorter=order), len(theirs) - 1)]
-            common[start : start + _BLOCK] &= theirs[at] == block
-            positions[start : start + _BLOCK] = at
+    for matched, positions in matches:
+        common = matched if common is None else common & matched
         found.append(positions)
-        del theirs, order
+    if common is None:
+        raise ValueError("need one match per passive party, got none")
     rows = np.flatnonzero(common)
     rows = rows[entropy.os_entropy().permutation(len(rows))].astype(np.int64)
     return Alignment(active_rows=rows, passive_positions=tuple(positions[rows] for positions in found))
 
 
+# The one refusal of a bad position list. It names no position: which positions are padding or name one row
+# twice depends on the passive party's secret order (an OPRF list's), and no refusal may read that out.
+BAD_POSITIONS = "positions: they do not name distinct IDs of the list this party sent"
+
+
 def rows_from_positions(positions: Sequence[int] | np.ndarray, permutation: np.ndarray) -> np.ndarray:
-    """Passive side of step 4: own row of each common index, from positions into the list it sent."""
+    """Passive side of step 4: own row of each common index, from positions into the list it sent (``permutation``:
+    the row of each value sent; -1 for an OPRF list's padding). Positions out of range or repeated, naming padding,
+    or two naming one row are all refused alike (:data:`BAD_POSITIONS`): an honest active party sends none."""
     positions = np.asarray(positions, dtype=np.int64)
-    if positions.ndim != 1:
-        raise ValueError(f"positions must be one-dimensional, got shape {positions.shape}")
-    if positions.size and (positions.min() < 0 or positions.max() >= len(permutation)):
-        raise ValueError(f"positions must lie in [0, {len(permutation)})")
-    if len(np.unique(positions)) != len(positions):
-        raise ValueError("positions must not repeat: each sent value is at most one common sample")
-    return permutation[positions]
+    if positions.ndim != 1 or (positions.size and (positions.min() < 0 or positions.max() >= len(permutation))):
+        raise ValueError(BAD_POSITIONS)
+    rows = permutation[positions]
+    if (rows < 0).any() or len(np.unique(rows)) != len(rows):  # repeated positions repeat their row too
+        raise ValueError(BAD_POSITIONS)
+    return rows.astype(np.int64)

@@ -21,14 +21,14 @@ import numpy as np
 from vflsec.services import plugins
 from vflsec.services.common import BATCH_ENTRIES, CHUNK_VALUES
 from vflsec.services.config import PREDICT_BATCH_ROWS, PREDICT_WINDOW_MS
-from vflsec.services.crypto import entropy, he, psi, ring_mask
+from vflsec.services.crypto import entropy, he, oprf, psi, ring_mask
 from vflsec.services.data.datasets import IdIndex, PartyData
 from vflsec.services.defenses.gradients import GradientChain
 from vflsec.services.defenses.release import ReleasedParams, ReleasedScores, StepDescription
 from vflsec.services.engines import checkpoint
 from vflsec.services.engines.batching import Batcher
 from vflsec.services.engines.sessions import EpochKeys, SessionTable, epoch_keys
-from vflsec.services.errors import FailedPrecondition, InvalidArgument, NotFound, ServiceError
+from vflsec.services.errors import FailedPrecondition, InvalidArgument, NotFound, PeerFailed, ServiceError
 from vflsec.services.models import family as families
 
 if TYPE_CHECKING:  # services/app.py hands the links in: importing the engine loads no gRPC or protobuf
@@ -71,12 +71,14 @@ class TrainingRun:
 
 @dataclass
 class AlignProgress:
-    """Curve operations of an alignment done so far, of all it takes (a display: the passive parties' sizes are
-    the ones they announced when they joined), and the stage it is in."""
+    """Work of an alignment done so far, of all it takes (a display: the passive parties' sizes are the ones they
+    announced when they joined), and the stage it is in. ECDH counts curve operations; OPRF, U's rows sent and the
+    values received, per passive party."""
 
     done: int
     total: int
-    stage: str  # "blinding" (ours), "exchanging" (each passive party's), "re-blinding" (theirs), "finishing"
+    # "blinding" (ours, ECDH), "exchanging" (each passive party's), "re-blinding" (theirs, ECDH), "finishing"
+    stage: str
 
 
 class _Tracker:
@@ -266,6 +268,7 @@ class ActiveParty:
         psi_ratio_floor: int = psi.RATIO_FLOOR,
         predict_window_ms: float = PREDICT_WINDOW_MS,
         predict_batch_rows: int = PREDICT_BATCH_ROWS,
+        psi_protocol: str = psi.PROTOCOLS[0],
     ) -> None:
         if data.y is None:
             raise ValueError("the active party's data file needs a label column")
@@ -281,6 +284,9 @@ class ActiveParty:
         self.psi_max_ids = psi_max_ids
         self.psi_max_ratio = psi_max_ratio
         self.psi_ratio_floor = psi_ratio_floor
+        if psi_protocol not in psi.PROTOCOLS:
+            raise ValueError(f"psi_protocol must be one of {', '.join(psi.PROTOCOLS)}, got {psi_protocol!r}")
+        self.psi_protocol = psi_protocol
         self.sessions = SessionTable(
             self.state, lambda sid, arrays, meta: ActiveSession.from_state(sid, arrays, meta, self.data.ids)
         )
@@ -455,11 +461,15 @@ class ActiveParty:
                 self._check_own_ids(own_ids)
                 s.aligning = True
         passive_rows = [s.passive_rows.get(party, len(own_ids)) for party in self.passives]
-        total = len(own_ids) + sum(len(own_ids) + 2 * n for n in passive_rows)
+        if self.psi_protocol == "oprf":  # U's rows sent and the values received, per passive party
+            total = sum(oprf.bins(len(own_ids)) + oprf.HASHES * n for n in passive_rows)
+        else:
+            total = len(own_ids) + sum(len(own_ids) + 2 * n for n in passive_rows)
         tracker = _Tracker(total, progress)
         if pending is None:
             try:
-                pending = self._intersect(s, own_ids, tracker)
+                intersect = self._intersect_oprf if self.psi_protocol == "oprf" else self._intersect
+                pending = intersect(s, own_ids, tracker)
             except BaseException:
                 # Nothing is aligned, so the session may try again (a passive party that answered takes a new
                 # exchange until PsiFinish fixed its rows; one that refused or was cut kept nothing).
@@ -530,6 +540,89 @@ class ActiveParty:
             self._save(s)
         return alignment
 
+    def _intersect_oprf(self, s: ActiveSession, own_ids: np.ndarray, tracker: _Tracker) -> psi.Alignment:
+        """:meth:`_intersect` by OT extension (services/crypto/oprf.py): one OPRF exchange with every passive party
+        (concurrently), then the same intersection of their values with ours."""
+        salt = psi.new_salt()
+        try:
+            hashed = oprf.item_hashes(own_ids, salt)
+            psi._require_unique(hashed.view(f"S{hashed.shape[1]}").reshape(-1), "ids")
+        except ValueError as exc:  # duplicate or non-string ids: nothing was sent
+            raise FailedPrecondition(f"PSI: {self.party_id}'s own IDs: {exc}") from exc
+        m = oprf.bins(len(own_ids))
+        try:
+            hash_key, table = oprf.place(hashed, m)  # redrawn here until every ID has a bin: nothing was sent yet
+        except oprf.CuckooFailure as exc:  # 16 hash keys in a row failing: not seen at any size; named, not INTERNAL
+            raise FailedPrecondition(
+                f"PSI: {self.party_id} could not place its IDs into OPRF bins ({exc}); nothing was sent: Align "
+                'again, or align by [psi] protocol = "ecdh"'
+            ) from exc
+
+        def check(n: int) -> None:  # a passive party sends exactly 3 values per own ID, its count within our caps
+            if n % oprf.HASHES:
+                raise ValueError(f"{n} values announced, not {oprf.HASHES} per ID")
+            psi.check_size(
+                n // oprf.HASHES,
+                len(own_ids),
+                max_ids=self.psi_max_ids,
+                max_ratio=self.psi_max_ratio,
+                ratio_floor=self.psi_ratio_floor,
+            )
+
+        exchanging = tracker.add("exchanging")
+
+        def exchange(party: str, client: PassiveClient) -> tuple[int, tuple[np.ndarray, np.ndarray]]:
+            """(the party's ID count, its match against ours): each chunk of its values is looked up among our
+            outputs as it arrives (psi.StreamMatch), so only 9 bytes per own ID are kept of them."""
+            base_ot, receivers, matches, sent = oprf.BaseOtSender(), [], [], [0]
+
+            def u_rows(code_key: bytes, answers: list[bytes]) -> Iterator[bytes]:
+                k0, k1 = base_ot.keys(answers)
+                receivers.append(oprf.Receiver(table, hashed, k0, k1, code_key))
+                matches.clear()
+                return counted(receivers[-1].u_chunks())
+
+            def counted(chunks: Iterator[bytes]) -> Iterator[bytes]:
+                for chunk in chunks:
+                    sent[0] += 1  # counted before the call takes it: the party cannot have it sooner
+                    yield chunk
+
+            def outputs() -> np.ndarray:
+                """Our outputs, once every U chunk was sent: an output is made with its chunk, so values that
+                come sooner would meet outputs never made."""
+                if sent[0] != oprf.row_chunks(m):
+                    raise ValueError(
+                        f"{party} answered before taking U ({sent[0]} of {oprf.row_chunks(m)} U chunks sent)"
+                    )
+                return receivers[-1].values()
+
+            def take(values: np.ndarray) -> None:  # the party sends its values once it has all of U: ours are done
+                if not matches:
+                    matches.append(psi.StreamMatch(outputs(), party))
+                matches[0].add(values)
+
+            hello = oprf.Hello(s.session_id, salt, hash_key, m, base_ot.point)
+            n = client.psi_oprf(hello, u_rows, check, take, exchanging)
+            if matches:
+                return n // oprf.HASHES, matches[0].result()
+            try:
+                return n // oprf.HASHES, psi.match(outputs(), [], party)
+            except ValueError as exc:
+                raise InvalidArgument(f"PSI: {party}'s reply: {exc}") from exc
+
+        replies = self._each_passive(exchange)
+        alignment = psi.combine(matched for _, matched in replies)
+        if alignment.size == 0:
+            raise FailedPrecondition(
+                f"PSI: no sample ID is common to all of {self.party_id} ({len(own_ids)} IDs), "
+                + ", ".join(f"{party} ({n} IDs)" for party, (n, _) in zip(self.passives, replies, strict=True))
+                + ": check each party's ID column and its spelling (e.g. '7' vs '007')"
+            )
+        with s.lock:
+            s.pending = alignment
+            self._save(s)
+        return alignment
+
     def _finish(self, s: ActiveSession, alignment: psi.Alignment) -> None:
         """Every passive party's positions, concurrently; the session is aligned only if every one took them."""
         positions = dict(zip(self.passives, alignment.passive_positions, strict=True))
@@ -544,11 +637,23 @@ class ActiveParty:
             except Exception as exc:  # every party answers before the failures are reported
                 failed[party] = exc
         if failed:
+            # A passive party that refuses the positions (INVALID_ARGUMENT) has voided its exchange (rule 4: one
+            # refusal for every bad list): sending them again cannot succeed, so the next Align exchanges anew.
+            void = [p for p, exc in failed.items() if isinstance(exc, PeerFailed) and exc.code == "INVALID_ARGUMENT"]
+            if void:
+                with s.lock:
+                    s.pending, s.aligning = None, False
+                    self._save(s)
             raise FailedPrecondition(
                 "PSI: PsiFinish failed at "
                 + "; ".join(f"{party}: {exc}" for party, exc in failed.items())
-                + f". No party is aligned for use: {s.session_id!r} keeps its intersection, and Align sends the "
-                "same positions again to finish it"
+                + f". No party is aligned for use: {s.session_id!r} "
+                + (
+                    f"drops its intersection ({', '.join(void)} voided the exchange), and Align runs a new exchange "
+                    "(a party that took its positions refuses one: then open a new session)"
+                    if void
+                    else "keeps its intersection, and Align sends the same positions again to finish it"
+                )
             )
         with s.lock:
             s.rows, s.pending = alignment.active_rows, None

@@ -3,6 +3,7 @@ splitnn.py, trees.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
@@ -23,7 +24,7 @@ from vflsec.services.common import (
     require_query_id,
 )
 from vflsec.services.config import MIN_TRAINING_ROWS
-from vflsec.services.crypto import entropy, he, psi, ring_mask
+from vflsec.services.crypto import entropy, he, oprf, psi, ring_mask
 from vflsec.services.data.datasets import PartyData
 from vflsec.services.defenses import params as param_defenses
 from vflsec.services.defenses.embeddings import EmbeddingChain, basis_problem, binary_free_basis
@@ -41,6 +42,9 @@ from vflsec.services.errors import (
 from vflsec.services.models import family as families
 
 log = logging.getLogger(__name__)
+# PSI streams (PsiExchangeStream, PsiOprfStream) one caller may hold open at once: a stream waits on its caller
+# between messages, uncharged, so without a limit idle streams would hold every server thread (review 15, F5).
+PSI_STREAMS_PER_OWNER = 2
 
 
 class CoordinatorLink(Protocol):
@@ -185,6 +189,7 @@ class PassiveParty:
         psi_max_ratio: float = psi.MAX_RATIO,
         psi_ratio_floor: int = psi.RATIO_FLOOR,
         psi_owner_budget: int | None = None,
+        psi_accept: Sequence[str] = psi.PROTOCOLS[:1],
         allowed_backends: Sequence[str] = ("ckks",),
         embedding_release: Sequence[str] = (),
         min_training_rows: int = MIN_TRAINING_ROWS,
@@ -231,6 +236,9 @@ class PassiveParty:
         # psi_owner_budget; None: unlimited): one exchange per session does not stop testing a dictionary over
         # many sessions, this does.
         self.psi_owner_budget = psi_owner_budget
+        # [psi] accept: the OPRF exchange is semi-honest (a deviating active party learns all our IDs), so it is
+        # served only when this party's operator opted in; ECDH always.
+        self.psi_accept = frozenset(psi_accept)
         self.data = data
         self.coordinator = coordinator
         self.coordinator_id = coordinator_id  # the coordinator identity this party answers
@@ -247,6 +255,7 @@ class PassiveParty:
             owner: meta["blinded"] for owner, (_, meta) in self.psi_ledger.load_all().items()
         }
         self._lock = threading.Lock()
+        self._psi_streams: dict[str, int] = {}  # PSI streams open, per caller
 
     @property
     def n_features(self) -> int:
@@ -389,6 +398,87 @@ class PassiveParty:
         except ValueError as exc:
             raise InvalidArgument(f"PSI: the active party's list: {exc}") from exc
 
+    def psi_oprf(
+        self, session_id: str, hello: oprf.Hello, u_rows: Iterable[bytes]
+    ) -> Iterator[tuple[bytes, list[bytes]] | psi.Chunk]:
+        """The OPRF exchange (services/crypto/oprf.py), one per session with psi_exchange's: yields our keys (code key,
+        base-OT answers), takes U's row chunks, then yields our values in chunks. The hello is checked (its bins
+        against the caps, its point) and its bins charged to the owner's budget before any work."""
+        if "oprf" not in self.psi_accept:  # our own config only: nothing read, drawn or charged
+            raise FailedPrecondition(
+                f"PSI: {self.party_id} does not serve the OPRF exchange ([psi] accept: "
+                f"{', '.join(sorted(self.psi_accept))}): it is secure against a semi-honest active party only; "
+                "align with [psi] protocol = \"ecdh\""
+            )
+        s = self.session(session_id)
+        _refuse_second_exchange(session_id, s)
+        own_ids = self.data.ids
+        if not len(own_ids):
+            raise FailedPrecondition(f"PSI: {self.party_id} holds no sample IDs")
+        cap = psi.largest_accepted(
+            len(own_ids), max_ids=self.psi_max_ids, max_ratio=self.psi_max_ratio, ratio_floor=self.psi_ratio_floor
+        )
+        if not 1 <= hello.bins <= oprf.bins(cap) or hello.bins % oprf.BIN_ALIGN:
+            raise InvalidArgument(
+                f"PSI: the active party's hello announces {hello.bins} bins: this party takes a multiple of "
+                f"{oprf.BIN_ALIGN} up to {oprf.bins(cap)}, the bins of {cap} IDs ([limits] psi_max_ids, psi_max_ratio, "
+                "psi_ratio_floor)"
+            )
+        if not 1 <= len(hello.salt) <= 64:
+            raise InvalidArgument(f"PSI: the active party's salt holds {len(hello.salt)} bytes, not 1 to 64")
+        if len(hello.hash_key) != oprf.KEY_BYTES:
+            raise InvalidArgument(f"PSI: the active party's hash key holds {len(hello.hash_key)} bytes, not 16")
+        try:
+            oprf.check_point(hello.base_point, "the base-OT point S")
+        except ValueError as exc:
+            raise InvalidArgument(f"PSI: the active party's hello: {exc}") from exc
+        # Charged before any work (base OTs, hashing our IDs: about a second at 1M), so an owner over its budget
+        # costs us one check; refunded if our own IDs then fail, which is our fault, not the owner's.
+        self._spend_psi_budget(s.owner, hello.bins, "announced as OPRF bins")
+        try:
+            hashed = oprf.item_hashes(own_ids, hello.salt)
+            psi._require_unique(hashed.view(f"S{hashed.shape[1]}").reshape(-1), "ids")
+        except ValueError as exc:
+            self._spend_psi_budget(s.owner, -hello.bins)
+            raise FailedPrecondition(f"PSI: {self.party_id}'s own IDs: {exc}") from exc
+        base_ot = oprf.BaseOtReceiver()
+        answers = base_ot.answer(hello.base_point)
+        code_key = entropy.os_entropy().bytes(oprf.KEY_BYTES)
+        sender = oprf.Sender(hashed, hello.hash_key, hello.bins, base_ot, code_key)
+        del hashed
+        yield code_key, answers
+        try:
+            for chunk in u_rows:
+                sender.add(chunk)
+            values = sender.values()
+        except ValueError as exc:
+            raise InvalidArgument(f"PSI: the active party's U: {exc}") from exc
+        with s.lock:
+            _refuse_second_exchange(session_id, s)  # a concurrent exchange may have finished meanwhile
+            s.psi_permutation = sender.rows
+            self._save(session_id, s)
+        del sender
+        for index, chunks, data in oprf.value_chunks(values):
+            yield psi.Chunk(index, chunks, len(values), data)
+
+    @contextlib.contextmanager
+    def psi_stream_slot(self, caller: str) -> Iterator[None]:
+        """One of ``caller``'s PSI_STREAMS_PER_OWNER stream slots, held for a PSI stream's life, or
+        ResourceExhausted before anything is read."""
+        with self._lock:
+            held = self._psi_streams.get(caller, 0)
+            if held >= PSI_STREAMS_PER_OWNER:
+                raise ResourceExhausted(
+                    f"PSI: {caller} has {held} PSI streams open at {self.party_id}, the most one party may hold at "
+                    "once: finish or cancel one first"
+                )
+            self._psi_streams[caller] = held + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._psi_streams[caller] -= 1
+
     def _psi_size_check(self, own: int) -> Callable[[int], None]:
         """The caps on a partner's list ([limits] psi_max_ids, absolute; psi_max_ratio, relative to ``own``)."""
         return functools.partial(
@@ -399,20 +489,25 @@ class PassiveParty:
             ratio_floor=self.psi_ratio_floor,
         )
 
-    def _spend_psi_budget(self, owner: str, n: int) -> None:
-        """Count ``n`` more IDs blinded for ``owner``, durably, before any point is computed; refuse over budget."""
+    def _spend_psi_budget(self, owner: str, n: int, sent: str = "sent") -> None:
+        """Count ``n`` more IDs blinded (or OPRF bins announced) for ``owner``, durably, before any
+        work; refuse over budget. A negative ``n`` refunds a charge for work this party then could not do."""
         with self._lock:
             spent = self.psi_blinded.get(owner, 0)
             if self.psi_owner_budget is not None and spent + n > self.psi_owner_budget:
                 raise ResourceExhausted(
                     f"PSI budget of {owner} exhausted: {spent} of {self.psi_owner_budget} IDs blinded over its "
-                    f"sessions, {n} more sent ([limits] psi_owner_budget)"
+                    f"sessions, {n} more {sent} ([limits] psi_owner_budget)"
                 )
             self.psi_blinded[owner] = spent + n
             self.psi_ledger.save(owner, {}, {"blinded": spent + n})
 
     def psi_finish(self, session_id: str, positions: np.ndarray) -> int:
-        """Fix the common rows, once: a retry with the same positions is answered again, different ones refused."""
+        """Fix the common rows, once: a retry with the same positions is answered again, different ones refused.
+
+        Bad positions before that void the exchange: one refusal naming no position (psi.BAD_POSITIONS), and the
+        next alignment needs a new exchange, charged again, so each probe of our secret order (which positions are
+        OPRF padding or share a row) costs a whole exchange and yields at most one bit."""
         s = self.session(session_id)
         with s.lock:
             if s.psi_permutation is None:
@@ -420,8 +515,14 @@ class PassiveParty:
             try:
                 rows = psi.rows_from_positions(positions, s.psi_permutation)
             except ValueError as exc:
-                raise InvalidArgument(f"positions: {exc}") from exc
-            if s.rows is not None and not np.array_equal(rows, s.rows):
+                if s.rows is None:
+                    s.psi_permutation = None
+                    self._save(session_id, s)
+                    raise InvalidArgument(
+                        f"{exc}; the exchange is void: align again (a new exchange, charged to the budget)"
+                    ) from exc
+                rows = None  # positions that name no rows cannot be the ones fixed
+            if s.rows is not None and (rows is None or not np.array_equal(rows, s.rows)):
                 raise FailedPrecondition(f"session {session_id!r} is aligned already (one PSI per session)")
             s.rows = rows
             self._save(session_id, s)

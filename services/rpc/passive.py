@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import grpc
 import numpy as np
 
-from vflsec.services.crypto import he
+from vflsec.services.crypto import he, psi
 from vflsec.services.defenses import params as param_defenses
 from vflsec.services.engines.passive import PassiveParty, PassiveSession
 from vflsec.services.errors import InvalidArgument
@@ -58,13 +58,22 @@ class PassiveServicer(passive_pb2_grpc.PassiveServicer):
 
     @rpc
     def PsiExchangeStream(self, requests: Iterator[passive_pb2.PsiExchangeChunk], context: grpc.ServicerContext):
-        opened = psi_stream.opened(requests)
-        if opened is None:
-            raise InvalidArgument("PSI: the active party's stream carries no message")
-        session_id, salt, chunks = opened
-        self._owner(session_id)
-        for name, chunk in self.party.psi_exchange(session_id, salt, chunks):
-            yield psi_stream.reply(name, chunk)
+        with self.party.psi_stream_slot(current_caller().party_id):
+            opened = psi_stream.opened(requests)
+            if opened is None:
+                raise InvalidArgument("PSI: the active party's stream carries no message")
+            session_id, salt, chunks = opened
+            self._owner(session_id)
+            for name, chunk in self.party.psi_exchange(session_id, salt, chunks):
+                yield psi_stream.reply(name, chunk)
+
+    @rpc
+    def PsiOprfStream(self, requests: Iterator[passive_pb2.PsiOprfRequest], context: grpc.ServicerContext):
+        with self.party.psi_stream_slot(current_caller().party_id):
+            hello, u_rows = psi_stream.oprf_opened(requests)
+            self._owner(hello.session_id)
+            for out in self.party.psi_oprf(hello.session_id, hello, u_rows):
+                yield psi_stream.oprf_values(out) if isinstance(out, psi.Chunk) else psi_stream.oprf_keys(*out)
 
     @rpc
     def PsiFinish(self, request: passive_pb2.PsiFinishRequest, context: grpc.ServicerContext):
@@ -167,6 +176,7 @@ ROLE_POLICY: dict[str, frozenset[str]] = {
     "JoinSession": frozenset({"active"}),
     "PsiExchange": frozenset({"active"}),
     "PsiExchangeStream": frozenset({"active"}),
+    "PsiOprfStream": frozenset({"active"}),
     "PsiFinish": frozenset({"active"}),
     "Forward": frozenset({"active"}),
     "ShareLogits": frozenset({"active"}),

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import queue
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import grpc
 import numpy as np
 
-from vflsec.services.crypto import he, psi, ring_mask
+from vflsec.services.crypto import he, oprf, psi, ring_mask
 from vflsec.services.defenses.params import Distorted
 from vflsec.services.defenses.release import ReleasedParams, ReleasedScores, StepDescription
 from vflsec.services.errors import InvalidArgument, ServiceError
@@ -299,6 +300,57 @@ class PassiveClient:
         if len(double) != len(blinded):
             raise InvalidArgument(f"PSI: {self.peer} returned {len(double)} values for {len(blinded)} IDs")
         return double, own
+
+    def psi_oprf(
+        self,
+        hello: oprf.Hello,
+        u_rows: Callable[[bytes, list[bytes]], Iterator[bytes]],
+        check_size: Callable[[int], None],
+        take: Callable[[np.ndarray], None],
+        progress: Callable[[int], None] | None = None,
+    ) -> int:
+        """The OPRF exchange (services/crypto/oprf.py) with the party: send ``hello``; on its keys, stream
+        ``u_rows(code_key, base_answers)`` (U's row chunks, made as the call takes them); hand its values to
+        ``take`` chunk by chunk (S16 arrays, in order; none is kept here) and return their number, whose size
+        ``check_size`` may refuse before any arrives. A reply that breaks the rules, or a ValueError from ``take``,
+        cancels the call; ``progress`` hears of each U row chunk's rows and each value chunk's values."""
+        policy = replace(self.policy, timeout=self.policy.timeout + PSI_SECONDS_PER_ID * hello.bins)
+
+        def exchange(_: None, timeout: float) -> int:
+            rows: queue.Queue[Iterator[bytes] | None] = queue.Queue()
+
+            def requests() -> Iterator[passive_pb2.PsiOprfRequest]:
+                yield psi_stream.oprf_hello(hello)
+                chunks = rows.get()  # the party's keys first
+                for chunk in chunks or ():
+                    yield passive_pb2.PsiOprfRequest(u_rows=chunk)
+                    if progress is not None:
+                        progress(len(chunk) // oprf.CODE_BYTES)
+
+            responses = self.stub.PsiOprfStream(requests(), timeout=timeout)
+            reader = psi.ChunkReader(check_size, width=oprf.VALUE_BYTES, per_chunk=oprf.VALUES_PER_CHUNK, keep=False)
+            try:
+                first = next(responses, None)
+                if first is None or first.WhichOneof("step") != "keys":
+                    raise ValueError("the reply does not open with the party's keys")
+                if len(first.keys.code_key) != oprf.KEY_BYTES:
+                    raise ValueError(f"the code key holds {len(first.keys.code_key)} bytes, not {oprf.KEY_BYTES}")
+                rows.put(u_rows(first.keys.code_key, list(first.keys.base_answers)))
+                for reply in responses:
+                    if reply.WhichOneof("step") != "values":
+                        raise ValueError("a reply message after the keys carries no values")
+                    values = reader.add(psi_stream.from_message(reply.values))
+                    take(values)
+                    if progress is not None:
+                        progress(len(values))
+                return reader.total()
+            except (ValueError, ServiceError) as exc:
+                responses.cancel()
+                raise InvalidArgument(f"PSI: {self.peer}'s reply: {exc}") from None
+            finally:
+                rows.put(None)  # the request stream never waits for keys that will not come
+
+        return call(self.peer, exchange, None, policy)
 
     def psi_finish(self, session_id: str, positions: np.ndarray) -> int:
         request = passive_pb2.PsiFinishRequest(session_id=session_id, positions=positions.tolist())

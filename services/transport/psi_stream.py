@@ -1,5 +1,6 @@
-"""PSI lists on the wire: psi.Chunk <-> PointChunk, for the client (links.py) and the passive servicer; and
-vflsec.v1's one-message PsiExchange adapted to the same chunks, so both forms run one engine exchange."""
+"""PSI lists on the wire: psi.Chunk <-> PointChunk, for the client (links.py) and the passive servicer;
+vflsec.v1's one-message PsiExchange adapted to the same chunks, so both forms run one engine exchange; and the
+OPRF exchange's messages (PsiOprfStream)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from vflsec.services.crypto import psi
-from vflsec.services.errors import ResourceExhausted
+from vflsec.services.crypto import oprf, psi
+from vflsec.services.errors import InvalidArgument, ResourceExhausted
 from vflsec.v1 import passive_pb2
 
 
@@ -88,3 +89,41 @@ def gathered(chunks: Iterable[tuple[str, psi.Chunk]]) -> passive_pb2.PsiExchange
         data = chunk.data
         getattr(reply, name).extend(data[i : i + psi.POINT_BYTES] for i in range(0, len(data), psi.POINT_BYTES))
     return reply
+
+
+# --- PsiOprfStream (services/crypto/oprf.py) ---
+def oprf_hello(hello: oprf.Hello) -> passive_pb2.PsiOprfRequest:
+    return passive_pb2.PsiOprfRequest(
+        hello=passive_pb2.PsiOprfHello(
+            session_id=hello.session_id,
+            salt=hello.salt,
+            hash_key=hello.hash_key,
+            bins=hello.bins,
+            base_point=hello.base_point,
+        )
+    )
+
+
+def oprf_opened(stream: Iterator[passive_pb2.PsiOprfRequest]) -> tuple[oprf.Hello, Iterator[bytes]]:
+    """(the hello, U's row chunks) of a request stream, reading only its first message; InvalidArgument if the
+    stream does not open with a hello, or later carries another."""
+    first = next(stream, None)
+    if first is None or first.WhichOneof("step") != "hello":
+        raise InvalidArgument("PSI: the active party's stream does not open with a hello")
+    h = first.hello
+
+    def rows() -> Iterator[bytes]:
+        for request in stream:
+            if request.WhichOneof("step") != "u_rows":
+                raise InvalidArgument("PSI: the active party's stream carries a second hello or an empty message")
+            yield request.u_rows
+
+    return oprf.Hello(h.session_id, h.salt, h.hash_key, h.bins, h.base_point), rows()
+
+
+def oprf_keys(code_key: bytes, answers: Sequence[bytes]) -> passive_pb2.PsiOprfReply:
+    return passive_pb2.PsiOprfReply(keys=passive_pb2.PsiOprfKeys(code_key=code_key, base_answers=answers))
+
+
+def oprf_values(chunk: psi.Chunk) -> passive_pb2.PsiOprfReply:
+    return passive_pb2.PsiOprfReply(values=to_message(chunk))

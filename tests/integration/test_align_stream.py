@@ -1,4 +1,4 @@
-"""Alignment through the live services (real gRPC, mTLS, two passive parties): AlignStream reports the curve work
+"""Alignment through the live services (real gRPC, mTLS, two passive parties): AlignStream reports the work
 as it goes and returns the common IDs in bounded chunks, in the common order; a PsiFinish that fails at one
 passive party leaves the session unaligned at the active party, and the next Align finishes it with the same
 positions, so every party ends on the same common rows."""
@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from tests.integration.conftest import Federation, federation
+from vflsec.services.crypto import oprf
 from vflsec.services.engines.active import ActiveSession
 from vflsec.services.rpc import active as active_rpc
 from vflsec.services.transport.server import peer_channel
@@ -22,7 +23,8 @@ STAGES = ("blinding", "exchanging", "re-blinding", "finishing")
 
 @pytest.fixture(scope="module")
 def fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
-    with federation(tmp_path_factory.mktemp("align-stream"), n_passive=2, allow_plain=True) as running:
+    folder = tmp_path_factory.mktemp("align-stream")
+    with federation(folder, n_passive=2, allow_plain=True, psi_protocol="oprf") as running:
         yield running
 
 
@@ -48,9 +50,11 @@ def test_align_stream_reports_counts_and_returns_the_common_ids_in_chunks(fed, m
     assert progress and all(u.HasField("progress") for u in updates[: len(progress)])  # progress comes first
     assert [p.done for p in progress] == sorted(p.done for p in progress)
     assert {p.stage for p in progress} <= set(STAGES) and progress[-1].stage == "finishing"
-    # Every party's size was announced at JoinSession: the counts end at the whole curve work, n_a + sum(n_a + 2 n_p).
+    # Every party's size was announced at JoinSession: the counts end at the whole work, OPRF's (this federation's)
+    # U rows and values, sum(m + 3 n_p) (ECDH's curve work is n_a + sum(n_a + 2 n_p)).
     n_active = len(_engine(fed, "active").data.ids)
-    total = n_active + sum(n_active + 2 * len(_engine(fed, p).data.ids) for p in ("passive-1", "passive-2"))
+    assert _engine(fed, "active").psi_protocol == "oprf"
+    total = sum(oprf.bins(n_active) + 3 * len(_engine(fed, p).data.ids) for p in ("passive-1", "passive-2"))
     assert progress[-1].done == progress[-1].total == total
     rows = _engine(fed, "active").session(session_id).rows
     assert len(chunks) == -(-len(rows) // 64) > 1 and all(len(c.common_ids) <= 64 for c in chunks)
@@ -112,6 +116,33 @@ def test_a_psi_finish_failing_at_the_second_passive_party_is_finished_by_the_nex
     # Aligned: Align again runs no exchange and answers the same common IDs (a reply lost on the way loses nothing).
     assert fed.operator.align(session_id) == common and len(calls) == 2
     np.testing.assert_array_equal(_engine(fed, "passive-1").session(session_id).rows, first_rows)
+
+
+def test_positions_refused_at_every_passive_party_void_the_exchange_and_the_next_align_exchanges_anew(
+    fed, monkeypatch
+) -> None:
+    # Review 15, F2: a refused list voids the passive party's exchange, so the active party drops its intersection
+    # rather than send the same positions forever. The bad lists (one position twice) stand in for a buggy sender.
+    session_id = _session(fed, 6)
+    calls: list[str] = []
+    for party in ("passive-1", "passive-2"):
+        engine = _engine(fed, party)
+
+        def doubled(sid: str, positions: np.ndarray, original=engine.psi_finish, party=party) -> int:
+            calls.append(party)
+            bad = calls.count(party) == 1
+            return original(sid, np.concatenate([positions, positions[:1]]) if bad else positions)
+
+        monkeypatch.setattr(engine, "psi_finish", doubled)
+    with pytest.raises(grpc.RpcError) as err:
+        fed.operator.align(session_id)
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "voided the exchange), and Align runs a new exchange" in err.value.details()
+    active = _engine(fed, "active").session(session_id)
+    assert active.rows is None and active.pending is None
+    common = fed.operator.align(session_id)  # a new exchange, charged again, and a good finish
+    assert sorted(calls) == ["passive-1"] * 2 + ["passive-2"] * 2
+    assert common == _ids_of(fed, "active", active.rows).tolist()
 
 
 def test_a_reply_the_operator_could_not_receive_is_answered_again_without_a_second_exchange(fed) -> None:

@@ -23,26 +23,38 @@ def test_ids_overlap_ninety_percent_and_ops_count_the_protocol() -> None:
 @pytest.mark.parametrize("transport", ["grpc", "pipes"])
 def test_bench_align_json_reports_the_figures_for_two_passive_parties(transport: str) -> None:
     # grpc: every party a `vflsec serve` process, the shipped streamed exchange; 3,000 ids make 2 chunks a list.
+    # Both protocols, OPRF first: its figures on top, each protocol's under "runs".
     rows = 3000
-    args = ["bench", "align", "--rows", str(rows), "--passive", "2", "--transport", transport, "--json"]
-    out = CliRunner().invoke(app, args)
+    args = ["bench", "align", "--rows", str(rows), "--passive", "2", "--transport", transport, "--protocol", "both"]
+    out = CliRunner().invoke(app, [*args, "--json"])
     assert out.exit_code == 0, out.output
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert result["transport"].startswith(transport)
-    assert result["correct"] is True and result["common"] == 2700
-    assert set(result["per_op_us"]) == set(result["per_op_cpu_us"]) == {"hash_to_group", "scalar_mult"}
-    assert result["group"] == "ristretto255_XMD:SHA-512_R255MAP_RO_"
-    assert result["cpu_seconds"] > 0 and result["cpu_ratio"] == result["cpu_seconds"] / result["cpu_floor_seconds"]
-    assert result["ratio_to_floor"] == result["align_seconds"] / result["floor_seconds"]
-    assert set(result["peak_rss_mb"]) == set(result["peak_pss_mb"]) == {"active", "passive-1", "passive-2"}
-    assert all(mb > 0 for mb in result["peak_rss_mb"].values())
+    assert result["protocol"] == "both" and list(result["runs"]) == ["oprf", "ecdh"]
+    assert result["default_protocol"] == "ecdh"  # the shipped default; OPRF is the passive parties' opt-in
+    assert result["x25519_1m_seconds"] > 0 and result["x25519_1m_cpu_seconds"] > 0
+    assert result["align_seconds"] == result["runs"]["oprf"]["align_seconds"]
+    for protocol, run in result["runs"].items():
+        assert run["protocol"] == protocol and run["transport"].startswith(transport)
+        assert run["correct"] is True and run["common"] == 2700
+        assert run["ratio_to_x25519_1m"] == run["align_seconds"] / result["x25519_1m_seconds"]
+        assert run["cpu_ratio_to_x25519_1m"] == run["cpu_seconds"] / result["x25519_1m_cpu_seconds"]
+        assert set(run["peak_rss_mb"]) == set(run["peak_pss_mb"]) == {"active", "passive-1", "passive-2"}
+        assert all(mb > 0 for mb in run["peak_rss_mb"].values())
+    ecdh = result["runs"]["ecdh"]
+    assert set(ecdh["per_op_us"]) == set(ecdh["per_op_cpu_us"]) == {"hash_to_group", "scalar_mult"}
+    assert ecdh["group"] == "ristretto255_XMD:SHA-512_R255MAP_RO_"
+    assert ecdh["cpu_seconds"] > 0 and ecdh["cpu_ratio"] == ecdh["cpu_seconds"] / ecdh["cpu_floor_seconds"]
+    assert ecdh["ratio_to_floor"] == ecdh["align_seconds"] / ecdh["floor_seconds"]
+    assert "per_op_us" not in result["runs"]["oprf"]  # OPRF's floor is not curve work
 
 
-def test_bench_align_refuses_too_few_rows_and_unknown_transports() -> None:
+def test_bench_align_refuses_too_few_rows_and_unknown_transports_or_protocols() -> None:
     out = CliRunner().invoke(app, ["bench", "align", "--rows", "5"])
     assert out.exit_code != 0 and "--rows" in out.output and "10" in out.output
     out = CliRunner().invoke(app, ["bench", "align", "--rows", "100", "--transport", "carrier-pigeon"])
     assert out.exit_code != 0 and "--transport must be one of grpc, pipes" in out.output
+    out = CliRunner().invoke(app, ["bench", "align", "--rows", "100", "--protocol", "rsa"])
+    assert out.exit_code == 2 and "--protocol must be one of ecdh, oprf, both, got 'rsa'" in out.output
 
 
 def test_bench_align_keeps_parties_as_a_hidden_alias_of_passive() -> None:

@@ -118,7 +118,7 @@ class FuzzEnv:
         try:
             if case.method.endswith(("/Train", "/AlignStream")):
                 list(channel.unary_stream(case.method)(case.payload, timeout=TIMEOUT))
-            elif case.method.endswith("/PsiExchangeStream"):  # a stream of one message
+            elif case.method.endswith(("/PsiExchangeStream", "/PsiOprfStream")):  # a stream of one message
                 list(channel.stream_stream(case.method)(iter([case.payload]), timeout=TIMEOUT))
             else:
                 channel.unary_unary(case.method)(case.payload, timeout=TIMEOUT)
@@ -363,6 +363,20 @@ def _passive_messages() -> dict[str, st.SearchStrategy]:
                 points=st.integers(-1, 5),
                 data=st.one_of(st.binary(min_size=32, max_size=32), st.binary(max_size=70)),
             ),
+        ),
+        "PsiOprfStream": st.one_of(
+            st.builds(
+                p.PsiOprfRequest,
+                hello=st.builds(
+                    p.PsiOprfHello,
+                    session_id=st.sampled_from([PSI, "no-such-session"]),  # never realigns the live sessions
+                    salt=st.binary(max_size=16),
+                    hash_key=st.binary(max_size=20),
+                    bins=st.one_of(st.integers(-1, 1024), INT64),
+                    base_point=st.one_of(st.binary(min_size=32, max_size=32), st.binary(max_size=40)),
+                ),
+            ),
+            st.builds(p.PsiOprfRequest, u_rows=st.binary(max_size=200)),
         ),
         "PsiFinish": st.builds(
             p.PsiFinishRequest, session_id=st.sampled_from([PSI, "no-such-session"]), positions=INDICES

@@ -2,8 +2,10 @@
 duplicate or non-string IDs, mismatched salts, a list over the relative cap, and a chunk stream out of order,
 with a chunk repeated, missing or beyond the announced count, or cut mid-way (by either side) each give an error
 naming the party and the problem; nothing is left half-aligned, and a session whose exchange failed before any
-passive party sent its own list aligns again. (Bad points are pinned in tests/security/test_psi.py and the PSI
-functions in tests/unit/test_psi*.py; party data files refuse duplicate IDs when loaded.)"""
+passive party sent its own list aligns again. The active party runs ECDH here ([psi] protocol = "ecdh"), whose
+PsiExchangeStream these chunk rules guard; the OPRF exchange's bad input is tests/integration/test_psi_oprf.py's.
+(Bad points are pinned in tests/security/test_psi.py and the PSI functions in tests/unit/test_psi*.py; party data
+files refuse duplicate IDs when loaded.)"""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from vflsec.v1 import passive_pb2, passive_pb2_grpc
 
 @pytest.fixture(scope="module")
 def fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
-    with federation(tmp_path_factory.mktemp("psi-bad"), n_passive=2, allow_plain=True) as running:
+    with federation(tmp_path_factory.mktemp("psi-bad"), n_passive=2, allow_plain=True, psi_protocol="ecdh") as running:
         yield running
 
 

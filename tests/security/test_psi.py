@@ -17,7 +17,7 @@ from tests.security.conftest import Federation, federation
 from vflsec.client.federation.launcher import FederationLayout
 from vflsec.services.app import start_party
 from vflsec.services.config import load_config
-from vflsec.services.crypto import psi
+from vflsec.services.crypto import oprf, psi
 from vflsec.services.transport import psi_stream
 from vflsec.v1 import passive_pb2, passive_pb2_grpc
 
@@ -180,3 +180,29 @@ def test_psi_budget_per_owner_across_sessions_and_restarts(tmp_path) -> None:
         assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert sorted(p.name for p in ledger.iterdir()) == ["active.npz"]
         assert fed.parties["passive-1"].engine.psi_blinded == {"active": 100}
+
+
+def test_oprf_bins_are_charged_to_the_same_budget_across_a_restart(tmp_path) -> None:
+    # Review 15, F7: the OPRF hello's bins are charged to the owner's psi_owner_budget like ECDH's blinded IDs, in
+    # the same durable ledger: a restart does not reset it, and over the budget a hello is refused before any work.
+    spec = {"n_passive": 1, "limits": {"psi_owner_budget": 300}, "psi_protocol": "oprf"}
+    with federation(tmp_path, **spec) as fed, fed.channel("active", "passive-1") as channel:
+        stub = passive_pb2_grpc.PassiveStub(channel)
+
+        def hello(bins: int) -> None:  # an OPRF hello and no U: charged at the hello, then refused for U cut short
+            sender = oprf.BaseOtSender()
+            request = psi_stream.oprf_hello(oprf.Hello(session, psi.new_salt(), bytes(16), bins, sender.point))
+            list(stub.PsiOprfStream(iter([request]), timeout=60))
+
+        session = fed.operator.create_session("ckks").session_id
+        code, details = _refused(hello, 256)
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and "U ended after 0 of 1 chunks" in details
+        _restart(fed, "passive-1")
+        assert fed.parties["passive-1"].engine.psi_blinded == {"active": 256}  # kept across the restart
+        candidates = psi.PsiKey().blind_ids([f"candidate-{i}" for i in range(40)], psi.new_salt())
+        assert len(_exchange(stub, fed.operator.create_session("ckks").session_id, candidates)[0]) == 40
+        session = fed.operator.create_session("ckks").session_id
+        code, details = _refused(hello, 128)
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "296 of 300 IDs blinded over its sessions, 128 more announced as OPRF bins" in details
+        assert fed.parties["passive-1"].engine.psi_blinded == {"active": 296}

@@ -95,6 +95,10 @@ def test_foreign_active_identity_is_refused_everywhere(tmp_path) -> None:
                 lambda request, timeout: list(p.PsiExchangeStream(iter([request]), timeout=timeout)),
                 passive_pb2.PsiExchangeChunk(session_id=SID, salt=b"s" * 16),
             ),
+            "Passive/PsiOprfStream": (
+                lambda request, timeout: list(p.PsiOprfStream(iter([request]), timeout=timeout)),
+                passive_pb2.PsiOprfRequest(hello=passive_pb2.PsiOprfHello(session_id=SID, salt=b"s" * 16, bins=128)),
+            ),
             "Passive/PsiFinish": (p.PsiFinish, passive_pb2.PsiFinishRequest(session_id=SID, positions=[0])),
             "Passive/Forward": (p.Forward, passive_pb2.ForwardRequest(session_id=SID, step=1, sample_index=index)),
             "Passive/ShareLogits": (

@@ -14,6 +14,7 @@ from pysodium import (
 )
 
 from vflsec.services.crypto.psi import (
+    BAD_POSITIONS,
     Alignment,
     PsiKey,
     active_align,
@@ -217,10 +218,12 @@ def test_intersect_validates_list_shapes() -> None:
 def test_rows_from_positions_validates_positions() -> None:
     permutation = np.array([2, 0, 1])
     assert rows_from_positions([1, 2], permutation).tolist() == [0, 1]
-    with pytest.raises(ValueError, match="lie in"):
-        rows_from_positions([3], permutation)
-    with pytest.raises(ValueError, match="repeat"):
-        rows_from_positions([1, 1], permutation)
+    # One refusal for every bad list, naming no position (review 15, F2): out of range, repeated, an OPRF list's
+    # padding (-1), two values of one row.
+    for positions, sent in (([3], permutation), ([1, 1], permutation), ([1], np.array([0, -1])), ([0, 2], [4, 1, 4])):
+        with pytest.raises(ValueError) as err:
+            rows_from_positions(positions, np.asarray(sent))
+        assert str(err.value) == BAD_POSITIONS
 
 
 def test_empty_salt_is_rejected() -> None:

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from vflsec.v1 import common_pb2 as vflsec_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17vflsec/v1/passive.proto\x12\tvflsec.v1\x1a\x16vflsec/v1/common.proto\"\xca\x01\n\x12JoinSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12#\n\x07\x62\x61\x63kend\x18\x02 \x01(\x0e\x32\x12.vflsec.v1.Backend\x12\x11\n\tn_classes\x18\x03 \x01(\x05\x12+\n\x08training\x18\x04 \x01(\x0b\x32\x19.vflsec.v1.TrainingConfig\x12%\n\x05model\x18\x06 \x01(\x0b\x32\x16.vflsec.v1.ModelChoiceJ\x04\x08\x05\x10\x06R\x0eshare_mask_key\"\x97\x01\n\x10JoinSessionReply\x12\x12\n\nn_features\x18\x01 \x01(\x05\x12\x0e\n\x06n_rows\x18\x02 \x01(\x03\x12\x31\n\x11\x65mbedding_release\x18\x03 \x03(\x0b\x32\x16.vflsec.v1.ReleaseStep\x12\x14\n\x0coutput_width\x18\x04 \x01(\x05\x12\x16\n\x0eshare_mask_key\x18\x05 \x01(\x0c\"I\n\nPointChunk\x12\r\n\x05index\x18\x01 \x01(\x03\x12\x0e\n\x06\x63hunks\x18\x02 \x01(\x03\x12\x0e\n\x06points\x18\x03 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"G\n\x12PsiExchangeRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04salt\x18\x02 \x01(\x0c\x12\x0f\n\x07\x62linded\x18\x03 \x03(\x0c\"?\n\x10PsiExchangeReply\x12\x16\n\x0e\x64ouble_blinded\x18\x01 \x03(\x0c\x12\x13\n\x0bown_blinded\x18\x02 \x03(\x0c\"\\\n\x10PsiExchangeChunk\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04salt\x18\x02 \x01(\x0c\x12&\n\x07\x62linded\x18\x03 \x01(\x0b\x32\x15.vflsec.v1.PointChunk\"~\n\x15PsiExchangeChunkReply\x12/\n\x0e\x64ouble_blinded\x18\x01 \x01(\x0b\x32\x15.vflsec.v1.PointChunkH\x00\x12,\n\x0bown_blinded\x18\x02 \x01(\x0b\x32\x15.vflsec.v1.PointChunkH\x00\x42\x06\n\x04list\"9\n\x10PsiFinishRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\tpositions\x18\x02 \x03(\x03\"\"\n\x0ePsiFinishReply\x12\x10\n\x08n_common\x18\x01 \x01(\x03\"W\n\x0e\x46orwardRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12\x14\n\x0csample_index\x18\x03 \x03(\x03\x12\r\n\x05\x65poch\x18\x04 \x01(\x05\"P\n\x12ShareLogitsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08query_id\x18\x02 \x01(\t\x12\x14\n\x0csample_index\x18\x03 \x03(\x03\"T\n\x17ShareLogitsBatchRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12%\n\x07queries\x18\x02 \x03(\x0b\x32\x14.vflsec.v1.QueryRows\"\x99\x01\n\x0f\x42\x61\x63kwardRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12\x14\n\x0csample_index\x18\x03 \x03(\x03\x12)\n\x05\x64\x65lta\x18\x04 \x01(\x0b\x32\x1a.vflsec.v1.EncryptedMatrix\x12#\n\x08gradient\x18\x05 \x01(\x0b\x32\x11.vflsec.v1.Tensor\"K\n\x0f\x44iscloseRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05steps\x18\x02 \x03(\t\x12\x15\n\rwarn_fraction\x18\x03 \x01(\x01\"\xc8\x02\n\rDisclosedStep\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08withheld\x18\x02 \x01(\x08\x12\"\n\x07weights\x18\x03 \x01(\x0b\x32\x11.vflsec.v1.Tensor\x12&\n\x0b\x62ias_offset\x18\x04 \x01(\x0b\x32\x11.vflsec.v1.Tensor\x12\x34\n\x06public\x18\x05 \x03(\x0b\x32$.vflsec.v1.DisclosedStep.PublicEntry\x12\x36\n\x07private\x18\x06 \x03(\x0b\x32%.vflsec.v1.DisclosedStep.PrivateEntry\x1a-\n\x0bPublicEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a.\n\x0cPrivateEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"5\n\nDisclosure\x12\'\n\x05steps\x18\x01 \x03(\x0b\x32\x18.vflsec.v1.DisclosedStep\"\xb7\x01\n\x0cRiskForecast\x12\t\n\x01\x64\x18\x01 \x01(\x05\x12\x11\n\tn_classes\x18\x02 \x01(\x05\x12\x0c\n\x04rank\x18\x03 \x01(\x05\x12\x0c\n\x04half\x18\x04 \x01(\x01\x12\x10\n\x08withheld\x18\x05 \x01(\x08\x12\n\n\x02ls\x18\x06 \x01(\x01\x12\x11\n\thalf_star\x18\x07 \x01(\x01\x12\x16\n\x0erank_condition\x18\x08 \x01(\x08\x12\x12\n\nzero_error\x18\t \x01(\x08\x12\x10\n\x08warnings\x18\n \x03(\t\"(\n\x10\x41lignedRowsReply\x12\x14\n\x0c\x61ligned_rows\x18\x01 \x01(\x03\x32\xc2\x07\n\x07Passive\x12I\n\x0bJoinSession\x12\x1d.vflsec.v1.JoinSessionRequest\x1a\x1b.vflsec.v1.JoinSessionReply\x12I\n\x0bPsiExchange\x12\x1d.vflsec.v1.PsiExchangeRequest\x1a\x1b.vflsec.v1.PsiExchangeReply\x12V\n\x11PsiExchangeStream\x12\x1b.vflsec.v1.PsiExchangeChunk\x1a .vflsec.v1.PsiExchangeChunkReply(\x01\x30\x01\x12\x43\n\tPsiFinish\x12\x1b.vflsec.v1.PsiFinishRequest\x1a\x19.vflsec.v1.PsiFinishReply\x12@\n\x07\x46orward\x12\x19.vflsec.v1.ForwardRequest\x1a\x1a.vflsec.v1.EncryptedMatrix\x12>\n\x0bShareLogits\x12\x1d.vflsec.v1.ShareLogitsRequest\x1a\x10.vflsec.v1.Empty\x12P\n\x10ShareLogitsBatch\x12\".vflsec.v1.ShareLogitsBatchRequest\x1a\x18.vflsec.v1.EntryStatuses\x12\x38\n\x08\x42\x61\x63kward\x12\x1a.vflsec.v1.BackwardRequest\x1a\x10.vflsec.v1.Empty\x12\x36\n\nGetWeights\x12\x15.vflsec.v1.SessionRef\x1a\x11.vflsec.v1.Tensor\x12\x37\n\x0bTrainedRows\x12\x15.vflsec.v1.SessionRef\x1a\x11.vflsec.v1.Tensor\x12\x41\n\x0b\x41lignedRows\x12\x15.vflsec.v1.SessionRef\x1a\x1b.vflsec.v1.AlignedRowsReply\x12\x44\n\x0f\x44iscloseWeights\x12\x1a.vflsec.v1.DiscloseRequest\x1a\x15.vflsec.v1.Disclosure\x12\x43\n\x0c\x46orecastRisk\x12\x1a.vflsec.v1.DiscloseRequest\x1a\x17.vflsec.v1.RiskForecast\x12\x37\n\x0c\x43loseSession\x12\x15.vflsec.v1.SessionRef\x1a\x10.vflsec.v1.Emptyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17vflsec/v1/passive.proto\x12\tvflsec.v1\x1a\x16vflsec/v1/common.proto\"\xca\x01\n\x12JoinSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12#\n\x07\x62\x61\x63kend\x18\x02 \x01(\x0e\x32\x12.vflsec.v1.Backend\x12\x11\n\tn_classes\x18\x03 \x01(\x05\x12+\n\x08training\x18\x04 \x01(\x0b\x32\x19.vflsec.v1.TrainingConfig\x12%\n\x05model\x18\x06 \x01(\x0b\x32\x16.vflsec.v1.ModelChoiceJ\x04\x08\x05\x10\x06R\x0eshare_mask_key\"\x97\x01\n\x10JoinSessionReply\x12\x12\n\nn_features\x18\x01 \x01(\x05\x12\x0e\n\x06n_rows\x18\x02 \x01(\x03\x12\x31\n\x11\x65mbedding_release\x18\x03 \x03(\x0b\x32\x16.vflsec.v1.ReleaseStep\x12\x14\n\x0coutput_width\x18\x04 \x01(\x05\x12\x16\n\x0eshare_mask_key\x18\x05 \x01(\x0c\"I\n\nPointChunk\x12\r\n\x05index\x18\x01 \x01(\x03\x12\x0e\n\x06\x63hunks\x18\x02 \x01(\x03\x12\x0e\n\x06points\x18\x03 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"G\n\x12PsiExchangeRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04salt\x18\x02 \x01(\x0c\x12\x0f\n\x07\x62linded\x18\x03 \x03(\x0c\"?\n\x10PsiExchangeReply\x12\x16\n\x0e\x64ouble_blinded\x18\x01 \x03(\x0c\x12\x13\n\x0bown_blinded\x18\x02 \x03(\x0c\"\\\n\x10PsiExchangeChunk\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04salt\x18\x02 \x01(\x0c\x12&\n\x07\x62linded\x18\x03 \x01(\x0b\x32\x15.vflsec.v1.PointChunk\"~\n\x15PsiExchangeChunkReply\x12/\n\x0e\x64ouble_blinded\x18\x01 \x01(\x0b\x32\x15.vflsec.v1.PointChunkH\x00\x12,\n\x0bown_blinded\x18\x02 \x01(\x0b\x32\x15.vflsec.v1.PointChunkH\x00\x42\x06\n\x04list\"d\n\x0cPsiOprfHello\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04salt\x18\x02 \x01(\x0c\x12\x10\n\x08hash_key\x18\x03 \x01(\x0c\x12\x0c\n\x04\x62ins\x18\x04 \x01(\x03\x12\x12\n\nbase_point\x18\x05 \x01(\x0c\"T\n\x0ePsiOprfRequest\x12(\n\x05hello\x18\x01 \x01(\x0b\x32\x17.vflsec.v1.PsiOprfHelloH\x00\x12\x10\n\x06u_rows\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04step\"5\n\x0bPsiOprfKeys\x12\x10\n\x08\x63ode_key\x18\x01 \x01(\x0c\x12\x14\n\x0c\x62\x61se_answers\x18\x02 \x03(\x0c\"g\n\x0cPsiOprfReply\x12&\n\x04keys\x18\x01 \x01(\x0b\x32\x16.vflsec.v1.PsiOprfKeysH\x00\x12\'\n\x06values\x18\x02 \x01(\x0b\x32\x15.vflsec.v1.PointChunkH\x00\x42\x06\n\x04step\"9\n\x10PsiFinishRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\tpositions\x18\x02 \x03(\x03\"\"\n\x0ePsiFinishReply\x12\x10\n\x08n_common\x18\x01 \x01(\x03\"W\n\x0e\x46orwardRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12\x14\n\x0csample_index\x18\x03 \x03(\x03\x12\r\n\x05\x65poch\x18\x04 \x01(\x05\"P\n\x12ShareLogitsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08query_id\x18\x02 \x01(\t\x12\x14\n\x0csample_index\x18\x03 \x03(\x03\"T\n\x17ShareLogitsBatchRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12%\n\x07queries\x18\x02 \x03(\x0b\x32\x14.vflsec.v1.QueryRows\"\x99\x01\n\x0f\x42\x61\x63kwardRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12\x14\n\x0csample_index\x18\x03 \x03(\x03\x12)\n\x05\x64\x65lta\x18\x04 \x01(\x0b\x32\x1a.vflsec.v1.EncryptedMatrix\x12#\n\x08gradient\x18\x05 \x01(\x0b\x32\x11.vflsec.v1.Tensor\"K\n\x0f\x44iscloseRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05steps\x18\x02 \x03(\t\x12\x15\n\rwarn_fraction\x18\x03 \x01(\x01\"\xc8\x02\n\rDisclosedStep\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08withheld\x18\x02 \x01(\x08\x12\"\n\x07weights\x18\x03 \x01(\x0b\x32\x11.vflsec.v1.Tensor\x12&\n\x0b\x62ias_offset\x18\x04 \x01(\x0b\x32\x11.vflsec.v1.Tensor\x12\x34\n\x06public\x18\x05 \x03(\x0b\x32$.vflsec.v1.DisclosedStep.PublicEntry\x12\x36\n\x07private\x18\x06 \x03(\x0b\x32%.vflsec.v1.DisclosedStep.PrivateEntry\x1a-\n\x0bPublicEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a.\n\x0cPrivateEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"5\n\nDisclosure\x12\'\n\x05steps\x18\x01 \x03(\x0b\x32\x18.vflsec.v1.DisclosedStep\"\xb7\x01\n\x0cRiskForecast\x12\t\n\x01\x64\x18\x01 \x01(\x05\x12\x11\n\tn_classes\x18\x02 \x01(\x05\x12\x0c\n\x04rank\x18\x03 \x01(\x05\x12\x0c\n\x04half\x18\x04 \x01(\x01\x12\x10\n\x08withheld\x18\x05 \x01(\x08\x12\n\n\x02ls\x18\x06 \x01(\x01\x12\x11\n\thalf_star\x18\x07 \x01(\x01\x12\x16\n\x0erank_condition\x18\x08 \x01(\x08\x12\x12\n\nzero_error\x18\t \x01(\x08\x12\x10\n\x08warnings\x18\n \x03(\t\"(\n\x10\x41lignedRowsReply\x12\x14\n\x0c\x61ligned_rows\x18\x01 \x01(\x03\x32\x8b\x08\n\x07Passive\x12I\n\x0bJoinSession\x12\x1d.vflsec.v1.JoinSessionRequest\x1a\x1b.vflsec.v1.JoinSessionReply\x12I\n\x0bPsiExchange\x12\x1d.vflsec.v1.PsiExchangeRequest\x1a\x1b.vflsec.v1.PsiExchangeReply\x12V\n\x11PsiExchangeStream\x12\x1b.vflsec.v1.PsiExchangeChunk\x1a .vflsec.v1.PsiExchangeChunkReply(\x01\x30\x01\x12G\n\rPsiOprfStream\x12\x19.vflsec.v1.PsiOprfRequest\x1a\x17.vflsec.v1.PsiOprfReply(\x01\x30\x01\x12\x43\n\tPsiFinish\x12\x1b.vflsec.v1.PsiFinishRequest\x1a\x19.vflsec.v1.PsiFinishReply\x12@\n\x07\x46orward\x12\x19.vflsec.v1.ForwardRequest\x1a\x1a.vflsec.v1.EncryptedMatrix\x12>\n\x0bShareLogits\x12\x1d.vflsec.v1.ShareLogitsRequest\x1a\x10.vflsec.v1.Empty\x12P\n\x10ShareLogitsBatch\x12\".vflsec.v1.ShareLogitsBatchRequest\x1a\x18.vflsec.v1.EntryStatuses\x12\x38\n\x08\x42\x61\x63kward\x12\x1a.vflsec.v1.BackwardRequest\x1a\x10.vflsec.v1.Empty\x12\x36\n\nGetWeights\x12\x15.vflsec.v1.SessionRef\x1a\x11.vflsec.v1.Tensor\x12\x37\n\x0bTrainedRows\x12\x15.vflsec.v1.SessionRef\x1a\x11.vflsec.v1.Tensor\x12\x41\n\x0b\x41lignedRows\x12\x15.vflsec.v1.SessionRef\x1a\x1b.vflsec.v1.AlignedRowsReply\x12\x44\n\x0f\x44iscloseWeights\x12\x1a.vflsec.v1.DiscloseRequest\x1a\x15.vflsec.v1.Disclosure\x12\x43\n\x0c\x46orecastRisk\x12\x1a.vflsec.v1.DiscloseRequest\x1a\x17.vflsec.v1.RiskForecast\x12\x37\n\x0c\x43loseSession\x12\x15.vflsec.v1.SessionRef\x1a\x10.vflsec.v1.Emptyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -50,32 +50,40 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PSIEXCHANGECHUNK']._serialized_end=726
   _globals['_PSIEXCHANGECHUNKREPLY']._serialized_start=728
   _globals['_PSIEXCHANGECHUNKREPLY']._serialized_end=854
-  _globals['_PSIFINISHREQUEST']._serialized_start=856
-  _globals['_PSIFINISHREQUEST']._serialized_end=913
-  _globals['_PSIFINISHREPLY']._serialized_start=915
-  _globals['_PSIFINISHREPLY']._serialized_end=949
-  _globals['_FORWARDREQUEST']._serialized_start=951
-  _globals['_FORWARDREQUEST']._serialized_end=1038
-  _globals['_SHARELOGITSREQUEST']._serialized_start=1040
-  _globals['_SHARELOGITSREQUEST']._serialized_end=1120
-  _globals['_SHARELOGITSBATCHREQUEST']._serialized_start=1122
-  _globals['_SHARELOGITSBATCHREQUEST']._serialized_end=1206
-  _globals['_BACKWARDREQUEST']._serialized_start=1209
-  _globals['_BACKWARDREQUEST']._serialized_end=1362
-  _globals['_DISCLOSEREQUEST']._serialized_start=1364
-  _globals['_DISCLOSEREQUEST']._serialized_end=1439
-  _globals['_DISCLOSEDSTEP']._serialized_start=1442
-  _globals['_DISCLOSEDSTEP']._serialized_end=1770
-  _globals['_DISCLOSEDSTEP_PUBLICENTRY']._serialized_start=1677
-  _globals['_DISCLOSEDSTEP_PUBLICENTRY']._serialized_end=1722
-  _globals['_DISCLOSEDSTEP_PRIVATEENTRY']._serialized_start=1724
-  _globals['_DISCLOSEDSTEP_PRIVATEENTRY']._serialized_end=1770
-  _globals['_DISCLOSURE']._serialized_start=1772
-  _globals['_DISCLOSURE']._serialized_end=1825
-  _globals['_RISKFORECAST']._serialized_start=1828
-  _globals['_RISKFORECAST']._serialized_end=2011
-  _globals['_ALIGNEDROWSREPLY']._serialized_start=2013
-  _globals['_ALIGNEDROWSREPLY']._serialized_end=2053
-  _globals['_PASSIVE']._serialized_start=2056
-  _globals['_PASSIVE']._serialized_end=3018
+  _globals['_PSIOPRFHELLO']._serialized_start=856
+  _globals['_PSIOPRFHELLO']._serialized_end=956
+  _globals['_PSIOPRFREQUEST']._serialized_start=958
+  _globals['_PSIOPRFREQUEST']._serialized_end=1042
+  _globals['_PSIOPRFKEYS']._serialized_start=1044
+  _globals['_PSIOPRFKEYS']._serialized_end=1097
+  _globals['_PSIOPRFREPLY']._serialized_start=1099
+  _globals['_PSIOPRFREPLY']._serialized_end=1202
+  _globals['_PSIFINISHREQUEST']._serialized_start=1204
+  _globals['_PSIFINISHREQUEST']._serialized_end=1261
+  _globals['_PSIFINISHREPLY']._serialized_start=1263
+  _globals['_PSIFINISHREPLY']._serialized_end=1297
+  _globals['_FORWARDREQUEST']._serialized_start=1299
+  _globals['_FORWARDREQUEST']._serialized_end=1386
+  _globals['_SHARELOGITSREQUEST']._serialized_start=1388
+  _globals['_SHARELOGITSREQUEST']._serialized_end=1468
+  _globals['_SHARELOGITSBATCHREQUEST']._serialized_start=1470
+  _globals['_SHARELOGITSBATCHREQUEST']._serialized_end=1554
+  _globals['_BACKWARDREQUEST']._serialized_start=1557
+  _globals['_BACKWARDREQUEST']._serialized_end=1710
+  _globals['_DISCLOSEREQUEST']._serialized_start=1712
+  _globals['_DISCLOSEREQUEST']._serialized_end=1787
+  _globals['_DISCLOSEDSTEP']._serialized_start=1790
+  _globals['_DISCLOSEDSTEP']._serialized_end=2118
+  _globals['_DISCLOSEDSTEP_PUBLICENTRY']._serialized_start=2025
+  _globals['_DISCLOSEDSTEP_PUBLICENTRY']._serialized_end=2070
+  _globals['_DISCLOSEDSTEP_PRIVATEENTRY']._serialized_start=2072
+  _globals['_DISCLOSEDSTEP_PRIVATEENTRY']._serialized_end=2118
+  _globals['_DISCLOSURE']._serialized_start=2120
+  _globals['_DISCLOSURE']._serialized_end=2173
+  _globals['_RISKFORECAST']._serialized_start=2176
+  _globals['_RISKFORECAST']._serialized_end=2359
+  _globals['_ALIGNEDROWSREPLY']._serialized_start=2361
+  _globals['_ALIGNEDROWSREPLY']._serialized_end=2401
+  _globals['_PASSIVE']._serialized_start=2404
+  _globals['_PASSIVE']._serialized_end=3439
 # @@protoc_insertion_point(module_scope)

@@ -83,6 +83,44 @@ class PsiExchangeChunkReply(_message.Message):
     own_blinded: PointChunk
     def __init__(self, double_blinded: _Optional[_Union[PointChunk, _Mapping]] = ..., own_blinded: _Optional[_Union[PointChunk, _Mapping]] = ...) -> None: ...
 
+class PsiOprfHello(_message.Message):
+    __slots__ = ("session_id", "salt", "hash_key", "bins", "base_point")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    SALT_FIELD_NUMBER: _ClassVar[int]
+    HASH_KEY_FIELD_NUMBER: _ClassVar[int]
+    BINS_FIELD_NUMBER: _ClassVar[int]
+    BASE_POINT_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    salt: bytes
+    hash_key: bytes
+    bins: int
+    base_point: bytes
+    def __init__(self, session_id: _Optional[str] = ..., salt: _Optional[bytes] = ..., hash_key: _Optional[bytes] = ..., bins: _Optional[int] = ..., base_point: _Optional[bytes] = ...) -> None: ...
+
+class PsiOprfRequest(_message.Message):
+    __slots__ = ("hello", "u_rows")
+    HELLO_FIELD_NUMBER: _ClassVar[int]
+    U_ROWS_FIELD_NUMBER: _ClassVar[int]
+    hello: PsiOprfHello
+    u_rows: bytes
+    def __init__(self, hello: _Optional[_Union[PsiOprfHello, _Mapping]] = ..., u_rows: _Optional[bytes] = ...) -> None: ...
+
+class PsiOprfKeys(_message.Message):
+    __slots__ = ("code_key", "base_answers")
+    CODE_KEY_FIELD_NUMBER: _ClassVar[int]
+    BASE_ANSWERS_FIELD_NUMBER: _ClassVar[int]
+    code_key: bytes
+    base_answers: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, code_key: _Optional[bytes] = ..., base_answers: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class PsiOprfReply(_message.Message):
+    __slots__ = ("keys", "values")
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    keys: PsiOprfKeys
+    values: PointChunk
+    def __init__(self, keys: _Optional[_Union[PsiOprfKeys, _Mapping]] = ..., values: _Optional[_Union[PointChunk, _Mapping]] = ...) -> None: ...
+
 class PsiFinishRequest(_message.Message):
     __slots__ = ("session_id", "positions")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]

@@ -53,6 +53,11 @@ class PassiveStub:
                 request_serializer=vflsec_dot_v1_dot_passive__pb2.PsiExchangeChunk.SerializeToString,
                 response_deserializer=vflsec_dot_v1_dot_passive__pb2.PsiExchangeChunkReply.FromString,
                 _registered_method=True)
+        self.PsiOprfStream = channel.stream_stream(
+                '/vflsec.v1.Passive/PsiOprfStream',
+                request_serializer=vflsec_dot_v1_dot_passive__pb2.PsiOprfRequest.SerializeToString,
+                response_deserializer=vflsec_dot_v1_dot_passive__pb2.PsiOprfReply.FromString,
+                _registered_method=True)
         self.PsiFinish = channel.unary_unary(
                 '/vflsec.v1.Passive/PsiFinish',
                 request_serializer=vflsec_dot_v1_dot_passive__pb2.PsiFinishRequest.SerializeToString,
@@ -143,9 +148,21 @@ class PassiveServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PsiOprfStream(self, request_iterator, context):
+        """Active party, PSI round 1 by OT extension (KKRT16's batched OPRF, semi-honest: served only if this party's
+        [psi] accept lists "oprf", else FAILED_PRECONDITION; docs/protocol.md, "Alignment"),
+        streamed both ways: the active party's hello, this party's keys (its code key and its 512 base-OT answers),
+        the active party's U matrix in row chunks, then this party's OPRF values (3 per own ID, in a secret order).
+        PsiFinish's positions index those values. One exchange per session, shared with the two forms above.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def PsiFinish(self, request, context):
         """Active party, PSI round 2: positions (into the list this party sent) of the common samples, in the
-        common order. Afterwards samples are addressed by their common index.
+        common order. Afterwards samples are addressed by their common index. A bad list (out of range, repeated,
+        not distinct IDs) gets one refusal naming no position and voids the exchange.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -246,6 +263,11 @@ def add_PassiveServicer_to_server(servicer, server):
                     servicer.PsiExchangeStream,
                     request_deserializer=vflsec_dot_v1_dot_passive__pb2.PsiExchangeChunk.FromString,
                     response_serializer=vflsec_dot_v1_dot_passive__pb2.PsiExchangeChunkReply.SerializeToString,
+            ),
+            'PsiOprfStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.PsiOprfStream,
+                    request_deserializer=vflsec_dot_v1_dot_passive__pb2.PsiOprfRequest.FromString,
+                    response_serializer=vflsec_dot_v1_dot_passive__pb2.PsiOprfReply.SerializeToString,
             ),
             'PsiFinish': grpc.unary_unary_rpc_method_handler(
                     servicer.PsiFinish,
@@ -387,6 +409,33 @@ class Passive:
             '/vflsec.v1.Passive/PsiExchangeStream',
             vflsec_dot_v1_dot_passive__pb2.PsiExchangeChunk.SerializeToString,
             vflsec_dot_v1_dot_passive__pb2.PsiExchangeChunkReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PsiOprfStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/vflsec.v1.Passive/PsiOprfStream',
+            vflsec_dot_v1_dot_passive__pb2.PsiOprfRequest.SerializeToString,
+            vflsec_dot_v1_dot_passive__pb2.PsiOprfReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,372 @@
+"""OPRF private set intersection by OT extension: KKRT16's batched OPRF (Kolesnikov, Kumaresan, Rosulek, Trieu,
+CCS 2016), semi-honest (protocol.md, "Alignment"). The active party A is the OPRF receiver, each passive party P a
+sender; the curve work is 512 base OTs per exchange, whatever the set sizes, and the rest is AES, blake2b and
+bit-matrix transposes over numpy arrays.
+
+1. A hashes its ids (blake2b under the session salt) into ``m = bins(n_A)`` bins by cuckoo hashing with 3 hash
+   functions under a hash key it draws (redrawn, before anything is sent, until every id has a bin of its own),
+   and opens the base OTs: ``hello = (salt, hash key, m, S = aG)``.
+2. P draws the code key (the pseudorandom code ``C(x) = AES_code_key(h(x) ^ i), i = 0..3``: 512 bits) and its
+   secret choice bits ``s``, and answers the base OTs (Chou-Orlandi in ristretto255): ``R_i = b_i G + s_i S``.
+3. A streams ``U`` in chunks of rows: ``u_j = T0_j ^ T1_j ^ C(x_j)`` where ``T0, T1`` are the transposed
+   AES-CTR streams of its base-OT keys; its OPRF output for bin j is ``H(j, T0_j)``.
+4. P computes ``q_j = Ts_j ^ (u_j & s) = T0_j ^ (C(x_j) & s)`` and, for each own id y and each of its (distinct)
+   bins j, ``H(j, q_j ^ (C(y) & s))``: equal to A's output iff ``C(y) = C(x_j)``. It sends exactly ``3 n_P`` values
+   (a duplicate bin's value is random padding) in a secret random order, keeping which row each position is.
+5. A intersects its ids' outputs with every P's list (psi.intersect) and sends each P its positions (PsiFinish).
+
+What each side learns: A, which of its ids are common (and, per P, which positions of P's list match); P, nothing
+from U (each column is masked by an AES stream P cannot compute for the bits it did not choose) but the bin count m.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from pysodium import (
+    crypto_core_ristretto255_add,
+    crypto_core_ristretto255_scalar_random,
+    crypto_core_ristretto255_sub,
+    crypto_scalarmult_ristretto255,
+    crypto_scalarmult_ristretto255_base,
+)
+
+from vflsec.services.crypto import entropy
+from vflsec.services.crypto.curve import POINT_BYTES
+from vflsec.services.crypto.psi import _require_strings
+
+CODE_BITS = 512  # k: KKRT's 424-448 bits give 2^-40 for a million ids; a round 512 bits = 4 AES blocks
+CODE_BYTES = CODE_BITS // 8
+HASHES = 3  # cuckoo hash functions
+BIN_FACTOR = 1.27  # m = 1.27 n (+ BIN_FLOOR, rounded up to BIN_ALIGN): below 3-way cuckoo's 0.918 load threshold
+BIN_FLOOR = 256
+BIN_ALIGN = 128  # whole AES blocks per column chunk and whole bytes per transposed row
+VALUE_BYTES = 16  # an OPRF output: >= 40 + log2(n_A) + log2(3 n_P) bits
+KEY_BYTES = 16  # AES-128 code, hash and base-OT stream keys
+ROWS_PER_CHUNK = 32_768  # U rows per message: 2 MB
+VALUES_PER_CHUNK = 131_072  # OPRF values per message: 2 MB
+_BLOCK = 65_536  # ids hashed or coded at once: a few MB of temporaries, whatever the set size
+CUCKOO_ROUNDS = 1000
+CUCKOO_TRIES = 16
+_PERSON = b"vflsec-kkrt-v1"
+_random = entropy.os_entropy().bytes  # a party's randomness is its own: OS entropy, never a seed
+
+
+@dataclass(frozen=True)
+class Hello:
+    """A's first message: the exchange's public parameters."""
+
+    session_id: str
+    salt: bytes
+    hash_key: bytes  # keys the cuckoo hash functions
+    bins: int  # m
+    base_point: bytes  # S = aG
+
+
+def bins(n: int) -> int:
+    """The cuckoo table's size for ``n`` ids."""
+    return -(-(math.ceil(BIN_FACTOR * n) + BIN_FLOOR) // BIN_ALIGN) * BIN_ALIGN
+
+
+# --- hashing ids: h(x), the code C(x), the cuckoo bins h_1..h_3(x) ---
+def item_hashes(ids: Sequence[str] | np.ndarray, salt: bytes) -> np.ndarray:
+    """h(x) = blake2b(utf-8 id, key = salt), 16 bytes per id: an (n, 16) uint8 array; an id that is not a string
+    is a ValueError naming its row."""
+    if not isinstance(salt, bytes) or not 1 <= len(salt) <= 64:
+        raise ValueError("salt must be 1 to 64 bytes shared by both parties")
+    _require_strings(ids)
+    blake = functools.partial(hashlib.blake2b, digest_size=16, key=salt, person=_PERSON)
+    out = np.empty((len(ids), 16), dtype=np.uint8)
+    for a in range(0, len(ids), _BLOCK):
+        digests = b"".join([blake(x.encode("utf-8")).digest() for x in ids[a : a + _BLOCK]])
+        out[a : a + _BLOCK] = np.frombuffer(digests, dtype=np.uint8).reshape(-1, 16)
+    return out
+
+
+def _ecb(key: bytes, blocks: np.ndarray) -> np.ndarray:
+    encryptor = Cipher(algorithms.AES(key), modes.ECB()).encryptor()
+    return np.frombuffer(encryptor.update(np.ascontiguousarray(blocks).tobytes()), dtype=np.uint8)
+
+
+def _tweaked(hashed: np.ndarray, count: int) -> np.ndarray:
+    """(n, count, 16): h(x) with its last byte XORed with 0..count-1."""
+    blocks = np.repeat(hashed[:, None, :], count, axis=1)
+    blocks[:, :, 15] ^= np.arange(count, dtype=np.uint8)
+    return blocks
+
+
+def codes(code_key: bytes, hashed: np.ndarray) -> np.ndarray:
+    """C(x) = AES_code_key(h(x) ^ i) for i = 0..3: (n, 64) uint8."""
+    out = np.empty((len(hashed), CODE_BYTES), dtype=np.uint8)
+    for a in range(0, len(hashed), _BLOCK):
+        out[a : a + _BLOCK] = _ecb(code_key, _tweaked(hashed[a : a + _BLOCK], CODE_BYTES // 16)).reshape(-1, CODE_BYTES)
+    return out
+
+
+def bins_of(hash_key: bytes, hashed: np.ndarray, m: int) -> np.ndarray:
+    """h_1..h_3(x) in [0, m): three 64-bit words of AES_hash_key(h(x) ^ i), i = 0, 1, reduced mod m; (n, 3)."""
+    out = np.empty((len(hashed), HASHES), dtype=np.int64)
+    for a in range(0, len(hashed), _BLOCK):
+        words = _ecb(hash_key, _tweaked(hashed[a : a + _BLOCK], 2)).view(np.uint64).reshape(-1, 4)[:, :HASHES]
+        out[a : a + _BLOCK] = words % np.uint64(m)
+    return out
+
+
+class CuckooFailure(ValueError):
+    """Insertion did not settle: the caller redraws the hash key."""
+
+
+def cuckoo(candidates: np.ndarray, m: int, rounds: int = CUCKOO_ROUNDS) -> np.ndarray:
+    """bin -> item (-1: empty) placing every item in one of its candidate bins, one item per bin. Vectorised in
+    rounds: every homeless item writes itself into its current choice (one writer per bin wins), evicting the
+    occupant; losers and the evicted move on to their next hash function."""
+    n = len(candidates)
+    table = np.full(m, -1, dtype=np.int64)
+    choice = np.zeros(n, dtype=np.int64)
+    homeless = np.arange(n, dtype=np.int64)
+    for _ in range(rounds):
+        if not homeless.size:
+            return table
+        target = candidates[homeless, choice[homeless]]
+        occupants = table[target]
+        table[target] = homeless
+        won = table[target] == homeless
+        evicted = np.unique(occupants[occupants >= 0])
+        evicted = evicted[table[candidates[evicted, choice[evicted]]] != evicted]
+        losers = homeless[~won]
+        homeless = np.concatenate([losers, evicted])
+        choice[homeless] = (choice[homeless] + 1) % HASHES
+    raise CuckooFailure(f"cuckoo hashing of {n} ids into {m} bins did not settle in {rounds} rounds")
+
+
+def place(hashed: np.ndarray, m: int) -> tuple[bytes, np.ndarray]:
+    """(hash key, bin -> item) for A's ids: a fresh key from OS entropy until insertion succeeds."""
+    for _ in range(CUCKOO_TRIES):
+        hash_key = _random(KEY_BYTES)
+        try:
+            return hash_key, cuckoo(bins_of(hash_key, hashed, m), m)
+        except CuckooFailure:
+            continue
+    raise CuckooFailure(f"cuckoo hashing of {len(hashed)} ids into {m} bins failed {CUCKOO_TRIES} times")
+
+
+# --- bit matrices ---
+_M1, _M2, _M3 = np.uint64(0x00AA00AA00AA00AA), np.uint64(0x0000CCCC0000CCCC), np.uint64(0x00000000F0F0F0F0)
+_S7, _S14, _S28 = np.uint64(7), np.uint64(14), np.uint64(28)
+
+
+def transpose(bits: np.ndarray) -> np.ndarray:
+    """Transpose a bit matrix of R rows (R a multiple of 8) of 8C bits each, packed MSB first as an (R, C) uint8
+    array: the (8C, R/8) uint8 array of its columns. Each 8x8 bit block is one 64-bit word, transposed by three
+    delta swaps (Hacker's Delight, transpose8), all blocks at once."""
+    r, c = bits.shape
+    blocks = bits.reshape(r // 8, 8, c).transpose(0, 2, 1)[:, :, ::-1]  # (rg, cb, 8 rows): row 0 the top byte
+    x = np.ascontiguousarray(blocks).view(np.uint64)
+    t = (x ^ (x >> _S7)) & _M1
+    x = x ^ t ^ (t << _S7)
+    t = (x ^ (x >> _S14)) & _M2
+    x = x ^ t ^ (t << _S14)
+    t = (x ^ (x >> _S28)) & _M3
+    x = x ^ t ^ (t << _S28)
+    out = x.view(np.uint8).reshape(r // 8, c, 8)[:, :, ::-1]  # (rg, cb, bit k of the byte column)
+    return np.ascontiguousarray(out.transpose(1, 2, 0)).reshape(8 * c, r // 8)
+
+
+def output_hash(index: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """H(j, row) = blake2b(j as 8 bytes || 64-byte row), 16 bytes: an S16 array (correlation robust)."""
+    blob = np.empty((len(rows), 8 + CODE_BYTES), dtype=np.uint8)
+    blob[:, :8] = index.astype("<u8")[:, None].view(np.uint8)
+    blob[:, 8:] = rows
+    data, width, size = blob.tobytes(), 8 + CODE_BYTES, VALUE_BYTES
+    blake = functools.partial(hashlib.blake2b, digest_size=size, person=_PERSON)
+    out = b"".join([blake(data[i : i + width]).digest() for i in range(0, len(data), width)])
+    return np.frombuffer(out, dtype=f"S{VALUE_BYTES}") if out else np.empty(0, dtype=f"S{VALUE_BYTES}")
+
+
+# --- base OTs: Chou-Orlandi in ristretto255, A the sender ---
+def check_point(value: bytes, what: str) -> bytes:
+    """``value`` if it is the canonical encoding of a ristretto255 element other than the identity, else a
+    ValueError naming ``what``."""
+    problem = f"{what} is not a canonical point of ristretto255 (the encoding of an element other than the identity)"
+    if not isinstance(value, bytes) or len(value) != POINT_BYTES or value[-1] & 0x80:
+        raise ValueError(problem)
+    try:  # libsodium decodes (refusing non-canonical encodings) and refuses the identity's product
+        crypto_scalarmult_ristretto255(_ONE, value)
+    except ValueError:
+        raise ValueError(problem) from None
+    return value
+
+
+_ONE = (1).to_bytes(32, "little")
+
+
+def _ot_key(i: int, s: bytes, r: bytes, shared: bytes) -> bytes:
+    return hashlib.blake2b(i.to_bytes(4, "little") + s + r + shared, digest_size=KEY_BYTES, person=_PERSON).digest()
+
+
+class BaseOtSender:
+    """A's side: ``point`` (S = aG) goes to P; :meth:`keys` turns P's R_i into both keys of each OT."""
+
+    def __init__(self) -> None:
+        self._a = crypto_core_ristretto255_scalar_random()
+        self.point = crypto_scalarmult_ristretto255_base(self._a)
+
+    def keys(self, answers: Sequence[bytes]) -> tuple[list[bytes], list[bytes]]:
+        if len(answers) != CODE_BITS:
+            raise ValueError(f"{len(answers)} base-OT points, not {CODE_BITS}")
+        k0, k1 = [], []
+        for i, r in enumerate(answers):
+            check_point(r, f"base-OT point {i}")
+            k0.append(_ot_key(i, self.point, r, crypto_scalarmult_ristretto255(self._a, r)))
+            if r == self.point:  # R_i - S would be the identity, whose product P knows: both keys would be its
+                raise ValueError(f"base-OT point {i} equals S")
+            shared = crypto_scalarmult_ristretto255(self._a, crypto_core_ristretto255_sub(r, self.point))
+            k1.append(_ot_key(i, self.point, r, shared))
+        return k0, k1
+
+
+class BaseOtReceiver:
+    """P's side, with its secret choice bits: ``answers(S)`` are the R_i it sends, ``keys`` k_{s_i}."""
+
+    def __init__(self) -> None:
+        self.choices = np.frombuffer(_random(CODE_BYTES), dtype=np.uint8)  # s, packed MSB first
+        self.keys: list[bytes] = []
+
+    def answer(self, point: bytes) -> list[bytes]:
+        check_point(point, "the base-OT point S")
+        bits = np.unpackbits(self.choices)
+        answers = []
+        for i, bit in enumerate(bits):
+            b = crypto_core_ristretto255_scalar_random()
+            r = crypto_scalarmult_ristretto255_base(b)
+            if bit:
+                r = crypto_core_ristretto255_add(r, point)
+            answers.append(r)
+            self.keys.append(_ot_key(i, point, r, crypto_scalarmult_ristretto255(b, point)))
+        return answers
+
+
+# --- the extension ---
+class _Columns:
+    """Column i of a bit matrix of m rows: AES-128-CTR under key i, produced chunk by chunk in row order."""
+
+    def __init__(self, keys: Sequence[bytes]) -> None:
+        self._streams = [Cipher(algorithms.AES(k), modes.CTR(bytes(16))).encryptor() for k in keys]
+
+    def rows(self, count: int) -> np.ndarray:
+        """The next ``count`` rows (a multiple of 8), transposed: (count, 64) uint8."""
+        zeros = bytes(count // 8)
+        columns = np.frombuffer(b"".join([s.update(zeros) for s in self._streams]), dtype=np.uint8)
+        return transpose(columns.reshape(CODE_BITS, count // 8))
+
+
+def _spans(m: int) -> Iterator[tuple[int, int]]:
+    return ((a, min(a + ROWS_PER_CHUNK, m)) for a in range(0, m, ROWS_PER_CHUNK))
+
+
+def row_chunks(m: int) -> int:
+    return -(-m // ROWS_PER_CHUNK)
+
+
+@dataclass
+class Receiver:
+    """A's OPRF state for one passive party: ``u_chunks`` yields U's row chunks (bytes) and fills ``outputs``
+    (bin -> H(j, T0_j) for the bins that hold an id)."""
+
+    table: np.ndarray  # bin -> item, -1 empty
+    hashed: np.ndarray  # h(x) of A's ids
+    k0: list[bytes]
+    k1: list[bytes]
+    code_key: bytes
+
+    def __post_init__(self) -> None:
+        self.outputs = np.zeros(len(self.table), dtype=f"S{VALUE_BYTES}")
+
+    def u_chunks(self) -> Iterator[bytes]:
+        t0, t1 = _Columns(self.k0), _Columns(self.k1)
+        for a, b in _spans(len(self.table)):
+            items = self.table[a:b]
+            full = np.flatnonzero(items >= 0)
+            r = np.frombuffer(_random((b - a) * CODE_BYTES), dtype=np.uint8).reshape(b - a, CODE_BYTES).copy()
+            r[full] = codes(self.code_key, self.hashed[items[full]])
+            rows0 = t0.rows(b - a)
+            u = rows0 ^ t1.rows(b - a) ^ r
+            del r
+            self.outputs[a + full] = output_hash(a + full, rows0[full])
+            yield u.tobytes()
+
+    def values(self) -> np.ndarray:
+        """Each of A's ids' output, in row order (after every chunk was made)."""
+        order = np.empty(len(self.hashed), dtype=np.int64)
+        full = np.flatnonzero(self.table >= 0)
+        order[self.table[full]] = full
+        return self.outputs[order]
+
+
+class Sender:
+    """P's OPRF state: :meth:`add` takes U's row chunks in order; :meth:`values` is its list in the order sent and
+    ``rows`` the secret row of each sent value (-1: padding). Per own id it keeps h(y) and, per (id, bin) slot, a
+    few integers; codes and Q rows exist a chunk at a time."""
+
+    def __init__(self, own_hashed: np.ndarray, hash_key: bytes, m: int, ot: BaseOtReceiver, code_key: bytes) -> None:
+        n = len(own_hashed)
+        self._m, self._s, self._hashed, self._code_key = m, ot.choices, own_hashed, code_key
+        self._columns = _Columns(ot.keys)
+        candidates = bins_of(hash_key, own_hashed, m)  # (n, 3)
+        # A bin that two hash functions of the same id give counts once; its second slot is random padding
+        distinct = np.ones((n, HASHES), dtype=bool)
+        distinct[:, 1] = candidates[:, 1] != candidates[:, 0]
+        distinct[:, 2] = (candidates[:, 2] != candidates[:, 0]) & (candidates[:, 2] != candidates[:, 1])
+        distinct = distinct.reshape(-1)
+        slots = np.flatnonzero(distinct)  # slot = row * 3 + hash index
+        slot_bins = candidates.reshape(-1)[slots]
+        del candidates
+        by_bin = np.argsort(slot_bins, kind="stable")
+        self._slots, self._slot_bins = slots[by_bin].astype(np.int32), slot_bins[by_bin].astype(np.int32)
+        del slots, slot_bins, by_bin
+        self._slot_values = np.frombuffer(_random(HASHES * n * VALUE_BYTES), dtype=f"S{VALUE_BYTES}").copy()
+        self._next, self._done = 0, 0
+        # The secret order: sent value k is slot order[k], our row rows[k] (-1: padding)
+        self._order = entropy.os_entropy().permutation(HASHES * n).astype(np.int32)
+        self.rows = np.where(distinct[self._order], self._order // HASHES, -1).astype(np.int32)
+
+    def add(self, chunk: bytes) -> None:
+        """U's next row chunk; a ValueError if it has not the expected size."""
+        a = self._next
+        b = min(a + ROWS_PER_CHUNK, self._m)
+        if a >= self._m:
+            raise ValueError(f"a U chunk beyond the {row_chunks(self._m)} announced")
+        if len(chunk) != (b - a) * CODE_BYTES:
+            raise ValueError(
+                f"U chunk {a // ROWS_PER_CHUNK} holds {len(chunk)} bytes, not {(b - a) * CODE_BYTES} ({b - a} rows of "
+                f"{CODE_BYTES} bytes)"
+            )
+        u = np.frombuffer(chunk, dtype=np.uint8).reshape(b - a, CODE_BYTES)
+        q = self._columns.rows(b - a) ^ (u & self._s)
+        end = self._done + int(np.searchsorted(self._slot_bins[self._done :], b))
+        bins_here, slots = self._slot_bins[self._done : end], self._slots[self._done : end]
+        masked = codes(self._code_key, self._hashed[slots // HASHES]) & self._s  # C(y) & s
+        self._slot_values[slots] = output_hash(bins_here, q[bins_here - a] ^ masked)
+        self._next, self._done = b, end
+
+    @property
+    def complete(self) -> bool:
+        return self._next >= self._m
+
+    def values(self) -> np.ndarray:
+        if not self.complete:
+            raise ValueError(f"U ended after {row_chunks(self._next)} of {row_chunks(self._m)} chunks")
+        return self._slot_values[self._order]
+
+
+def value_chunks(values: np.ndarray) -> Iterator[tuple[int, int, bytes]]:
+    """(index, chunks, data) of an S16 list; one empty chunk for an empty list."""
+    n = max(1, -(-len(values) // VALUES_PER_CHUNK))
+    for index in range(n):
+        yield index, n, values[index * VALUES_PER_CHUNK : (index + 1) * VALUES_PER_CHUNK].tobytes()

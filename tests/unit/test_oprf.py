@@ -1,0 +1,186 @@
+"""The OT-extension PSI's pieces (services/crypto/oprf.py): the bit transpose, cuckoo placement, the base OTs,
+the extension's correlation q_j = t_j ^ (r_j & s), and the whole protocol's intersection on sets of known
+overlap, through the same functions the engines call (no gRPC here: tests/integration/test_psi_oprf.py)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from vflsec.services.crypto import oprf, psi
+
+
+def _bits(n_rows: int, n_bytes: int) -> np.ndarray:
+    return np.frombuffer(os.urandom(n_rows * n_bytes), dtype=np.uint8).reshape(n_rows, n_bytes)
+
+
+@pytest.mark.parametrize(("rows", "cols"), [(8, 1), (64, 8), (256, 64), (1024, 3)])
+def test_transpose_matches_the_bit_by_bit_transpose(rows: int, cols: int) -> None:
+    bits = _bits(rows, cols)
+    expected = np.packbits(np.unpackbits(bits, axis=1).T, axis=1)
+    assert np.array_equal(oprf.transpose(bits), expected)
+    assert np.array_equal(oprf.transpose(oprf.transpose(bits)), bits)
+
+
+@pytest.mark.parametrize("n", [1, 10, 1000, 50_000])
+def test_cuckoo_places_every_item_in_one_of_its_bins_one_item_per_bin(n: int) -> None:
+    hashed = oprf.item_hashes([f"id-{i}" for i in range(n)], psi.new_salt())
+    m = oprf.bins(n)
+    hash_key, table = oprf.place(hashed, m)
+    placed = table[table >= 0]
+    assert np.array_equal(np.sort(placed), np.arange(n))  # total, and each item once: one item per bin
+    candidates = oprf.bins_of(hash_key, hashed, m)
+    at = np.flatnonzero(table >= 0)
+    assert np.all((candidates[table[at]] == at[:, None]).any(axis=1))  # each in one of its own 3 bins
+
+
+def test_cuckoo_that_cannot_settle_is_a_failure_not_a_wrong_table() -> None:
+    candidates = np.zeros((5, 3), dtype=np.int64)  # five items, all wanting bin 0 of 4
+    with pytest.raises(oprf.CuckooFailure, match="5 ids into 4 bins did not settle"):
+        oprf.cuckoo(candidates, 4, rounds=50)
+
+
+def test_base_ot_keys_agree_on_the_chosen_side_only() -> None:
+    sender, receiver = oprf.BaseOtSender(), oprf.BaseOtReceiver()
+    k0, k1 = sender.keys(receiver.answer(sender.point))
+    choices = np.unpackbits(receiver.choices)
+    assert [k == (b1 if c else b0) for k, b0, b1, c in zip(receiver.keys, k0, k1, choices, strict=True)] == [True] * 512
+    assert all(k != (b0 if c else b1) for k, b0, b1, c in zip(receiver.keys, k0, k1, choices, strict=True))
+    assert len(set(k0) | set(k1)) == 1024  # every key distinct
+
+
+BAD_POINTS = {
+    "identity": bytes(32),
+    "non-canonical (s = p)": (2**255 - 19).to_bytes(32, "little"),
+    "negative (s = 1)": (1).to_bytes(32, "little"),
+    "short": bytes(31),
+}
+
+
+@pytest.mark.parametrize("kind", list(BAD_POINTS))
+def test_bad_points_are_refused_on_both_sides(kind: str) -> None:
+    with pytest.raises(ValueError, match="the base-OT point S is not a canonical point of ristretto255"):
+        oprf.BaseOtReceiver().answer(BAD_POINTS[kind])
+    sender = oprf.BaseOtSender()
+    answers = oprf.BaseOtReceiver().answer(sender.point)
+    answers[7] = BAD_POINTS[kind]
+    with pytest.raises(ValueError, match="base-OT point 7 is not a canonical point of ristretto255"):
+        sender.keys(answers)
+
+
+def test_an_answer_equal_to_s_is_refused() -> None:
+    sender = oprf.BaseOtSender()
+    answers = oprf.BaseOtReceiver().answer(sender.point)
+    answers[3] = sender.point
+    with pytest.raises(ValueError, match="base-OT point 3 equals S"):
+        sender.keys(answers)
+
+
+def test_extension_gives_q_equal_t_xor_r_and_s() -> None:
+    m = 2 * oprf.ROWS_PER_CHUNK + 128  # three chunks, the last one short
+    sender, receiver = oprf.BaseOtSender(), oprf.BaseOtReceiver()
+    k0, k1 = sender.keys(receiver.answer(sender.point))
+    s = receiver.choices
+    t0, t1, ts = oprf._Columns(k0), oprf._Columns(k1), oprf._Columns(receiver.keys)
+    for a in range(0, m, oprf.ROWS_PER_CHUNK):
+        n = min(oprf.ROWS_PER_CHUNK, m - a)
+        r = _bits(n, oprf.CODE_BYTES)
+        t = t0.rows(n)
+        u = t ^ t1.rows(n) ^ r
+        q = ts.rows(n) ^ (u & s)
+        assert np.array_equal(q, t ^ (r & s))
+
+
+def _protocol(active: list[str], passive: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One exchange through the engines' functions: (A's values per row, P's values as sent, P's row per value)."""
+    salt = psi.new_salt()
+    hashed = oprf.item_hashes(active, salt)
+    m = oprf.bins(len(active))
+    hash_key, table = oprf.place(hashed, m)
+    base_sender, base_receiver = oprf.BaseOtSender(), oprf.BaseOtReceiver()
+    answers = base_receiver.answer(base_sender.point)
+    code_key = os.urandom(oprf.KEY_BYTES)
+    sender = oprf.Sender(oprf.item_hashes(passive, salt), hash_key, m, base_receiver, code_key)
+    receiver = oprf.Receiver(table, hashed, *base_sender.keys(answers), code_key)
+    for chunk in receiver.u_chunks():
+        sender.add(chunk)
+    return receiver.values(), sender.values(), sender.rows
+
+
+@pytest.mark.parametrize(("n_active", "n_passive", "common"), [(500, 700, 300), (400, 400, 0), (400, 400, 400),
+                                                               (1, 1, 1), (3, 2000, 3)])
+def test_intersection_is_exact_on_sets_of_known_overlap(n_active: int, n_passive: int, common: int) -> None:
+    active = [f"c{i}" for i in range(common)] + [f"a{i}" for i in range(n_active - common)]
+    passive = [f"p{i}" for i in range(n_passive - common)] + [f"c{i}" for i in range(common)]
+    mine, theirs, rows = _protocol(active, passive)
+    assert len(theirs) == len(rows) == 3 * n_passive  # exactly 3 values per own ID, padding included
+    assert len(set(theirs.tolist())) == len(theirs)
+    if not common:
+        assert not set(mine.tolist()) & set(theirs.tolist())
+        return
+    alignment = psi.intersect([mine], [theirs])
+    assert sorted(alignment.active_rows.tolist()) == list(range(common))
+    passive_rows = psi.rows_from_positions(alignment.passive_positions[0], rows)
+    assert [passive[r] for r in passive_rows] == [active[r] for r in alignment.active_rows]
+
+
+def test_positions_naming_padding_or_one_row_twice_are_refused_alike() -> None:
+    rows = np.array([4, -1, 0, 4, 2])  # sent value k is row rows[k]; -1: padding
+    assert psi.rows_from_positions([2, 0, 4], rows).tolist() == [0, 4, 2]
+    for bad in ([2, 1], [3, 2, 0], [5], [2, 2]):  # padding, one row twice, out of range, repeated: one refusal
+        with pytest.raises(ValueError) as err:
+            psi.rows_from_positions(bad, rows)
+        assert str(err.value) == psi.BAD_POSITIONS
+
+
+def test_u_chunks_of_the_wrong_size_or_count_are_refused() -> None:
+    receiver = oprf.BaseOtReceiver()
+    receiver.answer(oprf.BaseOtSender().point)
+    hashed = oprf.item_hashes(["x", "y"], b"salt")
+    m = oprf.bins(2)
+    sender = oprf.Sender(hashed, os.urandom(16), m, receiver, os.urandom(16))
+    with pytest.raises(ValueError, match=f"U chunk 0 holds 64 bytes, not {m * 64}"):
+        sender.add(bytes(64))
+    with pytest.raises(ValueError, match="U ended after 0 of 1 chunks"):
+        sender.values()
+    sender.add(bytes(m * 64))
+    with pytest.raises(ValueError, match="a U chunk beyond the 1 announced"):
+        sender.add(bytes(64))
+    assert len(sender.values()) == 6
+
+
+def test_bins_cover_the_ids_with_margin_in_whole_blocks() -> None:
+    for n in (1, 100, 10**6):
+        m = oprf.bins(n)
+        assert m % oprf.BIN_ALIGN == 0 and m >= 1.27 * n
+
+
+def _values(n: int) -> np.ndarray:
+    return np.frombuffer(os.urandom(16 * n), dtype="S16")
+
+
+def test_matching_values_as_they_arrive_equals_matching_the_whole_list() -> None:
+    mine = _values(5000)
+    theirs = np.concatenate([_values(4000), mine[:3000]])[np.random.default_rng(0).permutation(7000)]
+    stream = psi.StreamMatch(mine, "passive-1")
+    for start in range(0, len(theirs), 999):
+        stream.add(theirs[start : start + 999])
+    common, positions = stream.result()
+    expected_common, expected_positions = psi.match(mine, theirs, "passive-1")
+    assert common.sum() == 3000 and np.array_equal(common, expected_common)
+    assert np.array_equal(positions[common], expected_positions[common])
+    assert np.array_equal(theirs[positions[common]], mine[common])
+
+
+def test_a_value_of_ours_sent_twice_is_refused_naming_both_positions() -> None:
+    mine = _values(10)
+    for chunks in ([np.array([mine[3], mine[5], mine[3]])], [np.array([mine[3]]), np.array([mine[0], mine[3]])]):
+        stream = psi.StreamMatch(mine, "passive-1")
+        with pytest.raises(ValueError, match="duplicate values sent by passive-1 at rows 0 and 2"):
+            for chunk in chunks:
+                stream.add(chunk)
+    stream = psi.StreamMatch(mine, "passive-1")
+    stream.add(np.array([b"x" * 16, b"x" * 16, mine[1]]))  # a repeat matching nothing of ours changes nothing
+    assert stream.result()[0].tolist() == [i == 1 for i in range(10)] and stream.result()[1][1] == 2
