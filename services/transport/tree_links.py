@@ -117,7 +117,7 @@ class TreeCoordinatorClient:
                 products=group,
                 mask_sums=to_tensor(mask_sums) if last else None,
                 bin_weights=to_tensor(bin_weights) if last else None,
-                task_digest=task_digest if last else b"",
+                task_digest=task_digest,
                 part=part,
                 parts=len(groups),
             )

@@ -231,7 +231,7 @@ def test_crafted_indicators_cannot_make_a_refusal_read_a_passive_bins_weight(fed
         Y[chosen["row"] % task.rows.size] = 0.0
         Y[chosen["row"] % task.rows.size, 0] = task.weights.sum()
         return he.encrypt_matrix(
-            backend, Y, replicas=he.choose_replicas(task.rows.size, self.n_classes, widest, backend.slots)
+            backend, Y, replicas=trainers.indicator_layout(task, self.n_classes, widest, backend.slots).replicas
         )
 
     monkeypatch.setattr(trainers.LabelHolder, "encrypt", crafted)
@@ -257,7 +257,7 @@ def test_crafted_products_cannot_read_chosen_labels_through_apply_split(fed, mon
         X = np.zeros((task.rows.size, int(offsets[-1])))
         for i in usable:
             X[0, offsets[i]] = 1.0
-        products, mask_sums = he.masked_feature_products(backend, encrypted, X, rng)
+        products, mask_sums = he.masked_feature_products(backend, encrypted, X, rng, fold=trainers.product_fold(task))
         for c, i in enumerate(usable):
             mask_sums[offsets[i], c] -= 3.0
             mask_sums[offsets[i] + 1, 0] -= float(task.weights.sum())
@@ -308,7 +308,7 @@ def test_products_made_for_another_copy_of_the_node_are_refused_unopened(fed, mo
         Y = np.zeros((task.rows.size, self.n_classes))
         Y[:, 1], Y[t] = w, 0.0
         Y[t, 0] = w[t]
-        replicas = he.choose_replicas(task.rows.size, self.n_classes, widest, backend.slots)
+        replicas = trainers.indicator_layout(task, self.n_classes, widest, backend.slots).replicas
         return he.encrypt_matrix(backend, Y, replicas=replicas)
 
     def node_counts(self, session_id, node, indicators, key_epoch):

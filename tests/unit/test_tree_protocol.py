@@ -8,6 +8,7 @@ import pytest
 from vflsec.services.crypto import entropy, he
 from vflsec.services.errors import FailedPrecondition, InvalidArgument
 from vflsec.services.models.tree import KeyHolder, LocalFederation, TreeConfig, TreeData, simulate
+from vflsec.services.models.tree.steps import product_fold
 from vflsec.services.models.tree.structure import ACTIVE
 
 
@@ -136,7 +137,8 @@ def test_products_beyond_the_masked_range_are_clipped_not_refused(wine):
     width = fed.builder.width(task, 1)
     sent = fed.labels.encrypt(fed.public, task, width)
     loud, mask_sums = he.masked_feature_products(
-        fed.public, sent, fed.owners[1].indicator_matrix(task), entropy.os_entropy(), mask_bound=2.0**30
+        fed.public, sent, fed.owners[1].indicator_matrix(task), entropy.os_entropy(), mask_bound=2.0**30,
+        fold=product_fold(task),
     )
     counts = fed.keyholder.open_counts(1, task, width, sent.layout, [fed.public.serialize(c) for c in loud], mask_sums)
     assert counts.shape == (wine.n_classes, width)

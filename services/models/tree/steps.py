@@ -35,6 +35,7 @@ restore. The engines checkpoint the KeyHolder with the step that decrypts, after
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -187,6 +188,21 @@ def candidate_features(config: TreeConfig, tree: int, node_id: int, d: int, d_ac
     if m >= d:
         return list(range(d))
     return sorted(int(i) for i in np.random.default_rng([config.seed, tree, node_id, 1]).choice(d, m, replace=False))
+
+
+def product_fold(task: Task) -> int:
+    """Chunks whose products a passive party adds before masking them once (he.masked_column_products): as many as
+    keep every slot's value, a sum of that many rows' multiplicity times a 0/1 bin indicator, within the range the
+    masks hide (he.FEATURE_BOUND), as a single row's product was. Public: both the party and the key holder derive it
+    from the node's multiplicities."""
+    return max(1, int(he.FEATURE_BOUND // max(float(task.weights.max(initial=1.0)), 1.0)))
+
+
+def indicator_layout(task: Task, n_classes: int, widest: int, slots: int) -> he.MatrixLayout:
+    """The layout of a node's encrypted class indicators (the active party's and the key holder's own copy): the
+    replicas that make the least work for the products of the widest passive block at the node's fold."""
+    replicas = he.choose_replicas(task.rows.size, n_classes, max(widest, 1), slots, fold=product_fold(task))
+    return he.MatrixLayout.for_matrix((task.rows.size, n_classes), replicas, slots)
 
 
 def node_depth(node_id: int) -> int:
@@ -455,9 +471,8 @@ class LabelHolder:
 
     def encrypt(self, backend: he.Backend, task: Task, widest: int) -> he.EncryptedMatrix:
         """[[indicators]] for the passive parties, replicated for the widest block a passive party sends."""
-        n = task.rows.size
-        replicas = he.choose_replicas(n, self.n_classes, max(widest, 1), backend.slots)
-        return he.encrypt_matrix(backend, self.indicators(task), replicas=replicas)
+        layout = indicator_layout(task, self.n_classes, widest, backend.slots)
+        return he.encrypt_matrix(backend, self.indicators(task), replicas=layout.replicas)
 
 
 class FeatureOwner:
@@ -477,28 +492,51 @@ class FeatureOwner:
             raise FailedPrecondition(f"party {self.party} was restored without its training columns")
         return self.train_bins
 
+    def _columns(self, task: Task) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The node's bins of its candidate features (n_node, F), their features' first columns (F + 1, the last
+        the width D) and the candidate features themselves."""
+        features = np.asarray(task.features.get(self.party, ()), dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum([self.bins.sizes[f] for f in features], dtype=np.int64)])
+        return self._train()[task.rows][:, features], starts, features
+
+    def indicator_columns(self, task: Task, lo: int, hi: int) -> np.ndarray:
+        """Columns lo..hi-1 of the (n_node, D) 0/1 bin indicator matrix: row i is in bin b of candidate feature f
+        (the features' bins side by side); built a few columns at a time, never all D at once."""
+        bins, starts, _ = self._columns(task)
+        at = np.arange(lo, hi)
+        feature = np.searchsorted(starts, at, side="right") - 1
+        return (bins[:, feature] == at - starts[feature]).astype(np.float64)
+
     def indicator_matrix(self, task: Task) -> np.ndarray:
-        """(n_node, D) 0/1: row i is in bin b of candidate feature f (the features' bins side by side)."""
-        sizes = self.bins.sizes
-        bins = self._train()[task.rows]
-        columns = [np.eye(sizes[f])[bins[:, f]] for f in task.features.get(self.party, ())]
-        return np.hstack(columns) if columns else np.zeros((task.rows.size, 0))
+        """(n_node, D) 0/1: the whole bin indicator matrix (tests, small nodes)."""
+        return self.indicator_columns(task, 0, self.width(task))
+
+    def width(self, task: Task) -> int:
+        return int(self._columns(task)[1][-1])
+
+    def plain_counts(self, task: Task, indicators: np.ndarray) -> np.ndarray:
+        """(K, D) per-bin class counts in the clear (the active party on its own features): indicators' columns
+        summed per bin of each candidate feature."""
+        bins, starts, _ = self._columns(task)
+        # Each row adds to one bin per feature: column starts[f] + bins[:, f] of the flat (D,) histogram.
+        flat = (bins + starts[:-1]).ravel()
+        return np.stack(
+            [np.bincount(flat, np.repeat(column, bins.shape[1]), starts[-1]) for column in np.asarray(indicators).T]
+        )
 
     def bin_weights(self, task: Task) -> np.ndarray:
         """(D,) the node's weighted rows per bin of each candidate feature (what the key holder checks counts by)."""
-        return task.weights @ self.indicator_matrix(task)
-
-    def plain_counts(self, task: Task, indicators: np.ndarray) -> np.ndarray:
-        """(K, D) per-bin class counts in the clear: the active party on its own features."""
-        return indicators.T @ self.indicator_matrix(task)
+        return self.plain_counts(task, task.weights[:, None])[0]
 
     def masked_products(
         self, backend: he.Backend, encrypted: he.EncryptedMatrix, task: Task, rng: he.RandomSource
     ) -> tuple[list[he.Ct], np.ndarray]:
-        """Masked [[indicators ⊙ bin indicator]] blocks and their mask sums, both for the key holder."""
+        """Masked [[indicators ⊙ bin indicator]] blocks (each the sum of product_fold(task) chunks) and their mask
+        sums, both for the key holder."""
         if encrypted.shape[0] != task.rows.size:
             raise InvalidArgument(f"encrypted indicators have {encrypted.shape[0]} rows, the node {task.rows.size}")
-        return he.masked_feature_products(backend, encrypted, self.indicator_matrix(task), rng)
+        columns = functools.partial(self.indicator_columns, task)
+        return he.masked_column_products(backend, encrypted, columns, self.width(task), rng, fold=product_fold(task))
 
     def apply_split(self, task: Task, feature: int, bin_index: int) -> np.ndarray:
         """Keep the split; the node's rows that go left (the partition everyone learns)."""
@@ -563,10 +601,12 @@ class KeyHolder:
             raise FailedPrecondition(f"party {party} already had its one decryption for node {task.key}")
         if layout.shape[0] != task.rows.size or width < 1:
             raise InvalidArgument(f"layout {layout.shape} / width {width} do not fit node {task.key}")
-        expected = math.ceil(width / layout.replicas) * layout.n_chunks
+        fold = product_fold(task)
+        expected = math.ceil(width / layout.replicas) * math.ceil(layout.n_chunks / fold)
         if len(products) != expected:
             raise InvalidArgument(
-                f"a block of {width} columns at {layout.replicas} replicas over {layout.n_chunks} chunks is "
+                f"a block of {width} columns at {layout.replicas} replicas over {layout.n_chunks} chunks, "
+                f"{fold} to a product, is "
                 f"{expected} ciphertexts, got {len(products)}"
             )
         k = layout.shape[1]
@@ -582,7 +622,7 @@ class KeyHolder:
             cts = he.deserialize_all(self.backend, products, layout.ct_size)
             self.backend.check_form(cts, product=True)
             bound = self.backend.default_mask_bound + he.FEATURE_BOUND + 1.0
-            sums = he.block_sums(self.backend, cts, layout, max_abs=bound, clip=True)
+            sums = he.block_sums(self.backend, cts, layout, max_abs=bound, clip=True, fold=fold)
         except ValueError as exc:
             raise InvalidArgument(f"ciphertexts: {exc}") from exc
         # Counts are integers (bootstrap multiplicities times 0/1); rounding removes the CKKS decoding error.
@@ -643,4 +683,6 @@ __all__ = [
     "best_split",
     "combine",
     "full_tree",
+    "indicator_layout",
+    "product_fold",
 ]

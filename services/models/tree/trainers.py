@@ -68,7 +68,9 @@ from .steps import (
     Split,
     Task,
     combine,
+    indicator_layout,
     node_depth,
+    product_fold,
 )
 from .structure import Forest, Node, Tree, copy_tree
 
@@ -158,12 +160,6 @@ def from_tensors(tensors: Mapping[str, np.ndarray], kind: str) -> Forest:
 
     n_classes = counts.shape[2]
     return Forest([Tree(build(t, 0), n_classes) for t in range(nodes.shape[0])], n_classes, kind)
-
-
-def indicator_layout(task: Task, n_classes: int, widest: int, slots: int) -> he.MatrixLayout:
-    """The layout :meth:`.steps.LabelHolder.encrypt` gives a node's indicators (the coordinator's own copy)."""
-    replicas = he.choose_replicas(task.rows.size, n_classes, max(widest, 1), slots)
-    return he.MatrixLayout.for_matrix((task.rows.size, n_classes), replicas, slots)
 
 
 def _shares(settings: TreeSettings, owner: FeatureOwner | None, x: np.ndarray) -> np.ndarray:
@@ -543,17 +539,27 @@ class TreeKeyHolder:
         return task
 
     def receive_part(
-        self, keys: he.Backend, party: int, key: NodeKey, products: list[bytes], part: int, parts: int
+        self,
+        keys: he.Backend,
+        party: int,
+        key: NodeKey,
+        products: list[bytes],
+        part: int,
+        parts: int,
+        task_digest: bytes = b"",
     ) -> list[bytes] | None:
         """Part ``part`` of ``parts`` (in order) of a party's products for the current node: every product once the
-        last part is in, else None. Never more buffered than the node's own ciphertext count."""
+        last part is in, else None. Never more buffered than the node's own ciphertext count. A part that names the
+        node it was made for (``task_digest``; older clients: the last part only) is refused unless it is this one."""
         task = self.due(party, key)
+        if task_digest:
+            self._same_node(task, task_digest)
         width, layout = self._block(keys, party, task)
         done, received = self.arriving.pop(party, (0, []))
         if part != done or parts <= part:
             raise InvalidArgument(f"part {part} of {parts} of node {task.key}'s products: part {done} is due")
         received = received + products
-        if len(received) > math.ceil(width / layout.replicas) * layout.n_chunks:
+        if len(received) > math.ceil(width / layout.replicas) * math.ceil(layout.n_chunks / product_fold(task)):
             raise InvalidArgument(f"more products than node {task.key}'s block of {width} columns has ciphertexts")
         if part + 1 < parts:
             self.arriving[party] = (part + 1, received)
@@ -567,6 +573,14 @@ class TreeKeyHolder:
         builder = self._builder()
         widest = max(builder.width(task, p) for p in task.features if p != ACTIVE)
         return builder.width(task, party), indicator_layout(task, self.n_classes, widest, keys.slots)
+
+    @staticmethod
+    def _same_node(task: Task, task_digest: bytes) -> None:
+        if task_digest != task.digest():
+            raise InvalidArgument(
+                f"the products were made for another version of node {task.key}: its rows, multiplicities or "
+                "features differ from the coordinator's"
+            )
 
     def decision_bits(self, key: NodeKey) -> int:
         """Bits the open node's decision can say when products of a passive party are decrypted for it, else 0."""
@@ -588,11 +602,7 @@ class TreeKeyHolder:
         is opened) are what its counts must add up to. Products made for another copy of the node than the
         coordinator's (rows or multiplicities the active party changed: review 12, R2) are refused unopened."""
         task = self._searched(key)
-        if task_digest != task.digest():
-            raise InvalidArgument(
-                f"the products were made for another version of node {task.key}: its rows, multiplicities or "
-                "features differ from the coordinator's"
-            )
+        self._same_node(task, task_digest)
         width, layout = self._block(keys, party, task)
         weights = np.asarray(bin_weights, dtype=np.float64)
         if weights.shape != (width,) or not (np.isfinite(weights).all() and weights.min(initial=0) >= 0):
@@ -778,7 +788,7 @@ def _submit_counts(
     due is decided first, with one refusal for every node that expects none from the caller (review 14, F2)."""
     trainer.due(ctx.caller, key)
     keys = ctx.held_keys(trainer.epoch)
-    received = trainer.receive_part(keys, ctx.caller, key, products, part, max(parts, 1))
+    received = trainer.receive_part(keys, ctx.caller, key, products, part, max(parts, 1), task_digest)
     if received is not None:  # the last part
         if mask_sums is None or bin_weights is None:
             raise InvalidArgument("mask sums and bin weights: the last part of a node's products carries them")
