@@ -98,7 +98,8 @@ class TreeCoordinatorServicer:
         raise NotImplementedError('Method not implemented!')
 
     def OpenNode(self, request, context):
-        """Owner: the node's class totals; the reply says whether its split is searched, and under which key epoch.
+        """Owner: the node's class totals; the reply says whether its split is searched, under which key epoch, and whose
+        counts are derived (histogram subtraction).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

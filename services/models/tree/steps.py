@@ -456,6 +456,97 @@ class GrowthMirror:
             self._root()
 
 
+def split_family(key: NodeKey) -> tuple[NodeKey, NodeKey] | None:
+    """A right child's parent and left sibling (its histogram is theirs subtracted), None for any other node."""
+    tree, node = key
+    return None if node == 0 or node % 2 else ((tree, (node - 1) // 2), (tree, node - 1))
+
+
+def _still_needed(key: NodeKey, current: NodeKey) -> bool:
+    """Whether a node's histogram or rows may still serve at ``current`` or after: as a left sibling (node + 1) or a
+    parent (up to its right child 2 * node + 2). Nodes grow per tree, breadth first, in increasing heap index."""
+    return key[0] == current[0] and current[1] <= 2 * key[1] + 2
+
+
+class Histograms:
+    """The key holder's per-bin counts of recent nodes, per party (histogram subtraction): a right child's counts
+    are its parent's minus its left sibling's, when the party's candidate features are the same at all three and
+    both were opened (or derived) here, so that party makes and this holder decrypts nothing for it. The derived
+    counts are exactly what opening the right child's own products would have given (integer counts of disjoint
+    rows), so nothing is learnt that was not before; its decision is charged as before (Builder.decision_bits)."""
+
+    def __init__(self) -> None:
+        # (party, node) -> (counts (K, D), bin weights (D,) in the party's word, its candidate features there)
+        self.kept: dict[tuple[int, NodeKey], tuple[np.ndarray, np.ndarray, tuple[int, ...]]] = {}
+
+    def keep(self, party: int, task: Task, counts: np.ndarray, weights: np.ndarray) -> None:
+        self.kept[(party, task.key)] = (np.asarray(counts), np.asarray(weights), tuple(task.features[party]))
+
+    def derive(self, party: int, task: Task) -> tuple[np.ndarray, np.ndarray] | None:
+        """The right child's (counts, bin weights) for ``party`` from its parent and left sibling, or None. Clipped
+        as opened counts are (KeyHolder.open_counts): crafted products may make the difference negative, and only
+        the decision may depend on a decryption (rule 4); Builder.best_split drops a feature that does not add up."""
+        family = split_family(task.key)
+        if family is None:
+            return None
+        got = [self.kept.get((party, key)) for key in family]
+        features = tuple(task.features.get(party, ()))
+        if not features or any(entry is None or entry[2] != features for entry in got):
+            return None
+        (counts, weights, _), (left, left_weights, _) = got  # type: ignore[misc]
+        return np.clip(counts - left, 0.0, float(task.weights.sum())), np.clip(weights - left_weights, 0.0, None)
+
+    def prune(self, current: NodeKey) -> None:
+        self.kept = {key: v for key, v in self.kept.items() if _still_needed(key[1], current)}
+
+    def to_json(self) -> list[list]:
+        return [[p, *key, c.tolist(), w.tolist(), list(f)] for (p, key), (c, w, f) in self.kept.items()]
+
+    @classmethod
+    def from_json(cls, data: Sequence[Sequence]) -> Histograms:
+        kept = cls()
+        for p, t, i, c, w, f in data:
+            kept.kept[(p, (t, i))] = (np.asarray(c, dtype=np.float64), np.asarray(w, dtype=np.float64), tuple(f))
+        return kept
+
+
+class KnownRows:
+    """A passive party's rows of recent nodes: those it made products for, and the complement of each such left
+    child in its parent (its right sibling, whose counts the key holder derives: Histograms). ApplySplit at a right
+    child it made no products for is answered only for exactly those rows and candidate features."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[NodeKey, tuple[np.ndarray, tuple[int, ...]]] = {}
+
+    def searched(self, task: Task, party: int) -> None:
+        self.nodes = {key: v for key, v in self.nodes.items() if _still_needed(key, task.key)}
+        features = tuple(task.features.get(party, ()))
+        self.nodes[task.key] = (task.rows, features)
+        tree, node = task.key
+        parent = self.nodes.get((tree, (node - 1) // 2)) if node % 2 else None
+        if parent is not None and parent[1] == features:
+            self.nodes[(tree, node + 1)] = (np.setdiff1d(parent[0], task.rows), features)
+
+    def derived(self, task: Task, party: int) -> bool:
+        """Whether ``task`` is a right child whose rows and candidate features are its known complement."""
+        entry = self.nodes.get(task.key)
+        return (
+            split_family(task.key) is not None
+            and entry is not None
+            and entry[1] == tuple(task.features.get(party, ()))
+            and np.array_equal(entry[0], task.rows)
+        )
+
+    def to_json(self) -> list[list]:
+        return [[*key, rows.tolist(), list(f)] for key, (rows, f) in self.nodes.items()]
+
+    @classmethod
+    def from_json(cls, data: Sequence[Sequence]) -> KnownRows:
+        known = cls()
+        known.nodes = {(t, i): (np.asarray(r, dtype=np.int64), tuple(f)) for t, i, r, f in data}
+        return known
+
+
 class LabelHolder:
     """The active party's labels (data, not state)."""
 
@@ -675,7 +766,9 @@ __all__ = [
     "Builder",
     "FeatureOwner",
     "GrowthMirror",
+    "Histograms",
     "KeyHolder",
+    "KnownRows",
     "LabelHolder",
     "NodeKey",
     "Split",
@@ -685,4 +778,5 @@ __all__ = [
     "full_tree",
     "indicator_layout",
     "product_fold",
+    "split_family",
 ]

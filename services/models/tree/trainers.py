@@ -62,7 +62,9 @@ from .steps import (
     Builder,
     FeatureOwner,
     GrowthMirror,
+    Histograms,
     KeyHolder,
+    KnownRows,
     LabelHolder,
     NodeKey,
     Split,
@@ -72,7 +74,7 @@ from .steps import (
     node_depth,
     product_fold,
 )
-from .structure import Forest, Node, Tree, copy_tree
+from .structure import Forest, copy_tree, from_tensors, to_tensors
 
 MAX_PRODUCT_ATTEMPTS = 2  # products a passive party makes for one node: the first, and one retry
 # The parameter-release step that discloses the passive thresholds (services/defenses/params.py): explicit only.
@@ -117,51 +119,6 @@ class TreeSettings:
         return cls(TreeConfig.from_dict({**values, "kind": kind}), party)
 
 
-# --- the released model as named tensors (what ReleaseModel carries and the curious plugin records) ---
-_KIND, _OWNER, _FEATURE, _BIN, _KNOWN, _THRESHOLD = range(6)
-
-
-def to_tensors(forest: Forest, depth: int) -> dict[str, np.ndarray]:
-    """``tree/nodes`` (T, 2^(depth+1) − 1, 6) per heap slot: kind (−1 absent, 0 leaf, 1 split), owner, feature,
-    bin (−1 unknown), threshold known (0/1), threshold; ``tree/counts`` (T, slots, K) training class counts."""
-    slots = 2 ** (depth + 1) - 1
-    nodes = np.zeros((len(forest.trees), slots, 6))
-    nodes[:, :, _KIND] = -1
-    counts = np.zeros((len(forest.trees), slots, forest.n_classes))
-    for t, tree in enumerate(forest.trees):
-        for node in tree.nodes():
-            row = nodes[t, node.node_id]
-            counts[t, node.node_id] = node.counts
-            row[_KIND] = 0 if node.is_leaf else 1
-            if not node.is_leaf:
-                row[_OWNER], row[_FEATURE] = node.owner, node.feature
-                row[_BIN] = -1 if node.bin is None else node.bin
-                row[_KNOWN], row[_THRESHOLD] = (0, 0.0) if node.threshold is None else (1, node.threshold)
-    return {"tree/nodes": nodes, "tree/counts": counts}
-
-
-def from_tensors(tensors: Mapping[str, np.ndarray], kind: str) -> Forest:
-    """The inverse of :func:`to_tensors` (ValueError on a malformed release)."""
-    nodes, counts = np.asarray(tensors["tree/nodes"]), np.asarray(tensors["tree/counts"])
-    if nodes.ndim != 3 or nodes.shape[2] != 6 or counts.shape[:2] != nodes.shape[:2] or counts.ndim != 3:
-        raise ValueError(f"released tree tensors have shapes {nodes.shape} and {counts.shape}")
-
-    def build(t: int, i: int) -> Node:
-        if i >= nodes.shape[1] or nodes[t, i, _KIND] < 0:
-            raise ValueError(f"tree {t} has no node {i} below a split")
-        row = nodes[t, i]
-        node = Node(i, counts[t, i].copy())
-        if row[_KIND] == 1:
-            node.owner, node.feature = int(row[_OWNER]), int(row[_FEATURE])
-            node.bin = None if row[_BIN] < 0 else int(row[_BIN])
-            node.threshold = float(row[_THRESHOLD]) if row[_KNOWN] else None
-            node.left, node.right = build(t, 2 * i + 1), build(t, 2 * i + 2)
-        return node
-
-    n_classes = counts.shape[2]
-    return Forest([Tree(build(t, 0), n_classes) for t in range(nodes.shape[0])], n_classes, kind)
-
-
 def _shares(settings: TreeSettings, owner: FeatureOwner | None, x: np.ndarray) -> np.ndarray:
     """A party's inference share: 1 where a row goes left at a split this party owns."""
     share = np.zeros((x.shape[0], settings.split_columns))
@@ -178,7 +135,7 @@ class KeyHolderLink(Protocol):
         """The node to grow (:meth:`.steps.Task.to_json` form), None when every tree is grown."""
         ...
 
-    def open_node(self, session_id: str, key: NodeKey, totals: np.ndarray) -> tuple[bool, int]:
+    def open_node(self, session_id: str, key: NodeKey, totals: np.ndarray) -> tuple[bool, int, list[int]]:
         """Whether the node's split is searched, and the key epoch its indicators are encrypted under."""
         ...
 
@@ -282,12 +239,13 @@ class TreeActive:
                     f"partition defense {list(config.partition_defense)} keeps from the passive parties"
                 )
             growth.check(task)
-            search, key_epoch = key_holder.open_node(ctx.session_id, task.key, labels.totals(task))
+            search, key_epoch, derived = key_holder.open_node(ctx.session_id, task.key, labels.totals(task))
             if not search:
                 growth.decided(task, False)
                 continue
             indicators = labels.indicators(task)
-            searched = [party for party in passives if position[party] in task.features]
+            # A party whose counts the coordinator derives (its parent's minus its left sibling's) is not asked.
+            searched = [p for p in passives if position[p] in task.features and position[p] not in derived]
             if searched:
                 widest = max(sum(sizes[position[p]][f] for f in task.features[position[p]]) for p in searched)
                 fetch = functools.partial(key_holder.node_keys, ctx.session_id)
@@ -338,6 +296,7 @@ class TreePassive:
     # it and only for those rows, so that no one can have it compare other rows or features at will.
     searched: dict[NodeKey, list[int]] = field(default_factory=dict)
     attempts: int = 0  # products made for the node in ``searched``: one, and one retry (MAX_PRODUCT_ATTEMPTS)
+    known: KnownRows = field(default_factory=KnownRows)  # rows of recent nodes (ApplySplit at a derived node)
     shard: tuple[int, int] = (0, 0)  # (aligned rows the bins are fitted on, training rows), for the coordinator
     keys: tuple[int, he.Backend] | None = None  # the newest node key epoch's public keys (not state: fetched again)
     output_in_the_clear = False
@@ -389,6 +348,7 @@ class TreePassive:
             )
         self.attempts = self.attempts + 1 if task.key == last else 1
         self.searched = {task.key: task.rows.tolist()}
+        self.known.searched(task, self.settings.party)
         return task
 
     def node_products(
@@ -407,8 +367,10 @@ class TreePassive:
     def apply_split(self, node: Mapping[str, Any], feature: int, bin_index: int) -> np.ndarray:
         """Keep the split of the coordinator's node; which of its rows go left."""
         task, owner = self._task(node), self._owner()
-        if self.searched.get(task.key) != task.rows.tolist():
-            raise FailedPrecondition(f"node {task.key}: no products of these rows were sent from here")
+        if self.searched.get(task.key) != task.rows.tolist() and not self.known.derived(task, self.settings.party):
+            raise FailedPrecondition(
+                f"node {task.key}: no products of these rows were sent from here, nor of its parent and left sibling"
+            )
         if owner.splits.get(task.key, (feature, bin_index)) != (feature, bin_index):
             raise FailedPrecondition(f"node {task.key} is split already, by another feature or bin")
         return owner.apply_split(task, feature, bin_index)  # a repeat of the same split: the same partition
@@ -446,6 +408,7 @@ class TreePassive:
         meta = {
             **_meta(self.settings, self.n_classes, self.owner),
             "searched": searched,
+            "known": self.known.to_json(),
             "attempts": self.attempts,
             "shard": list(self.shard),
         }
@@ -468,6 +431,8 @@ class TreeKeyHolder:
     epoch: int = 0  # the key epoch the current node's products are decrypted under (its decision charged to it)
     # The current node's products sent in parts, per party: (parts received, products so far).
     arriving: dict[int, tuple[int, list[bytes]]] = field(default_factory=dict)
+    histograms: Histograms = field(default_factory=Histograms)  # recent nodes' counts, for subtraction
+    derived: tuple[int, ...] = ()  # the passive parties whose counts at the current node are derived, not opened
 
     @property
     def share_width(self) -> int:
@@ -517,8 +482,16 @@ class TreeKeyHolder:
         task = self._task(key)
         if self._builder()._nodes.get(task.key) is not None:
             raise FailedPrecondition(f"node {task.key} is open already")
-        self.counts, self.weights, self.pending, self.arriving = {}, {}, None, {}
-        return self._builder().open(task, totals)
+        self.counts, self.weights, self.pending, self.arriving, self.derived = {}, {}, None, {}, ()
+        if not self._builder().open(task, totals):
+            return False
+        self.histograms.prune(task.key)
+        for party in sorted(set(task.features) - {ACTIVE}):
+            if (derived := self.histograms.derive(party, task)) is not None:
+                self.counts[party], self.weights[party] = derived
+                self.histograms.keep(party, task, *derived)
+                self.derived += (party,)
+        return True
 
     def _searched(self, key: NodeKey) -> Task:
         task = self._task(key)
@@ -534,7 +507,7 @@ class TreeKeyHolder:
         task = None if builder is None else builder.next_task()
         if builder is None or task is None or task.key != tuple(key) or task.key not in builder._nodes:
             task = None
-        if task is None or party not in task.features:
+        if task is None or party not in task.features or party in self.derived:
             raise FailedPrecondition(f"party {party} has no products due at node {tuple(key)}")
         return task
 
@@ -571,7 +544,7 @@ class TreeKeyHolder:
         if party not in task.features:
             raise FailedPrecondition(f"party {party} has no candidate feature at node {task.key}")
         builder = self._builder()
-        widest = max(builder.width(task, p) for p in task.features if p != ACTIVE)
+        widest = max(builder.width(task, p) for p in task.features if p not in (ACTIVE, *self.derived))
         return builder.width(task, party), indicator_layout(task, self.n_classes, widest, keys.slots)
 
     @staticmethod
@@ -611,6 +584,7 @@ class TreeKeyHolder:
         opener.answered = self.answered
         self.counts[party] = opener.open_counts(party, task, width, layout, products, mask_sums)
         self.weights[party] = weights
+        self.histograms.keep(party, task, self.counts[party], weights)
 
     def decide(self, key: NodeKey, own: np.ndarray | None) -> Split | None:
         """The node's decision, made once: a repeat (a retry after a failed ApplySplit, a restart) gets the recorded
@@ -697,6 +671,8 @@ class TreeKeyHolder:
             "weights": {str(p): w.tolist() for p, w in self.weights.items()},
             "pending": None if self.pending is None else list(self.pending.__dict__.values()),
             "epoch": self.epoch,
+            "histograms": self.histograms.to_json(),
+            "derived": list(self.derived),
         }
         if self.builder is not None:
             meta["builder"] = json.loads(self.builder.to_state())
@@ -754,16 +730,19 @@ def _next_node(trainer: TreeKeyHolder, ctx: KeyHolderContext) -> dict[str, Any] 
     return trainer.next_node()
 
 
-def _open_node(trainer: TreeKeyHolder, ctx: KeyHolderContext, key: NodeKey, totals: np.ndarray) -> tuple[bool, int]:
-    """The node's class totals from the active party; whether a split is searched (else it is a leaf), and the
-    key epoch of its products. A search that decrypts passive products charges the decision's bits to the key
-    (rule 2) here, before anything of the node is decrypted."""
+def _open_node(
+    trainer: TreeKeyHolder, ctx: KeyHolderContext, key: NodeKey, totals: np.ndarray
+) -> tuple[bool, int, list[int]]:
+    """The node's class totals from the active party; whether a split is searched (else it is a leaf), the key
+    epoch of its products and the passive parties whose counts are derived (none of their products is due). A
+    search that decrypts passive products, or derives counts from decrypted ones, charges the decision's bits to
+    the key (rule 2) here, before anything of the node is decrypted."""
     if not trainer.open_node(key, totals):
-        return False, trainer.epoch
+        return False, trainer.epoch, []
     bits = trainer.decision_bits(key)
     if bits:
         trainer.epoch = ctx.decision(bits)
-    return True, trainer.epoch
+    return True, trainer.epoch, list(trainer.derived)
 
 
 def _node_keys(trainer: TreeKeyHolder, ctx: KeyHolderContext, key_epoch: int) -> bytes:
@@ -962,6 +941,7 @@ class TreeFamily:
             self.name,
             *_restore_owner(meta),
             searched=searched,
+            known=KnownRows.from_json(meta.get("known", [])),
             attempts=meta.get("attempts", 0),
             shard=shard,  # type: ignore[arg-type]
         )
@@ -978,6 +958,8 @@ class TreeFamily:
         holder.weights = {int(p): np.asarray(w) for p, w in meta.get("weights", {}).items()}
         holder.pending = None if meta["pending"] is None else Split(*meta["pending"])
         holder.epoch = meta.get("epoch", 0)
+        holder.histograms = Histograms.from_json(meta.get("histograms", []))
+        holder.derived = tuple(meta.get("derived", ()))
         if "builder" in meta:
             holder.builder = Builder.from_state(
                 json.dumps(meta["builder"]).encode(), settings.config, n_classes, meta["rows"], meta["sizes"]
