@@ -516,16 +516,23 @@ class KnownRows:
     child it made no products for is answered only for exactly those rows and candidate features."""
 
     def __init__(self) -> None:
-        self.nodes: dict[NodeKey, tuple[np.ndarray, tuple[int, ...]]] = {}
+        # node -> (rows, multiplicities, this party's candidate features there)
+        self.nodes: dict[NodeKey, tuple[np.ndarray, np.ndarray, tuple[int, ...]]] = {}
 
-    def searched(self, task: Task, party: int) -> None:
+    def searched(self, task: Task, party: int) -> Task | None:
+        """Record a node this party makes products for; the right sibling it implies (a left child's complement in
+        its parent), if any."""
         self.nodes = {key: v for key, v in self.nodes.items() if _still_needed(key, task.key)}
         features = tuple(task.features.get(party, ()))
-        self.nodes[task.key] = (task.rows, features)
+        self.nodes[task.key] = (task.rows, task.weights, features)
         tree, node = task.key
         parent = self.nodes.get((tree, (node - 1) // 2)) if node % 2 else None
-        if parent is not None and parent[1] == features:
-            self.nodes[(tree, node + 1)] = (np.setdiff1d(parent[0], task.rows), features)
+        if parent is None or parent[2] != features:
+            return None
+        rest = ~np.isin(parent[0], task.rows)
+        sibling = Task(tree, node + 1, task.depth, parent[0][rest], parent[1][rest], {party: features})
+        self.nodes[sibling.key] = (sibling.rows, sibling.weights, features)
+        return sibling
 
     def derived(self, task: Task, party: int) -> bool:
         """Whether ``task`` is a right child whose rows and candidate features are its known complement."""
@@ -533,17 +540,19 @@ class KnownRows:
         return (
             split_family(task.key) is not None
             and entry is not None
-            and entry[1] == tuple(task.features.get(party, ()))
+            and entry[2] == tuple(task.features.get(party, ()))
             and np.array_equal(entry[0], task.rows)
         )
 
     def to_json(self) -> list[list]:
-        return [[*key, rows.tolist(), list(f)] for key, (rows, f) in self.nodes.items()]
+        return [[*key, rows.tolist(), w.tolist(), list(f)] for key, (rows, w, f) in self.nodes.items()]
 
     @classmethod
     def from_json(cls, data: Sequence[Sequence]) -> KnownRows:
         known = cls()
-        known.nodes = {(t, i): (np.asarray(r, dtype=np.int64), tuple(f)) for t, i, r, f in data}
+        known.nodes = {
+            (t, i): (np.asarray(r, dtype=np.int64), np.asarray(w, dtype=np.float64), tuple(f)) for t, i, r, w, f in data
+        }
         return known
 
 

@@ -297,6 +297,7 @@ class TreePassive:
     searched: dict[NodeKey, list[int]] = field(default_factory=dict)
     attempts: int = 0  # products made for the node in ``searched``: one, and one retry (MAX_PRODUCT_ATTEMPTS)
     known: KnownRows = field(default_factory=KnownRows)  # rows of recent nodes (ApplySplit at a derived node)
+    sibling: Task | None = None  # the right sibling the last node searched implies (its rows: the party's view)
     shard: tuple[int, int] = (0, 0)  # (aligned rows the bins are fitted on, training rows), for the coordinator
     keys: tuple[int, he.Backend] | None = None  # the newest node key epoch's public keys (not state: fetched again)
     output_in_the_clear = False
@@ -348,7 +349,7 @@ class TreePassive:
             )
         self.attempts = self.attempts + 1 if task.key == last else 1
         self.searched = {task.key: task.rows.tolist()}
-        self.known.searched(task, self.settings.party)
+        self.sibling = self.known.searched(task, self.settings.party)
         return task
 
     def node_products(
@@ -833,6 +834,9 @@ def _node_counts(
     rows = {"rows": np.asarray(task.rows, dtype=np.int64), "weights": np.asarray(task.weights, dtype=float)}
     where = {"tree": task.tree, "node_id": task.node_id, "depth": task.depth}
     ctx.emit(kinds.NODE_ROWS, ctx.owner, arrays=rows, meta=where)  # to this party's plugins: the node's rows
+    if (sibling := trainer.sibling) is not None:  # and its right sibling's: the parent's other rows (subtraction)
+        implied = {"tree": sibling.tree, "node_id": sibling.node_id, "depth": sibling.depth, "implied": True}
+        ctx.emit(kinds.NODE_ROWS, ctx.owner, arrays={"rows": sibling.rows, "weights": sibling.weights}, meta=implied)
 
     def send() -> None:
         trainer.keys = _epoch_keys(
