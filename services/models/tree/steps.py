@@ -35,11 +35,10 @@ restore. The engines checkpoint the KeyHolder with the step that decrypts, after
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -599,17 +598,21 @@ class FeatureOwner:
         starts = np.concatenate([[0], np.cumsum([self.bins.sizes[f] for f in features], dtype=np.int64)])
         return self._train()[task.rows][:, features], starts, features
 
-    def indicator_columns(self, task: Task, lo: int, hi: int) -> np.ndarray:
-        """Columns lo..hi-1 of the (n_node, D) 0/1 bin indicator matrix: row i is in bin b of candidate feature f
-        (the features' bins side by side); built a few columns at a time, never all D at once."""
+    def indicator_columns(self, task: Task) -> Callable[[int, int], np.ndarray]:
+        """columns(lo, hi): columns lo..hi-1 of the (n_node, D) 0/1 bin indicator matrix, row i in bin b of candidate
+        feature f (the features' bins side by side); built a few columns at a time, never all D at once."""
         bins, starts, _ = self._columns(task)
-        at = np.arange(lo, hi)
-        feature = np.searchsorted(starts, at, side="right") - 1
-        return (bins[:, feature] == at - starts[feature]).astype(np.float64)
+
+        def columns(lo: int, hi: int) -> np.ndarray:
+            at = np.arange(lo, hi)
+            feature = np.searchsorted(starts, at, side="right") - 1
+            return (bins[:, feature] == at - starts[feature]).astype(np.float64)
+
+        return columns
 
     def indicator_matrix(self, task: Task) -> np.ndarray:
         """(n_node, D) 0/1: the whole bin indicator matrix (tests, small nodes)."""
-        return self.indicator_columns(task, 0, self.width(task))
+        return self.indicator_columns(task)(0, self.width(task))
 
     def width(self, task: Task) -> int:
         return int(self._columns(task)[1][-1])
@@ -635,7 +638,7 @@ class FeatureOwner:
         sums, both for the key holder."""
         if encrypted.shape[0] != task.rows.size:
             raise InvalidArgument(f"encrypted indicators have {encrypted.shape[0]} rows, the node {task.rows.size}")
-        columns = functools.partial(self.indicator_columns, task)
+        columns = self.indicator_columns(task)
         return he.masked_column_products(backend, encrypted, columns, self.width(task), rng, fold=product_fold(task))
 
     def apply_split(self, task: Task, feature: int, bin_index: int) -> np.ndarray:
