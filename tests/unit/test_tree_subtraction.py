@@ -40,6 +40,8 @@ def _grow(max_depth: int = 3):
             with pytest.raises(FailedPrecondition, match="no products due"):
                 holder.due(1, task.key)
             derived.append((task, truth.plain_counts(task, labels.indicators(task)), truth.bin_weights(task)))
+            assert passive.known.complement(task, 1) and not passive.known.derived(task, 1)
+            passive.known.opened(task, 1)  # the active party's word (NodeCounts without [[Y]])
             assert np.array_equal(holder.counts[1], derived[-1][1])
             assert np.array_equal(holder.weights[1], derived[-1][2])
         elif 1 in task.features:
@@ -96,7 +98,13 @@ def test_derivation_needs_the_same_features_at_parent_and_sibling() -> None:
     known = KnownRows()
     known.searched(parent, 1)
     known.searched(left, 1)
-    assert known.derived(right, 1) and not known.derived(Task(0, 2, 1, np.arange(5, 10), np.ones(5), {1: (0,)}), 1)
+    other = Task(0, 2, 1, np.arange(5, 10), np.ones(5), {1: (0,)})
+    assert known.complement(right, 1) and not known.complement(other, 1)
+    assert not known.derived(right, 1)  # a right child the growth may have left a leaf: no ApplySplit there ...
+    with pytest.raises(FailedPrecondition, match="parent's less its left sibling's"):
+        known.opened(other, 1)
+    known.opened(right, 1)  # ... until the active party says it was opened
+    assert known.derived(right, 1)
     assert KnownRows.from_json(json.loads(json.dumps(known.to_json()))).derived(right, 1)
 
 

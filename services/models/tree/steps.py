@@ -512,16 +512,19 @@ class Histograms:
 class KnownRows:
     """A passive party's rows of recent nodes: those it made products for, and the complement of each such left
     child in its parent (its right sibling, whose counts the key holder derives: Histograms). ApplySplit at a right
-    child it made no products for is answered only for exactly those rows and candidate features."""
+    child it made no products for is answered only once the active party said it was opened (:meth:`opened`), and
+    only for exactly those rows and candidate features."""
 
     def __init__(self) -> None:
         # node -> (rows, multiplicities, this party's candidate features there)
         self.nodes: dict[NodeKey, tuple[np.ndarray, np.ndarray, tuple[int, ...]]] = {}
+        self.searched_here: set[NodeKey] = set()  # derived nodes the active party said were opened (searched)
 
     def searched(self, task: Task, party: int) -> Task | None:
         """Record a node this party makes products for; the right sibling it implies (a left child's complement in
         its parent), if any."""
         self.nodes = {key: v for key, v in self.nodes.items() if _still_needed(key, task.key)}
+        self.searched_here = {key for key in self.searched_here if key in self.nodes}
         features = tuple(task.features.get(party, ()))
         self.nodes[task.key] = (task.rows, task.weights, features)
         tree, node = task.key
@@ -533,7 +536,7 @@ class KnownRows:
         self.nodes[sibling.key] = (sibling.rows, sibling.weights, features)
         return sibling
 
-    def derived(self, task: Task, party: int) -> bool:
+    def complement(self, task: Task, party: int) -> bool:
         """Whether ``task`` is a right child whose rows and candidate features are its known complement."""
         entry = self.nodes.get(task.key)
         return (
@@ -543,15 +546,32 @@ class KnownRows:
             and np.array_equal(entry[0], task.rows)
         )
 
-    def to_json(self) -> list[list]:
-        return [[*key, rows.tolist(), w.tolist(), list(f)] for key, (rows, w, f) in self.nodes.items()]
+    def opened(self, task: Task, party: int) -> None:
+        """The active party's word that a derived node is searched (a NodeCounts without [[Y]])."""
+        if not self.complement(task, party):
+            raise FailedPrecondition(
+                f"node {task.key}: not a right child whose rows are its parent's less its left sibling's, both with "
+                "products from this party for the same candidate features"
+            )
+        self.searched_here.add(task.key)
+
+    def derived(self, task: Task, party: int) -> bool:
+        """Whether ApplySplit may be answered at ``task`` without products of its own: a known complement that the
+        active party said was opened."""
+        return task.key in self.searched_here and self.complement(task, party)
+
+    def to_json(self) -> dict[str, list]:
+        nodes = [[*key, rows.tolist(), w.tolist(), list(f)] for key, (rows, w, f) in self.nodes.items()]
+        return {"nodes": nodes, "opened": [list(key) for key in sorted(self.searched_here)]}
 
     @classmethod
-    def from_json(cls, data: Sequence[Sequence]) -> KnownRows:
+    def from_json(cls, data: Mapping[str, Sequence]) -> KnownRows:
         known = cls()
         known.nodes = {
-            (t, i): (np.asarray(r, dtype=np.int64), np.asarray(w, dtype=np.float64), tuple(f)) for t, i, r, w, f in data
+            (t, i): (np.asarray(r, dtype=np.int64), np.asarray(w, dtype=np.float64), tuple(f))
+            for t, i, r, w, f in data.get("nodes", [])
         }
+        known.searched_here = {(t, i) for t, i in data.get("opened", [])}
         return known
 
 

@@ -255,6 +255,9 @@ class TreeActive:
                 futures = [ctx.spawn(passives[p].node_counts, ctx.session_id, node, sent, key_epoch) for p in searched]
                 for future in futures:
                     future.result()
+            for p in passives:  # a derived party is told the node is searched (no [[Y]]): its ApplySplit is due
+                if position[p] in derived and position[p] in task.features:
+                    passives[p].node_counts(ctx.session_id, node, he.WireMatrix((0, 0), 0, 0, []), key_epoch)
             own = owner.plain_counts(task, indicators) if ACTIVE in task.features else None
             split, mine = key_holder.decide(ctx.session_id, task.key, own)
             goes_left = None if mine is None else owner.apply_split(task, *mine)
@@ -829,6 +832,9 @@ def _node_counts(
     """Masked per-bin products of the node's encrypted class indicators under its key epoch, made and sent to the
     coordinator outside the session lock: the coordinator may be waiting on this party meanwhile (ApplySplit), and
     this party fetches the epoch's public keys from it (NodeKeys)."""
+    if not indicators.ciphertexts:  # the node is searched, its counts derived (histogram subtraction): no products
+        trainer.known.opened(trainer._task(node), trainer.settings.party)
+        return
     task = trainer.search(node, indicators)
     link = _tree_link(ctx.key_holder)
     rows = {"rows": np.asarray(task.rows, dtype=np.int64), "weights": np.asarray(task.weights, dtype=float)}
@@ -945,7 +951,7 @@ class TreeFamily:
             self.name,
             *_restore_owner(meta),
             searched=searched,
-            known=KnownRows.from_json(meta.get("known", [])),
+            known=KnownRows.from_json(meta.get("known", {})),
             attempts=meta.get("attempts", 0),
             shard=shard,  # type: ignore[arg-type]
         )
