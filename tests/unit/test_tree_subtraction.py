@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from vflsec.services.crypto import he
-from vflsec.services.errors import FailedPrecondition
+from vflsec.services.errors import FailedPrecondition, InvalidArgument
 from vflsec.services.models import family as families
-from vflsec.services.models.tree import FeatureOwner, LabelHolder, Task, TreeData
-from vflsec.services.models.tree.steps import Histograms, KnownRows
+from vflsec.services.models.tree import FeatureOwner, LabelHolder, Task, TreeConfig, TreeData
+from vflsec.services.models.tree.steps import GrowthMirror, Histograms, KnownRows
 
 
 def _grow(max_depth: int = 3):
@@ -114,3 +114,80 @@ def test_a_restored_key_holder_keeps_the_histograms_it_derives_from() -> None:
     state = holder.to_state()
     restored = family.restore_key_holder((state[0], json.loads(json.dumps(state[1]))))
     assert restored.histograms.kept.keys() == holder.histograms.kept.keys()
+
+
+# --- review 16: rule 3 at the partition's holder (F1), the active party's own growth (F2), the word (F3) ----------
+def test_a_passive_party_refuses_a_split_that_leaves_a_side_below_min_samples_leaf() -> None:
+    """F1: whatever (feature, bin) the coordinator picks, the party sends no partition with a side lighter than the
+    session's min_samples_leaf (4), and keeps no split; an honest choice is answered."""
+    family = families.get("tree")
+    x = np.arange(40.0).reshape(-1, 1)  # 16 quantile bins of 2-3 rows each: bin 0 holds fewer than 4
+    passive = family.new_passive(3, 1, family.settings({"max_depth": 2, "party": 1}))
+    passive.begin(x, x, 40)
+    node = Task(0, 0, 0, np.arange(40), np.ones(40), {1: (0,)}).to_json()
+    passive.search(node, he.WireMatrix((40, 3), 1, 40, []))
+    with pytest.raises(FailedPrecondition, match="leaves a side below min_samples_leaf 4"):
+        passive.apply_split(node, 0, 0)
+    assert passive.owner.splits == {}
+    assert passive.apply_split(node, 0, 7).sum() >= 4
+
+
+def _mirror_root(growth: GrowthMirror, n: int) -> Task:
+    root = Task(0, 0, 0, np.arange(n), np.ones(n), {0: (0,), 1: (0,)})
+    growth.check(root)
+    growth.opened(root, np.array([n / 2, n / 2]), [])
+    growth.decided(root, True)  # a passive party's split: its sides are named by the coordinator
+    return root
+
+
+def test_the_active_party_applies_the_stopping_rules_and_checks_who_is_derived() -> None:
+    """F2: the label holder refuses, before any [[Y]] or word, a node the growth leaves a leaf, a child lighter
+    than min_samples_leaf, and a party said derived that was not asked at both parent and left sibling."""
+    config = TreeConfig(max_depth=3, min_samples_leaf=4)
+    growth = GrowthMirror(config, 20)
+    root = Task(0, 0, 0, np.arange(20), np.ones(20), {0: (0,), 1: (0,)})
+    growth.check(root)
+    with pytest.raises(FailedPrecondition, match="party 1's counts are derived"):
+        growth.opened(root, np.array([10.0, 10.0]), [1])  # the root has no parent
+    with pytest.raises(FailedPrecondition, match="the growth leaves it a leaf"):
+        growth.opened(root, np.array([20.0, 0.0]), [])  # pure
+    with pytest.raises(FailedPrecondition, match="lighter than min_samples_leaf 4"):
+        _mirror_root(growth := GrowthMirror(config, 20), 20)
+        growth.check(Task(0, 1, 1, np.arange(3), np.ones(3), {1: (0,)}))  # a 3 | 17 split
+    growth = GrowthMirror(config, 20)
+    _mirror_root(growth, 20)
+    left = Task(0, 1, 1, np.arange(7), np.ones(7), {1: (0,)})
+    growth.check(left)
+    with pytest.raises(FailedPrecondition, match="the growth leaves it a leaf"):
+        growth.opened(left, np.array([3.0, 4.0]), [])  # 7 < 2 x 4
+    growth = GrowthMirror(config, 20)
+    _mirror_root(growth, 20)
+    left = Task(0, 1, 1, np.arange(10), np.ones(10), {1: (0,)})
+    growth.check(left)
+    growth.opened(left, np.array([5.0, 5.0]), [])
+    growth.decided(left, False)
+    right = Task(0, 2, 1, np.arange(10, 20), np.ones(10), {1: (0,)})
+    growth.check(right)
+    with pytest.raises(FailedPrecondition, match="party 1's counts are derived"):
+        growth.opened(Task(0, 2, 1, right.rows, right.weights, {1: (1,)}), np.array([5.0, 5.0]), [1])
+    growth.opened(right, np.array([5.0, 5.0]), [1])  # asked at its parent and left sibling for feature 0
+
+
+def test_the_word_is_parsed_strictly_and_bounded_as_products_are() -> None:
+    """F3: a NodeCounts with a shape but no ciphertexts is no word; a node outside the session's shape is
+    INVALID_ARGUMENT, one lighter than 2 x min_samples_leaf refused; ApplySplit at a known complement the active
+    party did not say was opened gets its own refusal."""
+    _, passive, derived, _ = _grow()
+    task = derived[-1][0]
+    node, word = task.to_json(), he.WireMatrix((0, 0), 0, 0, [])
+    with pytest.raises(InvalidArgument, match="indicators"):
+        passive.opened(node, he.WireMatrix((task.rows.size, 3), 1, task.rows.size, []))
+    with pytest.raises(InvalidArgument, match="no node a session"):
+        passive.opened({**node, "node_id": 1000006}, word)
+    with pytest.raises(FailedPrecondition, match="lighter than 2 x min_samples_leaf"):
+        passive.opened({**node, "rows": node["rows"][:7], "weights": node["weights"][:7]}, word)
+    passive.known.searched_here.discard(task.key)
+    with pytest.raises(FailedPrecondition, match="a known complement, not opened"):
+        passive.apply_split(node, task.features[1][0], 0)
+    passive.opened(node, word)
+    assert passive.known.derived(task, 1)

@@ -204,6 +204,37 @@ def indicator_layout(task: Task, n_classes: int, widest: int, slots: int) -> he.
     return he.MatrixLayout.for_matrix((task.rows.size, n_classes), replicas, slots)
 
 
+def is_leaf(config: TreeConfig, task: Task, totals: np.ndarray) -> bool:
+    """The growth's stopping rules: a node at max_depth, pure, of one row or lighter than 2 * min_samples_leaf (its
+    children could not both weigh min_samples_leaf) is a leaf. The coordinator's Builder and the active party's
+    GrowthMirror (which holds every input: the node's rows, multiplicities and labels) apply the same rules."""
+    return bool(
+        task.depth >= config.max_depth
+        or np.count_nonzero(totals) <= 1
+        or task.rows.size < 2
+        or task.weights.sum() < 2 * config.min_samples_leaf
+    )
+
+
+def check_searchable(config: TreeConfig, task: Task) -> None:
+    """A passive party's own bounds on a node it is asked to work on (products, or the word that its counts are
+    derived): a node key the session's shape has (INVALID_ARGUMENT), of at least 2 * min_samples_leaf weighted rows,
+    the session's agreed minimum (FAILED_PRECONDITION; rule 3: a lighter node has no split both of whose sides weigh
+    min_samples_leaf). Both depend only on the node as the caller named it (rule 4)."""
+    if not (
+        task.tree < config.n_trees and task.node_id < 2**config.max_depth - 1 and task.depth == node_depth(task.node_id)
+    ):
+        raise InvalidArgument(
+            f"node {task.key} at depth {task.depth} is no node a session of {config.n_trees} tree(s) of depth "
+            f"{config.max_depth} searches"
+        )
+    if task.weights.sum() < 2 * config.min_samples_leaf:
+        raise FailedPrecondition(
+            f"node {task.key}: lighter than 2 x min_samples_leaf {config.min_samples_leaf} (this session's), so "
+            "the growth leaves it a leaf"
+        )
+
+
 def node_depth(node_id: int) -> int:
     """The depth of a heap-numbered node (root 0, children 2i+1 and 2i+2)."""
     return (node_id + 1).bit_length() - 1
@@ -281,12 +312,7 @@ class Builder:
                 parent.left = node
             else:
                 parent.right = node
-        terminal = (
-            task.depth >= self.config.max_depth
-            or np.count_nonzero(totals) <= 1
-            or task.rows.size < 2
-            or task.weights.sum() < 2 * self.config.min_samples_leaf  # leaves weigh min_samples_leaf at least
-        )
+        terminal = is_leaf(self.config, task, totals)
         if terminal:
             self._close()
         return not terminal
@@ -396,6 +422,8 @@ class GrowthMirror:
         self.started = 0
         # (key, rows, weights, exact): the rows the node must hold (exact), or its parent's (a passive split's left)
         self.due: list[tuple[NodeKey, np.ndarray, np.ndarray, bool]] = []
+        # recent searched nodes -> each passive party asked there (its [[Y]] or the word) and its candidate features
+        self.asked: dict[NodeKey, dict[int, tuple[int, ...]]] = {}
         self._root()
 
     def _root(self) -> None:
@@ -437,8 +465,35 @@ class GrowthMirror:
             raise FailedPrecondition(f"node {task.key}: its rows are not one side of its parent's split")
         other = np.ones(rows.size, dtype=bool)
         other[at] = False
+        if min(task.weights.sum(), weights[other].sum()) < self.config.min_samples_leaf:
+            raise FailedPrecondition(
+                f"node {task.key}: a side of its parent's split is lighter than min_samples_leaf "
+                f"{self.config.min_samples_leaf} (this session's)"
+            )
         sibling = self.due[0][0]
         self.due[0] = (sibling, rows[other], weights[other], True)  # the right side: the rest of the parent
+
+    def opened(self, task: Task, totals: np.ndarray, derived: Sequence[int]) -> None:
+        """The coordinator said the node is searched, with the passive parties whose counts it derives: refused
+        (before any [[Y]] or word leaves) if the growth's stopping rules, applied here to this party's own labels,
+        leave it a leaf (:func:`is_leaf`), or if a party is said derived that was not asked at both the node's
+        parent and left sibling for the same candidate features (Histograms.derive: the only nodes an honest
+        coordinator derives)."""
+        if is_leaf(self.config, task, totals):
+            raise FailedPrecondition(
+                f"node {task.key}: the coordinator says it is searched, but the growth leaves it a leaf (depth "
+                f"{self.config.max_depth}, pure, or lighter than 2 x min_samples_leaf {self.config.min_samples_leaf})"
+            )
+        family = split_family(task.key)
+        for party in derived:
+            features = task.features.get(party)
+            if family is None or not features or any(self.asked.get(k, {}).get(party) != features for k in family):
+                raise FailedPrecondition(
+                    f"node {task.key}: the coordinator says party {party}'s counts are derived, but it was not asked "
+                    "at both the node's parent and left sibling for the same candidate features"
+                )
+        self.asked = {key: v for key, v in self.asked.items() if _still_needed(key, task.key)}
+        self.asked[task.key] = {p: f for p, f in task.features.items() if p != ACTIVE}
 
     def decided(self, task: Task, split: bool, goes_left: np.ndarray | None = None) -> None:
         """The node's decision: a leaf, or a split into its owner's partition (``goes_left``: the active party's
@@ -661,12 +716,20 @@ class FeatureOwner:
         columns = self.indicator_columns(task)
         return he.masked_column_products(backend, encrypted, columns, self.width(task), rng, fold=product_fold(task))
 
-    def apply_split(self, task: Task, feature: int, bin_index: int) -> np.ndarray:
-        """Keep the split; the node's rows that go left (the partition everyone learns)."""
+    def apply_split(self, task: Task, feature: int, bin_index: int, min_samples_leaf: int = 1) -> np.ndarray:
+        """Keep the split; the node's rows that go left (the partition everyone learns). A split that leaves a side
+        lighter than ``min_samples_leaf`` (the session's) is refused before anything is kept or sent (rule 3 at the
+        partition's holder): the chooser holds this party's bin weights, so the refusal tells it nothing new."""
         if feature not in task.features.get(self.party, ()) or not 0 <= bin_index < self.bins.sizes[feature] - 1:
             raise InvalidArgument(f"party {self.party} has no candidate split feature {feature} bin {bin_index} here")
+        left = self._train()[task.rows, feature] <= bin_index
+        if min(task.weights[left].sum(), task.weights[~left].sum()) < min_samples_leaf:
+            raise FailedPrecondition(
+                f"node {task.key}: the split of feature {feature} at bin {bin_index} leaves a side below "
+                f"min_samples_leaf {min_samples_leaf} (this session's); no partition is sent"
+            )
         self.splits[task.key] = (feature, bin_index)
-        return self._train()[task.rows, feature] <= bin_index
+        return left
 
     def thresholds(self) -> dict[NodeKey, float]:
         """Raw thresholds of this party's splits (disclosed only if the parameter-release chain says so)."""

@@ -69,6 +69,7 @@ from .steps import (
     NodeKey,
     Split,
     Task,
+    check_searchable,
     combine,
     indicator_layout,
     node_depth,
@@ -239,10 +240,12 @@ class TreeActive:
                     f"partition defense {list(config.partition_defense)} keeps from the passive parties"
                 )
             growth.check(task)
-            search, key_epoch, derived = key_holder.open_node(ctx.session_id, task.key, labels.totals(task))
+            totals = labels.totals(task)
+            search, key_epoch, derived = key_holder.open_node(ctx.session_id, task.key, totals)
             if not search:
                 growth.decided(task, False)
                 continue
+            growth.opened(task, totals, derived)  # the stopping rules and the derived parties, checked here
             indicators = labels.indicators(task)
             # A party whose counts the coordinator derives (its parent's minus its left sibling's) is not asked.
             searched = [p for p in passives if position[p] in task.features and position[p] not in derived]
@@ -260,7 +263,7 @@ class TreeActive:
                     passives[p].node_counts(ctx.session_id, node, he.WireMatrix((0, 0), 0, 0, []), key_epoch)
             own = owner.plain_counts(task, indicators) if ACTIVE in task.features else None
             split, mine = key_holder.decide(ctx.session_id, task.key, own)
-            goes_left = None if mine is None else owner.apply_split(task, *mine)
+            goes_left = None if mine is None else owner.apply_split(task, *mine, config.min_samples_leaf)
             growth.decided(task, split, goes_left)
             if goes_left is not None:
                 key_holder.partition(ctx.session_id, task.key, goes_left)
@@ -334,16 +337,7 @@ class TreePassive:
         # message, would otherwise hold every node's rows), and products are made only for node keys the session's
         # shape has, at most MAX_PRODUCT_ATTEMPTS times a node and never for an earlier one: whatever the active party
         # names, this party's work is bounded by the config (review 11 F5, review 12 R3; docs/protocol.md, Trees).
-        config = self.settings.config
-        if not (
-            task.tree < config.n_trees
-            and task.node_id < 2**config.max_depth - 1
-            and task.depth == (task.node_id + 1).bit_length() - 1
-        ):
-            raise InvalidArgument(
-                f"node {task.key} at depth {task.depth} is no node a session of {config.n_trees} tree(s) of depth "
-                f"{config.max_depth} searches"
-            )
+        check_searchable(self.settings.config, task)
         last = next(iter(self.searched), None)
         if last is not None and (task.key < last or (task.key == last and self.attempts >= MAX_PRODUCT_ATTEMPTS)):
             raise FailedPrecondition(
@@ -369,15 +363,31 @@ class TreePassive:
         return [keys.serialize(ct) for ct in products], mask_sums, owner.bin_weights(task), task.digest()
 
     def apply_split(self, node: Mapping[str, Any], feature: int, bin_index: int) -> np.ndarray:
-        """Keep the split of the coordinator's node; which of its rows go left."""
-        task, owner = self._task(node), self._owner()
-        if self.searched.get(task.key) != task.rows.tolist() and not self.known.derived(task, self.settings.party):
+        """Keep the split of the coordinator's node; which of its rows go left (no side below min_samples_leaf)."""
+        task, owner, party = self._task(node), self._owner(), self.settings.party
+        if self.searched.get(task.key) != task.rows.tolist() and not self.known.derived(task, party):
             raise FailedPrecondition(
-                f"node {task.key}: no products of these rows were sent from here, nor of its parent and left sibling"
+                f"node {task.key}: a known complement, not opened (no word from the active party)"
+                if self.known.complement(task, party)
+                else f"node {task.key}: no products of these rows were sent from here, nor of its parent and left "
+                "sibling"
             )
         if owner.splits.get(task.key, (feature, bin_index)) != (feature, bin_index):
             raise FailedPrecondition(f"node {task.key} is split already, by another feature or bin")
-        return owner.apply_split(task, feature, bin_index)  # a repeat of the same split: the same partition
+        # a repeat of the same split: the same partition
+        return owner.apply_split(task, feature, bin_index, self.settings.config.min_samples_leaf)
+
+    def opened(self, node: Mapping[str, Any], indicators: he.WireMatrix) -> None:
+        """The active party's word that a node whose counts the coordinator derives is searched: a NodeCounts whose
+        indicators are absent (shape (0, 0), no ciphertexts), at a node the session's shape has, heavy enough."""
+        if tuple(indicators.shape) != (0, 0) or indicators.replicas or indicators.rows_per_ct:
+            raise InvalidArgument(
+                f"indicators: {indicators.shape} without ciphertexts; the word that a node's counts are derived "
+                "carries none (shape (0, 0))"
+            )
+        task = self._task(node)
+        check_searchable(self.settings.config, task)
+        self.known.opened(task, self.settings.party)
 
     def _task(self, node: Mapping[str, Any]) -> Task:
         """A node as a sender named it: distinct training rows, this party's features, sane weights."""
@@ -833,7 +843,7 @@ def _node_counts(
     coordinator outside the session lock: the coordinator may be waiting on this party meanwhile (ApplySplit), and
     this party fetches the epoch's public keys from it (NodeKeys)."""
     if not indicators.ciphertexts:  # the node is searched, its counts derived (histogram subtraction): no products
-        trainer.known.opened(trainer._task(node), trainer.settings.party)
+        trainer.opened(node, indicators)
         return
     task = trainer.search(node, indicators)
     link = _tree_link(ctx.key_holder)
