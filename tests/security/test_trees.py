@@ -23,7 +23,7 @@ from tests.security.conftest import federation
 from vflsec.services.config import MIN_NODE_ROWS, MIN_TRAINING_ROWS, parse_config
 from vflsec.services.crypto import he
 from vflsec.services.engines.coordinator import Coordinator, QueryPolicy
-from vflsec.services.errors import ResourceExhausted
+from vflsec.services.errors import FailedPrecondition, ResourceExhausted
 from vflsec.services.models.tree import trainers
 from vflsec.services.models.tree.binning import QuantileBins
 from vflsec.services.transport.tensors import to_tensor
@@ -157,13 +157,17 @@ def test_begin_is_bounded_by_the_passive_parties_own_word_and_next_node_writes_n
 
 
 def test_rule_3_minimum_node_size_is_policy(fed) -> None:
-    """A session asking for leaves below [policy] min_node_rows is refused, naming the bound and its smallest value."""
+    """A session asking for leaves below [policy] min_node_rows is refused, naming the bound: by each passive party
+    at Begin (its own policy, review 16 F1), and by the coordinator (its own, with the smallest value)."""
     sid = fed.operator.create_session("plain", family="tree", settings={"min_samples_leaf": 1}).session_id
     common = sorted(fed.operator.align(sid))
     with pytest.raises(grpc.RpcError) as refused:
         list(fed.operator.train(sid, common[:120], 1))
     assert refused.value.code() == CODE.FAILED_PRECONDITION
-    assert f"min_node_rows {MIN_NODE_ROWS}" in refused.value.details()
+    assert f"this party's [policy] min_node_rows {MIN_NODE_ROWS}" in refused.value.details()
+    holder = trainers.TREE.new_key_holder(2, ["passive-1"], trainers.TREE.settings({"min_samples_leaf": 1}))
+    with pytest.raises(FailedPrecondition, match=f"this coordinator's \\[policy\\] min_node_rows {MIN_NODE_ROWS}"):
+        holder.begin(120, [[16], [16]], MIN_NODE_ROWS)
 
 
 def test_default_query_budget_is_finite(tmp_path) -> None:

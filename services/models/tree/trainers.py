@@ -818,6 +818,8 @@ def _fit_bins(trainer: TreePassive, ctx: PassiveContext, sample_index: np.ndarra
         raise InvalidArgument(
             f"{len(sample_index)} training rows; this party's [policy] min_training_rows is {ctx.min_training_rows}"
         )
+    if (leaf := trainer.settings.config.min_samples_leaf) < (least := ctx.min_node_rows):  # rule 3: its own policy
+        raise FailedPrecondition(f"min_samples_leaf {leaf} is below this party's [policy] min_node_rows {least}")
     features = ctx.features  # a family step has them
     assert features is not None
     assert ctx.shard is not None
