@@ -20,6 +20,8 @@ from vflsec.services import plugins
 from vflsec.services.errors import PeerFailed
 from vflsec.services.models.tree import steps, trainers
 from vflsec.services.plugins.curious import ObservationStore
+from vflsec.services.transport import tree_links
+from vflsec.v1 import tree_pb2, tree_pb2_grpc
 
 CODE = grpc.StatusCode
 MSL = 6
@@ -128,9 +130,24 @@ def test_the_active_party_opens_no_node_the_growth_leaves_a_leaf(fed, monkeypatc
 
 def test_a_derived_right_child_live(fed, monkeypatch) -> None:
     """F4: at (0, 2) the coordinator derives passive-1's counts: it opens no products of passive-1 there, passive-1
-    gets no [[Y]] (its record of the node is the implied one: its parent's rows less its left sibling's), and an
-    ApplySplit there before the active party's word is refused; after it, passive-1 splits the node."""
+    gets no [[Y]] (its record of the node is the implied one: its parent's rows less its left sibling's), its
+    SubmitCounts there gets the one "no products due" refusal, and an ApplySplit there before the active party's word
+    is refused; after it, passive-1 splits the node."""
     fed, store = fed
+    to_coordinator = tree_pb2_grpc.TreeCoordinatorStub(fed.channel("passive-1", "coordinator"))
+    submitted: dict[tuple[int, int], str] = {}
+    honest_word = tree_links.TreePassiveClient.node_counts
+
+    def submit_first(self, session_id, node, indicators, key_epoch):  # the active party's link, just before the word
+        if not indicators.ciphertexts:
+            key = tree_pb2.NodeKey(tree=node["tree"], node_id=node["node_id"])
+            try:
+                to_coordinator.SubmitCounts(tree_pb2.NodeCounts(session_id=session_id, node=key, products=[b"x"]))
+            except grpc.RpcError as exc:
+                submitted[(node["tree"], node["node_id"])] = f"{exc.code().name}: {exc.details()}"
+        return honest_word(self, session_id, node, indicators, key_epoch)
+
+    monkeypatch.setattr(tree_links.TreePassiveClient, "node_counts", submit_first)
     opened: list[tuple[int, int, int]] = []
     honest_open = steps.KeyHolder.open_counts
 
@@ -159,6 +176,7 @@ def test_a_derived_right_child_live(fed, monkeypatch) -> None:
     assert (1, 0, 0) in opened and (1, 0, 1) in opened and (1, 0, 2) not in opened
     assert list(early) == [(0, 2)] and "FAILED_PRECONDITION" in early[(0, 2)]
     assert "a known complement, not opened (no word from the active party)" in early[(0, 2)]
+    assert submitted == {(0, 2): "FAILED_PRECONDITION: party 1 has no products due at node (0, 2)"}
     rows = _records(store, sid, plugins.NODE_ROWS)
     (implied,) = rows[(0, 2)]
     assert implied.meta.get("implied") is True
