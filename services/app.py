@@ -217,6 +217,7 @@ def start_party(config: ServiceConfig) -> Party:
             allowed_backends=config.allowed_backends,
             embedding_release=config.embedding_release,
             min_training_rows=config.min_training_rows,
+            min_node_rows=config.min_node_rows,
             hub=plugins.PluginHub([plugins.load_plugin(p.path, p.options) for p in config.plugins]),
         )
 

@@ -72,6 +72,7 @@ __all__ = [
     "gradient_from_block_sums",
     "layout_error",
     "make_keyholder",
+    "masked_column_products",
     "masked_feature_products",
     "matrix_from_wire",
     "matrix_to_wire",
@@ -91,6 +92,9 @@ KEY_ROTATION_MARGIN = 4
 # Rule 2 (docs/protocol.md, "The four rules"): the slots the key holder may decrypt under one key, over every RPC
 # of every family: each decrypted slot of a ciphertext of honest form is at most one linear functional of the key.
 KEY_BUDGET = CKKS_POLY_MODULUS_DEGREE // KEY_ROTATION_MARGIN
+# choose_replicas with folding: a δ ciphertext (encrypt, serialize, read) and a folded product (mask, serialize,
+# read, decrypt) in units of one ct x pt product with its plaintext's encoding (CKKS N = 8192, measured 2026-11).
+ENCRYPT_COST, OPEN_COST = 3.0, 3.0
 
 
 def key_rotation_steps(functionals_per_step: int) -> int:
@@ -727,15 +731,24 @@ class WireMatrix:
     ciphertexts: list[bytes]
 
 
-def choose_replicas(n: int, k: int, d: int, slots: int) -> int:
-    """Replication factor R minimising the masked-product ciphertexts for an (n, k) δ and d features."""
+def choose_replicas(n: int, k: int, d: int, slots: int, *, fold: int | None = None) -> int:
+    """Replication factor R minimising the masked-product ciphertexts for an (n, k) δ and d features.
+
+    With ``fold`` (products of that many chunks added before they are masked, :func:`masked_column_products`) the
+    ciphertexts sent are few, and R minimises the work instead, in units of one ct x pt product (measured, CKKS
+    N = 8192): each δ ciphertext costs ENCRYPT_COST of them (encrypted, sent, read), each folded product OPEN_COST
+    (masked, sent, decrypted).
+    """
     if min(n, k, d) < 1 or k > slots:
         raise ValueError(f"cannot pack n={n}, k={k}, d={d} into {slots} slots")
 
-    def cost(r: int) -> tuple[int, int]:
+    def cost(r: int) -> tuple[float, int]:
         layout = MatrixLayout.for_matrix((n, k), r, slots)
-        # Fewest product ciphertexts first, then fewest δ ciphertexts to send.
-        return math.ceil(d / r) * layout.n_chunks, layout.n_chunks
+        groups, chunks = math.ceil(d / r), layout.n_chunks
+        if fold is None:  # fewest product ciphertexts first, then fewest δ ciphertexts to send
+            return groups * chunks, chunks
+        work = groups * chunks + ENCRYPT_COST * chunks + OPEN_COST * groups * math.ceil(chunks / fold)
+        return work, chunks
 
     return min(range(1, min(d, slots // k) + 1), key=cost)
 
@@ -797,13 +810,20 @@ def deserialize_all(backend: Backend, blobs: Sequence[bytes], ct_size: int) -> l
 
 
 def masked_feature_products(
-    backend: Backend, delta: EncryptedMatrix, X: np.ndarray, rng: RandomSource, mask_bound: float | None = None
+    backend: Backend,
+    delta: EncryptedMatrix,
+    X: np.ndarray,
+    rng: RandomSource,
+    mask_bound: float | None = None,
+    *,
+    fold: int = 1,
 ) -> tuple[list[Ct], np.ndarray]:
     """Masked [[δ ⊙ x]] blocks for the key holder, and the mask sums the party keeps.
 
     For feature group g (features g*R .. g*R+R-1, G = ceil(d/R)) and chunk i the product is
     ``δ_ct_i * v + m`` with ``v[r*C*k + row*k + col] = X[i*C + row, g*R + r]``. Ciphertexts are ordered
-    (g, i); the mask sums have the shape :func:`block_sums` returns, (G*R, k).
+    (g, i); the mask sums have the shape :func:`block_sums` returns, (G*R, k). With ``fold`` > 1 the products of
+    ``fold`` consecutive chunks are added before one mask is (:func:`masked_column_products`).
 
     δ must still have one multiplicative level left (a fresh encryption, possibly plus/minus plaintexts, as
     in protocol steps 3-4): with moduli [60, 40, 40, 60] a second ct x pt would leave too little modulus for
@@ -813,46 +833,87 @@ def masked_feature_products(
     feature block's product is a fresh encryption of zero under it (:meth:`CkksBackend._mul_plain`).
     """
     X = np.asarray(X, dtype=np.float64)
-    layout = delta.layout
-    n, k = layout.shape
+    n = delta.layout.shape[0]
     if X.ndim != 2 or X.shape[0] != n or X.shape[1] < 1:
         raise ValueError(f"features must be ({n}, d>=1) to match δ, got shape {X.shape}")
-    if not np.all(np.abs(X) <= FEATURE_BOUND):
-        raise ValueError(f"features must satisfy |x| <= {FEATURE_BOUND:g} (the masks hide no more)")
+    return masked_column_products(backend, delta, lambda lo, hi: X[:, lo:hi], X.shape[1], rng, mask_bound, fold=fold)
+
+
+def masked_column_products(
+    backend: Backend,
+    delta: EncryptedMatrix,
+    columns: Callable[[int, int], np.ndarray],
+    d: int,
+    rng: RandomSource,
+    mask_bound: float | None = None,
+    *,
+    fold: int = 1,
+) -> tuple[list[Ct], np.ndarray]:
+    """:func:`masked_feature_products` of the (n, d) matrix whose columns lo..hi-1 ``columns(lo, hi)`` returns,
+    one feature group at a time (never the whole matrix, nor every product unfolded, in memory at once).
+
+    ``fold``: the products of each ``fold`` consecutive chunks of a group are added (ct + ct) and masked once, so a
+    group has ceil(chunks / fold) ciphertexts, not one per chunk; a slot then holds the sum of ``fold`` rows'
+    values, so the caller keeps ``fold`` · max|δ| · max|x| <= FEATURE_BOUND, the range the masks hide (checked here
+    for the x side: ``fold`` · max|x| <= FEATURE_BOUND). :func:`block_sums` opens them with the same ``fold``.
+    """
+    layout = delta.layout
+    n, k = layout.shape
+    if d < 1:
+        raise ValueError(f"need at least one feature column, got {d}")
     if len(delta.ciphertexts) != layout.n_chunks:
         raise ValueError(f"δ has {len(delta.ciphertexts)} ciphertexts, layout needs {layout.n_chunks}")
+    if fold < 1:
+        raise ValueError(f"fold must be >= 1, got {fold}")
     bound = backend.default_mask_bound if mask_bound is None else float(mask_bound)
     if not (math.isfinite(bound) and bound >= 0):
         raise ValueError(f"mask_bound must be finite and >= 0, got {mask_bound}")
 
     R, C, chunks = layout.replicas, layout.rows_per_ct, layout.n_chunks
-    G = math.ceil(X.shape[1] / R)
-    padded = np.zeros((chunks * C, G * R))
-    padded[:n, : X.shape[1]] = X
-    # (chunk, row, group, replica) -> (group, chunk, replica, row, col): each feature value spans k slots.
-    per_slot = padded.reshape(chunks, C, G, R).transpose(2, 0, 3, 1)[..., None]
-    values = np.broadcast_to(per_slot, (G, chunks, R, C, k)).reshape(G, chunks, layout.ct_size)
-    masks = rng.uniform(-bound, bound, size=values.shape)
-
-    products = []
-    for g in range(G):
-        for i, delta_ct in enumerate(delta.ciphertexts):
-            # The product is a fresh object, so adding the mask in place is safe and saves a copy.
-            products.append(backend.add_plain(backend.mul_plain(delta_ct, values[g, i]), masks[g, i], inplace=True))
-    mask_sums = masks.reshape(G, chunks, R, C, k).sum(axis=(1, 3)).reshape(G * R, k)
-    return products, mask_sums
+    folded = math.ceil(chunks / fold)
+    products: list[Ct] = []
+    mask_sums = np.zeros((math.ceil(d / R), R, k))
+    for g in range(mask_sums.shape[0]):
+        lo, hi = g * R, min(d, g * R + R)
+        block = np.asarray(columns(lo, hi), dtype=np.float64)
+        if block.shape != (n, hi - lo):
+            raise ValueError(f"features must be ({n}, d) to match δ, got columns of shape {block.shape}")
+        if not np.all(np.abs(block) * fold <= FEATURE_BOUND):
+            raise ValueError(f"features must satisfy fold · |x| <= {FEATURE_BOUND:g} (the masks hide no more)")
+        padded = np.zeros((chunks * C, R))
+        padded[:n, : hi - lo] = block
+        # (chunk, row, replica) -> (chunk, replica, row, col): each feature value spans k slots.
+        per_slot = padded.reshape(chunks, C, R).transpose(0, 2, 1)[..., None]
+        values = np.broadcast_to(per_slot, (chunks, R, C, k)).reshape(chunks, layout.ct_size)
+        masks = rng.uniform(-bound, bound, size=(folded, layout.ct_size))
+        for j in range(folded):
+            total = None
+            for i in range(j * fold, min(chunks, (j + 1) * fold)):
+                # A product is a fresh object, so adding to it in place is safe and saves a copy.
+                product = backend.mul_plain(delta.ciphertexts[i], values[i])
+                total = product if total is None else backend.add(total, product, inplace=True)
+            products.append(backend.add_plain(total, masks[j], inplace=True))
+        mask_sums[g] = masks.reshape(folded, R, C, k).sum(axis=(0, 2))
+    return products, mask_sums.reshape(-1, k)
 
 
 def block_sums(
-    backend: Backend, cts: Sequence[Ct], layout: MatrixLayout, max_abs: float | None = None, *, clip: bool = False
+    backend: Backend,
+    cts: Sequence[Ct],
+    layout: MatrixLayout,
+    max_abs: float | None = None,
+    *,
+    clip: bool = False,
+    fold: int = 1,
 ) -> np.ndarray:
     """Key holder: decrypt masked products and sum each (feature, class) block -> (G*R, k).
 
     With ``max_abs``, a product with a slot beyond it is refused (ValueError): honest products lie within the
     mask bound plus the feature bound, and larger ones would decode with a larger error. With ``clip`` such a slot
     is clipped to the bound instead, where the refusal would be an answer (trees: only the decision may depend on it).
+    ``fold``: the products' (:func:`masked_column_products`), each the sum of that many chunks.
     """
-    chunks, R, C = layout.n_chunks, layout.replicas, layout.rows_per_ct
+    chunks, R, C = math.ceil(layout.n_chunks / fold), layout.replicas, layout.rows_per_ct
     k = layout.shape[1]
     if not cts or len(cts) % chunks:
         raise ValueError(f"{len(cts)} products is not a positive multiple of {chunks} chunks")

@@ -23,7 +23,7 @@ from vflsec.services.common import (
     require_entries,
     require_query_id,
 )
-from vflsec.services.config import MIN_TRAINING_ROWS
+from vflsec.services.config import MIN_NODE_ROWS, MIN_TRAINING_ROWS
 from vflsec.services.crypto import entropy, he, oprf, psi, ring_mask
 from vflsec.services.data.datasets import PartyData
 from vflsec.services.defenses import params as param_defenses
@@ -193,6 +193,7 @@ class PassiveParty:
         allowed_backends: Sequence[str] = ("ckks",),
         embedding_release: Sequence[str] = (),
         min_training_rows: int = MIN_TRAINING_ROWS,
+        min_node_rows: int = MIN_NODE_ROWS,
         hub: plugins.PluginHub | None = None,
     ) -> None:
         self.party_id = party_id
@@ -200,6 +201,7 @@ class PassiveParty:
         # passive party records ∂L/∂h for the label attacks); none by default.
         self.hub = hub or plugins.PluginHub()
         self.min_training_rows = min_training_rows  # [policy]: what this party discloses covers at least these rows
+        self.min_node_rows = min_node_rows  # [policy]: ... and a node it partitions leaves both sides at least these
         # [defenses] embedding: this party's own defenses of its output sent in the clear (split-NN active-top);
         # parsed here, so that a bad spec stops the service at start. Each session draws its own noise keys.
         self.embedding_release = EmbeddingChain.from_specs(embedding_release)
@@ -817,6 +819,7 @@ class PassiveParty:
             aligned_rows=0 if s.rows is None else len(s.rows),
             shard=lambda: self.data.X,
             min_training_rows=self.min_training_rows,
+            min_node_rows=self.min_node_rows,
             emit=lambda kind, source, **fields: self._emit(kind, session_id, source, **fields),
             sample_ids=lambda index: self._sample_ids(s, index),
             owner=s.owner,

@@ -171,6 +171,7 @@ class PassiveContext:
     # every row this party holds, aligned or not (scaled): what it fits a disclosed statistic on (rows it chose)
     shard: Callable[[], np.ndarray] | None = None
     min_training_rows: int = 2  # [policy] min_training_rows: a statistic this party discloses covers at least these
+    min_node_rows: int = 1  # [policy] min_node_rows: a partition this party discloses leaves each side at least these
     # Offer what this party received to its own plugins (a curious passive party records what Backward carried)
     emit: Emit = _no_plugins
     sample_ids: Callable[[np.ndarray], list[str]] = lambda index: []  # own sample IDs of common indices

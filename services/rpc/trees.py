@@ -61,8 +61,10 @@ class TreeCoordinatorServicer(tree_pb2_grpc.TreeCoordinatorServicer):
     @rpc
     def OpenNode(self, request: tree_pb2.NodeTotals, context: grpc.ServicerContext):
         totals = from_tensor(request.totals, "class totals", ndim=1)
-        search, key_epoch = self._call(request.session_id, "open_node", key=key_of(request.node), totals=totals)
-        return tree_pb2.NodeOpened(search=search, key_epoch=key_epoch)
+        search, key_epoch, derived = self._call(
+            request.session_id, "open_node", key=key_of(request.node), totals=totals
+        )
+        return tree_pb2.NodeOpened(search=search, key_epoch=key_epoch, derived=derived)
 
     @rpc
     def NodeKeys(self, request: tree_pb2.NodeKeysRequest, context: grpc.ServicerContext):

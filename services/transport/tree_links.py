@@ -90,10 +90,10 @@ class TreeCoordinatorClient:
         reply = call(self.peer, self.stub.NextNode, common_pb2.SessionRef(session_id=session_id), self.policy)
         return None if reply.done else task_of(reply)
 
-    def open_node(self, session_id: str, key: Sequence[int], totals: np.ndarray) -> tuple[bool, int]:
+    def open_node(self, session_id: str, key: Sequence[int], totals: np.ndarray) -> tuple[bool, int, list[int]]:
         request = tree_pb2.NodeTotals(session_id=session_id, node=key_message(key), totals=to_tensor(totals))
         reply = call(self.peer, self.stub.OpenNode, request, self.policy)
-        return reply.search, reply.key_epoch
+        return reply.search, reply.key_epoch, list(reply.derived)
 
     def node_keys(self, session_id: str, key_epoch: int) -> bytes:
         request = tree_pb2.NodeKeysRequest(session_id=session_id, key_epoch=key_epoch)
@@ -117,7 +117,7 @@ class TreeCoordinatorClient:
                 products=group,
                 mask_sums=to_tensor(mask_sums) if last else None,
                 bin_weights=to_tensor(bin_weights) if last else None,
-                task_digest=task_digest if last else b"",
+                task_digest=task_digest,
                 part=part,
                 parts=len(groups),
             )

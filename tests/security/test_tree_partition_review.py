@@ -120,7 +120,7 @@ def _grow(data, settings: dict, script) -> list[tuple[int, int]]:
     coordinator = _Link(
         begin=lambda *a: None,
         next_node=lambda sid: script(opened),
-        open_node=lambda sid, key, totals: (opened.append(tuple(key)), (True, 0))[1],
+        open_node=lambda sid, key, totals: (opened.append(tuple(key)), (True, 0, []))[1],
         decide=decide,
         partition=lambda *a: None,
     )

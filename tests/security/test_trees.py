@@ -23,7 +23,7 @@ from tests.security.conftest import federation
 from vflsec.services.config import MIN_NODE_ROWS, MIN_TRAINING_ROWS, parse_config
 from vflsec.services.crypto import he
 from vflsec.services.engines.coordinator import Coordinator, QueryPolicy
-from vflsec.services.errors import ResourceExhausted
+from vflsec.services.errors import FailedPrecondition, ResourceExhausted
 from vflsec.services.models.tree import trainers
 from vflsec.services.models.tree.binning import QuantileBins
 from vflsec.services.transport.tensors import to_tensor
@@ -157,13 +157,17 @@ def test_begin_is_bounded_by_the_passive_parties_own_word_and_next_node_writes_n
 
 
 def test_rule_3_minimum_node_size_is_policy(fed) -> None:
-    """A session asking for leaves below [policy] min_node_rows is refused, naming the bound and its smallest value."""
+    """A session asking for leaves below [policy] min_node_rows is refused, naming the bound: by each passive party
+    at Begin (its own policy, review 16 F1), and by the coordinator (its own, with the smallest value)."""
     sid = fed.operator.create_session("plain", family="tree", settings={"min_samples_leaf": 1}).session_id
     common = sorted(fed.operator.align(sid))
     with pytest.raises(grpc.RpcError) as refused:
         list(fed.operator.train(sid, common[:120], 1))
     assert refused.value.code() == CODE.FAILED_PRECONDITION
-    assert f"min_node_rows {MIN_NODE_ROWS}" in refused.value.details()
+    assert f"this party's [policy] min_node_rows {MIN_NODE_ROWS}" in refused.value.details()
+    holder = trainers.TREE.new_key_holder(2, ["passive-1"], trainers.TREE.settings({"min_samples_leaf": 1}))
+    with pytest.raises(FailedPrecondition, match=f"this coordinator's \\[policy\\] min_node_rows {MIN_NODE_ROWS}"):
+        holder.begin(120, [[16], [16]], MIN_NODE_ROWS)
 
 
 def test_default_query_budget_is_finite(tmp_path) -> None:
@@ -231,7 +235,7 @@ def test_crafted_indicators_cannot_make_a_refusal_read_a_passive_bins_weight(fed
         Y[chosen["row"] % task.rows.size] = 0.0
         Y[chosen["row"] % task.rows.size, 0] = task.weights.sum()
         return he.encrypt_matrix(
-            backend, Y, replicas=he.choose_replicas(task.rows.size, self.n_classes, widest, backend.slots)
+            backend, Y, replicas=trainers.indicator_layout(task, self.n_classes, widest, backend.slots).replicas
         )
 
     monkeypatch.setattr(trainers.LabelHolder, "encrypt", crafted)
@@ -257,7 +261,7 @@ def test_crafted_products_cannot_read_chosen_labels_through_apply_split(fed, mon
         X = np.zeros((task.rows.size, int(offsets[-1])))
         for i in usable:
             X[0, offsets[i]] = 1.0
-        products, mask_sums = he.masked_feature_products(backend, encrypted, X, rng)
+        products, mask_sums = he.masked_feature_products(backend, encrypted, X, rng, fold=trainers.product_fold(task))
         for c, i in enumerate(usable):
             mask_sums[offsets[i], c] -= 3.0
             mask_sums[offsets[i] + 1, 0] -= float(task.weights.sum())
@@ -308,7 +312,7 @@ def test_products_made_for_another_copy_of_the_node_are_refused_unopened(fed, mo
         Y = np.zeros((task.rows.size, self.n_classes))
         Y[:, 1], Y[t] = w, 0.0
         Y[t, 0] = w[t]
-        replicas = he.choose_replicas(task.rows.size, self.n_classes, widest, backend.slots)
+        replicas = trainers.indicator_layout(task, self.n_classes, widest, backend.slots).replicas
         return he.encrypt_matrix(backend, Y, replicas=replicas)
 
     def node_counts(self, session_id, node, indicators, key_epoch):

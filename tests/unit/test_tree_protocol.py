@@ -8,6 +8,7 @@ import pytest
 from vflsec.services.crypto import entropy, he
 from vflsec.services.errors import FailedPrecondition, InvalidArgument
 from vflsec.services.models.tree import KeyHolder, LocalFederation, TreeConfig, TreeData, simulate
+from vflsec.services.models.tree.steps import Task, indicator_layout, product_fold
 from vflsec.services.models.tree.structure import ACTIVE
 
 
@@ -136,7 +137,8 @@ def test_products_beyond_the_masked_range_are_clipped_not_refused(wine):
     width = fed.builder.width(task, 1)
     sent = fed.labels.encrypt(fed.public, task, width)
     loud, mask_sums = he.masked_feature_products(
-        fed.public, sent, fed.owners[1].indicator_matrix(task), entropy.os_entropy(), mask_bound=2.0**30
+        fed.public, sent, fed.owners[1].indicator_matrix(task), entropy.os_entropy(), mask_bound=2.0**30,
+        fold=product_fold(task),
     )
     counts = fed.keyholder.open_counts(1, task, width, sent.layout, [fed.public.serialize(c) for c in loud], mask_sums)
     assert counts.shape == (wine.n_classes, width)
@@ -149,3 +151,24 @@ def test_a_decision_is_charged_the_bits_of_its_outcomes(wine):
     task = fed.builder.next_task()
     outcomes = 1 + sum(fed.builder.width(task, p) for p in task.features)  # a leaf, or a (party, feature, bin)
     assert 2 ** (fed.builder.decision_bits(task) - 1) < outcomes <= 2 ** fed.builder.decision_bits(task)
+
+
+def test_folded_slots_stay_within_the_feature_bound_and_wider_features_are_refused() -> None:
+    """Review 16 F4: with honest [[Y]] (class indicator x multiplicity), a folded slot sums product_fold(task)
+    rows' values, at most FEATURE_BOUND (64) even when every row weighs the maximum and sits in one bin and class
+    (masks off to read the slots); a feature side with fold x |x| > 64 is refused before anything is made."""
+    keys, n = he.make_keyholder("plain"), 12000
+    task = Task(0, 0, 0, np.arange(n), np.full(n, 8.0), {1: (0,)})
+    fold = product_fold(task)
+    layout = indicator_layout(task, 3, 2, keys.slots)
+    assert fold == 8 and layout.n_chunks >= fold  # several chunks fold into a product
+    y = np.zeros((n, 3))
+    y[:, 0] = task.weights
+    enc = he.encrypt_matrix(keys, y, replicas=layout.replicas)
+    x = np.zeros((n, 2))
+    x[:, 0] = 1.0
+    products, _ = he.masked_feature_products(keys, enc, x, np.random.default_rng(0), mask_bound=0.0, fold=fold)
+    top = max(np.abs(np.asarray(keys.decrypt(p))).max() for p in products)
+    assert top == he.FEATURE_BOUND  # 8 chunks x multiplicity 8, the bound reached, never passed
+    with pytest.raises(ValueError, match=r"fold · \|x\| <= 64"):
+        he.masked_feature_products(keys, enc, 9.0 * x, np.random.default_rng(0), mask_bound=0.0, fold=fold)

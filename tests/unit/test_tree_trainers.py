@@ -88,6 +88,7 @@ def test_a_passive_party_makes_products_in_node_order_at_most_twice_a_node() -> 
     passive = family.new_passive(data.n_classes, data.train[1].shape[1], family.settings({"max_depth": 2, "party": 1}))
     passive.begin(data.train[1], data.train[1], data.train[1].shape[0])
     features = {"1": list(range(data.train[1].shape[1]))}
+    left, right = list(range(8)), list(range(8, 16))  # 2 x min_samples_leaf (4) rows each: nodes the growth searches
 
     def node(node_id: int, rows: list[int]) -> dict:
         return {"tree": 0, "node_id": node_id, "depth": 1, "rows": rows, "weights": [1.0] * len(rows),
@@ -96,13 +97,15 @@ def test_a_passive_party_makes_products_in_node_order_at_most_twice_a_node() -> 
     def search(node_id: int, rows: list[int]):
         return passive.search(node(node_id, rows), he.WireMatrix((len(rows), data.n_classes), 1, len(rows), []))
 
-    assert search(1, [0, 1, 2, 3]).key == (0, 1) and search(1, [0, 1, 2, 3]).key == (0, 1)  # once and a retry
+    assert search(1, left).key == (0, 1) and search(1, left).key == (0, 1)  # once and a retry
     with pytest.raises(FailedPrecondition, match="at most 2 attempts"):
-        search(1, [0, 1, 2, 3])
-    assert search(2, [4, 5, 6, 7]).key == (0, 2)
+        search(1, left)
+    assert search(2, right).key == (0, 2)
     with pytest.raises(FailedPrecondition, match="in order"):
-        search(1, [0, 1, 2, 3])
+        search(1, left)
     with pytest.raises(InvalidArgument, match="no node a session"):  # review 12 R3: keys the config cannot have
-        search(5, [0, 1, 2, 3])  # a depth-2 tree searches nodes 0-2 only
+        search(5, left)  # a depth-2 tree searches nodes 0-2 only
     restored = family.restore_passive(passive.to_state())
+    with pytest.raises(FailedPrecondition, match="lighter than 2 x min_samples_leaf 4"):  # rule 3 at this party
+        search(2, [8, 9, 10, 11, 12, 13, 14])
     assert restored.attempts == 1 and next(iter(restored.searched)) == (0, 2)

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from vflsec.v1 import common_pb2 as vflsec_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14vflsec/v1/tree.proto\x12\tvflsec.v1\x1a\x16vflsec/v1/common.proto\"X\n\tTreeBegin\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0csample_index\x18\x02 \x03(\x03\x12!\n\x04\x62ins\x18\x03 \x03(\x0b\x32\x13.vflsec.v1.BinSizes\"[\n\tShardInfo\x12!\n\x04\x62ins\x18\x01 \x01(\x0b\x32\x13.vflsec.v1.BinSizes\x12\x14\n\x0c\x61ligned_rows\x18\x02 \x01(\x03\x12\x15\n\rtraining_rows\x18\x03 \x01(\x03\"4\n\x08TreeRows\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0csample_index\x18\x02 \x03(\x03\"\x19\n\x08\x42inSizes\x12\r\n\x05sizes\x18\x01 \x03(\x05\"0\n\rPartyFeatures\x12\r\n\x05party\x18\x01 \x01(\x05\x12\x10\n\x08\x66\x65\x61tures\x18\x02 \x03(\x05\"\x91\x01\n\x08NodeTask\x12\x0c\n\x04\x64one\x18\x01 \x01(\x08\x12\x0c\n\x04tree\x18\x02 \x01(\x05\x12\x0f\n\x07node_id\x18\x03 \x01(\x05\x12\r\n\x05\x64\x65pth\x18\x04 \x01(\x05\x12\x0c\n\x04rows\x18\x05 \x03(\x03\x12\x0f\n\x07weights\x18\x06 \x03(\x01\x12*\n\x08\x66\x65\x61tures\x18\x07 \x03(\x0b\x32\x18.vflsec.v1.PartyFeatures\"(\n\x07NodeKey\x12\x0c\n\x04tree\x18\x01 \x01(\x05\x12\x0f\n\x07node_id\x18\x02 \x01(\x05\"e\n\nNodeTotals\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12 \n\x04node\x18\x02 \x01(\x0b\x32\x12.vflsec.v1.NodeKey\x12!\n\x06totals\x18\x03 \x01(\x0b\x32\x11.vflsec.v1.Tensor\"/\n\nNodeOpened\x12\x0e\n\x06search\x18\x01 \x01(\x08\x12\x11\n\tkey_epoch\x18\x02 \x01(\x03\"8\n\x0fNodeKeysRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\tkey_epoch\x18\x02 \x01(\x03\"\'\n\rNodeKeysReply\x12\x16\n\x0epublic_context\x18\x01 \x01(\x0c\"\x8a\x01\n\x0eNodeIndicators\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12!\n\x04task\x18\x02 \x01(\x0b\x32\x13.vflsec.v1.NodeTask\x12.\n\nindicators\x18\x03 \x01(\x0b\x32\x1a.vflsec.v1.EncryptedMatrix\x12\x11\n\tkey_epoch\x18\x04 \x01(\x03\"\xd4\x01\n\nNodeCounts\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12 \n\x04node\x18\x02 \x01(\x0b\x32\x12.vflsec.v1.NodeKey\x12\x10\n\x08products\x18\x03 \x03(\x0c\x12$\n\tmask_sums\x18\x04 \x01(\x0b\x32\x11.vflsec.v1.Tensor\x12\x0c\n\x04part\x18\x05 \x01(\r\x12\r\n\x05parts\x18\x06 \x01(\r\x12&\n\x0b\x62in_weights\x18\x07 \x01(\x0b\x32\x11.vflsec.v1.Tensor\x12\x13\n\x0btask_digest\x18\x08 \x01(\x0c\"e\n\nNodeDecide\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12 \n\x04node\x18\x02 \x01(\x0b\x32\x12.vflsec.v1.NodeKey\x12!\n\x06\x63ounts\x18\x03 \x01(\x0b\x32\x11.vflsec.v1.Tensor\"D\n\x08\x44\x65\x63ision\x12\r\n\x05split\x18\x01 \x01(\x08\x12\x0b\n\x03own\x18\x02 \x01(\x08\x12\x0f\n\x07\x66\x65\x61ture\x18\x03 \x01(\x05\x12\x0b\n\x03\x62in\x18\x04 \x01(\x05\"k\n\rNodePartition\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12 \n\x04node\x18\x02 \x01(\x0b\x32\x12.vflsec.v1.NodeKey\x12$\n\tgoes_left\x18\x03 \x01(\x0b\x32\x11.vflsec.v1.Tensor\"b\n\x0bSplitChoice\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12!\n\x04task\x18\x02 \x01(\x0b\x32\x13.vflsec.v1.NodeTask\x12\x0f\n\x07\x66\x65\x61ture\x18\x03 \x01(\x05\x12\x0b\n\x03\x62in\x18\x04 \x01(\x05\"5\n\x10ThresholdRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05steps\x18\x02 \x03(\t\"U\n\nThresholds\x12\x10\n\x08withheld\x18\x01 \x01(\x08\x12!\n\x05nodes\x18\x02 \x03(\x0b\x32\x12.vflsec.v1.NodeKey\x12\x12\n\nthresholds\x18\x03 \x03(\x01\x32\x9e\x03\n\x0fTreeCoordinator\x12/\n\x05\x42\x65gin\x12\x14.vflsec.v1.TreeBegin\x1a\x10.vflsec.v1.Empty\x12\x36\n\x08NextNode\x12\x15.vflsec.v1.SessionRef\x1a\x13.vflsec.v1.NodeTask\x12\x38\n\x08OpenNode\x12\x15.vflsec.v1.NodeTotals\x1a\x15.vflsec.v1.NodeOpened\x12@\n\x08NodeKeys\x12\x1a.vflsec.v1.NodeKeysRequest\x1a\x18.vflsec.v1.NodeKeysReply\x12\x37\n\x0cSubmitCounts\x12\x15.vflsec.v1.NodeCounts\x1a\x10.vflsec.v1.Empty\x12\x34\n\x06\x44\x65\x63ide\x12\x15.vflsec.v1.NodeDecide\x1a\x13.vflsec.v1.Decision\x12\x37\n\tPartition\x12\x18.vflsec.v1.NodePartition\x1a\x10.vflsec.v1.Empty2\xb4\x02\n\x0bTreePassive\x12\x31\n\x05\x42\x65gin\x12\x13.vflsec.v1.TreeRows\x1a\x13.vflsec.v1.BinSizes\x12\x34\n\x05Shard\x12\x15.vflsec.v1.SessionRef\x1a\x14.vflsec.v1.ShardInfo\x12\x39\n\nNodeCounts\x12\x19.vflsec.v1.NodeIndicators\x1a\x10.vflsec.v1.Empty\x12\x37\n\nApplySplit\x12\x16.vflsec.v1.SplitChoice\x1a\x11.vflsec.v1.Tensor\x12H\n\x12\x44iscloseThresholds\x12\x1b.vflsec.v1.ThresholdRequest\x1a\x15.vflsec.v1.Thresholdsb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14vflsec/v1/tree.proto\x12\tvflsec.v1\x1a\x16vflsec/v1/common.proto\"X\n\tTreeBegin\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0csample_index\x18\x02 \x03(\x03\x12!\n\x04\x62ins\x18\x03 \x03(\x0b\x32\x13.vflsec.v1.BinSizes\"[\n\tShardInfo\x12!\n\x04\x62ins\x18\x01 \x01(\x0b\x32\x13.vflsec.v1.BinSizes\x12\x14\n\x0c\x61ligned_rows\x18\x02 \x01(\x03\x12\x15\n\rtraining_rows\x18\x03 \x01(\x03\"4\n\x08TreeRows\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0csample_index\x18\x02 \x03(\x03\"\x19\n\x08\x42inSizes\x12\r\n\x05sizes\x18\x01 \x03(\x05\"0\n\rPartyFeatures\x12\r\n\x05party\x18\x01 \x01(\x05\x12\x10\n\x08\x66\x65\x61tures\x18\x02 \x03(\x05\"\x91\x01\n\x08NodeTask\x12\x0c\n\x04\x64one\x18\x01 \x01(\x08\x12\x0c\n\x04tree\x18\x02 \x01(\x05\x12\x0f\n\x07node_id\x18\x03 \x01(\x05\x12\r\n\x05\x64\x65pth\x18\x04 \x01(\x05\x12\x0c\n\x04rows\x18\x05 \x03(\x03\x12\x0f\n\x07weights\x18\x06 \x03(\x01\x12*\n\x08\x66\x65\x61tures\x18\x07 \x03(\x0b\x32\x18.vflsec.v1.PartyFeatures\"(\n\x07NodeKey\x12\x0c\n\x04tree\x18\x01 \x01(\x05\x12\x0f\n\x07node_id\x18\x02 \x01(\x05\"e\n\nNodeTotals\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12 \n\x04node\x18\x02 \x01(\x0b\x32\x12.vflsec.v1.NodeKey\x12!\n\x06totals\x18\x03 \x01(\x0b\x32\x11.vflsec.v1.Tensor\"@\n\nNodeOpened\x12\x0e\n\x06search\x18\x01 \x01(\x08\x12\x11\n\tkey_epoch\x18\x02 \x01(\x03\x12\x0f\n\x07\x64\x65rived\x18\x03 \x03(\x05\"8\n\x0fNodeKeysRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\tkey_epoch\x18\x02 \x01(\x03\"\'\n\rNodeKeysReply\x12\x16\n\x0epublic_context\x18\x01 \x01(\x0c\"\x8a\x01\n\x0eNodeIndicators\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12!\n\x04task\x18\x02 \x01(\x0b\x32\x13.vflsec.v1.NodeTask\x12.\n\nindicators\x18\x03 \x01(\x0b\x32\x1a.vflsec.v1.EncryptedMatrix\x12\x11\n\tkey_epoch\x18\x04 \x01(\x03\"\xd4\x01\n\nNodeCounts\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12 \n\x04node\x18\x02 \x01(\x0b\x32\x12.vflsec.v1.NodeKey\x12\x10\n\x08products\x18\x03 \x03(\x0c\x12$\n\tmask_sums\x18\x04 \x01(\x0b\x32\x11.vflsec.v1.Tensor\x12\x0c\n\x04part\x18\x05 \x01(\r\x12\r\n\x05parts\x18\x06 \x01(\r\x12&\n\x0b\x62in_weights\x18\x07 \x01(\x0b\x32\x11.vflsec.v1.Tensor\x12\x13\n\x0btask_digest\x18\x08 \x01(\x0c\"e\n\nNodeDecide\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12 \n\x04node\x18\x02 \x01(\x0b\x32\x12.vflsec.v1.NodeKey\x12!\n\x06\x63ounts\x18\x03 \x01(\x0b\x32\x11.vflsec.v1.Tensor\"D\n\x08\x44\x65\x63ision\x12\r\n\x05split\x18\x01 \x01(\x08\x12\x0b\n\x03own\x18\x02 \x01(\x08\x12\x0f\n\x07\x66\x65\x61ture\x18\x03 \x01(\x05\x12\x0b\n\x03\x62in\x18\x04 \x01(\x05\"k\n\rNodePartition\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12 \n\x04node\x18\x02 \x01(\x0b\x32\x12.vflsec.v1.NodeKey\x12$\n\tgoes_left\x18\x03 \x01(\x0b\x32\x11.vflsec.v1.Tensor\"b\n\x0bSplitChoice\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12!\n\x04task\x18\x02 \x01(\x0b\x32\x13.vflsec.v1.NodeTask\x12\x0f\n\x07\x66\x65\x61ture\x18\x03 \x01(\x05\x12\x0b\n\x03\x62in\x18\x04 \x01(\x05\"5\n\x10ThresholdRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05steps\x18\x02 \x03(\t\"U\n\nThresholds\x12\x10\n\x08withheld\x18\x01 \x01(\x08\x12!\n\x05nodes\x18\x02 \x03(\x0b\x32\x12.vflsec.v1.NodeKey\x12\x12\n\nthresholds\x18\x03 \x03(\x01\x32\x9e\x03\n\x0fTreeCoordinator\x12/\n\x05\x42\x65gin\x12\x14.vflsec.v1.TreeBegin\x1a\x10.vflsec.v1.Empty\x12\x36\n\x08NextNode\x12\x15.vflsec.v1.SessionRef\x1a\x13.vflsec.v1.NodeTask\x12\x38\n\x08OpenNode\x12\x15.vflsec.v1.NodeTotals\x1a\x15.vflsec.v1.NodeOpened\x12@\n\x08NodeKeys\x12\x1a.vflsec.v1.NodeKeysRequest\x1a\x18.vflsec.v1.NodeKeysReply\x12\x37\n\x0cSubmitCounts\x12\x15.vflsec.v1.NodeCounts\x1a\x10.vflsec.v1.Empty\x12\x34\n\x06\x44\x65\x63ide\x12\x15.vflsec.v1.NodeDecide\x1a\x13.vflsec.v1.Decision\x12\x37\n\tPartition\x12\x18.vflsec.v1.NodePartition\x1a\x10.vflsec.v1.Empty2\xb4\x02\n\x0bTreePassive\x12\x31\n\x05\x42\x65gin\x12\x13.vflsec.v1.TreeRows\x1a\x13.vflsec.v1.BinSizes\x12\x34\n\x05Shard\x12\x15.vflsec.v1.SessionRef\x1a\x14.vflsec.v1.ShardInfo\x12\x39\n\nNodeCounts\x12\x19.vflsec.v1.NodeIndicators\x1a\x10.vflsec.v1.Empty\x12\x37\n\nApplySplit\x12\x16.vflsec.v1.SplitChoice\x1a\x11.vflsec.v1.Tensor\x12H\n\x12\x44iscloseThresholds\x12\x1b.vflsec.v1.ThresholdRequest\x1a\x15.vflsec.v1.Thresholdsb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -49,29 +49,29 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_NODETOTALS']._serialized_start=563
   _globals['_NODETOTALS']._serialized_end=664
   _globals['_NODEOPENED']._serialized_start=666
-  _globals['_NODEOPENED']._serialized_end=713
-  _globals['_NODEKEYSREQUEST']._serialized_start=715
-  _globals['_NODEKEYSREQUEST']._serialized_end=771
-  _globals['_NODEKEYSREPLY']._serialized_start=773
-  _globals['_NODEKEYSREPLY']._serialized_end=812
-  _globals['_NODEINDICATORS']._serialized_start=815
-  _globals['_NODEINDICATORS']._serialized_end=953
-  _globals['_NODECOUNTS']._serialized_start=956
-  _globals['_NODECOUNTS']._serialized_end=1168
-  _globals['_NODEDECIDE']._serialized_start=1170
-  _globals['_NODEDECIDE']._serialized_end=1271
-  _globals['_DECISION']._serialized_start=1273
-  _globals['_DECISION']._serialized_end=1341
-  _globals['_NODEPARTITION']._serialized_start=1343
-  _globals['_NODEPARTITION']._serialized_end=1450
-  _globals['_SPLITCHOICE']._serialized_start=1452
-  _globals['_SPLITCHOICE']._serialized_end=1550
-  _globals['_THRESHOLDREQUEST']._serialized_start=1552
-  _globals['_THRESHOLDREQUEST']._serialized_end=1605
-  _globals['_THRESHOLDS']._serialized_start=1607
-  _globals['_THRESHOLDS']._serialized_end=1692
-  _globals['_TREECOORDINATOR']._serialized_start=1695
-  _globals['_TREECOORDINATOR']._serialized_end=2109
-  _globals['_TREEPASSIVE']._serialized_start=2112
-  _globals['_TREEPASSIVE']._serialized_end=2420
+  _globals['_NODEOPENED']._serialized_end=730
+  _globals['_NODEKEYSREQUEST']._serialized_start=732
+  _globals['_NODEKEYSREQUEST']._serialized_end=788
+  _globals['_NODEKEYSREPLY']._serialized_start=790
+  _globals['_NODEKEYSREPLY']._serialized_end=829
+  _globals['_NODEINDICATORS']._serialized_start=832
+  _globals['_NODEINDICATORS']._serialized_end=970
+  _globals['_NODECOUNTS']._serialized_start=973
+  _globals['_NODECOUNTS']._serialized_end=1185
+  _globals['_NODEDECIDE']._serialized_start=1187
+  _globals['_NODEDECIDE']._serialized_end=1288
+  _globals['_DECISION']._serialized_start=1290
+  _globals['_DECISION']._serialized_end=1358
+  _globals['_NODEPARTITION']._serialized_start=1360
+  _globals['_NODEPARTITION']._serialized_end=1467
+  _globals['_SPLITCHOICE']._serialized_start=1469
+  _globals['_SPLITCHOICE']._serialized_end=1567
+  _globals['_THRESHOLDREQUEST']._serialized_start=1569
+  _globals['_THRESHOLDREQUEST']._serialized_end=1622
+  _globals['_THRESHOLDS']._serialized_start=1624
+  _globals['_THRESHOLDS']._serialized_end=1709
+  _globals['_TREECOORDINATOR']._serialized_start=1712
+  _globals['_TREECOORDINATOR']._serialized_end=2126
+  _globals['_TREEPASSIVE']._serialized_start=2129
+  _globals['_TREEPASSIVE']._serialized_end=2437
 # @@protoc_insertion_point(module_scope)

@@ -86,12 +86,14 @@ class NodeTotals(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., node: _Optional[_Union[NodeKey, _Mapping]] = ..., totals: _Optional[_Union[_common_pb2.Tensor, _Mapping]] = ...) -> None: ...
 
 class NodeOpened(_message.Message):
-    __slots__ = ("search", "key_epoch")
+    __slots__ = ("search", "key_epoch", "derived")
     SEARCH_FIELD_NUMBER: _ClassVar[int]
     KEY_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    DERIVED_FIELD_NUMBER: _ClassVar[int]
     search: bool
     key_epoch: int
-    def __init__(self, search: _Optional[bool] = ..., key_epoch: _Optional[int] = ...) -> None: ...
+    derived: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, search: _Optional[bool] = ..., key_epoch: _Optional[int] = ..., derived: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class NodeKeysRequest(_message.Message):
     __slots__ = ("session_id", "key_epoch")

@@ -98,7 +98,8 @@ class TreeCoordinatorServicer:
         raise NotImplementedError('Method not implemented!')
 
     def OpenNode(self, request, context):
-        """Owner: the node's class totals; the reply says whether its split is searched, and under which key epoch.
+        """Owner: the node's class totals; the reply says whether its split is searched, under which key epoch, and whose
+        counts are derived (histogram subtraction).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -435,7 +436,9 @@ class TreePassiveServicer:
 
     def NodeCounts(self, request, context):
         """Owner: encrypted class indicators of a node's rows; this party submits its masked per-bin products to the
-        coordinator (TreeCoordinator.SubmitCounts) before it answers.
+        coordinator (TreeCoordinator.SubmitCounts) before it answers. Without indicators: the node, a right child whose
+        counts the coordinator derives (NodeOpened.derived), is searched; refused unless its rows are the parent's less
+        the left sibling's as this party knows them.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -38,7 +38,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -189,6 +189,52 @@ def candidate_features(config: TreeConfig, tree: int, node_id: int, d: int, d_ac
     return sorted(int(i) for i in np.random.default_rng([config.seed, tree, node_id, 1]).choice(d, m, replace=False))
 
 
+def product_fold(task: Task) -> int:
+    """Chunks whose products a passive party adds before masking them once (he.masked_column_products): as many as
+    keep every slot's value, a sum of that many rows' multiplicity times a 0/1 bin indicator, within the range the
+    masks hide (he.FEATURE_BOUND), as a single row's product was. Public: both the party and the key holder derive it
+    from the node's multiplicities."""
+    return max(1, int(he.FEATURE_BOUND // max(float(task.weights.max(initial=1.0)), 1.0)))
+
+
+def indicator_layout(task: Task, n_classes: int, widest: int, slots: int) -> he.MatrixLayout:
+    """The layout of a node's encrypted class indicators (the active party's and the key holder's own copy): the
+    replicas that make the least work for the products of the widest passive block at the node's fold."""
+    replicas = he.choose_replicas(task.rows.size, n_classes, max(widest, 1), slots, fold=product_fold(task))
+    return he.MatrixLayout.for_matrix((task.rows.size, n_classes), replicas, slots)
+
+
+def is_leaf(config: TreeConfig, task: Task, totals: np.ndarray) -> bool:
+    """The growth's stopping rules: a node at max_depth, pure, of one row or lighter than 2 * min_samples_leaf (its
+    children could not both weigh min_samples_leaf) is a leaf. The coordinator's Builder and the active party's
+    GrowthMirror (which holds every input: the node's rows, multiplicities and labels) apply the same rules."""
+    return bool(
+        task.depth >= config.max_depth
+        or np.count_nonzero(totals) <= 1
+        or task.rows.size < 2
+        or task.weights.sum() < 2 * config.min_samples_leaf
+    )
+
+
+def check_searchable(config: TreeConfig, task: Task) -> None:
+    """A passive party's own bounds on a node it is asked to work on (products, or the word that its counts are
+    derived): a node key the session's shape has (INVALID_ARGUMENT), of at least 2 * min_samples_leaf weighted rows,
+    the session's agreed minimum (FAILED_PRECONDITION; rule 3: a lighter node has no split both of whose sides weigh
+    min_samples_leaf). Both depend only on the node as the caller named it (rule 4)."""
+    if not (
+        task.tree < config.n_trees and task.node_id < 2**config.max_depth - 1 and task.depth == node_depth(task.node_id)
+    ):
+        raise InvalidArgument(
+            f"node {task.key} at depth {task.depth} is no node a session of {config.n_trees} tree(s) of depth "
+            f"{config.max_depth} searches"
+        )
+    if task.weights.sum() < 2 * config.min_samples_leaf:
+        raise FailedPrecondition(
+            f"node {task.key}: lighter than 2 x min_samples_leaf {config.min_samples_leaf} (this session's), so "
+            "the growth leaves it a leaf"
+        )
+
+
 def node_depth(node_id: int) -> int:
     """The depth of a heap-numbered node (root 0, children 2i+1 and 2i+2)."""
     return (node_id + 1).bit_length() - 1
@@ -266,12 +312,7 @@ class Builder:
                 parent.left = node
             else:
                 parent.right = node
-        terminal = (
-            task.depth >= self.config.max_depth
-            or np.count_nonzero(totals) <= 1
-            or task.rows.size < 2
-            or task.weights.sum() < 2 * self.config.min_samples_leaf  # leaves weigh min_samples_leaf at least
-        )
+        terminal = is_leaf(self.config, task, totals)
         if terminal:
             self._close()
         return not terminal
@@ -381,6 +422,8 @@ class GrowthMirror:
         self.started = 0
         # (key, rows, weights, exact): the rows the node must hold (exact), or its parent's (a passive split's left)
         self.due: list[tuple[NodeKey, np.ndarray, np.ndarray, bool]] = []
+        # recent searched nodes -> each passive party asked there (its [[Y]] or the word) and its candidate features
+        self.asked: dict[NodeKey, dict[int, tuple[int, ...]]] = {}
         self._root()
 
     def _root(self) -> None:
@@ -422,8 +465,35 @@ class GrowthMirror:
             raise FailedPrecondition(f"node {task.key}: its rows are not one side of its parent's split")
         other = np.ones(rows.size, dtype=bool)
         other[at] = False
+        if min(task.weights.sum(), weights[other].sum()) < self.config.min_samples_leaf:
+            raise FailedPrecondition(
+                f"node {task.key}: a side of its parent's split is lighter than min_samples_leaf "
+                f"{self.config.min_samples_leaf} (this session's)"
+            )
         sibling = self.due[0][0]
         self.due[0] = (sibling, rows[other], weights[other], True)  # the right side: the rest of the parent
+
+    def opened(self, task: Task, totals: np.ndarray, derived: Sequence[int]) -> None:
+        """The coordinator said the node is searched, with the passive parties whose counts it derives: refused
+        (before any [[Y]] or word leaves) if the growth's stopping rules, applied here to this party's own labels,
+        leave it a leaf (:func:`is_leaf`), or if a party is said derived that was not asked at both the node's
+        parent and left sibling for the same candidate features (Histograms.derive: the only nodes an honest
+        coordinator derives)."""
+        if is_leaf(self.config, task, totals):
+            raise FailedPrecondition(
+                f"node {task.key}: the coordinator says it is searched, but the growth leaves it a leaf (depth "
+                f"{self.config.max_depth}, pure, or lighter than 2 x min_samples_leaf {self.config.min_samples_leaf})"
+            )
+        family = split_family(task.key)
+        for party in derived:
+            features = task.features.get(party)
+            if family is None or not features or any(self.asked.get(k, {}).get(party) != features for k in family):
+                raise FailedPrecondition(
+                    f"node {task.key}: the coordinator says party {party}'s counts are derived, but it was not asked "
+                    "at both the node's parent and left sibling for the same candidate features"
+                )
+        self.asked = {key: v for key, v in self.asked.items() if _still_needed(key, task.key)}
+        self.asked[task.key] = {p: f for p, f in task.features.items() if p != ACTIVE}
 
     def decided(self, task: Task, split: bool, goes_left: np.ndarray | None = None) -> None:
         """The node's decision: a leaf, or a split into its owner's partition (``goes_left``: the active party's
@@ -438,6 +508,126 @@ class GrowthMirror:
                     self.due.append(((task.tree, child), task.rows[side], task.weights[side], True))
         if not self.due and self.started < self.config.n_trees:
             self._root()
+
+
+def split_family(key: NodeKey) -> tuple[NodeKey, NodeKey] | None:
+    """A right child's parent and left sibling (its histogram is theirs subtracted), None for any other node."""
+    tree, node = key
+    return None if node == 0 or node % 2 else ((tree, (node - 1) // 2), (tree, node - 1))
+
+
+def _still_needed(key: NodeKey, current: NodeKey) -> bool:
+    """Whether a node's histogram or rows may still serve at ``current`` or after: as a left sibling (node + 1) or a
+    parent (up to its right child 2 * node + 2). Nodes grow per tree, breadth first, in increasing heap index."""
+    return key[0] == current[0] and current[1] <= 2 * key[1] + 2
+
+
+class Histograms:
+    """The key holder's per-bin counts of recent nodes, per party (histogram subtraction): a right child's counts
+    are its parent's minus its left sibling's, when the party's candidate features are the same at all three and
+    both were opened (or derived) here, so that party makes and this holder decrypts nothing for it. The derived
+    counts are exactly what opening the right child's own products would have given (integer counts of disjoint
+    rows), so nothing is learnt that was not before; its decision is charged as before (Builder.decision_bits)."""
+
+    def __init__(self) -> None:
+        # (party, node) -> (counts (K, D), bin weights (D,) in the party's word, its candidate features there)
+        self.kept: dict[tuple[int, NodeKey], tuple[np.ndarray, np.ndarray, tuple[int, ...]]] = {}
+
+    def keep(self, party: int, task: Task, counts: np.ndarray, weights: np.ndarray) -> None:
+        self.kept[(party, task.key)] = (np.asarray(counts), np.asarray(weights), tuple(task.features[party]))
+
+    def derive(self, party: int, task: Task) -> tuple[np.ndarray, np.ndarray] | None:
+        """The right child's (counts, bin weights) for ``party`` from its parent and left sibling, or None. Clipped
+        as opened counts are (KeyHolder.open_counts): crafted products may make the difference negative, and only
+        the decision may depend on a decryption (rule 4); Builder.best_split drops a feature that does not add up."""
+        family = split_family(task.key)
+        if family is None:
+            return None
+        got = [self.kept.get((party, key)) for key in family]
+        features = tuple(task.features.get(party, ()))
+        if not features or any(entry is None or entry[2] != features for entry in got):
+            return None
+        (counts, weights, _), (left, left_weights, _) = got  # type: ignore[misc]
+        return np.clip(counts - left, 0.0, float(task.weights.sum())), np.clip(weights - left_weights, 0.0, None)
+
+    def prune(self, current: NodeKey) -> None:
+        self.kept = {key: v for key, v in self.kept.items() if _still_needed(key[1], current)}
+
+    def to_json(self) -> list[list]:
+        return [[p, *key, c.tolist(), w.tolist(), list(f)] for (p, key), (c, w, f) in self.kept.items()]
+
+    @classmethod
+    def from_json(cls, data: Sequence[Sequence]) -> Histograms:
+        kept = cls()
+        for p, t, i, c, w, f in data:
+            kept.kept[(p, (t, i))] = (np.asarray(c, dtype=np.float64), np.asarray(w, dtype=np.float64), tuple(f))
+        return kept
+
+
+class KnownRows:
+    """A passive party's rows of recent nodes: those it made products for, and the complement of each such left
+    child in its parent (its right sibling, whose counts the key holder derives: Histograms). ApplySplit at a right
+    child it made no products for is answered only once the active party said it was opened (:meth:`opened`), and
+    only for exactly those rows and candidate features."""
+
+    def __init__(self) -> None:
+        # node -> (rows, multiplicities, this party's candidate features there)
+        self.nodes: dict[NodeKey, tuple[np.ndarray, np.ndarray, tuple[int, ...]]] = {}
+        self.searched_here: set[NodeKey] = set()  # derived nodes the active party said were opened (searched)
+
+    def searched(self, task: Task, party: int) -> Task | None:
+        """Record a node this party makes products for; the right sibling it implies (a left child's complement in
+        its parent), if any."""
+        self.nodes = {key: v for key, v in self.nodes.items() if _still_needed(key, task.key)}
+        self.searched_here = {key for key in self.searched_here if key in self.nodes}
+        features = tuple(task.features.get(party, ()))
+        self.nodes[task.key] = (task.rows, task.weights, features)
+        tree, node = task.key
+        parent = self.nodes.get((tree, (node - 1) // 2)) if node % 2 else None
+        if parent is None or parent[2] != features:
+            return None
+        rest = ~np.isin(parent[0], task.rows)
+        sibling = Task(tree, node + 1, task.depth, parent[0][rest], parent[1][rest], {party: features})
+        self.nodes[sibling.key] = (sibling.rows, sibling.weights, features)
+        return sibling
+
+    def complement(self, task: Task, party: int) -> bool:
+        """Whether ``task`` is a right child whose rows and candidate features are its known complement."""
+        entry = self.nodes.get(task.key)
+        return (
+            split_family(task.key) is not None
+            and entry is not None
+            and entry[2] == tuple(task.features.get(party, ()))
+            and np.array_equal(entry[0], task.rows)
+        )
+
+    def opened(self, task: Task, party: int) -> None:
+        """The active party's word that a derived node is searched (a NodeCounts without [[Y]])."""
+        if not self.complement(task, party):
+            raise FailedPrecondition(
+                f"node {task.key}: not a right child whose rows are its parent's less its left sibling's, both with "
+                "products from this party for the same candidate features"
+            )
+        self.searched_here.add(task.key)
+
+    def derived(self, task: Task, party: int) -> bool:
+        """Whether ApplySplit may be answered at ``task`` without products of its own: a known complement that the
+        active party said was opened."""
+        return task.key in self.searched_here and self.complement(task, party)
+
+    def to_json(self) -> dict[str, list]:
+        nodes = [[*key, rows.tolist(), w.tolist(), list(f)] for key, (rows, w, f) in self.nodes.items()]
+        return {"nodes": nodes, "opened": [list(key) for key in sorted(self.searched_here)]}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Sequence]) -> KnownRows:
+        known = cls()
+        known.nodes = {
+            (t, i): (np.asarray(r, dtype=np.int64), np.asarray(w, dtype=np.float64), tuple(f))
+            for t, i, r, w, f in data.get("nodes", [])
+        }
+        known.searched_here = {(t, i) for t, i in data.get("opened", [])}
+        return known
 
 
 class LabelHolder:
@@ -455,9 +645,8 @@ class LabelHolder:
 
     def encrypt(self, backend: he.Backend, task: Task, widest: int) -> he.EncryptedMatrix:
         """[[indicators]] for the passive parties, replicated for the widest block a passive party sends."""
-        n = task.rows.size
-        replicas = he.choose_replicas(n, self.n_classes, max(widest, 1), backend.slots)
-        return he.encrypt_matrix(backend, self.indicators(task), replicas=replicas)
+        layout = indicator_layout(task, self.n_classes, widest, backend.slots)
+        return he.encrypt_matrix(backend, self.indicators(task), replicas=layout.replicas)
 
 
 class FeatureOwner:
@@ -477,35 +666,70 @@ class FeatureOwner:
             raise FailedPrecondition(f"party {self.party} was restored without its training columns")
         return self.train_bins
 
+    def _columns(self, task: Task) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The node's bins of its candidate features (n_node, F), their features' first columns (F + 1, the last
+        the width D) and the candidate features themselves."""
+        features = np.asarray(task.features.get(self.party, ()), dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum([self.bins.sizes[f] for f in features], dtype=np.int64)])
+        return self._train()[task.rows][:, features], starts, features
+
+    def indicator_columns(self, task: Task) -> Callable[[int, int], np.ndarray]:
+        """columns(lo, hi): columns lo..hi-1 of the (n_node, D) 0/1 bin indicator matrix, row i in bin b of candidate
+        feature f (the features' bins side by side); built a few columns at a time, never all D at once."""
+        bins, starts, _ = self._columns(task)
+
+        def columns(lo: int, hi: int) -> np.ndarray:
+            at = np.arange(lo, hi)
+            feature = np.searchsorted(starts, at, side="right") - 1
+            return (bins[:, feature] == at - starts[feature]).astype(np.float64)
+
+        return columns
+
     def indicator_matrix(self, task: Task) -> np.ndarray:
-        """(n_node, D) 0/1: row i is in bin b of candidate feature f (the features' bins side by side)."""
-        sizes = self.bins.sizes
-        bins = self._train()[task.rows]
-        columns = [np.eye(sizes[f])[bins[:, f]] for f in task.features.get(self.party, ())]
-        return np.hstack(columns) if columns else np.zeros((task.rows.size, 0))
+        """(n_node, D) 0/1: the whole bin indicator matrix (tests, small nodes)."""
+        return self.indicator_columns(task)(0, self.width(task))
+
+    def width(self, task: Task) -> int:
+        return int(self._columns(task)[1][-1])
+
+    def plain_counts(self, task: Task, indicators: np.ndarray) -> np.ndarray:
+        """(K, D) per-bin class counts in the clear (the active party on its own features): indicators' columns
+        summed per bin of each candidate feature."""
+        bins, starts, _ = self._columns(task)
+        # Each row adds to one bin per feature: column starts[f] + bins[:, f] of the flat (D,) histogram.
+        flat = (bins + starts[:-1]).ravel()
+        return np.stack(
+            [np.bincount(flat, np.repeat(column, bins.shape[1]), starts[-1]) for column in np.asarray(indicators).T]
+        )
 
     def bin_weights(self, task: Task) -> np.ndarray:
         """(D,) the node's weighted rows per bin of each candidate feature (what the key holder checks counts by)."""
-        return task.weights @ self.indicator_matrix(task)
-
-    def plain_counts(self, task: Task, indicators: np.ndarray) -> np.ndarray:
-        """(K, D) per-bin class counts in the clear: the active party on its own features."""
-        return indicators.T @ self.indicator_matrix(task)
+        return self.plain_counts(task, task.weights[:, None])[0]
 
     def masked_products(
         self, backend: he.Backend, encrypted: he.EncryptedMatrix, task: Task, rng: he.RandomSource
     ) -> tuple[list[he.Ct], np.ndarray]:
-        """Masked [[indicators ⊙ bin indicator]] blocks and their mask sums, both for the key holder."""
+        """Masked [[indicators ⊙ bin indicator]] blocks (each the sum of product_fold(task) chunks) and their mask
+        sums, both for the key holder."""
         if encrypted.shape[0] != task.rows.size:
             raise InvalidArgument(f"encrypted indicators have {encrypted.shape[0]} rows, the node {task.rows.size}")
-        return he.masked_feature_products(backend, encrypted, self.indicator_matrix(task), rng)
+        columns = self.indicator_columns(task)
+        return he.masked_column_products(backend, encrypted, columns, self.width(task), rng, fold=product_fold(task))
 
-    def apply_split(self, task: Task, feature: int, bin_index: int) -> np.ndarray:
-        """Keep the split; the node's rows that go left (the partition everyone learns)."""
+    def apply_split(self, task: Task, feature: int, bin_index: int, min_samples_leaf: int = 1) -> np.ndarray:
+        """Keep the split; the node's rows that go left (the partition everyone learns). A split that leaves a side
+        lighter than ``min_samples_leaf`` (the session's) is refused before anything is kept or sent (rule 3 at the
+        partition's holder): the chooser holds this party's bin weights, so the refusal tells it nothing new."""
         if feature not in task.features.get(self.party, ()) or not 0 <= bin_index < self.bins.sizes[feature] - 1:
             raise InvalidArgument(f"party {self.party} has no candidate split feature {feature} bin {bin_index} here")
+        left = self._train()[task.rows, feature] <= bin_index
+        if min(task.weights[left].sum(), task.weights[~left].sum()) < min_samples_leaf:
+            raise FailedPrecondition(
+                f"node {task.key}: the split of feature {feature} at bin {bin_index} leaves a side below "
+                f"min_samples_leaf {min_samples_leaf} (this session's); no partition is sent"
+            )
         self.splits[task.key] = (feature, bin_index)
-        return self._train()[task.rows, feature] <= bin_index
+        return left
 
     def thresholds(self) -> dict[NodeKey, float]:
         """Raw thresholds of this party's splits (disclosed only if the parameter-release chain says so)."""
@@ -563,10 +787,12 @@ class KeyHolder:
             raise FailedPrecondition(f"party {party} already had its one decryption for node {task.key}")
         if layout.shape[0] != task.rows.size or width < 1:
             raise InvalidArgument(f"layout {layout.shape} / width {width} do not fit node {task.key}")
-        expected = math.ceil(width / layout.replicas) * layout.n_chunks
+        fold = product_fold(task)
+        expected = math.ceil(width / layout.replicas) * math.ceil(layout.n_chunks / fold)
         if len(products) != expected:
             raise InvalidArgument(
-                f"a block of {width} columns at {layout.replicas} replicas over {layout.n_chunks} chunks is "
+                f"a block of {width} columns at {layout.replicas} replicas over {layout.n_chunks} chunks, "
+                f"{fold} to a product, is "
                 f"{expected} ciphertexts, got {len(products)}"
             )
         k = layout.shape[1]
@@ -582,7 +808,7 @@ class KeyHolder:
             cts = he.deserialize_all(self.backend, products, layout.ct_size)
             self.backend.check_form(cts, product=True)
             bound = self.backend.default_mask_bound + he.FEATURE_BOUND + 1.0
-            sums = he.block_sums(self.backend, cts, layout, max_abs=bound, clip=True)
+            sums = he.block_sums(self.backend, cts, layout, max_abs=bound, clip=True, fold=fold)
         except ValueError as exc:
             raise InvalidArgument(f"ciphertexts: {exc}") from exc
         # Counts are integers (bootstrap multiplicities times 0/1); rounding removes the CKKS decoding error.
@@ -635,7 +861,9 @@ __all__ = [
     "Builder",
     "FeatureOwner",
     "GrowthMirror",
+    "Histograms",
     "KeyHolder",
+    "KnownRows",
     "LabelHolder",
     "NodeKey",
     "Split",
@@ -643,4 +871,7 @@ __all__ = [
     "best_split",
     "combine",
     "full_tree",
+    "indicator_layout",
+    "product_fold",
+    "split_family",
 ]

@@ -22,7 +22,7 @@ Example (a depth-1 tree whose root splits passive party 1's feature 2 at 0.5, vi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
@@ -151,3 +151,48 @@ def release(tree: Tree, setting: ReleaseSetting) -> Tree:
 
 def release_forest(forest: Forest, setting: ReleaseSetting) -> Forest:
     return Forest([release(t, setting) for t in forest.trees], forest.n_classes, forest.kind, setting)
+
+
+# --- the released model as named tensors (what ReleaseModel carries and the curious plugin records) ---
+_KIND, _OWNER, _FEATURE, _BIN, _KNOWN, _THRESHOLD = range(6)
+
+
+def to_tensors(forest: Forest, depth: int) -> dict[str, np.ndarray]:
+    """``tree/nodes`` (T, 2^(depth+1) − 1, 6) per heap slot: kind (−1 absent, 0 leaf, 1 split), owner, feature,
+    bin (−1 unknown), threshold known (0/1), threshold; ``tree/counts`` (T, slots, K) training class counts."""
+    slots = 2 ** (depth + 1) - 1
+    nodes = np.zeros((len(forest.trees), slots, 6))
+    nodes[:, :, _KIND] = -1
+    counts = np.zeros((len(forest.trees), slots, forest.n_classes))
+    for t, tree in enumerate(forest.trees):
+        for node in tree.nodes():
+            row = nodes[t, node.node_id]
+            counts[t, node.node_id] = node.counts
+            row[_KIND] = 0 if node.is_leaf else 1
+            if not node.is_leaf:
+                row[_OWNER], row[_FEATURE] = node.owner, node.feature
+                row[_BIN] = -1 if node.bin is None else node.bin
+                row[_KNOWN], row[_THRESHOLD] = (0, 0.0) if node.threshold is None else (1, node.threshold)
+    return {"tree/nodes": nodes, "tree/counts": counts}
+
+
+def from_tensors(tensors: Mapping[str, np.ndarray], kind: str) -> Forest:
+    """The inverse of :func:`to_tensors` (ValueError on a malformed release)."""
+    nodes, counts = np.asarray(tensors["tree/nodes"]), np.asarray(tensors["tree/counts"])
+    if nodes.ndim != 3 or nodes.shape[2] != 6 or counts.shape[:2] != nodes.shape[:2] or counts.ndim != 3:
+        raise ValueError(f"released tree tensors have shapes {nodes.shape} and {counts.shape}")
+
+    def build(t: int, i: int) -> Node:
+        if i >= nodes.shape[1] or nodes[t, i, _KIND] < 0:
+            raise ValueError(f"tree {t} has no node {i} below a split")
+        row = nodes[t, i]
+        node = Node(i, counts[t, i].copy())
+        if row[_KIND] == 1:
+            node.owner, node.feature = int(row[_OWNER]), int(row[_FEATURE])
+            node.bin = None if row[_BIN] < 0 else int(row[_BIN])
+            node.threshold = float(row[_THRESHOLD]) if row[_KNOWN] else None
+            node.left, node.right = build(t, 2 * i + 1), build(t, 2 * i + 2)
+        return node
+
+    n_classes = counts.shape[2]
+    return Forest([Tree(build(t, 0), n_classes) for t in range(nodes.shape[0])], n_classes, kind)

@@ -62,15 +62,20 @@ from .steps import (
     Builder,
     FeatureOwner,
     GrowthMirror,
+    Histograms,
     KeyHolder,
+    KnownRows,
     LabelHolder,
     NodeKey,
     Split,
     Task,
+    check_searchable,
     combine,
+    indicator_layout,
     node_depth,
+    product_fold,
 )
-from .structure import Forest, Node, Tree, copy_tree
+from .structure import Forest, copy_tree, from_tensors, to_tensors
 
 MAX_PRODUCT_ATTEMPTS = 2  # products a passive party makes for one node: the first, and one retry
 # The parameter-release step that discloses the passive thresholds (services/defenses/params.py): explicit only.
@@ -115,57 +120,6 @@ class TreeSettings:
         return cls(TreeConfig.from_dict({**values, "kind": kind}), party)
 
 
-# --- the released model as named tensors (what ReleaseModel carries and the curious plugin records) ---
-_KIND, _OWNER, _FEATURE, _BIN, _KNOWN, _THRESHOLD = range(6)
-
-
-def to_tensors(forest: Forest, depth: int) -> dict[str, np.ndarray]:
-    """``tree/nodes`` (T, 2^(depth+1) − 1, 6) per heap slot: kind (−1 absent, 0 leaf, 1 split), owner, feature,
-    bin (−1 unknown), threshold known (0/1), threshold; ``tree/counts`` (T, slots, K) training class counts."""
-    slots = 2 ** (depth + 1) - 1
-    nodes = np.zeros((len(forest.trees), slots, 6))
-    nodes[:, :, _KIND] = -1
-    counts = np.zeros((len(forest.trees), slots, forest.n_classes))
-    for t, tree in enumerate(forest.trees):
-        for node in tree.nodes():
-            row = nodes[t, node.node_id]
-            counts[t, node.node_id] = node.counts
-            row[_KIND] = 0 if node.is_leaf else 1
-            if not node.is_leaf:
-                row[_OWNER], row[_FEATURE] = node.owner, node.feature
-                row[_BIN] = -1 if node.bin is None else node.bin
-                row[_KNOWN], row[_THRESHOLD] = (0, 0.0) if node.threshold is None else (1, node.threshold)
-    return {"tree/nodes": nodes, "tree/counts": counts}
-
-
-def from_tensors(tensors: Mapping[str, np.ndarray], kind: str) -> Forest:
-    """The inverse of :func:`to_tensors` (ValueError on a malformed release)."""
-    nodes, counts = np.asarray(tensors["tree/nodes"]), np.asarray(tensors["tree/counts"])
-    if nodes.ndim != 3 or nodes.shape[2] != 6 or counts.shape[:2] != nodes.shape[:2] or counts.ndim != 3:
-        raise ValueError(f"released tree tensors have shapes {nodes.shape} and {counts.shape}")
-
-    def build(t: int, i: int) -> Node:
-        if i >= nodes.shape[1] or nodes[t, i, _KIND] < 0:
-            raise ValueError(f"tree {t} has no node {i} below a split")
-        row = nodes[t, i]
-        node = Node(i, counts[t, i].copy())
-        if row[_KIND] == 1:
-            node.owner, node.feature = int(row[_OWNER]), int(row[_FEATURE])
-            node.bin = None if row[_BIN] < 0 else int(row[_BIN])
-            node.threshold = float(row[_THRESHOLD]) if row[_KNOWN] else None
-            node.left, node.right = build(t, 2 * i + 1), build(t, 2 * i + 2)
-        return node
-
-    n_classes = counts.shape[2]
-    return Forest([Tree(build(t, 0), n_classes) for t in range(nodes.shape[0])], n_classes, kind)
-
-
-def indicator_layout(task: Task, n_classes: int, widest: int, slots: int) -> he.MatrixLayout:
-    """The layout :meth:`.steps.LabelHolder.encrypt` gives a node's indicators (the coordinator's own copy)."""
-    replicas = he.choose_replicas(task.rows.size, n_classes, max(widest, 1), slots)
-    return he.MatrixLayout.for_matrix((task.rows.size, n_classes), replicas, slots)
-
-
 def _shares(settings: TreeSettings, owner: FeatureOwner | None, x: np.ndarray) -> np.ndarray:
     """A party's inference share: 1 where a row goes left at a split this party owns."""
     share = np.zeros((x.shape[0], settings.split_columns))
@@ -182,7 +136,7 @@ class KeyHolderLink(Protocol):
         """The node to grow (:meth:`.steps.Task.to_json` form), None when every tree is grown."""
         ...
 
-    def open_node(self, session_id: str, key: NodeKey, totals: np.ndarray) -> tuple[bool, int]:
+    def open_node(self, session_id: str, key: NodeKey, totals: np.ndarray) -> tuple[bool, int, list[int]]:
         """Whether the node's split is searched, and the key epoch its indicators are encrypted under."""
         ...
 
@@ -286,12 +240,15 @@ class TreeActive:
                     f"partition defense {list(config.partition_defense)} keeps from the passive parties"
                 )
             growth.check(task)
-            search, key_epoch = key_holder.open_node(ctx.session_id, task.key, labels.totals(task))
+            totals = labels.totals(task)
+            search, key_epoch, derived = key_holder.open_node(ctx.session_id, task.key, totals)
             if not search:
                 growth.decided(task, False)
                 continue
+            growth.opened(task, totals, derived)  # the stopping rules and the derived parties, checked here
             indicators = labels.indicators(task)
-            searched = [party for party in passives if position[party] in task.features]
+            # A party whose counts the coordinator derives (its parent's minus its left sibling's) is not asked.
+            searched = [p for p in passives if position[p] in task.features and position[p] not in derived]
             if searched:
                 widest = max(sum(sizes[position[p]][f] for f in task.features[position[p]]) for p in searched)
                 fetch = functools.partial(key_holder.node_keys, ctx.session_id)
@@ -301,9 +258,12 @@ class TreeActive:
                 futures = [ctx.spawn(passives[p].node_counts, ctx.session_id, node, sent, key_epoch) for p in searched]
                 for future in futures:
                     future.result()
+            for p in passives:  # a derived party is told the node is searched (no [[Y]]): its ApplySplit is due
+                if position[p] in derived and position[p] in task.features:
+                    passives[p].node_counts(ctx.session_id, node, he.WireMatrix((0, 0), 0, 0, []), key_epoch)
             own = owner.plain_counts(task, indicators) if ACTIVE in task.features else None
             split, mine = key_holder.decide(ctx.session_id, task.key, own)
-            goes_left = None if mine is None else owner.apply_split(task, *mine)
+            goes_left = None if mine is None else owner.apply_split(task, *mine, config.min_samples_leaf)
             growth.decided(task, split, goes_left)
             if goes_left is not None:
                 key_holder.partition(ctx.session_id, task.key, goes_left)
@@ -342,6 +302,8 @@ class TreePassive:
     # it and only for those rows, so that no one can have it compare other rows or features at will.
     searched: dict[NodeKey, list[int]] = field(default_factory=dict)
     attempts: int = 0  # products made for the node in ``searched``: one, and one retry (MAX_PRODUCT_ATTEMPTS)
+    known: KnownRows = field(default_factory=KnownRows)  # rows of recent nodes (ApplySplit at a derived node)
+    sibling: Task | None = None  # the right sibling the last node searched implies (its rows: the party's view)
     shard: tuple[int, int] = (0, 0)  # (aligned rows the bins are fitted on, training rows), for the coordinator
     keys: tuple[int, he.Backend] | None = None  # the newest node key epoch's public keys (not state: fetched again)
     output_in_the_clear = False
@@ -375,16 +337,7 @@ class TreePassive:
         # message, would otherwise hold every node's rows), and products are made only for node keys the session's
         # shape has, at most MAX_PRODUCT_ATTEMPTS times a node and never for an earlier one: whatever the active party
         # names, this party's work is bounded by the config (review 11 F5, review 12 R3; docs/protocol.md, Trees).
-        config = self.settings.config
-        if not (
-            task.tree < config.n_trees
-            and task.node_id < 2**config.max_depth - 1
-            and task.depth == (task.node_id + 1).bit_length() - 1
-        ):
-            raise InvalidArgument(
-                f"node {task.key} at depth {task.depth} is no node a session of {config.n_trees} tree(s) of depth "
-                f"{config.max_depth} searches"
-            )
+        check_searchable(self.settings.config, task)
         last = next(iter(self.searched), None)
         if last is not None and (task.key < last or (task.key == last and self.attempts >= MAX_PRODUCT_ATTEMPTS)):
             raise FailedPrecondition(
@@ -393,6 +346,7 @@ class TreePassive:
             )
         self.attempts = self.attempts + 1 if task.key == last else 1
         self.searched = {task.key: task.rows.tolist()}
+        self.sibling = self.known.searched(task, self.settings.party)
         return task
 
     def node_products(
@@ -409,13 +363,31 @@ class TreePassive:
         return [keys.serialize(ct) for ct in products], mask_sums, owner.bin_weights(task), task.digest()
 
     def apply_split(self, node: Mapping[str, Any], feature: int, bin_index: int) -> np.ndarray:
-        """Keep the split of the coordinator's node; which of its rows go left."""
-        task, owner = self._task(node), self._owner()
-        if self.searched.get(task.key) != task.rows.tolist():
-            raise FailedPrecondition(f"node {task.key}: no products of these rows were sent from here")
+        """Keep the split of the coordinator's node; which of its rows go left (no side below min_samples_leaf)."""
+        task, owner, party = self._task(node), self._owner(), self.settings.party
+        if self.searched.get(task.key) != task.rows.tolist() and not self.known.derived(task, party):
+            raise FailedPrecondition(
+                f"node {task.key}: a known complement, not opened (no word from the active party)"
+                if self.known.complement(task, party)
+                else f"node {task.key}: no products of these rows were sent from here, nor of its parent and left "
+                "sibling"
+            )
         if owner.splits.get(task.key, (feature, bin_index)) != (feature, bin_index):
             raise FailedPrecondition(f"node {task.key} is split already, by another feature or bin")
-        return owner.apply_split(task, feature, bin_index)  # a repeat of the same split: the same partition
+        # a repeat of the same split: the same partition
+        return owner.apply_split(task, feature, bin_index, self.settings.config.min_samples_leaf)
+
+    def opened(self, node: Mapping[str, Any], indicators: he.WireMatrix) -> None:
+        """The active party's word that a node whose counts the coordinator derives is searched: a NodeCounts whose
+        indicators are absent (shape (0, 0), no ciphertexts), at a node the session's shape has, heavy enough."""
+        if tuple(indicators.shape) != (0, 0) or indicators.replicas or indicators.rows_per_ct:
+            raise InvalidArgument(
+                f"indicators: {indicators.shape} without ciphertexts; the word that a node's counts are derived "
+                "carries none (shape (0, 0))"
+            )
+        task = self._task(node)
+        check_searchable(self.settings.config, task)
+        self.known.opened(task, self.settings.party)
 
     def _task(self, node: Mapping[str, Any]) -> Task:
         """A node as a sender named it: distinct training rows, this party's features, sane weights."""
@@ -450,6 +422,7 @@ class TreePassive:
         meta = {
             **_meta(self.settings, self.n_classes, self.owner),
             "searched": searched,
+            "known": self.known.to_json(),
             "attempts": self.attempts,
             "shard": list(self.shard),
         }
@@ -472,6 +445,8 @@ class TreeKeyHolder:
     epoch: int = 0  # the key epoch the current node's products are decrypted under (its decision charged to it)
     # The current node's products sent in parts, per party: (parts received, products so far).
     arriving: dict[int, tuple[int, list[bytes]]] = field(default_factory=dict)
+    histograms: Histograms = field(default_factory=Histograms)  # recent nodes' counts, for subtraction
+    derived: tuple[int, ...] = ()  # the passive parties whose counts at the current node are derived, not opened
 
     @property
     def share_width(self) -> int:
@@ -521,8 +496,16 @@ class TreeKeyHolder:
         task = self._task(key)
         if self._builder()._nodes.get(task.key) is not None:
             raise FailedPrecondition(f"node {task.key} is open already")
-        self.counts, self.weights, self.pending, self.arriving = {}, {}, None, {}
-        return self._builder().open(task, totals)
+        self.counts, self.weights, self.pending, self.arriving, self.derived = {}, {}, None, {}, ()
+        if not self._builder().open(task, totals):
+            return False
+        self.histograms.prune(task.key)
+        for party in sorted(set(task.features) - {ACTIVE}):
+            if (derived := self.histograms.derive(party, task)) is not None:
+                self.counts[party], self.weights[party] = derived
+                self.histograms.keep(party, task, *derived)
+                self.derived += (party,)
+        return True
 
     def _searched(self, key: NodeKey) -> Task:
         task = self._task(key)
@@ -538,22 +521,32 @@ class TreeKeyHolder:
         task = None if builder is None else builder.next_task()
         if builder is None or task is None or task.key != tuple(key) or task.key not in builder._nodes:
             task = None
-        if task is None or party not in task.features:
+        if task is None or party not in task.features or party in self.derived:
             raise FailedPrecondition(f"party {party} has no products due at node {tuple(key)}")
         return task
 
     def receive_part(
-        self, keys: he.Backend, party: int, key: NodeKey, products: list[bytes], part: int, parts: int
+        self,
+        keys: he.Backend,
+        party: int,
+        key: NodeKey,
+        products: list[bytes],
+        part: int,
+        parts: int,
+        task_digest: bytes = b"",
     ) -> list[bytes] | None:
         """Part ``part`` of ``parts`` (in order) of a party's products for the current node: every product once the
-        last part is in, else None. Never more buffered than the node's own ciphertext count."""
+        last part is in, else None. Never more buffered than the node's own ciphertext count. A part that names the
+        node it was made for (``task_digest``; older clients: the last part only) is refused unless it is this one."""
         task = self.due(party, key)
+        if task_digest:
+            self._same_node(task, task_digest)
         width, layout = self._block(keys, party, task)
         done, received = self.arriving.pop(party, (0, []))
         if part != done or parts <= part:
             raise InvalidArgument(f"part {part} of {parts} of node {task.key}'s products: part {done} is due")
         received = received + products
-        if len(received) > math.ceil(width / layout.replicas) * layout.n_chunks:
+        if len(received) > math.ceil(width / layout.replicas) * math.ceil(layout.n_chunks / product_fold(task)):
             raise InvalidArgument(f"more products than node {task.key}'s block of {width} columns has ciphertexts")
         if part + 1 < parts:
             self.arriving[party] = (part + 1, received)
@@ -565,8 +558,16 @@ class TreeKeyHolder:
         if party not in task.features:
             raise FailedPrecondition(f"party {party} has no candidate feature at node {task.key}")
         builder = self._builder()
-        widest = max(builder.width(task, p) for p in task.features if p != ACTIVE)
+        widest = max(builder.width(task, p) for p in task.features if p not in (ACTIVE, *self.derived))
         return builder.width(task, party), indicator_layout(task, self.n_classes, widest, keys.slots)
+
+    @staticmethod
+    def _same_node(task: Task, task_digest: bytes) -> None:
+        if task_digest != task.digest():
+            raise InvalidArgument(
+                f"the products were made for another version of node {task.key}: its rows, multiplicities or "
+                "features differ from the coordinator's"
+            )
 
     def decision_bits(self, key: NodeKey) -> int:
         """Bits the open node's decision can say when products of a passive party are decrypted for it, else 0."""
@@ -588,11 +589,7 @@ class TreeKeyHolder:
         is opened) are what its counts must add up to. Products made for another copy of the node than the
         coordinator's (rows or multiplicities the active party changed: review 12, R2) are refused unopened."""
         task = self._searched(key)
-        if task_digest != task.digest():
-            raise InvalidArgument(
-                f"the products were made for another version of node {task.key}: its rows, multiplicities or "
-                "features differ from the coordinator's"
-            )
+        self._same_node(task, task_digest)
         width, layout = self._block(keys, party, task)
         weights = np.asarray(bin_weights, dtype=np.float64)
         if weights.shape != (width,) or not (np.isfinite(weights).all() and weights.min(initial=0) >= 0):
@@ -601,6 +598,7 @@ class TreeKeyHolder:
         opener.answered = self.answered
         self.counts[party] = opener.open_counts(party, task, width, layout, products, mask_sums)
         self.weights[party] = weights
+        self.histograms.keep(party, task, self.counts[party], weights)
 
     def decide(self, key: NodeKey, own: np.ndarray | None) -> Split | None:
         """The node's decision, made once: a repeat (a retry after a failed ApplySplit, a restart) gets the recorded
@@ -687,6 +685,8 @@ class TreeKeyHolder:
             "weights": {str(p): w.tolist() for p, w in self.weights.items()},
             "pending": None if self.pending is None else list(self.pending.__dict__.values()),
             "epoch": self.epoch,
+            "histograms": self.histograms.to_json(),
+            "derived": list(self.derived),
         }
         if self.builder is not None:
             meta["builder"] = json.loads(self.builder.to_state())
@@ -744,16 +744,19 @@ def _next_node(trainer: TreeKeyHolder, ctx: KeyHolderContext) -> dict[str, Any] 
     return trainer.next_node()
 
 
-def _open_node(trainer: TreeKeyHolder, ctx: KeyHolderContext, key: NodeKey, totals: np.ndarray) -> tuple[bool, int]:
-    """The node's class totals from the active party; whether a split is searched (else it is a leaf), and the
-    key epoch of its products. A search that decrypts passive products charges the decision's bits to the key
-    (rule 2) here, before anything of the node is decrypted."""
+def _open_node(
+    trainer: TreeKeyHolder, ctx: KeyHolderContext, key: NodeKey, totals: np.ndarray
+) -> tuple[bool, int, list[int]]:
+    """The node's class totals from the active party; whether a split is searched (else it is a leaf), the key
+    epoch of its products and the passive parties whose counts are derived (none of their products is due). A
+    search that decrypts passive products, or derives counts from decrypted ones, charges the decision's bits to
+    the key (rule 2) here, before anything of the node is decrypted."""
     if not trainer.open_node(key, totals):
-        return False, trainer.epoch
+        return False, trainer.epoch, []
     bits = trainer.decision_bits(key)
     if bits:
         trainer.epoch = ctx.decision(bits)
-    return True, trainer.epoch
+    return True, trainer.epoch, list(trainer.derived)
 
 
 def _node_keys(trainer: TreeKeyHolder, ctx: KeyHolderContext, key_epoch: int) -> bytes:
@@ -778,7 +781,7 @@ def _submit_counts(
     due is decided first, with one refusal for every node that expects none from the caller (review 14, F2)."""
     trainer.due(ctx.caller, key)
     keys = ctx.held_keys(trainer.epoch)
-    received = trainer.receive_part(keys, ctx.caller, key, products, part, max(parts, 1))
+    received = trainer.receive_part(keys, ctx.caller, key, products, part, max(parts, 1), task_digest)
     if received is not None:  # the last part
         if mask_sums is None or bin_weights is None:
             raise InvalidArgument("mask sums and bin weights: the last part of a node's products carries them")
@@ -815,6 +818,8 @@ def _fit_bins(trainer: TreePassive, ctx: PassiveContext, sample_index: np.ndarra
         raise InvalidArgument(
             f"{len(sample_index)} training rows; this party's [policy] min_training_rows is {ctx.min_training_rows}"
         )
+    if (leaf := trainer.settings.config.min_samples_leaf) < (least := ctx.min_node_rows):  # rule 3: its own policy
+        raise FailedPrecondition(f"min_samples_leaf {leaf} is below this party's [policy] min_node_rows {least}")
     features = ctx.features  # a family step has them
     assert features is not None
     assert ctx.shard is not None
@@ -839,11 +844,17 @@ def _node_counts(
     """Masked per-bin products of the node's encrypted class indicators under its key epoch, made and sent to the
     coordinator outside the session lock: the coordinator may be waiting on this party meanwhile (ApplySplit), and
     this party fetches the epoch's public keys from it (NodeKeys)."""
+    if not indicators.ciphertexts:  # the node is searched, its counts derived (histogram subtraction): no products
+        trainer.opened(node, indicators)
+        return
     task = trainer.search(node, indicators)
     link = _tree_link(ctx.key_holder)
     rows = {"rows": np.asarray(task.rows, dtype=np.int64), "weights": np.asarray(task.weights, dtype=float)}
     where = {"tree": task.tree, "node_id": task.node_id, "depth": task.depth}
     ctx.emit(kinds.NODE_ROWS, ctx.owner, arrays=rows, meta=where)  # to this party's plugins: the node's rows
+    if (sibling := trainer.sibling) is not None:  # and its right sibling's: the parent's other rows (subtraction)
+        implied = {"tree": sibling.tree, "node_id": sibling.node_id, "depth": sibling.depth, "implied": True}
+        ctx.emit(kinds.NODE_ROWS, ctx.owner, arrays={"rows": sibling.rows, "weights": sibling.weights}, meta=implied)
 
     def send() -> None:
         trainer.keys = _epoch_keys(
@@ -952,6 +963,7 @@ class TreeFamily:
             self.name,
             *_restore_owner(meta),
             searched=searched,
+            known=KnownRows.from_json(meta.get("known", {})),
             attempts=meta.get("attempts", 0),
             shard=shard,  # type: ignore[arg-type]
         )
@@ -968,6 +980,8 @@ class TreeFamily:
         holder.weights = {int(p): np.asarray(w) for p, w in meta.get("weights", {}).items()}
         holder.pending = None if meta["pending"] is None else Split(*meta["pending"])
         holder.epoch = meta.get("epoch", 0)
+        holder.histograms = Histograms.from_json(meta.get("histograms", []))
+        holder.derived = tuple(meta.get("derived", ()))
         if "builder" in meta:
             holder.builder = Builder.from_state(
                 json.dumps(meta["builder"]).encode(), settings.config, n_classes, meta["rows"], meta["sizes"]
