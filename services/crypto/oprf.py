@@ -1,22 +1,44 @@
 """OPRF private set intersection by OT extension: KKRT16's batched OPRF (Kolesnikov, Kumaresan, Rosulek, Trieu,
-CCS 2016), semi-honest (protocol.md, "Alignment"). The active party A is the OPRF receiver, each passive party P a
-sender; the curve work is 512 base OTs per exchange, whatever the set sizes, and the rest is AES, blake2b and
-bit-matrix transposes over numpy arrays.
+CCS 2016) made secure against a deviating receiver by Orru, Orsini and Scholl's consistency check (OOS17: "Actively
+secure 1-out-of-N OT extension with application to private set intersection", CT-RSA 2017); protocol.md,
+"Alignment". The active party A is the OPRF receiver, each passive party P a sender; the curve work is 512 base
+OTs per exchange, whatever the set sizes, and the rest is AES, blake2b and bit-matrix work over numpy arrays.
 
 1. A hashes its ids (blake2b under the session salt) into ``m = bins(n_A)`` bins by cuckoo hashing with 3 hash
    functions under a hash key it draws (redrawn, before anything is sent, until every id has a bin of its own),
    and opens the base OTs: ``hello = (salt, hash key, m, S = aG)``.
-2. P draws the code key (the pseudorandom code ``C(x) = AES_code_key(h(x) ^ i), i = 0..3``: 512 bits) and its
-   secret choice bits ``s``, and answers the base OTs (Chou-Orlandi in ristretto255): ``R_i = b_i G + s_i S``.
-3. A streams ``U`` in chunks of rows: ``u_j = T0_j ^ T1_j ^ C(x_j)`` where ``T0, T1`` are the transposed
-   AES-CTR streams of its base-OT keys; its OPRF output for bin j is ``H(j, T0_j)``.
-4. P computes ``q_j = Ts_j ^ (u_j & s) = T0_j ^ (C(x_j) & s)`` and, for each own id y and each of its (distinct)
-   bins j, ``H(j, q_j ^ (C(y) & s))``: equal to A's output iff ``C(y) = C(x_j)``. It sends exactly ``3 n_P`` values
-   (a duplicate bin's value is random padding) in a secret random order, keeping which row each position is.
-5. A intersects its ids' outputs with every P's list (psi.intersect) and sends each P its positions (PsiFinish).
+2. P draws, from its OS entropy, the code seed, its secret choice bits ``s`` and its secret challenge seed, and
+   answers the base OTs (Chou-Orlandi in ristretto255): ``R_i = b_i G + s_i S``. The seed expands (AES-CTR) to the
+   generator G (96 x 512 bits) of the linear code ``C(w) = w G``; an id's word w is the first 96 bits of h(x).
+3. A streams ``U`` in chunks of rows: ``u_j = T0_j ^ T1_j ^ C(w_j)`` for its m bins (w random for an empty bin),
+   then CHECKS pad rows of random words w*_c, where ``T0, T1`` are the transposed AES-CTR streams of its base-OT
+   keys; its OPRF output for bin j is ``H(j, T0_j)``.
+4. P computes ``q_j = Ts_j ^ (u_j & s) = T0_j ^ (C(w_j) & s)`` and, for each own id y and each of its (distinct)
+   bins j, ``H(j, q_j ^ (C(y) & s))``: equal to A's output iff ``C(y) = C(w_j)``. It also adds each q_j into the
+   checks its challenge bits select (and pad row c into check c). Its 3 n_P values are made but not sent.
+5. The check. Only once U is complete does P reveal the challenge seed: bit c of bin j's 8 AES-CTR bytes says
+   whether check c holds bin j. A answers, per check, ``w~_c = XOR w_j ^ w*_c`` and ``t~_c = XOR T0_j ^ T0*_c``
+   (regenerating T0 from its keys). P accepts iff ``XOR q_j ^ q*_c = t~_c ^ (C(w~_c) & s)`` for every c, which
+   holds for an honest U by linearity; on any mismatch it sends no value and the exchange is void.
+6. P sends exactly ``3 n_P`` values (a duplicate bin's value is random padding) in a secret random order, keeping
+   which row each position is; A intersects (psi.intersect) and sends each P its positions (PsiFinish).
 
-What each side learns: A, which of its ids are common (and, per P, which positions of P's list match); P, nothing
-from U (each column is masked by an AES stream P cannot compute for the bits it did not choose) but the bin count m.
+The check, as OOS17 builds it: binary challenges (random bits, each check the XOR of a random subset of rows),
+repeated mu times, each masked by one extra pad row so that the answers say nothing of A's words; not KOS15's single
+combination over GF(2^k), which OOS17's check over F_2 replaces (and its implementation in libOTe runs the same way:
+s pad rows, s bit-challenge checks). A row u_j = T0 ^ T1 ^ C(w) ^ e with e not a codeword moves check c by
+``e & s`` whenever c holds j (probability 1/2 each): A passes only by guessing the bits of s its errors touch,
+so it learns c bits of s with probability 2^-c, and all of them (F1: review 15) with probability ~2^-512. mu = 64
+checks: a fixed e that A cannot make consistent survives all with probability 2^-64 (>= 40 + a margin).
+The code must keep a value of an id A did not code hidden even after such guesses: C(y) ^ C(w) is a nonzero
+codeword, so P's value hides ``(C(y) ^ C(w)) & s`` behind at least d unknown bits of s, d the minimum distance.
+OOS17 asks d >= kappa (its implementation: BCH [511, 76, 171]); ours is a random [512, 96] code from P's seed:
+Pr[d < 100] <= 2^96 * sum_{i<100} C(512, i) / 2^512 = 2^-57.4 (union bound over the 2^96 words), so the guarantee
+stated is >= 100 - c unknown bits of s after A guessed c bits (passing with probability 2^-c).
+
+What each side learns: A, which of its ids are common (and, per P, which positions of P's list match), and
+nothing if its U fails the check; P, nothing from U (each column is masked by an AES stream P cannot compute for
+the bits it did not choose; the answers are masked by the pad rows) but the bin count m.
 """
 
 from __future__ import annotations
@@ -36,6 +58,7 @@ from pysodium import (
     crypto_scalarmult_ristretto255,
     crypto_scalarmult_ristretto255_base,
 )
+from threadpoolctl import threadpool_limits
 
 from vflsec.services.crypto import entropy
 from vflsec.services.crypto.curve import POINT_BYTES
@@ -45,7 +68,7 @@ CODE_BITS = 512  # the code's length: the base OTs, the columns of T0, T1, U; 4 
 CODE_BYTES = CODE_BITS // 8
 WORD_BITS = 96  # the code's dimension: w = the first 96 bits of h(x)
 WORD_BYTES = WORD_BITS // 8
-CHECKS = 64  # mu: consistency checks, each with one pad row appended to U (a deviation survives with <= 2^-64...)
+CHECKS = 64  # mu: consistency checks (bit challenges), each masked by one pad row appended to U
 HASHES = 3  # cuckoo hash functions
 BIN_FACTOR = 1.27  # m = 1.27 n (+ BIN_FLOOR, rounded up to BIN_ALIGN): below 3-way cuckoo's 0.918 load threshold
 BIN_FLOOR = 256
@@ -163,10 +186,13 @@ def accumulate(bits: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """For each check c, the XOR of the rows whose challenge bit c is set: (CHECKS, width) uint8. A GF(2) matrix
     product bits^T rows: an exact float32 product of 0/1 matrices (counts < 2^24) taken mod 2, in row blocks."""
     out = np.zeros((CHECKS, rows.shape[1] * 8), dtype=np.uint8)
-    for a in range(0, len(rows), _CHECK_BLOCK):
-        x = bits[a : a + _CHECK_BLOCK].astype(np.float32)
-        r = np.unpackbits(rows[a : a + _CHECK_BLOCK], axis=1).astype(np.float32)
-        out ^= (x.T @ r).astype(np.int64).astype(np.uint8) & 1
+    # One BLAS thread: idle OpenBLAS threads spin between products, taking the core the other work (or the other
+    # party, on a shared machine) needs; measured, 4-5 CPU-s of spin per 1M exchange and no wall-time gain.
+    with threadpool_limits(1, user_api="blas"):
+        for a in range(0, len(rows), _CHECK_BLOCK):
+            x = bits[a : a + _CHECK_BLOCK].astype(np.float32)
+            r = np.unpackbits(rows[a : a + _CHECK_BLOCK], axis=1).astype(np.float32)
+            out ^= (x.T @ r).astype(np.int64).astype(np.uint8) & 1
     return np.packbits(out, axis=1)
 
 

@@ -238,8 +238,8 @@ class PassiveParty:
         # psi_owner_budget; None: unlimited): one exchange per session does not stop testing a dictionary over
         # many sessions, this does.
         self.psi_owner_budget = psi_owner_budget
-        # [psi] accept: the OPRF exchange is semi-honest (a deviating active party learns all our IDs), so it is
-        # served only when this party's operator opted in; ECDH always.
+        # [psi] accept: the OPRF exchange (consistency-checked, not yet reviewed) is served only when this party's
+        # operator opted in; ECDH always.
         self.psi_accept = frozenset(psi_accept)
         self.data = data
         self.coordinator = coordinator
@@ -410,7 +410,7 @@ class PassiveParty:
         if "oprf" not in self.psi_accept:  # our own config only: nothing read, drawn or charged
             raise FailedPrecondition(
                 f"PSI: {self.party_id} does not serve the OPRF exchange ([psi] accept: "
-                f"{', '.join(sorted(self.psi_accept))}): it is secure against a semi-honest active party only; "
+                f"{', '.join(sorted(self.psi_accept))}): it is opt-in until its consistency check is reviewed; "
                 "align with [psi] protocol = \"ecdh\""
             )
         s = self.session(session_id)
