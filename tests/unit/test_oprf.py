@@ -288,3 +288,14 @@ def test_an_honest_u_passes_and_a_wrong_proof_fails() -> None:
     assert len(sender.values()) == 3 * 200
     with pytest.raises(ValueError, match="the proof's words hold 3 bytes, not 768"):
         oprf.Proof.from_bytes(b"abc", proof.rows.tobytes())
+
+
+@pytest.mark.parametrize("rows_per_chunk", [104, 128, 1024])  # pads straddling two chunks, alone in one, all in one
+def test_the_check_and_the_values_agree_whatever_the_chunking(monkeypatch, rows_per_chunk: int) -> None:
+    monkeypatch.setattr(oprf, "ROWS_PER_CHUNK", rows_per_chunk)
+    active = [f"c{i}" for i in range(60)] + [f"a{i}" for i in range(40)]
+    passive = [f"c{i}" for i in range(60)] + [f"p{i}" for i in range(50)]
+    assert oprf.bins(len(active)) == 384 and oprf.row_chunks(384) == -(-(384 + oprf.CHECKS) // rows_per_chunk)
+    mine, theirs, _ = _protocol(active, passive)  # the check passes (inside) ...
+    alignment = psi.intersect([mine], [theirs])  # ... and the intersection is exact
+    assert sorted(alignment.active_rows.tolist()) == list(range(60))
