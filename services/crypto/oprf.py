@@ -459,7 +459,6 @@ class Sender:
     def __init__(self, own_hashed: np.ndarray, hash_key: bytes, m: int, ot: BaseOtReceiver, code_seed: bytes) -> None:
         n = len(own_hashed)
         self._m, self._s, self._hashed, self._code = m, ot.choices, own_hashed, linear_code(code_seed)
-        self._code_seed, self._hash_key, self._ot_keys = code_seed, hash_key, ot.keys  # (tests replay P's state)
         self._columns = _Columns(ot.keys)
         self.challenge = _random(KEY_BYTES)  # secret until U is complete: A's rows are fixed before it learns it
         self._x = Challenge(self.challenge)

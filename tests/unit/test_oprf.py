@@ -5,6 +5,7 @@ overlap, through the same functions the engines call (no gRPC here: tests/integr
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -227,7 +228,8 @@ def test_the_challenge_stream_is_the_same_whatever_the_chunking() -> None:
     assert whole.shape == (1000, oprf.CHECKS) and 0.45 < whole.mean() < 0.55
 
 
-def _exchange(n: int = 200) -> tuple[oprf.Sender, oprf.Receiver, list[bytes]]:
+def _exchange(n: int = 200) -> tuple[Callable[[], oprf.Sender], oprf.Receiver, list[bytes]]:
+    """(a maker of P's Sender: the same keys, choice bits and code, a fresh challenge each; A's Receiver; A's U)."""
     salt = psi.new_salt()
     hashed = oprf.item_hashes([f"id{i}" for i in range(n)], salt)
     m = oprf.bins(n)
@@ -235,22 +237,22 @@ def _exchange(n: int = 200) -> tuple[oprf.Sender, oprf.Receiver, list[bytes]]:
     base_sender, base_receiver = oprf.BaseOtSender(), oprf.BaseOtReceiver()
     answers = base_receiver.answer(base_sender.point)
     seed = os.urandom(oprf.KEY_BYTES)
-    sender = oprf.Sender(oprf.item_hashes([f"id{i}" for i in range(n)], salt), hash_key, m, base_receiver, seed)
     receiver = oprf.Receiver(table, hashed, *base_sender.keys(answers), seed)
-    return sender, receiver, list(receiver.u_chunks())
+    return lambda: oprf.Sender(hashed, hash_key, m, base_receiver, seed), receiver, list(receiver.u_chunks())
 
 
 def test_one_flipped_bit_fails_exactly_the_checks_holding_its_row_when_s_has_that_bit() -> None:
-    sender, receiver, chunks = _exchange()
-    bins = len(receiver.table)
+    new_sender, receiver, chunks = _exchange()
     j = 37  # a bin; the challenge says which checks hold it
-    x = oprf.Challenge(sender.challenge).next(bins)[j]
-    s_bits = np.unpackbits(sender._s)
+    s_bits = np.unpackbits(new_sender()._s)
     for bit, expect_fail in ((int(np.flatnonzero(s_bits)[0]), True), (int(np.flatnonzero(s_bits == 0)[0]), False)):
         rows = np.frombuffer(chunks[0], np.uint8).reshape(-1, oprf.CODE_BYTES).copy()
         rows[j, bit // 8] ^= 0x80 >> (bit % 8)
-        checked = _replay(sender, [rows.tobytes(), *chunks[1:]])  # P's same state: only U's one bit differs
-        proof = receiver.proof(sender.challenge)  # A's honest answer for the codeword it meant
+        checked = new_sender()  # P's same keys and s: only U's one bit differs
+        for chunk in [rows.tobytes(), *chunks[1:]]:
+            checked.add(chunk)
+        x = oprf.Challenge(checked.challenge).next(len(receiver.table))[j]
+        proof = receiver.proof(checked.challenge)  # A's honest answer for the codeword it meant
         expected = proof.rows ^ (checked._code.encode(proof.words) & checked._s)
         failing = (expected != checked._acc).any(axis=1)
         # a check fails iff it holds row j and s has the flipped bit (P's q_j moved by that bit of s)
@@ -262,19 +264,9 @@ def test_one_flipped_bit_fails_exactly_the_checks_holding_its_row_when_s_has_tha
             checked.verify(proof)  # a flip where s is 0 changes nothing P sees: nothing to learn from it either
 
 
-def _replay(sender: oprf.Sender, chunks: list[bytes]) -> oprf.Sender:
-    """A Sender with ``sender``'s keys, choice bits and challenge, fed ``chunks``."""
-    ot = oprf.BaseOtReceiver.__new__(oprf.BaseOtReceiver)
-    ot.choices, ot.keys = sender._s, sender._ot_keys
-    fresh = oprf.Sender(sender._hashed, sender._hash_key, sender._m, ot, sender._code_seed)
-    fresh.challenge, fresh._x = sender.challenge, oprf.Challenge(sender.challenge)
-    for chunk in chunks:
-        fresh.add(chunk)
-    return fresh
-
-
 def test_an_honest_u_passes_and_a_wrong_proof_fails() -> None:
-    sender, receiver, chunks = _exchange()
+    new_sender, receiver, chunks = _exchange()
+    sender = new_sender()
     for chunk in chunks:
         sender.add(chunk)
     proof = receiver.proof(sender.challenge)
