@@ -23,10 +23,10 @@ OTs per exchange, whatever the set sizes, and the rest is AES, blake2b and bit-m
 6. P sends exactly ``3 n_P`` values (a duplicate bin's value is random padding) in a secret random order, keeping
    which row each position is; A intersects (psi.intersect) and sends each P its positions (PsiFinish).
 
-The check, as OOS17 builds it: binary challenges (random bits, each check the XOR of a random subset of rows),
-repeated mu times, each masked by one extra pad row so that the answers say nothing of A's words; not KOS15's single
-combination over GF(2^k), which OOS17's check over F_2 replaces (and its implementation in libOTe runs the same way:
-s pad rows, s bit-challenge checks). A row u_j = T0 ^ T1 ^ C(w) ^ e with e not a codeword moves check c by
+The check, as OOS17's own implementation runs it (libOTe's OOS extension: s pad rows, s checks with random bit
+challenges): each check the XOR of a random subset of rows, repeated mu times, each masked by one extra pad row so
+that the answers say nothing of A's words; no GF(2^k) multiplication as in KOS15's single combination, hence mu
+checks rather than one. A row u_j = T0 ^ T1 ^ C(w) ^ e with e not a codeword moves check c by
 ``e & s`` whenever c holds j (probability 1/2 each): A passes only by guessing the bits of s its errors touch,
 so it learns c bits of s with probability 2^-c, and all of them (F1: review 15) with probability ~2^-512. mu = 64
 checks: a fixed e that A cannot make consistent survives all with probability 2^-64 (>= 40 + a margin).
@@ -165,7 +165,7 @@ def linear_code(seed: bytes) -> LinearCode:
 
 
 def words_of(hashed: np.ndarray) -> np.ndarray:
-    """An id's code word w: the first WORD_BYTES of h(x)."""
+    """An id's word w, the code's input: the first WORD_BYTES of h(x)."""
     return np.ascontiguousarray(hashed[:, :WORD_BYTES])
 
 
