@@ -92,7 +92,7 @@ def test_the_f1_attack_is_caught_by_the_consistency_check_and_learns_nothing(opt
 
 def test_the_refusal_is_one_status_naming_no_secret(opted_in, monkeypatch) -> None:
     texts = set()
-    for flips in (1, FLIPS, 64):  # a single flipped bit passes only if s lacks it (or A guessed it): 1/2 a try
+    for flips in (1, FLIPS, 64):  # bits flipped per bin, in up to 64 bins; a try passes only if s lacks them all
         for _ in range(8):
             _, got, error = _attack(opted_in, monkeypatch, flips)
             if error is not None:
