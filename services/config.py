@@ -118,8 +118,8 @@ class ServiceConfig:
     psi_owner_budget: int = PSI_OWNER_BUDGET
     # Active party: the alignment protocol ([psi] protocol): "ecdh" (the default) or "oprf" (OT extension).
     psi_protocol: str = PSI_PROTOCOLS[0]
-    # Passive party: the protocols it serves ([psi] accept). OPRF is semi-honest: accepting it trusts the active
-    # party not to deviate (docs/protocol.md, Alignment), so it is opt-in.
+    # Passive party: the protocols it serves ([psi] accept). OPRF (with OOS17's consistency check) stays opt-in until
+    # a sceptical review of the check (docs/protocol.md, Alignment).
     psi_accept: tuple[str, ...] = PSI_PROTOCOLS[:1]
     # Passive party: the operator identity allowed to ask it for a risk forecast (None: operator-<party_id>).
     operator: str | None = None

@@ -99,11 +99,13 @@ def _passive(party: str, rows: int, conn: Connection, protocol: str) -> None:
     conn.send("ready")
     if protocol == "oprf":
         salt, hash_key, m, point = conn.recv()
-        base_ot, code_key = oprf.BaseOtReceiver(), os.urandom(oprf.KEY_BYTES)
-        conn.send((code_key, base_ot.answer(point)))
-        sender = oprf.Sender(oprf.item_hashes(ids, salt), hash_key, m, base_ot, code_key)
+        base_ot, code_seed = oprf.BaseOtReceiver(), os.urandom(oprf.KEY_BYTES)
+        conn.send((code_seed, base_ot.answer(point)))
+        sender = oprf.Sender(oprf.item_hashes(ids, salt), hash_key, m, base_ot, code_seed)
         for _ in range(oprf.row_chunks(m)):
             sender.add(conn.recv_bytes())
+        conn.send_bytes(sender.challenge)
+        sender.verify(oprf.Proof.from_bytes(conn.recv_bytes(), conn.recv_bytes()))
         conn.send_bytes(sender.values().tobytes())
         sent_rows = sender.rows
         del sender
@@ -131,10 +133,13 @@ def _oprf_align(ids: list[str], conns: list[Connection]) -> psi.Alignment:
     for conn in conns:
         base_ot = oprf.BaseOtSender()
         conn.send((salt, hash_key, m, base_ot.point))
-        code_key, answers = conn.recv()
-        receiver = oprf.Receiver(table, hashed, *base_ot.keys(answers), code_key)
+        code_seed, answers = conn.recv()
+        receiver = oprf.Receiver(table, hashed, *base_ot.keys(answers), code_seed)
         for chunk in receiver.u_chunks():
             conn.send_bytes(chunk)
+        words, rows = receiver.proof(conn.recv_bytes()).to_bytes()
+        conn.send_bytes(words)
+        conn.send_bytes(rows)
         mine.append(receiver.values())
     theirs = [np.frombuffer(conn.recv_bytes(), dtype=f"S{oprf.VALUE_BYTES}") for conn in conns]
     return psi.intersect(mine, theirs, names=[f"passive-{p + 1}" for p in range(len(conns))])

@@ -244,7 +244,7 @@ class FederationSpec:
     checkpoints: bool = True  # session checkpoints in each party's state dir (crash recovery)
     limits: dict | None = None  # every party's [limits] table (e.g. psi_max_ids)
     # The active party's [psi] protocol: "ecdh" (the default) or "oprf" (OT extension), which also makes every passive
-    # party accept it ([psi] accept; semi-honest, opt-in).
+    # party accept it ([psi] accept; opt-in).
     psi_protocol: str = "ecdh"
     # Loopback with free ports (default), or fixed ports behind host names (compose: hosts are party ids).
     host: str = "127.0.0.1"

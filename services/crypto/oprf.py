@@ -1,22 +1,44 @@
 """OPRF private set intersection by OT extension: KKRT16's batched OPRF (Kolesnikov, Kumaresan, Rosulek, Trieu,
-CCS 2016), semi-honest (protocol.md, "Alignment"). The active party A is the OPRF receiver, each passive party P a
-sender; the curve work is 512 base OTs per exchange, whatever the set sizes, and the rest is AES, blake2b and
-bit-matrix transposes over numpy arrays.
+CCS 2016) made secure against a deviating receiver by Orru, Orsini and Scholl's consistency check (OOS17: "Actively
+secure 1-out-of-N OT extension with application to private set intersection", CT-RSA 2017); protocol.md,
+"Alignment". The active party A is the OPRF receiver, each passive party P a sender; the curve work is 512 base
+OTs per exchange, whatever the set sizes, and the rest is AES, blake2b and bit-matrix work over numpy arrays.
 
 1. A hashes its ids (blake2b under the session salt) into ``m = bins(n_A)`` bins by cuckoo hashing with 3 hash
    functions under a hash key it draws (redrawn, before anything is sent, until every id has a bin of its own),
    and opens the base OTs: ``hello = (salt, hash key, m, S = aG)``.
-2. P draws the code key (the pseudorandom code ``C(x) = AES_code_key(h(x) ^ i), i = 0..3``: 512 bits) and its
-   secret choice bits ``s``, and answers the base OTs (Chou-Orlandi in ristretto255): ``R_i = b_i G + s_i S``.
-3. A streams ``U`` in chunks of rows: ``u_j = T0_j ^ T1_j ^ C(x_j)`` where ``T0, T1`` are the transposed
-   AES-CTR streams of its base-OT keys; its OPRF output for bin j is ``H(j, T0_j)``.
-4. P computes ``q_j = Ts_j ^ (u_j & s) = T0_j ^ (C(x_j) & s)`` and, for each own id y and each of its (distinct)
-   bins j, ``H(j, q_j ^ (C(y) & s))``: equal to A's output iff ``C(y) = C(x_j)``. It sends exactly ``3 n_P`` values
-   (a duplicate bin's value is random padding) in a secret random order, keeping which row each position is.
-5. A intersects its ids' outputs with every P's list (psi.intersect) and sends each P its positions (PsiFinish).
+2. P draws, from its OS entropy, the code seed, its secret choice bits ``s`` and its secret challenge seed, and
+   answers the base OTs (Chou-Orlandi in ristretto255): ``R_i = b_i G + s_i S``. The seed expands (AES-CTR) to the
+   generator G (96 x 512 bits) of the linear code ``C(w) = w G``; an id's word w is the first 96 bits of h(x).
+3. A streams ``U`` in chunks of rows: ``u_j = T0_j ^ T1_j ^ C(w_j)`` for its m bins (w random for an empty bin),
+   then CHECKS pad rows of random words w*_c, where ``T0, T1`` are the transposed AES-CTR streams of its base-OT
+   keys; its OPRF output for bin j is ``H(j, T0_j)``.
+4. P computes ``q_j = Ts_j ^ (u_j & s) = T0_j ^ (C(w_j) & s)`` and, for each own id y and each of its (distinct)
+   bins j, ``H(j, q_j ^ (C(y) & s))``: equal to A's output iff ``C(y) = C(w_j)``. It also adds each q_j into the
+   checks its challenge bits select (and pad row c into check c). Its 3 n_P values are made but not sent.
+5. The check. Only once U is complete does P reveal the challenge seed: bit c of bin j's 8 AES-CTR bytes says
+   whether check c holds bin j. A answers, per check, ``w~_c = XOR w_j ^ w*_c`` and ``t~_c = XOR T0_j ^ T0*_c``
+   (regenerating T0 from its keys). P accepts iff ``XOR q_j ^ q*_c = t~_c ^ (C(w~_c) & s)`` for every c, which
+   holds for an honest U by linearity; on any mismatch it sends no value and the exchange is void.
+6. P sends exactly ``3 n_P`` values (a duplicate bin's value is random padding) in a secret random order, keeping
+   which row each position is; A intersects (psi.intersect) and sends each P its positions (PsiFinish).
 
-What each side learns: A, which of its ids are common (and, per P, which positions of P's list match); P, nothing
-from U (each column is masked by an AES stream P cannot compute for the bits it did not choose) but the bin count m.
+The check, as OOS17's own implementation runs it (libOTe's OOS extension: s pad rows, s checks with random bit
+challenges): each check the XOR of a random subset of rows, repeated mu times, each masked by one extra pad row so
+that the answers say nothing of A's words; no GF(2^k) multiplication as in KOS15's single combination, hence mu
+checks rather than one. A row u_j = T0 ^ T1 ^ C(w) ^ e with e not a codeword moves check c by
+``e & s`` whenever c holds j (probability 1/2 each): A passes only by guessing the bits of s its errors touch,
+so it learns c bits of s with probability 2^-c, and all of them (F1: review 15) with probability ~2^-512. mu = 64
+checks: a fixed e that A cannot make consistent survives all with probability 2^-64 (>= 40 + a margin).
+The code must keep a value of an id A did not code hidden even after such guesses: C(y) ^ C(w) is a nonzero
+codeword, so P's value hides ``(C(y) ^ C(w)) & s`` behind at least d unknown bits of s, d the minimum distance.
+OOS17 asks d >= kappa (its implementation: BCH [511, 76, 171]); ours is a random [512, 96] code from P's seed:
+Pr[d < 100] <= 2^96 * sum_{i<100} C(512, i) / 2^512 = 2^-57.4 (union bound over the 2^96 words), so the guarantee
+stated is >= 100 - c unknown bits of s after A guessed c bits (passing with probability 2^-c).
+
+What each side learns: A, which of its ids are common (and, per P, which positions of P's list match), and
+nothing if its U fails the check; P, nothing from U (each column is masked by an AES stream P cannot compute for
+the bits it did not choose; the answers are masked by the pad rows) but the bin count m.
 """
 
 from __future__ import annotations
@@ -36,13 +58,17 @@ from pysodium import (
     crypto_scalarmult_ristretto255,
     crypto_scalarmult_ristretto255_base,
 )
+from threadpoolctl import threadpool_limits
 
 from vflsec.services.crypto import entropy
 from vflsec.services.crypto.curve import POINT_BYTES
 from vflsec.services.crypto.psi import _require_strings
 
-CODE_BITS = 512  # k: KKRT's 424-448 bits give 2^-40 for a million ids; a round 512 bits = 4 AES blocks
+CODE_BITS = 512  # the code's length: the base OTs, the columns of T0, T1, U; 4 AES blocks a row
 CODE_BYTES = CODE_BITS // 8
+WORD_BITS = 96  # the code's dimension: w = the first 96 bits of h(x)
+WORD_BYTES = WORD_BITS // 8
+CHECKS = 64  # mu: consistency checks (bit challenges), each masked by one pad row appended to U
 HASHES = 3  # cuckoo hash functions
 BIN_FACTOR = 1.27  # m = 1.27 n (+ BIN_FLOOR, rounded up to BIN_ALIGN): below 3-way cuckoo's 0.918 load threshold
 BIN_FLOOR = 256
@@ -52,6 +78,7 @@ KEY_BYTES = 16  # AES-128 code, hash and base-OT stream keys
 ROWS_PER_CHUNK = 32_768  # U rows per message: 2 MB
 VALUES_PER_CHUNK = 131_072  # OPRF values per message: 2 MB
 _BLOCK = 65_536  # ids hashed or coded at once: a few MB of temporaries, whatever the set size
+_CHECK_BLOCK = 4_096  # rows per GF(2) product in accumulate: 8 MB of float32 bits
 CUCKOO_ROUNDS = 1000
 CUCKOO_TRIES = 16
 _PERSON = b"vflsec-kkrt-v1"
@@ -101,12 +128,72 @@ def _tweaked(hashed: np.ndarray, count: int) -> np.ndarray:
     return blocks
 
 
-def codes(code_key: bytes, hashed: np.ndarray) -> np.ndarray:
-    """C(x) = AES_code_key(h(x) ^ i) for i = 0..3: (n, 64) uint8."""
-    out = np.empty((len(hashed), CODE_BYTES), dtype=np.uint8)
-    for a in range(0, len(hashed), _BLOCK):
-        out[a : a + _BLOCK] = _ecb(code_key, _tweaked(hashed[a : a + _BLOCK], CODE_BYTES // 16)).reshape(-1, CODE_BYTES)
-    return out
+def _ctr(key: bytes, nbytes: int) -> np.ndarray:
+    return np.frombuffer(Cipher(algorithms.AES(key), modes.CTR(bytes(16))).encryptor().update(bytes(nbytes)), np.uint8)
+
+
+class LinearCode:
+    """C(w) = w G over GF(2), G a WORD_BITS x CODE_BITS generator matrix (rows packed MSB first) expanded by
+    AES-CTR from P's seed. Encoding XORs one precomputed codeword per byte of w: tables[t][b] is the sum of the
+    rows 8t..8t+7 of G that b's bits select."""
+
+    def __init__(self, seed: bytes) -> None:
+        if not isinstance(seed, bytes) or len(seed) != KEY_BYTES:
+            raise ValueError(f"the code seed must be {KEY_BYTES} bytes")
+        self.generator = _ctr(seed, WORD_BITS * CODE_BYTES).reshape(WORD_BITS, CODE_BYTES)
+        bits = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1)  # (256, 8): byte b's bits, MSB first
+        g = self.generator.view(np.uint64).reshape(WORD_BYTES, 8, CODE_BYTES // 8)
+        self._tables = np.zeros((WORD_BYTES, 256, CODE_BYTES // 8), dtype=np.uint64)
+        for k in range(8):
+            self._tables ^= np.where(bits[None, :, k, None].astype(bool), g[:, None, k, :], np.uint64(0))
+
+    def encode(self, words: np.ndarray) -> np.ndarray:
+        """(n, WORD_BYTES) uint8 words -> (n, CODE_BYTES) uint8 codewords, in blocks."""
+        out = np.empty((len(words), CODE_BYTES // 8), dtype=np.uint64)
+        for a in range(0, len(words), _BLOCK):
+            w = words[a : a + _BLOCK]
+            acc = self._tables[0][w[:, 0]]
+            for t in range(1, WORD_BYTES):
+                acc ^= self._tables[t][w[:, t]]
+            out[a : a + _BLOCK] = acc
+        return out.view(np.uint8).reshape(len(words), CODE_BYTES)
+
+
+@functools.lru_cache(maxsize=4)
+def linear_code(seed: bytes) -> LinearCode:
+    return LinearCode(seed)
+
+
+def words_of(hashed: np.ndarray) -> np.ndarray:
+    """An id's word w, the code's input: the first WORD_BYTES of h(x)."""
+    return np.ascontiguousarray(hashed[:, :WORD_BYTES])
+
+
+# --- the consistency check (OOS17) ---
+class Challenge:
+    """Check c's challenge bit for bin j: bit c of bytes 8j..8j+7 of AES-CTR under the seed, made in bin order."""
+
+    def __init__(self, seed: bytes) -> None:
+        self._stream = Cipher(algorithms.AES(seed), modes.CTR(bytes(16))).encryptor()
+
+    def next(self, count: int) -> np.ndarray:
+        """The next ``count`` bins' challenge bits: (count, CHECKS) uint8 0/1."""
+        data = np.frombuffer(self._stream.update(bytes(count * CHECKS // 8)), dtype=np.uint8)
+        return np.unpackbits(data.reshape(count, CHECKS // 8), axis=1)
+
+
+def accumulate(bits: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """For each check c, the XOR of the rows whose challenge bit c is set: (CHECKS, width) uint8. A GF(2) matrix
+    product bits^T rows: an exact float32 product of 0/1 matrices (counts < 2^24) taken mod 2, in row blocks."""
+    out = np.zeros((CHECKS, rows.shape[1] * 8), dtype=np.uint8)
+    # One BLAS thread: idle OpenBLAS threads spin between products, taking the core the other work (or the other
+    # party, on a shared machine) needs; measured, 4-5 CPU-s of spin per 1M exchange and no wall-time gain.
+    with threadpool_limits(1, user_api="blas"):
+        for a in range(0, len(rows), _CHECK_BLOCK):
+            x = bits[a : a + _CHECK_BLOCK].astype(np.float32)
+            r = np.unpackbits(rows[a : a + _CHECK_BLOCK], axis=1).astype(np.float32)
+            out ^= (x.T @ r).astype(np.int64).astype(np.uint8) & 1
+    return np.packbits(out, axis=1)
 
 
 def bins_of(hash_key: bytes, hashed: np.ndarray, m: int) -> np.ndarray:
@@ -267,39 +354,93 @@ class _Columns:
 
 
 def _spans(m: int) -> Iterator[tuple[int, int]]:
-    return ((a, min(a + ROWS_PER_CHUNK, m)) for a in range(0, m, ROWS_PER_CHUNK))
+    """U's row chunks: the m bins, then the CHECKS pad rows."""
+    total = m + CHECKS
+    return ((a, min(a + ROWS_PER_CHUNK, total)) for a in range(0, total, ROWS_PER_CHUNK))
 
 
 def row_chunks(m: int) -> int:
-    return -(-m // ROWS_PER_CHUNK)
+    """U's messages for m bins (its pad rows included)."""
+    return -(-(m + CHECKS) // ROWS_PER_CHUNK)
+
+
+def _fold(acc: np.ndarray, a: int, m: int, x: Challenge, rows: np.ndarray) -> None:
+    """Add U-ordered rows a.. (bins by their challenge bits, pad row m + c to check c) into ``acc``."""
+    bins = max(0, min(len(rows), m - a))
+    if bins:
+        acc ^= accumulate(x.next(bins), rows[:bins])
+    pads = np.arange(max(a, m), a + len(rows)) - m
+    acc[pads] ^= rows[bins:]
+
+
+@dataclass(frozen=True)
+class Proof:
+    """A's answer to the challenge, per check c: w~_c and t~_c, the XORs of w_j and T0_j over check c's bins and
+    its pad row."""
+
+    words: np.ndarray  # (CHECKS, WORD_BYTES) uint8
+    rows: np.ndarray  # (CHECKS, CODE_BYTES) uint8
+
+    def to_bytes(self) -> tuple[bytes, bytes]:
+        return self.words.tobytes(), self.rows.tobytes()
+
+    @classmethod
+    def from_bytes(cls, words: bytes, rows: bytes) -> Proof:
+        """A ValueError naming the field of the wrong size."""
+        for name, data, width in (("words", words, WORD_BYTES), ("rows", rows, CODE_BYTES)):
+            if len(data) != CHECKS * width:
+                raise ValueError(
+                    f"the proof's {name} hold {len(data)} bytes, not {CHECKS * width} ({CHECKS} x {width})"
+                )
+        return cls(
+            np.frombuffer(words, np.uint8).reshape(CHECKS, WORD_BYTES),
+            np.frombuffer(rows, np.uint8).reshape(CHECKS, CODE_BYTES),
+        )
+
+
+class CheckFailed(ValueError):
+    """U did not pass the consistency check: not every row was a codeword of the announced code."""
 
 
 @dataclass
 class Receiver:
     """A's OPRF state for one passive party: ``u_chunks`` yields U's row chunks (bytes) and fills ``outputs``
-    (bin -> H(j, T0_j) for the bins that hold an id)."""
+    (bin -> H(j, T0_j) for the bins that hold an id); :meth:`proof` answers P's challenge."""
 
     table: np.ndarray  # bin -> item, -1 empty
     hashed: np.ndarray  # h(x) of A's ids
     k0: list[bytes]
     k1: list[bytes]
-    code_key: bytes
+    code_seed: bytes
 
     def __post_init__(self) -> None:
-        self.outputs = np.zeros(len(self.table), dtype=f"S{VALUE_BYTES}")
+        m = len(self.table)
+        self.outputs = np.zeros(m, dtype=f"S{VALUE_BYTES}")
+        # w per U row: an id's word, random for an empty bin and the pad rows (kept for the proof: 12 bytes a row)
+        self.words = np.frombuffer(_random((m + CHECKS) * WORD_BYTES), np.uint8).reshape(-1, WORD_BYTES).copy()
+        full = np.flatnonzero(self.table >= 0)
+        self.words[full] = words_of(self.hashed[self.table[full]])
 
     def u_chunks(self) -> Iterator[bytes]:
+        code, m = linear_code(self.code_seed), len(self.table)
         t0, t1 = _Columns(self.k0), _Columns(self.k1)
-        for a, b in _spans(len(self.table)):
-            items = self.table[a:b]
-            full = np.flatnonzero(items >= 0)
-            r = np.frombuffer(_random((b - a) * CODE_BYTES), dtype=np.uint8).reshape(b - a, CODE_BYTES).copy()
-            r[full] = codes(self.code_key, self.hashed[items[full]])
+        for a, b in _spans(m):
             rows0 = t0.rows(b - a)
-            u = rows0 ^ t1.rows(b - a) ^ r
-            del r
+            u = rows0 ^ t1.rows(b - a) ^ code.encode(self.words[a:b])
+            items = self.table[a:min(b, m)]
+            full = np.flatnonzero(items >= 0)
             self.outputs[a + full] = output_hash(a + full, rows0[full])
             yield u.tobytes()
+
+    def proof(self, challenge: bytes) -> Proof:
+        """The answer to P's challenge seed: T0 is made again from our keys, chunk by chunk, not kept."""
+        if len(challenge) != KEY_BYTES:
+            raise ValueError(f"the challenge holds {len(challenge)} bytes, not {KEY_BYTES}")
+        m, t0, x = len(self.table), _Columns(self.k0), Challenge(challenge)
+        acc = np.zeros((CHECKS, CODE_BYTES + WORD_BYTES), dtype=np.uint8)
+        for a, b in _spans(m):
+            _fold(acc, a, m, x, np.concatenate([t0.rows(b - a), self.words[a:b]], axis=1))
+        return Proof(acc[:, CODE_BYTES:].copy(), acc[:, :CODE_BYTES].copy())
 
     def values(self) -> np.ndarray:
         """Each of A's ids' output, in row order (after every chunk was made)."""
@@ -310,14 +451,19 @@ class Receiver:
 
 
 class Sender:
-    """P's OPRF state: :meth:`add` takes U's row chunks in order; :meth:`values` is its list in the order sent and
-    ``rows`` the secret row of each sent value (-1: padding). Per own id it keeps h(y) and, per (id, bin) slot, a
-    few integers; codes and Q rows exist a chunk at a time."""
+    """P's OPRF state: :meth:`add` takes U's row chunks in order; :meth:`verify` checks A's proof against the
+    challenge drawn here at the start; only then :meth:`values` is its list in the order sent, and ``rows`` the
+    secret row of each sent value (-1: padding). Per own id it keeps h(y) and, per (id, bin) slot, a few
+    integers; codes and Q rows exist a chunk at a time."""
 
-    def __init__(self, own_hashed: np.ndarray, hash_key: bytes, m: int, ot: BaseOtReceiver, code_key: bytes) -> None:
+    def __init__(self, own_hashed: np.ndarray, hash_key: bytes, m: int, ot: BaseOtReceiver, code_seed: bytes) -> None:
         n = len(own_hashed)
-        self._m, self._s, self._hashed, self._code_key = m, ot.choices, own_hashed, code_key
+        self._m, self._s, self._hashed, self._code = m, ot.choices, own_hashed, linear_code(code_seed)
         self._columns = _Columns(ot.keys)
+        self.challenge = _random(KEY_BYTES)  # secret until U is complete: A's rows are fixed before it learns it
+        self._x = Challenge(self.challenge)
+        self._acc = np.zeros((CHECKS, CODE_BYTES), dtype=np.uint8)  # per check, the XOR of its q_j
+        self._verified = False
         candidates = bins_of(hash_key, own_hashed, m)  # (n, 3)
         # A bin that two hash functions of the same id give counts once; its second slot is random padding
         distinct = np.ones((n, HASHES), dtype=bool)
@@ -338,9 +484,9 @@ class Sender:
 
     def add(self, chunk: bytes) -> None:
         """U's next row chunk; a ValueError if it has not the expected size."""
-        a = self._next
-        b = min(a + ROWS_PER_CHUNK, self._m)
-        if a >= self._m:
+        a, total = self._next, self._m + CHECKS
+        b = min(a + ROWS_PER_CHUNK, total)
+        if a >= total:
             raise ValueError(f"a U chunk beyond the {row_chunks(self._m)} announced")
         if len(chunk) != (b - a) * CODE_BYTES:
             raise ValueError(
@@ -349,19 +495,35 @@ class Sender:
             )
         u = np.frombuffer(chunk, dtype=np.uint8).reshape(b - a, CODE_BYTES)
         q = self._columns.rows(b - a) ^ (u & self._s)
+        _fold(self._acc, a, self._m, self._x, q)
         end = self._done + int(np.searchsorted(self._slot_bins[self._done :], b))
         bins_here, slots = self._slot_bins[self._done : end], self._slots[self._done : end]
-        masked = codes(self._code_key, self._hashed[slots // HASHES]) & self._s  # C(y) & s
+        masked = self._code.encode(words_of(self._hashed[slots // HASHES])) & self._s  # C(y) & s
         self._slot_values[slots] = output_hash(bins_here, q[bins_here - a] ^ masked)
         self._next, self._done = b, end
 
     @property
     def complete(self) -> bool:
-        return self._next >= self._m
+        return self._next >= self._m + CHECKS
+
+    @property
+    def chunks(self) -> int:
+        """U chunks taken so far."""
+        return -(-self._next // ROWS_PER_CHUNK)
+
+    def verify(self, proof: Proof) -> None:
+        """CheckFailed unless, for every check c, the XOR of its q_j is t~_c ^ (C(w~_c) & s): true for an honest
+        U; for a row off the code, each check holding it fails unless A guessed the bits of s it touches."""
+        if not self.complete:
+            raise ValueError(f"the proof came after {self.chunks} of {row_chunks(self._m)} U chunks")
+        expected = proof.rows ^ (self._code.encode(proof.words) & self._s)
+        if not np.array_equal(expected, self._acc):
+            raise CheckFailed("U failed the consistency check: its rows are not all codewords of the announced code")
+        self._verified = True
 
     def values(self) -> np.ndarray:
-        if not self.complete:
-            raise ValueError(f"U ended after {row_chunks(self._next)} of {row_chunks(self._m)} chunks")
+        if not self._verified:
+            raise ValueError("no value before U passed the consistency check")
         return self._slot_values[self._order]
 
 

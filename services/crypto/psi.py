@@ -70,8 +70,8 @@ RATIO_FLOOR = 1_000_000
 # 1M ids make ~120 tasks), and about 4 per worker for shorter lists so no worker waits on a long last one; a list of
 # up to MIN_CHUNK is one task, done in the calling process (a pool's start-up would cost more than it saves).
 # The alignment protocols an active party may run ([psi] protocol); the first is the default. "ecdh": this module's;
-# "oprf": OT-extension PSI (services/crypto/oprf.py), semi-honest only: a deviating active party learns the passive
-# party's whole ID set, so a passive party serves it only when its operator opts in ([psi] accept).
+# "oprf": OT-extension PSI (services/crypto/oprf.py, with OOS17's consistency check against a deviating active
+# party), served by a passive party only when its operator opts in ([psi] accept) until the check is reviewed.
 PROTOCOLS = ("ecdh", "oprf")
 CHUNK = 8192
 MIN_CHUNK = 2048

@@ -462,7 +462,7 @@ class ActiveParty:
                 s.aligning = True
         passive_rows = [s.passive_rows.get(party, len(own_ids)) for party in self.passives]
         if self.psi_protocol == "oprf":  # U's rows sent and the values received, per passive party
-            total = sum(oprf.bins(len(own_ids)) + oprf.HASHES * n for n in passive_rows)
+            total = sum(oprf.bins(len(own_ids)) + oprf.CHECKS + oprf.HASHES * n for n in passive_rows)
         else:
             total = len(own_ids) + sum(len(own_ids) + 2 * n for n in passive_rows)
         tracker = _Tracker(total, progress)
@@ -576,9 +576,9 @@ class ActiveParty:
             outputs as it arrives (psi.StreamMatch), so only 9 bytes per own ID are kept of them."""
             base_ot, receivers, matches, sent = oprf.BaseOtSender(), [], [], [0]
 
-            def u_rows(code_key: bytes, answers: list[bytes]) -> Iterator[bytes]:
+            def u_rows(code_seed: bytes, answers: list[bytes]) -> Iterator[bytes]:
                 k0, k1 = base_ot.keys(answers)
-                receivers.append(oprf.Receiver(table, hashed, k0, k1, code_key))
+                receivers.append(oprf.Receiver(table, hashed, k0, k1, code_seed))
                 matches.clear()
                 return counted(receivers[-1].u_chunks())
 
@@ -602,7 +602,12 @@ class ActiveParty:
                 matches[0].add(values)
 
             hello = oprf.Hello(s.session_id, salt, hash_key, m, base_ot.point)
-            n = client.psi_oprf(hello, u_rows, check, take, exchanging)
+            def prove(challenge: bytes) -> oprf.Proof:  # the consistency check's answer, once U was all sent
+                if sent[0] != oprf.row_chunks(m):
+                    raise ValueError(f"a challenge before U's last chunk ({sent[0]} of {oprf.row_chunks(m)} sent)")
+                return receivers[-1].proof(challenge)
+
+            n = client.psi_oprf(hello, u_rows, prove, check, take, exchanging)
             if matches:
                 return n // oprf.HASHES, matches[0].result()
             try:

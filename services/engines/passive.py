@@ -238,8 +238,8 @@ class PassiveParty:
         # psi_owner_budget; None: unlimited): one exchange per session does not stop testing a dictionary over
         # many sessions, this does.
         self.psi_owner_budget = psi_owner_budget
-        # [psi] accept: the OPRF exchange is semi-honest (a deviating active party learns all our IDs), so it is
-        # served only when this party's operator opted in; ECDH always.
+        # [psi] accept: the OPRF exchange (consistency-checked, not yet reviewed) is served only when this party's
+        # operator opted in; ECDH always.
         self.psi_accept = frozenset(psi_accept)
         self.data = data
         self.coordinator = coordinator
@@ -401,15 +401,16 @@ class PassiveParty:
             raise InvalidArgument(f"PSI: the active party's list: {exc}") from exc
 
     def psi_oprf(
-        self, session_id: str, hello: oprf.Hello, u_rows: Iterable[bytes]
-    ) -> Iterator[tuple[bytes, list[bytes]] | psi.Chunk]:
-        """The OPRF exchange (services/crypto/oprf.py), one per session with psi_exchange's: yields our keys (code key,
-        base-OT answers), takes U's row chunks, then yields our values in chunks. The hello is checked (its bins
-        against the caps, its point) and its bins charged to the owner's budget before any work."""
+        self, session_id: str, hello: oprf.Hello, steps: Iterable[bytes | oprf.Proof]
+    ) -> Iterator[tuple[bytes, list[bytes]] | bytes | psi.Chunk]:
+        """The OPRF exchange (services/crypto/oprf.py), one per session with psi_exchange's: yields our keys (code
+        seed, base-OT answers), takes U's row chunks, yields our challenge, takes the proof and, only if U passes
+        the consistency check, yields our values in chunks. The hello is checked (its bins against the caps, its
+        point) and its bins charged to the owner's budget before any work."""
         if "oprf" not in self.psi_accept:  # our own config only: nothing read, drawn or charged
             raise FailedPrecondition(
                 f"PSI: {self.party_id} does not serve the OPRF exchange ([psi] accept: "
-                f"{', '.join(sorted(self.psi_accept))}): it is secure against a semi-honest active party only; "
+                f"{', '.join(sorted(self.psi_accept))}): it is opt-in until its consistency check is reviewed; "
                 "align with [psi] protocol = \"ecdh\""
             )
         s = self.session(session_id)
@@ -445,16 +446,33 @@ class PassiveParty:
             raise FailedPrecondition(f"PSI: {self.party_id}'s own IDs: {exc}") from exc
         base_ot = oprf.BaseOtReceiver()
         answers = base_ot.answer(hello.base_point)
-        code_key = entropy.os_entropy().bytes(oprf.KEY_BYTES)
-        sender = oprf.Sender(hashed, hello.hash_key, hello.bins, base_ot, code_key)
+        code_seed = entropy.os_entropy().bytes(oprf.KEY_BYTES)
+        sender = oprf.Sender(hashed, hello.hash_key, hello.bins, base_ot, code_seed)  # draws the challenge
         del hashed
-        yield code_key, answers
+        yield code_seed, answers
+        steps = iter(steps)
         try:
-            for chunk in u_rows:
-                sender.add(chunk)
-            values = sender.values()
+            while not sender.complete:
+                step = next(steps, None)
+                if not isinstance(step, bytes):
+                    raise ValueError(f"U ended after {sender.chunks} of {oprf.row_chunks(hello.bins)} chunks")
+                sender.add(step)
         except ValueError as exc:
             raise InvalidArgument(f"PSI: the active party's U: {exc}") from exc
+        yield sender.challenge  # only now: U is fixed
+        proof = next(steps, None)
+        if not isinstance(proof, oprf.Proof):
+            raise InvalidArgument("PSI: the active party's stream holds no proof after U's last chunk")
+        try:
+            sender.verify(proof)
+        except oprf.CheckFailed as exc:  # no value leaves; any earlier exchange's list is void too
+            with s.lock:
+                s.psi_permutation = None
+                self._save(session_id, s)
+            raise InvalidArgument(
+                f"PSI: the active party's {exc}; no value was sent, the exchange is void and its bins stay charged"
+            ) from None
+        values = sender.values()
         with s.lock:
             _refuse_second_exchange(session_id, s)  # a concurrent exchange may have finished meanwhile
             s.psi_permutation = sender.rows

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import grpc
 import numpy as np
 
-from vflsec.services.crypto import he, psi
+from vflsec.services.crypto import he
 from vflsec.services.defenses import params as param_defenses
 from vflsec.services.engines.passive import PassiveParty, PassiveSession
 from vflsec.services.errors import InvalidArgument
@@ -70,10 +70,10 @@ class PassiveServicer(passive_pb2_grpc.PassiveServicer):
     @rpc
     def PsiOprfStream(self, requests: Iterator[passive_pb2.PsiOprfRequest], context: grpc.ServicerContext):
         with self.party.psi_stream_slot(current_caller().party_id):
-            hello, u_rows = psi_stream.oprf_opened(requests)
+            hello, steps = psi_stream.oprf_opened(requests)
             self._owner(hello.session_id)
-            for out in self.party.psi_oprf(hello.session_id, hello, u_rows):
-                yield psi_stream.oprf_values(out) if isinstance(out, psi.Chunk) else psi_stream.oprf_keys(*out)
+            for out in self.party.psi_oprf(hello.session_id, hello, steps):
+                yield psi_stream.oprf_reply(out)
 
     @rpc
     def PsiFinish(self, request: passive_pb2.PsiFinishRequest, context: grpc.ServicerContext):

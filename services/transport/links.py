@@ -305,27 +305,35 @@ class PassiveClient:
         self,
         hello: oprf.Hello,
         u_rows: Callable[[bytes, list[bytes]], Iterator[bytes]],
+        prove: Callable[[bytes], oprf.Proof],
         check_size: Callable[[int], None],
         take: Callable[[np.ndarray], None],
         progress: Callable[[int], None] | None = None,
     ) -> int:
         """The OPRF exchange (services/crypto/oprf.py) with the party: send ``hello``; on its keys, stream
-        ``u_rows(code_key, base_answers)`` (U's row chunks, made as the call takes them); hand its values to
-        ``take`` chunk by chunk (S16 arrays, in order; none is kept here) and return their number, whose size
-        ``check_size`` may refuse before any arrives. A reply that breaks the rules, or a ValueError from ``take``,
-        cancels the call; ``progress`` hears of each U row chunk's rows and each value chunk's values."""
+        ``u_rows(code_seed, base_answers)`` (U's row chunks, made as the call takes them); on its challenge, send
+        ``prove(challenge)``; hand its values to ``take`` chunk by chunk (S16 arrays, in order; none is kept here)
+        and return their number, whose size ``check_size`` may refuse before any arrives. A reply that breaks the
+        rules, or a ValueError from ``take``, cancels the call; ``progress`` hears of each U row chunk's rows and
+        each value chunk's values."""
         policy = replace(self.policy, timeout=self.policy.timeout + PSI_SECONDS_PER_ID * hello.bins)
 
         def exchange(_: None, timeout: float) -> int:
             rows: queue.Queue[Iterator[bytes] | None] = queue.Queue()
+            proofs: queue.Queue[oprf.Proof | None] = queue.Queue()
 
             def requests() -> Iterator[passive_pb2.PsiOprfRequest]:
                 yield psi_stream.oprf_hello(hello)
                 chunks = rows.get()  # the party's keys first
-                for chunk in chunks or ():
+                if chunks is None:
+                    return
+                for chunk in chunks:
                     yield passive_pb2.PsiOprfRequest(u_rows=chunk)
                     if progress is not None:
                         progress(len(chunk) // oprf.CODE_BYTES)
+                proof = proofs.get()  # then its challenge
+                if proof is not None:
+                    yield psi_stream.oprf_proof(proof)
 
             responses = self.stub.PsiOprfStream(requests(), timeout=timeout)
             reader = psi.ChunkReader(check_size, width=oprf.VALUE_BYTES, per_chunk=oprf.VALUES_PER_CHUNK, keep=False)
@@ -334,11 +342,15 @@ class PassiveClient:
                 if first is None or first.WhichOneof("step") != "keys":
                     raise ValueError("the reply does not open with the party's keys")
                 if len(first.keys.code_key) != oprf.KEY_BYTES:
-                    raise ValueError(f"the code key holds {len(first.keys.code_key)} bytes, not {oprf.KEY_BYTES}")
+                    raise ValueError(f"the code seed holds {len(first.keys.code_key)} bytes, not {oprf.KEY_BYTES}")
                 rows.put(u_rows(first.keys.code_key, list(first.keys.base_answers)))
+                second = next(responses, None)
+                if second is None or second.WhichOneof("step") != "challenge":
+                    raise ValueError("the reply after the keys is not the party's challenge")
+                proofs.put(prove(second.challenge))
                 for reply in responses:
                     if reply.WhichOneof("step") != "values":
-                        raise ValueError("a reply message after the keys carries no values")
+                        raise ValueError("a reply message after the challenge carries no values")
                     values = reader.add(psi_stream.from_message(reply.values))
                     take(values)
                     if progress is not None:
@@ -348,7 +360,8 @@ class PassiveClient:
                 responses.cancel()
                 raise InvalidArgument(f"PSI: {self.peer}'s reply: {exc}") from None
             finally:
-                rows.put(None)  # the request stream never waits for keys that will not come
+                rows.put(None)  # the request stream never waits for keys or a challenge that will not come
+                proofs.put(None)
 
         return call(self.peer, exchange, None, policy)
 

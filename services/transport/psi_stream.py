@@ -104,26 +104,41 @@ def oprf_hello(hello: oprf.Hello) -> passive_pb2.PsiOprfRequest:
     )
 
 
-def oprf_opened(stream: Iterator[passive_pb2.PsiOprfRequest]) -> tuple[oprf.Hello, Iterator[bytes]]:
-    """(the hello, U's row chunks) of a request stream, reading only its first message; InvalidArgument if the
-    stream does not open with a hello, or later carries another."""
+def oprf_opened(stream: Iterator[passive_pb2.PsiOprfRequest]) -> tuple[oprf.Hello, Iterator[bytes | oprf.Proof]]:
+    """(the hello, then U's row chunks and the proof) of a request stream, reading only its first message;
+    InvalidArgument if the stream does not open with a hello, or later carries another, or a proof of the wrong
+    size."""
     first = next(stream, None)
     if first is None or first.WhichOneof("step") != "hello":
         raise InvalidArgument("PSI: the active party's stream does not open with a hello")
     h = first.hello
 
-    def rows() -> Iterator[bytes]:
+    def steps() -> Iterator[bytes | oprf.Proof]:
         for request in stream:
-            if request.WhichOneof("step") != "u_rows":
+            step = request.WhichOneof("step")
+            if step == "u_rows":
+                yield request.u_rows
+            elif step == "proof":
+                try:
+                    yield oprf.Proof.from_bytes(request.proof.words, request.proof.rows)
+                except ValueError as exc:
+                    raise InvalidArgument(f"PSI: the active party's proof: {exc}") from None
+            else:
                 raise InvalidArgument("PSI: the active party's stream carries a second hello or an empty message")
-            yield request.u_rows
 
-    return oprf.Hello(h.session_id, h.salt, h.hash_key, h.bins, h.base_point), rows()
-
-
-def oprf_keys(code_key: bytes, answers: Sequence[bytes]) -> passive_pb2.PsiOprfReply:
-    return passive_pb2.PsiOprfReply(keys=passive_pb2.PsiOprfKeys(code_key=code_key, base_answers=answers))
+    return oprf.Hello(h.session_id, h.salt, h.hash_key, h.bins, h.base_point), steps()
 
 
-def oprf_values(chunk: psi.Chunk) -> passive_pb2.PsiOprfReply:
-    return passive_pb2.PsiOprfReply(values=to_message(chunk))
+def oprf_proof(proof: oprf.Proof) -> passive_pb2.PsiOprfRequest:
+    words, rows = proof.to_bytes()
+    return passive_pb2.PsiOprfRequest(proof=passive_pb2.PsiOprfProof(words=words, rows=rows))
+
+
+def oprf_reply(out: tuple[bytes, Sequence[bytes]] | bytes | psi.Chunk) -> passive_pb2.PsiOprfReply:
+    """The passive party's keys (code seed, base-OT answers), its challenge seed, or a chunk of its values."""
+    if isinstance(out, psi.Chunk):
+        return passive_pb2.PsiOprfReply(values=to_message(out))
+    if isinstance(out, bytes):
+        return passive_pb2.PsiOprfReply(challenge=out)
+    code_seed, answers = out
+    return passive_pb2.PsiOprfReply(keys=passive_pb2.PsiOprfKeys(code_key=code_seed, base_answers=answers))

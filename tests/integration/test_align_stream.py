@@ -51,10 +51,11 @@ def test_align_stream_reports_counts_and_returns_the_common_ids_in_chunks(fed, m
     assert [p.done for p in progress] == sorted(p.done for p in progress)
     assert {p.stage for p in progress} <= set(STAGES) and progress[-1].stage == "finishing"
     # Every party's size was announced at JoinSession: the counts end at the whole work, OPRF's (this federation's)
-    # U rows and values, sum(m + 3 n_p) (ECDH's curve work is n_a + sum(n_a + 2 n_p)).
+    # U rows (m bins and 64 pad rows) and values, sum(m + 64 + 3 n_p) (ECDH's curve work is n_a + sum(n_a + 2 n_p)).
     n_active = len(_engine(fed, "active").data.ids)
     assert _engine(fed, "active").psi_protocol == "oprf"
-    total = sum(oprf.bins(n_active) + 3 * len(_engine(fed, p).data.ids) for p in ("passive-1", "passive-2"))
+    parties = ("passive-1", "passive-2")
+    total = sum(oprf.bins(n_active) + oprf.CHECKS + 3 * len(_engine(fed, p).data.ids) for p in parties)
     assert progress[-1].done == progress[-1].total == total
     rows = _engine(fed, "active").session(session_id).rows
     assert len(chunks) == -(-len(rows) // 64) > 1 and all(len(c.common_ids) <= 64 for c in chunks)

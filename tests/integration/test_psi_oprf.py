@@ -148,8 +148,10 @@ def test_an_owner_over_budget_is_refused_before_any_work_and_bad_own_ids_are_ref
         ("no salt", "PSI: the active party's salt holds 0 bytes, not 1 to 64"),
         ("no hello", "PSI: the active party's stream does not open with a hello"),
         ("second hello", "PSI: the active party's stream carries a second hello or an empty message"),
-        ("short U chunk", "PSI: the active party's U: U chunk 0 holds 64 bytes, not 65536 (1024 rows of 64 bytes)"),
+        ("short U chunk", "PSI: the active party's U: U chunk 0 holds 64 bytes, not 69632 (1088 rows of 64 bytes)"),
         ("U cut", "PSI: the active party's U: U ended after 0 of 1 chunks"),
+        ("no proof", "PSI: the active party's stream holds no proof after U's last chunk"),
+        ("short proof", "PSI: the active party's proof: the proof's words hold 3 bytes, not 768 (64 x 12)"),
     ],
 )
 def test_bad_hellos_and_u_streams_are_refused_naming_the_problem(fed, case: str, problem: str) -> None:
@@ -162,6 +164,9 @@ def test_bad_hellos_and_u_streams_are_refused_naming_the_problem(fed, case: str,
         "second hello": [_hello(session_id), _hello(session_id)],
         "short U chunk": [_hello(session_id), passive_pb2.PsiOprfRequest(u_rows=bytes(64))],
         "U cut": [_hello(session_id)],
+        "no proof": [_hello(session_id), passive_pb2.PsiOprfRequest(u_rows=bytes(69632))],
+        "short proof": [_hello(session_id), passive_pb2.PsiOprfRequest(u_rows=bytes(69632)),
+                        passive_pb2.PsiOprfRequest(proof=passive_pb2.PsiOprfProof(words=b"abc", rows=bytes(4096)))],
     }[case]
     code, details = _refused(_stream, fed, requests)
     assert code == grpc.StatusCode.INVALID_ARGUMENT and problem in details
@@ -203,11 +208,18 @@ def test_psi_finish_refuses_every_bad_list_alike_naming_no_position_and_voids_th
         hashed = oprf.item_hashes(ids, salt)
         hash_key, table = oprf.place(hashed, m)
 
-        def u_rows(code_key: bytes, answers: list[bytes]) -> Iterator[bytes]:
-            return oprf.Receiver(table, hashed, *base_ot.keys(answers), code_key).u_chunks()
+        receivers = []
+
+        def u_rows(code_seed: bytes, answers: list[bytes]) -> Iterator[bytes]:
+            receivers.append(oprf.Receiver(table, hashed, *base_ot.keys(answers), code_seed))
+            return receivers[-1].u_chunks()
+
+        def prove(challenge: bytes) -> oprf.Proof:
+            return receivers[-1].proof(challenge)
 
         spent = engine.psi_blinded["active"]
-        n = client.psi_oprf(oprf.Hello(session_id, salt, hash_key, m, base_ot.point), u_rows, lambda n: None, _drop)
+        hello = oprf.Hello(session_id, salt, hash_key, m, base_ot.point)
+        n = client.psi_oprf(hello, u_rows, prove, lambda n: None, _drop)
         assert engine.psi_blinded["active"] == spent + m and n == 3 * len(engine.data.ids)
         return engine.session(session_id).psi_permutation
 
@@ -277,15 +289,16 @@ def test_bad_own_ids_name_the_party_and_the_rows(fed, party: str, fault: str) ->
 
 
 def test_a_passive_party_answering_before_taking_u_is_refused_naming_the_counts(fed, monkeypatch) -> None:
-    # Review 15, F6: the active party counts the U chunks it sent; values that come before the last would meet
-    # outputs it never made. 30,000 IDs make 2 U chunks; the deviating passive party reads none of them.
+    # Review 15, F6: the active party counts the U chunks it sent; a challenge (and values) before the last would
+    # meet a proof and outputs never made. 30,000 IDs make 2 U chunks; the deviating passive party reads none.
     active = np.array([f"id{i}" for i in range(30_000)])
     engine = _engine(fed, "passive-1")
     honest = engine.psi_oprf
 
-    def skips_u(session_id: str, hello: oprf.Hello, u_rows: Iterator[bytes]):
-        replies = honest(session_id, hello, u_rows)
+    def skips_u(session_id: str, hello: oprf.Hello, steps: Iterator[bytes]):
+        replies = honest(session_id, hello, steps)
         yield next(replies)  # its keys; U is never read
+        yield os.urandom(oprf.KEY_BYTES)  # a challenge before U is complete, then values
         values = np.frombuffer(os.urandom(oprf.VALUE_BYTES * 3 * len(engine.data.ids)), dtype="S16")
         yield psi.Chunk(0, 1, len(values), values.tobytes())
 
@@ -296,7 +309,7 @@ def test_a_passive_party_answering_before_taking_u_is_refused_naming_the_counts(
         code, details = _refused(fed.operator.align, session_id)
     assert code == grpc.StatusCode.INVALID_ARGUMENT
     # how many chunks the call took before the values came is timing (0 or 1), never both
-    assert re.search(r"PSI: passive-1's reply: passive-1 answered before taking U \([01] of 2 U chunks sent\)", details)
+    assert re.search(r"PSI: passive-1's reply: a challenge before U's last chunk \([01] of 2 sent\)", details)
     assert _engine(fed, "active").session(session_id).rows is None
 
 
@@ -360,7 +373,7 @@ def test_disjoint_sets_are_an_empty_intersection_naming_every_party(fed) -> None
     ("fault", "problem"),
     [
         ("identity answer", "base-OT point 0 is not a canonical point of ristretto255"),
-        ("short code key", "the code key holds 3 bytes, not 16"),
+        ("short code key", "the code seed holds 3 bytes, not 16"),
         ("answers missing", "511 base-OT points, not 512"),
     ],
 )
@@ -370,7 +383,7 @@ def test_bad_keys_from_a_passive_party_are_refused_by_the_active_party(fed, monk
 
     def tampered(*args):
         for out in honest(*args):
-            if not isinstance(out, psi.Chunk):
+            if isinstance(out, tuple):
                 code_key, answers = out
                 if fault == "identity answer":
                     answers = [bytes(32), *answers[1:]]

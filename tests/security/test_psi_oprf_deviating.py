@@ -1,18 +1,16 @@
-"""Review 15, F1: the OPRF exchange (KKRT16) is secure against a semi-honest active party only, so it is opt-in.
+"""Review 15, F1, against the actively secure OPRF (OOS17's consistency check, services/crypto/oprf.py).
 
-A deviating active party that sends a U not of code form learns the passive party's choice bits s from one
-exchange charged at the minimum (128 bins), then tests any dictionary offline: it recovers the passive party's
-whole ID set, IDs it never held included. This documents the known limit docs/protocol.md states (a claim check,
-not an expected failure): a passive party that sets ``[psi] accept = ["ecdh", "oprf"]`` trusts the active party
-not to deviate. By default a passive party refuses the OPRF hello before any work or charge.
+Before the check, a deviating active party that sent U rows that are not codewords (a known id's code with a
+few bits flipped) learned the passive party's choice bits s from which of P's values matched, then tested any
+dictionary offline: P's whole ID set, IDs it never held included. Now U's rows must be codewords of P's linear
+code: P checks 64 random combinations of them after U is fixed and, on any mismatch, refuses with one status
+and sends no value; the exchange is void and its bins stay charged. An honest exchange passes the check.
 
-Live federations (real gRPC, mTLS); the active party is played with its own certificate. P's choice bits are read
-from P's engine only to check what the attacker recovered; the attacker never uses them.
+Live federations (real gRPC, mTLS); the active party is played with its own certificate.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import grpc
@@ -21,11 +19,12 @@ import pytest
 
 from tests.security.conftest import Federation, federation
 from vflsec.services.crypto import oprf, psi
+from vflsec.services.errors import ServiceError
 from vflsec.services.transport import psi_stream
 from vflsec.services.transport.links import PassiveClient
 from vflsec.v1 import passive_pb2, passive_pb2_grpc
 
-SPACE, KNOWN, FLIPS, BINS = 20_000, 64, 8, 128  # dictionary size, IDs A holds, s bits per bin, the minimum m
+SPACE, KNOWN, FLIPS, BINS = 20_000, 64, 8, 128  # dictionary size, IDs A holds, bits flipped per bin, the minimum m
 
 
 @pytest.fixture(scope="module")
@@ -34,83 +33,84 @@ def opted_in(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
         yield fed
 
 
-def test_a_deviating_active_party_learns_the_choice_bits_and_every_passive_id(opted_in, monkeypatch) -> None:
-    fed = opted_in
+def _attack(fed: Federation, monkeypatch, flips: int) -> tuple[str, list[np.ndarray], object]:
+    """One exchange from an active party whose U rows carry ``flips`` flipped bits in each of its first bins
+    (F1's rows when flips > 0), answering the challenge as an honest party would for the words it used: (the
+    session, the values it received, the call's error or None)."""
     engine = fed.parties["passive-1"].engine
-    assert "oprf" in engine.psi_accept  # the passive party opted in
-    drawn: list[oprf.BaseOtReceiver] = []  # ground truth only
-    init = oprf.BaseOtReceiver.__init__
-
-    def recording(self: oprf.BaseOtReceiver) -> None:
-        init(self)
-        drawn.append(self)
-
-    monkeypatch.setattr(oprf.BaseOtReceiver, "__init__", recording)
     universe = np.array([f"cust{i:06d}" for i in range(SPACE)])
     rng = np.random.default_rng(7)  # the IDs only; the protocol draws from OS entropy
     p_ids = universe[rng.choice(SPACE, len(engine.data.ids), replace=False)]
     a_ids = p_ids[rng.choice(len(p_ids), KNOWN, replace=False)]  # A's customers, which P also holds
     monkeypatch.setattr(engine.data, "ids", p_ids)
     session_id = fed.operator.create_session("plain", seed=1).session_id
-    spent = engine.psi_blinded.get("active", 0)
-
     salt = psi.new_salt()
     hashed = oprf.item_hashes(a_ids, salt)
     hash_key, table = oprf.place(hashed, BINS)
     base = oprf.BaseOtSender()
-    sent: dict = {}
+    receivers: list[oprf.Receiver] = []
 
-    def deviating_u(code_key: bytes, answers: list[bytes]) -> Iterator[bytes]:
-        k0, k1 = base.keys(answers)
-        t0, t1 = oprf._Columns(k0).rows(BINS), oprf._Columns(k1).rows(BINS)
-        r = np.frombuffer(os.urandom(BINS * oprf.CODE_BYTES), np.uint8).reshape(BINS, -1).copy()
-        full = np.flatnonzero(table >= 0)
-        r[full] = oprf.codes(code_key, hashed[table[full]])
-        flips = {}
-        for n, j in enumerate(full[: oprf.CODE_BITS // FLIPS]):  # bin j: C(x) with FLIPS bits flipped, not a code
-            flips[int(j)] = list(range(n * FLIPS, (n + 1) * FLIPS))
-            for b in flips[int(j)]:
-                r[j, b // 8] ^= 0x80 >> (b % 8)
-        sent.update(t0=t0, r=r, flips=flips, code_key=code_key)
-        return iter([(t0 ^ t1 ^ r).tobytes()])
+    def deviating_u(code_seed: bytes, answers: list[bytes]) -> Iterator[bytes]:
+        receiver = oprf.Receiver(table, hashed, *base.keys(answers), code_seed)
+        receivers.append(receiver)
+        (chunk,) = receiver.u_chunks()  # the honest U, then F1's flips
+        u = np.frombuffer(chunk, np.uint8).reshape(-1, oprf.CODE_BYTES).copy()
+        for n, j in enumerate(np.flatnonzero(table >= 0)[: oprf.CODE_BITS // max(flips, 1)] if flips else []):
+            for b in range(n * flips, (n + 1) * flips):
+                u[j, b // 8] ^= 0x80 >> (b % 8)
+        return iter([u.tobytes()])
 
     got: list[np.ndarray] = []
     with fed.channel("active", "passive-1") as channel:
         client = PassiveClient("passive-1", channel)
         hello = oprf.Hello(session_id, salt, hash_key, BINS, base.point)
-        client.psi_oprf(hello, deviating_u, lambda n: None, got.append)
-        values = np.concatenate(got)
-        assert engine.psi_blinded["active"] - spent == BINS  # charged like an honest exchange of this size
-        position = {v: i for i, v in enumerate(values.tolist())}
-        t0, r = sent["t0"], sent["r"]
-        s = np.zeros(oprf.CODE_BYTES, np.uint8)
-        finish = []
-        for j, bits in sent["flips"].items():  # 2^FLIPS hashes per bin: which flipped bits P's s kept
-            for pattern in range(1 << FLIPS):
-                row = t0[j].copy()
-                for k, b in enumerate(bits):
-                    if pattern >> k & 1:
-                        row[b // 8] ^= 0x80 >> (b % 8)
-                value = oprf.output_hash(np.array([j]), row[None])[0]
-                if value in position:
-                    for k, b in enumerate(bits):
-                        if pattern >> k & 1:
-                            s[b // 8] |= 0x80 >> (b % 8)
-                    finish.append(position[value])
-                    break
-        assert np.array_equal(s, drawn[-1].choices)  # all 512 of P's secret choice bits
-        # Offline, with s: P's value of any candidate y in each of its bins j is H(j, T0_j ^ ((r_j ^ C(y)) & s)).
-        hu = oprf.item_hashes(universe, salt)
-        cu, bu = oprf.codes(sent["code_key"], hu), oprf.bins_of(hash_key, hu, BINS)
-        member = np.zeros(SPACE, bool)
-        for i in range(oprf.HASHES):
-            j = bu[:, i]
-            member |= np.isin(oprf.output_hash(j, t0[j] ^ ((r[j] ^ cu) & s)), values)
-        found = set(universe[member].tolist())
-        assert found == set(p_ids.tolist())  # P's whole ID set ...
-        assert len(found - set(a_ids.tolist())) == len(p_ids) - KNOWN  # ... IDs A never held included
-        # and the run looks honest to P: PsiFinish with the positions of the IDs A holds is accepted
-        assert client.psi_finish(session_id, np.array(finish)) == KNOWN
+        try:
+            client.psi_oprf(hello, deviating_u, lambda c: receivers[-1].proof(c), lambda n: None, got.append)
+            error = None
+        except ServiceError as exc:
+            error = exc
+    return session_id, got, error
+
+
+def test_the_f1_attack_is_caught_by_the_consistency_check_and_learns_nothing(opted_in, monkeypatch) -> None:
+    fed = opted_in
+    engine = fed.parties["passive-1"].engine
+    assert "oprf" in engine.psi_accept  # the passive party opted in
+    spent = engine.psi_blinded.get("active", 0)
+    session_id, got, error = _attack(fed, monkeypatch, FLIPS)
+    assert error is not None and "failed the consistency check" in str(error)  # P refused at the check ...
+    assert "no value was sent, the exchange is void" in str(error)
+    assert got == []  # ... before any value: A has nothing to test s or a dictionary against
+    assert engine.psi_blinded["active"] - spent == BINS  # charged like an honest exchange of this size
+    assert engine.session(session_id).psi_permutation is None  # void: PsiFinish has nothing to name
+    with fed.channel("active", "passive-1") as channel:
+        stub = passive_pb2_grpc.PassiveStub(channel)
+        with pytest.raises(grpc.RpcError) as err:
+            stub.PsiFinish(passive_pb2.PsiFinishRequest(session_id=session_id, positions=[0]))
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_the_refusal_is_one_status_naming_no_secret(opted_in, monkeypatch) -> None:
+    texts = set()
+    for flips in (1, FLIPS, 64):  # bits flipped per bin, in up to 64 bins; a try passes only if s lacks them all
+        for _ in range(8):
+            _, got, error = _attack(opted_in, monkeypatch, flips)
+            if error is not None:
+                break
+        assert error is not None and got == []
+        texts.add(str(error))
+    (text,) = texts  # the same text whatever was flipped: which check failed, or which bit, is not said
+    assert not any(ch.isdigit() for ch in text.split("failed the consistency check")[1])
+
+
+def test_an_honest_exchange_passes_the_check_and_aligns(opted_in, monkeypatch) -> None:
+    session_id, got, error = _attack(opted_in, monkeypatch, 0)
+    engine = opted_in.parties["passive-1"].engine
+    assert error is None and sum(len(v) for v in got) == oprf.HASHES * len(engine.data.ids)
+    assert engine.session(session_id).psi_permutation is not None
+    monkeypatch.undo()  # the federation's own IDs again
+    common = opted_in.operator.align(opted_in.operator.create_session("plain", seed=1).session_id)
+    assert common  # and the operator's own OPRF alignment passes it too
 
 
 @pytest.fixture(scope="module")

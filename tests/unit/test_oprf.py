@@ -5,6 +5,7 @@ overlap, through the same functions the engines call (no gRPC here: tests/integr
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -101,11 +102,12 @@ def _protocol(active: list[str], passive: list[str]) -> tuple[np.ndarray, np.nda
     hash_key, table = oprf.place(hashed, m)
     base_sender, base_receiver = oprf.BaseOtSender(), oprf.BaseOtReceiver()
     answers = base_receiver.answer(base_sender.point)
-    code_key = os.urandom(oprf.KEY_BYTES)
-    sender = oprf.Sender(oprf.item_hashes(passive, salt), hash_key, m, base_receiver, code_key)
-    receiver = oprf.Receiver(table, hashed, *base_sender.keys(answers), code_key)
+    code_seed = os.urandom(oprf.KEY_BYTES)
+    sender = oprf.Sender(oprf.item_hashes(passive, salt), hash_key, m, base_receiver, code_seed)
+    receiver = oprf.Receiver(table, hashed, *base_sender.keys(answers), code_seed)
     for chunk in receiver.u_chunks():
         sender.add(chunk)
+    sender.verify(receiver.proof(sender.challenge))  # an honest U passes
     return receiver.values(), sender.values(), sender.rows
 
 
@@ -141,14 +143,17 @@ def test_u_chunks_of_the_wrong_size_or_count_are_refused() -> None:
     hashed = oprf.item_hashes(["x", "y"], b"salt")
     m = oprf.bins(2)
     sender = oprf.Sender(hashed, os.urandom(16), m, receiver, os.urandom(16))
-    with pytest.raises(ValueError, match=f"U chunk 0 holds 64 bytes, not {m * 64}"):
+    with pytest.raises(ValueError, match=f"U chunk 0 holds 64 bytes, not {(m + oprf.CHECKS) * 64}"):
         sender.add(bytes(64))
-    with pytest.raises(ValueError, match="U ended after 0 of 1 chunks"):
+    with pytest.raises(ValueError, match="no value before U passed the consistency check"):
         sender.values()
-    sender.add(bytes(m * 64))
+    with pytest.raises(ValueError, match="the proof came after 0 of 1 U chunks"):
+        sender.verify(oprf.Proof(np.zeros((oprf.CHECKS, 12), np.uint8), np.zeros((oprf.CHECKS, 64), np.uint8)))
+    sender.add(bytes((m + oprf.CHECKS) * 64))
     with pytest.raises(ValueError, match="a U chunk beyond the 1 announced"):
         sender.add(bytes(64))
-    assert len(sender.values()) == 6
+    with pytest.raises(ValueError, match="no value before U passed"):
+        sender.values()
 
 
 def test_bins_cover_the_ids_with_margin_in_whole_blocks() -> None:
@@ -184,3 +189,105 @@ def test_a_value_of_ours_sent_twice_is_refused_naming_both_positions() -> None:
     stream = psi.StreamMatch(mine, "passive-1")
     stream.add(np.array([b"x" * 16, b"x" * 16, mine[1]]))  # a repeat matching nothing of ours changes nothing
     assert stream.result()[0].tolist() == [i == 1 for i in range(10)] and stream.result()[1][1] == 2
+
+
+# --- the linear code and the consistency check (OOS17) ---
+def _words(n: int) -> np.ndarray:
+    return _bits(n, oprf.WORD_BYTES).copy()
+
+
+def test_the_code_is_linear_and_its_tables_encode_as_the_matrix_product() -> None:
+    code = oprf.LinearCode(os.urandom(oprf.KEY_BYTES))
+    a, b = _words(300), _words(300)
+    assert np.array_equal(code.encode(a ^ b), code.encode(a) ^ code.encode(b))  # C(a ^ b) = C(a) ^ C(b)
+    g = np.unpackbits(code.generator, axis=1).astype(np.int64)  # (96, 512)
+    assert g.shape == (oprf.WORD_BITS, oprf.CODE_BITS)
+    product = np.packbits((np.unpackbits(a, axis=1).astype(np.int64) @ g) % 2, axis=1)
+    assert np.array_equal(code.encode(a), product)
+    assert not code.encode(np.zeros((1, oprf.WORD_BYTES), np.uint8)).any()
+    weights = np.unpackbits(code.encode(a[a.any(axis=1)]), axis=1).sum(axis=1)
+    assert weights.min() >= 100  # random nonzero codewords: weight ~256 (minimum distance >= 100 but w.p. 2^-51)
+    assert not np.array_equal(oprf.LinearCode(os.urandom(16)).generator, code.generator)  # P's seed, its code
+
+
+def test_the_accumulator_is_the_xor_of_each_checks_rows() -> None:
+    bits = np.frombuffer(os.urandom(5000 * oprf.CHECKS), np.uint8).reshape(5000, oprf.CHECKS) & 1
+    rows = _bits(5000, 76)
+    acc = oprf.accumulate(bits, rows)
+    for c in (0, 17, oprf.CHECKS - 1):
+        assert np.array_equal(acc[c], np.bitwise_xor.reduce(rows[bits[:, c] == 1], axis=0))
+    # in pieces, as chunks arrive, equals all at once
+    assert np.array_equal(oprf.accumulate(bits[:1234], rows[:1234]) ^ oprf.accumulate(bits[1234:], rows[1234:]), acc)
+
+
+def test_the_challenge_stream_is_the_same_whatever_the_chunking() -> None:
+    seed = os.urandom(16)
+    whole = oprf.Challenge(seed).next(1000)
+    x = oprf.Challenge(seed)
+    assert np.array_equal(np.concatenate([x.next(8), x.next(992)]), whole)
+    assert whole.shape == (1000, oprf.CHECKS) and 0.45 < whole.mean() < 0.55
+
+
+def _exchange(n: int = 200) -> tuple[Callable[[], oprf.Sender], oprf.Receiver, list[bytes]]:
+    """(a maker of P's Sender: the same keys, choice bits and code, a fresh challenge each; A's Receiver; A's U)."""
+    salt = psi.new_salt()
+    hashed = oprf.item_hashes([f"id{i}" for i in range(n)], salt)
+    m = oprf.bins(n)
+    hash_key, table = oprf.place(hashed, m)
+    base_sender, base_receiver = oprf.BaseOtSender(), oprf.BaseOtReceiver()
+    answers = base_receiver.answer(base_sender.point)
+    seed = os.urandom(oprf.KEY_BYTES)
+    receiver = oprf.Receiver(table, hashed, *base_sender.keys(answers), seed)
+    return lambda: oprf.Sender(hashed, hash_key, m, base_receiver, seed), receiver, list(receiver.u_chunks())
+
+
+def test_one_flipped_bit_fails_exactly_the_checks_holding_its_row_when_s_has_that_bit() -> None:
+    new_sender, receiver, chunks = _exchange()
+    j = 37  # a bin; the challenge says which checks hold it
+    s_bits = np.unpackbits(new_sender()._s)
+    for bit, expect_fail in ((int(np.flatnonzero(s_bits)[0]), True), (int(np.flatnonzero(s_bits == 0)[0]), False)):
+        rows = np.frombuffer(chunks[0], np.uint8).reshape(-1, oprf.CODE_BYTES).copy()
+        rows[j, bit // 8] ^= 0x80 >> (bit % 8)
+        checked = new_sender()  # P's same keys and s: only U's one bit differs
+        for chunk in [rows.tobytes(), *chunks[1:]]:
+            checked.add(chunk)
+        x = oprf.Challenge(checked.challenge).next(len(receiver.table))[j]
+        proof = receiver.proof(checked.challenge)  # A's honest answer for the codeword it meant
+        expected = proof.rows ^ (checked._code.encode(proof.words) & checked._s)
+        failing = (expected != checked._acc).any(axis=1)
+        # a check fails iff it holds row j and s has the flipped bit (P's q_j moved by that bit of s)
+        assert failing.tolist() == [bool(expect_fail and x[c]) for c in range(oprf.CHECKS)]
+        if expect_fail:
+            with pytest.raises(oprf.CheckFailed):
+                checked.verify(proof)
+        else:
+            checked.verify(proof)  # a flip where s is 0 changes nothing P sees: nothing to learn from it either
+
+
+def test_an_honest_u_passes_and_a_wrong_proof_fails() -> None:
+    new_sender, receiver, chunks = _exchange()
+    sender = new_sender()
+    for chunk in chunks:
+        sender.add(chunk)
+    proof = receiver.proof(sender.challenge)
+    bad = oprf.Proof(proof.words, proof.rows.copy())
+    bad.rows[5, 0] ^= 1
+    with pytest.raises(oprf.CheckFailed, match="consistency check"):
+        sender.verify(bad)
+    with pytest.raises(ValueError, match="no value before"):
+        sender.values()
+    sender.verify(proof)
+    assert len(sender.values()) == 3 * 200
+    with pytest.raises(ValueError, match="the proof's words hold 3 bytes, not 768"):
+        oprf.Proof.from_bytes(b"abc", proof.rows.tobytes())
+
+
+@pytest.mark.parametrize("rows_per_chunk", [104, 128, 1024])  # pads straddling two chunks, alone in one, all in one
+def test_the_check_and_the_values_agree_whatever_the_chunking(monkeypatch, rows_per_chunk: int) -> None:
+    monkeypatch.setattr(oprf, "ROWS_PER_CHUNK", rows_per_chunk)
+    active = [f"c{i}" for i in range(60)] + [f"a{i}" for i in range(40)]
+    passive = [f"c{i}" for i in range(60)] + [f"p{i}" for i in range(50)]
+    assert oprf.bins(len(active)) == 384 and oprf.row_chunks(384) == -(-(384 + oprf.CHECKS) // rows_per_chunk)
+    mine, theirs, _ = _protocol(active, passive)  # the check passes (inside) ...
+    alignment = psi.intersect([mine], [theirs])  # ... and the intersection is exact
+    assert sorted(alignment.active_rows.tolist()) == list(range(60))

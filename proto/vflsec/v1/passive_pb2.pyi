@@ -98,12 +98,22 @@ class PsiOprfHello(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., salt: _Optional[bytes] = ..., hash_key: _Optional[bytes] = ..., bins: _Optional[int] = ..., base_point: _Optional[bytes] = ...) -> None: ...
 
 class PsiOprfRequest(_message.Message):
-    __slots__ = ("hello", "u_rows")
+    __slots__ = ("hello", "u_rows", "proof")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     U_ROWS_FIELD_NUMBER: _ClassVar[int]
+    PROOF_FIELD_NUMBER: _ClassVar[int]
     hello: PsiOprfHello
     u_rows: bytes
-    def __init__(self, hello: _Optional[_Union[PsiOprfHello, _Mapping]] = ..., u_rows: _Optional[bytes] = ...) -> None: ...
+    proof: PsiOprfProof
+    def __init__(self, hello: _Optional[_Union[PsiOprfHello, _Mapping]] = ..., u_rows: _Optional[bytes] = ..., proof: _Optional[_Union[PsiOprfProof, _Mapping]] = ...) -> None: ...
+
+class PsiOprfProof(_message.Message):
+    __slots__ = ("words", "rows")
+    WORDS_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    words: bytes
+    rows: bytes
+    def __init__(self, words: _Optional[bytes] = ..., rows: _Optional[bytes] = ...) -> None: ...
 
 class PsiOprfKeys(_message.Message):
     __slots__ = ("code_key", "base_answers")
@@ -114,12 +124,14 @@ class PsiOprfKeys(_message.Message):
     def __init__(self, code_key: _Optional[bytes] = ..., base_answers: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class PsiOprfReply(_message.Message):
-    __slots__ = ("keys", "values")
+    __slots__ = ("keys", "values", "challenge")
     KEYS_FIELD_NUMBER: _ClassVar[int]
     VALUES_FIELD_NUMBER: _ClassVar[int]
+    CHALLENGE_FIELD_NUMBER: _ClassVar[int]
     keys: PsiOprfKeys
     values: PointChunk
-    def __init__(self, keys: _Optional[_Union[PsiOprfKeys, _Mapping]] = ..., values: _Optional[_Union[PointChunk, _Mapping]] = ...) -> None: ...
+    challenge: bytes
+    def __init__(self, keys: _Optional[_Union[PsiOprfKeys, _Mapping]] = ..., values: _Optional[_Union[PointChunk, _Mapping]] = ..., challenge: _Optional[bytes] = ...) -> None: ...
 
 class PsiFinishRequest(_message.Message):
     __slots__ = ("session_id", "positions")
