@@ -451,27 +451,33 @@ class PassiveParty:
         del hashed
         yield code_seed, answers
         steps = iter(steps)
-        try:
-            while not sender.complete:
-                step = next(steps, None)
-                if not isinstance(step, bytes):
-                    raise ValueError(f"U ended after {sender.chunks} of {oprf.row_chunks(hello.bins)} chunks")
-                sender.add(step)
-        except ValueError as exc:
-            raise InvalidArgument(f"PSI: the active party's U: {exc}") from exc
-        yield sender.challenge  # only now: U is fixed
-        proof = next(steps, None)
-        if not isinstance(proof, oprf.Proof):
-            raise InvalidArgument("PSI: the active party's stream holds no proof after U's last chunk")
-        try:
-            sender.verify(proof)
-        except oprf.CheckFailed as exc:  # no value leaves; any earlier exchange's list is void too
+        try:  # every refusal from here on is the active party's fault and voids the exchange alike
+            try:
+                while not sender.complete:
+                    step = next(steps, None)
+                    if not isinstance(step, bytes):
+                        raise ValueError(f"U ended after {sender.chunks} of {oprf.row_chunks(hello.bins)} chunks")
+                    sender.add(step)
+            except ValueError as exc:
+                raise InvalidArgument(f"PSI: the active party's U: {exc}") from exc
+            yield sender.challenge  # only now: U is fixed
+            proof = next(steps, None)
+            if not isinstance(proof, oprf.Proof):
+                raise InvalidArgument("PSI: the active party's stream holds no proof after U's last chunk")
+            if next(steps, None) is not None:  # an honest party half-closes after its proof
+                raise InvalidArgument("PSI: the active party's stream carries a message after its proof")
+            try:
+                sender.verify(proof)
+            except oprf.CheckFailed as exc:  # no value leaves
+                raise InvalidArgument(
+                    f"PSI: the active party's {exc}; no value was sent, the exchange is void and its bins stay charged"
+                ) from None
+        except InvalidArgument:  # any earlier exchange's list is void too, unless PsiFinish already fixed rows
             with s.lock:
-                s.psi_permutation = None
-                self._save(session_id, s)
-            raise InvalidArgument(
-                f"PSI: the active party's {exc}; no value was sent, the exchange is void and its bins stay charged"
-            ) from None
+                if s.rows is None:
+                    s.psi_permutation = None
+                    self._save(session_id, s)
+            raise
         values = sender.values()
         with s.lock:
             _refuse_second_exchange(session_id, s)  # a concurrent exchange may have finished meanwhile

@@ -4,13 +4,15 @@ Before the check, a deviating active party that sent U rows that are not codewor
 few bits flipped) learned the passive party's choice bits s from which of P's values matched, then tested any
 dictionary offline: P's whole ID set, IDs it never held included. Now U's rows must be codewords of P's linear
 code: P checks 64 random combinations of them after U is fixed and, on any mismatch, refuses with one status
-and sends no value; the exchange is void and its bins stay charged. An honest exchange passes the check.
+and sends no value; the exchange is void and its bins stay charged. A missing, mis-sized or second proof, or any
+message after the proof, is refused and voids the exchange alike. An honest exchange passes the check.
 
 Live federations (real gRPC, mTLS); the active party is played with its own certificate.
 """
 
 from __future__ import annotations
 
+import queue
 from collections.abc import Iterator
 
 import grpc
@@ -136,3 +138,75 @@ def test_a_default_passive_party_refuses_the_oprf_hello_before_any_work_or_charg
     monkeypatch.undo()
     common = default.operator.align(session_id)  # ECDH, the default, aligns the session
     assert common and len(engine.session(session_id).rows) == len(common)
+
+
+def _raw_exchange(fed: Federation, session_id: str, tail: str) -> tuple[grpc.StatusCode, str, int]:
+    """One exchange over a raw PsiOprfStream, honest up to U's last chunk, then ending as ``tail`` says: (the
+    status, its details, the values received)."""
+    ids = np.asarray(fed.parties["passive-1"].engine.data.ids)[:KNOWN]
+    salt = psi.new_salt()
+    hashed = oprf.item_hashes(ids, salt)
+    hash_key, table = oprf.place(hashed, BINS)
+    base = oprf.BaseOtSender()
+    keys: queue.Queue = queue.Queue()
+    challenges: queue.Queue = queue.Queue()
+
+    def requests() -> Iterator[passive_pb2.PsiOprfRequest]:
+        yield psi_stream.oprf_hello(oprf.Hello(session_id, salt, hash_key, BINS, base.point))
+        receiver = oprf.Receiver(table, hashed, *base.keys(keys.get()[1]), keys.get()[0])
+        chunks = list(receiver.u_chunks())
+        yield from (passive_pb2.PsiOprfRequest(u_rows=chunk) for chunk in chunks)
+        proof = psi_stream.oprf_proof(receiver.proof(challenges.get()))
+        words, rows = receiver.proof(bytes(oprf.KEY_BYTES)).to_bytes()
+        yield from {
+            "honest": [proof],
+            "no_proof": [],
+            "short_proof": [passive_pb2.PsiOprfRequest(proof=passive_pb2.PsiOprfProof(words=words[:-1], rows=rows))],
+            "two_proofs": [proof, proof],
+            "u_after_proof": [proof, passive_pb2.PsiOprfRequest(u_rows=chunks[0])],
+            "failed_check": [psi_stream.oprf_proof(oprf.Proof.from_bytes(words, rows))],
+        }[tail]
+
+    values = 0
+    with fed.channel("active", "passive-1") as channel:
+        try:
+            for reply in passive_pb2_grpc.PassiveStub(channel).PsiOprfStream(requests(), timeout=60):
+                step = reply.WhichOneof("step")
+                if step == "keys":
+                    answer = (reply.keys.code_key, list(reply.keys.base_answers))
+                    keys.put(answer)
+                    keys.put(answer)
+                elif step == "challenge":
+                    challenges.put(reply.challenge)
+                else:
+                    values += len(reply.values.data) // oprf.VALUE_BYTES
+        except grpc.RpcError as exc:
+            return exc.code(), exc.details(), values
+    return grpc.StatusCode.OK, "", values
+
+
+@pytest.mark.parametrize("tail", ["two_proofs", "u_after_proof"])
+def test_a_message_after_the_proof_is_refused_naming_it_and_no_value_is_sent(opted_in, tail) -> None:
+    # Harmless before (U and the values were fixed), but the stream refuses every message it does not expect.
+    session_id = opted_in.operator.create_session("plain", seed=1).session_id
+    code, details, values = _raw_exchange(opted_in, session_id, tail)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "a message after its proof" in details
+    assert values == 0
+
+
+@pytest.mark.parametrize("tail", ["no_proof", "short_proof", "two_proofs", "failed_check"])
+def test_every_refusal_after_the_keys_voids_the_sessions_earlier_exchange_alike(opted_in, tail) -> None:
+    engine = opted_in.parties["passive-1"].engine
+    session_id = opted_in.operator.create_session("plain", seed=1).session_id
+    assert _raw_exchange(opted_in, session_id, "honest")[0] == grpc.StatusCode.OK
+    assert engine.session(session_id).psi_permutation is not None  # an exchange PsiFinish could name
+    spent = engine.psi_blinded["active"]
+    code, details, values = _raw_exchange(opted_in, session_id, tail)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("PSI: the active party's") and values == 0
+    assert engine.psi_blinded["active"] - spent == BINS  # charged, never refunded
+    assert engine.session(session_id).psi_permutation is None  # void, as a failed check voids it
+    with opted_in.channel("active", "passive-1") as channel, pytest.raises(grpc.RpcError) as err:
+        passive_pb2_grpc.PassiveStub(channel).PsiFinish(
+            passive_pb2.PsiFinishRequest(session_id=session_id, positions=[0])
+        )
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
