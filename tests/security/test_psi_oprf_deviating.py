@@ -105,41 +105,6 @@ def test_the_refusal_is_one_status_naming_no_secret(opted_in, monkeypatch) -> No
     assert not any(ch.isdigit() for ch in text.split("failed the consistency check")[1])
 
 
-def test_an_honest_exchange_passes_the_check_and_aligns(opted_in, monkeypatch) -> None:
-    session_id, got, error = _attack(opted_in, monkeypatch, 0)
-    engine = opted_in.parties["passive-1"].engine
-    assert error is None and sum(len(v) for v in got) == oprf.HASHES * len(engine.data.ids)
-    assert engine.session(session_id).psi_permutation is not None
-    monkeypatch.undo()  # the federation's own IDs again
-    common = opted_in.operator.align(opted_in.operator.create_session("plain", seed=1).session_id)
-    assert common  # and the operator's own OPRF alignment passes it too
-
-
-@pytest.fixture(scope="module")
-def default(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
-    with federation(tmp_path_factory.mktemp("oprf-default"), n_passive=1, allow_plain=True) as fed:
-        yield fed
-
-
-def test_a_default_passive_party_refuses_the_oprf_hello_before_any_work_or_charge(default, monkeypatch) -> None:
-    engine = default.parties["passive-1"].engine
-    assert engine.psi_accept == {"ecdh"}
-    monkeypatch.setattr(oprf, "BaseOtReceiver", None)  # any work at all would fail differently
-    session_id = default.operator.create_session("plain", seed=1).session_id
-    spent = dict(engine.psi_blinded)
-    hello = oprf.Hello(session_id, psi.new_salt(), bytes(oprf.KEY_BYTES), BINS, oprf.BaseOtSender().point)
-    with default.channel("active", "passive-1") as channel:
-        stub = passive_pb2_grpc.PassiveStub(channel)
-        with pytest.raises(grpc.RpcError) as err:
-            list(stub.PsiOprfStream(iter([psi_stream.oprf_hello(hello), passive_pb2.PsiOprfRequest(u_rows=b"")])))
-    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert "[psi] accept" in err.value.details() and "passive-1" in err.value.details()
-    assert engine.psi_blinded == spent and engine.session(session_id).psi_permutation is None
-    monkeypatch.undo()
-    common = default.operator.align(session_id)  # ECDH, the default, aligns the session
-    assert common and len(engine.session(session_id).rows) == len(common)
-
-
 def _raw_exchange(fed: Federation, session_id: str, tail: str) -> tuple[grpc.StatusCode, str, int]:
     """One exchange over a raw PsiOprfStream, honest up to U's last chunk, then ending as ``tail`` says: (the
     status, its details, the values received)."""
@@ -210,3 +175,38 @@ def test_every_refusal_after_the_keys_voids_the_sessions_earlier_exchange_alike(
             passive_pb2.PsiFinishRequest(session_id=session_id, positions=[0])
         )
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_an_honest_exchange_passes_the_check_and_aligns(opted_in, monkeypatch) -> None:
+    session_id, got, error = _attack(opted_in, monkeypatch, 0)
+    engine = opted_in.parties["passive-1"].engine
+    assert error is None and sum(len(v) for v in got) == oprf.HASHES * len(engine.data.ids)
+    assert engine.session(session_id).psi_permutation is not None
+    monkeypatch.undo()  # the federation's own IDs again
+    common = opted_in.operator.align(opted_in.operator.create_session("plain", seed=1).session_id)
+    assert common  # and the operator's own OPRF alignment passes it too
+
+
+@pytest.fixture(scope="module")
+def default(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
+    with federation(tmp_path_factory.mktemp("oprf-default"), n_passive=1, allow_plain=True) as fed:
+        yield fed
+
+
+def test_a_default_passive_party_refuses_the_oprf_hello_before_any_work_or_charge(default, monkeypatch) -> None:
+    engine = default.parties["passive-1"].engine
+    assert engine.psi_accept == {"ecdh"}
+    monkeypatch.setattr(oprf, "BaseOtReceiver", None)  # any work at all would fail differently
+    session_id = default.operator.create_session("plain", seed=1).session_id
+    spent = dict(engine.psi_blinded)
+    hello = oprf.Hello(session_id, psi.new_salt(), bytes(oprf.KEY_BYTES), BINS, oprf.BaseOtSender().point)
+    with default.channel("active", "passive-1") as channel:
+        stub = passive_pb2_grpc.PassiveStub(channel)
+        with pytest.raises(grpc.RpcError) as err:
+            list(stub.PsiOprfStream(iter([psi_stream.oprf_hello(hello), passive_pb2.PsiOprfRequest(u_rows=b"")])))
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "[psi] accept" in err.value.details() and "passive-1" in err.value.details()
+    assert engine.psi_blinded == spent and engine.session(session_id).psi_permutation is None
+    monkeypatch.undo()
+    common = default.operator.align(session_id)  # ECDH, the default, aligns the session
+    assert common and len(engine.session(session_id).rows) == len(common)
