@@ -1,7 +1,7 @@
 """OPRF private set intersection by OT extension: KKRT16's batched OPRF (Kolesnikov, Kumaresan, Rosulek, Trieu,
 CCS 2016) made secure against a deviating receiver by Orru, Orsini and Scholl's consistency check (OOS17: "Actively
 secure 1-out-of-N OT extension with application to private set intersection", CT-RSA 2017); protocol.md,
-"Alignment". The active party A is the OPRF receiver, each passive party P a sender; the curve work is 512 base
+"Alignment". The active party A is the OPRF receiver, each passive party P a sender; the curve work is 640 base
 OTs per exchange, whatever the set sizes, and the rest is AES, blake2b and bit-matrix work over numpy arrays.
 
 1. A hashes its ids (blake2b under the session salt) into ``m = bins(n_A)`` bins by cuckoo hashing with 3 hash
@@ -9,7 +9,7 @@ OTs per exchange, whatever the set sizes, and the rest is AES, blake2b and bit-m
    and opens the base OTs: ``hello = (salt, hash key, m, S = aG)``.
 2. P draws, from its OS entropy, the code seed, its secret choice bits ``s`` and its secret challenge seed, and
    answers the base OTs (Chou-Orlandi in ristretto255): ``R_i = b_i G + s_i S``. The seed expands (AES-CTR) to the
-   generator G (96 x 512 bits) of the linear code ``C(w) = w G``; an id's word w is the first 96 bits of h(x).
+   generator G (96 x 640 bits) of the linear code ``C(w) = w G``; an id's word w is the first 96 bits of h(x).
 3. A streams ``U`` in chunks of rows: ``u_j = T0_j ^ T1_j ^ C(w_j)`` for its m bins (w random for an empty bin),
    then CHECKS pad rows of random words w*_c, where ``T0, T1`` are the transposed AES-CTR streams of its base-OT
    keys; its OPRF output for bin j is ``H(j, T0_j)``.
@@ -28,13 +28,15 @@ challenges): each check the XOR of a random subset of rows, repeated mu times, e
 that the answers say nothing of A's words; no GF(2^k) multiplication as in KOS15's single combination, hence mu
 checks rather than one. A row u_j = T0 ^ T1 ^ C(w) ^ e with e not a codeword moves check c by
 ``e & s`` whenever c holds j (probability 1/2 each): A passes only by guessing the bits of s its errors touch,
-so it learns c bits of s with probability 2^-c, and all of them (F1: review 15) with probability ~2^-512. mu = 64
+so it learns c bits of s with probability 2^-c, and all of them (F1: review 15) with probability ~2^-640. mu = 64
 checks: a fixed e that A cannot make consistent survives all with probability 2^-64 (>= 40 + a margin).
 The code must keep a value of an id A did not code hidden even after such guesses: C(y) ^ C(w) is a nonzero
 codeword, so P's value hides ``(C(y) ^ C(w)) & s`` behind at least d unknown bits of s, d the minimum distance.
-OOS17 asks d >= kappa (its implementation: BCH [511, 76, 171]); ours is a random [512, 96] code from P's seed:
-Pr[d < 100] <= 2^96 * sum_{i<100} C(512, i) / 2^512 = 2^-57.4 (union bound over the 2^96 words), so the guarantee
-stated is >= 100 - c unknown bits of s after A guessed c bits (passing with probability 2^-c).
+OOS17 asks d >= kappa (its implementation: BCH [511, 76, 171]); ours is a random [640, 96] code from P's seed:
+Pr[d < 154] <= 2^96 * sum_{i<154} C(640, i) / 2^640 = 2^-40.4 (union bound over the 2^96 words; typically d is
+near 180, d < 170 w.p. <= 2^-15), so after A guessed c bits (passing w.p. 2^-c) >= 154 - c unknown bits of s
+remain: >= 138 for the c <= 16 the default psi_owner_budget allows (10M bins: about 78k exchanges of 128). A
+[512, 96] code gave only d >= 100 (review 17, F1).
 
 What each side learns: A, which of its ids are common (and, per P, which positions of P's list match), and
 nothing if its U fails the check; P, nothing from U (each column is masked by an AES stream P cannot compute for
@@ -64,7 +66,7 @@ from vflsec.services.crypto import entropy
 from vflsec.services.crypto.curve import POINT_BYTES
 from vflsec.services.crypto.psi import _require_strings
 
-CODE_BITS = 512  # the code's length: the base OTs, the columns of T0, T1, U; 4 AES blocks a row
+CODE_BITS = 640  # the code's length: the base OTs, the columns of T0, T1, U; 5 AES blocks a row
 CODE_BYTES = CODE_BITS // 8
 WORD_BITS = 96  # the code's dimension: w = the first 96 bits of h(x)
 WORD_BYTES = WORD_BITS // 8
@@ -266,7 +268,7 @@ def transpose(bits: np.ndarray) -> np.ndarray:
 
 
 def output_hash(index: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """H(j, row) = blake2b(j as 8 bytes || 64-byte row), 16 bytes: an S16 array (correlation robust)."""
+    """H(j, row) = blake2b(j as 8 bytes || CODE_BYTES-byte row), 16 bytes: an S16 array (correlation robust)."""
     blob = np.empty((len(rows), 8 + CODE_BYTES), dtype=np.uint8)
     blob[:, :8] = index.astype("<u8")[:, None].view(np.uint8)
     blob[:, 8:] = rows
@@ -347,7 +349,7 @@ class _Columns:
         self._streams = [Cipher(algorithms.AES(k), modes.CTR(bytes(16))).encryptor() for k in keys]
 
     def rows(self, count: int) -> np.ndarray:
-        """The next ``count`` rows (a multiple of 8), transposed: (count, 64) uint8."""
+        """The next ``count`` rows (a multiple of 8), transposed: (count, CODE_BYTES) uint8."""
         zeros = bytes(count // 8)
         columns = np.frombuffer(b"".join([s.update(zeros) for s in self._streams]), dtype=np.uint8)
         return transpose(columns.reshape(CODE_BITS, count // 8))

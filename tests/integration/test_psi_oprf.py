@@ -148,7 +148,7 @@ def test_an_owner_over_budget_is_refused_before_any_work_and_bad_own_ids_are_ref
         ("no salt", "PSI: the active party's salt holds 0 bytes, not 1 to 64"),
         ("no hello", "PSI: the active party's stream does not open with a hello"),
         ("second hello", "PSI: the active party's stream carries a second hello or an empty message"),
-        ("short U chunk", "PSI: the active party's U: U chunk 0 holds 64 bytes, not 69632 (1088 rows of 64 bytes)"),
+        ("short U chunk", "PSI: the active party's U: U chunk 0 holds 64 bytes, not 87040 (1088 rows of 80 bytes)"),
         ("U cut", "PSI: the active party's U: U ended after 0 of 1 chunks"),
         ("no proof", "PSI: the active party's stream holds no proof after U's last chunk"),
         ("short proof", "PSI: the active party's proof: the proof's words hold 3 bytes, not 768 (64 x 12)"),
@@ -164,9 +164,9 @@ def test_bad_hellos_and_u_streams_are_refused_naming_the_problem(fed, case: str,
         "second hello": [_hello(session_id), _hello(session_id)],
         "short U chunk": [_hello(session_id), passive_pb2.PsiOprfRequest(u_rows=bytes(64))],
         "U cut": [_hello(session_id)],
-        "no proof": [_hello(session_id), passive_pb2.PsiOprfRequest(u_rows=bytes(69632))],
-        "short proof": [_hello(session_id), passive_pb2.PsiOprfRequest(u_rows=bytes(69632)),
-                        passive_pb2.PsiOprfRequest(proof=passive_pb2.PsiOprfProof(words=b"abc", rows=bytes(4096)))],
+        "no proof": [_hello(session_id), passive_pb2.PsiOprfRequest(u_rows=bytes(87040))],
+        "short proof": [_hello(session_id), passive_pb2.PsiOprfRequest(u_rows=bytes(87040)),
+                        passive_pb2.PsiOprfRequest(proof=passive_pb2.PsiOprfProof(words=b"abc", rows=bytes(5120)))],
     }[case]
     code, details = _refused(_stream, fed, requests)
     assert code == grpc.StatusCode.INVALID_ARGUMENT and problem in details
@@ -374,7 +374,7 @@ def test_disjoint_sets_are_an_empty_intersection_naming_every_party(fed) -> None
     [
         ("identity answer", "base-OT point 0 is not a canonical point of ristretto255"),
         ("short code key", "the code seed holds 3 bytes, not 16"),
-        ("answers missing", "511 base-OT points, not 512"),
+        ("answers missing", "639 base-OT points, not 640"),
     ],
 )
 def test_bad_keys_from_a_passive_party_are_refused_by_the_active_party(fed, monkeypatch, fault: str, problem) -> None:

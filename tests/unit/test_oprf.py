@@ -47,9 +47,10 @@ def test_base_ot_keys_agree_on_the_chosen_side_only() -> None:
     sender, receiver = oprf.BaseOtSender(), oprf.BaseOtReceiver()
     k0, k1 = sender.keys(receiver.answer(sender.point))
     choices = np.unpackbits(receiver.choices)
-    assert [k == (b1 if c else b0) for k, b0, b1, c in zip(receiver.keys, k0, k1, choices, strict=True)] == [True] * 512
+    assert all(k == (b1 if c else b0) for k, b0, b1, c in zip(receiver.keys, k0, k1, choices, strict=True))
+    assert len(receiver.keys) == oprf.CODE_BITS
     assert all(k != (b0 if c else b1) for k, b0, b1, c in zip(receiver.keys, k0, k1, choices, strict=True))
-    assert len(set(k0) | set(k1)) == 1024  # every key distinct
+    assert len(set(k0) | set(k1)) == 2 * oprf.CODE_BITS  # every key distinct
 
 
 BAD_POINTS = {
@@ -143,13 +144,14 @@ def test_u_chunks_of_the_wrong_size_or_count_are_refused() -> None:
     hashed = oprf.item_hashes(["x", "y"], b"salt")
     m = oprf.bins(2)
     sender = oprf.Sender(hashed, os.urandom(16), m, receiver, os.urandom(16))
-    with pytest.raises(ValueError, match=f"U chunk 0 holds 64 bytes, not {(m + oprf.CHECKS) * 64}"):
+    with pytest.raises(ValueError, match=f"U chunk 0 holds 64 bytes, not {(m + oprf.CHECKS) * oprf.CODE_BYTES}"):
         sender.add(bytes(64))
     with pytest.raises(ValueError, match="no value before U passed the consistency check"):
         sender.values()
     with pytest.raises(ValueError, match="the proof came after 0 of 1 U chunks"):
-        sender.verify(oprf.Proof(np.zeros((oprf.CHECKS, 12), np.uint8), np.zeros((oprf.CHECKS, 64), np.uint8)))
-    sender.add(bytes((m + oprf.CHECKS) * 64))
+        zero = oprf.Proof(np.zeros((oprf.CHECKS, 12), np.uint8), np.zeros((oprf.CHECKS, oprf.CODE_BYTES), np.uint8))
+        sender.verify(zero)
+    sender.add(bytes((m + oprf.CHECKS) * oprf.CODE_BYTES))
     with pytest.raises(ValueError, match="a U chunk beyond the 1 announced"):
         sender.add(bytes(64))
     with pytest.raises(ValueError, match="no value before U passed"):
@@ -200,7 +202,7 @@ def test_the_code_is_linear_and_its_tables_encode_as_the_matrix_product() -> Non
     code = oprf.LinearCode(os.urandom(oprf.KEY_BYTES))
     a, b = _words(300), _words(300)
     assert np.array_equal(code.encode(a ^ b), code.encode(a) ^ code.encode(b))  # C(a ^ b) = C(a) ^ C(b)
-    g = np.unpackbits(code.generator, axis=1).astype(np.int64)  # (96, 512)
+    g = np.unpackbits(code.generator, axis=1).astype(np.int64)  # (96, 640)
     assert g.shape == (oprf.WORD_BITS, oprf.CODE_BITS)
     product = np.packbits((np.unpackbits(a, axis=1).astype(np.int64) @ g) % 2, axis=1)
     assert np.array_equal(code.encode(a), product)

@@ -151,7 +151,7 @@ class PassiveServicer:
     def PsiOprfStream(self, request_iterator, context):
         """Active party, PSI round 1 by OT extension (KKRT16's batched OPRF, semi-honest: served only if this party's
         [psi] accept lists "oprf", else FAILED_PRECONDITION; docs/protocol.md, "Alignment"),
-        streamed both ways: the active party's hello, this party's keys (its code key and its 512 base-OT answers),
+        streamed both ways: the active party's hello, this party's keys (its code key and its 640 base-OT answers),
         the active party's U matrix in row chunks, then this party's OPRF values (3 per own ID, in a secret order).
         PsiFinish's positions index those values. One exchange per session, shared with the two forms above.
         """
