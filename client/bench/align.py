@@ -19,7 +19,7 @@ exchange), timed on a sample and scaled. ECDH's floor is its curve work at the p
 one core, divided by the worker processes: (hash-to-group ops x its cost + scalar multiplications x theirs) /
 workers. Both costs are the shipped group's (``psi.SUITE``, reported as ``group``): ristretto255's hash (SHA-512
 expansion and libsodium's map) and its scalar multiplication, whose decoding is the only check a received value
-needs. OPRF's curve work is 512 base OTs a passive party, whatever the sizes: its floor is not curve work.
+needs. OPRF's curve work is 640 base OTs a passive party, whatever the sizes: its floor is not curve work.
 """
 
 from __future__ import annotations
