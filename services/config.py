@@ -116,11 +116,10 @@ class ServiceConfig:
     psi_ratio_floor: int = PSI_RATIO_FLOOR  # ... or up to this many IDs, whatever our own size
     # Passive party: IDs it blinds for one owner over all sessions and restarts ([limits] psi_owner_budget).
     psi_owner_budget: int = PSI_OWNER_BUDGET
-    # Active party: the alignment protocol ([psi] protocol): "ecdh" (the default) or "oprf" (OT extension).
+    # Active party: the alignment protocol ([psi] protocol): "oprf" (OT extension, the default) or "ecdh".
     psi_protocol: str = PSI_PROTOCOLS[0]
-    # Passive party: the protocols it serves ([psi] accept). OPRF (with OOS17's consistency check) stays opt-in until
-    # a sceptical review of the check (docs/protocol.md, Alignment).
-    psi_accept: tuple[str, ...] = PSI_PROTOCOLS[:1]
+    # Passive party: the protocols it serves ([psi] accept; default both). ["ecdh"] refuses the OPRF hello.
+    psi_accept: tuple[str, ...] = PSI_PROTOCOLS
     # Passive party: the operator identity allowed to ask it for a risk forecast (None: operator-<party_id>).
     operator: str | None = None
     # Coordinator: the operator-approved feature columns of each party ([schema], party id -> count; the active
@@ -215,7 +214,7 @@ def parse_config(raw: dict[str, Any], *, base: Path, role: str | None = None, so
     psi_protocol = raw.get("psi", {}).get("protocol", PSI_PROTOCOLS[0])
     if psi_protocol not in PSI_PROTOCOLS:
         raise ConfigError(f"{source}: [psi] protocol must be one of {', '.join(PSI_PROTOCOLS)}, got {psi_protocol!r}")
-    psi_accept = raw.get("psi", {}).get("accept", list(PSI_PROTOCOLS[:1]))
+    psi_accept = raw.get("psi", {}).get("accept", list(PSI_PROTOCOLS))
     if (
         not isinstance(psi_accept, list)
         or not psi_accept

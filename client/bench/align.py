@@ -2,9 +2,9 @@
 memory.
 
 The active party holds ``rows`` ids; each passive party holds the first 90 % of them plus ``rows - 90 %`` ids of
-its own, so the common set is known and checked. ``--protocol``: ``oprf`` (OT extension, opt-in:
-services/crypto/oprf.py), ``ecdh`` (services/crypto/psi.py, the parties' default) or ``both`` (the bench's default),
-run one after the other in this run.
+its own, so the common set is known and checked. ``--protocol``: ``oprf`` (OT extension, the parties'
+default: services/crypto/oprf.py), ``ecdh`` (services/crypto/psi.py) or ``both`` (the bench's default), run one
+after the other in this run.
 Two transports:
 
 - ``grpc`` (default), the shipped path: each party's shard is written (ids plus one feature column, streamed to

@@ -142,8 +142,8 @@ def bench_align(
     protocol: Annotated[
         str,
         typer.Option(
-            help="ecdh: ristretto255 ECDH PSI (the parties' default); oprf: OT-extension PSI (consistency-checked, "
-            "opt-in: [psi] accept); both: OPRF then ECDH, side by side in one report."
+            help="oprf: OT-extension PSI (consistency-checked; the parties' default); ecdh: ristretto255 ECDH PSI; "
+            "both: OPRF then ECDH, side by side in one report."
         ),
     ] = "both",
     as_json: opt.Json = False,

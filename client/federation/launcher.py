@@ -243,9 +243,10 @@ class FederationSpec:
     query_policy: dict | None = None  # the coordinator's [policy] table (query_budget, refuse_training_ids, ...)
     checkpoints: bool = True  # session checkpoints in each party's state dir (crash recovery)
     limits: dict | None = None  # every party's [limits] table (e.g. psi_max_ids)
-    # The active party's [psi] protocol: "ecdh" (the default) or "oprf" (OT extension), which also makes every passive
-    # party accept it ([psi] accept; opt-in).
-    psi_protocol: str = "ecdh"
+    # The active party's [psi] protocol: "oprf" (OT extension, the default) or "ecdh"; every passive party's
+    # [psi] accept (empty: the default, both; ["ecdh"] refuses the OPRF hello).
+    psi_protocol: str = "oprf"
+    psi_accept: Sequence[str] = ()
     # Loopback with free ports (default), or fixed ports behind host names (compose: hosts are party ids).
     host: str = "127.0.0.1"
     compose_ports: dict[str, int] | None = None
@@ -275,7 +276,7 @@ class FederationSpec:
         from vflsec.services.crypto import he
 
         for name in ("score_release", "param_release", "embedding_release", "gradient_defense", "partition_defense",
-                     "plugins"):  # frozen
+                     "plugins", "psi_accept"):  # frozen
             object.__setattr__(self, name, tuple(getattr(self, name)))
         if isinstance(self.passive_features, list):
             object.__setattr__(self, "passive_features", tuple(self.passive_features))
@@ -656,8 +657,8 @@ def write_federation(
             if is_active:
                 raw["psi"] = {"protocol": spec.psi_protocol}
             else:
-                if spec.psi_protocol != "ecdh":
-                    raw["psi"] = {"accept": sorted({"ecdh", spec.psi_protocol})}
+                if spec.psi_accept:
+                    raw["psi"] = {"accept": list(spec.psi_accept)}
                 raw["operator"] = f"operator-{party}"
                 raw["policy"] = {"allowed_backends": backends}
                 if spec.embedding_release:

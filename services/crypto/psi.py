@@ -69,10 +69,10 @@ RATIO_FLOOR = 1_000_000
 # Ids or points per unit of work: at most CHUNK (a task's pickling is noise next to its ~1 s of curve arithmetic;
 # 1M ids make ~120 tasks), and about 4 per worker for shorter lists so no worker waits on a long last one; a list of
 # up to MIN_CHUNK is one task, done in the calling process (a pool's start-up would cost more than it saves).
-# The alignment protocols an active party may run ([psi] protocol); the first is the default. "ecdh": this module's;
-# "oprf": OT-extension PSI (services/crypto/oprf.py, with OOS17's consistency check against a deviating active
-# party), served by a passive party only when its operator opts in ([psi] accept) until the check is reviewed.
-PROTOCOLS = ("ecdh", "oprf")
+# The alignment protocols an active party may run ([psi] protocol); the first is the default, and a passive party
+# serves all of them unless its [psi] accept narrows them. "oprf": OT-extension PSI (services/crypto/oprf.py, with
+# OOS17's consistency check against a deviating active party); "ecdh": this module's.
+PROTOCOLS = ("oprf", "ecdh")
 CHUNK = 8192
 MIN_CHUNK = 2048
 WORKERS_ENV = "VFLSEC_PSI_WORKERS"

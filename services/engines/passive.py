@@ -189,7 +189,7 @@ class PassiveParty:
         psi_max_ratio: float = psi.MAX_RATIO,
         psi_ratio_floor: int = psi.RATIO_FLOOR,
         psi_owner_budget: int | None = None,
-        psi_accept: Sequence[str] = psi.PROTOCOLS[:1],
+        psi_accept: Sequence[str] = psi.PROTOCOLS,
         allowed_backends: Sequence[str] = ("ckks",),
         embedding_release: Sequence[str] = (),
         min_training_rows: int = MIN_TRAINING_ROWS,
@@ -238,8 +238,7 @@ class PassiveParty:
         # psi_owner_budget; None: unlimited): one exchange per session does not stop testing a dictionary over
         # many sessions, this does.
         self.psi_owner_budget = psi_owner_budget
-        # [psi] accept: the OPRF exchange (consistency-checked, not yet reviewed) is served only when this party's
-        # operator opted in; ECDH always.
+        # [psi] accept: the OPRF exchange is served unless this party's operator narrowed it to ["ecdh"]; ECDH always.
         self.psi_accept = frozenset(psi_accept)
         self.data = data
         self.coordinator = coordinator
@@ -408,10 +407,10 @@ class PassiveParty:
         the consistency check, yields our values in chunks. The hello is checked (its bins against the caps, its
         point) and its bins charged to the owner's budget before any work."""
         if "oprf" not in self.psi_accept:  # our own config only: nothing read, drawn or charged
+            accept = ", ".join(f'"{p}"' for p in sorted(self.psi_accept))
             raise FailedPrecondition(
-                f"PSI: {self.party_id} does not serve the OPRF exchange ([psi] accept: "
-                f"{', '.join(sorted(self.psi_accept))}): it is opt-in until its consistency check is reviewed; "
-                "align with [psi] protocol = \"ecdh\""
+                f"PSI: {self.party_id} does not serve the OPRF exchange (its [psi] accept = [{accept}]): set "
+                f'[psi] protocol = "ecdh" at the active party, or add "oprf" to {self.party_id}\'s [psi] accept'
             )
         s = self.session(session_id)
         _refuse_second_exchange(session_id, s)

@@ -30,7 +30,7 @@ def test_bench_align_json_reports_the_figures_for_two_passive_parties(transport:
     assert out.exit_code == 0, out.output
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["protocol"] == "both" and list(result["runs"]) == ["oprf", "ecdh"]
-    assert result["default_protocol"] == "ecdh"  # the shipped default; OPRF is the passive parties' opt-in
+    assert result["default_protocol"] == "oprf"  # the shipped default at both sides ([psi] protocol, accept)
     assert result["x25519_1m_seconds"] > 0 and result["x25519_1m_cpu_seconds"] > 0
     assert result["align_seconds"] == result["runs"]["oprf"]["align_seconds"]
     for protocol, run in result["runs"].items():
@@ -54,7 +54,7 @@ def test_bench_align_refuses_too_few_rows_and_unknown_transports_or_protocols() 
     out = CliRunner().invoke(app, ["bench", "align", "--rows", "100", "--transport", "carrier-pigeon"])
     assert out.exit_code != 0 and "--transport must be one of grpc, pipes" in out.output
     out = CliRunner().invoke(app, ["bench", "align", "--rows", "100", "--protocol", "rsa"])
-    assert out.exit_code == 2 and "--protocol must be one of ecdh, oprf, both, got 'rsa'" in out.output
+    assert out.exit_code == 2 and "--protocol must be one of oprf, ecdh, both, got 'rsa'" in out.output
 
 
 def test_bench_align_keeps_parties_as_a_hidden_alias_of_passive() -> None:

@@ -1,4 +1,4 @@
-"""The OT-extension PSI (services/crypto/oprf.py, Passive.PsiOprfStream, opt-in: [psi] protocol/accept) through the
+"""The OT-extension PSI (services/crypto/oprf.py, Passive.PsiOprfStream; the default: [psi] protocol) through the
 live services (real gRPC, mTLS, two passive parties): the known intersection comes back exactly with the same
 sample at each common index on every party, ECDH stays selectable and agrees, and each bad input is refused with
 a status naming it: bins over the caps (before any work or budget), a bad base-OT point, a stream without a hello,

@@ -1,4 +1,4 @@
-"""A 100k x 100k alignment through the live services (real gRPC + mTLS), by each protocol: OPRF (opt-in: U in
+"""A 100k x 100k alignment through the live services (real gRPC + mTLS), by each protocol: OPRF (the default: U in
 4 chunks of rows, the passive values in 3) and ECDH (the streamed exchange in 13 chunks a list, each party's process
 pool). The known intersection comes back exactly, and common index i is the same sample on the active and the
 passive side, row for row. (The same on the ECDH functions alone: tests/unit/test_psi_scale.py.) Marked long: OPRF

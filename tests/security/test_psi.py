@@ -27,7 +27,9 @@ A = 486662
 @pytest.fixture(scope="module")
 def fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
     folder = tmp_path_factory.mktemp("psi")
-    with federation(folder, n_passive=1, limits={"psi_max_ids": CAP}, allow_plain=True) as running:
+    # ECDH's probes: the active party aligns by ECDH too (OPRF, the default, has its own: test_psi_oprf_deviating.py).
+    spec = {"n_passive": 1, "limits": {"psi_max_ids": CAP}, "allow_plain": True, "psi_protocol": "ecdh"}
+    with federation(folder, **spec) as running:
         yield running
 
 

@@ -188,19 +188,23 @@ def test_an_honest_exchange_passes_the_check_and_aligns(opted_in, monkeypatch) -
 
 
 @pytest.fixture(scope="module")
-def default(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
-    with federation(tmp_path_factory.mktemp("oprf-default"), n_passive=1, allow_plain=True) as fed:
+def ecdh_only(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
+    # The active party keeps the default protocol (OPRF); the passive party's config narrows [psi] accept.
+    with federation(tmp_path_factory.mktemp("oprf-off"), n_passive=1, allow_plain=True, psi_accept=["ecdh"]) as fed:
         yield fed
 
 
-def test_a_default_passive_party_refuses_the_oprf_hello_before_any_work_or_charge(default, monkeypatch) -> None:
-    engine = default.parties["passive-1"].engine
+def test_a_passive_party_accepting_only_ecdh_refuses_the_oprf_hello_before_any_work_or_charge(
+    ecdh_only, monkeypatch
+) -> None:
+    engine = ecdh_only.parties["passive-1"].engine
     assert engine.psi_accept == {"ecdh"}
+    assert ecdh_only.parties["active"].engine.psi_protocol == "oprf"  # the default
     monkeypatch.setattr(oprf, "BaseOtReceiver", None)  # any work at all would fail differently
-    session_id = default.operator.create_session("plain", seed=1).session_id
+    session_id = ecdh_only.operator.create_session("plain", seed=1).session_id
     spent = dict(engine.psi_blinded)
     hello = oprf.Hello(session_id, psi.new_salt(), bytes(oprf.KEY_BYTES), BINS, oprf.BaseOtSender().point)
-    with default.channel("active", "passive-1") as channel:
+    with ecdh_only.channel("active", "passive-1") as channel:
         stub = passive_pb2_grpc.PassiveStub(channel)
         with pytest.raises(grpc.RpcError) as err:
             list(stub.PsiOprfStream(iter([psi_stream.oprf_hello(hello), passive_pb2.PsiOprfRequest(u_rows=b"")])))
@@ -208,5 +212,14 @@ def test_a_default_passive_party_refuses_the_oprf_hello_before_any_work_or_charg
     assert "[psi] accept" in err.value.details() and "passive-1" in err.value.details()
     assert engine.psi_blinded == spent and engine.session(session_id).psi_permutation is None
     monkeypatch.undo()
-    common = default.operator.align(session_id)  # ECDH, the default, aligns the session
+    # The operator's own Align by the default OPRF gets the refusal, naming the setting to change on either side,
+    # and no fallback: nothing was charged or exchanged.
+    with pytest.raises(grpc.RpcError) as err:
+        ecdh_only.operator.align(session_id)
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert '[psi] protocol = "ecdh" at the active party' in err.value.details()
+    assert "add \"oprf\" to passive-1's [psi] accept" in err.value.details()
+    assert engine.psi_blinded == spent and engine.session(session_id).psi_permutation is None
+    ecdh_only.parties["active"].engine.psi_protocol = "ecdh"  # the operator's fix: the same session aligns by ECDH
+    common = ecdh_only.operator.align(session_id)
     assert common and len(engine.session(session_id).rows) == len(common)
