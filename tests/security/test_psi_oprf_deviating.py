@@ -118,7 +118,8 @@ def _raw_exchange(fed: Federation, session_id: str, tail: str) -> tuple[grpc.Sta
 
     def requests() -> Iterator[passive_pb2.PsiOprfRequest]:
         yield psi_stream.oprf_hello(oprf.Hello(session_id, salt, hash_key, BINS, base.point))
-        receiver = oprf.Receiver(table, hashed, *base.keys(keys.get()[1]), keys.get()[0])
+        code_seed, answers = keys.get()
+        receiver = oprf.Receiver(table, hashed, *base.keys(answers), code_seed)
         chunks = list(receiver.u_chunks())
         yield from (passive_pb2.PsiOprfRequest(u_rows=chunk) for chunk in chunks)
         proof = psi_stream.oprf_proof(receiver.proof(challenges.get()))
@@ -138,9 +139,7 @@ def _raw_exchange(fed: Federation, session_id: str, tail: str) -> tuple[grpc.Sta
             for reply in passive_pb2_grpc.PassiveStub(channel).PsiOprfStream(requests(), timeout=60):
                 step = reply.WhichOneof("step")
                 if step == "keys":
-                    answer = (reply.keys.code_key, list(reply.keys.base_answers))
-                    keys.put(answer)
-                    keys.put(answer)
+                    keys.put((reply.keys.code_key, list(reply.keys.base_answers)))
                 elif step == "challenge":
                     challenges.put(reply.challenge)
                 else:
