@@ -307,7 +307,10 @@ def write_align_federation(
     from vflsec.client.bench.scale import scale_spec
     from vflsec.services.data import datasets
 
-    layout = write_federation(replace(scale_spec(parties, 1), psi_protocol=protocol), workdir)
+    # The bench deploys every party itself: above the default caps its parties accept its own list sizes (the
+    # deployment's caps, and the owner budget's 10 exchanges of such a list, are the operator's to set).
+    limits = {"psi_max_ids": rows, "psi_owner_budget": 10 * oprf.bins(rows)} if rows > psi.MAX_IDS else None
+    layout = write_federation(replace(scale_spec(parties, 1), psi_protocol=protocol, limits=limits), workdir)
     for party, columns in zip(["active", *layout.passive_parties], layout.split.parties, strict=True):
         labelled = party == ACTIVE
 

@@ -162,9 +162,15 @@ def bench_align(
         fail(f"--parties is the old name of --passive: give one of them, not --passive {passive} --parties {parties}")
     if protocol not in (*PROTOCOLS, "both"):
         fail(f"--protocol must be one of {', '.join((*PROTOCOLS, 'both'))}, got {protocol!r}")
-    result = run(
-        rows, parties or passive, log=lambda line: typer.echo(line, err=as_json), transport=transport, protocol=protocol
-    )
+    import grpc
+
+    try:
+        result = run(
+            rows, parties or passive, log=lambda line: typer.echo(line, err=as_json), transport=transport,
+            protocol=protocol,
+        )  # fmt: skip
+    except grpc.RpcError as exc:  # a party's refusal (a cap, a budget): its own words, one line
+        fail(f"the alignment was refused: {exc.code().name}: {exc.details()}")
     if not result["correct"]:
         fail("the alignment did not return exactly the known common ids")
     if as_json:

@@ -67,3 +67,44 @@ def test_bench_align_keeps_parties_as_a_hidden_alias_of_passive() -> None:
     assert set(json.loads(out.stdout.strip().splitlines()[-1])["peak_rss_mb"]) == {"active", "passive-1", "passive-2"}
     out = CliRunner().invoke(app, [*args, "--passive", "3", "--parties", "2"])
     assert out.exit_code == 2 and "--parties is the old name of --passive" in out.output
+
+
+def test_above_the_default_cap_the_bench_lets_its_own_parties_take_its_list(monkeypatch, tmp_path) -> None:
+    # The bench deploys every party: a --rows above [limits] psi_max_ids raises the cap (and the owner budget) in the
+    # configs it writes, so `--rows 10000000` runs; at or below the cap the configs keep the deployment defaults.
+    import tomllib
+
+    from vflsec.client.bench import align
+    from vflsec.services.crypto import oprf, psi
+
+    monkeypatch.setattr(psi, "MAX_IDS", 150)
+    layout = align.write_align_federation(200, 1, tmp_path / "above")
+    for party in ("active", *layout.passive_parties):
+        config = tomllib.loads((tmp_path / "above" / party / "config.toml").read_text())
+        assert config["limits"] == {"psi_max_ids": 200, "psi_owner_budget": 10 * oprf.bins(200)}
+    layout = align.write_align_federation(150, 1, tmp_path / "at")
+    assert "limits" not in tomllib.loads((tmp_path / "at" / "active" / "config.toml").read_text())
+
+
+def test_a_refused_alignment_is_one_line_naming_the_partys_reason(monkeypatch) -> None:
+    import grpc
+
+    from vflsec.client.bench import align
+
+    class Refused(grpc.RpcError):  # what the operator's AlignStream raises when a party refuses
+        def code(self) -> grpc.StatusCode:
+            return grpc.StatusCode.FAILED_PRECONDITION
+
+        def details(self) -> str:
+            return "PSI: this party holds 3000 sample IDs, over the cap of 2000 ([limits] psi_max_ids)"
+
+    def refuse(*args, **kwargs):
+        raise Refused()
+
+    monkeypatch.setattr(align, "run", refuse)
+    out = CliRunner().invoke(app, ["bench", "align", "--rows", "3000", "--json"])
+    assert out.exit_code == 2 and len(out.output.strip().splitlines()) == 1, out.output
+    assert out.output.strip() == (
+        "error: the alignment was refused: FAILED_PRECONDITION: PSI: this party holds 3000 sample IDs, over the cap of "
+        "2000 ([limits] psi_max_ids)"
+    )
