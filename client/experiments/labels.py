@@ -24,7 +24,17 @@ from vflsec.client.experiments.scenario import (
     Scenario,
     gradient_chain,
 )
-from vflsec.client.experiments.stats import MARKERS, axis_label, cells, dcs, defense_label, pm, row_group, stat
+from vflsec.client.experiments.stats import (
+    MARKERS,
+    axis_label,
+    cells,
+    dcs,
+    defense_label,
+    pm,
+    row_group,
+    save_plot,
+    stat,
+)
 
 LABEL_DCS_FORMULA = (
     "DCS = 1 / (1 + sqrt((1 − β)·AP² + β·ΔMP²)), β = 0.5; AP = max(0, (F − B) / (1 − B)), the strongest label "
@@ -304,16 +314,8 @@ def plot_labels(summary: dict[str, Any], out: Path) -> list[Path]:
     title = f"{summary['name']} ({summary['dataset']}, {summary['model']}, label attacks by a passive party)"
     written: list[Path] = []
 
-    def save(fig: Any, ax: Any, name: str, below: bool = False) -> None:
-        if below:  # long labels (a defense and its attack): under the axes, so they do not squeeze them
-            ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, borderaxespad=0.0)
-        else:
-            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
-        ax.grid(alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(out / name, dpi=150)
-        plt.close(fig)
-        written.append(out / name)
+    def save(fig: Any, ax: Any, name: str, below: bool = False) -> None:  # below: long labels (defense and attack)
+        written.append(save_plot(fig, ax, out / name, below))
 
     def guides(ax: Any, blind: float) -> None:
         ax.axhline(blind, color="grey", linestyle="--", label="blind baseline" + (" (0.5)" if binary else ""))

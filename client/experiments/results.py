@@ -15,7 +15,7 @@ from vflsec.client.experiments.scenario import DEFENSE_AXIS, FIXED_AXES, Cell, S
 from vflsec.client.experiments.stats import MARKERS as _MARKERS
 from vflsec.client.experiments.stats import axis_label as _axis_label
 from vflsec.client.experiments.stats import cells as _cells
-from vflsec.client.experiments.stats import dcs, defense_label
+from vflsec.client.experiments.stats import dcs, defense_label, save_plot
 from vflsec.client.experiments.stats import pm as _pm
 from vflsec.client.experiments.stats import row_group as _group
 from vflsec.client.experiments.stats import stat as _stat
@@ -345,12 +345,7 @@ def plot(summary: dict[str, Any], out: Path) -> list[Path]:
     title = f"{summary['name']} ({summary['dataset']}, {summary['backend']})"
 
     def save(fig: Any, ax: Any, name: str) -> None:
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
-        ax.grid(alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(out / name, dpi=150)
-        plt.close(fig)
-        written.append(out / name)
+        written.append(save_plot(fig, ax, out / name))
 
     fixed = [a for a in summary["sweep"] if a in FIXED_AXES]
     all_groups: dict[str, list[dict[str, Any]]] = {}
