@@ -36,6 +36,17 @@ def federation(workdir: Path, **spec: object) -> Iterator[Federation]:
         yield Federation(layout, parties, Operator(channel))
 
 
+@contextlib.contextmanager
+def curious_wine(workdir: Path, **spec: object) -> Iterator[tuple[Federation, Path]]:
+    """wine dealt so that passive-1 holds 10 of 13 columns (it wins splits), with the curious plugin's store at
+    passive-1: (the federation, the store's path). The tree-partition and review tests' federation."""
+    store = workdir / "passive.sqlite"
+    plugin = {"path": "vflsec.services.plugins.curious:CuriousPlugin", "options": {"store": str(store)}}
+    with federation(workdir / "fed", dataset="wine", n_passive=1, passive_features=10, plugins=[plugin],
+                    plugins_at="passive-1", **spec) as fed:  # fmt: skip
+        yield fed, store
+
+
 @pytest.fixture(scope="module")
 def binary_federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
     with federation(tmp_path_factory.mktemp("binary"), dataset="breast_cancer", n_passive=1, allow_plain=True) as fed:

@@ -9,7 +9,7 @@ import grpc
 import pytest
 from typer.testing import CliRunner
 
-from tests.integration.conftest import federation
+from tests.integration.conftest import curious_wine
 from vflsec.client.cli import app
 from vflsec.client.experiments import runs
 from vflsec.services import plugins
@@ -20,11 +20,7 @@ from vflsec.services.plugins.curious import ObservationStore
 @pytest.fixture(scope="module")
 def curious_passive(tmp_path_factory):
     """wine dealt so that passive-1 holds 10 of 13 columns (it wins splits), with the curious store at passive-1."""
-    work = tmp_path_factory.mktemp("partition-defense")
-    store = work / "passive.sqlite"
-    plugin = {"path": "vflsec.services.plugins.curious:CuriousPlugin", "options": {"store": str(store)}}
-    with federation(work / "fed", dataset="wine", n_passive=1, passive_features=10, plugins=[plugin],
-                    plugins_at="passive-1") as fed:  # fmt: skip
+    with curious_wine(tmp_path_factory.mktemp("partition-defense")) as (fed, store):
         yield fed, store
 
 

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from tests.integration.conftest import federation
+from tests.integration.conftest import curious_wine
 from vflsec.client.cli import app
 from vflsec.client.experiments import harness
 from vflsec.services import plugins
@@ -37,11 +37,7 @@ CODE = grpc.StatusCode
 @pytest.fixture(scope="module")
 def fed(tmp_path_factory):
     """wine, passive-1 holds 10 of 13 columns (it wins splits), the curious store at passive-1, plain backend."""
-    work = tmp_path_factory.mktemp("review14")
-    store = work / "passive.sqlite"
-    plugin = {"path": "vflsec.services.plugins.curious:CuriousPlugin", "options": {"store": str(store)}}
-    with federation(work / "fed", dataset="wine", n_passive=1, passive_features=10, plugins=[plugin],
-                    plugins_at="passive-1", backend="plain") as fed:  # fmt: skip
+    with curious_wine(tmp_path_factory.mktemp("review14"), backend="plain") as (fed, store):
         yield fed, store
 
 

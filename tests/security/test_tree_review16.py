@@ -15,7 +15,7 @@ import grpc
 import numpy as np
 import pytest
 
-from tests.integration.conftest import federation
+from tests.integration.conftest import curious_wine
 from vflsec.services import plugins
 from vflsec.services.errors import PeerFailed
 from vflsec.services.models.tree import steps, trainers
@@ -29,11 +29,7 @@ MSL = 6
 
 @pytest.fixture(scope="module")
 def fed(tmp_path_factory):
-    work = tmp_path_factory.mktemp("review16")
-    store = work / "passive.sqlite"
-    plugin = {"path": "vflsec.services.plugins.curious:CuriousPlugin", "options": {"store": str(store)}}
-    with federation(work / "fed", dataset="wine", n_passive=1, passive_features=10, plugins=[plugin],
-                    plugins_at="passive-1", backend="plain") as fed:  # fmt: skip
+    with curious_wine(tmp_path_factory.mktemp("review16"), backend="plain") as (fed, store):
         yield fed, store
 
 
