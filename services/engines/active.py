@@ -491,18 +491,22 @@ class ActiveParty:
                 "([limits] psi_max_ids; every passive party must accept as many)"
             )
 
-    def _intersect(self, s: ActiveSession, own_ids: np.ndarray, tracker: _Tracker) -> psi.Alignment:
-        """The exchange with every passive party and the intersection, checkpointed as the session's pending
-        alignment."""
-        key, salt = psi.PsiKey(), psi.new_salt()
-        # The caps on each passive list ([limits] psi_max_ids, absolute; psi_max_ratio, relative to our own list).
-        check = functools.partial(
+    def _size_check(self, own: int) -> Callable[[int], None]:
+        """The caps on a passive party's ID count ([limits] psi_max_ids, absolute; psi_max_ratio, relative to our
+        ``own``), whichever protocol carries it."""
+        return functools.partial(
             psi.check_size,
-            own=len(own_ids),
+            own=own,
             max_ids=self.psi_max_ids,
             max_ratio=self.psi_max_ratio,
             ratio_floor=self.psi_ratio_floor,
         )
+
+    def _intersect(self, s: ActiveSession, own_ids: np.ndarray, tracker: _Tracker) -> psi.Alignment:
+        """The exchange with every passive party and the intersection, checkpointed as the session's pending
+        alignment."""
+        key, salt = psi.PsiKey(), psi.new_salt()
+        check = self._size_check(len(own_ids))
         try:
             blinded = key.blind(own_ids, salt, progress=tracker.add("blinding"))
         except ValueError as exc:  # duplicate or non-string ids: nothing was sent
@@ -558,16 +562,12 @@ class ActiveParty:
                 'again, or align by [psi] protocol = "ecdh"'
             ) from exc
 
+        size_check = self._size_check(len(own_ids))
+
         def check(n: int) -> None:  # a passive party sends exactly 3 values per own ID, its count within our caps
             if n % oprf.HASHES:
                 raise ValueError(f"{n} values announced, not {oprf.HASHES} per ID")
-            psi.check_size(
-                n // oprf.HASHES,
-                len(own_ids),
-                max_ids=self.psi_max_ids,
-                max_ratio=self.psi_max_ratio,
-                ratio_floor=self.psi_ratio_floor,
-            )
+            size_check(n // oprf.HASHES)
 
         exchanging = tracker.add("exchanging")
 
