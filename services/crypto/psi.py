@@ -561,17 +561,12 @@ def intersect(
 def match(active_values: Sequence[bytes], passive_values: Sequence[bytes], name: str) -> tuple[np.ndarray, np.ndarray]:
     """One passive party's part of :func:`intersect`: (whether each active row's value is in the party's list, its
     position there). Only these 9 bytes per active row outlive the call, not the party's list."""
-    mine, theirs = _points(active_values), _points(passive_values)
-    _require_unique(mine, f"active values for {name}")
-    order = _require_unique(theirs, f"values sent by {name}")
-    common = np.full(len(mine), bool(len(theirs)))
-    positions = np.zeros(len(mine), dtype=np.int64)
-    for start in range(0, len(mine) if len(theirs) else 0, _BLOCK):
-        block = mine[start : start + _BLOCK]
-        at = order[np.minimum(np.searchsorted(theirs, block, sorter=order), len(theirs) - 1)]
-        common[start : start + _BLOCK] = theirs[at] == block
-        positions[start : start + _BLOCK] = at
-    return common, positions
+    matcher = StreamMatch(_points(active_values), name)
+    theirs = _points(passive_values)
+    _require_unique(theirs, f"values sent by {name}")  # a whole list is refused for any repeat, matched or not
+    for start in range(0, len(theirs), _BLOCK):  # a block at a time: temporaries stay a few MB
+        matcher.add(theirs[start : start + _BLOCK])
+    return matcher.result()
 
 
 class StreamMatch:
