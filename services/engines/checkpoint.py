@@ -13,11 +13,13 @@ that names it, and the one it replaces is deleted only after.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 import re
 import secrets
+import struct
 import tempfile
 import zipfile
 from collections.abc import Callable, Collection
@@ -224,6 +226,87 @@ class StateDir:
             companion, _ = self._fixed.pop(name, (None, {}))
             if companion is not None:
                 (self.path / companion).unlink(missing_ok=True)
+
+
+class CountLedger:
+    """Each owner's count (the coordinator's samples admitted per owner: its query budget), durable: ``save`` returns
+    only once the disk holds the new count. ``None`` keeps the counts in memory only.
+
+    One file per owner, ``<owner>.count``: two slots, each (sequence number, count, checksum) in its own 4 KB page.
+    A save writes the slot that does not hold the latest count in place and flushes it with one ``fdatasync`` (the
+    file's size and blocks never change, so no metadata is flushed); a load takes the valid slot with the higher
+    sequence number. A write torn by a crash spoils only the slot it was writing, whose count was not yet durable,
+    so no release can have depended on it; the other slot still holds the last durable count. Rewriting a whole file
+    through a temporary one (the npz checkpoints) took two fsyncs, a rename and ~1 ms of CPU per Predict round.
+    A file is created, and an earlier release's ``<owner>.npz`` ledger taken over, through StateDir's atomic write."""
+
+    SUFFIX = ".count"
+    _SLOT = struct.Struct("<8sQQ")  # magic, sequence number, count; then an 8-byte BLAKE2b checksum of those
+    _MAGIC = b"vflsecL1"
+    PAGE = 4096  # slot i at offset i * PAGE: a write to one slot never rewrites a byte of the other's page
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._dir = StateDir(path)  # creates the folder; removes temporary files a kill left there
+        self._seq: dict[str, int] = {}  # the sequence number each owner's file last holds, durably
+
+    def load_all(self) -> dict[str, int]:
+        """Every owner's count. A file with no valid slot is a ValueError naming it: a budget must not restart from
+        zero. Counts of an earlier release's npz ledger are taken over (the larger of the two when both are there: a
+        count only grows) and its file removed."""
+        if self.path is None:
+            return {}
+        counts: dict[str, int] = {}
+        for file in sorted(self.path.glob(f"*{self.SUFFIX}")):
+            owner = file.name[: -len(self.SUFFIX)]
+            self._seq[owner], counts[owner] = self._read(file)
+        for owner, (_, meta) in self._dir.load_all().items():  # owners/<owner>.npz, as written before
+            legacy = int(meta["scored"])
+            if legacy > counts.get(owner, -1):
+                self.save(owner, legacy)
+                counts[owner] = legacy
+            (self.path / f"{owner}.npz").unlink()  # only once the count file holds at least its count
+        return counts
+
+    def save(self, owner: str, count: int) -> None:
+        """Make ``count`` the owner's durable count (never less than the last: the caller's counts only grow)."""
+        if self.path is None:
+            return
+        filename = f"{owner}{self.SUFFIX}"
+        if not _valid_name(filename):
+            raise ValueError(f"invalid ledger owner {owner!r}")
+        seq = self._seq.get(owner, 0) + 1
+        if seq == 1:  # a new file, whole (no holes: later writes allocate nothing), renamed into place
+            image = self._slot(seq, count) + bytes(2 * self.PAGE - self._SLOT.size - 8)
+            self._dir._write(filename, lambda fh: fh.write(image))
+        else:
+            fd = os.open(self.path / filename, os.O_WRONLY)
+            try:
+                os.pwrite(fd, self._slot(seq, count), (seq - 1) % 2 * self.PAGE)
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+        self._seq[owner] = seq  # only now: after a failed write the next rewrites that slot, not the durable one
+
+    def _slot(self, seq: int, count: int) -> bytes:
+        body = self._SLOT.pack(self._MAGIC, seq, count)
+        return body + hashlib.blake2b(body, digest_size=8).digest()
+
+    def _read(self, file: Path) -> tuple[int, int]:
+        """(sequence number, count) of the file's latest valid slot."""
+        data = file.read_bytes()
+        if len(data) != 2 * self.PAGE:
+            raise ValueError(f"ledger {file} holds {len(data)} bytes, not {2 * self.PAGE}: restore it from a backup")
+        valid = []
+        for offset in (0, self.PAGE):
+            body = data[offset : offset + self._SLOT.size]
+            digest = data[offset + self._SLOT.size : offset + self._SLOT.size + 8]
+            magic, seq, count = self._SLOT.unpack(body)
+            if magic == self._MAGIC and hashlib.blake2b(body, digest_size=8).digest() == digest:
+                valid.append((seq, count))
+        if not valid:
+            raise ValueError(f"ledger {file} has no readable count: restore it from a backup")
+        return max(valid)
 
 
 def _own_companion(companion: str, name: str) -> bool:

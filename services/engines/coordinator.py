@@ -112,10 +112,8 @@ class Coordinator:
         # Beside the sessions: training keys (one file per session and live epoch) and the query budget's ledger
         # (samples admitted per owner, over all its sessions). The session file keeps epoch 0's public context,
         # which parties parse with.
-        self.epoch_keys, self.ledger = (
-            checkpoint.StateDir(None if self.state.path is None else self.state.path / sub)
-            for sub in ("epochs", "owners")
-        )
+        self.epoch_keys = checkpoint.StateDir(None if self.state.path is None else self.state.path / "epochs")
+        self.ledger = checkpoint.CountLedger(None if self.state.path is None else self.state.path / "owners")
         self.sessions = SessionTable(self.state, self._restore, refusal=lambda sid, s: s.refused)
         for sid, s in self.sessions.items():
             s.refused = self._refusal(sid, s)
@@ -126,7 +124,7 @@ class Coordinator:
             live |= {f for f in keys if f.rpartition(".e")[0] in self.state.unreadable}  # kept with their checkpoint
             for orphan in keys - live:
                 (self.epoch_keys.path / orphan).unlink()
-        self.scored: dict[str, int] = {owner: meta["scored"] for owner, (_, meta) in self.ledger.load_all().items()}
+        self.scored: dict[str, int] = self.ledger.load_all()
         self._lock = threading.Lock()  # every owner's count (self.scored): held for arithmetic only, never per row
         self._ledger_lock = threading.Lock()  # one ledger write at a time; _durable: each owner's count last written
         self._durable = dict(self.scored)
@@ -667,7 +665,7 @@ class Coordinator:
             with self._lock:
                 scored = self.scored.get(owner, 0)
             if self._durable.get(owner, 0) < (scored if spent is None else spent):
-                self.ledger.save(owner, {}, {"scored": scored})
+                self.ledger.save(owner, scored)
                 self._durable[owner] = scored
 
     def _check_request(self, sample_index: np.ndarray) -> None:

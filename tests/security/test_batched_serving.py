@@ -387,10 +387,10 @@ def test_release_waits_for_a_durable_charge_and_a_restart_releases_nothing(fed, 
     events: list[tuple[str, int]] = []
     save = engine.ledger.save
 
-    def late_save(name, arrays, meta):  # type: ignore[no-untyped-def]
+    def late_save(owner, count):  # type: ignore[no-untyped-def]
         time.sleep(0.5)  # widens the window in which a release that did not wait would run first
-        save(name, arrays, meta)
-        events.append(("durable", meta["scored"]))
+        save(owner, count)
+        events.append(("durable", count))
 
     monkeypatch.setattr(engine.ledger, "save", late_save)
     chain = engine.score_chain
@@ -413,8 +413,8 @@ def test_release_waits_for_a_durable_charge_and_a_restart_releases_nothing(fed, 
     assert released.status.code == OK
     first_release = events.index(next(e for e in events if e[0] == "released"))
     assert any(kind == "durable" and n >= spent for kind, n in events[:first_release]), events
-    on_disk = checkpoint.StateDir(f.layout.workdir / "coordinator" / "state" / "owners").load_all()
-    assert on_disk["active"][1]["scored"] >= spent
+    on_disk = checkpoint.CountLedger(f.layout.workdir / "coordinator" / "state" / "owners").load_all()
+    assert on_disk["active"] >= spent
 
     monkeypatch.setattr(engine.ledger, "save", save)
     row = _index(f, sid, common[362:364])
