@@ -41,10 +41,10 @@ PREDICT_CHUNK_VALUES = CHUNK_VALUES  # share entries per chunk of a query (bound
 # may carry, well under the coordinator's open queries per session (MAX_OPEN_QUERIES, 256), so that the queries of
 # overlapping rounds do not lapse one another.
 PREDICT_BATCH_REQUESTS = BATCH_ENTRIES
-# Predict rounds of a session running at once (services/engines/batching.py): the next round gathers until the running
-# one reaches its release, and is admitted and shared while that release runs; so two, the second started only then
-# (two started at will carried 9 requests a round instead of 14, and cost ~20 % more CPU per request).
-PREDICT_ROUNDS = 2
+# Predict rounds of a session running at once: while they run, the next round gathers (services/engines/batching.py).
+# One: under load a round carries 14 requests instead of 9 with two, and each round costs every party its calls and
+# the coordinator its ledger write; about 20 % less server CPU per request, throughput the same (docs/performance.md).
+PREDICT_ROUNDS = 1
 
 
 @dataclass
@@ -795,14 +795,11 @@ class ActiveParty:
                 )
             return self._batchers[s.session_id]
 
-    def _predict_batch(
-        self, s: ActiveSession, queries: list[np.ndarray], handoff: Callable[[], None]
-    ) -> list[ReleasedScores | ServiceError]:
+    def _predict_batch(self, s: ActiveSession, queries: list[np.ndarray]) -> list[ReleasedScores | ServiceError]:
         """One round for concurrent requests: their queries admitted in one call (each on its own: a refusal stays
         with its request), every passive party's shares of the admitted ones in one call each, and their releases in
         one call (each its own sum and pass through the release chain). Ours is one pass over all their rows, each
-        query's share under its own masks, as alone. The next round starts at the release (``handoff``): its
-        admission and shares overlap this round's release."""
+        query's share under its own masks, as alone."""
         sid = s.session_id
         outcomes: list = list(self.coordinator.admit_queries(sid, queries))
         live = [i for i, admitted in enumerate(outcomes) if not isinstance(admitted, ServiceError)]
@@ -815,7 +812,6 @@ class ActiveParty:
                 if error is not None and not isinstance(outcomes[i], ServiceError):
                     outcomes[i] = error  # that query alone: its batch-mates are released
         kept = [k for k, i in enumerate(live) if not isinstance(outcomes[i], ServiceError)]
-        handoff()
         released = self.coordinator.release_batch(
             sid, [(*shared[k], shares[k]) for k in kept], n_classes=s.n_classes
         )

@@ -39,17 +39,14 @@ class _Batch:
 
 class Batcher(Generic[Item, Outcome]):
     """Runs concurrent submissions in batches: the first submitter of a batch waits up to ``window`` seconds (less
-    once the batch holds ``max_items`` items or ``max_rows`` rows) for others to join, and then until the batch before
-    it has handed off (below) and fewer than ``rounds`` batches are running (the batch still gathering: the busier
-    the service, the larger its batches); then it runs ``run(items, handoff)`` on all of them in its own thread. A
-    submitter arriving meanwhile opens the next batch. ``run`` returns one outcome per item, in order: a value, or an
-    exception that only that item's submitter raises. It calls ``handoff()`` (or it is called when ``run`` returns)
-    when the rest of its work may overlap the next batch's: the active party's Predict round before its release, so
-    that the next round is admitted and shared meanwhile."""
+    once the batch holds ``max_items`` items or ``max_rows`` rows) for others to join, and then, while ``rounds``
+    batches are running, until one ends (the batch still gathering: the busier the service, the larger its batches);
+    then it runs ``run`` on all of them in its own thread. A submitter arriving meanwhile opens the next batch.
+    ``run`` returns one outcome per item, in order: a value, or an exception that only that item's submitter raises."""
 
     def __init__(
         self,
-        run: Callable[[list[Item], Callable[[], None]], Sequence[Outcome | BaseException]],
+        run: Callable[[list[Item]], Sequence[Outcome | BaseException]],
         window: float,
         max_rows: int,
         max_items: int,
@@ -61,7 +58,6 @@ class Batcher(Generic[Item, Outcome]):
         self._lock = threading.Lock()
         self._open: _Batch | None = None
         self._rounds = threading.BoundedSemaphore(rounds)
-        self._gate = threading.Lock()  # held by the running batch that has not handed off
 
     def submit(self, item: Item, rows: int) -> Outcome:
         slot = _Slot(item)
@@ -78,7 +74,6 @@ class Batcher(Generic[Item, Outcome]):
         if leader:
             batch.ready.acquire(timeout=self.window)
             with self._rounds:
-                self._gate.acquire()
                 with self._lock:
                     if self._open is batch:  # closed: later submitters open the next batch
                         self._open = None
@@ -89,21 +84,12 @@ class Batcher(Generic[Item, Outcome]):
         return slot.outcome  # type: ignore[return-value]
 
     def _complete(self, slots: list[_Slot]) -> None:
-        handed = []
-
-        def handoff() -> None:
-            if not handed:  # once: the gate this batch took
-                handed.append(True)
-                self._gate.release()
-
         try:
-            outcomes = list(self._run([slot.item for slot in slots], handoff))
+            outcomes = list(self._run([slot.item for slot in slots]))
             if len(outcomes) != len(slots):
                 raise RuntimeError(f"a batch of {len(slots)} items had {len(outcomes)} outcomes")
         except BaseException as exc:  # the whole batch failed (e.g. a peer down): every submitter hears of it
             outcomes = [exc] * len(slots)
-        finally:
-            handoff()
         for slot, outcome in zip(slots, outcomes, strict=True):
             slot.outcome = outcome
             slot.done.release()

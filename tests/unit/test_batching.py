@@ -1,14 +1,11 @@
 """The Batcher behind the active party's batched Predicts: concurrent submissions run as one batch, each submitter gets
 its own item's outcome (a refusal only its own), the batching limits are read from [limits], and every query's
-repeated-rows check refuses alike on its two paths, and the next batch starts only once the running one hands off, with
-at most ``rounds`` running. Nothing is timed: a batch is made to close by filling up, its window being far longer than
-the test (a short sleep only widens the window in which a wrong start would happen)."""
+repeated-rows check refuses alike on its two paths. Nothing is timed: a batch is made to close by filling up, its window
+being far longer than the test."""
 
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -36,7 +33,7 @@ def test_concurrent_submissions_run_as_one_batch_and_a_refusal_stays_with_its_it
     batches: list[list[int]] = []
     lock = threading.Lock()
 
-    def run(items: list[int], handoff: Callable[[], None]) -> list[object]:
+    def run(items: list[int]) -> list[object]:
         with lock:
             batches.append(sorted(items))
         return [ResourceExhausted(f"item {i} refused") if i == 3 else i * 10 for i in items]
@@ -51,7 +48,7 @@ def test_batches_respect_the_row_and_item_caps() -> None:
     sizes: list[int] = []
     lock = threading.Lock()
 
-    def run(items: list[int], handoff: Callable[[], None]) -> list[int]:
+    def run(items: list[int]) -> list[int]:
         with lock:
             sizes.append(len(items))
         return items
@@ -64,64 +61,11 @@ def test_batches_respect_the_row_and_item_caps() -> None:
 
 
 def test_a_batch_that_fails_whole_tells_every_submitter() -> None:
-    def run(items: list[int], handoff: Callable[[], None]) -> list[int]:
+    def run(items: list[int]) -> list[int]:
         raise ConnectionError("peer down")
 
     outcomes = _submit_all(Batcher(run, window=60.0, max_rows=100, max_items=3), [1, 2, 3])
     assert all(isinstance(o, ConnectionError) and str(o) == "peer down" for o in outcomes)
-
-
-def test_the_next_batch_starts_at_the_handoff_and_overlaps_the_rest() -> None:
-    events: list[str] = []
-    first_started, second_submitted, second_done = threading.Event(), threading.Event(), threading.Event()
-
-    def run(items: list[int], handoff: Callable[[], None]) -> list[int]:
-        if items[0] < 2:  # the first batch: the second is waiting to start before this one hands off
-            first_started.set()
-            assert second_submitted.wait(10)
-            time.sleep(0.2)  # widens the window in which a second batch not held back would start
-            events.append("first hands off")
-            handoff()
-            assert second_done.wait(10), "the second batch did not run during the first's rest"
-            events.append("first ends")
-        else:
-            events.append("second starts")
-            second_done.set()
-        return items
-
-    batcher = Batcher(run, window=60.0, max_rows=100, max_items=2, rounds=2)
-    with ThreadPoolExecutor(4) as pool:
-        first = [pool.submit(batcher.submit, i, 1) for i in (0, 1)]
-        assert first_started.wait(10)
-        second = [pool.submit(batcher.submit, i, 1) for i in (2, 3)]
-        second_submitted.set()
-        assert [f.result() for f in first + second] == [0, 1, 2, 3]
-    assert events == ["first hands off", "second starts", "first ends"]
-
-
-def test_at_most_rounds_batches_run_at_once() -> None:
-    lock, running, most = threading.Lock(), [0], [0]
-    release = threading.Event()
-
-    def run(items: list[int], handoff: Callable[[], None]) -> list[int]:
-        handoff()
-        with lock:
-            running[0] += 1
-            most[0] = max(most[0], running[0])
-        release.wait(10)
-        with lock:
-            running[0] -= 1
-        return items
-
-    batcher = Batcher(run, window=60.0, max_rows=100, max_items=1, rounds=2)
-    with ThreadPoolExecutor(3) as pool:
-        futures = [pool.submit(batcher.submit, i, 1) for i in range(3)]
-        while most[0] < 2:
-            time.sleep(0.01)
-        time.sleep(0.2)  # widens the window in which a third batch would start beside the two
-        assert most[0] == 2
-        release.set()
-        assert [f.result() for f in futures] == [0, 1, 2]
 
 
 _ACTIVE = {
