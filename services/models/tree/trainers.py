@@ -71,6 +71,7 @@ from .steps import (
     Task,
     check_searchable,
     combine,
+    encrypted_classes,
     indicator_layout,
     node_depth,
     product_fold,
@@ -328,9 +329,11 @@ class TreePassive:
         task = self._task(node)
         if self.settings.party not in task.features:
             raise InvalidArgument(f"node {task.key} has no candidate feature of party {self.settings.party}")
-        if indicators.shape != (task.rows.size, self.n_classes):
+        shape = (task.rows.size, encrypted_classes(self.n_classes))
+        if tuple(indicators.shape) != shape:
             raise InvalidArgument(
-                f"indicators must be {task.rows.size} rows x {self.n_classes} classes, got {indicators.shape}"
+                f"indicators must be {shape[0]} rows x {shape[1]} classes (every class but the last), got "
+                f"{tuple(indicators.shape)}"
             )
         # Nodes grow one at a time, in (tree, node) order (heap indices breadth first): an earlier node is closed once
         # this one is asked for, so only the latest is kept (a forest's checkpoint, written after every family
@@ -586,17 +589,16 @@ class TreeKeyHolder:
     ) -> None:
         """Open a passive party's masked products for the current node: once per (party, node), at the width and
         indicator layout the coordinator derives itself; its bin weights (its own word, checked before anything
-        is opened) are what its counts must add up to. Products made for another copy of the node than the
-        coordinator's (rows or multiplicities the active party changed: review 12, R2) are refused unopened."""
+        is opened) give the last class's counts (the weights less the other classes'). Products made for another
+        copy of the node than the coordinator's (rows or multiplicities the active party changed: review 12, R2)
+        are refused unopened."""
         task = self._searched(key)
         self._same_node(task, task_digest)
         width, layout = self._block(keys, party, task)
-        weights = np.asarray(bin_weights, dtype=np.float64)
-        if weights.shape != (width,) or not (np.isfinite(weights).all() and weights.min(initial=0) >= 0):
-            raise InvalidArgument(f"bin weights must be {width} finite non-negative numbers, got {weights.shape}")
         opener = KeyHolder(keys)
         opener.answered = self.answered
-        self.counts[party] = opener.open_counts(party, task, width, layout, products, mask_sums)
+        self.counts[party] = opener.open_counts(party, task, width, layout, products, mask_sums, bin_weights)
+        weights = np.asarray(bin_weights, dtype=np.float64)
         self.weights[party] = weights
         self.histograms.keep(party, task, self.counts[party], weights)
 
