@@ -47,7 +47,8 @@ def _grow(max_depth: int = 3):
         elif 1 in task.features:
             wire = he.matrix_to_wire(keys, labels.encrypt(keys, task, holder.builder.width(task, 1)))
             searched.append(passive.search(node, wire).key)
-            holder.submit_counts(keys, 1, task.key, *passive.node_products(keys, task, wire))
+            holder.submit_counts(keys, 1, task.key, *passive.node_products(keys, task, wire, "s", 0), session_id="s")
+            passive.accepted(task)
         split = holder.decide(task.key, active.plain_counts(task, labels.indicators(task)))
         if split is not None:
             node = holder.current(task.key)

@@ -80,10 +80,12 @@ class Task:
             "features": {str(p): list(f) for p, f in self.features.items()},
         }
 
-    def digest(self) -> bytes:
-        """A fingerprint of the node as a party holds it (rows, multiplicities, candidate features): the key holder
-        opens products only if they were made for its own copy (review 12, R2)."""
-        return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).digest()
+    def digest(self, session_id: str, key_epoch: int) -> bytes:
+        """A fingerprint of the node as a party holds it (rows, multiplicities, candidate features) in its session
+        and key epoch: the key holder opens products only if they were made for its own copy (review 12, R2), in
+        this session under this epoch's keys (review 16, F6: not another session's products of the same node)."""
+        named = {"session_id": session_id, "key_epoch": int(key_epoch), "node": self.to_json()}
+        return hashlib.sha256(json.dumps(named, sort_keys=True).encode()).digest()
 
     @classmethod
     def from_json(cls, d: dict) -> Task:
