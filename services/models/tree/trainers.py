@@ -330,10 +330,7 @@ class TreePassive:
             raise InvalidArgument(f"node {task.key} has no candidate feature of party {self.settings.party}")
         shape = (task.rows.size, encrypted_classes(self.n_classes))
         if tuple(indicators.shape) != shape:
-            raise InvalidArgument(
-                f"indicators must be {shape[0]} rows x {shape[1]} classes (every class but the last), got "
-                f"{tuple(indicators.shape)}"
-            )
+            raise InvalidArgument(f"indicators must be {shape}, every class but the last; got {indicators.shape}")
         # Nodes grow one at a time, in (tree, node) order (heap indices breadth first): an earlier node is closed once
         # this one is asked for, so only the latest is kept (a forest's checkpoint, written after every family
         # message, would otherwise hold every node's rows), and products are made only for node keys the session's
@@ -351,17 +348,15 @@ class TreePassive:
         return task
 
     def accepted(self, task: Task) -> Task | None:
-        """The coordinator took this node's products (SubmitCounts answered): only now is the node recorded as one
-        this party made products for (review 16, F3c: not at :meth:`search`, before anything was accepted); the
-        right sibling it implies, if any."""
+        """The coordinator took the node's products (SubmitCounts answered): only now is it recorded as a node this
+        party made products for (review 16, F3c: not at :meth:`search`); the right sibling it implies, if any."""
         return self.known.searched(task, self.settings.party)
 
     def node_products(
         self, keys: he.Backend, task: Task, indicators: he.WireMatrix, session_id: str, key_epoch: int
     ) -> tuple[list[bytes], np.ndarray, np.ndarray, bytes]:
-        """Masked [[indicators ⊙ bin indicators]] of the node's candidate features, their mask sums, the node's
-        weighted rows per bin (the last class's counts less the others') and the digest of the node they were made
-        for (in this session, under the key epoch ``keys`` are of), for the coordinator."""
+        """For the coordinator: masked [[indicators ⊙ bin indicators]] of the node's candidate features, their mask
+        sums, the node's weighted rows per bin and the digest of the node (in this session and key epoch)."""
         try:
             received = he.matrix_from_wire(keys, indicators)
         except ValueError as exc:
@@ -542,8 +537,7 @@ class TreeKeyHolder:
         products: list[bytes],
         part: int,
         parts: int,
-        task_digest: bytes = b"",
-        *,
+        task_digest: bytes,
         session_id: str,
     ) -> list[bytes] | None:
         """Part ``part`` of ``parts`` (in order) of a party's products for the current node: every product once the
@@ -593,23 +587,20 @@ class TreeKeyHolder:
         mask_sums: np.ndarray,
         bin_weights: np.ndarray,
         task_digest: bytes,
-        *,
         session_id: str,
     ) -> None:
         """Open a passive party's masked products for the current node: once per (party, node), at the width and
         indicator layout the coordinator derives itself; its bin weights (its own word, checked before anything
-        is opened) give the last class's counts (the weights less the other classes'). Products made for another
-        copy of the node than the coordinator's (rows or multiplicities the active party changed: review 12, R2)
-        are refused unopened."""
+        is opened) give the last class's counts (the weights less the others'). Products made for another copy of
+        the node (rows or multiplicities the active party changed: review 12, R2; another session) are refused."""
         task = self._searched(key)
         self._same_node(task, task_digest, session_id)
         width, layout = self._block(keys, party, task)
         opener = KeyHolder(keys)
         opener.answered = self.answered
         self.counts[party] = opener.open_counts(party, task, width, layout, products, mask_sums, bin_weights)
-        weights = np.asarray(bin_weights, dtype=np.float64)
-        self.weights[party] = weights
-        self.histograms.keep(party, task, self.counts[party], weights)
+        self.weights[party] = np.asarray(bin_weights, dtype=np.float64)
+        self.histograms.keep(party, task, self.counts[party], self.weights[party])
 
     def decide(self, key: NodeKey, own: np.ndarray | None) -> Split | None:
         """The node's decision, made once: a repeat (a retry after a failed ApplySplit, a restart) gets the recorded
@@ -792,15 +783,11 @@ def _submit_counts(
     due is decided first, with one refusal for every node that expects none from the caller (review 14, F2)."""
     trainer.due(ctx.caller, key)
     keys = ctx.held_keys(trainer.epoch)
-    received = trainer.receive_part(
-        keys, ctx.caller, key, products, part, max(parts, 1), task_digest, session_id=ctx.session_id
-    )
+    received = trainer.receive_part(keys, ctx.caller, key, products, part, max(parts, 1), task_digest, ctx.session_id)
     if received is not None:  # the last part
         if mask_sums is None or bin_weights is None:
             raise InvalidArgument("mask sums and bin weights: the last part of a node's products carries them")
-        trainer.submit_counts(
-            keys, ctx.caller, key, received, mask_sums, bin_weights, task_digest, session_id=ctx.session_id
-        )
+        trainer.submit_counts(keys, ctx.caller, key, received, mask_sums, bin_weights, task_digest, ctx.session_id)
 
 
 def _decide(trainer: TreeKeyHolder, ctx: KeyHolderContext, key: NodeKey, own: np.ndarray | None) -> Split | None:
