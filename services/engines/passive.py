@@ -839,6 +839,7 @@ class PassiveParty:
             training_output=lambda at, rows, epoch: self._training_step_output(s, at, rows, epoch),
             share_mask_key=s.share_mask_key or b"",
             defer=deferred.append,
+            locked=lambda later: self._locked(session_id, s, later),
             aligned_rows=0 if s.rows is None else len(s.rows),
             shard=lambda: self.data.X,
             min_training_rows=self.min_training_rows,
@@ -856,6 +857,14 @@ class PassiveParty:
         for later in deferred:
             later()
         return answer
+
+    def _locked(self, session_id: str, s: PassiveSession, later: Callable[[], Any]) -> None:
+        """A deferred family call's follow-up, under the session lock and checkpointed afterwards."""
+        with s.lock:
+            try:
+                later()
+            finally:
+                self._save(session_id, s)
 
     def weights(self, session_id: str) -> np.ndarray:
         return self._block(self.session(session_id))
