@@ -266,7 +266,13 @@ class PassiveParty:
         return self.sessions.get(session_id, closing=closing)
 
     def _save(self, session_id: str, s: PassiveSession) -> None:
-        self.sessions.save(session_id, s)
+        """Checkpoint ``s`` (caller holds s.lock) unless it was closed meanwhile: :meth:`close` takes the same lock,
+        so a step or a deferred follow-up never writes a closed session's files back (review 18)."""
+        if self._current(session_id, s):
+            self.sessions.save(session_id, s)
+
+    def _current(self, session_id: str, s: PassiveSession) -> bool:
+        return session_id in self.sessions and self.sessions[session_id] is s
 
     def owned(self, session_id: str, caller: str, *, closing: bool = False) -> PassiveSession:
         return self.sessions.owned(session_id, caller, closing=closing)
@@ -859,8 +865,11 @@ class PassiveParty:
         return answer
 
     def _locked(self, session_id: str, s: PassiveSession, later: Callable[[], Any]) -> None:
-        """A deferred family call's follow-up, under the session lock and checkpointed afterwards."""
+        """A deferred family call's follow-up, under the session lock and checkpointed afterwards; nothing if the
+        session was closed meanwhile (its checkpoint would come back, and a restart would restore it: review 18)."""
         with s.lock:
+            if not self._current(session_id, s):
+                return
             try:
                 later()
             finally:
@@ -970,4 +979,10 @@ class PassiveParty:
             raise InvalidArgument(str(exc)) from exc
 
     def close(self, session_id: str) -> None:
-        self.sessions.close(session_id)
+        """Under the session's lock, so that no step or deferred follow-up checkpoints it after its files are gone."""
+        try:
+            lock = self.sessions[session_id].lock
+        except KeyError:  # unknown, or set aside at start-up: nothing runs on it
+            lock = contextlib.nullcontext()
+        with lock:
+            self.sessions.close(session_id)

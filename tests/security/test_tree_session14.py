@@ -15,9 +15,11 @@ import grpc
 import pytest
 
 from tests.integration.conftest import curious_wine
+from vflsec.services.engines import checkpoint
 from vflsec.services.errors import FailedPrecondition
 from vflsec.services.models.tree import steps, trainers
 from vflsec.services.transport import tree_links
+from vflsec.v1 import common_pb2, passive_pb2_grpc
 
 
 @pytest.fixture(scope="module")
@@ -110,3 +112,29 @@ def test_a_node_is_recorded_only_once_its_products_were_taken(fed, monkeypatch) 
     assert "not now" in refused.value.details()
     known = _trainer(fed, "passive-1", sids[-1]).known
     assert (0, 0) in known.nodes and (0, 1) not in known.nodes and (0, 2) not in known.nodes
+
+
+def test_a_session_closed_while_its_products_are_in_flight_leaves_no_checkpoint(fed, monkeypatch) -> None:
+    """Review 18: the session's owner closes it at passive-1 after the coordinator took passive-1's root products
+    and before passive-1 recorded them (PassiveContext.locked): the record is dropped, not checkpointed, so the
+    closed session's files stay gone and a restart does not restore it."""
+    state = fed.layout.configs["passive-1"].parent / "state"
+    honest_submit = tree_links.TreeCoordinatorClient.submit_counts
+    closed: list = []
+
+    def submit_then_closed(self, session_id, key, *made):
+        honest_submit(self, session_id, key, *made)
+        if tuple(key) == (0, 0):
+            stub = passive_pb2_grpc.PassiveStub(fed.channel("active", "passive-1"))
+            stub.CloseSession(common_pb2.SessionRef(session_id=session_id))
+            closed.append(sorted(p.name for p in state.glob(f"{session_id}*")))
+
+    monkeypatch.setattr(tree_links.TreeCoordinatorClient, "submit_counts", submit_then_closed)
+    sid = fed.operator.create_session("plain", family="tree", settings={"max_depth": 3}, seed=0).session_id
+    with pytest.raises(grpc.RpcError) as refused:
+        list(fed.operator.train(sid, sorted(fed.operator.align(sid))[:120], 1))
+    assert refused.value.code() == grpc.StatusCode.NOT_FOUND
+    assert closed == [[]]  # closed, its files removed, while the products were in flight
+    assert sid not in fed.parties["passive-1"].engine.sessions
+    assert not list(state.glob(f"{sid}*"))  # and nothing wrote them back
+    assert sid not in checkpoint.StateDir(state).load_all(skip_unreadable=True)
