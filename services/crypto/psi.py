@@ -29,6 +29,7 @@ search over those arrays, not a per-row dict (docs/performance.md, "Alignment").
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import multiprocessing
@@ -320,30 +321,38 @@ class ChunkReader:
         return self._points if self._points is not None else np.empty(0, dtype=f"S{self._width}")
 
 
-def largest_accepted(
-    own: int, *, max_ids: int = MAX_IDS, max_ratio: float = MAX_RATIO, ratio_floor: int = RATIO_FLOOR
-) -> int:
-    """The longest partner list our caps accept against our ``own`` IDs (an OPRF exchange's bins are sized by it)."""
-    return min(max_ids, max(math.floor(max_ratio * own), ratio_floor))
+@dataclass(frozen=True)
+class Caps:
+    """A party's caps on a partner's list, whichever protocol carries it: [limits] psi_max_ids (absolute),
+    psi_max_ratio (relative to our own IDs) above psi_ratio_floor."""
 
+    max_ids: int = MAX_IDS
+    max_ratio: float = MAX_RATIO
+    ratio_floor: int = RATIO_FLOOR
 
-def check_size(
-    n: int, own: int, *, max_ids: int = MAX_IDS, max_ratio: float = MAX_RATIO, ratio_floor: int = RATIO_FLOOR
-) -> None:
-    """Refuse a partner's list of ``n`` ids against our ``own``: a ValueError naming the bound it breaks and the
-    smallest setting that would accept it."""
-    if n > max_ids:
-        raise ValueError(
-            f"{n} IDs announced, over this party's cap of {max_ids} ([limits] psi_max_ids; the smallest that "
-            f"accepts them is {n})"
-        )
-    if n > largest_accepted(own, max_ids=max_ids, max_ratio=max_ratio, ratio_floor=ratio_floor):
-        smallest = math.ceil(n * 100 / max(own, 1)) / 100
-        raise ValueError(
-            f"{n} IDs announced, over {max_ratio:g} x this party's own {own} IDs ([limits] psi_max_ratio; the "
-            f"smallest that accepts them is {smallest:g}; lists up to [limits] psi_ratio_floor = {ratio_floor} "
-            "always pass)"
-        )
+    def largest(self, own: int) -> int:
+        """The longest partner list accepted against our ``own`` IDs (an OPRF exchange's bins are sized by it)."""
+        return min(self.max_ids, max(math.floor(self.max_ratio * own), self.ratio_floor))
+
+    def check(self, n: int, own: int) -> None:
+        """Refuse a partner's list of ``n`` ids against our ``own``: a ValueError naming the bound it breaks and the
+        smallest setting that would accept it."""
+        if n > self.max_ids:
+            raise ValueError(
+                f"{n} IDs announced, over this party's cap of {self.max_ids} ([limits] psi_max_ids; the smallest that "
+                f"accepts them is {n})"
+            )
+        if n > self.largest(own):
+            smallest = math.ceil(n * 100 / max(own, 1)) / 100
+            raise ValueError(
+                f"{n} IDs announced, over {self.max_ratio:g} x this party's own {own} IDs ([limits] psi_max_ratio; "
+                f"the smallest that accepts them is {smallest:g}; lists up to [limits] psi_ratio_floor = "
+                f"{self.ratio_floor} always pass)"
+            )
+
+    def checker(self, own: int) -> Callable[[int], None]:
+        """:meth:`check` against our ``own`` IDs, for a list whose size is announced later (ChunkReader)."""
+        return functools.partial(self.check, own=own)
 
 
 _BLOCK = 65_536  # values compared at once: temporaries stay a few MB (a million S32 values are 32 MB)

@@ -4,7 +4,6 @@ splitnn.py, trees.py)."""
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -231,9 +230,7 @@ class PassiveParty:
         # [policy] allowed_backends: a plain session sends this party's logits in the clear, so it joins one only
         # when its own operator says so, whatever the coordinator allows.
         self.backend_policy = BackendPolicy.of(f"{party_id}'s", allowed_backends)
-        self.psi_max_ids = psi_max_ids
-        self.psi_max_ratio = psi_max_ratio
-        self.psi_ratio_floor = psi_ratio_floor
+        self.psi_caps = psi.Caps(psi_max_ids, psi_max_ratio, psi_ratio_floor)  # on a partner's list
         # IDs of the active list this party blinds per owner, over all sessions and restarts ([limits]
         # psi_owner_budget; None: unlimited): one exchange per session does not stop testing a dictionary over
         # many sessions, this does.
@@ -370,7 +367,7 @@ class PassiveParty:
         own_ids = self.data.ids
         if not len(own_ids):
             raise FailedPrecondition(f"PSI: {self.party_id} holds no sample IDs")
-        reader = psi.ChunkReader(self._psi_size_check(len(own_ids)))
+        reader = psi.ChunkReader(self.psi_caps.checker(len(own_ids)))
         try:
             for chunk in chunks:
                 reader.add(chunk)
@@ -417,9 +414,7 @@ class PassiveParty:
         own_ids = self.data.ids
         if not len(own_ids):
             raise FailedPrecondition(f"PSI: {self.party_id} holds no sample IDs")
-        cap = psi.largest_accepted(
-            len(own_ids), max_ids=self.psi_max_ids, max_ratio=self.psi_max_ratio, ratio_floor=self.psi_ratio_floor
-        )
+        cap = self.psi_caps.largest(len(own_ids))
         if not 1 <= hello.bins <= oprf.bins(cap) or hello.bins % oprf.BIN_ALIGN:
             raise InvalidArgument(
                 f"PSI: the active party's hello announces {hello.bins} bins: this party takes a multiple of "
@@ -503,16 +498,6 @@ class PassiveParty:
         finally:
             with self._lock:
                 self._psi_streams[caller] -= 1
-
-    def _psi_size_check(self, own: int) -> Callable[[int], None]:
-        """The caps on a partner's list ([limits] psi_max_ids, absolute; psi_max_ratio, relative to ``own``)."""
-        return functools.partial(
-            psi.check_size,
-            own=own,
-            max_ids=self.psi_max_ids,
-            max_ratio=self.psi_max_ratio,
-            ratio_floor=self.psi_ratio_floor,
-        )
 
     def _spend_psi_budget(self, owner: str, n: int, sent: str = "sent") -> None:
         """Count ``n`` more IDs blinded (or OPRF bins announced) for ``owner``, durably, before any
