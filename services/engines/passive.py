@@ -443,6 +443,22 @@ class PassiveParty:
         code_seed = entropy.os_entropy().bytes(oprf.KEY_BYTES)
         sender = oprf.Sender(hashed, hello.hash_key, hello.bins, base_ot, code_seed)  # draws the challenge
         del hashed
+        try:  # our values wait on disk until sent (oprf.Sender): removed however the exchange ends
+            yield from self._oprf_exchange(session_id, s, hello, sender, code_seed, answers, steps)
+        finally:
+            sender.close()
+
+    def _oprf_exchange(
+        self,
+        session_id: str,
+        s: PassiveSession,
+        hello: oprf.Hello,
+        sender: oprf.Sender,
+        code_seed: bytes,
+        answers: list[bytes],
+        steps: Iterable[bytes | oprf.Proof],
+    ) -> Iterator[tuple[bytes, list[bytes]] | bytes | psi.Chunk]:
+        """:meth:`psi_oprf` from our keys on."""
         yield code_seed, answers
         steps = iter(steps)
         try:  # every refusal from here on is the active party's fault and voids the exchange alike
@@ -472,14 +488,13 @@ class PassiveParty:
                     s.psi_permutation = None
                     self._save(session_id, s)
             raise
-        values = sender.values()
+        rows = sender.rows  # the secret order, sealed from disk
         with s.lock:
             _refuse_second_exchange(session_id, s)  # a concurrent exchange may have finished meanwhile
-            s.psi_permutation = sender.rows
+            s.psi_permutation = rows
             self._save(session_id, s)
-        del sender
-        for index, chunks, data in oprf.value_chunks(values):
-            yield psi.Chunk(index, chunks, len(values), data)
+        for index, chunks, data in sender.value_chunks():
+            yield psi.Chunk(index, chunks, sender.total, data)
 
     @contextlib.contextmanager
     def psi_stream_slot(self, caller: str) -> Iterator[None]:
