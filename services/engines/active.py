@@ -103,14 +103,14 @@ class CommonIndex:
 
     def __init__(self, ids: np.ndarray, rows: np.ndarray) -> None:
         self._index = IdIndex(ids)  # the party's IDs are unique (PartyData checks)
-        self._common = np.full(len(ids), -1, dtype=np.int64)  # active row -> common index, -1: not aligned
-        self._common[rows] = np.arange(len(rows))
+        self._common = np.full(len(ids), -1, dtype=np.int32)  # active row -> common index, -1: not aligned
+        self._common[rows] = np.arange(len(rows), dtype=np.int32)
 
     def lookup(self, sample_ids: list[str] | np.ndarray) -> np.ndarray:
         """The common index of each ID; a KeyError with the first ID that is not among the aligned samples."""
         wanted = np.asarray(sample_ids, dtype=str).reshape(-1)
         at, found = self._index.find(wanted)
-        index = np.where(found, self._common[at], -1)
+        index = np.where(found, self._common[at], -1).astype(np.int64)
         missing = np.flatnonzero(index < 0)
         if missing.size:
             raise KeyError(str(wanted[missing[0]]))
