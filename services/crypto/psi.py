@@ -569,7 +569,7 @@ def intersect(
 
 def match(active_values: Sequence[bytes], passive_values: Sequence[bytes], name: str) -> tuple[np.ndarray, np.ndarray]:
     """One passive party's part of :func:`intersect`: (whether each active row's value is in the party's list, its
-    position there). Only these 9 bytes per active row outlive the call, not the party's list."""
+    position there). Only these 5 bytes per active row outlive the call, not the party's list."""
     matcher = StreamMatch(_points(active_values), name)
     theirs = _points(passive_values)
     _require_unique(theirs, f"values sent by {name}")  # a whole list is refused for any repeat, matched or not
@@ -585,9 +585,10 @@ class StreamMatch:
 
     def __init__(self, active_values: np.ndarray, name: str) -> None:
         self._mine, self._name = active_values, name
-        self._order = _require_unique(active_values, f"active values for {name}")
+        # int32 (lists of up to 2^31 values): 4 bytes an active row for the sort order and 4 for the position
+        self._order = _require_unique(active_values, f"active values for {name}").astype(np.int32)
         self.common = np.zeros(len(active_values), dtype=bool)
-        self.positions = np.zeros(len(active_values), dtype=np.int64)
+        self.positions = np.zeros(len(active_values), dtype=np.int32)
         self._seen = 0
 
     def add(self, values: np.ndarray) -> None:
@@ -641,6 +642,10 @@ def rows_from_positions(positions: Sequence[int] | np.ndarray, permutation: np.n
     if positions.ndim != 1 or (positions.size and (positions.min() < 0 or positions.max() >= len(permutation))):
         raise ValueError(BAD_POSITIONS)
     rows = permutation[positions]
-    if (rows < 0).any() or len(np.unique(rows)) != len(rows):  # repeated positions repeat their row too
+    if rows.size and rows.min() < 0:
+        raise ValueError(BAD_POSITIONS)
+    seen = np.zeros(int(rows.max()) + 1 if rows.size else 0, dtype=bool)  # a byte per row, not a sorted copy
+    seen[rows] = True
+    if np.count_nonzero(seen) != len(rows):  # repeated positions repeat their row too
         raise ValueError(BAD_POSITIONS)
     return rows.astype(np.int64)

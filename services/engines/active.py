@@ -558,7 +558,7 @@ class ActiveParty:
 
         def exchange(party: str, client: PassiveClient) -> tuple[int, tuple[np.ndarray, np.ndarray]]:
             """(the party's ID count, its match against ours): each chunk of its values is looked up among our
-            outputs as it arrives (psi.StreamMatch), so only 9 bytes per own ID are kept of them."""
+            outputs as it arrives (psi.StreamMatch), so only 5 bytes per own ID are kept of them."""
             base_ot, receivers, matches, sent = oprf.BaseOtSender(), [], [], [0]
 
             def u_rows(code_seed: bytes, answers: list[bytes]) -> Iterator[bytes]:
