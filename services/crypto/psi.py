@@ -585,10 +585,10 @@ class StreamMatch:
 
     def __init__(self, active_values: np.ndarray, name: str) -> None:
         self._mine, self._name = active_values, name
-        # int32 (lists of up to 2^31 values): 4 bytes an active row for the sort order and 4 for the position
-        self._order = _require_unique(active_values, f"active values for {name}").astype(np.int32)
+        # The sort order stays int64: searchsorted would copy an int32 sorter to int64 on every call (80 MB at 10M)
+        self._order = _require_unique(active_values, f"active values for {name}")
         self.common = np.zeros(len(active_values), dtype=bool)
-        self.positions = np.zeros(len(active_values), dtype=np.int32)
+        self.positions = np.zeros(len(active_values), dtype=np.int32)  # lists of up to 2^31 values
         self._seen = 0
 
     def add(self, values: np.ndarray) -> None:
