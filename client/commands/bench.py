@@ -191,8 +191,8 @@ def bench_trees(
 ) -> None:
     """One federated decision tree (each party its own process: real PSI, gRPC, CKKS) against scikit-learn's
     HistGradientBoostingClassifier growing one tree of the same depth and bins on the same rows and CPUs: seconds,
-    their ratio (goal: ckks <= 17x), held-out accuracy and AUC, each party's peak RSS. The default takes a couple
-    of minutes; creditcard's shape: --rows 285000 --features 30 --depth 5 (tens of minutes under ckks)."""
+    their ratio (goal: ckks <= 17x), held-out accuracy and AUC, each party's peak RSS. The default takes under a
+    minute; creditcard's shape: --rows 285000 --features 30 --depth 5 (a few minutes)."""
     from vflsec.client.bench import trees as bench
 
     chosen = [b.strip() for b in backends.split(",") if b.strip()]

@@ -62,7 +62,7 @@ from pysodium import (
 )
 from threadpoolctl import threadpool_limits
 
-from vflsec.services.crypto import entropy
+from vflsec.services.crypto import entropy, spill
 from vflsec.services.crypto.curve import POINT_BYTES
 from vflsec.services.crypto.psi import _require_strings
 
@@ -199,11 +199,12 @@ def accumulate(bits: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 
 def bins_of(hash_key: bytes, hashed: np.ndarray, m: int) -> np.ndarray:
-    """h_1..h_3(x) in [0, m): three 64-bit words of AES_hash_key(h(x) ^ i), i = 0, 1, reduced mod m; (n, 3)."""
-    out = np.empty((len(hashed), HASHES), dtype=np.int64)
+    """h_1..h_3(x) in [0, m): three 64-bit words of AES_hash_key(h(x) ^ i), i = 0, 1, reduced mod m; (n, 3) int32
+    (m < 2^31: any list a party's caps accept)."""
+    out = np.empty((len(hashed), HASHES), dtype=np.int32)
     for a in range(0, len(hashed), _BLOCK):
         words = _ecb(hash_key, _tweaked(hashed[a : a + _BLOCK], 2)).view(np.uint64).reshape(-1, 4)[:, :HASHES]
-        out[a : a + _BLOCK] = words % np.uint64(m)
+        out[a : a + _BLOCK] = (words % np.uint64(m)).astype(np.int32)
     return out
 
 
@@ -215,10 +216,10 @@ def cuckoo(candidates: np.ndarray, m: int, rounds: int = CUCKOO_ROUNDS) -> np.nd
     """bin -> item (-1: empty) placing every item in one of its candidate bins, one item per bin. Vectorised in
     rounds: every homeless item writes itself into its current choice (one writer per bin wins), evicting the
     occupant; losers and the evicted move on to their next hash function."""
-    n = len(candidates)
-    table = np.full(m, -1, dtype=np.int64)
-    choice = np.zeros(n, dtype=np.int64)
-    homeless = np.arange(n, dtype=np.int64)
+    n = len(candidates)  # int32 throughout: 4 bytes a bin and a homeless item, 1 a choice
+    table = np.full(m, -1, dtype=np.int32)
+    choice = np.zeros(n, dtype=np.int8)
+    homeless = np.arange(n, dtype=np.int32)
     for _ in range(rounds):
         if not homeless.size:
             return table
@@ -407,7 +408,7 @@ class CheckFailed(ValueError):
 @dataclass
 class Receiver:
     """A's OPRF state for one passive party: ``u_chunks`` yields U's row chunks (bytes) and fills ``outputs``
-    (bin -> H(j, T0_j) for the bins that hold an id); :meth:`proof` answers P's challenge."""
+    (per own ID, in row order: H(j, T0_j) of its bin j); :meth:`proof` answers P's challenge."""
 
     table: np.ndarray  # bin -> item, -1 empty
     hashed: np.ndarray  # h(x) of A's ids
@@ -416,22 +417,30 @@ class Receiver:
     code_seed: bytes
 
     def __post_init__(self) -> None:
-        m = len(self.table)
-        self.outputs = np.zeros(m, dtype=f"S{VALUE_BYTES}")
-        # w per U row: an id's word, random for an empty bin and the pad rows (kept for the proof: 12 bytes a row)
-        self.words = np.frombuffer(_random((m + CHECKS) * WORD_BYTES), np.uint8).reshape(-1, WORD_BYTES).copy()
-        full = np.flatnonzero(self.table >= 0)
-        self.words[full] = words_of(self.hashed[self.table[full]])
+        self.outputs = np.zeros(len(self.hashed), dtype=f"S{VALUE_BYTES}")
+        # The random w of empty bins and pad rows: AES under a key of our own, so the proof makes them again
+        # rather than keeping 12 bytes per bin
+        self._pad_key = _random(KEY_BYTES)
+
+    def _words(self, a: int, b: int) -> np.ndarray:
+        """w of U rows a..b: an id's word for a bin that holds one, else a pseudo-random word."""
+        counters = np.zeros((b - a, 16), dtype=np.uint8)
+        counters[:, :8] = np.arange(a, b, dtype="<u8")[:, None].view(np.uint8)
+        words = _ecb(self._pad_key, counters).reshape(b - a, 16)[:, :WORD_BYTES].copy()
+        items = self.table[a : min(b, len(self.table))]
+        full = np.flatnonzero(items >= 0)
+        words[full] = words_of(self.hashed[items[full]])
+        return words
 
     def u_chunks(self) -> Iterator[bytes]:
         code, m = linear_code(self.code_seed), len(self.table)
         t0, t1 = _Columns(self.k0), _Columns(self.k1)
         for a, b in _spans(m):
             rows0 = t0.rows(b - a)
-            u = rows0 ^ t1.rows(b - a) ^ code.encode(self.words[a:b])
+            u = rows0 ^ t1.rows(b - a) ^ code.encode(self._words(a, b))
             items = self.table[a:min(b, m)]
             full = np.flatnonzero(items >= 0)
-            self.outputs[a + full] = output_hash(a + full, rows0[full])
+            self.outputs[items[full]] = output_hash(a + full, rows0[full])
             yield u.tobytes()
 
     def proof(self, challenge: bytes) -> Proof:
@@ -441,24 +450,31 @@ class Receiver:
         m, t0, x = len(self.table), _Columns(self.k0), Challenge(challenge)
         acc = np.zeros((CHECKS, CODE_BYTES + WORD_BYTES), dtype=np.uint8)
         for a, b in _spans(m):
-            _fold(acc, a, m, x, np.concatenate([t0.rows(b - a), self.words[a:b]], axis=1))
+            _fold(acc, a, m, x, np.concatenate([t0.rows(b - a), self._words(a, b)], axis=1))
         return Proof(acc[:, CODE_BYTES:].copy(), acc[:, :CODE_BYTES].copy())
 
     def values(self) -> np.ndarray:
         """Each of A's ids' output, in row order (after every chunk was made)."""
-        order = np.empty(len(self.hashed), dtype=np.int64)
-        full = np.flatnonzero(self.table >= 0)
-        order[self.table[full]] = full
-        return self.outputs[order]
+        return self.outputs
 
 
 class Sender:
     """P's OPRF state: :meth:`add` takes U's row chunks in order; :meth:`verify` checks A's proof against the
-    challenge drawn here at the start; only then :meth:`values` is its list in the order sent, and ``rows`` the
-    secret row of each sent value (-1: padding). Per own id it keeps h(y) and, per (id, bin) slot, a few
-    integers; codes and Q rows exist a chunk at a time."""
+    challenge drawn here at the start; only then ``rows`` is the secret row of each value in the order sent (-1:
+    padding) and :meth:`value_chunks` the values in that order. Per own ID it keeps h(y) and, per (ID, bin) slot,
+    one int64 (bin and row); codes and Q rows exist a chunk at a time, and each value goes to disk as it is made,
+    to a bucket of a secret shuffle (services/crypto/spill.py, in ``spill_dir``: the system's temporary directory
+    by default) that :meth:`close` removes."""
 
-    def __init__(self, own_hashed: np.ndarray, hash_key: bytes, m: int, ot: BaseOtReceiver, code_seed: bytes) -> None:
+    def __init__(
+        self,
+        own_hashed: np.ndarray,
+        hash_key: bytes,
+        m: int,
+        ot: BaseOtReceiver,
+        code_seed: bytes,
+        spill_dir: str | None = None,
+    ) -> None:
         n = len(own_hashed)
         self._m, self._s, self._hashed, self._code = m, ot.choices, own_hashed, linear_code(code_seed)
         self._columns = _Columns(ot.keys)
@@ -466,23 +482,26 @@ class Sender:
         self._x = Challenge(self.challenge)
         self._acc = np.zeros((CHECKS, CODE_BYTES), dtype=np.uint8)  # per check, the XOR of its q_j
         self._verified = False
-        candidates = bins_of(hash_key, own_hashed, m)  # (n, 3)
-        # A bin that two hash functions of the same id give counts once; its second slot is random padding
-        distinct = np.ones((n, HASHES), dtype=bool)
-        distinct[:, 1] = candidates[:, 1] != candidates[:, 0]
-        distinct[:, 2] = (candidates[:, 2] != candidates[:, 0]) & (candidates[:, 2] != candidates[:, 1])
-        distinct = distinct.reshape(-1)
-        slots = np.flatnonzero(distinct)  # slot = row * 3 + hash index
-        slot_bins = candidates.reshape(-1)[slots]
-        del candidates
-        by_bin = np.argsort(slot_bins, kind="stable")
-        self._slots, self._slot_bins = slots[by_bin].astype(np.int32), slot_bins[by_bin].astype(np.int32)
-        del slots, slot_bins, by_bin
-        self._slot_values = np.frombuffer(_random(HASHES * n * VALUE_BYTES), dtype=f"S{VALUE_BYTES}").copy()
+        self.total = HASHES * n
+        # Each (ID, bin) slot as one int64, bin << 32 | row, sorted: the slots in bin order. A bin that two hash
+        # functions of the same ID give counts once; its second slot is random padding.
+        self._keys, filled = np.empty(self.total, dtype=np.int64), 0
+        for a in range(0, n, _BLOCK):
+            candidates = bins_of(hash_key, own_hashed[a : a + _BLOCK], m)
+            distinct = np.ones(candidates.shape, dtype=bool)
+            distinct[:, 1] = candidates[:, 1] != candidates[:, 0]
+            distinct[:, 2] = (candidates[:, 2] != candidates[:, 0]) & (candidates[:, 2] != candidates[:, 1])
+            rows = np.arange(a, a + len(candidates), dtype=np.int64)[:, None]
+            keys = ((candidates.astype(np.int64) << 32) | rows)[distinct]
+            self._keys[filled : filled + len(keys)] = keys
+            filled += len(keys)
+        self._keys = self._keys[:filled]
+        self._keys.sort()
+        self._shuffle = spill.Shuffle(self.total, VALUE_BYTES, spill_dir)
+        pads = self.total - filled
+        padding = np.frombuffer(_random(pads * VALUE_BYTES), f"S{VALUE_BYTES}")
+        self._shuffle.add(np.full(pads, -1, dtype=np.int32), padding)
         self._next, self._done = 0, 0
-        # The secret order: sent value k is slot order[k], our row rows[k] (-1: padding)
-        self._order = entropy.os_entropy().permutation(HASHES * n).astype(np.int32)
-        self.rows = np.where(distinct[self._order], self._order // HASHES, -1).astype(np.int32)
 
     def add(self, chunk: bytes) -> None:
         """U's next row chunk; a ValueError if it has not the expected size."""
@@ -498,11 +517,14 @@ class Sender:
         u = np.frombuffer(chunk, dtype=np.uint8).reshape(b - a, CODE_BYTES)
         q = self._columns.rows(b - a) ^ (u & self._s)
         _fold(self._acc, a, self._m, self._x, q)
-        end = self._done + int(np.searchsorted(self._slot_bins[self._done :], b))
-        bins_here, slots = self._slot_bins[self._done : end], self._slots[self._done : end]
-        masked = self._code.encode(words_of(self._hashed[slots // HASHES])) & self._s  # C(y) & s
-        self._slot_values[slots] = output_hash(bins_here, q[bins_here - a] ^ masked)
+        end = self._done + int(np.searchsorted(self._keys[self._done :], b << 32))
+        keys = self._keys[self._done : end]
+        bins_here, rows = keys >> 32, (keys & 0xFFFFFFFF).astype(np.int32)
+        masked = self._code.encode(words_of(self._hashed[rows])) & self._s  # C(y) & s
+        self._shuffle.add(rows, output_hash(bins_here, q[bins_here - a] ^ masked))
         self._next, self._done = b, end
+        if self.complete:  # every value is made: the slots and h(y) are no longer needed
+            self._keys, self._hashed = np.empty(0, np.int64), np.empty((0, 16), np.uint8)  # not views: freed
 
     @property
     def complete(self) -> bool:
@@ -523,14 +545,30 @@ class Sender:
             raise CheckFailed("U failed the consistency check: its rows are not all codewords of the announced code")
         self._verified = True
 
-    def values(self) -> np.ndarray:
+    @property
+    def rows(self) -> np.ndarray:
+        """Our row of each value in the order sent (-1: padding): the secret order, sealed on first use (one pass
+        over the spilled values, a bucket at a time)."""
         if not self._verified:
             raise ValueError("no value before U passed the consistency check")
-        return self._slot_values[self._order]
+        return self._shuffle.seal()
+
+    def value_chunks(self) -> Iterator[tuple[int, int, bytes]]:
+        """(index, chunks, data): our values in the order sent, VALUES_PER_CHUNK at a time, read from disk as they
+        go; one empty chunk for an empty list."""
+        rows = self.rows  # the order sealed first; a ValueError before U passed the check
+        n = max(1, -(-len(rows) // VALUES_PER_CHUNK))
+        chunks = self._shuffle.chunks(VALUES_PER_CHUNK)
+        for index in range(n):
+            yield index, n, next(chunks, b"")
+
+    def values(self) -> np.ndarray:
+        """The whole list in the order sent, in memory (small lists: tests, the pipes bench)."""
+        data = b"".join(data for _, _, data in self.value_chunks())
+        return np.frombuffer(data, dtype=f"S{VALUE_BYTES}") if data else np.empty(0, dtype=f"S{VALUE_BYTES}")
+
+    def close(self) -> None:
+        """Remove the spilled values; idempotent."""
+        self._shuffle.close()
 
 
-def value_chunks(values: np.ndarray) -> Iterator[tuple[int, int, bytes]]:
-    """(index, chunks, data) of an S16 list; one empty chunk for an empty list."""
-    n = max(1, -(-len(values) // VALUES_PER_CHUNK))
-    for index in range(n):
-        yield index, n, values[index * VALUES_PER_CHUNK : (index + 1) * VALUES_PER_CHUNK].tobytes()

@@ -29,6 +29,7 @@ search over those arrays, not a per-row dict (docs/performance.md, "Alignment").
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import multiprocessing
@@ -320,30 +321,38 @@ class ChunkReader:
         return self._points if self._points is not None else np.empty(0, dtype=f"S{self._width}")
 
 
-def largest_accepted(
-    own: int, *, max_ids: int = MAX_IDS, max_ratio: float = MAX_RATIO, ratio_floor: int = RATIO_FLOOR
-) -> int:
-    """The longest partner list our caps accept against our ``own`` IDs (an OPRF exchange's bins are sized by it)."""
-    return min(max_ids, max(math.floor(max_ratio * own), ratio_floor))
+@dataclass(frozen=True)
+class Caps:
+    """A party's caps on a partner's list, whichever protocol carries it: [limits] psi_max_ids (absolute),
+    psi_max_ratio (relative to our own IDs) above psi_ratio_floor."""
 
+    max_ids: int = MAX_IDS
+    max_ratio: float = MAX_RATIO
+    ratio_floor: int = RATIO_FLOOR
 
-def check_size(
-    n: int, own: int, *, max_ids: int = MAX_IDS, max_ratio: float = MAX_RATIO, ratio_floor: int = RATIO_FLOOR
-) -> None:
-    """Refuse a partner's list of ``n`` ids against our ``own``: a ValueError naming the bound it breaks and the
-    smallest setting that would accept it."""
-    if n > max_ids:
-        raise ValueError(
-            f"{n} IDs announced, over this party's cap of {max_ids} ([limits] psi_max_ids; the smallest that "
-            f"accepts them is {n})"
-        )
-    if n > largest_accepted(own, max_ids=max_ids, max_ratio=max_ratio, ratio_floor=ratio_floor):
-        smallest = math.ceil(n * 100 / max(own, 1)) / 100
-        raise ValueError(
-            f"{n} IDs announced, over {max_ratio:g} x this party's own {own} IDs ([limits] psi_max_ratio; the "
-            f"smallest that accepts them is {smallest:g}; lists up to [limits] psi_ratio_floor = {ratio_floor} "
-            "always pass)"
-        )
+    def largest(self, own: int) -> int:
+        """The longest partner list accepted against our ``own`` IDs (an OPRF exchange's bins are sized by it)."""
+        return min(self.max_ids, max(math.floor(self.max_ratio * own), self.ratio_floor))
+
+    def check(self, n: int, own: int) -> None:
+        """Refuse a partner's list of ``n`` ids against our ``own``: a ValueError naming the bound it breaks and the
+        smallest setting that would accept it."""
+        if n > self.max_ids:
+            raise ValueError(
+                f"{n} IDs announced, over this party's cap of {self.max_ids} ([limits] psi_max_ids; the smallest that "
+                f"accepts them is {n})"
+            )
+        if n > self.largest(own):
+            smallest = math.ceil(n * 100 / max(own, 1)) / 100
+            raise ValueError(
+                f"{n} IDs announced, over {self.max_ratio:g} x this party's own {own} IDs ([limits] psi_max_ratio; "
+                f"the smallest that accepts them is {smallest:g}; lists up to [limits] psi_ratio_floor = "
+                f"{self.ratio_floor} always pass)"
+            )
+
+    def checker(self, own: int) -> Callable[[int], None]:
+        """:meth:`check` against our ``own`` IDs, for a list whose size is announced later (ChunkReader)."""
+        return functools.partial(self.check, own=own)
 
 
 _BLOCK = 65_536  # values compared at once: temporaries stay a few MB (a million S32 values are 32 MB)
@@ -560,7 +569,7 @@ def intersect(
 
 def match(active_values: Sequence[bytes], passive_values: Sequence[bytes], name: str) -> tuple[np.ndarray, np.ndarray]:
     """One passive party's part of :func:`intersect`: (whether each active row's value is in the party's list, its
-    position there). Only these 9 bytes per active row outlive the call, not the party's list."""
+    position there). Only these 5 bytes per active row outlive the call, not the party's list."""
     matcher = StreamMatch(_points(active_values), name)
     theirs = _points(passive_values)
     _require_unique(theirs, f"values sent by {name}")  # a whole list is refused for any repeat, matched or not
@@ -576,9 +585,10 @@ class StreamMatch:
 
     def __init__(self, active_values: np.ndarray, name: str) -> None:
         self._mine, self._name = active_values, name
+        # The sort order stays int64: searchsorted would copy an int32 sorter to int64 on every call (80 MB at 10M)
         self._order = _require_unique(active_values, f"active values for {name}")
         self.common = np.zeros(len(active_values), dtype=bool)
-        self.positions = np.zeros(len(active_values), dtype=np.int64)
+        self.positions = np.zeros(len(active_values), dtype=np.int32)  # lists of up to 2^31 values
         self._seen = 0
 
     def add(self, values: np.ndarray) -> None:
@@ -632,6 +642,10 @@ def rows_from_positions(positions: Sequence[int] | np.ndarray, permutation: np.n
     if positions.ndim != 1 or (positions.size and (positions.min() < 0 or positions.max() >= len(permutation))):
         raise ValueError(BAD_POSITIONS)
     rows = permutation[positions]
-    if (rows < 0).any() or len(np.unique(rows)) != len(rows):  # repeated positions repeat their row too
+    if rows.size and rows.min() < 0:
+        raise ValueError(BAD_POSITIONS)
+    seen = np.zeros(int(rows.max()) + 1 if rows.size else 0, dtype=bool)  # a byte per row, not a sorted copy
+    seen[rows] = True
+    if np.count_nonzero(seen) != len(rows):  # repeated positions repeat their row too
         raise ValueError(BAD_POSITIONS)
     return rows.astype(np.int64)

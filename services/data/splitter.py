@@ -221,7 +221,7 @@ class IdIndex:
     def __init__(self, ids: Sequence[str] | np.ndarray) -> None:
         ids = np.asarray(ids)
         self.ids = ids if ids.dtype.kind == "U" else ids.astype(str)  # a str array is kept, not copied
-        self._order = np.argsort(self.ids, kind="stable")
+        self._order = np.argsort(self.ids, kind="stable")  # int64: searchsorted copies any other sorter per call
 
     def find(self, wanted: Sequence[str] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(rows, found) for each of ``wanted``, in its order; a row is meaningful only where ``found``."""

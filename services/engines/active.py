@@ -103,14 +103,14 @@ class CommonIndex:
 
     def __init__(self, ids: np.ndarray, rows: np.ndarray) -> None:
         self._index = IdIndex(ids)  # the party's IDs are unique (PartyData checks)
-        self._common = np.full(len(ids), -1, dtype=np.int64)  # active row -> common index, -1: not aligned
-        self._common[rows] = np.arange(len(rows))
+        self._common = np.full(len(ids), -1, dtype=np.int32)  # active row -> common index, -1: not aligned
+        self._common[rows] = np.arange(len(rows), dtype=np.int32)
 
     def lookup(self, sample_ids: list[str] | np.ndarray) -> np.ndarray:
         """The common index of each ID; a KeyError with the first ID that is not among the aligned samples."""
         wanted = np.asarray(sample_ids, dtype=str).reshape(-1)
         at, found = self._index.find(wanted)
-        index = np.where(found, self._common[at], -1)
+        index = np.where(found, self._common[at], -1).astype(np.int64)
         missing = np.flatnonzero(index < 0)
         if missing.size:
             raise KeyError(str(wanted[missing[0]]))
@@ -281,9 +281,7 @@ class ActiveParty:
         self.passives = dict(passives)
         self.hub = hub or plugins.PluginHub()
         self.state = state or checkpoint.StateDir(None)
-        self.psi_max_ids = psi_max_ids
-        self.psi_max_ratio = psi_max_ratio
-        self.psi_ratio_floor = psi_ratio_floor
+        self.psi_caps = psi.Caps(psi_max_ids, psi_max_ratio, psi_ratio_floor)  # on a passive party's ID count
         if psi_protocol not in psi.PROTOCOLS:
             raise ValueError(f"psi_protocol must be one of {', '.join(psi.PROTOCOLS)}, got {psi_protocol!r}")
         self.psi_protocol = psi_protocol
@@ -485,28 +483,17 @@ class ActiveParty:
     def _check_own_ids(self, own_ids: np.ndarray) -> None:
         if not len(own_ids):
             raise FailedPrecondition(f"PSI: {self.party_id} holds no sample IDs")
-        if len(own_ids) > self.psi_max_ids:
+        if len(own_ids) > self.psi_caps.max_ids:
             raise FailedPrecondition(
-                f"PSI: this party holds {len(own_ids)} sample IDs, over the cap of {self.psi_max_ids} "
+                f"PSI: this party holds {len(own_ids)} sample IDs, over the cap of {self.psi_caps.max_ids} "
                 "([limits] psi_max_ids; every passive party must accept as many)"
             )
-
-    def _size_check(self, own: int) -> Callable[[int], None]:
-        """The caps on a passive party's ID count ([limits] psi_max_ids, absolute; psi_max_ratio, relative to our
-        ``own``), whichever protocol carries it."""
-        return functools.partial(
-            psi.check_size,
-            own=own,
-            max_ids=self.psi_max_ids,
-            max_ratio=self.psi_max_ratio,
-            ratio_floor=self.psi_ratio_floor,
-        )
 
     def _intersect(self, s: ActiveSession, own_ids: np.ndarray, tracker: _Tracker) -> psi.Alignment:
         """The exchange with every passive party and the intersection, checkpointed as the session's pending
         alignment."""
         key, salt = psi.PsiKey(), psi.new_salt()
-        check = self._size_check(len(own_ids))
+        check = self.psi_caps.checker(len(own_ids))
         try:
             blinded = key.blind(own_ids, salt, progress=tracker.add("blinding"))
         except ValueError as exc:  # duplicate or non-string ids: nothing was sent
@@ -562,18 +549,16 @@ class ActiveParty:
                 'again, or align by [psi] protocol = "ecdh"'
             ) from exc
 
-        size_check = self._size_check(len(own_ids))
-
         def check(n: int) -> None:  # a passive party sends exactly 3 values per own ID, its count within our caps
             if n % oprf.HASHES:
                 raise ValueError(f"{n} values announced, not {oprf.HASHES} per ID")
-            size_check(n // oprf.HASHES)
+            self.psi_caps.check(n // oprf.HASHES, len(own_ids))
 
         exchanging = tracker.add("exchanging")
 
         def exchange(party: str, client: PassiveClient) -> tuple[int, tuple[np.ndarray, np.ndarray]]:
             """(the party's ID count, its match against ours): each chunk of its values is looked up among our
-            outputs as it arrives (psi.StreamMatch), so only 9 bytes per own ID are kept of them."""
+            outputs as it arrives (psi.StreamMatch), so only 5 bytes per own ID are kept of them."""
             base_ot, receivers, matches, sent = oprf.BaseOtSender(), [], [], [0]
 
             def u_rows(code_seed: bytes, answers: list[bytes]) -> Iterator[bytes]:

@@ -4,7 +4,6 @@ splitnn.py, trees.py)."""
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -231,9 +230,7 @@ class PassiveParty:
         # [policy] allowed_backends: a plain session sends this party's logits in the clear, so it joins one only
         # when its own operator says so, whatever the coordinator allows.
         self.backend_policy = BackendPolicy.of(f"{party_id}'s", allowed_backends)
-        self.psi_max_ids = psi_max_ids
-        self.psi_max_ratio = psi_max_ratio
-        self.psi_ratio_floor = psi_ratio_floor
+        self.psi_caps = psi.Caps(psi_max_ids, psi_max_ratio, psi_ratio_floor)  # on a partner's list
         # IDs of the active list this party blinds per owner, over all sessions and restarts ([limits]
         # psi_owner_budget; None: unlimited): one exchange per session does not stop testing a dictionary over
         # many sessions, this does.
@@ -266,7 +263,13 @@ class PassiveParty:
         return self.sessions.get(session_id, closing=closing)
 
     def _save(self, session_id: str, s: PassiveSession) -> None:
-        self.sessions.save(session_id, s)
+        """Checkpoint ``s`` (caller holds s.lock) unless it was closed meanwhile: :meth:`close` takes the same lock,
+        so a step or a deferred follow-up never writes a closed session's files back (review 18)."""
+        if self._current(session_id, s):
+            self.sessions.save(session_id, s)
+
+    def _current(self, session_id: str, s: PassiveSession) -> bool:
+        return session_id in self.sessions and self.sessions[session_id] is s
 
     def owned(self, session_id: str, caller: str, *, closing: bool = False) -> PassiveSession:
         return self.sessions.owned(session_id, caller, closing=closing)
@@ -370,7 +373,7 @@ class PassiveParty:
         own_ids = self.data.ids
         if not len(own_ids):
             raise FailedPrecondition(f"PSI: {self.party_id} holds no sample IDs")
-        reader = psi.ChunkReader(self._psi_size_check(len(own_ids)))
+        reader = psi.ChunkReader(self.psi_caps.checker(len(own_ids)))
         try:
             for chunk in chunks:
                 reader.add(chunk)
@@ -417,9 +420,7 @@ class PassiveParty:
         own_ids = self.data.ids
         if not len(own_ids):
             raise FailedPrecondition(f"PSI: {self.party_id} holds no sample IDs")
-        cap = psi.largest_accepted(
-            len(own_ids), max_ids=self.psi_max_ids, max_ratio=self.psi_max_ratio, ratio_floor=self.psi_ratio_floor
-        )
+        cap = self.psi_caps.largest(len(own_ids))
         if not 1 <= hello.bins <= oprf.bins(cap) or hello.bins % oprf.BIN_ALIGN:
             raise InvalidArgument(
                 f"PSI: the active party's hello announces {hello.bins} bins: this party takes a multiple of "
@@ -448,6 +449,22 @@ class PassiveParty:
         code_seed = entropy.os_entropy().bytes(oprf.KEY_BYTES)
         sender = oprf.Sender(hashed, hello.hash_key, hello.bins, base_ot, code_seed)  # draws the challenge
         del hashed
+        try:  # our values wait on disk until sent (oprf.Sender): removed however the exchange ends
+            yield from self._oprf_exchange(session_id, s, hello, sender, code_seed, answers, steps)
+        finally:
+            sender.close()
+
+    def _oprf_exchange(
+        self,
+        session_id: str,
+        s: PassiveSession,
+        hello: oprf.Hello,
+        sender: oprf.Sender,
+        code_seed: bytes,
+        answers: list[bytes],
+        steps: Iterable[bytes | oprf.Proof],
+    ) -> Iterator[tuple[bytes, list[bytes]] | bytes | psi.Chunk]:
+        """:meth:`psi_oprf` from our keys on."""
         yield code_seed, answers
         steps = iter(steps)
         try:  # every refusal from here on is the active party's fault and voids the exchange alike
@@ -477,14 +494,13 @@ class PassiveParty:
                     s.psi_permutation = None
                     self._save(session_id, s)
             raise
-        values = sender.values()
+        rows = sender.rows  # the secret order, sealed from disk
         with s.lock:
             _refuse_second_exchange(session_id, s)  # a concurrent exchange may have finished meanwhile
-            s.psi_permutation = sender.rows
+            s.psi_permutation = rows
             self._save(session_id, s)
-        del sender
-        for index, chunks, data in oprf.value_chunks(values):
-            yield psi.Chunk(index, chunks, len(values), data)
+        for index, chunks, data in sender.value_chunks():
+            yield psi.Chunk(index, chunks, sender.total, data)
 
     @contextlib.contextmanager
     def psi_stream_slot(self, caller: str) -> Iterator[None]:
@@ -503,16 +519,6 @@ class PassiveParty:
         finally:
             with self._lock:
                 self._psi_streams[caller] -= 1
-
-    def _psi_size_check(self, own: int) -> Callable[[int], None]:
-        """The caps on a partner's list ([limits] psi_max_ids, absolute; psi_max_ratio, relative to ``own``)."""
-        return functools.partial(
-            psi.check_size,
-            own=own,
-            max_ids=self.psi_max_ids,
-            max_ratio=self.psi_max_ratio,
-            ratio_floor=self.psi_ratio_floor,
-        )
 
     def _spend_psi_budget(self, owner: str, n: int, sent: str = "sent") -> None:
         """Count ``n`` more IDs blinded (or OPRF bins announced) for ``owner``, durably, before any
@@ -839,6 +845,7 @@ class PassiveParty:
             training_output=lambda at, rows, epoch: self._training_step_output(s, at, rows, epoch),
             share_mask_key=s.share_mask_key or b"",
             defer=deferred.append,
+            locked=lambda later: self._locked(session_id, s, later),
             aligned_rows=0 if s.rows is None else len(s.rows),
             shard=lambda: self.data.X,
             min_training_rows=self.min_training_rows,
@@ -856,6 +863,17 @@ class PassiveParty:
         for later in deferred:
             later()
         return answer
+
+    def _locked(self, session_id: str, s: PassiveSession, later: Callable[[], Any]) -> None:
+        """A deferred family call's follow-up, under the session lock and checkpointed afterwards; nothing if the
+        session was closed meanwhile (its checkpoint would come back, and a restart would restore it: review 18)."""
+        with s.lock:
+            if not self._current(session_id, s):
+                return
+            try:
+                later()
+            finally:
+                self._save(session_id, s)
 
     def weights(self, session_id: str) -> np.ndarray:
         return self._block(self.session(session_id))
@@ -961,4 +979,10 @@ class PassiveParty:
             raise InvalidArgument(str(exc)) from exc
 
     def close(self, session_id: str) -> None:
-        self.sessions.close(session_id)
+        """Under the session's lock, so that no step or deferred follow-up checkpoints it after its files are gone."""
+        try:
+            lock = self.sessions[session_id].lock
+        except KeyError:  # unknown, or set aside at start-up: nothing runs on it
+            lock = contextlib.nullcontext()
+        with lock:
+            self.sessions.close(session_id)

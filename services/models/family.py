@@ -167,6 +167,8 @@ class PassiveContext:
     training_output: Callable[[int, np.ndarray, int], np.ndarray] = _unavailable
     share_mask_key: bytes = b""  # this party's key of its zero-sum masks (split-NN's embeddings), its own draw
     defer: Callable[[Callable[[], Any]], None] = _unavailable  # run after the lock is released and the checkpoint
+    # a deferred call's follow-up: run under the session lock again, then checkpoint (state that must wait for a peer)
+    locked: Callable[[Callable[[], Any]], None] = _unavailable
     aligned_rows: int = 0  # this party's aligned rows (common indices 0..aligned_rows-1; 0 before PSI)
     # every row this party holds, aligned or not (scaled): what it fits a disclosed statistic on (rows it chose)
     shard: Callable[[], np.ndarray] | None = None

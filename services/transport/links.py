@@ -31,6 +31,7 @@ from vflsec.v1 import (
 # The passive party validates and re-blinds our list and hashes and blinds its own (together about 0.15 ms per
 # ID on one core, docs/performance.md): the exchange's deadline grows by 1 ms per ID we send, ample on a busy host.
 PSI_SECONDS_PER_ID = 1e-3
+_LIST_BLOCK = 65_536  # positions copied into a message at once
 
 
 @dataclass(frozen=True)
@@ -366,7 +367,9 @@ class PassiveClient:
         return call(self.peer, exchange, None, policy)
 
     def psi_finish(self, session_id: str, positions: np.ndarray) -> int:
-        request = passive_pb2.PsiFinishRequest(session_id=session_id, positions=positions.tolist())
+        request = passive_pb2.PsiFinishRequest(session_id=session_id)
+        for start in range(0, len(positions), _LIST_BLOCK):  # no Python int per position all at once (10M: 300 MB)
+            request.positions.extend(positions[start : start + _LIST_BLOCK].tolist())
         return call(self.peer, self.stub.PsiFinish, request, self.policy).n_common
 
     def forward(

@@ -89,14 +89,14 @@ def test_empty_intersection_names_every_party_and_its_size(fed) -> None:
 def test_exchange_every_passive_party_refused_can_be_retried_on_the_same_session(fed) -> None:
     session_id = _session(fed, 5)
     engines = [_engine(fed, p) for p in ("passive-1", "passive-2")]
-    cap = engines[0].psi_max_ids
+    caps = engines[0].psi_caps
     for engine in engines:
-        engine.psi_max_ids = 10
+        engine.psi_caps = dataclasses.replace(caps, max_ids=10)
     try:
         code, details = _refused(fed, session_id)
     finally:
         for engine in engines:
-            engine.psi_max_ids = cap
+            engine.psi_caps = caps
     assert code == grpc.StatusCode.INVALID_ARGUMENT
     assert "call to passive-1 failed" in details and "over this party's cap of 10" in details
     assert len(fed.operator.align(session_id)) > 0
@@ -107,11 +107,12 @@ def test_exchange_refused_by_one_of_two_passive_parties_is_retried_on_the_same_s
     # exchanges again with both (passive-1 under a fresh key; its rows are fixed only by PsiFinish).
     session_id = _session(fed, 6)
     engine = _engine(fed, "passive-2")
-    cap, engine.psi_max_ids = engine.psi_max_ids, 10
+    caps = engine.psi_caps
+    engine.psi_caps = dataclasses.replace(caps, max_ids=10)
     try:
         code, details = _refused(fed, session_id)
     finally:
-        engine.psi_max_ids = cap
+        engine.psi_caps = caps
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "call to passive-2 failed" in details
     assert _engine(fed, "passive-1").session(session_id).psi_permutation is not None
     assert all(_engine(fed, p).session(session_id).rows is None for p in ("active", "passive-1", "passive-2"))
@@ -304,8 +305,7 @@ def _refused_under_ratio(fed, engine, session_id: str) -> tuple[grpc.StatusCode,
     """Align ``session_id`` with ``engine``'s cap lowered to 0.5 x its own set (and no floor: a test's lists sit
     under the default one); the engine's caps are restored afterwards."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(engine, "psi_max_ratio", 0.5)
-        patch.setattr(engine, "psi_ratio_floor", 0)
+        patch.setattr(engine, "psi_caps", dataclasses.replace(engine.psi_caps, max_ratio=0.5, ratio_floor=0))
         return _refused(fed, session_id)
 
 

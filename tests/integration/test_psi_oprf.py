@@ -9,6 +9,7 @@ own IDs and disjoint sets (each leaving nothing aligned)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 import threading
@@ -106,7 +107,7 @@ def test_bins_over_the_caps_are_refused_before_any_work_or_budget(fed) -> None:
     engine = _engine(fed, "passive-1")
     session_id, spent = _session(fed, 5), dict(engine.psi_blinded)
     n_own = len(engine.data.ids)
-    cap = max(int(engine.psi_max_ratio * n_own), engine.psi_ratio_floor)
+    cap = max(int(engine.psi_caps.max_ratio * n_own), engine.psi_caps.ratio_floor)
     too_many = oprf.bins(cap) + oprf.BIN_ALIGN
     code, details = _refused(_stream, fed, [_hello(session_id, bins=too_many)])
     assert code == grpc.StatusCode.INVALID_ARGUMENT
@@ -260,11 +261,12 @@ def _drop(values: np.ndarray) -> None:
 def test_a_refusal_at_one_passive_party_leaves_nothing_and_the_session_aligns_again(fed) -> None:
     engine = _engine(fed, "passive-2")
     session_id = _session(fed, 9)
-    cap, engine.psi_max_ids = engine.psi_max_ids, 10
+    caps = engine.psi_caps
+    engine.psi_caps = dataclasses.replace(caps, max_ids=10)
     try:
         code, details = _refused(fed.operator.align, session_id)
     finally:
-        engine.psi_max_ids = cap
+        engine.psi_caps = caps
     assert code == grpc.StatusCode.INVALID_ARGUMENT
     assert "call to passive-2 failed" in details and "the bins of 10 IDs ([limits] psi_max_ids" in details
     assert all(_engine(fed, p).session(session_id).rows is None for p in ("active", "passive-1", "passive-2"))

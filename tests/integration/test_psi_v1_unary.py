@@ -160,7 +160,8 @@ def test_refusals_match_the_stream_and_keep_nothing(fed, fault: str) -> None:
     points, salt, problem = psi.PsiKey().blind([f"x{i}" for i in range(20)], SALT, workers=1), SALT, ""
     with contextlib.ExitStack() as stack:
         if fault == "over the cap":
-            stack.enter_context(pytest.MonkeyPatch.context()).setattr(_passive(fed), "psi_max_ids", 10)
+            caps = dataclasses.replace(_passive(fed).psi_caps, max_ids=10)
+            stack.enter_context(pytest.MonkeyPatch.context()).setattr(_passive(fed), "psi_caps", caps)
             problem = "PSI: the active party's list: 20 IDs announced, over this party's cap of 10"
         elif fault == "own duplicate ids":
             ids = _passive(fed).data.ids.copy()

@@ -97,11 +97,12 @@ def test_tree_rpcs_refuse_bad_input_and_keep_serving(fed) -> None:
     assert _code(coordinator.OpenNode, totals([20, 20])) == CODE.INVALID_ARGUMENT
     assert _code(coordinator.OpenNode, totals([20, 19, 0])) == CODE.INVALID_ARGUMENT  # 40 rows of weight 1
     assert _code(coordinator.OpenNode, totals([50, -10, 0])) == CODE.INVALID_ARGUMENT  # negative counts
-    assert coordinator.OpenNode(totals([20, 20, 0])).search
+    opened = coordinator.OpenNode(totals([20, 20, 0]))
+    assert opened.search
 
     def submit(products, mask_rows):
-        mask_sums = to_tensor(np.zeros((mask_rows, 3)))
-        digest = Task.from_json(task_of(root)).digest()  # the node as the coordinator holds it
+        mask_sums = to_tensor(np.zeros((mask_rows, 2)))  # K − 1 = 2 of wine's 3 classes are encrypted
+        digest = Task.from_json(task_of(root)).digest(sid, opened.key_epoch)  # the node as the coordinator holds it
         return _code(as_passive.SubmitCounts, tree_pb2.NodeCounts(session_id=sid, node=key, products=products,
                                                                    mask_sums=mask_sums, task_digest=digest,
                                                                    bin_weights=to_tensor(np.zeros(width))))  # fmt: skip
@@ -129,7 +130,7 @@ def test_tree_rpcs_refuse_bad_input_and_keep_serving(fed) -> None:
     assert refused[0] == CODE.INVALID_ARGUMENT and "part 1 is due" in refused[1], refused
     assert submit([b"garbage"] * (blocks * layout.n_chunks + 1), blocks * layout.replicas) == CODE.INVALID_ARGUMENT
     unweighted = tree_pb2.NodeCounts(session_id=sid, node=key, products=[b"garbage"] * blocks * layout.n_chunks,
-                                     mask_sums=to_tensor(np.zeros((blocks * layout.replicas, 3))))  # fmt: skip
+                                     mask_sums=to_tensor(np.zeros((blocks * layout.replicas, 2))))  # fmt: skip
     refused = _refusal(as_passive.SubmitCounts, unweighted)
     assert refused[0] == CODE.INVALID_ARGUMENT and "bin weights" in refused[1], refused  # before anything is spent
     assert submit([b"garbage"] * blocks * layout.n_chunks, blocks * layout.replicas) == CODE.INVALID_ARGUMENT

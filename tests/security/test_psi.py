@@ -6,6 +6,7 @@ party's own certificate, as a deviating active party would.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
 import grpc
@@ -146,11 +147,12 @@ def test_active_party_refuses_to_start_over_its_own_cap(fed: Federation) -> None
     # restored) so that its own list breaks it: refused before anything is sent, and the session is not used up.
     engine = fed.parties["active"].engine
     session_id = fed.operator.create_session("plain", seed=12).session_id
-    n_ids, engine.psi_max_ids = len(engine.data.ids), 100
+    n_ids, caps = len(engine.data.ids), engine.psi_caps
+    engine.psi_caps = dataclasses.replace(caps, max_ids=100)
     try:
         code, details = _refused(fed.operator.align, session_id)
     finally:
-        engine.psi_max_ids = CAP
+        engine.psi_caps = caps
     assert code == grpc.StatusCode.FAILED_PRECONDITION
     assert f"holds {n_ids} sample IDs, over the cap of 100" in details and "psi_max_ids" in details
     assert len(fed.operator.align(session_id)) > 0

@@ -174,3 +174,59 @@ def test_residual_a_passive_party_reads_chosen_labels_by_cycles_within_both_sums
     result = _label_read(wine, monkeypatch, "tree", {"max_depth": 4}, copied)
     assert result["outcome"] == "trained" and result["reads"] >= 2, result
     assert result["correct"] == result["reads"], result
+
+
+def test_residual_honest_products_and_shifted_bin_weights_read_whether_a_row_is_of_the_last_class(
+    wine, monkeypatch
+) -> None:
+    """Review 18: since the last class's counts are the bin weights less the opened classes' (K − 1 columns), the
+    same gate needs no crafted ciphertext. Per candidate feature, passive-1 sends honest products but moves w_r of
+    its bin weights from a bin holding one row r of the node to its heaviest bin: both sums still hold, and only the
+    clip at 0 decides, so the feature stays a candidate exactly when r's class is the last (wine: class 2). The
+    coordinator's candidacy (read here by instrumentation only) tells it the label; ApplySplit tells passive-1 when
+    the feature wins (docs/protocol.md, Known limits). Before, the sum over classes refused every such feature."""
+    tests: dict = {}
+    verdicts: list = []
+    labels: dict = {}
+    honest_products, honest_decide = trainers.TreePassive.node_products, trainers.TreeKeyHolder.decide
+    honest_labels = steps.LabelHolder.__init__
+
+    def shifted(self, keys, task, indicators, session_id, key_epoch):
+        products, mask_sums, weights, digest = honest_products(self, keys, task, indicators, session_id, key_epoch)
+        ind, offset = self.owner.indicator_matrix(task), 0
+        for f in task.features[self.settings.party]:
+            size = self.owner.bins.sizes[f]
+            single = np.flatnonzero(ind[:, offset : offset + size].sum(axis=0) == 1)
+            heavy = offset + int(np.argmax(weights[offset : offset + size]))
+            if single.size and offset + single[0] != heavy:
+                r = int(np.flatnonzero(ind[:, offset + single[0]])[0])
+                weights[offset + single[0]] -= task.weights[r]
+                weights[heavy] += task.weights[r]
+                tests.setdefault(task.key, []).append((f, r))
+            offset += size
+        return products, mask_sums, weights, digest
+
+    def watching(self, key, own):
+        task = self._searched(key)
+        if self.pending is None and task.key in tests:
+            totals, offset, candidate = self.builder._nodes[task.key].counts, 0, {}
+            for f in task.features[1]:
+                size = self.builder.bin_sizes[1][f]
+                block = slice(offset, offset + size)
+                candidate[f] = steps._adds_up(self.counts[1][:, block], self.weights[1][block], totals)
+                offset += size
+            verdicts.extend((candidate[f], int(labels["y"][task.rows[r]])) for f, r in tests[task.key])
+        return honest_decide(self, key, own)
+
+    def capture(self, y, n_classes):
+        honest_labels(self, y, n_classes)
+        labels["y"] = self.y
+
+    monkeypatch.setattr(trainers.TreePassive, "node_products", shifted)
+    monkeypatch.setattr(trainers.TreeKeyHolder, "decide", watching)
+    monkeypatch.setattr(steps.LabelHolder, "__init__", capture)
+    sid, common = _session(wine, "tree", {"max_depth": 4})
+    assert _train(wine, sid, common) == "trained"  # nothing refused (rule 4)
+    last = 2
+    assert len(verdicts) >= 20 and {y for _, y in verdicts} >= {last, 1}
+    assert all(candidate == (y == last) for candidate, y in verdicts)

@@ -234,6 +234,7 @@ def test_crafted_indicators_cannot_make_a_refusal_read_a_passive_bins_weight(fed
         Y[:, 1] = task.weights
         Y[chosen["row"] % task.rows.size] = 0.0
         Y[chosen["row"] % task.rows.size, 0] = task.weights.sum()
+        Y = Y[:, : trainers.encrypted_classes(self.n_classes)]  # the classes that are encrypted
         return he.encrypt_matrix(
             backend, Y, replicas=trainers.indicator_layout(task, self.n_classes, widest, backend.slots).replicas
         )
@@ -250,9 +251,13 @@ def test_crafted_products_cannot_read_chosen_labels_through_apply_split(fed, mon
     """Review 11 F1: a passive party's products were [[Y]] times a plaintext of its choice (a target row alone in bin
     0 of feature f_c) with offsets in its mask sums, so that f_c won exactly when the row's class was c and ApplySplit
     named it (7 of 7 labels, 40 of 40 over a forest). Now counts that do not add up to the party's bin weights and the
-    class totals are no candidate: the crafted features never win, so ApplySplit never names one."""
+    class totals are no candidate: the crafted features never win, so ApplySplit never names one. The last class's
+    counts are the party's bin weights less the other classes' (K − 1 encrypted columns), so its offset is crafted
+    in the bin weights it sends: caught the same way."""
     targets: dict = {}
     named: list = []
+    honest_weights = trainers.FeatureOwner.bin_weights
+    last = {}
 
     def crafted(self, backend, encrypted, task, rng):
         sizes, feats = self.bins.sizes, list(task.features.get(self.party, ()))
@@ -262,9 +267,14 @@ def test_crafted_products_cannot_read_chosen_labels_through_apply_split(fed, mon
         for i in usable:
             X[0, offsets[i]] = 1.0
         products, mask_sums = he.masked_feature_products(backend, encrypted, X, rng, fold=trainers.product_fold(task))
+        weights = honest_weights(self, task)
         for c, i in enumerate(usable):
-            mask_sums[offsets[i], c] -= 3.0
-            mask_sums[offsets[i] + 1, 0] -= float(task.weights.sum())
+            if c < mask_sums.shape[1]:
+                mask_sums[offsets[i], c] -= 3.0
+                mask_sums[offsets[i] + 1, 0] -= float(task.weights.sum())
+            else:  # the last class: its counts are the bin weights less the others'
+                weights[offsets[i]] += 3.0
+        last[task.key] = weights
         targets[task.key] = [feats[i] for i in usable]
         return products, mask_sums
 
@@ -275,6 +285,9 @@ def test_crafted_products_cannot_read_chosen_labels_through_apply_split(fed, mon
         return apply_split(self, node, feature, bin_index)
 
     monkeypatch.setattr(trainers.FeatureOwner, "masked_products", crafted)
+    monkeypatch.setattr(
+        trainers.FeatureOwner, "bin_weights", lambda self, task: last.get(task.key, honest_weights(self, task))
+    )
     monkeypatch.setattr(trainers.TreePassive, "apply_split", recording)
     sid = fed.operator.create_session("plain", family="tree", settings={"max_depth": 4}).session_id
     common = sorted(fed.operator.align(sid))
@@ -313,7 +326,7 @@ def test_products_made_for_another_copy_of_the_node_are_refused_unopened(fed, mo
         Y[:, 1], Y[t] = w, 0.0
         Y[t, 0] = w[t]
         replicas = trainers.indicator_layout(task, self.n_classes, widest, backend.slots).replicas
-        return he.encrypt_matrix(backend, Y, replicas=replicas)
+        return he.encrypt_matrix(backend, Y[:, : trainers.encrypted_classes(self.n_classes)], replicas=replicas)
 
     def node_counts(self, session_id, node, indicators, key_epoch):
         if node["depth"] == 0:

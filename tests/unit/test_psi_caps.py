@@ -21,30 +21,30 @@ _RAW = {
 
 
 def test_defaults_pass_a_million_row_partner_of_equal_size_and_a_ninety_percent_overlap() -> None:
-    psi.check_size(1_000_000, 1_000_000)
-    psi.check_size(1_000_000, 900_000)
-    psi.check_size(2 * 540, 540)
-    psi.check_size(1_000_000, 10_000)  # the floor: a million-row partner is never refused by default
+    psi.Caps().check(1_000_000, 1_000_000)
+    psi.Caps().check(1_000_000, 900_000)
+    psi.Caps().check(2 * 540, 540)
+    psi.Caps().check(1_000_000, 10_000)  # the floor: a million-row partner is never refused by default
 
 
 def test_the_ratio_binds_above_its_floor() -> None:
-    psi.check_size(1_000_001, 500_001)
+    psi.Caps().check(1_000_001, 500_001)
     with pytest.raises(ValueError, match="psi_ratio_floor = 1000000 always pass"):
-        psi.check_size(1_000_001, 500_000)
+        psi.Caps().check(1_000_001, 500_000)
 
 
 def test_refusals_name_the_bound_and_the_smallest_accepted_value() -> None:
     with pytest.raises(ValueError, match=r"1081 IDs announced, over 2 x this party's own 540 IDs "
                        r"\(\[limits\] psi_max_ratio; the smallest that accepts them is 2.01;"):
-        psi.check_size(1081, 540, ratio_floor=0)
+        psi.Caps(ratio_floor=0).check(1081, 540)
     with pytest.raises(ValueError, match=r"over this party's cap of 100 \(\[limits\] psi_max_ids; the smallest "
                        r"that accepts them is 101\)"):
-        psi.check_size(101, 1000, max_ids=100)
-    psi.check_size(1081, 540, max_ratio=2.01, ratio_floor=0)  # the value the message names does accept it
+        psi.Caps(max_ids=100).check(101, 1000)
+    psi.Caps(max_ratio=2.01, ratio_floor=0).check(1081, 540)  # the value the message names does accept it
 
 
 def test_reader_refuses_the_announced_size_before_taking_memory_for_it() -> None:
-    reader = psi.ChunkReader(lambda n: psi.check_size(n, 10, ratio_floor=0))
+    reader = psi.ChunkReader(psi.Caps(ratio_floor=0).checker(10))
     with pytest.raises(ValueError, match="psi_max_ratio"):
         reader.add(psi.Chunk(0, 200, 1_500_000, bytes(32)))  # 48 MB, were it taken
     assert reader.result().size == 0

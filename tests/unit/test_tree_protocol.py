@@ -59,20 +59,25 @@ def test_one_answer_per_party_and_node_and_exact_width(wine):
     sent = fed.labels.encrypt(fed.public, task, width)
     products, mask_sums = fed.owners[1].masked_products(fed.public, sent, task, entropy.os_entropy())
     blobs = [fed.public.serialize(ct) for ct in products]
+    weights = fed.owners[1].bin_weights(task)
+    assert sent.shape == (task.rows.size, wine.n_classes - 1)  # the last class's products are never made
     with pytest.raises(InvalidArgument, match="ciphertexts, got"):
-        fed.keyholder.open_counts(1, task, width, sent.layout, blobs[:-1], mask_sums)
+        fed.keyholder.open_counts(1, task, width, sent.layout, blobs[:-1], mask_sums, weights)
     with pytest.raises(InvalidArgument, match="mask sums"):
-        fed.keyholder.open_counts(1, task, width, sent.layout, blobs, mask_sums[:-1])
+        fed.keyholder.open_counts(1, task, width, sent.layout, blobs, mask_sums[:-1], weights)
+    for bad in (weights[:-1], np.where(np.arange(width) == 0, -1.0, weights), np.full(width, np.nan)):
+        with pytest.raises(InvalidArgument, match="bin weights"):  # refused before the answer is spent
+            fed.keyholder.open_counts(1, task, width, sent.layout, blobs, mask_sums, bad)
     fresh = [fed.public.serialize(ct) for ct in sent.ciphertexts][:1] * len(blobs)  # not of a product's form
     with pytest.raises(InvalidArgument, match="an honest product"):
-        fed.keyholder.open_counts(1, task, width, sent.layout, fresh, mask_sums)
+        fed.keyholder.open_counts(1, task, width, sent.layout, fresh, mask_sums, weights)
     # That refusal spent the node's one answer: the honest request is now refused too.
     with pytest.raises(FailedPrecondition, match="one decryption"):
-        fed.keyholder.open_counts(1, task, width, sent.layout, blobs, mask_sums)
+        fed.keyholder.open_counts(1, task, width, sent.layout, blobs, mask_sums, weights)
     restored = KeyHolder(fed.keyholder.backend)  # a restarted coordinator remembers the spent answer
     restored.load_state(fed.keyholder.to_state())
     with pytest.raises(FailedPrecondition, match="one decryption"):
-        restored.open_counts(1, task, width, sent.layout, blobs, mask_sums)
+        restored.open_counts(1, task, width, sent.layout, blobs, mask_sums, weights)
 
 
 def test_withheld_thresholds_absent_from_the_active_view(wine):
@@ -140,7 +145,8 @@ def test_products_beyond_the_masked_range_are_clipped_not_refused(wine):
         fed.public, sent, fed.owners[1].indicator_matrix(task), entropy.os_entropy(), mask_bound=2.0**30,
         fold=product_fold(task),
     )
-    counts = fed.keyholder.open_counts(1, task, width, sent.layout, [fed.public.serialize(c) for c in loud], mask_sums)
+    blobs, weights = [fed.public.serialize(c) for c in loud], fed.owners[1].bin_weights(task)
+    counts = fed.keyholder.open_counts(1, task, width, sent.layout, blobs, mask_sums, weights)
     assert counts.shape == (wine.n_classes, width)
     assert counts.min() >= 0 and counts.max() <= task.weights.sum()
     assert not np.array_equal(counts, fed.labels.indicators(task).T @ fed.owners[1].indicator_matrix(task))
@@ -157,12 +163,12 @@ def test_folded_slots_stay_within_the_feature_bound_and_wider_features_are_refus
     """Review 16 F4: with honest [[Y]] (class indicator x multiplicity), a folded slot sums product_fold(task)
     rows' values, at most FEATURE_BOUND (64) even when every row weighs the maximum and sits in one bin and class
     (masks off to read the slots); a feature side with fold x |x| > 64 is refused before anything is made."""
-    keys, n = he.make_keyholder("plain"), 12000
+    keys, n = he.make_keyholder("plain"), 20000
     task = Task(0, 0, 0, np.arange(n), np.full(n, 8.0), {1: (0,)})
     fold = product_fold(task)
     layout = indicator_layout(task, 3, 2, keys.slots)
     assert fold == 8 and layout.n_chunks >= fold  # several chunks fold into a product
-    y = np.zeros((n, 3))
+    y = np.zeros((n, 2))  # the encrypted classes: all but the last of 3
     y[:, 0] = task.weights
     enc = he.encrypt_matrix(keys, y, replicas=layout.replicas)
     x = np.zeros((n, 2))

@@ -47,7 +47,8 @@ def _grow(max_depth: int = 3):
         elif 1 in task.features:
             wire = he.matrix_to_wire(keys, labels.encrypt(keys, task, holder.builder.width(task, 1)))
             searched.append(passive.search(node, wire).key)
-            holder.submit_counts(keys, 1, task.key, *passive.node_products(keys, task, wire))
+            holder.submit_counts(keys, 1, task.key, *passive.node_products(keys, task, wire, "s", 0), session_id="s")
+            passive.accepted(task)
         split = holder.decide(task.key, active.plain_counts(task, labels.indicators(task)))
         if split is not None:
             node = holder.current(task.key)
@@ -125,7 +126,7 @@ def test_a_passive_party_refuses_a_split_that_leaves_a_side_below_min_samples_le
     passive = family.new_passive(3, 1, family.settings({"max_depth": 2, "party": 1}))
     passive.begin(x, x, 40)
     node = Task(0, 0, 0, np.arange(40), np.ones(40), {1: (0,)}).to_json()
-    passive.search(node, he.WireMatrix((40, 3), 1, 40, []))
+    passive.search(node, he.WireMatrix((40, 2), 1, 40, []))
     with pytest.raises(FailedPrecondition, match="leaves a side below min_samples_leaf 4"):
         passive.apply_split(node, 0, 0)
     assert passive.owner.splits == {}

@@ -20,6 +20,8 @@ from vflsec.services.models.tree import (
 )
 from vflsec.services.models.tree.trainers import from_tensors, to_tensors
 
+SID = "session-1"
+
 
 def _root_with_counts():
     """A key holder at wine's root with passive-1's counts opened: (family, holder, owners, labels, task, keys,
@@ -38,7 +40,7 @@ def _root_with_counts():
     products, mask_sums = owners[1].masked_products(keys, sent, task, entropy.os_entropy())
     blobs = [keys.serialize(ct) for ct in products]
     weights = owners[1].bin_weights(task)
-    holder.submit_counts(keys, 1, task.key, blobs, mask_sums, weights, task.digest())
+    holder.submit_counts(keys, 1, task.key, blobs, mask_sums, weights, task.digest(SID, 0), session_id=SID)
     return family, holder, owners, labels, task, keys, blobs, mask_sums, weights
 
 
@@ -49,7 +51,7 @@ def test_a_restored_key_holder_resumes_the_node_in_flight() -> None:
     restored = family.restore_key_holder((state[0], json.loads(json.dumps(state[1]))))  # as a checkpoint stores it
     assert restored.next_node() == holder.next_node() and restored.answered == holder.answered
     with pytest.raises(FailedPrecondition, match="one decryption"):
-        restored.submit_counts(keys, 1, task.key, blobs, mask_sums, weights, task.digest())
+        restored.submit_counts(keys, 1, task.key, blobs, mask_sums, weights, task.digest(SID, 0), session_id=SID)
     assert np.array_equal(restored.weights[1], weights)
     own = owners[0].plain_counts(task, labels.indicators(task))
     assert restored.decide(task.key, own) == holder.decide(task.key, own)
@@ -95,7 +97,7 @@ def test_a_passive_party_makes_products_in_node_order_at_most_twice_a_node() -> 
                 "features": features}  # fmt: skip
 
     def search(node_id: int, rows: list[int]):
-        return passive.search(node(node_id, rows), he.WireMatrix((len(rows), data.n_classes), 1, len(rows), []))
+        return passive.search(node(node_id, rows), he.WireMatrix((len(rows), data.n_classes - 1), 1, len(rows), []))
 
     assert search(1, left).key == (0, 1) and search(1, left).key == (0, 1)  # once and a retry
     with pytest.raises(FailedPrecondition, match="at most 2 attempts"):

@@ -69,10 +69,10 @@ class LocalFederation:
                 self._count("masked products")
                 self._count("product ciphertexts", len(blobs))
                 self._count("product ciphertext bytes", sum(map(len, blobs)))
-                counts[p] = self.keyholder.open_counts(
-                    p, task, self.builder.width(task, p), sent.layout, blobs, mask_sums
-                )
                 weights[p] = self.owners[p].bin_weights(task)
+                counts[p] = self.keyholder.open_counts(
+                    p, task, self.builder.width(task, p), sent.layout, blobs, mask_sums, weights[p]
+                )
         split = self.builder.decide(task, counts, weights)
         if split is not None:  # coordinator -> owner: (feature, bin); owner -> everyone: the partition
             self._count("split")

@@ -6,15 +6,16 @@ Roles (party 0 is the active party; every party, the active one included, is a :
   (seeded model randomness), the stopping rules and the best split by Gini from per-bin class counts
   (:func:`best_split`); it holds the skeleton (owner, feature, bin per split; no thresholds).
 * :class:`LabelHolder` — the active party's labels: per node, the class indicators of the node's rows (times their
-  bootstrap multiplicity), encrypted for the passive parties (:meth:`LabelHolder.encrypt`) and the node's class
-  totals in the clear.
+  bootstrap multiplicity), every class's but the last encrypted for the passive parties (:meth:`LabelHolder.encrypt`)
+  and the node's class totals in the clear.
 * :class:`FeatureOwner` — a party's bins and thresholds: per-bin class counts of its candidate features, in the clear
   for the active party (:meth:`FeatureOwner.plain_counts`) and as masked ct x pt products for a passive party
   (:meth:`FeatureOwner.masked_products`, he.masked_feature_products against its 0/1 bin indicators); when its
   split wins it partitions the node's rows and keeps the threshold; at inference it answers its own splits.
 * :class:`KeyHolder` — the coordinator's decryption: one answer per (party, tree, node), exactly the width the
   node's candidate features need, honest ciphertext form and the masked range (he.block_sums); the passive
-  party's mask sums come with its products, so the per-bin counts open at the coordinator and nowhere else.
+  party's mask sums come with its products, so the per-bin counts open at the coordinator and nowhere else (the last
+  class's as the party's bin weights less the others').
 
 Who learns what (per node): the coordinator learns the (weighted) class counts of every bin of every candidate
 feature, and which bin index wins; never a threshold or a per-sample value (every decrypted slot is masked,
@@ -79,10 +80,12 @@ class Task:
             "features": {str(p): list(f) for p, f in self.features.items()},
         }
 
-    def digest(self) -> bytes:
-        """A fingerprint of the node as a party holds it (rows, multiplicities, candidate features): the key holder
-        opens products only if they were made for its own copy (review 12, R2)."""
-        return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).digest()
+    def digest(self, session_id: str, key_epoch: int) -> bytes:
+        """A fingerprint of the node as a party holds it (rows, multiplicities, candidate features) in its session
+        and key epoch: the key holder opens products only if they were made for its own copy (review 12, R2), in
+        this session under this epoch's keys (review 16, F6: not another session's products of the same node)."""
+        named = {"session_id": session_id, "key_epoch": int(key_epoch), "node": self.to_json()}
+        return hashlib.sha256(json.dumps(named, sort_keys=True).encode()).digest()
 
     @classmethod
     def from_json(cls, d: dict) -> Task:
@@ -197,11 +200,20 @@ def product_fold(task: Task) -> int:
     return max(1, int(he.FEATURE_BOUND // max(float(task.weights.max(initial=1.0)), 1.0)))
 
 
+def encrypted_classes(n_classes: int) -> int:
+    """Class columns of a node's encrypted indicators: every class but the last. The last class's per-bin counts are
+    the bin weights (the passive party's own word, which it sends beside its products) less the other classes'
+    (:meth:`KeyHolder.open_counts`), so its products are never made: K − 1 columns, half the products for two
+    classes."""
+    return n_classes - 1
+
+
 def indicator_layout(task: Task, n_classes: int, widest: int, slots: int) -> he.MatrixLayout:
-    """The layout of a node's encrypted class indicators (the active party's and the key holder's own copy): the
-    replicas that make the least work for the products of the widest passive block at the node's fold."""
-    replicas = he.choose_replicas(task.rows.size, n_classes, max(widest, 1), slots, fold=product_fold(task))
-    return he.MatrixLayout.for_matrix((task.rows.size, n_classes), replicas, slots)
+    """The layout of a node's encrypted class indicators, (rows, K − 1) (the active party's and the key holder's own
+    copy): the replicas that make the least work for the products of the widest passive block at the node's fold."""
+    shape = (task.rows.size, encrypted_classes(n_classes))
+    replicas = he.choose_replicas(*shape, max(widest, 1), slots, fold=product_fold(task))
+    return he.MatrixLayout.for_matrix(shape, replicas, slots)
 
 
 def is_leaf(config: TreeConfig, task: Task, totals: np.ndarray) -> bool:
@@ -644,9 +656,11 @@ class LabelHolder:
         return self.indicators(task).sum(axis=0)
 
     def encrypt(self, backend: he.Backend, task: Task, widest: int) -> he.EncryptedMatrix:
-        """[[indicators]] for the passive parties, replicated for the widest block a passive party sends."""
+        """[[indicators]] of every class but the last (:func:`encrypted_classes`) for the passive parties, replicated
+        for the widest block a passive party sends."""
         layout = indicator_layout(task, self.n_classes, widest, backend.slots)
-        return he.encrypt_matrix(backend, self.indicators(task), replicas=layout.replicas)
+        sent = self.indicators(task)[:, : encrypted_classes(self.n_classes)]
+        return he.encrypt_matrix(backend, sent, replicas=layout.replicas)
 
 
 class FeatureOwner:
@@ -774,19 +788,25 @@ class KeyHolder:
         layout: he.MatrixLayout,
         products: Sequence[bytes],
         mask_sums: np.ndarray,
+        bin_weights: np.ndarray,
     ) -> np.ndarray:
-        """Serialized masked products + the party's mask sums -> the (K, width) per-bin class counts.
+        """Serialized masked products + the party's mask sums and bin weights -> the (K, width) per-bin class counts.
 
-        ``width`` and ``layout`` are the coordinator's own (the node's candidate bins, the indicators' layout),
-        never the caller's. The answer is spent before anything is parsed, whatever the outcome. Nothing decrypted
-        decides a refusal (rule 4): a product beyond the masked range is clipped to it and the counts to
-        [0, the node's weight], so that only the split decision depends on the decryption (and is charged).
+        ``width`` and ``layout`` are the coordinator's own (the node's candidate bins, the indicators' layout of
+        K − 1 classes), never the caller's. The products open the first K − 1 classes' counts; the last class's are
+        the party's bin weights (its own word, checked here before anything is parsed) less theirs. The answer is
+        spent before anything is parsed, whatever the outcome. Nothing decrypted decides a refusal (rule 4): a
+        product beyond the masked range is clipped to it and the counts to [0, the node's weight], so that only the
+        split decision depends on the decryption (and is charged).
         """
         key = (party, *task.key)
         if key in self.answered:
             raise FailedPrecondition(f"party {party} already had its one decryption for node {task.key}")
         if layout.shape[0] != task.rows.size or width < 1:
             raise InvalidArgument(f"layout {layout.shape} / width {width} do not fit node {task.key}")
+        weights = np.asarray(bin_weights, dtype=np.float64)
+        if weights.shape != (width,) or not (np.isfinite(weights).all() and weights.min(initial=0) >= 0):
+            raise InvalidArgument(f"bin weights must be {width} finite non-negative numbers, got {weights.shape}")
         fold = product_fold(task)
         expected = math.ceil(width / layout.replicas) * math.ceil(layout.n_chunks / fold)
         if len(products) != expected:
@@ -813,6 +833,7 @@ class KeyHolder:
             raise InvalidArgument(f"ciphertexts: {exc}") from exc
         # Counts are integers (bootstrap multiplicities times 0/1); rounding removes the CKKS decoding error.
         counts = np.rint(he.gradient_from_block_sums(sums, mask_sums, width))
+        counts = np.vstack([counts, weights - counts.sum(axis=0)])  # the last class: the bins' weight less the others
         return np.clip(counts, 0.0, float(task.weights.sum()))
 
     def to_state(self) -> bytes:
@@ -870,6 +891,7 @@ __all__ = [
     "Task",
     "best_split",
     "combine",
+    "encrypted_classes",
     "full_tree",
     "indicator_layout",
     "product_fold",

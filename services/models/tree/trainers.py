@@ -71,6 +71,7 @@ from .steps import (
     Task,
     check_searchable,
     combine,
+    encrypted_classes,
     indicator_layout,
     node_depth,
     product_fold,
@@ -303,7 +304,6 @@ class TreePassive:
     searched: dict[NodeKey, list[int]] = field(default_factory=dict)
     attempts: int = 0  # products made for the node in ``searched``: one, and one retry (MAX_PRODUCT_ATTEMPTS)
     known: KnownRows = field(default_factory=KnownRows)  # rows of recent nodes (ApplySplit at a derived node)
-    sibling: Task | None = None  # the right sibling the last node searched implies (its rows: the party's view)
     shard: tuple[int, int] = (0, 0)  # (aligned rows the bins are fitted on, training rows), for the coordinator
     keys: tuple[int, he.Backend] | None = None  # the newest node key epoch's public keys (not state: fetched again)
     output_in_the_clear = False
@@ -328,10 +328,9 @@ class TreePassive:
         task = self._task(node)
         if self.settings.party not in task.features:
             raise InvalidArgument(f"node {task.key} has no candidate feature of party {self.settings.party}")
-        if indicators.shape != (task.rows.size, self.n_classes):
-            raise InvalidArgument(
-                f"indicators must be {task.rows.size} rows x {self.n_classes} classes, got {indicators.shape}"
-            )
+        shape = (task.rows.size, encrypted_classes(self.n_classes))
+        if tuple(indicators.shape) != shape:
+            raise InvalidArgument(f"indicators must be {shape}, every class but the last; got {indicators.shape}")
         # Nodes grow one at a time, in (tree, node) order (heap indices breadth first): an earlier node is closed once
         # this one is asked for, so only the latest is kept (a forest's checkpoint, written after every family
         # message, would otherwise hold every node's rows), and products are made only for node keys the session's
@@ -346,21 +345,26 @@ class TreePassive:
             )
         self.attempts = self.attempts + 1 if task.key == last else 1
         self.searched = {task.key: task.rows.tolist()}
-        self.sibling = self.known.searched(task, self.settings.party)
         return task
 
+    def accepted(self, task: Task) -> Task | None:
+        """The coordinator took the node's products (SubmitCounts answered): only now is it recorded as a node this
+        party made products for (review 16, F3c: not at :meth:`search`); the right sibling it implies, if any."""
+        return self.known.searched(task, self.settings.party)
+
     def node_products(
-        self, keys: he.Backend, task: Task, indicators: he.WireMatrix
+        self, keys: he.Backend, task: Task, indicators: he.WireMatrix, session_id: str, key_epoch: int
     ) -> tuple[list[bytes], np.ndarray, np.ndarray, bytes]:
-        """Masked [[indicators ⊙ bin indicators]] of the node's candidate features, their mask sums and the node's
-        weighted rows per bin (which the coordinator checks the counts by), for the coordinator."""
+        """For the coordinator: masked [[indicators ⊙ bin indicators]] of the node's candidate features, their mask
+        sums, the node's weighted rows per bin and the digest of the node (in this session and key epoch)."""
         try:
             received = he.matrix_from_wire(keys, indicators)
         except ValueError as exc:
             raise InvalidArgument(f"indicators: {exc}") from exc
         owner = self._owner()
         products, mask_sums = owner.masked_products(keys, received, task, entropy.os_entropy())
-        return [keys.serialize(ct) for ct in products], mask_sums, owner.bin_weights(task), task.digest()
+        digest = task.digest(session_id, key_epoch)
+        return [keys.serialize(ct) for ct in products], mask_sums, owner.bin_weights(task), digest
 
     def apply_split(self, node: Mapping[str, Any], feature: int, bin_index: int) -> np.ndarray:
         """Keep the split of the coordinator's node; which of its rows go left (no side below min_samples_leaf)."""
@@ -533,14 +537,15 @@ class TreeKeyHolder:
         products: list[bytes],
         part: int,
         parts: int,
-        task_digest: bytes = b"",
+        task_digest: bytes,
+        session_id: str,
     ) -> list[bytes] | None:
         """Part ``part`` of ``parts`` (in order) of a party's products for the current node: every product once the
         last part is in, else None. Never more buffered than the node's own ciphertext count. A part that names the
         node it was made for (``task_digest``; older clients: the last part only) is refused unless it is this one."""
         task = self.due(party, key)
         if task_digest:
-            self._same_node(task, task_digest)
+            self._same_node(task, task_digest, session_id)
         width, layout = self._block(keys, party, task)
         done, received = self.arriving.pop(party, (0, []))
         if part != done or parts <= part:
@@ -561,12 +566,11 @@ class TreeKeyHolder:
         widest = max(builder.width(task, p) for p in task.features if p not in (ACTIVE, *self.derived))
         return builder.width(task, party), indicator_layout(task, self.n_classes, widest, keys.slots)
 
-    @staticmethod
-    def _same_node(task: Task, task_digest: bytes) -> None:
-        if task_digest != task.digest():
+    def _same_node(self, task: Task, task_digest: bytes, session_id: str) -> None:
+        if task_digest != task.digest(session_id, self.epoch):
             raise InvalidArgument(
                 f"the products were made for another version of node {task.key}: its rows, multiplicities or "
-                "features differ from the coordinator's"
+                f"features differ from the coordinator's, or its session or key epoch ({self.epoch}) does"
             )
 
     def decision_bits(self, key: NodeKey) -> int:
@@ -583,22 +587,20 @@ class TreeKeyHolder:
         mask_sums: np.ndarray,
         bin_weights: np.ndarray,
         task_digest: bytes,
+        session_id: str,
     ) -> None:
         """Open a passive party's masked products for the current node: once per (party, node), at the width and
         indicator layout the coordinator derives itself; its bin weights (its own word, checked before anything
-        is opened) are what its counts must add up to. Products made for another copy of the node than the
-        coordinator's (rows or multiplicities the active party changed: review 12, R2) are refused unopened."""
+        is opened) give the last class's counts (the weights less the others'). Products made for another copy of
+        the node (rows or multiplicities the active party changed: review 12, R2; another session) are refused."""
         task = self._searched(key)
-        self._same_node(task, task_digest)
+        self._same_node(task, task_digest, session_id)
         width, layout = self._block(keys, party, task)
-        weights = np.asarray(bin_weights, dtype=np.float64)
-        if weights.shape != (width,) or not (np.isfinite(weights).all() and weights.min(initial=0) >= 0):
-            raise InvalidArgument(f"bin weights must be {width} finite non-negative numbers, got {weights.shape}")
         opener = KeyHolder(keys)
         opener.answered = self.answered
-        self.counts[party] = opener.open_counts(party, task, width, layout, products, mask_sums)
-        self.weights[party] = weights
-        self.histograms.keep(party, task, self.counts[party], weights)
+        self.counts[party] = opener.open_counts(party, task, width, layout, products, mask_sums, bin_weights)
+        self.weights[party] = np.asarray(bin_weights, dtype=np.float64)
+        self.histograms.keep(party, task, self.counts[party], self.weights[party])
 
     def decide(self, key: NodeKey, own: np.ndarray | None) -> Split | None:
         """The node's decision, made once: a repeat (a retry after a failed ApplySplit, a restart) gets the recorded
@@ -781,11 +783,11 @@ def _submit_counts(
     due is decided first, with one refusal for every node that expects none from the caller (review 14, F2)."""
     trainer.due(ctx.caller, key)
     keys = ctx.held_keys(trainer.epoch)
-    received = trainer.receive_part(keys, ctx.caller, key, products, part, max(parts, 1), task_digest)
+    received = trainer.receive_part(keys, ctx.caller, key, products, part, max(parts, 1), task_digest, ctx.session_id)
     if received is not None:  # the last part
         if mask_sums is None or bin_weights is None:
             raise InvalidArgument("mask sums and bin weights: the last part of a node's products carries them")
-        trainer.submit_counts(keys, ctx.caller, key, received, mask_sums, bin_weights, task_digest)
+        trainer.submit_counts(keys, ctx.caller, key, received, mask_sums, bin_weights, task_digest, ctx.session_id)
 
 
 def _decide(trainer: TreeKeyHolder, ctx: KeyHolderContext, key: NodeKey, own: np.ndarray | None) -> Split | None:
@@ -852,15 +854,20 @@ def _node_counts(
     rows = {"rows": np.asarray(task.rows, dtype=np.int64), "weights": np.asarray(task.weights, dtype=float)}
     where = {"tree": task.tree, "node_id": task.node_id, "depth": task.depth}
     ctx.emit(kinds.NODE_ROWS, ctx.owner, arrays=rows, meta=where)  # to this party's plugins: the node's rows
-    if (sibling := trainer.sibling) is not None:  # and its right sibling's: the parent's other rows (subtraction)
-        implied = {"tree": sibling.tree, "node_id": sibling.node_id, "depth": sibling.depth, "implied": True}
-        ctx.emit(kinds.NODE_ROWS, ctx.owner, arrays={"rows": sibling.rows, "weights": sibling.weights}, meta=implied)
+
+    def accepted() -> None:
+        if (sibling := trainer.accepted(task)) is not None:  # its right sibling's rows: the parent's other rows
+            implied = {"tree": sibling.tree, "node_id": sibling.node_id, "depth": sibling.depth, "implied": True}
+            arrays = {"rows": sibling.rows, "weights": sibling.weights}
+            ctx.emit(kinds.NODE_ROWS, ctx.owner, arrays=arrays, meta=implied)
 
     def send() -> None:
         trainer.keys = _epoch_keys(
             trainer.keys, ctx.backend.name, key_epoch, functools.partial(link.node_keys, ctx.session_id)
         )
-        link.submit_counts(ctx.session_id, task.key, *trainer.node_products(trainer.keys[1], task, indicators))
+        made = trainer.node_products(trainer.keys[1], task, indicators, ctx.session_id, key_epoch)
+        link.submit_counts(ctx.session_id, task.key, *made)
+        ctx.locked(accepted)  # recorded (and checkpointed) only once the coordinator took the products
 
     ctx.defer(send)
 

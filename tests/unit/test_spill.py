@@ -1,0 +1,94 @@
+"""services/crypto/spill.py: the secret order on disk keeps every value with its row, is a uniform shuffle, and
+leaves no file behind however it ends."""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import math
+import stat
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vflsec.services.crypto import oprf, psi, spill
+
+
+def _values(rows: np.ndarray) -> np.ndarray:
+    return np.array([f"value-{r:09d}".encode() for r in rows], dtype="S16")
+
+
+@pytest.mark.parametrize(("total", "bucket"), [(0, 8), (1, 8), (1000, 64), (1000, 4096)])
+def test_every_value_leaves_once_with_its_row(tmp_path: Path, monkeypatch, total: int, bucket: int) -> None:
+    monkeypatch.setattr(spill, "BUCKET_VALUES", bucket)  # several buckets, or one
+    rows = np.arange(total, dtype=np.int32)
+    with spill.Shuffle(total, 16, tmp_path) as shuffle:
+        for a in range(0, total, 97):  # in pieces, as U chunks come
+            shuffle.add(rows[a : a + 97], _values(rows[a : a + 97]))
+        order = shuffle.seal()
+        data = b"".join(shuffle.chunks(100))
+        assert all(len(chunk) <= 1600 for chunk in shuffle.chunks(100))
+    sent = np.frombuffer(data, dtype="S16")
+    assert sorted(order.tolist()) == rows.tolist()  # a permutation of the rows
+    assert np.array_equal(sent, _values(order))  # each value at its row's position
+    assert list(tmp_path.iterdir()) == []  # closed: nothing left
+
+
+def test_the_order_is_uniform(tmp_path: Path, monkeypatch) -> None:
+    """All 3! orders of 3 values over 2 buckets: each seen about equally often (chi-square, 5 degrees of freedom:
+    p < 1e-6 for a statistic over 36)."""
+    monkeypatch.setattr(spill, "BUCKET_VALUES", 2)
+    counts = dict.fromkeys(itertools.permutations(range(3)), 0)
+    trials = 300
+    for _ in range(trials):
+        with spill.Shuffle(3, 16, tmp_path) as shuffle:
+            shuffle.add(np.arange(3, dtype=np.int32), _values(np.arange(3)))
+            counts[tuple(shuffle.seal().tolist())] += 1
+    expected = trials / math.factorial(3)
+    assert sum((c - expected) ** 2 / expected for c in counts.values()) < 36
+
+
+def test_files_are_private_and_removed_on_error_and_by_the_collector(tmp_path: Path) -> None:
+    shuffle = spill.Shuffle(10, 16, tmp_path)
+    assert stat.S_IMODE(shuffle.path.stat().st_mode) == 0o700
+    assert all(stat.S_IMODE(f.stat().st_mode) == 0o600 for f in shuffle.path.iterdir())
+    with pytest.raises(ValueError, match="11 values added, 10 announced"):
+        shuffle.add(np.zeros(11, np.int32), _values(np.arange(11)))
+    with pytest.raises(ValueError, match="no value before the order is sealed"):
+        next(shuffle.chunks(4))
+    with pytest.raises(ValueError, match="0 values added, 10 announced"):
+        shuffle.seal()
+    shuffle.close()
+    shuffle.close()  # idempotent
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(RuntimeError), spill.Shuffle(10, 16, tmp_path):  # an error inside: removed on the way out
+        raise RuntimeError
+    assert list(tmp_path.iterdir()) == []
+    forgotten = spill.Shuffle(10, 16, tmp_path)
+    forgotten.add(np.zeros(3, np.int32), _values(np.arange(3)))
+    del forgotten
+    gc.collect()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_oprf_sender_spills_its_values_and_removes_them(tmp_path: Path) -> None:
+    """P's values exist on disk, in the party's own directory, between the first U chunk and close()."""
+    salt = b"salt"
+    hashed = oprf.item_hashes([f"id{i}" for i in range(300)], salt)
+    m = oprf.bins(300)
+    hash_key, table = oprf.place(hashed, m)
+    base_sender, base_receiver = oprf.BaseOtSender(), oprf.BaseOtReceiver()
+    answers = base_receiver.answer(base_sender.point)
+    seed = bytes(range(16))
+    sender = oprf.Sender(hashed, hash_key, m, base_receiver, seed, spill_dir=str(tmp_path))
+    receiver = oprf.Receiver(table, hashed, *base_sender.keys(answers), seed)
+    for chunk in receiver.u_chunks():
+        sender.add(chunk)
+    (spilled,) = tmp_path.iterdir()
+    assert sum(f.stat().st_size for f in spilled.iterdir()) == 3 * 300 * (4 + 16)  # row and value per slot
+    sender.verify(receiver.proof(sender.challenge))
+    alignment = psi.intersect([receiver.values()], [sender.values()])
+    assert sorted(psi.rows_from_positions(alignment.passive_positions[0], sender.rows)) == list(range(300))
+    sender.close()
+    assert list(tmp_path.iterdir()) == []
