@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from vflsec.client.bench.align import _tree_cpu_seconds
+from vflsec.client.bench.align import _proc_stats, _tree, _tree_cpu_seconds
 from vflsec.client.bench.he import synthetic_dataset
 from vflsec.client.federation.demo import Phases, align, memory_mb, peak_rss_mb, predict_all
 from vflsec.client.federation.launcher import TEST_FRACTION, FederationSpec, run_processes, write_federation
@@ -149,6 +149,9 @@ def federated(
         with phases("predict", f"{backend}: predicting {len(test_ids):,} held-out rows"):
             released = predict_all(operator, session, test_ids)
         peaks = peak_rss_mb(pids)
+        stats = _proc_stats()  # a party's forkserver and pool workers, not in its own VmHWM: each one's peak
+        children = {party: {str(p): p for p in _tree(stats, pid) - {pid}} for party, pid in pids.items()}
+        workers = {party: memory_mb(descendants, "VmHWM") for party, descendants in children.items()}
     y_test = ds.y[datasets.select_ids(ds.ids, test_ids)]
     return {
         "train_seconds": phases.seconds["train"],
@@ -160,6 +163,7 @@ def federated(
         "accuracy": float(np.mean(released.scores.argmax(axis=1) == y_test)),
         "auc": _auc(y_test, released.scores[:, 1]),  # the released scores are the leaf's class, one-hot
         "peak_rss_mb": peaks,
+        "peak_rss_workers_mb": {party: sorted(mb.values(), reverse=True) for party, mb in workers.items()},
         "predictions": released.scores.argmax(axis=1),
         "train_ids": train_ids,
         "test_ids": test_ids,
@@ -264,7 +268,10 @@ def run(
     for backend, r in fed.items():
         result["peak_rss_mb"][backend] = r["peak_rss_mb"]
         result["federated"][backend] = {
-            k: r[k] for k in ("align_seconds", "predict_seconds", "load_average_1min", "cpu_seconds_per_party")
+            k: r[k]
+            for k in (
+                "align_seconds", "predict_seconds", "load_average_1min", "cpu_seconds_per_party", "peak_rss_workers_mb"
+            )
         }
     result["hgb"] = {k: hgb[k] for k in ("settings", "train_seconds_fits", "load_average_1min")}
     result["auc_of"] = {

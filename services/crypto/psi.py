@@ -108,14 +108,24 @@ _DTYPE = np.dtype(f"S{POINT_BYTES}")  # one encoding per row; S32 compares all 3
 Task = tuple[Callable[..., bytes], tuple]
 
 
-def default_workers() -> int:
-    """Processes for blinding: ``$VFLSEC_PSI_WORKERS`` if set, else the CPUs this process may run on."""
-    configured = os.environ.get(WORKERS_ENV, "").strip()
+def default_workers(env: str = WORKERS_ENV) -> int:
+    """Processes for blinding: ``$VFLSEC_PSI_WORKERS`` (or ``env``) if set, else the CPUs this process may run on."""
+    configured = os.environ.get(env, "").strip()
     if configured:
         if not configured.isdigit() or int(configured) < 1:
-            raise ValueError(f"{WORKERS_ENV} must be a positive integer, got {configured!r}")
+            raise ValueError(f"{env} must be a positive integer, got {configured!r}")
         return int(configured)
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def forkserver() -> multiprocessing.context.ForkServerContext:
+    """The context of every process pool of a party (this module's, services/crypto/product_pool.py's): forkserver,
+    not fork (the parties are multi-threaded gRPC servers, and a fork copies whatever lock another thread holds). A
+    process has one forkserver, preloaded once by whichever pool starts it, so there is one preload list: the curve
+    code, and workers that do not re-import the caller's main module (services/crypto/psi_pool.py)."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["vflsec.services.crypto.psi_pool"])
+    return context
 
 
 def _workers(workers: int | None) -> int:
@@ -135,16 +145,12 @@ def _stream(tasks: Iterable[Task], n_tasks: int, workers: int) -> Iterator[bytes
     or one worker, else in a process pool that lives for this generator only (no worker, nor the scalar it was
     sent, outlives it; a failed task, or a consumer that stops early, cancels the rest). Tasks are made as the pool
     takes them and at most 2 per worker are in flight or waiting to be consumed, so memory stays bounded however
-    long the list. (forkserver, not fork: the parties are multi-threaded gRPC servers, and a fork copies whatever
-    lock another thread holds. The forkserver preloads only the curve code (services/crypto/psi_pool.py): a worker
-    is about 20 MB, and does not re-import the caller's main module.)"""
+    long the list. (:func:`forkserver`, which preloads only the curve code: a worker is about 20 MB.)"""
     n = min(workers, n_tasks)
     if n <= 1:
         yield from (fn(*args) for fn, args in tasks)
         return
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["vflsec.services.crypto.psi_pool"])
-    pool = ProcessPoolExecutor(max_workers=n, mp_context=context)
+    pool = ProcessPoolExecutor(max_workers=n, mp_context=forkserver())
     try:
         pending: deque = deque()
         for fn, args in tasks:

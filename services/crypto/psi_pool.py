@@ -1,5 +1,6 @@
-"""The PSI pool's forkserver preload (services/crypto/psi.py ``_stream``): the curve code, once, for every worker
-forked from it, and workers that do not re-import the parent's main module.
+"""The forkserver preload of a party's process pools (services/crypto/psi.py ``forkserver``: the PSI's, and a tree
+node's products, services/crypto/product_pool.py, whose workers import the CKKS code themselves, once each): the
+curve code, once, for every worker forked from it, and workers that do not re-import the parent's main module.
 
 multiprocessing prepares each worker like a spawned process: it re-imports the parent's ``__main__`` (for a party,
 ``vflsec`` and its CLI's imports, numpy among them: ~30 MB resident per worker, counted again in each). A PSI worker

@@ -985,4 +985,6 @@ class PassiveParty:
         except KeyError:  # unknown, or set aside at start-up: nothing runs on it
             lock = contextlib.nullcontext()
         with lock:
-            self.sessions.close(session_id)
+            closed = self.sessions.close(session_id)
+        if closed is not None and hasattr(closed.trainer, "close"):  # its worker processes (a tree's product pool)
+            closed.trainer.close()

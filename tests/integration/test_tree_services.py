@@ -19,6 +19,7 @@ import pytest
 from sklearn.tree import DecisionTreeClassifier
 
 from tests.integration.conftest import federation
+from vflsec.services.crypto import product_pool
 from vflsec.services.data import datasets
 from vflsec.services.models.tree import LocalFederation, TreeConfig, TreeData, accuracy, fit_bins, full_tree
 from vflsec.services.models.tree import trainers as tree_trainers
@@ -129,6 +130,8 @@ def _assert_released(model, local: LocalFederation, *, withheld: bool) -> None:
 
 def test_decision_tree_trains_and_predicts_as_in_process_and_shows_only_aggregates(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(tree_links, "PART_BYTES", 1)  # every product its own SubmitCounts part: the same tree
+    monkeypatch.setattr(product_pool, "MIN_POOLED_PRODUCTS", 0)  # every node's products in the passive party's pool
+    monkeypatch.setenv(product_pool.WORKERS_ENV, "2")
     with federation(tmp_path / "fed", dataset="wine", n_passive=2, model="tree", epochs=1,
                     param_release=["thresholds"]) as fed:  # fmt: skip
         received = _record_active(fed, monkeypatch)
@@ -136,6 +139,10 @@ def test_decision_tree_trains_and_predicts_as_in_process_and_shows_only_aggregat
         sid, _, test_ids, data = _session(fed, "tree", {"max_depth": 5})
         released = fed.operator.predict(sid, test_ids)
         model = fed.operator.fetch_model(sid)
+        pools = [fed.parties[party].engine.sessions[sid].trainer.pool for party in PARTIES[1:]]
+        assert all(pool._pool is not None for pool in pools)  # worker processes made the products
+        fed.operator.close(sid)
+        assert all(pool._pool is None for pool in pools)  # closing the session shut them down
 
     config = TreeConfig(max_depth=5)
     local = LocalFederation.create(config, data)

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vflsec.services.crypto import he
+from vflsec.services.crypto import entropy, he, product_pool
 from vflsec.services.errors import FailedPrecondition, InvalidArgument
 
 from .binning import QuantileBins
@@ -687,17 +687,15 @@ class FeatureOwner:
         starts = np.concatenate([[0], np.cumsum([self.bins.sizes[f] for f in features], dtype=np.int64)])
         return self._train()[task.rows][:, features], starts, features
 
+    def one_hot(self, task: Task) -> tuple[np.ndarray, np.ndarray]:
+        """The node's bins of its candidate features (n_node, F) and their features' first columns (F + 1, the last
+        the width D): the (n_node, D) 0/1 bin indicator matrix, row i in bin b of candidate feature f, as
+        product_pool.one_hot_columns builds it."""
+        return self._columns(task)[:2]
+
     def indicator_columns(self, task: Task) -> Callable[[int, int], np.ndarray]:
-        """columns(lo, hi): columns lo..hi-1 of the (n_node, D) 0/1 bin indicator matrix, row i in bin b of candidate
-        feature f (the features' bins side by side); built a few columns at a time, never all D at once."""
-        bins, starts, _ = self._columns(task)
-
-        def columns(lo: int, hi: int) -> np.ndarray:
-            at = np.arange(lo, hi)
-            feature = np.searchsorted(starts, at, side="right") - 1
-            return (bins[:, feature] == at - starts[feature]).astype(np.float64)
-
-        return columns
+        """columns(lo, hi): columns lo..hi-1 of the bin indicator matrix (:meth:`one_hot`), a few at a time."""
+        return product_pool.one_hot_columns(*self.one_hot(task))
 
     def indicator_matrix(self, task: Task) -> np.ndarray:
         """(n_node, D) 0/1: the whole bin indicator matrix (tests, small nodes)."""
@@ -729,6 +727,20 @@ class FeatureOwner:
             raise InvalidArgument(f"encrypted indicators have {encrypted.shape[0]} rows, the node {task.rows.size}")
         columns = self.indicator_columns(task)
         return he.masked_column_products(backend, encrypted, columns, self.width(task), rng, fold=product_fold(task))
+
+    def pooled_products(
+        self, pool: product_pool.ProductPool, keys: he.Backend, indicators: he.WireMatrix, task: Task
+    ) -> tuple[list[bytes], np.ndarray]:
+        """:meth:`masked_products` of the indicators as they came off the wire, serialized: made in ``pool``'s worker
+        processes (over every core it has), or here when the pool would not pay for it (one worker, a small node)."""
+        try:
+            if pool.pays(keys, indicators, self.width(task)):
+                return pool.products(keys, indicators, *self.one_hot(task), product_fold(task))
+            received = product_pool.parse(keys, indicators)
+        except product_pool.BadIndicators as exc:
+            raise InvalidArgument(f"indicators: {exc}") from exc
+        products, mask_sums = self.masked_products(keys, received, task, entropy.os_entropy())
+        return [keys.serialize(ct) for ct in products], mask_sums
 
     def apply_split(self, task: Task, feature: int, bin_index: int, min_samples_leaf: int = 1) -> np.ndarray:
         """Keep the split; the node's rows that go left (the partition everyone learns). A split that leaves a side

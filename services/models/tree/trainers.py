@@ -40,7 +40,7 @@ import numpy as np
 from vflsec.services import kinds
 from vflsec.services.common import ACTIVE as ACTIVE_ROLE
 from vflsec.services.common import COORDINATOR, PASSIVE
-from vflsec.services.crypto import entropy, he
+from vflsec.services.crypto import he, product_pool
 from vflsec.services.errors import FailedPrecondition, InvalidArgument
 from vflsec.services.models.family import (
     ActiveContext,
@@ -306,6 +306,7 @@ class TreePassive:
     known: KnownRows = field(default_factory=KnownRows)  # rows of recent nodes (ApplySplit at a derived node)
     shard: tuple[int, int] = (0, 0)  # (aligned rows the bins are fitted on, training rows), for the coordinator
     keys: tuple[int, he.Backend] | None = None  # the newest node key epoch's public keys (not state: fetched again)
+    pool: product_pool.ProductPool = field(default_factory=product_pool.ProductPool)  # not state; shut at close()
     output_in_the_clear = False
 
     @property
@@ -356,15 +357,13 @@ class TreePassive:
         self, keys: he.Backend, task: Task, indicators: he.WireMatrix, session_id: str, key_epoch: int
     ) -> tuple[list[bytes], np.ndarray, np.ndarray, bytes]:
         """For the coordinator: masked [[indicators ⊙ bin indicators]] of the node's candidate features, their mask
-        sums, the node's weighted rows per bin and the digest of the node (in this session and key epoch)."""
-        try:
-            received = he.matrix_from_wire(keys, indicators)
-        except ValueError as exc:
-            raise InvalidArgument(f"indicators: {exc}") from exc
+        sums (made in this session's process pool), the node's weighted rows per bin and the node's digest."""
         owner = self._owner()
-        products, mask_sums = owner.masked_products(keys, received, task, entropy.os_entropy())
-        digest = task.digest(session_id, key_epoch)
-        return [keys.serialize(ct) for ct in products], mask_sums, owner.bin_weights(task), digest
+        products, mask_sums = owner.pooled_products(self.pool, keys, indicators, task)
+        return products, mask_sums, owner.bin_weights(task), task.digest(session_id, key_epoch)
+
+    def close(self) -> None:
+        self.pool.close()  # the session is closed: its product workers go
 
     def apply_split(self, node: Mapping[str, Any], feature: int, bin_index: int) -> np.ndarray:
         """Keep the split of the coordinator's node; which of its rows go left (no side below min_samples_leaf)."""

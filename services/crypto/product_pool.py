@@ -1,0 +1,151 @@
+"""Masked ct x pt products against 0/1 one-hot columns, spread over a process pool (a tree node's at a passive party).
+
+TenSEAL holds the GIL in ``mul_plain`` (400 products: 0.69 s in one thread, 0.68 s in two), so only processes put a
+second core to work. :class:`ProductPool` splits a node's feature groups (he.masked_column_products: R columns of
+the one-hot matrix per group) into contiguous ranges, a few per worker; each worker makes its range's masked
+products exactly as the calling process would, its masks drawn from its own OS entropy, and returns them serialized
+with their mask sums, which the caller concatenates in group order: the same products, layout and count as in
+process (only the masks differ, as they do between any two runs).
+
+What a task carries: the node's encrypted indicators as they came off the wire (he.WireMatrix, the bytes, parsed
+in the worker), the epoch's public context (bytes), the node's bin codes (smallest unsigned type) and the group
+range. A worker keeps the last context it parsed and the last node's parsed indicators (by a token per call), so
+each is parsed once per worker however many of its ranges it runs: a worker holds at most one node's indicators.
+The pool (forkserver, never fork: the party is a multi-threaded gRPC server) lives as long as its owner's session
+and is shut down when the session closes, or after any error (a later node starts a fresh one). What it would not
+pay for (:meth:`ProductPool.pays`: one worker, a plain backend, a node of few products) the caller makes in process.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ProcessPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from vflsec.services.crypto import entropy, he, psi
+
+WORKERS_ENV = "VFLSEC_PRODUCT_WORKERS"
+# A node whose products (ct x pt, ~1.7 ms each with the plaintext's encoding) are fewer than this is made in the
+# calling process: the tasks' round trip (pickling the indicators, parsing them in each worker) would cost more than
+# the second core saves.
+MIN_POOLED_PRODUCTS = 64
+RANGES_PER_WORKER = 4  # a few ranges each, so that a worker slowed by another job's load does not hold the node up
+
+
+class BadIndicators(ValueError):
+    """The encrypted indicators do not parse under the node's keys (the sender's fault)."""
+
+
+def default_workers() -> int:
+    """Processes for a node's products: ``$VFLSEC_PRODUCT_WORKERS`` if set, else the CPUs this process may run on."""
+    return psi.default_workers(WORKERS_ENV)
+
+
+def one_hot_columns(codes: np.ndarray, starts: np.ndarray) -> Callable[[int, int], np.ndarray]:
+    """columns(lo, hi): columns lo..hi-1 of the (n, starts[-1]) 0/1 matrix with row i's 1 of feature f at column
+    starts[f] + codes[i, f] (the features' one-hot blocks side by side); a few columns at a time, never all at once."""
+
+    def columns(lo: int, hi: int) -> np.ndarray:
+        at = np.arange(lo, hi)
+        feature = np.searchsorted(starts, at, side="right") - 1
+        return (codes[:, feature] == at - starts[feature]).astype(np.float64)
+
+    return columns
+
+
+def parse(backend: he.Backend, wire: he.WireMatrix) -> he.EncryptedMatrix:
+    """he.matrix_from_wire, its refusal as BadIndicators."""
+    try:
+        return he.matrix_from_wire(backend, wire)
+    except ValueError as exc:
+        raise BadIndicators(str(exc)) from None  # pickled back from a worker: its message, not a chained traceback
+
+
+_WORKER: dict[str, Any] = {}  # in a worker: its last public context and backend, its last node's token and indicators
+
+
+Span = tuple[int, int, int]  # a task's first and last column (whole groups) and the fold
+
+
+def _pooled(
+    name: str, context: bytes, token: int, wire: he.WireMatrix, codes: np.ndarray, starts: np.ndarray, span: Span
+) -> tuple[list[bytes], np.ndarray]:
+    """In a worker: the masked products of columns lo..hi-1 (whole feature groups) of the one-hot matrix, serialized,
+    and their mask sums (``span``: lo, hi, fold), the masks drawn from this process's OS entropy."""
+    if _WORKER.get("context") != context:
+        _WORKER.update(context=context, backend=he.open_public(name, context), token=None, delta=None)
+    if _WORKER["token"] != token:
+        _WORKER.update(token=None, delta=None)  # the last node's indicators go before this one's are parsed
+        _WORKER.update(token=token, delta=parse(_WORKER["backend"], wire))
+    backend, (lo, hi, fold), columns = _WORKER["backend"], span, one_hot_columns(codes, starts)
+    products, mask_sums = he.masked_column_products(
+        backend, _WORKER["delta"], lambda a, b: columns(lo + a, lo + b), hi - lo, entropy.os_entropy(), fold=fold
+    )
+    return [backend.serialize(ct) for ct in products], mask_sums
+
+
+class ProductPool:
+    """One session's masked one-hot products; its worker processes start at the first node that pays for them."""
+
+    def __init__(self, workers: int | None = None) -> None:
+        self.workers = default_workers() if workers is None else workers
+        if self.workers < 1:
+            raise ValueError(f"workers must be at least 1, got {workers}")
+        self._pool: ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()
+        self._calls = itertools.count()
+
+    def pays(self, keys: he.Backend, indicators: he.WireMatrix, width: int) -> bool:
+        """Whether the products of ``width`` one-hot columns against these indicators are worth the pool: more than one
+        worker, ciphertexts (CKKS), at least two groups and MIN_POOLED_PRODUCTS products. BadIndicators if their layout
+        is not one (nothing is parsed here)."""
+        layout = he.MatrixLayout(tuple(int(s) for s in indicators.shape), indicators.replicas, indicators.rows_per_ct)
+        try:
+            layout.validate(keys.slots, len(indicators.ciphertexts))
+        except ValueError as exc:
+            raise BadIndicators(str(exc)) from None
+        groups = math.ceil(width / layout.replicas)
+        enough = groups > 1 and groups * layout.n_chunks >= MIN_POOLED_PRODUCTS
+        return self.workers > 1 and keys.name != "plain" and enough
+
+    def products(
+        self, keys: he.Backend, indicators: he.WireMatrix, codes: np.ndarray, starts: np.ndarray, fold: int
+    ) -> tuple[list[bytes], np.ndarray]:
+        """Masked [[indicators ⊙ one-hot columns]] (he.masked_column_products with ``fold``), serialized, and their mask
+        sums, made by the workers (after :meth:`pays`). BadIndicators if the indicators do not parse under ``keys``;
+        any error shuts the pool down."""
+        width, replicas = int(starts[-1]), indicators.replicas
+        codes = codes.astype(np.min_scalar_type(int(codes.max(initial=0))))  # 1 byte a code for up to 256 bins
+        groups = math.ceil(width / replicas)
+        cuts = [replicas * int(g) for g in np.linspace(0, groups, min(groups, RANGES_PER_WORKER * self.workers) + 1)]
+        spans = [(lo, min(hi, width), fold) for lo, hi in itertools.pairwise(cuts) if lo < hi]
+        token, context = next(self._calls), keys.public_context()
+        futures: list[Future] = []
+        try:
+            pool = self._executor()
+            futures = [pool.submit(_pooled, keys.name, context, token, indicators, codes, starts, s) for s in spans]
+            done = [future.result() for future in futures]
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            self.close()
+            raise
+        return [blob for blobs, _ in done for blob in blobs], np.concatenate([sums for _, sums in done])
+
+    def _executor(self) -> ProcessPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=psi.forkserver())
+            return self._pool
+
+    def close(self) -> None:
+        """Shut the workers down (a range under way finishes first); a later call starts fresh ones."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)

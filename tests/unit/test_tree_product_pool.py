@@ -1,0 +1,79 @@
+"""A tree node's products in the passive party's process pool (services/crypto/product_pool.py), real CKKS: the same
+counts as in process, a bad ciphertext refused as before, and the workers gone after an error or close()."""
+
+import numpy as np
+import pytest
+
+from vflsec.services.crypto import entropy, he, product_pool
+from vflsec.services.errors import InvalidArgument
+from vflsec.services.models.tree import KeyHolder, LabelHolder, TreeConfig
+from vflsec.services.models.tree.steps import FeatureOwner, Task
+
+
+@pytest.fixture(scope="module")
+def node():
+    """A 1,500-row binary node over 5 passive features of 12 bins (D = 60 columns, several chunks and groups, the
+    last group short), its encrypted indicators as they leave the active party, the key holder's keys and the
+    counts in the clear."""
+    rng = np.random.default_rng(3)
+    X, y = rng.normal(size=(1500, 5)), rng.integers(0, 2, 1500)
+    owner = FeatureOwner.fit(1, X, TreeConfig(n_bins=12))
+    task = Task(0, 0, 0, np.arange(1500), rng.integers(1, 3, 1500).astype(float), {1: tuple(range(5))})
+    keys = he.CkksBackend.keyholder()
+    public = he.open_public("ckks", keys.public_context())
+    indicators = LabelHolder(y, 2).indicators(task)
+    sent = he.encrypt_matrix(public, indicators[:, :1], replicas=7)  # every class but the last; 9 groups of 7 columns
+    assert sent.layout.n_chunks > 1 and owner.width(task) % sent.layout.replicas  # chunks, and a short last group
+    expected = indicators.T @ owner.indicator_matrix(task)  # the per-bin class counts, in the clear
+    return owner, task, keys, public, sent, he.matrix_to_wire(public, sent), expected
+
+
+def _counts(node, products, mask_sums):
+    owner, task, keys, _, sent, _, _ = node
+    return KeyHolder(keys).open_counts(
+        1, task, owner.width(task), sent.layout, products, mask_sums, owner.bin_weights(task)
+    )
+
+
+def test_pooled_products_open_to_the_in_process_counts(node, monkeypatch):
+    owner, task, _, public, sent, wire, expected = node
+    monkeypatch.setattr(product_pool, "MIN_POOLED_PRODUCTS", 0)
+    pool = product_pool.ProductPool(workers=2)
+    try:
+        products, mask_sums = owner.pooled_products(pool, public, wire, task)
+        workers = list(pool._pool._processes.values())  # type: ignore[union-attr]
+        assert len(workers) == 2 and all(w.is_alive() for w in workers)  # made in the pool, not in this process
+    finally:
+        pool.close()
+    assert pool._pool is None and not any(w.is_alive() for w in workers)
+    local, local_sums = owner.masked_products(public, sent, task, entropy.os_entropy())
+    assert len(products) == len(local) and mask_sums.shape == local_sums.shape  # what crosses the wire: same shape
+    assert not np.array_equal(mask_sums, local_sums)  # each process drew its own masks
+    counts = _counts(node, products, mask_sums)
+    np.testing.assert_array_equal(counts, _counts(node, [public.serialize(ct) for ct in local], local_sums))
+    np.testing.assert_array_equal(counts, expected)
+
+
+def test_a_bad_ciphertext_is_refused_as_in_process_and_the_pool_shut_down(node, monkeypatch):
+    owner, task, _, public, _, wire, _ = node
+    monkeypatch.setattr(product_pool, "MIN_POOLED_PRODUCTS", 0)
+    broken = he.WireMatrix(wire.shape, wire.replicas, wire.rows_per_ct, [*wire.ciphertexts[:-1], b"not a ciphertext"])
+    with pytest.raises(InvalidArgument) as in_process:
+        owner.pooled_products(product_pool.ProductPool(workers=1), public, broken, task)
+    pool = product_pool.ProductPool(workers=2)
+    with pytest.raises(InvalidArgument) as pooled:
+        owner.pooled_products(pool, public, broken, task)
+    assert str(pooled.value) == str(in_process.value)
+    assert str(pooled.value).startswith("indicators: invalid CKKS ciphertext")
+    assert pool._pool is None  # shut down on the error; the next node starts fresh workers
+    products, _ = owner.pooled_products(pool, public, wire, task)
+    assert products and pool._pool is not None
+    pool.close()
+
+
+def test_workers_follow_the_environment(monkeypatch):
+    monkeypatch.setenv(product_pool.WORKERS_ENV, "3")
+    assert product_pool.ProductPool().workers == 3
+    monkeypatch.setenv(product_pool.WORKERS_ENV, "0")
+    with pytest.raises(ValueError, match=f"{product_pool.WORKERS_ENV} must be a positive integer"):
+        product_pool.ProductPool()
