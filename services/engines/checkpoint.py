@@ -248,7 +248,7 @@ class CountLedger:
     def __init__(self, path: Path | None) -> None:
         self.path = path
         self._dir = StateDir(path)  # creates the folder; removes temporary files a kill left there
-        self._seq: dict[str, int] = {}  # the sequence number each owner's file last holds, durably
+        self._seq: dict[str, tuple[int, int]] = {}  # per owner, its file's latest durable (sequence number, slot)
 
     def load_all(self) -> dict[str, int]:
         """Every owner's count. A file with no valid slot is a ValueError naming it: a budget must not restart from
@@ -259,7 +259,8 @@ class CountLedger:
         counts: dict[str, int] = {}
         for file in sorted(self.path.glob(f"*{self.SUFFIX}")):
             owner = file.name[: -len(self.SUFFIX)]
-            self._seq[owner], counts[owner] = self._read(file)
+            seq, counts[owner], slot = self._read(file)
+            self._seq[owner] = (seq, slot)
         for owner, (_, meta) in self._dir.load_all().items():  # owners/<owner>.npz, as written before
             legacy = int(meta["scored"])
             if legacy > counts.get(owner, -1):
@@ -275,35 +276,38 @@ class CountLedger:
         filename = f"{owner}{self.SUFFIX}"
         if not _valid_name(filename):
             raise ValueError(f"invalid ledger owner {owner!r}")
-        seq = self._seq.get(owner, 0) + 1
-        if seq == 1:  # a new file, whole (no holes: later writes allocate nothing), renamed into place
+        latest, held = self._seq.get(owner, (0, 1))
+        seq, slot = latest + 1, 1 - held  # the slot that does not hold the latest count, wherever that one lies
+        if latest == 0:  # a new file, whole (no holes: later writes allocate nothing), renamed into place
             image = self._slot(seq, count) + bytes(2 * self.PAGE - self._SLOT.size - 8)
             self._dir._write(filename, lambda fh: fh.write(image))
         else:
+            data = self._slot(seq, count)
             fd = os.open(self.path / filename, os.O_WRONLY)
             try:
-                os.pwrite(fd, self._slot(seq, count), (seq - 1) % 2 * self.PAGE)
+                if os.pwrite(fd, data, slot * self.PAGE) != len(data):  # a short write is not a count (review 19)
+                    raise OSError(f"ledger {filename}: short write")
                 os.fdatasync(fd)
             finally:
                 os.close(fd)
-        self._seq[owner] = seq  # only now: after a failed write the next rewrites that slot, not the durable one
+        self._seq[owner] = (seq, slot)  # only now: after a failed write the next rewrites that slot, not the durable
 
     def _slot(self, seq: int, count: int) -> bytes:
         body = self._SLOT.pack(self._MAGIC, seq, count)
         return body + hashlib.blake2b(body, digest_size=8).digest()
 
-    def _read(self, file: Path) -> tuple[int, int]:
-        """(sequence number, count) of the file's latest valid slot."""
+    def _read(self, file: Path) -> tuple[int, int, int]:
+        """(sequence number, count, slot) of the file's latest valid slot."""
         data = file.read_bytes()
         if len(data) != 2 * self.PAGE:
             raise ValueError(f"ledger {file} holds {len(data)} bytes, not {2 * self.PAGE}: restore it from a backup")
         valid = []
-        for offset in (0, self.PAGE):
+        for slot, offset in enumerate((0, self.PAGE)):
             body = data[offset : offset + self._SLOT.size]
             digest = data[offset + self._SLOT.size : offset + self._SLOT.size + 8]
             magic, seq, count = self._SLOT.unpack(body)
             if magic == self._MAGIC and hashlib.blake2b(body, digest_size=8).digest() == digest:
-                valid.append((seq, count))
+                valid.append((seq, count, slot))
         if not valid:
             raise ValueError(f"ledger {file} has no readable count: restore it from a backup")
         return max(valid)
