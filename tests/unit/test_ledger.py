@@ -105,8 +105,27 @@ def test_an_earlier_npz_ledger_is_taken_over(tmp_path: Path) -> None:
     ledger = CountLedger(tmp_path)
     ledger.save("other", 8)  # both files for one owner (a crash during a take-over): the larger count
     assert CountLedger(tmp_path).load_all() == {"active": 42, "other": 8}
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["active.count", "other.count"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["active.count", "active.npz", "other.count", "other.npz"]
     assert CountLedger(tmp_path).load_all() == {"active": 42, "other": 8}
+
+
+def test_a_release_before_the_count_files_refuses_to_start_on_them(tmp_path: Path) -> None:
+    """Review 19: the earlier release reads its ledger from owners/<owner>.npz only (StateDir.load_all, unchanged), so
+    after the take-over a rollback restarted every owner's budget from zero. The npz files now hold a marker it
+    refuses, for owners taken over and for new ones alike."""
+    StateDir(tmp_path).save("active", {}, {"scored": 9000})
+    ledger = CountLedger(tmp_path)
+    assert ledger.load_all() == {"active": 9000}
+    ledger.save("active", 9500)
+    ledger.save("new-owner", 3)
+    with pytest.raises(ValueError, match=r"cannot be read: active\.npz: it names .moved to <owner>\.count"):
+        StateDir(tmp_path).load_all()  # the earlier release's ledger load
+    (tmp_path / "active.npz").unlink()
+    with pytest.raises(ValueError, match=r"new-owner\.npz: it names .moved to <owner>\.count"):
+        StateDir(tmp_path).load_all()
+    (tmp_path / "new-owner.npz").unlink()  # a kill between a new file and its marker: the next start puts it back
+    assert CountLedger(tmp_path).load_all() == {"active": 9500, "new-owner": 3}
+    assert sorted(p.name for p in tmp_path.glob("*.npz")) == ["active.npz", "new-owner.npz"]
 
 
 def test_without_a_folder_nothing_is_written_and_a_bad_owner_is_refused(tmp_path: Path) -> None:
