@@ -7,14 +7,17 @@ which values share a bucket is uniform over every split with those sizes, and ea
 order of the whole list is equally likely, as if it were permuted in memory (the scatter-then-shuffle method of
 Rao and Sandelius). Memory is one bucket (about BUCKET_VALUES values) and the rows in their final order (4 bytes
 each, which the caller keeps); disk is the list twice at most, in a directory of its own (mode 0700, files 0600)
-that :meth:`close` removes, as does the garbage collector if no one called it. What sits there is what the party
-held in memory before: its own values, never sent or received data.
+that :meth:`close` removes, as does the garbage collector if no one called it, and :func:`sweep` at the next start
+if the process was killed. What sits there is what the party held in memory before: its own values, never sent or
+received data.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
-import shutil
+import stat
 import tempfile
 import weakref
 from collections.abc import Iterator
@@ -38,8 +41,13 @@ class Shuffle:
         self._record = np.dtype([("row", "<i4"), ("value", f"S{width}")])
         self._buckets = max(1, -(-total // BUCKET_VALUES))
         self.path = Path(tempfile.mkdtemp(prefix=_PREFIX, dir=directory))  # mode 0700
-        self._close = weakref.finalize(self, shutil.rmtree, self.path, True)
-        self._files = [_open(self.path / f"bucket-{b}") for b in range(self._buckets)]
+        # Held while the shuffle lives: every file is opened through it, so whoever can rename entries of the parent
+        # cannot swap the folder under us (review 19), and its lock, taken before the first file, tells sweep() that
+        # the folder is in use. A kill releases the lock.
+        self._dir = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        fcntl.flock(self._dir, fcntl.LOCK_EX)
+        self._close = weakref.finalize(self, _remove, self.path, self._dir)
+        self._files = [self._open(f"bucket-{b}") for b in range(self._buckets)]
         self._sealed = False
         self.rows: np.ndarray | None = None
 
@@ -68,11 +76,12 @@ class Shuffle:
         if self._added != self._total:
             raise ValueError(f"{self._added} values added, {self._total} announced")
         self.rows, filled = np.empty(self._total, dtype=np.int32), 0
-        with _open(self.path / "sealed") as out:
+        with self._open("sealed") as out:
             for b, bucket in enumerate(self._files):
                 bucket.close()
-                records = np.fromfile(self.path / f"bucket-{b}", dtype=self._record)
-                os.unlink(self.path / f"bucket-{b}")
+                with self._open(f"bucket-{b}", os.O_RDONLY) as fh:
+                    records = np.fromfile(fh, dtype=self._record)
+                os.unlink(f"bucket-{b}", dir_fd=self._dir)
                 records = records[entropy.os_entropy().permutation(len(records))]
                 self.rows[filled : filled + len(records)] = records["row"]
                 out.write(np.ascontiguousarray(records["value"]).tobytes())
@@ -84,7 +93,7 @@ class Shuffle:
         """The values in the sealed order, ``per_chunk`` at a time (read from disk as they go)."""
         if not self._sealed:
             raise ValueError("no value before the order is sealed")
-        with open(self.path / "sealed", "rb") as sealed:
+        with self._open("sealed", os.O_RDONLY) as sealed:
             while data := sealed.read(per_chunk * self._width):
                 yield data
 
@@ -102,5 +111,46 @@ class Shuffle:
         self.close()
 
 
-def _open(path: Path) -> BinaryIO:
-    return open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb")
+    def _open(self, name: str, flags: int = os.O_WRONLY | os.O_CREAT | os.O_EXCL) -> BinaryIO:
+        """A file of our folder, through its descriptor (a new one: never an existing name or a link)."""
+        fd = os.open(name, flags | os.O_NOFOLLOW, 0o600, dir_fd=self._dir)
+        return open(fd, "rb" if flags == os.O_RDONLY else "wb")
+
+
+def sweep(directory: str | Path | None = None) -> list[str]:
+    """Remove the folders shuffles of a killed process left in ``directory`` (the system's temporary one by default):
+    ours (this user's, not a link) that no live shuffle locks and that hold a file. A shuffle locks its folder before
+    its first file, so an empty one may be one being made: it stays. The names of the folders removed."""
+    removed = []
+    for path in sorted(Path(directory if directory is not None else tempfile.gettempdir()).glob(f"{_PREFIX}*")):
+        try:
+            found = path.lstat()
+            if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid():
+                continue
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if os.listdir(fd):
+                _remove(path, fd, close=False)
+                removed.append(path.name)
+        except OSError:  # locked: a live shuffle's
+            pass
+        finally:
+            os.close(fd)
+    return removed
+
+
+def _remove(path: Path, fd: int, close: bool = True) -> None:
+    """Our folder's files, through its descriptor ``fd``, then the folder (if ``path`` still names an empty one)."""
+    try:
+        with contextlib.suppress(OSError):
+            for name in os.listdir(fd):
+                with contextlib.suppress(OSError):
+                    os.unlink(name, dir_fd=fd)
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
+    finally:
+        if close:
+            os.close(fd)

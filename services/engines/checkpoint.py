@@ -238,35 +238,60 @@ class CountLedger:
     sequence number. A write torn by a crash spoils only the slot it was writing, whose count was not yet durable,
     so no release can have depended on it; the other slot still holds the last durable count. Rewriting a whole file
     through a temporary one (the npz checkpoints) took two fsyncs, a rename and ~1 ms of CPU per Predict round.
-    A file is created, and an earlier release's ``<owner>.npz`` ledger taken over, through StateDir's atomic write."""
+    A file is created, and an earlier release's ``<owner>.npz`` ledger taken over, through StateDir's atomic write;
+    ``<owner>.npz`` then holds a marker on which such a release refuses to start (a rollback would reset the budget)."""
 
     SUFFIX = ".count"
     _SLOT = struct.Struct("<8sQQ")  # magic, sequence number, count; then an 8-byte BLAKE2b checksum of those
     _MAGIC = b"vflsecL1"
     PAGE = 4096  # slot i at offset i * PAGE: a write to one slot never rewrites a byte of the other's page
+    # What our <owner>.npz marker names as its companion: an earlier release reads that as "not a companion of its own"
+    _MOVED = "moved to <owner>.count: this ledger needs vflsec with CountLedger (review 19); do not roll back past it"
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
         self._dir = StateDir(path)  # creates the folder; removes temporary files a kill left there
-        self._seq: dict[str, int] = {}  # the sequence number each owner's file last holds, durably
+        self._seq: dict[str, tuple[int, int]] = {}  # per owner, its file's latest durable (sequence number, slot)
 
     def load_all(self) -> dict[str, int]:
         """Every owner's count. A file with no valid slot is a ValueError naming it: a budget must not restart from
         zero. Counts of an earlier release's npz ledger are taken over (the larger of the two when both are there: a
-        count only grows) and its file removed."""
+        count only grows), and its file replaced by a marker that such a release refuses to start on."""
         if self.path is None:
             return {}
         counts: dict[str, int] = {}
         for file in sorted(self.path.glob(f"*{self.SUFFIX}")):
             owner = file.name[: -len(self.SUFFIX)]
-            self._seq[owner], counts[owner] = self._read(file)
-        for owner, (_, meta) in self._dir.load_all().items():  # owners/<owner>.npz, as written before
-            legacy = int(meta["scored"])
-            if legacy > counts.get(owner, -1):
-                self.save(owner, legacy)
-                counts[owner] = legacy
-            (self.path / f"{owner}.npz").unlink()  # only once the count file holds at least its count
+            seq, counts[owner], slot = self._read(file)
+            self._seq[owner] = (seq, slot)
+        for file in sorted(self.path.glob("*.npz")):  # owners/<owner>.npz, as written before
+            legacy = self._legacy(file)
+            if legacy is not None and legacy > counts.get(file.stem, -1):
+                self.save(file.stem, legacy)
+                counts[file.stem] = legacy
+        for owner in counts:  # only once the count file holds at least the npz's count
+            self._mark(owner)
         return counts
+
+    def _legacy(self, file: Path) -> int | None:
+        """The count of an earlier release's npz ledger; None for our marker."""
+        try:
+            with np.load(file) as data:
+                if "__fixed__" in data.files and bytes(data["__fixed__"]).decode() == self._MOVED:
+                    return None
+                return int(json.loads(bytes(data["__meta__"]).decode())["scored"])
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+            raise ValueError(f"ledger {file} cannot be read ({exc}): restore it from a backup") from exc
+
+    def _mark(self, owner: str) -> None:
+        """Put our marker at ``<owner>.npz`` (unless there): an earlier release, which reads its ledger from there
+        only, refuses to start on it, naming this release, instead of restarting the owner's budget from zero after
+        a rollback (review 19)."""
+        file = self.path / f"{owner}.npz"
+        if not file.exists() or self._legacy(file) is not None:
+            marker = {"__meta__": np.frombuffer(b"{}", np.uint8)}
+            marker["__fixed__"] = np.frombuffer(self._MOVED.encode(), np.uint8)
+            self._dir._write(file.name, lambda fh: np.savez(fh, **marker))
 
     def save(self, owner: str, count: int) -> None:
         """Make ``count`` the owner's durable count (never less than the last: the caller's counts only grow)."""
@@ -275,35 +300,39 @@ class CountLedger:
         filename = f"{owner}{self.SUFFIX}"
         if not _valid_name(filename):
             raise ValueError(f"invalid ledger owner {owner!r}")
-        seq = self._seq.get(owner, 0) + 1
-        if seq == 1:  # a new file, whole (no holes: later writes allocate nothing), renamed into place
+        latest, held = self._seq.get(owner, (0, 1))
+        seq, slot = latest + 1, 1 - held  # the slot that does not hold the latest count, wherever that one lies
+        if latest == 0:  # a new file, whole (no holes: later writes allocate nothing), renamed into place
             image = self._slot(seq, count) + bytes(2 * self.PAGE - self._SLOT.size - 8)
             self._dir._write(filename, lambda fh: fh.write(image))
+            self._mark(owner)
         else:
+            data = self._slot(seq, count)
             fd = os.open(self.path / filename, os.O_WRONLY)
             try:
-                os.pwrite(fd, self._slot(seq, count), (seq - 1) % 2 * self.PAGE)
+                if os.pwrite(fd, data, slot * self.PAGE) != len(data):  # a short write is not a count (review 19)
+                    raise OSError(f"ledger {filename}: short write")
                 os.fdatasync(fd)
             finally:
                 os.close(fd)
-        self._seq[owner] = seq  # only now: after a failed write the next rewrites that slot, not the durable one
+        self._seq[owner] = (seq, slot)  # only now: after a failed write the next rewrites that slot, not the durable
 
     def _slot(self, seq: int, count: int) -> bytes:
         body = self._SLOT.pack(self._MAGIC, seq, count)
         return body + hashlib.blake2b(body, digest_size=8).digest()
 
-    def _read(self, file: Path) -> tuple[int, int]:
-        """(sequence number, count) of the file's latest valid slot."""
+    def _read(self, file: Path) -> tuple[int, int, int]:
+        """(sequence number, count, slot) of the file's latest valid slot."""
         data = file.read_bytes()
         if len(data) != 2 * self.PAGE:
             raise ValueError(f"ledger {file} holds {len(data)} bytes, not {2 * self.PAGE}: restore it from a backup")
         valid = []
-        for offset in (0, self.PAGE):
+        for slot, offset in enumerate((0, self.PAGE)):
             body = data[offset : offset + self._SLOT.size]
             digest = data[offset + self._SLOT.size : offset + self._SLOT.size + 8]
             magic, seq, count = self._SLOT.unpack(body)
             if magic == self._MAGIC and hashlib.blake2b(body, digest_size=8).digest() == digest:
-                valid.append((seq, count))
+                valid.append((seq, count, slot))
         if not valid:
             raise ValueError(f"ledger {file} has no readable count: restore it from a backup")
         return max(valid)

@@ -23,7 +23,7 @@ from vflsec.services.common import (
     require_query_id,
 )
 from vflsec.services.config import MIN_NODE_ROWS, MIN_TRAINING_ROWS
-from vflsec.services.crypto import entropy, he, oprf, psi, ring_mask
+from vflsec.services.crypto import entropy, he, oprf, psi, ring_mask, spill
 from vflsec.services.data.datasets import PartyData
 from vflsec.services.defenses import params as param_defenses
 from vflsec.services.defenses.embeddings import EmbeddingChain, basis_problem, binary_free_basis
@@ -196,6 +196,9 @@ class PassiveParty:
         hub: plugins.PluginHub | None = None,
     ) -> None:
         self.party_id = party_id
+        # The OPRF exchange's values wait on disk (oprf.Sender); a kill leaves them there, so they go at start-up.
+        if removed := spill.sweep():
+            log.info("removed %d PSI spill folder(s) a killed process left: %s", len(removed), ", ".join(removed))
         # [[plugins]]: what this party receives is offered to its own plugins, as the active party's are (a curious
         # passive party records ∂L/∂h for the label attacks); none by default.
         self.hub = hub or plugins.PluginHub()

@@ -310,3 +310,16 @@ def test_health_takes_either_a_config_or_all_three_options(tmp_path) -> None:
     # The repository's config names the pod's /tls mount, which does not exist here (a Secret not mounted).
     result = CliRunner().invoke(app, ["health", "--config", str(config)])
     assert result.exit_code == 2 and "cannot read the TLS files" in result.output and "/tls/ca.pem" in result.output
+
+
+def test_a_passive_party_scratch_volume_holds_the_oprf_spill_of_10m_ids(rendered) -> None:
+    """Review 19: the OPRF sender keeps row and value (4 + 16 bytes) of each of its 3 values per own ID on /tmp until
+    sent, for each of the exchanges an owner may run at once; 256Mi held one of 4.4M IDs, and past it the kubelet
+    evicts the pod mid-exchange (docs/performance.md runs 10M)."""
+    from vflsec.services.crypto import oprf
+    from vflsec.services.engines.passive import PSI_STREAMS_PER_OWNER
+
+    spill = PSI_STREAMS_PER_OWNER * 10_000_000 * oprf.HASHES * (4 + oprf.VALUE_BYTES)
+    limit = _mounts(rendered["passive"])["/tmp"]["volume"]["emptyDir"]["sizeLimit"]
+    units = {"Mi": 1 << 20, "Gi": 1 << 30}
+    assert int(limit[:-2]) * units[limit[-2:]] >= spill * 1.05, limit  # the pysodium copies and a bucket beside it

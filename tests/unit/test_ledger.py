@@ -105,8 +105,27 @@ def test_an_earlier_npz_ledger_is_taken_over(tmp_path: Path) -> None:
     ledger = CountLedger(tmp_path)
     ledger.save("other", 8)  # both files for one owner (a crash during a take-over): the larger count
     assert CountLedger(tmp_path).load_all() == {"active": 42, "other": 8}
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["active.count", "other.count"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["active.count", "active.npz", "other.count", "other.npz"]
     assert CountLedger(tmp_path).load_all() == {"active": 42, "other": 8}
+
+
+def test_a_release_before_the_count_files_refuses_to_start_on_them(tmp_path: Path) -> None:
+    """Review 19: the earlier release reads its ledger from owners/<owner>.npz only (StateDir.load_all, unchanged), so
+    after the take-over a rollback restarted every owner's budget from zero. The npz files now hold a marker it
+    refuses, for owners taken over and for new ones alike."""
+    StateDir(tmp_path).save("active", {}, {"scored": 9000})
+    ledger = CountLedger(tmp_path)
+    assert ledger.load_all() == {"active": 9000}
+    ledger.save("active", 9500)
+    ledger.save("new-owner", 3)
+    with pytest.raises(ValueError, match=r"cannot be read: active\.npz: it names .moved to <owner>\.count"):
+        StateDir(tmp_path).load_all()  # the earlier release's ledger load
+    (tmp_path / "active.npz").unlink()
+    with pytest.raises(ValueError, match=r"new-owner\.npz: it names .moved to <owner>\.count"):
+        StateDir(tmp_path).load_all()
+    (tmp_path / "new-owner.npz").unlink()  # a kill between a new file and its marker: the next start puts it back
+    assert CountLedger(tmp_path).load_all() == {"active": 9500, "new-owner": 3}
+    assert sorted(p.name for p in tmp_path.glob("*.npz")) == ["active.npz", "new-owner.npz"]
 
 
 def test_without_a_folder_nothing_is_written_and_a_bad_owner_is_refused(tmp_path: Path) -> None:
@@ -115,3 +134,31 @@ def test_without_a_folder_nothing_is_written_and_a_bad_owner_is_refused(tmp_path
     assert memory.load_all() == {}
     with pytest.raises(ValueError, match="invalid ledger owner"):
         CountLedger(tmp_path).save("../x", 1)
+
+
+def test_a_short_write_is_an_error_not_a_count(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review 19: pwrite's count was not read, so a write of part of the slot returned as durable, and a restart read
+    the previous count."""
+    ledger = CountLedger(tmp_path)
+    ledger.save("active", 100)
+    ledger.save("active", 200)
+    pwrite = os.pwrite
+    monkeypatch.setattr(checkpoint.os, "pwrite", lambda fd, data, offset: pwrite(fd, data[:20], offset))
+    with pytest.raises(OSError, match="short write"):
+        ledger.save("active", 300)
+    monkeypatch.undo()
+    ledger.save("active", 300)  # the same slot again
+    assert CountLedger(tmp_path).load_all() == {"active": 300}
+
+
+def test_a_save_never_writes_the_slot_holding_the_latest_count(tmp_path: Path) -> None:
+    """Review 19: the slot was chosen by the sequence number's parity, so a file whose latest count sits in the other
+    slot (copied, restored, edited) had that count overwritten: a torn write then went back to the older one."""
+    ledger = CountLedger(tmp_path)
+    image = ledger._slot(3, 30) + bytes(PAGE - 32) + ledger._slot(2, 20) + bytes(PAGE - 32)
+    (tmp_path / "active.count").write_bytes(image[PAGE:] + image[:PAGE])  # seq 3 in slot 1, seq 2 in slot 0
+    restarted = CountLedger(tmp_path)
+    assert restarted.load_all() == {"active": 30}
+    restarted.save("active", 40)
+    assert _slot_bytes(tmp_path / "active.count", 1) == ledger._slot(3, 30)  # the latest stays until 40 is durable
+    assert CountLedger(tmp_path).load_all() == {"active": 40}

@@ -6,7 +6,10 @@ from __future__ import annotations
 import gc
 import itertools
 import math
+import signal
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -91,4 +94,58 @@ def test_the_oprf_sender_spills_its_values_and_removes_them(tmp_path: Path) -> N
     alignment = psi.intersect([receiver.values()], [sender.values()])
     assert sorted(psi.rows_from_positions(alignment.passive_positions[0], sender.rows)) == list(range(300))
     sender.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+_KILLED = """
+import os, signal, sys
+import numpy as np
+from vflsec.services.crypto import spill
+shuffle = spill.Shuffle(10, 16, sys.argv[1])
+shuffle.add(np.arange(4, dtype=np.int32), np.array([b"v" * 16] * 4, dtype="S16"))
+print(shuffle.path.name, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_killed_process_folder_goes_at_the_next_sweep_a_live_one_stays(tmp_path: Path) -> None:
+    """Review 19: a kill -9 skipped close() and the collector, and the values stayed on disk for good."""
+    killed = subprocess.run([sys.executable, "-c", _KILLED, str(tmp_path)], capture_output=True, text=True)
+    assert killed.returncode == -signal.SIGKILL
+    left = tmp_path / killed.stdout.strip()
+    assert left.is_dir() and any(left.iterdir())
+    making = tmp_path / f"{spill._PREFIX}making"  # a shuffle between mkdtemp and its first file: empty, kept
+    making.mkdir(mode=0o700)
+    with spill.Shuffle(10, 16, tmp_path) as live:  # locked by this process: kept
+        live.add(np.arange(2, dtype=np.int32), _values(np.arange(2)))
+        assert spill.sweep(tmp_path) == [left.name]
+        assert not left.exists() and making.is_dir() and any(live.path.iterdir())
+    assert sorted(p.name for p in tmp_path.iterdir()) == [making.name]
+
+
+def test_a_swapped_folder_is_never_read(tmp_path: Path) -> None:
+    """Review 19: files were opened by path, so whoever could rename entries of the parent (a writable, non-sticky
+    TMPDIR) could put a folder of its own, with rows of its choosing, in place of ours before the seal."""
+    with spill.Shuffle(3, 16, tmp_path) as shuffle:
+        shuffle.add(np.arange(3, dtype=np.int32), _values(np.arange(3)))
+        ours = shuffle.path
+        ours.rename(tmp_path / "moved")
+        planted = np.zeros(3, dtype=[("row", "<i4"), ("value", "S16")])
+        planted["row"], planted["value"] = 7, b"x" * 16
+        ours.mkdir()
+        (ours / "bucket-0").write_bytes(planted.tobytes())
+        order = shuffle.seal()
+        sent = np.frombuffer(b"".join(shuffle.chunks(2)), dtype="S16")
+    assert sorted(order.tolist()) == [0, 1, 2] and np.array_equal(sent, _values(order))
+    assert not any((tmp_path / "moved").iterdir())  # ours emptied where it went
+
+
+def test_a_passive_party_sweeps_its_temporary_folder_at_start(tmp_path: Path, monkeypatch) -> None:
+    from vflsec.services.data.datasets import PartyData
+    from vflsec.services.engines.passive import PassiveParty
+
+    killed = subprocess.run([sys.executable, "-c", _KILLED, str(tmp_path)], capture_output=True, text=True)
+    monkeypatch.setattr(spill.tempfile, "tempdir", str(tmp_path))  # the party's TMPDIR
+    assert (tmp_path / killed.stdout.strip()).is_dir()
+    PassiveParty("passive-1", PartyData(np.array(["r0"]), np.zeros((1, 1)), ["c"]), None)  # type: ignore[arg-type]
     assert list(tmp_path.iterdir()) == []
