@@ -42,6 +42,7 @@ class Party:
     server: RunningServer
     channels: list[grpc.Channel] = field(default_factory=list)
     hub: plugins.PluginHub | None = None
+    state: checkpoint.StateDir | None = None
 
     @property
     def address(self) -> str:
@@ -54,6 +55,8 @@ class Party:
             channel.close()
         if self.hub is not None:
             self.hub.close()
+        if self.state is not None:
+            self.state.release()
 
 
 def load_party_data(config: ServiceConfig, state: checkpoint.StateDir | None = None) -> datasets.PartyData:
@@ -147,8 +150,19 @@ def _channel(config: ServiceConfig, peer: str) -> grpc.Channel:
 
 
 def start_party(config: ServiceConfig) -> Party:
+    # One process per state folder, claimed before anything in it is read or swept (checkpoint.StateDir).
+    state = checkpoint.StateDir(config.state_dir, exclusive=True)
+    try:
+        party = _start(config, state)
+    except BaseException:
+        state.release()
+        raise
+    party.state = state
+    return party
+
+
+def _start(config: ServiceConfig, state: checkpoint.StateDir) -> Party:
     policy = CallPolicy(timeout=config.call_timeout, retry_seconds=config.retry_seconds)
-    state = checkpoint.StateDir(config.state_dir)
     # Each role imports only its own engine: a coordinator or active process never loads the passive engine's
     # split-NN defenses (torch, ~3 CPU-s of start-up).
     if config.role == "coordinator":

@@ -13,6 +13,7 @@ that names it, and the one it replaces is deleted only after.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
@@ -48,13 +49,34 @@ def valid_session_id(session_id: str) -> bool:
     return len(session_id) <= MAX_SESSION_ID and _valid_name(session_id)
 
 
-class StateDir:
-    """A folder of session checkpoints; ``None`` keeps state in memory only."""
+class StateInUse(OSError):
+    """Another process holds this state folder (two processes on one folder would each keep their own budgets)."""
 
-    def __init__(self, path: Path | None) -> None:
+
+def _claim(path: Path) -> int:
+    fd = os.open(path / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StateInUse(f"state folder {path} is held by another running vflsec party (one per folder)") from None
+    return fd
+
+
+class StateDir:
+    """A folder of session checkpoints; ``None`` keeps state in memory only.
+
+    ``exclusive``: a party's own folder is held by one process at a time (an flock on ``.lock``, taken before
+    anything is read or swept and kept until :meth:`release`): a second process on the same folder would delete
+    the first one's temporary files at start and keep its own count of every query budget."""
+
+    def __init__(self, path: Path | None, *, exclusive: bool = False) -> None:
         self.path = path
+        self._lock: int | None = None
         if path is not None:
             path.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if exclusive:
+                self._lock = _claim(path)
             # A kill between mkstemp and os.replace leaves a temporary file (which may hold a secret key):
             # nothing reads it, so it goes at start-up. Only this class writes ".<name>.<random>.tmp" here.
             for leftover in path.glob(".*.tmp"):
@@ -67,6 +89,12 @@ class StateDir:
     @property
     def enabled(self) -> bool:
         return self.path is not None
+
+    def release(self) -> None:
+        """Let another process take the folder (the party stopped)."""
+        if self._lock is not None:
+            os.close(self._lock)  # closing the descriptor drops its flock
+            self._lock = None
 
     def save(
         self, name: str, arrays: dict[str, np.ndarray], meta: dict[str, Any], *, fixed: Collection[str] = ()

@@ -16,6 +16,8 @@ import pytest
 from typer.testing import CliRunner
 
 from vflsec.client.cli import app
+from vflsec.services.config import load_config
+from vflsec.services.engines import checkpoint
 
 ALL_BINARY = (
     "no direction of this party's 2 columns leaves out its binary columns (b1, b2) and is uncorrelated with them; use "
@@ -75,6 +77,24 @@ def test_a_party_refusing_its_shard_fails_demo_and_serve_cleanly(table: str, tmp
     assert served.returncode == 2, served.stderr
     assert f"error: coordinator coordinator cannot start: cannot listen on {listen[1]}:{listen[2]}" in served.stderr
     assert "Traceback" not in served.stderr
+
+    # Its state folder is held by a running party (review 19 L4): refused before anything there is read or swept.
+    state = load_config(config).state_dir
+    assert state is not None
+    holder = checkpoint.StateDir(state, exclusive=True)
+    in_flight = state / ".owners.abc123.tmp"  # the holder's write between mkstemp and rename
+    in_flight.write_bytes(b"x")
+    try:
+        served = _serve("coordinator", config)
+    finally:
+        holder.release()
+    assert served.returncode == 2, served.stderr
+    assert f"error: coordinator coordinator cannot start: state folder {state} is held by another running" in (
+        served.stderr
+    )
+    assert "Traceback" not in served.stderr and in_flight.exists()
+    checkpoint.StateDir(state, exclusive=True).release()  # released: the next party takes it (and sweeps)
+    assert not in_flight.exists()
 
 
 def test_a_party_refusing_its_shard_fails_attack_without_naming_a_deleted_log(table: str) -> None:
