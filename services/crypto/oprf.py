@@ -62,7 +62,7 @@ from pysodium import (
 )
 from threadpoolctl import threadpool_limits
 
-from vflsec.services.crypto import entropy, spill
+from vflsec.services.crypto import entropy, psi, spill
 from vflsec.services.crypto.curve import POINT_BYTES
 from vflsec.services.crypto.psi import _require_strings
 
@@ -407,17 +407,20 @@ class CheckFailed(ValueError):
 
 @dataclass
 class Receiver:
-    """A's OPRF state for one passive party: ``u_chunks`` yields U's row chunks (bytes) and fills ``outputs``
-    (per own ID, in row order: H(j, T0_j) of its bin j); :meth:`proof` answers P's challenge."""
+    """A's OPRF state for one passive party: ``u_chunks`` yields U's row chunks (bytes) and puts each own ID's
+    output (H(j, T0_j) of its bin j, tagged with its row) on disk by value range (spill.Ranges, in ``spill_dir``:
+    the system's temporary directory by default), where :meth:`match` finds the party's values; :meth:`proof`
+    answers P's challenge; :meth:`close` removes the outputs."""
 
     table: np.ndarray  # bin -> item, -1 empty
     hashed: np.ndarray  # h(x) of A's ids
     k0: list[bytes]
     k1: list[bytes]
     code_seed: bytes
+    spill_dir: str | None = None
 
     def __post_init__(self) -> None:
-        self.outputs = np.zeros(len(self.hashed), dtype=f"S{VALUE_BYTES}")
+        self.outputs = spill.Ranges(spill.Ranges.count_for(len(self.hashed)), VALUE_BYTES, self.spill_dir)
         # The random w of empty bins and pad rows: AES under a key of our own, so the proof makes them again
         # rather than keeping 12 bytes per bin
         self._pad_key = _random(KEY_BYTES)
@@ -440,7 +443,7 @@ class Receiver:
             u = rows0 ^ t1.rows(b - a) ^ code.encode(self._words(a, b))
             items = self.table[a:min(b, m)]
             full = np.flatnonzero(items >= 0)
-            self.outputs[items[full]] = output_hash(a + full, rows0[full])
+            self.outputs.add(items[full], output_hash(a + full, rows0[full]))
             yield u.tobytes()
 
     def proof(self, challenge: bytes) -> Proof:
@@ -453,9 +456,21 @@ class Receiver:
             _fold(acc, a, m, x, np.concatenate([t0.rows(b - a), self._words(a, b)], axis=1))
         return Proof(acc[:, CODE_BYTES:].copy(), acc[:, :CODE_BYTES].copy())
 
+    def match(self, name: str) -> psi.RangeMatch:
+        """The party's values, as they come, matched against our outputs range by range (after every U chunk)."""
+        return psi.RangeMatch(self.outputs, len(self.hashed), name, self.spill_dir)
+
     def values(self) -> np.ndarray:
-        """Each of A's ids' output, in row order (after every chunk was made)."""
-        return self.outputs
+        """Each of A's ids' output, in row order, in memory (small lists: tests, the pipes bench)."""
+        out = np.zeros(len(self.hashed), dtype=f"S{VALUE_BYTES}")
+        for r in range(self.outputs.count):
+            rows, values = self.outputs.part(r)
+            out[rows] = values
+        return out
+
+    def close(self) -> None:
+        """Remove our outputs from disk; idempotent."""
+        self.outputs.close()
 
 
 class Sender:

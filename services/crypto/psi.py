@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 from pysodium import crypto_core_ristretto255_scalar_reduce
 
-from vflsec.services.crypto import entropy
+from vflsec.services.crypto import entropy, spill
 from vflsec.services.crypto.curve import (  # the curve work; also this module's API
     DST,
     POINT_BYTES,
@@ -613,6 +613,56 @@ class StreamMatch:
 
     def result(self) -> tuple[np.ndarray, np.ndarray]:
         return self.common, self.positions
+
+
+class RangeMatch:
+    """:class:`StreamMatch` for lists too long to hold: our values wait on disk cut into value ranges
+    (spill.Ranges, tagged with their rows), the party's are cut alike as they arrive (tagged with their positions),
+    and :meth:`result` matches range by range: a range of ours sorted (a few MB), the same range of theirs looked up
+    in it. Only the 5 bytes per own row of the result are kept in memory. The same refusals as StreamMatch's, once
+    the whole list came: a value of ours repeated, or one of ours sent twice (naming both positions)."""
+
+    def __init__(self, mine: spill.Ranges, n_active: int, name: str, directory: str | None = None) -> None:
+        self._mine, self._n, self._name = mine, n_active, name
+        self._theirs = spill.Ranges(mine.count, mine.width, directory)
+        self._seen = 0
+
+    def add(self, values: np.ndarray) -> None:
+        start, self._seen = self._seen, self._seen + len(values)
+        self._theirs.add(np.arange(start, self._seen, dtype=np.int32), values)
+
+    def result(self) -> tuple[np.ndarray, np.ndarray]:
+        """(whether each of our rows is in the party's list, its position there); the party's values are removed
+        from disk, whatever happens."""
+        common = np.zeros(self._n, dtype=bool)
+        positions = np.zeros(self._n, dtype=np.int32)
+        try:
+            for r in range(self._mine.count):
+                rows, mine = self._mine.part(r)
+                at, theirs = self._theirs.part(r)
+                if not len(mine):
+                    continue
+                order = np.argsort(mine)
+                mine, rows = mine[order], rows[order]
+                repeats = np.flatnonzero(mine[1:] == mine[:-1])
+                if repeats.size:
+                    first, second = sorted(int(row) for row in rows[repeats[0] : repeats[0] + 2])
+                    raise ValueError(f"duplicate active values for {self._name} at rows {first} and {second}")
+                found = np.minimum(np.searchsorted(mine, theirs), len(mine) - 1)
+                hit = mine[found] == theirs
+                matched, at = rows[found[hit]], at[hit]
+                unique, counts = np.unique(matched, return_counts=True)  # a row's value lies in one range only
+                if (counts > 1).any():
+                    first, second = np.sort(at[matched == unique[np.flatnonzero(counts > 1)[0]]])[:2]
+                    raise ValueError(f"duplicate values sent by {self._name} at rows {first} and {second}")
+                common[matched], positions[matched] = True, at
+        finally:
+            self._theirs.close()
+        return common, positions
+
+    def close(self) -> None:
+        """Remove the party's values from disk (result does too); idempotent."""
+        self._theirs.close()
 
 
 def combine(matches: Iterable[tuple[np.ndarray, np.ndarray]]) -> Alignment:

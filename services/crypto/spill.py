@@ -26,6 +26,7 @@ import numpy as np
 from vflsec.services.crypto import entropy
 
 BUCKET_VALUES = 1 << 20  # values per bucket, on average: about 20 MB of a bucket in memory at a time (16-byte values)
+RANGE_VALUES = 1 << 18  # a list's values per range of Ranges, on average (uniform values): about 5 MB a range
 _PREFIX = "vflsec-psi-"
 
 
@@ -100,6 +101,76 @@ class Shuffle:
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+
+class Parts:
+    """Records (a numpy structured ``dtype``) on disk cut into ``count`` parts, a file each, appended to as they come
+    and read back a part at a time. Files as :class:`Shuffle`'s: a directory of its own (0700, files 0600) that
+    :meth:`close` removes, as does the garbage collector if no one called it."""
+
+    def __init__(self, count: int, dtype: np.dtype, directory: str | Path | None = None) -> None:
+        if count < 1:
+            raise ValueError(f"{count} parts: at least one")
+        self.count, self.dtype, self.size = count, np.dtype(dtype), 0
+        self.path = Path(tempfile.mkdtemp(prefix=_PREFIX, dir=directory))  # mode 0700
+        self._close = weakref.finalize(self, shutil.rmtree, self.path, True)
+        for r in range(count):
+            _open(self._file(r)).close()
+
+    def _file(self, r: int) -> Path:
+        return self.path / f"part-{r}"
+
+    def append(self, which: np.ndarray, records: np.ndarray) -> None:
+        """Each record to the end of part ``which[i]``'s file (in [0, count))."""
+        by_part = np.argsort(which, kind="stable")
+        bounds = np.searchsorted(which[by_part], np.arange(self.count + 1))
+        for r in np.flatnonzero(bounds[1:] > bounds[:-1]):  # opened per call, not held: no descriptor per part
+            with open(self._file(r), "ab") as out:
+                out.write(records[by_part[bounds[r] : bounds[r + 1]]].tobytes())
+        self.size += len(records)
+
+    def records(self, r: int) -> np.ndarray:
+        """Part r's records, in the order appended."""
+        return np.fromfile(self._file(r), dtype=self.dtype)
+
+    def close(self) -> None:
+        """Remove the files; idempotent."""
+        self._close()
+
+    def __enter__(self) -> Parts:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+class Ranges(Parts):
+    """Uniformly random values of ``width`` bytes (OPRF outputs), each with an int32 tag, cut into ``count`` value
+    ranges: range r holds the values whose first 4 bytes, read big-endian, fall in the r-th of ``count`` equal
+    slices of [0, 2^32). Equal values share a range, so two lists cut alike match range by range, one range in
+    memory at a time."""
+
+    def __init__(self, count: int, width: int, directory: str | Path | None = None) -> None:
+        super().__init__(count, np.dtype([("tag", "<i4"), ("value", f"S{width}")]), directory)
+        self.width = width
+
+    @staticmethod
+    def count_for(n: int) -> int:
+        """Ranges for a list of about ``n`` values: RANGE_VALUES each on average."""
+        return max(1, -(-n // RANGE_VALUES))
+
+    def add(self, tags: np.ndarray, values: np.ndarray) -> None:
+        """More values (an S``width`` array) with their tags, each to its range."""
+        records = np.empty(len(values), dtype=self.dtype)
+        records["tag"], records["value"] = tags, values
+        prefix = records.view(np.uint8).reshape(-1, self.dtype.itemsize)[:, 4:8]  # the value's first 4 bytes
+        ranges = (prefix.copy().view(">u4").ravel().astype(np.uint64) * np.uint64(self.count)) >> np.uint64(32)
+        self.append(ranges, records)
+
+    def part(self, r: int) -> tuple[np.ndarray, np.ndarray]:
+        """(tags, values) of range r, in the order added."""
+        records = self.records(r)
+        return records["tag"].copy(), records["value"].copy()
 
 
 def _open(path: Path) -> BinaryIO:

@@ -557,8 +557,9 @@ class ActiveParty:
         exchanging = tracker.add("exchanging")
 
         def exchange(party: str, client: PassiveClient) -> tuple[int, tuple[np.ndarray, np.ndarray]]:
-            """(the party's ID count, its match against ours): each chunk of its values is looked up among our
-            outputs as it arrives (psi.StreamMatch), so only 5 bytes per own ID are kept of them."""
+            """(the party's ID count, its match against ours): our outputs and the party's values wait on disk by
+            value range and are matched range by range once all came (psi.RangeMatch), so only 5 bytes per own ID
+            are kept of them; both are removed however the exchange ends."""
             base_ot, receivers, matches, sent = oprf.BaseOtSender(), [], [], [0]
 
             def u_rows(code_seed: bytes, answers: list[bytes]) -> Iterator[bytes]:
@@ -572,18 +573,18 @@ class ActiveParty:
                     sent[0] += 1  # counted before the call takes it: the party cannot have it sooner
                     yield chunk
 
-            def outputs() -> np.ndarray:
-                """Our outputs, once every U chunk was sent: an output is made with its chunk, so values that
-                come sooner would meet outputs never made."""
+            def receiver() -> oprf.Receiver:
+                """Ours, once every U chunk was sent: an output is made with its chunk, so values that come sooner
+                would meet outputs never made."""
                 if sent[0] != oprf.row_chunks(m):
                     raise ValueError(
                         f"{party} answered before taking U ({sent[0]} of {oprf.row_chunks(m)} U chunks sent)"
                     )
-                return receivers[-1].values()
+                return receivers[-1]
 
             def take(values: np.ndarray) -> None:  # the party sends its values once it has all of U: ours are done
                 if not matches:
-                    matches.append(psi.StreamMatch(outputs(), party))
+                    matches.append(receiver().match(party))
                 matches[0].add(values)
 
             hello = oprf.Hello(s.session_id, salt, hash_key, m, base_ot.point)
@@ -592,13 +593,17 @@ class ActiveParty:
                     raise ValueError(f"a challenge before U's last chunk ({sent[0]} of {oprf.row_chunks(m)} sent)")
                 return receivers[-1].proof(challenge)
 
-            n = client.psi_oprf(hello, u_rows, prove, check, take, exchanging)
-            if matches:
-                return n // oprf.HASHES, matches[0].result()
             try:
-                return n // oprf.HASHES, psi.match(outputs(), [], party)
-            except ValueError as exc:
-                raise InvalidArgument(f"PSI: {party}'s reply: {exc}") from exc
+                n = client.psi_oprf(hello, u_rows, prove, check, take, exchanging)
+                try:
+                    if not matches:  # an empty list: nothing of ours matched
+                        matches.append(receiver().match(party))
+                    return n // oprf.HASHES, matches[0].result()
+                except ValueError as exc:
+                    raise InvalidArgument(f"PSI: {party}'s reply: {exc}") from exc
+            finally:
+                for done in matches + receivers:
+                    done.close()
 
         replies = self._each_passive(exchange)
         alignment = psi.combine(matched for _, matched in replies)

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from vflsec.services.crypto import oprf, psi
+from vflsec.services.crypto import oprf, psi, spill
 
 
 def _bits(n_rows: int, n_bytes: int) -> np.ndarray:
@@ -293,3 +293,44 @@ def test_the_check_and_the_values_agree_whatever_the_chunking(monkeypatch, rows_
     mine, theirs, _ = _protocol(active, passive)  # the check passes (inside) ...
     alignment = psi.intersect([mine], [theirs])  # ... and the intersection is exact
     assert sorted(alignment.active_rows.tolist()) == list(range(60))
+
+
+@pytest.mark.parametrize("per_range", [64, 1 << 18])
+def test_matching_by_range_equals_matching_in_memory(tmp_path, monkeypatch, per_range: int) -> None:
+    monkeypatch.setattr(spill, "RANGE_VALUES", per_range)  # many ranges, or one
+    mine = _values(5000)
+    theirs = np.concatenate([_values(9000), mine[:3000]])[np.random.default_rng(0).permutation(12000)]
+    ours = spill.Ranges(spill.Ranges.count_for(len(mine)), 16, tmp_path)
+    ours.add(np.arange(5000, dtype=np.int32), mine)
+    match = psi.RangeMatch(ours, len(mine), "passive-1", str(tmp_path))
+    for start in range(0, len(theirs), 999):
+        match.add(theirs[start : start + 999])
+    common, positions = match.result()
+    expected_common, expected_positions = psi.match(mine, theirs, "passive-1")
+    assert common.sum() == 3000 and np.array_equal(common, expected_common)
+    assert np.array_equal(positions, expected_positions)
+    assert np.array_equal(theirs[positions[common]], mine[common])
+    ours.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_matching_by_range_refuses_repeats_and_removes_the_party_values(tmp_path) -> None:
+    mine = _values(10)
+
+    def matched(theirs: np.ndarray, ours: np.ndarray = mine) -> tuple[np.ndarray, np.ndarray]:
+        ranges = spill.Ranges(3, 16, tmp_path)
+        ranges.add(np.arange(len(ours), dtype=np.int32), ours)
+        match = psi.RangeMatch(ranges, len(ours), "passive-1", str(tmp_path))
+        try:
+            match.add(theirs)
+            return match.result()
+        finally:
+            assert list(tmp_path.iterdir()) == [ranges.path]  # the party's values removed, error or not
+            ranges.close()
+
+    with pytest.raises(ValueError, match="duplicate values sent by passive-1 at rows 0 and 2"):
+        matched(np.array([mine[3], mine[5], mine[3]]))
+    with pytest.raises(ValueError, match="duplicate active values for passive-1 at rows 1 and 4"):
+        matched(mine[:2], np.array([mine[0], mine[1], mine[2], mine[3], mine[1]]))
+    common, positions = matched(np.array([b"x" * 16, b"x" * 16, mine[1]]))  # a repeat matching nothing of ours
+    assert common.tolist() == [i == 1 for i in range(10)] and positions[1] == 2

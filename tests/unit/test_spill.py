@@ -92,3 +92,78 @@ def test_the_oprf_sender_spills_its_values_and_removes_them(tmp_path: Path) -> N
     assert sorted(psi.rows_from_positions(alignment.passive_positions[0], sender.rows)) == list(range(300))
     sender.close()
     assert list(tmp_path.iterdir()) == []
+
+
+def _random(n: int) -> np.ndarray:
+    return np.frombuffer(np.random.default_rng(n).bytes(16 * n), dtype="S16")
+
+
+@pytest.mark.parametrize("count", [1, 3, 40])
+def test_ranges_keep_every_value_with_its_tag_and_cut_by_value(tmp_path: Path, count: int) -> None:
+    values = _random(5000)
+    with spill.Ranges(count, 16, tmp_path) as ranges:
+        for start in range(0, 5000, 777):  # several adds: each range's file appended to
+            ranges.add(np.arange(start, min(start + 777, 5000), dtype=np.int32), values[start : start + 777])
+        parts = [ranges.part(r) for r in range(count)]
+        assert ranges.size == 5000
+    tags = np.concatenate([t for t, _ in parts])
+    assert sorted(tags.tolist()) == list(range(5000))
+    assert all(np.array_equal(values[t], v) for t, v in parts)
+    bounds = [(v.view(np.uint8).reshape(-1, 16)[:, :4].copy().view(">u4").ravel()) for _, v in parts]
+    for r, prefix in enumerate(bounds):  # range r: first 4 bytes in the r-th slice of [0, 2^32)
+        assert ((prefix.astype(np.uint64) * count) >> 32 == r).all()
+    assert all(abs(len(p) - 5000 / count) < 6 * math.sqrt(5000 / count) + 1 for p in bounds)  # uniform values
+    assert spill.Ranges.count_for(0) == 1 and spill.Ranges.count_for(spill.RANGE_VALUES + 1) == 2
+
+
+def test_ranges_are_private_and_removed_on_error_and_by_the_collector(tmp_path: Path) -> None:
+    ranges = spill.Ranges(4, 16, tmp_path)
+    ranges.add(np.arange(10, dtype=np.int32), _random(10))
+    assert stat.S_IMODE(ranges.path.stat().st_mode) == 0o700
+    assert len(list(ranges.path.iterdir())) == 4
+    assert all(stat.S_IMODE(f.stat().st_mode) == 0o600 for f in ranges.path.iterdir())
+    ranges.close()
+    ranges.close()  # idempotent
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(RuntimeError), spill.Ranges(4, 16, tmp_path):
+        raise RuntimeError
+    assert list(tmp_path.iterdir()) == []
+    forgotten = spill.Ranges(4, 16, tmp_path)
+    forgotten.add(np.arange(3, dtype=np.int32), _random(3))
+    del forgotten
+    gc.collect()
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(ValueError, match="0 parts: at least one"):
+        spill.Ranges(0, 16, tmp_path)
+
+
+def test_the_oprf_receiver_keeps_its_outputs_by_range_and_removes_them(tmp_path: Path) -> None:
+    """A's outputs and the party's values wait on disk in A's directory; the match removes the party's, close A's,
+    and the intersection is the same as matching in memory."""
+    salt, seed = b"salt", bytes(range(16))
+    mine, theirs = [f"id{i}" for i in range(400)], [f"id{i}" for i in range(100, 700)]
+    hashed, own = oprf.item_hashes(mine, salt), oprf.item_hashes(theirs, salt)
+    m = oprf.bins(400)
+    hash_key, table = oprf.place(hashed, m)
+    base_sender, base_receiver = oprf.BaseOtSender(), oprf.BaseOtReceiver()
+    answers = base_receiver.answer(base_sender.point)
+    sender = oprf.Sender(own, hash_key, m, base_receiver, seed)
+    receiver = oprf.Receiver(table, hashed, *base_sender.keys(answers), seed, spill_dir=str(tmp_path))
+    for chunk in receiver.u_chunks():
+        sender.add(chunk)
+    sender.verify(receiver.proof(sender.challenge))
+    (outputs,) = tmp_path.iterdir()
+    assert sum(f.stat().st_size for f in outputs.iterdir()) == 400 * (4 + 16)  # row and output per own ID
+    expected = psi.match(receiver.values(), sender.values(), "passive-1")
+    match = receiver.match("passive-1")
+    for _, _, data in sender.value_chunks():
+        match.add(np.frombuffer(data, dtype="S16"))
+    assert len(list(tmp_path.iterdir())) == 2  # ours and the party's
+    common, positions = match.result()
+    assert list(tmp_path.iterdir()) == [outputs]
+    assert np.array_equal(common, expected[0]) and np.array_equal(positions, expected[1])
+    assert np.flatnonzero(common).tolist() == list(range(100, 400))
+    assert sorted(sender.rows[positions[common]].tolist()) == list(range(300))
+    receiver.close()
+    sender.close()
+    assert list(tmp_path.iterdir()) == []
