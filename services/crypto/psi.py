@@ -371,6 +371,24 @@ def _require_unique(values: np.ndarray, what: str) -> np.ndarray:
     return order
 
 
+def require_unique_by_range(values: np.ndarray, what: str, directory: str | None = None) -> None:
+    """:func:`_require_unique` for uniformly random values (keyed hashes: the OPRF's h(x)) in bounded memory: cut
+    by value range on disk (spill.Ranges, removed on the way out), each range sorted alone; the same ValueError
+    naming two rows."""
+    with spill.Ranges(spill.Ranges.count_for(len(values)), values.dtype.itemsize, directory) as ranges:
+        for start in range(0, len(values), _BLOCK):
+            stop = min(start + _BLOCK, len(values))
+            ranges.add(np.arange(start, stop, dtype=np.int32), values[start:stop])
+        for r in range(ranges.count):
+            rows, part = ranges.part(r)
+            order = np.argsort(part, kind="stable")
+            run = part[order]
+            repeats = np.flatnonzero(run[1:] == run[:-1])
+            if repeats.size:
+                first, second = sorted(int(row) for row in rows[order[repeats[0] : repeats[0] + 2]])
+                raise ValueError(f"duplicate {what} at rows {first} and {second}")
+
+
 class PsiKey:
     """A party's secret blinding scalar, uniform in [1, L) and fresh for each session."""
 

@@ -9,6 +9,10 @@ Rao and Sandelius). Memory is one bucket (about BUCKET_VALUES values) and the ro
 each, which the caller keeps); disk is the list twice at most, in a directory of its own (mode 0700, files 0600)
 that :meth:`close` removes, as does the garbage collector if no one called it. What sits there is what the party
 held in memory before: its own values, never sent or received data.
+
+:class:`Parts` and :class:`Ranges` keep other per-ID state on disk in the same way, cut into parts read back one at
+a time: P's (ID, bin) slots by bin range, A's bins, and A's outputs and a passive party's values by value range
+(the one place received values are written: A's, matched range by range and removed when the match ends).
 """
 
 from __future__ import annotations
@@ -129,9 +133,9 @@ class Parts:
                 out.write(records[by_part[bounds[r] : bounds[r + 1]]].tobytes())
         self.size += len(records)
 
-    def records(self, r: int) -> np.ndarray:
-        """Part r's records, in the order appended."""
-        return np.fromfile(self._file(r), dtype=self.dtype)
+    def records(self, r: int, start: int = 0, count: int = -1) -> np.ndarray:
+        """Part r's records in the order appended: ``count`` of them (-1: all) from the ``start``-th."""
+        return np.fromfile(self._file(r), dtype=self.dtype, count=count, offset=start * self.dtype.itemsize)
 
     def close(self) -> None:
         """Remove the files; idempotent."""

@@ -537,7 +537,7 @@ class ActiveParty:
         salt = psi.new_salt()
         try:
             hashed = oprf.item_hashes(own_ids, salt)
-            psi._require_unique(hashed.view(f"S{hashed.shape[1]}").reshape(-1), "ids")
+            psi.require_unique_by_range(hashed.view(f"S{hashed.shape[1]}").reshape(-1), "ids")  # on disk
         except ValueError as exc:  # duplicate or non-string ids: nothing was sent
             raise FailedPrecondition(f"PSI: {self.party_id}'s own IDs: {exc}") from exc
         m = oprf.bins(len(own_ids))
@@ -548,6 +548,18 @@ class ActiveParty:
                 f"PSI: {self.party_id} could not place its IDs into OPRF bins ({exc}); nothing was sent: Align "
                 'again, or align by [psi] protocol = "ecdh"'
             ) from exc
+        bins = oprf.Bins(table, hashed)  # on disk for the exchanges: h(x) and the table are not kept
+        del hashed, table
+        try:
+            return self._exchange_oprf(s, own_ids, tracker, salt, hash_key, bins)
+        finally:
+            bins.close()
+
+    def _exchange_oprf(
+        self, s: ActiveSession, own_ids: np.ndarray, tracker: _Tracker, salt: bytes, hash_key: bytes, bins: oprf.Bins
+    ) -> psi.Alignment:
+        """:meth:`_intersect_oprf` from our bins on: one exchange with every passive party, concurrently."""
+        m = bins.m
 
         def check(n: int) -> None:  # a passive party sends exactly 3 values per own ID, its count within our caps
             if n % oprf.HASHES:
@@ -564,7 +576,7 @@ class ActiveParty:
 
             def u_rows(code_seed: bytes, answers: list[bytes]) -> Iterator[bytes]:
                 k0, k1 = base_ot.keys(answers)
-                receivers.append(oprf.Receiver(table, hashed, k0, k1, code_seed))
+                receivers.append(oprf.Receiver(bins, k0, k1, code_seed))
                 matches.clear()
                 return counted(receivers[-1].u_chunks())
 

@@ -82,7 +82,7 @@ def test_the_oprf_sender_spills_its_values_and_removes_them(tmp_path: Path) -> N
     answers = base_receiver.answer(base_sender.point)
     seed = bytes(range(16))
     sender = oprf.Sender(hashed, hash_key, m, base_receiver, seed, spill_dir=str(tmp_path))
-    receiver = oprf.Receiver(table, hashed, *base_sender.keys(answers), seed)
+    receiver = oprf.Receiver(oprf.Bins(table, hashed), *base_sender.keys(answers), seed)
     for chunk in receiver.u_chunks():
         sender.add(chunk)
     (spilled,) = tmp_path.iterdir()
@@ -148,7 +148,7 @@ def test_the_oprf_receiver_keeps_its_outputs_by_range_and_removes_them(tmp_path:
     base_sender, base_receiver = oprf.BaseOtSender(), oprf.BaseOtReceiver()
     answers = base_receiver.answer(base_sender.point)
     sender = oprf.Sender(own, hash_key, m, base_receiver, seed)
-    receiver = oprf.Receiver(table, hashed, *base_sender.keys(answers), seed, spill_dir=str(tmp_path))
+    receiver = oprf.Receiver(oprf.Bins(table, hashed), *base_sender.keys(answers), seed, spill_dir=str(tmp_path))
     for chunk in receiver.u_chunks():
         sender.add(chunk)
     sender.verify(receiver.proof(sender.challenge))
@@ -167,3 +167,17 @@ def test_the_oprf_receiver_keeps_its_outputs_by_range_and_removes_them(tmp_path:
     receiver.close()
     sender.close()
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("per_range", [64, 1 << 18])
+def test_uniqueness_by_range_names_the_repeat_and_leaves_nothing(tmp_path: Path, monkeypatch, per_range: int) -> None:
+    monkeypatch.setattr(spill, "RANGE_VALUES", per_range)  # many ranges, or one
+    values = _random(3000).copy()
+    psi.require_unique_by_range(values, "ids", str(tmp_path))  # distinct: no error
+    assert list(tmp_path.iterdir()) == []
+    values[2345] = values[17]
+    with pytest.raises(ValueError, match="duplicate ids at rows 17 and 2345"):
+        psi.require_unique_by_range(values, "ids", str(tmp_path))
+    assert list(tmp_path.iterdir()) == []  # removed on the error too
+    with pytest.raises(ValueError, match="duplicate ids at rows 17 and 2345"):
+        psi._require_unique(values, "ids")  # the in-memory check's verdict
