@@ -30,7 +30,7 @@ import numpy as np
 from vflsec.services.crypto import entropy
 
 BUCKET_VALUES = 1 << 20  # values per bucket, on average: about 20 MB of a bucket in memory at a time (16-byte values)
-RANGE_VALUES = 1 << 18  # a list's values per range of Ranges, on average (uniform values): about 5 MB a range
+RANGE_VALUES = 1 << 17  # a list's values per range of Ranges, on average (uniform values): about 2.5 MB a range
 _PREFIX = "vflsec-psi-"
 
 
