@@ -129,18 +129,20 @@ def _oprf_align(ids: list[str], conns: list[Connection]) -> psi.Alignment:
     hashed = oprf.item_hashes(ids, salt)
     m = oprf.bins(len(ids))
     hash_key, table = oprf.place(hashed, m)
-    mine = []
+    bins, mine = oprf.Bins(table, hashed), []
     for conn in conns:
         base_ot = oprf.BaseOtSender()
         conn.send((salt, hash_key, m, base_ot.point))
         code_seed, answers = conn.recv()
-        receiver = oprf.Receiver(table, hashed, *base_ot.keys(answers), code_seed)
+        receiver = oprf.Receiver(bins, *base_ot.keys(answers), code_seed)
         for chunk in receiver.u_chunks():
             conn.send_bytes(chunk)
         words, rows = receiver.proof(conn.recv_bytes()).to_bytes()
         conn.send_bytes(words)
         conn.send_bytes(rows)
         mine.append(receiver.values())
+        receiver.close()
+    bins.close()
     theirs = [np.frombuffer(conn.recv_bytes(), dtype=f"S{oprf.VALUE_BYTES}") for conn in conns]
     return psi.intersect(mine, theirs, names=[f"passive-{p + 1}" for p in range(len(conns))])
 

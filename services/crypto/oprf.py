@@ -48,7 +48,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,7 +62,7 @@ from pysodium import (
 )
 from threadpoolctl import threadpool_limits
 
-from vflsec.services.crypto import entropy, spill
+from vflsec.services.crypto import entropy, psi, spill
 from vflsec.services.crypto.curve import POINT_BYTES
 from vflsec.services.crypto.psi import _require_strings
 
@@ -81,6 +81,9 @@ ROWS_PER_CHUNK = 32_768  # U rows per message: 2 MB
 VALUES_PER_CHUNK = 131_072  # OPRF values per message: 2 MB
 _BLOCK = 65_536  # ids hashed or coded at once: a few MB of temporaries, whatever the set size
 _CHECK_BLOCK = 4_096  # rows per GF(2) product in accumulate: 8 MB of float32 bits
+RANGE_BINS = 8 * ROWS_PER_CHUNK  # bins per file of P's slots on disk: about 12 MB of slots in memory at a time
+_BIN = np.dtype([("item", "<i4"), ("word", np.uint8, (WORD_BYTES,))])  # a bin of A's table on disk
+_SLOT = np.dtype([("bin", "<i4"), ("row", "<i4"), ("word", np.uint8, (WORD_BYTES,))])  # an (ID, bin) slot of P's
 CUCKOO_ROUNDS = 1000
 CUCKOO_TRIES = 16
 _PERSON = b"vflsec-kkrt-v1"
@@ -212,35 +215,54 @@ class CuckooFailure(ValueError):
     """Insertion did not settle: the caller redraws the hash key."""
 
 
-def cuckoo(candidates: np.ndarray, m: int, rounds: int = CUCKOO_ROUNDS) -> np.ndarray:
-    """bin -> item (-1: empty) placing every item in one of its candidate bins, one item per bin. Vectorised in
-    rounds: every homeless item writes itself into its current choice (one writer per bin wins), evicting the
-    occupant; losers and the evicted move on to their next hash function."""
-    n = len(candidates)  # int32 throughout: 4 bytes a bin and a homeless item, 1 a choice
-    table = np.full(m, -1, dtype=np.int32)
+def cuckoo(
+    candidates: np.ndarray | Callable[[np.ndarray], np.ndarray], m: int, rounds: int = CUCKOO_ROUNDS, n: int = 0
+) -> np.ndarray:
+    """bin -> item (-1: empty) placing every item in one of its candidate bins, one item per bin. ``candidates``:
+    the (n, 3) bins of each item, or a function giving the bins of the items it is passed (then ``n`` says how
+    many), so that no array of every item's bins need exist. Vectorised in rounds: every homeless item writes
+    itself into its current choice (one writer per bin wins), evicting the occupant; losers and the evicted move
+    on to their next hash function. Items come in blocks of _BLOCK, each when few of the last remain homeless:
+    a round's temporaries stay a few MB whatever n."""
+    if isinstance(candidates, np.ndarray):
+        n, candidates = len(candidates), candidates.__getitem__
+
+    def choice_of(items: np.ndarray) -> np.ndarray:
+        return candidates(items)[np.arange(len(items)), choice[items]]
+
+    table = np.full(m, -1, dtype=np.int32)  # int32 throughout: 4 bytes a bin and a homeless item, 1 a choice
     choice = np.zeros(n, dtype=np.int8)
-    homeless = np.arange(n, dtype=np.int32)
-    for _ in range(rounds):
+    homeless, coming, idle = np.empty(0, dtype=np.int32), 0, 0
+    while True:
+        if coming < n and len(homeless) < _BLOCK // 8:
+            homeless = np.concatenate([homeless, np.arange(coming, min(coming + _BLOCK, n), dtype=np.int32)])
+            coming, idle = min(coming + _BLOCK, n), 0
         if not homeless.size:
             return table
-        target = candidates[homeless, choice[homeless]]
+        if idle >= rounds:
+            raise CuckooFailure(f"cuckoo hashing of {n} ids into {m} bins did not settle in {rounds} rounds")
+        target = choice_of(homeless)
         occupants = table[target]
         table[target] = homeless
         won = table[target] == homeless
         evicted = np.unique(occupants[occupants >= 0])
-        evicted = evicted[table[candidates[evicted, choice[evicted]]] != evicted]
-        losers = homeless[~won]
-        homeless = np.concatenate([losers, evicted])
+        evicted = evicted[table[choice_of(evicted)] != evicted]
+        homeless = np.concatenate([homeless[~won], evicted])
         choice[homeless] = (choice[homeless] + 1) % HASHES
-    raise CuckooFailure(f"cuckoo hashing of {n} ids into {m} bins did not settle in {rounds} rounds")
+        idle += 1
+
+
+def _bins_of_items(hash_key: bytes, hashed: np.ndarray, m: int, items: np.ndarray) -> np.ndarray:
+    return bins_of(hash_key, hashed[items], m)
 
 
 def place(hashed: np.ndarray, m: int) -> tuple[bytes, np.ndarray]:
-    """(hash key, bin -> item) for A's ids: a fresh key from OS entropy until insertion succeeds."""
+    """(hash key, bin -> item) for A's ids: a fresh key from OS entropy until insertion succeeds. Each item's bins
+    are made again (AES) whenever it moves rather than kept, 12 bytes per id."""
     for _ in range(CUCKOO_TRIES):
         hash_key = _random(KEY_BYTES)
         try:
-            return hash_key, cuckoo(bins_of(hash_key, hashed, m), m)
+            return hash_key, cuckoo(functools.partial(_bins_of_items, hash_key, hashed, m), m, n=len(hashed))
         except CuckooFailure:
             continue
     raise CuckooFailure(f"cuckoo hashing of {len(hashed)} ids into {m} bins failed {CUCKOO_TRIES} times")
@@ -405,66 +427,111 @@ class CheckFailed(ValueError):
     """U did not pass the consistency check: not every row was a codeword of the announced code."""
 
 
+class Bins:
+    """A's cuckoo table, on disk for its exchanges: per bin, the row of the id it holds (-1: empty) and that id's
+    word, in bin order (16 bytes a bin, in ``spill_dir``: the system's temporary directory by default), read back a
+    U chunk at a time, so neither h(x) nor the table is kept while A exchanges. :meth:`close` removes it."""
+
+    def __init__(self, table: np.ndarray, hashed: np.ndarray, spill_dir: str | None = None) -> None:
+        self.m, self.n = len(table), len(hashed)
+        self._file = spill.Parts(1, _BIN, spill_dir)
+        try:
+            for a in range(0, self.m, _BLOCK):
+                items = table[a : a + _BLOCK]
+                records = np.zeros(len(items), dtype=_BIN)
+                records["item"], full = items, np.flatnonzero(items >= 0)
+                records["word"][full] = words_of(hashed[items[full]])
+                self._file.append(np.zeros(len(items), dtype=np.int8), records)
+        except BaseException:
+            self._file.close()
+            raise
+
+    def read(self, a: int, b: int) -> np.ndarray:
+        """Bins a..b (clipped to the table)."""
+        return self._file.records(0, a, max(0, min(b, self.m) - a))
+
+    def close(self) -> None:
+        """Remove the file; idempotent."""
+        self._file.close()
+
+
 @dataclass
 class Receiver:
-    """A's OPRF state for one passive party: ``u_chunks`` yields U's row chunks (bytes) and fills ``outputs``
-    (per own ID, in row order: H(j, T0_j) of its bin j); :meth:`proof` answers P's challenge."""
+    """A's OPRF state for one passive party: ``u_chunks`` yields U's row chunks (bytes) and puts each own ID's
+    output (H(j, T0_j) of its bin j, tagged with its row) on disk by value range (spill.Ranges, in ``spill_dir``:
+    the system's temporary directory by default), where :meth:`match` finds the party's values; :meth:`proof`
+    answers P's challenge; :meth:`close` removes the outputs. Its bins (one :class:`Bins` for every party) are
+    read from disk a chunk at a time."""
 
-    table: np.ndarray  # bin -> item, -1 empty
-    hashed: np.ndarray  # h(x) of A's ids
+    bins: Bins
     k0: list[bytes]
     k1: list[bytes]
     code_seed: bytes
+    spill_dir: str | None = None
 
     def __post_init__(self) -> None:
-        self.outputs = np.zeros(len(self.hashed), dtype=f"S{VALUE_BYTES}")
+        self.outputs = spill.Ranges(spill.Ranges.count_for(self.bins.n), VALUE_BYTES, self.spill_dir)
         # The random w of empty bins and pad rows: AES under a key of our own, so the proof makes them again
         # rather than keeping 12 bytes per bin
         self._pad_key = _random(KEY_BYTES)
 
-    def _words(self, a: int, b: int) -> np.ndarray:
-        """w of U rows a..b: an id's word for a bin that holds one, else a pseudo-random word."""
+    def _words(self, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+        """(the items of bins a..b, w of U rows a..b): an id's word for a bin that holds one, else a pseudo-random
+        word."""
         counters = np.zeros((b - a, 16), dtype=np.uint8)
         counters[:, :8] = np.arange(a, b, dtype="<u8")[:, None].view(np.uint8)
         words = _ecb(self._pad_key, counters).reshape(b - a, 16)[:, :WORD_BYTES].copy()
-        items = self.table[a : min(b, len(self.table))]
-        full = np.flatnonzero(items >= 0)
-        words[full] = words_of(self.hashed[items[full]])
-        return words
+        records = self.bins.read(a, b)
+        full = np.flatnonzero(records["item"] >= 0)
+        words[full] = records["word"][full]
+        return records["item"], words
 
     def u_chunks(self) -> Iterator[bytes]:
-        code, m = linear_code(self.code_seed), len(self.table)
+        code, m = linear_code(self.code_seed), self.bins.m
         t0, t1 = _Columns(self.k0), _Columns(self.k1)
         for a, b in _spans(m):
             rows0 = t0.rows(b - a)
-            u = rows0 ^ t1.rows(b - a) ^ code.encode(self._words(a, b))
-            items = self.table[a:min(b, m)]
+            items, words = self._words(a, b)
+            u = rows0 ^ t1.rows(b - a) ^ code.encode(words)
             full = np.flatnonzero(items >= 0)
-            self.outputs[items[full]] = output_hash(a + full, rows0[full])
+            self.outputs.add(items[full], output_hash(a + full, rows0[full]))
             yield u.tobytes()
 
     def proof(self, challenge: bytes) -> Proof:
         """The answer to P's challenge seed: T0 is made again from our keys, chunk by chunk, not kept."""
         if len(challenge) != KEY_BYTES:
             raise ValueError(f"the challenge holds {len(challenge)} bytes, not {KEY_BYTES}")
-        m, t0, x = len(self.table), _Columns(self.k0), Challenge(challenge)
+        m, t0, x = self.bins.m, _Columns(self.k0), Challenge(challenge)
         acc = np.zeros((CHECKS, CODE_BYTES + WORD_BYTES), dtype=np.uint8)
         for a, b in _spans(m):
-            _fold(acc, a, m, x, np.concatenate([t0.rows(b - a), self._words(a, b)], axis=1))
+            _fold(acc, a, m, x, np.concatenate([t0.rows(b - a), self._words(a, b)[1]], axis=1))
         return Proof(acc[:, CODE_BYTES:].copy(), acc[:, :CODE_BYTES].copy())
 
+    def match(self, name: str) -> psi.RangeMatch:
+        """The party's values, as they come, matched against our outputs range by range (after every U chunk)."""
+        return psi.RangeMatch(self.outputs, self.bins.n, name, self.spill_dir)
+
     def values(self) -> np.ndarray:
-        """Each of A's ids' output, in row order (after every chunk was made)."""
-        return self.outputs
+        """Each of A's ids' output, in row order, in memory (small lists: tests, the pipes bench)."""
+        out = np.zeros(self.bins.n, dtype=f"S{VALUE_BYTES}")
+        for r in range(self.outputs.count):
+            rows, values = self.outputs.part(r)
+            out[rows] = values
+        return out
+
+    def close(self) -> None:
+        """Remove our outputs from disk; idempotent."""
+        self.outputs.close()
 
 
 class Sender:
     """P's OPRF state: :meth:`add` takes U's row chunks in order; :meth:`verify` checks A's proof against the
     challenge drawn here at the start; only then ``rows`` is the secret row of each value in the order sent (-1:
-    padding) and :meth:`value_chunks` the values in that order. Per own ID it keeps h(y) and, per (ID, bin) slot,
-    one int64 (bin and row); codes and Q rows exist a chunk at a time, and each value goes to disk as it is made,
-    to a bucket of a secret shuffle (services/crypto/spill.py, in ``spill_dir``: the system's temporary directory
-    by default) that :meth:`close` removes."""
+    padding) and :meth:`value_chunks` the values in that order. Its (ID, bin) slots, with each ID's row and word,
+    wait on disk by bin range (services/crypto/spill.py, in ``spill_dir``: the system's temporary directory by
+    default) and are read back a range at a time as U reaches it; codes and Q rows exist a chunk at a time, and
+    each value goes to disk as it is made, to a bucket of a secret shuffle. :meth:`close` removes both; h(y) is not
+    kept."""
 
     def __init__(
         self,
@@ -476,28 +543,35 @@ class Sender:
         spill_dir: str | None = None,
     ) -> None:
         n = len(own_hashed)
-        self._m, self._s, self._hashed, self._code = m, ot.choices, own_hashed, linear_code(code_seed)
+        self._m, self._s, self._code = m, ot.choices, linear_code(code_seed)
         self._columns = _Columns(ot.keys)
         self.challenge = _random(KEY_BYTES)  # secret until U is complete: A's rows are fixed before it learns it
         self._x = Challenge(self.challenge)
         self._acc = np.zeros((CHECKS, CODE_BYTES), dtype=np.uint8)  # per check, the XOR of its q_j
         self._verified = False
         self.total = HASHES * n
-        # Each (ID, bin) slot as one int64, bin << 32 | row, sorted: the slots in bin order. A bin that two hash
-        # functions of the same ID give counts once; its second slot is random padding.
-        self._keys, filled = np.empty(self.total, dtype=np.int64), 0
-        for a in range(0, n, _BLOCK):
-            candidates = bins_of(hash_key, own_hashed[a : a + _BLOCK], m)
-            distinct = np.ones(candidates.shape, dtype=bool)
-            distinct[:, 1] = candidates[:, 1] != candidates[:, 0]
-            distinct[:, 2] = (candidates[:, 2] != candidates[:, 0]) & (candidates[:, 2] != candidates[:, 1])
-            rows = np.arange(a, a + len(candidates), dtype=np.int64)[:, None]
-            keys = ((candidates.astype(np.int64) << 32) | rows)[distinct]
-            self._keys[filled : filled + len(keys)] = keys
-            filled += len(keys)
-        self._keys = self._keys[:filled]
-        self._keys.sort()
-        self._shuffle = spill.Shuffle(self.total, VALUE_BYTES, spill_dir)
+        # Each (ID, bin) slot with the ID's row and word, on disk in the file of its bin range (RANGE_BINS bins:
+        # whole U chunks), read back a range at a time as U reaches it. A bin that two hash functions of the same ID
+        # give counts once; its second slot is random padding.
+        self._slots = spill.Parts(-(-m // RANGE_BINS), _SLOT, spill_dir)
+        try:  # removed at once if anything fails here, not left to the collector
+            filled = 0
+            for a in range(0, n, _BLOCK):
+                candidates = bins_of(hash_key, own_hashed[a : a + _BLOCK], m)
+                distinct = np.ones(candidates.shape, dtype=bool)
+                distinct[:, 1] = candidates[:, 1] != candidates[:, 0]
+                distinct[:, 2] = (candidates[:, 2] != candidates[:, 0]) & (candidates[:, 2] != candidates[:, 1])
+                slots = np.empty(candidates.shape, dtype=_SLOT)
+                slots["bin"] = candidates
+                slots["row"] = np.arange(a, a + len(candidates), dtype=np.int32)[:, None]
+                slots["word"] = words_of(own_hashed[a : a + _BLOCK])[:, None, :]
+                self._slots.append(candidates[distinct] // RANGE_BINS, slots[distinct])
+                filled += int(distinct.sum())
+            self._shuffle = spill.Shuffle(self.total, VALUE_BYTES, spill_dir)
+        except BaseException:
+            self._slots.close()
+            raise
+        self._range, self._part = np.empty(0, dtype=_SLOT), 0  # the slots of the bin range U is in, in bin order
         pads = self.total - filled
         padding = np.frombuffer(_random(pads * VALUE_BYTES), f"S{VALUE_BYTES}")
         self._shuffle.add(np.full(pads, -1, dtype=np.int32), padding)
@@ -517,14 +591,26 @@ class Sender:
         u = np.frombuffer(chunk, dtype=np.uint8).reshape(b - a, CODE_BYTES)
         q = self._columns.rows(b - a) ^ (u & self._s)
         _fold(self._acc, a, self._m, self._x, q)
-        end = self._done + int(np.searchsorted(self._keys[self._done :], b << 32))
-        keys = self._keys[self._done : end]
-        bins_here, rows = keys >> 32, (keys & 0xFFFFFFFF).astype(np.int32)
-        masked = self._code.encode(words_of(self._hashed[rows])) & self._s  # C(y) & s
-        self._shuffle.add(rows, output_hash(bins_here, q[bins_here - a] ^ masked))
-        self._next, self._done = b, end
-        if self.complete:  # every value is made: the slots and h(y) are no longer needed
-            self._keys, self._hashed = np.empty(0, np.int64), np.empty((0, 16), np.uint8)  # not views: freed
+        slots = self._slots_below(b)
+        bins_here = slots["bin"].astype(np.int64)
+        masked = self._code.encode(np.ascontiguousarray(slots["word"])) & self._s  # C(y) & s
+        self._shuffle.add(slots["row"], output_hash(bins_here, q[bins_here - a] ^ masked))
+        self._next = b
+        if self.complete:  # every value is made: the slots are no longer needed
+            self._range = np.empty(0, dtype=_SLOT)
+            self._slots.close()
+
+    def _slots_below(self, b: int) -> np.ndarray:
+        """The slots not yet taken of bins below ``b``, in bin order: the next bin ranges read from disk as needed."""
+        taken = []
+        while True:
+            end = self._done + int(np.searchsorted(self._range["bin"][self._done :], b))
+            taken.append(self._range[self._done : end])
+            self._done = end
+            if end < len(self._range) or self._part >= self._slots.count or self._part * RANGE_BINS >= b:
+                return taken[0] if len(taken) == 1 else np.concatenate(taken)
+            records = self._slots.records(self._part)
+            self._range, self._part, self._done = records[np.argsort(records["bin"], kind="stable")], self._part + 1, 0
 
     @property
     def complete(self) -> bool:
@@ -568,7 +654,8 @@ class Sender:
         return np.frombuffer(data, dtype=f"S{VALUE_BYTES}") if data else np.empty(0, dtype=f"S{VALUE_BYTES}")
 
     def close(self) -> None:
-        """Remove the spilled values; idempotent."""
+        """Remove the spilled slots and values; idempotent."""
+        self._slots.close()
         self._shuffle.close()
 
 

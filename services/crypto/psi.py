@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 from pysodium import crypto_core_ristretto255_scalar_reduce
 
-from vflsec.services.crypto import entropy
+from vflsec.services.crypto import entropy, spill
 from vflsec.services.crypto.curve import (  # the curve work; also this module's API
     DST,
     POINT_BYTES,
@@ -377,6 +377,24 @@ def _require_unique(values: np.ndarray, what: str) -> np.ndarray:
     return order
 
 
+def require_unique_by_range(values: np.ndarray, what: str, directory: str | None = None) -> None:
+    """:func:`_require_unique` for uniformly random values (keyed hashes: the OPRF's h(x)) in bounded memory: cut
+    by value range on disk (spill.Ranges, removed on the way out), each range sorted alone; the same ValueError
+    naming two rows."""
+    with spill.Ranges(spill.Ranges.count_for(len(values)), values.dtype.itemsize, directory) as ranges:
+        for start in range(0, len(values), _BLOCK):
+            stop = min(start + _BLOCK, len(values))
+            ranges.add(np.arange(start, stop, dtype=np.int32), values[start:stop])
+        for r in range(ranges.count):
+            rows, part = ranges.part(r)
+            order = np.argsort(part, kind="stable")
+            run = part[order]
+            repeats = np.flatnonzero(run[1:] == run[:-1])
+            if repeats.size:
+                first, second = sorted(int(row) for row in rows[order[repeats[0] : repeats[0] + 2]])
+                raise ValueError(f"duplicate {what} at rows {first} and {second}")
+
+
 class PsiKey:
     """A party's secret blinding scalar, uniform in [1, L) and fresh for each session."""
 
@@ -621,6 +639,56 @@ class StreamMatch:
         return self.common, self.positions
 
 
+class RangeMatch:
+    """:class:`StreamMatch` for lists too long to hold: our values wait on disk cut into value ranges
+    (spill.Ranges, tagged with their rows), the party's are cut alike as they arrive (tagged with their positions),
+    and :meth:`result` matches range by range: a range of ours sorted (a few MB), the same range of theirs looked up
+    in it. Only the 5 bytes per own row of the result are kept in memory. The same refusals as StreamMatch's, once
+    the whole list came: a value of ours repeated, or one of ours sent twice (naming both positions)."""
+
+    def __init__(self, mine: spill.Ranges, n_active: int, name: str, directory: str | None = None) -> None:
+        self._mine, self._n, self._name = mine, n_active, name
+        self._theirs = spill.Ranges(mine.count, mine.width, directory)
+        self._seen = 0
+
+    def add(self, values: np.ndarray) -> None:
+        start, self._seen = self._seen, self._seen + len(values)
+        self._theirs.add(np.arange(start, self._seen, dtype=np.int32), values)
+
+    def result(self) -> tuple[np.ndarray, np.ndarray]:
+        """(whether each of our rows is in the party's list, its position there); the party's values are removed
+        from disk, whatever happens."""
+        common = np.zeros(self._n, dtype=bool)
+        positions = np.zeros(self._n, dtype=np.int32)
+        try:
+            for r in range(self._mine.count):
+                rows, mine = self._mine.part(r)
+                at, theirs = self._theirs.part(r)
+                if not len(mine):
+                    continue
+                order = np.argsort(mine)
+                mine, rows = mine[order], rows[order]
+                repeats = np.flatnonzero(mine[1:] == mine[:-1])
+                if repeats.size:
+                    first, second = sorted(int(row) for row in rows[repeats[0] : repeats[0] + 2])
+                    raise ValueError(f"duplicate active values for {self._name} at rows {first} and {second}")
+                found = np.minimum(np.searchsorted(mine, theirs), len(mine) - 1)
+                hit = mine[found] == theirs
+                matched, at = rows[found[hit]], at[hit]
+                unique, counts = np.unique(matched, return_counts=True)  # a row's value lies in one range only
+                if (counts > 1).any():
+                    first, second = np.sort(at[matched == unique[np.flatnonzero(counts > 1)[0]]])[:2]
+                    raise ValueError(f"duplicate values sent by {self._name} at rows {first} and {second}")
+                common[matched], positions[matched] = True, at
+        finally:
+            self._theirs.close()
+        return common, positions
+
+    def close(self) -> None:
+        """Remove the party's values from disk (result does too); idempotent."""
+        self._theirs.close()
+
+
 def combine(matches: Iterable[tuple[np.ndarray, np.ndarray]]) -> Alignment:
     """The samples common to every passive party's :func:`match`, in a fresh uniform order."""
     common: np.ndarray | None = None
@@ -631,7 +699,7 @@ def combine(matches: Iterable[tuple[np.ndarray, np.ndarray]]) -> Alignment:
     if common is None:
         raise ValueError("need one match per passive party, got none")
     rows = np.flatnonzero(common)
-    rows = rows[entropy.os_entropy().permutation(len(rows))].astype(np.int64)
+    rows = rows[entropy.os_entropy().permutation(len(rows))].astype(np.int64, copy=False)  # no copy of 8 B a row
     return Alignment(active_rows=rows, passive_positions=tuple(positions[rows] for positions in found))
 
 

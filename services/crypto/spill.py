@@ -9,7 +9,12 @@ Rao and Sandelius). Memory is one bucket (about BUCKET_VALUES values) and the ro
 each, which the caller keeps); disk is the list twice at most, in a directory of its own (mode 0700, files 0600)
 that :meth:`close` removes, as does the garbage collector if no one called it, and :func:`sweep` at the next start
 if the process was killed. What sits there is what the party held in memory before: its own values, never sent or
-received data.
+received data (but see below).
+
+:class:`Parts` and :class:`Ranges` keep other per-ID state on disk in the same way, cut into parts read back one at
+a time: P's (ID, bin) slots by bin range, A's bins, and A's outputs and a passive party's values by value range
+(the one place received values are written: A's, matched range by range and removed when the match ends). Every
+such folder is a :class:`_Folder`: locked while it lives, its files opened through its descriptor, swept after a kill.
 """
 
 from __future__ import annotations
@@ -29,7 +34,30 @@ import numpy as np
 from vflsec.services.crypto import entropy
 
 BUCKET_VALUES = 1 << 20  # values per bucket, on average: about 20 MB of a bucket in memory at a time (16-byte values)
+RANGE_VALUES = 1 << 17  # a list's values per range of Ranges, on average (uniform values): about 2.5 MB a range
 _PREFIX = "vflsec-psi-"
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+
+
+class _Folder:
+    """A folder of our own (mode 0700) in ``directory``, the system's temporary one by default. Held open while it
+    lives and every file opened through its descriptor, so whoever can rename entries of the parent cannot swap it
+    under us (review 19); locked before its first file, which tells :func:`sweep` it is in use (a kill releases the
+    lock). :meth:`remove` (idempotent) removes it, as does the garbage collector if no one called it."""
+
+    def __init__(self, directory: str | Path | None) -> None:
+        self.path = Path(tempfile.mkdtemp(prefix=_PREFIX, dir=directory))
+        self.fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        self.remove = weakref.finalize(self, _remove, self.path, self.fd)
+
+    def open(self, name: str, flags: int = _NEW) -> BinaryIO:
+        """A file of the folder: a new one by default, never a link."""
+        fd = os.open(name, flags | os.O_NOFOLLOW, 0o600, dir_fd=self.fd)
+        return open(fd, "rb" if flags == os.O_RDONLY else "ab" if flags & os.O_APPEND else "wb")
+
+    def unlink(self, name: str) -> None:
+        os.unlink(name, dir_fd=self.fd)
 
 
 class Shuffle:
@@ -40,14 +68,9 @@ class Shuffle:
         self._total, self._width, self._added = total, width, 0
         self._record = np.dtype([("row", "<i4"), ("value", f"S{width}")])
         self._buckets = max(1, -(-total // BUCKET_VALUES))
-        self.path = Path(tempfile.mkdtemp(prefix=_PREFIX, dir=directory))  # mode 0700
-        # Held while the shuffle lives: every file is opened through it, so whoever can rename entries of the parent
-        # cannot swap the folder under us (review 19), and its lock, taken before the first file, tells sweep() that
-        # the folder is in use. A kill releases the lock.
-        self._dir = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        fcntl.flock(self._dir, fcntl.LOCK_EX)
-        self._close = weakref.finalize(self, _remove, self.path, self._dir)
-        self._files = [self._open(f"bucket-{b}") for b in range(self._buckets)]
+        self._folder = _Folder(directory)
+        self.path = self._folder.path
+        self._files = [self._folder.open(f"bucket-{b}") for b in range(self._buckets)]
         self._sealed = False
         self.rows: np.ndarray | None = None
 
@@ -76,12 +99,12 @@ class Shuffle:
         if self._added != self._total:
             raise ValueError(f"{self._added} values added, {self._total} announced")
         self.rows, filled = np.empty(self._total, dtype=np.int32), 0
-        with self._open("sealed") as out:
+        with self._folder.open("sealed") as out:
             for b, bucket in enumerate(self._files):
                 bucket.close()
-                with self._open(f"bucket-{b}", os.O_RDONLY) as fh:
+                with self._folder.open(f"bucket-{b}", os.O_RDONLY) as fh:
                     records = np.fromfile(fh, dtype=self._record)
-                os.unlink(f"bucket-{b}", dir_fd=self._dir)
+                self._folder.unlink(f"bucket-{b}")
                 records = records[entropy.os_entropy().permutation(len(records))]
                 self.rows[filled : filled + len(records)] = records["row"]
                 out.write(np.ascontiguousarray(records["value"]).tobytes())
@@ -93,7 +116,7 @@ class Shuffle:
         """The values in the sealed order, ``per_chunk`` at a time (read from disk as they go)."""
         if not self._sealed:
             raise ValueError("no value before the order is sealed")
-        with self._open("sealed", os.O_RDONLY) as sealed:
+        with self._folder.open("sealed", os.O_RDONLY) as sealed:
             while data := sealed.read(per_chunk * self._width):
                 yield data
 
@@ -102,7 +125,7 @@ class Shuffle:
         for bucket in self._files:
             bucket.close()
         self._files = []
-        self._close()
+        self._folder.remove()
 
     def __enter__(self) -> Shuffle:
         return self
@@ -111,15 +134,77 @@ class Shuffle:
         self.close()
 
 
-    def _open(self, name: str, flags: int = os.O_WRONLY | os.O_CREAT | os.O_EXCL) -> BinaryIO:
-        """A file of our folder, through its descriptor (a new one: never an existing name or a link)."""
-        fd = os.open(name, flags | os.O_NOFOLLOW, 0o600, dir_fd=self._dir)
-        return open(fd, "rb" if flags == os.O_RDONLY else "wb")
+class Parts:
+    """Records (a numpy structured ``dtype``) on disk cut into ``count`` parts, a file each, appended to as they come
+    and read back a part at a time. Files as :class:`Shuffle`'s: a :class:`_Folder` (0700, files 0600) that
+    :meth:`close` removes, as does the garbage collector if no one called it, and :func:`sweep` after a kill."""
+
+    def __init__(self, count: int, dtype: np.dtype, directory: str | Path | None = None) -> None:
+        if count < 1:
+            raise ValueError(f"{count} parts: at least one")
+        self.count, self.dtype, self.size = count, np.dtype(dtype), 0
+        self._folder = _Folder(directory)
+        self.path = self._folder.path
+        for r in range(count):
+            self._folder.open(f"part-{r}").close()
+
+    def append(self, which: np.ndarray, records: np.ndarray) -> None:
+        """Each record to the end of part ``which[i]``'s file (in [0, count))."""
+        by_part = np.argsort(which, kind="stable")
+        bounds = np.searchsorted(which[by_part], np.arange(self.count + 1))
+        for r in np.flatnonzero(bounds[1:] > bounds[:-1]):  # opened per call, not held: no descriptor per part
+            with self._folder.open(f"part-{r}", os.O_WRONLY | os.O_APPEND) as out:
+                out.write(records[by_part[bounds[r] : bounds[r + 1]]].tobytes())
+        self.size += len(records)
+
+    def records(self, r: int, start: int = 0, count: int = -1) -> np.ndarray:
+        """Part r's records in the order appended: ``count`` of them (-1: all) from the ``start``-th."""
+        with self._folder.open(f"part-{r}", os.O_RDONLY) as fh:
+            return np.fromfile(fh, dtype=self.dtype, count=count, offset=start * self.dtype.itemsize)
+
+    def close(self) -> None:
+        """Remove the files; idempotent."""
+        self._folder.remove()
+
+    def __enter__(self) -> Parts:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+class Ranges(Parts):
+    """Uniformly random values of ``width`` bytes (OPRF outputs), each with an int32 tag, cut into ``count`` value
+    ranges: range r holds the values whose first 4 bytes, read big-endian, fall in the r-th of ``count`` equal
+    slices of [0, 2^32). Equal values share a range, so two lists cut alike match range by range, one range in
+    memory at a time."""
+
+    def __init__(self, count: int, width: int, directory: str | Path | None = None) -> None:
+        super().__init__(count, np.dtype([("tag", "<i4"), ("value", f"S{width}")]), directory)
+        self.width = width
+
+    @staticmethod
+    def count_for(n: int) -> int:
+        """Ranges for a list of about ``n`` values: RANGE_VALUES each on average."""
+        return max(1, -(-n // RANGE_VALUES))
+
+    def add(self, tags: np.ndarray, values: np.ndarray) -> None:
+        """More values (an S``width`` array) with their tags, each to its range."""
+        records = np.empty(len(values), dtype=self.dtype)
+        records["tag"], records["value"] = tags, values
+        prefix = records.view(np.uint8).reshape(-1, self.dtype.itemsize)[:, 4:8]  # the value's first 4 bytes
+        ranges = (prefix.copy().view(">u4").ravel().astype(np.uint64) * np.uint64(self.count)) >> np.uint64(32)
+        self.append(ranges, records)
+
+    def part(self, r: int) -> tuple[np.ndarray, np.ndarray]:
+        """(tags, values) of range r, in the order added."""
+        records = self.records(r)
+        return records["tag"].copy(), records["value"].copy()
 
 
 def sweep(directory: str | Path | None = None) -> list[str]:
     """Remove the folders shuffles of a killed process left in ``directory`` (the system's temporary one by default):
-    ours (this user's, not a link) that no live shuffle locks and that hold a file. A shuffle locks its folder before
+    ours (this user's, not a link) that no live folder locks and that hold a file. A _Folder is locked before
     its first file, so an empty one may be one being made: it stays. The names of the folders removed."""
     removed = []
     for path in sorted(Path(directory if directory is not None else tempfile.gettempdir()).glob(f"{_PREFIX}*")):
@@ -135,7 +220,7 @@ def sweep(directory: str | Path | None = None) -> list[str]:
             if os.listdir(fd):
                 _remove(path, fd, close=False)
                 removed.append(path.name)
-        except OSError:  # locked: a live shuffle's
+        except OSError:  # locked: a live folder's
             pass
         finally:
             os.close(fd)

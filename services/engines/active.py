@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import threading
 import time
 import uuid
@@ -21,7 +22,7 @@ import numpy as np
 from vflsec.services import plugins
 from vflsec.services.common import BATCH_ENTRIES, CHUNK_VALUES
 from vflsec.services.config import PREDICT_BATCH_ROWS, PREDICT_WINDOW_MS
-from vflsec.services.crypto import entropy, he, oprf, psi, ring_mask
+from vflsec.services.crypto import entropy, he, oprf, psi, ring_mask, spill
 from vflsec.services.data.datasets import IdIndex, PartyData
 from vflsec.services.defenses.gradients import GradientChain
 from vflsec.services.defenses.release import ReleasedParams, ReleasedScores, StepDescription
@@ -30,6 +31,8 @@ from vflsec.services.engines.batching import Batcher
 from vflsec.services.engines.sessions import EpochKeys, SessionTable, epoch_keys
 from vflsec.services.errors import FailedPrecondition, InvalidArgument, NotFound, PeerFailed, ServiceError
 from vflsec.services.models import family as families
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # services/app.py hands the links in: importing the engine loads no gRPC or protobuf
     from vflsec.services.transport.links import CoordinatorClient, PassiveClient
@@ -275,6 +278,10 @@ class ActiveParty:
         if not passives:
             raise ValueError("an active party needs at least one passive party")
         self.party_id = party_id
+        # Its OPRF bins, outputs and the passive values being matched wait on disk (spill.Parts, spill.Ranges); a kill
+        # leaves them there, so they go at start-up (a live exchange's folders are locked and stay).
+        if removed := spill.sweep():
+            log.info("removed %d PSI spill folder(s) a killed process left: %s", len(removed), ", ".join(removed))
         self.data = data
         self.class_names = class_names
         self.coordinator = coordinator
@@ -537,7 +544,7 @@ class ActiveParty:
         salt = psi.new_salt()
         try:
             hashed = oprf.item_hashes(own_ids, salt)
-            psi._require_unique(hashed.view(f"S{hashed.shape[1]}").reshape(-1), "ids")
+            psi.require_unique_by_range(hashed.view(f"S{hashed.shape[1]}").reshape(-1), "ids")  # on disk
         except ValueError as exc:  # duplicate or non-string ids: nothing was sent
             raise FailedPrecondition(f"PSI: {self.party_id}'s own IDs: {exc}") from exc
         m = oprf.bins(len(own_ids))
@@ -548,6 +555,18 @@ class ActiveParty:
                 f"PSI: {self.party_id} could not place its IDs into OPRF bins ({exc}); nothing was sent: Align "
                 'again, or align by [psi] protocol = "ecdh"'
             ) from exc
+        bins = oprf.Bins(table, hashed)  # on disk for the exchanges: h(x) and the table are not kept
+        del hashed, table
+        try:
+            return self._exchange_oprf(s, own_ids, tracker, salt, hash_key, bins)
+        finally:
+            bins.close()
+
+    def _exchange_oprf(
+        self, s: ActiveSession, own_ids: np.ndarray, tracker: _Tracker, salt: bytes, hash_key: bytes, bins: oprf.Bins
+    ) -> psi.Alignment:
+        """:meth:`_intersect_oprf` from our bins on: one exchange with every passive party, concurrently."""
+        m = bins.m
 
         def check(n: int) -> None:  # a passive party sends exactly 3 values per own ID, its count within our caps
             if n % oprf.HASHES:
@@ -557,13 +576,14 @@ class ActiveParty:
         exchanging = tracker.add("exchanging")
 
         def exchange(party: str, client: PassiveClient) -> tuple[int, tuple[np.ndarray, np.ndarray]]:
-            """(the party's ID count, its match against ours): each chunk of its values is looked up among our
-            outputs as it arrives (psi.StreamMatch), so only 5 bytes per own ID are kept of them."""
+            """(the party's ID count, its match against ours): our outputs and the party's values wait on disk by
+            value range and are matched range by range once all came (psi.RangeMatch), so only 5 bytes per own ID
+            are kept of them; both are removed however the exchange ends."""
             base_ot, receivers, matches, sent = oprf.BaseOtSender(), [], [], [0]
 
             def u_rows(code_seed: bytes, answers: list[bytes]) -> Iterator[bytes]:
                 k0, k1 = base_ot.keys(answers)
-                receivers.append(oprf.Receiver(table, hashed, k0, k1, code_seed))
+                receivers.append(oprf.Receiver(bins, k0, k1, code_seed))
                 matches.clear()
                 return counted(receivers[-1].u_chunks())
 
@@ -572,18 +592,18 @@ class ActiveParty:
                     sent[0] += 1  # counted before the call takes it: the party cannot have it sooner
                     yield chunk
 
-            def outputs() -> np.ndarray:
-                """Our outputs, once every U chunk was sent: an output is made with its chunk, so values that
-                come sooner would meet outputs never made."""
+            def receiver() -> oprf.Receiver:
+                """Ours, once every U chunk was sent: an output is made with its chunk, so values that come sooner
+                would meet outputs never made."""
                 if sent[0] != oprf.row_chunks(m):
                     raise ValueError(
                         f"{party} answered before taking U ({sent[0]} of {oprf.row_chunks(m)} U chunks sent)"
                     )
-                return receivers[-1].values()
+                return receivers[-1]
 
             def take(values: np.ndarray) -> None:  # the party sends its values once it has all of U: ours are done
                 if not matches:
-                    matches.append(psi.StreamMatch(outputs(), party))
+                    matches.append(receiver().match(party))
                 matches[0].add(values)
 
             hello = oprf.Hello(s.session_id, salt, hash_key, m, base_ot.point)
@@ -592,13 +612,17 @@ class ActiveParty:
                     raise ValueError(f"a challenge before U's last chunk ({sent[0]} of {oprf.row_chunks(m)} sent)")
                 return receivers[-1].proof(challenge)
 
-            n = client.psi_oprf(hello, u_rows, prove, check, take, exchanging)
-            if matches:
-                return n // oprf.HASHES, matches[0].result()
             try:
-                return n // oprf.HASHES, psi.match(outputs(), [], party)
-            except ValueError as exc:
-                raise InvalidArgument(f"PSI: {party}'s reply: {exc}") from exc
+                n = client.psi_oprf(hello, u_rows, prove, check, take, exchanging)
+                try:
+                    if not matches:  # an empty list: nothing of ours matched
+                        matches.append(receiver().match(party))
+                    return n // oprf.HASHES, matches[0].result()
+                except ValueError as exc:
+                    raise InvalidArgument(f"PSI: {party}'s reply: {exc}") from exc
+            finally:
+                for done in matches + receivers:
+                    done.close()
 
         replies = self._each_passive(exchange)
         alignment = psi.combine(matched for _, matched in replies)

@@ -443,7 +443,7 @@ class PassiveParty:
         self._spend_psi_budget(s.owner, hello.bins, "announced as OPRF bins")
         try:
             hashed = oprf.item_hashes(own_ids, hello.salt)
-            psi._require_unique(hashed.view(f"S{hashed.shape[1]}").reshape(-1), "ids")
+            psi.require_unique_by_range(hashed.view(f"S{hashed.shape[1]}").reshape(-1), "ids")  # on disk
         except ValueError as exc:
             self._spend_psi_budget(s.owner, -hello.bins)
             raise FailedPrecondition(f"PSI: {self.party_id}'s own IDs: {exc}") from exc

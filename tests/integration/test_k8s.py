@@ -312,14 +312,17 @@ def test_health_takes_either_a_config_or_all_three_options(tmp_path) -> None:
     assert result.exit_code == 2 and "cannot read the TLS files" in result.output and "/tls/ca.pem" in result.output
 
 
-def test_a_passive_party_scratch_volume_holds_the_oprf_spill_of_10m_ids(rendered) -> None:
+def test_the_scratch_volume_holds_the_oprf_spill_of_10m_ids(rendered) -> None:
     """Review 19: the OPRF sender keeps row and value (4 + 16 bytes) of each of its 3 values per own ID on /tmp until
-    sent, for each of the exchanges an owner may run at once; 256Mi held one of 4.4M IDs, and past it the kubelet
-    evicts the pod mid-exchange (docs/performance.md runs 10M)."""
+    sent, and its (ID, bin) slots during U, for each of the exchanges an owner may run at once; the receiver its bins
+    and outputs and a passive party's values while it matches them. 256Mi held one sender's 4.4M IDs, and past the
+    limit the kubelet evicts the pod mid-exchange (docs/performance.md runs 10M)."""
     from vflsec.services.crypto import oprf
     from vflsec.services.engines.passive import PSI_STREAMS_PER_OWNER
 
-    spill = PSI_STREAMS_PER_OWNER * 10_000_000 * oprf.HASHES * (4 + oprf.VALUE_BYTES)
-    limit = _mounts(rendered["passive"])["/tmp"]["volume"]["emptyDir"]["sizeLimit"]
-    units = {"Mi": 1 << 20, "Gi": 1 << 30}
-    assert int(limit[:-2]) * units[limit[-2:]] >= spill * 1.05, limit  # the pysodium copies and a bucket beside it
+    n, units = 10_000_000, {"Mi": 1 << 20, "Gi": 1 << 30}
+    sender = PSI_STREAMS_PER_OWNER * n * oprf.HASHES * (4 + oprf.VALUE_BYTES + oprf._SLOT.itemsize)
+    receiver = oprf.bins(n) * (oprf._BIN.itemsize + 4 + oprf.VALUE_BYTES) + n * oprf.HASHES * (4 + oprf.VALUE_BYTES)
+    for role, spill in (("passive", sender), ("active", receiver)):
+        limit = _mounts(rendered[role])["/tmp"]["volume"]["emptyDir"]["sizeLimit"]
+        assert int(limit[:-2]) * units[limit[-2:]] >= spill * 1.05, (role, limit)  # and a bucket or range beside it

@@ -212,7 +212,7 @@ def test_psi_finish_refuses_every_bad_list_alike_naming_no_position_and_voids_th
         receivers = []
 
         def u_rows(code_seed: bytes, answers: list[bytes]) -> Iterator[bytes]:
-            receivers.append(oprf.Receiver(table, hashed, *base_ot.keys(answers), code_seed))
+            receivers.append(oprf.Receiver(oprf.Bins(table, hashed), *base_ot.keys(answers), code_seed))
             return receivers[-1].u_chunks()
 
         def prove(challenge: bytes) -> oprf.Proof:
@@ -351,8 +351,8 @@ def test_idle_psi_streams_are_limited_per_owner_for_both_protocols(fed) -> None:
 def test_a_cuckoo_failure_is_a_named_refusal_and_the_session_aligns_again(fed, monkeypatch) -> None:
     session_id = _session(fed, 15)
 
-    def never_settles(candidates: np.ndarray, m: int, rounds: int = 0) -> np.ndarray:
-        raise oprf.CuckooFailure(f"cuckoo hashing of {len(candidates)} ids into {m} bins did not settle (injected)")
+    def never_settles(candidates: object, m: int, rounds: int = 0, n: int = 0) -> np.ndarray:
+        raise oprf.CuckooFailure(f"cuckoo hashing of {n} ids into {m} bins did not settle (injected)")
 
     monkeypatch.setattr(oprf, "cuckoo", never_settles)
     code, details = _refused(fed.operator.align, session_id)

@@ -53,7 +53,7 @@ def _attack(fed: Federation, monkeypatch, flips: int) -> tuple[str, list[np.ndar
     receivers: list[oprf.Receiver] = []
 
     def deviating_u(code_seed: bytes, answers: list[bytes]) -> Iterator[bytes]:
-        receiver = oprf.Receiver(table, hashed, *base.keys(answers), code_seed)
+        receiver = oprf.Receiver(oprf.Bins(table, hashed), *base.keys(answers), code_seed)
         receivers.append(receiver)
         (chunk,) = receiver.u_chunks()  # the honest U, then F1's flips
         u = np.frombuffer(chunk, np.uint8).reshape(-1, oprf.CODE_BYTES).copy()
@@ -119,7 +119,7 @@ def _raw_exchange(fed: Federation, session_id: str, tail: str) -> tuple[grpc.Sta
     def requests() -> Iterator[passive_pb2.PsiOprfRequest]:
         yield psi_stream.oprf_hello(oprf.Hello(session_id, salt, hash_key, BINS, base.point))
         code_seed, answers = keys.get()
-        receiver = oprf.Receiver(table, hashed, *base.keys(answers), code_seed)
+        receiver = oprf.Receiver(oprf.Bins(table, hashed), *base.keys(answers), code_seed)
         chunks = list(receiver.u_chunks())
         yield from (passive_pb2.PsiOprfRequest(u_rows=chunk) for chunk in chunks)
         proof = psi_stream.oprf_proof(receiver.proof(challenges.get()))

@@ -5,12 +5,13 @@ overlap, through the same functions the engines call (no gRPC here: tests/integr
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable
 
 import numpy as np
 import pytest
 
-from vflsec.services.crypto import oprf, psi
+from vflsec.services.crypto import oprf, psi, spill
 
 
 def _bits(n_rows: int, n_bytes: int) -> np.ndarray:
@@ -105,7 +106,7 @@ def _protocol(active: list[str], passive: list[str]) -> tuple[np.ndarray, np.nda
     answers = base_receiver.answer(base_sender.point)
     code_seed = os.urandom(oprf.KEY_BYTES)
     sender = oprf.Sender(oprf.item_hashes(passive, salt), hash_key, m, base_receiver, code_seed)
-    receiver = oprf.Receiver(table, hashed, *base_sender.keys(answers), code_seed)
+    receiver = oprf.Receiver(oprf.Bins(table, hashed), *base_sender.keys(answers), code_seed)
     for chunk in receiver.u_chunks():
         sender.add(chunk)
     sender.verify(receiver.proof(sender.challenge))  # an honest U passes
@@ -239,7 +240,7 @@ def _exchange(n: int = 200) -> tuple[Callable[[], oprf.Sender], oprf.Receiver, l
     base_sender, base_receiver = oprf.BaseOtSender(), oprf.BaseOtReceiver()
     answers = base_receiver.answer(base_sender.point)
     seed = os.urandom(oprf.KEY_BYTES)
-    receiver = oprf.Receiver(table, hashed, *base_sender.keys(answers), seed)
+    receiver = oprf.Receiver(oprf.Bins(table, hashed), *base_sender.keys(answers), seed)
     return lambda: oprf.Sender(hashed, hash_key, m, base_receiver, seed), receiver, list(receiver.u_chunks())
 
 
@@ -253,7 +254,7 @@ def test_one_flipped_bit_fails_exactly_the_checks_holding_its_row_when_s_has_tha
         checked = new_sender()  # P's same keys and s: only U's one bit differs
         for chunk in [rows.tobytes(), *chunks[1:]]:
             checked.add(chunk)
-        x = oprf.Challenge(checked.challenge).next(len(receiver.table))[j]
+        x = oprf.Challenge(checked.challenge).next(receiver.bins.m)[j]
         proof = receiver.proof(checked.challenge)  # A's honest answer for the codeword it meant
         expected = proof.rows ^ (checked._code.encode(proof.words) & checked._s)
         failing = (expected != checked._acc).any(axis=1)
@@ -293,3 +294,105 @@ def test_the_check_and_the_values_agree_whatever_the_chunking(monkeypatch, rows_
     mine, theirs, _ = _protocol(active, passive)  # the check passes (inside) ...
     alignment = psi.intersect([mine], [theirs])  # ... and the intersection is exact
     assert sorted(alignment.active_rows.tolist()) == list(range(60))
+
+
+@pytest.mark.parametrize("per_range", [64, 1 << 18])
+def test_matching_by_range_equals_matching_in_memory(tmp_path, monkeypatch, per_range: int) -> None:
+    monkeypatch.setattr(spill, "RANGE_VALUES", per_range)  # many ranges, or one
+    mine = _values(5000)
+    theirs = np.concatenate([_values(9000), mine[:3000]])[np.random.default_rng(0).permutation(12000)]
+    ours = spill.Ranges(spill.Ranges.count_for(len(mine)), 16, tmp_path)
+    ours.add(np.arange(5000, dtype=np.int32), mine)
+    match = psi.RangeMatch(ours, len(mine), "passive-1", str(tmp_path))
+    for start in range(0, len(theirs), 999):
+        match.add(theirs[start : start + 999])
+    common, positions = match.result()
+    expected_common, expected_positions = psi.match(mine, theirs, "passive-1")
+    assert common.sum() == 3000 and np.array_equal(common, expected_common)
+    assert np.array_equal(positions, expected_positions)
+    assert np.array_equal(theirs[positions[common]], mine[common])
+    ours.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_matching_by_range_refuses_repeats_and_removes_the_party_values(tmp_path) -> None:
+    mine = _values(10)
+
+    def matched(theirs: np.ndarray, ours: np.ndarray = mine) -> tuple[np.ndarray, np.ndarray]:
+        ranges = spill.Ranges(3, 16, tmp_path)
+        ranges.add(np.arange(len(ours), dtype=np.int32), ours)
+        match = psi.RangeMatch(ranges, len(ours), "passive-1", str(tmp_path))
+        try:
+            match.add(theirs)
+            return match.result()
+        finally:
+            assert list(tmp_path.iterdir()) == [ranges.path]  # the party's values removed, error or not
+            ranges.close()
+
+    with pytest.raises(ValueError, match="duplicate values sent by passive-1 at rows 0 and 2"):
+        matched(np.array([mine[3], mine[5], mine[3]]))
+    with pytest.raises(ValueError, match="duplicate active values for passive-1 at rows 1 and 4"):
+        matched(mine[:2], np.array([mine[0], mine[1], mine[2], mine[3], mine[1]]))
+    common, positions = matched(np.array([b"x" * 16, b"x" * 16, mine[1]]))  # a repeat matching nothing of ours
+    assert common.tolist() == [i == 1 for i in range(10)] and positions[1] == 2
+
+
+@pytest.mark.parametrize(("rows_per_chunk", "range_bins"), [(104, 64), (128, 100), (1024, 128), (104, 1 << 18)])
+def test_the_senders_slots_by_bin_range_give_the_same_values(monkeypatch, rows_per_chunk: int, range_bins: int) -> None:
+    """P's slots wait on disk by bin range, a range read back when U reaches it (ranges smaller than a chunk,
+    straddling chunks, or one for all): the check passes and the intersection is exact."""
+    monkeypatch.setattr(oprf, "ROWS_PER_CHUNK", rows_per_chunk)
+    monkeypatch.setattr(oprf, "RANGE_BINS", range_bins)
+    active = [f"c{i}" for i in range(60)] + [f"a{i}" for i in range(40)]
+    passive = [f"p{i}" for i in range(150)] + [f"c{i}" for i in range(60)]
+    mine, theirs, rows = _protocol(active, passive)
+    assert len(theirs) == 3 * len(passive) and len(set(theirs.tolist())) == len(theirs)
+    alignment = psi.intersect([mine], [theirs])
+    assert sorted(alignment.active_rows.tolist()) == list(range(60))
+    passive_rows = psi.rows_from_positions(alignment.passive_positions[0], rows)
+    assert [passive[r] for r in passive_rows] == [active[r] for r in alignment.active_rows]
+
+
+def test_the_senders_slots_are_removed_once_u_is_complete_or_on_close(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(oprf, "RANGE_BINS", 128)
+    monkeypatch.setattr(oprf, "ROWS_PER_CHUNK", 128)  # U in 7 chunks: a sender closed after one is mid-U
+    hashed = oprf.item_hashes([f"id{i}" for i in range(400)], b"salt")
+    m = oprf.bins(400)
+    hash_key, table = oprf.place(hashed, m)
+    base_sender, base_receiver = oprf.BaseOtSender(), oprf.BaseOtReceiver()
+    answers = base_receiver.answer(base_sender.point)
+    chunks = list(oprf.Receiver(oprf.Bins(table, hashed), *base_sender.keys(answers), bytes(16)).u_chunks())
+    for complete in (True, False):
+        sender = oprf.Sender(hashed, hash_key, m, base_receiver, bytes(16), spill_dir=str(tmp_path))
+        slots = sender._slots.path
+        assert len(list(slots.iterdir())) == -(-m // 128)
+        assert stat.S_IMODE(slots.stat().st_mode) == 0o700
+        assert all(stat.S_IMODE(f.stat().st_mode) == 0o600 for f in slots.iterdir())
+        assert sum(f.stat().st_size for f in slots.iterdir()) <= 3 * 400 * oprf._SLOT.itemsize
+        for chunk in chunks if complete else chunks[:1]:
+            sender.add(chunk)
+        assert slots.exists() != complete  # gone once every value is made
+        sender.close()
+        assert list(tmp_path.iterdir()) == []
+
+
+def test_the_receivers_bins_on_disk_hold_each_bins_row_and_word_and_are_removed(tmp_path, monkeypatch) -> None:
+    hashed = oprf.item_hashes([f"id{i}" for i in range(300)], b"salt")
+    m = oprf.bins(300)
+    _, table = oprf.place(hashed, m)
+    with pytest.raises(RuntimeError):  # a failure while writing: nothing left behind
+        monkeypatch.setattr(oprf, "words_of", lambda _: (_ for _ in ()).throw(RuntimeError()))
+        oprf.Bins(table, hashed, str(tmp_path))
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.undo()
+    bins = oprf.Bins(table, hashed, str(tmp_path))
+    (directory,) = tmp_path.iterdir()
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o700 and (bins.m, bins.n) == (m, 300)
+    records = np.concatenate([bins.read(a, a + 100) for a in range(0, m + 200, 100)])  # past the end: clipped
+    assert np.array_equal(records["item"], table)
+    full = table >= 0
+    assert np.array_equal(records["word"][full], oprf.words_of(hashed[table[full]]))
+    assert not records["word"][~full].any()
+    bins.close()
+    bins.close()
+    assert list(tmp_path.iterdir()) == []

@@ -85,7 +85,7 @@ def test_the_oprf_sender_spills_its_values_and_removes_them(tmp_path: Path) -> N
     answers = base_receiver.answer(base_sender.point)
     seed = bytes(range(16))
     sender = oprf.Sender(hashed, hash_key, m, base_receiver, seed, spill_dir=str(tmp_path))
-    receiver = oprf.Receiver(table, hashed, *base_sender.keys(answers), seed)
+    receiver = oprf.Receiver(oprf.Bins(table, hashed), *base_sender.keys(answers), seed)
     for chunk in receiver.u_chunks():
         sender.add(chunk)
     (spilled,) = tmp_path.iterdir()
@@ -149,3 +149,122 @@ def test_a_passive_party_sweeps_its_temporary_folder_at_start(tmp_path: Path, mo
     assert (tmp_path / killed.stdout.strip()).is_dir()
     PassiveParty("passive-1", PartyData(np.array(["r0"]), np.zeros((1, 1)), ["c"]), None)  # type: ignore[arg-type]
     assert list(tmp_path.iterdir()) == []
+
+
+_KILLED_RANGES = """
+import os, signal, sys
+import numpy as np
+from vflsec.services.crypto import spill
+ranges = spill.Ranges(4, 16, sys.argv[1])
+ranges.add(np.arange(4, dtype=np.int32), np.array([b"v" * 16] * 4, dtype="S16"))
+print(ranges.path.name, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_the_active_party_sweeps_a_killed_match_and_keeps_a_live_one(tmp_path: Path, monkeypatch) -> None:
+    """A's outputs and the passive values it matches wait on disk too (Ranges, Parts): locked alike, swept alike."""
+    from vflsec.services.data.datasets import PartyData
+    from vflsec.services.engines.active import ActiveParty
+
+    killed = subprocess.run([sys.executable, "-c", _KILLED_RANGES, str(tmp_path)], capture_output=True, text=True)
+    assert killed.returncode == -signal.SIGKILL and any((tmp_path / killed.stdout.strip()).iterdir())
+    monkeypatch.setattr(spill.tempfile, "tempdir", str(tmp_path))  # the party's TMPDIR
+    with spill.Ranges(2, 16, tmp_path) as live:
+        live.add(np.arange(3, dtype=np.int32), _values(np.arange(3)))
+        data = PartyData(np.array(["r0"]), np.zeros((1, 1)), ["c"], y=np.zeros(1))
+        ActiveParty("active", data, [], None, {"passive-1": None})  # type: ignore[arg-type]
+        assert [p.name for p in tmp_path.iterdir()] == [live.path.name]
+        tags, values = zip(*(live.part(r) for r in range(2)), strict=True)  # read through the held folder
+        order = np.argsort(np.concatenate(tags))
+        assert np.array_equal(np.concatenate(values)[order], _values(np.arange(3)))
+    assert list(tmp_path.iterdir()) == []
+
+
+def _random(n: int) -> np.ndarray:
+    return np.frombuffer(np.random.default_rng(n).bytes(16 * n), dtype="S16")
+
+
+@pytest.mark.parametrize("count", [1, 3, 40])
+def test_ranges_keep_every_value_with_its_tag_and_cut_by_value(tmp_path: Path, count: int) -> None:
+    values = _random(5000)
+    with spill.Ranges(count, 16, tmp_path) as ranges:
+        for start in range(0, 5000, 777):  # several adds: each range's file appended to
+            ranges.add(np.arange(start, min(start + 777, 5000), dtype=np.int32), values[start : start + 777])
+        parts = [ranges.part(r) for r in range(count)]
+        assert ranges.size == 5000
+    tags = np.concatenate([t for t, _ in parts])
+    assert sorted(tags.tolist()) == list(range(5000))
+    assert all(np.array_equal(values[t], v) for t, v in parts)
+    bounds = [(v.view(np.uint8).reshape(-1, 16)[:, :4].copy().view(">u4").ravel()) for _, v in parts]
+    for r, prefix in enumerate(bounds):  # range r: first 4 bytes in the r-th slice of [0, 2^32)
+        assert ((prefix.astype(np.uint64) * count) >> 32 == r).all()
+    assert all(abs(len(p) - 5000 / count) < 6 * math.sqrt(5000 / count) + 1 for p in bounds)  # uniform values
+    assert spill.Ranges.count_for(0) == 1 and spill.Ranges.count_for(spill.RANGE_VALUES + 1) == 2
+
+
+def test_ranges_are_private_and_removed_on_error_and_by_the_collector(tmp_path: Path) -> None:
+    ranges = spill.Ranges(4, 16, tmp_path)
+    ranges.add(np.arange(10, dtype=np.int32), _random(10))
+    assert stat.S_IMODE(ranges.path.stat().st_mode) == 0o700
+    assert len(list(ranges.path.iterdir())) == 4
+    assert all(stat.S_IMODE(f.stat().st_mode) == 0o600 for f in ranges.path.iterdir())
+    ranges.close()
+    ranges.close()  # idempotent
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(RuntimeError), spill.Ranges(4, 16, tmp_path):
+        raise RuntimeError
+    assert list(tmp_path.iterdir()) == []
+    forgotten = spill.Ranges(4, 16, tmp_path)
+    forgotten.add(np.arange(3, dtype=np.int32), _random(3))
+    del forgotten
+    gc.collect()
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(ValueError, match="0 parts: at least one"):
+        spill.Ranges(0, 16, tmp_path)
+
+
+def test_the_oprf_receiver_keeps_its_outputs_by_range_and_removes_them(tmp_path: Path) -> None:
+    """A's outputs and the party's values wait on disk in A's directory; the match removes the party's, close A's,
+    and the intersection is the same as matching in memory."""
+    salt, seed = b"salt", bytes(range(16))
+    mine, theirs = [f"id{i}" for i in range(400)], [f"id{i}" for i in range(100, 700)]
+    hashed, own = oprf.item_hashes(mine, salt), oprf.item_hashes(theirs, salt)
+    m = oprf.bins(400)
+    hash_key, table = oprf.place(hashed, m)
+    base_sender, base_receiver = oprf.BaseOtSender(), oprf.BaseOtReceiver()
+    answers = base_receiver.answer(base_sender.point)
+    sender = oprf.Sender(own, hash_key, m, base_receiver, seed)
+    receiver = oprf.Receiver(oprf.Bins(table, hashed), *base_sender.keys(answers), seed, spill_dir=str(tmp_path))
+    for chunk in receiver.u_chunks():
+        sender.add(chunk)
+    sender.verify(receiver.proof(sender.challenge))
+    (outputs,) = tmp_path.iterdir()
+    assert sum(f.stat().st_size for f in outputs.iterdir()) == 400 * (4 + 16)  # row and output per own ID
+    expected = psi.match(receiver.values(), sender.values(), "passive-1")
+    match = receiver.match("passive-1")
+    for _, _, data in sender.value_chunks():
+        match.add(np.frombuffer(data, dtype="S16"))
+    assert len(list(tmp_path.iterdir())) == 2  # ours and the party's
+    common, positions = match.result()
+    assert list(tmp_path.iterdir()) == [outputs]
+    assert np.array_equal(common, expected[0]) and np.array_equal(positions, expected[1])
+    assert np.flatnonzero(common).tolist() == list(range(100, 400))
+    assert sorted(sender.rows[positions[common]].tolist()) == list(range(300))
+    receiver.close()
+    sender.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("per_range", [64, 1 << 18])
+def test_uniqueness_by_range_names_the_repeat_and_leaves_nothing(tmp_path: Path, monkeypatch, per_range: int) -> None:
+    monkeypatch.setattr(spill, "RANGE_VALUES", per_range)  # many ranges, or one
+    values = _random(3000).copy()
+    psi.require_unique_by_range(values, "ids", str(tmp_path))  # distinct: no error
+    assert list(tmp_path.iterdir()) == []
+    values[2345] = values[17]
+    with pytest.raises(ValueError, match="duplicate ids at rows 17 and 2345"):
+        psi.require_unique_by_range(values, "ids", str(tmp_path))
+    assert list(tmp_path.iterdir()) == []  # removed on the error too
+    with pytest.raises(ValueError, match="duplicate ids at rows 17 and 2345"):
+        psi._require_unique(values, "ids")  # the in-memory check's verdict
