@@ -101,16 +101,21 @@ _KILLED = """
 import os, signal, sys
 import numpy as np
 from vflsec.services.crypto import spill
-shuffle = spill.Shuffle(10, 16, sys.argv[1])
-shuffle.add(np.arange(4, dtype=np.int32), np.array([b"v" * 16] * 4, dtype="S16"))
-print(shuffle.path.name, flush=True)
+folder = spill.Shuffle(10, 16, sys.argv[1]) if sys.argv[2] == "shuffle" else spill.Ranges(4, 16, sys.argv[1])
+folder.add(np.arange(4, dtype=np.int32), np.array([b"v" * 16] * 4, dtype="S16"))
+print(folder.path.name, flush=True)
 os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
+def _killed(tmp_path: Path, kind: str = "shuffle") -> subprocess.CompletedProcess:
+    """A process that filled a spill folder of ``kind`` (shuffle / ranges) in tmp_path, then was killed -9."""
+    return subprocess.run([sys.executable, "-c", _KILLED, str(tmp_path), kind], capture_output=True, text=True)
+
+
 def test_a_killed_process_folder_goes_at_the_next_sweep_a_live_one_stays(tmp_path: Path) -> None:
     """Review 19: a kill -9 skipped close() and the collector, and the values stayed on disk for good."""
-    killed = subprocess.run([sys.executable, "-c", _KILLED, str(tmp_path)], capture_output=True, text=True)
+    killed = _killed(tmp_path)
     assert killed.returncode == -signal.SIGKILL
     left = tmp_path / killed.stdout.strip()
     assert left.is_dir() and any(left.iterdir())
@@ -144,22 +149,11 @@ def test_a_passive_party_sweeps_its_temporary_folder_at_start(tmp_path: Path, mo
     from vflsec.services.data.datasets import PartyData
     from vflsec.services.engines.passive import PassiveParty
 
-    killed = subprocess.run([sys.executable, "-c", _KILLED, str(tmp_path)], capture_output=True, text=True)
+    killed = _killed(tmp_path)
     monkeypatch.setattr(spill.tempfile, "tempdir", str(tmp_path))  # the party's TMPDIR
     assert (tmp_path / killed.stdout.strip()).is_dir()
     PassiveParty("passive-1", PartyData(np.array(["r0"]), np.zeros((1, 1)), ["c"]), None)  # type: ignore[arg-type]
     assert list(tmp_path.iterdir()) == []
-
-
-_KILLED_RANGES = """
-import os, signal, sys
-import numpy as np
-from vflsec.services.crypto import spill
-ranges = spill.Ranges(4, 16, sys.argv[1])
-ranges.add(np.arange(4, dtype=np.int32), np.array([b"v" * 16] * 4, dtype="S16"))
-print(ranges.path.name, flush=True)
-os.kill(os.getpid(), signal.SIGKILL)
-"""
 
 
 def test_the_active_party_sweeps_a_killed_match_and_keeps_a_live_one(tmp_path: Path, monkeypatch) -> None:
@@ -167,7 +161,7 @@ def test_the_active_party_sweeps_a_killed_match_and_keeps_a_live_one(tmp_path: P
     from vflsec.services.data.datasets import PartyData
     from vflsec.services.engines.active import ActiveParty
 
-    killed = subprocess.run([sys.executable, "-c", _KILLED_RANGES, str(tmp_path)], capture_output=True, text=True)
+    killed = _killed(tmp_path, "ranges")
     assert killed.returncode == -signal.SIGKILL and any((tmp_path / killed.stdout.strip()).iterdir())
     monkeypatch.setattr(spill.tempfile, "tempdir", str(tmp_path))  # the party's TMPDIR
     with spill.Ranges(2, 16, tmp_path) as live:
