@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import stat
 import tempfile
@@ -37,6 +38,8 @@ BUCKET_VALUES = 1 << 20  # values per bucket, on average: about 20 MB of a bucke
 RANGE_VALUES = 1 << 17  # a list's values per range of Ranges, on average (uniform values): about 2.5 MB a range
 _PREFIX = "vflsec-psi-"
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+
+log = logging.getLogger(__name__)
 
 
 class _Folder:
@@ -205,7 +208,7 @@ class Ranges(Parts):
 def sweep(directory: str | Path | None = None) -> list[str]:
     """Remove the folders shuffles of a killed process left in ``directory`` (the system's temporary one by default):
     ours (this user's, not a link) that no live folder locks and that hold a file. A _Folder is locked before
-    its first file, so an empty one may be one being made: it stays. The names of the folders removed."""
+    its first file, so an empty one may be one being made: it stays. The names of the folders removed (and logged)."""
     removed = []
     for path in sorted(Path(directory if directory is not None else tempfile.gettempdir()).glob(f"{_PREFIX}*")):
         try:
@@ -224,6 +227,8 @@ def sweep(directory: str | Path | None = None) -> list[str]:
             pass
         finally:
             os.close(fd)
+    if removed:
+        log.info("removed %d PSI spill folder(s) a killed process left: %s", len(removed), ", ".join(removed))
     return removed
 
 

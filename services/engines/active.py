@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import logging
 import threading
 import time
 import uuid
@@ -31,8 +30,6 @@ from vflsec.services.engines.batching import Batcher
 from vflsec.services.engines.sessions import EpochKeys, SessionTable, epoch_keys
 from vflsec.services.errors import FailedPrecondition, InvalidArgument, NotFound, PeerFailed, ServiceError
 from vflsec.services.models import family as families
-
-log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # services/app.py hands the links in: importing the engine loads no gRPC or protobuf
     from vflsec.services.transport.links import CoordinatorClient, PassiveClient
@@ -280,8 +277,7 @@ class ActiveParty:
         self.party_id = party_id
         # Its OPRF bins, outputs and the passive values being matched wait on disk (spill.Parts, spill.Ranges); a kill
         # leaves them there, so they go at start-up (a live exchange's folders are locked and stay).
-        if removed := spill.sweep():
-            log.info("removed %d PSI spill folder(s) a killed process left: %s", len(removed), ", ".join(removed))
+        spill.sweep()
         self.data = data
         self.class_names = class_names
         self.coordinator = coordinator

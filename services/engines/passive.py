@@ -197,8 +197,7 @@ class PassiveParty:
     ) -> None:
         self.party_id = party_id
         # The OPRF exchange's values wait on disk (oprf.Sender); a kill leaves them there, so they go at start-up.
-        if removed := spill.sweep():
-            log.info("removed %d PSI spill folder(s) a killed process left: %s", len(removed), ", ".join(removed))
+        spill.sweep()
         # [[plugins]]: what this party receives is offered to its own plugins, as the active party's are (a curious
         # passive party records ∂L/∂h for the label attacks); none by default.
         self.hub = hub or plugins.PluginHub()
