@@ -39,6 +39,7 @@ docs/protocol.md "Block sums").
 from __future__ import annotations
 
 import math
+import os
 import struct
 import tempfile
 import threading
@@ -51,6 +52,7 @@ from typing import ClassVar, Protocol, TypeAlias
 
 import numpy as np
 import tenseal as ts
+import tenseal.sealapi as sealapi
 
 __all__ = [
     "BACKENDS",
@@ -241,6 +243,17 @@ class Backend(ABC):
     def mul_plain(self, a: Ct, v: np.ndarray | Sequence[float]) -> Ct:
         return self._mul_plain(a, self._matching_plain(a, v))
 
+    def masked_sum(self, cts: Sequence[Ct], plains: Sequence[np.ndarray], mask: np.ndarray) -> Ct:
+        """Σ cts[i] ⊙ plains[i] + mask: one fold of :func:`masked_column_products`."""
+        if not cts or len(cts) != len(plains):
+            raise ValueError(f"need as many plaintexts as ciphertexts (>= 1), got {len(plains)} and {len(cts)}")
+        total = None
+        for ct, v in zip(cts, plains, strict=True):
+            # A product is a fresh object, so adding to it in place is safe and saves a copy.
+            product = self.mul_plain(ct, v)
+            total = product if total is None else self.add(total, product, inplace=True)
+        return self.add_plain(total, mask, inplace=True)
+
     def lower(self, ct: Ct) -> Ct:
         """The same values one prime lower, the level of a masked product: for a ciphertext that is only ever added
         to and decrypted, never multiplied (a training step's [[z_p]], hence [[z]]). Under CKKS a third fewer bytes
@@ -323,6 +336,7 @@ class CkksBackend(Backend):
         self._public_bytes: bytes | None = None
         self._fresh_level: int | None = None
         self._zeros = ZeroPool(self._encrypt_zero)
+        self._sealed: _Seal | None = None
 
     @classmethod
     def keyholder(cls) -> CkksBackend:
@@ -381,10 +395,7 @@ class CkksBackend(Backend):
         """SEAL serialization of the secret key (tests use it to prove the public context omits it)."""
         if self._secret_key is None:
             raise PermissionError("public CKKS backend has no secret key")
-        # SEAL's Python binding saves keys only to files.
-        with tempfile.NamedTemporaryFile() as fh:
-            self._secret_key.data.save(fh.name)
-            return fh.read()
+        return _seal_bytes(self._secret_key.data)
 
     def size(self, ct: Ct) -> int:
         return self._check(ct).size()
@@ -473,6 +484,45 @@ class CkksBackend(Backend):
             product = ts.ckks_vector(self._ctx, np.zeros(v.size)) * np.ones(v.size)
         return product
 
+    def masked_sum(self, cts: Sequence[Ct], plains: Sequence[np.ndarray], mask: np.ndarray) -> Ct:
+        # TenSEAL rescales every ct x pt product (about 40 % of its cost); a sum of products needs one rescale, and
+        # only SEAL's own evaluator leaves it to the caller. The result has the form of a TenSEAL product (one prime
+        # fewer than its operands, the global scale): the key holder cannot tell the two apart (check_form).
+        if len(cts) < 2 or len(cts) != len(plains):
+            return super().masked_sum(cts, plains, mask)
+        values = [self._matching_plain(ct, v) for ct, v in zip(cts, plains, strict=True)]
+        # A plaintext that encodes to zero makes SEAL refuse the product (transparent); its product is zero anyway.
+        live = [(ct, v) for ct, v in zip(cts, values, strict=True) if np.max(np.abs(v)) >= _ZERO_ENCODING_BELOW]
+        if not live:  # one product, a fresh encryption of zero (_mul_plain), not one for each operand
+            return super().masked_sum(cts[:1], values[:1], mask)
+        mask = self._matching_plain(cts[0], mask)
+        seal = self._seal()
+        total = None
+        for ct, v in live:
+            raw = self._check(ct).ciphertext()[0]
+            plain = sealapi.Plaintext()
+            seal.encoder.encode(v.tolist(), raw.parms_id(), self._ctx.global_scale, plain)
+            product = sealapi.Ciphertext()
+            seal.evaluator.multiply_plain(raw, plain, product)
+            if total is None:
+                total = product
+            else:
+                seal.evaluator.add_inplace(total, product)
+        seal.evaluator.rescale_to_next_inplace(total)
+        total.scale = self._ctx.global_scale  # as TenSEAL's rescale does: q_last / 2^40 - 1 is below 2^-20
+        plain = sealapi.Plaintext()
+        seal.encoder.encode(mask.tolist(), total.parms_id(), total.scale, plain)
+        seal.evaluator.add_plain_inplace(total, plain)
+        return ts.ckks_vector_from(
+            self._ctx, _vector_message(_seal_bytes(total), self.size(cts[0]), self._ctx.global_scale)
+        )
+
+    def _seal(self) -> _Seal:
+        if self._sealed is None:
+            context = self._ctx.data.seal_context()
+            self._sealed = _Seal(sealapi.CKKSEncoder(context), sealapi.Evaluator(context))
+        return self._sealed
+
     def _lower(self, ct: Ct) -> ts.CKKSVector:
         # x 1 and rescaled, as a product is (TenSEAL rescales and resets the scale to the global 2^40): the rescale
         # adds ~1e-6 to a logit, far below the block sums' flooding.
@@ -481,6 +531,52 @@ class CkksBackend(Backend):
 
 def _level(ct: ts.CKKSVector) -> int:
     return ct.ciphertext()[0].coeff_modulus_size()
+
+
+@dataclass(frozen=True, slots=True)
+class _Seal:
+    encoder: sealapi.CKKSEncoder
+    evaluator: sealapi.Evaluator
+
+
+def _seal_bytes(obj: sealapi.Ciphertext | sealapi.SecretKey) -> bytes:
+    """SEAL's serialization of ``obj``: its Python binding saves only to a path, here one of an anonymous in-memory
+    file (nothing on disk), or a private temporary file where there is none."""
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create("vflsec-seal", os.MFD_CLOEXEC)
+        try:
+            obj.save(f"/proc/self/fd/{fd}")
+            return os.pread(fd, os.fstat(fd).st_size, 0)
+        finally:
+            os.close(fd)
+    with tempfile.NamedTemporaryFile() as fh:
+        obj.save(fh.name)
+        return fh.read()
+
+
+def _vector_message(ciphertext: bytes, size: int, scale: float) -> bytes:
+    """TenSEAL's CKKSVectorProto (tenseal/proto/tensors.proto: 1 packed uint32 sizes, 2 bytes ciphertexts, 3 double
+    scale) of one SEAL ciphertext of ``size`` slots."""
+    sizes = _varint(size)
+    return (
+        b"\x0a"
+        + _varint(len(sizes))
+        + sizes
+        + b"\x12"
+        + _varint(len(ciphertext))
+        + ciphertext
+        + b"\x19"
+        + struct.pack("<d", scale)
+    )
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
 
 
 # A plaintext whose every slot lies below this encodes to zero at scale 2^40 or may (with a margin of 2^-20: a nonzero
@@ -887,12 +983,8 @@ def masked_column_products(
         values = np.broadcast_to(per_slot, (chunks, R, C, k)).reshape(chunks, layout.ct_size)
         masks = rng.uniform(-bound, bound, size=(folded, layout.ct_size))
         for j in range(folded):
-            total = None
-            for i in range(j * fold, min(chunks, (j + 1) * fold)):
-                # A product is a fresh object, so adding to it in place is safe and saves a copy.
-                product = backend.mul_plain(delta.ciphertexts[i], values[i])
-                total = product if total is None else backend.add(total, product, inplace=True)
-            products.append(backend.add_plain(total, masks[j], inplace=True))
+            span = slice(j * fold, min(chunks, (j + 1) * fold))
+            products.append(backend.masked_sum(delta.ciphertexts[span], values[span], masks[j]))
         mask_sums[g] = masks.reshape(folded, R, C, k).sum(axis=(0, 2))
     return products, mask_sums.reshape(-1, k)
 

@@ -7,10 +7,13 @@ products exactly as the calling process would, its masks drawn from its own OS e
 with their mask sums, which the caller concatenates in group order: the same products, layout and count as in
 process (only the masks differ, as they do between any two runs).
 
-What a task carries: the node's encrypted indicators as they came off the wire (he.WireMatrix, the bytes, parsed
-in the worker), the epoch's public context (bytes), the node's bin codes (smallest unsigned type) and the group
-range. A worker keeps the last context it parsed and the last node's parsed indicators (by a token per call), so
-each is parsed once per worker however many of its ranges it runs: a worker holds at most one node's indicators.
+What a task carries: where the node's encrypted indicators wait (their bytes as they came off the wire, written once
+per node into a shared-memory segment: pickled into every task they cost the caller seconds a tree at 285k rows),
+the epoch's public context (bytes), the node's bin codes (smallest unsigned type) and the group range. A worker
+keeps the last context it parsed and the last node's parsed indicators (by a token per call), so each is read and
+parsed once per worker however many of its ranges it runs: a worker holds at most one node's indicators. The
+segment is the caller's (mode 0600), unlinked when the node's tasks are done, and by multiprocessing's resource
+tracker if the caller is killed.
 The pool (forkserver, never fork: the party is a multi-threaded gRPC server) lives as long as its owner's session
 and is shut down when the session closes, or after any error (a later node starts a fresh one). What it would not
 pay for (:meth:`ProductPool.pays`: one worker, a plain backend, a node of few products) the caller makes in process.
@@ -20,9 +23,12 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
+from multiprocessing import shared_memory
 from typing import Any
 
 import numpy as np
@@ -66,6 +72,54 @@ def parse(backend: he.Backend, wire: he.WireMatrix) -> he.EncryptedMatrix:
         raise BadIndicators(str(exc)) from None  # pickled back from a worker: its message, not a chained traceback
 
 
+@dataclass(frozen=True, slots=True)
+class _Shared:
+    """A node's indicators in shared memory: the he.WireMatrix's layout, the segment, each ciphertext's length."""
+
+    shape: tuple[int, int]
+    replicas: int
+    rows_per_ct: int
+    segment: str
+    lengths: tuple[int, ...]
+
+    @classmethod
+    def write(cls, wire: he.WireMatrix) -> tuple[_Shared, shared_memory.SharedMemory]:
+        lengths = tuple(len(blob) for blob in wire.ciphertexts)
+        segment = shared_memory.SharedMemory(create=True, size=max(1, sum(lengths)))
+        try:
+            at = 0
+            for blob in wire.ciphertexts:
+                segment.buf[at : at + len(blob)] = blob
+                at += len(blob)
+        except BaseException:
+            _release(segment)
+            raise
+        return cls(tuple(wire.shape), wire.replicas, wire.rows_per_ct, segment.name, lengths), segment
+
+    def read(self) -> he.WireMatrix:
+        segment = _attach(self.segment)
+        try:
+            ends = np.cumsum((0, *self.lengths))
+            blobs = [bytes(segment.buf[a:b]) for a, b in itertools.pairwise(ends)]
+        finally:
+            segment.close()
+        return he.WireMatrix(self.shape, self.replicas, self.rows_per_ct, blobs)
+
+
+def _attach(name: str) -> shared_memory.SharedMemory:
+    """The caller's segment, for reading. Python 3.11 and 3.12 register every attachment with the resource tracker:
+    a forkserver worker's tracker is its caller's, where the segment is registered already, so that changes nothing,
+    and only the caller unlinks it (and its tracker, if the caller is killed)."""
+    if sys.version_info >= (3, 13):
+        return shared_memory.SharedMemory(name=name, track=False)
+    return shared_memory.SharedMemory(name=name)
+
+
+def _release(segment: shared_memory.SharedMemory) -> None:
+    segment.close()
+    segment.unlink()
+
+
 _WORKER: dict[str, Any] = {}  # in a worker: its last public context and backend, its last node's token and indicators
 
 
@@ -73,7 +127,7 @@ Span = tuple[int, int, int]  # a task's first and last column (whole groups) and
 
 
 def _pooled(
-    name: str, context: bytes, token: int, wire: he.WireMatrix, codes: np.ndarray, starts: np.ndarray, span: Span
+    name: str, context: bytes, token: int, shared: _Shared, codes: np.ndarray, starts: np.ndarray, span: Span
 ) -> tuple[list[bytes], np.ndarray]:
     """In a worker: the masked products of columns lo..hi-1 (whole feature groups) of the one-hot matrix, serialized,
     and their mask sums (``span``: lo, hi, fold), the masks drawn from this process's OS entropy."""
@@ -81,7 +135,7 @@ def _pooled(
         _WORKER.update(context=context, backend=he.open_public(name, context), token=None, delta=None)
     if _WORKER["token"] != token:
         _WORKER.update(token=None, delta=None)  # the last node's indicators go before this one's are parsed
-        _WORKER.update(token=token, delta=parse(_WORKER["backend"], wire))
+        _WORKER.update(token=token, delta=parse(_WORKER["backend"], shared.read()))
     backend, (lo, hi, fold), columns = _WORKER["backend"], span, one_hot_columns(codes, starts)
     products, mask_sums = he.masked_column_products(
         backend, _WORKER["delta"], lambda a, b: columns(lo + a, lo + b), hi - lo, entropy.os_entropy(), fold=fold
@@ -126,15 +180,18 @@ class ProductPool:
         spans = [(lo, min(hi, width), fold) for lo, hi in itertools.pairwise(cuts) if lo < hi]
         token, context = next(self._calls), keys.public_context()
         futures: list[Future] = []
+        shared, segment = _Shared.write(indicators)
         try:
             pool = self._executor()
-            futures = [pool.submit(_pooled, keys.name, context, token, indicators, codes, starts, s) for s in spans]
+            futures = [pool.submit(_pooled, keys.name, context, token, shared, codes, starts, s) for s in spans]
             done = [future.result() for future in futures]
         except BaseException:
             for future in futures:
                 future.cancel()
             self.close()
             raise
+        finally:
+            _release(segment)  # after close(): no task still reads it
         return [blob for blobs, _ in done for blob in blobs], np.concatenate([sums for _, sums in done])
 
     def _executor(self) -> ProcessPoolExecutor:

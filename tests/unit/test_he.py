@@ -355,3 +355,30 @@ def test_masked_product_input_validation(pair: Pair) -> None:
         he.gradient_from_block_sums(mask_sums[:-1], mask_sums, 3)
     with pytest.raises(ValueError, match="d must be"):
         he.gradient_from_block_sums(mask_sums, mask_sums, 4)
+
+
+def test_ckks_masked_sum_is_the_per_product_sum_with_one_rescale(ckks_pair: Pair) -> None:
+    """CkksBackend.masked_sum (SEAL's evaluator: products summed, one rescale) gives what the generic path (TenSEAL's
+    product, rescaled each) gives, in a product's form; zero plaintexts among the operands, or only zero ones, too."""
+    keyholder, party = ckks_pair
+    rng = np.random.default_rng(21)
+    ys = rng.integers(0, 2, (5, 700)).astype(float)
+    cts = [party.encrypt(y) for y in ys]
+    plains = (rng.random((5, 700)) < 0.3).astype(float)
+    plains[2] = 0.0  # encodes to zero: SEAL would refuse its product as transparent
+    mask = rng.uniform(-he.CKKS_MASK_BOUND, he.CKKS_MASK_BOUND, 700)
+    fast = party.masked_sum(cts, plains, mask)
+    generic = he.Backend.masked_sum(party, cts, plains, mask)
+    expected = (ys * plains).sum(axis=0) + mask
+    keyholder.check_form([fast, generic], product=True)
+    received = keyholder.deserialize(party.serialize(fast))
+    assert received.size() == 700
+    np.testing.assert_allclose(keyholder.decrypt(received), expected, atol=1e-5)
+    np.testing.assert_allclose(keyholder.decrypt(generic), expected, atol=1e-5)
+    zeros = party.masked_sum(cts[:2], np.zeros((2, 700)), mask)
+    keyholder.check_form([zeros], product=True)
+    np.testing.assert_allclose(keyholder.decrypt(zeros), mask, atol=1e-5)
+    with pytest.raises(ValueError, match="entries"):
+        party.masked_sum(cts, plains[:, :600], mask)
+    with pytest.raises(ValueError, match="as many plaintexts"):
+        party.masked_sum(cts, plains[:4], mask)

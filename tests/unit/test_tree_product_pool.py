@@ -1,6 +1,8 @@
 """A tree node's products in the passive party's process pool (services/crypto/product_pool.py), real CKKS: the same
 counts as in process, a bad ciphertext refused as before, and the workers gone after an error or close()."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -35,14 +37,20 @@ def _counts(node, products, mask_sums):
     )
 
 
+def _segments() -> set[str]:
+    return {name for name in os.listdir("/dev/shm") if name.startswith("psm_")}
+
+
 def test_pooled_products_open_to_the_in_process_counts(node, monkeypatch):
     owner, task, _, public, sent, wire, expected = node
     monkeypatch.setattr(product_pool, "MIN_POOLED_PRODUCTS", 0)
     pool = product_pool.ProductPool(workers=2)
+    segments = _segments()
     try:
         products, mask_sums = owner.pooled_products(pool, public, wire, task)
         workers = list(pool._pool._processes.values())  # type: ignore[union-attr]
         assert len(workers) == 2 and all(w.is_alive() for w in workers)  # made in the pool, not in this process
+        assert _segments() == segments  # the node's shared indicators are unlinked once its products are in
     finally:
         pool.close()
     assert pool._pool is None and not any(w.is_alive() for w in workers)
@@ -60,12 +68,13 @@ def test_a_bad_ciphertext_is_refused_as_in_process_and_the_pool_shut_down(node, 
     broken = he.WireMatrix(wire.shape, wire.replicas, wire.rows_per_ct, [*wire.ciphertexts[:-1], b"not a ciphertext"])
     with pytest.raises(InvalidArgument) as in_process:
         owner.pooled_products(product_pool.ProductPool(workers=1), public, broken, task)
-    pool = product_pool.ProductPool(workers=2)
+    pool, segments = product_pool.ProductPool(workers=2), _segments()
     with pytest.raises(InvalidArgument) as pooled:
         owner.pooled_products(pool, public, broken, task)
     assert str(pooled.value) == str(in_process.value)
     assert str(pooled.value).startswith("indicators: invalid CKKS ciphertext")
     assert pool._pool is None  # shut down on the error; the next node starts fresh workers
+    assert _segments() <= segments  # nor is its shared copy left behind
     products, _ = owner.pooled_products(pool, public, wire, task)
     assert products and pool._pool is not None
     pool.close()
