@@ -16,24 +16,7 @@ replication factor R is split into chunks of ``C = rows_per_ct`` rows; ciphertex
 multiply the residual δ by R different feature columns at once, which is the fast path the protocol notes
 recommend over ``CKKSVector.mm``.
 
-Masked gradients: a party multiplies each δ ciphertext by its packed feature values, adds a uniform mask in
-[-B, B] per slot and sends the products to the key holder, which decrypts and returns only per-block sums;
-the party subtracts its mask sums. Mask bound trade-off (CKKS): the key holder sees ``v + m`` per slot, so
-for |v| <= V the statistical distance between two inputs is <= V / B per slot (hiding improves with B),
-while the decoded value carries an absolute error that stays at the ~1.2e-6 noise floor up to B ~ 2^30 and
-then grows about linearly in B, because decoding works in double precision on coefficients of size
-B * 2^40 (measured max error per slot: 2^32 -> 2.8e-6, 2^35 -> 2.4e-5, 2^40 -> 6e-4). The default
-B = 2^24 keeps a 64x margin below that knee. Features are bounded by FEATURE_BOUND = 64 (a party refuses
-larger ones) and |δ| <= 1, so |v| <= 64 is hidden to within 2^-18 per slot; the key holder refuses products
-that decrypt outside [-(B + 65), B + 65], which keeps every decryption it answers in that low-error regime. The
-plain backend defaults to B = 0: it hides nothing anyway, and float64 masks would only cost it exactness.
-
-Block sums leave the key holder flooded (CKKS only): Gaussian noise of standard deviation 2^-6, then rounded
-to a 2^-10 grid. The decoding error of a block sum of honest products stays orders of magnitude below that
-(measured, see docs/protocol.md), so for those the released value hides it, while a gradient (sum / n) moves by
-2^-6 / n, far below its own minibatch noise. Crafted ciphertexts are refused unless they have an honest form
-(CkksBackend.check_form); one of honest form can still decrypt to functions of the secret key (IND-CPA^D,
-docs/protocol.md "Block sums").
+Masked products and block sums (protocol step 5) are services/crypto/masking.py's.
 """
 
 from __future__ import annotations
@@ -66,16 +49,12 @@ __all__ = [
     "WireMatrix",
     "add_matrices",
     "add_plain_matrix",
-    "block_sums",
     "choose_replicas",
     "decrypt_matrix",
     "deserialize_all",
     "encrypt_matrix",
-    "gradient_from_block_sums",
     "layout_error",
     "make_keyholder",
-    "masked_column_products",
-    "masked_feature_products",
     "matrix_from_wire",
     "matrix_to_wire",
     "open_public",
@@ -128,9 +107,11 @@ class RandomSource(Protocol):
     def uniform(self, low: float, high: float, size: tuple[int, ...]) -> np.ndarray: ...
 
 
-def _as_vector(values: np.ndarray | Sequence[float], slots: int, what: str) -> np.ndarray:
-    """Validate a 1-D finite vector of 1..slots entries and return it as contiguous float64."""
-    arr = np.ascontiguousarray(values, dtype=np.float64)
+def _as_vector(values: np.ndarray | Sequence[float], slots: int, what: str, *, complex_ok: bool = False) -> np.ndarray:
+    """Validate a 1-D finite vector of 1..slots entries and return it as contiguous float64 (complex128 if it is
+    complex and ``complex_ok``)."""
+    complex_values = complex_ok and np.iscomplexobj(values)
+    arr = np.ascontiguousarray(values, dtype=np.complex128 if complex_values else np.float64)
     if arr.ndim != 1:
         raise ValueError(f"{what} must be 1-D, got shape {arr.shape}")
     if not 1 <= arr.size <= slots:
@@ -148,6 +129,8 @@ class Backend(ABC):
     default_mask_bound: ClassVar[float]
     # Std of the flooding noise on released block sums (0: exact, for a backend that hides nothing).
     block_sum_flooding: ClassVar[float]
+    # Slots hold complex numbers (CKKS): a masked product's imaginary parts are masked too (masked_column_products).
+    complex_slots: ClassVar[bool] = False
     slots: int
     _max_ct_bytes: int | None = None
 
@@ -211,6 +194,10 @@ class Backend(ABC):
     def serialize(self, ct: Ct) -> bytes:
         return self._serialize(ct)
 
+    def decrypt_complex(self, ct: Ct) -> np.ndarray:
+        """The slots with their imaginary parts (masked_column_products with two parts); real here."""
+        return self.decrypt(ct).astype(np.complex128)
+
     @property
     def max_ciphertext_bytes(self) -> int:
         """Largest serialized ciphertext this context produces (a fresh full encryption) plus 1/16 slack;
@@ -267,8 +254,8 @@ class Backend(ABC):
     def check_form(self, cts: Sequence[Ct], *, product: bool) -> None:
         """Refuse ciphertexts whose form no honest message of the protocol has (ValueError)."""
 
-    def _matching_plain(self, a: Ct, v: np.ndarray | Sequence[float]) -> np.ndarray:
-        arr = _as_vector(v, self.slots, "plaintext operand")
+    def _matching_plain(self, a: Ct, v: np.ndarray | Sequence[float], *, complex_ok: bool = False) -> np.ndarray:
+        arr = _as_vector(v, self.slots, "plaintext operand", complex_ok=complex_ok and self.complex_slots)
         if arr.size != self.size(a):
             raise ValueError(f"plaintext operand has {arr.size} entries, ciphertext has {self.size(a)}")
         return arr
@@ -327,6 +314,7 @@ class CkksBackend(Backend):
 
     name = "ckks"
     default_mask_bound = CKKS_MASK_BOUND
+    complex_slots = True
     block_sum_flooding = BLOCK_SUM_FLOODING
 
     def __init__(self, context: ts.Context) -> None:
@@ -485,20 +473,19 @@ class CkksBackend(Backend):
         return product
 
     def masked_sum(self, cts: Sequence[Ct], plains: Sequence[np.ndarray], mask: np.ndarray) -> Ct:
-        # TenSEAL rescales every ct x pt product (about 40 % of its cost); a sum of products needs one rescale, and
-        # only SEAL's own evaluator leaves it to the caller. The result has the form of a TenSEAL product (one prime
-        # fewer than its operands, the global scale): the key holder cannot tell the two apart (check_form).
-        if len(cts) < 2 or len(cts) != len(plains):
-            return super().masked_sum(cts, plains, mask)
-        values = [self._matching_plain(ct, v) for ct, v in zip(cts, plains, strict=True)]
-        # A plaintext that encodes to zero makes SEAL refuse the product (transparent); its product is zero anyway.
-        live = [(ct, v) for ct, v in zip(cts, values, strict=True) if np.max(np.abs(v)) >= _ZERO_ENCODING_BELOW]
-        if not live:  # one product, a fresh encryption of zero (_mul_plain), not one for each operand
-            return super().masked_sum(cts[:1], values[:1], mask)
-        mask = self._matching_plain(cts[0], mask)
+        # SEAL's evaluator, not TenSEAL's: TenSEAL rescales every ct x pt product (about 40 % of its cost), where a
+        # sum of products needs one rescale, and adds only real plaintexts, where the mask must be complex
+        # (complex_slots). The result has the form of a TenSEAL product (one prime fewer than its operands, the
+        # global scale): the key holder cannot tell the two apart (check_form).
+        if not cts or len(cts) != len(plains):
+            raise ValueError(f"need as many plaintexts as ciphertexts (>= 1), got {len(plains)} and {len(cts)}")
+        values = [self._matching_plain(ct, v, complex_ok=True) for ct, v in zip(cts, plains, strict=True)]
+        mask = self._matching_plain(cts[0], mask, complex_ok=True)
         seal = self._seal()
         total = None
-        for ct, v in live:
+        for ct, v in zip(cts, values, strict=True):
+            if np.max(np.abs(v)) < _ZERO_ENCODING_BELOW:
+                continue  # encodes to zero: SEAL refuses the product (transparent), which is zero anyway
             raw = self._check(ct).ciphertext()[0]
             plain = sealapi.Plaintext()
             seal.encoder.encode(v.tolist(), raw.parms_id(), self._ctx.global_scale, plain)
@@ -508,8 +495,11 @@ class CkksBackend(Backend):
                 total = product
             else:
                 seal.evaluator.add_inplace(total, product)
-        seal.evaluator.rescale_to_next_inplace(total)
-        total.scale = self._ctx.global_scale  # as TenSEAL's rescale does: q_last / 2^40 - 1 is below 2^-20
+        if total is None:  # every plaintext zero: a fresh encryption of zero in a product's form (_mul_plain)
+            total = self._mul_plain(cts[0], np.zeros(values[0].size)).ciphertext()[0]
+        else:
+            seal.evaluator.rescale_to_next_inplace(total)
+            total.scale = self._ctx.global_scale  # as TenSEAL's rescale does: q_last / 2^40 - 1 is below 2^-20
         plain = sealapi.Plaintext()
         seal.encoder.encode(mask.tolist(), total.parms_id(), total.scale, plain)
         seal.evaluator.add_plain_inplace(total, plain)
@@ -517,10 +507,19 @@ class CkksBackend(Backend):
             self._ctx, _vector_message(_seal_bytes(total), self.size(cts[0]), self._ctx.global_scale)
         )
 
+    def decrypt_complex(self, ct: Ct) -> np.ndarray:
+        if self._secret_key is None:
+            raise PermissionError("ckks backend holds only the public context and cannot decrypt")
+        seal = self._seal()
+        plain = sealapi.Plaintext()
+        seal.decryptor.decrypt(self._check(ct).ciphertext()[0], plain)  # type: ignore[union-attr]
+        return np.asarray(seal.encoder.decode_complex(plain), dtype=np.complex128)[: self.size(ct)]
+
     def _seal(self) -> _Seal:
         if self._sealed is None:
             context = self._ctx.data.seal_context()
-            self._sealed = _Seal(sealapi.CKKSEncoder(context), sealapi.Evaluator(context))
+            decryptor = None if self._secret_key is None else sealapi.Decryptor(context, self._secret_key.data)
+            self._sealed = _Seal(sealapi.CKKSEncoder(context), sealapi.Evaluator(context), decryptor)
         return self._sealed
 
     def _lower(self, ct: Ct) -> ts.CKKSVector:
@@ -537,6 +536,7 @@ def _level(ct: ts.CKKSVector) -> int:
 class _Seal:
     encoder: sealapi.CKKSEncoder
     evaluator: sealapi.Evaluator
+    decryptor: sealapi.Decryptor | None
 
 
 def _seal_bytes(obj: sealapi.Ciphertext | sealapi.SecretKey) -> bytes:
@@ -827,20 +827,20 @@ class WireMatrix:
     ciphertexts: list[bytes]
 
 
-def choose_replicas(n: int, k: int, d: int, slots: int, *, fold: int | None = None) -> int:
+def choose_replicas(n: int, k: int, d: int, slots: int, *, fold: int | None = None, parts: int = 1) -> int:
     """Replication factor R minimising the masked-product ciphertexts for an (n, k) δ and d features.
 
     With ``fold`` (products of that many chunks added before they are masked, :func:`masked_column_products`) the
     ciphertexts sent are few, and R minimises the work instead, in units of one ct x pt product (measured, CKKS
     N = 8192): each δ ciphertext costs ENCRYPT_COST of them (encrypted, sent, read), each folded product OPEN_COST
-    (masked, sent, decrypted).
+    (masked, sent, decrypted). ``parts``: groups a product carries (:func:`masked_column_products`).
     """
     if min(n, k, d) < 1 or k > slots:
         raise ValueError(f"cannot pack n={n}, k={k}, d={d} into {slots} slots")
 
     def cost(r: int) -> tuple[float, int]:
         layout = MatrixLayout.for_matrix((n, k), r, slots)
-        groups, chunks = math.ceil(d / r), layout.n_chunks
+        groups, chunks = math.ceil(math.ceil(d / r) / parts), layout.n_chunks
         if fold is None:  # fewest product ciphertexts first, then fewest δ ciphertexts to send
             return groups * chunks, chunks
         work = groups * chunks + ENCRYPT_COST * chunks + OPEN_COST * groups * math.ceil(chunks / fold)
@@ -899,135 +899,3 @@ def deserialize_all(backend: Backend, blobs: Sequence[bytes], ct_size: int) -> l
             raise ValueError(f"ciphertext {index} has {backend.size(ct)} slots, layout needs {ct_size}")
         cts.append(ct)
     return cts
-
-
-# --------------------------------------------------------------------------------------------------------
-# Masked gradient products (protocol step 5)
-
-
-def masked_feature_products(
-    backend: Backend,
-    delta: EncryptedMatrix,
-    X: np.ndarray,
-    rng: RandomSource,
-    mask_bound: float | None = None,
-    *,
-    fold: int = 1,
-) -> tuple[list[Ct], np.ndarray]:
-    """Masked [[δ ⊙ x]] blocks for the key holder, and the mask sums the party keeps.
-
-    For feature group g (features g*R .. g*R+R-1, G = ceil(d/R)) and chunk i the product is
-    ``δ_ct_i * v + m`` with ``v[r*C*k + row*k + col] = X[i*C + row, g*R + r]``. Ciphertexts are ordered
-    (g, i); the mask sums have the shape :func:`block_sums` returns, (G*R, k). With ``fold`` > 1 the products of
-    ``fold`` consecutive chunks are added before one mask is (:func:`masked_column_products`).
-
-    δ must still have one multiplicative level left (a fresh encryption, possibly plus/minus plaintexts, as
-    in protocol steps 3-4): with moduli [60, 40, 40, 60] a second ct x pt would leave too little modulus for
-    the mask. ``mask_bound`` defaults to the backend's ``default_mask_bound`` (see the module docstring).
-    ``rng`` draws the masks; services pass a CSPRNG (services/crypto/entropy.py), tests may pass a numpy Generator.
-    ``backend`` must hold the public key δ is encrypted under (the step's training-key epoch): an all-zero
-    feature block's product is a fresh encryption of zero under it (:meth:`CkksBackend._mul_plain`).
-    """
-    X = np.asarray(X, dtype=np.float64)
-    n = delta.layout.shape[0]
-    if X.ndim != 2 or X.shape[0] != n or X.shape[1] < 1:
-        raise ValueError(f"features must be ({n}, d>=1) to match δ, got shape {X.shape}")
-    return masked_column_products(backend, delta, lambda lo, hi: X[:, lo:hi], X.shape[1], rng, mask_bound, fold=fold)
-
-
-def masked_column_products(
-    backend: Backend,
-    delta: EncryptedMatrix,
-    columns: Callable[[int, int], np.ndarray],
-    d: int,
-    rng: RandomSource,
-    mask_bound: float | None = None,
-    *,
-    fold: int = 1,
-) -> tuple[list[Ct], np.ndarray]:
-    """:func:`masked_feature_products` of the (n, d) matrix whose columns lo..hi-1 ``columns(lo, hi)`` returns,
-    one feature group at a time (never the whole matrix, nor every product unfolded, in memory at once).
-
-    ``fold``: the products of each ``fold`` consecutive chunks of a group are added (ct + ct) and masked once, so a
-    group has ceil(chunks / fold) ciphertexts, not one per chunk; a slot then holds the sum of ``fold`` rows'
-    values, so the caller keeps ``fold`` · max|δ| · max|x| <= FEATURE_BOUND, the range the masks hide (checked here
-    for the x side: ``fold`` · max|x| <= FEATURE_BOUND). :func:`block_sums` opens them with the same ``fold``.
-    """
-    layout = delta.layout
-    n, k = layout.shape
-    if d < 1:
-        raise ValueError(f"need at least one feature column, got {d}")
-    if len(delta.ciphertexts) != layout.n_chunks:
-        raise ValueError(f"δ has {len(delta.ciphertexts)} ciphertexts, layout needs {layout.n_chunks}")
-    if fold < 1:
-        raise ValueError(f"fold must be >= 1, got {fold}")
-    bound = backend.default_mask_bound if mask_bound is None else float(mask_bound)
-    if not (math.isfinite(bound) and bound >= 0):
-        raise ValueError(f"mask_bound must be finite and >= 0, got {mask_bound}")
-
-    R, C, chunks = layout.replicas, layout.rows_per_ct, layout.n_chunks
-    folded = math.ceil(chunks / fold)
-    products: list[Ct] = []
-    mask_sums = np.zeros((math.ceil(d / R), R, k))
-    for g in range(mask_sums.shape[0]):
-        lo, hi = g * R, min(d, g * R + R)
-        block = np.asarray(columns(lo, hi), dtype=np.float64)
-        if block.shape != (n, hi - lo):
-            raise ValueError(f"features must be ({n}, d) to match δ, got columns of shape {block.shape}")
-        if not np.all(np.abs(block) * fold <= FEATURE_BOUND):
-            raise ValueError(f"features must satisfy fold · |x| <= {FEATURE_BOUND:g} (the masks hide no more)")
-        padded = np.zeros((chunks * C, R))
-        padded[:n, : hi - lo] = block
-        # (chunk, row, replica) -> (chunk, replica, row, col): each feature value spans k slots.
-        per_slot = padded.reshape(chunks, C, R).transpose(0, 2, 1)[..., None]
-        values = np.broadcast_to(per_slot, (chunks, R, C, k)).reshape(chunks, layout.ct_size)
-        masks = rng.uniform(-bound, bound, size=(folded, layout.ct_size))
-        for j in range(folded):
-            span = slice(j * fold, min(chunks, (j + 1) * fold))
-            products.append(backend.masked_sum(delta.ciphertexts[span], values[span], masks[j]))
-        mask_sums[g] = masks.reshape(folded, R, C, k).sum(axis=(0, 2))
-    return products, mask_sums.reshape(-1, k)
-
-
-def block_sums(
-    backend: Backend,
-    cts: Sequence[Ct],
-    layout: MatrixLayout,
-    max_abs: float | None = None,
-    *,
-    clip: bool = False,
-    fold: int = 1,
-) -> np.ndarray:
-    """Key holder: decrypt masked products and sum each (feature, class) block -> (G*R, k).
-
-    With ``max_abs``, a product with a slot beyond it is refused (ValueError): honest products lie within the
-    mask bound plus the feature bound, and larger ones would decode with a larger error. With ``clip`` such a slot
-    is clipped to the bound instead, where the refusal would be an answer (trees: only the decision may depend on it).
-    ``fold``: the products' (:func:`masked_column_products`), each the sum of that many chunks.
-    """
-    chunks, R, C = math.ceil(layout.n_chunks / fold), layout.replicas, layout.rows_per_ct
-    k = layout.shape[1]
-    if not cts or len(cts) % chunks:
-        raise ValueError(f"{len(cts)} products is not a positive multiple of {chunks} chunks")
-    decrypted = np.stack([_first_slots(backend.decrypt(ct), layout.ct_size) for ct in cts])
-    if max_abs is not None and clip:
-        decrypted = np.clip(np.nan_to_num(decrypted), -max_abs, max_abs)
-    elif max_abs is not None and not np.all(np.abs(decrypted) <= max_abs):
-        raise ValueError(f"a product decrypts outside the masked range [-{max_abs:g}, {max_abs:g}]")
-    return decrypted.reshape(-1, chunks, R, C, k).sum(axis=(1, 3)).reshape(-1, k)
-
-
-def _first_slots(values: np.ndarray, count: int) -> np.ndarray:
-    if values.size < count:
-        raise ValueError(f"product carries {values.size} slots, layout needs {count}")
-    return values[:count]
-
-
-def gradient_from_block_sums(sums: np.ndarray, mask_sums: np.ndarray, d: int) -> np.ndarray:
-    """Unmask the key holder's block sums: (k, d) = δᵀX for the party's d features."""
-    sums, mask_sums = np.asarray(sums, dtype=np.float64), np.asarray(mask_sums, dtype=np.float64)
-    if sums.shape != mask_sums.shape or sums.ndim != 2:
-        raise ValueError(f"block sums {sums.shape} and mask sums {mask_sums.shape} must be equal 2-D shapes")
-    if not 1 <= d <= sums.shape[0]:
-        raise ValueError(f"d must be in 1..{sums.shape[0]}, got {d}")
-    return (sums - mask_sums)[:d].T

@@ -1,7 +1,7 @@
 """Masked ct x pt products against 0/1 one-hot columns, spread over a process pool (a tree node's at a passive party).
 
 TenSEAL holds the GIL in ``mul_plain`` (400 products: 0.69 s in one thread, 0.68 s in two), so only processes put a
-second core to work. :class:`ProductPool` splits a node's feature groups (he.masked_column_products: R columns of
+second core to work. :class:`ProductPool` splits a node's feature groups (masking.masked_column_products: R columns of
 the one-hot matrix per group) into contiguous ranges, a few per worker; each worker makes its range's masked
 products exactly as the calling process would, its masks drawn from its own OS entropy, and returns them serialized
 with their mask sums, which the caller concatenates in group order: the same products, layout and count as in
@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from vflsec.services.crypto import entropy, he, psi
+from vflsec.services.crypto import entropy, he, masking, psi
 
 WORKERS_ENV = "VFLSEC_PRODUCT_WORKERS"
 # A node whose products (ct x pt, ~1.7 ms each with the plaintext's encoding) are fewer than this is made in the
@@ -123,7 +123,7 @@ def _release(segment: shared_memory.SharedMemory) -> None:
 _WORKER: dict[str, Any] = {}  # in a worker: its last public context and backend, its last node's token and indicators
 
 
-Span = tuple[int, int, int]  # a task's first and last column (whole groups) and the fold
+Span = tuple[int, int, int, int]  # a task's first and last column (whole products' groups), the fold and the parts
 
 
 def _pooled(
@@ -136,9 +136,15 @@ def _pooled(
     if _WORKER["token"] != token:
         _WORKER.update(token=None, delta=None)  # the last node's indicators go before this one's are parsed
         _WORKER.update(token=token, delta=parse(_WORKER["backend"], shared.read()))
-    backend, (lo, hi, fold), columns = _WORKER["backend"], span, one_hot_columns(codes, starts)
-    products, mask_sums = he.masked_column_products(
-        backend, _WORKER["delta"], lambda a, b: columns(lo + a, lo + b), hi - lo, entropy.os_entropy(), fold=fold
+    backend, (lo, hi, fold, parts), columns = _WORKER["backend"], span, one_hot_columns(codes, starts)
+    products, mask_sums = masking.masked_column_products(
+        backend,
+        _WORKER["delta"],
+        lambda a, b: columns(lo + a, lo + b),
+        hi - lo,
+        entropy.os_entropy(),
+        fold=fold,
+        parts=parts,
     )
     return [backend.serialize(ct) for ct in products], mask_sums
 
@@ -154,7 +160,7 @@ class ProductPool:
         self._lock = threading.Lock()
         self._calls = itertools.count()
 
-    def pays(self, keys: he.Backend, indicators: he.WireMatrix, width: int) -> bool:
+    def pays(self, keys: he.Backend, indicators: he.WireMatrix, width: int, parts: int = 1) -> bool:
         """Whether the products of ``width`` one-hot columns against these indicators are worth the pool: more than one
         worker, ciphertexts (CKKS), at least two groups and MIN_POOLED_PRODUCTS products. BadIndicators if their layout
         is not one (nothing is parsed here)."""
@@ -163,21 +169,28 @@ class ProductPool:
             layout.validate(keys.slots, len(indicators.ciphertexts))
         except ValueError as exc:
             raise BadIndicators(str(exc)) from None
-        groups = math.ceil(width / layout.replicas)
-        enough = groups > 1 and groups * layout.n_chunks >= MIN_POOLED_PRODUCTS
+        products = math.ceil(math.ceil(width / layout.replicas) / parts)
+        enough = products > 1 and products * layout.n_chunks >= MIN_POOLED_PRODUCTS
         return self.workers > 1 and keys.name != "plain" and enough
 
     def products(
-        self, keys: he.Backend, indicators: he.WireMatrix, codes: np.ndarray, starts: np.ndarray, fold: int
+        self,
+        keys: he.Backend,
+        indicators: he.WireMatrix,
+        codes: np.ndarray,
+        starts: np.ndarray,
+        fold: int,
+        parts: int = 1,
     ) -> tuple[list[bytes], np.ndarray]:
-        """Masked [[indicators ⊙ one-hot columns]] (he.masked_column_products with ``fold``), serialized, and their mask
-        sums, made by the workers (after :meth:`pays`). BadIndicators if the indicators do not parse under ``keys``;
-        any error shuts the pool down."""
+        """Masked [[indicators ⊙ one-hot columns]] (masking.masked_column_products, ``fold``, ``parts``), serialized,
+        and their mask sums, made by the workers (after :meth:`pays`). BadIndicators if the indicators do not parse
+        under ``keys``; any error shuts the pool down."""
         width, replicas = int(starts[-1]), indicators.replicas
         codes = codes.astype(np.min_scalar_type(int(codes.max(initial=0))))  # 1 byte a code for up to 256 bins
-        groups = math.ceil(width / replicas)
-        cuts = [replicas * int(g) for g in np.linspace(0, groups, min(groups, RANGES_PER_WORKER * self.workers) + 1)]
-        spans = [(lo, min(hi, width), fold) for lo, hi in itertools.pairwise(cuts) if lo < hi]
+        step = replicas * parts  # the columns one product carries: a task's range is whole products
+        units = math.ceil(width / step)
+        cuts = [step * int(u) for u in np.linspace(0, units, min(units, RANGES_PER_WORKER * self.workers) + 1)]
+        spans = [(lo, min(hi, width), fold, parts) for lo, hi in itertools.pairwise(cuts) if lo < hi]
         token, context = next(self._calls), keys.public_context()
         futures: list[Future] = []
         shared, segment = _Shared.write(indicators)

@@ -10,7 +10,7 @@ import pytest
 from tests.integration.conftest import federation
 from vflsec.services.crypto import he
 from vflsec.services.models.tree import trainers
-from vflsec.services.models.tree.steps import Task
+from vflsec.services.models.tree.steps import Task, product_count, product_parts
 from vflsec.services.transport import wire
 from vflsec.services.transport.tensors import to_tensor
 from vflsec.services.transport.tree_links import task_of
@@ -110,8 +110,9 @@ def test_tree_rpcs_refuse_bad_input_and_keep_serving(fed) -> None:
     # The coordinator's own layout of the node's indicators fixes how many products it takes.
     keys = fed.parties["coordinator"].engine.session(sid).epochs[0]
     width = sum(sizes_p)
-    layout = trainers.indicator_layout(Task.from_json(task_of(root)), 3, width, keys.slots)
-    blocks = -(-width // layout.replicas)
+    task, parts = Task.from_json(task_of(root)), product_parts(keys)
+    layout = trainers.indicator_layout(task, 3, width, keys.slots, parts)
+    blocks, count = -(-width // layout.replicas), product_count(task, width, layout, parts)
 
     def part(products, index, parts) -> tuple[grpc.StatusCode, str]:
         request = tree_pb2.NodeCounts(session_id=sid, node=key, products=products, part=index, parts=parts)
@@ -123,19 +124,19 @@ def test_tree_rpcs_refuse_bad_input_and_keep_serving(fed) -> None:
 
     # Products in parts: in order, never more than the node's ciphertexts; a part before the last spends nothing.
     for refused, phrase in ((part([b"garbage"], 1, 2), "part 0 is due"), (part([b"garbage"], 2, 2), "part 0 is due"),
-                            (part([b"garbage"] * (blocks * layout.n_chunks + 1), 0, 3), "more products than")):
+                            (part([b"garbage"] * (count + 1), 0, 3), "more products than")):
         assert refused[0] == CODE.INVALID_ARGUMENT and phrase in refused[1], refused
     assert part([b"garbage"], 0, 3) == (CODE.OK, "")
     refused = part([b"garbage"], 2, 3)
     assert refused[0] == CODE.INVALID_ARGUMENT and "part 1 is due" in refused[1], refused
-    assert submit([b"garbage"] * (blocks * layout.n_chunks + 1), blocks * layout.replicas) == CODE.INVALID_ARGUMENT
-    unweighted = tree_pb2.NodeCounts(session_id=sid, node=key, products=[b"garbage"] * blocks * layout.n_chunks,
+    assert submit([b"garbage"] * (count + 1), blocks * layout.replicas) == CODE.INVALID_ARGUMENT
+    unweighted = tree_pb2.NodeCounts(session_id=sid, node=key, products=[b"garbage"] * count,
                                      mask_sums=to_tensor(np.zeros((blocks * layout.replicas, 2))))  # fmt: skip
     refused = _refusal(as_passive.SubmitCounts, unweighted)
     assert refused[0] == CODE.INVALID_ARGUMENT and "bin weights" in refused[1], refused  # before anything is spent
-    assert submit([b"garbage"] * blocks * layout.n_chunks, blocks * layout.replicas) == CODE.INVALID_ARGUMENT
+    assert submit([b"garbage"] * count, blocks * layout.replicas) == CODE.INVALID_ARGUMENT
     # That request was parsed, so the party's one answer for the node is spent: no second try.
-    assert submit([b"garbage"] * blocks * layout.n_chunks, blocks * layout.replicas) == CODE.FAILED_PRECONDITION
+    assert submit([b"garbage"] * count, blocks * layout.replicas) == CODE.FAILED_PRECONDITION
     no_counts = tree_pb2.NodeDecide(session_id=sid, node=key, counts=to_tensor(np.zeros((3, 2 * d_active))))
     assert _code(coordinator.Decide, no_counts) == CODE.FAILED_PRECONDITION
     bits = tree_pb2.NodePartition(session_id=sid, node=key, goes_left=to_tensor(np.ones(40, np.int64)))

@@ -19,7 +19,7 @@ from tests.security.conftest import federation
 from vflsec.client.federation.launcher import FederationSpec, SpecError, write_federation
 from vflsec.services import app
 from vflsec.services.config import load_config
-from vflsec.services.crypto import he
+from vflsec.services.crypto import he, masking
 from vflsec.services.data import datasets
 from vflsec.services.transport import wire
 from vflsec.services.transport.tensors import from_tensor
@@ -36,7 +36,7 @@ def _code(call, request) -> tuple[grpc.StatusCode, str]:
 
 
 def _products(backend: he.Backend, probs: he.EncryptedMatrix, X: np.ndarray, mask_bound: float = 0.0) -> list[bytes]:
-    cts, _ = he.masked_feature_products(backend, probs, X, np.random.default_rng(), mask_bound=mask_bound)
+    cts, _ = masking.masked_feature_products(backend, probs, X, np.random.default_rng(), mask_bound=mask_bound)
     return [backend.serialize(ct) for ct in cts]
 
 
@@ -144,7 +144,7 @@ def test_features_beyond_the_mask_hiding_bound_are_refused(tmp_path) -> None:
             app.load_party_data(load_config(config))
     with pytest.raises(ValueError, match=r"\|x\| <= 64"):
         backend = he.make_keyholder("plain")
-        he.masked_feature_products(backend, he.encrypt_matrix(backend, np.ones((4, 1))), np.full((4, 1), 65.0),
+        masking.masked_feature_products(backend, he.encrypt_matrix(backend, np.ones((4, 1))), np.full((4, 1), 65.0),
                                    np.random.default_rng())
 
 

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from tests.security.conftest import federation
-from vflsec.services.crypto import he
+from vflsec.services.crypto import he, masking
 from vflsec.services.transport import wire
 from vflsec.services.transport.tensors import from_tensor
 from vflsec.v1 import coordinator_pb2, coordinator_pb2_grpc
@@ -62,7 +62,7 @@ def test_training_keys_rotate_and_no_key_answers_more_than_a_quarter_of_n(tmp_pa
                 probs = wire.from_message(backend, reply, "probs")
                 for party, width in widths.items():
                     crafted = np.eye(n)[:, :width]  # one functional per answered sum, whatever the content
-                    cts, _ = he.masked_feature_products(backend, probs, crafted, np.random.default_rng())
+                    cts, _ = masking.masked_feature_products(backend, probs, crafted, np.random.default_rng())
                     sums = from_tensor(stubs[party].DecryptBlockSums(coordinator_pb2.BlockSumsRequest(
                         session_id=sid, step=step, ciphertexts=[backend.serialize(c) for c in cts], width=width)),
                         "sums", ndim=2)
@@ -115,7 +115,7 @@ def test_a_ciphertext_under_an_old_epoch_key_decrypts_to_nothing(tmp_path) -> No
             # true sum would be 32) decrypts under epoch 1's key to noise far outside the masked range.
             stale = he.encrypt_matrix(old, np.full((n, 1), 0.5), replicas=probs.replicas)
             assert stale.layout == probs.layout
-            cts, _ = he.masked_feature_products(old, stale, np.ones((n, 2)), np.random.default_rng())
+            cts, _ = masking.masked_feature_products(old, stale, np.ones((n, 2)), np.random.default_rng())
             request = coordinator_pb2.BlockSumsRequest(
                 session_id=sid, step=rotation, ciphertexts=[old.serialize(c) for c in cts], width=2
             )

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from vflsec.services.crypto import he
+from vflsec.services.crypto import he, masking
 from vflsec.services.data.datasets import PartyData
 from vflsec.services.defenses.release import ParamReleaseChain, ScoreReleaseChain
 from vflsec.services.engines import checkpoint
@@ -120,7 +120,8 @@ def test_a_passive_party_refuses_plain_unless_its_own_policy_allows_it(tmp_path)
 
 def _products(c: Coordinator, probs: he.EncryptedMatrix, mask_bound: float = 0.0) -> list[bytes]:
     keys = c.sessions["s"].backend
-    cts, _ = he.masked_feature_products(keys, probs, np.ones((N, 2)), np.random.default_rng(), mask_bound=mask_bound)
+    ones, rng = np.ones((N, 2)), np.random.default_rng()
+    cts, _ = masking.masked_feature_products(keys, probs, ones, rng, mask_bound=mask_bound)
     return [keys.serialize(ct) for ct in cts]
 
 
@@ -137,7 +138,7 @@ def test_a_request_in_progress_at_a_crash_is_answered_once_with_the_same_sums(tm
         raise Killed  # the process dies mid-decryption, after the request's placeholder is durable
 
     with monkeypatch.context() as patch:
-        patch.setattr(he, "block_sums", crash)
+        patch.setattr(masking, "block_sums", crash)
         with pytest.raises(Killed):
             c.block_sums("s", 1, "passive-1", blobs, 2)
     # Two restarts from the same checkpoint both decrypt the retry: the released sums are identical (one flooding

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from tests.security.conftest import federation
-from vflsec.services.crypto import he
+from vflsec.services.crypto import masking
 from vflsec.services.models.tree import steps, trainers
 
 N_TRAIN = 120
@@ -89,7 +89,7 @@ def _label_read(fed, monkeypatch, family: str, settings: dict, copied: list[int]
             X[t, o + home], X[t, o + e] = 0.0, 1.0
             plan.append((o + home, o + e, c))
             meaning[feats[i]] = (f, c)
-        out, mask_sums = he.masked_feature_products(backend, encrypted, X, rng, fold=steps.product_fold(task))
+        out, mask_sums = masking.masked_feature_products(backend, encrypted, X, rng, fold=steps.product_fold(task))
         bw = task.weights @ X  # column sums of the memberships: the bin weights the party claims ...
         for home, e, c in plan:  # counts = sums - mask_sums: subtracting from a mask sum adds to its count
             mask_sums[home, c] -= wt

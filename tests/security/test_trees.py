@@ -21,10 +21,10 @@ import pytest
 
 from tests.security.conftest import federation
 from vflsec.services.config import MIN_NODE_ROWS, MIN_TRAINING_ROWS, parse_config
-from vflsec.services.crypto import he
+from vflsec.services.crypto import he, masking
 from vflsec.services.engines.coordinator import Coordinator, QueryPolicy
 from vflsec.services.errors import FailedPrecondition, ResourceExhausted
-from vflsec.services.models.tree import trainers
+from vflsec.services.models.tree import steps, trainers
 from vflsec.services.models.tree.binning import QuantileBins
 from vflsec.services.transport.tensors import to_tensor
 from vflsec.v1 import common_pb2, tree_pb2, tree_pb2_grpc
@@ -235,9 +235,8 @@ def test_crafted_indicators_cannot_make_a_refusal_read_a_passive_bins_weight(fed
         Y[chosen["row"] % task.rows.size] = 0.0
         Y[chosen["row"] % task.rows.size, 0] = task.weights.sum()
         Y = Y[:, : trainers.encrypted_classes(self.n_classes)]  # the classes that are encrypted
-        return he.encrypt_matrix(
-            backend, Y, replicas=trainers.indicator_layout(task, self.n_classes, widest, backend.slots).replicas
-        )
+        layout = steps.indicator_layout(task, self.n_classes, widest, backend.slots, steps.product_parts(backend))
+        return he.encrypt_matrix(backend, Y, replicas=layout.replicas)
 
     monkeypatch.setattr(trainers.LabelHolder, "encrypt", crafted)
     for target in (0, 7, 19, 33):
@@ -266,7 +265,8 @@ def test_crafted_products_cannot_read_chosen_labels_through_apply_split(fed, mon
         X = np.zeros((task.rows.size, int(offsets[-1])))
         for i in usable:
             X[0, offsets[i]] = 1.0
-        products, mask_sums = he.masked_feature_products(backend, encrypted, X, rng, fold=trainers.product_fold(task))
+        fold, parts = steps.product_fold(task), steps.product_parts(backend)
+        products, mask_sums = masking.masked_feature_products(backend, encrypted, X, rng, fold=fold, parts=parts)
         weights = honest_weights(self, task)
         for c, i in enumerate(usable):
             if c < mask_sums.shape[1]:
@@ -325,7 +325,8 @@ def test_products_made_for_another_copy_of_the_node_are_refused_unopened(fed, mo
         Y = np.zeros((task.rows.size, self.n_classes))
         Y[:, 1], Y[t] = w, 0.0
         Y[t, 0] = w[t]
-        replicas = trainers.indicator_layout(task, self.n_classes, widest, backend.slots).replicas
+        layout = steps.indicator_layout(task, self.n_classes, widest, backend.slots, steps.product_parts(backend))
+        replicas = layout.replicas
         return he.encrypt_matrix(backend, Y[:, : trainers.encrypted_classes(self.n_classes)], replicas=replicas)
 
     def node_counts(self, session_id, node, indicators, key_epoch):

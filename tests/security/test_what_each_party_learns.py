@@ -32,6 +32,7 @@ def test_coordinator_decrypts_only_aggregates_and_passives_see_ciphertexts_and_q
     tmp_path, monkeypatch
 ) -> None:
     decrypted: list[np.ndarray] = []
+    both_parts: list[np.ndarray] = []  # the same slots decoded as complex numbers, as a curious key holder may
     shares: list[np.ndarray] = []  # every passive [[z_p]] of training, in plaintext (recorded at its owner)
     deltas: list[he.EncryptedMatrix] = []
     block_sum_replies: list[np.ndarray] = []
@@ -40,6 +41,7 @@ def test_coordinator_decrypts_only_aggregates_and_passives_see_ciphertexts_and_q
 
     def watched_decrypt(self, ct):  # type: ignore[no-untyped-def]
         decrypted.append(decrypt(self, ct))
+        both_parts.append(self.decrypt_complex(ct))
         return decrypted[-1]
 
     monkeypatch.setattr(he.CkksBackend, "_decrypt", watched_decrypt)
@@ -130,6 +132,9 @@ def test_coordinator_decrypts_only_aggregates_and_passives_see_ciphertexts_and_q
     products = [v for v in training if np.abs(v).max() >= MASK_FLOOR]
     assert logits and products
     assert all(np.median(np.abs(v)) > MASK_FLOOR for v in products)
+    # ...in both parts of a complex slot: the imaginary parts carry [[δ]]'s noise times the party's values otherwise.
+    imaginary = [c.imag for v, c in zip(training, both_parts, strict=True) if np.abs(v).max() >= MASK_FLOOR]
+    assert len(imaginary) == len(products) and all(np.median(np.abs(i)) > MASK_FLOOR for i in imaginary)
     for v in logits:
         for share in shares:
             flat = share.ravel()

@@ -5,10 +5,10 @@ import json
 import numpy as np
 import pytest
 
-from vflsec.services.crypto import entropy, he
+from vflsec.services.crypto import entropy, he, masking
 from vflsec.services.errors import FailedPrecondition, InvalidArgument
 from vflsec.services.models.tree import KeyHolder, LocalFederation, TreeConfig, TreeData, simulate
-from vflsec.services.models.tree.steps import Task, indicator_layout, product_fold
+from vflsec.services.models.tree.steps import Task, indicator_layout, product_fold, product_parts
 from vflsec.services.models.tree.structure import ACTIVE
 
 
@@ -23,9 +23,9 @@ def test_key_holder_decrypts_only_masked_slots_and_releases_per_bin_counts(wine)
     opened: list[tuple[object, np.ndarray, np.ndarray]] = []
     backend, open_counts = fed.keyholder.backend, fed.keyholder.open_counts
 
-    def recording_decrypt(ct):
-        values = type(backend).decrypt(backend, ct)
-        decrypted.append(values)
+    def recording_decrypt(ct):  # under CKKS a product carries two groups, in its slots' real and imaginary parts
+        values = type(backend).decrypt_complex(backend, ct)
+        decrypted.extend([values.real, values.imag])
         return values
 
     def recording_open(party, task, *args):
@@ -34,7 +34,7 @@ def test_key_holder_decrypts_only_masked_slots_and_releases_per_bin_counts(wine)
         opened.append((task, counts, expected))
         return counts
 
-    backend.decrypt = recording_decrypt
+    backend.decrypt_complex = recording_decrypt
     fed.keyholder.open_counts = recording_open
     fed.train()
     assert opened and decrypted
@@ -42,7 +42,7 @@ def test_key_holder_decrypts_only_masked_slots_and_releases_per_bin_counts(wine)
     for _task, counts, expected in opened:
         assert counts.shape == (wine.n_classes, sum(fed.owners[1].bins.sizes))
         np.testing.assert_array_equal(counts, expected)
-    # What the key holder saw slot by slot: products masked uniformly in [-2^24, 2^24]. Unmasked products would be
+    # What the key holder saw slot by slot, in both parts: products masked uniformly in [-2^24, 2^24]. Unmasked would be
     # class indicators times 0/1 bin indicators, all in {0, 1}; a masked slot lands in [-1, 2] with prob ~1e-7.
     slots = np.concatenate(decrypted)
     assert np.mean((slots > -1) & (slots < 2)) < 1e-3
@@ -141,9 +141,9 @@ def test_products_beyond_the_masked_range_are_clipped_not_refused(wine):
     assert fed.builder.open(task, fed.labels.totals(task))
     width = fed.builder.width(task, 1)
     sent = fed.labels.encrypt(fed.public, task, width)
-    loud, mask_sums = he.masked_feature_products(
+    loud, mask_sums = masking.masked_feature_products(
         fed.public, sent, fed.owners[1].indicator_matrix(task), entropy.os_entropy(), mask_bound=2.0**30,
-        fold=product_fold(task),
+        fold=product_fold(task), parts=product_parts(fed.public),
     )
     blobs, weights = [fed.public.serialize(c) for c in loud], fed.owners[1].bin_weights(task)
     counts = fed.keyholder.open_counts(1, task, width, sent.layout, blobs, mask_sums, weights)
@@ -173,8 +173,8 @@ def test_folded_slots_stay_within_the_feature_bound_and_wider_features_are_refus
     enc = he.encrypt_matrix(keys, y, replicas=layout.replicas)
     x = np.zeros((n, 2))
     x[:, 0] = 1.0
-    products, _ = he.masked_feature_products(keys, enc, x, np.random.default_rng(0), mask_bound=0.0, fold=fold)
+    products, _ = masking.masked_feature_products(keys, enc, x, np.random.default_rng(0), mask_bound=0.0, fold=fold)
     top = max(np.abs(np.asarray(keys.decrypt(p))).max() for p in products)
     assert top == he.FEATURE_BOUND  # 8 chunks x multiplicity 8, the bound reached, never passed
     with pytest.raises(ValueError, match=r"fold · \|x\| <= 64"):
-        he.masked_feature_products(keys, enc, 9.0 * x, np.random.default_rng(0), mask_bound=0.0, fold=fold)
+        masking.masked_feature_products(keys, enc, 9.0 * x, np.random.default_rng(0), mask_bound=0.0, fold=fold)

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from vflsec.services import kinds
-from vflsec.services.crypto import entropy, he
+from vflsec.services.crypto import entropy, he, masking
 from vflsec.services.errors import FailedPrecondition, InvalidArgument
 from vflsec.services.models.family import (
     ActiveContext,
@@ -83,14 +83,14 @@ def masked_gradient(
     rebuilds byte-identical products, which the key holder answers from its cache.
     """
     masks = entropy.keyed_stream(mask_key, session_id, step, delta_digest)
-    cts, mask_sums = he.masked_feature_products(backend, delta, x, masks)
+    cts, mask_sums = masking.masked_feature_products(backend, delta, x, masks)
     width = x.shape[1]
     sums = block_sums([backend.serialize(c) for c in cts], width)
     if sums.shape != (width, mask_sums.shape[1]):
         raise FailedPrecondition(
             f"coordinator returned block sums of shape {sums.shape}, expected {(width, mask_sums.shape[1])}"
         )
-    return he.gradient_from_block_sums(sums, mask_sums[:width], width) / len(x)
+    return masking.gradient_from_block_sums(sums, mask_sums[:width], width) / len(x)
 
 
 def _optimizers(config: OptimizerConfig, k: int, d: int) -> tuple[BlockOptimizer, BlockOptimizer]:
@@ -304,7 +304,7 @@ class LrKeyHolder:
     def block_sums(keys: he.Backend, cts: Sequence[Any], layout: he.MatrixLayout, width: int) -> np.ndarray:
         """Masked block sums of a party's ``width`` columns; products outside the masked range are refused."""
         bound = keys.default_mask_bound + he.FEATURE_BOUND + 1.0
-        return he.block_sums(keys, cts, layout, max_abs=bound)[:width]
+        return masking.block_sums(keys, cts, layout, max_abs=bound)[:width]
 
     def scores(self, aggregate: np.ndarray) -> np.ndarray:
         return confidence_scores(aggregate)

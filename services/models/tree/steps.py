@@ -10,10 +10,10 @@ Roles (party 0 is the active party; every party, the active one included, is a :
   and the node's class totals in the clear.
 * :class:`FeatureOwner` — a party's bins and thresholds: per-bin class counts of its candidate features, in the clear
   for the active party (:meth:`FeatureOwner.plain_counts`) and as masked ct x pt products for a passive party
-  (:meth:`FeatureOwner.masked_products`, he.masked_feature_products against its 0/1 bin indicators); when its
+  (:meth:`FeatureOwner.masked_products`, masking.masked_feature_products against its 0/1 bin indicators); when its
   split wins it partitions the node's rows and keeps the threshold; at inference it answers its own splits.
 * :class:`KeyHolder` — the coordinator's decryption: one answer per (party, tree, node), exactly the width the
-  node's candidate features need, honest ciphertext form and the masked range (he.block_sums); the passive
+  node's candidate features need, honest ciphertext form and the masked range (masking.block_sums); the passive
   party's mask sums come with its products, so the per-bin counts open at the coordinator and nowhere else (the last
   class's as the party's bin weights less the others').
 
@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vflsec.services.crypto import entropy, he, product_pool
+from vflsec.services.crypto import entropy, he, masking, product_pool
 from vflsec.services.errors import FailedPrecondition, InvalidArgument
 
 from .binning import QuantileBins
@@ -193,7 +193,7 @@ def candidate_features(config: TreeConfig, tree: int, node_id: int, d: int, d_ac
 
 
 def product_fold(task: Task) -> int:
-    """Chunks whose products a passive party adds before masking them once (he.masked_column_products): as many as
+    """Chunks whose products a passive party adds before masking them once (masking.masked_column_products): as many as
     keep every slot's value, a sum of that many rows' multiplicity times a 0/1 bin indicator, within the range the
     masks hide (he.FEATURE_BOUND), as a single row's product was. Public: both the party and the key holder derive it
     from the node's multiplicities."""
@@ -208,11 +208,23 @@ def encrypted_classes(n_classes: int) -> int:
     return n_classes - 1
 
 
-def indicator_layout(task: Task, n_classes: int, widest: int, slots: int) -> he.MatrixLayout:
+def product_parts(backend: he.Backend) -> int:
+    """Feature groups one masked product carries: two under CKKS (a slot's real and imaginary parts), else one.
+    Public: every party derives it from the session's backend."""
+    return 2 if backend.complex_slots else 1
+
+
+def product_count(task: Task, width: int, layout: he.MatrixLayout, parts: int) -> int:
+    """Ciphertexts of a passive party's products for a block of ``width`` one-hot columns at a node."""
+    return math.ceil(math.ceil(width / layout.replicas) / parts) * math.ceil(layout.n_chunks / product_fold(task))
+
+
+def indicator_layout(task: Task, n_classes: int, widest: int, slots: int, parts: int = 1) -> he.MatrixLayout:
     """The layout of a node's encrypted class indicators, (rows, K − 1) (the active party's and the key holder's own
-    copy): the replicas that make the least work for the products of the widest passive block at the node's fold."""
+    copy): the replicas that make the least work for the products of the widest passive block at the node's fold
+    and ``parts`` (:func:`product_parts`)."""
     shape = (task.rows.size, encrypted_classes(n_classes))
-    replicas = he.choose_replicas(*shape, max(widest, 1), slots, fold=product_fold(task))
+    replicas = he.choose_replicas(*shape, max(widest, 1), slots, fold=product_fold(task), parts=parts)
     return he.MatrixLayout.for_matrix(shape, replicas, slots)
 
 
@@ -658,7 +670,7 @@ class LabelHolder:
     def encrypt(self, backend: he.Backend, task: Task, widest: int) -> he.EncryptedMatrix:
         """[[indicators]] of every class but the last (:func:`encrypted_classes`) for the passive parties, replicated
         for the widest block a passive party sends."""
-        layout = indicator_layout(task, self.n_classes, widest, backend.slots)
+        layout = indicator_layout(task, self.n_classes, widest, backend.slots, product_parts(backend))
         sent = self.indicators(task)[:, : encrypted_classes(self.n_classes)]
         return he.encrypt_matrix(backend, sent, replicas=layout.replicas)
 
@@ -725,8 +737,10 @@ class FeatureOwner:
         sums, both for the key holder."""
         if encrypted.shape[0] != task.rows.size:
             raise InvalidArgument(f"encrypted indicators have {encrypted.shape[0]} rows, the node {task.rows.size}")
-        columns = self.indicator_columns(task)
-        return he.masked_column_products(backend, encrypted, columns, self.width(task), rng, fold=product_fold(task))
+        columns, fold = self.indicator_columns(task), product_fold(task)
+        return masking.masked_column_products(
+            backend, encrypted, columns, self.width(task), rng, fold=fold, parts=product_parts(backend)
+        )
 
     def pooled_products(
         self, pool: product_pool.ProductPool, keys: he.Backend, indicators: he.WireMatrix, task: Task
@@ -734,8 +748,8 @@ class FeatureOwner:
         """:meth:`masked_products` of the indicators as they came off the wire, serialized: made in ``pool``'s worker
         processes (over every core it has), or here when the pool would not pay for it (one worker, a small node)."""
         try:
-            if pool.pays(keys, indicators, self.width(task)):
-                return pool.products(keys, indicators, *self.one_hot(task), product_fold(task))
+            if pool.pays(keys, indicators, self.width(task), product_parts(keys)):
+                return pool.products(keys, indicators, *self.one_hot(task), product_fold(task), product_parts(keys))
             received = product_pool.parse(keys, indicators)
         except product_pool.BadIndicators as exc:
             raise InvalidArgument(f"indicators: {exc}") from exc
@@ -819,12 +833,12 @@ class KeyHolder:
         weights = np.asarray(bin_weights, dtype=np.float64)
         if weights.shape != (width,) or not (np.isfinite(weights).all() and weights.min(initial=0) >= 0):
             raise InvalidArgument(f"bin weights must be {width} finite non-negative numbers, got {weights.shape}")
-        fold = product_fold(task)
-        expected = math.ceil(width / layout.replicas) * math.ceil(layout.n_chunks / fold)
+        fold, parts = product_fold(task), product_parts(self.backend)
+        expected = product_count(task, width, layout, parts)
         if len(products) != expected:
             raise InvalidArgument(
                 f"a block of {width} columns at {layout.replicas} replicas over {layout.n_chunks} chunks, "
-                f"{fold} to a product, is "
+                f"{fold} to a product, {parts} groups a product, is "
                 f"{expected} ciphertexts, got {len(products)}"
             )
         k = layout.shape[1]
@@ -840,11 +854,12 @@ class KeyHolder:
             cts = he.deserialize_all(self.backend, products, layout.ct_size)
             self.backend.check_form(cts, product=True)
             bound = self.backend.default_mask_bound + he.FEATURE_BOUND + 1.0
-            sums = he.block_sums(self.backend, cts, layout, max_abs=bound, clip=True, fold=fold)
+            sums = masking.block_sums(self.backend, cts, layout, max_abs=bound, clip=True, fold=fold, parts=parts)
+            sums = sums[:rows]  # two parts and an odd number of groups: the last imaginary part carries none
         except ValueError as exc:
             raise InvalidArgument(f"ciphertexts: {exc}") from exc
         # Counts are integers (bootstrap multiplicities times 0/1); rounding removes the CKKS decoding error.
-        counts = np.rint(he.gradient_from_block_sums(sums, mask_sums, width))
+        counts = np.rint(masking.gradient_from_block_sums(sums, mask_sums, width))
         counts = np.vstack([counts, weights - counts.sum(axis=0)])  # the last class: the bins' weight less the others
         return np.clip(counts, 0.0, float(task.weights.sum()))
 
@@ -906,6 +921,8 @@ __all__ = [
     "encrypted_classes",
     "full_tree",
     "indicator_layout",
+    "product_count",
     "product_fold",
+    "product_parts",
     "split_family",
 ]

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -74,7 +73,8 @@ from .steps import (
     encrypted_classes,
     indicator_layout,
     node_depth,
-    product_fold,
+    product_count,
+    product_parts,
 )
 from .structure import Forest, copy_tree, from_tensors, to_tensors
 
@@ -155,9 +155,7 @@ class KeyHolderLink(Protocol):
         task_digest: bytes,
     ) -> None: ...
 
-    def decide(
-        self, session_id: str, key: NodeKey, counts: np.ndarray | None
-    ) -> tuple[bool, tuple[int, int] | None]:
+    def decide(self, session_id: str, key: NodeKey, counts: np.ndarray | None) -> tuple[bool, tuple[int, int] | None]:
         """Whether the node is split, and the active party's own split (feature, bin) if it won (None: a leaf, or a
         passive party's split)."""
         ...
@@ -550,7 +548,7 @@ class TreeKeyHolder:
         if part != done or parts <= part:
             raise InvalidArgument(f"part {part} of {parts} of node {task.key}'s products: part {done} is due")
         received = received + products
-        if len(received) > math.ceil(width / layout.replicas) * math.ceil(layout.n_chunks / product_fold(task)):
+        if len(received) > product_count(task, width, layout, product_parts(keys)):
             raise InvalidArgument(f"more products than node {task.key}'s block of {width} columns has ciphertexts")
         if part + 1 < parts:
             self.arriving[party] = (part + 1, received)
@@ -563,7 +561,9 @@ class TreeKeyHolder:
             raise FailedPrecondition(f"party {party} has no candidate feature at node {task.key}")
         builder = self._builder()
         widest = max(builder.width(task, p) for p in task.features if p not in (ACTIVE, *self.derived))
-        return builder.width(task, party), indicator_layout(task, self.n_classes, widest, keys.slots)
+        return builder.width(task, party), indicator_layout(
+            task, self.n_classes, widest, keys.slots, product_parts(keys)
+        )
 
     def _same_node(self, task: Task, task_digest: bytes, session_id: str) -> None:
         if task_digest != task.digest(session_id, self.epoch):
