@@ -14,7 +14,7 @@ from typing import Generic, TypeVar
 # A batch gathers while submitters keep joining it, each within a window of the last, for at most this many windows.
 # Concurrent callers come back as a cohort spread over several milliseconds (each reply and each new request pass
 # through one GIL at either end); a fixed window cut a cohort into a large round and small ones, each costing every
-# party its calls (docs/performance.md, session 15: 12-15 requests a round, 15-24 gathering while they keep coming).
+# party its calls (docs/performance.md, session 15: 12-14 requests a round with one window, 17-18 gathering).
 GATHER_WINDOWS = 5
 
 Item = TypeVar("Item")
