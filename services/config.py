@@ -29,9 +29,9 @@ ROLES = ("coordinator", "active", "passive")
 # training rows; a 4-row leaf moves depth-5 trees by < 1 pp on wine and digits, docs/trees.md).
 MIN_TRAINING_ROWS = 32
 MIN_NODE_ROWS = 4
-# Active party: concurrent Predicts of a session share one round (services/engines/batching.py): the first waits this
-# long for others ([limits] predict_window_ms; 0: every Predict its own round), and a round carries at most this many
-# rows ([limits] predict_batch_rows; a larger request runs alone, in chunks)
+# Active party: concurrent Predicts of a session share one round (services/engines/batching.py): a round gathers until
+# no Predict has joined it for this long, at most 5 times this long ([limits] predict_window_ms; 0: every Predict its
+# own round), and carries at most this many rows ([limits] predict_batch_rows; a larger request runs alone, in chunks)
 PREDICT_WINDOW_MS = 2.0
 PREDICT_BATCH_ROWS = 4096
 ACTIVE_WORKERS = 64  # the active party's server threads by default ([limits] workers; other roles: 16)
@@ -96,8 +96,8 @@ class ServiceConfig:
     plugins: tuple[PluginConfig, ...] = ()
     max_message_bytes: int = 256 * 1024 * 1024
     workers: int = 16
-    # Active party: concurrent Predicts of a session share a round ([limits] predict_window_ms, how long the first
-    # waits for others, 0: no batching; predict_batch_rows, the most rows a round carries)
+    # Active party: concurrent Predicts of a session share a round ([limits] predict_window_ms, how long a round waits
+    # for the next Predict to join, 0: no batching; predict_batch_rows, the most rows a round carries)
     predict_window_ms: float = PREDICT_WINDOW_MS
     predict_batch_rows: int = PREDICT_BATCH_ROWS
     state_dir: Path | None = None  # session checkpoints; None keeps sessions in memory only
@@ -180,7 +180,7 @@ def parse_config(raw: dict[str, Any], *, base: Path, role: str | None = None, so
     release = raw.get("release", {})
     embedding = raw.get("defenses", {}).get("embedding", [])
     if not isinstance(embedding, list) or not all(isinstance(spec, str) for spec in embedding):
-        raise ConfigError(f"{source}: [defenses] embedding is a list of specs such as \"masquerade:m=16\"")
+        raise ConfigError(f'{source}: [defenses] embedding is a list of specs such as "masquerade:m=16"')
     if embedding and cfg_role != "passive":
         raise ConfigError(f"{source}: [defenses] embedding is a passive party's own defense, not a {cfg_role}'s")
     plugins = tuple(

@@ -6,9 +6,16 @@ serving; a batch pays them once while every request keeps its own admission and 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
+
+# A batch gathers while submitters keep joining it, each within a window of the last, for at most this many windows.
+# Concurrent callers come back as a cohort spread over several milliseconds (each reply and each new request pass
+# through one GIL at either end); a fixed window cut a cohort into a large round and small ones, each costing every
+# party its calls (docs/performance.md, session 15: 12-14 requests a round with one window, 17-18 gathering).
+GATHER_WINDOWS = 5
 
 Item = TypeVar("Item")
 Outcome = TypeVar("Outcome")
@@ -35,14 +42,16 @@ class _Batch:
     rows: int = 0
     full: bool = False
     ready: threading.Lock = field(default_factory=_held)  # released when full: its leader need not wait out the window
+    joined: float = 0.0  # when the last submitter joined (time.monotonic())
 
 
 class Batcher(Generic[Item, Outcome]):
-    """Runs concurrent submissions in batches: the first submitter of a batch waits up to ``window`` seconds (less
-    once the batch holds ``max_items`` items or ``max_rows`` rows) for others to join, and then, while ``rounds``
-    batches are running, until one ends (the batch still gathering: the busier the service, the larger its batches);
-    then it runs ``run`` on all of them in its own thread. A submitter arriving meanwhile opens the next batch.
-    ``run`` returns one outcome per item, in order: a value, or an exception that only that item's submitter raises."""
+    """Runs concurrent submissions in batches: the first submitter of a batch waits for others to join until none has
+    joined for ``window`` seconds, at most ``windows`` windows in all (less once the batch holds ``max_items`` items or
+    ``max_rows`` rows), and then, while ``rounds`` batches are running, until one ends (the batch still gathering:
+    the busier the service, the larger its batches); then it runs ``run`` on all of them in its own thread. A
+    submitter arriving meanwhile opens the next batch. ``run`` returns one outcome per item, in order: a value, or an
+    exception that only that item's submitter raises."""
 
     def __init__(
         self,
@@ -51,10 +60,14 @@ class Batcher(Generic[Item, Outcome]):
         max_rows: int,
         max_items: int,
         rounds: int = 2,
+        windows: float = GATHER_WINDOWS,
     ) -> None:
-        if window <= 0 or max_rows < 1 or max_items < 1 or rounds < 1:
-            raise ValueError(f"invalid batching: {window=} (> 0), {max_rows=}, {max_items=}, {rounds=} (>= 1)")
+        if window <= 0 or max_rows < 1 or max_items < 1 or rounds < 1 or windows < 1:
+            raise ValueError(
+                f"invalid batching: {window=} (> 0), {max_rows=}, {max_items=}, {rounds=}, {windows=} (>= 1)"
+            )
         self._run, self.window, self.max_rows, self.max_items = run, window, max_rows, max_items
+        self.windows = windows
         self._lock = threading.Lock()
         self._open: _Batch | None = None
         self._rounds = threading.BoundedSemaphore(rounds)
@@ -67,12 +80,13 @@ class Batcher(Generic[Item, Outcome]):
             if leader:
                 batch = self._open = _Batch()
             batch.slots.append(slot)
+            batch.joined = time.monotonic()
             batch.rows += rows
             if not batch.full and (len(batch.slots) >= self.max_items or batch.rows >= self.max_rows):
                 batch.full = True
                 batch.ready.release()
         if leader:
-            batch.ready.acquire(timeout=self.window)
+            self._gather(batch)
             with self._rounds:
                 with self._lock:
                     if self._open is batch:  # closed: later submitters open the next batch
@@ -82,6 +96,14 @@ class Batcher(Generic[Item, Outcome]):
         if isinstance(slot.outcome, BaseException):
             raise slot.outcome
         return slot.outcome  # type: ignore[return-value]
+
+    def _gather(self, batch: _Batch) -> None:
+        """Until ``batch`` is full, or no submitter has joined it for a window, or ``windows`` windows have passed."""
+        end = time.monotonic() + self.windows * self.window
+        while True:
+            wait = min(batch.joined + self.window, end) - time.monotonic()
+            if wait <= 0 or batch.ready.acquire(timeout=wait):
+                return
 
     def _complete(self, slots: list[_Slot]) -> None:
         try:

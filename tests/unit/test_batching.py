@@ -1,7 +1,7 @@
 """The Batcher behind the active party's batched Predicts: concurrent submissions run as one batch, each submitter gets
 its own item's outcome (a refusal only its own), the batching limits are read from [limits], and every query's
 repeated-rows check refuses alike on its two paths. Nothing is timed: a batch is made to close by filling up, its window
-being far longer than the test."""
+being far longer than the test, and how long a batch gathers is read on a fake clock."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 
 from vflsec.services.common import require_distinct_rows
 from vflsec.services.config import ACTIVE_WORKERS, PREDICT_BATCH_ROWS, PREDICT_WINDOW_MS, ConfigError, parse_config
+from vflsec.services.engines import batching
 from vflsec.services.engines.batching import Batcher
 from vflsec.services.errors import InvalidArgument, ResourceExhausted
 
@@ -66,6 +67,40 @@ def test_a_batch_that_fails_whole_tells_every_submitter() -> None:
 
     outcomes = _submit_all(Batcher(run, window=60.0, max_rows=100, max_items=3), [1, 2, 3])
     assert all(isinstance(o, ConnectionError) and str(o) == "peer down" for o in outcomes)
+
+
+class _Waiting:
+    """A batch's ``ready`` lock on a fake clock: a wait lets its timeout pass, while submitters join at ``joins``."""
+
+    def __init__(self, clock: list[float], batch: batching._Batch, joins: list[float]) -> None:
+        self.clock, self.batch, self.joins = clock, batch, joins
+
+    def acquire(self, timeout: float) -> bool:
+        self.clock[0] += timeout
+        while self.joins and self.joins[0] <= self.clock[0]:
+            self.batch.joined = self.joins.pop(0)
+        return False  # never full here
+
+
+@pytest.mark.parametrize(
+    ("joins", "closes_at"),
+    [
+        ([], 1.0),  # nobody joins: one window, as before
+        ([0.5, 1.4, 2.2], 3.2),  # each within a window of the last: gathers on until one window passes without a join
+        ([0.5, 2.0], 1.5),  # a join after a window without one opens the next batch
+        ([0.9 * k for k in range(1, 20)], 5.0),  # joining without pause: closed after `windows` windows
+    ],
+)
+def test_a_batch_gathers_while_submitters_keep_joining_for_at_most_its_windows(
+    monkeypatch, joins: list[float], closes_at: float
+) -> None:
+    clock = [0.0]
+    monkeypatch.setattr(batching.time, "monotonic", lambda: clock[0])
+    batcher = Batcher(lambda items: items, window=1.0, max_rows=100, max_items=100, windows=5)
+    batch = batching._Batch(joined=0.0)
+    batch.ready = _Waiting(clock, batch, joins)  # type: ignore[assignment]
+    batcher._gather(batch)
+    assert clock[0] == pytest.approx(closes_at)
 
 
 _ACTIVE = {
