@@ -63,6 +63,10 @@ __all__ = [
 CKKS_POLY_MODULUS_DEGREE = 8192
 CKKS_COEFF_MOD_BIT_SIZES = (60, 40, 40, 60)
 CKKS_SCALE_BITS = 40
+# An operand only ever multiplied once by a plaintext (at the global scale) and then decrypted (a tree node's [[Y]]):
+# encrypted at this scale, one prime lower, its products are made over two primes and rescaled to one (2^30 x 2^40
+# x a 2^25 masked slot fits 100 bits; rescaled, 2^30 x 2^25 fits 60), about a quarter cheaper (Backend.encrypt).
+OPERAND_SCALE_BITS = 30
 SLOTS = CKKS_POLY_MODULUS_DEGREE // 2
 CKKS_MASK_BOUND = 2.0**24
 FEATURE_BOUND = 64.0  # |x| a party may multiply into a product; the masks hide |δ·x| <= FEATURE_BOUND
@@ -177,11 +181,18 @@ class Backend(ABC):
     @abstractmethod
     def _mul_plain(self, a: Ct, v: np.ndarray) -> Ct: ...
 
-    def encrypt(self, values: np.ndarray | Sequence[float], *, ahead: bool = False) -> Ct:
+    def encrypt(self, values: np.ndarray | Sequence[float], *, ahead: bool = False, operand: bool = False) -> Ct:
         """``ahead``: from a fresh Enc(0) made in the background (CKKS: ZeroPool), for an encryption that recurs
-        on a critical path with waits in between (a training step's [[z_p]] and [[p]]), not for bursts."""
+        on a critical path with waits in between (a training step's [[z_p]] and [[p]]), not for bursts.
+        ``operand``: for a ciphertext only ever multiplied once by a plaintext and then decrypted (a tree node's
+        [[Y]]); CKKS: at scale 2^OPERAND_SCALE_BITS and one prime lower (check_form's ``operand``)."""
         arr = _as_vector(values, self.slots, "plaintext")
+        if operand:
+            return self._encrypt_operand(arr)
         return self._encrypt_ahead(arr) if ahead else self._encrypt(arr)
+
+    def _encrypt_operand(self, values: np.ndarray) -> Ct:
+        return self._encrypt(values)
 
     def _encrypt_ahead(self, values: np.ndarray) -> Ct:
         return self._encrypt(values)
@@ -251,8 +262,9 @@ class Backend(ABC):
         return ct
 
     @abstractmethod
-    def check_form(self, cts: Sequence[Ct], *, product: bool) -> None:
-        """Refuse ciphertexts whose form no honest message of the protocol has (ValueError)."""
+    def check_form(self, cts: Sequence[Ct], *, product: bool, operand: bool = False) -> None:
+        """Refuse ciphertexts whose form no honest message of the protocol has (ValueError); ``operand``: the form
+        of an ``encrypt(..., operand=True)`` ciphertext (``product``: of its masked products)."""
 
     def _matching_plain(self, a: Ct, v: np.ndarray | Sequence[float], *, complex_ok: bool = False) -> np.ndarray:
         arr = _as_vector(v, self.slots, "plaintext operand", complex_ok=complex_ok and self.complex_slots)
@@ -394,22 +406,22 @@ class CkksBackend(Backend):
             raise TypeError(f"ckks backend expects a CKKSVector, got {type(ct).__name__}")
         return ct
 
-    def check_form(self, cts: Sequence[Ct], *, product: bool) -> None:
+    def check_form(self, cts: Sequence[Ct], *, product: bool, operand: bool = False) -> None:
         """Before the key holder decrypts a caller's ciphertexts: each must have 2 polynomials, the global scale
         and the level of an honest message — a fresh encryption (or sums of them, plus plaintexts) has every
         prime of the first data level, a masked product (fresh x plaintext, rescaled) or a lowered ciphertext
-        (:meth:`Backend.lower`, and sums of them plus plaintexts: a training step's [[z]]) one prime fewer.
+        (:meth:`Backend.lower`, and sums of them plus plaintexts: a training step's [[z]]) one prime fewer. With
+        ``operand``: scale 2^OPERAND_SCALE_BITS, an operand one prime fewer and its products two (trees' [[Y]],
+        checked by the party that multiplies it, and their products, by the key holder).
 
         A smaller scale would decode the decryption error magnified (2^8 instead of 2^40 shows it x 2^32,
         above the flooding), a third polynomial would bring s^2 into the decryption. This pins the form only:
         a crafted (0, t·x^j) of the right form still decrypts to linear functions of the secret key
         (docs/protocol.md, "Block sums").
         """
-        if self._fresh_level is None:
-            self._fresh_level = _level(self._encrypt(np.zeros(1)))
-        level = self._fresh_level - (1 if product else 0)
-        honest = "product or [[z]]" if product else "fresh ciphertext"
-        scale = self._ctx.global_scale
+        level = self._level_of_fresh() - (1 if product else 0) - (1 if operand else 0)
+        honest = ("product" if operand else "product or [[z]]") if product else "fresh ciphertext"
+        scale = 2.0**OPERAND_SCALE_BITS if operand else self._ctx.global_scale
         for i, ct in enumerate(cts):
             raw = self._check(ct).ciphertext()[0]
             if raw.size() != 2 or raw.coeff_modulus_size() != level or raw.scale != scale:
@@ -495,17 +507,38 @@ class CkksBackend(Backend):
                 total = product
             else:
                 seal.evaluator.add_inplace(total, product)
-        if total is None:  # every plaintext zero: a fresh encryption of zero in a product's form (_mul_plain)
-            total = self._mul_plain(cts[0], np.zeros(values[0].size)).ciphertext()[0]
+        scale = self._check(cts[0]).ciphertext()[0].scale  # the operands' (2^40, or an operand's 2^30)
+        if total is None:  # every plaintext zero: a fresh encryption of zero in a product's form
+            total = self._fresh_zero(self.size(cts[0]), scale, _level(self._check(cts[0])) - 1)
         else:
             seal.evaluator.rescale_to_next_inplace(total)
-            total.scale = self._ctx.global_scale  # as TenSEAL's rescale does: q_last / 2^40 - 1 is below 2^-20
+            total.scale = scale  # as TenSEAL's rescale does: q_last / 2^40 - 1 is below 2^-20
         plain = sealapi.Plaintext()
         seal.encoder.encode(mask.tolist(), total.parms_id(), total.scale, plain)
         seal.evaluator.add_plain_inplace(total, plain)
-        return ts.ckks_vector_from(
-            self._ctx, _vector_message(_seal_bytes(total), self.size(cts[0]), self._ctx.global_scale)
-        )
+        return self._vector(total, self.size(cts[0]))
+
+    def _encrypt_operand(self, values: np.ndarray) -> ts.CKKSVector:
+        return self._fresh(values, 2.0**OPERAND_SCALE_BITS, self._level_of_fresh() - 1)
+
+    def _fresh_zero(self, size: int, scale: float, level: int) -> sealapi.Ciphertext:
+        return self._check(self._fresh(np.zeros(size), scale, level)).ciphertext()[0]
+
+    def _fresh(self, values: np.ndarray, scale: float, level: int) -> ts.CKKSVector:
+        """A fresh encryption at ``scale``, dropped (mod-switched, the scale kept) to ``level`` primes."""
+        raw = ts.ckks_vector(self._ctx, values.tolist(), scale).ciphertext()[0]
+        while raw.coeff_modulus_size() > level:
+            self._seal().evaluator.mod_switch_to_next_inplace(raw)
+        return self._vector(raw, values.size)
+
+    def _vector(self, raw: sealapi.Ciphertext, size: int) -> ts.CKKSVector:
+        """A SEAL ciphertext of ``size`` slots as a TenSEAL vector (its scale, TenSEAL's for the vector)."""
+        return ts.ckks_vector_from(self._ctx, _vector_message(_seal_bytes(raw), size, raw.scale))
+
+    def _level_of_fresh(self) -> int:
+        if self._fresh_level is None:
+            self._fresh_level = _level(self._encrypt(np.zeros(1)))
+        return self._fresh_level
 
     def decrypt_complex(self, ct: Ct) -> np.ndarray:
         if self._secret_key is None:
@@ -636,7 +669,7 @@ class PlainBackend(Backend):
     def size(self, ct: Ct) -> int:
         return self._check(ct).size
 
-    def check_form(self, cts: Sequence[Ct], *, product: bool) -> None:
+    def check_form(self, cts: Sequence[Ct], *, product: bool, operand: bool = False) -> None:
         for ct in cts:  # a plain "ciphertext" has no scale or level: only its type
             self._check(ct)
 
@@ -850,15 +883,21 @@ def choose_replicas(n: int, k: int, d: int, slots: int, *, fold: int | None = No
 
 
 def encrypt_matrix(
-    backend: Backend, M: np.ndarray, replicas: int = 1, *, ahead: bool = False, lowered: bool = False
+    backend: Backend,
+    M: np.ndarray,
+    replicas: int = 1,
+    *,
+    ahead: bool = False,
+    lowered: bool = False,
+    operand: bool = False,
 ) -> EncryptedMatrix:
     """``lowered``: each ciphertext one prime lower (:meth:`Backend.lower`), for a matrix only added to and
-    decrypted."""
+    decrypted; ``operand``: for one only multiplied once by a plaintext, then decrypted (:meth:`Backend.encrypt`)."""
     M = np.asarray(M, dtype=np.float64)
     if M.ndim != 2:
         raise ValueError(f"matrix must be 2-D, got shape {M.shape}")
     layout = MatrixLayout.for_matrix(M.shape, replicas, backend.slots)
-    cts = [backend.encrypt(v, ahead=ahead) for v in layout.pack(M)]
+    cts = [backend.encrypt(v, ahead=ahead, operand=operand) for v in layout.pack(M)]
     return EncryptedMatrix(layout, [backend.lower(ct) for ct in cts] if lowered else cts)
 
 

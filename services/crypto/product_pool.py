@@ -65,9 +65,12 @@ def one_hot_columns(codes: np.ndarray, starts: np.ndarray) -> Callable[[int, int
 
 
 def parse(backend: he.Backend, wire: he.WireMatrix) -> he.EncryptedMatrix:
-    """he.matrix_from_wire, its refusal as BadIndicators."""
+    """he.matrix_from_wire of a node's encrypted indicators, in the form of a product operand (he.Backend.encrypt);
+    a refusal as BadIndicators."""
     try:
-        return he.matrix_from_wire(backend, wire)
+        matrix = he.matrix_from_wire(backend, wire)
+        backend.check_form(matrix.ciphertexts, product=False, operand=True)
+        return matrix
     except ValueError as exc:
         raise BadIndicators(str(exc)) from None  # pickled back from a worker: its message, not a chained traceback
 

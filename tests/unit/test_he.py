@@ -422,3 +422,24 @@ def test_two_parts_carry_two_groups_a_product_and_open_to_the_same_sums(ckks_pai
     plain = he.make_keyholder("plain")
     with pytest.raises(ValueError, match="parts must be 1, or 2 where slots are complex"):
         masking.masked_feature_products(plain, he.encrypt_matrix(plain, delta), X, rng, parts=2)
+
+
+def test_operands_are_one_prime_lower_at_2_30_and_their_products_open_the_same(ckks_pair: Pair) -> None:
+    """encrypt(operand=True) (trees' [[Y]]): scale 2^30, one prime lower; its masked products (two parts, an
+    all-zero fold among them) one more prime lower at 2^30, and within 1e-4 of the sums a slot's values give."""
+    keyholder, party = ckks_pair
+    rng = np.random.default_rng(4)
+    ys = rng.integers(0, 3, (4, 2048)).astype(float)
+    cts = [party.encrypt(y, operand=True) for y in ys]
+    party.check_form(cts, product=False, operand=True)
+    with pytest.raises(ValueError, match="2 primes and scale 2\\^30.00; an honest fresh ciphertext has 2, 3"):
+        party.check_form(cts[:1], product=False)
+    plains = (rng.random((4, 2048)) < 0.3) + 1j * (rng.random((4, 2048)) < 0.3)
+    mask = rng.uniform(-he.CKKS_MASK_BOUND, he.CKKS_MASK_BOUND, 2048) * (1 + 1j)
+    products = [party.masked_sum(cts, plains, mask), party.masked_sum(cts[:2], np.zeros((2, 2048)), mask)]
+    keyholder.check_form(products, product=True, operand=True)
+    with pytest.raises(ValueError, match="an honest product or \\[\\[z\\]\\] has 2, 2"):
+        keyholder.check_form(products, product=True)
+    opened = [keyholder.decrypt_complex(keyholder.deserialize(party.serialize(p))) - mask for p in products]
+    np.testing.assert_allclose(opened[0], (ys * plains).sum(axis=0), atol=1e-4)
+    np.testing.assert_allclose(opened[1], 0.0, atol=1e-4)

@@ -24,7 +24,8 @@ def node():
     keys = he.CkksBackend.keyholder()
     public = he.open_public("ckks", keys.public_context())
     indicators = LabelHolder(y, 2).indicators(task)
-    sent = he.encrypt_matrix(public, indicators[:, :1], replicas=7)  # every class but the last; 9 groups of 7 columns
+    # every class but the last, as a product operand (2^30, one prime lower); 9 groups of 7 columns
+    sent = he.encrypt_matrix(public, indicators[:, :1], replicas=7, operand=True)
     assert sent.layout.n_chunks > 1 and owner.width(task) % sent.layout.replicas  # chunks, and a short last group
     expected = indicators.T @ owner.indicator_matrix(task)  # the per-bin class counts, in the clear
     return owner, task, keys, public, sent, he.matrix_to_wire(public, sent), expected
@@ -73,6 +74,10 @@ def test_a_bad_ciphertext_is_refused_as_in_process_and_the_pool_shut_down(node, 
         owner.pooled_products(pool, public, broken, task)
     assert str(pooled.value) == str(in_process.value)
     assert str(pooled.value).startswith("indicators: invalid CKKS ciphertext")
+    # Indicators of another form (a fresh encryption at the global scale) are refused before a product is made.
+    fresh = he.matrix_to_wire(public, he.encrypt_matrix(public, np.ones((task.rows.size, 1)), replicas=7))
+    with pytest.raises(InvalidArgument, match="indicators: ciphertext 0 has 2 polynomials, 3 primes"):
+        owner.pooled_products(product_pool.ProductPool(workers=1), public, fresh, task)
     assert pool._pool is None  # shut down on the error; the next node starts fresh workers
     assert _segments() <= segments  # nor is its shared copy left behind
     products, _ = owner.pooled_products(pool, public, wire, task)
