@@ -422,3 +422,29 @@ def test_two_parts_carry_two_groups_a_product_and_open_to_the_same_sums(ckks_pai
     plain = he.make_keyholder("plain")
     with pytest.raises(ValueError, match="parts must be 1, or 2 where slots are complex"):
         masking.masked_feature_products(plain, he.encrypt_matrix(plain, delta), X, rng, parts=2)
+
+
+def test_a_transparent_sum_raises_nothing_whatever_the_plaintexts() -> None:
+    """Review 20: crafted chunks c and -c in one fold cancel (a transparent sum, which SEAL raises on) exactly where
+    the party's two plaintexts are equal; masked_sum must answer alike either way, and check_form refuses a
+    transparent ciphertext outright (before any product, at the party; before any decryption, at the key holder)."""
+    import tenseal.sealapi as sealapi
+
+    keys = he.CkksBackend.keyholder()
+    public = he.CkksBackend.from_public_context(keys.public_context())
+    a = public.encrypt(np.ones(16))
+    raw = a.ciphertext()[0]
+    negated = sealapi.Ciphertext()
+    sealapi.Evaluator(public._ctx.data.seal_context()).negate(raw, negated)
+    minus_a = public.deserialize(he._vector_message(he._seal_bytes(negated), 16, raw.scale))
+    public.check_form([minus_a], product=False)  # an honest form: only the sum is transparent
+    one, other = np.eye(1, 16, 2)[0], np.eye(1, 16, 5)[0]
+    for second in (one, other):
+        product = public.masked_sum([a, minus_a], [one, second], np.full(16, 5.0))
+        keys.check_form([keys.deserialize(public.serialize(product))], product=True)
+    transparent = sealapi.Ciphertext(public._ctx.data.seal_context(), raw.parms_id())
+    transparent.resize(2)
+    transparent.scale = raw.scale
+    crafted = public.deserialize(he._vector_message(he._seal_bytes(transparent), 16, raw.scale))
+    with pytest.raises(ValueError, match="zero second polynomial"):
+        public.check_form([crafted], product=False)
