@@ -407,12 +407,14 @@ class CkksBackend(Backend):
         return ct
 
     def check_form(self, cts: Sequence[Ct], *, product: bool, operand: bool = False) -> None:
-        """Before the key holder decrypts a caller's ciphertexts: each must have 2 polynomials, the global scale
-        and the level of an honest message — a fresh encryption (or sums of them, plus plaintexts) has every
-        prime of the first data level, a masked product (fresh x plaintext, rescaled) or a lowered ciphertext
-        (:meth:`Backend.lower`, and sums of them plus plaintexts: a training step's [[z]]) one prime fewer. With
-        ``operand``: scale 2^OPERAND_SCALE_BITS, an operand one prime fewer and its products two (trees' [[Y]],
-        checked by the party that multiplies it, and their products, by the key holder).
+        """Before the key holder decrypts a caller's ciphertexts, and before a party multiplies a received δ or
+        [[Y]] (its refusal then depends on those bytes only, never on the party's data: rule 4): each must have 2
+        polynomials, the second nonzero, the global scale and the level of an honest message — a fresh encryption
+        (or sums of them, plus plaintexts) has every prime of the first data level, a masked product (fresh x
+        plaintext, rescaled) or a lowered ciphertext (:meth:`Backend.lower`, and sums of them plus plaintexts: a
+        training step's [[z]]) one prime fewer. With ``operand``: scale 2^OPERAND_SCALE_BITS, an operand one prime
+        fewer and its products two (trees' [[Y]], checked by the party that multiplies it, and their products, by
+        the key holder).
 
         A smaller scale would decode the decryption error magnified (2^8 instead of 2^40 shows it x 2^32,
         above the flooding), a third polynomial would bring s^2 into the decryption. This pins the form only:
@@ -430,6 +432,8 @@ class CkksBackend(Backend):
                     f"2^{math.log2(raw.scale):.2f}; an honest {honest} has "
                     f"2, {level} and 2^{math.log2(scale):.0f}"
                 )
+            if raw.is_transparent():  # (c0, 0): no honest message has it, and SEAL refuses products of it
+                raise ValueError(f"ciphertext {i} has a zero second polynomial; an honest {honest} has none")
 
     def _encrypt(self, values: np.ndarray) -> ts.CKKSVector:
         return ts.ckks_vector(self._ctx, values)
@@ -502,11 +506,15 @@ class CkksBackend(Backend):
             plain = sealapi.Plaintext()
             seal.encoder.encode(v.tolist(), raw.parms_id(), self._ctx.global_scale, plain)
             product = sealapi.Ciphertext()
-            seal.evaluator.multiply_plain(raw, plain, product)
+            # SEAL raises on a transparent result (second polynomial zero), which crafted δ chunks reach only on some
+            # plaintexts (c1_b = -c1_a cancels where chunks a and b carry equal values): such a result is dropped,
+            # as a zero is, so that nothing raised depends on the party's values (rule 4); honest ones never are.
+            if not _transparent_safe(seal.evaluator.multiply_plain, raw, plain, product):
+                continue
             if total is None:
                 total = product
-            else:
-                seal.evaluator.add_inplace(total, product)
+            elif not _transparent_safe(seal.evaluator.add_inplace, total, product):
+                total = None
         scale = self._check(cts[0]).ciphertext()[0].scale  # the operands' (2^40, or an operand's 2^30)
         if total is None:  # every plaintext zero: a fresh encryption of zero in a product's form
             total = self._fresh_zero(self.size(cts[0]), scale, _level(self._check(cts[0])) - 1)
@@ -559,6 +567,17 @@ class CkksBackend(Backend):
         # x 1 and rescaled, as a product is (TenSEAL rescales and resets the scale to the global 2^40): the rescale
         # adds ~1e-6 to a logit, far below the block sums' flooding.
         return self._check(ct) * 1.0
+
+
+def _transparent_safe(operation: Callable[..., None], *args: object) -> bool:
+    """Run a SEAL evaluator ``operation``; False if its result is transparent (SEAL raises then, after computing it)."""
+    try:
+        operation(*args)
+    except RuntimeError as exc:
+        if "transparent" not in str(exc):
+            raise
+        return False
+    return True
 
 
 def _level(ct: ts.CKKSVector) -> int:

@@ -13,7 +13,7 @@ the epoch's public context (bytes), the node's bin codes (smallest unsigned type
 keeps the last context it parsed and the last node's parsed indicators (by a token per call), so each is read and
 parsed once per worker however many of its ranges it runs: a worker holds at most one node's indicators. The
 segment is the caller's (mode 0600), unlinked when the node's tasks are done, and by multiprocessing's resource
-tracker if the caller is killed.
+tracker if the caller is killed (its workers then exit too, psi.exit_with: while one lives, the tracker waits).
 The pool (forkserver, never fork: the party is a multi-threaded gRPC server) lives as long as its owner's session
 and is shut down when the session closes, or after any error (a later node starts a fresh one). What it would not
 pay for (:meth:`ProductPool.pays`: one worker, a plain backend, a node of few products) the caller makes in process.
@@ -65,12 +65,13 @@ def one_hot_columns(codes: np.ndarray, starts: np.ndarray) -> Callable[[int, int
 
 
 def parse(backend: he.Backend, wire: he.WireMatrix) -> he.EncryptedMatrix:
-    """he.matrix_from_wire of a node's encrypted indicators, in the form of a product operand (he.Backend.encrypt);
-    a refusal as BadIndicators."""
+    """he.matrix_from_wire of a node's encrypted indicators and the form of a product operand (he.Backend.encrypt;
+    before anything is multiplied: a refusal on the bytes alone, never on this party's bins), its refusal as
+    BadIndicators."""
     try:
-        matrix = he.matrix_from_wire(backend, wire)
-        backend.check_form(matrix.ciphertexts, product=False, operand=True)
-        return matrix
+        received = he.matrix_from_wire(backend, wire)
+        backend.check_form(received.ciphertexts, product=False, operand=True)
+        return received
     except ValueError as exc:
         raise BadIndicators(str(exc)) from None  # pickled back from a worker: its message, not a chained traceback
 
@@ -213,7 +214,7 @@ class ProductPool:
     def _executor(self) -> ProcessPoolExecutor:
         with self._lock:
             if self._pool is None:
-                self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=psi.forkserver())
+                self._pool = psi.pool(self.workers)  # workers that exit with this process
             return self._pool
 
     def close(self) -> None:

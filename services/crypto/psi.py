@@ -35,6 +35,9 @@ import math
 import multiprocessing
 import os
 import secrets
+import select
+import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -128,6 +131,40 @@ def forkserver() -> multiprocessing.context.ForkServerContext:
     return context
 
 
+def pool(workers: int) -> ProcessPoolExecutor:
+    """A process pool of :func:`forkserver` workers that exit when the calling process does (:func:`exit_with`)."""
+    return ProcessPoolExecutor(
+        max_workers=workers, mp_context=forkserver(), initializer=exit_with, initargs=(os.getpid(),)
+    )
+
+
+def exit_with(caller: int) -> None:
+    """A worker's initializer: exit once ``caller`` has. A forkserver worker outlives a caller killed with SIGKILL
+    (it waits on a task queue it holds both ends of, and holds the forkserver's liveness pipe, so the forkserver stays
+    too), and with them the resource tracker, which unlinks a killed caller's shared memory only when every process
+    holding it has gone (review 20: a node's indicators stayed in /dev/shm)."""
+    threading.Thread(target=_exit_when_gone, args=(caller,), name="exit-with-caller", daemon=True).start()
+
+
+def _exit_when_gone(caller: int) -> None:
+    try:
+        select.select([os.pidfd_open(caller)], [], [])  # readable once the caller has exited (Linux >= 5.3)
+    except (AttributeError, OSError):  # no pidfd here, or the caller is gone already
+        while _alive(caller):
+            time.sleep(1.0)
+    os._exit(1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _workers(workers: int | None) -> int:
     if workers is None:
         return default_workers()
@@ -150,17 +187,17 @@ def _stream(tasks: Iterable[Task], n_tasks: int, workers: int) -> Iterator[bytes
     if n <= 1:
         yield from (fn(*args) for fn, args in tasks)
         return
-    pool = ProcessPoolExecutor(max_workers=n, mp_context=forkserver())
+    executor = pool(n)
     try:
         pending: deque = deque()
         for fn, args in tasks:
-            pending.append(pool.submit(fn, *args))
+            pending.append(executor.submit(fn, *args))
             if len(pending) >= 2 * n:
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        executor.shutdown(wait=True, cancel_futures=True)
 
 
 Progress = Callable[[int], None]  # told the number of values of each chunk as it is done

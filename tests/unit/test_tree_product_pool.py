@@ -1,6 +1,7 @@
 """A tree node's products in the passive party's process pool (services/crypto/product_pool.py), real CKKS: the same
 counts as in process, a bad ciphertext refused as before, and the workers gone after an error or close()."""
 
+import concurrent.futures
 import os
 
 import numpy as np
@@ -91,3 +92,30 @@ def test_workers_follow_the_environment(monkeypatch):
     monkeypatch.setenv(product_pool.WORKERS_ENV, "0")
     with pytest.raises(ValueError, match=f"{product_pool.WORKERS_ENV} must be a positive integer"):
         product_pool.ProductPool()
+
+
+def test_pool_workers_exit_with_their_caller() -> None:
+    """Review 20: a caller killed with SIGKILL left its forkserver workers (blocked on a queue they hold both ends of)
+    and so the resource tracker, which unlinks its shared memory only once they have gone: a node's indicators stayed
+    in /dev/shm. A worker now exits when its caller does (psi.exit_with), here a stand-in caller."""
+    import subprocess
+    import time
+
+    from vflsec.services.crypto import psi
+
+    caller = subprocess.Popen(["sleep", "60"])
+    executor = concurrent.futures.ProcessPoolExecutor(
+        max_workers=1, mp_context=psi.forkserver(), initializer=psi.exit_with, initargs=(caller.pid,)
+    )
+    try:
+        worker = executor.submit(os.getpid).result(timeout=60)
+        assert psi._alive(worker)
+        caller.kill()
+        caller.wait()
+        deadline = time.monotonic() + 10
+        while psi._alive(worker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not psi._alive(worker)
+    finally:
+        caller.kill()
+        executor.shutdown(wait=False, cancel_futures=True)

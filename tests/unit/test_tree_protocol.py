@@ -111,7 +111,9 @@ def test_ckks_matches_plain_on_digits():
     ckks, plain = simulate(config, digits, "ckks"), simulate(config, digits, "plain")
     np.testing.assert_array_equal(ckks.votes, plain.votes)
     counts = [{k: v for k, v in run.federation.messages.items() if "bytes" not in k} for run in (ckks, plain)]
-    assert counts[0] == counts[1]  # same messages and ciphertext counts; only the ciphertext sizes differ
+    products = [c.pop("product ciphertexts") for c in counts]
+    assert counts[0] == counts[1]  # same messages; only the ciphertext sizes and the product counts differ
+    assert plain.federation.messages["product ciphertexts"] / 2 <= products[0] < products[1]  # CKKS: 2 groups each
 
 
 def test_a_partition_lighter_than_min_samples_leaf_is_refused_whatever_the_counts_claimed() -> None:

@@ -247,8 +247,13 @@ class LrPassive:
         """Apply the step's gradient δᵀX_p / n (through one masked round trip with the key holder)."""
         if delta.shape != (len(x), self.weights.shape[0]):
             raise InvalidArgument(f"delta has shape {delta.shape}, expected {(len(x), self.weights.shape[0])}")
+        keys = ctx.training_keys()
+        try:  # δ's form before any product: a refusal on the active party's bytes alone, never on X_p (rule 4)
+            keys.check_form(delta.ciphertexts, product=False)
+        except ValueError as exc:
+            raise InvalidArgument(f"delta: {exc}") from None
         grad = masked_gradient(
-            ctx.training_keys(),
+            keys,
             delta,
             x,
             ctx.mask_key,
