@@ -7,7 +7,7 @@ Two sources, one small numpy-style interface (the methods release steps and mask
   and nothing is checkpointed that could replay it after a restart.
 * :func:`keyed_stream` — an AES-256-CTR keystream under a party's own secret key (itself from os.urandom) and
   a per-use nonce. Gradient masks come from here: a party that repeats the same training step after a crash
-  rebuilds byte-identical masked products (the coordinator then answers from its cache instead of
+  rebuilds the same masks (the coordinator then answers from its cache instead of
   decrypting new products), while without the key the stream is indistinguishable from random.
 * :func:`derive_key` — HKDF-SHA256 (RFC 5869) of a party's long-term secret for one named purpose: keys of
   distinct purposes are independent, and none reveals the secret or another (masquerade's Q and bit key).

@@ -524,7 +524,21 @@ class CkksBackend(Backend):
         plain = sealapi.Plaintext()
         seal.encoder.encode(mask.tolist(), total.parms_id(), total.scale, plain)
         seal.evaluator.add_plain_inplace(total, plain)
+        # Re-randomised: the mask changes only c0, so c1 would be (rescaled) c1 of the operands times the party's
+        # plaintexts, which a key holder knowing the operands' c1 (LR: [[δ]] = its [[p]] - y) tests guesses of the
+        # plaintext against exactly (review 20, F3). An encryption of zero from this party's OS entropy makes c1
+        # uniform; its noise lies far inside the mask.
+        seal.evaluator.add_inplace(total, self._zero_like(total, self.size(cts[0])))
         return self._vector(total, self.size(cts[0]))
+
+    def _zero_like(self, ct: sealapi.Ciphertext, size: int) -> sealapi.Ciphertext:
+        """A fresh encryption of zero (made ahead where one is: ZeroPool) at ``ct``'s level and scale: a zero has
+        none of its own, and dropping primes (mod-switch) keeps it one."""
+        zero = self._zeros.take(size)
+        raw = (zero if zero is not None else self._encrypt_zero(size)).ciphertext()[0]
+        self._seal().evaluator.mod_switch_to_inplace(raw, ct.parms_id())
+        raw.scale = ct.scale
+        return raw
 
     def _encrypt_operand(self, values: np.ndarray) -> ts.CKKSVector:
         return self._fresh(values, 2.0**OPERAND_SCALE_BITS, self._level_of_fresh() - 1)

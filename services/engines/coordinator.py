@@ -6,6 +6,7 @@ trees.py).
 
 from __future__ import annotations
 
+import collections
 import math
 import secrets
 import threading
@@ -126,6 +127,8 @@ class Coordinator:
                 (self.epoch_keys.path / orphan).unlink()
         self.scored: dict[str, int] = self.ledger.load_all()
         self._lock = threading.Lock()  # every owner's count (self.scored): held for arithmetic only, never per row
+        # (session, step, party) -> block-sums requests being decrypted in this process (the same bytes, concurrently)
+        self._decrypting: collections.Counter[tuple[str, int, str]] = collections.Counter()
         self._ledger_lock = threading.Lock()  # one ledger write at a time; _durable: each owner's count last written
         self._durable = dict(self.scored)
         self._ledger_writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledger")
@@ -479,9 +482,13 @@ class Coordinator:
         Admission (docs/protocol.md, "Block sums"): the caller's width must be the one the active party reported
         for it (both must agree); the batch must be at least twice it (checked per step for every width); the request
         carries exactly ceil(width / R) x n_chunks ciphertexts, each no larger than a fresh one, checked before
-        any is parsed; one request per party and step is decrypted, and only a byte-identical repeat is
-        answered again (from the cache). Products that decrypt outside the masked range are refused, and the
-        sums leave flooded with fresh OS-entropy noise and rounded (he.BLOCK_SUM_FLOODING, he.BLOCK_SUM_GRID).
+        any is parsed; one request per party and step is decrypted, and every repeat gets that request's answer
+        (its sums, from the cache, or its refusal) whatever its bytes: products are re-randomised (review 20, F3),
+        so an honest party redoing a step sends other bytes, and an answer it had tells it nothing new. A request
+        whose decryption a stopped coordinator never finished is replaced by the party's next one (none of it was
+        released); while one is decrypted here, another of the same party and step is refused. Products that
+        decrypt outside the masked range are refused, and the sums leave flooded with fresh OS-entropy noise and
+        rounded (he.BLOCK_SUM_FLOODING, he.BLOCK_SUM_GRID).
         """
         s = self.member(session_id, caller)
         block_sums = family_step(session_id, s, "block_sums")
@@ -491,17 +498,17 @@ class Coordinator:
             if current is None or current.step != step:
                 raise FailedPrecondition(f"step {step} is not the current training step")
             answer = current.answers.get(caller)
+            working = (session_id, step, caller)
             if answer is not None:
-                if answer.digest != digest:
-                    raise FailedPrecondition(
-                        f"{caller} already had the block sums of step {step}; only a byte-identical repeat of "
-                        "that request is answered"
-                    )
                 if answer.refused is not None:
                     raise InvalidArgument(answer.refused)
                 if answer.sums is not None:
                     return answer.sums.copy()
-                # In progress when the coordinator stopped: the same request is decrypted once more (below).
+                if answer.digest != digest and working in self._decrypting:
+                    raise FailedPrecondition(
+                        f"{caller}'s block sums of step {step} are being computed from another request of its own"
+                    )
+                # In progress when the coordinator stopped: decrypted once more, this request in that one's place.
             if width != s.widths.get(caller):
                 raise InvalidArgument(
                     f"{caller} declared block width {width}; the active party reported {s.widths.get(caller)}"
@@ -517,28 +524,35 @@ class Coordinator:
             limit = keys.max_ciphertext_bytes
             if any(len(blob) > limit for blob in ciphertexts):
                 raise InvalidArgument(f"a ciphertext exceeds {limit} bytes, the size of a fresh one")
-            if answer is None:
+            if answer is None or answer.digest != digest:
                 # From here the step's one answer is spent, whatever the outcome, and durably so before any byte
-                # is parsed: only this request (its digest) may ever be decrypted for the party at this step.
+                # is parsed: only this request (its digest) may be decrypted for the party at this step.
                 answer = current.answers[caller] = Answer(digest, entropy.new_key())
                 self._save(session_id, s)
+            self._decrypting[working] += 1
         # Parsed and decrypted outside the session lock, so the parties' requests of a step are answered side by
         # side. Only these bytes can get here (the digest is recorded), and a concurrent repeat of them decrypts to
         # the very same sums: the flooding is keyed by the answer's seed.
         try:
-            cts = he.deserialize_all(keys, ciphertexts, layout.ct_size)
-            keys.check_form(cts, product=True)
-            sums = block_sums(keys, cts, layout, width)
-        except ValueError as exc:
+            try:
+                cts = he.deserialize_all(keys, ciphertexts, layout.ct_size)
+                keys.check_form(cts, product=True)
+                sums = block_sums(keys, cts, layout, width)
+            except ValueError as exc:
+                with s.lock:
+                    answer.refused = f"ciphertexts: {exc}"
+                    self._save(session_id, s)
+                raise InvalidArgument(answer.refused) from exc
+            sums = _flood(sums, keys.block_sum_flooding, entropy.keyed_stream(answer.seed, "block-sums"))
             with s.lock:
-                answer.refused = f"ciphertexts: {exc}"
+                answer.sums = sums
                 self._save(session_id, s)
-            raise InvalidArgument(answer.refused) from exc
-        sums = _flood(sums, keys.block_sum_flooding, entropy.keyed_stream(answer.seed, "block-sums"))
-        with s.lock:
-            answer.sums = sums
-            self._save(session_id, s)
-        return sums.copy()
+            return sums.copy()
+        finally:
+            with s.lock:
+                self._decrypting[working] -= 1
+                if self._decrypting[working] <= 0:
+                    del self._decrypting[working]
 
     def family_call(self, session_id: str, caller: str, name: str, **payload: Any) -> Any:
         """A model family's own message ``name`` (its ModelFamily.steps["coordinator"]), from a party of the session

@@ -33,16 +33,16 @@ class Answer:
     digest: str  # of the request's ciphertexts
     seed: bytes  # key of the flooding noise's stream
     sums: np.ndarray | None = None  # the released sums
-    refused: str | None = None  # the refusal's message (INVALID_ARGUMENT), replayed to a byte-identical repeat
+    refused: str | None = None  # the refusal's message (INVALID_ARGUMENT), replayed to every repeat
 
 
 @dataclass
 class TrainingStep:
     """The [[p]] the coordinator issued for one step, and the block sums it answered for it.
 
-    A replay of the step (after a crash) gets the same [[p]] bytes back, so honest parties rebuild
-    byte-identical products (their masks are keyed by step and δ); each party gets one decryption per step,
-    and only a byte-identical repeat of that request is answered again, from ``answers``.
+    A replay of the step (after a crash) gets the same [[p]] bytes back, so honest parties rebuild products of
+    the same masks (keyed by step and δ; re-randomised, so not the same bytes); each party gets one decryption per
+    step, and every repeat of its request is answered again from ``answers``.
     """
 
     step: int

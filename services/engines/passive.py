@@ -72,7 +72,7 @@ class PassiveSession:
     family: str  # the model family (services/models/family.py), chosen at creation
     trainer: families.PassiveTrainer  # the family's state and maths at this party
     # Key of this session's mask stream (AES-CTR, services/crypto/entropy.py): masks are unpredictable to the
-    # coordinator, yet a step redone after a crash rebuilds byte-identical products.
+    # coordinator, yet a step redone after a crash rebuilds the same masks (the coordinator answers it from cache).
     mask_key: bytes
     owner: str  # the active party that joined us to the session (and opened it at the coordinator)
     # Key of this party's zero-sum masks (inference shares and split-NN training embeddings:

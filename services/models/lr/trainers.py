@@ -80,7 +80,7 @@ def masked_gradient(
     under another epoch's key that decrypts to noise the key holder refuses.
 
     The masks are keyed by step and δ's fingerprint: a replayed step (the key holder repeats [[p]], hence δ)
-    rebuilds byte-identical products, which the key holder answers from its cache.
+    rebuilds products of the same masks, which the key holder answers from its cache.
     """
     masks = entropy.keyed_stream(mask_key, session_id, step, delta_digest)
     cts, mask_sums = masking.masked_feature_products(backend, delta, x, masks)
