@@ -30,7 +30,7 @@ from vflsec.services.transport.server import (
     start_server,
     tls_files,
 )
-from vflsec.v1 import active_pb2_grpc, coordinator_pb2_grpc, passive_pb2_grpc, splitnn_pb2_grpc, tree_pb2_grpc
+from vflsec.v1 import active_pb2_grpc, coordinator_pb2_grpc, splitnn_pb2_grpc, tree_pb2_grpc
 
 
 @dataclass
@@ -236,9 +236,7 @@ def _start(config: ServiceConfig, state: checkpoint.StateDir) -> Party:
         )
 
         def add_passive(s: grpc.Server) -> None:
-            passive_pb2_grpc.add_PassiveServicer_to_server(
-                passive_rpc.PassiveServicer(engine, config.max_message_bytes), s
-            )
+            passive_rpc.add_to_server(passive_rpc.PassiveServicer(engine, config.max_message_bytes), s)
             splitnn_pb2_grpc.add_SplitNnPassiveServicer_to_server(splitnn.SplitNnPassiveServicer(engine), s)
             tree_pb2_grpc.add_TreePassiveServicer_to_server(trees.TreePassiveServicer(engine), s)
 
