@@ -97,6 +97,9 @@ class _Tracker:
         return count
 
 
+_INDEX_BLOCK = 1 << 20  # common indices written at once
+
+
 class CommonIndex:
     """Own sample ID -> common index, for the aligned ``rows``: the party's :class:`datasets.IdIndex` and a row ->
     common index array, no Python object per row (a dict of a million IDs took about 150 MB)."""
@@ -104,7 +107,9 @@ class CommonIndex:
     def __init__(self, ids: np.ndarray, rows: np.ndarray) -> None:
         self._index = IdIndex(ids)  # the party's IDs are unique (PartyData checks)
         self._common = np.full(len(ids), -1, dtype=np.int32)  # active row -> common index, -1: not aligned
-        self._common[rows] = np.arange(len(rows), dtype=np.int32)
+        for start in range(0, len(rows), _INDEX_BLOCK):  # no arange of every common index beside them
+            block = rows[start : start + _INDEX_BLOCK]
+            self._common[block] = np.arange(start, start + len(block), dtype=np.int32)
 
     def lookup(self, sample_ids: list[str] | np.ndarray) -> np.ndarray:
         """The common index of each ID; a KeyError with the first ID that is not among the aligned samples."""
@@ -603,6 +608,7 @@ class ActiveParty:
                 matches[0].add(values)
 
             hello = oprf.Hello(s.session_id, salt, hash_key, m, base_ot.point)
+
             def prove(challenge: bytes) -> oprf.Proof:  # the consistency check's answer, once U was all sent
                 if sent[0] != oprf.row_chunks(m):
                     raise ValueError(f"a challenge before U's last chunk ({sent[0]} of {oprf.row_chunks(m)} sent)")
@@ -817,9 +823,7 @@ class ActiveParty:
                 if error is not None and not isinstance(outcomes[i], ServiceError):
                     outcomes[i] = error  # that query alone: its batch-mates are released
         kept = [k for k, i in enumerate(live) if not isinstance(outcomes[i], ServiceError)]
-        released = self.coordinator.release_batch(
-            sid, [(*shared[k], shares[k]) for k in kept], n_classes=s.n_classes
-        )
+        released = self.coordinator.release_batch(sid, [(*shared[k], shares[k]) for k in kept], n_classes=s.n_classes)
         for k, scores in zip(kept, released, strict=True):
             outcomes[live[k]] = scores
         return outcomes
@@ -840,9 +844,7 @@ class ActiveParty:
             shares.append(share)
         return shares
 
-    def _emit_released(
-        self, s: ActiveSession, sample_ids: list[str], index: np.ndarray, reply: ReleasedScores
-    ) -> None:
+    def _emit_released(self, s: ActiveSession, sample_ids: list[str], index: np.ndarray, reply: ReleasedScores) -> None:
         if not self.hub.active:  # nothing to build the observation for
             return
         self._emit(

@@ -540,13 +540,14 @@ class PassiveParty:
 
         Bad positions before that void the exchange: one refusal naming no position (psi.BAD_POSITIONS), and the
         next alignment needs a new exchange, charged again, so each probe of our secret order (which positions are
-        OPRF padding or share a row) costs a whole exchange and yields at most one bit."""
+        OPRF padding or share a row) costs a whole exchange and yields at most one bit. An int64 ``positions`` array
+        becomes the rows (psi.rows_from_positions with consume)."""
         s = self.session(session_id)
         with s.lock:
             if s.psi_permutation is None:
                 raise FailedPrecondition("PsiFinish before PsiExchange")
             try:
-                rows = psi.rows_from_positions(positions, s.psi_permutation)
+                rows = psi.rows_from_positions(positions, s.psi_permutation, consume=True)  # the request's own array
             except ValueError as exc:
                 if s.rows is None:
                     s.psi_permutation = None

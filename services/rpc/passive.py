@@ -189,3 +189,22 @@ ROLE_POLICY: dict[str, frozenset[str]] = {
     "ForecastRisk": frozenset({"coordinator", "operator"}),
     "CloseSession": frozenset({"active"}),
 }
+
+
+def add_to_server(servicer: PassiveServicer, server: grpc.Server) -> None:
+    """passive_pb2_grpc's registration, but PsiFinish's request is read by psi_stream.read_finish (the same bytes,
+    no message of every position)."""
+
+    class Handlers:  # takes what the generated code registers
+        def add_generic_rpc_handlers(self, _: object) -> None:
+            pass
+
+        def add_registered_method_handlers(self, service: str, handlers: dict) -> None:
+            self.service, self.handlers = service, handlers
+
+    taken = Handlers()
+    passive_pb2_grpc.add_PassiveServicer_to_server(servicer, taken)
+    handlers = dict(taken.handlers)
+    handlers["PsiFinish"] = handlers["PsiFinish"]._replace(request_deserializer=psi_stream.read_finish)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(taken.service, handlers),))
+    server.add_registered_method_handlers(taken.service, handlers)

@@ -31,7 +31,6 @@ from vflsec.v1 import (
 # The passive party validates and re-blinds our list and hashes and blinds its own (together about 0.15 ms per
 # ID on one core, docs/performance.md): the exchange's deadline grows by 1 ms per ID we send, ample on a busy host.
 PSI_SECONDS_PER_ID = 1e-3
-_LIST_BLOCK = 65_536  # positions copied into a message at once
 
 
 @dataclass(frozen=True)
@@ -230,6 +229,10 @@ class PassiveClient:
     def __init__(self, party_id: str, channel: grpc.Channel, policy: CallPolicy = DEFAULT_CALL_POLICY) -> None:
         self.peer = party_id
         self.stub = passive_pb2_grpc.PassiveStub(channel)
+        # PsiFinish's request as bytes, made by numpy (psi_stream.finish_request): no message of every position
+        self._finish = channel.unary_unary(
+            "/vflsec.v1.Passive/PsiFinish", response_deserializer=passive_pb2.PsiFinishReply.FromString
+        )
         self.policy = policy
         # The families' services on the same channel (a family's trainer picks its own link by this name)
         self.splitnn = SplitNnPassiveClient(party_id, channel, policy)
@@ -367,10 +370,7 @@ class PassiveClient:
         return call(self.peer, exchange, None, policy)
 
     def psi_finish(self, session_id: str, positions: np.ndarray) -> int:
-        request = passive_pb2.PsiFinishRequest(session_id=session_id)
-        for start in range(0, len(positions), _LIST_BLOCK):  # no Python int per position all at once (10M: 300 MB)
-            request.positions.extend(positions[start : start + _LIST_BLOCK].tolist())
-        return call(self.peer, self.stub.PsiFinish, request, self.policy).n_common
+        return call(self.peer, self._finish, psi_stream.finish_request(session_id, positions), self.policy).n_common
 
     def forward(
         self, backend: he.Backend, session_id: str, step: int, sample_index: np.ndarray, cols: int, epoch: int = 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -142,3 +143,109 @@ def oprf_reply(out: tuple[bytes, Sequence[bytes]] | bytes | psi.Chunk) -> passiv
         return passive_pb2.PsiOprfReply(challenge=out)
     code_seed, answers = out
     return passive_pb2.PsiOprfReply(keys=passive_pb2.PsiOprfKeys(code_key=code_seed, base_answers=answers))
+
+
+# PsiFinish's request (session_id = 1, repeated int64 positions = 2, packed) written and read by numpy in blocks:
+# the bytes protobuf writes, and read as protobuf reads them, without a message of 9M positions (building one took
+# about 200 MB at 10M, parsing one as much, plus an int64 copy; docs/performance.md, "Bounded memory").
+_POSITIONS_BLOCK = 1 << 16  # positions encoded at once
+_PACKED_BLOCK = 1 << 20  # bytes of packed varints decoded at once
+_SHORT_VARINT = 5  # bytes: any position below 2^35; a longer varint is left to protobuf
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _varints(values: np.ndarray) -> bytes:
+    """int64 values as protobuf varints, concatenated (a negative one in 10 bytes, as protobuf writes it)."""
+    v = values.astype(np.int64).view(np.uint64)
+    lengths = np.ones(len(v), dtype=np.int64)
+    for k in range(1, 10):
+        lengths += v >= np.uint64(1 << (7 * k))
+    begins = np.cumsum(lengths) - lengths
+    out = np.empty(int(lengths.sum()), dtype=np.uint8)
+    for k in range(int(lengths.max(initial=0))):
+        has = np.flatnonzero(lengths > k)
+        more = np.where(lengths[has] > k + 1, np.uint64(0x80), np.uint64(0))
+        out[begins[has] + k] = ((v[has] >> np.uint64(7 * k)) & np.uint64(0x7F) | more).astype(np.uint8)
+    return out.tobytes()
+
+
+def finish_request(session_id: str, positions: np.ndarray) -> bytes:
+    """PsiFinishRequest(session_id, positions).SerializeToString(), made in blocks."""
+    blocks = [_varints(positions[a : a + _POSITIONS_BLOCK]) for a in range(0, len(positions), _POSITIONS_BLOCK)]
+    packed = sum(len(block) for block in blocks)
+    head = passive_pb2.PsiFinishRequest(session_id=session_id).SerializeToString()
+    return b"".join([head, *((b"\x12", _varint(packed)) if packed else ()), *blocks])
+
+
+@dataclass(frozen=True)
+class FinishRequest:
+    """A PsiFinishRequest as read by :func:`read_finish`: its positions an int64 array."""
+
+    session_id: str
+    positions: np.ndarray
+
+
+def read_finish(data: bytes) -> FinishRequest:
+    """A PsiFinishRequest's bytes: laid out as protobuf writes them (the session, then the positions packed, each
+    below 2^35), read by numpy in blocks; any other layout (or an error in it) is left to protobuf's own parser,
+    whose DecodeError it raises."""
+    try:
+        at, session_id, positions = 0, "", np.empty(0, dtype=np.int64)
+        if at < len(data) and data[at] == 0x0A:
+            length, at = _read_varint(data, at + 1)
+            session_id, at = data[at : at + length].decode("utf-8"), at + length
+        if at < len(data) and data[at] == 0x12:
+            length, at = _read_varint(data, at + 1)
+            positions, at = _read_varints(memoryview(data)[at : at + length]), at + length
+        if at == len(data):
+            return FinishRequest(session_id, positions)
+    except ValueError:  # a UnicodeDecodeError too
+        pass
+    message = passive_pb2.PsiFinishRequest.FromString(data)
+    return FinishRequest(message.session_id, np.asarray(message.positions, dtype=np.int64))
+
+
+def _read_varint(data: bytes, at: int) -> tuple[int, int]:
+    """(a length varint at ``at``, where what follows it begins); a ValueError if it runs past the end of data."""
+    value, shift = 0, 0
+    while at < len(data) and shift < 35:
+        byte = data[at]
+        value, at, shift = value | (byte & 0x7F) << shift, at + 1, shift + 7
+        if byte < 0x80:
+            if at + value > len(data):
+                raise ValueError("a field runs past the end of the message")
+            return value, at
+    raise ValueError("an unterminated or long varint")
+
+
+def _read_varints(packed: memoryview) -> np.ndarray:
+    """Packed varints of at most _SHORT_VARINT bytes each as int64; a ValueError for a longer or cut one."""
+    raw = np.frombuffer(packed, dtype=np.uint8)
+    if raw.size and raw[-1] >= 0x80:
+        raise ValueError("the last varint is cut")
+    count = sum(int(np.count_nonzero(raw[a : a + _PACKED_BLOCK] < 0x80)) for a in range(0, len(raw), _PACKED_BLOCK))
+    out, filled, start = np.empty(count, dtype=np.int64), 0, 0
+    while start < len(raw):
+        window = raw[start : start + _PACKED_BLOCK]
+        ends = np.flatnonzero(window < 0x80)
+        if not ends.size:
+            raise ValueError("a varint longer than a block")
+        lengths = np.diff(ends, prepend=-1)
+        if lengths.max() > _SHORT_VARINT:
+            raise ValueError("a varint longer than the positions'")
+        begins = ends - lengths + 1
+        values = np.zeros(len(ends), dtype=np.int64)
+        for k in range(int(lengths.max())):
+            has = np.flatnonzero(lengths > k)
+            values[has] |= (window[begins[has] + k].astype(np.int64) & 0x7F) << (7 * k)
+        out[filled : filled + len(values)] = values
+        filled, start = filled + len(values), start + int(ends[-1]) + 1
+    return out

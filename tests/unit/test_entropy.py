@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+import os
+
 import numpy as np
 import pytest
 
@@ -35,3 +38,24 @@ def test_os_entropy_never_repeats_and_keyed_streams_repeat_only_under_the_same_k
         assert not np.array_equal(other.uniform(-1, 1, (4, 5)), same[0])
     with pytest.raises(ValueError, match="32 bytes"):
         entropy.keyed_stream(b"short", 1)
+
+
+def test_shuffled_orders_are_uniform_also_when_the_random_keys_tie() -> None:
+    values = np.array([9, 2, 7])
+    counts: dict[tuple, int] = {}
+    for _ in range(3000):
+        order = tuple(entropy.os_entropy().shuffled(values).tolist())
+        counts[order] = counts.get(order, 0) + 1
+    assert sorted(counts) == sorted(itertools.permutations([9, 2, 7]))
+    assert all(400 < c < 600 for c in counts.values())  # 500 expected each; 4.5 sigma
+    calls = iter(range(10**6))  # shuffled draws its keys, then the tie's order: all keys zero, the order random
+    tied = entropy.CryptoRandom(lambda n: bytes(n) if next(calls) % 2 == 0 else os.urandom(n))
+    counts = {}
+    for _ in range(3000):
+        order = tuple(tied.shuffled(values).tolist())
+        counts[order] = counts.get(order, 0) + 1
+    assert len(counts) == 6 and all(400 < c < 600 for c in counts.values())
+    big = entropy.os_entropy().shuffled(np.arange(3_000_000, dtype=np.int64) * 7)
+    assert big.dtype == np.int64 and np.array_equal(np.sort(big), np.arange(3_000_000) * 7)
+    with pytest.raises(ValueError, match=r"\[0, 2\^31\)"):
+        entropy.os_entropy().shuffled(np.array([2**31]))
