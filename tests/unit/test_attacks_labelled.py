@@ -47,13 +47,18 @@ def test_labelled_rows_read_what_z_b_adds_beyond_the_own_columns_where_linear_re
     obs, x = _masqueraded(hidden=True)
     b = x[:, 0]
     # The best linear reading of z_B, fitted on half the rows and scored on the others, gets the majority rate there.
-    # In sample, a fabricated bit (a keyed function of x_B, fresh each run) sometimes fits b by chance: up to 2 pp.
+    # A fabricated bit (a keyed function of x_B, fresh each run) sometimes fits b by chance (one key in a few dozen
+    # gave +4 pp), so the reading is taken under five fresh keys and their median held to the majority.
     span, half = np.column_stack([np.ones(N), obs.embeddings]), N // 2
-    w = np.linalg.lstsq(span[:half], b[:half], rcond=None)[0]
-    linear = np.mean((span[half:] @ w > 0.5) == (b[half:] == 1))
+    gains = []
+    for fresh in [obs, *(_masqueraded(hidden=True)[0] for _ in range(4))]:
+        span = np.column_stack([np.ones(N), fresh.embeddings])
+        w = np.linalg.lstsq(span[:half], b[:half], rcond=None)[0]
+        linear = np.mean((span[half:] @ w > 0.5) == (b[half:] == 1))
+        gains.append(linear - max(b[half:].mean(), 1 - b[half:].mean()))
     r = _labelled(obs, x)
     attacker, own, majority = r["metric"]["value"], r["own_columns"]["metric"], r["metric"]["baseline"]["value"]
-    assert linear <= max(b[half:].mean(), 1 - b[half:].mean()) + 0.03, linear  # 60 fresh keys: at most +0.013
+    assert np.median(gains) <= 0.02, gains
     assert abs(majority - max(b.mean(), 1 - b.mean())) < 0.05  # the harness's baseline, on the scored rows
     assert (r["labelled_rows"], r["scored_rows"], r["fabricated_m"]) == (K, N - K, M)
     assert own >= majority + 0.05, (own, majority)
