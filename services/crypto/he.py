@@ -504,7 +504,10 @@ class CkksBackend(Backend):
                 continue  # encodes to zero: SEAL refuses the product (transparent), which is zero anyway
             raw = self._check(ct).ciphertext()[0]
             plain = sealapi.Plaintext()
-            seal.encoder.encode(v.tolist(), raw.parms_id(), self._ctx.global_scale, plain)
+            # At the scale of the prime the rescale drops, not 2^40: the product then comes back at the operand's
+            # scale exactly. Labelled 2^40 it decoded x 2^40/q (1 + 6.7e-7 for the prime under an operand): an
+            # opened count of 750k rows off by one after rounding (review 21).
+            seal.encoder.encode(v.tolist(), raw.parms_id(), self._last_prime(raw), plain)
             product = sealapi.Ciphertext()
             # SEAL raises on a transparent result (second polynomial zero), which crafted δ chunks reach only on some
             # plaintexts (c1_b = -c1_a cancels where chunks a and b carry equal values): such a result is dropped,
@@ -523,7 +526,7 @@ class CkksBackend(Backend):
             seal.encryptor.encrypt_zero(below.parms_id(), total)
         else:
             seal.evaluator.rescale_to_next_inplace(total)
-        total.scale = scale  # a rescaled sum as TenSEAL sets it (q_last / 2^40 - 1 is below 2^-20); a zero has none
+        total.scale = scale  # a rescaled sum: scale x q / q, exact but for a double's last bit; a zero has none
         plain = sealapi.Plaintext()
         seal.encoder.encode(mask.tolist(), total.parms_id(), total.scale, plain)
         seal.evaluator.add_plain_inplace(total, plain)
@@ -541,6 +544,11 @@ class CkksBackend(Backend):
         self._seal().encryptor.encrypt_zero(ct.parms_id(), zero)
         zero.scale = ct.scale
         return zero
+
+    def _last_prime(self, raw: sealapi.Ciphertext) -> float:
+        """The last prime of ``raw``'s modulus: the one a rescale of its products drops."""
+        parms = self._ctx.data.seal_context().get_context_data(raw.parms_id()).parms()
+        return float(parms.coeff_modulus()[-1].value())
 
     def _encrypt_operand(self, values: np.ndarray) -> ts.CKKSVector:
         return self._fresh(values, 2.0**OPERAND_SCALE_BITS, self._level_of_fresh() - 1)

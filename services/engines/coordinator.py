@@ -539,20 +539,29 @@ class Coordinator:
                 keys.check_form(cts, product=True)
                 sums = block_sums(keys, cts, layout, width)
             except ValueError as exc:
-                with s.lock:
-                    answer.refused = f"ciphertexts: {exc}"
-                    self._save(session_id, s)
-                raise InvalidArgument(answer.refused) from exc
+                refused = f"ciphertexts: {exc}"
+                self._record(session_id, s, answer, "refused", refused)
+                raise InvalidArgument(refused) from exc
             sums = _flood(sums, keys.block_sum_flooding, entropy.keyed_stream(answer.seed, "block-sums"))
-            with s.lock:
-                answer.sums = sums
-                self._save(session_id, s)
+            self._record(session_id, s, answer, "sums", sums)
             return sums.copy()
         finally:
             with s.lock:
                 self._decrypting[working] -= 1
                 if self._decrypting[working] <= 0:
                     del self._decrypting[working]
+
+    def _record(self, session_id: str, s: CoordinatorSession, answer: Answer, field: str, outcome: Any) -> None:
+        """A block-sums answer's outcome (``sums`` or ``refused``), kept only once it is durable: repeats are answered
+        from memory, and a request with no durable outcome is replaced after a restart (fresh flooding seed), so an
+        outcome released but never saved would be a second sample of the step (review 21)."""
+        with s.lock:
+            setattr(answer, field, outcome)
+            try:
+                self._save(session_id, s)
+            except BaseException:
+                setattr(answer, field, None)  # as if stopped before it: nothing of it was released
+                raise
 
     def family_call(self, session_id: str, caller: str, name: str, **payload: Any) -> Any:
         """A model family's own message ``name`` (its ModelFamily.steps["coordinator"]), from a party of the session

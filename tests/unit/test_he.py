@@ -445,6 +445,21 @@ def test_operands_are_one_prime_lower_at_2_30_and_their_products_open_the_same(c
     np.testing.assert_allclose(opened[1], 0.0, atol=1e-4)
 
 
+def test_operand_products_open_at_their_scale_exactly(ckks_pair: Pair) -> None:
+    """Review 21: a product rescaled by the prime q under an operand and labelled 2^30 decoded x 2^40 / q
+    (1 + 6.7e-7), a bias every slot shares: a fold of 64 all-one chunks opened 0.18 high over 4096 slots, so a
+    count of ~750k rows (one class, one bin) rounded one off. The plaintexts are encoded at q: no bias, the noise
+    left."""
+    keyholder, party = ckks_pair
+    slots = party.slots
+    cts = [party.encrypt(np.ones(slots), operand=True)] * 64  # the same operand 64 times: the bias adds, not the noise
+    mask = np.random.default_rng(5).uniform(-he.CKKS_MASK_BOUND, he.CKKS_MASK_BOUND, slots) * (1 + 1j)
+    product = party.masked_sum(cts, np.ones((64, slots)), mask)
+    keyholder.check_form([product], product=True, operand=True)
+    opened = keyholder.decrypt_complex(keyholder.deserialize(party.serialize(product))) - mask
+    assert abs(opened.real.sum() - 64 * slots) < 0.05  # the bias alone was 64 x 4096 x 6.7e-7 = 0.18
+
+
 def test_a_transparent_sum_raises_nothing_whatever_the_plaintexts() -> None:
     """Review 20: crafted chunks c and -c in one fold cancel (a transparent sum, which SEAL raises on) exactly where
     the party's two plaintexts are equal; masked_sum must answer alike either way, and check_form refuses a
