@@ -125,22 +125,29 @@ def _products(c: Coordinator, probs: he.EncryptedMatrix, mask_bound: float = 0.0
     return [keys.serialize(ct) for ct in cts]
 
 
+class _Killed(BaseException):
+    pass
+
+
+def _killed_mid_decryption(c: Coordinator, blobs: list[bytes], monkeypatch) -> None:
+    """The coordinator's process dies decrypting party passive-1's request of step 1, after the request's
+    placeholder is durable."""
+
+    def crash(*_args, **_kwargs):
+        raise _Killed
+
+    with monkeypatch.context() as patch:
+        patch.setattr(masking, "block_sums", crash)
+        with pytest.raises(_Killed):
+            c.block_sums("s", 1, "passive-1", blobs, 2)
+
+
 def test_a_request_in_progress_at_a_crash_is_answered_once_with_the_same_sums(tmp_path, monkeypatch) -> None:
     state = tmp_path / "state"
     c = _coordinator(state)
     _open(c)
     blobs = _products(c, _scores(c))
-
-    class Killed(BaseException):
-        pass
-
-    def crash(*_args, **_kwargs):
-        raise Killed  # the process dies mid-decryption, after the request's placeholder is durable
-
-    with monkeypatch.context() as patch:
-        patch.setattr(masking, "block_sums", crash)
-        with pytest.raises(Killed):
-            c.block_sums("s", 1, "passive-1", blobs, 2)
+    _killed_mid_decryption(c, blobs, monkeypatch)
     # Two restarts from the same checkpoint both decrypt the retry: the released sums are identical (one flooding
     # sample, keyed by the seed checkpointed with the placeholder), not two independent samples to average.
     shutil.copytree(state, tmp_path / "twin")
@@ -160,17 +167,7 @@ def test_a_request_whose_decryption_a_stop_cut_short_is_replaced_by_the_partys_n
     c = _coordinator(tmp_path)
     _open(c)
     blobs = _products(c, _scores(c))
-
-    class Killed(BaseException):
-        pass
-
-    def crash(*_args, **_kwargs):
-        raise Killed
-
-    with monkeypatch.context() as patch:
-        patch.setattr(masking, "block_sums", crash)
-        with pytest.raises(Killed):
-            c.block_sums("s", 1, "passive-1", blobs, 2)
+    _killed_mid_decryption(c, blobs, monkeypatch)
     restarted = _coordinator(tmp_path)
     redo = _products(restarted, _scores(restarted))
     assert redo != blobs
