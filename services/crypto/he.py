@@ -491,8 +491,8 @@ class CkksBackend(Backend):
     def masked_sum(self, cts: Sequence[Ct], plains: Sequence[np.ndarray], mask: np.ndarray) -> Ct:
         # SEAL's evaluator, not TenSEAL's: TenSEAL rescales every ct x pt product (about 40 % of its cost), where a
         # sum of products needs one rescale, and adds only real plaintexts, where the mask must be complex
-        # (complex_slots). The result has the form of a TenSEAL product (one prime fewer than its operands, the
-        # global scale): the key holder cannot tell the two apart (check_form).
+        # (complex_slots). The result has the form of a TenSEAL product (one prime fewer than its operands, their
+        # scale): the key holder cannot tell the two apart (check_form).
         if not cts or len(cts) != len(plains):
             raise ValueError(f"need as many plaintexts as ciphertexts (>= 1), got {len(plains)} and {len(cts)}")
         values = [self._matching_plain(ct, v, complex_ok=True) for ct, v in zip(cts, plains, strict=True)]
