@@ -551,13 +551,12 @@ class CkksBackend(Backend):
         return float(parms.coeff_modulus()[-1].value())
 
     def _encrypt_operand(self, values: np.ndarray) -> ts.CKKSVector:
-        return self._fresh(values, 2.0**OPERAND_SCALE_BITS, self._level_of_fresh() - 1)
-
-    def _fresh(self, values: np.ndarray, scale: float, level: int) -> ts.CKKSVector:
-        """A fresh encryption at ``scale``, dropped (mod-switched, the scale kept) to ``level`` primes."""
-        raw = ts.ckks_vector(self._ctx, values.tolist(), scale).ciphertext()[0]
-        while raw.coeff_modulus_size() > level:
-            self._seal().evaluator.mod_switch_to_next_inplace(raw)
+        # Encoded and encrypted over the operand's primes only (SEAL's public-key encryption, its randomness from
+        # the OS), not made over every prime and dropped to them.
+        seal, level = self._seal(), self._ctx.data.seal_context().first_context_data().next_context_data()
+        plain, raw = sealapi.Plaintext(), sealapi.Ciphertext()
+        seal.encoder.encode(values.tolist(), level.parms_id(), 2.0**OPERAND_SCALE_BITS, plain)
+        seal.encryptor.encrypt(plain, raw)
         return self._vector(raw, values.size)
 
     def _vector(self, raw: sealapi.Ciphertext, size: int) -> ts.CKKSVector:
