@@ -2,8 +2,9 @@
 encrypted δ (or a tree node's class indicators) with its own columns, and the key holder's block sums of them.
 
 Masked gradients: a party multiplies each δ ciphertext by its packed feature values, adds a uniform mask in
-[-B, B] per slot and sends the products to the key holder, which decrypts and returns only per-block sums;
-the party subtracts its mask sums. Mask bound trade-off (CKKS): the key holder sees ``v + m`` per slot, so
+[-B, B] per slot (CKKS: in both parts of the complex slot) and a fresh encryption of zero (CkksBackend.masked_sum),
+and sends the products to the key holder, which decrypts and returns only per-block sums; the party subtracts its
+mask sums. Mask bound trade-off (CKKS): the key holder sees ``v + m`` per slot, so
 for |v| <= V the statistical distance between two inputs is <= V / B per slot (hiding improves with B),
 while the decoded value carries an absolute error that stays at the ~1.2e-6 noise floor up to B ~ 2^30 and
 then grows about linearly in B, because decoding works in double precision on coefficients of size
@@ -56,7 +57,7 @@ def masked_feature_products(
     the mask. ``mask_bound`` defaults to the backend's ``default_mask_bound`` (see the module docstring).
     ``rng`` draws the masks; services pass a CSPRNG (services/crypto/entropy.py), tests may pass a numpy Generator.
     ``backend`` must hold the public key δ is encrypted under (the step's training-key epoch): an all-zero
-    feature block's product is a fresh encryption of zero under it (:meth:`CkksBackend._mul_plain`).
+    feature block's product is a fresh encryption of zero under it (:meth:`CkksBackend.masked_sum`).
     """
     X = np.asarray(X, dtype=np.float64)
     n = delta.layout.shape[0]
