@@ -498,16 +498,19 @@ class CkksBackend(Backend):
         values = [self._matching_plain(ct, v, complex_ok=True) for ct, v in zip(cts, plains, strict=True)]
         mask = self._matching_plain(cts[0], mask, complex_ok=True)
         seal = self._seal()
+        # The operands share one form (checked where they are received), hence one level, scale and last prime.
+        operand = self._check(cts[0]).ciphertext()[0]
+        # At the scale of the prime the rescale drops, not 2^40: the product then comes back at the operand's scale
+        # exactly. Labelled 2^40 it decoded x 2^40/q (1 + 6.7e-7 for the prime under an operand): an opened count of
+        # 750k rows off by one after rounding (review 21).
+        prime = self._last_prime(operand)
         total = None
-        for ct, v in zip(cts, values, strict=True):
+        for i, (ct, v) in enumerate(zip(cts, values, strict=True)):
             if np.max(np.abs(v)) < _ZERO_ENCODING_BELOW:
                 continue  # encodes to zero: SEAL refuses the product (transparent), which is zero anyway
-            raw = self._check(ct).ciphertext()[0]
+            raw = operand if i == 0 else self._check(ct).ciphertext()[0]
             plain = sealapi.Plaintext()
-            # At the scale of the prime the rescale drops, not 2^40: the product then comes back at the operand's
-            # scale exactly. Labelled 2^40 it decoded x 2^40/q (1 + 6.7e-7 for the prime under an operand): an
-            # opened count of 750k rows off by one after rounding (review 21).
-            seal.encoder.encode(v.tolist(), raw.parms_id(), self._last_prime(raw), plain)
+            seal.encoder.encode(v.tolist(), raw.parms_id(), prime, plain)
             product = sealapi.Ciphertext()
             # SEAL raises on a transparent result (second polynomial zero), which crafted δ chunks reach only on some
             # plaintexts (c1_b = -c1_a cancels where chunks a and b carry equal values): such a result is dropped,
@@ -518,7 +521,6 @@ class CkksBackend(Backend):
                 total = product
             elif not _transparent_safe(seal.evaluator.add_inplace, total, product):
                 total = None
-        operand = self._check(cts[0]).ciphertext()[0]
         scale = operand.scale  # the operands' (2^40, or an operand's 2^30)
         if total is None:  # every plaintext zero: a fresh encryption of zero in a product's form, a prime lower
             total = sealapi.Ciphertext()
