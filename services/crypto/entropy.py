@@ -9,6 +9,8 @@ Two sources, one small numpy-style interface (the methods release steps and mask
   a per-use nonce. Gradient masks come from here: a party that repeats the same training step after a crash
   rebuilds the same masks (the coordinator then answers from its cache instead of
   decrypting new products), while without the key the stream is indistinguishable from random.
+* :func:`tag` — HMAC-SHA256 under such a key of the same kind of context: what a party shows to say "the same
+  masks" without showing them (a repeat of a step's block sums).
 * :func:`derive_key` — HKDF-SHA256 (RFC 5869) of a party's long-term secret for one named purpose: keys of
   distinct purposes are independent, and none reveals the secret or another (masquerade's Q and bit key).
 
@@ -19,6 +21,7 @@ distribution and vectorised, so a step's masks cost about as much as numpy's PCG
 from __future__ import annotations
 
 import hashlib
+import hmac
 import math
 import os
 from collections.abc import Callable
@@ -37,6 +40,7 @@ __all__ = [
     "new_key",
     "new_nonce",
     "os_entropy",
+    "tag",
 ]
 
 KEY_BYTES = 32
@@ -170,9 +174,20 @@ def keyed_stream(key: bytes, *context: bytes | int | str) -> CryptoRandom:
     """AES-256-CTR keystream under ``key``; the nonce is a digest of ``context`` (e.g. session, step, input)."""
     if len(key) != KEY_BYTES:
         raise ValueError(f"stream key must be {KEY_BYTES} bytes, got {len(key)}")
-    h = hashlib.sha256()
-    for part in context:
-        data = part if isinstance(part, bytes) else str(part).encode()
-        h.update(len(data).to_bytes(8, "little") + data)
-    encryptor = Cipher(algorithms.AES(key), modes.CTR(h.digest()[:16])).encryptor()
+    nonce = hashlib.sha256(_encoded(context)).digest()[:16]
+    encryptor = Cipher(algorithms.AES(key), modes.CTR(nonce)).encryptor()
     return CryptoRandom(lambda length: encryptor.update(bytes(length)))
+
+
+def tag(key: bytes, *context: bytes | int | str) -> bytes:
+    """HMAC-SHA256 under ``key`` of ``context`` (32 bytes): equal for equal (key, context), unpredictable without
+    the key, and telling nothing of the key or of :func:`keyed_stream`'s output under it."""
+    if len(key) != KEY_BYTES:
+        raise ValueError(f"tag key must be {KEY_BYTES} bytes, got {len(key)}")
+    return hmac.new(key, _encoded(context), hashlib.sha256).digest()
+
+
+def _encoded(context: tuple[bytes | int | str, ...]) -> bytes:
+    """The parts, each length-prefixed (so that no two contexts encode alike)."""
+    parts = (part if isinstance(part, bytes) else str(part).encode() for part in context)
+    return b"".join(len(data).to_bytes(8, "little") + data for data in parts)

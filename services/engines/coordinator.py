@@ -61,6 +61,7 @@ class PassivePeer(Protocol):
 # Admitted queries whose rows are not all released yet, per session (each holds the passive shares in flight); a new
 # one past it lapses the oldest (its budget stays spent), so failed Predicts never lock the owner out.
 MAX_OPEN_QUERIES = 256
+MASK_TAG_BYTES = 32  # BlockSumsRequest.mask_tag: HMAC-SHA256 (entropy.tag)
 # Chunks of one query whose shares wait for the owner's ReleaseScores, per passive party (Predict keeps one in flight).
 MAX_PENDING_CHUNKS = 4
 # |z| a released sum is scored within (rule 4): an honest sum of logits or embeddings lies far inside it
@@ -475,7 +476,7 @@ class Coordinator:
             return s.epoch(step), s.rotation, keys.public_context()
 
     def block_sums(
-        self, session_id: str, step: int, caller: str, ciphertexts: Sequence[bytes], width: int
+        self, session_id: str, step: int, caller: str, ciphertexts: Sequence[bytes], width: int, mask_tag: bytes
     ) -> np.ndarray:
         """Masked products -> masked block sums of the caller's ``width`` columns, once per party and step.
 
@@ -484,7 +485,9 @@ class Coordinator:
         carries exactly ceil(width / R) x n_chunks ciphertexts, each no larger than a fresh one, checked before
         any is parsed; one request per party and step is decrypted, and every repeat gets that request's answer
         (its sums, from the cache, or its refusal) whatever its bytes: products are re-randomised (review 20, F3),
-        so an honest party redoing a step sends other bytes, and an answer it had tells it nothing new. A request
+        so an honest party redoing a step sends other bytes, and an answer it had tells it nothing new; but only
+        under the first request's ``mask_tag`` (the caller's HMAC of its masks' context): a repeat under other masks
+        would get sums its masks do not unmask, and is refused (review 21, F9). A request
         whose decryption a stopped coordinator never finished is replaced by the party's next one (none of it was
         released); while one is decrypted here, another of the same party and step is refused. Products that
         decrypt outside the masked range are refused, and the sums leave flooded with fresh OS-entropy noise and
@@ -492,19 +495,28 @@ class Coordinator:
         """
         s = self.member(session_id, caller)
         block_sums = family_step(session_id, s, "block_sums")
-        digest = common.digest(ciphertexts).hex()
+        if len(mask_tag) != MASK_TAG_BYTES:
+            raise InvalidArgument(f"mask_tag: must be {MASK_TAG_BYTES} bytes, got {len(mask_tag)}")
+        digest, tag = common.digest(ciphertexts).hex(), mask_tag.hex()
         with s.lock:
             current = s.current
             if current is None or current.step != step:
                 raise FailedPrecondition(f"step {step} is not the current training step")
             answer = current.answers.get(caller)
             working = (session_id, step, caller)
+            # A checkpoint older than the tag kept none (None): its repeats are answered whatever their tag.
+            other_masks = answer is not None and answer.tag not in (None, tag)
+            if answer is not None and (answer.sums is not None or answer.refused is not None) and other_masks:
+                raise FailedPrecondition(
+                    f"{caller}'s block sums of step {step} were asked under other masks (mask_tag differs from the "
+                    "first request's): redo the step with the masks of its first request"
+                )
             if answer is not None:
                 if answer.refused is not None:
                     raise InvalidArgument(answer.refused)
                 if answer.sums is not None:
                     return answer.sums.copy()
-                if answer.digest != digest and working in self._decrypting:
+                if (answer.digest != digest or other_masks) and working in self._decrypting:
                     raise FailedPrecondition(
                         f"{caller}'s block sums of step {step} are being computed from another request of its own"
                     )
@@ -524,10 +536,10 @@ class Coordinator:
             limit = keys.max_ciphertext_bytes
             if any(len(blob) > limit for blob in ciphertexts):
                 raise InvalidArgument(f"a ciphertext exceeds {limit} bytes, the size of a fresh one")
-            if answer is None or answer.digest != digest:
+            if answer is None or answer.digest != digest or other_masks:
                 # From here the step's one answer is spent, whatever the outcome, and durably so before any byte
-                # is parsed: only this request (its digest) may be decrypted for the party at this step.
-                answer = current.answers[caller] = Answer(digest, entropy.new_key())
+                # is parsed: only this request (its digest and tag) may be decrypted for the party at this step.
+                answer = current.answers[caller] = Answer(digest, entropy.new_key(), tag=tag)
                 self._save(session_id, s)
             self._decrypting[working] += 1
         # Parsed and decrypted outside the session lock, so the parties' requests of a step are answered side by

@@ -34,6 +34,7 @@ class Answer:
     seed: bytes  # key of the flooding noise's stream
     sums: np.ndarray | None = None  # the released sums
     refused: str | None = None  # the refusal's message (INVALID_ARGUMENT), replayed to every repeat
+    tag: str | None = None  # the request's mask_tag (hex): repeats under another are refused; None: kept by none
 
 
 @dataclass
@@ -207,7 +208,7 @@ class CoordinatorSession:
                 "n_scores": len(current.scores),
                 "loss": current.loss,
                 "answers": {
-                    party: {"digest": a.digest, "seed": a.seed.hex(), "refused": a.refused}
+                    party: {"digest": a.digest, "seed": a.seed.hex(), "refused": a.refused, "tag": a.tag}
                     for party, a in current.answers.items()
                 },
             },
@@ -266,6 +267,7 @@ class CoordinatorSession:
                         bytes.fromhex(a["seed"]),
                         np.array(arrays[f"current/answer/{p}"]) if f"current/answer/{p}" in arrays else None,
                         a["refused"],
+                        a.get("tag"),
                     )
                     for p, a in current.get("answers", {}).items()
                 }

@@ -77,7 +77,12 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
     @rpc
     def DecryptBlockSums(self, request: coordinator_pb2.BlockSumsRequest, context: grpc.ServicerContext):
         sums = self.coordinator.block_sums(
-            request.session_id, request.step, current_caller().party_id, list(request.ciphertexts), request.width
+            request.session_id,
+            request.step,
+            current_caller().party_id,
+            list(request.ciphertexts),
+            request.width,
+            request.mask_tag,
         )
         return to_tensor(sums)
 

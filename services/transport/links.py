@@ -127,9 +127,11 @@ class CoordinatorClient:
         reply = call(self.peer, self.stub.ComputeTrainingScores, request, self.policy)
         return wire.received(backend, reply, "training scores", rows=logits.shape[0], cols=logits.shape[1])
 
-    def block_sums(self, session_id: str, step: int, ciphertexts: list[bytes], width: int) -> np.ndarray:
+    def block_sums(
+        self, session_id: str, step: int, ciphertexts: list[bytes], width: int, mask_tag: bytes
+    ) -> np.ndarray:
         request = coordinator_pb2.BlockSumsRequest(
-            session_id=session_id, step=step, ciphertexts=ciphertexts, width=width
+            session_id=session_id, step=step, ciphertexts=ciphertexts, width=width, mask_tag=mask_tag
         )
         return from_tensor(call(self.peer, self.stub.DecryptBlockSums, request, self.policy), "block sums", ndim=2)
 

@@ -10,6 +10,8 @@ from vflsec.services.crypto import he, ring_mask
 from vflsec.services.transport import wire
 from vflsec.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc, passive_pb2, passive_pb2_grpc
 
+TAG = bytes(range(32))  # the caller's mask_tag (entropy.tag of its masks' context)
+
 
 @pytest.fixture(scope="module")
 def trained(binary_federation):
@@ -108,7 +110,7 @@ def test_out_of_order_steps_and_unknown_indices_at_the_passive_party(trained) ->
     assert code == grpc.StatusCode.FAILED_PRECONDITION and "Forward" in details
 
     coordinator = _coordinator_as_active(fed)
-    sums = coordinator_pb2.BlockSumsRequest(session_id=session_id, step=10**6, ciphertexts=[b"x"])
+    sums = coordinator_pb2.BlockSumsRequest(mask_tag=TAG, session_id=session_id, step=10**6, ciphertexts=[b"x"])
     assert _code(coordinator.DecryptBlockSums, sums)[0] == grpc.StatusCode.FAILED_PRECONDITION
     _still_serving(fed, session_id, common)
 
@@ -117,7 +119,9 @@ def test_oversized_message_is_refused(trained) -> None:
     fed, session_id, common = trained
     limit = fed.parties["coordinator"].config.max_message_bytes
     stub = _coordinator_as_active(fed)
-    request = coordinator_pb2.BlockSumsRequest(session_id=session_id, step=1, ciphertexts=[b"\0" * (limit + 1)])
+    request = coordinator_pb2.BlockSumsRequest(
+        mask_tag=TAG, session_id=session_id, step=1, ciphertexts=[b"\0" * (limit + 1)]
+    )
     code, _ = _code(stub.DecryptBlockSums, request)
     assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
     _still_serving(fed, session_id, common)

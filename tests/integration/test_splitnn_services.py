@@ -255,7 +255,10 @@ def test_each_family_rpc_refuses_a_session_of_another_family(tmp_path) -> None:
                     "splitnn",
                     lambda: key_holder.training_scores(backend, nn, 3, zeros, 1, rows, widths[nn]),
                 ),
-                "DecryptBlockSums": ("splitnn", lambda: key_holder.block_sums(nn, 2, [b""], widths[nn]["active"])),
+                "DecryptBlockSums": (
+                    "splitnn",
+                    lambda: key_holder.block_sums(nn, 2, [b""], widths[nn]["active"], bytes(32)),
+                ),
                 "GetWeights": ("splitnn", lambda: passive.weights(nn)),
                 "GetBottom": ("lr", lambda: passive.splitnn.bottom(lr)),  # LR's W_p goes through GetWeights only
                 "TopStep": (

@@ -25,6 +25,8 @@ from vflsec.services.transport import wire
 from vflsec.services.transport.tensors import from_tensor
 from vflsec.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 
+TAG = bytes(range(32))  # the caller's mask_tag (entropy.tag of its masks' context)
+
 N = 64  # batch rows; logits 0 make every p = 0.5, so the true sums of an identity probe are known
 WIDTHS = {"active": 29, "passive-1": 2}  # breast_cancer: 28 active features + bias, 2 passive features
 
@@ -41,7 +43,9 @@ def _products(backend: he.Backend, probs: he.EncryptedMatrix, X: np.ndarray, mas
 
 
 def _sums(stub, session_id: str, step: int, blobs: list[bytes], width: int) -> np.ndarray:
-    request = coordinator_pb2.BlockSumsRequest(session_id=session_id, step=step, ciphertexts=blobs, width=width)
+    request = coordinator_pb2.BlockSumsRequest(
+        mask_tag=TAG, session_id=session_id, step=step, ciphertexts=blobs, width=width
+    )
     return from_tensor(stub.DecryptBlockSums(request), "sums", ndim=2)
 
 
@@ -73,10 +77,10 @@ def test_block_sums_are_no_decryption_oracle(tmp_path) -> None:
             probe = _products(backend, probs, identity)
             assert len(probe) == N
             code, details = _code(passive.DecryptBlockSums, coordinator_pb2.BlockSumsRequest(
-                session_id=sid, step=1, ciphertexts=probe, width=N))
+                mask_tag=TAG, session_id=sid, step=1, ciphertexts=probe, width=N))
             assert code == grpc.StatusCode.INVALID_ARGUMENT and "reported 2" in details
             code, details = _code(passive.DecryptBlockSums, coordinator_pb2.BlockSumsRequest(
-                session_id=sid, step=1, ciphertexts=probe, width=2))
+                mask_tag=TAG, session_id=sid, step=1, ciphertexts=probe, width=2))
             assert code == grpc.StatusCode.INVALID_ARGUMENT and "is 2 ciphertexts" in details
 
             # Within its width and count the content is its own choice: δᵀX for X = two identity columns...
@@ -93,7 +97,7 @@ def test_block_sums_are_no_decryption_oracle(tmp_path) -> None:
             own = _products(backend, probs, identity[:, : WIDTHS["active"]])
             oversized = [*own[:-1], bytes(2 * backend.max_ciphertext_bytes)]
             code, details = _code(active.DecryptBlockSums, coordinator_pb2.BlockSumsRequest(
-                session_id=sid, step=1, ciphertexts=oversized, width=WIDTHS["active"]))
+                mask_tag=TAG, session_id=sid, step=1, ciphertexts=oversized, width=WIDTHS["active"]))
             assert code == grpc.StatusCode.INVALID_ARGUMENT and "exceeds" in details
             # ...and the identity probe within its width reads p only through the flooding.
             second = _sums(active, sid, 1, own, WIDTHS["active"])
@@ -119,14 +123,15 @@ def test_block_sums_are_no_decryption_oracle(tmp_path) -> None:
             probs2 = wire.from_message(backend, scores(2, list(range(N))), "probs")
             loud = _products(backend, probs2, np.ones((N, 2)), mask_bound=2.0**30)
             code, details = _code(passive.DecryptBlockSums, coordinator_pb2.BlockSumsRequest(
-                session_id=sid, step=2, ciphertexts=loud, width=2))
+                mask_tag=TAG, session_id=sid, step=2, ciphertexts=loud, width=2))
             assert code == grpc.StatusCode.INVALID_ARGUMENT and "masked range" in details
             # A byte-identical repeat gets the same refusal again (it was once answered OK with NaN sums).
             assert _code(passive.DecryptBlockSums, coordinator_pb2.BlockSumsRequest(
-                session_id=sid, step=2, ciphertexts=loud, width=2)) == (code, details)
+                mask_tag=TAG, session_id=sid, step=2, ciphertexts=loud, width=2)) == (code, details)
             # So does any other request of the step: its one decryption was spent on the refused one.
             assert _code(passive.DecryptBlockSums, coordinator_pb2.BlockSumsRequest(
-                session_id=sid, step=2, ciphertexts=_products(backend, probs2, np.ones((N, 2))), width=2)) == (
+                mask_tag=TAG, session_id=sid, step=2, ciphertexts=_products(backend, probs2, np.ones((N, 2))),
+                width=2)) == (
                 code, details)
 
 
@@ -179,7 +184,7 @@ def test_ciphertexts_of_a_dishonest_form_are_not_decrypted(tmp_path) -> None:
 
             def block_sums(step: int, blobs: list[bytes]) -> tuple[grpc.StatusCode, str]:
                 return _code(passive.DecryptBlockSums, coordinator_pb2.BlockSumsRequest(
-                    session_id=sid, step=step, ciphertexts=blobs, width=2))
+                    mask_tag=TAG, session_id=sid, step=step, ciphertexts=blobs, width=2))
 
             # [[z]] at scale 2^8: refused before decryption, and the step does not advance.
             low = wire.to_message(backend, he.encrypt_matrix(backend, np.zeros((N, 1)), lowered=True))

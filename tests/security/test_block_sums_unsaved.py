@@ -11,6 +11,8 @@ import pytest
 
 from tests.security.test_restart_policy import _coordinator, _open, _products, _scores
 
+TAG = bytes(range(32))  # the caller's mask_tag (entropy.tag of its masks' context)
+
 
 @pytest.mark.parametrize("outcome", ["sums", "refusal"])
 def test_an_answer_whose_save_failed_is_not_released(tmp_path, monkeypatch, outcome: str) -> None:
@@ -30,11 +32,11 @@ def test_an_answer_whose_save_failed_is_not_released(tmp_path, monkeypatch, outc
 
     monkeypatch.setattr(c, "_save", failing_save)
     with pytest.raises(OSError):
-        c.block_sums("s", 1, "passive-1", blobs, 2)
+        c.block_sums("s", 1, "passive-1", blobs, 2, TAG)
     monkeypatch.undo()
     other = _products(c, probs)  # the party's next request, other bytes
-    first = _outcome(lambda: c.block_sums("s", 1, "passive-1", other, 2))
-    second = _outcome(lambda: _coordinator(state).block_sums("s", 1, "passive-1", _products(c, probs), 2))
+    first = _outcome(lambda: c.block_sums("s", 1, "passive-1", other, 2, TAG))
+    second = _outcome(lambda: _coordinator(state).block_sums("s", 1, "passive-1", _products(c, probs), 2, TAG))
     # Whatever the party got before the restart, it gets again after it: one outcome for the step.
     assert first[0] == second[0]
     if first[0] == "sums":

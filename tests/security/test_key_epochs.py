@@ -26,6 +26,8 @@ from vflsec.services.transport import wire
 from vflsec.services.transport.tensors import from_tensor
 from vflsec.v1 import coordinator_pb2, coordinator_pb2_grpc
 
+TAG = bytes(range(32))  # the caller's mask_tag (entropy.tag of its masks' context)
+
 STEPS = 10
 
 
@@ -64,7 +66,8 @@ def test_training_keys_rotate_and_no_key_answers_more_than_a_quarter_of_n(tmp_pa
                     crafted = np.eye(n)[:, :width]  # one functional per answered sum, whatever the content
                     cts, _ = masking.masked_feature_products(backend, probs, crafted, np.random.default_rng())
                     sums = from_tensor(stubs[party].DecryptBlockSums(coordinator_pb2.BlockSumsRequest(
-                        session_id=sid, step=step, ciphertexts=[backend.serialize(c) for c in cts], width=width)),
+                        mask_tag=TAG, session_id=sid, step=step, ciphertexts=[backend.serialize(c) for c in cts],
+                        width=width)),
                         "sums", ndim=2)
                     answered[key] += sums.size
                 # Only the keys a step can still need are kept: this step's epoch (and, once asked, the next).
@@ -117,7 +120,7 @@ def test_a_ciphertext_under_an_old_epoch_key_decrypts_to_nothing(tmp_path) -> No
             assert stale.layout == probs.layout
             cts, _ = masking.masked_feature_products(old, stale, np.ones((n, 2)), np.random.default_rng())
             request = coordinator_pb2.BlockSumsRequest(
-                session_id=sid, step=rotation, ciphertexts=[old.serialize(c) for c in cts], width=2
+                mask_tag=TAG, session_id=sid, step=rotation, ciphertexts=[old.serialize(c) for c in cts], width=2
             )
             try:
                 sums = from_tensor(passive.DecryptBlockSums(request), "sums", ndim=2)

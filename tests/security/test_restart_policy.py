@@ -25,6 +25,8 @@ from vflsec.services.engines.coordinator import Coordinator
 from vflsec.services.engines.passive import PassiveParty
 from vflsec.services.errors import FailedPrecondition, InvalidArgument, PermissionDenied
 
+TAG = bytes(range(32))  # the caller's mask_tag (entropy.tag of its masks' context)
+
 SCHEMA = {"active": 2, "passive-1": 2}  # widths 3 (with the bias column) and 2
 WIDTHS = {"active": 3, "passive-1": 2}
 # The passive party's word on its aligned rows, which the coordinator asks before a first training step.
@@ -139,7 +141,7 @@ def _killed_mid_decryption(c: Coordinator, blobs: list[bytes], monkeypatch) -> N
     with monkeypatch.context() as patch:
         patch.setattr(masking, "block_sums", crash)
         with pytest.raises(_Killed):
-            c.block_sums("s", 1, "passive-1", blobs, 2)
+            c.block_sums("s", 1, "passive-1", blobs, 2, TAG)
 
 
 def test_a_request_in_progress_at_a_crash_is_answered_once_with_the_same_sums(tmp_path, monkeypatch) -> None:
@@ -151,14 +153,15 @@ def test_a_request_in_progress_at_a_crash_is_answered_once_with_the_same_sums(tm
     # Two restarts from the same checkpoint both decrypt the retry: the released sums are identical (one flooding
     # sample, keyed by the seed checkpointed with the placeholder), not two independent samples to average.
     shutil.copytree(state, tmp_path / "twin")
-    first = _coordinator(state).block_sums("s", 1, "passive-1", blobs, 2)
-    second = _coordinator(tmp_path / "twin").block_sums("s", 1, "passive-1", blobs, 2)
+    first = _coordinator(state).block_sums("s", 1, "passive-1", blobs, 2, TAG)
+    second = _coordinator(tmp_path / "twin").block_sums("s", 1, "passive-1", blobs, 2, TAG)
     np.testing.assert_array_equal(first, second)
     assert np.abs(first - 0.5 * N).max() < 0.2 and np.any(first != 0.5 * N)  # p = 0.5, features 1; flooded
     # Answered now: a repeat gets the recorded sums, and so does any other request of the step (nothing decrypted).
     c = _coordinator(state)
-    np.testing.assert_array_equal(c.block_sums("s", 1, "passive-1", blobs, 2), first)
-    np.testing.assert_array_equal(c.block_sums("s", 1, "passive-1", _products(c, _scores(c), mask_bound=1.0), 2), first)
+    np.testing.assert_array_equal(c.block_sums("s", 1, "passive-1", blobs, 2, TAG), first)
+    redone = _products(c, _scores(c), mask_bound=1.0)
+    np.testing.assert_array_equal(c.block_sums("s", 1, "passive-1", redone, 2, TAG), first)
 
 
 def test_a_request_whose_decryption_a_stop_cut_short_is_replaced_by_the_partys_next(tmp_path, monkeypatch) -> None:
@@ -171,9 +174,9 @@ def test_a_request_whose_decryption_a_stop_cut_short_is_replaced_by_the_partys_n
     restarted = _coordinator(tmp_path)
     redo = _products(restarted, _scores(restarted))
     assert redo != blobs
-    sums = restarted.block_sums("s", 1, "passive-1", redo, 2)
+    sums = restarted.block_sums("s", 1, "passive-1", redo, 2, TAG)
     assert np.abs(sums - 0.5 * N).max() < 0.2
-    np.testing.assert_array_equal(_coordinator(tmp_path).block_sums("s", 1, "passive-1", blobs, 2), sums)
+    np.testing.assert_array_equal(_coordinator(tmp_path).block_sums("s", 1, "passive-1", blobs, 2, TAG), sums)
 
 
 def test_a_refused_request_is_refused_again_after_a_restart(tmp_path) -> None:
@@ -182,13 +185,13 @@ def test_a_refused_request_is_refused_again_after_a_restart(tmp_path) -> None:
     probs = _scores(c)
     loud = _products(c, probs, mask_bound=2.0**30)
     with pytest.raises(InvalidArgument, match="masked range") as refused:
-        c.block_sums("s", 1, "passive-1", loud, 2)
+        c.block_sums("s", 1, "passive-1", loud, 2, TAG)
     for engine in (c, _coordinator(tmp_path)):
         with pytest.raises(InvalidArgument) as again:
-            engine.block_sums("s", 1, "passive-1", loud, 2)
+            engine.block_sums("s", 1, "passive-1", loud, 2, TAG)
         assert str(again.value) == str(refused.value)
         with pytest.raises(InvalidArgument) as other:  # any other request of the step: the same refusal
-            engine.block_sums("s", 1, "passive-1", _products(engine, probs, mask_bound=1.0), 2)
+            engine.block_sums("s", 1, "passive-1", _products(engine, probs, mask_bound=1.0), 2, TAG)
         assert str(other.value) == str(refused.value)
 
 
@@ -206,13 +209,42 @@ def test_a_checkpoint_of_the_previous_format_keeps_its_answers(tmp_path) -> None
     c = _coordinator(tmp_path)
     _open(c)
     blobs = _products(c, _scores(c))
-    sums = c.block_sums("s", 1, "passive-1", blobs, 2)
+    sums = c.block_sums("s", 1, "passive-1", blobs, 2, TAG)
     arrays, meta = c.sessions["s"].to_state()
     answers = meta["current"].pop("answers")  # as the previous format wrote it: (digest, sums or NaN placeholder)
     meta["current"]["digests"] = {p: a["digest"] for p, a in answers.items()}
     checkpoint.StateDir(tmp_path).save("s", arrays, meta)
-    np.testing.assert_array_equal(_coordinator(tmp_path).block_sums("s", 1, "passive-1", blobs, 2), sums)
+    np.testing.assert_array_equal(_coordinator(tmp_path).block_sums("s", 1, "passive-1", blobs, 2, TAG), sums)
     arrays["current/answer/passive-1"] = np.full_like(sums, np.nan)  # spent before any answer: decrypted again
     checkpoint.StateDir(tmp_path).save("s", arrays, meta)
-    again = _coordinator(tmp_path).block_sums("s", 1, "passive-1", blobs, 2)
+    again = _coordinator(tmp_path).block_sums("s", 1, "passive-1", blobs, 2, TAG)
     assert np.isfinite(again).all() and np.abs(again - sums).max() < 0.2
+
+
+def test_a_repeat_under_other_masks_is_refused_not_answered(tmp_path) -> None:
+    """Review 21, F9: a repeat of a step's block sums is answered from the step's one answer only under the first
+    request's mask_tag; under another (a party that lost its mask key redoes the step with other masks) it gets
+    FAILED_PRECONDITION, not sums its masks would not unmask. The tag survives a restart; a missing or short tag is
+    refused naming the field, and none of this spends or changes the answer."""
+    c = _coordinator(tmp_path)
+    _open(c)
+    with pytest.raises(InvalidArgument, match="mask_tag: must be 32 bytes, got 0"):
+        c.block_sums("s", 1, "passive-1", _products(c, _scores(c)), 2, b"")
+    blobs = _products(c, _scores(c))
+    sums = c.block_sums("s", 1, "passive-1", blobs, 2, TAG)
+    other = bytes(32)
+    for engine in (c, _coordinator(tmp_path)):  # and after a restart, from the checkpoint
+        for request in (blobs, _products(engine, _scores(engine), mask_bound=1.0)):
+            with pytest.raises(FailedPrecondition, match="under other masks"):
+                engine.block_sums("s", 1, "passive-1", request, 2, other)
+        np.testing.assert_array_equal(engine.block_sums("s", 1, "passive-1", blobs, 2, TAG), sums)
+    # A refusal is kept under its tag too: its repeats get the refusal, another tag the other-masks refusal.
+    keys = c.sessions["s"].backend
+    loud, _ = masking.masked_feature_products(keys, _scores(c), np.ones((N, 3)), np.random.default_rng(), 1e12)
+    with pytest.raises(InvalidArgument, match="outside the masked range") as refused:
+        c.block_sums("s", 1, "active", [keys.serialize(ct) for ct in loud], 3, TAG)
+    with pytest.raises(FailedPrecondition, match="under other masks"):
+        c.block_sums("s", 1, "active", [keys.serialize(ct) for ct in loud], 3, other)
+    with pytest.raises(InvalidArgument) as again:
+        c.block_sums("s", 1, "active", [keys.serialize(ct) for ct in loud], 3, TAG)
+    assert str(again.value) == str(refused.value)

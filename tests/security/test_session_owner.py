@@ -13,6 +13,8 @@ from vflsec.services.transport import tls
 from vflsec.services.transport.server import peer_channel
 from vflsec.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc, passive_pb2, passive_pb2_grpc
 
+TAG = bytes(range(32))  # the caller's mask_tag (entropy.tag of its masks' context)
+
 SID = "owned"
 TIMEOUT = 30.0
 
@@ -60,7 +62,7 @@ def test_foreign_active_identity_is_refused_everywhere(tmp_path) -> None:
             ),
             "Coordinator/DecryptBlockSums": (
                 c.DecryptBlockSums,
-                coordinator_pb2.BlockSumsRequest(session_id=SID, step=1, ciphertexts=[b"x"]),
+                coordinator_pb2.BlockSumsRequest(mask_tag=TAG, session_id=SID, step=1, ciphertexts=[b"x"]),
             ),
             "Coordinator/FinishTraining": (c.FinishTraining, ref),
             "Coordinator/AdmitQuery": (

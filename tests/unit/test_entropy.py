@@ -59,3 +59,14 @@ def test_shuffled_orders_are_uniform_also_when_the_random_keys_tie() -> None:
     assert big.dtype == np.int64 and np.array_equal(np.sort(big), np.arange(3_000_000) * 7)
     with pytest.raises(ValueError, match=r"\[0, 2\^31\)"):
         entropy.os_entropy().shuffled(np.array([2**31]))
+
+
+def test_tag_is_a_keyed_digest_of_its_context() -> None:
+    key, other = entropy.new_key(), entropy.new_key()
+    tag = entropy.tag(key, "block-sums", "s", 3, b"digest")
+    assert len(tag) == 32 and tag == entropy.tag(key, "block-sums", "s", 3, b"digest")
+    assert tag != entropy.tag(other, "block-sums", "s", 3, b"digest")
+    assert tag != entropy.tag(key, "block-sums", "s", 4, b"digest")
+    assert entropy.tag(key, "ab", "c") != entropy.tag(key, "a", "bc")  # parts are length-prefixed
+    with pytest.raises(ValueError, match="tag key must be 32 bytes"):
+        entropy.tag(b"short", "x")

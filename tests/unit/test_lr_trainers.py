@@ -19,7 +19,7 @@ def test_the_masked_round_trip_gives_delta_t_x_over_n(backend: str) -> None:
     delta = he.encrypt_matrix(keys, delta_plain, replicas=he.choose_replicas(n, k, d, keys.slots))
     seen: list[np.ndarray] = []
 
-    def block_sums(blobs: list[bytes], width: int) -> np.ndarray:  # the key holder's side
+    def block_sums(blobs: list[bytes], width: int, tag: bytes) -> np.ndarray:  # the key holder's side
         sums = LrKeyHolder.block_sums(keys, he.deserialize_all(keys, blobs, delta.layout.ct_size), delta.layout, width)
         seen.append(sums)
         return sums

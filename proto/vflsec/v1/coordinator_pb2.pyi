@@ -87,16 +87,18 @@ class TrainingScoresRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., step: _Optional[int] = ..., logits: _Optional[_Union[_common_pb2.EncryptedMatrix, _Mapping]] = ..., replicas: _Optional[int] = ..., sample_index: _Optional[_Iterable[int]] = ..., widths: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class BlockSumsRequest(_message.Message):
-    __slots__ = ("session_id", "step", "ciphertexts", "width")
+    __slots__ = ("session_id", "step", "ciphertexts", "width", "mask_tag")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     CIPHERTEXTS_FIELD_NUMBER: _ClassVar[int]
     WIDTH_FIELD_NUMBER: _ClassVar[int]
+    MASK_TAG_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     step: int
     ciphertexts: _containers.RepeatedScalarFieldContainer[bytes]
     width: int
-    def __init__(self, session_id: _Optional[str] = ..., step: _Optional[int] = ..., ciphertexts: _Optional[_Iterable[bytes]] = ..., width: _Optional[int] = ...) -> None: ...
+    mask_tag: bytes
+    def __init__(self, session_id: _Optional[str] = ..., step: _Optional[int] = ..., ciphertexts: _Optional[_Iterable[bytes]] = ..., width: _Optional[int] = ..., mask_tag: _Optional[bytes] = ...) -> None: ...
 
 class ReleaseScoresRequest(_message.Message):
     __slots__ = ("session_id", "sample_index", "query_id", "share")

@@ -50,7 +50,9 @@ class KeyHolderLink(Protocol):
         widths: Mapping[str, int],
     ) -> Received: ...
 
-    def block_sums(self, session_id: str, step: int, ciphertexts: list[bytes], width: int) -> np.ndarray: ...
+    def block_sums(
+        self, session_id: str, step: int, ciphertexts: list[bytes], width: int, mask_tag: bytes
+    ) -> np.ndarray: ...
 
 
 class PassiveLink(Protocol):
@@ -71,7 +73,7 @@ def masked_gradient(
     session_id: str,
     step: int,
     delta_digest: bytes,
-    block_sums: Callable[[list[bytes], int], np.ndarray],
+    block_sums: Callable[[list[bytes], int, bytes], np.ndarray],
 ) -> np.ndarray:
     """δᵀx / n through the key holder, which sees only masked block sums: the round trip of every party.
 
@@ -80,12 +82,15 @@ def masked_gradient(
     under another epoch's key that decrypts to noise the key holder refuses.
 
     The masks are keyed by step and δ's fingerprint: a replayed step (the key holder repeats [[p]], hence δ)
-    rebuilds products of the same masks, which the key holder answers from its cache.
+    rebuilds products of the same masks, which the key holder answers from its cache; the tag (an HMAC of the
+    same context under the same key) tells it so, and a repeat under other masks is refused, not answered with
+    sums these masks do not unmask (review 21, F9).
     """
     masks = entropy.keyed_stream(mask_key, session_id, step, delta_digest)
+    tag = entropy.tag(mask_key, "block-sums", session_id, step, delta_digest)
     cts, mask_sums = masking.masked_feature_products(backend, delta, x, masks)
     width = x.shape[1]
-    sums = block_sums([backend.serialize(c) for c in cts], width)
+    sums = block_sums([backend.serialize(c) for c in cts], width, tag)
     if sums.shape != (width, mask_sums.shape[1]):
         raise FailedPrecondition(
             f"coordinator returned block sums of shape {sums.shape}, expected {(width, mask_sums.shape[1])}"
@@ -165,7 +170,7 @@ class LrActive:
             ctx.session_id,
             ctx.step,
             digest,
-            lambda cts, width: ctx.key_holder.block_sums(ctx.session_id, ctx.step, cts, width),
+            lambda cts, width, tag: ctx.key_holder.block_sums(ctx.session_id, ctx.step, cts, width, tag),
         )
         arrays = {"weights": grad[:, :-1], "bias": grad[:, -1]}
         ctx.emit(kinds.GRADIENT, "coordinator", arrays=arrays, meta={"step": ctx.step})
@@ -260,7 +265,7 @@ class LrPassive:
             ctx.session_id,
             ctx.step,
             delta_digest,
-            lambda cts, width: ctx.key_holder.block_sums(ctx.session_id, ctx.step, cts, width),
+            lambda cts, width, tag: ctx.key_holder.block_sums(ctx.session_id, ctx.step, cts, width, tag),
         )
         self.previous_weights = self.weights
         self.weights = self.optimizer.step(self.weights, grad)
