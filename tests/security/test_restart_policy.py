@@ -123,7 +123,9 @@ def test_a_passive_party_refuses_plain_unless_its_own_policy_allows_it(tmp_path)
 def _products(c: Coordinator, probs: he.EncryptedMatrix, mask_bound: float = 0.0) -> list[bytes]:
     keys = c.sessions["s"].backend
     ones, rng = np.ones((N, 2)), np.random.default_rng()
-    cts, _ = masking.masked_feature_products(keys, probs, ones, rng, mask_bound=mask_bound)
+    cts, _ = masking.masked_feature_products(
+        keys, probs, ones, rng, mask_bound=mask_bound, parts=masking.product_parts(keys)
+    )
     return [keys.serialize(ct) for ct in cts]
 
 
