@@ -31,7 +31,25 @@ import numpy as np
 
 from vflsec.services.crypto.he import FEATURE_BOUND, Backend, Ct, EncryptedMatrix, MatrixLayout, RandomSource
 
-__all__ = ["block_sums", "gradient_from_block_sums", "masked_column_products", "masked_feature_products"]
+__all__ = [
+    "block_sums",
+    "gradient_from_block_sums",
+    "masked_column_products",
+    "masked_feature_products",
+    "product_count",
+    "product_parts",
+]
+
+
+def product_parts(backend: Backend) -> int:
+    """Feature groups one masked product carries: two where slots are complex (CKKS: a slot's real and imaginary
+    parts), else one. Public: every party and the key holder derive it from the session's backend."""
+    return 2 if backend.complex_slots else 1
+
+
+def product_count(d: int, layout: MatrixLayout, *, fold: int = 1, parts: int = 1) -> int:
+    """Ciphertexts :func:`masked_column_products` makes for ``d`` columns against a δ of ``layout``."""
+    return math.ceil(math.ceil(d / layout.replicas) / parts) * math.ceil(layout.n_chunks / fold)
 
 
 def masked_feature_products(

@@ -7,7 +7,6 @@ trees.py).
 from __future__ import annotations
 
 import collections
-import math
 import secrets
 import threading
 from collections import Counter
@@ -20,7 +19,7 @@ import numpy as np
 
 from vflsec.services import common
 from vflsec.services.config import QUERY_BUDGET, StatisticsPolicy
-from vflsec.services.crypto import entropy, he, psi, ring_mask
+from vflsec.services.crypto import entropy, he, masking, psi, ring_mask
 from vflsec.services.defenses.params import Distorted
 from vflsec.services.defenses.release import (
     ParamReleaseChain,
@@ -482,7 +481,8 @@ class Coordinator:
 
         Admission (docs/protocol.md, "Block sums"): the caller's width must be the one the active party reported
         for it (both must agree); the batch must be at least twice it (checked per step for every width); the request
-        carries exactly ceil(width / R) x n_chunks ciphertexts, each no larger than a fresh one, checked before
+        carries exactly ceil(ceil(width / R) / parts) x n_chunks ciphertexts (masking.product_count; parts: two feature
+        groups a product under CKKS, masking.product_parts), each no larger than a fresh one, checked before
         any is parsed; one request per party and step is decrypted, and every repeat gets that request's answer
         (its sums, from the cache, or its refusal) whatever its bytes: products are re-randomised (review 20, F3),
         so an honest party redoing a step sends other bytes, and an answer it had tells it nothing new; but only
@@ -527,11 +527,12 @@ class Coordinator:
                 )
             layout = current.layout
             keys = s.epochs[s.epoch(step)]  # the current step's epoch is never dropped
-            expected_count = math.ceil(width / layout.replicas) * layout.n_chunks
+            parts = masking.product_parts(keys)
+            expected_count = masking.product_count(width, layout, parts=parts)
             if len(ciphertexts) != expected_count:
                 raise InvalidArgument(
-                    f"a block of {width} columns at {layout.replicas} replicas over {layout.n_chunks} chunks is "
-                    f"{expected_count} ciphertexts, got {len(ciphertexts)}"
+                    f"a block of {width} columns at {layout.replicas} replicas, {parts} feature group(s) a "
+                    f"ciphertext, over {layout.n_chunks} chunks is {expected_count} ciphertexts, got {len(ciphertexts)}"
                 )
             limit = keys.max_ciphertext_bytes
             if any(len(blob) > limit for blob in ciphertexts):

@@ -9,7 +9,8 @@ replaced by a fresh encryption of zero (he.CkksBackend._mul_plain), made under e
 epoch 7's to ~8e19 in each of its 3 900 slots. Now both parties make their products under the step's epoch keys.
 
 Here every step opens a new epoch ([limits] key_rotation_steps = 1, so epoch 0 is never a training epoch) and
-both parties hold an all-zero feature group in every step; before the fix the first Backward was refused.
+both parties hold an all-zero product in every step (under CKKS a product carries two feature groups, both zero
+here); before the fix the first Backward was refused.
 """
 
 from __future__ import annotations
@@ -21,15 +22,15 @@ from vflsec.client.federation.operator import Operator
 from vflsec.services.crypto import he
 from vflsec.services.data import datasets
 
-ZEROS = 40  # leading all-zero columns at each party: the first replica group of both blocks is all zero
+ZEROS = 40  # leading all-zero columns at each party: the first product (two replica groups) of both blocks is zero
 INFORMATIVE = 3
-BATCH = 128
+BATCH = 256  # at 128 rows one product would carry every column: R = 22, two groups of it, 44 columns
 EPOCHS = 4
 
 
 def _dataset() -> datasets.Dataset:
     rng = np.random.default_rng(7)
-    n = 320
+    n = 700  # 2 batches of training rows after the 25 % test split
     informative = rng.uniform(size=(n, 2 * INFORMATIVE))
     zeros = np.zeros((n, ZEROS))
     X = np.hstack([zeros, informative[:, :INFORMATIVE], zeros, informative[:, INFORMATIVE:]])
@@ -60,9 +61,9 @@ def test_products_of_all_zero_blocks_are_made_under_the_steps_epoch_key(tmp_path
         operator = Operator(channel)
         session, test_ids, widths = _train(operator, "ckks", ds)  # refused at its first Backward before the fix
         assert widths == [ZEROS + INFORMATIVE + 1, ZEROS + INFORMATIVE]
-        # The premise: both parties' products begin with a replica group that is all zero, in every step, and
-        # every step runs under a new key (epoch s at step s: the session's epoch-0 context is never the key).
-        assert he.choose_replicas(BATCH, 1, max(widths), he.SLOTS) <= ZEROS
+        # The premise: both parties' products begin with one whose two replica groups are all zero, in every step,
+        # and every step runs under a new key (epoch s at step s: the session's epoch-0 context is never the key).
+        assert 2 * he.choose_replicas(BATCH, 1, max(widths), he.SLOTS, parts=2) <= ZEROS
         assert parties["coordinator"].engine.sessions[session].rotation == 1
         plain_session, _, _ = _train(operator, "plain", ds)
         # The gradients came back right: the same batches train the same model as the plain backend. Compared on

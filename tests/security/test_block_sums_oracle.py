@@ -2,10 +2,10 @@
 
 Probe: passive-1 (2 features) sent products of [[p]] with identity-matrix "features" — 25 ciphertexts were
 accepted — and read every residual of the batch to 1.3e-7; the active party could do the same to [[p]]. Now a
-party gets one decryption per step, of exactly ceil(width / R) x n_chunks ciphertexts for the width the active
-party reported for it, and the sums leave flooded (he.BLOCK_SUM_FLOODING) and rounded (he.BLOCK_SUM_GRID).
-What remains by design: within its width a party learns δᵀX for an X of its choice, to the flooding's
-precision (docs/protocol.md, "Block sums").
+party gets one decryption per step, of exactly ceil(ceil(width / R) / 2) x n_chunks ciphertexts (two feature
+groups a product under CKKS) for the width the active party reported for it, and the sums leave flooded
+(he.BLOCK_SUM_FLOODING) and rounded (he.BLOCK_SUM_GRID). What remains by design: within its width a party learns
+δᵀX for an X of its choice, to the flooding's precision (docs/protocol.md, "Block sums").
 """
 
 from __future__ import annotations
@@ -38,7 +38,10 @@ def _code(call, request) -> tuple[grpc.StatusCode, str]:
 
 
 def _products(backend: he.Backend, probs: he.EncryptedMatrix, X: np.ndarray, mask_bound: float = 0.0) -> list[bytes]:
-    cts, _ = masking.masked_feature_products(backend, probs, X, np.random.default_rng(), mask_bound=mask_bound)
+    parts = masking.product_parts(backend)  # two feature groups a product under CKKS, as the parties send
+    cts, _ = masking.masked_feature_products(
+        backend, probs, X, np.random.default_rng(), mask_bound=mask_bound, parts=parts
+    )
     return [backend.serialize(ct) for ct in cts]
 
 
@@ -75,13 +78,13 @@ def test_block_sums_are_no_decryption_oracle(tmp_path) -> None:
 
             # The probe: identity "features" for every row, more ciphertexts than passive-1's width allows.
             probe = _products(backend, probs, identity)
-            assert len(probe) == N
+            assert len(probe) == N // 2  # two identity columns a product
             code, details = _code(passive.DecryptBlockSums, coordinator_pb2.BlockSumsRequest(
                 mask_tag=TAG, session_id=sid, step=1, ciphertexts=probe, width=N))
             assert code == grpc.StatusCode.INVALID_ARGUMENT and "reported 2" in details
             code, details = _code(passive.DecryptBlockSums, coordinator_pb2.BlockSumsRequest(
                 mask_tag=TAG, session_id=sid, step=1, ciphertexts=probe, width=2))
-            assert code == grpc.StatusCode.INVALID_ARGUMENT and "is 2 ciphertexts" in details
+            assert code == grpc.StatusCode.INVALID_ARGUMENT and f"is 1 ciphertexts, got {N // 2}" in details
 
             # Within its width and count the content is its own choice: δᵀX for X = two identity columns...
             crafted = _products(backend, probs, identity[:, :2])
@@ -198,7 +201,7 @@ def test_ciphertexts_of_a_dishonest_form_are_not_decrypted(tmp_path) -> None:
 
             probs = scores(1)
             size = probs.layout.ct_size
-            probe = [_scaled(backend, size, 8), _scaled(backend, size, 8)]
+            probe = [_scaled(backend, size, 8)]  # passive-1's 2 columns at R = 1: one product of two parts
             assert len(probe[0]) <= backend.max_ciphertext_bytes  # under the size cap, as in the review
             # Decrypted, the probe reads the decryption error x 2^32, far above the flooding's 2^-6.
             assert np.abs(keys.decrypt(keys.deserialize(probe[0]))).max() > 32 * he.BLOCK_SUM_FLOODING
@@ -211,12 +214,12 @@ def test_ciphertexts_of_a_dishonest_form_are_not_decrypted(tmp_path) -> None:
 
             # Rescaled like a real product (the right level), only the scale is off: refused.
             probs = scores(2)
-            code, details = block_sums(2, [_scaled(backend, size, 8, product=True)] * 2)
+            code, details = block_sums(2, [_scaled(backend, size, 8, product=True)])
             assert code == grpc.StatusCode.INVALID_ARGUMENT and "2 primes and scale 2^8.00" in details
             # At the right scale but a fresh ciphertext's level (no product of [[p]] has it): refused.
             scores(3)
             fresh = backend.serialize(backend.encrypt(np.zeros(size)))
-            code, details = block_sums(3, [fresh, fresh])
+            code, details = block_sums(3, [fresh])
             assert code == grpc.StatusCode.INVALID_ARGUMENT and "3 primes and scale 2^40.00" in details
             # Honest products of the next step are answered.
             probs = scores(4)

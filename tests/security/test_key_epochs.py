@@ -56,7 +56,8 @@ def test_training_keys_rotate_and_no_key_answers_more_than_a_quarter_of_n(tmp_pa
                 key = hashlib.sha256(context.data).hexdigest()
                 epochs.append(context.epoch)
                 backend = he.open_public("ckks", context.data)
-                replicas = he.choose_replicas(n, k, max(widths.values()), backend.slots)
+                parts = masking.product_parts(backend)
+                replicas = he.choose_replicas(n, k, max(widths.values()), backend.slots, parts=parts)
                 logits = wire.to_message(backend, he.encrypt_matrix(backend, np.zeros((n, k)), lowered=True))
                 reply = stubs["active"].ComputeTrainingScores(coordinator_pb2.TrainingScoresRequest(
                     session_id=sid, step=step, logits=logits, replicas=replicas, sample_index=list(range(n)),
@@ -64,7 +65,9 @@ def test_training_keys_rotate_and_no_key_answers_more_than_a_quarter_of_n(tmp_pa
                 probs = wire.from_message(backend, reply, "probs")
                 for party, width in widths.items():
                     crafted = np.eye(n)[:, :width]  # one functional per answered sum, whatever the content
-                    cts, _ = masking.masked_feature_products(backend, probs, crafted, np.random.default_rng())
+                    cts, _ = masking.masked_feature_products(
+                        backend, probs, crafted, np.random.default_rng(), parts=parts
+                    )
                     sums = from_tensor(stubs[party].DecryptBlockSums(coordinator_pb2.BlockSumsRequest(
                         mask_tag=TAG, session_id=sid, step=step, ciphertexts=[backend.serialize(c) for c in cts],
                         width=width)),
@@ -118,7 +121,9 @@ def test_a_ciphertext_under_an_old_epoch_key_decrypts_to_nothing(tmp_path) -> No
             # true sum would be 32) decrypts under epoch 1's key to noise far outside the masked range.
             stale = he.encrypt_matrix(old, np.full((n, 1), 0.5), replicas=probs.replicas)
             assert stale.layout == probs.layout
-            cts, _ = masking.masked_feature_products(old, stale, np.ones((n, 2)), np.random.default_rng())
+            cts, _ = masking.masked_feature_products(
+                old, stale, np.ones((n, 2)), np.random.default_rng(), parts=masking.product_parts(old)
+            )
             request = coordinator_pb2.BlockSumsRequest(
                 mask_tag=TAG, session_id=sid, step=rotation, ciphertexts=[old.serialize(c) for c in cts], width=2
             )

@@ -123,7 +123,9 @@ def test_a_passive_party_refuses_plain_unless_its_own_policy_allows_it(tmp_path)
 def _products(c: Coordinator, probs: he.EncryptedMatrix, mask_bound: float = 0.0) -> list[bytes]:
     keys = c.sessions["s"].backend
     ones, rng = np.ones((N, 2)), np.random.default_rng()
-    cts, _ = masking.masked_feature_products(keys, probs, ones, rng, mask_bound=mask_bound)
+    cts, _ = masking.masked_feature_products(
+        keys, probs, ones, rng, mask_bound=mask_bound, parts=masking.product_parts(keys)
+    )
     return [keys.serialize(ct) for ct in cts]
 
 
@@ -240,7 +242,9 @@ def test_a_repeat_under_other_masks_is_refused_not_answered(tmp_path) -> None:
         np.testing.assert_array_equal(engine.block_sums("s", 1, "passive-1", blobs, 2, TAG), sums)
     # A refusal is kept under its tag too: its repeats get the refusal, another tag the other-masks refusal.
     keys = c.sessions["s"].backend
-    loud, _ = masking.masked_feature_products(keys, _scores(c), np.ones((N, 3)), np.random.default_rng(), 1e12)
+    loud, _ = masking.masked_feature_products(
+        keys, _scores(c), np.ones((N, 3)), np.random.default_rng(), 1e12, parts=masking.product_parts(keys)
+    )
     with pytest.raises(InvalidArgument, match="outside the masked range") as refused:
         c.block_sums("s", 1, "active", [keys.serialize(ct) for ct in loud], 3, TAG)
     with pytest.raises(FailedPrecondition, match="under other masks"):

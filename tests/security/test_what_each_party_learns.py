@@ -37,14 +37,20 @@ def test_coordinator_decrypts_only_aggregates_and_passives_see_ciphertexts_and_q
     deltas: list[he.EncryptedMatrix] = []
     block_sum_replies: list[np.ndarray] = []
 
-    decrypt = he.CkksBackend._decrypt
+    decrypt, decrypt_complex = he.CkksBackend._decrypt, he.CkksBackend.decrypt_complex
 
     def watched_decrypt(self, ct):  # type: ignore[no-untyped-def]
         decrypted.append(decrypt(self, ct))
-        both_parts.append(self.decrypt_complex(ct))
+        both_parts.append(decrypt_complex(self, ct))
         return decrypted[-1]
 
+    def watched_complex(self, ct):  # type: ignore[no-untyped-def]  # masked products: two feature groups each
+        both_parts.append(decrypt_complex(self, ct))
+        decrypted.append(both_parts[-1].real)
+        return both_parts[-1]
+
     monkeypatch.setattr(he.CkksBackend, "_decrypt", watched_decrypt)
+    monkeypatch.setattr(he.CkksBackend, "decrypt_complex", watched_complex)
 
     forward, backward = passive.PassiveParty.forward, passive.PassiveParty.backward
 

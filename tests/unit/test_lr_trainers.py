@@ -2,24 +2,31 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
-from vflsec.services.crypto import entropy, he
+from vflsec.services.crypto import entropy, he, masking
 from vflsec.services.models.lr.maths import OptimizerConfig
 from vflsec.services.models.lr.trainers import LrActive, LrKeyHolder, LrPassive, masked_gradient
 
 
+@pytest.mark.parametrize("replicas", [2, 3])  # 3 and 2 feature groups: an odd count leaves an empty imaginary part
 @pytest.mark.parametrize("backend", ["plain", "ckks"])
-def test_the_masked_round_trip_gives_delta_t_x_over_n(backend: str) -> None:
+def test_the_masked_round_trip_gives_delta_t_x_over_n(backend: str, replicas: int) -> None:
     rng = np.random.default_rng(0)
     keys = he.make_keyholder(backend)
     n, k, d = 40, 3, 5
     delta_plain, x = rng.uniform(-1, 1, (n, k)), rng.uniform(0, 1, (n, d))
-    delta = he.encrypt_matrix(keys, delta_plain, replicas=he.choose_replicas(n, k, d, keys.slots))
+    delta = he.encrypt_matrix(keys, delta_plain, replicas=replicas)
+    parts = masking.product_parts(keys)
+    assert parts == (2 if backend == "ckks" else 1)
     seen: list[np.ndarray] = []
 
     def block_sums(blobs: list[bytes], width: int, tag: bytes) -> np.ndarray:  # the key holder's side
+        # Two feature groups a product under CKKS: ceil(groups / 2) products a chunk.
+        assert len(blobs) == math.ceil(math.ceil(d / replicas) / parts) * delta.layout.n_chunks
         sums = LrKeyHolder.block_sums(keys, he.deserialize_all(keys, blobs, delta.layout.ct_size), delta.layout, width)
         seen.append(sums)
         return sums

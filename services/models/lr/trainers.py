@@ -84,11 +84,12 @@ def masked_gradient(
     The masks are keyed by step and δ's fingerprint: a replayed step (the key holder repeats [[p]], hence δ)
     rebuilds products of the same masks, which the key holder answers from its cache; the tag (an HMAC of the
     same context under the same key) tells it so, and a repeat under other masks is refused, not answered with
-    sums these masks do not unmask (review 21, F9).
+    sums these masks do not unmask (review 21, F9). Each product carries masking.product_parts(backend) feature
+    groups (two under CKKS), as the key holder expects.
     """
     masks = entropy.keyed_stream(mask_key, session_id, step, delta_digest)
     tag = entropy.tag(mask_key, "block-sums", session_id, step, delta_digest)
-    cts, mask_sums = masking.masked_feature_products(backend, delta, x, masks)
+    cts, mask_sums = masking.masked_feature_products(backend, delta, x, masks, parts=masking.product_parts(backend))
     width = x.shape[1]
     sums = block_sums([backend.serialize(c) for c in cts], width, tag)
     if sums.shape != (width, mask_sums.shape[1]):
@@ -146,7 +147,8 @@ class LrActive:
         x = ctx.features(index)
         logits = he.add_plain_matrix(ctx.backend, total, self.inference_share(x))
         # One replication factor for every party's gradient products, sized for the widest block.
-        replicas = he.choose_replicas(len(index), self.k, max(ctx.widths.values()), ctx.backend.slots)
+        parts = masking.product_parts(ctx.backend)
+        replicas = he.choose_replicas(len(index), self.k, max(ctx.widths.values()), ctx.backend.slots, parts=parts)
         scores = key_holder.training_scores(
             ctx.backend, ctx.session_id, ctx.step, logits, replicas, index, ctx.widths
         )
@@ -312,9 +314,12 @@ class LrKeyHolder:
 
     @staticmethod
     def block_sums(keys: he.Backend, cts: Sequence[Any], layout: he.MatrixLayout, width: int) -> np.ndarray:
-        """Masked block sums of a party's ``width`` columns; products outside the masked range are refused."""
+        """Masked block sums of a party's ``width`` columns, two feature groups a product under CKKS
+        (masking.product_parts); products with a slot outside the masked range, in either part, are refused. With an
+        odd number of groups the last product's imaginary part is an empty group: its sums are cut off with the
+        padding."""
         bound = keys.default_mask_bound + he.FEATURE_BOUND + 1.0
-        return masking.block_sums(keys, cts, layout, max_abs=bound)[:width]
+        return masking.block_sums(keys, cts, layout, max_abs=bound, parts=masking.product_parts(keys))[:width]
 
     def scores(self, aggregate: np.ndarray) -> np.ndarray:
         return confidence_scores(aggregate)

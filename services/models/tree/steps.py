@@ -51,6 +51,9 @@ from .binning import QuantileBins
 from .config import TreeConfig
 from .structure import ACTIVE, Forest, Node, Tree, copy_tree
 
+# Feature groups a masked product carries (two under CKKS), the rule LR's products follow too.
+product_parts = masking.product_parts
+
 NodeKey = tuple[int, int]  # (tree, heap index)
 
 
@@ -208,15 +211,9 @@ def encrypted_classes(n_classes: int) -> int:
     return n_classes - 1
 
 
-def product_parts(backend: he.Backend) -> int:
-    """Feature groups one masked product carries: two under CKKS (a slot's real and imaginary parts), else one.
-    Public: every party derives it from the session's backend."""
-    return 2 if backend.complex_slots else 1
-
-
 def product_count(task: Task, width: int, layout: he.MatrixLayout, parts: int) -> int:
     """Ciphertexts of a passive party's products for a block of ``width`` one-hot columns at a node."""
-    return math.ceil(math.ceil(width / layout.replicas) / parts) * math.ceil(layout.n_chunks / product_fold(task))
+    return masking.product_count(width, layout, fold=product_fold(task), parts=parts)
 
 
 def indicator_layout(task: Task, n_classes: int, widest: int, slots: int, parts: int = 1) -> he.MatrixLayout:

@@ -1,0 +1,76 @@
+"""Issue 32: LR's masked products carry two feature groups each under CKKS (real and imaginary parts), as trees' do.
+
+The key holder admits exactly ceil(ceil(width / R) / 2) x n_chunks products under CKKS (one group a product under
+the plain backend): the former count, one group a product, is refused before anything is decrypted, naming the
+count it expects. Both parts are range-checked, and the gradient the party unmasks matches the plain backend's
+within the flooding. Engine-level, over real TenSEAL keys: the coordinator's admission is what is under test.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.security.test_restart_policy import TAG, WIDTHS, _coordinator, _open, _scores
+from vflsec.services.crypto import he, masking
+from vflsec.services.errors import InvalidArgument
+from vflsec.services.models.lr.trainers import LrKeyHolder
+
+X = {
+    party: np.random.default_rng(i).uniform(0.0, 1.0, (8, width)) for i, (party, width) in enumerate(WIDTHS.items())
+}
+
+
+def _request(keys: he.Backend, probs: he.EncryptedMatrix, x: np.ndarray, parts: int) -> tuple[list[bytes], np.ndarray]:
+    cts, mask_sums = masking.masked_feature_products(keys, probs, x, np.random.default_rng(), parts=parts)
+    return [keys.serialize(ct) for ct in cts], mask_sums
+
+
+def _gradients(tmp_path, backend: str) -> dict[str, np.ndarray]:
+    """Every party's δᵀX through the coordinator (δ = p = 0.5, R = 1: a group is a column)."""
+    c = _coordinator(tmp_path / backend, allowed_backends=("ckks", "plain"))
+    _open(c, backend)
+    keys, probs = c.sessions["s"].backend, _scores(c)
+    parts = masking.product_parts(keys)
+    assert probs.layout.replicas == 1 and parts == (2 if backend == "ckks" else 1)
+    gradients = {}
+    for party, x in X.items():
+        width = x.shape[1]
+        if parts == 2:
+            # The former count, one group a product: refused before anything is decrypted (the step's one answer
+            # stays unspent: the party's right request below is answered), naming the count expected.
+            old, _ = _request(keys, probs, x, parts=1)
+            assert len(old) == width
+            expected = -(-width // 2)
+            with pytest.raises(InvalidArgument, match=f"2 feature group.* is {expected} ciphertexts, got {width}"):
+                c.block_sums("s", 1, party, old, width, TAG)
+        blobs, mask_sums = _request(keys, probs, x, parts)
+        assert len(blobs) == masking.product_count(width, probs.layout, parts=parts)
+        sums = c.block_sums("s", 1, party, blobs, width, TAG)
+        gradients[party] = masking.gradient_from_block_sums(sums, mask_sums[:width], width)
+    return gradients
+
+
+def test_two_groups_a_product_give_the_plain_gradient_and_the_old_count_is_refused(tmp_path) -> None:
+    # The active party's 3 columns are an odd number of groups: its last product's imaginary part is an empty group.
+    ckks, plain = _gradients(tmp_path, "ckks"), _gradients(tmp_path, "plain")
+    for party, x in X.items():
+        exact = np.full((8, 1), 0.5).T @ x
+        np.testing.assert_allclose(plain[party], exact, atol=1e-9)
+        np.testing.assert_allclose(ckks[party], plain[party], atol=8 * he.BLOCK_SUM_FLOODING)
+        assert not np.array_equal(ckks[party], plain[party])  # flooded: the CKKS sums did go through the key holder
+
+
+def test_a_product_out_of_range_in_its_imaginary_part_alone_is_refused(tmp_path) -> None:
+    c = _coordinator(tmp_path)
+    _open(c)
+    keys, probs = c.sessions["s"].backend, _scores(c)
+    size = probs.layout.ct_size
+    # passive-1's 2 columns at R = 1: one product, real part in range, imaginary part masked by 2^30 > 2^24 + 65.
+    loud = keys.masked_sum(probs.ciphertexts, [np.full(size, 1 + 1j)], np.full(size, 1j * 2.0**30))
+    assert np.abs(keys.decrypt(loud)).max() < 2.0  # the real parts alone would pass the range check
+    with pytest.raises(InvalidArgument, match="outside the masked range"):
+        c.block_sums("s", 1, "passive-1", [keys.serialize(loud)], 2, TAG)
+    # The key holder's step alone refuses it too, whatever called it.
+    with pytest.raises(ValueError, match="outside the masked range"):
+        LrKeyHolder.block_sums(keys, [loud], probs.layout, 2)
