@@ -9,8 +9,9 @@ Two sources, one small numpy-style interface (the methods release steps and mask
   a per-use nonce. Gradient masks come from here: a party that repeats the same training step after a crash
   rebuilds the same masks (the coordinator then answers from its cache instead of
   decrypting new products), while without the key the stream is indistinguishable from random.
-* :func:`tag` — HMAC-SHA256 under such a key of the same kind of context: what a party shows to say "the same
-  masks" without showing them (a repeat of a step's block sums).
+* :func:`tag` — HMAC-SHA256 of the same kind of context, under a key of its own (derived from the party's secret
+  for the purpose: :func:`derive_key`): what a party shows to say "the same masks" without showing them (a repeat
+  of a step's block sums).
 * :func:`derive_key` — HKDF-SHA256 (RFC 5869) of a party's long-term secret for one named purpose: keys of
   distinct purposes are independent, and none reveals the secret or another (masquerade's Q and bit key).
 
@@ -181,7 +182,7 @@ def keyed_stream(key: bytes, *context: bytes | int | str) -> CryptoRandom:
 
 def tag(key: bytes, *context: bytes | int | str) -> bytes:
     """HMAC-SHA256 under ``key`` of ``context`` (32 bytes): equal for equal (key, context), unpredictable without
-    the key, and telling nothing of the key or of :func:`keyed_stream`'s output under it."""
+    the key. Give it a key of its own (:func:`derive_key`), not one that also keys a :func:`keyed_stream`."""
     if len(key) != KEY_BYTES:
         raise ValueError(f"tag key must be {KEY_BYTES} bytes, got {len(key)}")
     return hmac.new(key, _encoded(context), hashlib.sha256).digest()

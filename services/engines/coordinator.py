@@ -509,7 +509,7 @@ class Coordinator:
             if answer is not None and (answer.sums is not None or answer.refused is not None) and other_masks:
                 raise FailedPrecondition(
                     f"{caller}'s block sums of step {step} were asked under other masks (mask_tag differs from the "
-                    "first request's): redo the step with the masks of its first request"
+                    "first request's): redo the step with the masks of its first request, or open a new session"
                 )
             if answer is not None:
                 if answer.refused is not None:
@@ -541,6 +541,10 @@ class Coordinator:
                 # From here the step's one answer is spent, whatever the outcome, and durably so before any byte
                 # is parsed: only this request (its digest and tag) may be decrypted for the party at this step.
                 answer = current.answers[caller] = Answer(digest, entropy.new_key(), tag=tag)
+                self._save(session_id, s)
+            elif answer.tag is None:  # resumed from a checkpoint older than the tag: bound to this request's (its
+                # seed kept, so that a concurrent byte-identical resume decrypts to the same sums; review 22, F1)
+                answer.tag = tag
                 self._save(session_id, s)
             self._decrypting[working] += 1
         # Parsed and decrypted outside the session lock, so the parties' requests of a step are answered side by

@@ -252,3 +252,22 @@ def test_a_repeat_under_other_masks_is_refused_not_answered(tmp_path) -> None:
     with pytest.raises(InvalidArgument) as again:
         c.block_sums("s", 1, "active", [keys.serialize(ct) for ct in loud], 3, TAG)
     assert str(again.value) == str(refused.value)
+
+
+def test_a_request_resumed_from_a_checkpoint_without_tags_is_bound_to_its_tag(tmp_path, monkeypatch) -> None:
+    """Review 22, F1: a request in progress at a crash, checkpointed before tags were kept, is resumed by the party's
+    identical request; from then on it is bound to that request's tag like any other."""
+    c = _coordinator(tmp_path)
+    _open(c)
+    blobs = _products(c, _scores(c))
+    _killed_mid_decryption(c, blobs, monkeypatch)
+    arrays, meta = c.sessions["s"].to_state()
+    for answer in meta["current"]["answers"].values():
+        del answer["tag"]  # as the format before the tag wrote it
+    checkpoint.StateDir(tmp_path).save("s", arrays, meta)
+    resumed = _coordinator(tmp_path)
+    sums = resumed.block_sums("s", 1, "passive-1", blobs, 2, TAG)
+    for engine in (resumed, _coordinator(tmp_path)):
+        with pytest.raises(FailedPrecondition, match="under other masks"):
+            engine.block_sums("s", 1, "passive-1", blobs, 2, bytes(32))
+        np.testing.assert_array_equal(engine.block_sums("s", 1, "passive-1", blobs, 2, TAG), sums)

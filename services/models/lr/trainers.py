@@ -83,12 +83,12 @@ def masked_gradient(
 
     The masks are keyed by step and δ's fingerprint: a replayed step (the key holder repeats [[p]], hence δ)
     rebuilds products of the same masks, which the key holder answers from its cache; the tag (an HMAC of the
-    same context under the same key) tells it so, and a repeat under other masks is refused, not answered with
-    sums these masks do not unmask (review 21, F9). Each product carries masking.product_parts(backend) feature
-    groups (two under CKKS), as the key holder expects.
+    same context, under a key derived from the mask key for the purpose) tells it so, and a repeat under other
+    masks is refused, not answered with sums these masks do not unmask (review 21, F9). Each product carries
+    masking.product_parts(backend) feature groups (two under CKKS), as the key holder expects.
     """
     masks = entropy.keyed_stream(mask_key, session_id, step, delta_digest)
-    tag = entropy.tag(mask_key, "block-sums", session_id, step, delta_digest)
+    tag = entropy.tag(entropy.derive_key(mask_key, "block-sums mask tag"), session_id, step, delta_digest)
     cts, mask_sums = masking.masked_feature_products(backend, delta, x, masks, parts=masking.product_parts(backend))
     width = x.shape[1]
     sums = block_sums([backend.serialize(c) for c in cts], width, tag)
