@@ -79,6 +79,7 @@ RATIO_FLOOR = 1_000_000
 PROTOCOLS = ("oprf", "ecdh")
 CHUNK = 8192
 MIN_CHUNK = 2048
+_POSITIONS_BLOCK = 1 << 20  # positions mapped at once against a block of an order on disk: a few MB of temporaries
 WORKERS_ENV = "VFLSEC_PSI_WORKERS"
 
 
@@ -744,25 +745,29 @@ def combine(matches: Iterable[tuple[np.ndarray, np.ndarray]]) -> Alignment:
     return Alignment(active_rows=rows, passive_positions=tuple(positions[rows] for positions in found))
 
 
+
 # The one refusal of a bad position list. It names no position: which positions are padding or name one row
 # twice depends on the passive party's secret order (an OPRF list's), and no refusal may read that out.
 BAD_POSITIONS = "positions: they do not name distinct IDs of the list this party sent"
 
 
 def rows_from_positions(
-    positions: Sequence[int] | np.ndarray, permutation: np.ndarray, *, consume: bool = False
+    positions: Sequence[int] | np.ndarray, permutation: np.ndarray | spill.Column, *, consume: bool = False
 ) -> np.ndarray:
     """Passive side of step 4: own row of each common index, from positions into the list it sent (``permutation``:
-    the row of each value sent; -1 for an OPRF list's padding). Positions out of range or repeated, naming padding,
-    or two naming one row are all refused alike (:data:`BAD_POSITIONS`): an honest active party sends none. With
-    ``consume``, an int64 array of positions becomes the rows (overwritten a block at a time: no second array of 8 B
-    a position, 72 MB at 9M)."""
+    the row of each value sent, in memory or on disk (an OPRF sender's, spill.Column: read a block at a time); -1 for
+    an OPRF list's padding). Positions out of range or repeated, naming padding, or two naming one row are all refused
+    alike (:data:`BAD_POSITIONS`): an honest active party sends none. With ``consume``, an int64 array of positions
+    becomes the rows (overwritten a block at a time: no second array of 8 B a position, 72 MB at 9M)."""
     positions = np.asarray(positions, dtype=np.int64)
     if positions.ndim != 1 or (positions.size and (positions.min() < 0 or positions.max() >= len(permutation))):
         raise ValueError(BAD_POSITIONS)
     rows = positions if consume and positions.flags.writeable else np.empty(len(positions), dtype=np.int64)
-    for start in range(0, len(positions), _BLOCK):
-        rows[start : start + _BLOCK] = permutation[positions[start : start + _BLOCK]]
+    if isinstance(permutation, np.ndarray):
+        for start in range(0, len(positions), _BLOCK):
+            rows[start : start + _BLOCK] = permutation[positions[start : start + _BLOCK]]
+    else:
+        _rows_by_block(positions, permutation, rows)
     if rows.size and rows.min() < 0:
         raise ValueError(BAD_POSITIONS)
     seen = np.zeros(int(rows.max()) + 1 if rows.size else 0, dtype=bool)  # a byte per row, not a sorted copy
@@ -770,3 +775,21 @@ def rows_from_positions(
     if np.count_nonzero(seen) != len(rows):  # repeated positions repeat their row too
         raise ValueError(BAD_POSITIONS)
     return rows
+
+
+_MAPPED = np.int64(1 << 40)  # a row stands in rows as row - 2^40 until every block is read: below any position
+
+
+def _rows_by_block(positions: np.ndarray, order: spill.Column, rows: np.ndarray) -> None:
+    """:func:`rows_from_positions` against an order on disk, read once, a block at a time: each block maps the
+    positions that fall in it (``rows`` may be ``positions`` itself: a row already mapped is negative, so no later
+    block takes it for a position)."""
+    if rows is not positions:
+        rows[:] = positions
+    for start, block in order.blocks():
+        stop = start + len(block)
+        for a in range(0, len(rows), _POSITIONS_BLOCK):
+            part = rows[a : a + _POSITIONS_BLOCK]  # a view: mapped in place
+            at = np.flatnonzero((part >= start) & (part < stop))
+            part[at] = block[part[at] - start] - _MAPPED
+    rows += _MAPPED

@@ -80,7 +80,9 @@ class PassiveSession:
     # in a checkpoint written before share masks existed: such a session cannot share.
     share_mask_key: bytes | None
     trained_rows: RowSet = field(default_factory=RowSet)  # common indices our block was updated on
-    psi_permutation: np.ndarray | None = None  # order in which our blinded IDs were sent; set once per session
+    # Order in which our blinded IDs were sent (the row of each value), set once per session: an OPRF exchange's stays
+    # on disk (spill.Column, removed with the session), read a block at a time by PsiFinish and the checkpoint.
+    psi_permutation: np.ndarray | spill.Column | None = None
     rows: np.ndarray | None = None  # common index -> our row, after PSI
     completed_step: int = 0  # last training step whose update is applied (and checkpointed)
     # completed_step when the coordinator pulled our trained rows at FinishTraining: an inference output sent in the
