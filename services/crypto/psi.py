@@ -741,9 +741,17 @@ def combine(matches: Iterable[tuple[np.ndarray, np.ndarray]]) -> Alignment:
         found.append(positions)
     if common is None:
         raise ValueError("need one match per passive party, got none")
-    rows = entropy.os_entropy().shuffled(np.flatnonzero(common))  # in the memory of the rows alone
+    rows = entropy.os_entropy().shuffled(_nonzero(common))  # in the memory of the rows alone
     return Alignment(active_rows=rows, passive_positions=tuple(positions[rows] for positions in found))
 
+
+def _nonzero(mask: np.ndarray) -> np.ndarray:
+    """np.flatnonzero as int32 (rows below 2^31), a block at a time: 4 B a row, not 8 (36 MB less at 9M rows)."""
+    out, filled = np.empty(np.count_nonzero(mask), dtype=np.int32), 0
+    for start in range(0, len(mask), _POSITIONS_BLOCK):
+        found = start + np.flatnonzero(mask[start : start + _POSITIONS_BLOCK])
+        out[filled : filled + len(found)], filled = found, filled + len(found)
+    return out
 
 
 # The one refusal of a bad position list. It names no position: which positions are padding or name one row

@@ -11,7 +11,7 @@ import hashlib
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, ClassVar, TypeVar
@@ -101,12 +101,13 @@ _INDEX_BLOCK = 1 << 20  # common indices written at once
 
 
 class CommonIndex:
-    """Own sample ID -> common index, for the aligned ``rows``: the party's :class:`datasets.IdIndex` and a row ->
-    common index array, no Python object per row (a dict of a million IDs took about 150 MB)."""
+    """Own sample ID -> common index, for the aligned ``rows``: the party's :class:`datasets.IdIndex` (one for all
+    its sessions, sorted at the first lookup) and a row -> common index array, no Python object per row (a dict of a
+    million IDs took about 150 MB)."""
 
-    def __init__(self, ids: np.ndarray, rows: np.ndarray) -> None:
-        self._index = IdIndex(ids)  # the party's IDs are unique (PartyData checks)
-        self._common = np.full(len(ids), -1, dtype=np.int32)  # active row -> common index, -1: not aligned
+    def __init__(self, index: IdIndex, rows: np.ndarray) -> None:
+        self._index = index  # the party's IDs are unique (PartyData checks)
+        self._common = np.full(len(index.ids), -1, dtype=np.int32)  # active row -> common index, -1: not aligned
         for start in range(0, len(rows), _INDEX_BLOCK):  # no arange of every common index beside them
             block = rows[start : start + _INDEX_BLOCK]
             self._common[block] = np.arange(start, start + len(block), dtype=np.int32)
@@ -205,7 +206,9 @@ class ActiveSession:
         return arrays, meta
 
     @classmethod
-    def from_state(cls, session_id: str, arrays: dict[str, np.ndarray], meta: dict, ids: np.ndarray) -> ActiveSession:
+    def from_state(
+        cls, session_id: str, arrays: dict[str, np.ndarray], meta: dict, ids: IdIndex | Sequence[str] | np.ndarray
+    ) -> ActiveSession:
         context = checkpoint.as_bytes(arrays["context"])
         training = families.TrainingConfig(*meta["training"])
         family = meta.get("family", families.DEFAULT)  # a checkpoint from before the family layer is LR's
@@ -235,7 +238,7 @@ class ActiveSession:
         )  # no exchange survives a restart: one interrupted before the intersection is run again by Align
         if "rows" in arrays:
             s.rows = np.array(arrays["rows"])
-            s.index_of = CommonIndex(ids, s.rows)
+            s.index_of = CommonIndex(ids if isinstance(ids, IdIndex) else IdIndex(ids), s.rows)
         if "pending_rows" in arrays:
             s.pending = psi.Alignment(
                 np.array(arrays["pending_rows"]),
@@ -284,6 +287,7 @@ class ActiveParty:
         # leaves them there, so they go at start-up (a live exchange's folders are locked and stay).
         spill.sweep()
         self.data = data
+        self.id_index = IdIndex(data.ids)  # the operator's sample ID -> row, for every session: sorted when first used
         self.class_names = class_names
         self.coordinator = coordinator
         self.passives = dict(passives)
@@ -294,7 +298,7 @@ class ActiveParty:
             raise ValueError(f"psi_protocol must be one of {', '.join(psi.PROTOCOLS)}, got {psi_protocol!r}")
         self.psi_protocol = psi_protocol
         self.sessions = SessionTable(
-            self.state, lambda sid, arrays, meta: ActiveSession.from_state(sid, arrays, meta, self.data.ids)
+            self.state, lambda sid, arrays, meta: ActiveSession.from_state(sid, arrays, meta, self.id_index)
         )
         # Calls to peers fan out here: Predict rounds overlap, and one waiting for a free thread waits for nothing.
         self._pool = ThreadPoolExecutor(max_workers=4 * (len(self.passives) + 1), thread_name_prefix="peer")
@@ -673,7 +677,7 @@ class ActiveParty:
             )
         with s.lock:
             s.rows, s.pending = alignment.active_rows, None
-            s.index_of = CommonIndex(self.data.ids, s.rows)
+            s.index_of = CommonIndex(self.id_index, s.rows)
             self._save(s)
 
     def _indices(self, s: ActiveSession, sample_ids: list[str]) -> np.ndarray:
