@@ -416,14 +416,17 @@ def _require_unique(values: np.ndarray, what: str) -> np.ndarray:
     return order
 
 
-def require_unique_by_range(values: np.ndarray, what: str, directory: str | None = None) -> None:
-    """:func:`_require_unique` for uniformly random values (keyed hashes: the OPRF's h(x)) in bounded memory: cut
-    by value range on disk (spill.Ranges, removed on the way out), each range sorted alone; the same ValueError
-    naming two rows."""
+def require_unique_by_range(values: np.ndarray | spill.Column, what: str, directory: str | None = None) -> None:
+    """:func:`_require_unique` for uniformly random values (keyed hashes: the OPRF's h(x)), in memory or on disk,
+    in bounded memory: cut by value range on disk (spill.Ranges, removed on the way out), each range sorted alone;
+    the same ValueError naming two rows."""
+    if isinstance(values, spill.Column):
+        blocks = values.blocks(_BLOCK)
+    else:
+        blocks = ((start, values[start : start + _BLOCK]) for start in range(0, len(values), _BLOCK))
     with spill.Ranges(spill.Ranges.count_for(len(values)), values.dtype.itemsize, directory) as ranges:
-        for start in range(0, len(values), _BLOCK):
-            stop = min(start + _BLOCK, len(values))
-            ranges.add(np.arange(start, stop, dtype=np.int32), values[start:stop])
+        for start, block in blocks:
+            ranges.add(np.arange(start, start + len(block), dtype=np.int32), block)
         for r in range(ranges.count):
             rows, part = ranges.part(r)
             order = np.argsort(part, kind="stable")

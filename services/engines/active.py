@@ -287,7 +287,8 @@ class ActiveParty:
         # leaves them there, so they go at start-up (a live exchange's folders are locked and stay).
         spill.sweep()
         self.data = data
-        self.id_index = IdIndex(data.ids)  # the operator's sample ID -> row, for every session: sorted when first used
+        self._id_index: tuple[object, IdIndex | None] = (None, None)  # (of which ID column, its index): id_index
+        self._lock_index = threading.Lock()
         self.class_names = class_names
         self.coordinator = coordinator
         self.passives = dict(passives)
@@ -298,7 +299,7 @@ class ActiveParty:
             raise ValueError(f"psi_protocol must be one of {', '.join(psi.PROTOCOLS)}, got {psi_protocol!r}")
         self.psi_protocol = psi_protocol
         self.sessions = SessionTable(
-            self.state, lambda sid, arrays, meta: ActiveSession.from_state(sid, arrays, meta, self.id_index)
+            self.state, lambda sid, arrays, meta: ActiveSession.from_state(sid, arrays, meta, self.id_index())
         )
         # Calls to peers fan out here: Predict rounds overlap, and one waiting for a free thread waits for nothing.
         self._pool = ThreadPoolExecutor(max_workers=4 * (len(self.passives) + 1), thread_name_prefix="peer")
@@ -449,6 +450,14 @@ class ActiveParty:
         self._each_passive(lambda party, client: client.close(session_id))
         self.coordinator.close(session_id)
 
+    def id_index(self) -> IdIndex:
+        """The operator's sample ID -> row, one for every session of the party's data (sorted when first looked up)."""
+        with self._lock_index:
+            ids, index = self._id_index
+            if ids is not self.data.ids or index is None:
+                self._id_index = self.data.ids, IdIndex(self.data.ids)
+            return self._id_index[1]
+
     # --- alignment ---
     def align(self, session_id: str, progress: Callable[[AlignProgress], None] | None = None) -> np.ndarray:
         """PSI with every passive party; returns the aligned rows (common index -> own row). One Align runs at a
@@ -548,20 +557,26 @@ class ActiveParty:
         (concurrently), then the same intersection of their values with ours."""
         salt = psi.new_salt()
         try:
-            hashed = oprf.item_hashes(own_ids, salt)
-            psi.require_unique_by_range(hashed.view(f"S{hashed.shape[1]}").reshape(-1), "ids")  # on disk
-        except ValueError as exc:  # duplicate or non-string ids: nothing was sent
+            hashed = oprf.hash_column(own_ids, salt)  # on disk, read a block at a time by each step below
+        except ValueError as exc:  # non-string ids: nothing was sent
             raise FailedPrecondition(f"PSI: {self.party_id}'s own IDs: {exc}") from exc
-        m = oprf.bins(len(own_ids))
         try:
-            hash_key, table = oprf.place(hashed, m)  # redrawn here until every ID has a bin: nothing was sent yet
-        except oprf.CuckooFailure as exc:  # 16 hash keys in a row failing: not seen at any size; named, not INTERNAL
-            raise FailedPrecondition(
-                f"PSI: {self.party_id} could not place its IDs into OPRF bins ({exc}); nothing was sent: Align "
-                'again, or align by [psi] protocol = "ecdh"'
-            ) from exc
-        bins = oprf.Bins(table, hashed)  # on disk for the exchanges: h(x) and the table are not kept
-        del hashed, table
+            try:
+                psi.require_unique_by_range(hashed, "ids")  # on disk
+            except ValueError as exc:  # duplicate ids: nothing was sent
+                raise FailedPrecondition(f"PSI: {self.party_id}'s own IDs: {exc}") from exc
+            m = oprf.bins(len(own_ids))
+            try:
+                hash_key, table = oprf.place(hashed, m)  # redrawn here until every ID has a bin: nothing was sent yet
+            except oprf.CuckooFailure as exc:  # 16 keys failing in a row: not seen at any size; named, not INTERNAL
+                raise FailedPrecondition(
+                    f"PSI: {self.party_id} could not place its IDs into OPRF bins ({exc}); nothing was sent: Align "
+                    'again, or align by [psi] protocol = "ecdh"'
+                ) from exc
+            bins = oprf.Bins(table, hashed)  # on disk for the exchanges: h(x) and the table are not kept
+        finally:
+            hashed.close()
+        del table
         try:
             return self._exchange_oprf(s, own_ids, tracker, salt, hash_key, bins)
         finally:
@@ -677,7 +692,7 @@ class ActiveParty:
             )
         with s.lock:
             s.rows, s.pending = alignment.active_rows, None
-            s.index_of = CommonIndex(self.id_index, s.rows)
+            s.index_of = CommonIndex(self.id_index(), s.rows)
             self._save(s)
 
     def _indices(self, s: ActiveSession, sample_ids: list[str]) -> np.ndarray:
