@@ -48,7 +48,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -119,6 +119,33 @@ def item_hashes(ids: Sequence[str] | np.ndarray, salt: bytes) -> np.ndarray:
         digests = b"".join([blake(x.encode("utf-8")).digest() for x in ids[a : a + _BLOCK]])
         out[a : a + _BLOCK] = np.frombuffer(digests, dtype=np.uint8).reshape(-1, 16)
     return out
+
+
+def hash_column(ids: Sequence[str] | np.ndarray, salt: bytes, directory: str | None = None) -> spill.Column:
+    """:func:`item_hashes` on disk (a spill.Column of S16, in ``directory``: the system's temporary one by default),
+    made and written a block at a time: h(x) is never whole in memory (16 bytes per id, 160 MB at 10M)."""
+    _require_strings(ids)  # a bad id named by its row in the whole list, not in its block
+    column = spill.Column(np.dtype("S16"), directory)
+    try:
+        for a in range(0, len(ids), _BLOCK):
+            column.add(item_hashes(ids[a : a + _BLOCK], salt).view("S16").reshape(-1))
+    except BaseException:
+        column.close()
+        raise
+    return column
+
+
+Hashes = np.ndarray | spill.Column  # h(x) of a party's ids: (n, 16) uint8 in memory, or S16 on disk (hash_column)
+
+
+def _hash_blocks(hashed: Hashes) -> Iterator[tuple[int, np.ndarray]]:
+    """(start, h(x) of ids start.. as (k, 16) uint8), a block of _BLOCK ids at a time, in row order."""
+    if isinstance(hashed, spill.Column):
+        for start, block in hashed.blocks(_BLOCK):
+            yield start, block.view(np.uint8).reshape(-1, 16)
+    else:
+        for start in range(0, len(hashed), _BLOCK):
+            yield start, hashed[start : start + _BLOCK]
 
 
 def _ecb(key: bytes, blocks: np.ndarray) -> np.ndarray:
@@ -215,20 +242,16 @@ class CuckooFailure(ValueError):
     """Insertion did not settle: the caller redraws the hash key."""
 
 
-def cuckoo(
-    candidates: np.ndarray | Callable[[np.ndarray], np.ndarray], m: int, rounds: int = CUCKOO_ROUNDS, n: int = 0
-) -> np.ndarray:
-    """bin -> item (-1: empty) placing every item in one of its candidate bins, one item per bin. ``candidates``:
-    the (n, 3) bins of each item, or a function giving the bins of the items it is passed (then ``n`` says how
-    many), so that no array of every item's bins need exist. Vectorised in rounds: every homeless item writes
-    itself into its current choice (one writer per bin wins), evicting the occupant; losers and the evicted move
-    on to their next hash function. Items come in blocks of _BLOCK, each when few of the last remain homeless:
-    a round's temporaries stay a few MB whatever n."""
-    if isinstance(candidates, np.ndarray):
-        n, candidates = len(candidates), candidates.__getitem__
+def cuckoo(candidates: np.ndarray, m: int, rounds: int = CUCKOO_ROUNDS) -> np.ndarray:
+    """bin -> item (-1: empty) placing every item in one of its candidate bins (``candidates``: the (n, 3) bins of
+    each item), one item per bin. Vectorised in rounds: every homeless item writes itself into its current choice
+    (one writer per bin wins), evicting the occupant; losers and the evicted move on to their next hash function.
+    Items come in blocks of _BLOCK, each when few of the last remain homeless: a round's temporaries stay a few MB
+    whatever n."""
+    n = len(candidates)
 
     def choice_of(items: np.ndarray) -> np.ndarray:
-        return candidates(items)[np.arange(len(items)), choice[items]]
+        return candidates[items, choice[items]]
 
     table = np.full(m, -1, dtype=np.int32)  # int32 throughout: 4 bytes a bin and a homeless item, 1 a choice
     choice = np.zeros(n, dtype=np.int8)
@@ -252,17 +275,16 @@ def cuckoo(
         idle += 1
 
 
-def _bins_of_items(hash_key: bytes, hashed: np.ndarray, m: int, items: np.ndarray) -> np.ndarray:
-    return bins_of(hash_key, hashed[items], m)
-
-
-def place(hashed: np.ndarray, m: int) -> tuple[bytes, np.ndarray]:
-    """(hash key, bin -> item) for A's ids: a fresh key from OS entropy until insertion succeeds. Each item's bins
-    are made again (AES) whenever it moves rather than kept, 12 bytes per id."""
+def place(hashed: Hashes, m: int) -> tuple[bytes, np.ndarray]:
+    """(hash key, bin -> item) for A's ids: a fresh key from OS entropy until insertion succeeds. Each id's three
+    bins are made once per key, from h(x) read a block at a time (12 bytes per id: h(x), 16, is not held)."""
+    candidates = np.empty((len(hashed), HASHES), dtype=np.int32)
     for _ in range(CUCKOO_TRIES):
         hash_key = _random(KEY_BYTES)
+        for start, block in _hash_blocks(hashed):
+            candidates[start : start + len(block)] = bins_of(hash_key, block, m)
         try:
-            return hash_key, cuckoo(functools.partial(_bins_of_items, hash_key, hashed, m), m, n=len(hashed))
+            return hash_key, cuckoo(candidates, m)
         except CuckooFailure:
             continue
     raise CuckooFailure(f"cuckoo hashing of {len(hashed)} ids into {m} bins failed {CUCKOO_TRIES} times")
@@ -430,18 +452,35 @@ class CheckFailed(ValueError):
 class Bins:
     """A's cuckoo table, on disk for its exchanges: per bin, the row of the id it holds (-1: empty) and that id's
     word, in bin order (16 bytes a bin, in ``spill_dir``: the system's temporary directory by default), read back a
-    U chunk at a time, so neither h(x) nor the table is kept while A exchanges. :meth:`close` removes it."""
+    U chunk at a time, so neither h(x) nor the table is kept while A exchanges. Made from h(x) read in row order (in
+    memory or on disk: hash_column) and cut by bin range on disk, so no id's word is looked up at random; the table
+    inverted (4 bytes per id) is the only per-id array. :meth:`close` removes it."""
 
-    def __init__(self, table: np.ndarray, hashed: np.ndarray, spill_dir: str | None = None) -> None:
+    def __init__(self, table: np.ndarray, hashed: Hashes, spill_dir: str | None = None) -> None:
         self.m, self.n = len(table), len(hashed)
         self._file = spill.Parts(1, _BIN, spill_dir)
         try:
+            where = np.full(self.n, -1, dtype=np.int32)  # each id's bin: the table inverted, 4 bytes per id
             for a in range(0, self.m, _BLOCK):
                 items = table[a : a + _BLOCK]
-                records = np.zeros(len(items), dtype=_BIN)
-                records["item"], full = items, np.flatnonzero(items >= 0)
-                records["word"][full] = words_of(hashed[items[full]])
-                self._file.append(np.zeros(len(items), dtype=np.int8), records)
+                full = np.flatnonzero(items >= 0)
+                where[items[full]] = a + full
+            if self.n and where.min() < 0:
+                raise ValueError("an id without a bin: the table does not place every id")
+            # Each id's (bin, row, word) to the file of its bin range, in row order, then each range in bin order
+            with spill.Parts(-(-self.m // RANGE_BINS), _SLOT, spill_dir) as placed:
+                for start, block in _hash_blocks(hashed):
+                    slots = np.empty(len(block), dtype=_SLOT)
+                    slots["bin"], slots["word"] = where[start : start + len(block)], words_of(block)
+                    slots["row"] = np.arange(start, start + len(block), dtype=np.int32)
+                    placed.append(slots["bin"] // RANGE_BINS, slots)
+                del where
+                for r in range(placed.count):
+                    slots, a = placed.records(r), r * RANGE_BINS
+                    records = np.zeros(min(self.m, a + RANGE_BINS) - a, dtype=_BIN)
+                    records["item"] = -1
+                    records["item"][slots["bin"] - a], records["word"][slots["bin"] - a] = slots["row"], slots["word"]
+                    self._file.append(np.zeros(len(records), dtype=np.int8), records)
         except BaseException:
             self._file.close()
             raise
@@ -535,7 +574,7 @@ class Sender:
 
     def __init__(
         self,
-        own_hashed: np.ndarray,
+        own_hashed: Hashes,
         hash_key: bytes,
         m: int,
         ot: BaseOtReceiver,
@@ -556,15 +595,15 @@ class Sender:
         self._slots = spill.Parts(-(-m // RANGE_BINS), _SLOT, spill_dir)
         try:  # removed at once if anything fails here, not left to the collector
             filled = 0
-            for a in range(0, n, _BLOCK):
-                candidates = bins_of(hash_key, own_hashed[a : a + _BLOCK], m)
+            for a, block in _hash_blocks(own_hashed):
+                candidates = bins_of(hash_key, block, m)
                 distinct = np.ones(candidates.shape, dtype=bool)
                 distinct[:, 1] = candidates[:, 1] != candidates[:, 0]
                 distinct[:, 2] = (candidates[:, 2] != candidates[:, 0]) & (candidates[:, 2] != candidates[:, 1])
                 slots = np.empty(candidates.shape, dtype=_SLOT)
                 slots["bin"] = candidates
                 slots["row"] = np.arange(a, a + len(candidates), dtype=np.int32)[:, None]
-                slots["word"] = words_of(own_hashed[a : a + _BLOCK])[:, None, :]
+                slots["word"] = words_of(block)[:, None, :]
                 self._slots.append(candidates[distinct] // RANGE_BINS, slots[distinct])
                 filled += int(distinct.sum())
             self._shuffle = spill.Shuffle(self.total, VALUE_BYTES, spill_dir)

@@ -5,14 +5,15 @@ Each value is written, as it is made, to one of ``buckets`` files drawn uniforml
 then shuffles each bucket in memory (a fresh uniform permutation) and concatenates them. Given the bucket sizes,
 which values share a bucket is uniform over every split with those sizes, and each bucket's order uniform: every
 order of the whole list is equally likely, as if it were permuted in memory (the scatter-then-shuffle method of
-Rao and Sandelius). Memory is one bucket (about BUCKET_VALUES values) and the rows in their final order (4 bytes
-each, which the caller keeps); disk is the list twice at most, in a directory of its own (mode 0700, files 0600)
-that :meth:`close` removes, as does the garbage collector if no one called it, and :func:`sweep` at the next start
-if the process was killed. What sits there is what the party held in memory before: its own values, never sent or
-received data (but see below).
+Rao and Sandelius). Memory is one bucket (about BUCKET_VALUES values); the rows in their final order (4 bytes each,
+which the caller keeps) go to a :class:`Column`; disk is the list twice at most, in a directory of its own (mode
+0700, files 0600) that :meth:`close` removes, as does the garbage collector if no one called it, and :func:`sweep`
+at the next start if the process was killed. What sits there is what the party held in memory before: its own
+values, never sent or received data (but see below).
 
-:class:`Parts` and :class:`Ranges` keep other per-ID state on disk in the same way, cut into parts read back one at
-a time: P's (ID, bin) slots by bin range, A's bins, and A's outputs and a passive party's values by value range
+:class:`Parts`, :class:`Column` and :class:`Ranges` keep other per-ID state on disk in the same way, cut into parts
+read back one at a time: P's (ID, bin) slots by bin range, its secret order in blocks, A's bins, and A's outputs and
+a passive party's values by value range
 (the one place received values are written: A's, matched range by range and removed when the match ends). Every
 such folder is a :class:`_Folder`: locked while it lives, its files opened through its descriptor, swept after a kill.
 """
@@ -34,8 +35,9 @@ import numpy as np
 
 from vflsec.services.crypto import entropy
 
-BUCKET_VALUES = 1 << 20  # values per bucket, on average: about 20 MB of a bucket in memory at a time (16-byte values)
+BUCKET_VALUES = 1 << 19  # values per bucket, on average: about 10 MB of a bucket in memory at a time (16-byte values)
 RANGE_VALUES = 1 << 17  # a list's values per range of Ranges, on average (uniform values): about 2.5 MB a range
+COLUMN_BLOCK = 1 << 21  # records of a Column read at once: 8 MB of int32
 _PREFIX = "vflsec-psi-"
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL
 
@@ -68,14 +70,14 @@ class Shuffle:
     once all came (the rows in the secret order), then :meth:`chunks` streams the values in that order."""
 
     def __init__(self, total: int, width: int, directory: str | Path | None = None) -> None:
-        self._total, self._width, self._added = total, width, 0
+        self._total, self._width, self._added, self._directory = total, width, 0, directory
         self._record = np.dtype([("row", "<i4"), ("value", f"S{width}")])
         self._buckets = max(1, -(-total // BUCKET_VALUES))
         self._folder = _Folder(directory)
         self.path = self._folder.path
         self._files = [self._folder.open(f"bucket-{b}") for b in range(self._buckets)]
         self._sealed = False
-        self.rows: np.ndarray | None = None
+        self.rows: Column | None = None
 
     def add(self, rows: np.ndarray, values: np.ndarray) -> None:
         """More values (an S``width`` array) and their rows, each to a bucket drawn at random."""
@@ -94,24 +96,25 @@ class Shuffle:
                 self._files[b].write(records[by_bucket[bounds[b] : bounds[b + 1]]].tobytes())
         self._added += len(values)
 
-    def seal(self) -> np.ndarray:
+    def seal(self) -> Column:
         """Shuffle each bucket, one at a time, into the final order: the row of each value in that order (-1 or
-        whatever the caller tagged), also kept as ``rows``."""
+        whatever the caller tagged), on disk as a :class:`Column` of its own, also kept as ``rows`` until
+        :meth:`close` (which leaves it to whoever else holds it: it outlives the values, with the session)."""
         if self._sealed:
             return self.rows
         if self._added != self._total:
             raise ValueError(f"{self._added} values added, {self._total} announced")
-        self.rows, filled = np.empty(self._total, dtype=np.int32), 0
+        self.rows = Column(np.int32, self._directory)
         with self._folder.open("sealed") as out:
             for b, bucket in enumerate(self._files):
                 bucket.close()
                 with self._folder.open(f"bucket-{b}", os.O_RDONLY) as fh:
                     records = np.fromfile(fh, dtype=self._record)
                 self._folder.unlink(f"bucket-{b}")
-                records = records[entropy.os_entropy().permutation(len(records))]
-                self.rows[filled : filled + len(records)] = records["row"]
-                out.write(np.ascontiguousarray(records["value"]).tobytes())
-                filled += len(records)
+                shuffled = entropy.os_entropy().permutation(len(records))
+                self.rows.add(records["row"][shuffled])  # each field gathered alone: no shuffled copy of the records
+                out.write(records["value"][shuffled])
+                del records, shuffled
         self._files, self._sealed = [], True
         return self.rows
 
@@ -124,10 +127,10 @@ class Shuffle:
                 yield data
 
     def close(self) -> None:
-        """Remove the files; idempotent."""
+        """Remove the files; idempotent. The sealed order is dropped, not removed: it goes once no one holds it."""
         for bucket in self._files:
             bucket.close()
-        self._files = []
+        self._files, self.rows = [], None
         self._folder.remove()
 
     def __enter__(self) -> Shuffle:
@@ -174,6 +177,35 @@ class Parts:
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+
+class Column(Parts):
+    """Fixed-width records in the order added, in one file, read back a block at a time: per-ID state kept for later
+    rather than held (P's secret order: the row of each value it sent, 4 bytes a value, which the session keeps until
+    it closes). Removed by :meth:`close`, or by the garbage collector once no one holds it."""
+
+    def __init__(self, dtype: np.dtype, directory: str | Path | None = None) -> None:
+        super().__init__(1, dtype, directory)
+
+    def add(self, records: np.ndarray) -> None:
+        """More records, at the end."""
+        with self._folder.open("part-0", os.O_WRONLY | os.O_APPEND) as out:
+            out.write(np.ascontiguousarray(records, dtype=self.dtype))
+        self.size += len(records)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def blocks(self, per_block: int = COLUMN_BLOCK) -> Iterator[tuple[int, np.ndarray]]:
+        """(start, records start..start + per_block), in order: one block in memory at a time."""
+        with self._folder.open("part-0", os.O_RDONLY) as fh:
+            for start in range(0, self.size, per_block):
+                yield start, np.fromfile(fh, dtype=self.dtype, count=min(per_block, self.size - start))
+
+    def __array__(self, dtype: np.dtype | None = None, copy: bool | None = None) -> np.ndarray:
+        """Every record in memory (small lists: tests)."""
+        records = self.records(0)
+        return records if dtype is None else records.astype(dtype)
 
 
 class Ranges(Parts):

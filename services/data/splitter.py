@@ -3,6 +3,7 @@ by sample ID (selection, overlapping ID sets, the train/test split)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -215,20 +216,29 @@ def split_columns(
 
 
 class IdIndex:
-    """Row positions of IDs within ``ids`` by a binary search over their sort order, which is computed once (no
-    Python object per row): for lookups repeated against one large ID column."""
+    """Row positions of IDs within ``ids`` by a binary search over their sort order, which is computed once, at the
+    first lookup (no Python object per row: 8 bytes per ID): for lookups repeated against one large ID column, such
+    as a party's, whose sessions share one index."""
 
     def __init__(self, ids: Sequence[str] | np.ndarray) -> None:
         ids = np.asarray(ids)
         self.ids = ids if ids.dtype.kind == "U" else ids.astype(str)  # a str array is kept, not copied
-        self._order = np.argsort(self.ids, kind="stable")  # int64: searchsorted copies any other sorter per call
+        self._order: np.ndarray | None = None
+        self._lock = threading.Lock()
+
+    def _sorted(self) -> np.ndarray:
+        with self._lock:
+            if self._order is None:  # int64: searchsorted copies any other sorter per call
+                self._order = np.argsort(self.ids, kind="stable")
+            return self._order
 
     def find(self, wanted: Sequence[str] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(rows, found) for each of ``wanted``, in its order; a row is meaningful only where ``found``."""
         wanted = np.asarray(wanted).astype(str).reshape(-1)
         if not len(self.ids):
             return np.zeros(len(wanted), dtype=np.int64), np.zeros(len(wanted), dtype=bool)
-        rows = self._order[np.minimum(np.searchsorted(self.ids, wanted, sorter=self._order), len(self.ids) - 1)]
+        order = self._sorted()
+        rows = order[np.minimum(np.searchsorted(self.ids, wanted, sorter=order), len(self.ids) - 1)]
         return rows.astype(np.int64), self.ids[rows] == wanted
 
 

@@ -11,7 +11,7 @@ import hashlib
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, ClassVar, TypeVar
@@ -101,12 +101,13 @@ _INDEX_BLOCK = 1 << 20  # common indices written at once
 
 
 class CommonIndex:
-    """Own sample ID -> common index, for the aligned ``rows``: the party's :class:`datasets.IdIndex` and a row ->
-    common index array, no Python object per row (a dict of a million IDs took about 150 MB)."""
+    """Own sample ID -> common index, for the aligned ``rows``: the party's :class:`datasets.IdIndex` (one for all
+    its sessions, sorted at the first lookup) and a row -> common index array, no Python object per row (a dict of a
+    million IDs took about 150 MB)."""
 
-    def __init__(self, ids: np.ndarray, rows: np.ndarray) -> None:
-        self._index = IdIndex(ids)  # the party's IDs are unique (PartyData checks)
-        self._common = np.full(len(ids), -1, dtype=np.int32)  # active row -> common index, -1: not aligned
+    def __init__(self, index: IdIndex, rows: np.ndarray) -> None:
+        self._index = index  # the party's IDs are unique (PartyData checks)
+        self._common = np.full(len(index.ids), -1, dtype=np.int32)  # active row -> common index, -1: not aligned
         for start in range(0, len(rows), _INDEX_BLOCK):  # no arange of every common index beside them
             block = rows[start : start + _INDEX_BLOCK]
             self._common[block] = np.arange(start, start + len(block), dtype=np.int32)
@@ -205,7 +206,9 @@ class ActiveSession:
         return arrays, meta
 
     @classmethod
-    def from_state(cls, session_id: str, arrays: dict[str, np.ndarray], meta: dict, ids: np.ndarray) -> ActiveSession:
+    def from_state(
+        cls, session_id: str, arrays: dict[str, np.ndarray], meta: dict, ids: IdIndex | Sequence[str] | np.ndarray
+    ) -> ActiveSession:
         context = checkpoint.as_bytes(arrays["context"])
         training = families.TrainingConfig(*meta["training"])
         family = meta.get("family", families.DEFAULT)  # a checkpoint from before the family layer is LR's
@@ -235,7 +238,7 @@ class ActiveSession:
         )  # no exchange survives a restart: one interrupted before the intersection is run again by Align
         if "rows" in arrays:
             s.rows = np.array(arrays["rows"])
-            s.index_of = CommonIndex(ids, s.rows)
+            s.index_of = CommonIndex(ids if isinstance(ids, IdIndex) else IdIndex(ids), s.rows)
         if "pending_rows" in arrays:
             s.pending = psi.Alignment(
                 np.array(arrays["pending_rows"]),
@@ -284,6 +287,8 @@ class ActiveParty:
         # leaves them there, so they go at start-up (a live exchange's folders are locked and stay).
         spill.sweep()
         self.data = data
+        self._id_index: tuple[object, IdIndex | None] = (None, None)  # (of which ID column, its index): id_index
+        self._lock_index = threading.Lock()
         self.class_names = class_names
         self.coordinator = coordinator
         self.passives = dict(passives)
@@ -294,7 +299,7 @@ class ActiveParty:
             raise ValueError(f"psi_protocol must be one of {', '.join(psi.PROTOCOLS)}, got {psi_protocol!r}")
         self.psi_protocol = psi_protocol
         self.sessions = SessionTable(
-            self.state, lambda sid, arrays, meta: ActiveSession.from_state(sid, arrays, meta, self.data.ids)
+            self.state, lambda sid, arrays, meta: ActiveSession.from_state(sid, arrays, meta, self.id_index())
         )
         # Calls to peers fan out here: Predict rounds overlap, and one waiting for a free thread waits for nothing.
         self._pool = ThreadPoolExecutor(max_workers=4 * (len(self.passives) + 1), thread_name_prefix="peer")
@@ -445,6 +450,14 @@ class ActiveParty:
         self._each_passive(lambda party, client: client.close(session_id))
         self.coordinator.close(session_id)
 
+    def id_index(self) -> IdIndex:
+        """The operator's sample ID -> row, one for every session of the party's data (sorted when first looked up)."""
+        with self._lock_index:
+            ids, index = self._id_index
+            if ids is not self.data.ids or index is None:
+                self._id_index = self.data.ids, IdIndex(self.data.ids)
+            return self._id_index[1]
+
     # --- alignment ---
     def align(self, session_id: str, progress: Callable[[AlignProgress], None] | None = None) -> np.ndarray:
         """PSI with every passive party; returns the aligned rows (common index -> own row). One Align runs at a
@@ -544,20 +557,26 @@ class ActiveParty:
         (concurrently), then the same intersection of their values with ours."""
         salt = psi.new_salt()
         try:
-            hashed = oprf.item_hashes(own_ids, salt)
-            psi.require_unique_by_range(hashed.view(f"S{hashed.shape[1]}").reshape(-1), "ids")  # on disk
-        except ValueError as exc:  # duplicate or non-string ids: nothing was sent
+            hashed = oprf.hash_column(own_ids, salt)  # on disk, read a block at a time by each step below
+        except ValueError as exc:  # non-string ids: nothing was sent
             raise FailedPrecondition(f"PSI: {self.party_id}'s own IDs: {exc}") from exc
-        m = oprf.bins(len(own_ids))
         try:
-            hash_key, table = oprf.place(hashed, m)  # redrawn here until every ID has a bin: nothing was sent yet
-        except oprf.CuckooFailure as exc:  # 16 hash keys in a row failing: not seen at any size; named, not INTERNAL
-            raise FailedPrecondition(
-                f"PSI: {self.party_id} could not place its IDs into OPRF bins ({exc}); nothing was sent: Align "
-                'again, or align by [psi] protocol = "ecdh"'
-            ) from exc
-        bins = oprf.Bins(table, hashed)  # on disk for the exchanges: h(x) and the table are not kept
-        del hashed, table
+            try:
+                psi.require_unique_by_range(hashed, "ids")  # on disk
+            except ValueError as exc:  # duplicate ids: nothing was sent
+                raise FailedPrecondition(f"PSI: {self.party_id}'s own IDs: {exc}") from exc
+            m = oprf.bins(len(own_ids))
+            try:
+                hash_key, table = oprf.place(hashed, m)  # redrawn here until every ID has a bin: nothing was sent yet
+            except oprf.CuckooFailure as exc:  # 16 keys failing in a row: not seen at any size; named, not INTERNAL
+                raise FailedPrecondition(
+                    f"PSI: {self.party_id} could not place its IDs into OPRF bins ({exc}); nothing was sent: Align "
+                    'again, or align by [psi] protocol = "ecdh"'
+                ) from exc
+            bins = oprf.Bins(table, hashed)  # on disk for the exchanges: h(x) and the table are not kept
+        finally:
+            hashed.close()
+        del table
         try:
             return self._exchange_oprf(s, own_ids, tracker, salt, hash_key, bins)
         finally:
@@ -673,7 +692,7 @@ class ActiveParty:
             )
         with s.lock:
             s.rows, s.pending = alignment.active_rows, None
-            s.index_of = CommonIndex(self.data.ids, s.rows)
+            s.index_of = CommonIndex(self.id_index(), s.rows)
             self._save(s)
 
     def _indices(self, s: ActiveSession, sample_ids: list[str]) -> np.ndarray:

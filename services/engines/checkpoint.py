@@ -112,7 +112,7 @@ class StateDir:
         if identities.keys() != written.keys() or any(not _same(written[k], i) for k, i in identities.items()):
             companion = f"{name}.{secrets.token_hex(8)}.fixed" if held else None
             if companion is not None:
-                self._write(companion, lambda fh: np.savez(fh, **{k: np.asarray(v) for k, v in held.items()}))
+                self._write(companion, lambda fh: _savez(fh, held))
         payload = {k: np.asarray(v) for k, v in arrays.items() if k not in held}
         payload["__meta__"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
         if companion is not None:
@@ -372,10 +372,27 @@ def _own_companion(companion: str, name: str) -> bool:
     return match is not None and match["name"] == name
 
 
+def _savez(fh: BinaryIO, arrays: dict[str, Any]) -> None:
+    """np.savez's file (stored, not compressed: np.load reads it alike), but an array kept on disk (one with
+    ``blocks()``, e.g. spill.Column: P's secret order) is copied in block by block rather than read whole."""
+    with zipfile.ZipFile(fh, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
+        for key, value in arrays.items():
+            with archive.open(f"{key}.npy", mode="w", force_zip64=True) as out:
+                if not hasattr(value, "blocks"):
+                    np.lib.format.write_array(out, np.asarray(value))
+                    continue
+                header = {"descr": np.lib.format.dtype_to_descr(value.dtype), "fortran_order": False}
+                np.lib.format.write_array_header_1_0(out, {**header, "shape": (len(value),)})
+                for _, block in value.blocks():
+                    out.write(block.tobytes())
+
+
 def _identity(value: Any) -> tuple:
     """(owner of the memory, address, shape, dtype): an array rebuilt at every save from the same unchanged
     attribute (a view of a bytes object) is recognised as written already. The owner is held, so its id is
-    never reused while compared."""
+    never reused while compared. An array on disk (``blocks()``) is itself the owner: it is never read for this."""
+    if hasattr(value, "blocks"):
+        return value, 0, (len(value),), value.dtype.str
     array = np.asarray(value)
     owner: Any = array
     while isinstance(owner, np.ndarray) and owner.base is not None:

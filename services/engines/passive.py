@@ -82,7 +82,9 @@ class PassiveSession:
     # in a checkpoint written before share masks existed: such a session cannot share.
     share_mask_key: bytes | None
     trained_rows: RowSet = field(default_factory=RowSet)  # common indices our block was updated on
-    psi_permutation: np.ndarray | None = None  # order in which our blinded IDs were sent; set once per session
+    # Order in which our blinded IDs were sent (the row of each value), set once per session: an OPRF exchange's stays
+    # on disk (spill.Column, removed with the session), read a block at a time by PsiFinish and the checkpoint.
+    psi_permutation: np.ndarray | spill.Column | None = None
     rows: np.ndarray | None = None  # common index -> our row, after PSI
     completed_step: int = 0  # last training step whose update is applied (and checkpointed)
     # completed_step when the coordinator pulled our trained rows at FinishTraining: an inference output sent in the
@@ -442,17 +444,21 @@ class PassiveParty:
         # Charged before any work (base OTs, hashing our IDs: about a second at 1M), so an owner over its budget
         # costs us one check; refunded if our own IDs then fail, which is our fault, not the owner's.
         self._spend_psi_budget(s.owner, hello.bins, "announced as OPRF bins")
+        hashed = None
         try:
-            hashed = oprf.item_hashes(own_ids, hello.salt)
-            psi.require_unique_by_range(hashed.view(f"S{hashed.shape[1]}").reshape(-1), "ids")  # on disk
-        except ValueError as exc:
-            self._spend_psi_budget(s.owner, -hello.bins)
-            raise FailedPrecondition(f"PSI: {self.party_id}'s own IDs: {exc}") from exc
-        base_ot = oprf.BaseOtReceiver()
-        answers = base_ot.answer(hello.base_point)
-        code_seed = entropy.os_entropy().bytes(oprf.KEY_BYTES)
-        sender = oprf.Sender(hashed, hello.hash_key, hello.bins, base_ot, code_seed)  # draws the challenge
-        del hashed
+            try:
+                hashed = oprf.hash_column(own_ids, hello.salt)  # h(y) on disk, read a block at a time
+                psi.require_unique_by_range(hashed, "ids")  # on disk
+            except ValueError as exc:
+                self._spend_psi_budget(s.owner, -hello.bins)
+                raise FailedPrecondition(f"PSI: {self.party_id}'s own IDs: {exc}") from exc
+            base_ot = oprf.BaseOtReceiver()
+            answers = base_ot.answer(hello.base_point)
+            code_seed = entropy.os_entropy().bytes(oprf.KEY_BYTES)
+            sender = oprf.Sender(hashed, hello.hash_key, hello.bins, base_ot, code_seed)  # draws the challenge
+        finally:
+            if hashed is not None:
+                hashed.close()
         try:  # our values wait on disk until sent (oprf.Sender): removed however the exchange ends
             yield from self._oprf_exchange(session_id, s, hello, sender, code_seed, answers, steps)
         finally:

@@ -222,7 +222,7 @@ def test_psi_finish_refuses_every_bad_list_alike_naming_no_position_and_voids_th
         hello = oprf.Hello(session_id, salt, hash_key, m, base_ot.point)
         n = client.psi_oprf(hello, u_rows, prove, lambda n: None, _drop)
         assert engine.psi_blinded["active"] == spent + m and n == 3 * len(engine.data.ids)
-        return engine.session(session_id).psi_permutation
+        return np.asarray(engine.session(session_id).psi_permutation)  # on disk (spill.Column): read whole
 
     refusals = set()
     with fed.channel("active", "passive-1") as channel:

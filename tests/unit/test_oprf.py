@@ -396,3 +396,49 @@ def test_the_receivers_bins_on_disk_hold_each_bins_row_and_word_and_are_removed(
     bins.close()
     bins.close()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_hashes_on_disk_give_the_same_bins_and_values_as_in_memory(tmp_path, monkeypatch) -> None:
+    """A's and P's h(x) spilled (hash_column) and read a block at a time: the same hashes, bins on disk and values
+    as from the array in memory; the column's file is private and goes on close, or on an error while hashing."""
+    monkeypatch.setattr(oprf, "_BLOCK", 64)  # several blocks
+    monkeypatch.setattr(oprf, "RANGE_BINS", 128)  # several bin ranges
+    ids, salt = np.array([f"id{i}" for i in range(500)]), b"salt"
+    hashed = oprf.item_hashes(ids, salt)
+    with oprf.hash_column(ids, salt, str(tmp_path)) as column:
+        (directory,) = tmp_path.iterdir()
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+        assert all(stat.S_IMODE(f.stat().st_mode) == 0o600 for f in directory.iterdir())
+        assert np.array_equal(np.asarray(column).view(np.uint8).reshape(-1, 16), hashed)
+        m = oprf.bins(len(ids))
+        hash_key, table = oprf.place(column, m)
+        candidates = oprf.bins_of(hash_key, hashed, m)
+        assert sorted(table[table >= 0].tolist()) == list(range(len(ids)))  # every id placed once
+        assert all(b in candidates[item] for b, item in enumerate(table) if item >= 0)  # in one of its bins
+        from_disk, in_memory = oprf.Bins(table, column, str(tmp_path)), oprf.Bins(table, hashed, str(tmp_path))
+        assert np.array_equal(from_disk.read(0, m), in_memory.read(0, m))
+        from_disk.close(), in_memory.close()
+        base_sender, base_receiver = oprf.BaseOtSender(), oprf.BaseOtReceiver()
+        base_sender.keys(base_receiver.answer(base_sender.point))
+        senders = [oprf.Sender(h, hash_key, m, base_receiver, bytes(16), str(tmp_path)) for h in (column, hashed)]
+        assert all(
+            np.array_equal(senders[0]._slots.records(r), senders[1]._slots.records(r))
+            for r in range(senders[0]._slots.count)
+        )
+        for sender in senders:
+            sender.close()
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(ValueError, match="sample id at row 130 is a int"):  # named by its row in the whole list
+        oprf.hash_column([*ids[:130], 7], salt, str(tmp_path))
+    real, calls = oprf.item_hashes, []
+
+    def failing(part: np.ndarray, salt: bytes) -> np.ndarray:
+        calls.append(len(part))
+        if len(calls) > 2:
+            raise ZeroDivisionError
+        return real(part, salt)
+
+    monkeypatch.setattr(oprf, "item_hashes", failing)
+    with pytest.raises(ZeroDivisionError):  # an error half-way: nothing left behind
+        oprf.hash_column(ids, salt, str(tmp_path))
+    assert calls == [64, 64, 64] and list(tmp_path.iterdir()) == []

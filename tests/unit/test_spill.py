@@ -29,7 +29,7 @@ def test_every_value_leaves_once_with_its_row(tmp_path: Path, monkeypatch, total
     with spill.Shuffle(total, 16, tmp_path) as shuffle:
         for a in range(0, total, 97):  # in pieces, as U chunks come
             shuffle.add(rows[a : a + 97], _values(rows[a : a + 97]))
-        order = shuffle.seal()
+        order = np.asarray(shuffle.seal())
         data = b"".join(shuffle.chunks(100))
         assert all(len(chunk) <= 1600 for chunk in shuffle.chunks(100))
     sent = np.frombuffer(data, dtype="S16")
@@ -47,7 +47,7 @@ def test_the_order_is_uniform(tmp_path: Path, monkeypatch) -> None:
     for _ in range(trials):
         with spill.Shuffle(3, 16, tmp_path) as shuffle:
             shuffle.add(np.arange(3, dtype=np.int32), _values(np.arange(3)))
-            counts[tuple(shuffle.seal().tolist())] += 1
+            counts[tuple(np.asarray(shuffle.seal()).tolist())] += 1
     expected = trials / math.factorial(3)
     assert sum((c - expected) ** 2 / expected for c in counts.values()) < 36
 
@@ -139,7 +139,7 @@ def test_a_swapped_folder_is_never_read(tmp_path: Path) -> None:
         planted["row"], planted["value"] = 7, b"x" * 16
         ours.mkdir()
         (ours / "bucket-0").write_bytes(planted.tobytes())
-        order = shuffle.seal()
+        order = np.asarray(shuffle.seal())
         sent = np.frombuffer(b"".join(shuffle.chunks(2)), dtype="S16")
     assert sorted(order.tolist()) == [0, 1, 2] and np.array_equal(sent, _values(order))
     assert not any((tmp_path / "moved").iterdir())  # ours emptied where it went
@@ -244,7 +244,7 @@ def test_the_oprf_receiver_keeps_its_outputs_by_range_and_removes_them(tmp_path:
     assert list(tmp_path.iterdir()) == [outputs]
     assert np.array_equal(common, expected[0]) and np.array_equal(positions, expected[1])
     assert np.flatnonzero(common).tolist() == list(range(100, 400))
-    assert sorted(sender.rows[positions[common]].tolist()) == list(range(300))
+    assert sorted(np.asarray(sender.rows)[positions[common]].tolist()) == list(range(300))
     receiver.close()
     sender.close()
     assert list(tmp_path.iterdir()) == []
@@ -262,3 +262,74 @@ def test_uniqueness_by_range_names_the_repeat_and_leaves_nothing(tmp_path: Path,
     assert list(tmp_path.iterdir()) == []  # removed on the error too
     with pytest.raises(ValueError, match="duplicate ids at rows 17 and 2345"):
         psi._require_unique(values, "ids")  # the in-memory check's verdict
+
+
+@pytest.mark.parametrize(("total", "block"), [(0, 4), (1, 4), (1000, 64), (1000, 4096)])
+def test_a_column_reads_back_what_was_added_a_block_at_a_time(tmp_path: Path, total: int, block: int) -> None:
+    rows = np.random.default_rng(total).integers(-1, 1 << 30, total).astype(np.int32)
+    with spill.Column(np.int32, tmp_path) as column:
+        for a in range(0, total, 97):
+            column.add(rows[a : a + 97])
+        assert stat.S_IMODE(column.path.stat().st_mode) == 0o700
+        assert all(stat.S_IMODE(f.stat().st_mode) == 0o600 for f in column.path.iterdir())
+        blocks = list(column.blocks(block))
+        assert [start for start, _ in blocks] == list(range(0, total, block))
+        assert all(len(b) <= block for _, b in blocks)
+        assert len(column) == total and np.array_equal(np.concatenate([b for _, b in blocks] or [rows[:0]]), rows)
+        assert np.array_equal(np.asarray(column), rows)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_sealed_order_outlives_the_shuffle_while_held_and_goes_when_dropped(tmp_path: Path) -> None:
+    shuffle = spill.Shuffle(5, 16, tmp_path)
+    shuffle.add(np.arange(5, dtype=np.int32), _values(np.arange(5)))
+    order = shuffle.seal()
+    shuffle.close()
+    assert [p.name.startswith("vflsec-psi-") for p in tmp_path.iterdir()] == [True]  # the order's folder alone
+    assert sorted(np.asarray(order).tolist()) == list(range(5))
+    del order
+    gc.collect()
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(RuntimeError), spill.Column(np.int32, tmp_path) as column:  # an error: removed on the way out
+        column.add(np.arange(3, dtype=np.int32))
+        raise RuntimeError
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("block", [1, 3, 7, 1 << 21])
+def test_positions_map_through_an_order_on_disk_as_through_one_in_memory(tmp_path: Path, monkeypatch, block) -> None:
+    """psi.rows_from_positions reads a spilled order block by block: the same rows, the same refusals."""
+    monkeypatch.setattr(spill, "COLUMN_BLOCK", block)
+    monkeypatch.setattr(psi, "_POSITIONS_BLOCK", 4)
+    rng = np.random.default_rng(7)
+    order = rng.permutation(np.concatenate([np.arange(20), np.full(10, -1)])).astype(np.int32)  # -1: padding
+    real = np.flatnonzero(order >= 0)
+    with spill.Column(np.int32, tmp_path) as column:
+        column.add(order)
+        column.blocks = lambda per_block=block, blocks=column.blocks: blocks(per_block)  # the patched block size
+        for positions in (rng.permutation(real)[:13], real[:1], real[:0]):
+            expected = psi.rows_from_positions(positions, order)
+            assert np.array_equal(psi.rows_from_positions(positions, column), expected)
+            consumed = positions.astype(np.int64)
+            assert np.array_equal(psi.rows_from_positions(consumed, column, consume=True), expected)
+            assert np.array_equal(consumed, expected)  # the positions became the rows
+        padding = int(np.flatnonzero(order < 0)[0])
+        for bad in ([real[0], padding], [real[0], real[0]], [-1], [len(order)], [[real[0]]]):
+            with pytest.raises(ValueError, match="do not name distinct IDs"):
+                psi.rows_from_positions(bad, column)
+
+
+def test_a_checkpoint_copies_an_order_on_disk_in_and_reads_it_back(tmp_path: Path, monkeypatch) -> None:
+    from vflsec.services.engines.checkpoint import StateDir
+
+    order = np.random.default_rng(3).permutation(1000).astype(np.int32)
+    with spill.Column(np.int32, tmp_path) as column:
+        column.add(order)
+        monkeypatch.setattr(spill.Column, "__array__", None)  # the checkpoint must not read it whole
+        state = StateDir(tmp_path / "state")
+        state.save("s1", {"psi_permutation": column, "rows": np.arange(4)}, {"k": 1}, fixed=("psi_permutation",))
+        state.save("s1", {"psi_permutation": column, "rows": np.arange(5)}, {"k": 2}, fixed=("psi_permutation",))
+    arrays, meta = StateDir(tmp_path / "state").load_all()["s1"]
+    assert np.array_equal(arrays["psi_permutation"], order) and arrays["psi_permutation"].dtype == np.int32
+    assert np.array_equal(arrays["rows"], np.arange(5)) and meta == {"k": 2}
+    assert len(list((tmp_path / "state").glob("*.fixed"))) == 1  # the order written once, not at every save
