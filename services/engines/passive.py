@@ -82,8 +82,7 @@ class PassiveSession:
     # in a checkpoint written before share masks existed: such a session cannot share.
     share_mask_key: bytes | None
     trained_rows: RowSet = field(default_factory=RowSet)  # common indices our block was updated on
-    # Order in which our blinded IDs were sent (the row of each value), set once per session: an OPRF exchange's stays
-    # on disk (spill.Column, removed with the session), read a block at a time by PsiFinish and the checkpoint.
+    # The row of each blinded ID we sent, in order, set once per session (OPRF's on disk: spill.Column, in blocks)
     psi_permutation: np.ndarray | spill.Column | None = None
     rows: np.ndarray | None = None  # common index -> our row, after PSI
     completed_step: int = 0  # last training step whose update is applied (and checkpointed)
