@@ -1,6 +1,6 @@
 """Plain values the engines share with the link layer, kept free of gRPC and protobuf so that importing an engine
 loads neither: the parties' certificate roles, the row check every batch passes, the bounds of a batched serving call,
-the fingerprint of serialized ciphertexts."""
+the fingerprint of serialized ciphertexts, and protobuf's varint for the messages written by hand."""
 
 from __future__ import annotations
 
@@ -33,6 +33,17 @@ def digest(blobs: Iterable[bytes]) -> bytes:
     for blob in blobs:
         h.update(len(blob).to_bytes(8, "little") + blob)
     return h.digest()
+
+
+def varint(n: int) -> bytes:
+    """``n`` >= 0 as a protobuf varint: the lengths and counts of the messages written by hand (TenSEAL's vector
+    message, he._vector_message; PsiFinish's request, psi_stream.finish_request)."""
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
 
 
 def require_distinct_rows(sample_index: np.ndarray) -> None:

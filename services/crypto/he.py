@@ -37,6 +37,8 @@ import numpy as np
 import tenseal as ts
 import tenseal.sealapi as sealapi
 
+from vflsec.services import common
+
 __all__ = [
     "BACKENDS",
     "Backend",
@@ -633,26 +635,18 @@ def _seal_bytes(obj: sealapi.Ciphertext | sealapi.SecretKey) -> bytes:
 def _vector_message(ciphertext: bytes, size: int, scale: float) -> bytes:
     """TenSEAL's CKKSVectorProto (tenseal/proto/tensors.proto: 1 packed uint32 sizes, 2 bytes ciphertexts, 3 double
     scale) of one SEAL ciphertext of ``size`` slots."""
-    sizes = _varint(size)
+    sizes = common.varint(size)
     return (
         b"\x0a"
-        + _varint(len(sizes))
+        + common.varint(len(sizes))
         + sizes
         + b"\x12"
-        + _varint(len(ciphertext))
+        + common.varint(len(ciphertext))
         + ciphertext
         + b"\x19"
         + struct.pack("<d", scale)
     )
 
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 # A plaintext whose every slot lies below this encodes to zero at scale 2^40 or may (with a margin of 2^-20: a nonzero

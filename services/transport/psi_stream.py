@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vflsec.services import common
 from vflsec.services.crypto import oprf, psi
 from vflsec.services.errors import InvalidArgument, ResourceExhausted
 from vflsec.v1 import passive_pb2
@@ -153,14 +154,6 @@ _PACKED_BLOCK = 1 << 20  # bytes of packed varints decoded at once
 _SHORT_VARINT = 5  # bytes: any position below 2^35; a longer varint is left to protobuf
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
 
 def _varints(values: np.ndarray) -> bytes:
     """int64 values as protobuf varints, concatenated (a negative one in 10 bytes, as protobuf writes it)."""
@@ -182,7 +175,7 @@ def finish_request(session_id: str, positions: np.ndarray) -> bytes:
     blocks = [_varints(positions[a : a + _POSITIONS_BLOCK]) for a in range(0, len(positions), _POSITIONS_BLOCK)]
     packed = sum(len(block) for block in blocks)
     head = passive_pb2.PsiFinishRequest(session_id=session_id).SerializeToString()
-    return b"".join([head, *((b"\x12", _varint(packed)) if packed else ()), *blocks])
+    return b"".join([head, *((b"\x12", common.varint(packed)) if packed else ()), *blocks])
 
 
 @dataclass(frozen=True)
