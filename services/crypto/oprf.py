@@ -140,12 +140,8 @@ Hashes = np.ndarray | spill.Column  # h(x) of a party's ids: (n, 16) uint8 in me
 
 def _hash_blocks(hashed: Hashes) -> Iterator[tuple[int, np.ndarray]]:
     """(start, h(x) of ids start.. as (k, 16) uint8), a block of _BLOCK ids at a time, in row order."""
-    if isinstance(hashed, spill.Column):
-        for start, block in hashed.blocks(_BLOCK):
-            yield start, block.view(np.uint8).reshape(-1, 16)
-    else:
-        for start in range(0, len(hashed), _BLOCK):
-            yield start, hashed[start : start + _BLOCK]
+    for start, block in spill.blocks(hashed, _BLOCK):
+        yield start, block.view(np.uint8).reshape(-1, 16)
 
 
 def _ecb(key: bytes, blocks: np.ndarray) -> np.ndarray:

@@ -420,12 +420,8 @@ def require_unique_by_range(values: np.ndarray | spill.Column, what: str, direct
     """:func:`_require_unique` for uniformly random values (keyed hashes: the OPRF's h(x)), in memory or on disk,
     in bounded memory: cut by value range on disk (spill.Ranges, removed on the way out), each range sorted alone;
     the same ValueError naming two rows."""
-    if isinstance(values, spill.Column):
-        blocks = values.blocks(_BLOCK)
-    else:
-        blocks = ((start, values[start : start + _BLOCK]) for start in range(0, len(values), _BLOCK))
     with spill.Ranges(spill.Ranges.count_for(len(values)), values.dtype.itemsize, directory) as ranges:
-        for start, block in blocks:
+        for start, block in spill.blocks(values, _BLOCK):
             ranges.add(np.arange(start, start + len(block), dtype=np.int32), block)
         for r in range(ranges.count):
             rows, part = ranges.part(r)

@@ -179,6 +179,15 @@ class Parts:
         self.close()
 
 
+def blocks(values: np.ndarray | Column, per_block: int) -> Iterator[tuple[int, np.ndarray]]:
+    """(start, values start..start + per_block), in order, whether ``values`` is in memory or a :class:`Column`."""
+    if isinstance(values, Column):
+        yield from values.blocks(per_block)
+    else:
+        for start in range(0, len(values), per_block):
+            yield start, values[start : start + per_block]
+
+
 class Column(Parts):
     """Fixed-width records in the order added, in one file, read back a block at a time: per-ID state kept for later
     rather than held (P's secret order: the row of each value it sent, 4 bytes a value, which the session keeps until
