@@ -524,7 +524,8 @@ class CkksBackend(Backend):
             elif not _transparent_safe(seal.evaluator.add_inplace, total, product):
                 total = None
         scale = operand.scale  # the operands' (2^40, or an operand's 2^30)
-        if total is None:  # every plaintext zero: a fresh encryption of zero in a product's form, a prime lower
+        fresh = total is None
+        if fresh:  # every plaintext zero: a fresh encryption of zero in a product's form, a prime lower
             total = sealapi.Ciphertext()
             below = self._ctx.data.seal_context().get_context_data(operand.parms_id()).next_context_data()
             seal.encryptor.encrypt_zero(below.parms_id(), total)
@@ -537,8 +538,9 @@ class CkksBackend(Backend):
         # Re-randomised: the mask changes only c0, so c1 would be (rescaled) c1 of the operands times the party's
         # plaintexts, which a key holder knowing the operands' c1 (LR: [[δ]] = its [[p]] - y) tests guesses of the
         # plaintext against exactly (review 20, F3). An encryption of zero from this party's OS entropy makes c1
-        # uniform; its noise lies far inside the mask.
-        seal.evaluator.add_inplace(total, self._zero_like(total))
+        # uniform; its noise lies far inside the mask. An all-zero fold's is such an encryption already.
+        if not fresh:
+            seal.evaluator.add_inplace(total, self._zero_like(total))
         return self._vector(total, self.size(cts[0]))
 
     def _zero_like(self, ct: sealapi.Ciphertext) -> sealapi.Ciphertext:
