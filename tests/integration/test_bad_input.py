@@ -112,6 +112,9 @@ def test_out_of_order_steps_and_unknown_indices_at_the_passive_party(trained) ->
     coordinator = _coordinator_as_active(fed)
     sums = coordinator_pb2.BlockSumsRequest(mask_tag=TAG, session_id=session_id, step=10**6, ciphertexts=[b"x"])
     assert _code(coordinator.DecryptBlockSums, sums)[0] == grpc.StatusCode.FAILED_PRECONDITION
+    untagged = coordinator_pb2.BlockSumsRequest(session_id=session_id, step=1, ciphertexts=[b"x"])
+    code, details = _code(coordinator.DecryptBlockSums, untagged)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "mask_tag: must be 32 bytes, got 0" in details
     _still_serving(fed, session_id, common)
 
 
