@@ -56,8 +56,7 @@ def check(rows: int, features: int, depth: int, bins: int, backends: Sequence[st
     """The options' bounds, before anything starts: ValueError naming the option, its bound and the smallest (or
     largest) accepted value."""
     from vflsec.services.config import MIN_TRAINING_ROWS
-    from vflsec.services.models.tree.config import MAX_BINS
-    from vflsec.services.models.tree.trainers import MAX_SPLIT_COLUMNS
+    from vflsec.services.models.tree.config import MAX_BINS, MAX_SPLIT_COLUMNS
 
     smallest = math.ceil(MIN_TRAINING_ROWS / (1 - TEST_FRACTION)) + 1
     if rows < smallest:

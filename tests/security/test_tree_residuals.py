@@ -193,6 +193,8 @@ def test_residual_honest_products_and_shifted_bin_weights_read_whether_a_row_is_
 
     def shifted(self, keys, task, indicators, session_id, key_epoch):
         products, mask_sums, weights, digest = honest_products(self, keys, task, indicators, session_id, key_epoch)
+        if task.rows.tolist() != self.searched[task.key]:  # products over the smaller right sibling: the shift would
+            return products, mask_sums, weights, digest  # land in the node's derived counts, through their clip
         ind, offset = self.owner.indicator_matrix(task), 0
         for f in task.features[self.settings.party]:
             size = self.owner.bins.sizes[f]

@@ -16,8 +16,9 @@ from vflsec.services.models.tree.steps import GrowthMirror, Histograms, KnownRow
 
 
 def _grow(max_depth: int = 3):
-    """Grow wine's tree in process (plain backend): the holder, the passive party, and per derived node its task
-    and the passive party's true counts and bin weights there."""
+    """Grow wine's tree in process (plain backend): the holder, the passive party, per derived node its task and the
+    passive party's true counts and bin weights there, the nodes it made products for, and per such node (task, the
+    node as its products were made, the counts and bin weights the holder holds, the true ones)."""
     data = TreeData.load("wine")
     family = families.get("tree")
     settings = family.settings({"max_depth": max_depth, "party": 0})
@@ -30,7 +31,7 @@ def _grow(max_depth: int = 3):
     truth = FeatureOwner(1, passive.owner.bins, data.train[1])
     holder = family.new_key_holder(data.n_classes, ["passive-1"], settings)
     holder.begin(len(data.y_train), [active.bins.sizes, passive.owner.bins.sizes])
-    keys, derived, searched = he.make_keyholder("plain"), [], []
+    keys, derived, searched, made = he.make_keyholder("plain"), [], [], []
     while (node := holder.next_node()) is not None:
         task = Task.from_json(node)
         if not holder.open_node(task.key, labels.totals(task)):
@@ -45,10 +46,13 @@ def _grow(max_depth: int = 3):
             assert np.array_equal(holder.counts[1], derived[-1][1])
             assert np.array_equal(holder.weights[1], derived[-1][2])
         elif 1 in task.features:
-            wire = he.matrix_to_wire(keys, labels.encrypt(keys, task, holder.builder.width(task, 1)))
-            searched.append(passive.search(node, wire).key)
-            holder.submit_counts(keys, 1, task.key, *passive.node_products(keys, task, wire, "s", 0), session_id="s")
+            wire = he.matrix_to_wire(keys, labels.encrypt(keys, holder._over(task), holder.builder.width(task, 1)))
+            _, over = passive.search(node, wire)
+            searched.append(over.key)
+            holder.submit_counts(keys, 1, task.key, *passive.node_products(keys, over, wire, "s", 0), session_id="s")
             passive.accepted(task)
+            truth_here = (truth.plain_counts(task, labels.indicators(task)), truth.bin_weights(task))
+            made.append((task, over, holder.counts[1], holder.weights[1], *truth_here))
         split = holder.decide(task.key, active.plain_counts(task, labels.indicators(task)))
         if split is not None:
             node = holder.current(task.key)
@@ -58,11 +62,11 @@ def _grow(max_depth: int = 3):
                 else active.apply_split(task, split.feature, split.bin)
             )
             holder.apply(task.key, left, split.owner)
-    return holder, passive, derived, searched
+    return holder, passive, derived, searched, made
 
 
 def test_a_right_childs_counts_are_derived_exactly_and_its_products_never_asked() -> None:
-    _, _, derived, searched = _grow()
+    _, _, derived, searched, _ = _grow()
     assert derived, "wine's depth-3 tree has right children with a searched parent and left sibling"
     assert not {task.key for task, _, _ in derived} & set(searched)  # no products made for a derived node
     # a right child is searched (products made) only where its parent or left sibling had no counts to derive from
@@ -71,8 +75,28 @@ def test_a_right_childs_counts_are_derived_exactly_and_its_products_never_asked(
         assert node % 2 or node == 0 or not {(tree, node - 1), (tree, (node - 1) // 2)} <= had
 
 
+def test_the_smaller_child_goes_through_products_and_both_childrens_counts_are_exact() -> None:
+    """The smaller child first: at a left child whose parent's counts the holder holds, the passive party's products
+    are made over whichever child has fewer rows (the right sibling's rows under the left child's key), and the
+    holder's counts of both children (the left one opened, or derived as parent − right; the right one derived, as
+    _grow checks) equal those the party's own products of each would have opened."""
+    _, _, derived, _, made = _grow(max_depth=4)
+    had = {task.key: task for task, *_ in made} | {task.key: task for task, *_ in derived}
+    swapped = []
+    for task, over, counts, weights, true_counts, true_weights in made:
+        assert np.array_equal(counts, true_counts) and np.array_equal(weights, true_weights)
+        parent = had.get((task.tree, (task.node_id - 1) // 2)) if task.node_id % 2 else None
+        fewest = task.rows.size if parent is None else min(task.rows.size, parent.rows.size - task.rows.size)
+        assert over.key == task.key and over.features == task.features and over.rows.size == fewest
+        if over.rows.size < task.rows.size:
+            assert parent is not None and np.array_equal(over.rows, np.setdiff1d(parent.rows, task.rows))
+            swapped.append((task.tree, task.node_id + 1))
+    assert swapped, "wine's depth-4 tree has left children heavier than their right siblings"
+    assert set(swapped) & {task.key for task, *_ in derived}, "and a right child derived after one of them"
+
+
 def test_apply_split_at_a_derived_node_takes_exactly_its_rows() -> None:
-    _, passive, derived, _ = _grow()
+    _, passive, derived, _, _ = _grow()
     task = derived[-1][0]
     node = task.to_json()
     assert passive.known.derived(task, 1)
@@ -110,7 +134,7 @@ def test_derivation_needs_the_same_features_at_parent_and_sibling() -> None:
 
 
 def test_a_restored_key_holder_keeps_the_histograms_it_derives_from() -> None:
-    holder, _, _, _ = _grow(max_depth=2)
+    holder, *_ = _grow(max_depth=2)
     family = families.get("tree")
     state = holder.to_state()
     restored = family.restore_key_holder((state[0], json.loads(json.dumps(state[1]))))
@@ -178,7 +202,7 @@ def test_the_word_is_parsed_strictly_and_bounded_as_products_are() -> None:
     """F3: a NodeCounts with a shape but no ciphertexts is no word; a node outside the session's shape is
     INVALID_ARGUMENT, one lighter than 2 x min_samples_leaf refused; ApplySplit at a known complement the active
     party did not say was opened gets its own refusal."""
-    _, passive, derived, _ = _grow()
+    _, passive, derived, _, _ = _grow()
     task = derived[-1][0]
     node, word = task.to_json(), he.WireMatrix((0, 0), 0, 0, [])
     with pytest.raises(InvalidArgument, match="indicators"):
@@ -192,3 +216,45 @@ def test_the_word_is_parsed_strictly_and_bounded_as_products_are() -> None:
         passive.apply_split(node, task.features[1][0], 0)
     passive.opened(node, word)
     assert passive.known.derived(task, 1)
+
+
+def test_products_over_the_smaller_sibling_only_where_every_side_allows_them() -> None:
+    """Each side applies the rule to what it holds: the passive party accepts [[Y]] of the smaller right sibling's
+    rows only where it knows the parent's rows with the key holder holding its counts there (products taken, or the
+    word), the active party encrypts them only where it asked every party at the parent for the same features, and
+    anything but the node's or the sibling's row count is refused."""
+    parent = Task(0, 0, 0, np.arange(10), np.ones(10), {1: (0,)})
+    left = Task(0, 1, 1, np.arange(7), np.ones(7), {1: (0,)})
+    known = KnownRows()
+    known.nodes[parent.key] = (parent.rows, parent.weights, (0,))  # its rows only (an implied complement)
+    assert known.products_over(left, 1, 3) is None and known.products_over(left, 1, 7) is left
+    known.searched(parent, 1)  # the key holder took this party's products of the parent
+    over = known.products_over(left, 1, 3)
+    assert over is not None and over.key == left.key and np.array_equal(over.rows, np.arange(7, 10))
+    assert known.products_over(left, 1, 7) is left and known.products_over(left, 1, 5) is None
+    assert known.products_over(Task(0, 1, 1, left.rows, left.weights, {1: (1,)}), 1, 3) is None  # other features
+    assert KnownRows.from_json(json.loads(json.dumps(known.to_json()))).products_over(left, 1, 3) is not None
+    smaller_left = Task(0, 1, 1, np.arange(3), np.ones(3), {1: (0,)})
+    assert known.products_over(smaller_left, 1, 3) is smaller_left  # the left child is the smaller one
+
+    config = TreeConfig(max_depth=3, min_samples_leaf=1)
+    growth = GrowthMirror(config, 10)
+    _mirror_root(growth, 10)
+    growth.check(left)
+    assert np.array_equal(growth.products_over(left, [1]).rows, np.arange(7, 10))
+    assert growth.products_over(Task(0, 1, 1, left.rows, left.weights, {1: (1,)}), [1]).rows.size == 7
+
+    kept = Histograms()
+    kept.keep(1, parent, np.array([[3.0, 1.0], [2.0, 4.0]]), np.array([5.0, 5.0]))
+    assert kept.holds(1, parent.key, (0,)) and not kept.holds(1, parent.key, (1,))
+    assert not kept.holds(2, parent.key, (0,))
+    counts, weights = kept.less(1, left, np.array([[1.0, 0.0], [1.0, 1.0]]), np.array([2.0, 1.0]))
+    assert np.array_equal(counts, [[2.0, 1.0], [1.0, 3.0]]) and np.array_equal(weights, [3.0, 4.0])
+
+    family = families.get("tree")
+    passive = family.new_passive(2, 1, family.settings({"max_depth": 3, "party": 1, "min_samples_leaf": 1}))
+    x = np.arange(10.0).reshape(-1, 1)
+    passive.begin(x, x, 10)
+    node = Task(0, 1, 1, np.arange(7), np.ones(7), {1: (0,)}).to_json()
+    with pytest.raises(InvalidArgument, match="indicators"):
+        passive.search(node, he.WireMatrix((3, 1), 1, 3, []))  # no parent here: only the node's own rows

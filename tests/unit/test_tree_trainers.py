@@ -97,7 +97,7 @@ def test_a_passive_party_makes_products_in_node_order_at_most_twice_a_node() -> 
                 "features": features}  # fmt: skip
 
     def search(node_id: int, rows: list[int]):
-        return passive.search(node(node_id, rows), he.WireMatrix((len(rows), data.n_classes - 1), 1, len(rows), []))
+        return passive.search(node(node_id, rows), he.WireMatrix((len(rows), data.n_classes - 1), 1, len(rows), []))[0]
 
     assert search(1, left).key == (0, 1) and search(1, left).key == (0, 1)  # once and a retry
     with pytest.raises(FailedPrecondition, match="at most 2 attempts"):

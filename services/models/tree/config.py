@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 from vflsec.services.config import MIN_NODE_ROWS
 from vflsec.services.models.family import DictForm, positive_int
@@ -107,3 +107,42 @@ class TreeConfig(DictForm):
         if self.feature_fraction is None:
             return d if self.kind == "tree" else max(1, int(math.sqrt(d)))
         return max(1, int(self.feature_fraction * d))
+
+
+MAX_SPLIT_COLUMNS = 4096  # inference shares have a column per possible split node: one ciphertext row's slots
+
+
+@dataclass(frozen=True)
+class TreeSettings:
+    """The shared :class:`.config.TreeConfig` and the receiving party's position (0: active; 1..P: passive)."""
+
+    config: TreeConfig
+    party: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.party, int) or self.party < 0:
+            raise ValueError(f"party must be a position >= 0, got {self.party!r}")
+        if self.split_columns > MAX_SPLIT_COLUMNS:
+            raise ValueError(
+                f"n_trees x (2^max_depth - 1) = {self.split_columns} split columns exceed {MAX_SPLIT_COLUMNS}, "
+                "the width of one inference share row"
+            )
+
+    @property
+    def split_columns(self) -> int:
+        return self.config.n_trees * (2**self.config.max_depth - 1)
+
+    def column(self, key: tuple[int, int]) -> int:
+        """A split node's column in an inference share: internal heap indices lie below 2^max_depth − 1."""
+        return key[0] * (2**self.config.max_depth - 1) + key[1]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.config.to_dict(), "party": self.party}
+
+    @classmethod
+    def of(cls, values: Mapping[str, Any], kind: str) -> TreeSettings:
+        values = dict(values)
+        party = values.pop("party", 0)
+        if kind == "forest":
+            values = {"n_trees": 100, "max_depth": 3, "bootstrap": True, **values}
+        return cls(TreeConfig.from_dict({**values, "kind": kind}), party)

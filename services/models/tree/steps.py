@@ -40,7 +40,7 @@ import hashlib
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -201,6 +201,21 @@ def product_fold(task: Task) -> int:
     masks hide (he.FEATURE_BOUND), as a single row's product was. Public: both the party and the key holder derive it
     from the node's multiplicities."""
     return max(1, int(he.FEATURE_BOUND // max(float(task.weights.max(initial=1.0)), 1.0)))
+
+
+def products_over(task: Task, sibling: Task | None) -> Task:
+    """The smaller child first: the node as a passive party's products are made for it. A left child's right sibling
+    (given only where its parent's counts are held for the party with the node's candidate features, so that either
+    child's counts are the parent's less the other's) with fewer rows: the sibling's rows and multiplicities under
+    the node's key and features, and the key holder derives the node's counts as the parent's less those
+    (Histograms.less). Otherwise the node itself. Public: every party holds both children's rows."""
+    if sibling is None or task.node_id % 2 == 0 or sibling.rows.size >= task.rows.size:
+        return task
+    return replace(task, rows=sibling.rows, weights=sibling.weights)
+
+
+def parent_key(key: NodeKey) -> NodeKey:
+    return (key[0], (key[1] - 1) // 2)
 
 
 def encrypted_classes(n_classes: int) -> int:
@@ -516,6 +531,18 @@ class GrowthMirror:
         self.asked = {key: v for key, v in self.asked.items() if _still_needed(key, task.key)}
         self.asked[task.key] = {p: f for p, f in task.features.items() if p != ACTIVE}
 
+    def products_over(self, task: Task, parties: Sequence[int]) -> Task:
+        """The rows the node's [[Y]] is encrypted over (:func:`products_over`): its right sibling's where that has
+        fewer rows and every party asked here was asked at the parent for the same candidate features (so the key
+        holder holds their parent's counts: the coordinator's own rule, Histograms.holds)."""
+        due = self.due[0] if self.due else None
+        parent = self.asked.get(parent_key(task.key), {})
+        if not parties or due is None or due[0] != (task.tree, task.node_id + 1) or not due[3]:
+            return task
+        if any(parent.get(p) != task.features.get(p) for p in parties):
+            return task
+        return products_over(task, Task(task.tree, task.node_id + 1, task.depth, due[1], due[2], task.features))
+
     def decided(self, task: Task, split: bool, goes_left: np.ndarray | None = None) -> None:
         """The node's decision: a leaf, or a split into its owner's partition (``goes_left``: the active party's
         own; None: a passive party's, known only once its left side is named)."""
@@ -558,9 +585,8 @@ class Histograms:
         self.kept[(party, task.key)] = (np.asarray(counts), np.asarray(weights), tuple(task.features[party]))
 
     def derive(self, party: int, task: Task) -> tuple[np.ndarray, np.ndarray] | None:
-        """The right child's (counts, bin weights) for ``party`` from its parent and left sibling, or None. Clipped
-        as opened counts are (KeyHolder.open_counts): crafted products may make the difference negative, and only
-        the decision may depend on a decryption (rule 4); Builder.best_split drops a feature that does not add up."""
+        """The right child's (counts, bin weights) for ``party`` from its parent and left sibling (:meth:`less`), or
+        None."""
         family = split_family(task.key)
         if family is None:
             return None
@@ -568,8 +594,19 @@ class Histograms:
         features = tuple(task.features.get(party, ()))
         if not features or any(entry is None or entry[2] != features for entry in got):
             return None
-        (counts, weights, _), (left, left_weights, _) = got  # type: ignore[misc]
-        return np.clip(counts - left, 0.0, float(task.weights.sum())), np.clip(weights - left_weights, 0.0, None)
+        return self.less(party, task, *got[1][:2])  # type: ignore[index]
+
+    def holds(self, party: int, key: NodeKey, features: Sequence[int]) -> bool:
+        """Whether ``party``'s counts at node ``key`` are kept here, for these candidate features."""
+        entry = self.kept.get((party, key))
+        return entry is not None and entry[2] == tuple(features)
+
+    def less(self, party: int, task: Task, counts: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``task``'s counts and bin weights as its parent's (kept here) less its sibling's (given), clipped as
+        opened counts are (KeyHolder.open_counts): crafted products may make the difference negative, and only the
+        decision may depend on a decryption (rule 4); Builder.best_split drops a feature that does not add up."""
+        parent, parent_weights, _ = self.kept[(party, parent_key(task.key))]
+        return np.clip(parent - counts, 0.0, float(task.weights.sum())), np.clip(parent_weights - weights, 0.0, None)
 
     def prune(self, current: NodeKey) -> None:
         self.kept = {key: v for key, v in self.kept.items() if _still_needed(key[1], current)}
@@ -595,22 +632,38 @@ class KnownRows:
         # node -> (rows, multiplicities, this party's candidate features there)
         self.nodes: dict[NodeKey, tuple[np.ndarray, np.ndarray, tuple[int, ...]]] = {}
         self.searched_here: set[NodeKey] = set()  # derived nodes the active party said were opened (searched)
+        self.made: set[NodeKey] = set()  # nodes whose products the key holder took from this party
 
     def searched(self, task: Task, party: int) -> Task | None:
         """Record a node this party makes products for; the right sibling it implies (a left child's complement in
         its parent), if any."""
         self.nodes = {key: v for key, v in self.nodes.items() if _still_needed(key, task.key)}
         self.searched_here = {key for key in self.searched_here if key in self.nodes}
-        features = tuple(task.features.get(party, ()))
-        self.nodes[task.key] = (task.rows, task.weights, features)
-        tree, node = task.key
-        parent = self.nodes.get((tree, (node - 1) // 2)) if node % 2 else None
-        if parent is None or parent[2] != features:
+        self.made = {key for key in self.made if key in self.nodes} | {task.key}
+        self.nodes[task.key] = (task.rows, task.weights, tuple(task.features.get(party, ())))
+        sibling = self._sibling(task, party)
+        if sibling is not None:
+            self.nodes[sibling.key] = (sibling.rows, sibling.weights, sibling.features[party])
+        return sibling
+
+    def _sibling(self, task: Task, party: int, counted: bool = False) -> Task | None:
+        """A left child's right sibling (its parent's rows less its own), if its parent's rows are known here with
+        the same candidate features (``counted``: and the key holder holds the parent's counts from this party,
+        products taken or the word that they were derived)."""
+        features, (tree, node) = tuple(task.features.get(party, ())), task.key
+        parent_at = parent_key(task.key)
+        parent = self.nodes.get(parent_at) if node % 2 else None
+        if parent is None or parent[2] != features or (counted and parent_at not in self.made | self.searched_here):
             return None
         rest = ~np.isin(parent[0], task.rows)
-        sibling = Task(tree, node + 1, task.depth, parent[0][rest], parent[1][rest], {party: features})
-        self.nodes[sibling.key] = (sibling.rows, sibling.weights, features)
-        return sibling
+        return Task(tree, node + 1, task.depth, parent[0][rest], parent[1][rest], {party: features})
+
+    def products_over(self, task: Task, party: int, rows: int) -> Task | None:
+        """The node as this party makes products for it, given the rows of the [[Y]] it received: its own, or its
+        right sibling's where :func:`products_over` allows them (fewer rows, the parent's counts held); None if
+        ``rows`` is neither."""
+        over = products_over(task, self._sibling(task, party, counted=True))
+        return over if rows == over.rows.size else task if rows == task.rows.size else None
 
     def complement(self, task: Task, party: int) -> bool:
         """Whether ``task`` is a right child whose rows and candidate features are its known complement."""
@@ -638,7 +691,8 @@ class KnownRows:
 
     def to_json(self) -> dict[str, list]:
         nodes = [[*key, rows.tolist(), w.tolist(), list(f)] for key, (rows, w, f) in self.nodes.items()]
-        return {"nodes": nodes, "opened": [list(key) for key in sorted(self.searched_here)]}
+        made = [list(key) for key in sorted(self.made)]
+        return {"nodes": nodes, "opened": [list(key) for key in sorted(self.searched_here)], "made": made}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Sequence]) -> KnownRows:
@@ -648,6 +702,7 @@ class KnownRows:
             for t, i, r, w, f in data.get("nodes", [])
         }
         known.searched_here = {(t, i) for t, i in data.get("opened", [])}
+        known.made = {(t, i) for t, i in data.get("made", known.nodes)}  # older checkpoints: every node recorded
         return known
 
 

@@ -55,7 +55,7 @@ from vflsec.services.models.family import (
 from vflsec.services.registry import parse_spec
 
 from .binning import QuantileBins
-from .config import TreeConfig
+from .config import TreeConfig, TreeSettings
 from .steps import (
     ACTIVE,
     Builder,
@@ -73,8 +73,10 @@ from .steps import (
     encrypted_classes,
     indicator_layout,
     node_depth,
+    parent_key,
     product_count,
     product_parts,
+    products_over,
 )
 from .structure import Forest, copy_tree, from_tensors, to_tensors
 
@@ -82,43 +84,6 @@ MAX_PRODUCT_ATTEMPTS = 2  # products a passive party makes for one node: the fir
 # The parameter-release step that discloses the passive thresholds (services/defenses/params.py): explicit only.
 RELEASE_THRESHOLDS = "thresholds"
 ONE_STEP = 2**31 - 1  # the default batch: trees grow in one pass over every training row (TrainingConfig int32)
-MAX_SPLIT_COLUMNS = 4096  # inference shares have a column per possible split node: one ciphertext row's slots
-
-
-@dataclass(frozen=True)
-class TreeSettings:
-    """The shared :class:`.config.TreeConfig` and the receiving party's position (0: active; 1..P: passive)."""
-
-    config: TreeConfig
-    party: int = 0
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.party, int) or self.party < 0:
-            raise ValueError(f"party must be a position >= 0, got {self.party!r}")
-        if self.split_columns > MAX_SPLIT_COLUMNS:
-            raise ValueError(
-                f"n_trees x (2^max_depth - 1) = {self.split_columns} split columns exceed {MAX_SPLIT_COLUMNS}, "
-                "the width of one inference share row"
-            )
-
-    @property
-    def split_columns(self) -> int:
-        return self.config.n_trees * (2**self.config.max_depth - 1)
-
-    def column(self, key: NodeKey) -> int:
-        """A split node's column in an inference share: internal heap indices lie below 2^max_depth − 1."""
-        return key[0] * (2**self.config.max_depth - 1) + key[1]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**self.config.to_dict(), "party": self.party}
-
-    @classmethod
-    def of(cls, values: Mapping[str, Any], kind: str) -> TreeSettings:
-        values = dict(values)
-        party = values.pop("party", 0)
-        if kind == "forest":
-            values = {"n_trees": 100, "max_depth": 3, "bootstrap": True, **values}
-        return cls(TreeConfig.from_dict({**values, "kind": kind}), party)
 
 
 def _shares(settings: TreeSettings, owner: FeatureOwner | None, x: np.ndarray) -> np.ndarray:
@@ -253,7 +218,8 @@ class TreeActive:
                 fetch = functools.partial(key_holder.node_keys, ctx.session_id)
                 self.keys = _epoch_keys(self.keys, ctx.backend.name, key_epoch, fetch)
                 keys = self.keys[1]
-                sent = he.matrix_to_wire(keys, labels.encrypt(keys, task, widest))  # serialised once
+                over = growth.products_over(task, [position[p] for p in searched])  # the smaller child first
+                sent = he.matrix_to_wire(keys, labels.encrypt(keys, over, widest))  # serialised once
                 futures = [ctx.spawn(passives[p].node_counts, ctx.session_id, node, sent, key_epoch) for p in searched]
                 for future in futures:
                     future.result()
@@ -322,13 +288,15 @@ class TreePassive:
         self.shard = (aligned_rows, x_train.shape[0])
         return self.owner.bins.sizes
 
-    def search(self, node: Mapping[str, Any], indicators: he.WireMatrix) -> Task:
-        """The node this party is asked products for (it may then be asked to split it, ApplySplit)."""
+    def search(self, node: Mapping[str, Any], indicators: he.WireMatrix) -> tuple[Task, Task]:
+        """The node this party is asked products for (it may then be asked to split it, ApplySplit), and the node as
+        its products are made: over its own rows, or its smaller right sibling's (KnownRows.products_over)."""
         task = self._task(node)
         if self.settings.party not in task.features:
             raise InvalidArgument(f"node {task.key} has no candidate feature of party {self.settings.party}")
-        shape = (task.rows.size, encrypted_classes(self.n_classes))
-        if tuple(indicators.shape) != shape:
+        over = self.known.products_over(task, self.settings.party, indicators.shape[0])
+        if over is None or tuple(indicators.shape)[1:] != (encrypted_classes(self.n_classes),):
+            shape = (task.rows.size, encrypted_classes(self.n_classes))
             raise InvalidArgument(f"indicators must be {shape}, every class but the last; got {indicators.shape}")
         # Nodes grow one at a time, in (tree, node) order (heap indices breadth first): an earlier node is closed once
         # this one is asked for, so only the latest is kept (a forest's checkpoint, written after every family
@@ -344,7 +312,7 @@ class TreePassive:
             )
         self.attempts = self.attempts + 1 if task.key == last else 1
         self.searched = {task.key: task.rows.tolist()}
-        return task
+        return task, over
 
     def accepted(self, task: Task) -> Task | None:
         """The coordinator took the node's products (SubmitCounts answered): only now is it recorded as a node this
@@ -448,6 +416,7 @@ class TreeKeyHolder:
     arriving: dict[int, tuple[int, list[bytes]]] = field(default_factory=dict)
     histograms: Histograms = field(default_factory=Histograms)  # recent nodes' counts, for subtraction
     derived: tuple[int, ...] = ()  # the passive parties whose counts at the current node are derived, not opened
+    smaller: bool = False  # the current node's products may be made over its right sibling (steps.products_over)
 
     @property
     def share_width(self) -> int:
@@ -501,12 +470,22 @@ class TreeKeyHolder:
         if not self._builder().open(task, totals):
             return False
         self.histograms.prune(task.key)
-        for party in sorted(set(task.features) - {ACTIVE}):
+        passive = sorted(set(task.features) - {ACTIVE})
+        for party in passive:
             if (derived := self.histograms.derive(party, task)) is not None:
                 self.counts[party], self.weights[party] = derived
                 self.histograms.keep(party, task, *derived)
                 self.derived += (party,)
+        held = [self.histograms.holds(p, parent_key(task.key), task.features[p]) for p in passive]
+        self.smaller = bool(held) and all(held)  # every party's parent counts: either child is the other's less
         return True
+
+    def _over(self, task: Task) -> Task:
+        """The current node as the passive parties' products are made for it: its own rows, or its right sibling's
+        (queued next) where they are fewer and the parent's counts are held (steps.products_over)."""
+        queue = self._builder().queue
+        sibling = queue[1] if self.smaller and len(queue) > 1 and queue[1].key[1] == task.node_id + 1 else None
+        return products_over(task, sibling)
 
     def _searched(self, key: NodeKey) -> Task:
         task = self._task(key)
@@ -540,7 +519,7 @@ class TreeKeyHolder:
         """Part ``part`` of ``parts`` (in order) of a party's products for the current node: every product once the
         last part is in, else None. Never more buffered than the node's own ciphertext count. A part that names the
         node it was made for (``task_digest``; older clients: the last part only) is refused unless it is this one."""
-        task = self.due(party, key)
+        task = self._over(self.due(party, key))
         if task_digest:
             self._same_node(task, task_digest, session_id)
         width, layout = self._block(keys, party, task)
@@ -593,13 +572,17 @@ class TreeKeyHolder:
         is opened) give the last class's counts (the weights less the others'). Products made for another copy of
         the node (rows or multiplicities the active party changed: review 12, R2; another session) are refused."""
         task = self._searched(key)
-        self._same_node(task, task_digest, session_id)
-        width, layout = self._block(keys, party, task)
+        over = self._over(task)
+        self._same_node(over, task_digest, session_id)
+        width, layout = self._block(keys, party, over)
         opener = KeyHolder(keys)
         opener.answered = self.answered
-        self.counts[party] = opener.open_counts(party, task, width, layout, products, mask_sums, bin_weights)
-        self.weights[party] = np.asarray(bin_weights, dtype=np.float64)
-        self.histograms.keep(party, task, self.counts[party], self.weights[party])
+        counts = opener.open_counts(party, over, width, layout, products, mask_sums, bin_weights)
+        weights = np.asarray(bin_weights, dtype=np.float64)
+        if over is not task:  # the sibling's counts: this node's are the parent's less those
+            counts, weights = self.histograms.less(party, task, counts, weights)
+        self.counts[party], self.weights[party] = counts, weights
+        self.histograms.keep(party, task, counts, weights)
 
     def decide(self, key: NodeKey, own: np.ndarray | None) -> Split | None:
         """The node's decision, made once: a repeat (a retry after a failed ApplySplit, a restart) gets the recorded
@@ -688,6 +671,7 @@ class TreeKeyHolder:
             "epoch": self.epoch,
             "histograms": self.histograms.to_json(),
             "derived": list(self.derived),
+            "smaller": self.smaller,
         }
         if self.builder is not None:
             meta["builder"] = json.loads(self.builder.to_state())
@@ -848,7 +832,7 @@ def _node_counts(
     if not indicators.ciphertexts:  # the node is searched, its counts derived (histogram subtraction): no products
         trainer.opened(node, indicators)
         return
-    task = trainer.search(node, indicators)
+    task, over = trainer.search(node, indicators)
     link = _tree_link(ctx.key_holder)
     rows = {"rows": np.asarray(task.rows, dtype=np.int64), "weights": np.asarray(task.weights, dtype=float)}
     where = {"tree": task.tree, "node_id": task.node_id, "depth": task.depth}
@@ -864,7 +848,7 @@ def _node_counts(
         trainer.keys = _epoch_keys(
             trainer.keys, ctx.backend.name, key_epoch, functools.partial(link.node_keys, ctx.session_id)
         )
-        made = trainer.node_products(trainer.keys[1], task, indicators, ctx.session_id, key_epoch)
+        made = trainer.node_products(trainer.keys[1], over, indicators, ctx.session_id, key_epoch)
         link.submit_counts(ctx.session_id, task.key, *made)
         ctx.locked(accepted)  # recorded (and checkpointed) only once the coordinator took the products
 
@@ -988,6 +972,7 @@ class TreeFamily:
         holder.epoch = meta.get("epoch", 0)
         holder.histograms = Histograms.from_json(meta.get("histograms", []))
         holder.derived = tuple(meta.get("derived", ()))
+        holder.smaller = meta.get("smaller", False)
         if "builder" in meta:
             holder.builder = Builder.from_state(
                 json.dumps(meta["builder"]).encode(), settings.config, n_classes, meta["rows"], meta["sizes"]
