@@ -38,7 +38,7 @@ import numpy as np
 
 from vflsec.services import kinds
 from vflsec.services.common import ACTIVE as ACTIVE_ROLE
-from vflsec.services.common import COORDINATOR, PASSIVE
+from vflsec.services.common import COORDINATOR, PASSIVE, distinct_rows
 from vflsec.services.crypto import he, product_pool
 from vflsec.services.errors import FailedPrecondition, InvalidArgument
 from vflsec.services.models.family import (
@@ -363,7 +363,7 @@ class TreePassive:
         task, owner = Task.from_json(dict(node)), self._owner()
         n_rows = owner.train_bins.shape[0]  # type: ignore[union-attr]
         rows, weights = task.rows, task.weights
-        if rows.size == 0 or rows.min() < 0 or rows.max() >= n_rows or np.unique(rows).size != rows.size:
+        if rows.size == 0 or rows.min() < 0 or rows.max() >= n_rows or not distinct_rows(rows):
             raise InvalidArgument(f"node {task.key} must name distinct training rows in [0, {n_rows})")
         if weights.shape != rows.shape or not (np.isfinite(weights).all() and weights.min() > 0):
             raise InvalidArgument(f"node {task.key} needs a positive finite weight per row")
