@@ -127,9 +127,6 @@ def _as_vector(values: np.ndarray | Sequence[float], slots: int, what: str, *, c
     return arr
 
 
-Operands = Sequence[object] | None  # a backend's own form of ciphertexts that many masked sums share (none: None)
-
-
 class Backend(ABC):
     """Common interface; public methods validate, subclasses implement the ``_``-prefixed primitives."""
 
@@ -246,16 +243,8 @@ class Backend(ABC):
     def mul_plain(self, a: Ct, v: np.ndarray | Sequence[float]) -> Ct:
         return self._mul_plain(a, self._matching_plain(a, v))
 
-    def operands(self, cts: Sequence[Ct]) -> Operands:
-        """What :meth:`masked_sum` needs of ``cts``, made once for the many sums over them (a node's [[Y]] chunks
-        meet every feature group); None: nothing."""
-        return None
-
-    def masked_sum(
-        self, cts: Sequence[Ct], plains: Sequence[np.ndarray], mask: np.ndarray, operands: Operands = None
-    ) -> Ct:
-        """Σ cts[i] ⊙ plains[i] + mask: one fold of :func:`masked_column_products` (``operands``: :meth:`operands` of
-        ``cts``)."""
+    def masked_sum(self, cts: Sequence[Ct], plains: Sequence[np.ndarray], mask: np.ndarray) -> Ct:
+        """Σ cts[i] ⊙ plains[i] + mask: one fold of :func:`masked_column_products`."""
         if not cts or len(cts) != len(plains):
             raise ValueError(f"need as many plaintexts as ciphertexts (>= 1), got {len(plains)} and {len(cts)}")
         total = None
@@ -501,14 +490,7 @@ class CkksBackend(Backend):
             product = ts.ckks_vector(self._ctx, np.zeros(v.size)) * np.ones(v.size)
         return product
 
-    def operands(self, cts: Sequence[Ct]) -> list[sealapi.Ciphertext]:
-        # The SEAL ciphertexts, taken out once: TenSEAL's ciphertext() copies one on every call (~35 µs, a twentieth
-        # of a product), and a node's chunk meets every feature group.
-        return [self._check(ct).ciphertext()[0] for ct in cts]
-
-    def masked_sum(
-        self, cts: Sequence[Ct], plains: Sequence[np.ndarray], mask: np.ndarray, operands: Operands = None
-    ) -> Ct:
+    def masked_sum(self, cts: Sequence[Ct], plains: Sequence[np.ndarray], mask: np.ndarray) -> Ct:
         # SEAL's evaluator, not TenSEAL's: TenSEAL rescales every ct x pt product (about 40 % of its cost), where a
         # sum of products needs one rescale, and adds only real plaintexts, where the mask must be complex
         # (complex_slots). The result has the form of a TenSEAL product (one prime fewer than its operands, their
@@ -517,20 +499,18 @@ class CkksBackend(Backend):
             raise ValueError(f"need as many plaintexts as ciphertexts (>= 1), got {len(plains)} and {len(cts)}")
         values = [self._matching_plain(ct, v, complex_ok=True) for ct, v in zip(cts, plains, strict=True)]
         mask = self._matching_plain(cts[0], mask, complex_ok=True)
-        raws = list(self.operands(cts) if operands is None else operands)
-        if len(raws) != len(cts):
-            raise ValueError(f"need an operand per ciphertext, got {len(raws)} for {len(cts)}")
         seal = self._seal()
         # The operands share one form (checked where they are received), hence one level, scale and last prime.
-        operand = raws[0]
+        operand = self._check(cts[0]).ciphertext()[0]
         # At the scale of the prime the rescale drops, not 2^40: the product then comes back at the operand's scale
         # exactly. Labelled 2^40 it decoded x 2^40/q (1 + 6.7e-7 for the prime under an operand): an opened count of
         # 750k rows off by one after rounding (review 21).
         prime = self._last_prime(operand)
         total = None
-        for raw, v in zip(raws, values, strict=True):
+        for i, (ct, v) in enumerate(zip(cts, values, strict=True)):
             if np.max(np.abs(v)) < _ZERO_ENCODING_BELOW:
                 continue  # encodes to zero: SEAL refuses the product (transparent), which is zero anyway
+            raw = operand if i == 0 else self._check(ct).ciphertext()[0]
             plain = sealapi.Plaintext()
             seal.encoder.encode(v.tolist(), raw.parms_id(), prime, plain)
             product = sealapi.Ciphertext()

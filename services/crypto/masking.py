@@ -126,7 +126,6 @@ def masked_column_products(
     R, C, chunks = layout.replicas, layout.rows_per_ct, layout.n_chunks
     folded = math.ceil(chunks / fold)
     products: list[Ct] = []
-    operands = backend.operands(delta.ciphertexts)  # once: every group's products meet the same chunks
     mask_sums = np.zeros((math.ceil(d / R), R, k))
     for first in range(0, mask_sums.shape[0], parts):
         carried = range(first, min(mask_sums.shape[0], first + parts))
@@ -154,8 +153,7 @@ def masked_column_products(
             masks = masks + 1j * rng.uniform(-bound, bound, size=masks.shape)
         for j in range(folded):
             span = slice(j * fold, min(chunks, (j + 1) * fold))
-            prepared = None if operands is None else operands[span]
-            products.append(backend.masked_sum(delta.ciphertexts[span], values[span], masks[j], prepared))
+            products.append(backend.masked_sum(delta.ciphertexts[span], values[span], masks[j]))
         for part, g in enumerate(carried):
             mask_sums[g] = (masks.imag if part else masks.real).reshape(folded, R, C, k).sum(axis=(0, 2))
     return products, mask_sums.reshape(-1, k)
