@@ -208,7 +208,8 @@ def products_over(task: Task, sibling: Task | None) -> Task:
     (given only where its parent's counts are held for the party with the node's candidate features, so that either
     child's counts are the parent's less the other's) with fewer rows: the sibling's rows and multiplicities under
     the node's key and features, and the key holder derives the node's counts as the parent's less those
-    (Histograms.less). Otherwise the node itself. Public: every party holds both children's rows."""
+    (Histograms.less). Otherwise the node itself. Each party applies it to what it holds, both children's rows among
+    them (a passive party: the parent's it made products for or was told were derived, less the node's)."""
     if sibling is None or task.node_id % 2 == 0 or sibling.rows.size >= task.rows.size:
         return task
     return replace(task, rows=sibling.rows, weights=sibling.weights)
