@@ -139,3 +139,34 @@ def test_shares_of_another_step_or_rows_are_refused_and_an_out_of_range_sum_is_c
                                                                     share=zeros))
             assert code == grpc.StatusCode.PERMISSION_DENIED and "passive-9 is not a party of session" in details
             assert coordinator.sessions[sid].trainer.pending == {}  # nothing of theirs was kept
+
+
+def test_a_step_whose_shares_a_coordinator_restart_lost_is_sent_again_and_trains_as_usual(tmp_path) -> None:
+    """The coordinator keeps the passive shares of a step in memory only. Lost between them and the owner's call (as a
+    restart loses them), the owner's ComputeTrainingScores is refused naming the party; the active party then asks for
+    the shares once more (the same bytes) and the step goes on, the session ending where an undisturbed one does."""
+    with federation(tmp_path, dataset="breast_cancer", n_passive=1, passive_features=2, allow_plain=True) as fed:
+        coordinator = fed.parties["coordinator"].engine
+        scores, refusals, models = coordinator.training_scores, [], []
+        for lose in (False, True):
+            info = fed.operator.create_session("plain", batch_size=N, seed=3)
+            common = sorted(fed.operator.align(info.session_id))
+            lost: list[int] = []
+
+            def forgetful(session_id, step, *args, _lose=lose, _lost=lost):  # type: ignore[no-untyped-def]
+                if _lose and step not in _lost:  # every step loses its shares once
+                    _lost.append(step)
+                    coordinator.sessions[session_id].trainer.pending.clear()
+                try:
+                    return scores(session_id, step, *args)
+                except Exception as exc:
+                    refusals.append(str(exc))
+                    raise
+
+            coordinator.training_scores = forgetful
+            list(fed.operator.train(info.session_id, common[:200], 1))
+            models.append(fed.operator.fetch_model(info.session_id))
+        assert len(lost) == 3 and len(refusals) == 3
+        assert all("passive-1 sent no training share for these sample_index rows" in r for r in refusals)
+    np.testing.assert_allclose(models[1].active_weights, models[0].active_weights, atol=1e-9)
+    np.testing.assert_allclose(models[1].passive["passive-1"], models[0].passive["passive-1"], atol=1e-9)

@@ -19,7 +19,7 @@ import numpy as np
 from vflsec.services import kinds
 from vflsec.services.common import ACTIVE, COORDINATOR, PASSIVE
 from vflsec.services.crypto import entropy, he, masking, ring_mask
-from vflsec.services.errors import FailedPrecondition, InvalidArgument
+from vflsec.services.errors import FailedPrecondition, InvalidArgument, PeerFailed
 from vflsec.services.models.family import (
     ActiveContext,
     FamilyStep,
@@ -151,9 +151,21 @@ class LrActive:
         # One replication factor for every party's gradient products, sized for the widest block.
         parts = masking.product_parts(ctx.backend)
         replicas = he.choose_replicas(len(index), self.k, max(ctx.widths.values()), ctx.backend.slots, parts=parts)
-        # Each passive party sends z_p + r_p straight to the key holder: nothing of it comes here.
-        ctx.each_passive(lambda party, link: link.share_training_logits(ctx.session_id, ctx.step, index))
-        scores = key_holder.training_scores(ctx.backend, ctx.session_id, ctx.step, share, replicas, index, ctx.widths)
+
+        def forward() -> Received:
+            # Each passive party sends z_p + r_p straight to the key holder: nothing of it comes here.
+            ctx.each_passive(lambda party, link: link.share_training_logits(ctx.session_id, ctx.step, index))
+            return key_holder.training_scores(ctx.backend, ctx.session_id, ctx.step, share, replicas, index, ctx.widths)
+
+        try:
+            scores = forward()
+        except PeerFailed as exc:
+            if exc.code != "FAILED_PRECONDITION":
+                raise
+            # The key holder keeps the passive shares in memory only: restarted between them and our call it holds
+            # none, so they are sent once more (the same bytes: the same block, the same pad); a refusal for any
+            # other reason repeats and is raised.
+            scores = forward()
         ctx.emit(kinds.ENCRYPTED_SCORES, "coordinator", blobs={"ciphertexts": scores.blobs}, meta={"step": ctx.step})
         delta = he.add_plain_matrix(ctx.backend, scores.matrix, -_targets(ctx.labels(index), self.n_classes))
         delta_wire = he.matrix_to_wire(ctx.backend, delta)  # serialised once, sent to every passive party
