@@ -29,7 +29,6 @@ HE_OPS = {
     "_serialize": "he_serialisation",
     "_deserialize": "he_serialisation",
     "_mul_plain": "he_ct_x_pt",
-    "_lower": "he_lower",  # [[z_p]] x 1, rescaled, before it travels
     "_add": "he_add",
     "_add_plain": "he_add",
     "check_form": "he_check_form",

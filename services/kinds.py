@@ -6,7 +6,6 @@ SESSION; a passive party (a curious one, for the label attacks) emits SESSION, G
 from __future__ import annotations
 
 PUBLIC_CONTEXT = "public_context"  # blobs: context (the coordinator's public context)
-ENCRYPTED_LOGITS = "encrypted_logits"  # blobs: ciphertexts of a passive party's [[z_p]]
 ENCRYPTED_SCORES = "encrypted_scores"  # blobs: ciphertexts of [[p]] during training
 EMBEDDINGS = "embeddings"  # arrays: z, a passive party's output in the clear (split-NN active-top); sample_ids
 # arrays: the active party's own (unmasked) gradient blocks (LR: weights, bias), ∂L/∂h (split-NN: gradient); at a

@@ -185,7 +185,7 @@ class Backend(ABC):
 
     def encrypt(self, values: np.ndarray | Sequence[float], *, ahead: bool = False, operand: bool = False) -> Ct:
         """``ahead``: from a fresh Enc(0) made in the background (CKKS: ZeroPool), for an encryption that recurs
-        on a critical path with waits in between (a training step's [[z_p]] and [[p]]), not for bursts.
+        on a critical path with waits in between (a training step's [[p]]), not for bursts.
         ``operand``: for a ciphertext only ever multiplied once by a plaintext and then decrypted (a tree node's
         [[Y]]); CKKS: at scale 2^OPERAND_SCALE_BITS and one prime lower (check_form's ``operand``)."""
         arr = _as_vector(values, self.slots, "plaintext")
@@ -253,15 +253,6 @@ class Backend(ABC):
             product = self.mul_plain(ct, v)
             total = product if total is None else self.add(total, product, inplace=True)
         return self.add_plain(total, mask, inplace=True)
-
-    def lower(self, ct: Ct) -> Ct:
-        """The same values one prime lower, the level of a masked product: for a ciphertext that is only ever added
-        to and decrypted, never multiplied (a training step's [[z_p]], hence [[z]]). Under CKKS a third fewer bytes
-        to send and parse and a cheaper decryption, for one ct x 1 (the plain backend: the vector itself)."""
-        return self._lower(ct)
-
-    def _lower(self, ct: Ct) -> Ct:
-        return ct
 
     @abstractmethod
     def check_form(self, cts: Sequence[Ct], *, product: bool, operand: bool = False) -> None:
@@ -413,8 +404,7 @@ class CkksBackend(Backend):
         [[Y]] (its refusal then depends on those bytes only, never on the party's data: rule 4): each must have 2
         polynomials, the second nonzero, the global scale and the level of an honest message — a fresh encryption
         (or sums of them, plus plaintexts) has every prime of the first data level, a masked product (fresh x
-        plaintext, rescaled) or a lowered ciphertext (:meth:`Backend.lower`, and sums of them plus plaintexts: a
-        training step's [[z]]) one prime fewer. With ``operand``: scale 2^OPERAND_SCALE_BITS, an operand one prime
+        plaintext, rescaled) one prime fewer. With ``operand``: scale 2^OPERAND_SCALE_BITS, an operand one prime
         fewer and its products two (trees' [[Y]], checked by the party that multiplies it, and their products, by
         the key holder).
 
@@ -424,7 +414,7 @@ class CkksBackend(Backend):
         (docs/protocol.md, "Block sums").
         """
         level = self._level_of_fresh() - (1 if product else 0) - (1 if operand else 0)
-        honest = ("product" if operand else "product or [[z]]") if product else "fresh ciphertext"
+        honest = "product" if product else "fresh ciphertext"
         scale = 2.0**OPERAND_SCALE_BITS if operand else self._ctx.global_scale
         for i, ct in enumerate(cts):
             raw = self._check(ct).ciphertext()[0]
@@ -589,11 +579,6 @@ class CkksBackend(Backend):
             encryptor = sealapi.Encryptor(context, self._ctx.public_key().data)
             self._sealed = _Seal(sealapi.CKKSEncoder(context), sealapi.Evaluator(context), encryptor, decryptor)
         return self._sealed
-
-    def _lower(self, ct: Ct) -> ts.CKKSVector:
-        # x 1 and rescaled, as a product is (TenSEAL rescales and resets the scale to the global 2^40): the rescale
-        # adds ~1e-6 to a logit, far below the block sums' flooding.
-        return self._check(ct) * 1.0
 
 
 def _transparent_safe(operation: Callable[..., None], *args: object) -> bool:
@@ -927,17 +912,15 @@ def encrypt_matrix(
     replicas: int = 1,
     *,
     ahead: bool = False,
-    lowered: bool = False,
     operand: bool = False,
 ) -> EncryptedMatrix:
-    """``lowered``: each ciphertext one prime lower (:meth:`Backend.lower`), for a matrix only added to and
-    decrypted; ``operand``: for one only multiplied once by a plaintext, then decrypted (:meth:`Backend.encrypt`)."""
+    """``operand``: for a matrix only multiplied once by a plaintext, then decrypted (:meth:`Backend.encrypt`)."""
     M = np.asarray(M, dtype=np.float64)
     if M.ndim != 2:
         raise ValueError(f"matrix must be 2-D, got shape {M.shape}")
     layout = MatrixLayout.for_matrix(M.shape, replicas, backend.slots)
     cts = [backend.encrypt(v, ahead=ahead, operand=operand) for v in layout.pack(M)]
-    return EncryptedMatrix(layout, [backend.lower(ct) for ct in cts] if lowered else cts)
+    return EncryptedMatrix(layout, cts)
 
 
 def decrypt_matrix(backend: Backend, em: EncryptedMatrix) -> np.ndarray:

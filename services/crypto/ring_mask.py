@@ -1,5 +1,6 @@
-"""Zero-sum masks in Z_2^64 on the shares the coordinator sums: split-NN's training embeddings and every family's
-inference shares (docs/protocol.md, "Split neural networks", "Inference and release").
+"""Zero-sum masks in Z_2^64 on the shares the coordinator sums: LR's training logits, split-NN's training embeddings
+and every family's inference shares (docs/protocol.md, "Training", "Split neural networks", "Inference and
+release").
 
 A sum needs no homomorphic encryption: passive party p sends the coordinator h_p + r_p, the owner sends
 h_a − Σ_p r_p, and the coordinator adds the shares in Z_2^64, where the masks cancel and h = h_a + Σ_p h_p is all
@@ -27,6 +28,9 @@ FRAC_BITS = 24
 # far below 2^63 / 2^24 and cannot wrap
 ENCODE_BOUND = 2.0**31
 WORD = np.dtype("<u8")
+# |z| of a summed logit the coordinator scores (LR's training forward, every family's inference): an honest sum lies
+# far inside; one beyond (a crafted share) is clipped to it, never refused (rule 4)
+SCORE_BOUND = 2.0**23
 
 
 def encode(values: np.ndarray) -> np.ndarray:
@@ -50,6 +54,15 @@ def open_sum(shares: Sequence[np.ndarray], bound: float) -> np.ndarray:
     return np.clip(decode(total), -bound, bound)
 
 
+def owner_share(values: np.ndarray, masks: Sequence[np.ndarray]) -> np.ndarray:
+    """The owner's share of a sum: its own ``values`` encoded, less every passive party's mask (they cancel in the
+    sum)."""
+    share = encode(values)
+    for m in masks:
+        share -= m
+    return share
+
+
 def mask(key: bytes, sample_index: np.ndarray, width: int, *context: str | int) -> np.ndarray:
     """r_p for these rows: (len(sample_index), width) uniform words, bound to ``context`` and the rows, so that a share
     of other rows, of another step or of another query never carries the same mask."""
@@ -64,6 +77,12 @@ def embedding_mask(
     """r_p of one forward of a split-NN training step: ``nonce`` is the passive party's fresh draw for that forward, so
     that a step's rows computed twice (a repeat, a resumed step, dropout) never carry the same pad."""
     return mask(key, sample_index, width, "embedding-mask", session_id, step, nonce.hex())
+
+
+def logit_mask(key: bytes, session_id: str, step: int, sample_index: np.ndarray, width: int) -> np.ndarray:
+    """r_p of LR's training forward: bound to the step and rows (no fresh nonce), so that a replayed step rebuilds the
+    same pad; z_p of a (step, rows) is one value (the block before that step), so a pad never hides two values."""
+    return mask(key, sample_index, width, "logit-mask", session_id, step)
 
 
 def share_mask(

@@ -64,7 +64,7 @@ MASK_TAG_BYTES = 32  # BlockSumsRequest.mask_tag: HMAC-SHA256 (entropy.tag)
 # Chunks of one query whose shares wait for the owner's ReleaseScores, per passive party (Predict keeps one in flight).
 MAX_PENDING_CHUNKS = 4
 # |z| a released sum is scored within (rule 4): an honest sum of logits or embeddings lies far inside it
-SCORE_BOUND = 2.0**23
+SCORE_BOUND = ring_mask.SCORE_BOUND
 
 
 @dataclass(frozen=True)
@@ -257,46 +257,32 @@ class Coordinator:
             self.sessions.add(session_id, s)
         return s.public_context
 
-    def _logits(
-        self, s: CoordinatorSession, logits: he.EncryptedMatrix, keys: he.Backend | None = None
-    ) -> np.ndarray:
-        k = s.trainer.share_width
-        if logits.shape[1] != k:
-            raise InvalidArgument(f"logits have {logits.shape[1]} columns, the model has {k}")
-        keys = keys or s.backend
-        _check_form(keys, logits, product=True)  # Σ [[z_p]] (lowered: a product's level) + the owner's plaintext
-        z = he.decrypt_matrix(keys, logits)
-        if not np.isfinite(z).all():
-            raise InvalidArgument("aggregate logits decrypt to non-finite values")
-        return z
-
     def training_scores(
         self,
         session_id: str,
         step: int,
-        logits: he.EncryptedMatrix,
+        share: bytes,
         replicas: int,
         sample_index: np.ndarray,
         widths: Mapping[str, int],
     ) -> he.WireMatrix:
-        """[[z]] -> [[p]], serialised once (kept for a replay and sent as is): the active party never sees a
-        training score in plaintext.
+        """The owner's ``share`` of the logits plus every passive party's (SubmitTrainingShare), added in Z_2^64 by the
+        family (nothing is decrypted) -> [[p]], serialised once (kept for a replay and sent as is): the active party
+        never sees a training score in plaintext.
 
         A replay of the last step (after a crash) must name the same batch and gets the same [[p]] bytes back.
         """
         s = self.session(session_id)
         training_scores = family_step(session_id, s, "training_scores")
         k = s.trainer.share_width
-        n = logits.shape[0]
         if replicas < 1 or replicas * k > s.backend.slots:
             raise InvalidArgument(f"replicas must be in [1, {s.backend.slots // k}], got {replicas}")
-        if len(sample_index) != n:
-            raise InvalidArgument(f"{len(sample_index)} sample indices for {n} logit rows")
+        own = _share_words(share, len(sample_index), k)
         with s.lock:
             replay = self._admit_step(session_id, s, step, sample_index, widths)
             if replay is None:
                 keys = self._epoch_keys(session_id, s, step)
-                probs = training_scores(keys, self._logits(s, logits, keys), replicas)
+                probs = training_scores(keys, step, np.array(sample_index), own, replicas, s.passive_parties)
                 scores = [keys.serialize(ct) for ct in probs.ciphertexts]
                 replay = s.current = TrainingStep(step, probs.layout, np.array(sample_index), scores)
                 self._advance(session_id, s, step, sample_index, widths)
@@ -600,6 +586,7 @@ class Coordinator:
             train=lambda *args: self._train(session_id, s, *args),
             min_training_rows=self.statistics.min_training_rows,
             min_node_rows=self.statistics.min_node_rows,
+            last_step=s.last_step,
             save=lambda: self._save(session_id, s),
         )
         with s.lock:
@@ -958,20 +945,14 @@ def _one(outcomes: Sequence[Any]) -> Any:
 
 
 def _share_words(share: bytes, rows: int, width: int) -> np.ndarray:
-    """An inference share's words, (rows, width), else INVALID_ARGUMENT naming the field."""
+    """A share's words (inference, or the owner's of a training step), (rows, width), else INVALID_ARGUMENT naming the
+    field."""
     if rows < 1:
         raise InvalidArgument("sample_index is empty")
     try:
         return ring_mask.from_bytes(share, (rows, width), "share")
     except ValueError as exc:
         raise InvalidArgument(str(exc)) from exc
-
-
-def _check_form(keys: he.Backend, logits: he.EncryptedMatrix, *, product: bool) -> None:
-    try:
-        keys.check_form(logits.ciphertexts, product=product)
-    except ValueError as exc:
-        raise InvalidArgument(f"logits: {exc}") from exc
 
 
 def _flood(sums: np.ndarray, sigma: float, rng: entropy.CryptoRandom) -> np.ndarray:

@@ -59,6 +59,10 @@ class CoordinatorLink(Protocol):
 
     def submit_share(self, session_id: str, query_id: str, sample_index: np.ndarray, share: np.ndarray) -> None: ...
 
+    def submit_training_share(
+        self, session_id: str, step: int, sample_index: np.ndarray, share: np.ndarray
+    ) -> None: ...
+
     def submit_shares(
         self, session_id: str, shares: Sequence[tuple[str, np.ndarray, np.ndarray]]
     ) -> list[ServiceError | None]: ...
@@ -581,50 +585,17 @@ class PassiveParty:
         bad = (sample_index < 0) | (sample_index >= len(s.rows))
         if bad.any():
             raise NotFound(f"unknown sample index {int(sample_index[bad][0])} (aligned samples: {len(s.rows)})")
-        require_distinct_rows(sample_index)  # Forward, Backward and ShareLogits take every row once
+        require_distinct_rows(sample_index)  # the training forward, Backward and ShareLogits take every row once
 
     # --- training and inference ---
-    def forward(self, session_id: str, step: int, sample_index: np.ndarray, epoch: int = 0) -> he.EncryptedMatrix:
-        """[[z_p]] for a training step (step >= 1, in its Train call's ``epoch``); inference shares go to the
-        coordinator (share_logits).
-
-        Forward of the last completed step is a replay after a crash elsewhere: it uses the block as it was
-        before that step, so the replayed step computes exactly what the interrupted one did.
-        """
-        s = self.session(session_id)
-        if getattr(s.trainer, "sends_embedding", False) or s.trainer.output_in_the_clear:
-            raise FailedPrecondition(f"a {s.family} session's training output leaves through its family's own RPC")
-        if step < 1:
-            raise InvalidArgument(f"Forward is for training steps (>= 1), got {step}: inference uses ShareLogits")
-        z = self._training_output(s, step, sample_index, "Forward", epoch)
-        # Lowered: [[z_p]] is only added to and decrypted (as [[z]]), never multiplied (he.Backend.lower).
-        return he.encrypt_matrix(self._training_keys(session_id, s, step), z, ahead=True, lowered=True)
-
-    def _training_output(
-        self,
-        s: PassiveSession,
-        step: int,
-        sample_index: np.ndarray,
-        rpc: str,
-        epoch: int,
-        in_the_clear_of: str | None = None,
-    ) -> np.ndarray:
-        """The trainer's output for training step ``step``, taken in order: the next step, or a replay of the last
-        completed one where the family can replay it (with the block as it was before that step). An output sent
-        in the clear (``in_the_clear_of``: its session id) spends the rows' answers first."""
-        if epoch < 0:
-            raise InvalidArgument(f"epoch must be >= 0, got {epoch}")
-        x = self._features(s, sample_index)
-        with s.lock:
-            return self._output(s, step, sample_index, x, rpc, epoch, in_the_clear_of)
-
     def _training_step_output(self, s: PassiveSession, step: int, sample_index: np.ndarray, epoch: int) -> np.ndarray:
-        """:meth:`_training_output` for a family step (caller holds s.lock): training steps only, in order."""
+        """The trainer's output for a family step's training step ``step`` (caller holds s.lock), taken in order (see
+        :meth:`_output`)."""
         if step < 1:
             raise InvalidArgument(f"a training output needs a step >= 1, got {step}")
         if epoch < 0:
             raise InvalidArgument(f"epoch must be >= 0, got {epoch}")
-        return self._output(s, step, sample_index, self._features(s, sample_index), "SendEmbedding", epoch)
+        return self._output(s, step, sample_index, self._features(s, sample_index), "the training forward", epoch)
 
     def _output(
         self,
@@ -636,7 +607,10 @@ class PassiveParty:
         epoch: int,
         in_the_clear_of: str | None = None,
     ) -> np.ndarray:
-        """:meth:`_training_output` on feature rows ``x`` (caller holds s.lock)."""
+        """The trainer's output for training step ``step`` on feature rows ``x`` (caller holds s.lock), taken in order:
+        the next step, or a replay of the last completed one where the family can replay it (with the block as it was
+        before that step, so LR's replayed z_p is the same). An output sent in the clear (``in_the_clear_of``: its
+        session id) spends the rows' answers first."""
         if step == s.completed_step + 1:
             replay = False
         elif step == s.completed_step and s.trainer.can_replay:
@@ -679,9 +653,9 @@ class PassiveParty:
         self, session_id: str, s: PassiveSession, step: int, sample_index: np.ndarray, epoch: int = 0
     ) -> np.ndarray:
         """This party's output in the clear, for a family that sends it so by design (split-NN active-top), on a
-        plain session only: step >= 1 trains (in order, as Forward), step 0 is inference (caller holds s.lock)."""
+        plain session only: step >= 1 trains (in order), step 0 is inference (caller holds s.lock)."""
         if not s.trainer.output_in_the_clear:
-            raise FailedPrecondition(f"a {s.family} session sends no output in the clear: use Forward")
+            raise FailedPrecondition(f"a {s.family} session sends no output in the clear")
         if s.backend.name != "plain":
             raise FailedPrecondition(
                 f"session {session_id!r} runs on {s.backend.name}: an output sent in the clear belongs to a plain "
@@ -798,7 +772,7 @@ class PassiveParty:
                 return  # a retry after our reply was lost, or a replayed step: already applied
             if step != s.completed_step + 1:
                 raise FailedPrecondition(
-                    f"Backward for step {step} does not follow its Forward: the last completed step is "
+                    f"Backward for step {step} does not follow its forward: the last completed step is "
                     f"{s.completed_step}"
                 )
             if (
@@ -806,7 +780,7 @@ class PassiveParty:
                 and s.forward_index[0] == step
                 and not np.array_equal(s.forward_index[1], sample_index)
             ):
-                raise InvalidArgument(f"step {step}: sample_index differs from the Forward of that step")
+                raise InvalidArgument(f"step {step}: sample_index differs from the forward of that step")
             x = self._features(s, sample_index)
             ctx = families.PassiveContext(
                 session_id=session_id,

@@ -7,9 +7,9 @@ each training and inference step, at each role:
 
 * :class:`ActiveTrainer` — drives one training step from the active party (talks to peers only through its
   :class:`ActiveContext`), gives the active party's plaintext part of an inference aggregate;
-* :class:`PassiveTrainer` — answers the family's training messages at a passive party (LR: forward [[z_p]],
+* :class:`PassiveTrainer` — answers the family's training messages at a passive party (LR: its masked share of z,
   backward [[δ]]; split-NN: bottom forward / backward), gives its part of an inference aggregate;
-* :class:`KeyHolderTrainer` — the coordinator's side (LR: [[z]] -> [[p]] and block sums; split-NN
+* :class:`KeyHolderTrainer` — the coordinator's side (LR: the masked sum z -> [[p]] and block sums; split-NN
   coordinator-top: the top model on the masked sum h = Σ h_p -> ∂L/∂h), and ``scores`` of an inference sum.
 
 Family-specific messages travel through family links: plain-Python objects (protobuf stays in the links,
@@ -21,9 +21,10 @@ Inference is family-agnostic: every party's additive share (``share_width`` colu
 coordinator-top's embedding) is masked and summed at the key holder, whose trainer turns the sum into scores;
 the score-release chain then runs on them, so every score defense works for every family.
 
-The vflsec.v1 services still carry LR's training messages (passive Forward/Backward, the coordinator's
-ComputeTrainingScores/DecryptBlockSums): the engines keep their policy checks (step order, replay, answers) and
-hand the maths to the trainer's family-specific methods; a family's own service is the vflsec.v2 step.
+The vflsec.v1 services still carry LR's training messages (passive ShareTrainingLogits/Backward, the coordinator's
+SubmitTrainingShare/ComputeTrainingScores/DecryptBlockSums; the two share RPCs run LR's declared steps): the
+engines keep their policy checks (step order, replay, answers) and hand the maths to the trainer's family-specific
+methods; a family's own service is the vflsec.v2 step.
 
 A family's own messages (its proto service: split-NN's TopStep, a tree's NextNode, ...) are the
 :class:`FamilyStep` objects it declares in :attr:`ModelFamily.steps`, per hosting role, each naming the roles
@@ -225,6 +226,7 @@ class KeyHolderContext:
     ]
     min_training_rows: int = 2  # [policy] min_training_rows: a session trains on at least these rows
     min_node_rows: int = 1  # [policy] min_node_rows: no node of fewer (weighted) rows is split off
+    last_step: int = 0  # the session's last admitted training step (0: none yet)
     # Checkpoint the session now (the step is checkpointed again when it ends): before a peer learns a decision
     save: Callable[[], None] = lambda: None
 

@@ -25,7 +25,6 @@ import numpy as np
 from vflsec.services.kinds import (  # noqa: F401  (re-exported: plugins.GRADIENT, ...)
     BLOCK_GRADIENT,
     EMBEDDINGS,
-    ENCRYPTED_LOGITS,
     ENCRYPTED_SCORES,
     GRADIENT,
     NODE_ROWS,

@@ -8,7 +8,7 @@ import numpy as np
 from vflsec.services.defenses.release import ReleasedScores
 from vflsec.services.engines.coordinator import Coordinator
 from vflsec.services.engines.coordinator_state import CoordinatorSession
-from vflsec.services.errors import ServiceError
+from vflsec.services.errors import InvalidArgument, ServiceError
 from vflsec.services.transport import wire
 from vflsec.services.transport.server import rpc
 from vflsec.services.transport.tensors import to_tensor
@@ -62,17 +62,33 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServicer):
 
     @rpc
     def ComputeTrainingScores(self, request: coordinator_pb2.TrainingScoresRequest, context: grpc.ServicerContext):
-        s = self._owner(request.session_id)
-        logits = wire.from_message(s.backend, request.logits, "logits")
+        self._owner(request.session_id)
+        if request.HasField("logits"):
+            raise InvalidArgument(
+                "logits: a ciphertext [[z]] is no longer taken (the forward travels as masked shares in Z_2^64); "
+                "send share: z_a minus every passive party's training mask"
+            )
         probs = self.coordinator.training_scores(
             request.session_id,
             request.step,
-            logits,
+            request.share,
             request.replicas,
             np.asarray(request.sample_index, np.int64),
             dict(request.widths),
         )
         return wire.message_of(probs)
+
+    @rpc
+    def SubmitTrainingShare(self, request: coordinator_pb2.TrainingShare, context: grpc.ServicerContext):
+        self.coordinator.family_call(
+            request.session_id,
+            current_caller().party_id,
+            "submit_training_share",
+            step=request.step,
+            sample_index=np.asarray(request.sample_index, np.int64),
+            share=request.share,
+        )
+        return common_pb2.Empty()
 
     @rpc
     def DecryptBlockSums(self, request: coordinator_pb2.BlockSumsRequest, context: grpc.ServicerContext):
@@ -180,11 +196,14 @@ def _released_message(released: ReleasedScores) -> coordinator_pb2.ReleasedScore
     )
 
 
+# RPC -> the LR family step it runs (ModelFamily.steps; tests/unit/test_authz.py keeps the two equal)
+LR_STEPS = {"SubmitTrainingShare": "submit_training_share"}
 ROLE_POLICY: dict[str, frozenset[str]] = {
     "OpenSession": frozenset({"active"}),
     "GetPublicContext": frozenset({"active", "passive"}),
     "GetTrainingContext": frozenset({"active", "passive"}),
     "ComputeTrainingScores": frozenset({"active"}),
+    "SubmitTrainingShare": frozenset({"passive"}),
     "DecryptBlockSums": frozenset({"active", "passive"}),
     "FinishTraining": frozenset({"active"}),
     "AdmitQuery": frozenset({"active"}),

@@ -11,7 +11,7 @@ import numpy as np
 from vflsec.services.crypto import he
 from vflsec.services.defenses import params as param_defenses
 from vflsec.services.engines.passive import PassiveParty, PassiveSession
-from vflsec.services.errors import InvalidArgument
+from vflsec.services.errors import FailedPrecondition, InvalidArgument
 from vflsec.services.transport import psi_stream, wire
 from vflsec.services.transport.server import rpc
 from vflsec.services.transport.tensors import from_tensor, to_tensor
@@ -83,10 +83,23 @@ class PassiveServicer(passive_pb2_grpc.PassiveServicer):
 
     @rpc
     def Forward(self, request: passive_pb2.ForwardRequest, context: grpc.ServicerContext):
-        s = self._owner(request.session_id)
-        index = np.asarray(request.sample_index, dtype=np.int64)
-        z = self.party.forward(request.session_id, request.step, index, request.epoch)
-        return wire.to_message(s.backend, z)
+        self._owner(request.session_id)
+        raise FailedPrecondition(
+            "Forward is retired: an LR step's forward goes to the coordinator under this party's mask "
+            "(ShareTrainingLogits); split-NN's through its own RPCs"
+        )
+
+    @rpc
+    def ShareTrainingLogits(self, request: passive_pb2.ForwardRequest, context: grpc.ServicerContext):
+        self.party.family_call(
+            request.session_id,
+            current_caller().party_id,
+            "share_training_logits",
+            step=request.step,
+            sample_index=np.asarray(request.sample_index, dtype=np.int64),
+            epoch=request.epoch,
+        )
+        return common_pb2.Empty()
 
     @rpc
     def ShareLogits(self, request: passive_pb2.ShareLogitsRequest, context: grpc.ServicerContext):
@@ -172,6 +185,8 @@ def disclosed_step(name: str, result: param_defenses.Distorted) -> passive_pb2.D
     )
 
 
+# RPC -> the LR family step it runs (ModelFamily.steps; tests/unit/test_authz.py keeps the two equal)
+LR_STEPS = {"ShareTrainingLogits": "share_training_logits"}
 ROLE_POLICY: dict[str, frozenset[str]] = {
     "JoinSession": frozenset({"active"}),
     "PsiExchange": frozenset({"active"}),
@@ -179,6 +194,7 @@ ROLE_POLICY: dict[str, frozenset[str]] = {
     "PsiOprfStream": frozenset({"active"}),
     "PsiFinish": frozenset({"active"}),
     "Forward": frozenset({"active"}),
+    "ShareTrainingLogits": frozenset({"active"}),
     "ShareLogits": frozenset({"active"}),
     "ShareLogitsBatch": frozenset({"active"}),
     "Backward": frozenset({"active"}),

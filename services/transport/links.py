@@ -110,22 +110,30 @@ class CoordinatorClient:
         backend: he.Backend,
         session_id: str,
         step: int,
-        logits: he.EncryptedMatrix,
+        share: np.ndarray,
         replicas: int,
         sample_index: np.ndarray,
         widths: Mapping[str, int],
     ) -> Received:
-        """[[p]] of the step, validated against the logits' shape."""
+        """[[p]] of the step from the owner's masked share of the logits (words of Z_2^64), validated against its
+        shape."""
         request = coordinator_pb2.TrainingScoresRequest(
             session_id=session_id,
             step=step,
-            logits=wire.to_message(backend, logits),
+            share=ring_mask.to_bytes(share),
             replicas=replicas,
             sample_index=sample_index.tolist(),
             widths=dict(widths),
         )
         reply = call(self.peer, self.stub.ComputeTrainingScores, request, self.policy)
-        return wire.received(backend, reply, "training scores", rows=logits.shape[0], cols=logits.shape[1])
+        return wire.received(backend, reply, "training scores", rows=share.shape[0], cols=share.shape[1])
+
+    def submit_training_share(self, session_id: str, step: int, sample_index: np.ndarray, share: np.ndarray) -> None:
+        """A passive party's masked share of the logits of a training step (words of Z_2^64)."""
+        request = coordinator_pb2.TrainingShare(
+            session_id=session_id, step=step, sample_index=sample_index.tolist(), share=ring_mask.to_bytes(share)
+        )
+        call(self.peer, self.stub.SubmitTrainingShare, request, self.policy)
 
     def block_sums(
         self, session_id: str, step: int, ciphertexts: list[bytes], width: int, mask_tag: bytes
@@ -374,15 +382,10 @@ class PassiveClient:
     def psi_finish(self, session_id: str, positions: np.ndarray) -> int:
         return call(self.peer, self._finish, psi_stream.finish_request(session_id, positions), self.policy).n_common
 
-    def forward(
-        self, backend: he.Backend, session_id: str, step: int, sample_index: np.ndarray, cols: int, epoch: int = 0
-    ) -> Received:
-        """[[z_p]] for the samples, validated against the requested shape (``cols`` logits)."""
-        request = passive_pb2.ForwardRequest(
-            session_id=session_id, step=step, sample_index=sample_index.tolist(), epoch=epoch
-        )
-        reply = call(self.peer, self.stub.Forward, request, self.policy)
-        return wire.received(backend, reply, f"logits from {self.peer}", rows=len(sample_index), cols=cols)
+    def share_training_logits(self, session_id: str, step: int, sample_index: np.ndarray) -> None:
+        """LR: the party sends its masked share of the step's logits to the coordinator (nothing comes back)."""
+        request = passive_pb2.ForwardRequest(session_id=session_id, step=step, sample_index=sample_index.tolist())
+        call(self.peer, self.stub.ShareTrainingLogits, request, self.policy)
 
     def backward(self, session_id: str, step: int, sample_index: np.ndarray, delta: he.WireMatrix) -> None:
         request = passive_pb2.BackwardRequest(

@@ -13,8 +13,10 @@ import pytest
 
 from vflsec.client.federation.launcher import FederationLayout, FederationSpec, run_in_process, write_federation
 from vflsec.client.federation.operator import Operator
+from vflsec.services.crypto import ring_mask
 from vflsec.services.data import datasets
 from vflsec.services.transport.server import peer_channel
+from vflsec.v1 import coordinator_pb2
 
 
 @dataclass
@@ -67,3 +69,26 @@ def binary_passive_dataset(n: int, d_active: int = 3, d_passive: int = 5, rebuil
     names = [f"a{j}" for j in range(d_active)] + [f"b{j}" for j in range(d_passive)]
     X = np.hstack([x_active, x_passive])
     return datasets.Dataset("binary-passive", ids, X, y.astype(np.int64), names, ["0", "1"])
+
+
+def training_scores_request(
+    passives: list,
+    session_id: str,
+    step: int,
+    index: list[int],
+    widths: dict[str, int],
+    *,
+    k: int = 1,
+    replicas: int = 1,
+) -> coordinator_pb2.TrainingScoresRequest:
+    """A test playing every party of an LR step's forward: each passive party (its Coordinator stub) submits a share of
+    zero logits for the step and rows (a share is any words: zero unmasked here), and the request carries the owner's
+    share of zero too, so z = 0 and every p = 0.5 (what the tests' probes rely on)."""
+    zeros = ring_mask.to_bytes(np.zeros((len(index), k), dtype=np.uint64))
+    for stub in passives:
+        stub.SubmitTrainingShare(
+            coordinator_pb2.TrainingShare(session_id=session_id, step=step, sample_index=index, share=zeros)
+        )
+    return coordinator_pb2.TrainingScoresRequest(
+        session_id=session_id, step=step, share=zeros, replicas=replicas, sample_index=index, widths=widths
+    )

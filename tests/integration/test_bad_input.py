@@ -100,14 +100,14 @@ def test_out_of_order_steps_and_unknown_indices_at_the_passive_party(trained) ->
     code, details = _code(stub.ShareLogits, share)
     assert code == grpc.StatusCode.NOT_FOUND and "sample index" in details
     forward = passive_pb2.ForwardRequest(session_id=session_id, step=-1, sample_index=[0])
-    code, details = _code(stub.Forward, forward)
-    assert code == grpc.StatusCode.INVALID_ARGUMENT and "ShareLogits" in details
+    code, details = _code(stub.Forward, forward)  # retired: the forward goes to the coordinator masked
+    assert code == grpc.StatusCode.FAILED_PRECONDITION and "ShareTrainingLogits" in details
 
     backward = passive_pb2.BackwardRequest(
         session_id=session_id, step=10**6, sample_index=[0], delta=_plain_matrix(np.zeros((1, 1)))
     )
     code, details = _code(stub.Backward, backward)
-    assert code == grpc.StatusCode.FAILED_PRECONDITION and "Forward" in details
+    assert code == grpc.StatusCode.FAILED_PRECONDITION and "does not follow its forward" in details
 
     coordinator = _coordinator_as_active(fed)
     sums = coordinator_pb2.BlockSumsRequest(mask_tag=TAG, session_id=session_id, step=10**6, ciphertexts=[b"x"])
@@ -115,6 +115,64 @@ def test_out_of_order_steps_and_unknown_indices_at_the_passive_party(trained) ->
     untagged = coordinator_pb2.BlockSumsRequest(session_id=session_id, step=1, ciphertexts=[b"x"])
     code, details = _code(coordinator.DecryptBlockSums, untagged)
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "mask_tag: must be 32 bytes, got 0" in details
+    _still_serving(fed, session_id, common)
+
+
+def test_bad_training_shares_name_their_field(trained) -> None:
+    """The training forward's messages (ShareTrainingLogits at the passive party, SubmitTrainingShare and
+    ComputeTrainingScores' share at the coordinator): each bad field gets its status and name, over gRPC, and the
+    services keep serving. No refusal looks at a share's values: any words of the right size are a share."""
+    fed, session_id, common = trained
+    last = fed.parties["coordinator"].engine.sessions[session_id].last_step
+    passive = passive_pb2_grpc.PassiveStub(fed.channel("active", "passive-1"))
+    for request, status, what in (
+        (passive_pb2.ForwardRequest(session_id=session_id, step=0, sample_index=[0]), "INVALID_ARGUMENT", "steps >= 1"),
+        (passive_pb2.ForwardRequest(session_id=session_id, step=10**6, sample_index=[0]), "FAILED_PRECONDITION",
+         "step 1000000 is out of order"),
+        (passive_pb2.ForwardRequest(session_id=session_id, step=last + 1, sample_index=[0, 10**9]), "NOT_FOUND",
+         "sample index 1000000000"),
+        (passive_pb2.ForwardRequest(session_id=session_id, step=last + 1, sample_index=[]), "INVALID_ARGUMENT",
+         "sample_index is empty"),
+    ):
+        code, details = _code(passive.ShareTrainingLogits, request)
+        assert code == getattr(grpc.StatusCode, status) and what in details, (what, details)
+
+    sharer = coordinator_pb2_grpc.CoordinatorStub(fed.channel("passive-1", "coordinator"))
+    words = bytes(8 * 4)
+    for fields, status, what in (
+        ({"step": last + 1, "sample_index": [0, 1, 2, 3], "share": b"\x00garbage"}, "INVALID_ARGUMENT",
+         "share holds 8 bytes"),
+        ({"step": last + 1, "sample_index": [0, 1, 2, 3], "share": bytes(8 * 8)}, "INVALID_ARGUMENT",
+         "share holds 64 bytes"),  # 4 x 2 words: a binary model has one logit
+        ({"step": 0, "sample_index": [0, 1, 2, 3], "share": words}, "INVALID_ARGUMENT", "step must be"),
+        ({"step": last + 2, "sample_index": [0, 1, 2, 3], "share": words}, "FAILED_PRECONDITION",
+         f"step {last + 2} is neither the session's next training step {last + 1} nor its last {last}"),
+        ({"step": last - 1, "sample_index": [0, 1, 2, 3], "share": words}, "FAILED_PRECONDITION",
+         f"step {last - 1} is neither"),
+        ({"step": last + 1, "sample_index": [0, 1, 2, 10**5], "share": words}, "INVALID_ARGUMENT",
+         "sample_index: row 100000 was never aligned"),
+        ({"step": last + 1, "sample_index": [0, 1, 1, 3], "share": words}, "INVALID_ARGUMENT",
+         "sample_index repeats a row"),
+        ({"step": last + 1, "sample_index": [], "share": b""}, "INVALID_ARGUMENT", "sample_index is empty"),
+    ):
+        request = coordinator_pb2.TrainingShare(session_id=session_id, **fields)
+        code, details = _code(sharer.SubmitTrainingShare, request)
+        assert code == getattr(grpc.StatusCode, status) and what in details, (what, details)
+
+    stub = _coordinator_as_active(fed)
+    rows = list(range(100, 164))
+    widths = {"active": 4, "passive-1": 6}  # the binary federation's schema: 3 active features + bias, 5 passive
+    old_way = coordinator_pb2.TrainingScoresRequest(
+        session_id=session_id, step=last + 1, logits=_plain_matrix(np.zeros((64, 1))), replicas=1,
+        sample_index=rows, widths=widths,
+    )
+    code, details = _code(stub.ComputeTrainingScores, old_way)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("logits: a ciphertext [[z]] is no longer")
+    short = coordinator_pb2.TrainingScoresRequest(
+        session_id=session_id, step=last + 1, share=bytes(8 * 63), replicas=1, sample_index=rows, widths=widths
+    )
+    code, details = _code(stub.ComputeTrainingScores, short)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "share holds 504 bytes" in details
     _still_serving(fed, session_id, common)
 
 

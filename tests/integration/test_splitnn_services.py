@@ -12,7 +12,6 @@ import pytest
 from tests.conftest import pinned_initial_weights
 from tests.integration.conftest import federation
 from vflsec.services import plugins
-from vflsec.services.crypto import he
 from vflsec.services.data import datasets
 from vflsec.services.errors import PeerFailed
 from vflsec.services.models import family as families
@@ -240,7 +239,6 @@ def test_each_family_rpc_refuses_a_session_of_another_family(tmp_path) -> None:
         backend = coordinator.session(nn).backend
         rows = np.asarray(range(64), np.int64)
         widths = {sid: coordinator.session(sid).widths for sid in (nn, lr)}  # as training declared them
-        zeros = he.encrypt_matrix(backend, np.zeros((64, 8)))
         words = np.zeros((64, 8), np.uint64)
         with (
             fed.channel("active", "coordinator") as owner,
@@ -253,8 +251,9 @@ def test_each_family_rpc_refuses_a_session_of_another_family(tmp_path) -> None:
             calls = {  # each wrong-family call, and the session family its refusal must name
                 "ComputeTrainingScores": (
                     "splitnn",
-                    lambda: key_holder.training_scores(backend, nn, 3, zeros, 1, rows, widths[nn]),
+                    lambda: key_holder.training_scores(backend, nn, 3, words, 1, rows, widths[nn]),
                 ),
+                "SubmitTrainingShare": ("splitnn", lambda: puller_as_passive.submit_training_share(nn, 3, rows, words)),
                 "DecryptBlockSums": (
                     "splitnn",
                     lambda: key_holder.block_sums(nn, 2, [b""], widths[nn]["active"], bytes(32)),
@@ -270,7 +269,7 @@ def test_each_family_rpc_refuses_a_session_of_another_family(tmp_path) -> None:
                     lambda: puller_as_passive.splitnn.submit_embedding(lr, 3, rows, words),
                 ),
                 "SendEmbedding": ("lr", lambda: owner_to_passive.splitnn.send_embedding(lr, 3, rows)),
-                "Forward": ("splitnn", lambda: owner_to_passive.forward(backend, nn, 3, rows, 8)),
+                "ShareTrainingLogits": ("splitnn", lambda: owner_to_passive.share_training_logits(nn, 3, rows)),
             }
             for what, (family, call) in calls.items():
                 with pytest.raises(PeerFailed) as failed:

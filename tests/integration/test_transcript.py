@@ -12,7 +12,7 @@ from tests.integration.conftest import federation
 from vflsec.services import plugins
 from vflsec.services.crypto import he
 
-TRAINING_KINDS = {plugins.ENCRYPTED_LOGITS, plugins.ENCRYPTED_SCORES, plugins.GRADIENT, plugins.TRAINING_DATA}
+TRAINING_KINDS = {plugins.ENCRYPTED_SCORES, plugins.GRADIENT, plugins.TRAINING_DATA}
 
 
 def test_active_party_transcript(tmp_path) -> None:
@@ -31,23 +31,22 @@ def test_active_party_transcript(tmp_path) -> None:
     kinds = [e["kind"] for e in entries]
     training, after = entries[:training_done], entries[training_done:]
     assert {e["kind"] for e in training} == {plugins.PUBLIC_CONTEXT, plugins.SESSION} | TRAINING_KINDS
-    # 3 batches x 2 passive parties' [[z_p]], 3 x [[p]], 3 own gradients.
+    # 3 batches: 3 x [[p]], 3 own gradients; nothing of any z_p (the passive shares go to the coordinator).
     training_kinds = [e["kind"] for e in training]
-    assert training_kinds.count(plugins.ENCRYPTED_LOGITS) == 6
     assert training_kinds.count(plugins.ENCRYPTED_SCORES) == training_kinds.count(plugins.GRADIENT) == 3
     # During training the only plaintext arrays from others are the active party's own gradient blocks
     # (its own training rows are offered to plugins too, as its own data).
     received = [e for e in training if e["source"] != "active"]
     assert {name for e in received for name in e["arrays"]} == {"weights", "bias"}
     assert {e["kind"] for e in training if e["source"] == "active"} == {plugins.TRAINING_DATA}
-    # At inference the passive parties send their [[z_p]] to the coordinator: the active party holds none.
+    # At inference, as in training, the passive parties send their masked shares to the coordinator: none comes here.
     assert [e["kind"] for e in after] == [plugins.RELEASED_SCORES, plugins.RELEASED_MODEL]
 
     context = (record / f"{kinds.index(plugins.PUBLIC_CONTEXT):06d}.context.0.bin").read_bytes()
     public = he.open_public("ckks", context)
     assert not public.can_decrypt
     blobs = sorted(record.glob("*.bin"))
-    assert len(blobs) >= 10  # the context, 6 x [[z_p]] and 3 x [[p]] of training
+    assert len(blobs) >= 4  # the context and 3 x [[p]] of training
     # The secret key's polynomial data: a window from its middle must not occur in any received message.
     window = secret[len(secret) // 2 : len(secret) // 2 + 64]
     for path in blobs:

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import tenseal as ts
 
+from tests.integration.conftest import training_scores_request
 from tests.security.conftest import federation
 from vflsec.client.federation.launcher import FederationSpec, SpecError, write_federation
 from vflsec.services import app
@@ -64,13 +65,8 @@ def test_block_sums_are_no_decryption_oracle(tmp_path) -> None:
             public = active.GetPublicContext(common_pb2.SessionRef(session_id=sid))
             backend = he.open_public("ckks", public.data)
 
-            def scores(step: int, index: list[int], logits=None) -> coordinator_pb2.EncryptedMatrix:
-                zeros = he.encrypt_matrix(backend, np.zeros((len(index), 1)), lowered=True)
-                logits = logits or wire.to_message(backend, zeros)
-                request = coordinator_pb2.TrainingScoresRequest(
-                    session_id=sid, step=step, logits=logits, replicas=1, sample_index=index, widths=WIDTHS
-                )
-                return active.ComputeTrainingScores(request)
+            def scores(step: int, index: list[int]) -> coordinator_pb2.EncryptedMatrix:
+                return active.ComputeTrainingScores(training_scores_request([passive], sid, step, index, WIDTHS))
 
             reply = scores(1, list(range(N)))
             probs = wire.from_message(backend, reply, "probs")
@@ -115,11 +111,11 @@ def test_block_sums_are_no_decryption_oracle(tmp_path) -> None:
             code, _ = _code(lambda _: scores(1, list(range(1, N + 1))), None)
             assert code == grpc.StatusCode.FAILED_PRECONDITION
 
-            # Attacker-sized TenSEAL bytes in [[z]] are refused before parsing, too.
-            logits = wire.to_message(backend, he.encrypt_matrix(backend, np.zeros((N, 1)), lowered=True))
-            logits.ciphertexts[0] = bytes(2 * backend.max_ciphertext_bytes)
-            code, details = _code(lambda _: scores(2, list(range(N)), logits), None)
-            assert code == grpc.StatusCode.INVALID_ARGUMENT and "exceeds" in details
+            # The forward decrypts nothing: a [[z]] sent the old way is refused naming the field, whatever its bytes.
+            request = training_scores_request([passive], sid, 2, list(range(N)), WIDTHS)
+            request.logits.ciphertexts.append(bytes(2 * backend.max_ciphertext_bytes))
+            code, details = _code(active.ComputeTrainingScores, request)
+            assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("logits: ")
 
             # Products outside the masked range (a mask or feature beyond the bounds, which would decode with a
             # larger error) are refused, and the refusal spends the step's one decryption.
@@ -178,26 +174,21 @@ def test_ciphertexts_of_a_dishonest_form_are_not_decrypted(tmp_path) -> None:
             passive = coordinator_pb2_grpc.CoordinatorStub(p_ch)
             backend = he.open_public("ckks", active.GetPublicContext(common_pb2.SessionRef(session_id=sid)).data)
 
-            def scores(step: int, logits: coordinator_pb2.EncryptedMatrix | None = None) -> he.EncryptedMatrix:
-                logits = logits or wire.to_message(backend, he.encrypt_matrix(backend, np.zeros((N, 1)), lowered=True))
-                request = coordinator_pb2.TrainingScoresRequest(
-                    session_id=sid, step=step, logits=logits, replicas=1, sample_index=list(range(N)), widths=WIDTHS
-                )
+            def scores(step: int) -> he.EncryptedMatrix:
+                request = training_scores_request([passive], sid, step, list(range(N)), WIDTHS)
                 return wire.from_message(backend, active.ComputeTrainingScores(request), "probs")
 
             def block_sums(step: int, blobs: list[bytes]) -> tuple[grpc.StatusCode, str]:
                 return _code(passive.DecryptBlockSums, coordinator_pb2.BlockSumsRequest(
                     mask_tag=TAG, session_id=sid, step=step, ciphertexts=blobs, width=2))
 
-            # [[z]] at scale 2^8: refused before decryption, and the step does not advance.
-            low = wire.to_message(backend, he.encrypt_matrix(backend, np.zeros((N, 1)), lowered=True))
-            low.ciphertexts[0] = _scaled(backend, backend.size(backend.deserialize(low.ciphertexts[0])), 8)
-            code, details = _code(lambda _: scores(1, low), None)
-            assert code == grpc.StatusCode.INVALID_ARGUMENT and "scale 2^8.00" in details
-            # [[z]] at a fresh ciphertext's level (honest [[z_p]] are lowered one prime): refused too.
-            fresh_z = wire.to_message(backend, he.encrypt_matrix(backend, np.zeros((N, 1))))
-            code, details = _code(lambda _: scores(1, fresh_z), None)
-            assert code == grpc.StatusCode.INVALID_ARGUMENT and "3 primes and scale 2^40.00" in details
+            # The forward decrypts nothing: a [[z]] at scale 2^8 (the review's probe, sent the old way) is refused
+            # naming the field, before anything is decrypted, and the step does not advance.
+            request = training_scores_request([passive], sid, 1, list(range(N)), WIDTHS)
+            request.logits.ciphertexts.append(_scaled(backend, backend.slots, 8))
+            code, details = _code(active.ComputeTrainingScores, request)
+            assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("logits: ")
+            assert fed.parties["coordinator"].engine.sessions[sid].last_step == 0
 
             probs = scores(1)
             size = probs.layout.ct_size
@@ -207,7 +198,7 @@ def test_ciphertexts_of_a_dishonest_form_are_not_decrypted(tmp_path) -> None:
             assert np.abs(keys.decrypt(keys.deserialize(probe[0]))).max() > 32 * he.BLOCK_SUM_FLOODING
             code, details = block_sums(1, probe)
             assert code == grpc.StatusCode.INVALID_ARGUMENT
-            assert "scale 2^8.00" in details and "an honest product or [[z]] has 2, 2 and 2^40" in details
+            assert "scale 2^8.00" in details and "an honest product has 2, 2 and 2^40" in details
             # The refusal spent the step's one decryption (persisted before the bytes were parsed): honest products
             # get that same refusal.
             assert block_sums(1, _products(backend, probs, np.ones((N, 2)))) == (code, details)

@@ -15,14 +15,13 @@ import grpc
 import numpy as np
 import pytest
 
+from tests.integration.conftest import training_scores_request
 from tests.security.conftest import federation
 from vflsec.client.federation.launcher import FederationSpec, write_federation
 from vflsec.services.config import ConfigError, dump_toml, load_config
-from vflsec.services.crypto import he
 from vflsec.services.data import datasets
 from vflsec.services.models import lr
-from vflsec.services.transport import wire
-from vflsec.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc, passive_pb2, passive_pb2_grpc
+from vflsec.v1 import coordinator_pb2, coordinator_pb2_grpc, passive_pb2, passive_pb2_grpc
 
 
 def test_small_batches_are_refused_and_short_batches_merged(tmp_path) -> None:
@@ -41,16 +40,20 @@ def test_small_batches_are_refused_and_short_batches_merged(tmp_path) -> None:
         assert widths == {"active": 11, "passive-1": 10, "passive-2": 10}
 
         # A deviating active party that skips its own check: the coordinator refuses 8 rows itself.
-        with fed.channel("active", "coordinator") as channel:
+        with (
+            fed.channel("active", "coordinator") as channel,
+            fed.channel("passive-1", "coordinator") as p1,
+            fed.channel("passive-2", "coordinator") as p2,
+        ):
             stub = coordinator_pb2_grpc.CoordinatorStub(channel)
-            public = stub.GetPublicContext(common_pb2.SessionRef(session_id=info.session_id))
-            backend = he.open_public("ckks", public.data)
+            passives = [coordinator_pb2_grpc.CoordinatorStub(p1), coordinator_pb2_grpc.CoordinatorStub(p2)]
 
             def scores(rows: int, reported: dict[str, int]) -> None:
-                logits = wire.to_message(backend, he.encrypt_matrix(backend, np.zeros((rows, 1)), lowered=True))
-                stub.ComputeTrainingScores(coordinator_pb2.TrainingScoresRequest(
-                    session_id=info.session_id, step=1, logits=logits, replicas=1,
-                    sample_index=list(range(rows)), widths=reported))
+                # The owner's request is admitted (batch, widths) before any passive share is looked at.
+                shared = passives if rows >= 22 and set(reported) == set(widths) else []
+                stub.ComputeTrainingScores(
+                    training_scores_request(shared, info.session_id, 1, list(range(rows)), reported)
+                )
 
             tiny = {party: 1 for party in widths}
             for rows, reported in ((8, widths), (21, widths)):
@@ -108,15 +111,18 @@ def test_repeated_rows_are_refused(tmp_path) -> None:
         fed.operator.align(sid)
         widths = {"active": info.n_active_features + 1, **info.passive_features}
         n = lr.min_batch_size(widths.values())
-        with fed.channel("active", "coordinator") as c_ch, fed.channel("active", "passive-1") as p_ch:
+        with (
+            fed.channel("active", "coordinator") as c_ch,
+            fed.channel("active", "passive-1") as p_ch,
+            fed.channel("passive-1", "coordinator") as s_ch,
+        ):
             coordinator = coordinator_pb2_grpc.CoordinatorStub(c_ch)
             passive = passive_pb2_grpc.PassiveStub(p_ch)
-            backend = he.open_public("ckks", coordinator.GetPublicContext(common_pb2.SessionRef(session_id=sid)).data)
+            sharer = coordinator_pb2_grpc.CoordinatorStub(s_ch)
 
             def scores(index: list[int]) -> coordinator_pb2.EncryptedMatrix:
-                logits = wire.to_message(backend, he.encrypt_matrix(backend, np.zeros((len(index), 1)), lowered=True))
-                return coordinator.ComputeTrainingScores(coordinator_pb2.TrainingScoresRequest(
-                    session_id=sid, step=1, logits=logits, replicas=1, sample_index=index, widths=widths))
+                shared = [sharer] if len(set(index)) == len(index) else []  # distinct rows are checked first
+                return coordinator.ComputeTrainingScores(training_scores_request(shared, sid, 1, index, widths))
 
             repeated = [0] * n
             code, details = _refused(scores, repeated)
@@ -125,9 +131,12 @@ def test_repeated_rows_are_refused(tmp_path) -> None:
             assert code == grpc.StatusCode.INVALID_ARGUMENT and f"{n - 1} distinct" in details
 
             # The passive party refuses them itself, for training and for inference.
-            code, details = _refused(passive.Forward, passive_pb2.ForwardRequest(
+            code, details = _refused(passive.ShareTrainingLogits, passive_pb2.ForwardRequest(
                 session_id=sid, step=1, sample_index=repeated))
             assert code == grpc.StatusCode.INVALID_ARGUMENT and "repeats rows" in details
+            code, details = _refused(sharer.SubmitTrainingShare, coordinator_pb2.TrainingShare(
+                session_id=sid, step=1, sample_index=repeated, share=bytes(8 * n)))
+            assert code == grpc.StatusCode.INVALID_ARGUMENT and "sample_index repeats a row" in details
             probs = scores(list(range(n)))  # an honest batch; the deviating Backward repeats its rows
             code, details = _refused(passive.Backward, passive_pb2.BackwardRequest(
                 session_id=sid, step=1, sample_index=repeated, delta=probs))
@@ -151,14 +160,12 @@ def test_block_widths_are_operator_approved(tmp_path) -> None:
         info = fed.operator.create_session("ckks", batch_size=64)
         sid = info.session_id
         fed.operator.align(sid)
-        with fed.channel("active", "coordinator") as channel:
+        with fed.channel("active", "coordinator") as channel, fed.channel("passive-1", "coordinator") as p_ch:
             stub = coordinator_pb2_grpc.CoordinatorStub(channel)
-            backend = he.open_public("ckks", stub.GetPublicContext(common_pb2.SessionRef(session_id=sid)).data)
+            sharer = coordinator_pb2_grpc.CoordinatorStub(p_ch)
 
             def scores(widths: dict[str, int]) -> coordinator_pb2.EncryptedMatrix:
-                logits = wire.to_message(backend, he.encrypt_matrix(backend, np.zeros((64, 1)), lowered=True))
-                return stub.ComputeTrainingScores(coordinator_pb2.TrainingScoresRequest(
-                    session_id=sid, step=1, logits=logits, replicas=1, sample_index=list(range(64)), widths=widths))
+                return stub.ComputeTrainingScores(training_scores_request([sharer], sid, 1, list(range(64)), widths))
 
             for inflated, (party, declared, approved) in (
                 ({"active": 29, "passive-1": 32}, ("passive-1", 32, 2)),

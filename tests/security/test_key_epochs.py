@@ -20,6 +20,7 @@ import grpc
 import numpy as np
 import pytest
 
+from tests.integration.conftest import training_scores_request
 from tests.security.conftest import federation
 from vflsec.services.crypto import he, masking
 from vflsec.services.transport import wire
@@ -58,10 +59,10 @@ def test_training_keys_rotate_and_no_key_answers_more_than_a_quarter_of_n(tmp_pa
                 backend = he.open_public("ckks", context.data)
                 parts = masking.product_parts(backend)
                 replicas = he.choose_replicas(n, k, max(widths.values()), backend.slots, parts=parts)
-                logits = wire.to_message(backend, he.encrypt_matrix(backend, np.zeros((n, k)), lowered=True))
-                reply = stubs["active"].ComputeTrainingScores(coordinator_pb2.TrainingScoresRequest(
-                    session_id=sid, step=step, logits=logits, replicas=replicas, sample_index=list(range(n)),
-                    widths=widths))
+                request = training_scores_request(
+                    [stubs["passive-1"]], sid, step, list(range(n)), widths, k=k, replicas=replicas
+                )
+                reply = stubs["active"].ComputeTrainingScores(request)
                 probs = wire.from_message(backend, reply, "probs")
                 for party, width in widths.items():
                     crafted = np.eye(n)[:, :width]  # one functional per answered sum, whatever the content
@@ -103,10 +104,8 @@ def test_a_ciphertext_under_an_old_epoch_key_decrypts_to_nothing(tmp_path) -> No
 
             def scores(step: int) -> he.EncryptedMatrix:
                 backend = keys(step)
-                logits = wire.to_message(backend, he.encrypt_matrix(backend, np.zeros((n, 1)), lowered=True))
-                return wire.from_message(backend, active.ComputeTrainingScores(coordinator_pb2.TrainingScoresRequest(
-                    session_id=sid, step=step, logits=logits, replicas=1, sample_index=list(range(n)),
-                    widths=widths)), "probs")
+                request = training_scores_request([passive], sid, step, list(range(n)), widths)
+                return wire.from_message(backend, active.ComputeTrainingScores(request), "probs")
 
             old = keys(1)
             for step in range(1, rotation + 1):

@@ -56,9 +56,13 @@ def test_training_ciphertext_with_invented_indices_is_refused(fed) -> None:
     passive = f.parties["passive-1"].engine
     trained, held = _index(f, sid, common[TRAIN][:10]), _index(f, sid, common[HELD_OUT][:10])
 
-    # The inference Forward the attacker used to get on any rows is gone.
-    code, _ = _status(p.Forward, passive_pb2.ForwardRequest(session_id=sid, step=-1, sample_index=trained))
-    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    # The inference Forward the attacker used to get on any rows is gone, and Forward with it (retired: the
+    # training forward goes to the coordinator masked); its successor serves training steps only.
+    code, details = _status(p.Forward, passive_pb2.ForwardRequest(session_id=sid, step=-1, sample_index=trained))
+    assert code == grpc.StatusCode.FAILED_PRECONDITION and "ShareTrainingLogits" in details
+    request = passive_pb2.ForwardRequest(session_id=sid, step=-1, sample_index=trained)
+    code, details = _status(p.ShareTrainingLogits, request)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "training steps >= 1" in details
 
     def release(query_id: str, index: np.ndarray):  # a crafted own share: zero words
         request = coordinator_pb2.ReleaseScoresRequest(

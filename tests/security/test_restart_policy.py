@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from vflsec.services.crypto import he, masking
+from vflsec.services.crypto import he, masking, ring_mask
 from vflsec.services.data.datasets import PartyData
 from vflsec.services.defenses.release import ParamReleaseChain, ScoreReleaseChain
 from vflsec.services.engines import checkpoint
@@ -47,10 +47,15 @@ def _open(c: Coordinator, backend: str = "ckks") -> str:
     return "s"
 
 
+def _zeros(rows: int) -> bytes:
+    return ring_mask.to_bytes(np.zeros((rows, 1), dtype=np.uint64))
+
+
 def _scores(c: Coordinator, step: int = 1) -> he.EncryptedMatrix:
+    # passive-1's share and the owner's are zero words: z = 0, every p is 0.5
+    c.family_call("s", "passive-1", "submit_training_share", step=step, sample_index=np.arange(N), share=_zeros(N))
     keys = c.sessions["s"].backend
-    logits = he.encrypt_matrix(keys, np.zeros((N, 1)), lowered=True)  # every p is 0.5
-    return he.matrix_from_wire(keys, c.training_scores("s", step, logits, 1, np.arange(N), WIDTHS))
+    return he.matrix_from_wire(keys, c.training_scores("s", step, _zeros(N), 1, np.arange(N), WIDTHS))
 
 
 def test_a_wider_schema_or_tighter_limit_after_a_restart_refuses_the_session(tmp_path) -> None:
@@ -78,8 +83,7 @@ def test_widths_fixed_under_a_changed_schema_are_refused(tmp_path) -> None:
     _open(c)
     c.schema = {"active": 2, "passive-1": 40}  # as if changed under the open session before its first step
     with pytest.raises(FailedPrecondition, match="changed since this session opened"):
-        logits = he.encrypt_matrix(c.sessions["s"].backend, np.zeros((80, 1)), lowered=True)
-        c.training_scores("s", 1, logits, 1, np.arange(80), {"active": 3, "passive-1": 40})
+        c.training_scores("s", 1, _zeros(80), 1, np.arange(80), {"active": 3, "passive-1": 40})
     assert not c.sessions["s"].widths
 
 

@@ -58,7 +58,11 @@ def test_foreign_active_identity_is_refused_everywhere(tmp_path) -> None:
             ),
             "Coordinator/ComputeTrainingScores": (
                 c.ComputeTrainingScores,
-                coordinator_pb2.TrainingScoresRequest(session_id=SID, step=99, logits=matrix, sample_index=index),
+                coordinator_pb2.TrainingScoresRequest(session_id=SID, step=99, share=bytes(80), sample_index=index),
+            ),
+            "Coordinator/SubmitTrainingShare": (  # a passive party's RPC: denied to the active role whoever it is
+                c.SubmitTrainingShare,
+                coordinator_pb2.TrainingShare(session_id=SID, step=3, share=bytes(80), sample_index=index),
             ),
             "Coordinator/DecryptBlockSums": (
                 c.DecryptBlockSums,
@@ -103,6 +107,10 @@ def test_foreign_active_identity_is_refused_everywhere(tmp_path) -> None:
             ),
             "Passive/PsiFinish": (p.PsiFinish, passive_pb2.PsiFinishRequest(session_id=SID, positions=[0])),
             "Passive/Forward": (p.Forward, passive_pb2.ForwardRequest(session_id=SID, step=1, sample_index=index)),
+            "Passive/ShareTrainingLogits": (
+                p.ShareTrainingLogits,
+                passive_pb2.ForwardRequest(session_id=SID, step=3, sample_index=index),
+            ),
             "Passive/ShareLogits": (
                 p.ShareLogits,
                 passive_pb2.ShareLogitsRequest(session_id=SID, query_id="q", sample_index=index),

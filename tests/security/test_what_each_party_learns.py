@@ -1,8 +1,9 @@
 """The "what each party learns" table (docs/protocol.md; README.md summarises it), checked against a live federation.
 
 A federation trains and predicts over real gRPC, mTLS and CKKS while the test watches two parties from the
-inside: the coordinator's every decryption (it holds the key, so whatever it decrypts is what it learns) and
-every message a passive party receives from others, in training and in a round of concurrent Predicts. The active
+inside: the coordinator's every decryption (it holds the key, so whatever it decrypts is what it learns) and every
+share it is sent (the training forward's and inference's, words of Z_2^64), and every message a passive party
+receives from others, in training and in a round of concurrent Predicts. The active
 party's side is tests/integration/test_transcript.py; the probes of a deviating party are the other files of this
 folder.
 The last test keeps the two copies of the table identical and every test they cite in existence.
@@ -33,7 +34,8 @@ def test_coordinator_decrypts_only_aggregates_and_passives_see_ciphertexts_and_q
 ) -> None:
     decrypted: list[np.ndarray] = []
     both_parts: list[np.ndarray] = []  # the same slots decoded as complex numbers, as a curious key holder may
-    shares: list[np.ndarray] = []  # every passive [[z_p]] of training, in plaintext (recorded at its owner)
+    true_z_p: dict[tuple[str, int], np.ndarray] = {}  # every passive z_p of training, in plaintext (at its owner)
+    true_z_a: list[np.ndarray] = []  # the active party's own logits X_a W_aᵀ + b of each training step, in order
     deltas: list[he.EncryptedMatrix] = []
     block_sum_replies: list[np.ndarray] = []
 
@@ -52,18 +54,28 @@ def test_coordinator_decrypts_only_aggregates_and_passives_see_ciphertexts_and_q
     monkeypatch.setattr(he.CkksBackend, "_decrypt", watched_decrypt)
     monkeypatch.setattr(he.CkksBackend, "decrypt_complex", watched_complex)
 
-    forward, backward = passive.PassiveParty.forward, passive.PassiveParty.backward
+    backward, family_call = passive.PassiveParty.backward, passive.PassiveParty.family_call
 
-    def watched_forward(self, session_id, step, sample_index, epoch=0):  # type: ignore[no-untyped-def]
-        s = self.session(session_id)
-        shares.append(self.data.X[s.rows[sample_index]] @ s.trainer.weights.T)
-        return forward(self, session_id, step, sample_index, epoch)
+    def watched_family_call(self, session_id, caller, name, **payload):  # type: ignore[no-untyped-def]
+        if name == "share_training_logits":  # the next step's z_p, under the block before it
+            s = self.session(session_id)
+            x = self.data.X[s.rows[payload["sample_index"]]]
+            true_z_p[self.party_id, payload["step"]] = x @ s.trainer.weights.T
+        return family_call(self, session_id, caller, name, **payload)
+
+    owner_share = ring_mask.owner_share
+
+    def watched_owner_share(values, masks):  # type: ignore[no-untyped-def]
+        true_z_a.append(np.array(values))
+        return owner_share(values, masks)
+
+    monkeypatch.setattr(ring_mask, "owner_share", watched_owner_share)
 
     def watched_backward(self, session_id, step, sample_index, delta, digest):  # type: ignore[no-untyped-def]
         deltas.append(delta)
         return backward(self, session_id, step, sample_index, delta, digest)
 
-    monkeypatch.setattr(passive.PassiveParty, "forward", watched_forward)
+    monkeypatch.setattr(passive.PassiveParty, "family_call", watched_family_call)
     monkeypatch.setattr(passive.PassiveParty, "backward", watched_backward)
 
     # At inference a passive party is asked for shares: every such request passive-1 receives (its engine's input,
@@ -104,6 +116,21 @@ def test_coordinator_decrypts_only_aggregates_and_passives_see_ciphertexts_and_q
             return outcomes
 
         coordinator.admit_queries = watched_admit
+        # The training forward: each passive share (SubmitTrainingShare) and the owner's (ComputeTrainingScores).
+        key_holder_call, owner_scores = coordinator.family_call, coordinator.training_scores
+        training_shares: dict[tuple[str, int], bytes] = {}
+        own_shares: list[tuple[int, bytes]] = []
+
+        def watched_key_holder_call(session_id, caller, name, **payload):  # type: ignore[no-untyped-def]
+            if name == "submit_training_share":
+                training_shares[caller, payload["step"]] = payload["share"]
+            return key_holder_call(session_id, caller, name, **payload)
+
+        def watched_scores(session_id, step, share, *args):  # type: ignore[no-untyped-def]
+            own_shares.append((step, share))
+            return owner_scores(session_id, step, share, *args)
+
+        coordinator.family_call, coordinator.training_scores = watched_key_holder_call, watched_scores
         info = fed.operator.create_session("ckks", seed=0)
         common = fed.operator.align(info.session_id)
         list(fed.operator.train(info.session_id, common[:120], 2))
@@ -132,20 +159,28 @@ def test_coordinator_decrypts_only_aggregates_and_passives_see_ciphertexts_and_q
             s_p = engine.session(sid)
             inference_shares.append(engine.data.X[s_p.rows[index]] @ s_p.trainer.weights.T)
 
-    # Coordinator, training: logits it decrypts are never one passive party's share; products are masked.
+    # Coordinator, training: the forward decrypts nothing (no logit is ever decrypted); what it decrypts are the
+    # masked products of the block sums, masked in both parts of a complex slot (the imaginary parts carry [[δ]]'s
+    # noise times the party's values otherwise).
     training = decrypted[:n_training]
-    logits = [v for v in training if np.abs(v).max() < MASK_FLOOR]
-    products = [v for v in training if np.abs(v).max() >= MASK_FLOOR]
-    assert logits and products
-    assert all(np.median(np.abs(v)) > MASK_FLOOR for v in products)
-    # ...in both parts of a complex slot: the imaginary parts carry [[δ]]'s noise times the party's values otherwise.
-    imaginary = [c.imag for v, c in zip(training, both_parts, strict=True) if np.abs(v).max() >= MASK_FLOOR]
-    assert len(imaginary) == len(products) and all(np.median(np.abs(i)) > MASK_FLOOR for i in imaginary)
-    for v in logits:
-        for share in shares:
-            flat = share.ravel()
-            if v.size >= flat.size and np.abs(flat).max() > 1e-3:  # step 1's all-zero blocks say nothing
-                assert np.abs(v[: flat.size] - flat).max() > 1e-3
+    assert training and all(np.median(np.abs(v)) > MASK_FLOOR for v in training)
+    imaginary = [c.imag for c in both_parts[:n_training]]
+    assert all(np.median(np.abs(i)) > MASK_FLOOR for i in imaginary)
+    # ...and it is sent z_p + r_p by each passive party and z_a − Σ r_p by the owner: each share alone is a one-time
+    # pad (words far from the value it carries), their sum in Z_2^64 is z = z_a + Σ z_p, what it learns by design.
+    steps = [step for step, _ in own_shares]
+    assert steps == list(range(1, len(true_z_a) + 1)) and len(steps) >= 4
+    assert set(training_shares) == set(true_z_p) == {(p, s) for p in ("passive-1", "passive-2") for s in steps}
+    for (step, owners), z_a in zip(own_shares, true_z_a, strict=True):
+        words = [ring_mask.from_bytes(owners, z_a.shape, "share")]
+        z = z_a.copy()
+        for party in ("passive-1", "passive-2"):
+            z_p = true_z_p[party, step]
+            words.append(ring_mask.from_bytes(training_shares[party, step], z_p.shape, "share"))
+            assert np.median(np.abs(ring_mask.decode(words[-1]) - z_p)) > 2.0**30
+            z += z_p
+        assert np.median(np.abs(ring_mask.decode(words[0]) - z_a)) > 2.0**30
+        np.testing.assert_allclose(ring_mask.open_sum(words, ring_mask.SCORE_BOUND), z, atol=1e-6)
 
     # Coordinator, inference: it decrypts nothing; each share it stores is masked words, and the scores it releases
     # are those of the aggregate z of the admitted rows.

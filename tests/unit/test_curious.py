@@ -56,7 +56,7 @@ def test_ciphertext_recording_levels(tmp_path) -> None:
     blobs = {"ciphertexts": [b"abc"]}
     for level, data in (("digest", None), ("full", b"abc")):
         store = curious.ObservationStore(tmp_path / f"{level}.sqlite", ciphertexts=level)
-        store.append(plugins.Observation(kind=plugins.ENCRYPTED_LOGITS, session_id="s", blobs=blobs))
+        store.append(plugins.Observation(kind=plugins.ENCRYPTED_SCORES, session_id="s", blobs=blobs))
         ((sha, stored),) = store._db.execute("SELECT sha256, data FROM blobs").fetchall()
         assert sha == hashlib.sha256(b"abc").hexdigest() and stored == data
         store.close()

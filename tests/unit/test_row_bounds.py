@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vflsec.services.crypto import he
+from vflsec.services.crypto import ring_mask
 from vflsec.services.defenses.release import ParamReleaseChain, ScoreReleaseChain
 from vflsec.services.engines.coordinator import Coordinator
 from vflsec.services.engines.sessions import RowSet
@@ -59,14 +59,16 @@ def _coordinator(max_rows: int = 1000) -> Coordinator:
 
 def test_a_training_index_beyond_the_bound_is_invalid_argument_and_nothing_is_recorded() -> None:
     c = _coordinator()
-    keys = c.sessions["s"].backend
-    logits = he.encrypt_matrix(keys, np.zeros((N, 1)), lowered=True)
+    share = ring_mask.to_bytes(ring_mask.encode(np.zeros((N, 1))))
     index = np.array([*range(N - 1), HUGE])
     with pytest.raises(InvalidArgument, match="sample_index: row index 8589934592 is beyond the 1000 rows"):
-        c.training_scores("s", 1, logits, 1, index, WIDTHS)
+        c.training_scores("s", 1, share, 1, index, WIDTHS)
+    with pytest.raises(InvalidArgument, match="sample_index: row index 8589934592 is beyond the 1000 rows"):
+        c.family_call("s", "passive-1", "submit_training_share", step=1, sample_index=index, share=share)
     s = c.sessions["s"]
     assert s.last_step == 0 and len(s.trained_index) == 0 and s.trained_index.packed().size == 0
-    c.training_scores("s", 1, logits, 1, np.arange(N), WIDTHS)  # the session goes on
+    c.family_call("s", "passive-1", "submit_training_share", step=1, sample_index=np.arange(N), share=share)
+    c.training_scores("s", 1, share, 1, np.arange(N), WIDTHS)  # the session goes on
     assert s.last_step == 1 and s.trained_index.array().tolist() == list(range(N))
 
 

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from vflsec.v1 import common_pb2 as vflsec_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bvflsec/v1/coordinator.proto\x12\tvflsec.v1\x1a\x16vflsec/v1/common.proto\"\xcd\x01\n\x12OpenSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12#\n\x07\x62\x61\x63kend\x18\x02 \x01(\x0e\x32\x12.vflsec.v1.Backend\x12\x11\n\tn_classes\x18\x03 \x01(\x05\x12\x17\n\x0fpassive_parties\x18\x04 \x03(\t\x12%\n\x05model\x18\x05 \x01(\x0b\x32\x16.vflsec.v1.ModelChoice\x12+\n\x08training\x18\x06 \x01(\x0b\x32\x19.vflsec.v1.TrainingConfig\"\x88\x01\n\x10OpenSessionReply\x12\x16\n\x0epublic_context\x18\x01 \x01(\x0c\x12-\n\rscore_release\x18\x02 \x03(\x0b\x32\x16.vflsec.v1.ReleaseStep\x12-\n\rparam_release\x18\x03 \x03(\x0b\x32\x16.vflsec.v1.ReleaseStep\"j\n\rPublicContext\x12#\n\x07\x62\x61\x63kend\x18\x01 \x01(\x0e\x32\x12.vflsec.v1.Backend\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x11\n\tn_classes\x18\x03 \x01(\x05\x12\r\n\x05owner\x18\x04 \x01(\tJ\x04\x08\x05\x10\x06\":\n\x16TrainingContextRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\"@\n\x0fTrainingContext\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x10\n\x08rotation\x18\x02 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"\xfa\x01\n\x15TrainingScoresRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12*\n\x06logits\x18\x03 \x01(\x0b\x32\x1a.vflsec.v1.EncryptedMatrix\x12\x10\n\x08replicas\x18\x04 \x01(\x05\x12\x14\n\x0csample_index\x18\x05 \x03(\x03\x12<\n\x06widths\x18\x06 \x03(\x0b\x32,.vflsec.v1.TrainingScoresRequest.WidthsEntry\x1a-\n\x0bWidthsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\"j\n\x10\x42lockSumsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12\x13\n\x0b\x63iphertexts\x18\x03 \x03(\x0c\x12\r\n\x05width\x18\x04 \x01(\x05\x12\x10\n\x08mask_tag\x18\x05 \x01(\x0c\"g\n\x14ReleaseScoresRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0csample_index\x18\x03 \x03(\x03\x12\x10\n\x08query_id\x18\x04 \x01(\t\x12\r\n\x05share\x18\x05 \x01(\x0cJ\x04\x08\x02\x10\x03\"=\n\x11\x41\x64mitQueryRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0csample_index\x18\x02 \x03(\x03\"I\n\x0f\x41\x64mitQueryReply\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\x0e\n\x06scored\x18\x02 \x01(\x03\x12\x0e\n\x06\x62udget\x18\x03 \x01(\x03J\x04\x08\x04\x10\x05\"P\n\x13\x41\x64mitQueriesRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12%\n\x07queries\x18\x02 \x03(\x0b\x32\x14.vflsec.v1.QueryRows\">\n\x11\x41\x64mitQueriesReply\x12)\n\x07queries\x18\x01 \x03(\x0b\x32\x18.vflsec.v1.AdmittedQuery\"e\n\rAdmittedQuery\x12&\n\x06status\x18\x01 \x01(\x0b\x32\x16.vflsec.v1.EntryStatus\x12,\n\x08\x61\x64mitted\x18\x02 \x01(\x0b\x32\x1a.vflsec.v1.AdmitQueryReply\"J\n\rSharesRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12%\n\x06shares\x18\x02 \x03(\x0b\x32\x15.vflsec.v1.QueryShare\"Q\n\x13ReleaseBatchRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12&\n\x07queries\x18\x02 \x03(\x0b\x32\x15.vflsec.v1.QueryShare\"?\n\x11ReleaseBatchReply\x12*\n\x08released\x18\x01 \x03(\x0b\x32\x18.vflsec.v1.ReleasedEntry\"b\n\rReleasedEntry\x12&\n\x06status\x18\x01 \x01(\x0b\x32\x16.vflsec.v1.EntryStatus\x12)\n\x06scores\x18\x02 \x01(\x0b\x32\x19.vflsec.v1.ReleasedScores\"_\n\x0cShareRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08query_id\x18\x02 \x01(\t\x12\x14\n\x0csample_index\x18\x03 \x03(\x03\x12\r\n\x05share\x18\x05 \x01(\x0cJ\x04\x08\x04\x10\x05\"r\n\x0eReleasedScores\x12!\n\x06scores\x18\x01 \x01(\x0b\x32\x11.vflsec.v1.Tensor\x12%\n\x05\x63hain\x18\x02 \x03(\x0b\x32\x16.vflsec.v1.ReleaseStep\x12\x16\n\x0e\x61rgmax_changed\x18\x03 \x01(\x03\"V\n\x0cPassiveBlock\x12\x10\n\x08party_id\x18\x01 \x01(\t\x12\x10\n\x08withheld\x18\x02 \x01(\x08\x12\"\n\x07weights\x18\x03 \x01(\x0b\x32\x11.vflsec.v1.Tensor\"\x83\x02\n\rReleasedModel\x12(\n\x07passive\x18\x01 \x03(\x0b\x32\x17.vflsec.v1.PassiveBlock\x12%\n\x05\x63hain\x18\x02 \x03(\x0b\x32\x16.vflsec.v1.ReleaseStep\x12&\n\x0b\x62ias_offset\x18\x03 \x01(\x0b\x32\x11.vflsec.v1.Tensor\x12\x36\n\x07tensors\x18\x04 \x03(\x0b\x32%.vflsec.v1.ReleasedModel.TensorsEntry\x1a\x41\n\x0cTensorsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12 \n\x05value\x18\x02 \x01(\x0b\x32\x11.vflsec.v1.Tensor:\x02\x38\x01\x32\xf7\x07\n\x0b\x43oordinator\x12I\n\x0bOpenSession\x12\x1d.vflsec.v1.OpenSessionRequest\x1a\x1b.vflsec.v1.OpenSessionReply\x12\x43\n\x10GetPublicContext\x12\x15.vflsec.v1.SessionRef\x1a\x18.vflsec.v1.PublicContext\x12S\n\x12GetTrainingContext\x12!.vflsec.v1.TrainingContextRequest\x1a\x1a.vflsec.v1.TrainingContext\x12U\n\x15\x43omputeTrainingScores\x12 .vflsec.v1.TrainingScoresRequest\x1a\x1a.vflsec.v1.EncryptedMatrix\x12\x42\n\x10\x44\x65\x63ryptBlockSums\x12\x1b.vflsec.v1.BlockSumsRequest\x1a\x11.vflsec.v1.Tensor\x12\x39\n\x0e\x46inishTraining\x12\x15.vflsec.v1.SessionRef\x1a\x10.vflsec.v1.Empty\x12\x46\n\nAdmitQuery\x12\x1c.vflsec.v1.AdmitQueryRequest\x1a\x1a.vflsec.v1.AdmitQueryReply\x12\x38\n\x0bSubmitShare\x12\x17.vflsec.v1.ShareRequest\x1a\x10.vflsec.v1.Empty\x12K\n\rReleaseScores\x12\x1f.vflsec.v1.ReleaseScoresRequest\x1a\x19.vflsec.v1.ReleasedScores\x12L\n\x0c\x41\x64mitQueries\x12\x1e.vflsec.v1.AdmitQueriesRequest\x1a\x1c.vflsec.v1.AdmitQueriesReply\x12\x42\n\x0cSubmitShares\x12\x18.vflsec.v1.SharesRequest\x1a\x18.vflsec.v1.EntryStatuses\x12R\n\x12ReleaseScoresBatch\x12\x1e.vflsec.v1.ReleaseBatchRequest\x1a\x1c.vflsec.v1.ReleaseBatchReply\x12?\n\x0cReleaseModel\x12\x15.vflsec.v1.SessionRef\x1a\x18.vflsec.v1.ReleasedModel\x12\x37\n\x0c\x43loseSession\x12\x15.vflsec.v1.SessionRef\x1a\x10.vflsec.v1.Emptyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bvflsec/v1/coordinator.proto\x12\tvflsec.v1\x1a\x16vflsec/v1/common.proto\"\xcd\x01\n\x12OpenSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12#\n\x07\x62\x61\x63kend\x18\x02 \x01(\x0e\x32\x12.vflsec.v1.Backend\x12\x11\n\tn_classes\x18\x03 \x01(\x05\x12\x17\n\x0fpassive_parties\x18\x04 \x03(\t\x12%\n\x05model\x18\x05 \x01(\x0b\x32\x16.vflsec.v1.ModelChoice\x12+\n\x08training\x18\x06 \x01(\x0b\x32\x19.vflsec.v1.TrainingConfig\"\x88\x01\n\x10OpenSessionReply\x12\x16\n\x0epublic_context\x18\x01 \x01(\x0c\x12-\n\rscore_release\x18\x02 \x03(\x0b\x32\x16.vflsec.v1.ReleaseStep\x12-\n\rparam_release\x18\x03 \x03(\x0b\x32\x16.vflsec.v1.ReleaseStep\"j\n\rPublicContext\x12#\n\x07\x62\x61\x63kend\x18\x01 \x01(\x0e\x32\x12.vflsec.v1.Backend\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x11\n\tn_classes\x18\x03 \x01(\x05\x12\r\n\x05owner\x18\x04 \x01(\tJ\x04\x08\x05\x10\x06\":\n\x16TrainingContextRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\"@\n\x0fTrainingContext\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x10\n\x08rotation\x18\x02 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"\x89\x02\n\x15TrainingScoresRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12*\n\x06logits\x18\x03 \x01(\x0b\x32\x1a.vflsec.v1.EncryptedMatrix\x12\x10\n\x08replicas\x18\x04 \x01(\x05\x12\x14\n\x0csample_index\x18\x05 \x03(\x03\x12<\n\x06widths\x18\x06 \x03(\x0b\x32,.vflsec.v1.TrainingScoresRequest.WidthsEntry\x12\r\n\x05share\x18\x07 \x01(\x0c\x1a-\n\x0bWidthsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\"V\n\rTrainingShare\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12\x14\n\x0csample_index\x18\x03 \x03(\x03\x12\r\n\x05share\x18\x04 \x01(\x0c\"j\n\x10\x42lockSumsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12\x13\n\x0b\x63iphertexts\x18\x03 \x03(\x0c\x12\r\n\x05width\x18\x04 \x01(\x05\x12\x10\n\x08mask_tag\x18\x05 \x01(\x0c\"g\n\x14ReleaseScoresRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0csample_index\x18\x03 \x03(\x03\x12\x10\n\x08query_id\x18\x04 \x01(\t\x12\r\n\x05share\x18\x05 \x01(\x0cJ\x04\x08\x02\x10\x03\"=\n\x11\x41\x64mitQueryRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x14\n\x0csample_index\x18\x02 \x03(\x03\"I\n\x0f\x41\x64mitQueryReply\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\x0e\n\x06scored\x18\x02 \x01(\x03\x12\x0e\n\x06\x62udget\x18\x03 \x01(\x03J\x04\x08\x04\x10\x05\"P\n\x13\x41\x64mitQueriesRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12%\n\x07queries\x18\x02 \x03(\x0b\x32\x14.vflsec.v1.QueryRows\">\n\x11\x41\x64mitQueriesReply\x12)\n\x07queries\x18\x01 \x03(\x0b\x32\x18.vflsec.v1.AdmittedQuery\"e\n\rAdmittedQuery\x12&\n\x06status\x18\x01 \x01(\x0b\x32\x16.vflsec.v1.EntryStatus\x12,\n\x08\x61\x64mitted\x18\x02 \x01(\x0b\x32\x1a.vflsec.v1.AdmitQueryReply\"J\n\rSharesRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12%\n\x06shares\x18\x02 \x03(\x0b\x32\x15.vflsec.v1.QueryShare\"Q\n\x13ReleaseBatchRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12&\n\x07queries\x18\x02 \x03(\x0b\x32\x15.vflsec.v1.QueryShare\"?\n\x11ReleaseBatchReply\x12*\n\x08released\x18\x01 \x03(\x0b\x32\x18.vflsec.v1.ReleasedEntry\"b\n\rReleasedEntry\x12&\n\x06status\x18\x01 \x01(\x0b\x32\x16.vflsec.v1.EntryStatus\x12)\n\x06scores\x18\x02 \x01(\x0b\x32\x19.vflsec.v1.ReleasedScores\"_\n\x0cShareRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08query_id\x18\x02 \x01(\t\x12\x14\n\x0csample_index\x18\x03 \x03(\x03\x12\r\n\x05share\x18\x05 \x01(\x0cJ\x04\x08\x04\x10\x05\"r\n\x0eReleasedScores\x12!\n\x06scores\x18\x01 \x01(\x0b\x32\x11.vflsec.v1.Tensor\x12%\n\x05\x63hain\x18\x02 \x03(\x0b\x32\x16.vflsec.v1.ReleaseStep\x12\x16\n\x0e\x61rgmax_changed\x18\x03 \x01(\x03\"V\n\x0cPassiveBlock\x12\x10\n\x08party_id\x18\x01 \x01(\t\x12\x10\n\x08withheld\x18\x02 \x01(\x08\x12\"\n\x07weights\x18\x03 \x01(\x0b\x32\x11.vflsec.v1.Tensor\"\x83\x02\n\rReleasedModel\x12(\n\x07passive\x18\x01 \x03(\x0b\x32\x17.vflsec.v1.PassiveBlock\x12%\n\x05\x63hain\x18\x02 \x03(\x0b\x32\x16.vflsec.v1.ReleaseStep\x12&\n\x0b\x62ias_offset\x18\x03 \x01(\x0b\x32\x11.vflsec.v1.Tensor\x12\x36\n\x07tensors\x18\x04 \x03(\x0b\x32%.vflsec.v1.ReleasedModel.TensorsEntry\x1a\x41\n\x0cTensorsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12 \n\x05value\x18\x02 \x01(\x0b\x32\x11.vflsec.v1.Tensor:\x02\x38\x01\x32\xba\x08\n\x0b\x43oordinator\x12I\n\x0bOpenSession\x12\x1d.vflsec.v1.OpenSessionRequest\x1a\x1b.vflsec.v1.OpenSessionReply\x12\x43\n\x10GetPublicContext\x12\x15.vflsec.v1.SessionRef\x1a\x18.vflsec.v1.PublicContext\x12S\n\x12GetTrainingContext\x12!.vflsec.v1.TrainingContextRequest\x1a\x1a.vflsec.v1.TrainingContext\x12U\n\x15\x43omputeTrainingScores\x12 .vflsec.v1.TrainingScoresRequest\x1a\x1a.vflsec.v1.EncryptedMatrix\x12\x41\n\x13SubmitTrainingShare\x12\x18.vflsec.v1.TrainingShare\x1a\x10.vflsec.v1.Empty\x12\x42\n\x10\x44\x65\x63ryptBlockSums\x12\x1b.vflsec.v1.BlockSumsRequest\x1a\x11.vflsec.v1.Tensor\x12\x39\n\x0e\x46inishTraining\x12\x15.vflsec.v1.SessionRef\x1a\x10.vflsec.v1.Empty\x12\x46\n\nAdmitQuery\x12\x1c.vflsec.v1.AdmitQueryRequest\x1a\x1a.vflsec.v1.AdmitQueryReply\x12\x38\n\x0bSubmitShare\x12\x17.vflsec.v1.ShareRequest\x1a\x10.vflsec.v1.Empty\x12K\n\rReleaseScores\x12\x1f.vflsec.v1.ReleaseScoresRequest\x1a\x19.vflsec.v1.ReleasedScores\x12L\n\x0c\x41\x64mitQueries\x12\x1e.vflsec.v1.AdmitQueriesRequest\x1a\x1c.vflsec.v1.AdmitQueriesReply\x12\x42\n\x0cSubmitShares\x12\x18.vflsec.v1.SharesRequest\x1a\x18.vflsec.v1.EntryStatuses\x12R\n\x12ReleaseScoresBatch\x12\x1e.vflsec.v1.ReleaseBatchRequest\x1a\x1c.vflsec.v1.ReleaseBatchReply\x12?\n\x0cReleaseModel\x12\x15.vflsec.v1.SessionRef\x1a\x18.vflsec.v1.ReleasedModel\x12\x37\n\x0c\x43loseSession\x12\x15.vflsec.v1.SessionRef\x1a\x10.vflsec.v1.Emptyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -47,41 +47,43 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TRAININGCONTEXT']._serialized_start=581
   _globals['_TRAININGCONTEXT']._serialized_end=645
   _globals['_TRAININGSCORESREQUEST']._serialized_start=648
-  _globals['_TRAININGSCORESREQUEST']._serialized_end=898
-  _globals['_TRAININGSCORESREQUEST_WIDTHSENTRY']._serialized_start=853
-  _globals['_TRAININGSCORESREQUEST_WIDTHSENTRY']._serialized_end=898
-  _globals['_BLOCKSUMSREQUEST']._serialized_start=900
-  _globals['_BLOCKSUMSREQUEST']._serialized_end=1006
-  _globals['_RELEASESCORESREQUEST']._serialized_start=1008
-  _globals['_RELEASESCORESREQUEST']._serialized_end=1111
-  _globals['_ADMITQUERYREQUEST']._serialized_start=1113
-  _globals['_ADMITQUERYREQUEST']._serialized_end=1174
-  _globals['_ADMITQUERYREPLY']._serialized_start=1176
-  _globals['_ADMITQUERYREPLY']._serialized_end=1249
-  _globals['_ADMITQUERIESREQUEST']._serialized_start=1251
-  _globals['_ADMITQUERIESREQUEST']._serialized_end=1331
-  _globals['_ADMITQUERIESREPLY']._serialized_start=1333
-  _globals['_ADMITQUERIESREPLY']._serialized_end=1395
-  _globals['_ADMITTEDQUERY']._serialized_start=1397
-  _globals['_ADMITTEDQUERY']._serialized_end=1498
-  _globals['_SHARESREQUEST']._serialized_start=1500
-  _globals['_SHARESREQUEST']._serialized_end=1574
-  _globals['_RELEASEBATCHREQUEST']._serialized_start=1576
-  _globals['_RELEASEBATCHREQUEST']._serialized_end=1657
-  _globals['_RELEASEBATCHREPLY']._serialized_start=1659
-  _globals['_RELEASEBATCHREPLY']._serialized_end=1722
-  _globals['_RELEASEDENTRY']._serialized_start=1724
-  _globals['_RELEASEDENTRY']._serialized_end=1822
-  _globals['_SHAREREQUEST']._serialized_start=1824
-  _globals['_SHAREREQUEST']._serialized_end=1919
-  _globals['_RELEASEDSCORES']._serialized_start=1921
-  _globals['_RELEASEDSCORES']._serialized_end=2035
-  _globals['_PASSIVEBLOCK']._serialized_start=2037
-  _globals['_PASSIVEBLOCK']._serialized_end=2123
-  _globals['_RELEASEDMODEL']._serialized_start=2126
-  _globals['_RELEASEDMODEL']._serialized_end=2385
-  _globals['_RELEASEDMODEL_TENSORSENTRY']._serialized_start=2320
-  _globals['_RELEASEDMODEL_TENSORSENTRY']._serialized_end=2385
-  _globals['_COORDINATOR']._serialized_start=2388
-  _globals['_COORDINATOR']._serialized_end=3403
+  _globals['_TRAININGSCORESREQUEST']._serialized_end=913
+  _globals['_TRAININGSCORESREQUEST_WIDTHSENTRY']._serialized_start=868
+  _globals['_TRAININGSCORESREQUEST_WIDTHSENTRY']._serialized_end=913
+  _globals['_TRAININGSHARE']._serialized_start=915
+  _globals['_TRAININGSHARE']._serialized_end=1001
+  _globals['_BLOCKSUMSREQUEST']._serialized_start=1003
+  _globals['_BLOCKSUMSREQUEST']._serialized_end=1109
+  _globals['_RELEASESCORESREQUEST']._serialized_start=1111
+  _globals['_RELEASESCORESREQUEST']._serialized_end=1214
+  _globals['_ADMITQUERYREQUEST']._serialized_start=1216
+  _globals['_ADMITQUERYREQUEST']._serialized_end=1277
+  _globals['_ADMITQUERYREPLY']._serialized_start=1279
+  _globals['_ADMITQUERYREPLY']._serialized_end=1352
+  _globals['_ADMITQUERIESREQUEST']._serialized_start=1354
+  _globals['_ADMITQUERIESREQUEST']._serialized_end=1434
+  _globals['_ADMITQUERIESREPLY']._serialized_start=1436
+  _globals['_ADMITQUERIESREPLY']._serialized_end=1498
+  _globals['_ADMITTEDQUERY']._serialized_start=1500
+  _globals['_ADMITTEDQUERY']._serialized_end=1601
+  _globals['_SHARESREQUEST']._serialized_start=1603
+  _globals['_SHARESREQUEST']._serialized_end=1677
+  _globals['_RELEASEBATCHREQUEST']._serialized_start=1679
+  _globals['_RELEASEBATCHREQUEST']._serialized_end=1760
+  _globals['_RELEASEBATCHREPLY']._serialized_start=1762
+  _globals['_RELEASEBATCHREPLY']._serialized_end=1825
+  _globals['_RELEASEDENTRY']._serialized_start=1827
+  _globals['_RELEASEDENTRY']._serialized_end=1925
+  _globals['_SHAREREQUEST']._serialized_start=1927
+  _globals['_SHAREREQUEST']._serialized_end=2022
+  _globals['_RELEASEDSCORES']._serialized_start=2024
+  _globals['_RELEASEDSCORES']._serialized_end=2138
+  _globals['_PASSIVEBLOCK']._serialized_start=2140
+  _globals['_PASSIVEBLOCK']._serialized_end=2226
+  _globals['_RELEASEDMODEL']._serialized_start=2229
+  _globals['_RELEASEDMODEL']._serialized_end=2488
+  _globals['_RELEASEDMODEL_TENSORSENTRY']._serialized_start=2423
+  _globals['_RELEASEDMODEL_TENSORSENTRY']._serialized_end=2488
+  _globals['_COORDINATOR']._serialized_start=2491
+  _globals['_COORDINATOR']._serialized_end=3573
 # @@protoc_insertion_point(module_scope)

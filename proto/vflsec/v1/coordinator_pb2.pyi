@@ -64,7 +64,7 @@ class TrainingContext(_message.Message):
     def __init__(self, epoch: _Optional[int] = ..., rotation: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class TrainingScoresRequest(_message.Message):
-    __slots__ = ("session_id", "step", "logits", "replicas", "sample_index", "widths")
+    __slots__ = ("session_id", "step", "logits", "replicas", "sample_index", "widths", "share")
     class WidthsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -78,13 +78,27 @@ class TrainingScoresRequest(_message.Message):
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_INDEX_FIELD_NUMBER: _ClassVar[int]
     WIDTHS_FIELD_NUMBER: _ClassVar[int]
+    SHARE_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     step: int
     logits: _common_pb2.EncryptedMatrix
     replicas: int
     sample_index: _containers.RepeatedScalarFieldContainer[int]
     widths: _containers.ScalarMap[str, int]
-    def __init__(self, session_id: _Optional[str] = ..., step: _Optional[int] = ..., logits: _Optional[_Union[_common_pb2.EncryptedMatrix, _Mapping]] = ..., replicas: _Optional[int] = ..., sample_index: _Optional[_Iterable[int]] = ..., widths: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    share: bytes
+    def __init__(self, session_id: _Optional[str] = ..., step: _Optional[int] = ..., logits: _Optional[_Union[_common_pb2.EncryptedMatrix, _Mapping]] = ..., replicas: _Optional[int] = ..., sample_index: _Optional[_Iterable[int]] = ..., widths: _Optional[_Mapping[str, int]] = ..., share: _Optional[bytes] = ...) -> None: ...
+
+class TrainingShare(_message.Message):
+    __slots__ = ("session_id", "step", "sample_index", "share")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    SHARE_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    step: int
+    sample_index: _containers.RepeatedScalarFieldContainer[int]
+    share: bytes
+    def __init__(self, session_id: _Optional[str] = ..., step: _Optional[int] = ..., sample_index: _Optional[_Iterable[int]] = ..., share: _Optional[bytes] = ...) -> None: ...
 
 class BlockSumsRequest(_message.Message):
     __slots__ = ("session_id", "step", "ciphertexts", "width", "mask_tag")

@@ -57,6 +57,11 @@ class CoordinatorStub:
                 request_serializer=vflsec_dot_v1_dot_coordinator__pb2.TrainingScoresRequest.SerializeToString,
                 response_deserializer=vflsec_dot_v1_dot_common__pb2.EncryptedMatrix.FromString,
                 _registered_method=True)
+        self.SubmitTrainingShare = channel.unary_unary(
+                '/vflsec.v1.Coordinator/SubmitTrainingShare',
+                request_serializer=vflsec_dot_v1_dot_coordinator__pb2.TrainingShare.SerializeToString,
+                response_deserializer=vflsec_dot_v1_dot_common__pb2.Empty.FromString,
+                _registered_method=True)
         self.DecryptBlockSums = channel.unary_unary(
                 '/vflsec.v1.Coordinator/DecryptBlockSums',
                 request_serializer=vflsec_dot_v1_dot_coordinator__pb2.BlockSumsRequest.SerializeToString,
@@ -139,9 +144,20 @@ class CoordinatorServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ComputeTrainingScores(self, request, context):
-        """Active party, training: [[z]] (aggregate logits) -> [[p]] (probabilities, re-encrypted, replicated
-        for packed gradient products). Nothing leaves in plaintext. Repeating the last step is a replay
-        (after a crash) and allowed; earlier steps are not.
+        """Active party, LR training: its share of the logits z = z_a + sum_p z_p, added here in Z_2^64 to every passive
+        party's share of the step (SubmitTrainingShare, for exactly these rows), where the zero-sum masks cancel
+        (nothing is decrypted; the sum is clipped to +-2^23, never refused on its value) -> [[p]] (probabilities,
+        encrypted, replicated for packed gradient products). Nothing leaves in plaintext. Repeating the last step is a
+        replay (after a crash) and gets the same [[p]] bytes; earlier steps are not.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SubmitTrainingShare(self, request, context):
+        """A passive party of the session, LR training: its share z_p + r_p of the logits of step `step` (the next one,
+        or the last one replayed) for these rows, kept until the owner's ComputeTrainingScores of that step (one per
+        party: a later one replaces it).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -255,6 +271,11 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     servicer.ComputeTrainingScores,
                     request_deserializer=vflsec_dot_v1_dot_coordinator__pb2.TrainingScoresRequest.FromString,
                     response_serializer=vflsec_dot_v1_dot_common__pb2.EncryptedMatrix.SerializeToString,
+            ),
+            'SubmitTrainingShare': grpc.unary_unary_rpc_method_handler(
+                    servicer.SubmitTrainingShare,
+                    request_deserializer=vflsec_dot_v1_dot_coordinator__pb2.TrainingShare.FromString,
+                    response_serializer=vflsec_dot_v1_dot_common__pb2.Empty.SerializeToString,
             ),
             'DecryptBlockSums': grpc.unary_unary_rpc_method_handler(
                     servicer.DecryptBlockSums,
@@ -417,6 +438,33 @@ class Coordinator:
             '/vflsec.v1.Coordinator/ComputeTrainingScores',
             vflsec_dot_v1_dot_coordinator__pb2.TrainingScoresRequest.SerializeToString,
             vflsec_dot_v1_dot_common__pb2.EncryptedMatrix.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SubmitTrainingShare(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/vflsec.v1.Coordinator/SubmitTrainingShare',
+            vflsec_dot_v1_dot_coordinator__pb2.TrainingShare.SerializeToString,
+            vflsec_dot_v1_dot_common__pb2.Empty.FromString,
             options,
             channel_credentials,
             insecure,

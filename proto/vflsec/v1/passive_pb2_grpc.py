@@ -68,6 +68,11 @@ class PassiveStub:
                 request_serializer=vflsec_dot_v1_dot_passive__pb2.ForwardRequest.SerializeToString,
                 response_deserializer=vflsec_dot_v1_dot_common__pb2.EncryptedMatrix.FromString,
                 _registered_method=True)
+        self.ShareTrainingLogits = channel.unary_unary(
+                '/vflsec.v1.Passive/ShareTrainingLogits',
+                request_serializer=vflsec_dot_v1_dot_passive__pb2.ForwardRequest.SerializeToString,
+                response_deserializer=vflsec_dot_v1_dot_common__pb2.Empty.FromString,
+                _registered_method=True)
         self.ShareLogits = channel.unary_unary(
                 '/vflsec.v1.Passive/ShareLogits',
                 request_serializer=vflsec_dot_v1_dot_passive__pb2.ShareLogitsRequest.SerializeToString,
@@ -169,8 +174,17 @@ class PassiveServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Forward(self, request, context):
-        """Owner, training: this party's output for the batch of step `step` (>= 1), encrypted under the step's
-        training keys: LR's [[X_p W_p^T]], split-NN's [[h_p]] (its bottom model's embedding).
+        """Retired (vflsec.v1's LR forward, [[X_p W_p^T]] to the owner): FAILED_PRECONDITION naming ShareTrainingLogits.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ShareTrainingLogits(self, request, context):
+        """Owner, LR training step `step` (>= 1, in order; the last completed step again is a replay, computed with the
+        block as it was before that step): z_p = X_p W_p^T for the rows plus this party's zero-sum mask r_p, sent
+        straight to the coordinator (SubmitTrainingShare) before this call returns; nothing of it comes to the owner.
+        r_p is bound to (session, step, rows), so a replay sends the same bytes and other rows get another pad.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -278,6 +292,11 @@ def add_PassiveServicer_to_server(servicer, server):
                     servicer.Forward,
                     request_deserializer=vflsec_dot_v1_dot_passive__pb2.ForwardRequest.FromString,
                     response_serializer=vflsec_dot_v1_dot_common__pb2.EncryptedMatrix.SerializeToString,
+            ),
+            'ShareTrainingLogits': grpc.unary_unary_rpc_method_handler(
+                    servicer.ShareTrainingLogits,
+                    request_deserializer=vflsec_dot_v1_dot_passive__pb2.ForwardRequest.FromString,
+                    response_serializer=vflsec_dot_v1_dot_common__pb2.Empty.SerializeToString,
             ),
             'ShareLogits': grpc.unary_unary_rpc_method_handler(
                     servicer.ShareLogits,
@@ -490,6 +509,33 @@ class Passive:
             '/vflsec.v1.Passive/Forward',
             vflsec_dot_v1_dot_passive__pb2.ForwardRequest.SerializeToString,
             vflsec_dot_v1_dot_common__pb2.EncryptedMatrix.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ShareTrainingLogits(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/vflsec.v1.Passive/ShareTrainingLogits',
+            vflsec_dot_v1_dot_passive__pb2.ForwardRequest.SerializeToString,
+            vflsec_dot_v1_dot_common__pb2.Empty.FromString,
             options,
             channel_credentials,
             insecure,

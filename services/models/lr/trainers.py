@@ -1,25 +1,29 @@
 """The LR family's trainers: what each party computes in a training or inference step (services/models/family.py).
 
-One step, as docs/protocol.md describes it: every passive party sends [[z_p]] = [[X_p W_pᵀ]]; the active party adds
-its own X_a W_aᵀ + b and asks the key holder for [[p]] = [[link(z)]]; it forms [[δ]] = [[p]] − targets and sends
-it to every passive party; each party (the active one included) gets its gradient δᵀX_q through one masked round
-trip (:func:`masked_gradient`) and applies it only once the whole step is through.
+One step, as docs/protocol.md describes it: every passive party sends its share z_p + r_p of the logits straight to
+the key holder (r_p a zero-sum mask in Z_2^64 under its own key, services/crypto/ring_mask.py); the active party sends
+its own X_a W_aᵀ + b − Σ_p r_p and gets [[p]] = [[link(z)]] back, the key holder having added the shares (nothing is
+decrypted for the forward); it forms [[δ]] = [[p]] − targets and sends it to every passive party; each party (the
+active one included) gets its gradient δᵀX_q through one masked round trip (:func:`masked_gradient`) and applies it
+only once the whole step is through. The family's own steps (:data:`STEPS`) carry the shares.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
 from vflsec.services import kinds
-from vflsec.services.crypto import entropy, he, masking
-from vflsec.services.errors import FailedPrecondition, InvalidArgument
+from vflsec.services.common import ACTIVE, COORDINATOR, PASSIVE
+from vflsec.services.crypto import entropy, he, masking, ring_mask
+from vflsec.services.errors import FailedPrecondition, InvalidArgument, PeerFailed
 from vflsec.services.models.family import (
     ActiveContext,
     FamilyStep,
+    KeyHolderContext,
     PassiveContext,
     Received,
     Release,
@@ -44,11 +48,15 @@ class KeyHolderLink(Protocol):
         backend: he.Backend,
         session_id: str,
         step: int,
-        logits: he.EncryptedMatrix,
+        share: np.ndarray,
         replicas: int,
         sample_index: np.ndarray,
         widths: Mapping[str, int],
     ) -> Received: ...
+
+    def submit_training_share(
+        self, session_id: str, step: int, sample_index: np.ndarray, share: np.ndarray
+    ) -> None: ...
 
     def block_sums(
         self, session_id: str, step: int, ciphertexts: list[bytes], width: int, mask_tag: bytes
@@ -58,9 +66,7 @@ class KeyHolderLink(Protocol):
 class PassiveLink(Protocol):
     """LR's messages to a passive party (services/transport/links.py PassiveClient)."""
 
-    def forward(
-        self, backend: he.Backend, session_id: str, step: int, sample_index: np.ndarray, cols: int
-    ) -> Received: ...
+    def share_training_logits(self, session_id: str, step: int, sample_index: np.ndarray) -> None: ...
 
     def backward(self, session_id: str, step: int, sample_index: np.ndarray, delta: he.WireMatrix) -> None: ...
 
@@ -135,23 +141,31 @@ class LrActive:
     def train_step(self, ctx: ActiveContext, index: np.ndarray) -> None:
         passives: Mapping[str, PassiveLink] = ctx.passives
         key_holder: KeyHolderLink = ctx.key_holder
-        received = ctx.each_passive(
-            lambda party, link: link.forward(ctx.backend, ctx.session_id, ctx.step, index, self.k)
-        )
-        for party, r in zip(passives, received, strict=True):
-            ctx.emit(kinds.ENCRYPTED_LOGITS, party, blobs={"ciphertexts": r.blobs}, meta={"step": ctx.step})
-        # [[z]] = Σ_p [[z_p]] + (X_a W_aᵀ + b): ciphertexts only, the active party cannot decrypt.
-        total = received[0].matrix
-        for r in received[1:]:
-            total = he.add_matrices(ctx.backend, total, r.matrix)
+        missing = [party for party in passives if party not in ctx.share_mask_keys]
+        if missing:
+            raise FailedPrecondition(f"{', '.join(missing)} sent no share-mask key at JoinSession: open a new session")
         x = ctx.features(index)
-        logits = he.add_plain_matrix(ctx.backend, total, self.inference_share(x))
+        keys = [ctx.share_mask_keys[party] for party in passives]
+        masks = [ring_mask.logit_mask(key, ctx.session_id, ctx.step, index, self.k) for key in keys]
+        share = ring_mask.owner_share(self.inference_share(x), masks)  # z_a − Σ_p r_p
         # One replication factor for every party's gradient products, sized for the widest block.
         parts = masking.product_parts(ctx.backend)
         replicas = he.choose_replicas(len(index), self.k, max(ctx.widths.values()), ctx.backend.slots, parts=parts)
-        scores = key_holder.training_scores(
-            ctx.backend, ctx.session_id, ctx.step, logits, replicas, index, ctx.widths
-        )
+
+        def forward() -> Received:
+            # Each passive party sends z_p + r_p straight to the key holder: nothing of it comes here.
+            ctx.each_passive(lambda party, link: link.share_training_logits(ctx.session_id, ctx.step, index))
+            return key_holder.training_scores(ctx.backend, ctx.session_id, ctx.step, share, replicas, index, ctx.widths)
+
+        try:
+            scores = forward()
+        except PeerFailed as exc:
+            if exc.code != "FAILED_PRECONDITION":
+                raise
+            # The key holder keeps the passive shares in memory only: restarted between them and our call it holds
+            # none, so they are sent once more (the same bytes: the same block, the same pad); a refusal for any
+            # other reason repeats and is raised.
+            scores = forward()
         ctx.emit(kinds.ENCRYPTED_SCORES, "coordinator", blobs={"ciphertexts": scores.blobs}, meta={"step": ctx.step})
         delta = he.add_plain_matrix(ctx.backend, scores.matrix, -_targets(ctx.labels(index), self.n_classes))
         delta_wire = he.matrix_to_wire(ctx.backend, delta)  # serialised once, sent to every passive party
@@ -300,16 +314,42 @@ class LrPassive:
 
 @dataclass
 class LrKeyHolder:
-    """The key holder's LR maths; it keeps no state of its own (the engine keeps the step's [[p]] and answers)."""
+    """The key holder's LR maths, and each passive party's training share waiting for its step (the engine keeps the
+    step's [[p]] and answers)."""
 
     n_classes: int
+    # Per passive position (1..P), its share of the logits of a step: (step, rows, words). One per party, so memory
+    # holds at most the current step's; in memory only: after a restart the step is sent again (not yet completed)
+    pending: dict[int, tuple[int, np.ndarray, np.ndarray]] = field(default_factory=dict)
 
     @property
     def share_width(self) -> int:
         return _n_logits(self.n_classes)
 
-    def training_scores(self, keys: he.Backend, z: np.ndarray, replicas: int) -> he.EncryptedMatrix:
-        """[[p]] = [[link(z)]], replicated for the parties' gradient products."""
+    def accept_share(self, position: int, step: int, rows: np.ndarray, share: np.ndarray) -> None:
+        """Passive party ``position``'s share of step ``step`` (a later one replaces it)."""
+        self.pending[position] = (step, np.array(rows), share)
+
+    def training_scores(
+        self, keys: he.Backend, step: int, rows: np.ndarray, own: np.ndarray, replicas: int, parties: Sequence[str]
+    ) -> he.EncryptedMatrix:
+        """[[p]] = [[link(z)]], replicated for the parties' gradient products: z the owner's share ``own`` plus every
+        passive party's (``parties``, positions 1..P) share of step ``step`` for exactly ``rows``, added in Z_2^64
+        where the masks cancel and clipped to ±ring_mask.SCORE_BOUND (rule 4: a crafted share is clipped, never
+        refused). Nothing is decrypted. A missing share is refused naming its parties (who shared, never a value)."""
+        held = [self.pending.get(position) for position in range(1, len(parties) + 1)]
+        missing = [
+            party
+            for party, h in zip(parties, held, strict=True)
+            if h is None or h[0] != step or not np.array_equal(h[1], rows)
+        ]
+        if missing:
+            raise FailedPrecondition(
+                f"{', '.join(missing)} sent no training share for these sample_index rows of step {step} "
+                "(ShareTrainingLogits first)"
+            )
+        z = ring_mask.open_sum([own, *(h[2] for h in held if h is not None)], ring_mask.SCORE_BOUND)
+        self.pending.clear()
         return he.encrypt_matrix(keys, link(z), replicas=replicas, ahead=True)
 
     @staticmethod
@@ -331,10 +371,58 @@ class LrKeyHolder:
         return {}, {"n_classes": self.n_classes}
 
 
+def _share_training_logits(
+    trainer: LrPassive, ctx: PassiveContext, step: int, sample_index: np.ndarray, epoch: int = 0
+) -> None:
+    """ShareTrainingLogits at a passive party: z_p for training step ``step`` (in order; the last completed step again
+    is a replay with the block before it, so the same z_p) plus r_p (ring_mask.logit_mask: bound to session, step and
+    rows, so a replay sends the same bytes and other rows another pad), sent straight to the key holder once the
+    session lock is released. Nothing here refuses on z_p's values (rule 4): encoding clips them."""
+    if step < 1:
+        raise InvalidArgument(f"ShareTrainingLogits is for training steps >= 1, got {step}")
+    if not ctx.share_mask_key:
+        raise FailedPrecondition("this session was joined without a share-mask key: open a new one")
+    z = ctx.training_output(step, sample_index, epoch)
+    index = np.array(sample_index)
+    share = ring_mask.encode(z) + ring_mask.logit_mask(ctx.share_mask_key, ctx.session_id, step, index, z.shape[1])
+    ctx.defer(lambda: ctx.key_holder.submit_training_share(ctx.session_id, step, index, share))
+
+
+def _submit_training_share(
+    trainer: LrKeyHolder, ctx: KeyHolderContext, step: int, sample_index: np.ndarray, share: bytes
+) -> None:
+    """SubmitTrainingShare at the key holder: a passive party's share of step ``step``, the session's next step or its
+    last (a replay), kept for its position until the owner's ComputeTrainingScores; rows aligned and distinct. Every
+    refusal is on the request's own fields and public state, never on a value."""
+    if step < 1:
+        raise InvalidArgument(f"step must be a training step >= 1, got {step}")
+    if step not in (ctx.last_step, ctx.last_step + 1):
+        raise FailedPrecondition(
+            f"step {step} is neither the session's next training step {ctx.last_step + 1} nor its last {ctx.last_step}"
+        )
+    if not len(sample_index):
+        raise InvalidArgument("sample_index is empty")
+    rows = ctx.check_rows(sample_index)
+    if len(np.unique(rows)) != len(rows):
+        raise InvalidArgument("sample_index repeats a row")
+    try:
+        words = ring_mask.from_bytes(share, (len(rows), trainer.share_width), "share")
+    except ValueError as exc:
+        raise InvalidArgument(str(exc)) from exc
+    trainer.accept_share(ctx.caller, step, rows, words)
+
+
+# LR's own steps, carried by vflsec.v1's generic services (Passive/ShareTrainingLogits, Coordinator/SubmitTrainingShare)
+STEPS: Mapping[str, Mapping[str, FamilyStep]] = {
+    COORDINATOR: {"submit_training_share": FamilyStep(_submit_training_share, frozenset({PASSIVE}), checkpoint=False)},
+    PASSIVE: {"share_training_logits": FamilyStep(_share_training_logits, frozenset({ACTIVE}), checkpoint=False)},
+}
+
+
 class LrFamily:
     name = NAME
     releases_passive_blocks = True
-    steps: Mapping[str, Mapping[str, FamilyStep]] = {}  # LR's messages are vflsec.v1's (Forward, Backward, ...)
+    steps = STEPS  # beside vflsec.v1's LR messages (ComputeTrainingScores, Backward, DecryptBlockSums)
 
     @staticmethod
     def block_width(n_features: int, *, active: bool) -> int:

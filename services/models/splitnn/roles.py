@@ -163,8 +163,7 @@ class KeyHolderLink(Protocol):
 
 
 class PassiveLink(Protocol):
-    """split-NN's messages to a passive party (services/transport/splitnn_links.py) beside the engine's Forward
-    (services/transport/links.py PassiveClient.forward)."""
+    """split-NN's messages to a passive party (services/transport/splitnn_links.py)."""
 
     def backward_gradient(self, session_id: str, step: int, sample_index: np.ndarray, gradient: np.ndarray) -> None: ...
 
@@ -209,10 +208,12 @@ class SplitNNActive:
         )
         self.bottom.at_epoch(ctx.epoch)
         own = self.bottom.forward(ctx.features(index), train=True)
-        share = ring_mask.encode(own)
-        for party, nonce in zip(ctx.passives, nonces, strict=True):
-            key = ctx.share_mask_keys[party]
-            share -= ring_mask.embedding_mask(key, ctx.session_id, ctx.step, nonce, index, own.shape[1])
+        keys = [ctx.share_mask_keys[party] for party in ctx.passives]
+        masks = [
+            ring_mask.embedding_mask(key, ctx.session_id, ctx.step, nonce, index, own.shape[1])
+            for key, nonce in zip(keys, nonces, strict=True)
+        ]
+        share = ring_mask.owner_share(own, masks)  # h_a − Σ_p r_p
         labels, defense = ctx.labels(index), ctx.gradient_defense
         if defense:  # label_dp: the key holder trains on the randomised labels
             labels = defense.train_labels(labels, index, ctx.n_classes)
