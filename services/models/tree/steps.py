@@ -886,6 +886,8 @@ class KeyHolder:
         weights = np.asarray(bin_weights, dtype=np.float64)
         if weights.shape != (width,) or not (np.isfinite(weights).all() and weights.min(initial=0) >= 0):
             raise InvalidArgument(f"bin weights must be {width} finite non-negative numbers, got {weights.shape}")
+        if not np.array_equal(weights, np.rint(weights)):  # sums of row multiplicities: a fraction is no honest word
+            raise InvalidArgument("bin weights must be whole numbers (sums of row multiplicities)")
         fold, parts = product_fold(task), product_parts(self.backend)
         expected = product_count(task, width, layout, parts)
         if len(products) != expected:
