@@ -170,3 +170,42 @@ def test_a_step_whose_shares_a_coordinator_restart_lost_is_sent_again_and_trains
         assert all("passive-1 sent no training share for these sample_index rows" in r for r in refusals)
     np.testing.assert_allclose(models[1].active_weights, models[0].active_weights, atol=1e-9)
     np.testing.assert_allclose(models[1].passive["passive-1"], models[0].passive["passive-1"], atol=1e-9)
+
+
+def test_residual_the_owner_reads_passive_logits_of_its_crafted_rows(tmp_path) -> None:
+    """Documented residual (review 23, F1; docs/protocol.md, the active party's training row): the owner chooses its
+    own share and its own columns, so with z_a = 0 (share = −r_p), [[p]] as its [[δ]] and 64·e_j in its column j, its
+    own flooded block sums give p_j, hence z_p of d_a + 1 rows a step. It was so before session 17 too: the channel is
+    δ = p − y, not [[z_p]]. Closing it needs attested owner contributions (as the block-sums residual does)."""
+    from vflsec.services.models.lr.trainers import masked_gradient
+
+    with federation(tmp_path, dataset="breast_cancer", n_passive=1, passive_features=2) as fed:
+        sid = fed.operator.create_session("ckks", batch_size=N).session_id
+        fed.operator.align(sid)
+        active = fed.parties["active"].engine
+        owned = active.session(sid)
+        passive_engine = fed.parties["passive-1"].engine
+        rows = list(range(N))
+        errors = []
+        with fed.channel("active", "passive-1") as p_ch, fed.channel("active", "coordinator") as c_ch:
+            passive = passive_pb2_grpc.PassiveStub(p_ch)
+            owner = coordinator_pb2_grpc.CoordinatorStub(c_ch)
+            for step in (1, 2, 3):
+                held = passive_engine.session(sid)
+                z_true = passive_engine.data.X[held.rows[rows]] @ held.trainer.weights.T  # the test's view only
+                passive.ShareTrainingLogits(passive_pb2.ForwardRequest(session_id=sid, step=step, sample_index=rows))
+                pad = ring_mask.logit_mask(owned.share_mask_keys["passive-1"], sid, step, np.array(rows), 1)
+                own = ring_mask.owner_share(np.zeros((N, 1)), [pad])
+                reply = owner.ComputeTrainingScores(_request(sid, step, rows, ring_mask.to_bytes(own)))
+                probs = wire.from_message(owned.backend, reply, "p")
+                x = np.zeros((N, 29))
+                x[np.arange(29), np.arange(29)] = 64.0  # crafted "features": row j alone in column j
+                grad = masked_gradient(
+                    owned.backend, probs, x, owned.mask_key, sid, step, b"r23" * 8,
+                    lambda cts, width, tag, _s=step: active.coordinator.block_sums(sid, _s, cts, width, tag),
+                )
+                p_read = grad[0] * N / 64.0
+                errors.append(float(np.abs(np.log(p_read / (1 - p_read)) - z_true[:29, 0]).max()))
+                # the passive party applies the step with [[p]] as its δ, so its block moves
+                passive.Backward(passive_pb2.BackwardRequest(session_id=sid, step=step, sample_index=rows, delta=reply))
+        assert max(errors[1:]) < 5e-3  # z_p of 29 rows a step, to the flooding's 2^-6 / 64

@@ -232,6 +232,7 @@ def test_products_over_the_smaller_sibling_only_where_every_side_allows_them() -
     over = known.products_over(left, 1, 3)
     assert over is not None and over.key == left.key and np.array_equal(over.rows, np.arange(7, 10))
     assert known.products_over(left, 1, 7) is left and known.products_over(left, 1, 5) is None
+    assert known.accepted_rows(left, 1) == [3, 7]  # what a refusal names (review 23, F3)
     assert known.products_over(Task(0, 1, 1, left.rows, left.weights, {1: (1,)}), 1, 3) is None  # other features
     assert KnownRows.from_json(json.loads(json.dumps(known.to_json()))).products_over(left, 1, 3) is not None
     smaller_left = Task(0, 1, 1, np.arange(3), np.ones(3), {1: (0,)})
@@ -256,5 +257,5 @@ def test_products_over_the_smaller_sibling_only_where_every_side_allows_them() -
     x = np.arange(10.0).reshape(-1, 1)
     passive.begin(x, x, 10)
     node = Task(0, 1, 1, np.arange(7), np.ones(7), {1: (0,)}).to_json()
-    with pytest.raises(InvalidArgument, match="indicators"):
+    with pytest.raises(InvalidArgument, match=r"indicators must be \(7, 1\)"):
         passive.search(node, he.WireMatrix((3, 1), 1, 3, []))  # no parent here: only the node's own rows

@@ -666,6 +666,10 @@ class KnownRows:
         over = products_over(task, self._sibling(task, party, counted=True))
         return over if rows == over.rows.size else task if rows == task.rows.size else None
 
+    def accepted_rows(self, task: Task, party: int) -> list[int]:
+        """The row counts of a [[Y]] :meth:`products_over` accepts for ``task`` (named in a refusal)."""
+        return sorted({task.rows.size, products_over(task, self._sibling(task, party, counted=True)).rows.size})
+
     def complement(self, task: Task, party: int) -> bool:
         """Whether ``task`` is a right child whose rows and candidate features are its known complement."""
         entry = self.nodes.get(task.key)

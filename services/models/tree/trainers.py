@@ -296,8 +296,11 @@ class TreePassive:
             raise InvalidArgument(f"node {task.key} has no candidate feature of party {self.settings.party}")
         over = self.known.products_over(task, self.settings.party, indicators.shape[0])
         if over is None or tuple(indicators.shape)[1:] != (encrypted_classes(self.n_classes),):
-            shape = (task.rows.size, encrypted_classes(self.n_classes))
-            raise InvalidArgument(f"indicators must be {shape}, every class but the last; got {indicators.shape}")
+            rows = " or ".join(map(str, self.known.accepted_rows(task, self.settings.party)))
+            raise InvalidArgument(
+                f"indicators must be ({rows}, {encrypted_classes(self.n_classes)}): the node's rows, or its smaller "
+                f"sibling's where both sides allow it, every class but the last; got {indicators.shape}"
+            )
         # Nodes grow one at a time, in (tree, node) order (heap indices breadth first): an earlier node is closed once
         # this one is asked for, so only the latest is kept (a forest's checkpoint, written after every family
         # message, would otherwise hold every node's rows), and products are made only for node keys the session's
