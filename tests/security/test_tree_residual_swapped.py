@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from tests.security.conftest import federation
-from tests.security.test_tree_residuals import _session, _train
+from tests.security.test_tree_residuals import _adds_up_per_feature, _session, _train
 from vflsec.services.models.tree import steps, trainers
 
 FAMILY, SETTINGS = "tree", {"max_depth": 4}
@@ -70,12 +70,7 @@ def test_residual_whole_weights_shifted_into_the_siblings_bin_read_a_rows_class_
     def watching(self, key, own):
         task = self._searched(key)
         if self.pending is None and task.key in tests:
-            totals, offset, candidate = self.builder._nodes[task.key].counts, 0, {}
-            for f in task.features[1]:
-                size = self.builder.bin_sizes[1][f]
-                block = slice(offset, offset + size)
-                candidate[f] = steps._adds_up(self.counts[1][:, block], self.weights[1][block], totals)
-                offset += size
+            candidate = _adds_up_per_feature(self, task)
             for f, r, groups in tests[task.key]:
                 lacking = sum(not (labels["y"][g] == last).any() for g in groups)
                 safe = lacking == 0  # the clip losses stay within the check's tolerance

@@ -169,6 +169,18 @@ def _own_winners(fed, monkeypatch, family: str, settings: dict, backend: str = "
     return sorted(set(named), key=lambda f: -named.count(f))[:3]
 
 
+def _adds_up_per_feature(holder: trainers.TreeKeyHolder, task: steps.Task) -> dict[int, bool]:
+    """The key holder's check, per candidate feature of passive-1 at ``task``: whether its opened counts add up to the
+    node's totals (what a shifted bin weight flips)."""
+    totals, offset, candidate = holder.builder._nodes[task.key].counts, 0, {}
+    for f in task.features[1]:
+        size = holder.builder.bin_sizes[1][f]
+        block = slice(offset, offset + size)
+        candidate[f] = steps._adds_up(holder.counts[1][:, block], holder.weights[1][block], totals)
+        offset += size
+    return candidate
+
+
 def test_residual_a_passive_party_reads_chosen_labels_by_cycles_within_both_sums(wine, monkeypatch) -> None:
     copied = _own_winners(wine, monkeypatch, "tree", {"max_depth": 4})
     result = _label_read(wine, monkeypatch, "tree", {"max_depth": 4}, copied)
@@ -211,12 +223,7 @@ def test_residual_honest_products_and_shifted_bin_weights_read_whether_a_row_is_
     def watching(self, key, own):
         task = self._searched(key)
         if self.pending is None and task.key in tests:
-            totals, offset, candidate = self.builder._nodes[task.key].counts, 0, {}
-            for f in task.features[1]:
-                size = self.builder.bin_sizes[1][f]
-                block = slice(offset, offset + size)
-                candidate[f] = steps._adds_up(self.counts[1][:, block], self.weights[1][block], totals)
-                offset += size
+            candidate = _adds_up_per_feature(self, task)
             verdicts.extend((candidate[f], int(labels["y"][task.rows[r]])) for f, r in tests[task.key])
         return honest_decide(self, key, own)
 
