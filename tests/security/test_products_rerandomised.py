@@ -4,7 +4,7 @@
 sparse binary column's one row out of 512, whatever the masks. Each product now carries a fresh encryption of zero.
 
 Review 24: the key holder's guesses are made as the party makes its products (plaintext encoded at the scale of the
-prime the rescale drops, [[p]] in its operand form); a product that is not re-randomised is found by them, so the
+prime the rescale drops, [[p]] as the key holder makes it); a product that is not re-randomised is found by them, so the
 check can fail (before, guesses encoded at 2^40 matched no product, re-randomised or not)."""
 
 import numpy as np
@@ -41,7 +41,7 @@ def test_a_key_holder_knowing_deltas_c1_cannot_test_guesses_of_the_plaintext() -
     keys = he.CkksBackend.keyholder()
     party = he.CkksBackend.from_public_context(keys.public_context())
     rng, n = np.random.default_rng(7), 256
-    p = he.encrypt_matrix(keys, rng.uniform(0, 1, (n, 1)), 1, ahead=True, operand=True)  # the key holder's [[p]]
+    p = he.encrypt_matrix(keys, rng.uniform(0, 1, (n, 1)), 1, ahead=True)  # the key holder's [[p]]
     y = rng.integers(0, 2, (n, 1)).astype(float)
     delta = he.matrix_from_wire(party, he.matrix_to_wire(party, he.add_plain_matrix(party, p, -y)))
     X = np.zeros((n, 1))
