@@ -118,20 +118,17 @@ def test_block_sums_are_no_decryption_oracle(tmp_path) -> None:
             assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("logits: ")
 
             # Products outside the masked range (a mask or feature beyond the bounds, which would decode with a
-            # larger error) are refused, and the refusal spends the step's one decryption.
+            # larger error) are clipped to it, never refused: a product's slots are the owner's δ times the caller's
+            # features, so a refusal told an owner with a crafted δ whether x was nonzero (rule 4; review 24, F3).
+            # The answer is still the step's one: a repeat, or any other request of the step, gets the same sums.
             probs2 = wire.from_message(backend, scores(2, list(range(N))), "probs")
             loud = _products(backend, probs2, np.ones((N, 2)), mask_bound=2.0**30)
-            code, details = _code(passive.DecryptBlockSums, coordinator_pb2.BlockSumsRequest(
-                mask_tag=TAG, session_id=sid, step=2, ciphertexts=loud, width=2))
-            assert code == grpc.StatusCode.INVALID_ARGUMENT and "masked range" in details
-            # A byte-identical repeat gets the same refusal again (it was once answered OK with NaN sums).
-            assert _code(passive.DecryptBlockSums, coordinator_pb2.BlockSumsRequest(
-                mask_tag=TAG, session_id=sid, step=2, ciphertexts=loud, width=2)) == (code, details)
-            # So does any other request of the step: its one decryption was spent on the refused one.
-            assert _code(passive.DecryptBlockSums, coordinator_pb2.BlockSumsRequest(
-                mask_tag=TAG, session_id=sid, step=2, ciphertexts=_products(backend, probs2, np.ones((N, 2))),
-                width=2)) == (
-                code, details)
+            clipped = _sums(passive, sid, 2, loud, 2)
+            bound = he.CKKS_MASK_BOUND + he.FEATURE_BOUND + 1.0  # a slot's, as the key holder clips it
+            assert np.all(np.abs(clipped) <= bound * N + 1.0)  # N slots a block (R = 1), plus the flooding
+            np.testing.assert_array_equal(_sums(passive, sid, 2, loud, 2), clipped)
+            honest = _products(backend, probs2, np.ones((N, 2)))
+            np.testing.assert_array_equal(_sums(passive, sid, 2, honest, 2), clipped)
 
 
 def test_features_beyond_the_mask_hiding_bound_are_refused(tmp_path) -> None:

@@ -61,16 +61,19 @@ def test_two_groups_a_product_give_the_plain_gradient_and_the_old_count_is_refus
         assert not np.array_equal(ckks[party], plain[party])  # flooded: the CKKS sums did go through the key holder
 
 
-def test_a_product_out_of_range_in_its_imaginary_part_alone_is_refused(tmp_path) -> None:
+def test_a_product_out_of_range_in_its_imaginary_part_alone_is_clipped(tmp_path) -> None:
+    # Clipped in either part, never refused: a refusal told an owner with a crafted δ whether x was nonzero (review
+    # 24, F3); a clipped slot releases nothing beyond the bound.
     c = _coordinator(tmp_path)
     _open(c)
     keys, probs = c.sessions["s"].backend, _scores(c)
-    size = probs.layout.ct_size
+    size, rows = probs.layout.ct_size, probs.layout.shape[0]
     # passive-1's 2 columns at R = 1: one product, real part in range, imaginary part masked by 2^30 > 2^24 + 65.
     loud = keys.masked_sum(probs.ciphertexts, [np.full(size, 1 + 1j)], np.full(size, 1j * 2.0**30))
-    assert np.abs(keys.decrypt(loud)).max() < 2.0  # the real parts alone would pass the range check
-    with pytest.raises(InvalidArgument, match="outside the masked range"):
-        c.block_sums("s", 1, "passive-1", [keys.serialize(loud)], 2, TAG)
-    # The key holder's step alone refuses it too, whatever called it.
-    with pytest.raises(ValueError, match="outside the masked range"):
-        LrKeyHolder.block_sums(keys, [loud], probs.layout, 2)
+    assert np.abs(keys.decrypt(loud)).max() < 2.0  # the real parts alone are in range
+    sums = c.block_sums("s", 1, "passive-1", [keys.serialize(loud)], 2, TAG)
+    bound = keys.default_mask_bound + he.FEATURE_BOUND + 1.0
+    assert abs(sums[0, 0] - 0.5 * rows) < 1.0  # the real group, in range: its sums as sent (p = 0.5, x = 1)
+    assert abs(sums[1, 0] - bound * rows) < 1.0  # the imaginary group: every slot clipped to the bound
+    # The key holder's step alone clips it too, whatever called it.
+    assert abs(LrKeyHolder.block_sums(keys, [loud], probs.layout, 2)[1, 0] - bound * rows) < 1e-3

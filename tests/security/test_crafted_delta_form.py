@@ -7,6 +7,8 @@ polynomial is zero. With such a chunk in [[δ]], Backward failed (INTERNAL, SEAL
 on the chunk's rows were nonzero and succeeded when they were all zero: the active party read "are these rows' passive
 features all zero?" from the outcome. Now the passive party checks δ's form (2 polynomials, none of them zero, the
 fresh level, the global scale) before it multiplies anything, and refuses whatever its features are.
+
+Review 24: the same for a δ of honest form beyond the masked range: the key holder clips, never refuses.
 """
 
 from __future__ import annotations
@@ -34,9 +36,15 @@ def _transparent_first(backend: he.Backend, em: he.EncryptedMatrix) -> he.WireMa
     return he.WireMatrix(wire.shape, wire.replicas, wire.rows_per_ct, [blob, *wire.ciphertexts[1:]])
 
 
-def _outcome(tmp_path, monkeypatch, zero_features: bool) -> tuple[str, str]:
+def _loud(backend: he.Backend, em: he.EncryptedMatrix) -> he.WireMatrix:
+    """δ of honest form, 2^25 on every row: a passive party's product slot 2^25·x + m leaves the masked range
+    (2^24 + 65) exactly where its x is nonzero (review 24, F3)."""
+    return he.matrix_to_wire(backend, he.encrypt_matrix(backend, np.full(em.shape, 2.0**25), em.replicas))
+
+
+def _outcome(tmp_path, monkeypatch, zero_features: bool, craft=_transparent_first) -> tuple[str, str]:
     crafted_he = types.SimpleNamespace(**{name: getattr(he, name) for name in dir(he) if not name.startswith("__")})
-    crafted_he.matrix_to_wire = _transparent_first
+    crafted_he.matrix_to_wire = craft
     monkeypatch.setattr(lr_trainers, "he", crafted_he)  # the active party's δ, as it sends it
     with federation(tmp_path, dataset="breast_cancer", n_passive=1, passive_features=2) as fed:
         passive = fed.parties["passive-1"].engine
@@ -59,3 +67,12 @@ def test_a_transparent_delta_is_refused_whatever_the_passive_features(tmp_path, 
     zero = _outcome(tmp_path / "zero", monkeypatch, zero_features=True)
     assert nonzero == zero  # the active party cannot tell the two apart
     assert nonzero[0] == "INVALID_ARGUMENT" and "delta: ciphertext 0 has a zero second polynomial" in nonzero[1]
+
+
+def test_a_delta_beyond_the_masked_range_fails_nothing_whatever_the_passive_features(tmp_path, monkeypatch) -> None:
+    """Review 24, F3: the key holder refused a product with a slot beyond the masked range, and the owner saw the
+    refusal as a failed Backward: with δ = 2^25 it read whether passive-1's x was nonzero. Slots are clipped now."""
+    nonzero = _outcome(tmp_path / "nonzero", monkeypatch, zero_features=False, craft=_loud)
+    monkeypatch.undo()
+    zero = _outcome(tmp_path / "zero", monkeypatch, zero_features=True, craft=_loud)
+    assert nonzero == zero == ("OK", "")

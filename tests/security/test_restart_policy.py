@@ -133,6 +133,16 @@ def _products(c: Coordinator, probs: he.EncryptedMatrix, mask_bound: float = 0.0
     return [keys.serialize(ct) for ct in cts]
 
 
+def _of_a_fresh_form(c: Coordinator, probs: he.EncryptedMatrix, width: int = 2) -> list[bytes]:
+    """As many ciphertexts as a party's products, each of a fresh encryption's form (a prime too many): refused
+    before decryption, on the caller's own bytes (a product's range is clipped, never refused: review 24, F3)."""
+    keys = c.sessions["s"].backend
+    count = len(masking.masked_feature_products(
+        keys, probs, np.ones((N, width)), np.random.default_rng(), parts=masking.product_parts(keys)
+    )[0])
+    return [keys.serialize(keys.encrypt(np.zeros(probs.layout.ct_size))) for _ in range(count)]
+
+
 class _Killed(BaseException):
     pass
 
@@ -189,8 +199,8 @@ def test_a_refused_request_is_refused_again_after_a_restart(tmp_path) -> None:
     c = _coordinator(tmp_path)
     _open(c)
     probs = _scores(c)
-    loud = _products(c, probs, mask_bound=2.0**30)
-    with pytest.raises(InvalidArgument, match="masked range") as refused:
+    loud = _of_a_fresh_form(c, probs)
+    with pytest.raises(InvalidArgument, match="an honest product has") as refused:
         c.block_sums("s", 1, "passive-1", loud, 2, TAG)
     for engine in (c, _coordinator(tmp_path)):
         with pytest.raises(InvalidArgument) as again:
@@ -245,16 +255,13 @@ def test_a_repeat_under_other_masks_is_refused_not_answered(tmp_path) -> None:
                 engine.block_sums("s", 1, "passive-1", request, 2, other)
         np.testing.assert_array_equal(engine.block_sums("s", 1, "passive-1", blobs, 2, TAG), sums)
     # A refusal is kept under its tag too: its repeats get the refusal, another tag the other-masks refusal.
-    keys = c.sessions["s"].backend
-    loud, _ = masking.masked_feature_products(
-        keys, _scores(c), np.ones((N, 3)), np.random.default_rng(), 1e12, parts=masking.product_parts(keys)
-    )
-    with pytest.raises(InvalidArgument, match="outside the masked range") as refused:
-        c.block_sums("s", 1, "active", [keys.serialize(ct) for ct in loud], 3, TAG)
+    loud = _of_a_fresh_form(c, _scores(c), width=3)
+    with pytest.raises(InvalidArgument, match="an honest product has") as refused:
+        c.block_sums("s", 1, "active", loud, 3, TAG)
     with pytest.raises(FailedPrecondition, match="under other masks"):
-        c.block_sums("s", 1, "active", [keys.serialize(ct) for ct in loud], 3, other)
+        c.block_sums("s", 1, "active", loud, 3, other)
     with pytest.raises(InvalidArgument) as again:
-        c.block_sums("s", 1, "active", [keys.serialize(ct) for ct in loud], 3, TAG)
+        c.block_sums("s", 1, "active", loud, 3, TAG)
     assert str(again.value) == str(refused.value)
 
 

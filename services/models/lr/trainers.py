@@ -355,11 +355,14 @@ class LrKeyHolder:
     @staticmethod
     def block_sums(keys: he.Backend, cts: Sequence[Any], layout: he.MatrixLayout, width: int) -> np.ndarray:
         """Masked block sums of a party's ``width`` columns, two feature groups a product under CKKS
-        (masking.product_parts); products with a slot outside the masked range, in either part, are refused. With an
-        odd number of groups the last product's imaginary part is an empty group: its sums are cut off with the
-        padding."""
+        (masking.product_parts); a slot outside the masked range, in either part, is clipped to it, never refused: a
+        product's slots are the owner's δ times the caller's features, so a refusal (which the owner sees as a failed
+        Backward) told an owner sending a crafted δ whether a passive party's x was nonzero (rule 4; review 24, F3).
+        With an odd number of groups the last product's imaginary part is an empty group: its sums are cut off with
+        the padding."""
         bound = keys.default_mask_bound + he.FEATURE_BOUND + 1.0
-        return masking.block_sums(keys, cts, layout, max_abs=bound, parts=masking.product_parts(keys))[:width]
+        parts = masking.product_parts(keys)
+        return masking.block_sums(keys, cts, layout, max_abs=bound, clip=True, parts=parts)[:width]
 
     def scores(self, aggregate: np.ndarray) -> np.ndarray:
         return confidence_scores(aggregate)
