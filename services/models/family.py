@@ -136,6 +136,14 @@ class ActiveContext:
         futures = [self.spawn(fn, party, link) for party, link in self.passives.items()]
         return [f.result() for f in futures]
 
+    def passive_mask_keys(self) -> list[bytes]:
+        """Every passive party's share-mask key, in party order (the owner's share subtracts each party's mask), else
+        FAILED_PRECONDITION naming the parties that sent none at JoinSession."""
+        missing = [party for party in self.passives if party not in self.share_mask_keys]
+        if missing:
+            raise FailedPrecondition(f"{', '.join(missing)} sent no share-mask key at JoinSession: open a new session")
+        return [self.share_mask_keys[party] for party in self.passives]
+
 
 def _unavailable(*args: Any, **kwargs: Any) -> Any:
     raise FailedPrecondition("this engine service is not offered to a training message")

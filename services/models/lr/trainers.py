@@ -139,13 +139,9 @@ class LrActive:
         return x @ self.weights.T + self.bias
 
     def train_step(self, ctx: ActiveContext, index: np.ndarray) -> None:
-        passives: Mapping[str, PassiveLink] = ctx.passives
         key_holder: KeyHolderLink = ctx.key_holder
-        missing = [party for party in passives if party not in ctx.share_mask_keys]
-        if missing:
-            raise FailedPrecondition(f"{', '.join(missing)} sent no share-mask key at JoinSession: open a new session")
+        keys = ctx.passive_mask_keys()
         x = ctx.features(index)
-        keys = [ctx.share_mask_keys[party] for party in passives]
         masks = [ring_mask.logit_mask(key, ctx.session_id, ctx.step, index, self.k) for key in keys]
         share = ring_mask.owner_share(self.inference_share(x), masks)  # z_a − Σ_p r_p
         # One replication factor for every party's gradient products, sized for the widest block.

@@ -199,16 +199,13 @@ class SplitNNActive:
 
     def train_step(self, ctx: ActiveContext, index: np.ndarray) -> None:
         key_holder: KeyHolderLink = _link(ctx.key_holder)
-        missing = [p for p in ctx.passives if p not in ctx.share_mask_keys]
-        if missing:
-            raise FailedPrecondition(f"{', '.join(missing)} sent no share-mask key at JoinSession: open a new one")
+        keys = ctx.passive_mask_keys()
         # Each passive party sends its masked h_p straight to the key holder; only its mask's nonce comes back here.
         nonces = ctx.each_passive(
             lambda party, link: _link(link).send_embedding(ctx.session_id, ctx.step, index, ctx.epoch)
         )
         self.bottom.at_epoch(ctx.epoch)
         own = self.bottom.forward(ctx.features(index), train=True)
-        keys = [ctx.share_mask_keys[party] for party in ctx.passives]
         masks = [
             ring_mask.embedding_mask(key, ctx.session_id, ctx.step, nonce, index, own.shape[1])
             for key, nonce in zip(keys, nonces, strict=True)
