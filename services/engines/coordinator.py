@@ -949,10 +949,7 @@ def _share_words(share: bytes, rows: int, width: int) -> np.ndarray:
     field."""
     if rows < 1:
         raise InvalidArgument("sample_index is empty")
-    try:
-        return ring_mask.from_bytes(share, (rows, width), "share")
-    except ValueError as exc:
-        raise InvalidArgument(str(exc)) from exc
+    return families.share_words(share, rows, width)
 
 
 def _flood(sums: np.ndarray, sigma: float, rng: entropy.CryptoRandom) -> np.ndarray:

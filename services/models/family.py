@@ -48,7 +48,9 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 
-from vflsec.services.errors import FailedPrecondition
+from vflsec.services.common import distinct_rows
+from vflsec.services.crypto import ring_mask
+from vflsec.services.errors import FailedPrecondition, InvalidArgument
 
 if TYPE_CHECKING:  # annotations only: a family's plain maths (and its users) need not load the HE backend
     from vflsec.services.crypto import he
@@ -145,6 +147,14 @@ class ActiveContext:
         return [self.share_mask_keys[party] for party in self.passives]
 
 
+def share_words(share: bytes, rows: int, width: int) -> np.ndarray:
+    """A masked share's words in Z_2^64, (rows, width), else INVALID_ARGUMENT naming the field ``share``."""
+    try:
+        return ring_mask.from_bytes(share, (rows, width), "share")
+    except ValueError as exc:
+        raise InvalidArgument(str(exc)) from exc
+
+
 def _unavailable(*args: Any, **kwargs: Any) -> Any:
     raise FailedPrecondition("this engine service is not offered to a training message")
 
@@ -237,6 +247,16 @@ class KeyHolderContext:
     last_step: int = 0  # the session's last admitted training step (0: none yet)
     # Checkpoint the session now (the step is checkpointed again when it ends): before a peer learns a decision
     save: Callable[[], None] = lambda: None
+
+    def share_rows(self, sample_index: np.ndarray) -> np.ndarray:
+        """The rows of a passive party's masked share (LR's training logits, split-NN's embeddings): aligned and
+        distinct, else INVALID_ARGUMENT naming ``sample_index`` (on the request's own field)."""
+        if not len(sample_index):
+            raise InvalidArgument("sample_index is empty")
+        rows = self.check_rows(sample_index)
+        if not distinct_rows(rows):
+            raise InvalidArgument("sample_index repeats a row")
+        return rows
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from vflsec.services.models.family import (
     ReleasedModel,
     State,
     register,
+    share_words,
 )
 
 from .maths import BlockOptimizer, OptimizerConfig, confidence_scores, default_batch_size, link, min_batch_size
@@ -399,16 +400,8 @@ def _submit_training_share(
         raise FailedPrecondition(
             f"step {step} is neither the session's next training step {ctx.last_step + 1} nor its last {ctx.last_step}"
         )
-    if not len(sample_index):
-        raise InvalidArgument("sample_index is empty")
-    rows = ctx.check_rows(sample_index)
-    if len(np.unique(rows)) != len(rows):
-        raise InvalidArgument("sample_index repeats a row")
-    try:
-        words = ring_mask.from_bytes(share, (len(rows), trainer.share_width), "share")
-    except ValueError as exc:
-        raise InvalidArgument(str(exc)) from exc
-    trainer.accept_share(ctx.caller, step, rows, words)
+    rows = ctx.share_rows(sample_index)
+    trainer.accept_share(ctx.caller, step, rows, share_words(share, len(rows), trainer.share_width))
 
 
 # LR's own steps, carried by vflsec.v1's generic services (Passive/ShareTrainingLogits, Coordinator/SubmitTrainingShare)

@@ -13,7 +13,7 @@ import numpy as np
 from vflsec.services.common import ACTIVE, COORDINATOR, PASSIVE
 from vflsec.services.crypto import entropy, he, ring_mask
 from vflsec.services.errors import FailedPrecondition, InvalidArgument
-from vflsec.services.models.family import FamilyStep, KeyHolderContext, PassiveContext, StepAnswer
+from vflsec.services.models.family import FamilyStep, KeyHolderContext, PassiveContext, StepAnswer, share_words
 
 if TYPE_CHECKING:
     from .roles import SplitNNKeyHolder, SplitNNPassive
@@ -51,10 +51,7 @@ def _words(trainer: SplitNNKeyHolder, share: bytes, rows: int) -> np.ndarray:
     """A share's words, (rows, E), else INVALID_ARGUMENT naming the field."""
     if trainer.head is None:
         raise FailedPrecondition("an active-top session sums no embedding shares at the coordinator")
-    try:
-        return ring_mask.from_bytes(share, (rows, trainer.settings.embedding), "share")
-    except ValueError as exc:
-        raise InvalidArgument(str(exc)) from exc
+    return share_words(share, rows, trainer.settings.embedding)
 
 
 def _submit_embedding(
@@ -64,11 +61,7 @@ def _submit_embedding(
     owner's TopStep of that step; rows below the aligned count, distinct."""
     if step < 1:
         raise InvalidArgument(f"step must be a training step >= 1, got {step}")
-    if not len(sample_index):
-        raise InvalidArgument("sample_index is empty")
-    rows = ctx.check_rows(sample_index)
-    if len(np.unique(rows)) != len(rows):
-        raise InvalidArgument("sample_index repeats a row")
+    rows = ctx.share_rows(sample_index)
     trainer.accept_share(ctx.caller, step, rows, _words(trainer, share, len(rows)))
 
 
