@@ -48,9 +48,7 @@ class LocalFederation:
             p: ring_mask.embedding_mask(key, "local", self.steps, entropy.new_nonce(), rows, width) for p, key in keys
         }
         h = {p: bottom.forward(blocks[p], train=train) for p, bottom in self.bottoms.items()}
-        own = ring_mask.encode(h[0])
-        for mask in masks.values():
-            own -= mask
+        own = ring_mask.owner_share(h[0], list(masks.values()))
         return open_masked([own, *(ring_mask.encode(h[p]) + masks[p] for p in masks)])
 
     def train_step(self, blocks: tuple[np.ndarray, ...], y: np.ndarray) -> float:
