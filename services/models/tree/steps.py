@@ -663,12 +663,15 @@ class KnownRows:
         """The node as this party makes products for it, given the rows of the [[Y]] it received: its own, or its
         right sibling's where :func:`products_over` allows them (fewer rows, the parent's counts held); None if
         ``rows`` is neither."""
-        over = products_over(task, self._sibling(task, party, counted=True))
+        over = self._smaller(task, party)
         return over if rows == over.rows.size else task if rows == task.rows.size else None
 
     def accepted_rows(self, task: Task, party: int) -> list[int]:
         """The row counts of a [[Y]] :meth:`products_over` accepts for ``task`` (named in a refusal)."""
-        return sorted({task.rows.size, products_over(task, self._sibling(task, party, counted=True)).rows.size})
+        return sorted({task.rows.size, self._smaller(task, party).rows.size})
+
+    def _smaller(self, task: Task, party: int) -> Task:
+        return products_over(task, self._sibling(task, party, counted=True))
 
     def complement(self, task: Task, party: int) -> bool:
         """Whether ``task`` is a right child whose rows and candidate features are its known complement."""
