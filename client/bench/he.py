@@ -11,12 +11,14 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from vflsec.client import profiling
+from vflsec.client.bench import usage
 from vflsec.client.federation.launcher import FederationSpec, run_in_process, run_processes, write_federation
 from vflsec.client.federation.operator import Operator
 from vflsec.services.data import datasets
@@ -63,27 +65,51 @@ def _spec(ds: datasets.Dataset, backend: str = "ckks", checkpoints: bool = False
     )
 
 
+@dataclass(frozen=True)
+class Run:
+    """One session's figures: seconds per training epoch, inference samples per second and accuracy (NaN when not
+    measured), each training step's seconds, and the CPU seconds each process used per epoch of training (party
+    processes by name, and this one: "client", or "in-process" with the parties in it)."""
+
+    epoch_seconds: float
+    samples_per_second: float
+    accuracy: float
+    step_seconds: tuple[float, ...]
+    cpu_per_epoch: dict[str, float]
+
+    @property
+    def median_step_ms(self) -> float:
+        return float(np.median(self.step_seconds)) * 1000
+
+
 def _measure(
     layout, backend: str, epochs: int, batch_size: int, ds: datasets.Dataset, start_parties: Callable = run_in_process,
     predict: bool = True, model: Mapping[str, Any] | None = None,
-) -> tuple[float, float, float]:
-    """Seconds per training epoch, inference samples per second and accuracy of one session (without
-    ``predict``: the epoch only, the other two NaN); ``model``: the family and its settings (default LR)."""
-    with start_parties(layout), layout.operator_channel() as channel:
+) -> Run:
+    """One session trained for ``epochs`` and (with ``predict``) scored on every aligned row; ``model``: the family
+    and its settings (default LR)."""
+    with start_parties(layout) as federation, layout.operator_channel() as channel:
         operator = Operator(channel)
         info = operator.create_session(backend, batch_size=batch_size, learning_rate=0.05, seed=0, **(model or {}))
         ids = operator.align(info.session_id)
-        start = time.perf_counter()
-        for _ in operator.train(info.session_id, ids, epochs):
-            pass
+        pids = usage.party_pids(federation)
+        cpu, steps = usage.cpu_seconds(pids), []
+        start = last = time.perf_counter()
+        for progress in operator.train(info.session_id, ids, epochs):  # a message a step, then one when done
+            now = time.perf_counter()
+            if not progress.done:
+                steps.append(now - last)
+            last = now
         epoch_seconds = (time.perf_counter() - start) / epochs
-        if not predict:
-            return epoch_seconds, float("nan"), float("nan")
-        start = time.perf_counter()
-        released = operator.predict(info.session_id, ids)
-        throughput = len(ids) / (time.perf_counter() - start)
-    labels = ds.y[datasets.select_ids(ds.ids, ids)]
-    return epoch_seconds, throughput, float(np.mean(released.scores.argmax(axis=1) == labels))
+        cpu = {name: seconds / epochs for name, seconds in usage.since(cpu, pids).items()}
+        throughput = accuracy = float("nan")
+        if predict:
+            start = time.perf_counter()
+            released = operator.predict(info.session_id, ids)
+            throughput = len(ids) / (time.perf_counter() - start)
+            labels = ds.y[datasets.select_ids(ds.ids, ids)]
+            accuracy = float(np.mean(released.scores.argmax(axis=1) == labels))
+    return Run(epoch_seconds, throughput, accuracy, tuple(steps), cpu)
 
 
 def _gaps(accuracy: dict[str, float]) -> dict[str, float]:
@@ -96,17 +122,38 @@ def _ratios(t: dict[str, float], s: dict[str, float]) -> dict[str, float]:
 
 
 def _processes(ds: datasets.Dataset, tmp: Path, epochs: int, batch_size: int, log: Callable[[str], None]) -> dict:
-    """ckks vs plain with each party its own `vflsec serve` process (the deployment shape the goals count)."""
-    out: dict[str, Any] = {"train_epoch_seconds": {}, "inference_samples_per_second": {}, "accuracy": {}}
+    """ckks vs plain with each party its own `vflsec serve` process (the deployment shape the goals count). Beside the
+    epochs: the median training step (steadier than one epoch's total on a shared machine) and each party's CPU per
+    epoch, with the epoch those parties' CPU would take at best on this machine's cores (all of them busy all along)."""
+    out: dict[str, Any] = {
+        "train_epoch_seconds": {},
+        "inference_samples_per_second": {},
+        "accuracy": {},
+        "median_step_ms": {},
+        "party_cpu_seconds_per_epoch": {},
+        "cpu_bound_epoch_seconds": {},
+    }
+    cores = len(os.sched_getaffinity(0))
     for backend in ("plain", "ckks"):
         spec = _spec(ds, backend)
         layout = write_federation(spec, tmp / f"processes-{backend}")
-        epoch, throughput, accuracy = _measure(layout, backend, epochs, batch_size, ds, run_processes)
-        out["train_epoch_seconds"][backend] = epoch
-        out["inference_samples_per_second"][backend] = throughput
-        out["accuracy"][backend] = accuracy
-        log(f"processes {backend:>7}: epoch {epoch:7.2f} s   inference {throughput:10.0f} samples/s")
-    out["ratios"] = _ratios(out["train_epoch_seconds"], out["inference_samples_per_second"])
+        run = _measure(layout, backend, epochs, batch_size, ds, run_processes)
+        parties = {name: seconds for name, seconds in run.cpu_per_epoch.items() if name != "client"}
+        out["train_epoch_seconds"][backend] = run.epoch_seconds
+        out["inference_samples_per_second"][backend] = run.samples_per_second
+        out["accuracy"][backend] = run.accuracy
+        out["median_step_ms"][backend] = run.median_step_ms
+        out["party_cpu_seconds_per_epoch"][backend] = parties
+        out["cpu_bound_epoch_seconds"][backend] = sum(parties.values()) / cores
+        log(
+            f"processes {backend:>7}: epoch {run.epoch_seconds:7.2f} s   inference {run.samples_per_second:10.0f} "
+            f"samples/s   median step {run.median_step_ms:6.1f} ms   parties' CPU {sum(parties.values()):5.2f} s an "
+            f"epoch (at best {sum(parties.values()) / cores:.2f} s on {cores} cores)"
+        )
+    out["ratios"] = {
+        **_ratios(out["train_epoch_seconds"], out["inference_samples_per_second"]),
+        "median_step_ckks_over_plain": out["median_step_ms"]["ckks"] / out["median_step_ms"]["plain"],
+    }
     out["accuracy_gap_pp"] = _gaps(out["accuracy"])
     return out
 
@@ -129,12 +176,12 @@ def _splitnn(ds: datasets.Dataset, tmp: Path, epochs: int, log: Callable[[str], 
     for backend in ("plain", "ckks"):
         spec = _spec(ds, backend)
         layout = write_federation(spec, tmp / f"splitnn-{backend}")
-        epoch, throughput, accuracy = _measure(layout, backend, epochs, SPLITNN_BATCH, ds, model=SPLITNN)
-        out["train_epoch_seconds"][backend] = epoch
-        out["inference_samples_per_second"][backend] = throughput
-        out["accuracy"][backend] = accuracy
-        log(f"split-NN {backend:>8}: epoch {epoch:7.2f} s   inference {throughput:10.0f} samples/s   "
-            f"accuracy {accuracy:.4f}")
+        run = _measure(layout, backend, epochs, SPLITNN_BATCH, ds, model=SPLITNN)
+        out["train_epoch_seconds"][backend] = run.epoch_seconds
+        out["inference_samples_per_second"][backend] = run.samples_per_second
+        out["accuracy"][backend] = run.accuracy
+        log(f"split-NN {backend:>8}: epoch {run.epoch_seconds:7.2f} s   inference {run.samples_per_second:10.0f} "
+            f"samples/s   accuracy {run.accuracy:.4f}")
     out["ratios"] = _ratios(out["train_epoch_seconds"], out["inference_samples_per_second"])
     out["accuracy_gap_pp"] = _gaps(out["accuracy"])
     log(f"ratios (split-NN): training ckks/plain {out['ratios']['train_ckks_over_plain']:.1f}x")
@@ -155,10 +202,10 @@ def _tree(sets: list[datasets.Dataset], tmp: Path, log: Callable[[str], None]) -
         for backend in ("plain", "ckks"):
             spec = _spec(ds, backend)
             layout = write_federation(spec, tmp / f"tree-{ds.name}-{backend}")
-            seconds, _, accuracy = _measure(layout, backend, 1, ONE_STEP, ds, model=TREE)
-            entry["train_seconds"][backend] = seconds
-            entry["accuracy"][backend] = accuracy
-            log(f"tree {ds.name:>12} {backend:>5}: training {seconds:7.2f} s   accuracy {accuracy:.4f}")
+            run = _measure(layout, backend, 1, ONE_STEP, ds, model=TREE)
+            entry["train_seconds"][backend] = run.epoch_seconds
+            entry["accuracy"][backend] = run.accuracy
+            log(f"tree {ds.name:>12} {backend:>5}: training {run.epoch_seconds:7.2f} s   accuracy {run.accuracy:.4f}")
         entry["train_ckks_over_plain"] = entry["train_seconds"]["ckks"] / entry["train_seconds"]["plain"]
         out["datasets"][ds.name] = entry
     return out
@@ -174,7 +221,7 @@ def _profile(ds: datasets.Dataset, tmp: Path, epochs: int, batch_size: int, log:
     folder = tmp / "pstats"
     os.environ[profiling.ENV] = str(folder)  # inherited by the party processes run_processes starts
     try:
-        epoch, _, _ = _measure(layout, "ckks", epochs, batch_size, ds, run_processes, predict=False)
+        epoch = _measure(layout, "ckks", epochs, batch_size, ds, run_processes, predict=False).epoch_seconds
     finally:
         del os.environ[profiling.ENV]
     out: dict[str, Any] = {"epochs": epochs, "epoch_seconds_profiled": epoch, "parties": {}}
@@ -234,11 +281,14 @@ def run(
         ):
             spec = _spec(ds, backend, checkpoints)
             layout = write_federation(spec, Path(tmp) / label)
-            epoch, throughput, accuracy = _measure(layout, backend, epochs, batch_size, ds)
-            result["train_epoch_seconds"][label] = epoch
-            result["inference_samples_per_second"][label] = throughput
-            result["accuracy"][label] = accuracy
-            log(f"{label:>17}: epoch {epoch:7.2f} s   inference {throughput:10.0f} samples/s   accuracy {accuracy:.4f}")
+            run = _measure(layout, backend, epochs, batch_size, ds)
+            result["train_epoch_seconds"][label] = run.epoch_seconds
+            result["inference_samples_per_second"][label] = run.samples_per_second
+            result["accuracy"][label] = run.accuracy
+            log(
+                f"{label:>17}: epoch {run.epoch_seconds:7.2f} s   inference {run.samples_per_second:10.0f} samples/s   "
+                f"accuracy {run.accuracy:.4f}"
+            )
         result["accuracy_gap_pp"] = _gaps(result["accuracy"])
         t, s = result["train_epoch_seconds"], result["inference_samples_per_second"]
         result["ratios"] = {

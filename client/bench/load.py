@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import tempfile
 import time
 from collections import Counter
@@ -31,6 +30,7 @@ from typing import Any
 import grpc
 import numpy as np
 
+from vflsec.client.bench import usage
 from vflsec.client.federation.launcher import (
     FederationLayout,
     FederationSpec,
@@ -136,7 +136,7 @@ def _load(
     seed: int,
 ) -> tuple[list[Outcome], float, dict[str, float]]:
     """A fresh federation started by ``start_parties``, a model trained, then the timed concurrent requests: their
-    outcomes, wall seconds and CPU seconds (:func:`_cpu_seconds`)."""
+    outcomes, wall seconds and CPU seconds (usage.cpu_seconds)."""
     with tempfile.TemporaryDirectory(prefix="vflsec-load-") as tmp:
         layout = write_federation(FederationSpec(ds, n_passive=1, seed=seed, backend=backend), Path(tmp))
         with start_parties(layout) as fed, layout.operator_channel() as channel:
@@ -146,26 +146,14 @@ def _load(
             for _ in operator.train(info.session_id, common, epochs):
                 pass
             requests = _draw_requests(common, n_requests, min(samples, len(common)), seed)
-            pids = {party: proc.pid for party, proc in getattr(fed, "processes", {}).items()}
-            cpu = _cpu_seconds(pids)
+            pids = usage.party_pids(fed)
+            cpu = usage.cpu_seconds(pids)
             start = time.perf_counter()
             outcomes = asyncio.run(_issue(layout, info.session_id, requests, concurrency, info.n_classes))
             wall = time.perf_counter() - start
-            cpu = {name: seconds - cpu[name] for name, seconds in _cpu_seconds(pids).items()}
+            cpu = usage.since(cpu, pids)
             operator.close(info.session_id)
     return outcomes, wall, cpu
-
-
-def _cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
-    """User + system CPU seconds so far of this process (the client, and in-process the parties too) and of each
-    party process (Linux /proc)."""
-    times = os.times()
-    cpu = {"client" if pids else "in-process": times.user + times.system}
-    for party, pid in pids.items():
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-        cpu[party] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return cpu
 
 
 def _summarise(
