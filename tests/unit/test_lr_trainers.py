@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
 from vflsec.services.crypto import entropy, he, masking
+from vflsec.services.errors import FailedPrecondition
+from vflsec.services.models.family import ActiveContext, Received
 from vflsec.services.models.lr.maths import OptimizerConfig
 from vflsec.services.models.lr.trainers import LrActive, LrKeyHolder, LrPassive, masked_gradient
 
@@ -55,3 +58,73 @@ def test_an_active_checkpoint_from_before_the_family_layer_restores() -> None:
     restored = LrActive.from_state((arrays, old_meta))
     assert restored.config == a.config and restored.k == 1
     np.testing.assert_array_equal(restored.inference_share(np.ones((1, 3))), [[3.5]])
+
+
+def test_the_owner_refuses_training_scores_of_another_form_before_using_them() -> None:
+    """[[p]] one prime lower (a product's form) is refused by the owner, naming the coordinator's training scores,
+    before δ is formed or anything goes to a passive party (review 24, F5); an honest [[p]] goes through."""
+    keyholder = he.make_keyholder("ckks")
+    party = he.open_public("ckks", keyholder.public_context())
+    rng = np.random.default_rng(9)
+    X, y = rng.uniform(-1, 1, (64, 3)), rng.integers(0, 2, 64)
+    sent: list[str] = []
+
+    class KeyHolder:
+        def __init__(self, crafted: bool) -> None:
+            self.crafted = crafted
+
+        def training_scores(
+            self,
+            backend: he.Backend,
+            session_id: str,
+            step: int,
+            share: np.ndarray,
+            replicas: int,
+            index: np.ndarray,
+            widths: dict[str, int],
+        ) -> Received:
+            p = he.encrypt_matrix(party, np.full((len(index), 1), 0.5), replicas=replicas)
+            self.layout = p.layout
+            if self.crafted:  # a product's form: one prime fewer than a fresh encryption
+                p = he.EncryptedMatrix(p.layout, [party.mul_plain(ct, np.ones(party.size(ct))) for ct in p.ciphertexts])
+            blobs = [party.serialize(ct) for ct in p.ciphertexts]
+            return Received(p, blobs, bytes(32))
+
+        def block_sums(self, session_id: str, step: int, blobs: list[bytes], width: int, tag: bytes) -> np.ndarray:
+            sent.append("block sums")
+            cts = he.deserialize_all(keyholder, blobs, self.layout.ct_size)
+            return LrKeyHolder.block_sums(keyholder, cts, self.layout, width)
+
+    class Passive:
+        def share_training_logits(self, session_id: str, step: int, index: np.ndarray) -> None:
+            pass
+
+        def backward(self, session_id: str, step: int, index: np.ndarray, delta: he.WireMatrix) -> None:
+            sent.append("backward")
+
+    def context(crafted: bool, pool: ThreadPoolExecutor) -> ActiveContext:
+        return ActiveContext(
+            session_id="s",
+            step=1,
+            epoch=0,
+            backend=party,
+            n_classes=2,
+            mask_key=b"k" * 32,
+            key_holder=KeyHolder(crafted),
+            passives={"passive-1": Passive()},
+            emit=lambda kind, source, **fields: None,
+            features=lambda index: X[index],
+            labels=lambda index: y[index],
+            widths={"active": 4, "passive-1": 2},
+            spawn=pool.submit,
+            training_keys=lambda: party,
+            share_mask_keys={"passive-1": b"m" * 32},
+        )
+
+    active = LrActive.create(2, 3, OptimizerConfig("sgd", 0.1, 0.0))
+    with ThreadPoolExecutor(2) as pool:
+        with pytest.raises(FailedPrecondition, match="coordinator's training scores of step 1: ciphertext 0 has 2 p"):
+            active.train_step(context(True, pool), np.arange(64))
+        assert sent == [] and not active.weights.any()
+        active.train_step(context(False, pool), np.arange(64))
+    assert sorted(sent) == ["backward", "block sums"] and active.weights.any()

@@ -164,6 +164,11 @@ class LrActive:
             # other reason repeats and is raised.
             scores = forward()
         ctx.emit(kinds.ENCRYPTED_SCORES, "coordinator", blobs={"ciphertexts": scores.blobs}, meta={"step": ctx.step})
+        try:  # [[p]]'s form before anything is made of it: a faulty coordinator is named here, not by a passive
+            # party's refusal of δ (review 24, F5); the refusal depends on the coordinator's bytes alone
+            ctx.training_keys().check_form(scores.matrix.ciphertexts, product=False)
+        except ValueError as exc:
+            raise FailedPrecondition(f"the coordinator's training scores of step {ctx.step}: {exc}") from None
         delta = he.add_plain_matrix(ctx.backend, scores.matrix, -_targets(ctx.labels(index), self.n_classes))
         delta_wire = he.matrix_to_wire(ctx.backend, delta)  # serialised once, sent to every passive party
         own = ctx.spawn(self._own_gradient, ctx, delta, x, scores.digest)
