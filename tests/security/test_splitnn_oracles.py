@@ -306,7 +306,10 @@ def test_residual_a_passive_party_reads_the_sign_pattern_of_the_others_sum(fed: 
             splitnn_pb2.EmbeddingShare(session_id=sid, step=1, sample_index=rows, share=ring_mask.to_bytes(zero))
         )
         gradient = from_tensor(honest.top_step(1, honest.unmasked(1, rows, h_a), np.zeros(n), rows).gradient, "g")
-    # A row whose probe kills every hidden unit of the top has a zero gradient throughout (which rows depends on the
-    # coordinator's own initial weights): it says nothing; on every other row the zeros are exactly the signs.
+    # Where the gradient is not all zero its zeros are exactly the signs. An all-zero row is one whose h_a is negative
+    # throughout (5 of these 64: read exactly too) or one whose probe kills every hidden unit of the top (unread; which
+    # rows depends on the coordinator's own initial weights, and they are few). Counting the first kind as unread made
+    # the test fail now and then: 5 such rows and 2 killed ones are below 90 %.
     alive = (gradient != 0.0).any(axis=1)
-    assert alive.mean() > 0.9 and np.array_equal(gradient[alive] == 0.0, h_a[alive] < 0)
+    assert np.array_equal(gradient[alive] == 0.0, h_a[alive] < 0)
+    assert ((gradient == 0.0) == (h_a < 0)).all(axis=1).mean() > 0.9
