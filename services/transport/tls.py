@@ -42,8 +42,10 @@ DEFAULT_OPEN_PREFIXES: tuple[str, ...] = (
     "/grpc.reflection.v1.ServerReflection/",
 )
 
-# Party ids double as docker-compose host names and file names, so they must be valid DNS labels.
-_PARTY_ID = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+# Party ids double as docker-compose host names and file names, so they must be valid DNS labels, and lower-case: DNS
+# does not tell "passive-A" from "passive-a", nor does a case-insensitive volume, where two owners' ledger files would
+# be one and their query budgets mixed (review 19, L5).
+_PARTY_ID = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
 _CA_CERT = "ca.pem"
 _CA_KEY = "ca.key"
 _ORGANIZATION = "vflsec"
@@ -56,7 +58,7 @@ _CLOCK_SKEW = dt.timedelta(minutes=5)
 def role_of(party_id: str) -> str:
     """The role implied by a party id: ``coordinator``, ``active[-*]``, ``passive-*``, ``operator[-*]``."""
     if not _PARTY_ID.fullmatch(party_id):
-        raise ValueError(f"invalid party id {party_id!r}: must be a DNS label (letters, digits, '-')")
+        raise ValueError(f"invalid party id {party_id!r}: must be a lower-case DNS label (a-z, 0-9, '-')")
     if party_id == COORDINATOR:
         return COORDINATOR
     for role, bare_allowed in ((ACTIVE, True), (OPERATOR, True), (PASSIVE, False)):

@@ -132,6 +132,13 @@ def test_role_of_rejects_unknown_or_malformed_ids(party: str) -> None:
         role_of(party)
 
 
+@pytest.mark.parametrize("party", ["active-X", "passive-A", "Operator-alice"])
+def test_party_ids_are_lower_case(party: str) -> None:
+    """Two ids that differ in case only name one host and, on a case-insensitive volume, one ledger file: refused."""
+    with pytest.raises(ValueError, match="lower-case DNS label"):
+        role_of(party)
+
+
 # -------------------------------------------------------------------------------------------------- PKI
 
 
