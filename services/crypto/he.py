@@ -243,8 +243,11 @@ class Backend(ABC):
     def mul_plain(self, a: Ct, v: np.ndarray | Sequence[float]) -> Ct:
         return self._mul_plain(a, self._matching_plain(a, v))
 
-    def masked_sum(self, cts: Sequence[Ct], plains: Sequence[np.ndarray], mask: np.ndarray) -> Ct:
-        """Σ cts[i] ⊙ plains[i] + mask: one fold of :func:`masked_column_products`."""
+    def masked_sum(
+        self, cts: Sequence[Ct], plains: Sequence[np.ndarray], mask: np.ndarray, *, serialized: bool = False
+    ) -> Ct | bytes:
+        """Σ cts[i] ⊙ plains[i] + mask: one fold of :func:`masked_column_products`; ``serialized``: as the bytes
+        :meth:`serialize` gives (for the wire: CKKS then saves it once, not into a vector and out again)."""
         if not cts or len(cts) != len(plains):
             raise ValueError(f"need as many plaintexts as ciphertexts (>= 1), got {len(plains)} and {len(cts)}")
         total = None
@@ -252,7 +255,8 @@ class Backend(ABC):
             # A product is a fresh object, so adding to it in place is safe and saves a copy.
             product = self.mul_plain(ct, v)
             total = product if total is None else self.add(total, product, inplace=True)
-        return self.add_plain(total, mask, inplace=True)
+        total = self.add_plain(total, mask, inplace=True)
+        return self.serialize(total) if serialized else total
 
     @abstractmethod
     def check_form(self, cts: Sequence[Ct], *, product: bool, operand: bool = False) -> None:
@@ -480,7 +484,9 @@ class CkksBackend(Backend):
             product = ts.ckks_vector(self._ctx, np.zeros(v.size)) * np.ones(v.size)
         return product
 
-    def masked_sum(self, cts: Sequence[Ct], plains: Sequence[np.ndarray], mask: np.ndarray) -> Ct:
+    def masked_sum(
+        self, cts: Sequence[Ct], plains: Sequence[np.ndarray], mask: np.ndarray, *, serialized: bool = False
+    ) -> Ct | bytes:
         # SEAL's evaluator, not TenSEAL's: TenSEAL rescales every ct x pt product (about 40 % of its cost), where a
         # sum of products needs one rescale, and adds only real plaintexts, where the mask must be complex
         # (complex_slots). The result has the form of a TenSEAL product (one prime fewer than its operands, their
@@ -531,6 +537,8 @@ class CkksBackend(Backend):
         # uniform; its noise lies far inside the mask. An all-zero fold's is such an encryption already.
         if not fresh:
             seal.evaluator.add_inplace(total, self._zero_like(total))
+        if serialized:  # TenSEAL's message of it, as serialize() would give it
+            return _vector_message(_seal_bytes(total), self.size(cts[0]), total.scale)
         return self._vector(total, self.size(cts[0]))
 
     def _zero_like(self, ct: sealapi.Ciphertext) -> sealapi.Ciphertext:
@@ -633,7 +641,6 @@ def _vector_message(ciphertext: bytes, size: int, scale: float) -> bytes:
         + b"\x19"
         + struct.pack("<d", scale)
     )
-
 
 
 # A plaintext whose every slot lies below this encodes to zero at scale 2^40 or may (with a margin of 2^-20: a nonzero

@@ -61,7 +61,8 @@ def masked_feature_products(
     *,
     fold: int = 1,
     parts: int = 1,
-) -> tuple[list[Ct], np.ndarray]:
+    serialized: bool = False,
+) -> tuple[list[Ct] | list[bytes], np.ndarray]:
     """Masked [[δ ⊙ x]] blocks for the key holder, and the mask sums the party keeps.
 
     For feature group g (features g*R .. g*R+R-1, G = ceil(d/R)) and chunk i the product is
@@ -82,7 +83,15 @@ def masked_feature_products(
     if X.ndim != 2 or X.shape[0] != n or X.shape[1] < 1:
         raise ValueError(f"features must be ({n}, d>=1) to match δ, got shape {X.shape}")
     return masked_column_products(
-        backend, delta, lambda lo, hi: X[:, lo:hi], X.shape[1], rng, mask_bound, fold=fold, parts=parts
+        backend,
+        delta,
+        lambda lo, hi: X[:, lo:hi],
+        X.shape[1],
+        rng,
+        mask_bound,
+        fold=fold,
+        parts=parts,
+        serialized=serialized,
     )
 
 
@@ -96,7 +105,8 @@ def masked_column_products(
     *,
     fold: int = 1,
     parts: int = 1,
-) -> tuple[list[Ct], np.ndarray]:
+    serialized: bool = False,
+) -> tuple[list[Ct] | list[bytes], np.ndarray]:
     """:func:`masked_feature_products` of the (n, d) matrix whose columns lo..hi-1 ``columns(lo, hi)`` returns,
     one feature group at a time (never the whole matrix, nor every product unfolded, in memory at once).
 
@@ -107,7 +117,8 @@ def masked_column_products(
 
     ``parts``: feature groups one product carries, 2 only where slots are complex (CKKS): group 2p in the slots'
     real parts, group 2p + 1 in their imaginary parts (δ is real, so (δ)(a + ib) = δa + iδb), half the products
-    for the same sums; the mask sums stay one row block per group, (G*R, k).
+    for the same sums; the mask sums stay one row block per group, (G*R, k). ``serialized``: the products as
+    the bytes the key holder is sent (he.Backend.masked_sum).
     """
     layout = delta.layout
     n, k = layout.shape
@@ -125,7 +136,7 @@ def masked_column_products(
 
     R, C, chunks = layout.replicas, layout.rows_per_ct, layout.n_chunks
     folded = math.ceil(chunks / fold)
-    products: list[Ct] = []
+    products: list = []
     mask_sums = np.zeros((math.ceil(d / R), R, k))
     for first in range(0, mask_sums.shape[0], parts):
         carried = range(first, min(mask_sums.shape[0], first + parts))
@@ -153,7 +164,7 @@ def masked_column_products(
             masks = masks + 1j * rng.uniform(-bound, bound, size=masks.shape)
         for j in range(folded):
             span = slice(j * fold, min(chunks, (j + 1) * fold))
-            products.append(backend.masked_sum(delta.ciphertexts[span], values[span], masks[j]))
+            products.append(backend.masked_sum(delta.ciphertexts[span], values[span], masks[j], serialized=serialized))
         for part, g in enumerate(carried):
             mask_sums[g] = (masks.imag if part else masks.real).reshape(folded, R, C, k).sum(axis=(0, 2))
     return products, mask_sums.reshape(-1, k)

@@ -149,8 +149,9 @@ def _pooled(
         entropy.os_entropy(),
         fold=fold,
         parts=parts,
+        serialized=True,
     )
-    return [backend.serialize(ct) for ct in products], mask_sums
+    return products, mask_sums
 
 
 class ProductPool:

@@ -363,6 +363,26 @@ def test_ckks_masked_sum_is_the_per_product_sum_with_one_rescale(ckks_pair: Pair
         party.masked_sum(cts, plains[:4], mask)
 
 
+def test_a_product_made_for_the_wire_is_the_product_serialized(pair: Pair) -> None:
+    """``serialized=True`` gives the bytes a party sends (CKKS: SEAL's ciphertext saved once, in TenSEAL's message),
+    which the key holder parses into a product of the same form and value."""
+    keyholder, party = pair
+    rng = np.random.default_rng(22)
+    ys, plains = rng.uniform(-1, 1, (2, 300)), rng.uniform(-4, 4, (2, 300))
+    cts = [party.encrypt(y) for y in ys]
+    mask = rng.uniform(-1e3, 1e3, 300)
+    blob = party.masked_sum(cts, plains, mask, serialized=True)
+    assert isinstance(blob, bytes)
+    received = keyholder.deserialize(blob)
+    keyholder.check_form([received], product=True)
+    np.testing.assert_allclose(keyholder.decrypt(received), (ys * plains).sum(axis=0) + mask, atol=1e-4)
+    delta = he.encrypt_matrix(party, ys[:1].T)  # masked_feature_products's blobs open to δᵀX as its products do
+    blobs, mask_sums = masking.masked_feature_products(party, delta, plains.T, rng, serialized=True)
+    opened = masking.block_sums(keyholder, he.deserialize_all(keyholder, blobs, delta.layout.ct_size), delta.layout)
+    gradient = masking.gradient_from_block_sums(opened, mask_sums, 2)
+    np.testing.assert_allclose(gradient, ys[:1] @ plains.T, rtol=1e-4, atol=1e-3)
+
+
 def test_ckks_products_imaginary_parts_are_masked_too(ckks_pair: Pair) -> None:
     """CKKS slots are complex: a key holder decoding a product's imaginary parts would read δ's encryption noise
     times the party's values (|Im| correlated ~0.45 with |x| before they were masked). Now they are uniform masks,

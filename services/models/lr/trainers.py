@@ -96,9 +96,10 @@ def masked_gradient(
     """
     masks = entropy.keyed_stream(mask_key, session_id, step, delta_digest)
     tag = entropy.tag(entropy.derive_key(mask_key, "block-sums mask tag"), session_id, step, delta_digest)
-    cts, mask_sums = masking.masked_feature_products(backend, delta, x, masks, parts=masking.product_parts(backend))
+    parts = masking.product_parts(backend)
+    blobs, mask_sums = masking.masked_feature_products(backend, delta, x, masks, parts=parts, serialized=True)
     width = x.shape[1]
-    sums = block_sums([backend.serialize(c) for c in cts], width, tag)
+    sums = block_sums(blobs, width, tag)
     if sums.shape != (width, mask_sums.shape[1]):
         raise FailedPrecondition(
             f"coordinator returned block sums of shape {sums.shape}, expected {(width, mask_sums.shape[1])}"
