@@ -791,20 +791,15 @@ class FeatureOwner:
         return self.plain_counts(task, task.weights[:, None])[0]
 
     def masked_products(
-        self,
-        backend: he.Backend,
-        encrypted: he.EncryptedMatrix,
-        task: Task,
-        rng: he.RandomSource,
-        serialized: bool = False,
-    ) -> tuple[list[he.Ct] | list[bytes], np.ndarray]:
-        """Masked [[indicators ⊙ bin indicator]] blocks (each the sum of product_fold(task) chunks; ``serialized``: as
-        they are sent) and their mask sums, both for the key holder."""
+        self, backend: he.Backend, encrypted: he.EncryptedMatrix, task: Task, rng: he.RandomSource
+    ) -> tuple[list[he.Ct], np.ndarray]:
+        """Masked [[indicators ⊙ bin indicator]] blocks (each the sum of product_fold(task) chunks) and their mask
+        sums, both for the key holder."""
         if encrypted.shape[0] != task.rows.size:
             raise InvalidArgument(f"encrypted indicators have {encrypted.shape[0]} rows, the node {task.rows.size}")
-        columns, fold, parts = self.indicator_columns(task), product_fold(task), product_parts(backend)
+        columns, fold = self.indicator_columns(task), product_fold(task)
         return masking.masked_column_products(
-            backend, encrypted, columns, self.width(task), rng, fold=fold, parts=parts, serialized=serialized
+            backend, encrypted, columns, self.width(task), rng, fold=fold, parts=product_parts(backend)
         )
 
     def pooled_products(
@@ -818,7 +813,8 @@ class FeatureOwner:
             received = product_pool.parse(keys, indicators)
         except product_pool.BadIndicators as exc:
             raise InvalidArgument(f"indicators: {exc}") from exc
-        return self.masked_products(keys, received, task, entropy.os_entropy(), serialized=True)
+        products, mask_sums = self.masked_products(keys, received, task, entropy.os_entropy())
+        return [keys.serialize(ct) for ct in products], mask_sums
 
     def apply_split(self, task: Task, feature: int, bin_index: int, min_samples_leaf: int = 1) -> np.ndarray:
         """Keep the split; the node's rows that go left (the partition everyone learns). A split that leaves a side
