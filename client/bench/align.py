@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vflsec.client.bench import usage
 from vflsec.client.federation.launcher import FederationLayout, run_processes, write_federation
 from vflsec.services.crypto import oprf, psi
 
@@ -95,7 +96,7 @@ def x25519_seconds(n: int = X25519_SAMPLE, scale_to: int = 1_000_000) -> tuple[f
 
 def _passive(party: str, rows: int, conn: Connection, protocol: str) -> None:
     ids = list(party_ids(party, rows))
-    cpu = _tree_cpu_seconds(os.getpid())
+    cpu = usage.tree_cpu_seconds(os.getpid())
     conn.send("ready")
     if protocol == "oprf":
         salt, hash_key, m, point = conn.recv()
@@ -120,7 +121,7 @@ def _passive(party: str, rows: int, conn: Connection, protocol: str) -> None:
     conn.send("done")
     # Outside the timing: the common id of each common index, as the active row it must match.
     conn.send_bytes(np.array([int(ids[row]) if row < n_common(rows) else -1 for row in own_rows]).tobytes())
-    conn.send((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, _tree_cpu_seconds(os.getpid()) - cpu))
+    conn.send((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, usage.tree_cpu_seconds(os.getpid()) - cpu))
 
 
 def _oprf_align(ids: list[str], conns: list[Connection]) -> psi.Alignment:
@@ -169,14 +170,14 @@ def _active(rows: int, conns: list[Connection], result: Connection, protocol: st
         conn.recv()
     result.send("ready")
     result.recv()
-    start, cpu = time.perf_counter(), _tree_cpu_seconds(os.getpid())
+    start, cpu = time.perf_counter(), usage.tree_cpu_seconds(os.getpid())
     alignment = (_oprf_align if protocol == "oprf" else _ecdh_align)(ids, conns)
     for conn, positions in zip(conns, alignment.passive_positions, strict=True):
         conn.send_bytes(np.ascontiguousarray(positions, dtype=np.int64).tobytes())
     for conn in conns:
         conn.recv()
     seconds = time.perf_counter() - start
-    cpu = _tree_cpu_seconds(os.getpid()) - cpu
+    cpu = usage.tree_cpu_seconds(os.getpid()) - cpu
     matched = [np.frombuffer(conn.recv_bytes(), dtype=np.int64) for conn in conns]
     correct = (
         alignment.size == n_common(rows)
@@ -186,56 +187,6 @@ def _active(rows: int, conns: list[Connection], result: Connection, protocol: st
     passive_peaks = [conn.recv() for conn in conns]
     result.send((seconds, alignment.size, correct, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, cpu))
     result.send(passive_peaks)
-
-
-def _tree_cpu_seconds(root: int) -> float:
-    """CPU seconds of ``root`` and its descendants, including reaped ones (the pool workers, reaped by the
-    forkserver, count in its children's times)."""
-    stats = _proc_stats()
-    tick = os.sysconf("SC_CLK_TCK")
-    return sum(sum(int(v) for v in stats[pid][11:15]) for pid in _tree(stats, root)) / tick
-
-
-def _proc_stats() -> dict[int, list[str]]:
-    """pid -> the fields of /proc/pid/stat after the command name (field 3 onwards)."""
-    stats = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as stat:
-                    stats[int(entry)] = stat.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-    return stats
-
-
-def _tree(stats: dict[int, list[str]], root: int) -> set[int]:
-    tree, frontier = {root}, {root}
-    while frontier:
-        frontier = {pid for pid, fields in stats.items() if int(fields[1]) in frontier}
-        tree |= frontier
-    return tree
-
-
-def _tree_rss_mb(root: int) -> float:
-    """Resident memory of ``root`` and all its descendants (pool workers included), in MB; a shared page counts
-    once per process, so this errs high."""
-    stats = _proc_stats()
-    return sum(int(stats[pid][21]) for pid in _tree(stats, root) if pid in stats) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
-def _tree_pss_mb(root: int) -> float:
-    """Proportional set size of ``root`` and its descendants, in MB: a page shared by k processes counts 1/k in
-    each, so the sum is what the tree occupies (the pool workers share most of their pages with their
-    forkserver)."""
-    total = 0
-    for pid in _tree(_proc_stats(), root):
-        try:
-            with open(f"/proc/{pid}/smaps_rollup") as rollup:
-                total += next(int(line.split()[1]) for line in rollup if line.startswith("Pss:"))
-        except (OSError, StopIteration):
-            continue
-    return total / 1024
 
 
 def _pipes(rows: int, parties: int, log: Callable[[str], None], workers: int, protocol: str) -> dict:
@@ -290,8 +241,8 @@ class _PeakSampler:
         def sample() -> None:
             while not self._stop.wait(0.2):
                 for name, pid in pids.items():
-                    self.peaks[name] = max(self.peaks[name], _tree_rss_mb(pid))
-                    self.pss_peaks[name] = max(self.pss_peaks[name], _tree_pss_mb(pid))
+                    self.peaks[name] = max(self.peaks[name], usage.tree_rss_mb(pid))
+                    self.pss_peaks[name] = max(self.pss_peaks[name], usage.tree_pss_mb(pid))
 
         self._thread = threading.Thread(target=sample, daemon=True)
         self._thread.start()
@@ -343,8 +294,8 @@ def _grpc(rows: int, parties: int, log: Callable[[str], None], workers: int, pro
             log(f"{protocol}: aligning {rows:,} active ids with {parties} passive "
                 f"part{'y' if parties == 1 else 'ies'} of {rows:,} ids ({workers} workers each, gRPC over loopback "
                 "mTLS, one vflsec serve per party) ...")
-            cpu = sum(_tree_cpu_seconds(pid) for pid in pids.values())
-            before = {name: _tree_rss_mb(pid) for name, pid in pids.items()}
+            cpu = sum(usage.tree_cpu_seconds(pid) for pid in pids.values())
+            before = {name: usage.tree_rss_mb(pid) for name, pid in pids.items()}
             sampler = _PeakSampler(pids)
             start = time.perf_counter()
             try:
@@ -352,7 +303,7 @@ def _grpc(rows: int, parties: int, log: Callable[[str], None], workers: int, pro
             finally:
                 seconds = time.perf_counter() - start
                 sampler.stop()
-            cpu = sum(_tree_cpu_seconds(pid) for pid in pids.values()) - cpu
+            cpu = sum(usage.tree_cpu_seconds(pid) for pid in pids.values()) - cpu
             main = {name: peak_rss_mib(pid) for name, pid in pids.items()}
     expected = n_common(rows)
     correct = len(common) == expected and len(set(common)) == expected and all(

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from vflsec.client.bench.align import _proc_stats, _tree, _tree_cpu_seconds
+from vflsec.client.bench import usage
 from vflsec.client.bench.he import synthetic_dataset
 from vflsec.client.federation.demo import Phases, align, memory_mb, peak_rss_mb, predict_all
 from vflsec.client.federation.launcher import TEST_FRACTION, FederationSpec, run_processes, write_federation
@@ -137,19 +137,19 @@ def federated(
             common = align(operator, session, phases, what)
         labels = ds.y[datasets.select_ids(ds.ids, common)]
         train_ids, test_ids = spec.session_split(common, labels)
-        cpu_before = {party: _tree_cpu_seconds(pid) for party, pid in pids.items()}
+        cpu_before = {party: usage.tree_cpu_seconds(pid) for party, pid in pids.items()}
         load = _load()
         what = f"{backend}: growing a depth-{depth} tree on {len(train_ids):,} rows x {ds.n_features} features"
         with phases("train", what), _heartbeat(what, pids, log):
             for _ in operator.train(session, train_ids, 1):
                 pass
-        cpu = {party: _tree_cpu_seconds(pid) - cpu_before[party] for party, pid in pids.items()}
+        cpu = {party: usage.tree_cpu_seconds(pid) - cpu_before[party] for party, pid in pids.items()}
         load_after = _load()
         with phases("predict", f"{backend}: predicting {len(test_ids):,} held-out rows"):
             released = predict_all(operator, session, test_ids)
         peaks = peak_rss_mb(pids)
-        stats = _proc_stats()  # a party's forkserver and pool workers, not in its own VmHWM: each one's peak
-        children = {party: {str(p): p for p in _tree(stats, pid) - {pid}} for party, pid in pids.items()}
+        stats = usage.proc_stats()  # a party's forkserver and pool workers, not in its own VmHWM: each one's peak
+        children = {party: {str(p): p for p in usage.process_tree(stats, pid) - {pid}} for party, pid in pids.items()}
         workers = {party: memory_mb(descendants, "VmHWM") for party, descendants in children.items()}
     y_test = ds.y[datasets.select_ids(ds.ids, test_ids)]
     return {
