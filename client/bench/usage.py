@@ -16,9 +16,9 @@ def party_pids(federation: object) -> dict[str, int]:
 def cpu_seconds(pids: Mapping[str, int]) -> dict[str, float]:
     """User + system CPU seconds so far of this process (the client, and in process the parties too) and of each
     party process with its descendants (:func:`tree_cpu_seconds`)."""
-    times = os.times()
+    times, stats = os.times(), proc_stats()  # /proc read once for every party
     cpu = {"client" if pids else "in-process": times.user + times.system}
-    cpu.update({party: tree_cpu_seconds(pid) for party, pid in pids.items()})
+    cpu.update({party: tree_cpu_seconds(pid, stats) for party, pid in pids.items()})
     return cpu
 
 
@@ -27,10 +27,10 @@ def since(before: Mapping[str, float], pids: Mapping[str, int]) -> dict[str, flo
     return {name: seconds - before[name] for name, seconds in cpu_seconds(pids).items()}
 
 
-def tree_cpu_seconds(root: int) -> float:
+def tree_cpu_seconds(root: int, stats: dict[int, list[str]] | None = None) -> float:
     """CPU seconds of ``root`` and its descendants, including reaped ones (the pool workers, reaped by the
-    forkserver, count in its children's times)."""
-    stats = proc_stats()
+    forkserver, count in its children's times); ``stats``: :func:`proc_stats` already read."""
+    stats = proc_stats() if stats is None else stats
     tick = os.sysconf("SC_CLK_TCK")
     return sum(sum(int(v) for v in stats[pid][11:15]) for pid in process_tree(stats, root) if pid in stats) / tick
 
