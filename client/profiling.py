@@ -23,8 +23,7 @@ ENV = "VFLSEC_PROFILE_DIR"
 # The HE operations: the cumulative time of services/crypto/he.py's backend primitives (TenSEAL underneath).
 HE_OPS = {
     "_encrypt": "he_encrypt",
-    "_encrypt_ahead": "he_encrypt",  # Enc(0) + Δm on the critical path (or a direct encryption when none is ready)
-    "_encrypt_zero": "he_encrypt_ahead",  # ZeroPool's Enc(0), made on a background thread off the critical path
+    "_encrypt_at": "he_encrypt",  # an encryption in a form below the first data level (LR's [[p]], trees' [[Y]])
     "_decrypt": "he_decrypt",
     "_serialize": "he_serialisation",
     "_deserialize": "he_serialisation",

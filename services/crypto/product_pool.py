@@ -70,7 +70,7 @@ def parse(backend: he.Backend, wire: he.WireMatrix) -> he.EncryptedMatrix:
     BadIndicators."""
     try:
         received = he.matrix_from_wire(backend, wire)
-        backend.check_form(received.ciphertexts, product=False, operand=True)
+        backend.check_form(received.ciphertexts, product=False, form=he.OPERAND)
         return received
     except ValueError as exc:
         raise BadIndicators(str(exc)) from None  # pickled back from a worker: its message, not a chained traceback

@@ -96,8 +96,8 @@ class MeteredKeys:
     def name(self) -> str:
         return self._keys.name
 
-    def check_form(self, cts: Sequence[Any], *, product: bool) -> None:
-        self._keys.check_form(cts, product=product)
+    def check_form(self, cts: Sequence[Any], *, product: bool, form: he.Form = he.FRESH) -> None:
+        self._keys.check_form(cts, product=product, form=form)
 
     def deserialize(self, data: bytes) -> Any:
         return self._keys.deserialize(data)

@@ -195,7 +195,7 @@ def test_ciphertexts_of_a_dishonest_form_are_not_decrypted(tmp_path) -> None:
             assert np.abs(keys.decrypt(keys.deserialize(probe[0]))).max() > 32 * he.BLOCK_SUM_FLOODING
             code, details = block_sums(1, probe)
             assert code == grpc.StatusCode.INVALID_ARGUMENT
-            assert "scale 2^8.00" in details and "an honest product has 2, 2 and 2^40" in details
+            assert "scale 2^8.00" in details and "an honest product has 2, 2 and 2^70" in details
             # The refusal spent the step's one decryption (persisted before the bytes were parsed): honest products
             # get that same refusal.
             assert block_sums(1, _products(backend, probs, np.ones((N, 2)))) == (code, details)
@@ -209,9 +209,13 @@ def test_ciphertexts_of_a_dishonest_form_are_not_decrypted(tmp_path) -> None:
             fresh = backend.serialize(backend.encrypt(np.zeros(size)))
             code, details = block_sums(3, [fresh])
             assert code == grpc.StatusCode.INVALID_ARGUMENT and "3 primes and scale 2^40.00" in details
+            # A product of a fresh ciphertext (rescaled, 2^40: the form before session 19) is not [[p]]'s: refused.
+            scores(4)
+            code, details = block_sums(4, [_scaled(backend, size, 40, product=True)])
+            assert code == grpc.StatusCode.INVALID_ARGUMENT and "2 primes and scale 2^40.00" in details
             # Honest products of the next step are answered.
-            probs = scores(4)
-            assert _sums(passive, sid, 4, _products(backend, probs, np.ones((N, 2)), 2.0**24), 2).shape == (2, 1)
+            probs = scores(5)
+            assert _sums(passive, sid, 5, _products(backend, probs, np.ones((N, 2)), 2.0**24), 2).shape == (2, 1)
 
             # Inference decrypts nothing (shares are summed under zero-sum masks): an own share that is not 2 x 1
             # words is refused before any row of the query is taken ...

@@ -5,8 +5,8 @@ Probe: the SEAL evaluator path (he.CkksBackend.masked_sum) skips a plaintext tha
 others with SEAL's multiply_plain, which raises "result ciphertext is transparent" for a ciphertext whose second
 polynomial is zero. With such a chunk in [[δ]], Backward failed (INTERNAL, SEAL's message) when passive-1's features
 on the chunk's rows were nonzero and succeeded when they were all zero: the active party read "are these rows' passive
-features all zero?" from the outcome. Now the passive party checks δ's form (2 polynomials, none of them zero, the
-fresh level, the global scale) before it multiplies anything, and refuses whatever its features are.
+features all zero?" from the outcome. Now the passive party checks δ's form (2 polynomials, none of them zero, [[p]]'s
+level and scale) before it multiplies anything, and refuses whatever its features are.
 
 Review 24: the same for a δ of honest form beyond the masked range: the key holder clips, never refuses.
 """
@@ -39,7 +39,8 @@ def _transparent_first(backend: he.Backend, em: he.EncryptedMatrix) -> he.WireMa
 def _loud(backend: he.Backend, em: he.EncryptedMatrix) -> he.WireMatrix:
     """δ of honest form, 2^25 on every row: a passive party's product slot 2^25·x + m leaves the masked range
     (2^24 + 65) exactly where its x is nonzero (review 24, F3)."""
-    return he.matrix_to_wire(backend, he.encrypt_matrix(backend, np.full(em.shape, 2.0**25), em.replicas))
+    loud = he.encrypt_matrix(backend, np.full(em.shape, 2.0**25), em.replicas, form=he.LOWERED)
+    return he.matrix_to_wire(backend, loud)
 
 
 def _outcome(tmp_path, monkeypatch, zero_features: bool, craft=_transparent_first) -> tuple[str, str]:

@@ -118,7 +118,7 @@ def test_a_ciphertext_under_an_old_epoch_key_decrypts_to_nothing(tmp_path) -> No
 
             # A product of honest form whose δ was encrypted under epoch 0's key (p = 0.5, features 1: each
             # true sum would be 32) decrypts under epoch 1's key to noise far outside the masked range.
-            stale = he.encrypt_matrix(old, np.full((n, 1), 0.5), replicas=probs.replicas)
+            stale = he.encrypt_matrix(old, np.full((n, 1), 0.5), replicas=probs.replicas, form=he.LOWERED)
             assert stale.layout == probs.layout
             cts, _ = masking.masked_feature_products(
                 old, stale, np.ones((n, 2)), np.random.default_rng(), parts=masking.product_parts(old)

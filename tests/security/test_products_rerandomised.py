@@ -3,9 +3,10 @@
 [[δ]] = [[p]] - y (a plaintext subtraction keeps c1), and tested guesses of a passive party's plaintext exactly: a
 sparse binary column's one row out of 512, whatever the masks. Each product now carries a fresh encryption of zero.
 
-Review 24: the key holder's guesses are made as the party makes its products (plaintext encoded at the scale of the
-prime the rescale drops, [[p]] as the key holder makes it); a product that is not re-randomised is found by them, so the
-check can fail (before, guesses encoded at 2^40 matched no product, re-randomised or not)."""
+Review 24: the key holder's guesses are made as the party makes its products (since session 19 [[p]] in the lowered
+form, he.LOWERED, and each plaintext encoded at 2^PRODUCT_PLAIN_SCALE_BITS, the product not rescaled); a product that
+is not re-randomised is found by them, so the check can fail (before, guesses encoded at 2^40 matched no product,
+re-randomised or not)."""
 
 import numpy as np
 import tenseal.sealapi as sealapi
@@ -23,13 +24,11 @@ def _matches(seal, sent: sealapi.Ciphertext, guess: sealapi.Ciphertext) -> bool:
     return difference.is_transparent()
 
 
-def _product(seal, raw: sealapi.Ciphertext, values: np.ndarray, scale: float, mask: np.ndarray | None = None):
-    """raw x values, rescaled to raw's scale (+ mask): a masked product without re-randomisation, or a guess."""
+def _product(seal, raw: sealapi.Ciphertext, values: np.ndarray, mask: np.ndarray | None = None):
+    """raw x values as a party multiplies [[δ]] (+ mask): a masked product without re-randomisation, or a guess."""
     plain, product = sealapi.Plaintext(), sealapi.Ciphertext()
-    seal.encoder.encode(values.tolist(), raw.parms_id(), scale, plain)
+    seal.encoder.encode(values.tolist(), raw.parms_id(), 2.0**he.PRODUCT_PLAIN_SCALE_BITS, plain)
     seal.evaluator.multiply_plain(raw, plain, product)
-    seal.evaluator.rescale_to_next_inplace(product)
-    product.scale = raw.scale
     if mask is not None:
         masked = sealapi.Plaintext()
         seal.encoder.encode(mask.tolist(), product.parms_id(), product.scale, masked)
@@ -41,7 +40,7 @@ def test_a_key_holder_knowing_deltas_c1_cannot_test_guesses_of_the_plaintext() -
     keys = he.CkksBackend.keyholder()
     party = he.CkksBackend.from_public_context(keys.public_context())
     rng, n = np.random.default_rng(7), 256
-    p = he.encrypt_matrix(keys, rng.uniform(0, 1, (n, 1)), 1, ahead=True)  # the key holder's [[p]]
+    p = he.encrypt_matrix(keys, rng.uniform(0, 1, (n, 1)), 1, form=he.LOWERED)  # the key holder's [[p]]
     y = rng.integers(0, 2, (n, 1)).astype(float)
     delta = he.matrix_from_wire(party, he.matrix_to_wire(party, he.add_plain_matrix(party, p, -y)))
     X = np.zeros((n, 1))
@@ -51,12 +50,11 @@ def test_a_key_holder_knowing_deltas_c1_cannot_test_guesses_of_the_plaintext() -
     products, mask_sums = masking.masked_feature_products(party, delta, X, entropy.os_entropy(), parts=parts)
     sent = keys.deserialize(party.serialize(products[0])).ciphertext()[0]
     seal, raw_p = keys._seal(), p.ciphertexts[0].ciphertext()[0]
-    scale = keys._last_prime(raw_p)  # the party encodes its plaintext at the scale of the prime its rescale drops
-    guesses = [_product(seal, raw_p, np.eye(1, n, row)[0], scale) for row in range(n)]
+    guesses = [_product(seal, raw_p, np.eye(1, n, row)[0]) for row in range(n)]
     assert sent.coeff_modulus_size() == guesses[0].coeff_modulus_size() and sent.scale == guesses[0].scale
     # Control: the same product without re-randomisation is found, at the secret row only.
     raw_delta = delta.ciphertexts[0].ciphertext()[0]
-    bare = _product(party._seal(), raw_delta, X[:, 0], scale, rng.uniform(-(2.0**24), 2.0**24, n))
+    bare = _product(party._seal(), raw_delta, X[:, 0], rng.uniform(-(2.0**24), 2.0**24, n))
     assert [row for row, guess in enumerate(guesses) if _matches(seal, bare, guess)] == [secret]
     assert not any(_matches(seal, sent, guess) for guess in guesses)
     # The product still opens to δᵀx.

@@ -425,19 +425,19 @@ def test_two_parts_carry_two_groups_a_product_and_open_to_the_same_sums(ckks_pai
 
 
 def test_operands_are_one_prime_lower_at_2_30_and_their_products_open_the_same(ckks_pair: Pair) -> None:
-    """encrypt(operand=True) (trees' [[Y]]): scale 2^30, one prime lower; its masked products (two parts, an
+    """encrypt(form=he.OPERAND) (trees' [[Y]]): scale 2^30, one prime lower; its masked products (two parts, an
     all-zero fold among them) one more prime lower at 2^30, and within 1e-4 of the sums a slot's values give."""
     keyholder, party = ckks_pair
     rng = np.random.default_rng(4)
     ys = rng.integers(0, 3, (4, 2048)).astype(float)
-    cts = [party.encrypt(y, operand=True) for y in ys]
-    party.check_form(cts, product=False, operand=True)
-    with pytest.raises(ValueError, match=r"2 primes and scale 2\^30\.00; an honest fresh ciphertext has 2, 3"):
+    cts = [party.encrypt(y, form=he.OPERAND) for y in ys]
+    party.check_form(cts, product=False, form=he.OPERAND)
+    with pytest.raises(ValueError, match=r"2 primes and scale 2\^30\.00; an honest ciphertext has 2, 3"):
         party.check_form(cts[:1], product=False)
     plains = (rng.random((4, 2048)) < 0.3) + 1j * (rng.random((4, 2048)) < 0.3)
     mask = rng.uniform(-he.CKKS_MASK_BOUND, he.CKKS_MASK_BOUND, 2048) * (1 + 1j)
     products = [party.masked_sum(cts, plains, mask), party.masked_sum(cts[:2], np.zeros((2, 2048)), mask)]
-    keyholder.check_form(products, product=True, operand=True)
+    keyholder.check_form(products, product=True, form=he.OPERAND)
     with pytest.raises(ValueError, match=r"an honest product has 2, 2"):
         keyholder.check_form(products, product=True)
     opened = [keyholder.decrypt_complex(keyholder.deserialize(party.serialize(p))) - mask for p in products]
@@ -452,10 +452,10 @@ def test_operand_products_open_at_their_scale_exactly(ckks_pair: Pair) -> None:
     left."""
     keyholder, party = ckks_pair
     slots = party.slots
-    cts = [party.encrypt(np.ones(slots), operand=True)] * 64  # the same operand 64 times: the bias adds, not the noise
+    cts = [party.encrypt(np.ones(slots), form=he.OPERAND)] * 64  # one operand 64 times: the bias adds, not the noise
     mask = np.random.default_rng(5).uniform(-he.CKKS_MASK_BOUND, he.CKKS_MASK_BOUND, slots) * (1 + 1j)
     product = party.masked_sum(cts, np.ones((64, slots)), mask)
-    keyholder.check_form([product], product=True, operand=True)
+    keyholder.check_form([product], product=True, form=he.OPERAND)
     opened = keyholder.decrypt_complex(keyholder.deserialize(party.serialize(product))) - mask
     assert abs(opened.real.sum() - 64 * slots) < 0.05  # the bias alone was 64 x 4096 x 6.7e-7 = 0.18
 

@@ -22,7 +22,7 @@ def test_the_masked_round_trip_gives_delta_t_x_over_n(backend: str, replicas: in
     keys = he.make_keyholder(backend)
     n, k, d = 40, 3, 5
     delta_plain, x = rng.uniform(-1, 1, (n, k)), rng.uniform(0, 1, (n, d))
-    delta = he.encrypt_matrix(keys, delta_plain, replicas=replicas)
+    delta = he.encrypt_matrix(keys, delta_plain, replicas=replicas, form=he.LOWERED)
     parts = masking.product_parts(keys)
     assert parts == (2 if backend == "ckks" else 1)
     seen: list[np.ndarray] = []
@@ -83,9 +83,9 @@ def test_the_owner_refuses_training_scores_of_another_form_before_using_them() -
             index: np.ndarray,
             widths: dict[str, int],
         ) -> Received:
-            p = he.encrypt_matrix(party, np.full((len(index), 1), 0.5), replicas=replicas)
+            p = he.encrypt_matrix(party, np.full((len(index), 1), 0.5), replicas=replicas, form=he.LOWERED)
             self.layout = p.layout
-            if self.crafted:  # a product's form: one prime fewer than a fresh encryption
+            if self.crafted:  # rescaled by TenSEAL: one prime fewer than [[p]]
                 p = he.EncryptedMatrix(p.layout, [party.mul_plain(ct, np.ones(party.size(ct))) for ct in p.ciphertexts])
             blobs = [party.serialize(ct) for ct in p.ciphertexts]
             return Received(p, blobs, bytes(32))

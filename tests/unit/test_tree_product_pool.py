@@ -26,7 +26,7 @@ def node():
     public = he.open_public("ckks", keys.public_context())
     indicators = LabelHolder(y, 2).indicators(task)
     # every class but the last, as a product operand (2^30, one prime lower); 9 groups of 7 columns
-    sent = he.encrypt_matrix(public, indicators[:, :1], replicas=7, operand=True)
+    sent = he.encrypt_matrix(public, indicators[:, :1], replicas=7, form=he.OPERAND)
     assert sent.layout.n_chunks > 1 and owner.width(task) % sent.layout.replicas  # chunks, and a short last group
     expected = indicators.T @ owner.indicator_matrix(task)  # the per-bin class counts, in the clear
     return owner, task, keys, public, sent, he.matrix_to_wire(public, sent), expected

@@ -167,7 +167,7 @@ class LrActive:
         ctx.emit(kinds.ENCRYPTED_SCORES, "coordinator", blobs={"ciphertexts": scores.blobs}, meta={"step": ctx.step})
         try:  # [[p]]'s form before anything is made of it: a faulty coordinator is named here, not by a passive
             # party's refusal of δ (review 24, F5); the refusal depends on the coordinator's bytes alone
-            ctx.training_keys().check_form(scores.matrix.ciphertexts, product=False)
+            ctx.training_keys().check_form(scores.matrix.ciphertexts, product=False, form=he.LOWERED)
         except ValueError as exc:
             raise FailedPrecondition(f"the coordinator's training scores of step {ctx.step}: {exc}") from None
         delta = he.add_plain_matrix(ctx.backend, scores.matrix, -_targets(ctx.labels(index), self.n_classes))
@@ -273,7 +273,7 @@ class LrPassive:
             raise InvalidArgument(f"delta has shape {delta.shape}, expected {(len(x), self.weights.shape[0])}")
         keys = ctx.training_keys()
         try:  # δ's form before any product: a refusal on the active party's bytes alone, never on X_p (rule 4)
-            keys.check_form(delta.ciphertexts, product=False)
+            keys.check_form(delta.ciphertexts, product=False, form=he.LOWERED)
         except ValueError as exc:
             raise InvalidArgument(f"delta: {exc}") from None
         grad = masked_gradient(
@@ -353,7 +353,7 @@ class LrKeyHolder:
             )
         z = ring_mask.open_sum([own, *(h[2] for h in held if h is not None)], ring_mask.SCORE_BOUND)
         self.pending.clear()
-        return he.encrypt_matrix(keys, link(z), replicas=replicas, ahead=True)
+        return he.encrypt_matrix(keys, link(z), replicas=replicas, form=he.LOWERED)
 
     @staticmethod
     def block_sums(keys: he.Backend, cts: Sequence[Any], layout: he.MatrixLayout, width: int) -> np.ndarray:
@@ -362,7 +362,8 @@ class LrKeyHolder:
         product's slots are the owner's δ times the caller's features, so a refusal (which the owner sees as a failed
         Backward) told an owner sending a crafted δ whether a passive party's x was nonzero (rule 4; review 24, F3).
         With an odd number of groups the last product's imaginary part is an empty group: its sums are cut off with
-        the padding."""
+        the padding. Only products of [[p]]'s form are decrypted (he.LOWERED, check_form; ValueError otherwise)."""
+        keys.check_form(cts, product=True, form=he.LOWERED)
         bound = keys.default_mask_bound + he.FEATURE_BOUND + 1.0
         parts = masking.product_parts(keys)
         return masking.block_sums(keys, cts, layout, max_abs=bound, clip=True, parts=parts)[:width]

@@ -732,7 +732,7 @@ class LabelHolder:
         for the widest block a passive party sends."""
         layout = indicator_layout(task, self.n_classes, widest, backend.slots, product_parts(backend))
         sent = self.indicators(task)[:, : encrypted_classes(self.n_classes)]
-        return he.encrypt_matrix(backend, sent, replicas=layout.replicas, operand=True)
+        return he.encrypt_matrix(backend, sent, replicas=layout.replicas, form=he.OPERAND)
 
 
 class FeatureOwner:
@@ -914,7 +914,7 @@ class KeyHolder:
         self.answered.add(key)
         try:
             cts = he.deserialize_all(self.backend, products, layout.ct_size)
-            self.backend.check_form(cts, product=True, operand=True)
+            self.backend.check_form(cts, product=True, form=he.OPERAND)
             bound = self.backend.default_mask_bound + he.FEATURE_BOUND + 1.0
             sums = masking.block_sums(self.backend, cts, layout, max_abs=bound, clip=True, fold=fold, parts=parts)
             sums = sums[:rows]  # two parts and an odd number of groups: the last imaginary part carries none
