@@ -70,9 +70,11 @@ CKKS_SCALE_BITS = 40
 # encrypted at this scale, one prime lower, its products are made over two primes and rescaled to one (2^30 x 2^40
 # x a 2^25 masked slot fits 100 bits; rescaled, 2^30 x 2^25 fits 60), about a quarter cheaper (Backend.encrypt).
 OPERAND_SCALE_BITS = 30
-# The plaintext scale of a product that is not rescaled (LOWERED): 2^40 x 2^30 x a masked slot (<= 2^24 + 64) needs 95
-# of its two primes' 100 bits, and x is encoded to ~2^-25 a slot, far inside the block sums' flooding.
-PRODUCT_PLAIN_SCALE_BITS = 30
+# The plaintext scale of a product that is not rescaled (LOWERED): a masked slot (<= sqrt(2) (2^24 + 64) in both parts)
+# x 2^40 x 2^32 bounds every coefficient by 2^96.5, inside its two primes' q/2 = 2^99. The scale sets x's rounding,
+# which the product keeps: at 2^30 a chunk's block sum could carry N/2 coefficients' rounding (x on a grid aligned with
+# the encoding, review 25 F1), within 2^10 of the flooding at 30,000 rows; at 2^32, 2^11.7 below it.
+PRODUCT_PLAIN_SCALE_BITS = 32
 SLOTS = CKKS_POLY_MODULUS_DEGREE // 2
 CKKS_MASK_BOUND = 2.0**24
 FEATURE_BOUND = 64.0  # |x| a party may multiply into a product; the masks hide |δ·x| <= FEATURE_BOUND
@@ -125,7 +127,7 @@ class Form:
 FRESH = Form("fresh", 0, CKKS_SCALE_BITS, rescaled=True)
 # Trees' [[Y]]: multiplied once, then decrypted; 2^30 one prime lower, its products rescaled to one prime.
 OPERAND = Form("operand", 1, OPERAND_SCALE_BITS, rescaled=True)
-# LR's [[p]] and [[δ]]: 2^40 one prime lower, its products kept at two primes (no rescale, 2^70): the cheapest form
+# LR's [[p]] and [[δ]]: 2^40 one prime lower, its products kept at two primes (no rescale, 2^72): the cheapest form
 # at a fresh ciphertext's precision (an operand at 2^30 decodes 2^10 less precisely; review 24, F1).
 LOWERED = Form("lowered", 1, CKKS_SCALE_BITS, rescaled=False)
 _FORMS = (FRESH, OPERAND, LOWERED)
@@ -486,7 +488,7 @@ class CkksBackend(Backend):
                 total = product
             elif not _transparent_safe(seal.evaluator.add_inplace, total, product):
                 total = None
-        # Rescaled: scale x q / q, exact but for a double's last bit; kept: the operands' x 2^30, exact.
+        # Rescaled: scale x q / q, exact but for a double's last bit; kept: the operands' x 2^32, exact.
         scale = operand.scale if form.rescaled else operand.scale * plain_scale
         fresh = total is None
         if fresh:  # every plaintext zero: a fresh encryption of zero in the products' form

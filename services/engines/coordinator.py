@@ -325,6 +325,11 @@ class Coordinator:
             return None
         if not np.array_equal(current.sample_index, sample_index):
             raise FailedPrecondition(f"step {step} was computed for another batch; it can only be replayed")
+        if current.stale_scores:  # its answers stay spent: a new [[p]] for the step would be a second sample of it
+            raise FailedPrecondition(
+                f"step {step}'s training scores were kept by an earlier coordinator version in a form no party "
+                "accepts now; the step cannot be replayed: open a new session"
+            )
         return current
 
     def aligned_rows(self, session_id: str, s: CoordinatorSession, sample_index: np.ndarray) -> np.ndarray:

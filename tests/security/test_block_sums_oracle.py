@@ -195,7 +195,7 @@ def test_ciphertexts_of_a_dishonest_form_are_not_decrypted(tmp_path) -> None:
             assert np.abs(keys.decrypt(keys.deserialize(probe[0]))).max() > 32 * he.BLOCK_SUM_FLOODING
             code, details = block_sums(1, probe)
             assert code == grpc.StatusCode.INVALID_ARGUMENT
-            assert "scale 2^8.00" in details and "an honest product has 2, 2 and 2^70" in details
+            assert "scale 2^8.00" in details and "an honest product has 2, 2 and 2^72" in details
             # The refusal spent the step's one decryption (persisted before the bytes were parsed): honest products
             # get that same refusal.
             assert block_sums(1, _products(backend, probs, np.ones((N, 2)))) == (code, details)

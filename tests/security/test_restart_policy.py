@@ -237,6 +237,27 @@ def test_a_checkpoint_of_the_previous_format_keeps_its_answers(tmp_path) -> None
     assert np.isfinite(again).all() and np.abs(again - sums).max() < 0.2
 
 
+def test_a_step_whose_scores_an_earlier_version_kept_is_not_replayed(tmp_path) -> None:
+    """Review 25, F2: a checkpoint written before session 19 holds its step's [[p]] in the fresh form, which no party
+    accepts now (he.LOWERED): the step's replay is refused naming the way out, and its answers stay spent."""
+    c = _coordinator(tmp_path)
+    _open(c)
+    probs = _scores(c)
+    sums = c.block_sums("s", 1, "passive-1", _products(c, probs), 2, TAG)
+    arrays, meta = c.sessions["s"].to_state()
+    assert meta["current"].pop("scores_form") == "lowered"  # an earlier version wrote none
+    checkpoint.StateDir(tmp_path).save("s", arrays, meta)
+    restarted = _coordinator(tmp_path)
+    with pytest.raises(FailedPrecondition, match=r"step 1's training scores were kept by an earlier coordinator"):
+        _scores(restarted)
+    redone = _products(restarted, probs, mask_bound=1.0)
+    np.testing.assert_array_equal(restarted.block_sums("s", 1, "passive-1", redone, 2, TAG), sums)  # still spent
+    meta["current"]["scores_form"] = "lowered"  # as written now: replayed, the same bytes
+    checkpoint.StateDir(tmp_path).save("s", arrays, meta)
+    replayed = _scores(_coordinator(tmp_path))
+    assert [c.sessions["s"].backend.serialize(ct) for ct in replayed.ciphertexts] == c.sessions["s"].current.scores
+
+
 def test_a_repeat_under_other_masks_is_refused_not_answered(tmp_path) -> None:
     """Review 21, F9: a repeat of a step's block sums is answered from the step's one answer only under the first
     request's mask_tag; under another (a party that lost its mask key redoes the step with other masks) it gets
