@@ -25,15 +25,20 @@ HE_OPS = {
     "_encrypt": "he_encrypt",
     "_encrypt_at": "he_encrypt",  # an encryption in a form below the first data level (LR's [[p]], trees' [[Y]])
     "_decrypt": "he_decrypt",
+    "decrypt_complex": "he_decrypt",  # SEAL's decryption and complex decoding (masked products' two parts)
     "_serialize": "he_serialisation",
     "_deserialize": "he_serialisation",
     "_mul_plain": "he_ct_x_pt",
+    "masked_sum": "he_ct_x_pt",  # a masked product through SEAL: encodings, ct x pt, mask, its Enc(0), its save
     "_add": "he_add",
     "_add_plain": "he_add",
     "check_form": "he_check_form",
 }
 # Inside those operations (their time is already counted there).
-_WITHIN_HE = ("_check", "_level")
+_WITHIN_HE = (
+    "_check", "_level", "_zero_like", "_form_of", "_last_prime", "_transparent_safe", "_seal", "_seal_bytes",
+    "_vector", "_vector_message",
+)
 # Everything else by self time: the phase of the first pattern its "file:function" key contains.
 PHASES: tuple[tuple[str, tuple[str, ...]], ...] = (
     # Not the epoch's cost: handler threads waiting for work, the server's poller, the alignment (PSI).
@@ -109,7 +114,9 @@ def phases(path: Path, top: int = 0) -> dict:
         in_he = filename.endswith(os.path.join("crypto", "he.py"))
         if in_he and function in HE_OPS:
             phase, spent = HE_OPS[function], cumtime
-        elif "tenseal" in f"{filename}:{function}" or (in_he and function in _WITHIN_HE):
+        elif any(lib in f"{filename}:{function}" for lib in ("tenseal", "_sealapi_cpp")) or (
+            in_he and function in _WITHIN_HE
+        ):  # TenSEAL's and SEAL's own calls: inside the HE operations above
             continue
         else:
             phase, spent = phase_of(filename, function), tottime
