@@ -283,8 +283,8 @@ class Coordinator:
             if replay is None:
                 keys = self._epoch_keys(session_id, s, step)
                 probs = training_scores(keys, step, np.array(sample_index), own, replicas, s.passive_parties)
-                scores = [keys.serialize(ct) for ct in probs.ciphertexts]
-                replay = s.current = TrainingStep(step, probs.layout, np.array(sample_index), scores)
+                layout = he.MatrixLayout(probs.shape, probs.replicas, probs.rows_per_ct)
+                replay = s.current = TrainingStep(step, layout, np.array(sample_index), list(probs.ciphertexts))
                 self._advance(session_id, s, step, sample_index, widths)
         layout = replay.layout
         return he.WireMatrix(layout.shape, layout.replicas, layout.rows_per_ct, list(replay.scores))

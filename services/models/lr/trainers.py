@@ -335,7 +335,7 @@ class LrKeyHolder:
 
     def training_scores(
         self, keys: he.Backend, step: int, rows: np.ndarray, own: np.ndarray, replicas: int, parties: Sequence[str]
-    ) -> he.EncryptedMatrix:
+    ) -> he.WireMatrix:
         """[[p]] = [[link(z)]], replicated for the parties' gradient products: z the owner's share ``own`` plus every
         passive party's (``parties``, positions 1..P) share of step ``step`` for exactly ``rows``, added in Z_2^64
         where the masks cancel and clipped to ±ring_mask.SCORE_BOUND (rule 4: a crafted share is clipped, never
@@ -353,7 +353,7 @@ class LrKeyHolder:
             )
         z = ring_mask.open_sum([own, *(h[2] for h in held if h is not None)], ring_mask.SCORE_BOUND)
         self.pending.clear()
-        return he.encrypt_matrix(keys, link(z), replicas=replicas, form=he.LOWERED)
+        return he.encrypt_to_wire(keys, link(z), replicas=replicas, form=he.LOWERED)
 
     @staticmethod
     def block_sums(keys: he.Backend, cts: Sequence[Any], layout: he.MatrixLayout, width: int) -> np.ndarray:
