@@ -103,23 +103,50 @@ def phase_of(filename: str, function: str) -> str:
     return "python"
 
 
+def _is_he_op(key: tuple[str, int, str]) -> bool:
+    return key[0].endswith(os.path.join("crypto", "he.py")) and key[2] in HE_OPS
+
+
+def _share_under_he(stats: dict, key: tuple[str, int, str], field: int, memo: dict) -> float:
+    """The share of ``key``'s time (``field`` 2: its own, 3: its cumulative) spent in calls made, directly or not, from
+    an HE operation: that time is already in the operation's cumulative time. Split by caller as cProfile records it
+    (a caller's calls count as under HE in the share its own cumulative time is); a cycle counts as outside."""
+    callers = stats[key][4]
+    total = sum(times[field] for times in callers.values())
+    if total <= 0:
+        return 0.0
+    under = 0.0
+    for caller, times in callers.items():
+        if _is_he_op(caller):
+            weight = 1.0
+        elif caller in memo:
+            weight = memo[caller]
+        else:
+            memo[caller] = 0.0
+            weight = memo[caller] = _share_under_he(stats, caller, 3, memo) if caller in stats else 0.0
+        under += times[field] * weight
+    return under / total
+
+
 def phases(path: Path, top: int = 0) -> dict:
     """Seconds per phase, summed over threads, of one party's stats: the HE operations by cumulative time,
-    everything else by self time (TenSEAL's own frames are inside the HE operations); with ``top``, also the
-    ``top`` functions by self time."""
+    everything else by self time (TenSEAL's and SEAL's own frames are inside the HE operations), each less what it
+    spent under an HE operation (counted there); with ``top``, also the ``top`` functions by self time."""
     stats = pstats.Stats(str(path)).stats  # type: ignore[attr-defined]
     seconds: dict[str, float] = {}
     rows = []
-    for (filename, _line, function), (_cc, _nc, tottime, cumtime, _callers) in stats.items():
+    memo: dict = {}
+    for key, (_cc, _nc, tottime, cumtime, _callers) in stats.items():
+        filename, _line, function = key
         in_he = filename.endswith(os.path.join("crypto", "he.py"))
-        if in_he and function in HE_OPS:
-            phase, spent = HE_OPS[function], cumtime
+        if _is_he_op(key):
+            phase, spent = HE_OPS[function], cumtime * (1.0 - _share_under_he(stats, key, 3, memo))
         elif any(lib in f"{filename}:{function}" for lib in ("tenseal", "_sealapi_cpp")) or (
             in_he and function in _WITHIN_HE
         ):  # TenSEAL's and SEAL's own calls: inside the HE operations above
             continue
         else:
-            phase, spent = phase_of(filename, function), tottime
+            phase, spent = phase_of(filename, function), tottime * (1.0 - _share_under_he(stats, key, 2, memo))
         seconds[phase] = seconds.get(phase, 0.0) + spent
         rows.append((tottime, phase, f"{Path(filename).name}:{function}"))
     result: dict = {"seconds": dict(sorted(seconds.items(), key=lambda kv: -kv[1]))}

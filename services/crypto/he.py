@@ -74,7 +74,8 @@ OPERAND_SCALE_BITS = 30
 # The plaintext scale of a product that is not rescaled (LOWERED): a masked slot (<= sqrt(2) (2^24 + 64) in both parts)
 # x 2^40 x 2^32 bounds every coefficient by 2^96.5, inside its two primes' q/2 = 2^99. The scale sets x's rounding,
 # which the product keeps: at 2^30 a chunk's block sum could carry N/2 coefficients' rounding (x on a grid aligned with
-# the encoding, review 25 F1), within 2^10 of the flooding at 30,000 rows; at 2^32, 2^11.7 below it.
+# the encoding, review 25 F1), within 2^10 of the flooding at 30,000 rows; at 2^32 at least 2^10.4 below it (median
+# 2^11.7 in 200 runs; what is left is [[δ]]'s own noise, review 26).
 PRODUCT_PLAIN_SCALE_BITS = 32
 SLOTS = CKKS_POLY_MODULUS_DEGREE // 2
 CKKS_MASK_BOUND = 2.0**24

@@ -280,12 +280,14 @@ class Coordinator:
         own = _share_words(share, len(sample_index), k)
         with s.lock:
             replay = self._admit_step(session_id, s, step, sample_index, widths)
+            keys = self._epoch_keys(session_id, s, step)
             if replay is None:
-                keys = self._epoch_keys(session_id, s, step)
                 probs = training_scores(keys, step, np.array(sample_index), own, replicas, s.passive_parties)
                 layout = he.MatrixLayout(probs.shape, probs.replicas, probs.rows_per_ct)
                 replay = s.current = TrainingStep(step, layout, np.array(sample_index), list(probs.ciphertexts))
                 self._advance(session_id, s, step, sample_index, widths)
+            else:
+                _check_replayed_scores(keys, replay)
         layout = replay.layout
         return he.WireMatrix(layout.shape, layout.replicas, layout.rows_per_ct, list(replay.scores))
 
@@ -325,11 +327,6 @@ class Coordinator:
             return None
         if not np.array_equal(current.sample_index, sample_index):
             raise FailedPrecondition(f"step {step} was computed for another batch; it can only be replayed")
-        if current.stale_scores:  # its answers stay spent: a new [[p]] for the step would be a second sample of it
-            raise FailedPrecondition(
-                f"step {step}'s training scores were kept by an earlier coordinator version in a form no party "
-                "accepts now; the step cannot be replayed: open a new session"
-            )
         return current
 
     def aligned_rows(self, session_id: str, s: CoordinatorSession, sample_index: np.ndarray) -> np.ndarray:
@@ -946,6 +943,19 @@ def _one(outcomes: Sequence[Any]) -> Any:
     if isinstance(outcome, ServiceError):
         raise outcome
     return outcome
+
+
+def _check_replayed_scores(keys: he.Backend, replay: TrainingStep) -> None:
+    """A step's [[p]] as a checkpoint kept it, before it is given again: one an earlier version made (before session
+    19 in the fresh form, he.FRESH) no party accepts now, so its replay is refused, the step's answers staying spent
+    (a new [[p]] for the step would be a second sample of it). Decided from the bytes, not the checkpoint's version."""
+    try:
+        keys.check_form(he.deserialize_all(keys, replay.scores, replay.layout.ct_size), product=False, form=he.LOWERED)
+    except ValueError as exc:
+        raise FailedPrecondition(
+            f"step {replay.step}'s training scores were kept by an earlier coordinator version in a form no party "
+            f"accepts now ({exc}); the step cannot be replayed: open a new session"
+        ) from None
 
 
 def _share_words(share: bytes, rows: int, width: int) -> np.ndarray:

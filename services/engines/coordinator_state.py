@@ -53,8 +53,6 @@ class TrainingStep:
     answers: dict[str, Answer] = field(default_factory=dict)  # per party (LR)
     gradient: np.ndarray | None = None  # a family step's answer (split-NN: ∂L/∂h), checkpointed as current/gradient
     loss: float = 0.0
-    # [[p]] kept in the form of an earlier version (fresh, before he.LOWERED): no party accepts it, so not replayed
-    stale_scores: bool = False
 
 
 @dataclass
@@ -208,7 +206,6 @@ class CoordinatorSession:
                 "step": current.step,
                 "layout": [list(current.layout.shape), current.layout.replicas, current.layout.rows_per_ct],
                 "n_scores": len(current.scores),
-                "scores_form": he.LOWERED.name,
                 "loss": current.loss,
                 "answers": {
                     party: {"digest": a.digest, "seed": a.seed.hex(), "refused": a.refused, "tag": a.tag}
@@ -283,6 +280,5 @@ class CoordinatorSession:
                 },
                 np.array(arrays["current/gradient"]) if "current/gradient" in arrays else None,
                 current.get("loss", 0.0),
-                stale_scores=current["n_scores"] > 0 and current.get("scores_form") != he.LOWERED.name,
             )
         return s

@@ -238,24 +238,26 @@ def test_a_checkpoint_of_the_previous_format_keeps_its_answers(tmp_path) -> None
 
 
 def test_a_step_whose_scores_an_earlier_version_kept_is_not_replayed(tmp_path) -> None:
-    """Review 25, F2: a checkpoint written before session 19 holds its step's [[p]] in the fresh form, which no party
-    accepts now (he.LOWERED): the step's replay is refused naming the way out, and its answers stay spent."""
+    """Review 25, F2 (review 26, F2): a coordinator restarted from a checkpoint an earlier version wrote mid-step holds
+    that step's [[p]] in the fresh form, which no party accepts now (he.LOWERED): the replay is refused naming the way
+    out, decided from the stored bytes, also after the session is saved again; the step's answers stay spent."""
     c = _coordinator(tmp_path)
     _open(c)
     probs = _scores(c)
     sums = c.block_sums("s", 1, "passive-1", _products(c, probs), 2, TAG)
+    assert [c.sessions["s"].backend.serialize(ct) for ct in _scores(c).ciphertexts] == c.sessions["s"].current.scores
+    keys = c.sessions["s"].backend
     arrays, meta = c.sessions["s"].to_state()
-    assert meta["current"].pop("scores_form") == "lowered"  # an earlier version wrote none
+    fresh = he.encrypt_matrix(keys, np.full((N, 1), 0.5), 1)  # [[p]] as the earlier version made it
+    arrays["current/score/0"] = checkpoint.from_bytes(keys.serialize(fresh.ciphertexts[0]))
     checkpoint.StateDir(tmp_path).save("s", arrays, meta)
-    restarted = _coordinator(tmp_path)
-    with pytest.raises(FailedPrecondition, match=r"step 1's training scores were kept by an earlier coordinator"):
-        _scores(restarted)
-    redone = _products(restarted, probs, mask_bound=1.0)
-    np.testing.assert_array_equal(restarted.block_sums("s", 1, "passive-1", redone, 2, TAG), sums)  # still spent
-    meta["current"]["scores_form"] = "lowered"  # as written now: replayed, the same bytes
-    checkpoint.StateDir(tmp_path).save("s", arrays, meta)
-    replayed = _scores(_coordinator(tmp_path))
-    assert [c.sessions["s"].backend.serialize(ct) for ct in replayed.ciphertexts] == c.sessions["s"].current.scores
+    for _restart in range(2):  # the second after the session was saved again (the repeated block sums below)
+        restarted = _coordinator(tmp_path)
+        with pytest.raises(FailedPrecondition, match=r"step 1's training scores were kept by an earlier coordinator"):
+            _scores(restarted)
+        redone = _products(restarted, fresh, mask_bound=1.0)
+        np.testing.assert_array_equal(restarted.block_sums("s", 1, "passive-1", redone, 2, TAG), sums)  # spent
+        restarted.sessions.save("s", restarted.sessions["s"])
 
 
 def test_a_repeat_under_other_masks_is_refused_not_answered(tmp_path) -> None:

@@ -66,21 +66,24 @@ def _opened_error(keys, form: he.Form, delta: np.ndarray, X: np.ndarray, replica
 
 @pytest.mark.parametrize(("n", "replicas"), [(1024, 4), (30_000, 1)])
 def test_lowered_block_sums_are_at_least_as_precise_as_fresh_ones(keys, n: int, replicas: int) -> None:
-    """At the feature bound (|x| = 64), the opened gradient's error under both forms, side by side: LOWERED's is no
-    larger than FRESH's (within a factor for the noise's draw) and 2^10 below the flooding."""
+    """At the feature bound (|x| = 64), the opened gradient's largest error over three draws of the encryption noise
+    under both forms, side by side: LOWERED's is no larger than FRESH's (within a factor for the draws) and 2^10
+    below the flooding."""
     rng = np.random.default_rng(n)
     delta, X = rng.uniform(-1.0, 1.0, (n, 1)), rng.choice([-64.0, 64.0], (n, 2))
-    errors = {form.name: _opened_error(keys, form, delta, X, replicas) for form in (he.FRESH, he.LOWERED)}
+    forms = (he.FRESH, he.LOWERED)
+    errors = {form.name: max(_opened_error(keys, form, delta, X, replicas) for _ in range(3)) for form in forms}
     assert errors["lowered"] < 2 * errors["fresh"]
     assert errors["lowered"] < he.BLOCK_SUM_FLOODING / 2**10
 
 
 def test_lowered_block_sums_stay_precise_where_the_rounding_of_x_aligns(keys) -> None:
-    """Review 25, F1: δ of one sign and x = 64 but one row a chunk at 64 - 2^-19 rounds every chunk's coefficient 0 by
-    a half at the plaintext's scale; the product keeps that rounding (no rescale), one chunk's worth per 4,096 rows.
-    At 2^30 that was within 2^9.7-2^10.3 of the flooding at 30,000 rows; at 2^PRODUCT_PLAIN_SCALE_BITS it is not."""
+    """Review 25, F1: δ of one sign and x = 64 but one row a chunk just off the plaintext's grid rounds every chunk's
+    coefficient 0 by a half; the product keeps that rounding (no rescale), one chunk's worth per 4,096 rows. At a
+    plaintext scale of 2^30 the flooding stood 2^9.7-2^10.3 above it at 30,000 rows; at 2^PRODUCT_PLAIN_SCALE_BITS it
+    stays 2^10 above (review 26: at least 2^10.4, median 2^11.7, in 200 runs; the rest is [[δ]]'s own noise)."""
     n = 30_000
     X = np.full((n, 2), 64.0)
-    X[::4096, :] -= 2.0**-19
+    X[::4096, :] -= 2.0 ** (11 - he.PRODUCT_PLAIN_SCALE_BITS)  # aligned at the plaintext's scale, whatever it is
     delta = np.full((n, 1), 1 / (1 + np.exp(-7.0)))
-    assert _opened_error(keys, he.LOWERED, delta, X, 1) < he.BLOCK_SUM_FLOODING / 2**11
+    assert _opened_error(keys, he.LOWERED, delta, X, 1) < he.BLOCK_SUM_FLOODING / 2**10
