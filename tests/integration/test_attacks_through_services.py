@@ -63,7 +63,10 @@ def test_sign_only_improves_with_more_predictions(tmp_path) -> None:
     assert obs.n_samples >= 250
     curve = [mse_of(first(obs, n), truth[:n], "sign_only")["sign_only"] for n in sizes]
     assert curve[2] < curve[0] and curve[2] <= curve[1] + 1e-9
-    assert curve[2] < 0.01
+    # Against the blind baseline on the same rows: since queries are held out of training (issue 31) the scenario
+    # queries ~257 rows, not 569, and sign-only reads 0.018 there against Half's 0.113 (the former bound, 0.01, was
+    # the full recording's).
+    assert curve[2] < mse_of(obs, truth, "half")["half"] / 4
 
 
 @pytest.mark.slow
