@@ -81,6 +81,12 @@ class Run:
     def median_step_ms(self) -> float:
         return float(np.median(self.step_seconds)) * 1000
 
+    def record(self, out: dict[str, Any], key: str) -> None:
+        """Its epoch, throughput and accuracy into ``out``'s tables of them, under ``key``."""
+        out["train_epoch_seconds"][key] = self.epoch_seconds
+        out["inference_samples_per_second"][key] = self.samples_per_second
+        out["accuracy"][key] = self.accuracy
+
 
 def _measure(
     layout, backend: str, epochs: int, batch_size: int, ds: datasets.Dataset, start_parties: Callable = run_in_process,
@@ -139,9 +145,7 @@ def _processes(ds: datasets.Dataset, tmp: Path, epochs: int, batch_size: int, lo
         layout = write_federation(spec, tmp / f"processes-{backend}")
         run = _measure(layout, backend, epochs, batch_size, ds, run_processes)
         parties = {name: seconds for name, seconds in run.cpu_per_epoch.items() if name != "client"}
-        out["train_epoch_seconds"][backend] = run.epoch_seconds
-        out["inference_samples_per_second"][backend] = run.samples_per_second
-        out["accuracy"][backend] = run.accuracy
+        run.record(out, backend)
         out["median_step_ms"][backend] = run.median_step_ms
         out["party_cpu_seconds_per_epoch"][backend] = parties
         out["cpu_bound_epoch_seconds"][backend] = sum(parties.values()) / cores
@@ -177,9 +181,7 @@ def _splitnn(ds: datasets.Dataset, tmp: Path, epochs: int, log: Callable[[str], 
         spec = _spec(ds, backend)
         layout = write_federation(spec, tmp / f"splitnn-{backend}")
         run = _measure(layout, backend, epochs, SPLITNN_BATCH, ds, model=SPLITNN)
-        out["train_epoch_seconds"][backend] = run.epoch_seconds
-        out["inference_samples_per_second"][backend] = run.samples_per_second
-        out["accuracy"][backend] = run.accuracy
+        run.record(out, backend)
         log(f"split-NN {backend:>8}: epoch {run.epoch_seconds:7.2f} s   inference {run.samples_per_second:10.0f} "
             f"samples/s   accuracy {run.accuracy:.4f}")
     out["ratios"] = _ratios(out["train_epoch_seconds"], out["inference_samples_per_second"])
@@ -282,9 +284,7 @@ def run(
             spec = _spec(ds, backend, checkpoints)
             layout = write_federation(spec, Path(tmp) / label)
             run = _measure(layout, backend, epochs, batch_size, ds)
-            result["train_epoch_seconds"][label] = run.epoch_seconds
-            result["inference_samples_per_second"][label] = run.samples_per_second
-            result["accuracy"][label] = run.accuracy
+            run.record(result, label)
             log(
                 f"{label:>17}: epoch {run.epoch_seconds:7.2f} s   inference {run.samples_per_second:10.0f} samples/s   "
                 f"accuracy {run.accuracy:.4f}"

@@ -234,8 +234,7 @@ class Backend(ABC):
         return self.serialize(ct) if serialized else ct
 
     def _encrypt_at(self, values: np.ndarray, form: Form, serialized: bool) -> Ct | bytes:
-        ct = self._encrypt(values)
-        return self.serialize(ct) if serialized else ct
+        return self.encrypt(values, serialized=serialized)  # a backend without forms (plain): a fresh encryption
 
     def decrypt(self, ct: Ct) -> np.ndarray:
         if not self.can_decrypt:
