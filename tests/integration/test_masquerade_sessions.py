@@ -64,15 +64,21 @@ def test_sessions_before_and_after_a_restart_share_one_span_and_stacking_them_fi
         passive = parties[PASSIVE].engine
         x = passive.data.X[datasets.select_ids([str(i) for i in passive.data.ids], queried)]
         truth = x[:, :1]
+        # What Algorithm 1 finds is the fabricated bit, a PRF of the row and so independent of the feature: it matches
+        # the feature (or its complement) on 0.5 + |N(0, 1/(4 n))| of the rows. "Finds nothing" is within 4.5 standard
+        # errors of that (false alarm 7e-6; the old bound 0.6, 3.3 of them, failed once in CI at 0.608), where the
+        # feature read off would score 1.
+        chance = 0.5 + 4.5 * 0.5 / np.sqrt(len(truth))
         one, one_match = _attack(z1, truth)
         stacked, stacked_match = _attack(np.hstack([z1, z2]), truth)
         print(
             f"\nmasquerade m = {M}, live sessions over {len(queried)} queried rows, d_B = {D_B}: Algorithm 1 on one "
-            f"session {one_match:.3f} (span {one}), two stacked {stacked_match:.3f} (span {stacked})"
+            f"session {one_match:.3f} (span {one}), two stacked {stacked_match:.3f} (span {stacked}), chance bound "
+            f"{chance:.3f}"
         )
         kept = len(passive.masquerade_basis)  # drop=binary's kept directions (binary column out, uncorrelated)
         assert one == stacked == 1 + kept + M  # the stack spans one session's [1, Q x, a(x)]
-        assert stacked_match <= 0.6
+        assert stacked_match <= chance
 
         secret = passive.state.path / "secrets" / "masquerade.bin"
         kept = passive.state.path / "secrets" / "masquerade_basis.npy"  # drop=binary's K, beside the secret
@@ -96,5 +102,5 @@ def test_sessions_before_and_after_a_restart_share_one_span_and_stacking_them_fi
         found = enumerate_binary(np.hstack([z1, z2, z3]), all_three - 1).vectors
 
     print(f"three sessions with a restart of the passive party: {all_match:.3f} (span {all_three})")
-    assert all_three == one and all_match <= 0.6
+    assert all_three == one and all_match <= chance
     assert binary_match(bits, found, complements=True).max() == 1.0  # what it finds is the fabricated bit
