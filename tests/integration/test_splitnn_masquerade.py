@@ -22,7 +22,9 @@ from vflsec.services.engines.passive import PassiveSession
 from vflsec.services.plugins import curious
 
 N, D_A, D_B, TRAIN, EPOCHS = 2000, 3, 5, 1400, 30
-BINARY_FLOOR = 0.65  # drop=binary's accuracy bound on this set: see the first test
+# drop=binary's accuracy bound on this set (see the first test): a broken model scores the majority class, 0.517 of
+# the 406 queried rows, or a coin's 0.5 ± 0.025; m = 1 trained to 0.680-0.754 in 40 runs (an audit), 0.65 was too near
+BINARY_FLOOR = 0.60
 ACTIVE_TOP = {"model": "splitnn", "topology": "active-top"}  # the only sessions embedding defenses act on
 
 
@@ -68,6 +70,14 @@ def _run(
     obs, queried = curious.observations(curious.ObservationStore(store), info.session_id)
     assert queried == list(common[TRAIN:]) and obs.embeddings is not None
     return Run(obs, x_passive, x_passive[:, :1], float(np.mean(released.scores.argmax(axis=1) == labels)), session)
+
+
+def _chance(run: Run) -> float:
+    """Above what a vector independent of the binary feature scores: a fabricated bit (a PRF under the party's OS-drawn
+    key) matches it, or its complement, on 0.5 + |N(0, 1/(4 n))| of the n rows, a constant on the majority rate. 4.5
+    standard errors (a false alarm 7e-6 a vector; 0.567 was 2.7 of them, 1-2 % a run); the feature read off scores 1."""
+    majority = float(max(run.truth.mean(), 1 - run.truth.mean()))
+    return max(majority, 0.5 + 4.5 * 0.5 / np.sqrt(len(run.truth)))
 
 
 def _accuracy(attack: str, run: Run) -> tuple[float, float]:
@@ -124,12 +134,12 @@ def test_masquerade_fools_the_plain_attack_the_adaptive_one_recovers_at_m1_and_f
         f"m={m}: {many_cell} (majority {majority:.3f}); "
         f"model accuracy none {plain.accuracy:.3f}, m=1 {one.accuracy:.3f}, m={m} {many.accuracy:.3f}"
     )
-    assert fooled <= 0.6  # the plain attack's best fit is the fabricated bit (ye §5)
+    assert fooled <= _chance(one)  # the plain attack's best fit is the fabricated bit (ye §5)
     # ye §5 (split by the fabricated bit, attack inside the groups: m = 1 is no protection) held at 1.000 with a
     # trained Q. With review 6's fixed OS-entropy Q, which removes a random direction of x for the session, the
     # attack inside the groups recovers the feature in some runs only (1.000 twice, 0.507 once on 2026-11-24), so
     # the m = 1 figure is printed and reported (docs/defenses.md), not asserted.
-    assert adaptive_many is None or adaptive_many <= majority + 0.05  # groups of about one row: nothing to solve
+    assert adaptive_many is None or adaptive_many <= _chance(many)  # groups of about one row: nothing to solve
     # The fresh key and (since Q is fixed, review 6) the fresh projection move the defended model: in process,
     # 16 seeds, m = 1 -3.2 ± 2.8 pp, m = 11 -4.5 ± 3.9 pp, one of 24 runs -11.5 pp (docs/defenses.md). The check
     # guards against a defense that breaks training (a broken model falls to the majority class, 0.517), not
@@ -156,7 +166,7 @@ def test_the_default_drop_binary_leaves_both_attacks_at_the_majority_rate_at_m1(
         f"\ndrop=binary, m = 1, live: alg2 any listed {plain_any:.3f}, adaptive {adaptive:.3f} (any {adaptive_any:.3f})"
         f", majority {majority:.3f}; model accuracy {run.accuracy:.3f}"
     )
-    assert plain_any <= majority + 0.05 and adaptive_any <= majority + 0.05
+    assert plain_any <= _chance(run) and adaptive_any <= _chance(run)
     assert run.accuracy >= BINARY_FLOOR
 
 

@@ -45,7 +45,8 @@ def test_dp_gaussian_clips_then_adds_noise_of_the_stated_scale() -> None:
     draws = np.stack([step.defend(g, y, os_entropy()) for _ in range(1000)])
     norms = np.linalg.norm(g, axis=1, keepdims=True)
     clipped = g * np.minimum(1, 0.5 / norms)
-    assert np.allclose(draws.mean(axis=0), clipped, atol=5 * 1.0 / math.sqrt(1000))  # 5 standard errors
+    # 6.5 standard errors for each of the 1,024 entries (Bonferroni: ~1e-7 a run; 5 of them was ~6e-4, seen at 5.14)
+    assert np.allclose(draws.mean(axis=0), clipped, atol=6.5 * 1.0 / math.sqrt(1000))
     assert np.std(draws - clipped) == pytest.approx(2 * 0.5, rel=0.02)
 
 
@@ -109,7 +110,7 @@ def test_marvell_spends_its_budget_and_brings_the_classes_closer() -> None:
     spent = np.mean(y == 0) * (noise[y == 0] ** 2).sum(axis=1).mean() + np.mean(y == 1) * (
         noise[y == 1] ** 2
     ).sum(axis=1).mean()
-    assert spent == pytest.approx(power, rel=0.1)
+    assert spent == pytest.approx(power, rel=5 * math.sqrt(2 / 2000))  # 5 sd of the ratio (0.1 was 3.1: 0.2 %)
 
     def separation(x: np.ndarray) -> float:  # the classes' distance along Δ over their spread there
         unit = delta / np.linalg.norm(delta)
@@ -183,7 +184,8 @@ def test_noise_residual_undoes_max_norm_where_norm_scoring_goes_blind() -> None:
 def test_axis_projection_averages_fresh_noise_away_better_than_the_cosine() -> None:
     obs, y = _recorded("dp_gaussian:noise_multiplier=0.5,clip=1")  # noise 0.5 per entry, signals 0.1-1.2 long
     cosine, projection = _auc("cosine", obs, y), _auc("axis_projection", obs, y)
-    assert projection > 0.95 and projection >= cosine
+    # Both near 1: one discordant pair of the fresh noise's put projection a hair under a saturated cosine (0.2 %).
+    assert projection > 0.95 and projection >= min(cosine, 0.999)
 
 
 def test_a_chain_keeps_label_dp_draws_across_a_checkpoint() -> None:
