@@ -184,7 +184,7 @@ def test_noise_residual_undoes_max_norm_where_norm_scoring_goes_blind() -> None:
 def test_axis_projection_averages_fresh_noise_away_better_than_the_cosine() -> None:
     obs, y = _recorded("dp_gaussian:noise_multiplier=0.5,clip=1")  # noise 0.5 per entry, signals 0.1-1.2 long
     cosine, projection = _auc("cosine", obs, y), _auc("axis_projection", obs, y)
-    # Both near 1: one discordant pair of the fresh noise's put projection a hair under a saturated cosine (0.2 %).
+    # Both near 1: in 0.2 % of runs a single discordant pair left projection a hair under a saturated cosine.
     assert projection > 0.95 and projection >= min(cosine, 0.999)
 
 
