@@ -240,9 +240,10 @@ class _PeakSampler:
 
         def sample() -> None:
             while not self._stop.wait(0.2):
+                stats = usage.proc_stats()  # /proc read once a sample, for every party's tree
                 for name, pid in pids.items():
-                    self.peaks[name] = max(self.peaks[name], usage.tree_rss_mb(pid))
-                    self.pss_peaks[name] = max(self.pss_peaks[name], usage.tree_pss_mb(pid))
+                    self.peaks[name] = max(self.peaks[name], usage.tree_rss_mb(pid, stats))
+                    self.pss_peaks[name] = max(self.pss_peaks[name], usage.tree_pss_mb(pid, stats))
 
         self._thread = threading.Thread(target=sample, daemon=True)
         self._thread.start()
@@ -294,8 +295,9 @@ def _grpc(rows: int, parties: int, log: Callable[[str], None], workers: int, pro
             log(f"{protocol}: aligning {rows:,} active ids with {parties} passive "
                 f"part{'y' if parties == 1 else 'ies'} of {rows:,} ids ({workers} workers each, gRPC over loopback "
                 "mTLS, one vflsec serve per party) ...")
-            cpu = sum(usage.tree_cpu_seconds(pid) for pid in pids.values())
-            before = {name: usage.tree_rss_mb(pid) for name, pid in pids.items()}
+            stats = usage.proc_stats()
+            cpu = sum(usage.tree_cpu_seconds(pid, stats) for pid in pids.values())
+            before = {name: usage.tree_rss_mb(pid, stats) for name, pid in pids.items()}
             sampler = _PeakSampler(pids)
             start = time.perf_counter()
             try:
@@ -303,7 +305,8 @@ def _grpc(rows: int, parties: int, log: Callable[[str], None], workers: int, pro
             finally:
                 seconds = time.perf_counter() - start
                 sampler.stop()
-            cpu = sum(usage.tree_cpu_seconds(pid) for pid in pids.values()) - cpu
+            stats = usage.proc_stats()
+            cpu = sum(usage.tree_cpu_seconds(pid, stats) for pid in pids.values()) - cpu
             main = {name: peak_rss_mib(pid) for name, pid in pids.items()}
     expected = n_common(rows)
     correct = len(common) == expected and len(set(common)) == expected and all(

@@ -137,13 +137,15 @@ def federated(
             common = align(operator, session, phases, what)
         labels = ds.y[datasets.select_ids(ds.ids, common)]
         train_ids, test_ids = spec.session_split(common, labels)
-        cpu_before = {party: usage.tree_cpu_seconds(pid) for party, pid in pids.items()}
+        stats = usage.proc_stats()  # read once for every party
+        cpu_before = {party: usage.tree_cpu_seconds(pid, stats) for party, pid in pids.items()}
         load = _load()
         what = f"{backend}: growing a depth-{depth} tree on {len(train_ids):,} rows x {ds.n_features} features"
         with phases("train", what), _heartbeat(what, pids, log):
             for _ in operator.train(session, train_ids, 1):
                 pass
-        cpu = {party: usage.tree_cpu_seconds(pid) - cpu_before[party] for party, pid in pids.items()}
+        stats = usage.proc_stats()
+        cpu = {party: usage.tree_cpu_seconds(pid, stats) - cpu_before[party] for party, pid in pids.items()}
         load_after = _load()
         with phases("predict", f"{backend}: predicting {len(test_ids):,} held-out rows"):
             released = predict_all(operator, session, test_ids)

@@ -57,20 +57,20 @@ def process_tree(stats: dict[int, list[str]], root: int) -> set[int]:
     return tree
 
 
-def tree_rss_mb(root: int) -> float:
+def tree_rss_mb(root: int, stats: dict[int, list[str]] | None = None) -> float:
     """Resident memory of ``root`` and all its descendants (pool workers included), in MB; a shared page counts
-    once per process, so this errs high."""
-    stats = proc_stats()
+    once per process, so this errs high; ``stats``: :func:`proc_stats` already read."""
+    stats = proc_stats() if stats is None else stats
     tree = process_tree(stats, root)
     return sum(int(stats[pid][21]) for pid in tree if pid in stats) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def tree_pss_mb(root: int) -> float:
+def tree_pss_mb(root: int, stats: dict[int, list[str]] | None = None) -> float:
     """Proportional set size of ``root`` and its descendants, in MB: a page shared by k processes counts 1/k in
     each, so the sum is what the tree occupies (the pool workers share most of their pages with their
-    forkserver)."""
+    forkserver); ``stats``: :func:`proc_stats` already read."""
     total = 0
-    for pid in process_tree(proc_stats(), root):
+    for pid in process_tree(proc_stats() if stats is None else stats, root):
         try:
             with open(f"/proc/{pid}/smaps_rollup") as rollup:
                 total += next(int(line.split()[1]) for line in rollup if line.startswith("Pss:"))
