@@ -1,4 +1,5 @@
-"""Masked ct x pt products against 0/1 one-hot columns, spread over a process pool (a tree node's at a passive party).
+"""Masked ct x pt products against 0/1 one-hot columns, spread over a process pool (a tree node's at a passive party),
+and the encryptions of a node's class indicators the same way (at the active party).
 
 TenSEAL holds the GIL in ``mul_plain`` (400 products: 0.69 s in one thread, 0.68 s in two), so only processes put a
 second core to work. :class:`ProductPool` splits a node's feature groups (masking.masked_column_products: R columns of
@@ -41,6 +42,9 @@ WORKERS_ENV = "VFLSEC_PRODUCT_WORKERS"
 # the second core saves.
 MIN_POOLED_PRODUCTS = 64
 RANGES_PER_WORKER = 4  # a few ranges each, so that a worker slowed by another job's load does not hold the node up
+# A node's encrypted class indicators (the active party's [[Y]], 6-7 ms a ciphertext) with fewer ciphertexts than this
+# are encrypted in the calling process.
+MIN_POOLED_ENCRYPTIONS = 8
 
 
 class BadIndicators(ValueError):
@@ -130,13 +134,26 @@ _WORKER: dict[str, Any] = {}  # in a worker: its last public context and backend
 Span = tuple[int, int, int, int]  # a task's first and last column (whole products' groups), the fold and the parts
 
 
+def _backend(name: str, context: bytes) -> he.Backend:
+    """In a worker: the public keys of ``context``, parsed once however many tasks bring them."""
+    if _WORKER.get("context") != context:
+        _WORKER.update(context=context, backend=he.open_public(name, context), token=None, delta=None)
+    return _WORKER["backend"]
+
+
+def _encrypted(name: str, context: bytes, vectors: np.ndarray, form: he.Form) -> list[bytes]:
+    """In a worker: each slot vector encrypted in ``form`` as it goes on the wire, by this process's SEAL (its
+    randomness from this process's OS entropy, as the calling process's would be)."""
+    backend = _backend(name, context)
+    return [backend.encrypt(v, form=form, serialized=True) for v in vectors]
+
+
 def _pooled(
     name: str, context: bytes, token: int, shared: _Shared, codes: np.ndarray, starts: np.ndarray, span: Span
 ) -> tuple[list[bytes], np.ndarray]:
     """In a worker: the masked products of columns lo..hi-1 (whole feature groups) of the one-hot matrix, serialized,
     and their mask sums (``span``: lo, hi, fold), the masks drawn from this process's OS entropy."""
-    if _WORKER.get("context") != context:
-        _WORKER.update(context=context, backend=he.open_public(name, context), token=None, delta=None)
+    _backend(name, context)
     if _WORKER["token"] != token:
         _WORKER.update(token=None, delta=None)  # the last node's indicators go before this one's are parsed
         _WORKER.update(token=token, delta=parse(_WORKER["backend"], shared.read()))
@@ -155,7 +172,8 @@ def _pooled(
 
 
 class ProductPool:
-    """One session's masked one-hot products; its worker processes start at the first node that pays for them."""
+    """One session's masked one-hot products (a passive party's) or one growing's encrypted class indicators (the
+    active party's); its worker processes start at the first node that pays for them."""
 
     def __init__(self, workers: int | None = None) -> None:
         self.workers = default_workers() if workers is None else workers
@@ -212,11 +230,38 @@ class ProductPool:
             _release(segment)  # after close(): no task still reads it
         return [blob for blobs, _ in done for blob in blobs], np.concatenate([sums for _, sums in done])
 
+    def encrypt_to_wire(self, keys: he.Backend, M: np.ndarray, replicas: int, *, form: he.Form) -> he.WireMatrix:
+        """he.encrypt_to_wire of M (the same layout and form), its ciphertexts encrypted by the workers a range each;
+        in process where that would not pay (one worker, a plain backend, fewer than MIN_POOLED_ENCRYPTIONS
+        ciphertexts). Any error shuts the pool down."""
+        layout, vectors = he.packed(keys, M, replicas)
+        if self.workers < 2 or keys.name == "plain" or len(vectors) < MIN_POOLED_ENCRYPTIONS:
+            return he.encrypt_to_wire(keys, M, replicas, form=form)
+        cuts = np.linspace(0, len(vectors), min(len(vectors), RANGES_PER_WORKER * self.workers) + 1).astype(int)
+        context, futures = keys.public_context(), []
+        try:
+            pool = self._executor()
+            ranges = itertools.pairwise(cuts)
+            futures = [pool.submit(_encrypted, keys.name, context, vectors[a:b], form) for a, b in ranges]
+            blobs = [blob for future in futures for blob in future.result()]
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            self.close()
+            raise
+        return he.WireMatrix(layout.shape, layout.replicas, layout.rows_per_ct, blobs)
+
     def _executor(self) -> ProcessPoolExecutor:
         with self._lock:
             if self._pool is None:
                 self._pool = psi.pool(self.workers)  # workers that exit with this process
             return self._pool
+
+    def __enter__(self) -> ProductPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def close(self) -> None:
         """Shut the workers down (a range under way finishes first); a later call starts fresh ones."""

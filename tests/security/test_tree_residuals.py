@@ -59,9 +59,9 @@ def _label_read(fed, monkeypatch, family: str, settings: dict, copied: list[int]
     honest_products, honest_weights = steps.FeatureOwner.masked_products, steps.FeatureOwner.bin_weights
     honest_encrypt = steps.LabelHolder.encrypt
 
-    def encrypt(self, backend, task, widest):
+    def encrypt(self, backend, task, widest, pool=None):
         truth[task.key] = self.y[task.rows].tolist()
-        return honest_encrypt(self, backend, task, widest)
+        return honest_encrypt(self, backend, task, widest, pool)
 
     def products(self, backend, encrypted, task, rng):
         if self.party == 0:

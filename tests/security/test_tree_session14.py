@@ -43,9 +43,9 @@ def test_indicators_of_every_class_are_refused_by_the_passive_party(fed, monkeyp
     naming the indicators, before any product is made; the honest K − 1 columns grow the tree."""
     honest = steps.LabelHolder.indicators
 
-    def every_class(self, backend, task, widest):
+    def every_class(self, backend, task, widest, pool=None):
         layout = steps.indicator_layout(task, self.n_classes, widest, backend.slots)
-        return trainers.he.encrypt_matrix(backend, honest(self, task), replicas=layout.replicas)
+        return trainers.he.encrypt_to_wire(backend, honest(self, task), layout.replicas)
 
     made: list = []
     honest_products = steps.FeatureOwner.masked_products

@@ -227,16 +227,16 @@ def test_crafted_indicators_cannot_make_a_refusal_read_a_passive_bins_weight(fed
     party's own bin weights and counts must add up to them and to the class totals: no such refusal."""
     honest, chosen = trainers.LabelHolder.encrypt, {"row": 0}
 
-    def crafted(self, backend, task, widest):
+    def crafted(self, backend, task, widest, pool=None):
         if task.depth < 1:
-            return honest(self, backend, task, widest)
+            return honest(self, backend, task, widest, pool)
         Y = np.zeros((task.rows.size, self.n_classes))
         Y[:, 1] = task.weights
         Y[chosen["row"] % task.rows.size] = 0.0
         Y[chosen["row"] % task.rows.size, 0] = task.weights.sum()
         Y = Y[:, : trainers.encrypted_classes(self.n_classes)]  # the classes that are encrypted
         layout = steps.indicator_layout(task, self.n_classes, widest, backend.slots, steps.product_parts(backend))
-        return he.encrypt_matrix(backend, Y, replicas=layout.replicas)
+        return he.encrypt_to_wire(backend, Y, layout.replicas)
 
     monkeypatch.setattr(trainers.LabelHolder, "encrypt", crafted)
     for target in (0, 7, 19, 33):
@@ -318,16 +318,16 @@ def test_products_made_for_another_copy_of_the_node_are_refused_unopened(fed, mo
         w, t = fake(task), chosen["row"] % task.rows.size
         return np.array([w[t], w.sum() - w[t]] + [0.0] * (self.n_classes - 2))
 
-    def encrypt(self, backend, task, widest):
+    def encrypt(self, backend, task, widest, pool=None):
         if task.depth:
-            return honest_encrypt(self, backend, task, widest)
+            return honest_encrypt(self, backend, task, widest, pool)
         w, t = fake(task), chosen["row"] % task.rows.size
         Y = np.zeros((task.rows.size, self.n_classes))
         Y[:, 1], Y[t] = w, 0.0
         Y[t, 0] = w[t]
         layout = steps.indicator_layout(task, self.n_classes, widest, backend.slots, steps.product_parts(backend))
         replicas = layout.replicas
-        return he.encrypt_matrix(backend, Y[:, : trainers.encrypted_classes(self.n_classes)], replicas=replicas)
+        return he.encrypt_to_wire(backend, Y[:, : trainers.encrypted_classes(self.n_classes)], replicas)
 
     def node_counts(self, session_id, node, indicators, key_epoch):
         if node["depth"] == 0:

@@ -119,3 +119,28 @@ def test_pool_workers_exit_with_their_caller() -> None:
     finally:
         caller.kill()
         executor.shutdown(wait=False, cancel_futures=True)
+
+
+def test_pooled_encryptions_are_the_in_process_layout_each_under_its_own_randomness(node):
+    """The active party's [[Y]] encrypted by the pool's workers: the layout and form he.encrypt_to_wire gives, the
+    same values to the key holder, and every ciphertext its own: equal rows in every chunk (what each worker is
+    handed alike) encrypt to distinct ciphertexts, so no worker repeats another's or its own randomness (rule 1)."""
+    _, _, keys, public, _, _, _ = node
+    column = np.tile(np.arange(1.0, 586.0), 21)[:, None]  # 21 chunks of 585 rows x 7 replicas, every one alike
+    pool = product_pool.ProductPool(workers=2)
+    try:
+        wire = pool.encrypt_to_wire(public, column, 7, form=he.OPERAND)
+        workers = list(pool._pool._processes.values())  # type: ignore[union-attr]
+        assert len(workers) == 2  # made in the pool
+    finally:
+        pool.close()
+    alone = he.encrypt_to_wire(public, column, 7, form=he.OPERAND)
+    assert (wire.shape, wire.replicas, wire.rows_per_ct) == (alone.shape, alone.replicas, alone.rows_per_ct)
+    assert len(wire.ciphertexts) == len(alone.ciphertexts) >= 2 * product_pool.MIN_POOLED_ENCRYPTIONS
+    assert (he.packed(public, column, 7)[1] == he.packed(public, column, 7)[1][0]).all()  # the chunks are alike
+    assert len(set(wire.ciphertexts)) == len(wire.ciphertexts)
+    received = he.matrix_from_wire(keys, wire)
+    keys.check_form(received.ciphertexts, product=False, form=he.OPERAND)
+    np.testing.assert_allclose(he.decrypt_matrix(keys, received), column, atol=1e-3)
+    few = product_pool.ProductPool(workers=2)
+    assert len(few.encrypt_to_wire(public, column[:300], 7, form=he.OPERAND).ciphertexts) < 8 and few._pool is None

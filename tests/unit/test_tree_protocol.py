@@ -56,7 +56,7 @@ def test_one_answer_per_party_and_node_and_exact_width(wine):
     task = fed.builder.next_task()
     assert fed.builder.open(task, fed.labels.totals(task))
     width = fed.builder.width(task, 1)
-    sent = fed.labels.encrypt(fed.public, task, width)
+    sent = he.matrix_from_wire(fed.public, fed.labels.encrypt(fed.public, task, width))  # as a passive party reads it
     products, mask_sums = fed.owners[1].masked_products(fed.public, sent, task, entropy.os_entropy())
     blobs = [fed.public.serialize(ct) for ct in products]
     weights = fed.owners[1].bin_weights(task)
@@ -142,7 +142,7 @@ def test_products_beyond_the_masked_range_are_clipped_not_refused(wine):
     task = fed.builder.next_task()
     assert fed.builder.open(task, fed.labels.totals(task))
     width = fed.builder.width(task, 1)
-    sent = fed.labels.encrypt(fed.public, task, width)
+    sent = he.matrix_from_wire(fed.public, fed.labels.encrypt(fed.public, task, width))  # as a passive party reads it
     loud, mask_sums = masking.masked_feature_products(
         fed.public, sent, fed.owners[1].indicator_matrix(task), entropy.os_entropy(), mask_bound=2.0**30,
         fold=product_fold(task), parts=product_parts(fed.public),

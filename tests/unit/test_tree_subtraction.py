@@ -46,7 +46,7 @@ def _grow(max_depth: int = 3):
             assert np.array_equal(holder.counts[1], derived[-1][1])
             assert np.array_equal(holder.weights[1], derived[-1][2])
         elif 1 in task.features:
-            wire = he.matrix_to_wire(keys, labels.encrypt(keys, holder._over(task), holder.builder.width(task, 1)))
+            wire = labels.encrypt(keys, holder._over(task), holder.builder.width(task, 1))
             _, over = passive.search(node, wire)
             searched.append(over.key)
             holder.submit_counts(keys, 1, task.key, *passive.node_products(keys, over, wire, "s", 0), session_id="s")

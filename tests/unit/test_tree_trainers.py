@@ -36,7 +36,7 @@ def _root_with_counts():
     task = Task.from_json(holder.next_node())
     assert holder.open_node(task.key, labels.totals(task))
     keys = he.make_keyholder("plain")
-    sent = labels.encrypt(keys, task, sum(owners[1].bins.sizes))
+    sent = he.matrix_from_wire(keys, labels.encrypt(keys, task, sum(owners[1].bins.sizes)))
     products, mask_sums = owners[1].masked_products(keys, sent, task, entropy.os_entropy())
     blobs = [keys.serialize(ct) for ct in products]
     weights = owners[1].bin_weights(task)

@@ -183,6 +183,10 @@ class TreeActive:
         index = np.sort(index)
         if ids := ctx.sample_ids(index):
             index = index[np.argsort(np.asarray(ids, dtype=str), kind="stable")]
+        with product_pool.ProductPool() as pool:  # each node's [[Y]] encrypted over every core; gone with the growing
+            self._grow(ctx, index, pool)
+
+    def _grow(self, ctx: ActiveContext, index: np.ndarray, pool: product_pool.ProductPool) -> None:
         key_holder: KeyHolderLink = _tree_link(ctx.key_holder)
         passives: dict[str, PassiveLink] = {party: _tree_link(link) for party, link in ctx.passives.items()}
         position = {party: p for p, party in enumerate(passives, start=1)}
@@ -219,7 +223,7 @@ class TreeActive:
                 self.keys = _epoch_keys(self.keys, ctx.backend.name, key_epoch, fetch)
                 keys = self.keys[1]
                 over = growth.products_over(task, [position[p] for p in searched])  # the smaller child first
-                sent = he.matrix_to_wire(keys, labels.encrypt(keys, over, widest))  # serialised once
+                sent = labels.encrypt(keys, over, widest, pool)
                 futures = [ctx.spawn(passives[p].node_counts, ctx.session_id, node, sent, key_epoch) for p in searched]
                 for future in futures:
                     future.result()
