@@ -59,7 +59,6 @@ class LocalFederation:
         if passive:
             widest = max(self.builder.width(task, p) for p in passive)
             wire = self.labels.encrypt(self.public, task, widest)  # active -> passive parties
-            layout = he.MatrixLayout(tuple(wire.shape), wire.replicas, wire.rows_per_ct)
             self._count("encrypted indicators")
             self._count("indicator ciphertext bytes", sum(map(len, wire.ciphertexts)))
             for p in passive:
@@ -71,7 +70,7 @@ class LocalFederation:
                 self._count("product ciphertext bytes", sum(map(len, blobs)))
                 weights[p] = self.owners[p].bin_weights(task)
                 counts[p] = self.keyholder.open_counts(
-                    p, task, self.builder.width(task, p), layout, blobs, mask_sums, weights[p]
+                    p, task, self.builder.width(task, p), received.layout, blobs, mask_sums, weights[p]
                 )
         split = self.builder.decide(task, counts, weights)
         if split is not None:  # coordinator -> owner: (feature, bin); owner -> everyone: the partition
