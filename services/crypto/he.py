@@ -915,19 +915,18 @@ def choose_replicas(n: int, k: int, d: int, slots: int, *, fold: int | None = No
 
 def encrypt_matrix(backend: Backend, M: np.ndarray, replicas: int = 1, *, form: Form = FRESH) -> EncryptedMatrix:
     """``form``: the ciphertexts' (:meth:`Backend.encrypt`)."""
-    layout, vectors = packed(backend, M, replicas)
+    layout, vectors = _packed(backend, M, replicas)
     return EncryptedMatrix(layout, [backend.encrypt(v, form=form) for v in vectors])
 
 
 def encrypt_to_wire(backend: Backend, M: np.ndarray, replicas: int = 1, *, form: Form = FRESH) -> WireMatrix:
     """:func:`encrypt_matrix` as it goes on the wire (:func:`matrix_to_wire`), each ciphertext saved once."""
-    layout, vectors = packed(backend, M, replicas)
+    layout, vectors = _packed(backend, M, replicas)
     blobs = [backend.encrypt(v, form=form, serialized=True) for v in vectors]
     return WireMatrix(layout.shape, layout.replicas, layout.rows_per_ct, blobs)
 
 
-def packed(backend: Backend, M: np.ndarray, replicas: int) -> tuple[MatrixLayout, np.ndarray]:
-    """M's layout with ``replicas`` and its slot vectors, one per ciphertext (:meth:`MatrixLayout.pack`)."""
+def _packed(backend: Backend, M: np.ndarray, replicas: int) -> tuple[MatrixLayout, np.ndarray]:
     M = np.asarray(M, dtype=np.float64)
     if M.ndim != 2:
         raise ValueError(f"matrix must be 2-D, got shape {M.shape}")

@@ -234,9 +234,10 @@ class ProductPool:
         """he.encrypt_to_wire of M (the same layout and form), its ciphertexts encrypted by the workers a range each;
         in process where that would not pay (one worker, a plain backend, fewer than MIN_POOLED_ENCRYPTIONS
         ciphertexts). Any error shuts the pool down."""
-        layout, vectors = he.packed(keys, M, replicas)
-        if self.workers < 2 or keys.name == "plain" or len(vectors) < MIN_POOLED_ENCRYPTIONS:
+        layout = he.MatrixLayout.for_matrix(np.shape(M), replicas, keys.slots)
+        if self.workers < 2 or keys.name == "plain" or layout.n_chunks < MIN_POOLED_ENCRYPTIONS:
             return he.encrypt_to_wire(keys, M, replicas, form=form)
+        vectors = layout.pack(M)
         cuts = np.linspace(0, len(vectors), min(len(vectors), RANGES_PER_WORKER * self.workers) + 1).astype(int)
         context, futures = keys.public_context(), []
         try:
