@@ -22,9 +22,7 @@ Masked products and block sums (protocol step 5) are services/crypto/masking.py'
 from __future__ import annotations
 
 import math
-import os
 import struct
-import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -35,6 +33,8 @@ import tenseal as ts
 import tenseal.sealapi as sealapi
 
 from vflsec.services import common
+from vflsec.services.crypto.level_keys import LevelEncryptors
+from vflsec.services.crypto.level_keys import save_bytes as _seal_bytes
 
 __all__ = [
     "BACKENDS",
@@ -499,9 +499,8 @@ class CkksBackend(Backend):
         scale = operand.scale if form.rescaled else operand.scale * plain_scale
         fresh = total is None
         if fresh:  # every plaintext zero: a fresh encryption of zero in the products' form
-            total = sealapi.Ciphertext()
             level = self._ctx.data.seal_context().get_context_data(operand.parms_id())
-            seal.encryptor.encrypt_zero((level.next_context_data() if form.rescaled else level).parms_id(), total)
+            total = self._zero_at((level.next_context_data() if form.rescaled else level).parms_id(), form)
         elif form.rescaled:
             seal.evaluator.rescale_to_next_inplace(total)
         total.scale = scale  # a zero has none of its own
@@ -513,7 +512,7 @@ class CkksBackend(Backend):
         # plaintext against exactly (review 20, F3). An encryption of zero from this party's OS entropy makes c1
         # uniform; its noise lies far inside the mask. An all-zero fold's is such an encryption already.
         if not fresh:
-            seal.evaluator.add_inplace(total, self._zero_like(total))
+            seal.evaluator.add_inplace(total, self._zero_at(total.parms_id(), form, scale=total.scale))
         if serialized:  # TenSEAL's message of it, as serialize() would give it
             return _vector_message(_seal_bytes(total), self.size(cts[0]), total.scale)
         return self._vector(total, self.size(cts[0]))
@@ -528,12 +527,14 @@ class CkksBackend(Backend):
             f"an operand of {raw.coeff_modulus_size()} primes at scale 2^{math.log2(raw.scale):.2f} has no form"
         )
 
-    def _zero_like(self, ct: sealapi.Ciphertext) -> sealapi.Ciphertext:
-        """A fresh public-key encryption of zero (SEAL's, its randomness from the OS) made at ``ct``'s level, over its
-        primes only (2.4 ms for two against 3.6 for a full one), labelled with its scale: a zero has none of its own."""
-        zero = sealapi.Ciphertext()
-        self._seal().encryptor.encrypt_zero(ct.parms_id(), zero)
-        zero.scale = ct.scale
+    def _zero_at(self, parms_id: object, form: Form, *, scale: float = 1.0) -> sealapi.Ciphertext:
+        """A fresh public-key encryption of zero (SEAL's, its randomness from the OS) over the primes of ``parms_id``,
+        labelled ``scale``: a zero has none of its own. For the unrescaled products of ``form`` it is made at that
+        level itself (level_keys: 2.6 ms at two primes against 4.0 made one level up and divided): its slot noise,
+        ~2^14 at scale 1 against ~2^10, vanishes at their 2^72, not at a rescaled product's 2^30."""
+        zero, seal = sealapi.Ciphertext(), self._seal()
+        (seal.encryptor if form.rescaled else seal.zeros).encrypt_zero(parms_id, zero)
+        zero.scale = scale
         return zero
 
     def _last_prime(self, raw: sealapi.Ciphertext) -> float:
@@ -585,7 +586,13 @@ class CkksBackend(Backend):
                 if self._secret_key is None
                 else sealapi.Encryptor(context, public, self._secret_key.data)
             )
-            self._sealed = _Seal(sealapi.CKKSEncoder(context), sealapi.Evaluator(context), encryptor, decryptor)
+            self._sealed = _Seal(
+                sealapi.CKKSEncoder(context),
+                sealapi.Evaluator(context),
+                encryptor,
+                decryptor,
+                LevelEncryptors(context, public),
+            )
         return self._sealed
 
 
@@ -610,21 +617,7 @@ class _Seal:
     evaluator: sealapi.Evaluator
     encryptor: sealapi.Encryptor
     decryptor: sealapi.Decryptor | None
-
-
-def _seal_bytes(obj: sealapi.Ciphertext | sealapi.SecretKey) -> bytes:
-    """SEAL's serialization of ``obj``: its Python binding saves only to a path, here one of an anonymous in-memory
-    file (nothing on disk), or a private temporary file where there is none."""
-    if hasattr(os, "memfd_create"):
-        fd = os.memfd_create("vflsec-seal", os.MFD_CLOEXEC)
-        try:
-            obj.save(f"/proc/self/fd/{fd}")
-            return os.pread(fd, os.fstat(fd).st_size, 0)
-        finally:
-            os.close(fd)
-    with tempfile.NamedTemporaryFile() as fh:
-        obj.save(fh.name)
-        return fh.read()
+    zeros: LevelEncryptors  # public-key encryptions of zero at a level's primes
 
 
 def _vector_message(ciphertext: bytes, size: int, scale: float) -> bytes:

@@ -52,7 +52,9 @@ def test_pooled_products_open_to_the_in_process_counts(node, monkeypatch):
         products, mask_sums = owner.pooled_products(pool, public, wire, task)
         workers = list(pool._pool._processes.values())  # type: ignore[union-attr]
         assert len(workers) == 2 and all(w.is_alive() for w in workers)  # made in the pool, not in this process
-        assert _segments() == segments  # the node's shared indicators are unlinked once its products are in
+        # the node's shared indicators are unlinked once its products are in (other test files' segments, made and
+        # unlinked in the other test worker meanwhile, are not this pool's)
+        assert _segments() <= segments
     finally:
         pool.close()
     assert pool._pool is None and not any(w.is_alive() for w in workers)
