@@ -36,8 +36,8 @@ HE_OPS = {
 }
 # Inside those operations (their time is already counted there).
 _WITHIN_HE = (
-    "_check", "_level", "_zero_like", "_form_of", "_last_prime", "_transparent_safe", "_seal", "_seal_bytes",
-    "_vector", "_vector_message",
+    "_check", "_level", "_zero_at", "_form_of", "_last_prime", "_transparent_safe", "_seal", "_vector",
+    "_vector_message",
 )
 # Everything else by self time: the phase of the first pattern its "file:function" key contains.
 PHASES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -139,10 +139,12 @@ def phases(path: Path, top: int = 0) -> dict:
     for key, (_cc, _nc, tottime, cumtime, _callers) in stats.items():
         filename, _line, function = key
         in_he = filename.endswith(os.path.join("crypto", "he.py"))
+        # SEAL's serialisation and the level encryptors run under he.py's operations only
+        in_levels = filename.endswith(os.path.join("crypto", "level_keys.py"))
         if _is_he_op(key):
             phase, spent = HE_OPS[function], cumtime * (1.0 - _share_under_he(stats, key, 3, memo))
         elif any(lib in f"{filename}:{function}" for lib in ("tenseal", "_sealapi_cpp")) or (
-            in_he and function in _WITHIN_HE
+            (in_he and function in _WITHIN_HE) or in_levels
         ):  # TenSEAL's and SEAL's own calls: inside the HE operations above
             continue
         else:

@@ -2,18 +2,19 @@
 
 SEAL encrypts under a public key below the key level by encrypting one level up and dropping that level's last prime
 by division and rounding: at two primes an encryption of zero took a median 4.0 ms against 2.6 ms made over the two
-primes directly, at one prime 3.0 against 1.7 (docs/performance.md, "Encryptions at their level"). Dropping primes of
-an RLWE public key (−a·s + e, a) leaves (−a·s + e, a) mod q_1···q_l: a public key of the same secret for the
-parameters of those primes alone, whose key level is that level, where SEAL encrypts without a division. The division
-only made the noise smaller: an encryption made directly carries slot noise of std ~2^14 at scale 1 against ~2^10,
-far below where it is used (a masked product's re-randomiser at 2^72 or 2^30 × a slot's 2^25 mask; trees' [[Y]] at
-2^30, whose opened counts round with a margin of > 2^8 std).
+primes directly, at one prime 3.0 against 1.7 (docs/performance.md, "Encryptions of zero at their level"). Dropping
+primes of an RLWE public key (−a·s + e, a) leaves (−a·s + e, a) mod q_1···q_l: a public key of the same secret for
+the parameters of those primes alone (the part of it SEAL's own encryption at those primes reads), whose key level is
+that level, where SEAL encrypts without a division. The division only made the noise smaller: an encryption made
+directly carries slot noise of std ~2^14 at scale 1 against ~2^10, which vanishes at the 2^72 of LR's unrescaled
+products (he.CkksBackend._zero_at), not at the 2^30 of trees' rescaled ones, which keep SEAL's.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+import threading
 from typing import Protocol
 
 import tenseal.sealapi as sealapi
@@ -45,7 +46,9 @@ def load_bytes(obj: sealapi.Ciphertext | sealapi.PublicKey, context: sealapi.SEA
     if hasattr(os, "memfd_create"):
         fd = os.memfd_create("vflsec-seal", os.MFD_CLOEXEC)
         try:
-            os.write(fd, data)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
             obj.load(context, f"/proc/self/fd/{fd}")
         finally:
             os.close(fd)
@@ -62,6 +65,7 @@ class LevelEncryptors:
     def __init__(self, context: sealapi.SEALContext, public_key: sealapi.PublicKey) -> None:
         self._context, self._public = context, public_key
         self._levels: dict[int, tuple[sealapi.Encryptor, object]] = {}
+        self._lock = threading.Lock()  # a level's encryptor is built once (~20 ms), whichever thread asks first
 
     def encrypt_zero(self, parms_id: object, destination: sealapi.Ciphertext) -> None:
         """A fresh encryption of zero at the level ``parms_id`` (its randomness SEAL's, drawn from the OS entropy of
@@ -74,9 +78,10 @@ class LevelEncryptors:
         if data is None:
             raise ValueError("no such level in this context")
         primes = data.parms().coeff_modulus()
-        if len(primes) not in self._levels:
-            self._levels[len(primes)] = self._restricted(primes)
-        return self._levels[len(primes)]
+        with self._lock:
+            if len(primes) not in self._levels:
+                self._levels[len(primes)] = self._restricted(primes)
+            return self._levels[len(primes)]
 
     def _restricted(self, primes: list) -> tuple[sealapi.Encryptor, object]:
         degree = self._context.key_context_data().parms().poly_modulus_degree()

@@ -43,18 +43,29 @@ def _segments() -> set[str]:
     return {name for name in os.listdir("/dev/shm") if name.startswith("psm_")}
 
 
+def _recording(monkeypatch) -> list[str]:
+    """The names of the shared segments the pool makes from now on (another test worker's come and go meanwhile)."""
+    made: list[str] = []
+    write = product_pool._Shared.write
+
+    def recorded(cls, wire):
+        shared, segment = write(wire)
+        made.append(segment.name.lstrip("/"))
+        return shared, segment
+
+    monkeypatch.setattr(product_pool._Shared, "write", classmethod(recorded))
+    return made
+
+
 def test_pooled_products_open_to_the_in_process_counts(node, monkeypatch):
     owner, task, _, public, sent, wire, expected = node
     monkeypatch.setattr(product_pool, "MIN_POOLED_PRODUCTS", 0)
-    pool = product_pool.ProductPool(workers=2)
-    segments = _segments()
+    pool, made = product_pool.ProductPool(workers=2), _recording(monkeypatch)
     try:
         products, mask_sums = owner.pooled_products(pool, public, wire, task)
         workers = list(pool._pool._processes.values())  # type: ignore[union-attr]
         assert len(workers) == 2 and all(w.is_alive() for w in workers)  # made in the pool, not in this process
-        # the node's shared indicators are unlinked once its products are in (other test files' segments, made and
-        # unlinked in the other test worker meanwhile, are not this pool's)
-        assert _segments() <= segments
+        assert made and not set(made) & _segments()  # the node's shared indicators unlinked once its products are in
     finally:
         pool.close()
     assert pool._pool is None and not any(w.is_alive() for w in workers)
@@ -72,7 +83,7 @@ def test_a_bad_ciphertext_is_refused_as_in_process_and_the_pool_shut_down(node, 
     broken = he.WireMatrix(wire.shape, wire.replicas, wire.rows_per_ct, [*wire.ciphertexts[:-1], b"not a ciphertext"])
     with pytest.raises(InvalidArgument) as in_process:
         owner.pooled_products(product_pool.ProductPool(workers=1), public, broken, task)
-    pool, segments = product_pool.ProductPool(workers=2), _segments()
+    pool, made = product_pool.ProductPool(workers=2), _recording(monkeypatch)
     with pytest.raises(InvalidArgument) as pooled:
         owner.pooled_products(pool, public, broken, task)
     assert str(pooled.value) == str(in_process.value)
@@ -82,7 +93,7 @@ def test_a_bad_ciphertext_is_refused_as_in_process_and_the_pool_shut_down(node, 
     with pytest.raises(InvalidArgument, match="indicators: ciphertext 0 has 2 polynomials, 3 primes"):
         owner.pooled_products(product_pool.ProductPool(workers=1), public, fresh, task)
     assert pool._pool is None  # shut down on the error; the next node starts fresh workers
-    assert _segments() <= segments  # nor is its shared copy left behind
+    assert made and not set(made) & _segments()  # nor is its shared copy left behind
     products, _ = owner.pooled_products(pool, public, wire, task)
     assert products and pool._pool is not None
     pool.close()
