@@ -88,8 +88,12 @@ KEY_ROTATION_MARGIN = 4
 # of every family: each decrypted slot of a ciphertext of honest form is at most one linear functional of the key.
 KEY_BUDGET = CKKS_POLY_MODULUS_DEGREE // KEY_ROTATION_MARGIN
 # choose_replicas with folding: a δ ciphertext (encrypt, serialize, read) and a folded product (mask, serialize,
-# read, decrypt) in units of one ct x pt product with its plaintext's encoding (CKKS N = 8192, measured 2026-11).
+# read, decrypt) in units of one ct x pt product with its plaintext's encoding (CKKS N = 8192, measured 2026-11):
+# trees' [[Y]] and one-hot products, and LR's [[p]] / δ and gradient products (the key holder's symmetric encryption,
+# the owner's δ and every reader's parse, 8.2 ms a ciphertext; a product's re-randomising zero, mask and save, 6.7
+# ms, and its opening, 2.6 ms; against 1.4 ms a ct x pt product; one thread, 2026-11-29).
 ENCRYPT_COST, OPEN_COST = 3.0, 3.0
+LR_ENCRYPT_COST, LR_OPEN_COST = 5.8, 6.6
 
 
 def key_rotation_steps(functionals_per_step: int) -> int:
@@ -884,13 +888,22 @@ class WireMatrix:
     ciphertexts: list[bytes]
 
 
-def choose_replicas(n: int, k: int, d: int, slots: int, *, fold: int | None = None, parts: int = 1) -> int:
+def choose_replicas(
+    n: int,
+    k: int,
+    d: int,
+    slots: int,
+    *,
+    fold: int | None = None,
+    parts: int = 1,
+    costs: tuple[float, float] = (ENCRYPT_COST, OPEN_COST),
+) -> int:
     """Replication factor R minimising the masked-product ciphertexts for an (n, k) δ and d features.
 
-    With ``fold`` (products of that many chunks added before they are masked, :func:`masked_column_products`) the
-    ciphertexts sent are few, and R minimises the work instead, in units of one ct x pt product (measured, CKKS
-    N = 8192): each δ ciphertext costs ENCRYPT_COST of them (encrypted, sent, read), each folded product OPEN_COST
-    (masked, sent, decrypted). ``parts``: groups a product carries (:func:`masked_column_products`).
+    With ``fold`` (products of up to that many chunks added before they are masked, :func:`masked_column_products`)
+    the ciphertexts sent are few, and R minimises the work instead, in units of one ct x pt product (measured, CKKS
+    N = 8192): each δ ciphertext costs ``costs[0]`` of them (encrypted, sent, read), each folded product
+    ``costs[1]`` (masked, sent, decrypted). ``parts``: groups a product carries (:func:`masked_column_products`).
     """
     if min(n, k, d) < 1 or k > slots:
         raise ValueError(f"cannot pack n={n}, k={k}, d={d} into {slots} slots")
@@ -900,7 +913,7 @@ def choose_replicas(n: int, k: int, d: int, slots: int, *, fold: int | None = No
         groups, chunks = math.ceil(math.ceil(d / r) / parts), layout.n_chunks
         if fold is None:  # fewest product ciphertexts first, then fewest δ ciphertexts to send
             return groups * chunks, chunks
-        work = groups * chunks + ENCRYPT_COST * chunks + OPEN_COST * groups * math.ceil(chunks / fold)
+        work = groups * chunks + costs[0] * chunks + costs[1] * groups * math.ceil(chunks / fold)
         return work, chunks
 
     return min(range(1, min(d, slots // k) + 1), key=cost)

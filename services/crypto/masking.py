@@ -32,8 +32,11 @@ import numpy as np
 from vflsec.services.crypto.he import FEATURE_BOUND, Backend, Ct, EncryptedMatrix, MatrixLayout, RandomSource
 
 __all__ = [
+    "GRADIENT_MAX_FOLD",
     "block_sums",
+    "gradient_fold",
     "gradient_from_block_sums",
+    "gradient_mask_bound",
     "masked_column_products",
     "masked_feature_products",
     "product_count",
@@ -45,6 +48,24 @@ def product_parts(backend: Backend) -> int:
     """Feature groups one masked product carries: two where slots are complex (CKKS: a slot's real and imaginary
     parts), else one. Public: every party and the key holder derive it from the session's backend."""
     return 2 if backend.complex_slots else 1
+
+
+# LR's gradient products add up to this many chunks of δ before one mask (gradient_fold).
+GRADIENT_MAX_FOLD = 2
+
+
+def gradient_fold(layout: MatrixLayout) -> int:
+    """Chunks of δ one of LR's gradient products adds before it is masked: every chunk, up to GRADIENT_MAX_FOLD.
+    Public: every party and the key holder derive it from the step's layout. Its masks are drawn ``fold`` times as
+    wide (gradient_mask_bound), so each hides a sum of ``fold`` products as the default one hides one; at most 2 keeps a
+    masked slot (<= sqrt(2) · 2 (2^24 + 64)) x 2^72 at 2^97.5 in every coefficient, inside the lowered form's q/2 =
+    2^99 (he.PRODUCT_PLAIN_SCALE_BITS)."""
+    return min(layout.n_chunks, GRADIENT_MAX_FOLD)
+
+
+def gradient_mask_bound(backend: Backend, layout: MatrixLayout) -> float:
+    """The masks' bound for LR's gradient products of ``layout``: the default one per chunk they add."""
+    return backend.default_mask_bound * gradient_fold(layout)
 
 
 def product_count(d: int, layout: MatrixLayout, *, fold: int = 1, parts: int = 1) -> int:
@@ -133,6 +154,8 @@ def masked_column_products(
     bound = backend.default_mask_bound if mask_bound is None else float(mask_bound)
     if not (math.isfinite(bound) and bound >= 0):
         raise ValueError(f"mask_bound must be finite and >= 0, got {mask_bound}")
+    # The default masks hide one product of |δ·x| <= FEATURE_BOUND a slot; masks k times as wide hide k times as much.
+    hidden = FEATURE_BOUND * (bound / backend.default_mask_bound if backend.default_mask_bound else 1.0)
 
     R, C, chunks = layout.replicas, layout.rows_per_ct, layout.n_chunks
     folded = math.ceil(chunks / fold)
@@ -146,8 +169,8 @@ def masked_column_products(
             block = np.asarray(columns(lo, hi), dtype=np.float64)
             if block.shape != (n, hi - lo):
                 raise ValueError(f"features must be ({n}, d) to match δ, got columns of shape {block.shape}")
-            if not np.all(np.abs(block) * fold <= FEATURE_BOUND):
-                raise ValueError(f"features must satisfy fold · |x| <= {FEATURE_BOUND:g} (the masks hide no more)")
+            if not np.all(np.abs(block) * fold <= hidden):
+                raise ValueError(f"features must satisfy fold · |x| <= {hidden:g} (the masks hide no more)")
             padded = np.zeros((chunks * C, R))
             padded[:n, : hi - lo] = block
             # (chunk, row, replica) -> (chunk, replica, row, col): each feature value spans k slots.

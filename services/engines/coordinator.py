@@ -469,8 +469,9 @@ class Coordinator:
 
         Admission (docs/protocol.md, "Block sums"): the caller's width must be the one the active party reported
         for it (both must agree); the batch must be at least twice it (checked per step for every width); the request
-        carries exactly ceil(ceil(width / R) / parts) x n_chunks ciphertexts (masking.product_count; parts: two feature
-        groups a product under CKKS, masking.product_parts), each no larger than a fresh one, checked before
+        carries exactly ceil(ceil(width / R) / parts) x ceil(n_chunks / fold) ciphertexts (masking.product_count;
+        parts: two feature groups a product under CKKS, masking.product_parts; fold: masking.gradient_fold), each no
+        larger than a fresh one, checked before
         any is parsed; one request per party and step is decrypted, and every repeat gets that request's answer
         (its sums, from the cache, or its refusal) whatever its bytes: products are re-randomised (review 20, F3),
         so an honest party redoing a step sends other bytes, and an answer it had tells it nothing new; but only
@@ -516,11 +517,12 @@ class Coordinator:
             layout = current.layout
             keys = s.epochs[s.epoch(step)]  # the current step's epoch is never dropped
             parts = masking.product_parts(keys)
-            expected_count = masking.product_count(width, layout, parts=parts)
+            expected_count = masking.product_count(width, layout, fold=masking.gradient_fold(layout), parts=parts)
             if len(ciphertexts) != expected_count:
                 raise InvalidArgument(
                     f"a block of {width} columns at {layout.replicas} replicas, {parts} feature group(s) a "
-                    f"ciphertext, over {layout.n_chunks} chunks is {expected_count} ciphertexts, got {len(ciphertexts)}"
+                    f"ciphertext, over {layout.n_chunks} chunks added {masking.gradient_fold(layout)} a product, is "
+                    f"{expected_count} ciphertexts, got {len(ciphertexts)}"
                 )
             limit = keys.max_ciphertext_bytes
             if any(len(blob) > limit for blob in ciphertexts):
