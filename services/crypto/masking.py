@@ -155,7 +155,8 @@ def masked_column_products(
     if not (math.isfinite(bound) and bound >= 0):
         raise ValueError(f"mask_bound must be finite and >= 0, got {mask_bound}")
     # The default masks hide one product of |δ·x| <= FEATURE_BOUND a slot; masks k times as wide hide k times as much.
-    hidden = FEATURE_BOUND * (bound / backend.default_mask_bound if backend.default_mask_bound else 1.0)
+    wider = bound / backend.default_mask_bound if backend.default_mask_bound else 1.0
+    hidden = FEATURE_BOUND * max(1.0, wider)
 
     R, C, chunks = layout.replicas, layout.rows_per_ct, layout.n_chunks
     folded = math.ceil(chunks / fold)
