@@ -1,0 +1,82 @@
+"""LR's gradient products over up to two chunks of δ a product (masking.gradient_fold, session 22)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vflsec.services.crypto import entropy, he, masking
+
+
+@pytest.fixture(scope="module")
+def keys() -> tuple[he.CkksBackend, he.CkksBackend]:
+    keyholder = he.CkksBackend.keyholder()
+    return keyholder, he.CkksBackend.from_public_context(keyholder.public_context())
+
+
+def _replicas(n: int, widest: int) -> int:
+    return he.choose_replicas(
+        n, 1, widest, he.SLOTS, fold=masking.GRADIENT_MAX_FOLD, parts=2, costs=(he.LR_ENCRYPT_COST, he.LR_OPEN_COST)
+    )
+
+
+def test_the_fold_is_every_chunk_up_to_two_and_the_masks_widen_with_it() -> None:
+    plain = he.make_keyholder("plain")
+    for n, chunks, fold in [(500, 1, 1), (1024, 2, 2), (30_000, 8, 2)]:
+        layout = he.MatrixLayout.for_matrix((n, 1), 1 if n > 1024 else 8, he.SLOTS)
+        assert layout.n_chunks == chunks and masking.gradient_fold(layout) == fold
+        assert masking.gradient_mask_bound(he.CkksBackend.keyholder(), layout) == fold * he.CKKS_MASK_BOUND
+        assert masking.gradient_mask_bound(plain, layout) == 0.0
+
+
+def test_at_batch_1024_each_party_sends_one_product_where_it_sent_two() -> None:
+    """Credit's widths (13 with the bias, 11): R = 7 over two chunks, one product a party; unfolded, R = 4 over one
+    chunk and two products a party."""
+    replicas = _replicas(1024, 13)
+    layout = he.MatrixLayout.for_matrix((1024, 1), replicas, he.SLOTS)
+    assert (replicas, layout.n_chunks) == (7, 2)
+    fold = masking.gradient_fold(layout)
+    assert [masking.product_count(w, layout, fold=fold, parts=2) for w in (13, 11)] == [1, 1]
+    before = he.MatrixLayout.for_matrix((1024, 1), he.choose_replicas(1024, 1, 13, he.SLOTS, parts=2), he.SLOTS)
+    assert (before.replicas, before.n_chunks) == (4, 1)
+    assert [masking.product_count(w, before, parts=2) for w in (13, 11)] == [2, 2]
+
+
+@pytest.mark.parametrize("n", [1024, 30_000])
+def test_folded_products_open_to_the_gradient_at_the_feature_bound(keys, n: int) -> None:
+    """|x| = 64 (the parties' bound) under masks twice as wide: the key holder's slots stay inside its clip bound
+    fold · (2^24 + 64) + 1 (block_sums refuses any outside it here), and the opened δᵀX's error stays 2^10 below
+    the flooding, as unfolded products' does (test_he_forms)."""
+    keyholder, party = keys
+    rng = np.random.default_rng(n)
+    delta, X = rng.uniform(-1.0, 1.0, (n, 1)), rng.choice([-64.0, 64.0], (n, 13))
+    made = he.encrypt_matrix(keyholder, delta, _replicas(n, 13), form=he.LOWERED)
+    sent = he.matrix_from_wire(party, he.matrix_to_wire(keyholder, made))
+    fold, bound = masking.gradient_fold(sent.layout), masking.gradient_mask_bound(party, sent.layout)
+    products, mask_sums = masking.masked_feature_products(
+        party, sent, X, entropy.os_entropy(), bound, fold=fold, parts=2
+    )
+    assert fold == 2 and len(products) == masking.product_count(13, sent.layout, fold=fold, parts=2)
+    opened = [keyholder.deserialize(party.serialize(ct)) for ct in products]
+    keyholder.check_form(opened, product=True, form=he.LOWERED)
+    clip = bound + fold * he.FEATURE_BOUND + 1.0
+    slots = np.concatenate([keyholder.decrypt_complex(ct) for ct in opened])
+    assert np.abs(slots.real).max() <= clip and np.abs(slots.imag).max() <= clip
+    assert np.abs(slots.real).max() > he.CKKS_MASK_BOUND  # the masks are as wide as the fold
+    sums = masking.block_sums(keyholder, opened, sent.layout, max_abs=clip, fold=fold, parts=2)
+    gradient = masking.gradient_from_block_sums(sums[:13], mask_sums[:13], 13)
+    assert np.abs(gradient - delta.T @ X).max() < he.BLOCK_SUM_FLOODING / 2**10
+
+
+def test_a_fold_the_masks_do_not_cover_is_refused(keys) -> None:
+    """The default masks hide one product of |δ·x| <= 64 a slot: two chunks at |x| = 64 need masks twice as wide."""
+    keyholder, party = keys
+    delta, X = np.full((1024, 1), 0.5), np.full((1024, 2), 64.0)
+    sent = he.matrix_from_wire(
+        party, he.matrix_to_wire(keyholder, he.encrypt_matrix(keyholder, delta, 7, form=he.LOWERED))
+    )
+    with pytest.raises(ValueError, match=r"fold · \|x\| <= 64 \(the masks hide no more\)"):
+        masking.masked_feature_products(party, sent, X, entropy.os_entropy(), fold=2, parts=2)
+    wide = masking.gradient_mask_bound(party, sent.layout)
+    products, _ = masking.masked_feature_products(party, sent, X, entropy.os_entropy(), wide, fold=2, parts=2)
+    assert len(products) == 1
