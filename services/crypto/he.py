@@ -482,7 +482,11 @@ class CkksBackend(Backend):
         # the operand's scale exactly (labelled 2^40 it decoded x 2^40/q, 1 + 6.7e-7 for the prime under an operand:
         # an opened count of 750k rows off by one after rounding; review 21). Kept: at 2^PRODUCT_PLAIN_SCALE_BITS.
         plain_scale = self._last_prime(operand) if form.rescaled else 2.0**PRODUCT_PLAIN_SCALE_BITS
-        total = None
+        # Rescaled: scale x q / q, exact but for a double's last bit; kept: the operands' x 2^32, exact.
+        scale = operand.scale if form.rescaled else operand.scale * plain_scale
+        # Kept: the sum starts from its re-randomising encryption of zero (below), whose c1 is uniform, so no partial
+        # sum of crafted chunks can come out transparent and be dropped on the party's values (review 27, F3).
+        total = None if form.rescaled else self._zero_at(operand.parms_id(), form, scale=scale)
         for i, (ct, v) in enumerate(zip(cts, values, strict=True)):
             if np.max(np.abs(v)) < _ZERO_ENCODING_BELOW:
                 continue  # encodes to zero: SEAL refuses the product (transparent), which is zero anyway
@@ -499,8 +503,6 @@ class CkksBackend(Backend):
                 total = product
             elif not _transparent_safe(seal.evaluator.add_inplace, total, product):
                 total = None
-        # Rescaled: scale x q / q, exact but for a double's last bit; kept: the operands' x 2^32, exact.
-        scale = operand.scale if form.rescaled else operand.scale * plain_scale
         fresh = total is None
         if fresh:  # every plaintext zero: a fresh encryption of zero in the products' form
             level = self._ctx.data.seal_context().get_context_data(operand.parms_id())
@@ -514,8 +516,9 @@ class CkksBackend(Backend):
         # Re-randomised: the mask changes only c0, so c1 would be (rescaled) c1 of the operands times the party's
         # plaintexts, which a key holder knowing the operands' c1 (LR: [[δ]] = its [[p]] - y) tests guesses of the
         # plaintext against exactly (review 20, F3). An encryption of zero from this party's OS entropy makes c1
-        # uniform; its noise lies far inside the mask. An all-zero fold's is such an encryption already.
-        if not fresh:
+        # uniform; its noise lies far inside the mask. An all-zero fold's is such an encryption already, and a kept
+        # product's sum started from one.
+        if not fresh and form.rescaled:
             seal.evaluator.add_inplace(total, self._zero_at(total.parms_id(), form, scale=total.scale))
         if serialized:  # TenSEAL's message of it, as serialize() would give it
             return _vector_message(_seal_bytes(total), self.size(cts[0]), total.scale)

@@ -10,8 +10,9 @@ while the decoded value carries an absolute error that stays at the ~1.2e-6 nois
 then grows about linearly in B, because decoding works in double precision on coefficients of size
 B * 2^40 (measured max error per slot: 2^32 -> 2.8e-6, 2^35 -> 2.4e-5, 2^40 -> 6e-4). The default
 B = 2^24 keeps a 64x margin below that knee. Features are bounded by FEATURE_BOUND = 64 (a party refuses
-larger ones) and |δ| <= 1, so |v| <= 64 is hidden to within 2^-18 per slot; the key holder refuses products
-that decrypt outside [-(B + 65), B + 65], which keeps every decryption it answers in that low-error regime. The
+larger ones) and |δ| <= 1, so |v| <= 64 is hidden to within 2^-18 per slot (LR's products adding two chunks,
+gradient_fold, have masks twice as wide for |v| <= 128); the key holder clips slots outside [-(B + 65), B + 65]
+(at fold 2, twice that), which keeps every decryption it answers in that low-error regime. The
 plain backend defaults to B = 0: it hides nothing anyway, and float64 masks would only cost it exactness.
 
 Block sums leave the key holder flooded (CKKS only): Gaussian noise of standard deviation 2^-6, then rounded
@@ -36,7 +37,6 @@ __all__ = [
     "block_sums",
     "gradient_fold",
     "gradient_from_block_sums",
-    "gradient_mask_bound",
     "masked_column_products",
     "masked_feature_products",
     "product_count",
@@ -57,15 +57,10 @@ GRADIENT_MAX_FOLD = 2
 def gradient_fold(layout: MatrixLayout) -> int:
     """Chunks of δ one of LR's gradient products adds before it is masked: every chunk, up to GRADIENT_MAX_FOLD.
     Public: every party and the key holder derive it from the step's layout. Its masks are drawn ``fold`` times as
-    wide (gradient_mask_bound), so each hides a sum of ``fold`` products as the default one hides one; at most 2 keeps a
-    masked slot (<= sqrt(2) · 2 (2^24 + 64)) x 2^72 at 2^97.5 in every coefficient, inside the lowered form's q/2 =
-    2^99 (he.PRODUCT_PLAIN_SCALE_BITS)."""
+    wide (``widening``, :func:`masked_column_products`), so each hides a sum of ``fold`` products as the default one
+    hides one; at most 2 keeps a masked slot (<= sqrt(2) · 2 (2^24 + 64)) x 2^72 at 2^97.5 in every coefficient,
+    inside the lowered form's q/2 = 2^99 (he.PRODUCT_PLAIN_SCALE_BITS)."""
     return min(layout.n_chunks, GRADIENT_MAX_FOLD)
-
-
-def gradient_mask_bound(backend: Backend, layout: MatrixLayout) -> float:
-    """The masks' bound for LR's gradient products of ``layout``: the default one per chunk they add."""
-    return backend.default_mask_bound * gradient_fold(layout)
 
 
 def product_count(d: int, layout: MatrixLayout, *, fold: int = 1, parts: int = 1) -> int:
@@ -83,14 +78,15 @@ def masked_feature_products(
     fold: int = 1,
     parts: int = 1,
     serialized: bool = False,
+    widening: int = 1,
 ) -> tuple[list[Ct] | list[bytes], np.ndarray]:
     """Masked [[δ ⊙ x]] blocks for the key holder, and the mask sums the party keeps.
 
     For feature group g (features g*R .. g*R+R-1, G = ceil(d/R)) and chunk i the product is
     ``δ_ct_i * v + m`` with ``v[r*C*k + row*k + col] = X[i*C + row, g*R + r]``. Ciphertexts are ordered
     (g, i); the mask sums have the shape :func:`block_sums` returns, (G*R, k). With ``fold`` > 1 the products of
-    ``fold`` consecutive chunks are added before one mask is, and with ``parts`` = 2 two groups share a product
-    (:func:`masked_column_products`).
+    ``fold`` consecutive chunks are added before one mask is (masks ``widening`` default ones wide), and with
+    ``parts`` = 2 two groups share a product (:func:`masked_column_products`).
 
     δ must still have one multiplicative level left (a fresh encryption, possibly plus/minus plaintexts, as
     in protocol steps 3-4): with moduli [60, 40, 40, 60] a second ct x pt would leave too little modulus for
@@ -113,6 +109,7 @@ def masked_feature_products(
         fold=fold,
         parts=parts,
         serialized=serialized,
+        widening=widening,
     )
 
 
@@ -127,14 +124,18 @@ def masked_column_products(
     fold: int = 1,
     parts: int = 1,
     serialized: bool = False,
+    widening: int = 1,
 ) -> tuple[list[Ct] | list[bytes], np.ndarray]:
     """:func:`masked_feature_products` of the (n, d) matrix whose columns lo..hi-1 ``columns(lo, hi)`` returns,
     one feature group at a time (never the whole matrix, nor every product unfolded, in memory at once).
 
     ``fold``: the products of each ``fold`` consecutive chunks of a group are added (ct + ct) and masked once, so a
     group has ceil(chunks / fold) ciphertexts, not one per chunk; a slot then holds the sum of ``fold`` rows'
-    values, so the caller keeps ``fold`` · max|δ| · max|x| <= FEATURE_BOUND, the range the masks hide (checked here
-    for the x side: ``fold`` · max|x| <= FEATURE_BOUND). :func:`block_sums` opens them with the same ``fold``.
+    values, so the caller keeps ``fold`` · max|δ| · max|x| <= ``widening`` · FEATURE_BOUND, the range the masks
+    hide (checked here for the x side). ``widening``: the masks are that many default ones wide (the default
+    mask bound times it, unless ``mask_bound`` is given): trees fold one-hot columns under the default masks, LR
+    folds |x| <= 64 under masks ``fold`` times as wide (:func:`gradient_fold`). :func:`block_sums` opens them with
+    the same ``fold``.
 
     ``parts``: feature groups one product carries, 2 only where slots are complex (CKKS): group 2p in the slots'
     real parts, group 2p + 1 in their imaginary parts (δ is real, so (δ)(a + ib) = δa + iδb), half the products
@@ -151,12 +152,12 @@ def masked_column_products(
         raise ValueError(f"fold must be >= 1, got {fold}")
     if parts not in (1, 2) or (parts == 2 and not backend.complex_slots):
         raise ValueError(f"parts must be 1, or 2 where slots are complex; got {parts} for {backend.name}")
-    bound = backend.default_mask_bound if mask_bound is None else float(mask_bound)
+    if widening < 1:
+        raise ValueError(f"widening must be >= 1, got {widening}")
+    bound = backend.default_mask_bound * widening if mask_bound is None else float(mask_bound)
     if not (math.isfinite(bound) and bound >= 0):
         raise ValueError(f"mask_bound must be finite and >= 0, got {mask_bound}")
-    # The default masks hide one product of |δ·x| <= FEATURE_BOUND a slot; masks k times as wide hide k times as much.
-    wider = bound / backend.default_mask_bound if backend.default_mask_bound else 1.0
-    hidden = FEATURE_BOUND * max(1.0, wider)
+    hidden = FEATURE_BOUND * widening  # what masks ``widening`` default ones wide hide of a slot's sum
 
     R, C, chunks = layout.replicas, layout.rows_per_ct, layout.n_chunks
     folded = math.ceil(chunks / fold)

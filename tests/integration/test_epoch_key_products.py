@@ -19,18 +19,21 @@ import numpy as np
 
 from vflsec.client.federation.launcher import FederationSpec, run_in_process, write_federation
 from vflsec.client.federation.operator import Operator
-from vflsec.services.crypto import he
+from vflsec.services.crypto import he, masking
 from vflsec.services.data import datasets
+from vflsec.services.models.lr import trainers as lr_trainers
 
 ZEROS = 40  # leading all-zero columns at each party: the first product (two replica groups) of both blocks is zero
 INFORMATIVE = 3
-BATCH = 256  # at 128 rows one product would carry every column: R = 22, two groups of it, 44 columns
+# R = 8 over two chunks of δ, one product of two groups adding both (masking.gradient_fold); at 128-320 rows one
+# product would carry every column (R = 22, two groups of it, 44 columns)
+BATCH = 768
 EPOCHS = 4
 
 
 def _dataset() -> datasets.Dataset:
     rng = np.random.default_rng(7)
-    n = 700  # 2 batches of training rows after the 25 % test split
+    n = 2100  # 2 batches of training rows after the 25 % test split
     informative = rng.uniform(size=(n, 2 * INFORMATIVE))
     zeros = np.zeros((n, ZEROS))
     X = np.hstack([zeros, informative[:, :INFORMATIVE], zeros, informative[:, INFORMATIVE:]])
@@ -63,7 +66,11 @@ def test_products_of_all_zero_blocks_are_made_under_the_steps_epoch_key(tmp_path
         assert widths == [ZEROS + INFORMATIVE + 1, ZEROS + INFORMATIVE]
         # The premise: both parties' products begin with one whose two replica groups are all zero, in every step,
         # and every step runs under a new key (epoch s at step s: the session's epoch-0 context is never the key).
-        assert 2 * he.choose_replicas(BATCH, 1, max(widths), he.SLOTS, parts=2) <= ZEROS
+        replicas = lr_trainers.gradient_replicas(he.make_keyholder("ckks"), BATCH, 1, max(widths))
+        assert (
+            2 * replicas <= ZEROS
+            and masking.gradient_fold(he.MatrixLayout.for_matrix((BATCH, 1), replicas, he.SLOTS)) == 2
+        )
         assert parties["coordinator"].engine.sessions[session].rotation == 1
         plain_session, _, _ = _train(operator, "plain", ds)
         # The gradients came back right: the same batches train the same model as the plain backend. Compared on

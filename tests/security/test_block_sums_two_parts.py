@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.security.test_restart_policy import TAG, WIDTHS, _coordinator, _open, _scores
+from tests.security.test_restart_policy import TAG, WIDTHS, _coordinator, _open, _scores, _zeros
 from vflsec.services.crypto import he, masking
 from vflsec.services.errors import InvalidArgument
 from vflsec.services.models.lr.trainers import LrKeyHolder
@@ -77,3 +77,26 @@ def test_a_product_out_of_range_in_its_imaginary_part_alone_is_clipped(tmp_path)
     assert abs(sums[1, 0] - bound * rows) < 1.0  # the imaginary group: every slot clipped to the bound
     # The key holder's step alone clips it too, whatever called it.
     assert abs(LrKeyHolder.block_sums(keys, [loud], probs.layout, 2)[1, 0] - bound * rows) < 1e-3
+
+
+def test_two_chunks_a_product_are_admitted_as_one_and_the_unfolded_count_is_refused(tmp_path) -> None:
+    """Session 22 (masking.gradient_fold): at 1,024 rows and R = 7, δ spans two chunks and a party's two columns make
+    one product adding both, under masks twice as wide; its former count (a product a chunk) is refused before
+    anything is decrypted, naming the count expected, and the folded product opens to the gradient (p = 0.5)."""
+    c = _coordinator(tmp_path)
+    _open(c)
+    n, rows = 1024, np.arange(1024)
+    c.family_call("s", "passive-1", "submit_training_share", step=1, sample_index=rows, share=_zeros(n))
+    keys = c.sessions["s"].backend
+    probs = he.matrix_from_wire(keys, c.training_scores("s", 1, _zeros(n), 7, rows, WIDTHS))
+    assert probs.layout.n_chunks == 2 and masking.gradient_fold(probs.layout) == 2
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-64.0, 64.0, (n, 2))
+    unfolded, _ = masking.masked_feature_products(keys, probs, x, rng, parts=2)
+    assert len(unfolded) == 2
+    with pytest.raises(InvalidArgument, match="over 2 chunks added 2 a product, is 1 ciphertexts, got 2"):
+        c.block_sums("s", 1, "passive-1", [keys.serialize(ct) for ct in unfolded], 2, TAG)
+    folded, mask_sums = masking.masked_feature_products(keys, probs, x, rng, fold=2, widening=2, parts=2)
+    sums = c.block_sums("s", 1, "passive-1", [keys.serialize(ct) for ct in folded], 2, TAG)
+    gradient = masking.gradient_from_block_sums(sums, mask_sums[:2], 2)
+    np.testing.assert_allclose(gradient, 0.5 * x.sum(axis=0, keepdims=True), atol=8 * he.BLOCK_SUM_FLOODING)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from vflsec.services.crypto import entropy, he, masking
+from vflsec.services.models.lr.trainers import gradient_replicas
 
 
 @pytest.fixture(scope="module")
@@ -15,18 +16,13 @@ def keys() -> tuple[he.CkksBackend, he.CkksBackend]:
 
 
 def _replicas(n: int, widest: int) -> int:
-    return he.choose_replicas(
-        n, 1, widest, he.SLOTS, fold=masking.GRADIENT_MAX_FOLD, parts=2, costs=(he.LR_ENCRYPT_COST, he.LR_OPEN_COST)
-    )
+    return gradient_replicas(he.make_keyholder("ckks"), n, 1, widest)
 
 
-def test_the_fold_is_every_chunk_up_to_two_and_the_masks_widen_with_it() -> None:
-    plain = he.make_keyholder("plain")
+def test_the_fold_is_every_chunk_up_to_two() -> None:
     for n, chunks, fold in [(500, 1, 1), (1024, 2, 2), (30_000, 8, 2)]:
         layout = he.MatrixLayout.for_matrix((n, 1), 1 if n > 1024 else 8, he.SLOTS)
         assert layout.n_chunks == chunks and masking.gradient_fold(layout) == fold
-        assert masking.gradient_mask_bound(he.CkksBackend.keyholder(), layout) == fold * he.CKKS_MASK_BOUND
-        assert masking.gradient_mask_bound(plain, layout) == 0.0
 
 
 def test_at_batch_1024_each_party_sends_one_product_where_it_sent_two() -> None:
@@ -52,9 +48,10 @@ def test_folded_products_open_to_the_gradient_at_the_feature_bound(keys, n: int)
     delta, X = rng.uniform(-1.0, 1.0, (n, 1)), rng.choice([-64.0, 64.0], (n, 13))
     made = he.encrypt_matrix(keyholder, delta, _replicas(n, 13), form=he.LOWERED)
     sent = he.matrix_from_wire(party, he.matrix_to_wire(keyholder, made))
-    fold, bound = masking.gradient_fold(sent.layout), masking.gradient_mask_bound(party, sent.layout)
+    fold = masking.gradient_fold(sent.layout)
+    bound = fold * he.CKKS_MASK_BOUND
     products, mask_sums = masking.masked_feature_products(
-        party, sent, X, entropy.os_entropy(), bound, fold=fold, parts=2
+        party, sent, X, entropy.os_entropy(), fold=fold, widening=fold, parts=2
     )
     assert fold == 2 and len(products) == masking.product_count(13, sent.layout, fold=fold, parts=2)
     opened = [keyholder.deserialize(party.serialize(ct)) for ct in products]
@@ -77,6 +74,11 @@ def test_a_fold_the_masks_do_not_cover_is_refused(keys) -> None:
     )
     with pytest.raises(ValueError, match=r"fold · \|x\| <= 64 \(the masks hide no more\)"):
         masking.masked_feature_products(party, sent, X, entropy.os_entropy(), fold=2, parts=2)
-    wide = masking.gradient_mask_bound(party, sent.layout)
-    products, _ = masking.masked_feature_products(party, sent, X, entropy.os_entropy(), wide, fold=2, parts=2)
+    products, _ = masking.masked_feature_products(party, sent, X, entropy.os_entropy(), fold=2, widening=2, parts=2)
     assert len(products) == 1
+    # in the clear (no masks, nothing hidden) the same features and fold pass the same check: the plain baseline
+    # sends what CKKS sends (review 27, F1: it refused |x| > 32)
+    plain = he.make_keyholder("plain")
+    em = he.encrypt_matrix(plain, delta, 7, form=he.LOWERED)
+    products, _ = masking.masked_feature_products(plain, em, X, entropy.os_entropy(), fold=2, widening=2)
+    assert len(products) == 1  # the count CKKS sends: its two columns are one group at R = 7, both chunks folded

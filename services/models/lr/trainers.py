@@ -72,6 +72,22 @@ class PassiveLink(Protocol):
     def backward(self, session_id: str, step: int, sample_index: np.ndarray, delta: he.WireMatrix) -> None: ...
 
 
+def gradient_replicas(backend: he.Backend, n: int, k: int, widest: int) -> int:
+    """One replication factor R for every party's gradient products of a step, sized for the widest block, each
+    product adding up to masking.GRADIENT_MAX_FOLD chunks of δ before its mask, chosen by LR's measured costs (at
+    batch 1,024 and widths up to 14: R = 7 over two chunks, one product a party, rather than R = 4 over one chunk
+    and two products a party)."""
+    return he.choose_replicas(
+        n,
+        k,
+        widest,
+        backend.slots,
+        fold=masking.GRADIENT_MAX_FOLD,
+        parts=masking.product_parts(backend),
+        costs=(he.LR_ENCRYPT_COST, he.LR_OPEN_COST),
+    )
+
+
 def masked_gradient(
     backend: he.Backend,
     delta: he.EncryptedMatrix,
@@ -97,9 +113,8 @@ def masked_gradient(
     masks = entropy.keyed_stream(mask_key, session_id, step, delta_digest)
     tag = entropy.tag(entropy.derive_key(mask_key, "block-sums mask tag"), session_id, step, delta_digest)
     parts, fold = masking.product_parts(backend), masking.gradient_fold(delta.layout)
-    bound = masking.gradient_mask_bound(backend, delta.layout)
     blobs, mask_sums = masking.masked_feature_products(
-        backend, delta, x, masks, bound, fold=fold, parts=parts, serialized=True
+        backend, delta, x, masks, fold=fold, widening=fold, parts=parts, serialized=True
     )
     width = x.shape[1]
     sums = block_sums(blobs, width, tag)
@@ -149,19 +164,7 @@ class LrActive:
         x = ctx.features(index)
         masks = [ring_mask.logit_mask(key, ctx.session_id, ctx.step, index, self.k) for key in keys]
         share = ring_mask.owner_share(self.inference_share(x), masks)  # z_a − Σ_p r_p
-        # One replication factor for every party's gradient products, sized for the widest block, each product adding
-        # up to masking.GRADIENT_MAX_FOLD chunks of δ before its mask (at batch 1,024: R = 7 over two chunks, one
-        # product a party, rather than R = 4 over one chunk and two products).
-        parts = masking.product_parts(ctx.backend)
-        replicas = he.choose_replicas(
-            len(index),
-            self.k,
-            max(ctx.widths.values()),
-            ctx.backend.slots,
-            fold=masking.GRADIENT_MAX_FOLD,
-            parts=parts,
-            costs=(he.LR_ENCRYPT_COST, he.LR_OPEN_COST),
-        )
+        replicas = gradient_replicas(ctx.backend, len(index), self.k, max(ctx.widths.values()))
 
         def forward() -> Received:
             # Each passive party sends z_p + r_p straight to the key holder: nothing of it comes here.
@@ -377,8 +380,8 @@ class LrKeyHolder:
         With an odd number of groups the last product's imaginary part is an empty group: its sums are cut off with
         the padding. Only products of [[p]]'s form are decrypted (he.LOWERED, check_form; ValueError otherwise)."""
         keys.check_form(cts, product=True, form=he.LOWERED)
-        fold = masking.gradient_fold(layout)
-        bound = masking.gradient_mask_bound(keys, layout) + fold * he.FEATURE_BOUND + 1.0
+        fold = masking.gradient_fold(layout)  # and the masks as wide: a slot within fold x (B + 64)
+        bound = fold * (keys.default_mask_bound + he.FEATURE_BOUND) + 1.0
         parts = masking.product_parts(keys)
         return masking.block_sums(keys, cts, layout, max_abs=bound, clip=True, fold=fold, parts=parts)[:width]
 
