@@ -501,8 +501,8 @@ class CkksBackend(Backend):
                 continue
             if total is None:
                 total = product
-            elif not _transparent_safe(seal.evaluator.add_inplace, total, product):
-                total = None
+            elif not _transparent_safe(seal.evaluator.add_inplace, total, product):  # kept: negligible, c1 uniform
+                total = None if form.rescaled else self._zero_at(operand.parms_id(), form, scale=scale)
         fresh = total is None
         if fresh:  # every plaintext zero: a fresh encryption of zero in the products' form
             level = self._ctx.data.seal_context().get_context_data(operand.parms_id())

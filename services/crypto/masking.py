@@ -12,7 +12,7 @@ B * 2^40 (measured max error per slot: 2^32 -> 2.8e-6, 2^35 -> 2.4e-5, 2^40 -> 6
 B = 2^24 keeps a 64x margin below that knee. Features are bounded by FEATURE_BOUND = 64 (a party refuses
 larger ones) and |δ| <= 1, so |v| <= 64 is hidden to within 2^-18 per slot (LR's products adding two chunks,
 gradient_fold, have masks twice as wide for |v| <= 128); the key holder clips slots outside [-(B + 65), B + 65]
-(at fold 2, twice that), which keeps every decryption it answers in that low-error regime. The
+(at fold f, f (B + 64) + 1), which keeps every decryption it answers in that low-error regime. The
 plain backend defaults to B = 0: it hides nothing anyway, and float64 masks would only cost it exactness.
 
 Block sums leave the key holder flooded (CKKS only): Gaussian noise of standard deviation 2^-6, then rounded
@@ -133,9 +133,9 @@ def masked_column_products(
     group has ceil(chunks / fold) ciphertexts, not one per chunk; a slot then holds the sum of ``fold`` rows'
     values, so the caller keeps ``fold`` · max|δ| · max|x| <= ``widening`` · FEATURE_BOUND, the range the masks
     hide (checked here for the x side). ``widening``: the masks are that many default ones wide (the default
-    mask bound times it, unless ``mask_bound`` is given): trees fold one-hot columns under the default masks, LR
-    folds |x| <= 64 under masks ``fold`` times as wide (:func:`gradient_fold`). :func:`block_sums` opens them with
-    the same ``fold``.
+    mask bound times it; with ``mask_bound`` given, tests' probes, only 1 is accepted): trees fold one-hot columns
+    under the default masks, LR folds |x| <= 64 under masks ``fold`` times as wide (:func:`gradient_fold`).
+    :func:`block_sums` opens them with the same ``fold``.
 
     ``parts``: feature groups one product carries, 2 only where slots are complex (CKKS): group 2p in the slots'
     real parts, group 2p + 1 in their imaginary parts (δ is real, so (δ)(a + ib) = δa + iδb), half the products
@@ -152,8 +152,8 @@ def masked_column_products(
         raise ValueError(f"fold must be >= 1, got {fold}")
     if parts not in (1, 2) or (parts == 2 and not backend.complex_slots):
         raise ValueError(f"parts must be 1, or 2 where slots are complex; got {parts} for {backend.name}")
-    if widening < 1:
-        raise ValueError(f"widening must be >= 1, got {widening}")
+    if widening < 1 or (widening > 1 and mask_bound is not None):
+        raise ValueError(f"widening must be >= 1, and 1 with an explicit mask_bound; got {widening}")
     bound = backend.default_mask_bound * widening if mask_bound is None else float(mask_bound)
     if not (math.isfinite(bound) and bound >= 0):
         raise ValueError(f"mask_bound must be finite and >= 0, got {mask_bound}")

@@ -8,7 +8,10 @@ the step's epoch key. Products are ct x pt, key-agnostic, except for a feature b
 replaced by a fresh encryption of zero (he.CkksBackend._mul_plain), made under epoch 0's key, which decrypts under
 epoch 7's to ~8e19 in each of its 3 900 slots. Now both parties make their products under the step's epoch keys.
 
-Here every step opens a new epoch ([limits] key_rotation_steps = 1, so epoch 0 is never a training epoch) and
+Since session 22 every LR product sum starts from an encryption of zero under the party's key
+(he.CkksBackend.masked_sum), so an all-zero block is no longer special; a product under the wrong key still shows in
+the model's comparison with the plain backend's. Here every step opens a new epoch ([limits] key_rotation_steps = 1,
+so epoch 0 is never a training epoch) and
 both parties hold an all-zero product in every step (under CKKS a product carries two feature groups, both zero
 here); before the fix the first Backward was refused.
 """

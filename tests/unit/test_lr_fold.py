@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import tenseal.sealapi as sealapi
 
 from vflsec.services.crypto import entropy, he, masking
-from vflsec.services.models.lr.trainers import gradient_replicas
+from vflsec.services.models.lr.trainers import LrKeyHolder, gradient_replicas, masked_gradient
 
 
 @pytest.fixture(scope="module")
@@ -82,3 +83,46 @@ def test_a_fold_the_masks_do_not_cover_is_refused(keys) -> None:
     em = he.encrypt_matrix(plain, delta, 7, form=he.LOWERED)
     products, _ = masking.masked_feature_products(plain, em, X, entropy.os_entropy(), fold=2, widening=2)
     assert len(products) == 1  # the count CKKS sends: its two columns are one group at R = 7, both chunks folded
+
+
+@pytest.mark.parametrize("backend", ["ckks", "plain"])
+def test_the_trainers_round_trip_folds_under_masks_as_wide(keys, backend: str) -> None:
+    """lr.trainers.masked_gradient at batch 1,024 and |x| = 64: one product a party over two chunks, its CKKS slots past
+    one mask's width (the masks are two wide), and the gradient the key holder's block sums give (review 27)."""
+    keyholder = keys[0] if backend == "ckks" else he.make_keyholder("plain")
+    party = keys[1] if backend == "ckks" else keyholder
+    rng = np.random.default_rng(5)
+    delta, x = rng.uniform(-1.0, 1.0, (1024, 1)), rng.choice([-64.0, 64.0], (1024, 13))
+    made = he.encrypt_matrix(keyholder, delta, _replicas(1024, 13), form=he.LOWERED)
+    sent = he.matrix_from_wire(party, he.matrix_to_wire(keyholder, made))
+    seen: list[int] = []
+
+    def block_sums(blobs: list[bytes], width: int, tag: bytes) -> np.ndarray:
+        cts = [keyholder.deserialize(b) for b in blobs]
+        seen.append(len(cts))
+        if backend == "ckks":
+            assert max(np.abs(keyholder.decrypt_complex(ct)).max() for ct in cts) > he.CKKS_MASK_BOUND
+        return LrKeyHolder.block_sums(keyholder, cts, sent.layout, width)
+
+    gradient = masked_gradient(party, sent, x, bytes(32), "s", 1, b"digest", block_sums)
+    assert seen == [1 if backend == "ckks" else 2]  # two groups: one product under CKKS, a product each in the clear
+    atol = he.BLOCK_SUM_FLOODING if backend == "ckks" else 1e-9
+    np.testing.assert_allclose(gradient * len(x), delta.T @ x, atol=atol)
+
+
+def test_a_crafted_transparent_pair_of_chunks_is_kept_whatever_the_values(keys) -> None:
+    """Review 27, F3: chunks crafted with c1_b = −c1_a cancel in c1 where a party's values agree across them; such a
+    partial sum was dropped (a value-dependent zero). LR's sum starts from its re-randomising zero: both kept."""
+    keyholder, _ = keys
+    seal = keyholder._seal()
+    a = he.encrypt_matrix(keyholder, np.full((he.SLOTS, 1), 0.5), 1, form=he.LOWERED).ciphertexts[0]
+    raw = a.ciphertext()[0]
+    negated = sealapi.Ciphertext()
+    seal.evaluator.negate(raw, negated)  # (−c0_a, −c1_a)
+    one = sealapi.Plaintext()
+    seal.encoder.encode([1.0] * he.SLOTS, negated.parms_id(), negated.scale, one)
+    seal.evaluator.add_plain_inplace(negated, one)  # decrypts to 1 − 0.5, c1 = −c1_a
+    b = keyholder._vector(negated, he.SLOTS)
+    for other in (3.0, 5.0):
+        out = keyholder.masked_sum([a, b], [np.full(he.SLOTS, 3.0), np.full(he.SLOTS, other)], np.zeros(he.SLOTS))
+        np.testing.assert_allclose(np.real(keyholder.decrypt(out))[:8], 0.5 * 3.0 + 0.5 * other, atol=1e-6)
