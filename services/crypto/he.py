@@ -482,11 +482,11 @@ class CkksBackend(Backend):
         # the operand's scale exactly (labelled 2^40 it decoded x 2^40/q, 1 + 6.7e-7 for the prime under an operand:
         # an opened count of 750k rows off by one after rounding; review 21). Kept: at 2^PRODUCT_PLAIN_SCALE_BITS.
         plain_scale = self._last_prime(operand) if form.rescaled else 2.0**PRODUCT_PLAIN_SCALE_BITS
-        # Rescaled: scale x q / q, exact but for a double's last bit; kept: the operands' x 2^32, exact.
-        scale = operand.scale if form.rescaled else operand.scale * plain_scale
-        # Kept: the sum starts from its re-randomising encryption of zero (below), whose c1 is uniform, so no partial
-        # sum of crafted chunks can come out transparent and be dropped on the party's values (review 27, F3).
-        total = None if form.rescaled else self._zero_at(operand.parms_id(), form, scale=scale)
+        # The sum starts from its re-randomising encryption of zero (below), made at the operands' level and the
+        # products' scale (rescaled: before the rescale, which divides its noise by the prime it drops), whose c1 is
+        # uniform: so no partial sum of crafted chunks can come out transparent and be dropped on the party's values
+        # (review 27, F3; review 28 for trees' rescaled sums).
+        total = self._zero_at(operand.parms_id(), scale=operand.scale * plain_scale)
         for i, (ct, v) in enumerate(zip(cts, values, strict=True)):
             if np.max(np.abs(v)) < _ZERO_ENCODING_BELOW:
                 continue  # encodes to zero: SEAL refuses the product (transparent), which is zero anyway
@@ -499,27 +499,20 @@ class CkksBackend(Backend):
             # as a zero is, so that nothing raised depends on the party's values (rule 4); honest ones never are.
             if not _transparent_safe(seal.evaluator.multiply_plain, raw, plain, product):
                 continue
-            if total is None:
-                total = product
-            elif not _transparent_safe(seal.evaluator.add_inplace, total, product):  # kept: negligible, c1 uniform
-                total = None if form.rescaled else self._zero_at(operand.parms_id(), form, scale=scale)
-        fresh = total is None
-        if fresh:  # every plaintext zero: a fresh encryption of zero in the products' form
-            level = self._ctx.data.seal_context().get_context_data(operand.parms_id())
-            total = self._zero_at((level.next_context_data() if form.rescaled else level).parms_id(), form)
-        elif form.rescaled:
+            if not _transparent_safe(seal.evaluator.add_inplace, total, product):  # negligible: total's c1 uniform
+                total = self._zero_at(operand.parms_id(), scale=operand.scale * plain_scale)
+        if form.rescaled:
             seal.evaluator.rescale_to_next_inplace(total)
-        total.scale = scale  # a zero has none of its own
+        # Rescaled: scale x q / q, exact but for a double's last bit; kept: the operands' x 2^32, exact.
+        total.scale = operand.scale if form.rescaled else operand.scale * plain_scale
         plain = sealapi.Plaintext()
         seal.encoder.encode(mask.tolist(), total.parms_id(), total.scale, plain)
         seal.evaluator.add_plain_inplace(total, plain)
         # Re-randomised: the mask changes only c0, so c1 would be (rescaled) c1 of the operands times the party's
         # plaintexts, which a key holder knowing the operands' c1 (LR: [[δ]] = its [[p]] - y) tests guesses of the
-        # plaintext against exactly (review 20, F3). An encryption of zero from this party's OS entropy makes c1
-        # uniform; its noise lies far inside the mask. An all-zero fold's is such an encryption already, and a kept
-        # product's sum started from one.
-        if not fresh and form.rescaled:
-            seal.evaluator.add_inplace(total, self._zero_at(total.parms_id(), form, scale=total.scale))
+        # plaintext against exactly (review 20, F3). The encryption of zero the sum started from, drawn from this
+        # party's OS entropy, makes c1 uniform (an all-zero fold is that zero alone); its noise lies far inside the
+        # mask.
         if serialized:  # TenSEAL's message of it, as serialize() would give it
             return _vector_message(_seal_bytes(total), self.size(cts[0]), total.scale)
         return self._vector(total, self.size(cts[0]))
@@ -534,13 +527,13 @@ class CkksBackend(Backend):
             f"an operand of {raw.coeff_modulus_size()} primes at scale 2^{math.log2(raw.scale):.2f} has no form"
         )
 
-    def _zero_at(self, parms_id: object, form: Form, *, scale: float = 1.0) -> sealapi.Ciphertext:
-        """A fresh public-key encryption of zero (SEAL's, its randomness from the OS) over the primes of ``parms_id``,
-        labelled ``scale``: a zero has none of its own. For the unrescaled products of ``form`` it is made at that
-        level itself (level_keys: 2.6 ms at two primes against 4.0 made one level up and divided): its slot noise,
-        ~2^14 at scale 1 against ~2^10, vanishes at their 2^72, not at a rescaled product's 2^30."""
-        zero, seal = sealapi.Ciphertext(), self._seal()
-        (seal.encryptor if form.rescaled else seal.zeros).encrypt_zero(parms_id, zero)
+    def _zero_at(self, parms_id: object, *, scale: float) -> sealapi.Ciphertext:
+        """A fresh public-key encryption of zero (SEAL's, its randomness from the OS) made over the primes of
+        ``parms_id`` directly (level_keys: 2.6 ms at two primes against 4.0 made one level up and divided), labelled
+        ``scale``: a zero has none of its own. Its slot noise, ~2^14 at scale 1 against ~2^10, vanishes at the
+        products' scales (2^72; 2^70 before trees' rescale, which divides it by the prime it drops)."""
+        zero = sealapi.Ciphertext()
+        self._seal().zeros.encrypt_zero(parms_id, zero)
         zero.scale = scale
         return zero
 

@@ -6,8 +6,8 @@ primes directly, at one prime 3.0 against 1.7 (docs/performance.md, "Encryptions
 primes of an RLWE public key (−a·s + e, a) leaves (−a·s + e, a) mod q_1···q_l: a public key of the same secret for
 the parameters of those primes alone (the part of it SEAL's own encryption at those primes reads), whose key level is
 that level, where SEAL encrypts without a division. The division only made the noise smaller: an encryption made
-directly carries slot noise of std ~2^14 at scale 1 against ~2^10, which vanishes at the 2^72 of LR's unrescaled
-products (he.CkksBackend._zero_at), not at the 2^30 of trees' rescaled ones, which keep SEAL's.
+directly carries slot noise of std ~2^14 at scale 1 against ~2^10, which vanishes at the scales products are
+re-randomised at (he.CkksBackend._zero_at: LR's 2^72; trees' 2^70, before the rescale divides it by a prime).
 """
 
 from __future__ import annotations
