@@ -482,11 +482,12 @@ class CkksBackend(Backend):
         # the operand's scale exactly (labelled 2^40 it decoded x 2^40/q, 1 + 6.7e-7 for the prime under an operand:
         # an opened count of 750k rows off by one after rounding; review 21). Kept: at 2^PRODUCT_PLAIN_SCALE_BITS.
         plain_scale = self._last_prime(operand) if form.rescaled else 2.0**PRODUCT_PLAIN_SCALE_BITS
+        product_scale = operand.scale * plain_scale
         # The sum starts from its re-randomising encryption of zero (below), made at the operands' level and the
         # products' scale (rescaled: before the rescale, which divides its noise by the prime it drops), whose c1 is
         # uniform: so no partial sum of crafted chunks can come out transparent and be dropped on the party's values
         # (review 27, F3; review 28 for trees' rescaled sums).
-        total = self._zero_at(operand.parms_id(), scale=operand.scale * plain_scale)
+        total = self._zero_at(operand.parms_id(), scale=product_scale)
         for i, (ct, v) in enumerate(zip(cts, values, strict=True)):
             if np.max(np.abs(v)) < _ZERO_ENCODING_BELOW:
                 continue  # encodes to zero: SEAL refuses the product (transparent), which is zero anyway
@@ -500,11 +501,11 @@ class CkksBackend(Backend):
             if not _transparent_safe(seal.evaluator.multiply_plain, raw, plain, product):
                 continue
             if not _transparent_safe(seal.evaluator.add_inplace, total, product):  # negligible: total's c1 uniform
-                total = self._zero_at(operand.parms_id(), scale=operand.scale * plain_scale)
+                total = self._zero_at(operand.parms_id(), scale=product_scale)
         if form.rescaled:
             seal.evaluator.rescale_to_next_inplace(total)
         # Rescaled: scale x q / q, exact but for a double's last bit; kept: the operands' x 2^32, exact.
-        total.scale = operand.scale if form.rescaled else operand.scale * plain_scale
+        total.scale = operand.scale if form.rescaled else product_scale
         plain = sealapi.Plaintext()
         seal.encoder.encode(mask.tolist(), total.parms_id(), total.scale, plain)
         seal.evaluator.add_plain_inplace(total, plain)

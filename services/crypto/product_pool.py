@@ -215,17 +215,9 @@ class ProductPool:
         cuts = [step * int(u) for u in np.linspace(0, units, min(units, RANGES_PER_WORKER * self.workers) + 1)]
         spans = [(lo, min(hi, width), fold, parts) for lo, hi in itertools.pairwise(cuts) if lo < hi]
         token, context = next(self._calls), keys.public_context()
-        futures: list[Future] = []
         shared, segment = _Shared.write(indicators)
         try:
-            pool = self._executor()
-            futures = [pool.submit(_pooled, keys.name, context, token, shared, codes, starts, s) for s in spans]
-            done = [future.result() for future in futures]
-        except BaseException:
-            for future in futures:
-                future.cancel()
-            self.close()
-            raise
+            done = self._map(_pooled, [(keys.name, context, token, shared, codes, starts, s) for s in spans])
         finally:
             _release(segment)  # after close(): no task still reads it
         return [blob for blobs, _ in done for blob in blobs], np.concatenate([sums for _, sums in done])
@@ -239,18 +231,24 @@ class ProductPool:
             return he.encrypt_to_wire(keys, M, replicas, form=form)
         vectors = layout.pack(M)
         cuts = np.linspace(0, len(vectors), min(len(vectors), RANGES_PER_WORKER * self.workers) + 1).astype(int)
-        context, futures = keys.public_context(), []
+        context = keys.public_context()
+        done = self._map(_encrypted, [(keys.name, context, vectors[a:b], form) for a, b in itertools.pairwise(cuts)])
+        blobs = [blob for ranged in done for blob in ranged]
+        return he.WireMatrix(layout.shape, layout.replicas, layout.rows_per_ct, blobs)
+
+    def _map(self, task: Callable[..., Any], calls: list[tuple]) -> list[Any]:
+        """``task(*args)`` for each of ``calls`` in the workers, their results in order; on any error the tasks not
+        yet started are cancelled and the pool shut down (the next call starts fresh workers)."""
+        futures: list[Future] = []
         try:
             pool = self._executor()
-            ranges = itertools.pairwise(cuts)
-            futures = [pool.submit(_encrypted, keys.name, context, vectors[a:b], form) for a, b in ranges]
-            blobs = [blob for future in futures for blob in future.result()]
+            futures = [pool.submit(task, *args) for args in calls]
+            return [future.result() for future in futures]
         except BaseException:
             for future in futures:
                 future.cancel()
             self.close()
             raise
-        return he.WireMatrix(layout.shape, layout.replicas, layout.rows_per_ct, blobs)
 
     def _executor(self) -> ProcessPoolExecutor:
         with self._lock:

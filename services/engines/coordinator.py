@@ -516,12 +516,12 @@ class Coordinator:
                 )
             layout = current.layout
             keys = s.epochs[s.epoch(step)]  # the current step's epoch is never dropped
-            parts = masking.product_parts(keys)
-            expected_count = masking.product_count(width, layout, fold=masking.gradient_fold(layout), parts=parts)
+            parts, fold = masking.product_parts(keys), masking.gradient_fold(layout)
+            expected_count = masking.product_count(width, layout, fold=fold, parts=parts)
             if len(ciphertexts) != expected_count:
                 raise InvalidArgument(
                     f"a block of {width} columns at {layout.replicas} replicas, {parts} feature group(s) a "
-                    f"ciphertext, over {layout.n_chunks} chunks added {masking.gradient_fold(layout)} a product, is "
+                    f"ciphertext, over {layout.n_chunks} chunks added {fold} a product, is "
                     f"{expected_count} ciphertexts, got {len(ciphertexts)}"
                 )
             limit = keys.max_ciphertext_bytes
