@@ -1,11 +1,17 @@
 """Plain values the engines share with the link layer, kept free of gRPC and protobuf so that importing an engine
 loads neither: the parties' certificate roles, the row check every batch passes, the bounds of a batched serving call,
-the fingerprint of serialized ciphertexts, and protobuf's varint for the messages written by hand."""
+the fingerprint of serialized ciphertexts, protobuf's varint for the messages written by hand, and the idle thread
+that makes work ahead once a reply has gone."""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
-from collections.abc import Iterable
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -35,9 +41,58 @@ def digest(blobs: Iterable[bytes]) -> bytes:
     return h.digest()
 
 
+_after_reply: contextvars.ContextVar[list[Callable[[], object]] | None] = contextvars.ContextVar(
+    "after_reply", default=None
+)
+_idle: ThreadPoolExecutor | None = None
+_idle_lock = threading.Lock()
+
+
+def after_reply(work: Callable[[], object]) -> None:
+    """Run ``work`` once the reply of the RPC being served has gone (transport's ``rpc`` wrapper hands it over), on
+    this process's one idle thread: work made ahead of a later step, off every critical path (a step's encryptions
+    of zero). Nothing may depend on it having run; an error in it is logged, never raised. Outside an RPC it is
+    queued at once."""
+    pending = _after_reply.get()
+    if pending is None:
+        run_idle([work])
+    else:
+        pending.append(work)
+
+
+@contextlib.contextmanager
+def collect_after_reply() -> Iterator[list[Callable[[], object]]]:
+    """The work :func:`after_reply` asks for while the block runs (an RPC's handler), for the caller to hand to
+    :func:`run_idle` once its reply is sent."""
+    pending: list[Callable[[], object]] = []
+    token = _after_reply.set(pending)
+    try:
+        yield pending
+    finally:
+        _after_reply.reset(token)
+
+
+def run_idle(work: list[Callable[[], object]]) -> None:
+    """Queue ``work`` on the idle thread (one a process, made on first use), in order."""
+    global _idle
+    with _idle_lock:
+        if _idle is None:
+            _idle = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ahead")
+        executor = _idle
+    for item in work:
+        executor.submit(_logged, item)
+
+
+def _logged(work: Callable[[], object]) -> None:
+    try:
+        work()
+    except Exception:  # an optimisation that failed: the step it was for makes its own
+        logging.getLogger(__name__).exception("work made ahead failed")
+
+
 def varint(n: int) -> bytes:
     """``n`` >= 0 as a protobuf varint: the lengths and counts of the messages written by hand (TenSEAL's vector
-    message, he._vector_message; PsiFinish's request, psi_stream.finish_request)."""
+    message, level_keys.vector_message; PsiFinish's request, psi_stream.finish_request)."""
     out = bytearray()
     while n > 0x7F:
         out.append(n & 0x7F | 0x80)

@@ -32,9 +32,9 @@ import numpy as np
 import tenseal as ts
 import tenseal.sealapi as sealapi
 
-from vflsec.services import common
-from vflsec.services.crypto.level_keys import LevelEncryptors
+from vflsec.services.crypto.level_keys import LevelEncryptors, ZeroReserve
 from vflsec.services.crypto.level_keys import save_bytes as _seal_bytes
+from vflsec.services.crypto.level_keys import vector_message as _vector_message
 
 __all__ = [
     "BACKENDS",
@@ -284,6 +284,13 @@ class Backend(ABC):
     def mul_plain(self, a: Ct, v: np.ndarray | Sequence[float]) -> Ct:
         return self._mul_plain(a, self._matching_plain(a, v))
 
+    def make_ahead(self, form: Form, count: int, *, product: bool) -> None:
+        """Up to ``count`` encryptions of zero made now, in this party's idle time, for a later step, each used once
+        (a step that finds none makes its own): ``product``, the re-randomising zeros :meth:`masked_sum` starts
+        ``form``'s products from; else the key holder's encryptions at ``form`` (:meth:`encrypt`). In the clear:
+        nothing to make."""
+        return None
+
     def masked_sum(
         self, cts: Sequence[Ct], plains: Sequence[np.ndarray], mask: np.ndarray, *, serialized: bool = False
     ) -> Ct | bytes:
@@ -326,6 +333,7 @@ class CkksBackend(Backend):
         self._public_bytes: bytes | None = None
         self._fresh_level: int | None = None
         self._sealed: _Seal | None = None
+        self._ahead = ZeroReserve()
 
     @classmethod
     def keyholder(cls) -> CkksBackend:
@@ -518,6 +526,16 @@ class CkksBackend(Backend):
             return _vector_message(_seal_bytes(total), self.size(cts[0]), total.scale)
         return self._vector(total, self.size(cts[0]))
 
+    def make_ahead(self, form: Form, count: int, *, product: bool) -> None:
+        # SEAL's symmetric encryption of a plaintext is its encryption of zero plus the plaintext: one made ahead and
+        # added to later is the same ciphertext in distribution, its randomness this process's OS entropy either way.
+        seal, parms_id = self._seal(), self._level_data(form).parms_id()
+        if product:
+            self._ahead.fill("public", parms_id, count, lambda zero: seal.zeros.encrypt_zero(parms_id, zero))
+        elif self._secret_key is not None:
+            encrypt = seal.encryptor.encrypt_zero_symmetric
+            self._ahead.fill("secret", parms_id, count, lambda zero: encrypt(parms_id, zero))
+
     def _form_of(self, raw: sealapi.Ciphertext) -> Form:
         """The form of an operand of masked products (ValueError if none: parties check what they receive)."""
         for form in _FORMS:
@@ -533,8 +551,10 @@ class CkksBackend(Backend):
         ``parms_id`` directly (level_keys: 2.6 ms at two primes against 4.0 made one level up and divided), labelled
         ``scale``: a zero has none of its own. Its slot noise, ~2^14 at scale 1 against ~2^10, vanishes at the
         products' scales (2^72; 2^70 before trees' rescale, which divides it by the prime it drops)."""
-        zero = sealapi.Ciphertext()
-        self._seal().zeros.encrypt_zero(parms_id, zero)
+        zero = self._ahead.take("public", parms_id)
+        if zero is None:
+            zero = sealapi.Ciphertext()
+            self._seal().zeros.encrypt_zero(parms_id, zero)
         zero.scale = scale
         return zero
 
@@ -547,18 +567,26 @@ class CkksBackend(Backend):
         # Encoded and encrypted over the form's primes only, not made over every prime and dropped to them. The key
         # holder encrypts under its secret key (symmetric: 1.0 ms against 2.4 for a public-key encryption at two
         # primes), a party under the public key; SEAL's randomness comes from the OS either way.
-        seal, level = self._seal(), self._ctx.data.seal_context().first_context_data()
-        for _ in range(form.below):
-            level = level.next_context_data()
+        seal, level = self._seal(), self._level_data(form)
         plain, raw = sealapi.Plaintext(), sealapi.Ciphertext()
         seal.encoder.encode(values.tolist(), level.parms_id(), 2.0**form.scale_bits, plain)
-        if self._secret_key is not None:
+        zero = self._ahead.take("secret", level.parms_id()) if self._secret_key is not None else None
+        if zero is not None:  # made ahead (make_ahead)
+            raw, raw.scale = zero, 2.0**form.scale_bits
+            seal.evaluator.add_plain_inplace(raw, plain)
+        elif self._secret_key is not None:
             seal.encryptor.encrypt_symmetric(plain, raw)
         else:
             seal.encryptor.encrypt(plain, raw)
         if serialized:
             return _vector_message(_seal_bytes(raw), values.size, raw.scale)
         return self._vector(raw, values.size)
+
+    def _level_data(self, form: Form) -> sealapi.SEALContext.ContextData:
+        level = self._ctx.data.seal_context().first_context_data()
+        for _ in range(form.below):
+            level = level.next_context_data()
+        return level
 
     def _vector(self, raw: sealapi.Ciphertext, size: int) -> ts.CKKSVector:
         """A SEAL ciphertext of ``size`` slots as a TenSEAL vector (its scale, TenSEAL's for the vector)."""
@@ -619,22 +647,6 @@ class _Seal:
     encryptor: sealapi.Encryptor
     decryptor: sealapi.Decryptor | None
     zeros: LevelEncryptors  # public-key encryptions of zero at a level's primes
-
-
-def _vector_message(ciphertext: bytes, size: int, scale: float) -> bytes:
-    """TenSEAL's CKKSVectorProto (tenseal/proto/tensors.proto: 1 packed uint32 sizes, 2 bytes ciphertexts, 3 double
-    scale) of one SEAL ciphertext of ``size`` slots."""
-    sizes = common.varint(size)
-    return (
-        b"\x0a"
-        + common.varint(len(sizes))
-        + sizes
-        + b"\x12"
-        + common.varint(len(ciphertext))
-        + ciphertext
-        + b"\x19"
-        + struct.pack("<d", scale)
-    )
 
 
 # A plaintext whose every slot lies below this encodes to zero at scale 2^40 or may (with a margin of 2^-20: a nonzero

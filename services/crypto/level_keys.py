@@ -13,13 +13,17 @@ re-randomised at (he.CkksBackend._zero_at: LR's 2^72; trees' 2^70, before the re
 from __future__ import annotations
 
 import os
+import struct
 import tempfile
 import threading
+from collections.abc import Callable
 from typing import Protocol
 
 import tenseal.sealapi as sealapi
 
-__all__ = ["LevelEncryptors", "load_bytes", "save_bytes"]
+from vflsec.services import common
+
+__all__ = ["LevelEncryptors", "ZeroReserve", "load_bytes", "save_bytes", "vector_message"]
 
 
 class _Serializable(Protocol):
@@ -57,6 +61,54 @@ def load_bytes(obj: sealapi.Ciphertext | sealapi.PublicKey, context: sealapi.SEA
         fh.write(data)
         fh.flush()
         obj.load(context, fh.name)
+
+
+def vector_message(ciphertext: bytes, size: int, scale: float) -> bytes:
+    """TenSEAL's CKKSVectorProto (tenseal/proto/tensors.proto: 1 packed uint32 sizes, 2 bytes ciphertexts, 3 double
+    scale) of one SEAL ciphertext of ``size`` slots."""
+    sizes = common.varint(size)
+    return (
+        b"\x0a"
+        + common.varint(len(sizes))
+        + sizes
+        + b"\x12"
+        + common.varint(len(ciphertext))
+        + ciphertext
+        + b"\x19"
+        + struct.pack("<d", scale)
+    )
+
+
+class ZeroReserve:
+    """Encryptions of zero made ahead of need (he.Backend.make_ahead: in a party's idle time, off a step's critical
+    path), each handed out once. A step that finds none makes its own, so what is held changes when a zero is made,
+    never what a party sends: its randomness is SEAL's, from this process's OS entropy, either way."""
+
+    HELD = 8  # at most, per kind and level (~260 KB each at two primes)
+
+    def __init__(self) -> None:
+        self._held: dict[tuple[str, tuple[int, ...]], list[sealapi.Ciphertext]] = {}
+        self._lock = threading.Lock()
+
+    def fill(
+        self, kind: str, parms_id: object, count: int, make: Callable[[sealapi.Ciphertext], None]
+    ) -> None:
+        """Make zeros of ``kind`` at ``parms_id`` with ``make`` until ``count`` (at most HELD) are held."""
+        key = (kind, tuple(parms_id))  # type: ignore[call-overload]
+        for _ in range(min(count, self.HELD)):
+            with self._lock:
+                if len(self._held.get(key, ())) >= min(count, self.HELD):
+                    return
+            zero = sealapi.Ciphertext()
+            make(zero)  # outside the lock: a step taking one never waits for one being made
+            with self._lock:
+                self._held.setdefault(key, []).append(zero)
+
+    def take(self, kind: str, parms_id: object) -> sealapi.Ciphertext | None:
+        """One zero of ``kind`` at ``parms_id`` made ahead, no longer held here; None if there is none."""
+        with self._lock:
+            held = self._held.get((kind, tuple(parms_id)))  # type: ignore[call-overload]
+            return held.pop() if held else None
 
 
 class LevelEncryptors:

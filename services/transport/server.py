@@ -18,6 +18,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from vflsec.services import common
 from vflsec.services.config import ServiceConfig, TlsConfig
 from vflsec.services.errors import InvalidArgument, PeerFailed, ServiceError
 from vflsec.services.transport import tls
@@ -56,10 +57,16 @@ def rpc(method: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(method)
     def unary(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
-        try:
-            return method(self, request, context)
-        except Exception as exc:
-            context.abort(*_status_of(exc))
+        with common.collect_after_reply() as ahead:
+            try:
+                return method(self, request, context)
+            except Exception as exc:
+                context.abort(*_status_of(exc))
+            finally:
+                if ahead:  # common.after_reply: started once the reply (or the status) has gone
+                    work = list(ahead)
+                    if not context.add_callback(lambda: common.run_idle(work)):
+                        common.run_idle(work)  # the call had ended already
 
     return unary
 

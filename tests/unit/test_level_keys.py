@@ -7,7 +7,7 @@ import pytest
 import tenseal.sealapi as sealapi
 
 from vflsec.services.crypto import he
-from vflsec.services.crypto.level_keys import LevelEncryptors, load_bytes, save_bytes
+from vflsec.services.crypto.level_keys import LevelEncryptors, ZeroReserve, load_bytes, save_bytes
 
 
 @pytest.fixture(scope="module")
@@ -82,3 +82,60 @@ def test_lowered_products_are_re_randomised_by_a_direct_zero_and_open_exactly(ke
     for p in products:
         opened = keys.decrypt_complex(keys.deserialize(party.serialize(p))) - mask
         np.testing.assert_allclose(opened.real, delta * x, atol=1e-6)
+
+
+def test_a_reserve_hands_each_zero_out_once_and_holds_at_most_its_cap(keys: he.CkksBackend) -> None:
+    """ZeroReserve: fill makes up to count (capped at HELD) per kind and level; take pops each once, then None."""
+    context = keys._ctx.data.seal_context()
+    level = context.first_context_data().next_context_data()
+    zeros, made = LevelEncryptors(context, keys._ctx.public_key().data), []
+
+    def make(zero: sealapi.Ciphertext) -> None:
+        zeros.encrypt_zero(level.parms_id(), zero)
+        made.append(zero)
+
+    reserve = ZeroReserve()
+    reserve.fill("public", level.parms_id(), 2, make)
+    reserve.fill("public", level.parms_id(), 2, make)  # already held: nothing made
+    assert len(made) == 2 and reserve.take("secret", level.parms_id()) is None
+    taken = [reserve.take("public", level.parms_id()) for _ in range(3)]
+    assert taken[2] is None and {id(z) for z in taken[:2]} == {id(z) for z in made}
+    reserve.fill("public", level.parms_id(), ZeroReserve.HELD + 5, make)
+    assert len(made) == 2 + ZeroReserve.HELD
+
+
+def test_encryptions_from_zeros_made_ahead_open_as_those_made_at_once(keys: he.CkksBackend) -> None:
+    """he.CkksBackend.make_ahead: the key holder's [[p]] (LOWERED) from a symmetric zero made ahead decrypts to its
+    values (to 1e-9), a party's product from a public-key zero made ahead opens to δ·x + mask (to 1e-6); each zero
+    made ahead is used once (two encryptions from two zeros differ in c1), and the third encryption, with none
+    left, is made at once."""
+    party = he.CkksBackend.from_public_context(keys.public_context())
+    rng = np.random.default_rng(2)
+    delta, x = rng.uniform(-1, 1, 4096), rng.uniform(-64, 64, 4096)
+    mask = rng.uniform(-he.CKKS_MASK_BOUND, he.CKKS_MASK_BOUND, 4096) * (1 - 1j)
+    keys.make_ahead(he.LOWERED, 2, product=False)
+    party.make_ahead(he.LOWERED, 2, product=True)
+    level = tuple(keys._level_data(he.LOWERED).parms_id())
+    assert len(keys._ahead._held["secret", level]) == len(party._ahead._held["public", level]) == 2
+    scores = [keys.encrypt(delta, form=he.LOWERED) for _ in range(3)]
+    c1 = {ct.ciphertext()[0].data(1) for ct in scores}
+    assert len(c1) == 3
+    for ct in scores:
+        assert ct.ciphertext()[0].coeff_modulus_size() == 2 and ct.ciphertext()[0].scale == 2.0**40
+        np.testing.assert_allclose(keys.decrypt(ct), delta, atol=1e-9)
+    operand = party.deserialize(keys.serialize(scores[0]))
+    products = [party.masked_sum([operand], [x], mask) for _ in range(3)]
+    assert len({p.ciphertext()[0].data(1) for p in products}) == 3
+    for p in products:
+        opened = keys.decrypt_complex(keys.deserialize(party.serialize(p))) - mask
+        np.testing.assert_allclose(opened.real, delta * x, atol=1e-6)
+    assert not keys._ahead._held["secret", level] and not party._ahead._held["public", level]
+
+
+def test_a_public_party_makes_no_symmetric_zeros() -> None:
+    """Only the key holder encrypts under the secret key: a party asked for them makes none (and has no key)."""
+    keys = he.CkksBackend.keyholder()
+    party = he.CkksBackend.from_public_context(keys.public_context())
+    party.make_ahead(he.LOWERED, 2, product=False)
+    level = party._level_data(he.LOWERED)
+    assert party._ahead.take("secret", level.parms_id()) is None

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from vflsec.services import kinds
+from vflsec.services import common, kinds
 from vflsec.services.common import ACTIVE, COORDINATOR, PASSIVE
 from vflsec.services.crypto import entropy, he, masking, ring_mask
 from vflsec.services.errors import FailedPrecondition, InvalidArgument, PeerFailed
@@ -86,6 +86,12 @@ def gradient_replicas(backend: he.Backend, n: int, k: int, widest: int) -> int:
         parts=masking.product_parts(backend),
         costs=(he.LR_ENCRYPT_COST, he.LR_OPEN_COST),
     )
+
+
+def gradient_products(backend: he.Backend, width: int, layout: he.MatrixLayout) -> int:
+    """The masked products a party of ``width`` columns makes against a δ of ``layout`` (masked_gradient)."""
+    fold = masking.gradient_fold(layout)
+    return masking.product_count(width, layout, fold=fold, parts=masking.product_parts(backend))
 
 
 def masked_gradient(
@@ -188,9 +194,16 @@ class LrActive:
             raise FailedPrecondition(f"the coordinator's training scores of step {ctx.step}: {exc}") from None
         delta = he.add_plain_matrix(ctx.backend, scores.matrix, -_targets(ctx.labels(index), self.n_classes))
         delta_wire = he.matrix_to_wire(ctx.backend, delta)  # serialised once, sent to every passive party
-        own = ctx.spawn(self._own_gradient, ctx, delta, x, scores.digest)
-        ctx.each_passive(lambda party, link: link.backward(ctx.session_id, ctx.step, index, delta_wire))
-        grad = own.result()
+        # δ goes out before this party's own products start: made in another thread first, they held the GIL
+        # while the Backward request waited for it (the passive party's products are a step's longer branch).
+        sent = [ctx.spawn(link.backward, ctx.session_id, ctx.step, index, delta_wire) for link in ctx.passives.values()]
+        grad = self._own_gradient(ctx, delta, x, scores.digest)
+        # While the passive parties' products are opened: the next step's re-randomising zeros (made at the forward
+        # they took a core the key holder's [[p]] needed; here one core is the key holder's, the other free).
+        keys = ctx.training_keys()
+        keys.make_ahead(he.LOWERED, gradient_products(keys, x.shape[1] + 1, delta.layout), product=True)
+        for backward in sent:
+            backward.result()
         # Applied only once every party has applied the step: a failed step is redone whole, never twice here.
         self.weights = self.optimizer_w.step(self.weights, grad[:, :-1])
         self.bias = self.optimizer_b.step(self.bias, grad[:, -1])
@@ -259,6 +272,7 @@ class LrPassive:
     weights: np.ndarray
     optimizer: BlockOptimizer
     previous_weights: np.ndarray | None = None  # the block before the last applied step, to replay its forward
+    products: int = 1  # masked products of the last step, as many re-randomising zeros are made ahead of the next
 
     @classmethod
     def create(cls, n_classes: int, n_features: int, config: OptimizerConfig) -> LrPassive:
@@ -292,6 +306,7 @@ class LrPassive:
             keys.check_form(delta.ciphertexts, product=False, form=he.LOWERED)
         except ValueError as exc:
             raise InvalidArgument(f"delta: {exc}") from None
+        self.products = gradient_products(keys, x.shape[1], delta.layout)
         grad = masked_gradient(
             keys,
             delta,
@@ -369,7 +384,10 @@ class LrKeyHolder:
             )
         z = ring_mask.open_sum([own, *(h[2] for h in held if h is not None)], ring_mask.SCORE_BOUND)
         self.pending.clear()
-        return he.encrypt_to_wire(keys, link(z), replicas=replicas, form=he.LOWERED)
+        scores = he.encrypt_to_wire(keys, link(z), replicas=replicas, form=he.LOWERED)
+        # Idle until the step's block sums: the next step's encryptions of zero are made once [[p]] has gone.
+        common.after_reply(lambda: keys.make_ahead(he.LOWERED, len(scores.ciphertexts), product=False))
+        return scores
 
     @staticmethod
     def block_sums(keys: he.Backend, cts: Sequence[Any], layout: he.MatrixLayout, width: int) -> np.ndarray:
@@ -409,7 +427,10 @@ def _share_training_logits(
     z = ctx.training_output(step, sample_index, epoch)
     index = np.array(sample_index)
     share = ring_mask.encode(z) + ring_mask.logit_mask(ctx.share_mask_key, ctx.session_id, step, index, z.shape[1])
+    keys, products = ctx.training_keys(), trainer.products
     ctx.defer(lambda: ctx.key_holder.submit_training_share(ctx.session_id, step, index, share))
+    # Once the owner has its answer, this party is idle until the step's δ: its re-randomising zeros are made then.
+    common.after_reply(lambda: keys.make_ahead(he.LOWERED, products, product=True))
 
 
 def _submit_training_share(
