@@ -30,6 +30,7 @@ HE_OPS = {
     "_deserialize": "he_serialisation",
     "_mul_plain": "he_ct_x_pt",
     "masked_sum": "he_ct_x_pt",  # a masked product through SEAL: encodings, ct x pt, mask, its Enc(0), its save
+    "make_ahead": "he_encrypt",  # encryptions of zero made in a party's idle time (Backend.make_ahead)
     "_add": "he_add",
     "_add_plain": "he_add",
     "check_form": "he_check_form",
@@ -37,7 +38,7 @@ HE_OPS = {
 # Inside those operations (their time is already counted there).
 _WITHIN_HE = (
     "_check", "_level", "_zero_at", "_form_of", "_last_prime", "_transparent_safe", "_seal", "_vector",
-    "_vector_message",
+    "_vector_message", "_level_data",
 )
 # Everything else by self time: the phase of the first pattern its "file:function" key contains.
 PHASES: tuple[tuple[str, tuple[str, ...]], ...] = (

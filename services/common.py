@@ -80,13 +80,15 @@ def run_idle(work: list[Callable[[], object]]) -> None:
             _idle = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ahead")
         executor = _idle
     for item in work:
-        executor.submit(_logged, item)
+        executor.submit(run_ahead, item)
 
 
-def _logged(work: Callable[[], object]) -> None:
+def run_ahead(work: Callable[[], object]) -> None:
+    """Run work made ahead here and now: an error in it is logged, never raised (an optimisation that failed: the
+    step it was for makes its own)."""
     try:
         work()
-    except Exception:  # an optimisation that failed: the step it was for makes its own
+    except Exception:
         logging.getLogger(__name__).exception("work made ahead failed")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -60,49 +61,56 @@ def test_an_active_checkpoint_from_before_the_family_layer_restores() -> None:
     np.testing.assert_array_equal(restored.inference_share(np.ones((1, 3))), [[3.5]])
 
 
-def test_the_owner_refuses_training_scores_of_another_form_before_using_them() -> None:
-    """[[p]] one prime lower (a product's form) is refused by the owner, naming the coordinator's training scores,
-    before δ is formed or anything goes to a passive party (review 24, F5); an honest [[p]] goes through."""
-    keyholder = he.make_keyholder("ckks")
-    party = he.open_public("ckks", keyholder.public_context())
-    rng = np.random.default_rng(9)
-    X, y = rng.uniform(-1, 1, (64, 3)), rng.integers(0, 2, 64)
-    sent: list[str] = []
+class _Owner:
+    """An LR owner (active party) over fake peers: a key holder that returns [[p]] = 0.5 (crafted: one prime lower,
+    a product's form; failing: its block sums refused) and a passive party that records its Backward (after
+    ``delay`` seconds)."""
 
-    class KeyHolder:
-        def __init__(self, crafted: bool) -> None:
-            self.crafted = crafted
+    def __init__(self) -> None:
+        self.keyholder = he.make_keyholder("ckks")
+        self.party = he.open_public("ckks", self.keyholder.public_context())
+        rng = np.random.default_rng(9)
+        self.X, self.y = rng.uniform(-1, 1, (64, 3)), rng.integers(0, 2, 64)
+        self.sent: list[str] = []
+        self.active = LrActive.create(2, 3, OptimizerConfig("sgd", 0.1, 0.0))
 
-        def training_scores(
-            self,
-            backend: he.Backend,
-            session_id: str,
-            step: int,
-            share: np.ndarray,
-            replicas: int,
-            index: np.ndarray,
-            widths: dict[str, int],
-        ) -> Received:
-            p = he.encrypt_matrix(party, np.full((len(index), 1), 0.5), replicas=replicas, form=he.LOWERED)
-            self.layout = p.layout
-            if self.crafted:  # rescaled by TenSEAL: one prime fewer than [[p]]
-                p = he.EncryptedMatrix(p.layout, [party.mul_plain(ct, np.ones(party.size(ct))) for ct in p.ciphertexts])
-            blobs = [party.serialize(ct) for ct in p.ciphertexts]
-            return Received(p, blobs, bytes(32))
+    def context(self, pool: ThreadPoolExecutor, *, crafted: bool = False, failing: bool = False, delay: float = 0.0):
+        owner, party = self, self.party
 
-        def block_sums(self, session_id: str, step: int, blobs: list[bytes], width: int, tag: bytes) -> np.ndarray:
-            sent.append("block sums")
-            cts = he.deserialize_all(keyholder, blobs, self.layout.ct_size)
-            return LrKeyHolder.block_sums(keyholder, cts, self.layout, width)
+        class KeyHolder:
+            def training_scores(
+                self,
+                backend: he.Backend,
+                session_id: str,
+                step: int,
+                share: np.ndarray,
+                replicas: int,
+                index: np.ndarray,
+                widths: dict[str, int],
+            ) -> Received:
+                p = he.encrypt_matrix(party, np.full((len(index), 1), 0.5), replicas=replicas, form=he.LOWERED)
+                self.layout = p.layout
+                if crafted:  # rescaled by TenSEAL: one prime fewer than [[p]]
+                    cts = [party.mul_plain(ct, np.ones(party.size(ct))) for ct in p.ciphertexts]
+                    p = he.EncryptedMatrix(p.layout, cts)
+                blobs = [party.serialize(ct) for ct in p.ciphertexts]
+                return Received(p, blobs, bytes(32))
 
-    class Passive:
-        def share_training_logits(self, session_id: str, step: int, index: np.ndarray) -> None:
-            pass
+            def block_sums(self, session_id: str, step: int, blobs: list[bytes], width: int, tag: bytes) -> np.ndarray:
+                if failing:
+                    raise FailedPrecondition("block sums refused")
+                owner.sent.append("block sums")
+                cts = he.deserialize_all(owner.keyholder, blobs, self.layout.ct_size)
+                return LrKeyHolder.block_sums(owner.keyholder, cts, self.layout, width)
 
-        def backward(self, session_id: str, step: int, index: np.ndarray, delta: he.WireMatrix) -> None:
-            sent.append("backward")
+        class Passive:
+            def share_training_logits(self, session_id: str, step: int, index: np.ndarray) -> None:
+                pass
 
-    def context(crafted: bool, pool: ThreadPoolExecutor) -> ActiveContext:
+            def backward(self, session_id: str, step: int, index: np.ndarray, delta: he.WireMatrix) -> None:
+                time.sleep(delay)
+                owner.sent.append("backward")
+
         return ActiveContext(
             session_id="s",
             step=1,
@@ -110,21 +118,53 @@ def test_the_owner_refuses_training_scores_of_another_form_before_using_them() -
             backend=party,
             n_classes=2,
             mask_key=b"k" * 32,
-            key_holder=KeyHolder(crafted),
+            key_holder=KeyHolder(),
             passives={"passive-1": Passive()},
             emit=lambda kind, source, **fields: None,
-            features=lambda index: X[index],
-            labels=lambda index: y[index],
+            features=lambda index: self.X[index],
+            labels=lambda index: self.y[index],
             widths={"active": 4, "passive-1": 2},
             spawn=pool.submit,
             training_keys=lambda: party,
             share_mask_keys={"passive-1": b"m" * 32},
         )
 
-    active = LrActive.create(2, 3, OptimizerConfig("sgd", 0.1, 0.0))
+    def held(self) -> list[int]:
+        """The ids of the re-randomising zeros the owner holds made ahead (he.Backend.make_ahead)."""
+        level = tuple(self.party._level_data(he.LOWERED).parms_id())
+        return [id(zero) for zero in self.party._ahead._held.get(("public", level), [])]
+
+
+def test_the_owner_refuses_training_scores_of_another_form_before_using_them() -> None:
+    """[[p]] one prime lower (a product's form) is refused by the owner, naming the coordinator's training scores,
+    before δ is formed or anything goes to a passive party (review 24, F5); an honest [[p]] goes through."""
+    owner = _Owner()
     with ThreadPoolExecutor(2) as pool:
         with pytest.raises(FailedPrecondition, match="coordinator's training scores of step 1: ciphertext 0 has 2 p"):
-            active.train_step(context(True, pool), np.arange(64))
-        assert sent == [] and not active.weights.any()
-        active.train_step(context(False, pool), np.arange(64))
-    assert sorted(sent) == ["backward", "block sums"] and active.weights.any()
+            owner.active.train_step(owner.context(pool, crafted=True), np.arange(64))
+        assert owner.sent == [] and not owner.active.weights.any()
+        owner.active.train_step(owner.context(pool), np.arange(64))
+    assert sorted(owner.sent) == ["backward", "block sums"] and owner.active.weights.any()
+
+
+def test_the_owner_makes_its_next_zeros_ahead_and_its_products_take_them() -> None:
+    """After a step the owner holds its next step's re-randomising zeros (one product here); its next step's product
+    takes them (they are no longer held) and it makes others."""
+    owner = _Owner()
+    with ThreadPoolExecutor(2) as pool:
+        owner.active.train_step(owner.context(pool), np.arange(64))
+        first = owner.held()
+        assert len(first) == 1
+        owner.active.train_step(owner.context(pool), np.arange(64))
+        second = owner.held()
+    assert len(second) == 1 and not set(first) & set(second)
+
+
+def test_a_failed_own_gradient_is_reported_only_once_no_backward_is_in_flight() -> None:
+    """The owner sends Backward before its own products; if those fail, the step's failure is raised only after the
+    passive parties' calls have ended (review of session 23, F3-1), and the owner's weights are not changed."""
+    owner = _Owner()
+    with ThreadPoolExecutor(2) as pool:
+        with pytest.raises(FailedPrecondition, match="block sums refused"):
+            owner.active.train_step(owner.context(pool, failing=True, delay=0.5), np.arange(64))
+        assert owner.sent == ["backward"] and not owner.active.weights.any()

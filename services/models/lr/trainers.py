@@ -11,6 +11,7 @@ only once the whole step is through. The family's own steps (:data:`STEPS`) carr
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent import futures
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -197,11 +198,16 @@ class LrActive:
         # δ goes out before this party's own products start: made in another thread first, they held the GIL
         # while the Backward request waited for it (the passive party's products are a step's longer branch).
         sent = [ctx.spawn(link.backward, ctx.session_id, ctx.step, index, delta_wire) for link in ctx.passives.values()]
-        grad = self._own_gradient(ctx, delta, x, scores.digest)
+        try:
+            grad = self._own_gradient(ctx, delta, x, scores.digest)
+        except BaseException:
+            futures.wait(sent)  # no call to a passive party is left in flight when the step's failure is reported
+            raise
         # While the passive parties' products are opened: the next step's re-randomising zeros (made at the forward
         # they took a core the key holder's [[p]] needed; here one core is the key holder's, the other free).
         keys = ctx.training_keys()
-        keys.make_ahead(he.LOWERED, gradient_products(keys, x.shape[1] + 1, delta.layout), product=True)
+        products = gradient_products(keys, x.shape[1] + 1, delta.layout)
+        common.run_ahead(lambda: keys.make_ahead(he.LOWERED, products, product=True))
         for backward in sent:
             backward.result()
         # Applied only once every party has applied the step: a failed step is redone whole, never twice here.
@@ -427,10 +433,11 @@ def _share_training_logits(
     z = ctx.training_output(step, sample_index, epoch)
     index = np.array(sample_index)
     share = ring_mask.encode(z) + ring_mask.logit_mask(ctx.share_mask_key, ctx.session_id, step, index, z.shape[1])
-    keys, products = ctx.training_keys(), trainer.products
     ctx.defer(lambda: ctx.key_holder.submit_training_share(ctx.session_id, step, index, share))
-    # Once the owner has its answer, this party is idle until the step's δ: its re-randomising zeros are made then.
-    common.after_reply(lambda: keys.make_ahead(he.LOWERED, products, product=True))
+    if step == ctx.step + 1:  # not a replay: once the owner has its answer, this party is idle until the step's δ,
+        # and its re-randomising zeros are made then (the step's keys looked up there too, off the forward's path)
+        products = trainer.products
+        common.after_reply(lambda: ctx.training_keys().make_ahead(he.LOWERED, products, product=True))
 
 
 def _submit_training_share(
