@@ -205,9 +205,11 @@ class LrActive:
             raise
         # While the passive parties' products are opened: the next step's re-randomising zeros (made at the forward
         # they took a core the key holder's [[p]] needed; here one core is the key holder's, the other free).
-        keys = ctx.training_keys()
-        products = gradient_products(keys, x.shape[1] + 1, delta.layout)
-        common.run_ahead(lambda: keys.make_ahead(he.LOWERED, products, product=True))
+        def ahead() -> None:
+            keys = ctx.training_keys()
+            keys.make_ahead(he.LOWERED, gradient_products(keys, x.shape[1] + 1, delta.layout), product=True)
+
+        common.run_ahead(ahead)
         for backward in sent:
             backward.result()
         # Applied only once every party has applied the step: a failed step is redone whole, never twice here.
