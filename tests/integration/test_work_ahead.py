@@ -21,7 +21,6 @@ WORK_SECONDS = 0.6
 
 class _Servicer:
     def __init__(self) -> None:
-        self.started = threading.Event()
         self.ran: list[str] = []
         self.done = threading.Event()
 
@@ -32,7 +31,6 @@ class _Servicer:
 
     @rpc
     def Ahead(self, request: bytes, context: grpc.ServicerContext) -> bytes:
-        self.started.set()
         common.after_reply(lambda: self._work(request.decode()))
         if request == b"refuse":
             raise InvalidArgument("request: refused")
