@@ -94,10 +94,10 @@ class ZeroReserve:
         self, kind: str, parms_id: object, count: int, make: Callable[[sealapi.Ciphertext], None]
     ) -> None:
         """Make zeros of ``kind`` at ``parms_id`` with ``make`` until ``count`` (at most HELD) are held."""
-        key = (kind, tuple(parms_id))  # type: ignore[call-overload]
-        for _ in range(min(count, self.HELD)):
+        key, target = (kind, tuple(parms_id)), min(count, self.HELD)  # type: ignore[call-overload]
+        for _ in range(target):
             with self._lock:
-                if len(self._held.get(key, ())) >= min(count, self.HELD):
+                if len(self._held.get(key, ())) >= target:
                     return
             zero = sealapi.Ciphertext()
             make(zero)  # outside the lock: a step taking one never waits for one being made
